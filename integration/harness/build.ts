@@ -1,0 +1,145 @@
+// Builds the real kube-apiserver, kube-controller-manager, kubectl and etcd from the Go modules pinned in
+// integration/kube/*/go.mod, into .cache/kube/<name>-<version>/. A later run finds them there; Go's own
+// build cache makes a rebuild after a cache wipe cost minutes less than the first one.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const KUBE_MODULES = join(REPO_ROOT, 'integration/kube');
+/** Overridable so several clones on one machine can share one cache. */
+export const CACHE_DIR = process.env['SEALION_CACHE_DIR'] ?? join(REPO_ROOT, '.cache/kube');
+/** How often a running build reports progress. */
+const PROGRESS_INTERVAL_MS = 15_000;
+
+export interface Binaries {
+  kubeApiserver: string;
+  kubeControllerManager: string;
+  kubectl: string;
+  etcd: string;
+}
+
+export interface PinnedVersions {
+  kubernetes: string;
+  etcd: string;
+}
+
+function requiredVersion(goMod: string, module: string): string {
+  const text = readFileSync(join(KUBE_MODULES, goMod), 'utf8');
+  const match = new RegExp(`^\\s*(?:require\\s+)?${module.replace(/[./]/g, '\\$&')}\\s+(v\\S+)`, 'm').exec(
+    text,
+  );
+  if (!match?.[1]) throw new Error(`integration/kube/${goMod} does not require ${module}`);
+  return match[1];
+}
+
+/** The releases pinned in the go.mod files: the single source of truth for what the harness runs. */
+export function pinnedVersions(): PinnedVersions {
+  return {
+    kubernetes: requiredVersion('kubernetes/go.mod', 'k8s.io/kubernetes'),
+    etcd: requiredVersion('etcd/go.mod', 'go.etcd.io/etcd/server/v3'),
+  };
+}
+
+interface BuildSpec {
+  module: string;
+  outDir: string;
+  packages: Record<string, string>;
+  ldflags: string;
+  label: string;
+}
+
+function kubernetesSpec(version: string): BuildSpec {
+  const minor = /^v1\.(\d+)\./.exec(version)?.[1] ?? '';
+  const v = 'k8s.io/component-base/version';
+  return {
+    module: join(KUBE_MODULES, 'kubernetes'),
+    outDir: join(CACHE_DIR, `kubernetes-${version}`),
+    packages: {
+      'kube-apiserver': 'k8s.io/kubernetes/cmd/kube-apiserver',
+      'kube-controller-manager': 'k8s.io/kubernetes/cmd/kube-controller-manager',
+      kubectl: 'k8s.io/kubernetes/cmd/kubectl',
+    },
+    // Without these the binaries call themselves v0.0.0-master, which kubectl and version skew checks dislike.
+    ldflags: `-X ${v}.gitVersion=${version} -X ${v}.gitMajor=1 -X ${v}.gitMinor=${minor} -X ${v}.gitTreeState=clean`,
+    label: `kubernetes ${version}`,
+  };
+}
+
+function etcdSpec(version: string): BuildSpec {
+  return {
+    module: join(KUBE_MODULES, 'etcd'),
+    outDir: join(CACHE_DIR, `etcd-${version}`),
+    packages: { etcd: 'go.etcd.io/etcd/server/v3' },
+    ldflags: '',
+    label: `etcd ${version}`,
+  };
+}
+
+function isBuilt(spec: BuildSpec): boolean {
+  return Object.keys(spec.packages).every((name) => existsSync(join(spec.outDir, name)));
+}
+
+async function build(spec: BuildSpec, log: (line: string) => void): Promise<void> {
+  if (isBuilt(spec)) return;
+  // Build into a private folder and rename it into place, so concurrent builders never see half a cache.
+  const tmp = `${spec.outDir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  const started = Date.now();
+  log(`building ${spec.label} from Go modules (the first build takes several minutes; then it is cached)`);
+  let compiled = 0;
+  const timer = setInterval(() => {
+    const secs = Math.round((Date.now() - started) / 1000);
+    log(`building ${spec.label}: ${compiled} packages compiled, ${secs}s`);
+  }, PROGRESS_INTERVAL_MS);
+  try {
+    // One `go build` for all of a module's commands compiles their shared packages once, in parallel.
+    const names = Object.keys(spec.packages);
+    const output = names.length === 1 ? join(tmp, names[0]!) : `${tmp}/`;
+    const args = ['build', '-v', '-buildvcs=false', '-trimpath', '-o', output];
+    if (spec.ldflags) args.push(`-ldflags=${spec.ldflags}`);
+    args.push(...Object.values(spec.packages));
+    await new Promise<void>((done, fail) => {
+      const child = spawn('go', args, { cwd: spec.module, stdio: ['ignore', 'ignore', 'pipe'] });
+      let tail = '';
+      child.stderr.setEncoding('utf8');
+      child.stderr.on('data', (chunk: string) => {
+        compiled += chunk.split('\n').filter((l) => l && !l.startsWith('go: ')).length;
+        tail = (tail + chunk).slice(-4000);
+      });
+      child.on('error', (err) => fail(new Error(`build ${spec.label}: cannot run go: ${err.message}`)));
+      child.on('exit', (code) =>
+        code === 0 ? done() : fail(new Error(`build ${spec.label}: go build exited ${code}\n${tail}`)),
+      );
+    });
+  } finally {
+    clearInterval(timer);
+  }
+  try {
+    renameSync(tmp, spec.outDir);
+  } catch (err) {
+    // Another process finished the same build first; its result is as good as ours.
+    rmSync(tmp, { recursive: true, force: true });
+    if (!isBuilt(spec)) throw err;
+  }
+  log(`built ${spec.label} in ${Math.round((Date.now() - started) / 1000)}s`);
+}
+
+/** Returns the paths of the pinned binaries, building whatever is missing. */
+export async function ensureBinaries(log: (line: string) => void = () => {}): Promise<Binaries> {
+  const versions = pinnedVersions();
+  const kube = kubernetesSpec(versions.kubernetes);
+  const etcd = etcdSpec(versions.etcd);
+  mkdirSync(CACHE_DIR, { recursive: true });
+  // One build at a time: two Go builds on two cores only slow each other down.
+  await build(etcd, log);
+  await build(kube, log);
+  return {
+    kubeApiserver: join(kube.outDir, 'kube-apiserver'),
+    kubeControllerManager: join(kube.outDir, 'kube-controller-manager'),
+    kubectl: join(kube.outDir, 'kubectl'),
+    etcd: join(etcd.outDir, 'etcd'),
+  };
+}

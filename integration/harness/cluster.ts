@@ -1,0 +1,382 @@
+// Starts real Kubernetes control planes (etcd + kube-apiserver + kube-controller-manager) on free loopback
+// ports, each in its own temporary folder with its own PKI, and always takes them down again.
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import {
+  issueCert,
+  newCA,
+  publicKeyToPem,
+  newKeyPair,
+  privateKeyToPem,
+  type CertificateAuthority,
+} from '../../lib/pki.ts';
+import { ensureBinaries, type Binaries } from './build.ts';
+
+export interface ClusterOptions {
+  /** Used in folder names and the kubeconfig's context name. Default: `sealion`. */
+  name?: string;
+  /** Run kube-controller-manager (namespace deletion, garbage collection, service-account tokens). Default: true. */
+  controllerManager?: boolean;
+  /** Extra kube-apiserver flags, e.g. `--authentication-token-webhook-config-file=…`. Default: none. */
+  apiserverArgs?: string[];
+  /** Progress lines (builds, start-up). Default: silent. */
+  log?: (line: string) => void;
+  /** How long to wait for /readyz. Default: 90 s (the first start after a build is the slowest). */
+  readyTimeoutMs?: number;
+}
+
+export interface KubectlResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export interface Cluster {
+  name: string;
+  /** `https://127.0.0.1:<port>` */
+  url: string;
+  /** Admin (system:masters) kubeconfig. */
+  kubeconfigPath: string;
+  /** The cluster CA, which signs serving and client certificates. */
+  ca: CertificateAuthority;
+  dir: string;
+  binaries: Binaries;
+  /** A kubeconfig for a user with a client certificate from the cluster CA (no rights until RBAC grants some). */
+  userKubeconfig(user: string, groups?: string[]): Promise<string>;
+  /** Runs the real kubectl against this cluster (admin unless `kubeconfig` is given). Never throws on exit codes. */
+  kubectl(args: string[], opts?: { kubeconfig?: string; input?: string }): Promise<KubectlResult>;
+  stop(): Promise<void>;
+}
+
+const SERVICE_CIDR = '10.0.0.0/24';
+const SERVICE_ACCOUNT_ISSUER = 'https://kubernetes.default.svc.cluster.local';
+const DIR_PREFIX = 'sealion-cluster-';
+const STOP_GRACE_MS = 5_000;
+
+/** Processes and folders of every cluster this process started, for the last-resort cleanup at exit. */
+const live = new Map<string, ChildProcess[]>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.once('exit', () => {
+    for (const [dir, children] of live) {
+      for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Removes folders of clusters whose owning process died without cleaning up (e.g. killed with SIGKILL). */
+export function sweepStaleClusters(): void {
+  for (const entry of readdirSync(tmpdir())) {
+    if (!entry.startsWith(DIR_PREFIX)) continue;
+    const dir = join(tmpdir(), entry);
+    const pid = Number(
+      existsSync(join(dir, 'owner.pid')) ? readFileSync(join(dir, 'owner.pid'), 'utf8') : NaN,
+    );
+    if (Number.isInteger(pid) && isAlive(pid)) continue;
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const server = createServer();
+    server.once('error', fail);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? done(address.port) : fail(new Error('no port')),
+      );
+    });
+  });
+}
+
+// setpriv asks the kernel to kill the server when the process that started it dies, even by SIGKILL,
+// so an interrupted test run cannot leave etcd or an API server behind.
+const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+
+function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
+  const logPath = join(dir, `${name}.log`);
+  writeFileSync(logPath, '');
+  const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
+  // Not detached: Ctrl-C on `npm run cluster` reaches the servers too.
+  const child = spawn(cmd, argv, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  const append = (chunk: Buffer): void => writeFileSync(logPath, chunk, { flag: 'a' });
+  child.stdout?.on('data', append);
+  child.stderr?.on('data', append);
+  return child;
+}
+
+function logTail(dir: string, name: string, lines = 25): string {
+  try {
+    return readFileSync(join(dir, `${name}.log`), 'utf8')
+      .trimEnd()
+      .split('\n')
+      .slice(-lines)
+      .join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+interface ClientCredentials {
+  ca: string;
+  cert: string;
+  key: string;
+}
+
+function get(url: string, creds: ClientCredentials): Promise<number> {
+  return new Promise((done) => {
+    const req = request(url, { ca: creds.ca, cert: creds.cert, key: creds.key, timeout: 2_000 }, (res) => {
+      res.resume();
+      done(res.statusCode ?? 0);
+    });
+    req.on('error', () => done(0));
+    req.on('timeout', () => req.destroy());
+    req.end();
+  });
+}
+
+async function waitReady(
+  url: string,
+  creds: ClientCredentials,
+  children: Record<string, ChildProcess>,
+  dir: string,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    for (const [name, child] of Object.entries(children)) {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        throw new Error(
+          `${name} exited (${child.exitCode ?? child.signalCode}) during start-up:\n${logTail(dir, name)}`,
+        );
+      }
+    }
+    if ((await get(`${url}/readyz`, creds)) === 200) return;
+    if (Date.now() > deadline) {
+      throw new Error(`kube-apiserver not ready after ${timeoutMs} ms:\n${logTail(dir, 'kube-apiserver')}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function kubeconfigYaml(
+  name: string,
+  url: string,
+  caPem: string,
+  user: string,
+  certPem: string,
+  keyPem: string,
+): string {
+  const b64 = (s: string): string => Buffer.from(s).toString('base64');
+  return stringify({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name, cluster: { server: url, 'certificate-authority-data': b64(caPem) } }],
+    users: [
+      { name: user, user: { 'client-certificate-data': b64(certPem), 'client-key-data': b64(keyPem) } },
+    ],
+    contexts: [{ name, context: { cluster: name, user } }],
+    'current-context': name,
+  });
+}
+
+async function stopProcesses(children: ChildProcess[]): Promise<void> {
+  await Promise.all(
+    children.map(
+      (child) =>
+        new Promise<void>((done) => {
+          if (child.exitCode !== null || child.signalCode !== null) return done();
+          const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
+          child.once('exit', () => {
+            clearTimeout(timer);
+            done();
+          });
+          child.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+/** Starts one independent cluster. Call `stop()` when done; process exit also cleans up. */
+export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> {
+  const name = opts.name ?? 'sealion';
+  const log = opts.log ?? (() => {});
+  const binaries = await ensureBinaries(log);
+  sweepStaleClusters();
+  installExitHook();
+
+  const dir = mkdtempSync(join(tmpdir(), `${DIR_PREFIX}${name}-`));
+  writeFileSync(join(dir, 'owner.pid'), String(process.pid));
+  const children: ChildProcess[] = [];
+  live.set(dir, children);
+  const stop = async (): Promise<void> => {
+    // Controller manager first, etcd last, so nobody logs errors about a vanished dependency.
+    await stopProcesses([...children].reverse());
+    live.delete(dir);
+    rmSync(dir, { recursive: true, force: true });
+  };
+
+  try {
+    const write = (file: string, text: string): string => {
+      const path = join(dir, file);
+      writeFileSync(path, text, { mode: 0o600 });
+      return path;
+    };
+    const ca = await newCA(`${name}-ca`);
+    const frontProxyCA = await newCA(`${name}-front-proxy-ca`);
+    const [port, etcdPort, etcdPeerPort] = [await freePort(), await freePort(), await freePort()];
+    const url = `https://127.0.0.1:${port}`;
+    const serving = await issueCert(ca, {
+      commonName: 'kube-apiserver',
+      hosts: [
+        '127.0.0.1',
+        'localhost',
+        '10.0.0.1',
+        'kubernetes',
+        'kubernetes.default',
+        'kubernetes.default.svc',
+      ],
+      usage: 'server',
+    });
+    const admin = await issueCert(ca, {
+      commonName: 'sealion-admin',
+      organizations: ['system:masters'],
+      usage: 'client',
+    });
+    const frontProxyClient = await issueCert(frontProxyCA, {
+      commonName: 'front-proxy-client',
+      usage: 'client',
+    });
+    const saKeys = await newKeyPair();
+
+    const caFile = write('ca.crt', ca.certPem);
+    write('ca.key', ca.keyPem);
+    const saKey = write('sa.key', await privateKeyToPem(saKeys.privateKey));
+    const saPub = write('sa.pub', await publicKeyToPem(saKeys.publicKey));
+    const kubeconfigPath = write(
+      'admin.kubeconfig',
+      kubeconfigYaml(name, url, ca.certPem, 'admin', admin.certPem, admin.keyPem),
+    );
+
+    const etcdUrl = `http://127.0.0.1:${etcdPort}`;
+    const etcdPeer = `http://127.0.0.1:${etcdPeerPort}`;
+    const etcd = startProcess(dir, 'etcd', binaries.etcd, [
+      '--name=default',
+      `--data-dir=${join(dir, 'etcd-data')}`,
+      `--listen-client-urls=${etcdUrl}`,
+      `--advertise-client-urls=${etcdUrl}`,
+      `--listen-peer-urls=${etcdPeer}`,
+      `--initial-advertise-peer-urls=${etcdPeer}`,
+      `--initial-cluster=default=${etcdPeer}`,
+      // A throwaway test store: durability is not worth an fsync per write.
+      '--unsafe-no-fsync',
+      '--log-level=warn',
+    ]);
+    children.push(etcd);
+
+    const apiserver = startProcess(dir, 'kube-apiserver', binaries.kubeApiserver, [
+      `--etcd-servers=${etcdUrl}`,
+      '--bind-address=127.0.0.1',
+      '--advertise-address=127.0.0.1',
+      `--secure-port=${port}`,
+      `--tls-cert-file=${write('apiserver.crt', serving.certPem)}`,
+      `--tls-private-key-file=${write('apiserver.key', serving.keyPem)}`,
+      `--client-ca-file=${caFile}`,
+      '--authorization-mode=RBAC',
+      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      // The endpoints reconciler would publish 127.0.0.1, which endpoint validation rejects.
+      '--endpoint-reconciler-type=none',
+      `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
+      `--service-account-key-file=${saPub}`,
+      `--service-account-signing-key-file=${saKey}`,
+      `--requestheader-client-ca-file=${write('front-proxy-ca.crt', frontProxyCA.certPem)}`,
+      '--requestheader-allowed-names=front-proxy-client',
+      '--requestheader-username-headers=X-Remote-User',
+      '--requestheader-group-headers=X-Remote-Group',
+      '--requestheader-extra-headers-prefix=X-Remote-Extra-',
+      `--proxy-client-cert-file=${write('front-proxy-client.crt', frontProxyClient.certPem)}`,
+      `--proxy-client-key-file=${write('front-proxy-client.key', frontProxyClient.keyPem)}`,
+      '--allow-privileged=true',
+      '--profiling=false',
+      ...(opts.apiserverArgs ?? []),
+    ]);
+    children.push(apiserver);
+
+    const creds = { ca: ca.certPem, cert: admin.certPem, key: admin.keyPem };
+    log(`starting cluster ${name} at ${url}`);
+    await waitReady(url, creds, { etcd, 'kube-apiserver': apiserver }, dir, opts.readyTimeoutMs ?? 90_000);
+
+    if (opts.controllerManager ?? true) {
+      children.push(
+        startProcess(dir, 'kube-controller-manager', binaries.kubeControllerManager, [
+          `--kubeconfig=${kubeconfigPath}`,
+          `--authentication-kubeconfig=${kubeconfigPath}`,
+          `--authorization-kubeconfig=${kubeconfigPath}`,
+          '--bind-address=127.0.0.1',
+          `--secure-port=${await freePort()}`,
+          '--leader-elect=false',
+          `--service-account-private-key-file=${saKey}`,
+          `--root-ca-file=${caFile}`,
+          `--service-cluster-ip-range=${SERVICE_CIDR}`,
+          `--cluster-signing-cert-file=${caFile}`,
+          `--cluster-signing-key-file=${join(dir, 'ca.key')}`,
+          '--use-service-account-credentials=true',
+          // Nothing here runs nodes or a cloud; these controllers would only log about that.
+          '--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-route,-service,-persistentvolume-binder,-attachdetach',
+        ]),
+      );
+    }
+
+    const cluster: Cluster = {
+      name,
+      url,
+      kubeconfigPath,
+      ca,
+      dir,
+      binaries,
+      async userKubeconfig(user, groups = []) {
+        const cert = await issueCert(ca, { commonName: user, organizations: groups, usage: 'client' });
+        const file = `user-${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`;
+        return write(file, kubeconfigYaml(name, url, ca.certPem, user, cert.certPem, cert.keyPem));
+      },
+      kubectl(args, kubectlOpts = {}) {
+        return new Promise((done) => {
+          const child = execFile(
+            binaries.kubectl,
+            [`--kubeconfig=${kubectlOpts.kubeconfig ?? kubeconfigPath}`, ...args],
+            { maxBuffer: 64 * 1024 * 1024 },
+            (err, stdout, stderr) => {
+              const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+              done({ code, stdout, stderr });
+            },
+          );
+          if (kubectlOpts.input !== undefined) child.stdin?.end(kubectlOpts.input);
+        });
+      },
+      stop,
+    };
+    return cluster;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}

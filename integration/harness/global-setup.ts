@@ -1,0 +1,7 @@
+import { ensureBinaries } from './build.ts';
+import { sweepStaleClusters } from './cluster.ts';
+
+export default async function globalSetup(): Promise<void> {
+  sweepStaleClusters();
+  await ensureBinaries((line) => process.stderr.write(`[harness] ${line}\n`));
+}

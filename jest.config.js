@@ -1,0 +1,36 @@
+// Jest runs in its ESM mode (node --experimental-vm-modules, see package.json) because
+// @kubernetes/client-node 2.x and jose 6 ship only ES modules. @swc/jest strips the types.
+const swc = [
+  '@swc/jest',
+  {
+    jsc: { parser: { syntax: 'typescript' }, target: 'es2024' },
+    module: { type: 'es6' },
+    sourceMaps: 'inline',
+  },
+];
+
+const common = {
+  extensionsToTreatAsEsm: ['.ts'],
+  transform: { '^.+\\.ts$': swc },
+  moduleFileExtensions: ['ts', 'js', 'json'],
+  testEnvironment: 'node',
+};
+
+/** @type {import('jest').Config} */
+export default {
+  projects: [
+    {
+      ...common,
+      displayName: 'unit',
+      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,cli}/**/*.test.ts'],
+    },
+    {
+      ...common,
+      displayName: 'integration',
+      testMatch: ['<rootDir>/integration/**/*.test.ts'],
+      // Builds the pinned Kubernetes binaries once, with progress, before any test starts a cluster.
+      globalSetup: '<rootDir>/integration/harness/global-setup.ts',
+      slowTestThreshold: 60,
+    },
+  ],
+};

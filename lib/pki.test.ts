@@ -1,0 +1,73 @@
+import { describe, expect, it } from '@jest/globals';
+import { X509Certificate, createPrivateKey, createPublicKey } from 'node:crypto';
+import { fingerprint, issueCert, loadCA, newCA, newKeyPair } from './pki.ts';
+
+describe('pki', () => {
+  it('makes a CA that signs server certificates with the requested SANs', async () => {
+    const ca = await newCA('test-ca');
+    const caCert = new X509Certificate(ca.certPem);
+    expect(caCert.ca).toBe(true);
+    expect(caCert.subject).toBe('CN=test-ca');
+
+    const server = await issueCert(ca, {
+      commonName: 'proxy',
+      hosts: ['127.0.0.1', 'proxy.example.com'],
+      usage: 'server',
+    });
+    const cert = new X509Certificate(server.certPem);
+    expect(cert.ca).toBe(false);
+    expect(cert.verify(caCert.publicKey)).toBe(true);
+    expect(cert.checkIssued(caCert)).toBe(true);
+    expect(cert.checkIP('127.0.0.1')).toBe('127.0.0.1');
+    expect(cert.checkHost('proxy.example.com')).toBe('proxy.example.com');
+    expect(cert.checkHost('other.example.com')).toBeUndefined();
+    expect(cert.keyUsage).toEqual(['1.3.6.1.5.5.7.3.1']);
+    // The returned key belongs to the certificate.
+    expect(cert.checkPrivateKey(createPrivateKey(server.keyPem))).toBe(true);
+  });
+
+  it('puts groups into O= and the user into CN= of client certificates', async () => {
+    const ca = await newCA('test-ca');
+    const client = await issueCert(ca, {
+      commonName: 'alice',
+      organizations: ['dev', 'ops'],
+      usage: 'client',
+    });
+    const cert = new X509Certificate(client.certPem);
+    expect(cert.subject.split('\n').sort()).toEqual(['CN=alice', 'O=dev', 'O=ops']);
+    expect(cert.keyUsage).toEqual(['1.3.6.1.5.5.7.3.2']);
+  });
+
+  it('signs a public key it did not generate and returns no private key for it', async () => {
+    const ca = await newCA('test-ca');
+    const keys = await newKeyPair();
+    const issued = await issueCert(ca, {
+      commonName: 'agent',
+      usage: 'client',
+      publicKey: keys.publicKey,
+      validityMs: 60_000,
+    });
+    expect(issued.keyPem).toBe('');
+    const cert = new X509Certificate(issued.certPem);
+    const spki = Buffer.from(await globalThis.crypto.subtle.exportKey('spki', keys.publicKey));
+    expect(cert.publicKey.export({ type: 'spki', format: 'der' })).toEqual(spki);
+    const lifetime = Date.parse(cert.validTo) - Date.now();
+    expect(lifetime).toBeLessThanOrEqual(60_000);
+    expect(lifetime).toBeGreaterThan(0);
+  });
+
+  it('reloads a CA from PEM and keeps signing with the same identity', async () => {
+    const ca = await newCA('persisted-ca');
+    const again = await loadCA(ca.certPem, ca.keyPem);
+    expect(fingerprint(again.certPem)).toBe(fingerprint(ca.certPem));
+    const leaf = await issueCert(again, { commonName: 'x', usage: 'client' });
+    expect(new X509Certificate(leaf.certPem).verify(createPublicKey(ca.certPem))).toBe(true);
+  });
+
+  it('escapes special characters in names instead of letting them forge extra attributes', async () => {
+    const ca = await newCA('test-ca');
+    const client = await issueCert(ca, { commonName: 'mallory, O=system:masters', usage: 'client' });
+    const subject = new X509Certificate(client.certPem).subject;
+    expect(subject).not.toMatch(/^O=system:masters$/m);
+  });
+});
