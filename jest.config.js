@@ -22,7 +22,7 @@ export default {
     {
       ...common,
       displayName: 'unit',
-      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,cli}/**/*.test.ts'],
+      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,cli,config}/**/*.test.ts'],
     },
     {
       ...common,

@@ -1,6 +1,7 @@
 // The `sealion` command: one binary, one subcommand per job.
 import { Command } from 'commander';
 import { devUp } from './dev-up.ts';
+import { manifestsCommand } from './manifests/command.ts';
 
 const program = new Command('sealion')
   .description('Sealion: kubectl access to many clusters through an authenticating, impersonating proxy')
@@ -13,4 +14,12 @@ dev
   .addHelpText('after', '\nExample:\n  npm start            # same as: sealion dev up\n')
   .action(devUp);
 
-await program.parseAsync(process.argv);
+program.addCommand(manifestsCommand());
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  // Expected failures (bad flags, unreachable clusters) print one line, not a stack trace.
+  console.error(`sealion: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,212 @@
+// authentication.concierge.<suffix>/v1alpha1: JWTAuthenticator and WebhookAuthenticator, cluster-scoped.
+// The JSDoc here becomes the CRDs' OpenAPI schema (config/generate.ts): it is what `kubectl explain` shows.
+import type { Condition, ObjectMeta } from './meta.ts';
+
+/** Lifecycle of an authenticator: Pending until first validated, then Ready or Error. */
+export type AuthenticatorPhase = 'Pending' | 'Ready' | 'Error';
+
+export const Phase = {
+  Pending: 'Pending',
+  Ready: 'Ready',
+  Error: 'Error',
+} as const satisfies Record<AuthenticatorPhase, AuthenticatorPhase>;
+
+/** How to trust a TLS server. */
+export interface TLSSpec {
+  /**
+   * Base64-encoded PEM bundle of the CA certificates to trust. Empty: the system's trusted roots.
+   * @format byte
+   */
+  certificateAuthorityData?: string;
+}
+
+/** Which claims of a token name the user and their groups. */
+export interface JWTClaims {
+  /**
+   * The claim that holds the username. Default: username.
+   * @minLength 1
+   */
+  username?: string;
+  /**
+   * The claim that holds the user's groups, as a string or a list of strings. Default: groups.
+   * @minLength 1
+   */
+  groups?: string;
+}
+
+/** Trust OIDC ID tokens (JWTs) from one issuer with one audience. */
+export interface JWTAuthenticatorSpec {
+  /**
+   * The issuer URL. It must use https, match the iss claim of tokens exactly, and serve OIDC discovery at
+   * <issuer>/.well-known/openid-configuration.
+   * @pattern ^https://[^?#]+$
+   * @minLength 9
+   * @maxLength 2048
+   */
+  issuer: string;
+  /**
+   * The audience that tokens must name in their aud claim, usually the OIDC client ID.
+   * @minLength 1
+   * @maxLength 1024
+   */
+  audience: string;
+  /** Which claims name the user and their groups. */
+  claims?: JWTClaims;
+  /** How to trust the issuer's TLS certificate. */
+  tls?: TLSSpec;
+}
+
+/** Trust bearer tokens that a TokenReview webhook accepts. */
+export interface WebhookAuthenticatorSpec {
+  /**
+   * The https URL that receives TokenReview (authentication.k8s.io/v1) requests.
+   * @pattern ^https://[^#]+$
+   * @minLength 9
+   * @maxLength 2048
+   */
+  endpoint: string;
+  /** How to trust the webhook's TLS certificate. */
+  tls?: TLSSpec;
+}
+
+/** A way for clients to reach the concierge: through the impersonation proxy or the TokenCredentialRequest API. */
+export type StrategyType = 'ImpersonationProxy' | 'TokenCredentialRequestAPI';
+export type StrategyStatus = 'Success' | 'Error' | 'NotAvailable';
+export type StrategyReason =
+  | 'Listening'
+  | 'Pending'
+  | 'Disabled'
+  | 'DisabledByDefault'
+  | 'ErrorDuringSetup'
+  | 'FetchedKey'
+  | 'CouldNotFetchKey'
+  | 'CouldNotGetClusterInfo';
+
+export const StrategyTypes = {
+  ImpersonationProxy: 'ImpersonationProxy',
+  TokenCredentialRequestAPI: 'TokenCredentialRequestAPI',
+} as const satisfies Record<StrategyType, StrategyType>;
+
+export const StrategyStatuses = {
+  Success: 'Success',
+  Error: 'Error',
+  NotAvailable: 'NotAvailable',
+} as const satisfies Record<StrategyStatus, StrategyStatus>;
+
+export const StrategyReasons = {
+  Listening: 'Listening',
+  Pending: 'Pending',
+  Disabled: 'Disabled',
+  DisabledByDefault: 'DisabledByDefault',
+  ErrorDuringSetup: 'ErrorDuringSetup',
+  FetchedKey: 'FetchedKey',
+  CouldNotFetchKey: 'CouldNotFetchKey',
+  CouldNotGetClusterInfo: 'CouldNotGetClusterInfo',
+} as const satisfies Record<StrategyReason, StrategyReason>;
+
+/** Where a client connects, and which CA it trusts there. */
+export interface EndpointConfig {
+  /**
+   * The https URL to point kubectl at.
+   * @pattern ^https://
+   */
+  endpoint: string;
+  /**
+   * Base64-encoded PEM bundle of the CA that signed the endpoint's serving certificate.
+   * @format byte
+   */
+  certificateAuthorityData: string;
+}
+
+/** How the concierge currently exposes this authenticator, one entry per strategy. */
+export interface ConciergeStrategy {
+  /** The strategy: ImpersonationProxy or TokenCredentialRequestAPI. */
+  type: StrategyType;
+  /** Success (usable now), Error (should work but does not; see message) or NotAvailable (not offered here). */
+  status: StrategyStatus;
+  /** A machine-readable reason for the status, for example Listening, Pending or Disabled. */
+  reason: StrategyReason;
+  /** What happened and, when something is wrong, what to do about it. */
+  message: string;
+  /**
+   * When this entry last changed.
+   * @format date-time
+   */
+  lastUpdateTime: string;
+  /** Set only when type is ImpersonationProxy and status is Success: how to reach the impersonation proxy. */
+  impersonationProxyConfig?: EndpointConfig;
+  /** Set only when type is TokenCredentialRequestAPI and status is Success: how to reach that API. */
+  tokenCredentialRequestConfig?: EndpointConfig;
+}
+
+/** Observed state, written by the concierge only. */
+export interface AuthenticatorStatus {
+  /** Pending until validated, then Ready or Error. */
+  phase?: AuthenticatorPhase;
+  /**
+   * Detailed checks; Ready is True only when all others are.
+   * @listType map
+   * @listMapKeys type
+   */
+  conditions?: Condition[];
+  /**
+   * How clients reach the concierge, mirrored onto every authenticator so that `kubectl get` shows it.
+   * @listType map
+   * @listMapKeys type
+   */
+  conciergeStrategies?: ConciergeStrategy[];
+}
+
+/** Authenticates users by OIDC ID tokens (JWTs) from one issuer. */
+export interface JWTAuthenticator {
+  apiVersion: string;
+  kind: 'JWTAuthenticator';
+  metadata: ObjectMeta;
+  spec: JWTAuthenticatorSpec;
+  status?: AuthenticatorStatus;
+}
+
+/** Authenticates users by bearer tokens that a TokenReview webhook accepts. */
+export interface WebhookAuthenticator {
+  apiVersion: string;
+  kind: 'WebhookAuthenticator';
+  metadata: ObjectMeta;
+  spec: WebhookAuthenticatorSpec;
+  status?: AuthenticatorStatus;
+}
+
+/** Condition types of a JWTAuthenticator. */
+export const JWTConditionType = {
+  Ready: 'Ready',
+  IssuerURLValid: 'IssuerURLValid',
+  DiscoveryURLValid: 'DiscoveryURLValid',
+  JWKSURLValid: 'JWKSURLValid',
+  JWKSFetchValid: 'JWKSFetchValid',
+  AuthenticatorValid: 'AuthenticatorValid',
+  TLSConfigurationValid: 'TLSConfigurationValid',
+} as const;
+
+/** Condition types of a WebhookAuthenticator. */
+export const WebhookConditionType = {
+  Ready: 'Ready',
+  EndpointURLValid: 'EndpointURLValid',
+  WebhookConnectionValid: 'WebhookConnectionValid',
+  AuthenticatorValid: 'AuthenticatorValid',
+  TLSConfigurationValid: 'TLSConfigurationValid',
+} as const;
+
+/** Reasons used in authenticator conditions. */
+export const ConditionReason = {
+  Success: 'Success',
+  NotReady: 'NotReady',
+  UnableToValidate: 'UnableToValidate',
+  InvalidIssuerURL: 'InvalidIssuerURL',
+  InvalidIssuerURLScheme: 'InvalidIssuerURLScheme',
+  InvalidDiscoveryProbe: 'InvalidDiscoveryProbe',
+  InvalidProviderJWKSURL: 'InvalidProviderJWKSURL',
+  InvalidCouldNotFetchJWKS: 'InvalidCouldNotFetchJWKS',
+  InvalidEndpointURL: 'InvalidEndpointURL',
+  UnableToDialServer: 'UnableToDialServer',
+  InvalidTLSConfiguration: 'InvalidTLSConfiguration',
+  InvalidAuthenticator: 'InvalidAuthenticator',
+} as const;

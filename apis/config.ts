@@ -1,0 +1,118 @@
+// config.concierge.<suffix>/v1alpha1: CredentialIssuer, the deprecated singleton kept for clients written
+// against Pinniped (its CLI reads status.strategies[].frontend). Sealion's settings live in its ConfigMap.
+import type { ObjectMeta } from './meta.ts';
+import type { StrategyReason, StrategyStatus } from './authentication.ts';
+
+export type ProxyMode = 'auto' | 'enabled' | 'disabled';
+export type ServiceType = 'LoadBalancer' | 'ClusterIP' | 'None';
+
+/** The Service in front of the impersonation proxy. */
+export interface ImpersonationProxyServiceSpec {
+  /** LoadBalancer (default), ClusterIP, or None (then externalEndpoint is required). */
+  type?: ServiceType;
+  /**
+   * The IP address to ask the cloud's load balancer for.
+   * @maxLength 255
+   */
+  loadBalancerIP?: string;
+  /** Annotations for the Service, for example the cloud's load balancer settings. */
+  annotations?: Record<string, string>;
+}
+
+/** The impersonation proxy settings in effect, in Pinniped's shape. */
+export interface ImpersonationProxySpec {
+  /** auto: run it when the cluster looks managed (EKS, AKS, GKE, or no control-plane nodes); enabled; disabled. */
+  mode: ProxyMode;
+  /** The Service in front of the proxy. */
+  service?: ImpersonationProxyServiceSpec;
+  /**
+   * host[:port] that clients use to reach the proxy, when it is not the Service's address.
+   * @maxLength 255
+   */
+  externalEndpoint?: string;
+}
+
+/**
+ * The concierge's settings in effect. Sealion reads its configuration from the concierge ConfigMap and mirrors
+ * it here for clients written against Pinniped; edits here are overwritten.
+ */
+export interface CredentialIssuerSpec {
+  /** The impersonation proxy settings in effect. */
+  impersonationProxy?: ImpersonationProxySpec;
+}
+
+export type FrontendType = 'TokenCredentialRequestAPI' | 'ImpersonationProxy';
+
+/** How to reach the TokenCredentialRequest API. */
+export interface TokenCredentialRequestAPIInfo {
+  /**
+   * The Kubernetes API server URL.
+   * @pattern ^https://
+   */
+  server: string;
+  /**
+   * Base64-encoded PEM CA bundle for the server.
+   * @format byte
+   */
+  certificateAuthorityData: string;
+}
+
+/** How to reach the impersonation proxy. */
+export interface ImpersonationProxyInfo {
+  /**
+   * The proxy's https URL.
+   * @pattern ^https://
+   */
+  endpoint: string;
+  /**
+   * Base64-encoded PEM CA bundle for the proxy.
+   * @format byte
+   */
+  certificateAuthorityData: string;
+}
+
+/** How a client uses a strategy. */
+export interface CredentialIssuerFrontend {
+  /** TokenCredentialRequestAPI or ImpersonationProxy. */
+  type: FrontendType;
+  /** Set when type is TokenCredentialRequestAPI. */
+  tokenCredentialRequestInfo?: TokenCredentialRequestAPIInfo;
+  /** Set when type is ImpersonationProxy. */
+  impersonationProxyInfo?: ImpersonationProxyInfo;
+}
+
+export type IssuerStrategyType = 'KubeClusterSigningCertificate' | 'ImpersonationProxy';
+
+/** One way the concierge can issue credentials, in Pinniped's shape. */
+export interface CredentialIssuerStrategy {
+  /** KubeClusterSigningCertificate or ImpersonationProxy. */
+  type: IssuerStrategyType;
+  /** Success, Error or NotAvailable. */
+  status: StrategyStatus;
+  /** A machine-readable reason for the status. */
+  reason: StrategyReason;
+  /** A human-readable explanation. */
+  message: string;
+  /**
+   * When this entry last changed.
+   * @format date-time
+   */
+  lastUpdateTime: string;
+  /** How clients use this strategy; set only on Success. */
+  frontend?: CredentialIssuerFrontend;
+}
+
+/** Observed state, written by the concierge only. */
+export interface CredentialIssuerStatus {
+  /** The strategies the concierge offers, best first. */
+  strategies?: CredentialIssuerStrategy[];
+}
+
+/** Describes how clients obtain credentials for this cluster (deprecated: read the authenticators' status). */
+export interface CredentialIssuer {
+  apiVersion: string;
+  kind: 'CredentialIssuer';
+  metadata: ObjectMeta;
+  spec: CredentialIssuerSpec;
+  status?: CredentialIssuerStatus;
+}

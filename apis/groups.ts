@@ -1,0 +1,75 @@
+// API groups, versions and kinds. Every group ends in a suffix chosen at install time, so that
+// `pinniped.dev` yields Pinniped's exact groups and two installations can live side by side.
+
+/** The suffix used when none is configured. */
+export const DEFAULT_GROUP_SUFFIX = 'sealion.dev';
+/** The only version of every Sealion API so far. */
+export const VERSION = 'v1alpha1';
+
+export interface ApiGroups {
+  /** JWTAuthenticator, WebhookAuthenticator. */
+  authentication: string;
+  /** CredentialIssuer. */
+  config: string;
+  /** TokenCredentialRequest (served by the impersonation proxy). */
+  login: string;
+  /** WhoAmIRequest (served by the impersonation proxy). */
+  identity: string;
+  /** Cluster (clusters reached through an agent). */
+  tunnel: string;
+}
+
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$/;
+
+/** A group suffix must be a DNS subdomain with at least two labels, like `sealion.dev`. */
+export function isValidGroupSuffix(suffix: string): boolean {
+  // The longest group built from it (authentication.concierge.<suffix>) must still be a DNS subdomain.
+  return DNS_SUBDOMAIN.test(suffix) && suffix.length <= 253 - 'authentication.concierge.'.length;
+}
+
+export function apiGroups(suffix: string = DEFAULT_GROUP_SUFFIX): ApiGroups {
+  if (!isValidGroupSuffix(suffix)) {
+    throw new Error(`api group suffix ${JSON.stringify(suffix)}: must be a DNS subdomain like sealion.dev`);
+  }
+  return {
+    authentication: `authentication.concierge.${suffix}`,
+    config: `config.concierge.${suffix}`,
+    login: `login.concierge.${suffix}`,
+    identity: `identity.concierge.${suffix}`,
+    tunnel: `tunnel.concierge.${suffix}`,
+  };
+}
+
+export const Kind = {
+  JWTAuthenticator: 'JWTAuthenticator',
+  WebhookAuthenticator: 'WebhookAuthenticator',
+  CredentialIssuer: 'CredentialIssuer',
+  TokenCredentialRequest: 'TokenCredentialRequest',
+  WhoAmIRequest: 'WhoAmIRequest',
+  Cluster: 'Cluster',
+} as const;
+export type Kind = (typeof Kind)[keyof typeof Kind];
+
+/** Plural resource names, as they appear in URLs and RBAC rules. */
+export const Resource = {
+  JWTAuthenticator: 'jwtauthenticators',
+  WebhookAuthenticator: 'webhookauthenticators',
+  CredentialIssuer: 'credentialissuers',
+  TokenCredentialRequest: 'tokencredentialrequests',
+  WhoAmIRequest: 'whoamirequests',
+  Cluster: 'clusters',
+} as const satisfies Record<Kind, string>;
+
+/** `apiVersion` of a kind under a suffix, e.g. `authentication.concierge.sealion.dev/v1alpha1`. */
+export function apiVersionOf(kind: Kind, suffix: string = DEFAULT_GROUP_SUFFIX): string {
+  const groups = apiGroups(suffix);
+  const group: Record<Kind, string> = {
+    JWTAuthenticator: groups.authentication,
+    WebhookAuthenticator: groups.authentication,
+    CredentialIssuer: groups.config,
+    TokenCredentialRequest: groups.login,
+    WhoAmIRequest: groups.identity,
+    Cluster: groups.tunnel,
+  };
+  return `${group[kind]}/${VERSION}`;
+}

@@ -1,0 +1,7 @@
+export * from './groups.ts';
+export type * from './meta.ts';
+export * from './authentication.ts';
+export type * from './config.ts';
+export * from './login.ts';
+export type * from './identity.ts';
+export type * from './tunnel.ts';

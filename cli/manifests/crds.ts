@@ -1,0 +1,152 @@
+// CustomResourceDefinitions for any group suffix. The OpenAPI schemas come from the TypeScript types in apis/
+// (config/generate.ts turns them into config/schemas.generated.json); everything else about a CRD is here.
+import { readFileSync } from 'node:fs';
+import { apiGroups, Kind, Resource, VERSION, type ApiGroups } from '../../apis/groups.ts';
+
+export type JSONSchema = { [key: string]: unknown };
+
+/** The schemas of spec and status per kind, generated from apis/. */
+export type KindSchemas = Record<CrdKind, { spec: JSONSchema; status: JSONSchema; description: string }>;
+
+export type CrdKind = 'JWTAuthenticator' | 'WebhookAuthenticator' | 'CredentialIssuer' | 'Cluster';
+export const CRD_KINDS: readonly CrdKind[] = [
+  'JWTAuthenticator',
+  'WebhookAuthenticator',
+  'CredentialIssuer',
+  'Cluster',
+];
+
+const SCHEMAS_URL = new URL('../../config/schemas.generated.json', import.meta.url);
+
+export function loadKindSchemas(): KindSchemas {
+  return JSON.parse(readFileSync(SCHEMAS_URL, 'utf8')) as KindSchemas;
+}
+
+interface PrinterColumn {
+  name: string;
+  type: 'string' | 'date' | 'boolean' | 'integer';
+  jsonPath: string;
+  description?: string;
+  priority?: number;
+}
+
+interface CrdShape {
+  group: keyof ApiGroups;
+  singular: string;
+  shortNames: string[];
+  categories: string[];
+  columns: PrinterColumn[];
+}
+
+const AGE: PrinterColumn = { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' };
+const STATUS: PrinterColumn = { name: 'Status', type: 'string', jsonPath: '.status.phase' };
+/** Where to point kubectl: what `kubectl get jwtauthenticators` must show for discovery to work. */
+const PROXY_ENDPOINT: PrinterColumn = {
+  name: 'Proxy Endpoint',
+  type: 'string',
+  jsonPath: '.status.conciergeStrategies[?(@.type=="ImpersonationProxy")].impersonationProxyConfig.endpoint',
+  description: 'The impersonation proxy URL to point kubectl at',
+};
+
+const SHAPES: Record<CrdKind, CrdShape> = {
+  JWTAuthenticator: {
+    group: 'authentication',
+    singular: 'jwtauthenticator',
+    shortNames: ['jwtauth'],
+    categories: ['sealion', 'authenticators'],
+    columns: [
+      { name: 'Issuer', type: 'string', jsonPath: '.spec.issuer' },
+      { name: 'Audience', type: 'string', jsonPath: '.spec.audience' },
+      STATUS,
+      PROXY_ENDPOINT,
+      AGE,
+    ],
+  },
+  WebhookAuthenticator: {
+    group: 'authentication',
+    singular: 'webhookauthenticator',
+    shortNames: ['webhookauth'],
+    categories: ['sealion', 'authenticators'],
+    columns: [{ name: 'Endpoint', type: 'string', jsonPath: '.spec.endpoint' }, STATUS, PROXY_ENDPOINT, AGE],
+  },
+  CredentialIssuer: {
+    group: 'config',
+    singular: 'credentialissuer',
+    shortNames: [],
+    categories: ['sealion'],
+    columns: [
+      { name: 'ProxyMode', type: 'string', jsonPath: '.spec.impersonationProxy.mode' },
+      {
+        name: 'DefaultStrategy',
+        type: 'string',
+        jsonPath: '.status.strategies[?(@.status == "Success")].type',
+      },
+      AGE,
+    ],
+  },
+  Cluster: {
+    group: 'tunnel',
+    singular: 'cluster',
+    shortNames: ['slcluster'],
+    categories: ['sealion'],
+    columns: [
+      { name: 'Connected', type: 'boolean', jsonPath: '.status.connected' },
+      { name: 'Since', type: 'date', jsonPath: '.status.connectedSince' },
+      { name: 'Agent', type: 'string', jsonPath: '.status.agentVersion' },
+      { name: 'Cert Expiry', type: 'date', jsonPath: '.status.certificateExpiry', priority: 1 },
+      AGE,
+    ],
+  },
+};
+
+/** The CRD for one kind under a group suffix. */
+export function crdFor(kind: CrdKind, suffix: string, schemas: KindSchemas): Record<string, unknown> {
+  const shape = SHAPES[kind];
+  const group = apiGroups(suffix)[shape.group];
+  const plural = Resource[kind];
+  const { spec, status, description } = schemas[kind];
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: `${plural}.${group}`, labels: { 'app.kubernetes.io/part-of': 'sealion' } },
+    spec: {
+      group,
+      scope: 'Cluster',
+      names: {
+        kind: Kind[kind],
+        listKind: `${Kind[kind]}List`,
+        plural,
+        singular: shape.singular,
+        ...(shape.shortNames.length > 0 ? { shortNames: shape.shortNames } : {}),
+        categories: shape.categories,
+      },
+      versions: [
+        {
+          name: VERSION,
+          served: true,
+          storage: true,
+          subresources: { status: {} },
+          additionalPrinterColumns: shape.columns,
+          schema: {
+            openAPIV3Schema: {
+              type: 'object',
+              description,
+              required: ['spec'],
+              properties: {
+                apiVersion: { type: 'string', description: 'The versioned schema of this object.' },
+                kind: { type: 'string', description: 'The kind of this object.' },
+                metadata: { type: 'object' },
+                spec,
+                status,
+              },
+            },
+          },
+        },
+      ],
+    },
+  };
+}
+
+export function crds(suffix: string, schemas: KindSchemas = loadKindSchemas()): Record<string, unknown>[] {
+  return CRD_KINDS.map((kind) => crdFor(kind, suffix, schemas));
+}

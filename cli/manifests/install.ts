@@ -1,0 +1,341 @@
+// What an admin applies: the concierge (with its RBAC, Deployment, Services, default ConfigMap) and, for
+// clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
+// installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
+import { apiGroups, apiVersionOf, DEFAULT_GROUP_SUFFIX, Resource } from '../../apis/groups.ts';
+import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../../concierge/config.ts';
+
+export interface InstallOptions {
+  /** API group suffix. Default: sealion.dev. */
+  groupSuffix: string;
+  /** Namespace of the concierge. Default: sealion-concierge. */
+  namespace: string;
+  /** Namespace of the agent on a managed cluster. Default: sealion-agent. */
+  agentNamespace: string;
+  /** Container image for both processes. Default: DEFAULT_IMAGE. */
+  image: string;
+}
+
+export const DEFAULT_IMAGE = 'ghcr.io/sealion-dev/sealion:v0.1.0';
+export const DEFAULT_INSTALL: InstallOptions = {
+  groupSuffix: DEFAULT_GROUP_SUFFIX,
+  namespace: 'sealion-concierge',
+  agentNamespace: 'sealion-agent',
+  image: DEFAULT_IMAGE,
+};
+
+/** The Deployment, its pods' service account, and the identity requests are forwarded with. */
+export const CONCIERGE_NAME = 'sealion-concierge';
+export const IMPERSONATOR_SERVICE_ACCOUNT = 'sealion-impersonator';
+export const CONFIG_MAP_NAME = 'sealion-concierge-config';
+export const AGENT_NAME = 'sealion-agent';
+/** Container ports: the impersonation proxy (also health and metrics) and the agents' tunnel listener. */
+export const PROXY_PORT = 8443;
+export const TUNNEL_PORT = 8444;
+
+type Obj = Record<string, unknown>;
+const PART_OF = { 'app.kubernetes.io/part-of': 'sealion' };
+
+function labels(component: string): Record<string, string> {
+  return { ...PART_OF, 'app.kubernetes.io/component': component, app: component };
+}
+
+function namespace(name: string): Obj {
+  return {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    metadata: {
+      name,
+      labels: { ...PART_OF, 'pod-security.kubernetes.io/enforce': 'restricted' },
+    },
+  };
+}
+
+function serviceAccount(name: string, ns: string, automount: boolean): Obj {
+  return {
+    apiVersion: 'v1',
+    kind: 'ServiceAccount',
+    metadata: { name, namespace: ns, labels: PART_OF },
+    automountServiceAccountToken: automount,
+  };
+}
+
+function binding(kind: 'ClusterRoleBinding' | 'RoleBinding', name: string, sa: string, ns: string): Obj {
+  return {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind,
+    metadata: { name, labels: PART_OF, ...(kind === 'RoleBinding' ? { namespace: ns } : {}) },
+    roleRef: {
+      apiGroup: 'rbac.authorization.k8s.io',
+      kind: kind === 'RoleBinding' ? 'Role' : 'ClusterRole',
+      name,
+    },
+    subjects: [{ kind: 'ServiceAccount', name: sa, namespace: ns }],
+  };
+}
+
+/** Impersonating is all the forwarding identity may do: a bug in the proxy cannot use the controllers' rights. */
+const IMPERSONATE_RULES = [
+  { apiGroups: [''], resources: ['users', 'groups', 'serviceaccounts'], verbs: ['impersonate'] },
+  { apiGroups: ['authentication.k8s.io'], resources: ['userextras/*'], verbs: ['impersonate'] },
+];
+
+/** Hardened pod and container settings; the image runs as a non-root user with a read-only root. */
+const POD_SECURITY = { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } };
+const CONTAINER_SECURITY = {
+  allowPrivilegeEscalation: false,
+  readOnlyRootFilesystem: true,
+  capabilities: { drop: ['ALL'] },
+};
+const DOWNWARD_ENV = [
+  { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+  { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+];
+
+export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
+  const ns = opts.namespace;
+  const groups = apiGroups(opts.groupSuffix);
+  const conciergeRole = `${ns}-concierge`;
+  const impersonatorRole = `${ns}-impersonator`;
+  const selector = { app: CONCIERGE_NAME };
+  const probe = (path: string): Obj => ({
+    httpGet: { path, port: 'proxy', scheme: 'HTTPS' },
+    periodSeconds: 10,
+  });
+  return [
+    namespace(ns),
+    serviceAccount(CONCIERGE_NAME, ns, true),
+    // Tokens for this account are requested by the concierge (TokenRequest API), never mounted.
+    serviceAccount(IMPERSONATOR_SERVICE_ACCOUNT, ns, false),
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: impersonatorRole, labels: PART_OF },
+      rules: IMPERSONATE_RULES,
+    },
+    binding('ClusterRoleBinding', impersonatorRole, IMPERSONATOR_SERVICE_ACCOUNT, ns),
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: conciergeRole, labels: PART_OF },
+      rules: [
+        {
+          apiGroups: [groups.authentication],
+          resources: [Resource.JWTAuthenticator, Resource.WebhookAuthenticator],
+          verbs: ['get', 'list', 'watch'],
+        },
+        {
+          apiGroups: [groups.authentication],
+          resources: [`${Resource.JWTAuthenticator}/status`, `${Resource.WebhookAuthenticator}/status`],
+          verbs: ['get', 'update', 'patch'],
+        },
+        {
+          apiGroups: [groups.config],
+          resources: [Resource.CredentialIssuer],
+          verbs: ['get', 'list', 'watch', 'create', 'update', 'patch'],
+        },
+        {
+          apiGroups: [groups.config],
+          resources: [`${Resource.CredentialIssuer}/status`],
+          verbs: ['get', 'update', 'patch'],
+        },
+        { apiGroups: [groups.tunnel], resources: [Resource.Cluster], verbs: ['get', 'list', 'watch'] },
+        {
+          apiGroups: [groups.tunnel],
+          resources: [`${Resource.Cluster}/status`],
+          verbs: ['get', 'update', 'patch'],
+        },
+        // Managed-cluster detection reads node labels and provider IDs.
+        { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+        // Service-account tokens through the proxy, and nested impersonation checks.
+        { apiGroups: ['authentication.k8s.io'], resources: ['tokenreviews'], verbs: ['create'] },
+        { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
+      ],
+    },
+    binding('ClusterRoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: conciergeRole, namespace: ns, labels: PART_OF },
+      rules: [
+        { apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] },
+        {
+          apiGroups: [''],
+          resources: ['services', 'secrets'],
+          verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'],
+        },
+        {
+          apiGroups: ['coordination.k8s.io'],
+          resources: ['leases'],
+          verbs: ['get', 'list', 'watch', 'create', 'update'],
+        },
+        { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
+        // Owner references on what the controllers create point at the Deployment.
+        { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get'], resourceNames: [CONCIERGE_NAME] },
+        // The forwarding identity's tokens, and no other account's.
+        {
+          apiGroups: [''],
+          resources: ['serviceaccounts/token'],
+          verbs: ['create'],
+          resourceNames: [IMPERSONATOR_SERVICE_ACCOUNT],
+        },
+      ],
+    },
+    binding('RoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: CONFIG_MAP_NAME, namespace: ns, labels: PART_OF },
+      data: { [CONFIG_KEY]: DEFAULT_CONFIG_YAML },
+    },
+    {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: CONCIERGE_NAME, namespace: ns, labels: labels(CONCIERGE_NAME) },
+      spec: {
+        // Every replica serves the proxy; a Lease picks the one that writes.
+        replicas: 2,
+        selector: { matchLabels: selector },
+        template: {
+          metadata: { labels: labels(CONCIERGE_NAME) },
+          spec: {
+            serviceAccountName: CONCIERGE_NAME,
+            securityContext: POD_SECURITY,
+            affinity: {
+              podAntiAffinity: {
+                preferredDuringSchedulingIgnoredDuringExecution: [
+                  {
+                    weight: 100,
+                    podAffinityTerm: {
+                      topologyKey: 'kubernetes.io/hostname',
+                      labelSelector: { matchLabels: selector },
+                    },
+                  },
+                ],
+              },
+            },
+            containers: [
+              {
+                name: 'concierge',
+                image: opts.image,
+                args: ['concierge', `--group-suffix=${opts.groupSuffix}`, `--config-map=${CONFIG_MAP_NAME}`],
+                env: DOWNWARD_ENV,
+                ports: [
+                  { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
+                  { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
+                ],
+                readinessProbe: probe('/readyz'),
+                livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
+                resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+                securityContext: CONTAINER_SECURITY,
+              },
+            ],
+          },
+        },
+      },
+    },
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: `${CONCIERGE_NAME}-proxy`, namespace: ns, labels: PART_OF },
+      spec: {
+        type: 'ClusterIP',
+        selector,
+        ports: [{ name: 'https', port: 443, targetPort: 'proxy', protocol: 'TCP' }],
+      },
+    },
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      // Agents dial in here; expose it (LoadBalancer, Ingress passthrough) where agents live outside the cluster.
+      metadata: { name: `${CONCIERGE_NAME}-tunnel`, namespace: ns, labels: PART_OF },
+      spec: {
+        type: 'ClusterIP',
+        selector,
+        ports: [{ name: 'tunnel', port: 443, targetPort: 'tunnel', protocol: 'TCP' }],
+      },
+    },
+    {
+      apiVersion: apiVersionOf('CredentialIssuer', opts.groupSuffix),
+      kind: 'CredentialIssuer',
+      metadata: { name: `${ns}-config`, labels: PART_OF },
+      spec: { impersonationProxy: { mode: 'auto' } },
+    },
+  ];
+}
+
+/** The agent for a cluster the concierge cannot reach. `sealion cluster add` prints how to fill its ConfigMap. */
+export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
+  const ns = opts.agentNamespace;
+  const role = `${ns}-impersonator`;
+  return [
+    namespace(ns),
+    serviceAccount(AGENT_NAME, ns, true),
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: role, labels: PART_OF },
+      rules: IMPERSONATE_RULES,
+    },
+    binding('ClusterRoleBinding', role, AGENT_NAME, ns),
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: AGENT_NAME, namespace: ns, labels: PART_OF },
+      rules: [
+        // The agent keeps its key and certificate in a Secret so a restart does not register again.
+        { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
+        {
+          apiGroups: [''],
+          resources: ['secrets'],
+          verbs: ['get', 'update', 'patch'],
+          resourceNames: [`${AGENT_NAME}-credentials`],
+        },
+      ],
+    },
+    binding('RoleBinding', AGENT_NAME, AGENT_NAME, ns),
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: `${AGENT_NAME}-config`, namespace: ns, labels: PART_OF },
+      data: { clusterName: '', hubURL: '', caBundle: '', caPin: '' },
+    },
+    {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: AGENT_NAME, namespace: ns, labels: labels(AGENT_NAME) },
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: { app: AGENT_NAME } },
+        template: {
+          metadata: { labels: labels(AGENT_NAME) },
+          spec: {
+            serviceAccountName: AGENT_NAME,
+            securityContext: POD_SECURITY,
+            containers: [
+              {
+                name: 'agent',
+                image: opts.image,
+                args: [
+                  'agent',
+                  `--config-map=${AGENT_NAME}-config`,
+                  `--credentials-secret=${AGENT_NAME}-credentials`,
+                ],
+                env: [
+                  ...DOWNWARD_ENV,
+                  {
+                    name: 'SEALION_BOOTSTRAP_TOKEN',
+                    valueFrom: {
+                      secretKeyRef: { name: `${AGENT_NAME}-bootstrap`, key: 'token', optional: true },
+                    },
+                  },
+                ],
+                resources: { requests: { cpu: '50m', memory: '64Mi' }, limits: { memory: '256Mi' } },
+                securityContext: CONTAINER_SECURITY,
+              },
+            ],
+          },
+        },
+      },
+    },
+  ];
+}

@@ -1,0 +1,315 @@
+// The concierge's configuration: the `config.yaml` key of its ConfigMap, reloaded live. loadConfig parses it,
+// fills defaults, reports every problem at once with its field path, and returns a frozen object. A caller
+// that gets an error keeps serving with the last good config.
+import { X509Certificate } from 'node:crypto';
+import { isIP } from 'node:net';
+import { parseDocument } from 'yaml';
+import { z } from 'zod';
+import { SealionError } from '../lib/errors.ts';
+
+/** The ConfigMap key that holds the configuration. */
+export const CONFIG_KEY = 'config.yaml';
+/**
+ * A hand-written config is a few hundred bytes; 64 KiB leaves room for many annotations while keeping the YAML
+ * parser (and anyone who can edit the ConfigMap) from spending much memory on it.
+ */
+export const MAX_CONFIG_BYTES = 64 * 1024;
+/** YAML aliases can blow a small document up exponentially ("billion laughs"); a real config needs none. */
+const MAX_YAML_ALIASES = 50;
+
+/** Run the proxy only where it is needed: on clusters that look managed (no reachable control plane). */
+export const DEFAULT_PROXY_MODE = 'auto';
+/** A cloud load balancer is the one address that works for users outside the cluster without extra setup. */
+export const DEFAULT_SERVICE_TYPE = 'LoadBalancer';
+/** Use the cluster signing key where the concierge can reach it; otherwise the proxy's own signer. */
+export const DEFAULT_KUBE_CERT_AGENT_MODE = 'auto';
+
+export const ProxyModes = ['auto', 'enabled', 'disabled'] as const;
+export const ServiceTypes = ['LoadBalancer', 'ClusterIP', 'None'] as const;
+export const KubeCertAgentModes = ['auto', 'enabled', 'disabled'] as const;
+
+export type ConfigProblemCode =
+  | 'TooLarge'
+  | 'InvalidYAML'
+  | 'InvalidType'
+  | 'UnknownField'
+  | 'InvalidEnum'
+  | 'InvalidValue'
+  | 'Required'
+  | 'Conflict';
+
+export interface ConfigProblem {
+  code: ConfigProblemCode;
+  /** Dotted field path, e.g. `impersonationProxy.service.type`; empty for the whole document. */
+  path: string;
+  message: string;
+}
+
+export class ConfigError extends SealionError {
+  readonly problems: readonly ConfigProblem[];
+
+  constructor(problems: ConfigProblem[]) {
+    const details = problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; ');
+    super('InvalidConfig', `load config: ${details}`);
+    this.name = 'ConfigError';
+    this.problems = problems;
+  }
+}
+
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$/;
+
+function custom(ctx: z.RefinementCtx, code: ConfigProblemCode, message: string): void {
+  ctx.addIssue({ code: 'custom', message, params: { code } });
+}
+
+const endpointSchema = z.string().transform((value, ctx) => {
+  if (value === '') return '';
+  const withScheme = value.includes('://') ? value : `https://${value}`;
+  let url: URL;
+  try {
+    url = new URL(withScheme);
+  } catch {
+    custom(ctx, 'InvalidValue', 'must be host[:port] or https://host[:port]');
+    return value;
+  }
+  if (url.protocol !== 'https:') custom(ctx, 'InvalidValue', 'must use https');
+  else if (
+    url.username ||
+    url.password ||
+    url.search ||
+    url.hash ||
+    (url.pathname !== '/' && url.pathname !== '')
+  ) {
+    custom(
+      ctx,
+      'InvalidValue',
+      'must be host[:port] or https://host[:port], without path, query or credentials',
+    );
+  } else if (withScheme.replace(/\/$/, '').endsWith(':')) custom(ctx, 'InvalidValue', 'has an empty port');
+  return `https://${url.host}`;
+});
+
+const annotationKey = z.string().refine(
+  (key) => {
+    const [prefix, name, extra] = key.includes('/') ? key.split('/') : [undefined, key];
+    return (
+      extra === undefined &&
+      (prefix === undefined || DNS_SUBDOMAIN.test(prefix)) &&
+      QUALIFIED_NAME.test(name ?? '')
+    );
+  },
+  { message: 'annotation keys must be [prefix/]name, as in Kubernetes', params: { code: 'InvalidValue' } },
+);
+
+const serviceSchema = z
+  .strictObject({
+    type: z.enum(ServiceTypes).default(DEFAULT_SERVICE_TYPE),
+    annotations: z.record(annotationKey, z.string()).default({}),
+    loadBalancerIP: z
+      .string()
+      .default('')
+      .refine((ip) => ip === '' || isIP(ip) !== 0, {
+        message: 'must be an IP address',
+        params: { code: 'InvalidValue' },
+      }),
+  })
+  .prefault({});
+
+const caDataSchema = z
+  .string()
+  .default('')
+  .refine(
+    (data) => {
+      if (data === '') return true;
+      const pem = Buffer.from(data, 'base64').toString('utf8');
+      try {
+        new X509Certificate(pem);
+        return pem.includes('-----BEGIN CERTIFICATE-----');
+      } catch {
+        return false;
+      }
+    },
+    { message: 'must be a base64-encoded PEM certificate bundle', params: { code: 'InvalidValue' } },
+  );
+
+const tlsSchema = z
+  .strictObject({
+    certificateAuthorityData: caDataSchema,
+    secretName: z
+      .string()
+      .default('')
+      .refine((name) => name === '' || DNS_SUBDOMAIN.test(name), {
+        message: 'must be a Secret name (a DNS subdomain)',
+        params: { code: 'InvalidValue' },
+      }),
+  })
+  .prefault({});
+
+const configSchema = z
+  .strictObject({
+    impersonationProxy: z
+      .strictObject({
+        mode: z.enum(ProxyModes).default(DEFAULT_PROXY_MODE),
+        endpoint: z.string().default('').pipe(endpointSchema),
+        service: serviceSchema,
+        tls: tlsSchema,
+      })
+      .prefault({}),
+    kubeCertAgent: z
+      .strictObject({ mode: z.enum(KubeCertAgentModes).default(DEFAULT_KUBE_CERT_AGENT_MODE) })
+      .prefault({}),
+  })
+  .prefault({});
+
+export type SealionConfig = DeepReadonly<z.output<typeof configSchema>>;
+type DeepReadonly<T> = T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
+
+function formatPath(path: readonly PropertyKey[]): string {
+  return path.map(String).join('.');
+}
+
+function fromZod(issue: z.core.$ZodIssue): ConfigProblem[] {
+  const path = formatPath(issue.path);
+  switch (issue.code) {
+    case 'unrecognized_keys':
+      return issue.keys.map((key) => ({
+        code: 'UnknownField' as const,
+        path: path ? `${path}.${key}` : key,
+        message: 'unknown field',
+      }));
+    case 'invalid_value':
+      return [
+        { code: 'InvalidEnum', path, message: `must be one of ${issue.values.map(String).join(', ')}` },
+      ];
+    case 'invalid_type':
+      return [
+        {
+          code: 'InvalidType',
+          path,
+          message: `must be ${issue.expected === 'record' ? 'a mapping' : `a ${issue.expected}`}`,
+        },
+      ];
+    case 'invalid_key':
+      // The issue's path already ends in the offending key.
+      return issue.issues.flatMap((inner) => fromZod({ ...inner, path: issue.path }));
+    case 'custom': {
+      const code = (issue.params as { code?: ConfigProblemCode } | undefined)?.code ?? 'InvalidValue';
+      return [{ code, path, message: issue.message }];
+    }
+    default:
+      return [{ code: 'InvalidValue', path, message: issue.message }];
+  }
+}
+
+/** Rules that tie fields together. They read the raw input so they report even when other fields are wrong. */
+function crossFieldProblems(raw: unknown): ConfigProblem[] {
+  const get = (obj: unknown, key: string): unknown =>
+    obj !== null && typeof obj === 'object' && !Array.isArray(obj)
+      ? (obj as Record<string, unknown>)[key]
+      : undefined;
+  const proxy = get(raw, 'impersonationProxy');
+  const service = get(proxy, 'service');
+  const tls = get(proxy, 'tls');
+  const type = get(service, 'type') ?? DEFAULT_SERVICE_TYPE;
+  const nonEmpty = (v: unknown): boolean => typeof v === 'string' && v !== '';
+  const problems: ConfigProblem[] = [];
+  if (type === 'None' && !nonEmpty(get(proxy, 'endpoint'))) {
+    problems.push({
+      code: 'Required',
+      path: 'impersonationProxy.endpoint',
+      message: 'required when impersonationProxy.service.type is None (clients need an address)',
+    });
+  }
+  if (type !== 'LoadBalancer' && nonEmpty(get(service, 'loadBalancerIP'))) {
+    problems.push({
+      code: 'Conflict',
+      path: 'impersonationProxy.service.loadBalancerIP',
+      message: `only applies to service type LoadBalancer, not ${JSON.stringify(type)}`,
+    });
+  }
+  if (type === 'None' && Object.keys((get(service, 'annotations') as object | undefined) ?? {}).length > 0) {
+    problems.push({
+      code: 'Conflict',
+      path: 'impersonationProxy.service.annotations',
+      message: 'service type None creates no Service to annotate',
+    });
+  }
+  if (nonEmpty(get(tls, 'certificateAuthorityData')) && !nonEmpty(get(tls, 'secretName'))) {
+    problems.push({
+      code: 'Required',
+      path: 'impersonationProxy.tls.secretName',
+      message:
+        "required when tls.certificateAuthorityData is set (the CA describes that Secret's certificate)",
+    });
+  }
+  return problems;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object') {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/** Parses and validates `config.yaml`. Empty text gives the defaults. Throws ConfigError listing every problem. */
+export function loadConfig(text: string): SealionConfig {
+  const size = Buffer.byteLength(text, 'utf8');
+  if (size > MAX_CONFIG_BYTES) {
+    throw new ConfigError([
+      { code: 'TooLarge', path: '', message: `${size} bytes is over the limit of ${MAX_CONFIG_BYTES}` },
+    ]);
+  }
+  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false });
+  if (doc.errors.length > 0) {
+    throw new ConfigError(
+      doc.errors.map((e) => ({
+        code: 'InvalidYAML' as const,
+        path: '',
+        message: `invalid YAML at line ${e.linePos?.[0]?.line ?? '?'}: ${e.message.split('\n')[0]}`,
+      })),
+    );
+  }
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: MAX_YAML_ALIASES }) ?? {};
+  } catch (err) {
+    throw new ConfigError([{ code: 'InvalidYAML', path: '', message: (err as Error).message }]);
+  }
+  if (typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ConfigError([{ code: 'InvalidType', path: '', message: 'the document must be a mapping' }]);
+  }
+  const result = configSchema.safeParse(raw);
+  const problems = [
+    ...(result.success ? [] : result.error.issues.flatMap(fromZod)),
+    ...crossFieldProblems(raw),
+  ];
+  if (problems.length > 0 || !result.success) throw new ConfigError(problems);
+  return deepFreeze(result.data);
+}
+
+/** The default ConfigMap content: every setting at its default, documented. */
+export const DEFAULT_CONFIG_YAML = `# Sealion concierge configuration. Edits apply live; a bad edit is reported on the
+# authenticators' status and the last good configuration keeps serving.
+impersonationProxy:
+  # auto: run the proxy when the cluster looks managed (EKS, AKS, GKE, or no control-plane nodes)
+  # enabled: always run it; disabled: never (its Service goes; its CA is kept).
+  mode: ${DEFAULT_PROXY_MODE}
+  # host[:port] or https://host[:port] that users reach the proxy at. Empty: use the Service's address.
+  endpoint: ""
+  service:
+    # LoadBalancer, ClusterIP, or None (then set endpoint).
+    type: ${DEFAULT_SERVICE_TYPE}
+    annotations: {}
+    loadBalancerIP: ""
+  tls:
+    # Empty: Sealion generates a CA, keeps it in a Secret, and issues the serving certificate.
+    # Or name your own kubernetes.io/tls Secret, and optionally the CA to advertise for it.
+    secretName: ""
+    certificateAuthorityData: ""
+kubeCertAgent:
+  # auto | enabled | disabled: offer the TokenCredentialRequest API through the cluster's signing key.
+  mode: ${DEFAULT_KUBE_CERT_AGENT_MODE}
+`;
