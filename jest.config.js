@@ -30,6 +30,7 @@ export default {
       testMatch: ['<rootDir>/integration/**/*.test.ts'],
       // Builds the pinned Kubernetes binaries once, with progress, before any test starts a cluster.
       globalSetup: '<rootDir>/integration/harness/global-setup.ts',
+      setupFilesAfterEnv: ['<rootDir>/integration/harness/jest-setup.ts'],
       slowTestThreshold: 60,
     },
   ],

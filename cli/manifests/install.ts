@@ -1,7 +1,7 @@
 // What an admin applies: the concierge (with its RBAC, Deployment, Services, default ConfigMap) and, for
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
-import { apiGroups, apiVersionOf, DEFAULT_GROUP_SUFFIX, Resource } from '../../apis/groups.ts';
+import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../../apis/groups.ts';
 import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../../concierge/config.ts';
 
 export interface InstallOptions {
@@ -253,12 +253,6 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         selector,
         ports: [{ name: 'tunnel', port: 443, targetPort: 'tunnel', protocol: 'TCP' }],
       },
-    },
-    {
-      apiVersion: apiVersionOf('CredentialIssuer', opts.groupSuffix),
-      kind: 'CredentialIssuer',
-      metadata: { name: `${ns}-config`, labels: PART_OF },
-      spec: { impersonationProxy: { mode: 'auto' } },
     },
   ];
 }

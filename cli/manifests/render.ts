@@ -22,7 +22,6 @@ const FILE_BY_KIND: Record<string, string> = {
   ConfigMap: 'configmap.yaml',
   Deployment: 'deployment.yaml',
   Service: 'services.yaml',
-  CredentialIssuer: 'credentialissuer.yaml',
 };
 
 export function toYaml(objects: readonly Obj[]): string {

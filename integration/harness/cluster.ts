@@ -56,7 +56,7 @@ export interface Cluster {
 const SERVICE_CIDR = '10.0.0.0/24';
 const SERVICE_ACCOUNT_ISSUER = 'https://kubernetes.default.svc.cluster.local';
 const DIR_PREFIX = 'sealion-cluster-';
-const STOP_GRACE_MS = 5_000;
+const STOP_GRACE_MS = 3_000;
 
 /** Processes and folders of every cluster this process started, for the last-resort cleanup at exit. */
 const live = new Map<string, ChildProcess[]>();
