@@ -21,12 +21,27 @@ const zones = [
   })),
   // Nothing imports bench/; only the cluster harness of integration/ is reusable (by `sealion dev` and bench/).
   ...layers.filter((l) => l !== 'bench').map((target) => ({ target: `./${target}`, from: './bench' })),
+];
+
+/** Production code never reaches into integration/, except cli/ and bench/, which start clusters with its harness. */
+const productionZones = [
+  ...zones,
   ...['apis', 'lib', 'controllers', 'concierge', 'agent'].map((target) => ({
     target: `./${target}`,
     from: './integration',
   })),
   { target: './cli', from: './integration', except: ['./harness'] },
   { target: './bench', from: './integration', except: ['./harness'] },
+];
+
+/** Tests anywhere may use the harness (real servers, the local OIDC issuer), but never other tests. */
+const testZones = [
+  ...zones,
+  ...['apis', 'lib', 'controllers', 'concierge', 'agent', 'cli', 'bench'].map((target) => ({
+    target: `./${target}`,
+    from: './integration',
+    except: ['./harness'],
+  })),
 ];
 
 export default tseslint.config(
@@ -42,7 +57,7 @@ export default tseslint.config(
     },
     plugins: { 'import-x': importX },
     rules: {
-      'import-x/no-restricted-paths': ['error', { zones }],
+      'import-x/no-restricted-paths': ['error', { zones: productionZones }],
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/consistent-type-imports': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
@@ -66,7 +81,10 @@ export default tseslint.config(
   },
   {
     files: ['**/*.test.ts'],
-    rules: { '@typescript-eslint/unbound-method': 'off' },
+    rules: {
+      '@typescript-eslint/unbound-method': 'off',
+      'import-x/no-restricted-paths': ['error', { zones: testZones }],
+    },
   },
   {
     files: ['**/*.js'],

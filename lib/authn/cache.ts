@@ -1,0 +1,117 @@
+// The one place the proxy asks "who is this token?". A JWT goes straight to the authenticators whose issuer
+// matches its (unverified) `iss`; any other token goes to the webhooks. The controllers fill it.
+import { decodeJwt } from 'jose';
+import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
+
+export type AuthenticatorKind = 'JWTAuthenticator' | 'WebhookAuthenticator';
+
+interface Entry {
+  kind: AuthenticatorKind;
+  name: string;
+  authenticator: TokenAuthenticator & { close?: () => void };
+  /** For JWT authenticators: the issuer tokens must name. */
+  issuer?: string;
+}
+
+const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+
+function issuerOf(token: string): string | undefined {
+  if (!JWT_SHAPE.test(token)) return undefined;
+  try {
+    const iss = decodeJwt(token).iss;
+    return typeof iss === 'string' ? iss : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export class AuthenticatorCache {
+  private readonly entries = new Map<string, Entry>();
+  private byIssuer = new Map<string, Entry[]>();
+  private webhooks: Entry[] = [];
+
+  private static key(kind: AuthenticatorKind, name: string): string {
+    return `${kind}/${name}`;
+  }
+
+  /** Adds or replaces an authenticator; the one it replaces is closed. */
+  set(kind: AuthenticatorKind, name: string, authenticator: Entry['authenticator'], issuer?: string): void {
+    const key = AuthenticatorCache.key(kind, name);
+    const previous = this.entries.get(key);
+    this.entries.set(key, { kind, name, authenticator, ...(issuer === undefined ? {} : { issuer }) });
+    this.reindex();
+    if (previous && previous.authenticator !== authenticator) previous.authenticator.close?.();
+  }
+
+  delete(kind: AuthenticatorKind, name: string): void {
+    const key = AuthenticatorCache.key(kind, name);
+    const previous = this.entries.get(key);
+    if (!previous) return;
+    this.entries.delete(key);
+    this.reindex();
+    previous.authenticator.close?.();
+  }
+
+  has(kind: AuthenticatorKind, name: string): boolean {
+    return this.entries.has(AuthenticatorCache.key(kind, name));
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  private reindex(): void {
+    // Sorted by name, so that which authenticator answers first never depends on creation order.
+    const all = [...this.entries.values()].sort((a, b) => a.name.localeCompare(b.name));
+    const byIssuer = new Map<string, Entry[]>();
+    for (const e of all)
+      if (e.issuer !== undefined) byIssuer.set(e.issuer, [...(byIssuer.get(e.issuer) ?? []), e]);
+    this.byIssuer = byIssuer;
+    this.webhooks = all.filter((e) => e.kind === 'WebhookAuthenticator');
+  }
+
+  /** Authenticates against every applicable authenticator; the first success wins. */
+  async authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
+    if (token === '') return fail('empty token');
+    if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    const iss = issuerOf(token);
+    const jwtEntries = iss === undefined ? undefined : this.byIssuer.get(iss);
+    if (jwtEntries) return this.first(jwtEntries, token, signal);
+    if (this.webhooks.length === 0)
+      return fail(
+        iss === undefined ? 'no webhook authenticator configured' : `no authenticator for issuer ${iss}`,
+      );
+    return this.first(this.webhooks, token, signal);
+  }
+
+  /** Authenticates with one named authenticator (TokenCredentialRequest names it). */
+  async authenticateWith(
+    kind: AuthenticatorKind,
+    name: string,
+    token: string,
+    signal?: AbortSignal,
+  ): Promise<AuthResult> {
+    const entry = this.entries.get(AuthenticatorCache.key(kind, name));
+    if (!entry) return fail(`no ready ${kind} named ${name}`);
+    if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    return this.first([entry], token, signal);
+  }
+
+  private async first(entries: Entry[], token: string, signal?: AbortSignal): Promise<AuthResult> {
+    const results = await Promise.all(
+      entries.map(async (e) => {
+        const r = await e.authenticator.authenticate(token, signal);
+        return r.ok
+          ? { ...r, authenticator: `${e.kind}/${e.name}` }
+          : { ok: false as const, reason: `${e.kind}/${e.name}: ${r.reason}` };
+      }),
+    );
+    return results.find((r) => r.ok) ?? fail(results.map((r) => (r.ok ? '' : r.reason)).join('; '));
+  }
+
+  close(): void {
+    for (const e of this.entries.values()) e.authenticator.close?.();
+    this.entries.clear();
+    this.reindex();
+  }
+}

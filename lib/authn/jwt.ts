@@ -1,0 +1,330 @@
+// JWT (OIDC ID token) authentication for one issuer and audience. Discovery and the key set are fetched through
+// the authenticator's own CA bundle; keys are cached, refreshed periodically and on an unknown `kid` (rate-
+// limited), and the last good keys keep serving while the issuer is down. jose does every cryptographic check.
+import {
+  createLocalJWKSet,
+  errors as joseErrors,
+  jwtVerify,
+  type JSONWebKeySet,
+  type JWTPayload,
+} from 'jose';
+import { httpsJSON } from '../https-client.ts';
+import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
+
+/**
+ * Asymmetric algorithms only: `none` proves nothing, and an HMAC "signed" with the public key is the classic
+ * key-confusion attack.
+ */
+export const ALLOWED_ALGORITHMS = [
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519',
+];
+/** Clock skew tolerated on exp, nbf and iat: small enough that an expired token dies within a minute. */
+export const CLOCK_LEEWAY_SECONDS = 30;
+/** Providers rotate keys rarely and publish new ones ahead of use; five minutes picks them up in time. */
+export const JWKS_REFRESH_INTERVAL_MS = 5 * 60_000;
+/** A token with an unknown `kid` triggers a refresh at most this often, so garbage tokens cannot hammer the issuer. */
+export const UNKNOWN_KID_COOLDOWN_MS = 30_000;
+export const DEFAULT_USERNAME_CLAIM = 'username';
+export const DEFAULT_GROUPS_CLAIM = 'groups';
+
+export interface JWTSettings {
+  /** Exact issuer; must equal the tokens' `iss` and the discovery document's `issuer`. */
+  issuer: string;
+  audience: string;
+  /** Default: `username`. */
+  usernameClaim?: string;
+  /** Default: `groups`. */
+  groupsClaim?: string;
+  /** PEM CA bundle for the issuer. Default: system roots. */
+  caBundlePem?: string;
+}
+
+export interface JWTDependencies {
+  /** Fetches JSON over HTTPS; replaceable in tests. Default: httpsJSON. */
+  fetchJSON?: (url: string, caBundlePem: string | undefined) => Promise<unknown>;
+  /** Milliseconds since the epoch. Default: Date.now. */
+  now?: () => number;
+  /** Receives non-fatal problems (a failed background refresh). Default: ignore. */
+  warn?: (message: string, fields: Record<string, unknown>) => void;
+}
+
+const defaultFetch = async (url: string, caBundlePem: string | undefined): Promise<unknown> =>
+  (await httpsJSON(url, caBundlePem === undefined ? {} : { caBundlePem })).json;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+/** Keys usable for signature checks: asymmetric and not marked for encryption. */
+export function usableKeys(jwks: unknown): JSONWebKeySet {
+  if (!isRecord(jwks) || !Array.isArray(jwks['keys'])) throw new Error('the JWKS has no "keys" list');
+  const keys = (jwks['keys'] as unknown[]).filter(
+    (k): k is JSONWebKeySet['keys'][number] =>
+      isRecord(k) && ['RSA', 'EC', 'OKP'].includes(k['kty'] as string) && k['use'] !== 'enc',
+  );
+  if (keys.length === 0) throw new Error('the JWKS holds no RSA, EC or OKP signing key');
+  return { keys };
+}
+
+/** The issuer's key set with refresh and last-good retention. */
+export class IssuerKeys {
+  private local: ReturnType<typeof createLocalJWKSet>;
+  private fetchedAt: number;
+  private lastAttempt: number;
+  private inflight: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly jwksURL: string;
+  private readonly load: () => Promise<unknown>;
+  private readonly now: () => number;
+  private readonly warn: (message: string, fields: Record<string, unknown>) => void;
+
+  constructor(
+    jwksURL: string,
+    initial: JSONWebKeySet,
+    load: () => Promise<unknown>,
+    now: () => number,
+    warn: (message: string, fields: Record<string, unknown>) => void,
+  ) {
+    this.jwksURL = jwksURL;
+    this.load = load;
+    this.now = now;
+    this.warn = warn;
+    this.local = createLocalJWKSet(initial);
+    this.fetchedAt = this.lastAttempt = now();
+  }
+
+  /** Fetches the key set again; on failure the current keys stay. Concurrent callers share one fetch. */
+  refresh(): Promise<void> {
+    this.inflight ??= (async () => {
+      this.lastAttempt = this.now();
+      try {
+        this.local = createLocalJWKSet(usableKeys(await this.load()));
+        this.fetchedAt = this.now();
+      } catch (err) {
+        this.warn('jwks refresh failed; keeping the last good keys', {
+          jwksURL: this.jwksURL,
+          keysAgeMs: this.now() - this.fetchedAt,
+          error: (err as Error).message,
+        });
+      } finally {
+        this.inflight = undefined;
+      }
+    })();
+    return this.inflight;
+  }
+
+  /** The key resolver for jwtVerify: on an unknown kid, refresh once (rate-limited) and look again. */
+  readonly getKey = async (...args: Parameters<ReturnType<typeof createLocalJWKSet>>) => {
+    try {
+      return await this.local(...args);
+    } catch (err) {
+      if ((err as { code?: string }).code !== joseErrors.JWKSNoMatchingKey.code) throw err;
+      // Wait for a refresh already under way; start one only when the cooldown has passed.
+      if (!this.inflight && this.now() - this.lastAttempt < UNKNOWN_KID_COOLDOWN_MS) throw err;
+      await this.refresh();
+      return this.local(...args);
+    }
+  };
+
+  startRefreshing(intervalMs = JWKS_REFRESH_INTERVAL_MS): void {
+    // Jitter keeps replicas and authenticators from refreshing in lockstep.
+    const next = intervalMs * (0.9 + Math.random() * 0.2);
+    this.timer = setTimeout(() => {
+      void this.refresh().finally(() => this.startRefreshing(intervalMs));
+    }, next);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+  }
+}
+
+/** One check of the validation, in the shape of a status condition. */
+export interface Check {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason: string;
+  message: string;
+}
+
+export interface JWTValidation {
+  checks: Check[];
+  /** Present only when every check passed. */
+  authenticator?: JWTAuthenticator;
+}
+
+function issuerURLProblem(issuer: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(issuer);
+  } catch {
+    return `spec.issuer ${JSON.stringify(issuer)} is not a URL`;
+  }
+  if (url.protocol !== 'https:') return `spec.issuer must use https, not ${url.protocol.replace(':', '')}`;
+  if (url.search || url.hash) return 'spec.issuer must not have a query or a fragment';
+  if (url.username || url.password) return 'spec.issuer must not contain credentials';
+  if (url.pathname.includes('/.well-known/'))
+    return 'spec.issuer must be the issuer itself, without /.well-known/openid-configuration';
+  return undefined;
+}
+
+/**
+ * Runs the checks of a JWTAuthenticator in order (issuer URL, discovery, JWKS URL, JWKS fetch) and builds the
+ * authenticator when all pass. Checks after a failed one are Unknown. Never throws.
+ */
+export async function validateJWT(
+  settings: JWTSettings,
+  tlsProblem: string | undefined,
+  deps: JWTDependencies = {},
+): Promise<JWTValidation> {
+  const fetchJSON = deps.fetchJSON ?? defaultFetch;
+  const checks: Check[] = [];
+  const order = [
+    'TLSConfigurationValid',
+    'IssuerURLValid',
+    'DiscoveryURLValid',
+    'JWKSURLValid',
+    'JWKSFetchValid',
+    'AuthenticatorValid',
+  ];
+  const failAt = (type: string, reason: string, message: string): JWTValidation => {
+    checks.push({ type, status: 'False', reason, message });
+    for (const later of order.slice(order.indexOf(type) + 1)) {
+      checks.push({
+        type: later,
+        status: 'Unknown',
+        reason: 'UnableToValidate',
+        message: 'unable to validate; see other conditions for details',
+      });
+    }
+    return { checks };
+  };
+  const pass = (type: string, message: string): void => {
+    checks.push({ type, status: 'True', reason: 'Success', message });
+  };
+
+  if (tlsProblem)
+    return failAt(
+      'TLSConfigurationValid',
+      'InvalidTLSConfiguration',
+      `spec.tls.certificateAuthorityData: ${tlsProblem}`,
+    );
+  pass(
+    'TLSConfigurationValid',
+    settings.caBundlePem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
+  );
+
+  const urlProblem = issuerURLProblem(settings.issuer);
+  if (urlProblem) return failAt('IssuerURLValid', 'InvalidIssuerURL', urlProblem);
+  pass('IssuerURLValid', 'issuer is a valid https URL');
+
+  const discoveryURL = `${settings.issuer.replace(/\/$/, '')}/.well-known/openid-configuration`;
+  let discovery: unknown;
+  try {
+    discovery = await fetchJSON(discoveryURL, settings.caBundlePem);
+  } catch (err) {
+    return failAt(
+      'DiscoveryURLValid',
+      'InvalidDiscoveryProbe',
+      `could not fetch ${discoveryURL}: ${(err as Error).message}`,
+    );
+  }
+  if (!isRecord(discovery) || discovery['issuer'] !== settings.issuer) {
+    const found = isRecord(discovery) ? JSON.stringify(discovery['issuer']) : 'no document';
+    return failAt(
+      'DiscoveryURLValid',
+      'InvalidDiscoveryProbe',
+      `the discovery document at ${discoveryURL} names issuer ${found}, not ${JSON.stringify(settings.issuer)}; spec.issuer must match it exactly (including any trailing slash)`,
+    );
+  }
+  pass('DiscoveryURLValid', 'discovery document fetched and names this issuer');
+
+  const jwksURL = discovery['jwks_uri'];
+  if (typeof jwksURL !== 'string' || !jwksURL.startsWith('https://') || !URL.canParse(jwksURL)) {
+    return failAt(
+      'JWKSURLValid',
+      'InvalidProviderJWKSURL',
+      `the discovery document's jwks_uri ${JSON.stringify(jwksURL)} is not an https URL`,
+    );
+  }
+  pass('JWKSURLValid', 'jwks_uri is a valid https URL');
+
+  const load = (): Promise<unknown> => fetchJSON(jwksURL, settings.caBundlePem);
+  let keys: JSONWebKeySet;
+  try {
+    keys = usableKeys(await load());
+  } catch (err) {
+    return failAt(
+      'JWKSFetchValid',
+      'InvalidCouldNotFetchJWKS',
+      `could not use the key set at ${jwksURL}: ${(err as Error).message}`,
+    );
+  }
+  pass('JWKSFetchValid', `fetched ${keys.keys.length} signing key(s)`);
+
+  const issuerKeys = new IssuerKeys(jwksURL, keys, load, deps.now ?? Date.now, deps.warn ?? (() => {}));
+  pass('AuthenticatorValid', 'authenticator initialized');
+  return { checks, authenticator: new JWTAuthenticator(settings, issuerKeys) };
+}
+
+/** Verifies tokens with cached keys. Build it with validateJWT. */
+export class JWTAuthenticator implements TokenAuthenticator {
+  readonly issuer: string;
+  private readonly usernameClaim: string;
+  private readonly groupsClaim: string;
+  private readonly settings: JWTSettings;
+  readonly keys: IssuerKeys;
+
+  constructor(settings: JWTSettings, keys: IssuerKeys) {
+    this.settings = settings;
+    this.keys = keys;
+    this.issuer = settings.issuer;
+    this.usernameClaim = settings.usernameClaim ?? DEFAULT_USERNAME_CLAIM;
+    this.groupsClaim = settings.groupsClaim ?? DEFAULT_GROUPS_CLAIM;
+  }
+
+  async authenticate(token: string): Promise<AuthResult> {
+    if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, this.keys.getKey, {
+        issuer: this.settings.issuer,
+        audience: this.settings.audience,
+        algorithms: ALLOWED_ALGORITHMS,
+        clockTolerance: CLOCK_LEEWAY_SECONDS,
+        requiredClaims: ['exp'],
+      }));
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? 'ERR_UNKNOWN';
+      return fail(`jwt rejected: ${code}: ${(err as Error).message}`);
+    }
+    const username = payload[this.usernameClaim];
+    if (typeof username !== 'string' || username === '')
+      return fail(`claim ${this.usernameClaim} is missing or not a string`);
+    // As Kubernetes does: an email username only counts when the provider has not said it is unverified.
+    if (this.usernameClaim === 'email' && payload['email_verified'] === false)
+      return fail('email is not verified');
+    const rawGroups = payload[this.groupsClaim];
+    let groups: string[];
+    if (rawGroups === undefined) groups = [];
+    else if (typeof rawGroups === 'string') groups = [rawGroups];
+    else if (Array.isArray(rawGroups) && rawGroups.every((g) => typeof g === 'string')) groups = rawGroups;
+    else return fail(`claim ${this.groupsClaim} is neither a string nor a list of strings`);
+    return { ok: true, user: { username, groups, extra: {} }, authenticator: this.settings.issuer };
+  }
+
+  close(): void {
+    this.keys.stop();
+  }
+}

@@ -1,0 +1,29 @@
+// What an authenticator says about a token.
+
+/** The user a token belongs to, as Kubernetes sees users. */
+export interface UserInfo {
+  username: string;
+  uid?: string;
+  groups: string[];
+  extra: Record<string, string[]>;
+}
+
+/**
+ * The outcome of authenticating a token. A failure carries the reason for the log only: callers answer every
+ * failure the same way, so a caller cannot learn which check failed.
+ */
+export type AuthResult = { ok: true; user: UserInfo; authenticator: string } | { ok: false; reason: string };
+
+export interface TokenAuthenticator {
+  authenticate(token: string, signal?: AbortSignal): Promise<AuthResult>;
+}
+
+export function fail(reason: string): AuthResult {
+  return { ok: false, reason };
+}
+
+/**
+ * Tokens arrive in a header, so they are bounded by header limits anyway; this bound stops a 1 MiB token before
+ * any base64 or JSON work. 64 KiB still fits an ID token with hundreds of groups.
+ */
+export const MAX_TOKEN_BYTES = 64 * 1024;

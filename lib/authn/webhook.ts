@@ -1,0 +1,156 @@
+// Token authentication through a TokenReview webhook (authentication.k8s.io/v1). Answers are cached briefly,
+// with separate lifetimes for yes and no, keyed by the token's SHA-256 (never the token). Concurrent lookups of
+// one token share one call; a slow or broken webhook fails closed at its deadline and holds up nothing else.
+import { createHash } from 'node:crypto';
+import { connect } from 'node:tls';
+import { LRUCache } from 'lru-cache';
+import { httpsJSON } from '../https-client.ts';
+import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
+
+/** A webhook that has not answered by then counts as a "no"; kubectl's own default request timeout is longer. */
+export const DEFAULT_WEBHOOK_TIMEOUT_MS = 10_000;
+/** Kubernetes caches webhook approvals for 2 minutes; revocation shows within that. */
+export const DEFAULT_SUCCESS_TTL_MS = 2 * 60_000;
+/** Refusals are cached shorter, so a user who just got access does not wait long. */
+export const DEFAULT_FAILURE_TTL_MS = 10_000;
+/** Bounds memory whatever tokens callers send. */
+export const DEFAULT_CACHE_ENTRIES = 10_000;
+
+export interface WebhookSettings {
+  endpoint: string;
+  /** PEM CA bundle for the webhook. Default: system roots. */
+  caBundlePem?: string;
+  /** Default: DEFAULT_WEBHOOK_TIMEOUT_MS. */
+  timeoutMs?: number;
+  /** Default: DEFAULT_SUCCESS_TTL_MS. */
+  successTTLms?: number;
+  /** Default: DEFAULT_FAILURE_TTL_MS. */
+  failureTTLms?: number;
+  /** Default: DEFAULT_CACHE_ENTRIES. */
+  cacheEntries?: number;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value);
+}
+
+const isStringArray = (v: unknown): v is string[] =>
+  Array.isArray(v) && v.every((s) => typeof s === 'string');
+
+/** Reads a TokenReview answer strictly: anything malformed is a "no". */
+export function parseTokenReview(json: unknown): { user: UserInfo } | { reason: string } {
+  if (!isRecord(json) || json['kind'] !== 'TokenReview') return { reason: 'the answer is not a TokenReview' };
+  const status = json['status'];
+  if (!isRecord(status)) return { reason: 'the TokenReview has no status' };
+  if (status['authenticated'] !== true) {
+    return {
+      reason: `webhook said not authenticated${typeof status['error'] === 'string' ? `: ${status['error']}` : ''}`,
+    };
+  }
+  const user = status['user'];
+  if (!isRecord(user) || typeof user['username'] !== 'string' || user['username'] === '') {
+    return { reason: 'the TokenReview has no username' };
+  }
+  const groups = user['groups'] ?? [];
+  if (!isStringArray(groups)) return { reason: 'the TokenReview groups are not a list of strings' };
+  const extra = user['extra'] ?? {};
+  if (!isRecord(extra) || !Object.values(extra).every(isStringArray)) {
+    return { reason: 'the TokenReview extra is not a map of string lists' };
+  }
+  const uid = typeof user['uid'] === 'string' && user['uid'] !== '' ? user['uid'] : undefined;
+  return {
+    user: {
+      username: user['username'],
+      ...(uid ? { uid } : {}),
+      groups,
+      extra: extra as Record<string, string[]>,
+    },
+  };
+}
+
+export class WebhookAuthenticator implements TokenAuthenticator {
+  private readonly cache: LRUCache<string, AuthResult>;
+  private readonly inflight = new Map<string, Promise<AuthResult>>();
+  private readonly timeoutMs: number;
+  private readonly successTTL: number;
+  private readonly failureTTL: number;
+  readonly settings: WebhookSettings;
+
+  constructor(settings: WebhookSettings) {
+    this.settings = settings;
+    this.timeoutMs = settings.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS;
+    this.successTTL = settings.successTTLms ?? DEFAULT_SUCCESS_TTL_MS;
+    this.failureTTL = settings.failureTTLms ?? DEFAULT_FAILURE_TTL_MS;
+    this.cache = new LRUCache({ max: settings.cacheEntries ?? DEFAULT_CACHE_ENTRIES, ttlAutopurge: false });
+  }
+
+  authenticate(token: string): Promise<AuthResult> {
+    if (token.length > MAX_TOKEN_BYTES)
+      return Promise.resolve(fail(`token of ${token.length} bytes is over the limit`));
+    const key = createHash('sha256').update(token).digest('base64url');
+    const cached = this.cache.get(key);
+    if (cached) return Promise.resolve(cached);
+    let pending = this.inflight.get(key);
+    if (!pending) {
+      pending = this.review(token).then((result) => {
+        this.inflight.delete(key);
+        // Transport failures are not the webhook's answer: not cached, so the next request asks again.
+        if (result.ok || !result.reason.startsWith('webhook unreachable')) {
+          this.cache.set(key, result, { ttl: result.ok ? this.successTTL : this.failureTTL });
+        }
+        return result;
+      });
+      this.inflight.set(key, pending);
+    }
+    return pending;
+  }
+
+  private async review(token: string): Promise<AuthResult> {
+    let json: unknown;
+    try {
+      ({ json } = await httpsJSON(this.settings.endpoint, {
+        method: 'POST',
+        timeoutMs: this.timeoutMs,
+        maxBytes: 256 * 1024,
+        ...(this.settings.caBundlePem ? { caBundlePem: this.settings.caBundlePem } : {}),
+        body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } },
+      }));
+    } catch (err) {
+      return fail(
+        `webhook unreachable or failed: ${(err as { code?: string }).code ?? 'Error'}: ${(err as Error).message}`,
+      );
+    }
+    const parsed = parseTokenReview(json);
+    if ('reason' in parsed) return fail(parsed.reason);
+    return { ok: true, user: parsed.user, authenticator: this.settings.endpoint };
+  }
+
+  /** Opens a TLS connection to the endpoint and verifies its certificate, without sending a token. */
+  probe(timeoutMs = this.timeoutMs): Promise<void> {
+    const url = new URL(this.settings.endpoint);
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    return new Promise((done, failed) => {
+      const socket = connect({
+        host,
+        port: Number(url.port || 443),
+        ...(/^[\d.]+$|:/.test(host) ? {} : { servername: host }),
+        ...(this.settings.caBundlePem ? { ca: this.settings.caBundlePem } : {}),
+        ALPNProtocols: ['http/1.1'],
+        minVersion: 'TLSv1.2',
+      });
+      const timer = setTimeout(
+        () => socket.destroy(new Error(`no TLS handshake within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      socket.once('secureConnect', () => {
+        clearTimeout(timer);
+        socket.end();
+        done();
+      });
+      socket.once('error', (err: Error) => {
+        clearTimeout(timer);
+        failed(err);
+      });
+    });
+  }
+}
