@@ -1,0 +1,236 @@
+import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { exportJWK, generateKeyPair, type JWK } from 'jose';
+import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
+import { AuthenticatorCache } from '../lib/authn/cache.ts';
+import { MemoryInformer } from '../lib/informer.ts';
+import { silentLogger } from '../lib/log.ts';
+import { RecordingStatusWriter } from '../lib/status-writer.ts';
+import { newCA } from '../lib/pki.ts';
+import { newJWTAuthenticatorController, newWebhookAuthenticatorController } from './authenticators.ts';
+
+const ISSUER = 'https://issuer.example.com';
+const NOW = new Date('2026-01-02T03:04:05Z');
+let jwk: JWK;
+let caData: string;
+
+beforeAll(async () => {
+  const { publicKey } = await generateKeyPair('ES256');
+  jwk = { ...(await exportJWK(publicKey)), kid: 'k1' };
+  caData = Buffer.from((await newCA('ca')).certPem).toString('base64');
+});
+
+function jwtObject(
+  spec: Partial<JWTAuthenticator['spec']> = {},
+  status?: AuthenticatorStatus,
+): JWTAuthenticator {
+  return {
+    apiVersion: 'authentication.concierge.sealion.dev/v1alpha1',
+    kind: 'JWTAuthenticator',
+    metadata: { name: 'corp', generation: 3 },
+    spec: { issuer: ISSUER, audience: 'aud', ...spec },
+    ...(status ? { status } : {}),
+  };
+}
+
+type Documents = Record<string, unknown>;
+const goodDocuments = (): Documents => ({
+  [`${ISSUER}/.well-known/openid-configuration`]: { issuer: ISSUER, jwks_uri: `${ISSUER}/keys` },
+  [`${ISSUER}/keys`]: { keys: [jwk] },
+});
+
+const caches: AuthenticatorCache[] = [];
+afterEach(() => caches.splice(0).forEach((c) => c.close()));
+
+async function runJWT(obj: JWTAuthenticator | undefined, documents: Documents) {
+  const informer = new MemoryInformer<JWTAuthenticator>(obj ? [obj] : []);
+  const cache = new AuthenticatorCache();
+  caches.push(cache);
+  const status = new RecordingStatusWriter<AuthenticatorStatus>();
+  const fetchJSON = (url: string): Promise<unknown> =>
+    url in documents ? Promise.resolve(documents[url]) : Promise.reject(new Error(`HTTP 404 for ${url}`));
+  const controller = newJWTAuthenticatorController(
+    { informer, cache, status, log: silentLogger(), now: () => NOW },
+    { fetchJSON },
+  );
+  const result = await controller.sync('corp');
+  return { cache, status, result, informer, controller };
+}
+
+const conditionSummary = (s: AuthenticatorStatus | undefined): string[] =>
+  (s?.conditions ?? []).map((c) => `${c.type}=${c.status}/${c.reason}`);
+
+describe('JWTAuthenticator controller', () => {
+  it.each<[string, Partial<JWTAuthenticator['spec']>, (d: Documents) => Documents, string, string[]]>([
+    ['a working issuer', {}, (d) => d, 'Ready', ['JWKSFetchValid=True/Success', 'Ready=True/Success']],
+    [
+      'a CA bundle that is not PEM',
+      { tls: { certificateAuthorityData: Buffer.from('nope').toString('base64') } },
+      (d) => d,
+      'Error',
+      [
+        'TLSConfigurationValid=False/InvalidTLSConfiguration',
+        'IssuerURLValid=Unknown/UnableToValidate',
+        'Ready=False/NotReady',
+      ],
+    ],
+    [
+      'discovery naming another issuer',
+      {},
+      (d) => ({
+        ...d,
+        [`${ISSUER}/.well-known/openid-configuration`]: {
+          issuer: 'https://evil.example.com',
+          jwks_uri: `${ISSUER}/keys`,
+        },
+      }),
+      'Error',
+      ['DiscoveryURLValid=False/InvalidDiscoveryProbe', 'JWKSURLValid=Unknown/UnableToValidate'],
+    ],
+    [
+      'a jwks_uri over http',
+      {},
+      (d) => ({
+        ...d,
+        [`${ISSUER}/.well-known/openid-configuration`]: {
+          issuer: ISSUER,
+          jwks_uri: 'http://issuer.example.com/keys',
+        },
+      }),
+      'Error',
+      ['JWKSURLValid=False/InvalidProviderJWKSURL'],
+    ],
+    [
+      'an empty key set',
+      {},
+      (d) => ({ ...d, [`${ISSUER}/keys`]: { keys: [] } }),
+      'Error',
+      ['JWKSFetchValid=False/InvalidCouldNotFetchJWKS'],
+    ],
+    [
+      'an unreachable issuer',
+      {},
+      () => ({}),
+      'Error',
+      ['DiscoveryURLValid=False/InvalidDiscoveryProbe', 'AuthenticatorValid=Unknown/UnableToValidate'],
+    ],
+  ])('with %s: writes phase %s and the conditions', async (_name, spec, documents, phase, wanted) => {
+    const { cache, status, result } = await runJWT(jwtObject(spec), documents(goodDocuments()));
+    expect(status.writes).toHaveLength(1);
+    const written = status.writes[0]!.status;
+    expect(written.phase).toBe(phase);
+    expect(conditionSummary(written)).toEqual(expect.arrayContaining(wanted));
+    expect(written.conditions).toHaveLength(7);
+    expect(
+      written.conditions?.every(
+        (c) => c.lastTransitionTime === NOW.toISOString() && c.observedGeneration === 3,
+      ),
+    ).toBe(true);
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(phase === 'Ready');
+    // Failures are retried with backoff; success is done.
+    expect(result).toEqual(phase === 'Ready' ? undefined : { retry: true });
+  });
+
+  it('skips the write when the status is already what it would write', async () => {
+    const first = await runJWT(jwtObject(), goodDocuments());
+    const second = await runJWT(jwtObject({}, first.status.writes[0]!.status), goodDocuments());
+    expect(second.status.writes).toEqual([]);
+    expect(second.cache.has('JWTAuthenticator', 'corp')).toBe(true);
+  });
+
+  it('keeps lastTransitionTime of conditions whose status did not change', async () => {
+    const earlier = '2025-12-31T00:00:00.000Z';
+    const first = await runJWT(jwtObject(), goodDocuments());
+    const old = first.status.writes[0]!.status;
+    const aged = { ...old, conditions: old.conditions!.map((c) => ({ ...c, lastTransitionTime: earlier })) };
+    const broken = await runJWT(jwtObject({ audience: 'changed' }, aged), {
+      ...goodDocuments(),
+      [`${ISSUER}/keys`]: { keys: [] },
+    });
+    const byType = Object.fromEntries(
+      broken.status.writes[0]!.status.conditions!.map((c) => [c.type, c.lastTransitionTime]),
+    );
+    expect(byType['IssuerURLValid']).toBe(earlier);
+    expect(byType['JWKSFetchValid']).toBe(NOW.toISOString());
+  });
+
+  it('validates again only when the spec changes, and drops the authenticator when it breaks', async () => {
+    const { cache, status, informer, controller } = await runJWT(jwtObject(), goodDocuments());
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(true);
+    await controller.sync('corp');
+    expect(status.writes).toHaveLength(1);
+    informer.put(jwtObject({ tls: { certificateAuthorityData: 'bm90IGEgY2VydA==' } }));
+    await controller.sync('corp');
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
+    expect(status.writes.at(-1)?.status.phase).toBe('Error');
+  });
+
+  it('removes a deleted authenticator from the cache without writing', async () => {
+    const { cache, status, informer, controller } = await runJWT(jwtObject(), goodDocuments());
+    informer.remove('corp');
+    await controller.sync('corp');
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
+    expect(status.writes).toHaveLength(1);
+  });
+
+  it('lets a failed status write throw, so the queue retries it', async () => {
+    const informer = new MemoryInformer<JWTAuthenticator>([jwtObject()]);
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    status.failNext = new Error('conflict');
+    const cache = new AuthenticatorCache();
+    caches.push(cache);
+    const docs = goodDocuments();
+    const controller = newJWTAuthenticatorController(
+      { informer, cache, status, log: silentLogger(), now: () => NOW },
+      { fetchJSON: (url) => Promise.resolve(docs[url]) },
+    );
+    await expect(controller.sync('corp')).rejects.toThrow('conflict');
+  });
+});
+
+describe('WebhookAuthenticator controller', () => {
+  function webhookObject(spec: Partial<WebhookAuthenticator['spec']>): WebhookAuthenticator {
+    return {
+      apiVersion: 'authentication.concierge.sealion.dev/v1alpha1',
+      kind: 'WebhookAuthenticator',
+      metadata: { name: 'hook' },
+      spec: { endpoint: 'https://127.0.0.1:1/authenticate', ...spec },
+    };
+  }
+
+  it.each<[string, Partial<WebhookAuthenticator['spec']>, string[]]>([
+    [
+      'a CA that is not PEM',
+      { tls: { certificateAuthorityData: 'bm8=' } },
+      ['TLSConfigurationValid=False/InvalidTLSConfiguration', 'EndpointURLValid=Unknown/UnableToValidate'],
+    ],
+    [
+      'an http endpoint',
+      { endpoint: 'http://hook.example.com' },
+      ['EndpointURLValid=False/InvalidEndpointURL'],
+    ],
+    [
+      'an endpoint nobody listens on',
+      {},
+      ['WebhookConnectionValid=False/UnableToDialServer', 'AuthenticatorValid=Unknown/UnableToValidate'],
+    ],
+  ])('with %s: Error with the conditions', async (_name, spec, wanted) => {
+    const informer = new MemoryInformer<WebhookAuthenticator>([
+      webhookObject({ tls: { certificateAuthorityData: caData }, ...spec }),
+    ]);
+    const cache = new AuthenticatorCache();
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    const controller = newWebhookAuthenticatorController({
+      informer,
+      cache,
+      status,
+      log: silentLogger(),
+      now: () => NOW,
+    });
+    expect(await controller.sync('hook')).toEqual({ retry: true });
+    expect(status.writes[0]?.status.phase).toBe('Error');
+    expect(conditionSummary(status.writes[0]?.status)).toEqual(
+      expect.arrayContaining([...wanted, 'Ready=False/NotReady']),
+    );
+    expect(cache.has('WebhookAuthenticator', 'hook')).toBe(false);
+  });
+});

@@ -1,0 +1,213 @@
+// The JWTAuthenticator and WebhookAuthenticator controllers: validate each authenticator, keep the
+// authenticator cache in step, and write phase and conditions. An authenticator that turns invalid leaves the
+// cache before its status says so; a valid one is validated again only when its spec (or CA) changes.
+import { createHash } from 'node:crypto';
+import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
+import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
+import { validateJWT, type Check, type JWTDependencies } from '../lib/authn/jwt.ts';
+import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
+import type { Logger } from '../lib/log.ts';
+import { decodeCABundle } from '../lib/pem.ts';
+import { mergeConditions, readyCondition, sameIgnoringTimes } from './lib/conditions.ts';
+import type { Controller } from './lib/controller.ts';
+import type { Informer } from '../lib/informer.ts';
+import type { SyncResult } from './lib/queue.ts';
+import type { StatusWriter } from '../lib/status-writer.ts';
+
+export interface AuthenticatorControllerDeps<T> {
+  informer: Informer<T & { metadata: { name?: string } }>;
+  cache: AuthenticatorCache;
+  status: StatusWriter<AuthenticatorStatus>;
+  log: Logger;
+  /** Default: () => new Date(). */
+  now?: () => Date;
+}
+
+type Validated = {
+  checks: Check[];
+  authenticator?: { authenticate: WebhookClient['authenticate']; close?: () => void };
+  issuer?: string;
+};
+
+function caProblem(data: string | undefined): { pem?: string; problem?: string } {
+  if (!data) return {};
+  try {
+    return { pem: decodeCABundle(data) };
+  } catch (err) {
+    return { problem: (err as Error).message };
+  }
+}
+
+function specHash(spec: unknown): string {
+  return createHash('sha256').update(JSON.stringify(spec)).digest('hex');
+}
+
+/** Shared sync for both kinds; `validate` is what differs. */
+function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  deps: AuthenticatorControllerDeps<T>,
+  validate: (obj: T) => Promise<Validated>,
+): Controller {
+  const validatedSpecs = new Map<string, string>();
+  const now = deps.now ?? (() => new Date());
+  const log = deps.log.child({ kind });
+  return {
+    name: `${kind}-cache-filler`,
+    watches: [{ informer: deps.informer }],
+    // User errors become conditions (and are retried with backoff, since an issuer or webhook may come back);
+    // failed status writes throw and retry.
+    async sync(name: string): Promise<SyncResult> {
+      const obj = deps.informer.get(name);
+      if (!obj) {
+        deps.cache.delete(kind, name);
+        validatedSpecs.delete(name);
+        return;
+      }
+      const hash = specHash(obj.spec);
+      if (validatedSpecs.get(name) === hash && deps.cache.has(kind, name)) return;
+
+      const result = await validate(obj);
+      if (result.authenticator) {
+        deps.cache.set(kind, name, result.authenticator, result.issuer);
+        validatedSpecs.set(name, hash);
+      } else {
+        // Out of the cache first: from this moment no request is authenticated by a broken authenticator.
+        deps.cache.delete(kind, name);
+        validatedSpecs.delete(name);
+      }
+      const checks = [...result.checks, readyCondition(result.checks, kind)];
+      const status: AuthenticatorStatus = {
+        phase: result.authenticator ? 'Ready' : 'Error',
+        conditions: mergeConditions(
+          obj.status?.conditions,
+          checks,
+          now(),
+          (obj.metadata as { generation?: number }).generation,
+        ),
+      };
+      const current = { phase: obj.status?.phase, conditions: obj.status?.conditions };
+      if (!sameIgnoringTimes(current, status)) {
+        await deps.status.patchStatus(name, status);
+        log.info(
+          {
+            name,
+            phase: status.phase,
+            failed: checks.filter((c) => c.status === 'False').map((c) => `${c.type}: ${c.message}`),
+          },
+          'authenticator status changed',
+        );
+      }
+      return result.authenticator ? undefined : { retry: true };
+    },
+  };
+}
+
+export function newJWTAuthenticatorController(
+  deps: AuthenticatorControllerDeps<JWTAuthenticator>,
+  jwtDeps: JWTDependencies = {},
+): Controller {
+  const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
+  return newAuthenticatorController('JWTAuthenticator', deps, async (obj) => {
+    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+    const settings = {
+      issuer: obj.spec.issuer,
+      audience: obj.spec.audience,
+      ...(obj.spec.claims?.username ? { usernameClaim: obj.spec.claims.username } : {}),
+      ...(obj.spec.claims?.groups ? { groupsClaim: obj.spec.claims.groups } : {}),
+      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+    };
+    const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
+    if (validation.authenticator) validation.authenticator.keys.startRefreshing();
+    return {
+      checks: validation.checks,
+      ...(validation.authenticator
+        ? { authenticator: validation.authenticator, issuer: obj.spec.issuer }
+        : {}),
+    };
+  });
+}
+
+function endpointProblem(endpoint: string): string | undefined {
+  if (!URL.canParse(endpoint)) return `spec.endpoint ${JSON.stringify(endpoint)} is not a URL`;
+  const url = new URL(endpoint);
+  if (url.protocol !== 'https:') return `spec.endpoint must use https, not ${url.protocol.replace(':', '')}`;
+  if (url.username || url.password) return 'spec.endpoint must not contain credentials';
+  return undefined;
+}
+
+export function newWebhookAuthenticatorController(
+  deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
+): Controller {
+  return newAuthenticatorController('WebhookAuthenticator', deps, async (obj) => {
+    const checks: Check[] = [];
+    const unknown = (types: string[]): Check[] =>
+      types.map((type) => ({
+        type,
+        status: 'Unknown',
+        reason: 'UnableToValidate',
+        message: 'unable to validate; see other conditions for details',
+      }));
+    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+    if (ca.problem) {
+      checks.push({
+        type: 'TLSConfigurationValid',
+        status: 'False',
+        reason: 'InvalidTLSConfiguration',
+        message: `spec.tls.certificateAuthorityData: ${ca.problem}`,
+      });
+      return {
+        checks: [...checks, ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid'])],
+      };
+    }
+    checks.push({
+      type: 'TLSConfigurationValid',
+      status: 'True',
+      reason: 'Success',
+      message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
+    });
+    const problem = endpointProblem(obj.spec.endpoint);
+    if (problem) {
+      checks.push({
+        type: 'EndpointURLValid',
+        status: 'False',
+        reason: 'InvalidEndpointURL',
+        message: problem,
+      });
+      return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
+    }
+    checks.push({
+      type: 'EndpointURLValid',
+      status: 'True',
+      reason: 'Success',
+      message: 'endpoint is a valid https URL',
+    });
+    const client = new WebhookClient({
+      endpoint: obj.spec.endpoint,
+      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+    });
+    try {
+      await client.probe();
+    } catch (err) {
+      checks.push({
+        type: 'WebhookConnectionValid',
+        status: 'False',
+        reason: 'UnableToDialServer',
+        message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
+      });
+      return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
+    }
+    checks.push({
+      type: 'WebhookConnectionValid',
+      status: 'True',
+      reason: 'Success',
+      message: 'TLS connection to the webhook verified',
+    });
+    checks.push({
+      type: 'AuthenticatorValid',
+      status: 'True',
+      reason: 'Success',
+      message: 'authenticator initialized',
+    });
+    return { checks, authenticator: client };
+  });
+}
