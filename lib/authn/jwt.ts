@@ -8,6 +8,8 @@ import {
   type JSONWebKeySet,
   type JWTPayload,
 } from 'jose';
+import { createHash } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import { httpsJSON } from '../https-client.ts';
 import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
 
@@ -34,6 +36,14 @@ export const CLOCK_LEEWAY_SECONDS = 30;
 export const JWKS_REFRESH_INTERVAL_MS = 5 * 60_000;
 /** A token with an unknown `kid` triggers a refresh at most this often, so garbage tokens cannot hammer the issuer. */
 export const UNKNOWN_KID_COOLDOWN_MS = 30_000;
+/**
+ * kubectl sends the same token with every request; a verified token's user is remembered this long (never past
+ * its exp), so the proxy pays for a signature check once per token rather than once per request. Kubernetes
+ * caches token authentication the same way.
+ */
+export const VERIFIED_TOKEN_TTL_MS = 60_000;
+/** Bounds the memory of that cache whatever tokens arrive. */
+export const VERIFIED_TOKEN_ENTRIES = 10_000;
 export const DEFAULT_USERNAME_CLAIM = 'username';
 export const DEFAULT_GROUPS_CLAIM = 'groups';
 
@@ -285,6 +295,7 @@ export class JWTAuthenticator implements TokenAuthenticator {
   private readonly groupsClaim: string;
   private readonly settings: JWTSettings;
   readonly keys: IssuerKeys;
+  private readonly verified = new LRUCache<string, AuthResult>({ max: VERIFIED_TOKEN_ENTRIES });
 
   constructor(settings: JWTSettings, keys: IssuerKeys) {
     this.settings = settings;
@@ -296,6 +307,21 @@ export class JWTAuthenticator implements TokenAuthenticator {
 
   async authenticate(token: string): Promise<AuthResult> {
     if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    const key = createHash('sha256').update(token).digest('base64url');
+    const cached = this.verified.get(key);
+    if (cached) return cached;
+    const result = await this.verify(token);
+    if (result.ok) {
+      // exp was required and checked: remember the user until it (plus the leeway) or the TTL, whichever is first.
+      const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number })
+        .exp;
+      const ttl = Math.min(VERIFIED_TOKEN_TTL_MS, exp * 1000 + CLOCK_LEEWAY_SECONDS * 1000 - Date.now());
+      if (ttl > 0) this.verified.set(key, result, { ttl });
+    }
+    return result;
+  }
+
+  private async verify(token: string): Promise<AuthResult> {
     let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, this.keys.getKey, {

@@ -1,0 +1,11 @@
+// `npm run bench -- <suite>`: benchmarks that put Sealion next to its baselines in one run.
+import { benchAuth } from './auth.ts';
+
+const suites: Record<string, () => Promise<void>> = { auth: benchAuth };
+const wanted = process.argv.slice(2);
+const unknown = wanted.filter((s) => !(s in suites));
+if (unknown.length > 0) {
+  console.error(`unknown suite ${unknown.join(', ')}; suites: ${Object.keys(suites).join(', ')}`);
+  process.exit(2);
+}
+for (const name of wanted.length > 0 ? wanted : Object.keys(suites)) await suites[name]!();

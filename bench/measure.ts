@@ -1,0 +1,87 @@
+// Small measuring kit for the benchmarks: run an async operation for a while, report rate and latency
+// percentiles, print a table with ratios, save JSON.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT } from '../integration/harness/build.ts';
+
+export interface Measurement {
+  name: string;
+  ops: number;
+  seconds: number;
+  perSecond: number;
+  p50us: number;
+  p99us: number;
+  [extra: string]: unknown;
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted.length === 0
+    ? 0
+    : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** Runs `op` for `seconds` (after a warm-up) with `concurrency` loops in flight. */
+export async function measure(
+  name: string,
+  op: (i: number) => Promise<unknown>,
+  opts: { seconds?: number; concurrency?: number } = {},
+): Promise<Measurement> {
+  const seconds = opts.seconds ?? 2;
+  const concurrency = opts.concurrency ?? 1;
+  for (let i = 0; i < 200; i++) await op(i);
+  const latencies: number[] = [];
+  const started = process.hrtime.bigint();
+  const deadline = started + BigInt(Math.round(seconds * 1e9));
+  let i = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (process.hrtime.bigint() < deadline) {
+        const t0 = process.hrtime.bigint();
+        await op(i++);
+        latencies.push(Number(process.hrtime.bigint() - t0) / 1000);
+      }
+    }),
+  );
+  const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
+  latencies.sort((a, b) => a - b);
+  return {
+    name,
+    ops: latencies.length,
+    seconds: elapsed,
+    perSecond: latencies.length / elapsed,
+    p50us: percentile(latencies, 50),
+    p99us: percentile(latencies, 99),
+  };
+}
+
+/** Prints the measurements as a table, each rate also as a ratio to the baseline (the first row by default). */
+export function printTable(title: string, rows: Measurement[], baseline: Measurement = rows[0]!): void {
+  const fmt = (n: number): string => (n >= 100 ? Math.round(n).toLocaleString('en-US') : n.toFixed(1));
+  const lines = [['', 'ops/s', 'p50 µs', 'p99 µs', `× ${baseline.name}`]];
+  for (const r of rows)
+    lines.push([
+      r.name,
+      fmt(r.perSecond),
+      fmt(r.p50us),
+      fmt(r.p99us),
+      (r.perSecond / baseline.perSecond).toFixed(2),
+    ]);
+  const widths = lines[0]!.map((_, c) => Math.max(...lines.map((l) => l[c]!.length)));
+  console.log(`\n${title}`);
+  for (const l of lines)
+    console.log(
+      l.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '),
+    );
+}
+
+/** Saves results under bench/results/ (git-ignored) and returns the path. */
+export function saveResults(suite: string, data: unknown): string {
+  const dir = join(REPO_ROOT, 'bench/results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${suite}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+  writeFileSync(
+    file,
+    JSON.stringify({ suite, node: process.version, when: new Date().toISOString(), data }, null, 2),
+  );
+  return file;
+}
