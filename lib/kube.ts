@@ -1,5 +1,6 @@
 // The thin adapter over @kubernetes/client-node (ESM-only). Composition roots and tests build clients
 // here; everything else depends on the small interfaces they are passed.
+import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
 import type { Informer, KubeObject } from './informer.ts';
 import type { Logger } from './log.ts';
@@ -17,6 +18,8 @@ export interface KubeClients {
   apiextensions: k8s.ApiextensionsV1Api;
   objects: k8s.KubernetesObjectApi;
   customObjects: k8s.CustomObjectsApi;
+  authentication: k8s.AuthenticationV1Api;
+  authorization: k8s.AuthorizationV1Api;
 }
 
 export function loadKubeConfig(source: KubeconfigSource): k8s.KubeConfig {
@@ -36,6 +39,8 @@ export function newKubeClients(source: KubeconfigSource): KubeClients {
     apiextensions: config.makeApiClient(k8s.ApiextensionsV1Api),
     objects: k8s.KubernetesObjectApi.makeApiClient(config),
     customObjects: config.makeApiClient(k8s.CustomObjectsApi),
+    authentication: config.makeApiClient(k8s.AuthenticationV1Api),
+    authorization: config.makeApiClient(k8s.AuthorizationV1Api),
   };
 }
 
@@ -157,5 +162,121 @@ export function newClusterStatusWriter<S>(clients: KubeClients, resource: Cluste
         mergePatch,
       );
     },
+  };
+}
+
+/** What the API server says about a token (TokenReview), as plain data. */
+export interface TokenReviewAnswer {
+  authenticated: boolean;
+  user?: { username?: string; uid?: string; groups?: string[]; extra?: Record<string, string[]> };
+  error?: string;
+}
+
+/** Who may do what (SubjectAccessReview): the subject and one resource action. */
+export interface AccessQuestion {
+  user: string;
+  groups: string[];
+  extra: Record<string, string[]>;
+  uid?: string;
+  verb: string;
+  group: string;
+  resource: string;
+  name?: string;
+  namespace?: string;
+}
+
+/** The API server's authentication and authorization reviews, for the proxy. */
+export interface Reviewer {
+  tokenReview(token: string): Promise<TokenReviewAnswer>;
+  allowed(question: AccessQuestion): Promise<boolean>;
+}
+
+export function newReviewer(clients: KubeClients): Reviewer {
+  return {
+    async tokenReview(token) {
+      const review = await clients.authentication.createTokenReview({
+        body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } },
+      });
+      return {
+        authenticated: review.status?.authenticated === true,
+        ...(review.status?.user ? { user: review.status.user } : {}),
+        ...(review.status?.error ? { error: review.status.error } : {}),
+      };
+    },
+    async allowed(q) {
+      const review = await clients.authorization.createSubjectAccessReview({
+        body: {
+          apiVersion: 'authorization.k8s.io/v1',
+          kind: 'SubjectAccessReview',
+          spec: {
+            user: q.user,
+            groups: q.groups,
+            extra: q.extra,
+            ...(q.uid ? { uid: q.uid } : {}),
+            resourceAttributes: {
+              verb: q.verb,
+              group: q.group,
+              resource: q.resource,
+              ...(q.name ? { name: q.name } : {}),
+              ...(q.namespace ? { namespace: q.namespace } : {}),
+            },
+          },
+        },
+      });
+      return review.status?.allowed === true;
+    },
+  };
+}
+
+/** Short-lived tokens for a service account (TokenRequest API), e.g. the proxy's forwarding identity. */
+export async function requestServiceAccountToken(
+  clients: KubeClients,
+  namespace: string,
+  serviceAccount: string,
+  expirationSeconds: number,
+): Promise<{ token: string; expiresAt: Date }> {
+  const answer = await clients.core.createNamespacedServiceAccountToken({
+    name: serviceAccount,
+    namespace,
+    body: {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'TokenRequest',
+      spec: { audiences: [], expirationSeconds },
+    },
+  });
+  const token = answer.status?.token;
+  if (!token) throw new Error(`TokenRequest for ${namespace}/${serviceAccount} returned no token`);
+  return {
+    token,
+    expiresAt: new Date(answer.status?.expirationTimestamp ?? Date.now() + expirationSeconds * 1000),
+  };
+}
+
+/** Connection details of a kubeconfig's current context, for components that speak HTTP themselves. */
+export interface ClusterAccess {
+  server: URL;
+  caPem?: string;
+  certPem?: string;
+  keyPem?: string;
+  token?: string;
+  insecureSkipTLSVerify?: boolean;
+}
+
+export function clusterAccess(config: k8s.KubeConfig): ClusterAccess {
+  const cluster = config.getCurrentCluster();
+  const user = config.getCurrentUser();
+  if (!cluster) throw new Error('kubeconfig has no current cluster');
+  const read = (data?: string, file?: string): string | undefined =>
+    data ? Buffer.from(data, 'base64').toString('utf8') : file ? readFileSync(file, 'utf8') : undefined;
+  const caPem = read(cluster.caData, cluster.caFile);
+  const certPem = read(user?.certData, user?.certFile);
+  const keyPem = read(user?.keyData, user?.keyFile);
+  return {
+    server: new URL(cluster.server),
+    ...(caPem ? { caPem } : {}),
+    ...(certPem ? { certPem } : {}),
+    ...(keyPem ? { keyPem } : {}),
+    ...(user?.token ? { token: user.token } : {}),
+    ...(cluster.skipTLSVerify ? { insecureSkipTLSVerify: true } : {}),
   };
 }

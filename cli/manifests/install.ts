@@ -76,7 +76,9 @@ function binding(kind: 'ClusterRoleBinding' | 'RoleBinding', name: string, sa: s
 /** Impersonating is all the forwarding identity may do: a bug in the proxy cannot use the controllers' rights. */
 const IMPERSONATE_RULES = [
   { apiGroups: [''], resources: ['users', 'groups', 'serviceaccounts'], verbs: ['impersonate'] },
-  { apiGroups: ['authentication.k8s.io'], resources: ['userextras/*'], verbs: ['impersonate'] },
+  // RBAC matches `*/subresource` but not `resource/*`, so userextras/<key> for every key needs `*` here; within
+  // authentication.k8s.io that adds only uids, and only for impersonation.
+  { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
 ];
 
 /** Hardened pod and container settings; the image runs as a non-root user with a read-only root. */

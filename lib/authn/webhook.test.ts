@@ -126,11 +126,16 @@ describe('webhook authentication', () => {
     expect(calls.get('good-ttl')).toBe(2);
   });
 
-  it('does not cache a transport failure', async () => {
+  it('does not cache a transport failure, but does cache a refusal', async () => {
     const webhook = new WebhookAuthenticator({ endpoint: url, caBundlePem: caPem });
+    const before = calls.get('server-error') ?? 0;
     await webhook.authenticate('server-error');
     await webhook.authenticate('server-error');
-    expect(calls.get('server-error')).toBeGreaterThanOrEqual(2);
+    expect((calls.get('server-error') ?? 0) - before).toBe(2);
+    const refusals = calls.get('refused-once') ?? 0;
+    await webhook.authenticate('refused-once');
+    await webhook.authenticate('refused-once');
+    expect((calls.get('refused-once') ?? 0) - refusals).toBe(1);
   });
 });
 

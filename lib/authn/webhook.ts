@@ -1,11 +1,9 @@
-// Token authentication through a TokenReview webhook (authentication.k8s.io/v1). Answers are cached briefly,
-// with separate lifetimes for yes and no, keyed by the token's SHA-256 (never the token). Concurrent lookups of
-// one token share one call; a slow or broken webhook fails closed at its deadline and holds up nothing else.
-import { createHash } from 'node:crypto';
+// Token authentication through a TokenReview webhook (authentication.k8s.io/v1), its answers kept briefly in an
+// AnswerCache. A slow or broken webhook fails closed at its deadline and holds up nothing else.
 import { connect } from 'node:tls';
-import { LRUCache } from 'lru-cache';
 import { httpsJSON } from '../https-client.ts';
-import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
+import { AnswerCache, transientFailure } from './answer-cache.ts';
+import { fail, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
 
 /** A webhook that has not answered by then counts as a "no"; kubectl's own default request timeout is longer. */
 export const DEFAULT_WEBHOOK_TIMEOUT_MS = 10_000;
@@ -69,40 +67,22 @@ export function parseTokenReview(json: unknown): { user: UserInfo } | { reason: 
 }
 
 export class WebhookAuthenticator implements TokenAuthenticator {
-  private readonly cache: LRUCache<string, AuthResult>;
-  private readonly inflight = new Map<string, Promise<AuthResult>>();
+  private readonly answers: AnswerCache;
   private readonly timeoutMs: number;
-  private readonly successTTL: number;
-  private readonly failureTTL: number;
   readonly settings: WebhookSettings;
 
   constructor(settings: WebhookSettings) {
     this.settings = settings;
     this.timeoutMs = settings.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS;
-    this.successTTL = settings.successTTLms ?? DEFAULT_SUCCESS_TTL_MS;
-    this.failureTTL = settings.failureTTLms ?? DEFAULT_FAILURE_TTL_MS;
-    this.cache = new LRUCache({ max: settings.cacheEntries ?? DEFAULT_CACHE_ENTRIES, ttlAutopurge: false });
+    this.answers = new AnswerCache((token) => this.review(token), {
+      successTTLms: settings.successTTLms ?? DEFAULT_SUCCESS_TTL_MS,
+      failureTTLms: settings.failureTTLms ?? DEFAULT_FAILURE_TTL_MS,
+      entries: settings.cacheEntries ?? DEFAULT_CACHE_ENTRIES,
+    });
   }
 
   authenticate(token: string): Promise<AuthResult> {
-    if (token.length > MAX_TOKEN_BYTES)
-      return Promise.resolve(fail(`token of ${token.length} bytes is over the limit`));
-    const key = createHash('sha256').update(token).digest('base64url');
-    const cached = this.cache.get(key);
-    if (cached) return Promise.resolve(cached);
-    let pending = this.inflight.get(key);
-    if (!pending) {
-      pending = this.review(token).then((result) => {
-        this.inflight.delete(key);
-        // Transport failures are not the webhook's answer: not cached, so the next request asks again.
-        if (result.ok || !result.reason.startsWith('webhook unreachable')) {
-          this.cache.set(key, result, { ttl: result.ok ? this.successTTL : this.failureTTL });
-        }
-        return result;
-      });
-      this.inflight.set(key, pending);
-    }
-    return pending;
+    return this.answers.authenticate(token);
   }
 
   private async review(token: string): Promise<AuthResult> {
@@ -116,7 +96,8 @@ export class WebhookAuthenticator implements TokenAuthenticator {
         body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } },
       }));
     } catch (err) {
-      return fail(
+      // Not the webhook's answer, so not remembered: the next request asks again.
+      return transientFailure(
         `webhook unreachable or failed: ${(err as { code?: string }).code ?? 'Error'}: ${(err as Error).message}`,
       );
     }

@@ -1,0 +1,108 @@
+// Who is calling: a client certificate from our signer CA, else a bearer token through the authenticator cache
+// (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
+// as it came, not impersonated), else nobody.
+import type { IncomingMessage } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
+import type { TLSSocket } from 'node:tls';
+import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
+import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
+import type { Reviewer } from '../../lib/kube.ts';
+
+export type Request = IncomingMessage | Http2ServerRequest;
+
+export type Identity =
+  /** Impersonated: the proxy forwards with its own credentials and Impersonate-* headers. */
+  | { kind: 'user'; user: UserInfo; via: string }
+  /** A service account the API server knows: forwarded with its own token, unchanged. */
+  | { kind: 'serviceaccount'; user: UserInfo; token: string }
+  | { kind: 'anonymous'; reason: string };
+
+/** Service-account answers: as briefly cached as webhook answers. */
+const SERVICE_ACCOUNT_TTL_MS = 60_000;
+const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
+const SERVICE_ACCOUNT_ENTRIES = 10_000;
+const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
+
+function tlsSocketOf(req: Request): TLSSocket | undefined {
+  const socket = req.socket as TLSSocket | undefined;
+  return socket && typeof socket.getPeerCertificate === 'function' ? socket : undefined;
+}
+
+/** The user named by a verified client certificate: CN is the username, each O a group. */
+export function certificateUser(req: Request): UserInfo | undefined {
+  const socket = tlsSocketOf(req);
+  if (!socket?.authorized) return undefined;
+  const cert = socket.getPeerCertificate();
+  if (!cert?.subject) return undefined;
+  const cn = cert.subject.CN;
+  const o = cert.subject.O;
+  const username = Array.isArray(cn) ? cn[0] : cn;
+  if (!username) return undefined;
+  const groups = o === undefined ? [] : Array.isArray(o) ? o : [o];
+  return { username, groups, extra: {} };
+}
+
+/** The bearer token of a request, if it carries exactly one. */
+export function bearerToken(req: Request): string | undefined {
+  const header = req.headers['authorization'];
+  if (typeof header !== 'string') return undefined;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}
+
+export interface RequestAuthenticator {
+  authenticate(req: Request): Promise<Identity>;
+}
+
+export function newRequestAuthenticator(cache: AuthenticatorCache, reviewer: Reviewer): RequestAuthenticator {
+  // Tokens no Sealion authenticator knows may still be the cluster's own service-account tokens. Those answers
+  // are cached like webhook answers, so unknown tokens cannot turn into a TokenReview per request.
+  const serviceAccounts = new AnswerCache(
+    async (token): Promise<AuthResult> => {
+      try {
+        const answer = await reviewer.tokenReview(token);
+        const username = answer.user?.username ?? '';
+        if (!answer.authenticated)
+          return fail(`not a token the API server accepts${answer.error ? `: ${answer.error}` : ''}`);
+        if (!username.startsWith('system:serviceaccount:'))
+          return fail(`API server token for ${username} is not a service account's`);
+        return {
+          ok: true,
+          authenticator: 'TokenReview',
+          user: { username, groups: answer.user?.groups ?? [], extra: answer.user?.extra ?? {} },
+        };
+      } catch (err) {
+        return transientFailure(`token review failed: ${(err as Error).message}`);
+      }
+    },
+    {
+      successTTLms: SERVICE_ACCOUNT_TTL_MS,
+      failureTTLms: SERVICE_ACCOUNT_FAILURE_TTL_MS,
+      entries: SERVICE_ACCOUNT_ENTRIES,
+    },
+  );
+
+  return {
+    async authenticate(req) {
+      const fromCert = certificateUser(req);
+      if (fromCert) return { kind: 'user', user: fromCert, via: 'certificate' };
+      const token = bearerToken(req);
+      if (token === undefined) {
+        return {
+          kind: 'anonymous',
+          reason:
+            req.headers['authorization'] === undefined ? 'no credentials' : 'malformed Authorization header',
+        };
+      }
+      const result = await cache.authenticate(token);
+      if (result.ok) return { kind: 'user', user: result.user, via: result.authenticator };
+      if (JWT_SHAPE.test(token)) {
+        const sa = await serviceAccounts.authenticate(token);
+        if (sa.ok) return { kind: 'serviceaccount', user: sa.user, token };
+        return { kind: 'anonymous', reason: `${result.reason}; ${sa.reason}` };
+      }
+      return { kind: 'anonymous', reason: result.reason };
+    },
+  };
+}

@@ -1,0 +1,215 @@
+// The request path: health → TokenCredentialRequest (anonymous) → authenticate → WhoAmIRequest → header
+// hygiene and impersonation → forward. One log line and one set of metrics per request, never a token.
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import type { ApiGroups } from '../../apis/groups.ts';
+import { VERSION } from '../../apis/groups.ts';
+import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import type { UserInfo } from '../../lib/authn/types.ts';
+import type { Reviewer } from '../../lib/kube.ts';
+import type { Logger } from '../../lib/log.ts';
+import type { Request, RequestAuthenticator, Identity } from './authenticate.ts';
+import type { ClientCertSigner } from './credentials.ts';
+import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
+import type { Forwarder, ForwardPlan } from './forward.ts';
+import {
+  AUTHENTICATED_GROUP,
+  cleanHeaders,
+  decideImpersonation,
+  impersonationHeaders,
+  requestedImpersonation,
+} from './impersonate.ts';
+import type { ProxyMetrics } from './metrics.ts';
+import { requestInfo } from './request-info.ts';
+import { send, UNAUTHORIZED, writeStatus, type Response } from './status.ts';
+
+export interface ProxyDeps {
+  groups: ApiGroups;
+  authenticator: RequestAuthenticator;
+  cache: AuthenticatorCache;
+  reviewer: Reviewer;
+  forwarder: Forwarder;
+  signer: ClientCertSigner;
+  metrics: ProxyMetrics;
+  log: Logger;
+  /** Whether the proxy should report ready (authenticators synced, TLS loaded). */
+  ready: () => boolean;
+}
+
+export interface ProxyHandler {
+  request: (req: Request, res: Response) => void;
+  upgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void;
+}
+
+function pathOf(url: string): string {
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+/** A path the API server could route: absolute, and every escape a valid one. */
+function isWellFormedPath(path: string): boolean {
+  if (!path.startsWith('/')) return false;
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
+  const { groups, log, metrics } = deps;
+  const loginPrefix = `/apis/${groups.login}/${VERSION}`;
+  const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
+  const originalUserKey = `original-user-info.impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}`;
+
+  /** Impersonated user for this request, or a Status to answer with. */
+  async function forwardingPlan(
+    req: Request,
+    identity: Exclude<Identity, { kind: 'anonymous' }>,
+    longRunning: boolean,
+    upgrade: boolean,
+  ): Promise<ForwardPlan | { status: number; message: string }> {
+    if (identity.kind === 'serviceaccount') {
+      // The API server authenticates (and authorizes any impersonation of) its own service accounts.
+      const headers = cleanHeaders(req.headers, true);
+      headers['authorization'] = `Bearer ${identity.token}`;
+      if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
+      return { headers, longRunning, passthrough: true };
+    }
+    let user: UserInfo = identity.user;
+    const requested = requestedImpersonation(req.rawHeaders);
+    if (requested) {
+      const decision = await decideImpersonation(identity.user, requested, deps.reviewer, originalUserKey);
+      if (!decision.allowed) return { status: decision.status, message: decision.message };
+      user = decision.user;
+    }
+    const headers = { ...cleanHeaders(req.headers), ...impersonationHeaders(user) };
+    if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
+    return { headers, longRunning, passthrough: false };
+  }
+
+  function observe(verb: string, longRunning: boolean, started: bigint, identity: () => string, url: string) {
+    metrics.inflight.inc();
+    let done = false;
+    return (code: number): void => {
+      if (done) return;
+      done = true;
+      metrics.inflight.dec();
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      metrics.requests.inc({ verb, code: String(code) });
+      if (!longRunning) metrics.duration.observe({ verb }, seconds);
+      if (code === 502 || code === 504) metrics.upstreamErrors.inc({ code: String(code) });
+      log.info(
+        { user: identity(), verb, path: pathOf(url), code, ms: Math.round(seconds * 1e4) / 10 },
+        'request',
+      );
+    };
+  }
+
+  async function serve(req: Request, res: Response): Promise<void> {
+    const url = req.url ?? '/';
+    const path = pathOf(url);
+    const method = req.method ?? 'GET';
+    const info = requestInfo(method, url, false);
+    const started = process.hrtime.bigint();
+    let who = 'anonymous';
+    const finish = observe(info.verb, info.longRunning, started, () => who, url);
+    res.once('close', () => finish(res.statusCode));
+    if (!isWellFormedPath(path)) return writeStatus(res, 400, 'malformed request path');
+
+    if (path === '/healthz' || path === '/livez') {
+      return send(res, 200, 'text/plain', 'ok');
+    }
+    if (path === '/readyz') {
+      const ready = deps.ready();
+      return send(res, ready ? 200 : 503, 'text/plain', ready ? 'ok' : 'not ready');
+    }
+    if (path === loginPrefix || path === `${loginPrefix}/`)
+      return serveResourceList(res, groups.login, 'tokencredentialrequests', 'TokenCredentialRequest', [
+        'create',
+        'list',
+      ]);
+    if (path.startsWith(`${loginPrefix}/`)) {
+      // Anonymous by design: this is how a user without credentials gets some.
+      return handleTokenCredentialRequest(req, res, path.slice(loginPrefix.length), {
+        groups,
+        cache: deps.cache,
+        signer: deps.signer,
+        log,
+      });
+    }
+
+    const identity = await deps.authenticator.authenticate(req);
+    if (identity.kind === 'anonymous') {
+      log.info({ reason: identity.reason, path }, 'authentication failed');
+      return writeStatus(res, 401, UNAUTHORIZED);
+    }
+    who = identity.user.username;
+
+    if (path === identityPrefix || path === `${identityPrefix}/`)
+      return serveResourceList(res, groups.identity, 'whoamirequests', 'WhoAmIRequest', ['create']);
+    if (path.startsWith(`${identityPrefix}/`)) {
+      const user =
+        identity.kind === 'user' && !identity.user.groups.includes(AUTHENTICATED_GROUP)
+          ? { ...identity.user, groups: [...identity.user.groups, AUTHENTICATED_GROUP] }
+          : identity.user;
+      return handleWhoAmI(req, res, path.slice(identityPrefix.length), groups, user);
+    }
+
+    const plan = await forwardingPlan(req, identity, info.longRunning, false);
+    if ('status' in plan) return writeStatus(res, plan.status, plan.message);
+    await deps.forwarder.web(req, res, plan);
+  }
+
+  async function serveUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
+    const url = req.url ?? '/';
+    const info = requestInfo(req.method ?? 'GET', url, true);
+    let who = 'anonymous';
+    const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, url);
+    const refuse = (code: number, message: string): void => {
+      finish(code);
+      const body = JSON.stringify({
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Failure',
+        message,
+        reason: code === 401 ? 'Unauthorized' : 'Forbidden',
+        code,
+      });
+      socket.end(
+        `HTTP/1.1 ${code} ${code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : 'Bad Request'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    };
+    const identity = await deps.authenticator.authenticate(req);
+    if (identity.kind === 'anonymous') {
+      log.info({ reason: identity.reason, path: pathOf(url) }, 'authentication failed');
+      return refuse(401, UNAUTHORIZED);
+    }
+    who = identity.user.username;
+    const plan = await forwardingPlan(req, identity, true, true);
+    if ('status' in plan) return refuse(plan.status, plan.message);
+    socket.once('close', () => finish(101));
+    deps.forwarder.upgrade(req, socket, head, plan);
+  }
+
+  return {
+    request(req, res) {
+      serve(req, res).catch((err: unknown) => {
+        log.error(
+          { err: (err as Error).message, path: pathOf(req.url ?? '/') },
+          'request failed inside the proxy',
+        );
+        writeStatus(res, 500, 'internal error in the impersonation proxy');
+      });
+    },
+    upgrade(req, socket, head) {
+      socket.on('error', () => socket.destroy());
+      serveUpgrade(req, socket, head).catch((err: unknown) => {
+        log.error({ err: (err as Error).message }, 'upgrade failed inside the proxy');
+        socket.destroy();
+      });
+    },
+  };
+}

@@ -1,0 +1,41 @@
+// Prometheus metrics of the proxy, on their own registry so tests and several proxies in one process do not clash.
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+export interface ProxyMetrics {
+  registry: Registry;
+  requests: Counter<'verb' | 'code'>;
+  duration: Histogram<'verb'>;
+  inflight: Gauge;
+  upstreamErrors: Counter<'code'>;
+}
+
+export function newProxyMetrics(): ProxyMetrics {
+  const registry = new Registry();
+  return {
+    registry,
+    requests: new Counter({
+      name: 'sealion_proxy_requests_total',
+      help: 'Requests answered, by verb and HTTP status code.',
+      labelNames: ['verb', 'code'],
+      registers: [registry],
+    }),
+    duration: new Histogram({
+      name: 'sealion_proxy_request_duration_seconds',
+      help: 'Time to the end of the response for short (not long-running) requests.',
+      labelNames: ['verb'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers: [registry],
+    }),
+    inflight: new Gauge({
+      name: 'sealion_proxy_inflight_requests',
+      help: 'Requests being served, long-running ones included.',
+      registers: [registry],
+    }),
+    upstreamErrors: new Counter({
+      name: 'sealion_proxy_upstream_errors_total',
+      help: 'Requests the API server could not answer (502) or not in time (504).',
+      labelNames: ['code'],
+      registers: [registry],
+    }),
+  };
+}

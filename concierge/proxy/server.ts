@@ -1,0 +1,135 @@
+// The proxy's listener: one TLS server (TLS 1.2+, AEAD ciphers only, ALPN h2 and http/1.1) handing each
+// connection to an HTTP/2 or an HTTP/1.1 server by the negotiated protocol. HTTP/1.1 carries the upgrades
+// (exec, attach, port-forward). Certificates and trusted client CAs are swapped live with updateTLS.
+import { createServer as createHttp1Server, type IncomingMessage, type ServerResponse } from 'node:http';
+import {
+  createServer as createHttp2Server,
+  type Http2ServerRequest,
+  type Http2ServerResponse,
+} from 'node:http2';
+import type { AddressInfo, Socket } from 'node:net';
+import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
+import { statusBody } from './status.ts';
+
+/** TLS 1.2 suites with forward secrecy and AEAD; TLS 1.3 suites are all AEAD. */
+export const CIPHERS = [
+  'TLS_AES_128_GCM_SHA256',
+  'TLS_AES_256_GCM_SHA384',
+  'TLS_CHACHA20_POLY1305_SHA256',
+  'ECDHE-ECDSA-AES128-GCM-SHA256',
+  'ECDHE-RSA-AES128-GCM-SHA256',
+  'ECDHE-ECDSA-AES256-GCM-SHA384',
+  'ECDHE-RSA-AES256-GCM-SHA384',
+  'ECDHE-ECDSA-CHACHA20-POLY1305',
+  'ECDHE-RSA-CHACHA20-POLY1305',
+].join(':');
+/** Request headers beyond this are refused with 431 before any work is done. */
+export const MAX_HEADER_BYTES = 32 * 1024;
+/** Idle keep-alive connections from clients close after this. */
+const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+/** A client that has not sent complete request headers by then is cut off (slowloris). */
+const HEADERS_TIMEOUT_MS = 30_000;
+
+export interface ProxyTLS {
+  certPem: string;
+  keyPem: string;
+  /** CAs whose client certificates identify users (the signer CAs, current and previous). */
+  clientCAPems: string[];
+}
+
+export type RequestHandler = (
+  req: IncomingMessage | Http2ServerRequest,
+  res: ServerResponse | Http2ServerResponse,
+) => void;
+export type UpgradeHandler = (req: IncomingMessage, socket: Socket, head: Buffer) => void;
+
+export interface ProxyServer {
+  listen(port: number, host: string): Promise<number>;
+  updateTLS(tls: ProxyTLS): void;
+  close(): Promise<void>;
+}
+
+function secureOptions(tls: ProxyTLS): object {
+  return {
+    cert: tls.certPem,
+    key: tls.keyPem,
+    // Client certificates are optional (bearer tokens are the other way in) but verified when sent.
+    requestCert: true,
+    rejectUnauthorized: false,
+    ...(tls.clientCAPems.length > 0 ? { ca: tls.clientCAPems } : {}),
+    minVersion: 'TLSv1.2',
+    ciphers: CIPHERS,
+    honorCipherOrder: true,
+  };
+}
+
+export function newProxyServer(
+  tls: ProxyTLS,
+  onRequest: RequestHandler,
+  onUpgrade: UpgradeHandler,
+  onTLSError?: (err: Error) => void,
+): ProxyServer {
+  const http1 = createHttp1Server(
+    {
+      maxHeaderSize: MAX_HEADER_BYTES,
+      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+      headersTimeout: HEADERS_TIMEOUT_MS,
+      requestTimeout: 0,
+    },
+    onRequest,
+  );
+  http1.on('upgrade', onUpgrade);
+  http1.on('clientError', (err: Error & { code?: string }, socket: Socket) => {
+    // Malformed HTTP: answer with a Status when the socket still can, then drop it. Nothing reaches the handler.
+    if (!socket.writable) return void socket.destroy();
+    const [code, text, message] =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', `request headers over ${MAX_HEADER_BYTES} bytes`]
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [408, 'Request Timeout', 'request headers not received in time']
+          : [400, 'Bad Request', 'malformed HTTP request'];
+    const body = statusBody(code, message);
+    socket.end(
+      `HTTP/1.1 ${code} ${text}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  });
+  const http2 = createHttp2Server(
+    { settings: { maxConcurrentStreams: 250, maxHeaderListSize: MAX_HEADER_BYTES } },
+    onRequest,
+  );
+  http2.on('sessionError', () => {});
+
+  const server = createTLSServer(
+    { ...secureOptions(tls), ALPNProtocols: ['h2', 'http/1.1'] },
+    (socket: TLSSocket) => {
+      if (socket.alpnProtocol === 'h2') http2.emit('connection', socket);
+      else http1.emit('connection', socket);
+    },
+  );
+  server.on('tlsClientError', (err) => onTLSError?.(err));
+  const sockets = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+
+  return {
+    listen(port, host) {
+      return new Promise((done, fail) => {
+        server.once('error', fail);
+        server.listen(port, host, () => done((server.address() as AddressInfo).port));
+      });
+    },
+    updateTLS(next) {
+      // New handshakes use the new material; established connections keep theirs.
+      server.setSecureContext({ ...secureOptions(next) });
+    },
+    close() {
+      return new Promise((done) => {
+        server.close(() => done());
+        http1.closeAllConnections();
+        for (const socket of sockets) socket.destroy();
+      });
+    },
+  };
+}

@@ -1,0 +1,56 @@
+// Errors the proxy makes itself are Kubernetes Status objects, as kubectl and client-go expect.
+import type { Http2ServerResponse } from 'node:http2';
+import type { ServerResponse } from 'node:http';
+
+export type Response = ServerResponse | Http2ServerResponse;
+
+const REASONS: Record<number, string> = {
+  400: 'BadRequest',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'NotFound',
+  405: 'MethodNotAllowed',
+  408: 'Timeout',
+  413: 'RequestEntityTooLarge',
+  422: 'Invalid',
+  429: 'TooManyRequests',
+  431: 'RequestHeaderFieldsTooLarge',
+  500: 'InternalError',
+  502: 'BadGateway',
+  503: 'ServiceUnavailable',
+  504: 'Timeout',
+};
+
+export function statusBody(code: number, message: string, details?: object): string {
+  return JSON.stringify({
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason: REASONS[code] ?? 'Unknown',
+    ...(details ? { details } : {}),
+    code,
+  });
+}
+
+/** Sends a complete response with a body (HTTP/1 and HTTP/2 responses alike). */
+export function send(res: Response, code: number, contentType: string, body: string): void {
+  (res as ServerResponse).writeHead(code, {
+    'content-type': contentType,
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+/** Answers with a Status, unless the response has already started (then it can only be cut short). */
+export function writeStatus(res: Response, code: number, message: string, details?: object): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  send(res, code, 'application/json', statusBody(code, message, details));
+}
+
+/** The one answer to every failed authentication, whatever failed; the reason goes to the log only. */
+export const UNAUTHORIZED = 'Unauthorized';

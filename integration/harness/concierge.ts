@@ -1,0 +1,127 @@
+// Runs a concierge in this process against a harness cluster, the way tests, `sealion dev up` and the benchmarks
+// need one: the CRDs applied, a forwarding identity that may only impersonate, generated serving and signer CAs.
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { startConcierge, type Concierge } from '../../concierge/concierge.ts';
+import { newKubeClients } from '../../lib/kube.ts';
+import { silentLogger, type Logger } from '../../lib/log.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { REPO_ROOT } from './build.ts';
+import type { Cluster } from './cluster.ts';
+
+export interface LocalConcierge {
+  concierge: Concierge;
+  url: string;
+  /** CA of the proxy's serving certificate (what clients trust). */
+  servingCA: CertificateAuthority;
+  /** CA that signs TokenCredentialRequest certificates. */
+  signerCA: CertificateAuthority;
+  /** A kubeconfig for the proxy with the given user credentials. */
+  kubeconfig(user: { token?: string; certPem?: string; keyPem?: string }): string;
+  stop(): Promise<void>;
+}
+
+export const FORWARDING_USER = 'sealion-impersonator';
+
+/** Installs the CRDs and the forwarding identity's RBAC, then starts a concierge on a free loopback port. */
+export async function startLocalConcierge(
+  cluster: Cluster,
+  opts: { log?: Logger; port?: number; metrics?: boolean } = {},
+): Promise<LocalConcierge> {
+  const crds = await cluster.kubectl(['apply', '-k', join(REPO_ROOT, 'config/crds')]);
+  if (crds.code !== 0) throw new Error(`applying CRDs: ${crds.stderr}`);
+  await cluster.kubectl([
+    'wait',
+    '--for=condition=Established',
+    '--timeout=60s',
+    'crd',
+    '-l',
+    'app.kubernetes.io/part-of=sealion',
+  ]);
+  // The forwarding identity may impersonate and nothing else, as in the install manifests.
+  const rbac = await cluster.kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'List',
+      items: [
+        {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRole',
+          metadata: { name: 'sealion-test-impersonator' },
+          rules: [
+            { apiGroups: [''], resources: ['users', 'groups', 'serviceaccounts'], verbs: ['impersonate'] },
+            // RBAC matches `*/subresource` but not `resource/*`, so userextras/<key> for every key needs `*` here; within
+            // authentication.k8s.io that adds only uids, and only for impersonation.
+            { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
+          ],
+        },
+        {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRoleBinding',
+          metadata: { name: 'sealion-test-impersonator' },
+          roleRef: {
+            apiGroup: 'rbac.authorization.k8s.io',
+            kind: 'ClusterRole',
+            name: 'sealion-test-impersonator',
+          },
+          subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: FORWARDING_USER }],
+        },
+      ],
+    }),
+  });
+  if (rbac.code !== 0) throw new Error(`applying RBAC: ${rbac.stderr}`);
+
+  const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
+  const servingCA = await newCA('sealion-proxy-serving-ca');
+  const signerCA = await newCA('sealion-proxy-signer-ca');
+  const serving = await issueCert(servingCA, {
+    commonName: 'sealion-proxy',
+    hosts: ['127.0.0.1', 'localhost'],
+    usage: 'server',
+  });
+  const concierge = await startConcierge({
+    clients: newKubeClients({ path: cluster.kubeconfigPath }),
+    upstream: {
+      url: new URL(cluster.url),
+      credentials: { caPem: cluster.ca.certPem, certPem: forwarding.certPem, keyPem: forwarding.keyPem },
+    },
+    groupSuffix: 'sealion.dev',
+    host: '127.0.0.1',
+    port: opts.port ?? 0,
+    tls: { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [signerCA.certPem] },
+    signer: signerCA,
+    ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
+    log: opts.log ?? silentLogger(),
+  });
+  const url = `https://127.0.0.1:${concierge.port}`;
+  const b64 = (s: string): string => Buffer.from(s).toString('base64');
+  return {
+    concierge,
+    url,
+    servingCA,
+    signerCA,
+    kubeconfig(user) {
+      return stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [
+          { name: 'sealion', cluster: { server: url, 'certificate-authority-data': b64(servingCA.certPem) } },
+        ],
+        users: [
+          {
+            name: 'user',
+            user: {
+              ...(user.token ? { token: user.token } : {}),
+              ...(user.certPem
+                ? { 'client-certificate-data': b64(user.certPem), 'client-key-data': b64(user.keyPem ?? '') }
+                : {}),
+            },
+          },
+        ],
+        contexts: [{ name: 'sealion', context: { cluster: 'sealion', user: 'user' } }],
+        'current-context': 'sealion',
+      });
+    },
+    stop: () => concierge.stop(),
+  };
+}
