@@ -4,7 +4,7 @@
 import { Agent } from 'node:https';
 import type { IncomingMessage, ServerResponse, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
+import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Request } from './authenticate.ts';
 import { statusBody, writeStatus, type Response } from './status.ts';
 
@@ -29,6 +29,8 @@ export interface UpstreamCredentials {
 export interface Upstream {
   url: URL;
   credentials: UpstreamCredentials;
+  /** Deadline for short (not long-running) requests. Default: SHORT_REQUEST_TIMEOUT_MS. */
+  shortRequestTimeoutMs?: number;
 }
 
 /** Per-request forwarding decisions made by the handler before the request is handed over. */
@@ -91,12 +93,14 @@ export function newForwarder(upstream: Upstream): Forwarder {
       secure: true,
       agent,
       xfwd: false,
+      // Our own error answers and request logs replace the defaults; the events plugin wires up `on`.
       ejectPlugins: true,
+      plugins: [proxyEventsPlugin],
       on: {
         proxyReq(proxyReq, req) {
           const plan = (req as unknown as Planned)[PLAN];
           if (plan && !plan.longRunning) {
-            proxyReq.setTimeout(SHORT_REQUEST_TIMEOUT_MS, () =>
+            proxyReq.setTimeout(upstream.shortRequestTimeoutMs ?? SHORT_REQUEST_TIMEOUT_MS, () =>
               proxyReq.destroy(new TimeoutError('upstream timeout')),
             );
           }

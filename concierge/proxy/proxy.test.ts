@@ -1,0 +1,266 @@
+// The proxy against a capturing upstream: exactly which headers reach the API server, which never do, what the
+// log says (and never says), the metrics, and the Status answers for upstream failures.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { createServer, request, type Server } from 'node:https';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { apiGroups } from '../../apis/groups.ts';
+import { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
+import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
+import { newLogger } from '../../lib/log.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { newRequestAuthenticator } from './authenticate.ts';
+import { newClientCertSigner } from './credentials.ts';
+import { newForwarder } from './forward.ts';
+import { newProxyHandler } from './handler.ts';
+import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
+import { newProxyServer, type ProxyServer } from './server.ts';
+
+const TOKENS: Record<string, AuthResult> = {
+  'alice-token': {
+    ok: true,
+    authenticator: 'test',
+    user: { username: 'alice', groups: ['dev'], extra: { scopes: ['read'] } },
+  },
+};
+const staticTokens: TokenAuthenticator = {
+  authenticate: (token) => Promise.resolve(TOKENS[token] ?? { ok: false, reason: 'unknown static token' }),
+};
+/** alice may impersonate bob and the group ops; nothing else. */
+const reviewer: Reviewer = {
+  tokenReview: () => Promise.resolve({ authenticated: false }),
+  allowed: (q: AccessQuestion) =>
+    Promise.resolve(
+      q.user === 'alice' &&
+        ((q.resource === 'users' && q.name === 'bob') || (q.resource === 'groups' && q.name === 'ops')),
+    ),
+};
+
+let upstream: Server;
+let upstreamMode: 'ok' | 'hang' = 'ok';
+const seen: IncomingHttpHeaders[] = [];
+let upstreamCA: CertificateAuthority;
+let proxyCA: CertificateAuthority;
+let server: ProxyServer;
+let port: number;
+let metrics: ProxyMetrics;
+let logText = '';
+
+function call(path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  return new Promise((done, fail) => {
+    const req = request({ host: '127.0.0.1', port, path, ca: proxyCA.certPem, headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => done({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', fail);
+    req.end();
+  });
+}
+
+beforeAll(async () => {
+  upstreamCA = await newCA('upstream');
+  const upstreamCert = await issueCert(upstreamCA, {
+    commonName: 'api',
+    hosts: ['127.0.0.1'],
+    usage: 'server',
+  });
+  upstream = createServer({ cert: upstreamCert.certPem, key: upstreamCert.keyPem }, (req, res) => {
+    seen.push(req.headers);
+    if (upstreamMode === 'hang') return;
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"kind":"NamespaceList","items":[]}');
+  });
+  await new Promise<void>((done) => upstream.listen(0, '127.0.0.1', done));
+
+  proxyCA = await newCA('proxy-ca');
+  const serving = await issueCert(proxyCA, {
+    commonName: 'proxy-serving',
+    hosts: ['127.0.0.1'],
+    usage: 'server',
+  });
+  const cache = new AuthenticatorCache();
+  cache.set('WebhookAuthenticator', 'static', staticTokens);
+  metrics = newProxyMetrics();
+  const log = newLogger({
+    level: 'info',
+    destination: new Writable({
+      write(chunk: Buffer, _enc, next) {
+        logText += chunk.toString();
+        next();
+      },
+    }),
+  });
+  const forwarder = newForwarder({
+    url: new URL(`https://127.0.0.1:${(upstream.address() as AddressInfo).port}`),
+    credentials: { caPem: upstreamCA.certPem, token: () => 'forwarding-identity-token' },
+    shortRequestTimeoutMs: 300,
+  });
+  const handler = newProxyHandler({
+    groups: apiGroups(),
+    authenticator: newRequestAuthenticator(cache, reviewer),
+    cache,
+    reviewer,
+    forwarder,
+    signer: newClientCertSigner(() => undefined),
+    metrics,
+    log,
+    ready: () => true,
+  });
+  server = newProxyServer(
+    { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
+    handler.request,
+    handler.upgrade,
+  );
+  port = await server.listen(0, '127.0.0.1');
+});
+
+afterEach(() => {
+  seen.length = 0;
+  upstreamMode = 'ok';
+});
+
+afterAll(async () => {
+  await server.close();
+  upstream.closeAllConnections();
+  await new Promise((done) => upstream.close(done));
+});
+
+describe('what reaches the API server', () => {
+  it('replaces the caller’s credentials and forwarding headers with the proxy’s impersonation', async () => {
+    const answer = await call('/api/v1/namespaces', {
+      authorization: 'Bearer alice-token',
+      'x-forwarded-for': '6.6.6.6',
+      'x-forwarded-proto': 'http',
+      'x-remote-user': 'system:admin',
+      'x-remote-group': 'system:masters',
+      forwarded: 'for=6.6.6.6',
+      'proxy-authorization': 'Basic eDp5',
+      accept: 'application/json',
+    });
+    expect(answer.status).toBe(200);
+    expect(seen).toHaveLength(1);
+    const headers = seen[0]!;
+    expect(headers['authorization']).toBe('Bearer forwarding-identity-token');
+    expect(headers['impersonate-user']).toBe('alice');
+    expect(headers['impersonate-group']).toBe('dev, system:authenticated');
+    expect(headers['impersonate-extra-scopes']).toBe('read');
+    expect(headers['accept']).toBe('application/json');
+    for (const name of [
+      'x-forwarded-for',
+      'x-forwarded-proto',
+      'x-remote-user',
+      'x-remote-group',
+      'forwarded',
+      'proxy-authorization',
+    ]) {
+      expect(headers[name]).toBeUndefined();
+    }
+    expect(JSON.stringify(headers)).not.toContain('alice-token');
+  });
+
+  it('drops impersonation headers the caller may not send, refusing the request', async () => {
+    const answer = await call('/api/v1/namespaces', {
+      authorization: 'Bearer alice-token',
+      'impersonate-user': 'root',
+    });
+    expect(answer.status).toBe(403);
+    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 403, reason: 'Forbidden' });
+    expect(JSON.parse(answer.body).message).toContain(
+      'users "root" is forbidden: User "alice" cannot impersonate',
+    );
+    expect(seen).toHaveLength(0);
+  });
+
+  it('forwards allowed nested impersonation with the original user as an extra', async () => {
+    const answer = await call('/api/v1/namespaces', {
+      authorization: 'Bearer alice-token',
+      'impersonate-user': 'bob',
+      'impersonate-group': 'ops',
+    });
+    expect(answer.status).toBe(200);
+    const headers = seen[0]!;
+    expect(headers['impersonate-user']).toBe('bob');
+    expect(headers['impersonate-group']).toBe('ops, system:authenticated');
+    const original =
+      headers['impersonate-extra-original-user-info.impersonation-proxy.concierge.sealion.dev'];
+    expect(JSON.parse(original as string)).toEqual({
+      username: 'alice',
+      groups: ['dev'],
+      extra: { scopes: ['read'] },
+    });
+    expect(headers['authorization']).toBe('Bearer forwarding-identity-token');
+  });
+
+  it('forwards nothing for an unauthenticated caller', async () => {
+    const answer = await call('/api/v1/namespaces', {
+      authorization: 'Bearer nobody',
+      'impersonate-user': 'bob',
+    });
+    expect(answer.status).toBe(401);
+    expect(seen).toHaveLength(0);
+  });
+});
+
+describe('failures and observability', () => {
+  it('answers 504 with a Status when the API server does not answer a short request in time', async () => {
+    upstreamMode = 'hang';
+    const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token' });
+    expect(answer.status).toBe(504);
+    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 504 });
+  });
+
+  it('does not time out a watch', async () => {
+    upstreamMode = 'hang';
+    const pending = call('/api/v1/namespaces?watch=true', { authorization: 'Bearer alice-token' });
+    const outcome = await Promise.race([
+      pending.then(() => 'answered'),
+      new Promise((r) => setTimeout(() => r('still open'), 800)),
+    ]);
+    expect(outcome).toBe('still open');
+    upstream.closeAllConnections();
+    await pending.catch(() => undefined);
+  });
+
+  it('logs one line per request with user, verb, path, code and duration, and never a token', async () => {
+    logText = '';
+    await call('/api/v1/namespaces/default/pods?labelSelector=a', { authorization: 'Bearer alice-token' });
+    await call('/api/v1/namespaces', { authorization: 'Bearer not-a-valid-token-secret' });
+    const lines = logText
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const requests = lines.filter((l) => l['msg'] === 'request');
+    expect(requests).toHaveLength(2);
+    expect(requests[0]).toMatchObject({
+      user: 'alice',
+      verb: 'get',
+      path: '/api/v1/namespaces/default/pods',
+      code: 200,
+    });
+    expect(typeof requests[0]!['ms']).toBe('number');
+    expect(requests[1]).toMatchObject({ user: 'anonymous', code: 401 });
+    expect(logText).not.toContain('alice-token');
+    expect(logText).not.toContain('not-a-valid-token-secret');
+    expect(logText).not.toContain('forwarding-identity-token');
+  });
+
+  it('counts requests, latency and upstream errors', async () => {
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/sealion_proxy_requests_total\{verb="get",code="200"\} \d+/);
+    expect(text).toMatch(/sealion_proxy_upstream_errors_total\{code="504"\} 1/);
+    expect(text).toMatch(/sealion_proxy_request_duration_seconds_count\{verb="get"\} \d+/);
+    expect(text).toContain('sealion_proxy_inflight_requests');
+  });
+
+  it('answers 502 with a Status when the API server is gone', async () => {
+    upstream.closeAllConnections();
+    await new Promise((done) => upstream.close(done));
+    const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token' });
+    expect(answer.status).toBe(502);
+    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 502, reason: 'BadGateway' });
+    await new Promise<void>((done) => upstream.listen(0, '127.0.0.1', done));
+  });
+});
