@@ -168,7 +168,7 @@ describe('what reaches the API server', () => {
     });
     expect(answer.status).toBe(403);
     expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 403, reason: 'Forbidden' });
-    expect(JSON.parse(answer.body).message).toContain(
+    expect((JSON.parse(answer.body) as { message: string }).message).toContain(
       'users "root" is forbidden: User "alice" cannot impersonate',
     );
     expect(seen).toHaveLength(0);
