@@ -1,6 +1,7 @@
 // The `sealion` command: one binary, one subcommand per job.
 import { Command } from 'commander';
 import { devUp } from './dev-up.ts';
+import { conciergeCommand } from './concierge.ts';
 import { manifestsCommand } from './manifests/command.ts';
 
 const program = new Command('sealion')
@@ -15,6 +16,7 @@ dev
   .action(devUp);
 
 program.addCommand(manifestsCommand());
+program.addCommand(conciergeCommand());
 
 try {
   await program.parseAsync(process.argv);

@@ -1,0 +1,55 @@
+// `sealion concierge`: runs the concierge (what the Deployment's container runs).
+import { Command } from 'commander';
+import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
+import { runConcierge, type ConciergeFlags } from '../concierge/main.ts';
+import { IMPERSONATOR_SERVICE_ACCOUNT, PROXY_PORT } from './manifests/install.ts';
+
+export function conciergeCommand(): Command {
+  return new Command('concierge')
+    .description('run the concierge: authenticator controllers and the impersonation proxy')
+    .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
+    .option('--listen <host:port>', 'impersonation proxy listener', `0.0.0.0:${PROXY_PORT}`)
+    .option('--metrics-listen <host:port>', 'plain-HTTP /metrics listener (off when empty)', '')
+    .option('--kubeconfig <path>', "the concierge's own identity (default: in-cluster)", '')
+    .option(
+      '--upstream-kubeconfig <path>',
+      'identity requests are forwarded with (default: TokenRequest tokens, in cluster)',
+      '',
+    )
+    .option(
+      '--impersonator-service-account <name>',
+      'service account whose tokens forward requests, in cluster',
+      IMPERSONATOR_SERVICE_ACCOUNT,
+    )
+    .option('--tls-cert-file <path>', 'serving certificate (PEM); reloaded when it changes', '')
+    .option('--tls-key-file <path>', 'serving key (PEM)', '')
+    .option(
+      '--client-ca-file <path>',
+      'extra CA trusted for client certificates (repeatable)',
+      (v: string, all: string[]) => [...all, v],
+      [] as string[],
+    )
+    .option('--signer-cert-file <path>', 'CA that signs TokenCredentialRequest certificates (PEM)', '')
+    .option('--signer-key-file <path>', 'its key (PEM)', '')
+    .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
+    .option(
+      '--config-map <name>',
+      'ConfigMap with config.yaml (read by the controllers)',
+      'sealion-concierge-config',
+    )
+    .addHelpText(
+      'after',
+      `
+Examples:
+  sealion concierge                                   # in a cluster, as the Deployment runs it
+  sealion concierge --kubeconfig admin.kubeconfig --upstream-kubeconfig impersonator.kubeconfig \\
+    --listen 127.0.0.1:8443 --tls-cert-file tls.crt --tls-key-file tls.key \\
+    --signer-cert-file signer.crt --signer-key-file signer.key`,
+    )
+    .action(async (flags: ConciergeFlags & { clientCaFile: string[] }) => {
+      const stop = await runConcierge({ ...flags, clientCAFiles: flags.clientCaFile });
+      const shutdown = (): void => void stop().then(() => process.exit(0));
+      process.once('SIGINT', shutdown);
+      process.once('SIGTERM', shutdown);
+    });
+}

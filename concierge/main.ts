@@ -1,0 +1,177 @@
+// The concierge's composition root: reads flags and environment, builds the Kubernetes clients, the forwarding
+// credentials and the TLS material, and starts everything. Nothing else in concierge/ reads process.env.
+import { readFileSync } from 'node:fs';
+import {
+  clusterAccess,
+  loadKubeConfig,
+  newKubeClients,
+  requestServiceAccountToken,
+  type KubeClients,
+} from '../lib/kube.ts';
+import { newLogger, type Logger } from '../lib/log.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { startConcierge } from './concierge.ts';
+import type { UpstreamCredentials, Upstream } from './proxy/forward.ts';
+import type { ProxyTLS } from './proxy/server.ts';
+
+export interface ConciergeFlags {
+  groupSuffix: string;
+  /** host:port of the proxy. */
+  listen: string;
+  /** host:port of /metrics; empty: off. */
+  metricsListen: string;
+  /** Kubeconfig of the concierge's own identity; empty: in-cluster. */
+  kubeconfig: string;
+  /** Kubeconfig of the forwarding identity; empty: TokenRequest tokens for impersonatorServiceAccount. */
+  upstreamKubeconfig: string;
+  impersonatorServiceAccount: string;
+  tlsCertFile: string;
+  tlsKeyFile: string;
+  clientCAFiles: string[];
+  signerCertFile: string;
+  signerKeyFile: string;
+  logLevel: string;
+}
+
+/** Forwarding tokens live an hour and are renewed at 80% of that, so a failed renewal has minutes to recover. */
+const FORWARDING_TOKEN_SECONDS = 3600;
+const FORWARDING_TOKEN_RENEW_AT = 0.8;
+/** How often TLS files are checked for changes (certificates rotate on the scale of hours). */
+const TLS_FILE_POLL_MS = 10_000;
+
+function hostPort(value: string): { host: string; port: number } {
+  const i = value.lastIndexOf(':');
+  const port = Number(value.slice(i + 1));
+  if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535)
+    throw new Error(`${JSON.stringify(value)} is not host:port`);
+  return { host: value.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
+}
+
+/** Keeps a TokenRequest token for the forwarding service account fresh. */
+function forwardingTokens(
+  clients: KubeClients,
+  namespace: string,
+  serviceAccount: string,
+  log: Logger,
+): { token: () => string | undefined; ready: Promise<void>; stop: () => void } {
+  let token: string | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  const renew = async (): Promise<void> => {
+    try {
+      const answer = await requestServiceAccountToken(
+        clients,
+        namespace,
+        serviceAccount,
+        FORWARDING_TOKEN_SECONDS,
+      );
+      token = answer.token;
+      const lifetime = answer.expiresAt.getTime() - Date.now();
+      timer = setTimeout(() => void renew(), Math.max(10_000, lifetime * FORWARDING_TOKEN_RENEW_AT));
+      log.info(
+        { serviceAccount: `${namespace}/${serviceAccount}`, expires: answer.expiresAt.toISOString() },
+        'forwarding token renewed',
+      );
+    } catch (err) {
+      log.error({ err: (err as Error).message }, 'forwarding token renewal failed; retrying in 10 s');
+      timer = setTimeout(() => void renew(), 10_000);
+    }
+  };
+  return { token: () => token, ready: renew(), stop: () => clearTimeout(timer) };
+}
+
+async function loadTLS(
+  flags: ConciergeFlags,
+  log: Logger,
+): Promise<{ tls: ProxyTLS; signer: CertificateAuthority }> {
+  if (flags.tlsCertFile && flags.signerCertFile) {
+    const signer = await loadCA(
+      readFileSync(flags.signerCertFile, 'utf8'),
+      readFileSync(flags.signerKeyFile, 'utf8'),
+    );
+    return {
+      signer,
+      tls: {
+        certPem: readFileSync(flags.tlsCertFile, 'utf8'),
+        keyPem: readFileSync(flags.tlsKeyFile, 'utf8'),
+        clientCAPems: [signer.certPem, ...flags.clientCAFiles.map((f) => readFileSync(f, 'utf8'))],
+      },
+    };
+  }
+  log.warn('no TLS files given: serving with a throwaway self-signed CA; clients cannot verify the proxy');
+  const ca = await newCA('sealion-throwaway-serving-ca');
+  const signer = await newCA('sealion-throwaway-signer-ca');
+  const serving = await issueCert(ca, {
+    commonName: 'sealion-proxy',
+    hosts: ['localhost', '127.0.0.1'],
+    usage: 'server',
+  });
+  return {
+    signer,
+    tls: { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [signer.certPem] },
+  };
+}
+
+export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise<void>> {
+  const log = newLogger({ level: flags.logLevel });
+  const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
+  const clients = newKubeClients(source);
+  const stops: (() => void)[] = [];
+  let credentials: UpstreamCredentials;
+  let server: URL;
+  if (flags.upstreamKubeconfig) {
+    const access = clusterAccess(loadKubeConfig({ path: flags.upstreamKubeconfig }));
+    server = access.server;
+    credentials = {
+      ...(access.caPem ? { caPem: access.caPem } : {}),
+      ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
+      ...(access.token ? { token: () => access.token } : {}),
+    };
+  } else {
+    const namespace = process.env['POD_NAMESPACE'];
+    if (!namespace)
+      throw new Error(
+        'POD_NAMESPACE is not set; in a cluster the Deployment sets it, elsewhere pass --upstream-kubeconfig',
+      );
+    const access = clusterAccess(clients.config);
+    server = access.server;
+    const tokens = forwardingTokens(clients, namespace, flags.impersonatorServiceAccount, log);
+    await tokens.ready;
+    stops.push(tokens.stop);
+    credentials = { ...(access.caPem ? { caPem: access.caPem } : {}), token: tokens.token };
+  }
+  const upstream: Upstream = { url: server, credentials };
+  const { tls, signer } = await loadTLS(flags, log);
+  const listen = hostPort(flags.listen);
+  const concierge = await startConcierge({
+    clients,
+    upstream,
+    groupSuffix: flags.groupSuffix,
+    host: listen.host,
+    port: listen.port,
+    tls,
+    signer,
+    ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
+    log,
+  });
+  if (flags.tlsCertFile && flags.signerCertFile) {
+    // Certificates rotate underneath us (a mounted Secret, cert-manager): pick up changes without a restart.
+    let last = JSON.stringify(tls);
+    const poll = setInterval(() => {
+      loadTLS(flags, log).then(
+        (next) => {
+          const text = JSON.stringify(next.tls);
+          if (text === last) return;
+          last = text;
+          concierge.updateTLS(next.tls, next.signer);
+        },
+        (err: unknown) =>
+          log.error({ err: (err as Error).message }, 'reloading TLS files failed; keeping the current ones'),
+      );
+    }, TLS_FILE_POLL_MS);
+    stops.push(() => clearInterval(poll));
+  }
+  return async () => {
+    for (const stop of stops) stop();
+    await concierge.stop();
+  };
+}
