@@ -1,7 +1,8 @@
 // `npm run bench -- <suite>`: benchmarks that put Sealion next to its baselines in one run.
 import { benchAuth } from './auth.ts';
+import { benchProxy } from './proxy.ts';
 
-const suites: Record<string, () => Promise<void>> = { auth: benchAuth };
+const suites: Record<string, () => Promise<void>> = { auth: benchAuth, proxy: benchProxy };
 const wanted = process.argv.slice(2);
 const unknown = wanted.filter((s) => !(s in suites));
 if (unknown.length > 0) {

@@ -98,11 +98,22 @@ export function newForwarder(upstream: Upstream): Forwarder {
       plugins: [proxyEventsPlugin],
       on: {
         proxyReq(proxyReq, req) {
+          // No Nagle delay towards the API server either: request heads and small bodies leave at once.
+          proxyReq.setNoDelay(true);
           const plan = (req as unknown as Planned)[PLAN];
           if (plan && !plan.longRunning) {
             proxyReq.setTimeout(upstream.shortRequestTimeoutMs ?? SHORT_REQUEST_TIMEOUT_MS, () =>
               proxyReq.destroy(new TimeoutError('upstream timeout')),
             );
+          }
+        },
+        proxyRes(_proxyRes, req, res) {
+          // A watch with no events yet has no body to write, and headers wait for the first write: send them now,
+          // as the API server did, so clients see the watch established.
+          if ((req as unknown as Planned)[PLAN]?.longRunning) {
+            setImmediate(() => {
+              if (!res.headersSent && !res.destroyed) res.flushHeaders();
+            });
           }
         },
         error(err, _req, res) {

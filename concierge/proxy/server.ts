@@ -109,6 +109,8 @@ export function newProxyServer(
   server.on('tlsClientError', (err) => onTLSError?.(err));
   const sockets = new Set<Socket>();
   server.on('connection', (socket: Socket) => {
+    // Small writes (a response's head, one watch event) must leave at once, not wait for Nagle's delayed ACK.
+    socket.setNoDelay(true);
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
   });

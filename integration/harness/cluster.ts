@@ -216,6 +216,27 @@ async function stopProcesses(children: ChildProcess[]): Promise<void> {
   );
 }
 
+/** Runs the real kubectl with a kubeconfig. Never throws on exit codes. */
+export function runKubectl(
+  kubectl: string,
+  kubeconfig: string,
+  args: string[],
+  input?: string,
+): Promise<KubectlResult> {
+  return new Promise((done) => {
+    const child = execFile(
+      kubectl,
+      [`--kubeconfig=${kubeconfig}`, ...args],
+      { maxBuffer: 64 * 1024 * 1024 },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+        done({ code, stdout, stderr });
+      },
+    );
+    if (input !== undefined) child.stdin?.end(input);
+  });
+}
+
 /** Starts one independent cluster. Call `stop()` when done; process exit also cleans up. */
 export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> {
   const name = opts.name ?? 'sealion';
@@ -358,20 +379,8 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
         const file = `user-${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`;
         return write(file, kubeconfigYaml(name, url, ca.certPem, user, cert.certPem, cert.keyPem));
       },
-      kubectl(args, kubectlOpts = {}) {
-        return new Promise((done) => {
-          const child = execFile(
-            binaries.kubectl,
-            [`--kubeconfig=${kubectlOpts.kubeconfig ?? kubeconfigPath}`, ...args],
-            { maxBuffer: 64 * 1024 * 1024 },
-            (err, stdout, stderr) => {
-              const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-              done({ code, stdout, stderr });
-            },
-          );
-          if (kubectlOpts.input !== undefined) child.stdin?.end(kubectlOpts.input);
-        });
-      },
+      kubectl: (args, kubectlOpts = {}) =>
+        runKubectl(binaries.kubectl, kubectlOpts.kubeconfig ?? kubeconfigPath, args, kubectlOpts.input),
       stop,
     };
     return cluster;

@@ -24,8 +24,11 @@ export interface LocalConcierge {
 export const FORWARDING_USER = 'sealion-impersonator';
 
 /** Installs the CRDs and the forwarding identity's RBAC, then starts a concierge on a free loopback port. */
+/** What the concierge harness needs of a cluster. */
+export type ClusterForConcierge = Pick<Cluster, 'url' | 'kubeconfigPath' | 'ca' | 'kubectl'>;
+
 export async function startLocalConcierge(
-  cluster: Cluster,
+  cluster: ClusterForConcierge,
   opts: { log?: Logger; port?: number; metrics?: boolean } = {},
 ): Promise<LocalConcierge> {
   const crds = await cluster.kubectl(['apply', '-k', join(REPO_ROOT, 'config/crds')]);

@@ -1,0 +1,24 @@
+// Runs a concierge in its own process for the proxy benchmark, so the load generator does not share its event
+// loop. Arguments: the harness cluster's folder, its URL, the kubectl binary. Prints one JSON line
+// {url, servingCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { loadCA } from '../lib/pki.ts';
+import { runKubectl } from '../integration/harness/cluster.ts';
+import { startLocalConcierge } from '../integration/harness/concierge.ts';
+
+const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
+const kubeconfigPath = join(dir, 'admin.kubeconfig');
+const proxy = await startLocalConcierge({
+  url,
+  kubeconfigPath,
+  ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
+  kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts.input),
+});
+console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
+createInterface({ input: process.stdin }).on('line', (line) => {
+  if (line !== 'mem') return;
+  globalThis.gc?.();
+  console.log(JSON.stringify(process.memoryUsage()));
+});
