@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster } from '../integration/harness/cluster.ts';
+import { applyJWTAuthenticator } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { measure, saveResults, type Measurement } from './measure.ts';
@@ -95,18 +96,7 @@ export async function benchProxy(): Promise<void> {
       };
     };
 
-    await cluster.kubectl(['apply', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: 'authentication.concierge.sealion.dev/v1alpha1',
-        kind: 'JWTAuthenticator',
-        metadata: { name: 'bench' },
-        spec: {
-          issuer: issuer.url,
-          audience: 'sealion-bench',
-          tls: { certificateAuthorityData: issuer.caData },
-        },
-      }),
-    });
+    await applyJWTAuthenticator(cluster, 'bench', issuer, 'sealion-bench');
     await cluster.kubectl(['create', 'namespace', 'bench']);
     await cluster.kubectl([
       'create',

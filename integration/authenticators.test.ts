@@ -1,13 +1,12 @@
 // Both authenticator kinds on a real API server: statuses that follow reality, and tokens from real issuers.
 // The webhook is the real kube-apiserver's own TokenReview API; the JWT issuer is the local HTTPS issuer.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { join } from 'node:path';
 import { startAuthenticators, type Authenticators } from '../concierge/authenticators.ts';
 import { newKubeClients } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newCA } from '../lib/pki.ts';
-import { REPO_ROOT } from './harness/build.ts';
 import { startCluster, type Cluster } from './harness/cluster.ts';
+import { installCRDs } from './harness/concierge.ts';
 import { eventually } from './harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 
@@ -53,15 +52,7 @@ describe('authenticators on a real API server', () => {
 
   beforeAll(async () => {
     cluster = await startCluster({ name: 'authn', controllerManager: false });
-    const crds = await cluster.kubectl(['apply', '-k', join(REPO_ROOT, 'config/crds')]);
-    expect(crds.code).toBe(0);
-    await cluster.kubectl([
-      'wait',
-      '--for=condition=Established',
-      'crd',
-      '-l',
-      'app.kubernetes.io/part-of=sealion',
-    ]);
+    await installCRDs(cluster);
     issuer = await startOIDCIssuer({ audience: 'sealion-demo' });
     otherCA = Buffer.from((await newCA('unrelated')).certPem).toString('base64');
     authenticators = await startAuthenticators(

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { startCluster, type Cluster } from './harness/cluster.ts';
-import { startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
+import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
 import { eventually } from './harness/eventually.ts';
 import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
@@ -78,18 +78,7 @@ describe('the impersonation proxy against a real API server', () => {
     cluster = await startCluster({ name: 'proxy' });
     issuer = await startOIDCIssuer({ audience: 'sealion-demo' });
     proxy = await startLocalConcierge(cluster);
-    await cluster.kubectl(['apply', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: `${GROUP}/v1alpha1`,
-        kind: 'JWTAuthenticator',
-        metadata: { name: 'demo' },
-        spec: {
-          issuer: issuer.url,
-          audience: 'sealion-demo',
-          tls: { certificateAuthorityData: issuer.caData },
-        },
-      }),
-    });
+    await applyJWTAuthenticator(cluster, 'demo', issuer, 'sealion-demo');
     await eventually(async () => {
       const phase = await cluster.kubectl([
         'get',

@@ -24,6 +24,40 @@ export interface LocalConcierge {
 export const FORWARDING_USER = 'sealion-impersonator';
 
 /** Installs the CRDs and the forwarding identity's RBAC, then starts a concierge on a free loopback port. */
+/** Applies Sealion's CRDs and waits until the API server serves them. */
+export async function installCRDs(cluster: Pick<Cluster, 'kubectl'>): Promise<void> {
+  const crds = await cluster.kubectl(['apply', '-k', join(REPO_ROOT, 'config/crds')]);
+  if (crds.code !== 0) throw new Error(`applying CRDs: ${crds.stderr}`);
+  const wait = [
+    'wait',
+    '--for=condition=Established',
+    '--timeout=60s',
+    'crd',
+    '-l',
+    'app.kubernetes.io/part-of=sealion',
+  ];
+  const established = await cluster.kubectl(wait);
+  if (established.code !== 0) throw new Error(`waiting for CRDs: ${established.stderr}`);
+}
+
+/** Creates (or updates) a JWTAuthenticator trusting a local issuer. */
+export async function applyJWTAuthenticator(
+  cluster: Pick<Cluster, 'kubectl'>,
+  name: string,
+  issuer: { url: string; caData: string },
+  audience: string,
+): Promise<void> {
+  const applied = await cluster.kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'authentication.concierge.sealion.dev/v1alpha1',
+      kind: 'JWTAuthenticator',
+      metadata: { name },
+      spec: { issuer: issuer.url, audience, tls: { certificateAuthorityData: issuer.caData } },
+    }),
+  });
+  if (applied.code !== 0) throw new Error(`applying JWTAuthenticator ${name}: ${applied.stderr}`);
+}
+
 /** What the concierge harness needs of a cluster. */
 export type ClusterForConcierge = Pick<Cluster, 'url' | 'kubeconfigPath' | 'ca' | 'kubectl'>;
 
@@ -31,16 +65,7 @@ export async function startLocalConcierge(
   cluster: ClusterForConcierge,
   opts: { log?: Logger; port?: number; metrics?: boolean } = {},
 ): Promise<LocalConcierge> {
-  const crds = await cluster.kubectl(['apply', '-k', join(REPO_ROOT, 'config/crds')]);
-  if (crds.code !== 0) throw new Error(`applying CRDs: ${crds.stderr}`);
-  await cluster.kubectl([
-    'wait',
-    '--for=condition=Established',
-    '--timeout=60s',
-    'crd',
-    '-l',
-    'app.kubernetes.io/part-of=sealion',
-  ]);
+  await installCRDs(cluster);
   // The forwarding identity may impersonate and nothing else, as in the install manifests.
   const rbac = await cluster.kubectl(['apply', '-f', '-'], {
     input: JSON.stringify({
