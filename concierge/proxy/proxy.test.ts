@@ -5,6 +5,8 @@ import { createServer, request, type Server } from 'node:https';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
+import { connect as tlsConnect } from 'node:tls';
+import { X509Certificate } from 'node:crypto';
 import { apiGroups } from '../../apis/groups.ts';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
@@ -262,5 +264,32 @@ describe('failures and observability', () => {
     expect(answer.status).toBe(502);
     expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 502, reason: 'BadGateway' });
     await new Promise<void>((done) => upstream.listen(0, '127.0.0.1', done));
+  });
+});
+
+describe('TLS material', () => {
+  it('swaps the serving certificate without a restart', async () => {
+    const fingerprintSeen = (): Promise<string> =>
+      new Promise((done, fail) => {
+        const socket = tlsConnect(
+          { host: '127.0.0.1', port, servername: 'localhost', rejectUnauthorized: false },
+          () => {
+            done(socket.getPeerCertificate().fingerprint256);
+            socket.end();
+          },
+        );
+        socket.on('error', fail);
+      });
+    const before = await fingerprintSeen();
+    const nextCA = await newCA('proxy-ca-2');
+    const next = await issueCert(nextCA, {
+      commonName: 'proxy-serving-2',
+      hosts: ['127.0.0.1'],
+      usage: 'server',
+    });
+    server.updateTLS({ certPem: next.certPem, keyPem: next.keyPem, clientCAPems: [] });
+    const after = await fingerprintSeen();
+    expect(after).not.toBe(before);
+    expect(after).toBe(new X509Certificate(next.certPem).fingerprint256);
   });
 });
