@@ -2,14 +2,14 @@
 // one run: direct (admin certificate), `kubectl proxy` (the peer), Sealion with a JWT bearer token, and Sealion
 // with a TokenCredentialRequest certificate. Then the proxy's memory while holding 1,000 idle watches.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { Agent as HttpAgent, request as httpRequest } from 'node:http';
+import { Agent as HttpAgent, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { connect as http2Connect } from 'node:http2';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster } from '../integration/harness/cluster.ts';
-import { applyJWTAuthenticator } from '../integration/harness/concierge.ts';
+import { applyJWTAuthenticator, FORWARDING_USER } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { measure, saveResults, type Measurement } from './measure.ts';
@@ -27,7 +27,7 @@ function fetcher(
   name: string,
   base: string,
   agent: HttpAgent | HttpsAgent,
-  headers: Record<string, string> = {},
+  headers: OutgoingHttpHeaders = {},
 ): Target {
   const url = new URL(base);
   const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
@@ -128,6 +128,7 @@ export async function benchProxy(): Promise<void> {
       organizations: ['system:masters'],
       usage: 'client',
     });
+    const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
     const proxyAgent = (extra: object = {}): HttpsAgent =>
       new HttpsAgent({ keepAlive: true, maxSockets: 64, ca: servingCA, ...extra });
     const targets: Target[] = [
@@ -141,6 +142,20 @@ export async function benchProxy(): Promise<void> {
           cert: admin.certPem,
           key: admin.keyPem,
         }),
+      ),
+      // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
+      // a direct client that sends the same Impersonate-* headers Sealion sends.
+      fetcher(
+        'direct impersonating',
+        cluster.url,
+        new HttpsAgent({
+          keepAlive: true,
+          maxSockets: 64,
+          ca: cluster.ca.certPem,
+          cert: forwarding.certPem,
+          key: forwarding.keyPem,
+        }),
+        { 'impersonate-user': 'bench-user', 'impersonate-group': ['bench', 'system:authenticated'] },
       ),
       fetcher('kubectl proxy', kubectlProxyURL, new HttpAgent({ keepAlive: true, maxSockets: 64 })),
       fetcher('sealion (JWT)', proxyURL, proxyAgent(), { authorization: `Bearer ${token}` }),
