@@ -71,6 +71,8 @@ export async function benchProxy(): Promise<void> {
       process.execPath,
       [
         '--expose-gc',
+        // BENCH_PROFILE_DIR=dir writes a CPU profile of the concierge there, for chrome://inspect or speedscope.
+        ...(process.env['BENCH_PROFILE_DIR'] ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BENCH_PROFILE_DIR']}`] : []),
         fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
         cluster.dir,
         cluster.url,

@@ -29,18 +29,27 @@ function tlsSocketOf(req: Request): TLSSocket | undefined {
   return socket && typeof socket.getPeerCertificate === 'function' ? socket : undefined;
 }
 
+/** Per connection, the user its verified certificate names (null: none). getPeerCertificate is costly per request. */
+const certificateUsers = new WeakMap<TLSSocket, UserInfo | null>();
+
 /** The user named by a verified client certificate: CN is the username, each O a group. */
 export function certificateUser(req: Request): UserInfo | undefined {
   const socket = tlsSocketOf(req);
   if (!socket?.authorized) return undefined;
+  // An HTTP/2 request's socket is a proxy object per request; the session's socket is the stable key.
+  const key = ((req as { stream?: { session?: { socket?: TLSSocket } } }).stream?.session?.socket ??
+    socket) as TLSSocket;
+  const known = certificateUsers.get(key);
+  if (known !== undefined) return known ?? undefined;
   const cert = socket.getPeerCertificate();
-  if (!cert?.subject) return undefined;
-  const cn = cert.subject.CN;
-  const o = cert.subject.O;
+  const cn = cert?.subject?.CN;
+  const o = cert?.subject?.O;
   const username = Array.isArray(cn) ? cn[0] : cn;
-  if (!username) return undefined;
-  const groups = o === undefined ? [] : Array.isArray(o) ? o : [o];
-  return { username, groups, extra: {} };
+  const user = username
+    ? { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} }
+    : null;
+  certificateUsers.set(key, user);
+  return user ?? undefined;
 }
 
 /** The bearer token of a request, if it carries exactly one. */

@@ -2,6 +2,7 @@
 // ways (watch events reach the client as the API server writes them), upgrades (exec, attach, port-forward;
 // SPDY or WebSocket) piped through, short requests bounded by a deadline and long-running ones not.
 import { Agent } from 'node:https';
+import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, ServerResponse, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
@@ -65,16 +66,24 @@ export interface Forwarder {
 }
 
 export function newForwarder(upstream: Upstream): Forwarder {
+  // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
   const ca = upstream.credentials.caPem ? { ca: upstream.credentials.caPem } : {};
+  const identity = upstream.credentials.certPem
+    ? { cert: upstream.credentials.certPem, key: upstream.credentials.keyPem }
+    : {};
   const withIdentity = new Agent({
     keepAlive: true,
     maxFreeSockets: MAX_FREE_SOCKETS,
     ...ca,
-    ...(upstream.credentials.certPem
-      ? { cert: upstream.credentials.certPem, key: upstream.credentials.keyPem }
-      : {}),
+    ...identity,
+    secureContext: createSecureContext({ ...ca, ...identity }),
   });
-  const anonymous = new Agent({ keepAlive: true, maxFreeSockets: MAX_FREE_SOCKETS, ...ca });
+  const anonymous = new Agent({
+    keepAlive: true,
+    maxFreeSockets: MAX_FREE_SOCKETS,
+    ...ca,
+    secureContext: createSecureContext(ca),
+  });
 
   const applyPlan = (req: Planned, plan: ForwardPlan): void => {
     req[PLAN] = plan;
