@@ -38,7 +38,7 @@ export function certificateUser(req: Request): UserInfo | undefined {
   if (!socket?.authorized) return undefined;
   // An HTTP/2 request's socket is a proxy object per request; the session's socket is the stable key.
   const key = ((req as { stream?: { session?: { socket?: TLSSocket } } }).stream?.session?.socket ??
-    socket) as TLSSocket;
+    socket);
   const known = certificateUsers.get(key);
   if (known !== undefined) return known ?? undefined;
   const cert = socket.getPeerCertificate();
