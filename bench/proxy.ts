@@ -72,7 +72,9 @@ export async function benchProxy(): Promise<void> {
       [
         '--expose-gc',
         // BENCH_PROFILE_DIR=dir writes a CPU profile of the concierge there, for chrome://inspect or speedscope.
-        ...(process.env['BENCH_PROFILE_DIR'] ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BENCH_PROFILE_DIR']}`] : []),
+        ...(process.env['BENCH_PROFILE_DIR']
+          ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BENCH_PROFILE_DIR']}`]
+          : []),
         fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
         cluster.dir,
         cluster.url,

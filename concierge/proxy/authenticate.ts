@@ -37,8 +37,7 @@ export function certificateUser(req: Request): UserInfo | undefined {
   const socket = tlsSocketOf(req);
   if (!socket?.authorized) return undefined;
   // An HTTP/2 request's socket is a proxy object per request; the session's socket is the stable key.
-  const key = ((req as { stream?: { session?: { socket?: TLSSocket } } }).stream?.session?.socket ??
-    socket);
+  const key = (req as { stream?: { session?: { socket?: TLSSocket } } }).stream?.session?.socket ?? socket;
   const known = certificateUsers.get(key);
   if (known !== undefined) return known ?? undefined;
   const cert = socket.getPeerCertificate();
