@@ -11,10 +11,14 @@ describe('npm run cluster', () => {
   it('prints a working kubeconfig path and leaves no process behind after Ctrl-C', async () => {
     const { kubectl } = await ensureBinaries();
     const child = spawn(process.execPath, [join(REPO_ROOT, 'integration/harness/run-cluster.ts')], {
-      stdio: ['ignore', 'pipe', 'ignore'],
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
+    let errors = '';
     child.stdout.setEncoding('utf8');
+    child.stderr.setEncoding('utf8');
+    // Read (and keep the tail of) stderr so the child never blocks on a full pipe and a failure says why.
+    child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-4000)));
     const kubeconfig = await new Promise<string>((done, fail) => {
       child.stdout.on('data', (chunk: string) => {
         output += chunk;
@@ -22,7 +26,7 @@ describe('npm run cluster', () => {
         if (match?.[1]) done(match[1]);
       });
       child.once('exit', (code) =>
-        fail(new Error(`run-cluster exited ${code} before printing a kubeconfig:\n${output}`)),
+        fail(new Error(`run-cluster exited ${code} before printing a kubeconfig:\n${output}\n${errors}`)),
       );
     });
 

@@ -238,7 +238,22 @@ export function runKubectl(
 }
 
 /** Starts one independent cluster. Call `stop()` when done; process exit also cleans up. */
+/** Start-up attempts: a free port found by listening on 0 can be taken by another process before etcd binds it. */
+const START_ATTEMPTS = 3;
+
 export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startClusterOnce(opts);
+    } catch (err) {
+      const portRace = /address already in use|bind: /i.test((err as Error).message);
+      if (!portRace || attempt >= START_ATTEMPTS) throw err;
+      opts.log?.(`cluster start-up lost a port race; retrying (${attempt}/${START_ATTEMPTS - 1})`);
+    }
+  }
+}
+
+async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
   const name = opts.name ?? 'sealion';
   const log = opts.log ?? (() => {});
   const binaries = await ensureBinaries(log);
