@@ -1,0 +1,53 @@
+// `npm start` as a person uses it: it comes up, the commands it prints work as printed, Ctrl-C removes everything.
+import { describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
+import { runKubectl } from './harness/cluster.ts';
+import { processesUsing } from './harness/processes.ts';
+
+describe('npm start (sealion dev up)', () => {
+  it('prints kubectl commands that work as printed, and leaves nothing behind after Ctrl-C', async () => {
+    const { kubectl } = await ensureBinaries();
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'cli/main.ts'), 'dev', 'up'], {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    let errors = '';
+    child.stdout.setEncoding('utf8');
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-4000)));
+    await new Promise<void>((done, fail) => {
+      child.stdout.on('data', (chunk: string) => {
+        output += chunk;
+        if (output.includes('Press Ctrl-C')) done();
+      });
+      child.once('exit', (code) => fail(new Error(`dev up exited ${code}:\n${output}\n${errors}`)));
+    });
+    const clusterDir = /--kubeconfig (\/\S+)\/admin\.kubeconfig/.exec(output)![1]!;
+    // Every printed demo command, run as printed (with the harness's kubectl), from the repository root.
+    const commands = [...output.matchAll(/^ {2}kubectl --kubeconfig (\S+) (.+?)(?:\s+# (.+))?$/gm)].map(
+      (m) => ({
+        kubeconfig: join(REPO_ROOT, m[1]!),
+        args: m[2]!.trim().split(/\s+/),
+        expect: m[3] ?? '',
+      }),
+    );
+    expect(commands.length).toBeGreaterThanOrEqual(3);
+    for (const c of commands) {
+      const result = await runKubectl(kubectl, c.kubeconfig, c.args);
+      if (c.expect.startsWith('Forbidden')) {
+        expect(result.code).not.toBe(0);
+        expect(result.stderr).toContain('is forbidden: User "demo@sealion.dev"');
+      } else {
+        expect(result).toMatchObject({ code: 0, stderr: '' });
+      }
+    }
+    expect(processesUsing(clusterDir).length).toBeGreaterThan(0);
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
+    expect(processesUsing(clusterDir)).toEqual([]);
+  }, 180_000);
+});
