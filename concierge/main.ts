@@ -112,7 +112,7 @@ async function loadTLS(
 }
 
 export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise<void>> {
-  const log = newLogger({ level: flags.logLevel });
+  const log = newLogger({ level: flags.logLevel, buffered: true });
   const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
   const clients = newKubeClients(source);
   const stops: (() => void)[] = [];
