@@ -238,7 +238,7 @@ export async function benchProxy(): Promise<void> {
       stream.on('data', () => {});
       streams.push(
         new Promise<boolean>((done) => {
-          stream.once('response', () => done(true));
+          stream.once('response', (headers) => done(headers[':status'] === 200));
           stream.once('error', () => done(false));
           setTimeout(() => done(false), 30_000).unref();
         }),
