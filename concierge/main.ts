@@ -155,13 +155,30 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
   });
   if (flags.tlsCertFile && flags.signerCertFile) {
     // Certificates rotate underneath us (a mounted Secret, cert-manager): pick up changes without a restart.
-    let last = JSON.stringify(tls);
+    // Compare the files' bytes first: parsing certificates and importing the signer key every 10 s is wasted work.
+    const files = [
+      flags.tlsCertFile,
+      flags.tlsKeyFile,
+      flags.signerCertFile,
+      flags.signerKeyFile,
+      ...flags.clientCAFiles,
+    ];
+    const snapshot = (): string => files.map((f) => readFileSync(f, 'utf8')).join('\0');
+    let last = snapshot();
     const poll = setInterval(() => {
+      let current: string;
+      try {
+        current = snapshot();
+      } catch (err) {
+        return log.error(
+          { err: (err as Error).message },
+          'reading TLS files failed; keeping the current ones',
+        );
+      }
+      if (current === last) return;
       loadTLS(flags, log).then(
         (next) => {
-          const text = JSON.stringify(next.tls);
-          if (text === last) return;
-          last = text;
+          last = current;
           concierge.updateTLS(next.tls, next.signer);
         },
         (err: unknown) =>

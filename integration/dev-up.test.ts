@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
 import { runKubectl } from './harness/cluster.ts';
-import { processesUsing } from './harness/processes.ts';
+import { processesUsing, waitForOutput } from './harness/processes.ts';
 
 describe('npm start (sealion dev up)', () => {
   it('prints kubectl commands that work as printed, and leaves nothing behind after Ctrl-C', async () => {
@@ -13,18 +13,7 @@ describe('npm start (sealion dev up)', () => {
       cwd: REPO_ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let output = '';
-    let errors = '';
-    child.stdout.setEncoding('utf8');
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-4000)));
-    await new Promise<void>((done, fail) => {
-      child.stdout.on('data', (chunk: string) => {
-        output += chunk;
-        if (output.includes('Press Ctrl-C')) done();
-      });
-      child.once('exit', (code) => fail(new Error(`dev up exited ${code}:\n${output}\n${errors}`)));
-    });
+    const { output } = await waitForOutput(child, /Press Ctrl-C/);
     const clusterDir = /--kubeconfig (\/\S+)\/admin\.kubeconfig/.exec(output)![1]!;
     // Every printed demo command, run as printed (with the harness's kubectl), from the repository root.
     const commands = [...output.matchAll(/^ {2}kubectl --kubeconfig (\S+) (.+?)(?:\s+# (.+))?$/gm)].map(

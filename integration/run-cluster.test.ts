@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
-import { processesUsing } from './harness/processes.ts';
+import { processesUsing, waitForOutput } from './harness/processes.ts';
 import { execFileSync } from 'node:child_process';
 
 describe('npm run cluster', () => {
@@ -13,22 +13,8 @@ describe('npm run cluster', () => {
     const child = spawn(process.execPath, [join(REPO_ROOT, 'integration/harness/run-cluster.ts')], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let output = '';
-    let errors = '';
-    child.stdout.setEncoding('utf8');
-    child.stderr.setEncoding('utf8');
-    // Read (and keep the tail of) stderr so the child never blocks on a full pipe and a failure says why.
-    child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-4000)));
-    const kubeconfig = await new Promise<string>((done, fail) => {
-      child.stdout.on('data', (chunk: string) => {
-        output += chunk;
-        const match = /^export KUBECONFIG=(\S+)$/m.exec(output);
-        if (match?.[1]) done(match[1]);
-      });
-      child.once('exit', (code) =>
-        fail(new Error(`run-cluster exited ${code} before printing a kubeconfig:\n${output}\n${errors}`)),
-      );
-    });
+    const { match } = await waitForOutput(child, /^export KUBECONFIG=(\S+)$/m);
+    const kubeconfig = match[1]!;
 
     const namespaces = execFileSync(kubectl, ['--kubeconfig', kubeconfig, 'get', 'ns', '-o', 'name'], {
       encoding: 'utf8',

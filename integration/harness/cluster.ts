@@ -178,23 +178,33 @@ async function waitReady(
   }
 }
 
-function kubeconfigYaml(
-  name: string,
-  url: string,
-  caPem: string,
-  user: string,
-  certPem: string,
-  keyPem: string,
-): string {
+/** Credentials of a kubeconfig user: a client certificate, a bearer token, or both. */
+export interface KubeconfigUser {
+  name: string;
+  certPem?: string;
+  keyPem?: string;
+  token?: string;
+}
+
+/** A one-context kubeconfig with embedded data, as kubectl and client-node read it. */
+export function kubeconfigYaml(name: string, url: string, caPem: string, user: KubeconfigUser): string {
   const b64 = (s: string): string => Buffer.from(s).toString('base64');
   return stringify({
     apiVersion: 'v1',
     kind: 'Config',
     clusters: [{ name, cluster: { server: url, 'certificate-authority-data': b64(caPem) } }],
     users: [
-      { name: user, user: { 'client-certificate-data': b64(certPem), 'client-key-data': b64(keyPem) } },
+      {
+        name: user.name,
+        user: {
+          ...(user.token ? { token: user.token } : {}),
+          ...(user.certPem
+            ? { 'client-certificate-data': b64(user.certPem), 'client-key-data': b64(user.keyPem ?? '') }
+            : {}),
+        },
+      },
     ],
-    contexts: [{ name, context: { cluster: name, user } }],
+    contexts: [{ name, context: { cluster: name, user: user.name } }],
     'current-context': name,
   });
 }
@@ -310,7 +320,7 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
     const saPub = write('sa.pub', await publicKeyToPem(saKeys.publicKey));
     const kubeconfigPath = write(
       'admin.kubeconfig',
-      kubeconfigYaml(name, url, ca.certPem, 'admin', admin.certPem, admin.keyPem),
+      kubeconfigYaml(name, url, ca.certPem, { name: 'admin', certPem: admin.certPem, keyPem: admin.keyPem }),
     );
 
     const etcdUrl = `http://127.0.0.1:${etcdPort}`;
@@ -392,7 +402,10 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
       async userKubeconfig(user, groups = []) {
         const cert = await issueCert(ca, { commonName: user, organizations: groups, usage: 'client' });
         const file = `user-${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`;
-        return write(file, kubeconfigYaml(name, url, ca.certPem, user, cert.certPem, cert.keyPem));
+        return write(
+          file,
+          kubeconfigYaml(name, url, ca.certPem, { name: user, certPem: cert.certPem, keyPem: cert.keyPem }),
+        );
       },
       kubectl: (args, kubectlOpts = {}) =>
         runKubectl(binaries.kubectl, kubectlOpts.kubeconfig ?? kubeconfigPath, args, kubectlOpts.input),

@@ -1,13 +1,12 @@
 // Runs a concierge in this process against a harness cluster, the way tests, `sealion dev up` and the benchmarks
 // need one: the CRDs applied, a forwarding identity that may only impersonate, generated serving and signer CAs.
 import { join } from 'node:path';
-import { stringify } from 'yaml';
 import { startConcierge, type Concierge } from '../../concierge/concierge.ts';
 import { newKubeClients } from '../../lib/kube.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { REPO_ROOT } from './build.ts';
-import type { Cluster } from './cluster.ts';
+import { kubeconfigYaml, type Cluster } from './cluster.ts';
 
 export interface LocalConcierge {
   concierge: Concierge;
@@ -122,34 +121,12 @@ export async function startLocalConcierge(
     log: opts.log ?? silentLogger(),
   });
   const url = `https://127.0.0.1:${concierge.port}`;
-  const b64 = (s: string): string => Buffer.from(s).toString('base64');
   return {
     concierge,
     url,
     servingCA,
     signerCA,
-    kubeconfig(user) {
-      return stringify({
-        apiVersion: 'v1',
-        kind: 'Config',
-        clusters: [
-          { name: 'sealion', cluster: { server: url, 'certificate-authority-data': b64(servingCA.certPem) } },
-        ],
-        users: [
-          {
-            name: 'user',
-            user: {
-              ...(user.token ? { token: user.token } : {}),
-              ...(user.certPem
-                ? { 'client-certificate-data': b64(user.certPem), 'client-key-data': b64(user.keyPem ?? '') }
-                : {}),
-            },
-          },
-        ],
-        contexts: [{ name: 'sealion', context: { cluster: 'sealion', user: 'user' } }],
-        'current-context': 'sealion',
-      });
-    },
+    kubeconfig: (user) => kubeconfigYaml('sealion', url, servingCA.certPem, { name: 'user', ...user }),
     stop: () => concierge.stop(),
   };
 }

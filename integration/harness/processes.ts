@@ -1,3 +1,5 @@
+import type { ChildProcessByStdio } from 'node:child_process';
+import type { Readable } from 'node:stream';
 import { readdirSync, readFileSync } from 'node:fs';
 
 /** PIDs of live processes whose command line mentions `text` (e.g. a cluster's folder). Linux only. */
@@ -14,4 +16,29 @@ export function processesUsing(text: string): number[] {
     }
   }
   return pids;
+}
+
+/**
+ * Reads a child's stdout until `pattern` matches and returns the match, plus all output so far. Keeps the tail of
+ * stderr (so the child never blocks on a full pipe) and puts it in the error when the child exits first.
+ */
+export function waitForOutput(
+  child: ChildProcessByStdio<null, Readable, Readable>,
+  pattern: RegExp,
+): Promise<{ match: RegExpExecArray; output: string }> {
+  let output = '';
+  let errors = '';
+  child.stdout.setEncoding('utf8');
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-4000)));
+  return new Promise((done, fail) => {
+    child.stdout.on('data', (chunk: string) => {
+      output += chunk;
+      const match = pattern.exec(output);
+      if (match) done({ match, output });
+    });
+    child.once('exit', (code) =>
+      fail(new Error(`exited ${code} before printing ${pattern}:\n${output}\n${errors}`)),
+    );
+  });
 }
