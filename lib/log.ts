@@ -30,8 +30,8 @@ export interface LogOptions {
   /** Where lines go. Default: stdout. */
   destination?: pino.DestinationStream;
   /**
-   * Buffer stdout writes instead of writing each line at once: the proxy logs a line per request, and a
-   * synchronous write per request costs throughput. pino flushes the buffer on exit. Default: false.
+   * Write to stdout asynchronously: the proxy logs a line per request, and a synchronous write per request
+   * costs throughput. No minimum batch, so a quiet process's lines still appear at once. Default: false.
    */
   buffered?: boolean;
 }
@@ -39,7 +39,7 @@ export interface LogOptions {
 export function newLogger(opts: LogOptions = {}): Logger {
   return pino(
     { level: opts.level ?? 'info', redact: { paths: REDACTED_PATHS, censor: '[redacted]' }, base: undefined },
-    opts.destination ?? (opts.buffered ? pino.destination({ sync: false, minLength: 4096 }) : undefined),
+    opts.destination ?? (opts.buffered ? pino.destination({ sync: false }) : undefined),
   );
 }
 
