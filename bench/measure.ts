@@ -14,6 +14,9 @@ export interface Measurement {
   [extra: string]: unknown;
 }
 
+/** Requests each measurement sends before it starts the clock. */
+export const WARMUP = 200;
+
 function percentile(sorted: number[], p: number): number {
   return sorted.length === 0
     ? 0
@@ -28,7 +31,7 @@ export async function measure(
 ): Promise<Measurement> {
   const seconds = opts.seconds ?? 2;
   const concurrency = opts.concurrency ?? 1;
-  for (let i = 0; i < 200; i++) await op(i);
+  for (let i = 0; i < WARMUP; i++) await op(i);
   const latencies: number[] = [];
   const started = process.hrtime.bigint();
   const deadline = started + BigInt(Math.round(seconds * 1e9));

@@ -4,45 +4,47 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Agent as HttpAgent, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { connect as http2Connect } from 'node:http2';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { request as httpsRequest } from 'node:https';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster } from '../integration/harness/cluster.ts';
+import { processesUsing } from '../integration/harness/processes.ts';
 import { applyJWTAuthenticator, FORWARDING_USER } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
-import { measure, saveResults, type Measurement } from './measure.ts';
+import { measure, saveResults, WARMUP, type Measurement } from './measure.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
 const CONFIGMAPS = 100;
 
+/** CPU time a process has used so far, from /proc (Linux; USER_HZ is 100). */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
 interface Target {
   name: string;
+  /** The process doing the proxying, if any, whose CPU time per request is reported. */
+  pid?: number;
   get: (path: string) => Promise<number>;
 }
 
-function fetcher(
-  name: string,
-  base: string,
-  agent: HttpAgent | HttpsAgent,
-  headers: OutgoingHttpHeaders = {},
-): Target {
+/** A plain-HTTP/1.1 client for `kubectl proxy`, which serves plain HTTP on loopback. */
+function http1Fetcher(name: string, base: string): Target {
   const url = new URL(base);
-  const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+  const agent = new HttpAgent({ keepAlive: true, maxSockets: 64 });
   return {
     name,
     get: (path) =>
       new Promise((done, fail) => {
-        const req = send(
-          {
-            host: url.hostname,
-            port: url.port,
-            path,
-            agent,
-            headers: { accept: 'application/json', ...headers },
-          },
+        const req = httpRequest(
+          { host: url.hostname, port: url.port, path, agent, headers: { accept: 'application/json' } },
           (res) => {
             res.resume();
             res.on('end', () =>
@@ -52,6 +54,31 @@ function fetcher(
         );
         req.on('error', fail);
         req.end();
+      }),
+  };
+}
+
+/** An HTTP/2 client on one connection, as kubectl and client-go talk to an API server. */
+function http2Fetcher(
+  name: string,
+  base: string,
+  tls: { ca: string; cert?: string; key?: string },
+  headers: OutgoingHttpHeaders = {},
+): Target {
+  const session = http2Connect(base, tls);
+  session.unref();
+  return {
+    name,
+    get: (path) =>
+      new Promise((done, fail) => {
+        const stream = session.request({ ':path': path, accept: 'application/json', ...headers });
+        let status = 0;
+        stream.once('response', (answer) => (status = Number(answer[':status'])));
+        stream.on('data', () => {});
+        stream.once('end', () =>
+          status === 200 ? done(200) : fail(new Error(`${name} ${path}: HTTP ${status}`)),
+        );
+        stream.once('error', fail);
       }),
   };
 }
@@ -71,10 +98,6 @@ export async function benchProxy(): Promise<void> {
       process.execPath,
       [
         '--expose-gc',
-        // BENCH_PROFILE_DIR=dir writes a CPU profile of the concierge there, for chrome://inspect or speedscope.
-        ...(process.env['BENCH_PROFILE_DIR']
-          ? ['--cpu-prof', `--cpu-prof-dir=${process.env['BENCH_PROFILE_DIR']}`]
-          : []),
         fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
         cluster.dir,
         cluster.url,
@@ -91,14 +114,11 @@ export async function benchProxy(): Promise<void> {
       url: string;
       servingCA: string;
     };
-    const memory = async (): Promise<{ rss: number; heapUsed: number; external: number }> => {
-      server.stdin.write('mem\n');
-      return JSON.parse((await serverLines.next()).value as string) as {
-        rss: number;
-        heapUsed: number;
-        external: number;
-      };
+    const ask = async <T>(command: string): Promise<T> => {
+      server.stdin.write(`${command}\n`);
+      return JSON.parse((await serverLines.next()).value as string) as T;
     };
+    const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
 
     await applyJWTAuthenticator(cluster, 'bench', issuer, 'sealion-bench');
     await cluster.kubectl(['create', 'namespace', 'bench']);
@@ -133,36 +153,21 @@ export async function benchProxy(): Promise<void> {
       usage: 'client',
     });
     const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
-    const proxyAgent = (extra: object = {}): HttpsAgent =>
-      new HttpsAgent({ keepAlive: true, maxSockets: 64, ca: servingCA, ...extra });
     const targets: Target[] = [
-      fetcher(
-        'direct',
-        cluster.url,
-        new HttpsAgent({
-          keepAlive: true,
-          maxSockets: 64,
-          ca: cluster.ca.certPem,
-          cert: admin.certPem,
-          key: admin.keyPem,
-        }),
-      ),
+      http2Fetcher('direct', cluster.url, { ca: cluster.ca.certPem, cert: admin.certPem, key: admin.keyPem }),
       // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
       // a direct client that sends the same Impersonate-* headers Sealion sends.
-      fetcher(
+      http2Fetcher(
         'direct impersonating',
         cluster.url,
-        new HttpsAgent({
-          keepAlive: true,
-          maxSockets: 64,
-          ca: cluster.ca.certPem,
-          cert: forwarding.certPem,
-          key: forwarding.keyPem,
-        }),
+        { ca: cluster.ca.certPem, cert: forwarding.certPem, key: forwarding.keyPem },
         { 'impersonate-user': 'bench-user', 'impersonate-group': ['bench', 'system:authenticated'] },
       ),
-      fetcher('kubectl proxy', kubectlProxyURL, new HttpAgent({ keepAlive: true, maxSockets: 64 })),
-      fetcher('sealion (JWT)', proxyURL, proxyAgent(), { authorization: `Bearer ${token}` }),
+      { ...http1Fetcher('kubectl proxy', kubectlProxyURL), pid: kubectlProxy.pid! },
+      {
+        ...http2Fetcher('sealion (JWT)', proxyURL, { ca: servingCA }, { authorization: `Bearer ${token}` }),
+        pid: server.pid!,
+      },
     ];
     const tcr = await new Promise<{ clientCertificateData: string; clientKeyData: string }>((done, fail) => {
       const req = httpsRequest(
@@ -198,54 +203,50 @@ export async function benchProxy(): Promise<void> {
         }),
       );
     });
-    targets.push(
-      fetcher(
-        'sealion (certificate)',
-        proxyURL,
-        proxyAgent({ cert: tcr.clientCertificateData, key: tcr.clientKeyData }),
-      ),
-    );
+    targets.push({
+      ...http2Fetcher('sealion (certificate)', proxyURL, {
+        ca: servingCA,
+        cert: tcr.clientCertificateData,
+        key: tcr.clientKeyData,
+      }),
+      pid: server.pid!,
+    });
+    const apiserverPid = processesUsing(cluster.dir).find((pid) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('kube-apiserver'),
+    )!;
     for (const t of targets) await eventually(() => t.get('/api/v1/namespaces/bench'), 30_000);
     log('all targets answer; measuring');
 
-    const rows: Measurement[] = [];
-    for (const [op, path] of [
-      ['GET', '/api/v1/namespaces/bench'],
-      ['LIST', `/api/v1/namespaces/bench/configmaps`],
-    ] as const) {
-      for (const concurrency of [1, 32]) {
-        for (const t of targets) {
-          const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(path), {
-            seconds: SECONDS,
-            concurrency,
-          });
-          rows.push({ ...m, op, concurrency, target: t.name });
-          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
-        }
-      }
-    }
-
-    // Idle watches: one HTTP/2 connection to the proxy carries them all; the proxy holds one upstream request each.
+    // Idle watches, first, while the proxy's memory is not yet grown by the throughput runs: one HTTP/2 connection to the proxy carries them all; the proxy holds one upstream request each.
     const before = await memory();
     // Several connections, each below the proxy's limit of concurrent HTTP/2 streams.
     const sessions = Array.from({ length: 5 }, () => http2Connect(proxyURL, { ca: servingCA }));
-    const streams = [];
-    for (let i = 0; i < WATCHES; i++) {
-      const stream = sessions[i % sessions.length]!.request({
-        ':path': `/api/v1/namespaces/bench/configmaps?watch=true&fieldSelector=metadata.name%3Dnone-${i}`,
-        authorization: `Bearer ${token}`,
-      });
-      stream.on('data', () => {});
-      streams.push(
-        new Promise<boolean>((done) => {
-          stream.once('response', (headers) => done(headers[':status'] === 200));
-          stream.once('error', () => done(false));
-          setTimeout(() => done(false), 30_000).unref();
-        }),
-      );
-    }
-    const opened = (await Promise.all(streams)).filter(Boolean).length;
-    log(`${opened} of ${WATCHES} watches open`);
+    // Like client-go, a watch refused with 429 (the API server's priority and fairness) is retried after the
+    // server's Retry-After.
+    const openWatch = async (i: number): Promise<string> => {
+      for (let attempt = 0; ; attempt++) {
+        const stream = sessions[i % sessions.length]!.request({
+          ':path': `/api/v1/namespaces/bench/configmaps?watch=true&fieldSelector=metadata.name%3Dnone-${i}`,
+          authorization: `Bearer ${token}`,
+        });
+        stream.on('data', () => {});
+        const answer = await new Promise<{ status: string; retryAfter?: number }>((done) => {
+          stream.once('response', (headers) =>
+            done({ status: String(headers[':status']), retryAfter: Number(headers['retry-after'] ?? 1) }),
+          );
+          stream.once('error', (err: Error & { code?: string }) => done({ status: err.code ?? err.message }));
+          setTimeout(() => done({ status: 'no answer in 30 s' }), 30_000).unref();
+        });
+        if (answer.status !== '429' || attempt === 5) return answer.status;
+        stream.close();
+        await new Promise((r) => setTimeout(r, answer.retryAfter! * 1000));
+      }
+    };
+    const streams = Array.from({ length: WATCHES }, (_, i) => openWatch(i));
+    const outcomes = new Map<string, number>();
+    for (const outcome of await Promise.all(streams)) outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    const opened = outcomes.get('200') ?? 0;
+    log(`${opened} of ${WATCHES} watches open (${[...outcomes].map(([k, n]) => `${k}: ${n}`).join(', ')})`);
     await new Promise((r) => setTimeout(r, 2000));
     const after = await memory();
     for (const session of sessions) session.destroy();
@@ -257,6 +258,36 @@ export async function benchProxy(): Promise<void> {
       rssBeforeMiB: before.rss / 1024 / 1024,
       rssAfterMiB: after.rss / 1024 / 1024,
     };
+
+    const rows: Measurement[] = [];
+    for (const [op, path] of [
+      ['GET', '/api/v1/namespaces/bench'],
+      ['LIST', `/api/v1/namespaces/bench/configmaps`],
+    ] as const) {
+      for (const concurrency of [1, 32]) {
+        for (const t of targets) {
+          const cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+          // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement, for
+          // chrome://inspect or speedscope.
+          const profile = t.pid === server.pid && process.env['BENCH_PROFILE_DIR'];
+          if (profile)
+            await ask(
+              `profile ${join(profile, `${op}-c${concurrency}-${t.name.replace(/\W+/g, '-')}.cpuprofile`)}`,
+            );
+          const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(path), {
+            seconds: SECONDS,
+            concurrency,
+          });
+          if (profile) await ask('profile-end');
+          // Includes the warm-up requests, which measure() does not count in m.ops.
+          const requests = m.ops + WARMUP;
+          const proxyCpuUs = t.pid ? ((cpuSeconds(t.pid) - cpuBefore.proxy) * 1e6) / requests : 0;
+          const apiserverCpuUs = ((cpuSeconds(apiserverPid) - cpuBefore.apiserver) * 1e6) / requests;
+          rows.push({ ...m, op, concurrency, target: t.name, proxyCpuUs, apiserverCpuUs });
+          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
+        }
+      }
+    }
 
     report(rows, watchMemory);
     console.log(`saved ${saveResults('proxy', { rows, watchMemory })}`);
@@ -276,7 +307,18 @@ function report(
   console.log(
     '\nImpersonation proxy vs direct access and kubectl proxy (one real kube-apiserver, 2 cores shared by all)',
   );
-  const header = ['op', 'c', 'target', 'req/s', 'p50 ms', 'p99 ms', '× direct req/s', '+p50 ms vs direct'];
+  const header = [
+    'op',
+    'c',
+    'target',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    '× direct req/s',
+    '+p50 ms vs direct',
+    'proxy CPU µs/req',
+    'API server CPU µs/req',
+  ];
   const table = [header];
   for (const r of rows) {
     const direct = rows.find(
@@ -291,6 +333,8 @@ function report(
       fmt(r.p99us / 1000, 2),
       (r.perSecond / direct.perSecond).toFixed(2),
       fmt((r.p50us - direct.p50us) / 1000, 2),
+      r.proxyCpuUs ? fmt(r.proxyCpuUs as number) : '-',
+      fmt(r.apiserverCpuUs as number),
     ]);
   }
   const widths = header.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));

@@ -1,10 +1,14 @@
-// Forwarding to the API server with http-proxy-middleware: one keep-alive connection pool, bodies streamed both
-// ways (watch events reach the client as the API server writes them), upgrades (exec, attach, port-forward;
-// SPDY or WebSocket) piped through, short requests bounded by a deadline and long-running ones not.
+// Forwarding to the API server. Requests go over HTTP/2 connections that open another only when the API server's
+// stream limit is reached (h2-pool.ts), so a thousand watches share a handful of connections. Bodies stream both ways (watch events reach the client as the API server writes them); short
+// requests are bounded by a deadline and long-running ones are not. Upgrades (exec, attach, port-forward; SPDY
+// or WebSocket) need HTTP/1.1 and are piped through by http-proxy-middleware.
 import { Agent } from 'node:https';
+import type { ClientHttp2Stream } from 'node:http2';
+import { CANCEL, newH2Pool } from './h2-pool.ts';
 import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, ServerResponse, OutgoingHttpHeaders } from 'node:http';
-import type { Socket } from 'node:net';
+import { isIP, type Socket } from 'node:net';
+import type { Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Request } from './authenticate.ts';
 import { statusBody, writeStatus, type Response } from './status.ts';
@@ -14,8 +18,16 @@ import { statusBody, writeStatus, type Response } from './status.ts';
  * timeout, with its own Status, is what clients normally see.
  */
 export const SHORT_REQUEST_TIMEOUT_MS = 65_000;
-/** Idle pooled connections to the API server; enough for bursts from many kubectl processes. */
-const MAX_FREE_SOCKETS = 256;
+/** Idle pooled HTTP/1.1 connections (upgrades) to the API server. */
+const MAX_FREE_SOCKETS = 16;
+/** Hop-by-hop or HTTP/2-illegal headers never copied from the API server's answer. */
+const RESPONSE_HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-connection',
+]);
 
 export interface UpstreamCredentials {
   /** PEM CA bundle for the API server. */
@@ -45,15 +57,18 @@ export interface ForwardPlan {
   passthrough: boolean;
 }
 
-const PLAN = Symbol('sealion.forwardPlan');
-type Planned = Request & { [PLAN]?: ForwardPlan };
-
 class TimeoutError extends Error {
   readonly code = 'SEALION_UPSTREAM_TIMEOUT';
 }
 
 function errorStatus(err: Error & { code?: string }): { code: number; message: string } {
-  if (err instanceof TimeoutError || err.code === 'ETIMEDOUT' || err.code === 'ESOCKETTIMEDOUT') {
+  if (
+    err instanceof TimeoutError ||
+    err.code === 'ETIMEDOUT' ||
+    err.code === 'ESOCKETTIMEDOUT' ||
+    err.code === 'UND_ERR_HEADERS_TIMEOUT' ||
+    err.code === 'UND_ERR_BODY_TIMEOUT'
+  ) {
     return { code: 504, message: 'the Kubernetes API server did not answer in time' };
   }
   return { code: 502, message: `the Kubernetes API server could not be reached: ${err.code ?? err.message}` };
@@ -65,37 +80,58 @@ export interface Forwarder {
   close(): void;
 }
 
+/** Whether the caller sent a request body (possibly empty) that must be streamed on. */
+function hasBody(req: Request): boolean {
+  if ('stream' in req) return !req.stream.endAfterHeaders;
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
 export function newForwarder(upstream: Upstream): Forwarder {
   // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
   const ca = upstream.credentials.caPem ? { ca: upstream.credentials.caPem } : {};
   const identity = upstream.credentials.certPem
     ? { cert: upstream.credentials.certPem, key: upstream.credentials.keyPem }
     : {};
-  const withIdentity = new Agent({
-    keepAlive: true,
-    maxFreeSockets: MAX_FREE_SOCKETS,
-    ...ca,
-    ...identity,
-    secureContext: createSecureContext({ ...ca, ...identity }),
-  });
-  const anonymous = new Agent({
-    keepAlive: true,
-    maxFreeSockets: MAX_FREE_SOCKETS,
-    ...ca,
-    secureContext: createSecureContext(ca),
-  });
+  const contexts = {
+    withIdentity: createSecureContext({ ...ca, ...identity }),
+    anonymous: createSecureContext(ca),
+  };
+  const shortTimeout = upstream.shortRequestTimeoutMs ?? SHORT_REQUEST_TIMEOUT_MS;
 
-  const applyPlan = (req: Planned, plan: ForwardPlan): void => {
-    req[PLAN] = plan;
-    // Replace the caller's headers in place (an HTTP/2 request's header object cannot be swapped).
-    const headers = req.headers as Record<string, unknown>;
-    for (const name of Object.keys(headers)) if (!name.startsWith(':')) delete headers[name];
-    Object.assign(headers, plan.headers);
-    const token = plan.passthrough ? undefined : upstream.credentials.token?.();
-    if (token) headers['authorization'] = `Bearer ${token}`;
+  const servername = isIP(upstream.url.hostname.replace(/^\[|\]$/g, ''))
+    ? {}
+    : { servername: upstream.url.hostname };
+  const pools = {
+    withIdentity: newH2Pool(upstream.url.origin, { secureContext: contexts.withIdentity, ...servername }),
+    anonymous: newH2Pool(upstream.url.origin, { secureContext: contexts.anonymous, ...servername }),
   };
 
-  const newProxy = (agent: Agent): RequestHandler =>
+  // Upgrades only: HTTP/1.1 connections with the same identities.
+  const newAgent = (secureContext: ReturnType<typeof createSecureContext>, withCert: boolean): Agent =>
+    new Agent({
+      keepAlive: true,
+      maxFreeSockets: MAX_FREE_SOCKETS,
+      ...ca,
+      ...(withCert ? identity : {}),
+      secureContext,
+    });
+  const agents = {
+    withIdentity: newAgent(contexts.withIdentity, true),
+    anonymous: newAgent(contexts.anonymous, false),
+  };
+
+  const upstreamHeaders = (plan: ForwardPlan): Record<string, string | string[]> => {
+    const headers = plan.headers as Record<string, string | string[]>;
+    // The pool sets the upstream's own authority; Expect is answered by our own server.
+    delete headers['host'];
+    delete headers['expect'];
+    const token = plan.passthrough ? undefined : upstream.credentials.token?.();
+    if (token) headers['authorization'] = `Bearer ${token}`;
+    return headers;
+  };
+
+  const newUpgradeProxy = (agent: Agent): RequestHandler =>
     createProxyMiddleware({
       target: upstream.url.origin,
       changeOrigin: true,
@@ -106,24 +142,8 @@ export function newForwarder(upstream: Upstream): Forwarder {
       ejectPlugins: true,
       plugins: [proxyEventsPlugin],
       on: {
-        proxyReq(proxyReq, req) {
-          // No Nagle delay towards the API server either: request heads and small bodies leave at once.
+        proxyReq(proxyReq) {
           proxyReq.setNoDelay(true);
-          const plan = (req as unknown as Planned)[PLAN];
-          if (plan && !plan.longRunning) {
-            proxyReq.setTimeout(upstream.shortRequestTimeoutMs ?? SHORT_REQUEST_TIMEOUT_MS, () =>
-              proxyReq.destroy(new TimeoutError('upstream timeout')),
-            );
-          }
-        },
-        proxyRes(_proxyRes, req, res) {
-          // A watch with no events yet has no body to write, and headers wait for the first write: send them now,
-          // as the API server did, so clients see the watch established.
-          if ((req as unknown as Planned)[PLAN]?.longRunning) {
-            setImmediate(() => {
-              if (!res.headersSent && !res.destroyed) res.flushHeaders();
-            });
-          }
         },
         error(err, _req, res) {
           const { code, message } = errorStatus(err);
@@ -138,22 +158,77 @@ export function newForwarder(upstream: Upstream): Forwarder {
         },
       },
     });
-  const impersonating = newProxy(withIdentity);
-  const passthrough = newProxy(anonymous);
+  const upgrades = {
+    withIdentity: newUpgradeProxy(agents.withIdentity),
+    anonymous: newUpgradeProxy(agents.anonymous),
+  };
 
   return {
-    async web(req, res, plan) {
-      applyPlan(req, plan);
-      const proxy = plan.passthrough ? passthrough : impersonating;
-      await proxy(req as unknown as IncomingMessage, res as unknown as ServerResponse);
+    web(req, res, plan) {
+      return new Promise<void>((done) => {
+        const fail = (err: Error & { code?: string }): void => {
+          if (!res.headersSent) {
+            const { code, message } = errorStatus(err);
+            writeStatus(res, code, message);
+          } else if (!res.destroyed) res.destroy();
+        };
+        const headers: OutgoingHttpHeaders = upstreamHeaders(plan);
+        headers[':method'] = req.method ?? 'GET';
+        headers[':path'] = req.url ?? '/';
+        const body = hasBody(req);
+        let stream: ClientHttp2Stream;
+        try {
+          stream = (plan.passthrough ? pools.anonymous : pools.withIdentity).request(headers, !body);
+        } catch (err) {
+          fail(err as Error);
+          return done();
+        }
+        let answered = false;
+        stream.once('response', (answer) => {
+          answered = true;
+          const out: OutgoingHttpHeaders = {};
+          for (const [name, value] of Object.entries(answer)) {
+            if (value !== undefined && !name.startsWith(':') && !RESPONSE_HOP_BY_HOP.has(name))
+              out[name] = value;
+          }
+          (res as ServerResponse).writeHead(Number(answer[':status']), out);
+          // A watch with no events yet has nothing to write: send the headers now, as the API server did, so the
+          // client sees the watch established. (An HTTP/2 response sends its headers in writeHead already.)
+          if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
+          stream.pipe(res);
+        });
+        stream.on('error', fail);
+        // Cut off mid-body (a reset stream, a lost connection): the client must see a broken response, not a short one.
+        stream.once('aborted', () => res.destroy());
+        stream.once('close', () => {
+          if (!answered) fail(new Error(`stream closed by the API server (HTTP/2 code ${stream.rstCode})`));
+        });
+        if (!plan.longRunning) {
+          stream.setTimeout(shortTimeout, () => {
+            fail(new TimeoutError('upstream timeout'));
+            stream.close(CANCEL);
+          });
+        }
+        res.once('close', () => {
+          if (!stream.closed) stream.close(CANCEL);
+          done();
+        });
+        if (body) (req as unknown as Readable).pipe(stream);
+      });
     },
     upgrade(req, socket, head, plan) {
-      applyPlan(req, plan);
-      (plan.passthrough ? passthrough : impersonating).upgrade(req, socket, head);
+      const headers = req.headers as Record<string, unknown>;
+      for (const name of Object.keys(headers)) delete headers[name];
+      Object.assign(headers, plan.headers);
+      const token = plan.passthrough ? undefined : upstream.credentials.token?.();
+      if (token) headers['authorization'] = `Bearer ${token}`;
+      (plan.passthrough ? upgrades.anonymous : upgrades.withIdentity).upgrade(req, socket, head);
     },
     close() {
-      withIdentity.destroy();
-      anonymous.destroy();
+      pools.withIdentity.close();
+      pools.anonymous.close();
+      agents.withIdentity.destroy();
+      agents.anonymous.destroy();
     },
   };
 }

@@ -1,0 +1,128 @@
+// HTTP/2 connections to the API server, shared by many requests. A connection takes new requests until it holds
+// as many streams as the API server allows (its SETTINGS_MAX_CONCURRENT_STREAMS); only then does another one
+// open, so a thousand idle watches cost a handful of TLS connections instead of a thousand. A connection that
+// carries streams but stops answering pings is dropped, so its watches fail fast and their clients re-watch,
+// instead of hanging on a dead socket.
+//
+// Node's http2 client is used directly: undici's HTTP/2 client joins repeated request headers into one
+// comma-separated value, which would turn two Impersonate-Group headers into one group with a comma in its name.
+import {
+  connect,
+  constants,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type OutgoingHttpHeaders,
+  type SecureClientSessionOptions,
+  type Settings,
+} from 'node:http2';
+
+/** Streams assumed allowed before the server's SETTINGS arrive, and the most we use on one connection. */
+const DEFAULT_STREAM_LIMIT = 100;
+const MAX_STREAM_LIMIT = 1000;
+/**
+ * Flow-control windows. HTTP/2's default (64 KiB for the whole connection) lets a few concurrent LISTs stall each
+ * other; larger windows let the API server send ahead, bounded per stream so a slow client cannot make the
+ * proxy hold more than this of its data.
+ */
+const STREAM_WINDOW_BYTES = 1 << 20;
+const CONNECTION_WINDOW_BYTES = 32 << 20;
+/** A connection with no streams closes after this long. */
+const IDLE_CLOSE_MS = 30_000;
+/** A busy connection is pinged this often, and dropped if a ping is not answered in PING_TIMEOUT_MS. */
+const PING_INTERVAL_MS = 30_000;
+const PING_TIMEOUT_MS = 15_000;
+
+interface Connection {
+  session: ClientHttp2Session;
+  active: number;
+  usable: boolean;
+  /** The server's stream limit; assumed until its SETTINGS arrive (before them Node reports "unlimited"). */
+  limit: number;
+}
+
+export interface H2Pool {
+  /** Opens a stream on a connection with room for it (opening a connection if none has). */
+  request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream;
+  /** Open connections and their streams, for metrics and tests. */
+  stats(): { connections: number; streams: number };
+  close(): void;
+}
+
+export function newH2Pool(origin: string, options: SecureClientSessionOptions): H2Pool {
+  const connections = new Set<Connection>();
+
+  function open(): Connection {
+    const session = connect(origin, { ...options, settings: { initialWindowSize: STREAM_WINDOW_BYTES } });
+    session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+    const c: Connection = { session, active: 0, usable: true, limit: DEFAULT_STREAM_LIMIT };
+    connections.add(c);
+    // Streams beyond the limit would be queued inside the HTTP/2 library, behind watches that may never end.
+    session.on('remoteSettings', (settings: Settings) => {
+      c.limit = Math.min(settings.maxConcurrentStreams ?? DEFAULT_STREAM_LIMIT, MAX_STREAM_LIMIT);
+    });
+    const retire = (): void => {
+      c.usable = false;
+      connections.delete(c);
+    };
+    session.once('close', retire);
+    session.once('goaway', retire);
+    // Errors reach the streams on it; the session itself only needs to leave the pool.
+    session.on('error', retire);
+    session.setTimeout(IDLE_CLOSE_MS, () => {
+      if (c.active === 0) {
+        retire();
+        session.close();
+      }
+    });
+    const pinger = setInterval(() => {
+      if (c.active === 0 || session.destroyed) return;
+      const deadline = setTimeout(() => {
+        retire();
+        session.destroy(new Error('the API server stopped answering HTTP/2 pings'));
+      }, PING_TIMEOUT_MS);
+      session.ping((err) => {
+        clearTimeout(deadline);
+        if (err && !session.destroyed) {
+          retire();
+          session.destroy(err);
+        }
+      });
+    }, PING_INTERVAL_MS);
+    pinger.unref();
+    session.once('close', () => clearInterval(pinger));
+    session.unref();
+    return c;
+  }
+
+  return {
+    request(headers, endStream) {
+      let chosen: Connection | undefined;
+      for (const c of connections) {
+        if (c.usable && !c.session.destroyed && c.active < c.limit) {
+          chosen = c;
+          break;
+        }
+      }
+      const c = chosen ?? open();
+      const stream = c.session.request(headers, { endStream });
+      c.active++;
+      if (c.active === 1) c.session.ref();
+      stream.once('close', () => {
+        c.active--;
+        if (c.active === 0) c.session.unref();
+      });
+      return stream;
+    },
+    stats() {
+      let streams = 0;
+      for (const c of connections) streams += c.active;
+      return { connections: connections.size, streams };
+    },
+    close() {
+      for (const c of connections) c.session.destroy();
+      connections.clear();
+    },
+  };
+}
+
+export const CANCEL = constants.NGHTTP2_CANCEL;
