@@ -280,3 +280,158 @@ export function clusterAccess(config: k8s.KubeConfig): ClusterAccess {
     ...(cluster.skipTLSVerify ? { insecureSkipTLSVerify: true } : {}),
   };
 }
+
+/** A coordination.k8s.io Lease as the leader election reads and writes it. */
+export interface LeaseRecord {
+  holder: string;
+  /** Milliseconds since the epoch. */
+  renewTime: number;
+  leaseSeconds: number;
+  transitions: number;
+  resourceVersion?: string;
+}
+
+export interface LeaseClient {
+  get(): Promise<LeaseRecord | undefined>;
+  /** False when someone else wrote first (409), so the caller lost the race. */
+  create(lease: LeaseRecord): Promise<boolean>;
+  replace(lease: LeaseRecord): Promise<boolean>;
+}
+
+/** Kubernetes MicroTime wants exactly six fractional digits. */
+function microTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+/**
+ * Leases through the untyped custom-objects client: the typed client writes MicroTime fields with three
+ * fractional digits, which the API server rejects.
+ */
+export function newLeaseClient(clients: KubeClients, namespace: string, name: string): LeaseClient {
+  const where = { group: 'coordination.k8s.io', version: 'v1', namespace, plural: 'leases', name };
+  const body = (lease: LeaseRecord): object => ({
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: {
+      name,
+      namespace,
+      ...(lease.resourceVersion ? { resourceVersion: lease.resourceVersion } : {}),
+    },
+    spec: {
+      holderIdentity: lease.holder,
+      leaseDurationSeconds: lease.leaseSeconds,
+      renewTime: microTime(lease.renewTime),
+      leaseTransitions: lease.transitions,
+    },
+  });
+  const conflictIsFalse = async (call: () => Promise<unknown>): Promise<boolean> => {
+    try {
+      await call();
+      return true;
+    } catch (err) {
+      if (apiStatusCode(err) === 409) return false;
+      throw err;
+    }
+  };
+  return {
+    async get() {
+      try {
+        const lease = (await clients.customObjects.getNamespacedCustomObject(where)) as {
+          metadata: { resourceVersion?: string };
+          spec?: {
+            holderIdentity?: string;
+            renewTime?: string;
+            leaseDurationSeconds?: number;
+            leaseTransitions?: number;
+          };
+        };
+        return {
+          holder: lease.spec?.holderIdentity ?? '',
+          renewTime: lease.spec?.renewTime ? Date.parse(lease.spec.renewTime) : 0,
+          leaseSeconds: lease.spec?.leaseDurationSeconds ?? 0,
+          transitions: lease.spec?.leaseTransitions ?? 0,
+          ...(lease.metadata.resourceVersion ? { resourceVersion: lease.metadata.resourceVersion } : {}),
+        };
+      } catch (err) {
+        if (apiStatusCode(err) === 404) return undefined;
+        throw err;
+      }
+    },
+    create: (lease) =>
+      conflictIsFalse(() =>
+        clients.customObjects.createNamespacedCustomObject({ ...where, body: body(lease) }),
+      ),
+    replace: (lease) =>
+      conflictIsFalse(() =>
+        clients.customObjects.replaceNamespacedCustomObject({ ...where, body: body(lease) }),
+      ),
+  };
+}
+
+/** Core kinds the impersonation-proxy controllers watch. */
+export type CoreCollection = 'nodes' | 'services' | 'secrets' | 'configmaps';
+
+/** An informer over a core collection: nodes cluster-wide, the others in one namespace. */
+export function newCoreInformer<T extends KubeObject>(
+  clients: KubeClients,
+  collection: CoreCollection,
+  namespace: string,
+  log: Logger,
+): Informer<T> {
+  const list = {
+    nodes: () => clients.core.listNode(),
+    services: () => clients.core.listNamespacedService({ namespace }),
+    secrets: () => clients.core.listNamespacedSecret({ namespace }),
+    configmaps: () => clients.core.listNamespacedConfigMap({ namespace }),
+  }[collection] as () => Promise<{ items: T[] }>;
+  const path = collection === 'nodes' ? '/api/v1/nodes' : `/api/v1/namespaces/${namespace}/${collection}`;
+  return newInformer<T>(clients.config, { path, list }, log);
+}
+
+/** Writes to namespaced core objects. Applies are server-side applies: keys we stop sending are removed. */
+export interface ObjectWriter {
+  apply(obj: {
+    apiVersion: string;
+    kind: string;
+    metadata: { name: string; namespace: string };
+  }): Promise<void>;
+  /** Creates unless it exists; false when it already did (someone else won the race). */
+  create(obj: {
+    apiVersion: string;
+    kind: string;
+    metadata: { name: string; namespace: string };
+  }): Promise<boolean>;
+  /** Deletes if present. */
+  delete(kind: 'Service' | 'Secret', namespace: string, name: string): Promise<void>;
+}
+
+export function newObjectWriter(clients: KubeClients, fieldManager: string): ObjectWriter {
+  return {
+    async apply(obj) {
+      await clients.objects.patch(
+        obj,
+        undefined,
+        undefined,
+        fieldManager,
+        true,
+        k8s.PatchStrategy.ServerSideApply,
+      );
+    },
+    async create(obj) {
+      try {
+        await clients.objects.create(obj);
+        return true;
+      } catch (err) {
+        if (apiStatusCode(err) === 409) return false;
+        throw err;
+      }
+    },
+    async delete(kind, namespace, name) {
+      try {
+        await clients.objects.delete({ apiVersion: 'v1', kind, metadata: { name, namespace } });
+      } catch (err) {
+        if (apiStatusCode(err) !== 404) throw err;
+      }
+    },
+  };
+}

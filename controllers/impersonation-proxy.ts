@@ -1,0 +1,382 @@
+// The impersonation-proxy controller: decides from the config (and, in mode auto, the nodes) whether the proxy
+// runs; keeps its Service, CA, serving certificate and client-certificate signer in the concierge's namespace;
+// hands the TLS material to the local proxy; and publishes the ImpersonationProxy strategy. Every replica
+// computes the same decision and serves from the same Secrets; only the leader writes.
+import { X509Certificate } from 'node:crypto';
+import { isIP } from 'node:net';
+import {
+  StrategyReasons,
+  StrategyStatuses,
+  StrategyTypes,
+  type ConciergeStrategy,
+  type StrategyReason,
+  type StrategyStatus,
+} from '../apis/authentication.ts';
+import type { Informer, KubeObject } from '../lib/informer.ts';
+import type { ObjectWriter } from '../lib/kube.ts';
+import type { Logger } from '../lib/log.ts';
+import { issueCert, loadCA, newCA } from '../lib/pki.ts';
+import type { Controller } from './lib/controller.ts';
+import type { SyncResult } from './lib/queue.ts';
+import { detectManaged, type NodeLike } from './detect.ts';
+
+export const SERVICE_NAME = 'sealion-impersonation-proxy';
+export const CA_SECRET = 'sealion-impersonation-proxy-ca';
+export const TLS_SECRET = 'sealion-impersonation-proxy-tls';
+export const SIGNER_SECRET = 'sealion-impersonation-proxy-signer';
+/** The one key this controller syncs: it manages a singleton. */
+export const PROXY_KEY = 'impersonation-proxy';
+/** Pods the Service selects (the concierge Deployment's label). */
+const POD_SELECTOR = { app: 'sealion-concierge' };
+const PROXY_PORT_NAME = 'proxy';
+
+const DAY_MS = 24 * 3600 * 1000;
+/** Serving certificates live a year and are re-issued when a third of that is left. */
+const SERVING_VALIDITY_MS = 365 * DAY_MS;
+/** The signer rotates yearly; the previous one stays trusted until it expires, so issued certificates keep working. */
+const SIGNER_VALIDITY_MS = 365 * DAY_MS;
+/** The CA lives long: clients keep it in their kubeconfigs. */
+const CA_VALIDITY_MS = 10 * 365 * DAY_MS;
+const RENEW_FRACTION_LEFT = 1 / 3;
+
+export interface ProxySettings {
+  mode: 'auto' | 'enabled' | 'disabled';
+  endpoint: string;
+  service: {
+    type: 'LoadBalancer' | 'ClusterIP' | 'None';
+    annotations: Readonly<Record<string, string>>;
+    loadBalancerIP: string;
+  };
+  tls: { certificateAuthorityData: string; secretName: string };
+}
+
+export interface ServiceLike extends KubeObject {
+  spec?: { clusterIP?: string };
+  status?: { loadBalancer?: { ingress?: { ip?: string; hostname?: string }[] } };
+}
+
+export interface SecretLike extends KubeObject {
+  data?: Record<string, string>;
+}
+
+/** What the proxy needs to serve: its certificate, and the signer that issues and verifies client certificates. */
+export interface ServingMaterial {
+  certPem: string;
+  keyPem: string;
+  signer: { certPem: string; keyPem: string };
+  clientCAPems: string[];
+}
+
+export interface ProxyControllerDeps {
+  namespace: string;
+  /** The current good settings, and the problem with the latest edit if it was rejected. */
+  settings: () => { settings: ProxySettings; problem?: string };
+  /** The object that owns the Service and serving Secret (the ConfigMap), once known. */
+  owner: () => { apiVersion: string; kind: string; name: string; uid: string } | undefined;
+  nodes: Informer<NodeLike & KubeObject>;
+  services: Informer<ServiceLike>;
+  secrets: Informer<SecretLike>;
+  writes: ObjectWriter;
+  isLeader: () => boolean;
+  /** Called on every sync with what the proxy should serve (undefined: stop listening). */
+  serve: (material: ServingMaterial | undefined) => void;
+  publish: (strategy: ConciergeStrategy) => void;
+  log: Logger;
+  now?: () => Date;
+}
+
+interface Decision {
+  run: boolean;
+  status: StrategyStatus;
+  reason: StrategyReason;
+  message: string;
+}
+
+/** Whether the proxy runs, from the mode and what the nodes look like. */
+export function decide(mode: ProxySettings['mode'], nodes: readonly NodeLike[]): Decision {
+  if (mode === 'disabled')
+    return {
+      run: false,
+      status: 'NotAvailable',
+      reason: 'Disabled',
+      message: 'the impersonation proxy is disabled by configuration',
+    };
+  if (mode === 'enabled')
+    return {
+      run: true,
+      status: 'Success',
+      reason: 'Listening',
+      message: 'the impersonation proxy is enabled by configuration',
+    };
+  const detection = detectManaged(nodes);
+  if (!detection)
+    return {
+      run: false,
+      status: 'Error',
+      reason: 'CouldNotGetClusterInfo',
+      message:
+        'mode auto: no nodes found to tell whether the cluster is managed; set mode enabled or disabled',
+    };
+  return detection.managed
+    ? {
+        run: true,
+        status: 'Success',
+        reason: 'Listening',
+        message: `automatically enabled: ${detection.evidence}`,
+      }
+    : {
+        run: false,
+        status: 'NotAvailable',
+        reason: 'DisabledByDefault',
+        message: `automatically disabled: ${detection.evidence}`,
+      };
+}
+
+const b64 = (text: string): string => Buffer.from(text).toString('base64');
+const unb64 = (data: string | undefined): string => Buffer.from(data ?? '', 'base64').toString('utf8');
+
+function secretObject(
+  namespace: string,
+  name: string,
+  data: Record<string, string>,
+  owner?: ProxyControllerDeps['owner'],
+) {
+  const ref = owner?.();
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: {
+      name,
+      namespace,
+      labels: { 'app.kubernetes.io/part-of': 'sealion' },
+      ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
+    },
+    type: 'kubernetes.io/tls',
+    data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, b64(v)])),
+  };
+}
+
+/** The host clients dial: the configured endpoint, else the load balancer's hostname or IP, else the cluster IP. */
+export function endpointHost(settings: ProxySettings, service: ServiceLike | undefined): string | undefined {
+  if (settings.endpoint) return settings.endpoint;
+  if (settings.service.type === 'ClusterIP') return service?.spec?.clusterIP || undefined;
+  const ingress = service?.status?.loadBalancer?.ingress?.[0];
+  return ingress?.hostname || ingress?.ip || undefined;
+}
+
+function hostOnly(endpoint: string): string {
+  const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(endpoint);
+  if (bracketed) return bracketed[1]!;
+  return isIP(endpoint) ? endpoint : endpoint.replace(/:\d+$/, '');
+}
+
+function freshFor(certPem: string, host: string, caPem: string, now: Date, validityMs: number): boolean {
+  try {
+    const cert = new X509Certificate(certPem);
+    const ca = new X509Certificate(caPem);
+    if (!cert.verify(ca.publicKey)) return false;
+    const left = new Date(cert.validTo).getTime() - now.getTime();
+    if (left < validityMs * RENEW_FRACTION_LEFT) return false;
+    return isIP(host) ? cert.checkIP(host) !== undefined : cert.checkHost(host) !== undefined;
+  } catch {
+    return false;
+  }
+}
+
+export function newImpersonationProxyController(deps: ProxyControllerDeps): Controller {
+  const now = deps.now ?? (() => new Date());
+  const ns = deps.namespace;
+  const strategy = (
+    status: StrategyStatus,
+    reason: StrategyReason,
+    message: string,
+    extra = {},
+  ): ConciergeStrategy => ({
+    type: StrategyTypes.ImpersonationProxy,
+    status,
+    reason,
+    message,
+    lastUpdateTime: now().toISOString(),
+    ...extra,
+  });
+
+  /** The generated CA (created once by the leader), or undefined until it exists. */
+  async function ensureCA(leader: boolean): Promise<{ certPem: string; keyPem: string } | undefined> {
+    const secret = deps.secrets.get(CA_SECRET, ns);
+    if (secret?.data?.['tls.crt'])
+      return { certPem: unb64(secret.data['tls.crt']), keyPem: unb64(secret.data['tls.key']) };
+    if (!leader) return undefined;
+    const ca = await newCA('sealion impersonation proxy CA', CA_VALIDITY_MS);
+    // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
+    await deps.writes.create(secretObject(ns, CA_SECRET, { 'tls.crt': ca.certPem, 'tls.key': ca.keyPem }));
+    return { certPem: ca.certPem, keyPem: ca.keyPem };
+  }
+
+  /** The client-certificate signer, rotated with the previous one kept trusted until it expires. */
+  async function ensureSigner(
+    leader: boolean,
+  ): Promise<(ServingMaterial['signer'] & { previousPem?: string }) | undefined> {
+    const secret = deps.secrets.get(SIGNER_SECRET, ns);
+    const current = secret?.data?.['tls.crt']
+      ? { certPem: unb64(secret.data['tls.crt']), keyPem: unb64(secret.data['tls.key']) }
+      : undefined;
+    const previousPem = secret?.data?.['previous.crt'] ? unb64(secret.data['previous.crt']) : undefined;
+    const due =
+      current &&
+      new Date(new X509Certificate(current.certPem).validTo).getTime() - now().getTime() <
+        SIGNER_VALIDITY_MS * RENEW_FRACTION_LEFT;
+    if (current && !due) return { ...current, ...(previousPem ? { previousPem } : {}) };
+    if (!leader) return current;
+    const next = await newCA('sealion client certificate signer', SIGNER_VALIDITY_MS);
+    const data: Record<string, string> = {
+      'tls.crt': next.certPem,
+      'tls.key': next.keyPem,
+      ...(current ? { 'previous.crt': current.certPem } : {}),
+    };
+    await deps.writes.apply(secretObject(ns, SIGNER_SECRET, data));
+    deps.log.info({ rotated: Boolean(current) }, 'client certificate signer issued');
+    return {
+      certPem: next.certPem,
+      keyPem: next.keyPem,
+      ...(current ? { previousPem: current.certPem } : {}),
+    };
+  }
+
+  return {
+    name: 'impersonation-proxy',
+    watches: [
+      { informer: deps.nodes, key: () => PROXY_KEY },
+      { informer: deps.services, filter: (s) => s.metadata?.name === SERVICE_NAME, key: () => PROXY_KEY },
+      { informer: deps.secrets, key: () => PROXY_KEY },
+    ],
+    // Configuration problems and a pending load balancer are reported in the strategy; failed writes throw and
+    // retry with backoff.
+    async sync(): Promise<SyncResult> {
+      const { settings, problem } = deps.settings();
+      const note = problem
+        ? `; the last good configuration keeps serving because the latest edit is invalid: ${problem}`
+        : '';
+      const leader = deps.isLeader();
+      const decision = decide(settings.mode, deps.nodes.list());
+      if (problem) {
+        // A broken edit is an error an admin must see, whatever the proxy is doing meanwhile.
+        decision.status = StrategyStatuses.Error;
+        decision.reason = StrategyReasons.ErrorDuringSetup;
+      }
+      if (!decision.run) {
+        if (leader) {
+          await deps.writes.delete('Service', ns, SERVICE_NAME);
+          await deps.writes.delete('Secret', ns, TLS_SECRET);
+        }
+        deps.serve(undefined);
+        deps.publish(strategy(decision.status, decision.reason, decision.message + note));
+        return;
+      }
+
+      const ref = deps.owner();
+      if (settings.service.type !== 'None' && leader) {
+        await deps.writes.apply({
+          apiVersion: 'v1',
+          kind: 'Service',
+          metadata: {
+            name: SERVICE_NAME,
+            namespace: ns,
+            labels: { 'app.kubernetes.io/part-of': 'sealion' },
+            annotations: { ...settings.service.annotations },
+            ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
+          },
+          spec: {
+            type: settings.service.type,
+            selector: POD_SELECTOR,
+            ports: [{ name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' }],
+            ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
+          },
+        } as never);
+      } else if (leader) {
+        await deps.writes.delete('Service', ns, SERVICE_NAME);
+      }
+
+      const endpoint = endpointHost(settings, deps.services.get(SERVICE_NAME, ns));
+      if (!endpoint) {
+        deps.publish(
+          strategy(
+            'Error',
+            problem ? 'ErrorDuringSetup' : 'Pending',
+            `waiting for the load balancer of Service ${ns}/${SERVICE_NAME} to get an address${note}`,
+          ),
+        );
+        return { requeueAfterMs: 10_000 };
+      }
+      const host = hostOnly(endpoint);
+
+      const signer = await ensureSigner(leader);
+      let serving: { certPem: string; keyPem: string; caPem: string } | undefined;
+      if (settings.tls.secretName) {
+        // The admin's own certificate: used as given, and its CA published.
+        const own = deps.secrets.get(settings.tls.secretName, ns);
+        if (own?.data?.['tls.crt']) {
+          serving = {
+            certPem: unb64(own.data['tls.crt']),
+            keyPem: unb64(own.data['tls.key']),
+            caPem: settings.tls.certificateAuthorityData
+              ? unb64(settings.tls.certificateAuthorityData)
+              : unb64(own.data['ca.crt']),
+          };
+        }
+      } else {
+        const ca = await ensureCA(leader);
+        if (ca) {
+          const secret = deps.secrets.get(TLS_SECRET, ns);
+          const certPem = secret?.data?.['tls.crt'] ? unb64(secret.data['tls.crt']) : '';
+          if (certPem && freshFor(certPem, host, ca.certPem, now(), SERVING_VALIDITY_MS)) {
+            serving = { certPem, keyPem: unb64(secret!.data!['tls.key']), caPem: ca.certPem };
+          } else if (leader) {
+            const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
+              commonName: 'sealion-impersonation-proxy',
+              hosts: [host],
+              usage: 'server',
+              validityMs: SERVING_VALIDITY_MS,
+            });
+            await deps.writes.apply(
+              secretObject(
+                ns,
+                TLS_SECRET,
+                { 'tls.crt': issued.certPem, 'tls.key': issued.keyPem, 'ca.crt': ca.certPem },
+                deps.owner,
+              ),
+            );
+            deps.log.info({ host }, 'serving certificate issued');
+            serving = { ...issued, caPem: ca.certPem };
+          }
+        }
+      }
+      if (!serving || !signer) {
+        deps.serve(undefined);
+        deps.publish(
+          strategy('Error', 'Pending', `waiting for the proxy's certificates to be issued${note}`),
+        );
+        // Followers wait for the leader's Secrets; a missing admin Secret may be created later.
+        return { requeueAfterMs: 5_000 };
+      }
+      deps.serve({
+        certPem: serving.certPem,
+        keyPem: serving.keyPem,
+        signer: { certPem: signer.certPem, keyPem: signer.keyPem },
+        clientCAPems: [signer.certPem, ...(signer.previousPem ? [signer.previousPem] : [])],
+      });
+      deps.publish(
+        strategy(
+          decision.status,
+          decision.reason,
+          `${decision.message}; serving at https://${endpoint}${note}`,
+          {
+            impersonationProxyConfig: {
+              endpoint: `https://${endpoint}`,
+              certificateAuthorityData: b64(serving.caPem),
+            },
+          },
+        ),
+      );
+    },
+  };
+}
