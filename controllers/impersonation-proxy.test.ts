@@ -70,13 +70,13 @@ function world(settings: ProxySettings, nodes: NodeLike[] = [worker]) {
       writes.push(`apply ${obj.kind} ${obj.metadata.name}`);
       // An apply leaves the status alone, as on the API server.
       const store = obj.kind === 'Service' ? services : secrets;
-      const status = (store.get(obj.metadata.name, NS) as ServiceLike | undefined)?.status;
-      store.put({ ...obj, ...(status ? { status } : {}) } as never);
+      const status = (store.get(obj.metadata.name, NS))?.status;
+      store.put({ ...obj, ...(status ? { status } : {}) });
     },
     async create(obj) {
       writes.push(`create ${obj.kind} ${obj.metadata.name}`);
       if (secrets.get(obj.metadata.name, NS)) return false;
-      secrets.put(obj as never);
+      secrets.put(obj);
       return true;
     },
     async delete(kind, namespace, name) {
