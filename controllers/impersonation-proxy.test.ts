@@ -69,9 +69,10 @@ function world(settings: ProxySettings, nodes: NodeLike[] = [worker]) {
     async apply(obj) {
       writes.push(`apply ${obj.kind} ${obj.metadata.name}`);
       // An apply leaves the status alone, as on the API server.
-      const store = obj.kind === 'Service' ? services : secrets;
-      const status = (store.get(obj.metadata.name, NS))?.status;
-      store.put({ ...obj, ...(status ? { status } : {}) });
+      if (obj.kind === 'Service') {
+        const status = services.get(obj.metadata.name, NS)?.status;
+        services.put({ ...(obj as ServiceLike), ...(status ? { status } : {}) });
+      } else secrets.put(obj as SecretLike);
     },
     async create(obj) {
       writes.push(`create ${obj.kind} ${obj.metadata.name}`);
