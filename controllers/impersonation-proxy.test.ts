@@ -72,7 +72,7 @@ function world(settings: ProxySettings, nodes: NodeLike[] = [worker]) {
       if (obj.kind === 'Service') {
         const status = services.get(obj.metadata.name, NS)?.status;
         services.put({ ...(obj as ServiceLike), ...(status ? { status } : {}) });
-      } else secrets.put(obj as SecretLike);
+      } else secrets.put(obj);
     },
     async create(obj) {
       writes.push(`create ${obj.kind} ${obj.metadata.name}`);
