@@ -62,13 +62,7 @@ class TimeoutError extends Error {
 }
 
 function errorStatus(err: Error & { code?: string }): { code: number; message: string } {
-  if (
-    err instanceof TimeoutError ||
-    err.code === 'ETIMEDOUT' ||
-    err.code === 'ESOCKETTIMEDOUT' ||
-    err.code === 'UND_ERR_HEADERS_TIMEOUT' ||
-    err.code === 'UND_ERR_BODY_TIMEOUT'
-  ) {
+  if (err instanceof TimeoutError || err.code === 'ETIMEDOUT' || err.code === 'ESOCKETTIMEDOUT') {
     return { code: 504, message: 'the Kubernetes API server did not answer in time' };
   }
   return { code: 502, message: `the Kubernetes API server could not be reached: ${err.code ?? err.message}` };

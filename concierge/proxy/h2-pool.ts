@@ -43,8 +43,6 @@ interface Connection {
 export interface H2Pool {
   /** Opens a stream on a connection with room for it (opening a connection if none has). */
   request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream;
-  /** Open connections and their streams, for metrics and tests. */
-  stats(): { connections: number; streams: number };
   close(): void;
 }
 
@@ -112,11 +110,6 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
         if (c.active === 0) c.session.unref();
       });
       return stream;
-    },
-    stats() {
-      let streams = 0;
-      for (const c of connections) streams += c.active;
-      return { connections: connections.size, streams };
     },
     close() {
       for (const c of connections) c.session.destroy();
