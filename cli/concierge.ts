@@ -2,7 +2,7 @@
 import { Command } from 'commander';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { runConcierge, type ConciergeFlags } from '../concierge/main.ts';
-import { IMPERSONATOR_SERVICE_ACCOUNT, PROXY_PORT } from './manifests/install.ts';
+import { CONFIG_MAP_NAME, IMPERSONATOR_SERVICE_ACCOUNT, PROXY_PORT } from './manifests/install.ts';
 
 export function conciergeCommand(): Command {
   return new Command('concierge')
@@ -21,7 +21,11 @@ export function conciergeCommand(): Command {
       'service account whose tokens forward requests, in cluster',
       IMPERSONATOR_SERVICE_ACCOUNT,
     )
-    .option('--tls-cert-file <path>', 'serving certificate (PEM); reloaded when it changes', '')
+    .option(
+      '--tls-cert-file <path>',
+      "serve this certificate (PEM, reloaded when it changes) instead of the controllers' (default: controllers)",
+      '',
+    )
     .option('--tls-key-file <path>', 'serving key (PEM)', '')
     .option(
       '--client-ca-file <path>',
@@ -32,19 +36,18 @@ export function conciergeCommand(): Command {
     .option('--signer-cert-file <path>', 'CA that signs TokenCredentialRequest certificates (PEM)', '')
     .option('--signer-key-file <path>', 'its key (PEM)', '')
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
-    .option(
-      '--config-map <name>',
-      'ConfigMap with config.yaml (read by the controllers)',
-      'sealion-concierge-config',
-    )
+    .option('--namespace <name>', "the concierge's namespace (default: $POD_NAMESPACE)", '')
+    .option('--config-map <name>', 'ConfigMap with config.yaml (read by the controllers)', CONFIG_MAP_NAME)
     .addHelpText(
       'after',
       `
 Examples:
   sealion concierge                                   # in a cluster, as the Deployment runs it
   sealion concierge --kubeconfig admin.kubeconfig --upstream-kubeconfig impersonator.kubeconfig \\
+    --namespace sealion-concierge --listen 127.0.0.1:8443   # outside a cluster, controllers on
+  sealion concierge --kubeconfig admin.kubeconfig --upstream-kubeconfig impersonator.kubeconfig \\
     --listen 127.0.0.1:8443 --tls-cert-file tls.crt --tls-key-file tls.key \\
-    --signer-cert-file signer.crt --signer-key-file signer.key`,
+    --signer-cert-file signer.crt --signer-key-file signer.key   # fixed certificates, controllers off`,
     )
     .action(async (flags: ConciergeFlags & { clientCaFile: string[] }) => {
       const stop = await runConcierge({ ...flags, clientCAFiles: flags.clientCaFile });

@@ -9,17 +9,24 @@ import {
 import { runController, type RunningController } from '../controllers/lib/controller.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import { newClusterStatusWriter, newCustomResourceInformer, type KubeClients } from '../lib/kube.ts';
+import type { Informer } from '../lib/informer.ts';
 import type { Logger } from '../lib/log.ts';
 
 export interface Authenticators {
   cache: AuthenticatorCache;
+  jwt: Informer<JWTAuthenticator>;
+  webhook: Informer<WebhookAuthenticator>;
+  /** Looks at every authenticator again (a new leader writes the status its predecessor left). */
+  resync(): void;
   stop(): Promise<void>;
 }
 
+/** Every replica validates and caches; only one for which isLeader() holds writes status. */
 export async function startAuthenticators(
   clients: KubeClients,
   groupSuffix: string,
   log: Logger,
+  isLeader: () => boolean = () => true,
 ): Promise<Authenticators> {
   const group = apiGroups(groupSuffix).authentication;
   const jwtResource = { group, version: VERSION, plural: Resource.JWTAuthenticator };
@@ -33,6 +40,7 @@ export async function startAuthenticators(
         informer: jwtInformer,
         cache,
         status: newClusterStatusWriter<AuthenticatorStatus>(clients, jwtResource),
+        isLeader,
         log,
       }),
       { log },
@@ -42,6 +50,7 @@ export async function startAuthenticators(
         informer: webhookInformer,
         cache,
         status: newClusterStatusWriter<AuthenticatorStatus>(clients, webhookResource),
+        isLeader,
         log,
       }),
       { log },
@@ -49,6 +58,9 @@ export async function startAuthenticators(
   ]);
   return {
     cache,
+    jwt: jwtInformer,
+    webhook: webhookInformer,
+    resync: () => running.forEach((r) => r.resync()),
     async stop() {
       await Promise.all(running.map((r) => r.stop()));
       await Promise.all([jwtInformer.stop(), webhookInformer.stop()]);

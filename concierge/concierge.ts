@@ -4,9 +4,12 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups } from '../apis/groups.ts';
 import type { KubeClients } from '../lib/kube.ts';
-import { newReviewer } from '../lib/kube.ts';
+import { newLeaseClient, newReviewer } from '../lib/kube.ts';
 import type { Logger } from '../lib/log.ts';
-import type { CertificateAuthority } from '../lib/pki.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { startLeaderElection } from '../controllers/lib/leader.ts';
+import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
+import { startProxyControllers, type ProxyControllers } from './controllers.ts';
 import { startAuthenticators } from './authenticators.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
@@ -24,10 +27,21 @@ export interface ConciergeOptions {
   /** The proxy's listener. */
   host: string;
   port: number;
-  /** Serving certificate and the CAs trusted for client certificates. */
-  tls: ProxyTLS;
+  /**
+   * Fixed serving certificate and client CAs: the proxy always serves with them. Without them, `control` must be
+   * given, and the controllers decide whether the proxy serves and with which certificates.
+   */
+  tls?: ProxyTLS;
   /** Signs TokenCredentialRequest certificates; its CA must be among tls.clientCAPems. */
   signer?: CertificateAuthority;
+  /** Run the controllers that manage the proxy (config, Service, certificates, strategies), leader-elected. */
+  control?: {
+    /** The concierge's namespace: its ConfigMap, Lease, the proxy's Service and Secrets. */
+    namespace: string;
+    configMap: string;
+    /** This replica's name in the Lease (the pod name). */
+    identity: string;
+  };
   /** Plain-HTTP listener for /metrics. Default: none. */
   metrics?: { host: string; port: number };
   log: Logger;
@@ -41,16 +55,37 @@ export interface Concierge {
   stop(): Promise<void>;
 }
 
+/** The Lease that picks the replica whose controllers write. */
+export const LEADER_LEASE = 'sealion-concierge-controllers';
+
+/** Serving material the controllers handed over, compared to skip reloading what did not change. */
+function materialKey(m: ServingMaterial): string {
+  return [m.certPem, m.keyPem, m.signer.certPem, m.signer.keyPem, ...m.clientCAPems].join('\0');
+}
+
 export async function startConcierge(opts: ConciergeOptions): Promise<Concierge> {
   const log = opts.log;
   const groups = apiGroups(opts.groupSuffix);
+  const control = opts.control;
+  if (!opts.tls && !control)
+    throw new Error('startConcierge: give tls, or control to let the controllers serve');
+  const election = control
+    ? startLeaderElection({
+        leases: newLeaseClient(opts.clients, control.namespace, LEADER_LEASE),
+        identity: control.identity,
+        log: log.child({ component: 'leader-election' }),
+      })
+    : undefined;
+  const isLeader = election ? () => election.isLeader() : () => true;
   const authenticators = await startAuthenticators(
     opts.clients,
     opts.groupSuffix,
     log.child({ component: 'authenticators' }),
+    isLeader,
   );
   const reviewer = newReviewer(opts.clients);
   let signer = opts.signer;
+  let serving = Boolean(opts.tls);
   const metrics = newProxyMetrics();
   const forwarder = newForwarder(opts.upstream);
   const handler = newProxyHandler({
@@ -63,12 +98,67 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
     metrics,
     log: log.child({ component: 'proxy' }),
     ready: () => true,
+    serving: () => serving,
   });
-  const server = newProxyServer(opts.tls, handler.request, handler.upgrade, (err) =>
-    log.debug({ err: err.message }, 'TLS handshake failed'),
+  // Until the controllers hand over certificates the listener serves health checks with a throwaway one.
+  const server = newProxyServer(
+    opts.tls ?? (await placeholderTLS()),
+    handler.request,
+    handler.upgrade,
+    (err) => log.debug({ err: err.message }, 'TLS handshake failed'),
   );
   const port = await server.listen(opts.port, opts.host);
   log.info({ host: opts.host, port }, 'impersonation proxy listening');
+
+  let controllers: ProxyControllers | undefined;
+  if (control) {
+    let loaded = '';
+    let loading = Promise.resolve();
+    const serve = (material: ServingMaterial | undefined): void => {
+      if (!material) {
+        if (serving) log.info('impersonation proxy switched off');
+        serving = false;
+        return;
+      }
+      const key = materialKey(material);
+      if (key === loaded) return;
+      loaded = key;
+      loading = loading.then(async () => {
+        try {
+          const nextSigner = await loadCA(material.signer.certPem, material.signer.keyPem);
+          server.updateTLS({
+            certPem: material.certPem,
+            keyPem: material.keyPem,
+            clientCAPems: material.clientCAPems,
+          });
+          signer = nextSigner;
+          if (!serving) log.info('impersonation proxy switched on');
+          serving = true;
+        } catch (err) {
+          loaded = '';
+          log.error(
+            { err: (err as Error).message },
+            'loading the proxy certificates failed; keeping the current ones',
+          );
+        }
+      });
+    };
+    controllers = await startProxyControllers({
+      clients: opts.clients,
+      groupSuffix: opts.groupSuffix,
+      namespace: control.namespace,
+      configMap: control.configMap,
+      authenticators,
+      isLeader,
+      serve,
+      log: log.child({ component: 'controllers' }),
+    });
+    election!.onChange((leading) => {
+      if (!leading) return;
+      authenticators.resync();
+      controllers!.resync();
+    });
+  }
 
   let metricsServer: Server | undefined;
   let metricsPort: number | undefined;
@@ -93,6 +183,8 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
       log.info('TLS material reloaded');
     },
     async stop() {
+      await controllers?.stop();
+      await election?.stop();
       await server.close();
       forwarder.close();
       metricsServer?.closeAllConnections();
@@ -100,4 +192,15 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
       await authenticators.stop();
     },
   };
+}
+
+/** A self-signed certificate nobody is meant to trust: the listener needs one before the real one arrives. */
+async function placeholderTLS(): Promise<ProxyTLS> {
+  const ca = await newCA('sealion placeholder (the impersonation proxy is not serving yet)');
+  const cert = await issueCert(ca, {
+    commonName: 'sealion-placeholder',
+    hosts: ['localhost'],
+    usage: 'server',
+  });
+  return { certPem: cert.certPem, keyPem: cert.keyPem, clientCAPems: [] };
 }

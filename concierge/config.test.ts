@@ -4,6 +4,7 @@ import {
   DEFAULT_CONFIG_YAML,
   MAX_CONFIG_BYTES,
   loadConfig,
+  newConfigSource,
   type ConfigProblem,
 } from './config.ts';
 import { newCA } from '../lib/pki.ts';
@@ -236,5 +237,37 @@ kubeCertAgent:
     ]);
     expect(error?.message).toMatch(/^load config: /);
     expect(error?.message).toContain('impersonationProxy.mode: must be one of auto, enabled, disabled');
+  });
+});
+
+describe('newConfigSource', () => {
+  it('keeps the last good configuration when an edit is rejected, and recovers when it is fixed', () => {
+    let text: string | undefined = 'impersonationProxy: {mode: enabled}';
+    const rejected: string[] = [];
+    const current = newConfigSource(
+      () => text,
+      (p) => rejected.push(p),
+    );
+    expect(current().config.impersonationProxy.mode).toBe('enabled');
+    expect(current().problem).toBeUndefined();
+
+    text = 'impersonationProxy: {mode: sometimes}';
+    const broken = current();
+    expect(broken.config.impersonationProxy.mode).toBe('enabled');
+    expect(broken.problem).toMatch(/^impersonationProxy\.mode: must be one of/);
+    current();
+    expect(rejected).toHaveLength(1);
+
+    text = 'impersonationProxy: {mode: disabled}';
+    expect(current().config.impersonationProxy.mode).toBe('disabled');
+    expect(current().problem).toBeUndefined();
+  });
+
+  it('treats a missing ConfigMap as the defaults', () => {
+    const current = newConfigSource(
+      () => undefined,
+      () => {},
+    );
+    expect(current()).toEqual({ config: loadConfig('') });
   });
 });

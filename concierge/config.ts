@@ -47,12 +47,15 @@ export interface ConfigProblem {
 
 export class ConfigError extends SealionError {
   readonly problems: readonly ConfigProblem[];
+  /** Every problem with its field path, for a status message. */
+  readonly summary: string;
 
   constructor(problems: ConfigProblem[]) {
-    const details = problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; ');
-    super('InvalidConfig', `load config: ${details}`);
+    const summary = problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; ');
+    super('InvalidConfig', `load config: ${summary}`);
     this.name = 'ConfigError';
     this.problems = problems;
+    this.summary = summary;
   }
 }
 
@@ -313,3 +316,36 @@ kubeCertAgent:
   # auto | enabled | disabled: offer the TokenCredentialRequest API through the cluster's signing key.
   mode: ${DEFAULT_KUBE_CERT_AGENT_MODE}
 `;
+
+/** The configuration in effect, and why the latest edit was rejected when it was. */
+export interface ConfigState {
+  config: SealionConfig;
+  /** The rejected edit's problems, each with its field path; absent when the latest edit is in effect. */
+  problem?: string;
+}
+
+/**
+ * Level-triggered view of the ConfigMap's `config.yaml`: every call parses the current text (memoized on the
+ * text), and a text that fails keeps the last good configuration in effect. A missing ConfigMap or key is the
+ * defaults, since deleting the configuration is a deliberate act, unlike a typo.
+ */
+export function newConfigSource(
+  text: () => string | undefined,
+  onRejected: (problem: string) => void,
+): () => ConfigState {
+  let lastText: string | undefined;
+  let state: ConfigState = { config: loadConfig('') };
+  return () => {
+    const current = text() ?? '';
+    if (current === lastText) return state;
+    lastText = current;
+    try {
+      state = { config: loadConfig(current) };
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      state = { config: state.config, problem: err.summary };
+      onRejected(err.summary);
+    }
+    return state;
+  };
+}

@@ -1,6 +1,7 @@
 // The concierge's composition root: reads flags and environment, builds the Kubernetes clients, the forwarding
 // credentials and the TLS material, and starts everything. Nothing else in concierge/ reads process.env.
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import {
   clusterAccess,
   loadKubeConfig,
@@ -9,7 +10,7 @@ import {
   type KubeClients,
 } from '../lib/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
-import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { loadCA, type CertificateAuthority } from '../lib/pki.ts';
 import { startConcierge } from './concierge.ts';
 import type { UpstreamCredentials, Upstream } from './proxy/forward.ts';
 import type { ProxyTLS } from './proxy/server.ts';
@@ -30,6 +31,10 @@ export interface ConciergeFlags {
   clientCAFiles: string[];
   signerCertFile: string;
   signerKeyFile: string;
+  /** The concierge's namespace (ConfigMap, Lease, the proxy's Service and Secrets); empty: POD_NAMESPACE. */
+  namespace: string;
+  /** The ConfigMap with config.yaml. */
+  configMap: string;
   logLevel: string;
 }
 
@@ -79,35 +84,19 @@ function forwardingTokens(
   return { token: () => token, ready: renew(), stop: () => clearTimeout(timer) };
 }
 
-async function loadTLS(
-  flags: ConciergeFlags,
-  log: Logger,
-): Promise<{ tls: ProxyTLS; signer: CertificateAuthority }> {
-  if (flags.tlsCertFile && flags.signerCertFile) {
-    const signer = await loadCA(
-      readFileSync(flags.signerCertFile, 'utf8'),
-      readFileSync(flags.signerKeyFile, 'utf8'),
-    );
-    return {
-      signer,
-      tls: {
-        certPem: readFileSync(flags.tlsCertFile, 'utf8'),
-        keyPem: readFileSync(flags.tlsKeyFile, 'utf8'),
-        clientCAPems: [signer.certPem, ...flags.clientCAFiles.map((f) => readFileSync(f, 'utf8'))],
-      },
-    };
-  }
-  log.warn('no TLS files given: serving with a throwaway self-signed CA; clients cannot verify the proxy');
-  const ca = await newCA('sealion-throwaway-serving-ca');
-  const signer = await newCA('sealion-throwaway-signer-ca');
-  const serving = await issueCert(ca, {
-    commonName: 'sealion-proxy',
-    hosts: ['localhost', '127.0.0.1'],
-    usage: 'server',
-  });
+/** Fixed TLS material from files, for running without the controllers' certificates. */
+async function loadTLS(flags: ConciergeFlags): Promise<{ tls: ProxyTLS; signer: CertificateAuthority }> {
+  const signer = await loadCA(
+    readFileSync(flags.signerCertFile, 'utf8'),
+    readFileSync(flags.signerKeyFile, 'utf8'),
+  );
   return {
     signer,
-    tls: { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [signer.certPem] },
+    tls: {
+      certPem: readFileSync(flags.tlsCertFile, 'utf8'),
+      keyPem: readFileSync(flags.tlsKeyFile, 'utf8'),
+      clientCAPems: [signer.certPem, ...flags.clientCAFiles.map((f) => readFileSync(f, 'utf8'))],
+    },
   };
 }
 
@@ -116,6 +105,7 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
   const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
   const clients = newKubeClients(source);
   const stops: (() => void)[] = [];
+  const namespace = flags.namespace || process.env['POD_NAMESPACE'] || '';
   let credentials: UpstreamCredentials;
   let server: URL;
   if (flags.upstreamKubeconfig) {
@@ -127,7 +117,6 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
       ...(access.token ? { token: () => access.token } : {}),
     };
   } else {
-    const namespace = process.env['POD_NAMESPACE'];
     if (!namespace)
       throw new Error(
         'POD_NAMESPACE is not set; in a cluster the Deployment sets it, elsewhere pass --upstream-kubeconfig',
@@ -140,7 +129,11 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
     credentials = { ...(access.caPem ? { caPem: access.caPem } : {}), token: tokens.token };
   }
   const upstream: Upstream = { url: server, credentials };
-  const { tls, signer } = await loadTLS(flags, log);
+  const fixedTLS = Boolean(flags.tlsCertFile);
+  if (fixedTLS && !(flags.tlsKeyFile && flags.signerCertFile && flags.signerKeyFile))
+    throw new Error('--tls-cert-file needs --tls-key-file, --signer-cert-file and --signer-key-file');
+  if (!fixedTLS && !namespace)
+    throw new Error('the controllers need a namespace: pass --namespace or set POD_NAMESPACE');
   const listen = hostPort(flags.listen);
   const concierge = await startConcierge({
     clients,
@@ -148,12 +141,21 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
     groupSuffix: flags.groupSuffix,
     host: listen.host,
     port: listen.port,
-    tls,
-    signer,
+    ...(fixedTLS
+      ? await loadTLS(flags)
+      : {
+          control: {
+            namespace,
+            configMap: flags.configMap,
+            // The pod name in a cluster; elsewhere unique enough among replicas on one network.
+            identity: process.env['POD_NAME'] || `${hostname()}-${process.pid}`,
+          },
+        }),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
     log,
   });
-  if (flags.tlsCertFile && flags.signerCertFile) {
+  if (fixedTLS) {
+    log.warn('serving fixed TLS files: the controllers do not manage the impersonation proxy');
     // Certificates rotate underneath us (a mounted Secret, cert-manager): pick up changes without a restart.
     // Compare the files' bytes first: parsing certificates and importing the signer key every 10 s is wasted work.
     const files = [
@@ -176,7 +178,7 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
         );
       }
       if (current === last) return;
-      loadTLS(flags, log).then(
+      loadTLS(flags).then(
         (next) => {
           last = current;
           concierge.updateTLS(next.tls, next.signer);

@@ -156,12 +156,33 @@ describe('JWTAuthenticator controller', () => {
   it('validates again only when the spec changes, and drops the authenticator when it breaks', async () => {
     const { cache, status, informer, controller } = await runJWT(jwtObject(), goodDocuments());
     expect(cache.has('JWTAuthenticator', 'corp')).toBe(true);
+    // The watch brings the written status back.
+    informer.put(jwtObject({}, status.writes[0]!.status));
     await controller.sync('corp');
     expect(status.writes).toHaveLength(1);
     informer.put(jwtObject({ tls: { certificateAuthorityData: 'bm90IGEgY2VydA==' } }));
     await controller.sync('corp');
     expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
     expect(status.writes.at(-1)?.status.phase).toBe('Error');
+  });
+
+  it('fills the cache on a follower without writing status, and writes once it leads', async () => {
+    const informer = new MemoryInformer<JWTAuthenticator>([jwtObject()]);
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    const cache = new AuthenticatorCache();
+    caches.push(cache);
+    const docs = goodDocuments();
+    let leading = false;
+    const controller = newJWTAuthenticatorController(
+      { informer, cache, status, log: silentLogger(), now: () => NOW, isLeader: () => leading },
+      { fetchJSON: (url) => Promise.resolve(docs[url]) },
+    );
+    await controller.sync('corp');
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(true);
+    expect(status.writes).toHaveLength(0);
+    leading = true;
+    await controller.sync('corp');
+    expect(status.writes.map((w) => w.status.phase)).toEqual(['Ready']);
   });
 
   it('removes a deleted authenticator from the cache without writing', async () => {

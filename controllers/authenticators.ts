@@ -19,6 +19,8 @@ export interface AuthenticatorControllerDeps<T> {
   cache: AuthenticatorCache;
   status: StatusWriter<AuthenticatorStatus>;
   log: Logger;
+  /** Whether this replica writes status (every replica fills its cache). Default: always. */
+  isLeader?: () => boolean;
   /** Default: () => new Date(). */
   now?: () => Date;
 }
@@ -48,36 +50,45 @@ function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenti
   deps: AuthenticatorControllerDeps<T>,
   validate: (obj: T) => Promise<Validated>,
 ): Controller {
-  const validatedSpecs = new Map<string, string>();
+  /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
+  const validated = new Map<string, { hash: string; checks: Check[] }>();
   const now = deps.now ?? (() => new Date());
+  const isLeader = deps.isLeader ?? (() => true);
   const log = deps.log.child({ kind });
   return {
     name: `${kind}-cache-filler`,
     watches: [{ informer: deps.informer }],
     // User errors become conditions (and are retried with backoff, since an issuer or webhook may come back);
-    // failed status writes throw and retry.
+    // failed status writes throw and retry. Followers fill their caches but leave the status to the leader.
     async sync(name: string): Promise<SyncResult> {
       const obj = deps.informer.get(name);
       if (!obj) {
         deps.cache.delete(kind, name);
-        validatedSpecs.delete(name);
+        validated.delete(name);
         return;
       }
       const hash = specHash(obj.spec);
-      if (validatedSpecs.get(name) === hash && deps.cache.has(kind, name)) return;
-
-      const result = await validate(obj);
-      if (result.authenticator) {
-        deps.cache.set(kind, name, result.authenticator, result.issuer);
-        validatedSpecs.set(name, hash);
-      } else {
-        // Out of the cache first: from this moment no request is authenticated by a broken authenticator.
-        deps.cache.delete(kind, name);
-        validatedSpecs.delete(name);
+      let result: Validated | undefined;
+      const known = validated.get(name);
+      const ready = known?.hash === hash && deps.cache.has(kind, name);
+      if (!ready) {
+        result = await validate(obj);
+        if (result.authenticator) {
+          deps.cache.set(kind, name, result.authenticator, result.issuer);
+          validated.set(name, { hash, checks: result.checks });
+        } else {
+          // Out of the cache first: from this moment no request is authenticated by a broken authenticator.
+          deps.cache.delete(kind, name);
+          validated.delete(name);
+        }
       }
-      const checks = [...result.checks, readyCondition(result.checks, kind)];
+      const ok = ready || Boolean(result?.authenticator);
+      const retry: SyncResult = ok ? undefined : { retry: true };
+      if (!isLeader()) return retry;
+      const found = result ? result.checks : known!.checks;
+      const checks = [...found, readyCondition(found, kind)];
       const status: AuthenticatorStatus = {
-        phase: result.authenticator ? 'Ready' : 'Error',
+        phase: ok ? 'Ready' : 'Error',
         conditions: mergeConditions(
           obj.status?.conditions,
           checks,
@@ -97,7 +108,7 @@ function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenti
           'authenticator status changed',
         );
       }
-      return result.authenticator ? undefined : { retry: true };
+      return retry;
     },
   };
 }

@@ -371,29 +371,53 @@ export function newLeaseClient(clients: KubeClients, namespace: string, name: st
 /** Core kinds the impersonation-proxy controllers watch. */
 export type CoreCollection = 'nodes' | 'services' | 'secrets' | 'configmaps';
 
-/** An informer over a core collection: nodes cluster-wide, the others in one namespace. */
+/** An informer over a core collection: nodes cluster-wide, the others in one namespace (all when it is ''). */
 export function newCoreInformer<T extends KubeObject>(
   clients: KubeClients,
   collection: CoreCollection,
   namespace: string,
   log: Logger,
 ): Informer<T> {
-  const list = {
-    nodes: () => clients.core.listNode(),
-    services: () => clients.core.listNamespacedService({ namespace }),
-    secrets: () => clients.core.listNamespacedSecret({ namespace }),
-    configmaps: () => clients.core.listNamespacedConfigMap({ namespace }),
-  }[collection] as () => Promise<{ items: T[] }>;
-  const path = collection === 'nodes' ? '/api/v1/nodes' : `/api/v1/namespaces/${namespace}/${collection}`;
+  const everywhere = collection === 'nodes' || namespace === '';
+  const list = (
+    everywhere
+      ? {
+          nodes: () => clients.core.listNode(),
+          services: () => clients.core.listServiceForAllNamespaces(),
+          secrets: () => clients.core.listSecretForAllNamespaces(),
+          configmaps: () => clients.core.listConfigMapForAllNamespaces(),
+        }
+      : {
+          nodes: () => clients.core.listNode(),
+          services: () => clients.core.listNamespacedService({ namespace }),
+          secrets: () => clients.core.listNamespacedSecret({ namespace }),
+          configmaps: () => clients.core.listNamespacedConfigMap({ namespace }),
+        }
+  )[collection] as () => Promise<{ items: T[] }>;
+  const path = everywhere ? `/api/v1/${collection}` : `/api/v1/namespaces/${namespace}/${collection}`;
   return newInformer<T>(clients.config, { path, list }, log);
+}
+
+/** Sets a Service's load-balancer status (what a cloud's controller writes). */
+export async function patchServiceLoadBalancer(
+  clients: KubeClients,
+  namespace: string,
+  name: string,
+  ingress: { ip?: string; hostname?: string }[],
+): Promise<void> {
+  await clients.core.patchNamespacedServiceStatus(
+    { name, namespace, body: { status: { loadBalancer: { ingress } } } },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+  );
 }
 
 /** Writes to namespaced core objects. Applies are server-side applies: keys we stop sending are removed. */
 export interface ObjectWriter {
+  /** Namespaced or cluster-scoped (then without a namespace). */
   apply(obj: {
     apiVersion: string;
     kind: string;
-    metadata: { name: string; namespace: string };
+    metadata: { name: string; namespace?: string };
   }): Promise<void>;
   /** Creates unless it exists; false when it already did (someone else won the race). */
   create(obj: {

@@ -1,6 +1,6 @@
 // The request path: health → TokenCredentialRequest (anonymous) → authenticate → WhoAmIRequest → header
 // hygiene and impersonation → forward. One log line and one set of metrics per request, never a token.
-import type { IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ApiGroups } from '../../apis/groups.ts';
 import { VERSION } from '../../apis/groups.ts';
@@ -21,7 +21,7 @@ import {
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestInfo } from './request-info.ts';
-import { send, UNAUTHORIZED, writeStatus, type Response } from './status.ts';
+import { send, statusBody, UNAUTHORIZED, writeStatus, type Response } from './status.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;
@@ -34,7 +34,12 @@ export interface ProxyDeps {
   log: Logger;
   /** Whether the proxy should report ready (authenticators synced, TLS loaded). */
   ready: () => boolean;
+  /** Whether the proxy is switched on; when off, everything but the health endpoints gets 503. */
+  serving: () => boolean;
 }
+
+const NOT_SERVING =
+  "the impersonation proxy is not running on this cluster; the authenticators' status says why";
 
 export interface ProxyHandler {
   request: (req: Request, res: Response) => void;
@@ -125,6 +130,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       const ready = deps.ready();
       return send(res, ready ? 200 : 503, 'text/plain', ready ? 'ok' : 'not ready');
     }
+    if (!deps.serving()) return writeStatus(res, 503, NOT_SERVING);
     if (path === loginPrefix || path === `${loginPrefix}/`)
       return serveResourceList(res, groups.login, 'tokencredentialrequests', 'TokenCredentialRequest', [
         'create',
@@ -169,19 +175,12 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, url);
     const refuse = (code: number, message: string): void => {
       finish(code);
-      const body = JSON.stringify({
-        kind: 'Status',
-        apiVersion: 'v1',
-        metadata: {},
-        status: 'Failure',
-        message,
-        reason: code === 401 ? 'Unauthorized' : 'Forbidden',
-        code,
-      });
+      const body = statusBody(code, message);
       socket.end(
-        `HTTP/1.1 ${code} ${code === 401 ? 'Unauthorized' : code === 403 ? 'Forbidden' : 'Bad Request'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+        `HTTP/1.1 ${code} ${STATUS_CODES[code] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
       );
     };
+    if (!deps.serving()) return refuse(503, NOT_SERVING);
     const identity = await deps.authenticator.authenticate(req);
     if (identity.kind === 'anonymous') {
       log.info({ reason: identity.reason, path: pathOf(url) }, 'authentication failed');

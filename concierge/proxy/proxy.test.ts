@@ -61,6 +61,7 @@ let server: ProxyServer;
 let port: number;
 let metrics: ProxyMetrics;
 let logText = '';
+let switchedOn = true;
 
 function call(path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
   return new Promise((done, fail) => {
@@ -127,6 +128,7 @@ beforeAll(async () => {
     metrics,
     log,
     ready: () => true,
+    serving: () => switchedOn,
   });
   server = newProxyServer(
     { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
@@ -213,6 +215,20 @@ describe('what reaches the API server', () => {
       extra: { scopes: ['read'] },
     });
     expect(headers['authorization']).toBe('Bearer forwarding-identity-token');
+  });
+
+  it('answers 503 and forwards nothing while switched off, but keeps answering health checks', async () => {
+    switchedOn = false;
+    try {
+      const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token' });
+      expect(answer.status).toBe(503);
+      expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 503 });
+      expect((await call('/healthz')).status).toBe(200);
+      expect((await call('/readyz')).status).toBe(200);
+      expect(seen).toHaveLength(0);
+    } finally {
+      switchedOn = true;
+    }
   });
 
   it('forwards nothing for an unauthenticated caller', async () => {

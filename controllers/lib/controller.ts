@@ -21,6 +21,8 @@ export interface Controller {
 
 export interface RunningController {
   queue: WorkQueue;
+  /** Enqueues every known key, for when something outside the watches changed (say, leadership). */
+  resync(): void;
   stop(): Promise<void>;
 }
 
@@ -57,6 +59,7 @@ export async function runController(controller: Controller, opts: RunOptions): P
   log.debug('started');
   return {
     queue,
+    resync: enqueueAll,
     async stop() {
       clearInterval(resync);
       await queue.stop();

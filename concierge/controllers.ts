@@ -1,0 +1,198 @@
+// Wires the impersonation-proxy controllers to the API server: the ConfigMap (last good config kept), nodes,
+// the proxy's Service and Secrets, the CredentialIssuer, and the strategy publisher that writes how to reach
+// the proxy onto every authenticator. Leadership is decided outside (see concierge.ts); this file only asks.
+import type { ConciergeStrategy } from '../apis/authentication.ts';
+import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
+import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
+import type { NodeLike } from '../controllers/detect.ts';
+import {
+  newImpersonationProxyController,
+  PROXY_KEY,
+  type ProxySettings,
+  type SecretLike,
+  type ServiceLike,
+  type ServingMaterial,
+} from '../controllers/impersonation-proxy.ts';
+import { runController, type RunningController } from '../controllers/lib/controller.ts';
+import {
+  CREDENTIAL_ISSUER_KEY,
+  newStrategyBoard,
+  newStrategyPublisher,
+  tokenCredentialRequestStrategy,
+} from '../controllers/strategies.ts';
+import type { KubeObject } from '../lib/informer.ts';
+import {
+  newClusterStatusWriter,
+  newCoreInformer,
+  newCustomResourceInformer,
+  newObjectWriter,
+  type KubeClients,
+} from '../lib/kube.ts';
+import type { Logger } from '../lib/log.ts';
+import type { Authenticators } from './authenticators.ts';
+import { CONFIG_KEY, newConfigSource, type SealionConfig } from './config.ts';
+
+/** The field manager of everything the controllers apply. */
+const FIELD_MANAGER = 'sealion-concierge';
+
+export interface ProxyControlOptions {
+  clients: KubeClients;
+  groupSuffix: string;
+  /** The concierge's namespace: its ConfigMap, the proxy's Service and Secrets. */
+  namespace: string;
+  /** The ConfigMap holding config.yaml; also the CredentialIssuer's name. */
+  configMap: string;
+  authenticators: Authenticators;
+  isLeader: () => boolean;
+  /** What the proxy should serve; undefined: switched off. */
+  serve: (material: ServingMaterial | undefined) => void;
+  log: Logger;
+}
+
+export interface ProxyControllers {
+  /** Looks at everything again, for a new leader. */
+  resync(): void;
+  stop(): Promise<void>;
+}
+
+interface ConfigMapLike extends KubeObject {
+  data?: Record<string, string>;
+}
+
+const withoutScheme = (endpoint: string): string => endpoint.replace(/^https:\/\//, '');
+
+/** The proxy controller's view of the configuration. */
+function proxySettings(config: SealionConfig): ProxySettings {
+  const proxy = config.impersonationProxy;
+  return {
+    mode: proxy.mode,
+    endpoint: withoutScheme(proxy.endpoint),
+    service: { ...proxy.service, annotations: { ...proxy.service.annotations } },
+    tls: { ...proxy.tls },
+  };
+}
+
+/** The settings in effect, in the CredentialIssuer spec's (Pinniped's) shape. */
+function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
+  const proxy = config.impersonationProxy;
+  return {
+    impersonationProxy: {
+      mode: proxy.mode,
+      service: {
+        type: proxy.service.type,
+        annotations: { ...proxy.service.annotations },
+        ...(proxy.service.loadBalancerIP ? { loadBalancerIP: proxy.service.loadBalancerIP } : {}),
+      },
+      ...(proxy.endpoint ? { externalEndpoint: withoutScheme(proxy.endpoint) } : {}),
+    },
+  };
+}
+
+export async function startProxyControllers(opts: ProxyControlOptions): Promise<ProxyControllers> {
+  const { clients, namespace: ns, log } = opts;
+  const configGroup = apiGroups(opts.groupSuffix).config;
+  const issuerResource = { group: configGroup, version: VERSION, plural: Resource.CredentialIssuer };
+  const authnGroup = apiGroups(opts.groupSuffix).authentication;
+  const configMaps = newCoreInformer<ConfigMapLike>(clients, 'configmaps', ns, log);
+  const nodes = newCoreInformer<NodeLike & KubeObject>(clients, 'nodes', '', log);
+  const services = newCoreInformer<ServiceLike>(clients, 'services', ns, log);
+  const secrets = newCoreInformer<SecretLike>(clients, 'secrets', ns, log);
+  const issuers = newCustomResourceInformer<CredentialIssuer>(clients, issuerResource, log);
+  const writes = newObjectWriter(clients, FIELD_MANAGER);
+
+  const config = newConfigSource(
+    () => configMaps.get(opts.configMap, ns)?.data?.[CONFIG_KEY],
+    (problem) =>
+      log.warn(
+        { configMap: `${ns}/${opts.configMap}`, problem },
+        'configuration edit rejected; the last good configuration keeps serving',
+      ),
+  );
+  const board = newStrategyBoard();
+  const proxy = newImpersonationProxyController({
+    namespace: ns,
+    settings: () => {
+      const state = config();
+      return { settings: proxySettings(state.config), ...(state.problem ? { problem: state.problem } : {}) };
+    },
+    owner: () => {
+      const uid = configMaps.get(opts.configMap, ns)?.metadata?.uid;
+      return uid ? { apiVersion: 'v1', kind: 'ConfigMap', name: opts.configMap, uid } : undefined;
+    },
+    nodes,
+    services,
+    secrets,
+    writes,
+    isLeader: opts.isLeader,
+    serve: opts.serve,
+    publish: (strategy: ConciergeStrategy) => {
+      board.set(strategy);
+      // The proxy controller syncs on every ConfigMap change, so the other strategy follows the config here.
+      board.set(tokenCredentialRequestStrategy(config().config.kubeCertAgent.mode, new Date()));
+    },
+    log: log.child({ controller: 'impersonation-proxy' }),
+  });
+  const proxyRunning = await runController(
+    {
+      ...proxy,
+      watches: [
+        ...proxy.watches,
+        { informer: configMaps, filter: (c) => c.metadata?.name === opts.configMap, key: () => PROXY_KEY },
+      ],
+    },
+    { log },
+  );
+  proxyRunning.queue.add(PROXY_KEY);
+
+  const publisher = await runController(
+    newStrategyPublisher({
+      strategies: () => board.list(),
+      jwtAuthenticators: opts.authenticators.jwt,
+      webhookAuthenticators: opts.authenticators.webhook,
+      jwtStatus: newClusterStatusWriter(clients, {
+        group: authnGroup,
+        version: VERSION,
+        plural: Resource.JWTAuthenticator,
+      }),
+      webhookStatus: newClusterStatusWriter(clients, {
+        group: authnGroup,
+        version: VERSION,
+        plural: Resource.WebhookAuthenticator,
+      }),
+      credentialIssuer: {
+        name: opts.configMap,
+        informer: issuers,
+        spec: () => issuerSpec(config().config),
+        applySpec: (spec) =>
+          writes.apply({
+            apiVersion: `${configGroup}/${VERSION}`,
+            kind: Kind.CredentialIssuer,
+            metadata: { name: opts.configMap },
+            spec,
+          } as never),
+        status: newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource),
+      },
+      isLeader: opts.isLeader,
+      log: log.child({ controller: 'strategy-publisher' }),
+    }),
+    { log },
+  );
+  const publishAll = (): void => {
+    publisher.resync();
+    publisher.queue.add(CREDENTIAL_ISSUER_KEY);
+  };
+  board.onChange(publishAll);
+  publishAll();
+
+  const running: RunningController[] = [proxyRunning, publisher];
+  return {
+    resync() {
+      proxyRunning.queue.add(PROXY_KEY);
+      publishAll();
+    },
+    async stop() {
+      await Promise.all(running.map((r) => r.stop()));
+      await Promise.all([configMaps, nodes, services, secrets, issuers].map((i) => i.stop()));
+    },
+  };
+}

@@ -1,0 +1,138 @@
+import { describe, expect, it } from '@jest/globals';
+import type {
+  AuthenticatorStatus,
+  ConciergeStrategy,
+  JWTAuthenticator,
+  WebhookAuthenticator,
+} from '../apis/authentication.ts';
+import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
+import { MemoryInformer } from '../lib/informer.ts';
+import { silentLogger } from '../lib/log.ts';
+import { RecordingStatusWriter } from '../lib/status-writer.ts';
+import {
+  CREDENTIAL_ISSUER_KEY,
+  newStrategyBoard,
+  newStrategyPublisher,
+  tokenCredentialRequestStrategy,
+} from './strategies.ts';
+
+const T1 = '2026-01-01T00:00:00.000Z';
+const T2 = '2026-01-01T00:05:00.000Z';
+const listening = (time: string, endpoint = 'https://10.0.0.1'): ConciergeStrategy => ({
+  type: 'ImpersonationProxy',
+  status: 'Success',
+  reason: 'Listening',
+  message: `serving at ${endpoint}`,
+  lastUpdateTime: time,
+  impersonationProxyConfig: { endpoint, certificateAuthorityData: 'Q0E=' },
+});
+
+function jwt(name: string, status?: AuthenticatorStatus): JWTAuthenticator {
+  return {
+    apiVersion: 'authentication.concierge.sealion.dev/v1alpha1',
+    kind: 'JWTAuthenticator',
+    metadata: { name },
+    spec: { issuer: 'https://issuer.example.com', audience: 'a' },
+    ...(status ? { status } : {}),
+  };
+}
+
+function world(opts: { leader?: boolean; authenticators?: JWTAuthenticator[] } = {}) {
+  const board = newStrategyBoard();
+  const jwtInformer = new MemoryInformer<JWTAuthenticator>(opts.authenticators ?? []);
+  const issuers = new MemoryInformer<CredentialIssuer>();
+  const jwtStatus = new RecordingStatusWriter<AuthenticatorStatus>();
+  const issuerStatus = new RecordingStatusWriter<CredentialIssuerStatus>();
+  const specs: CredentialIssuerSpec[] = [];
+  const spec: CredentialIssuerSpec = { impersonationProxy: { mode: 'auto' } };
+  const controller = newStrategyPublisher({
+    strategies: () => board.list(),
+    jwtAuthenticators: jwtInformer,
+    webhookAuthenticators: new MemoryInformer<WebhookAuthenticator>(),
+    jwtStatus,
+    webhookStatus: new RecordingStatusWriter<AuthenticatorStatus>(),
+    credentialIssuer: {
+      name: 'sealion-concierge-config',
+      informer: issuers,
+      spec: () => spec,
+      applySpec: (s) => {
+        specs.push(s);
+        return Promise.resolve();
+      },
+      status: issuerStatus,
+    },
+    isLeader: () => opts.leader ?? true,
+    log: silentLogger(),
+  });
+  return { board, jwtInformer, issuers, jwtStatus, issuerStatus, specs, controller };
+}
+
+describe('strategy publisher', () => {
+  it('writes the strategies onto an authenticator, then nothing while only the time changes', async () => {
+    const w = world({ authenticators: [jwt('corp')] });
+    w.board.set(listening(T1));
+    await w.controller.sync('JWTAuthenticator/corp');
+    expect(w.jwtStatus.writes).toEqual([{ name: 'corp', status: { conciergeStrategies: [listening(T1)] } }]);
+
+    w.jwtInformer.put(jwt('corp', { conciergeStrategies: [listening(T1)] }));
+    w.board.set(listening(T2));
+    await w.controller.sync('JWTAuthenticator/corp');
+    expect(w.jwtStatus.writes).toHaveLength(1);
+
+    w.board.set(listening(T2, 'https://10.0.0.2'));
+    await w.controller.sync('JWTAuthenticator/corp');
+    expect(w.jwtStatus.writes.at(-1)?.status.conciergeStrategies).toEqual([
+      listening(T2, 'https://10.0.0.2'),
+    ]);
+  });
+
+  it('leaves everything to the leader', async () => {
+    const w = world({ leader: false, authenticators: [jwt('corp')] });
+    w.board.set(listening(T1));
+    await w.controller.sync('JWTAuthenticator/corp');
+    await w.controller.sync(CREDENTIAL_ISSUER_KEY);
+    expect(w.jwtStatus.writes).toHaveLength(0);
+    expect(w.specs).toHaveLength(0);
+  });
+
+  it('creates the CredentialIssuer and mirrors the strategies in Pinniped’s shape', async () => {
+    const w = world();
+    w.board.set(listening(T1));
+    w.board.set(tokenCredentialRequestStrategy('auto', new Date(T1)));
+    await w.controller.sync(CREDENTIAL_ISSUER_KEY);
+    expect(w.specs).toEqual([{ impersonationProxy: { mode: 'auto' } }]);
+    expect(w.issuerStatus.writes[0]?.status.strategies).toEqual([
+      {
+        type: 'ImpersonationProxy',
+        status: 'Success',
+        reason: 'Listening',
+        message: 'serving at https://10.0.0.1',
+        lastUpdateTime: T1,
+        frontend: {
+          type: 'ImpersonationProxy',
+          impersonationProxyInfo: { endpoint: 'https://10.0.0.1', certificateAuthorityData: 'Q0E=' },
+        },
+      },
+      expect.objectContaining({
+        type: 'KubeClusterSigningCertificate',
+        status: 'NotAvailable',
+        reason: 'CouldNotFetchKey',
+      }),
+    ]);
+  });
+
+  it.each([
+    ['disabled', 'NotAvailable', 'Disabled'],
+    ['auto', 'NotAvailable', 'CouldNotFetchKey'],
+    ['enabled', 'Error', 'CouldNotFetchKey'],
+  ] as const)(
+    'reports the TokenCredentialRequest API with kubeCertAgent %s as %s/%s',
+    (mode, status, reason) => {
+      expect(tokenCredentialRequestStrategy(mode, new Date(T1))).toMatchObject({
+        type: 'TokenCredentialRequestAPI',
+        status,
+        reason,
+      });
+    },
+  );
+});
