@@ -2,6 +2,7 @@
 // need one: the CRDs applied, a forwarding identity that may only impersonate, generated serving and signer CAs.
 import { join } from 'node:path';
 import { startConcierge, type Concierge } from '../../concierge/concierge.ts';
+import type { Upstream } from '../../concierge/proxy/forward.ts';
 import { newKubeClients } from '../../lib/kube.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
@@ -22,7 +23,6 @@ export interface LocalConcierge {
 
 export const FORWARDING_USER = 'sealion-impersonator';
 
-/** Installs the CRDs and the forwarding identity's RBAC, then starts a concierge on a free loopback port. */
 /** Applies Sealion's CRDs and waits until the API server serves them. */
 export async function installCRDs(cluster: Pick<Cluster, 'kubectl'>): Promise<void> {
   const crds = await cluster.kubectl(['apply', '-k', join(REPO_ROOT, 'config/crds')]);
@@ -60,10 +60,8 @@ export async function applyJWTAuthenticator(
 /** What the concierge harness needs of a cluster. */
 export type ClusterForConcierge = Pick<Cluster, 'url' | 'kubeconfigPath' | 'ca' | 'kubectl'>;
 
-export async function startLocalConcierge(
-  cluster: ClusterForConcierge,
-  opts: { log?: Logger; port?: number; metrics?: boolean } = {},
-): Promise<LocalConcierge> {
+/** Installs the CRDs and a forwarding identity that may only impersonate, as the install manifests do. */
+async function prepareCluster(cluster: ClusterForConcierge): Promise<Upstream> {
   await installCRDs(cluster);
   // The forwarding identity may impersonate and nothing else, as in the install manifests.
   const rbac = await cluster.kubectl(['apply', '-f', '-'], {
@@ -99,6 +97,17 @@ export async function startLocalConcierge(
   if (rbac.code !== 0) throw new Error(`applying RBAC: ${rbac.stderr}`);
 
   const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
+  return {
+    url: new URL(cluster.url),
+    credentials: { caPem: cluster.ca.certPem, certPem: forwarding.certPem, keyPem: forwarding.keyPem },
+  };
+}
+
+export async function startLocalConcierge(
+  cluster: ClusterForConcierge,
+  opts: { log?: Logger; port?: number; metrics?: boolean } = {},
+): Promise<LocalConcierge> {
+  const upstream = await prepareCluster(cluster);
   const servingCA = await newCA('sealion-proxy-serving-ca');
   const signerCA = await newCA('sealion-proxy-signer-ca');
   const serving = await issueCert(servingCA, {
@@ -108,10 +117,7 @@ export async function startLocalConcierge(
   });
   const concierge = await startConcierge({
     clients: newKubeClients({ path: cluster.kubeconfigPath }),
-    upstream: {
-      url: new URL(cluster.url),
-      credentials: { caPem: cluster.ca.certPem, certPem: forwarding.certPem, keyPem: forwarding.keyPem },
-    },
+    upstream,
     groupSuffix: 'sealion.dev',
     host: '127.0.0.1',
     port: opts.port ?? 0,
@@ -129,4 +135,33 @@ export async function startLocalConcierge(
     kubeconfig: (user) => kubeconfigYaml('sealion', url, servingCA.certPem, { name: 'user', ...user }),
     stop: () => concierge.stop(),
   };
+}
+
+/** A concierge whose controllers manage the proxy, as in a cluster: no fixed certificates. */
+export interface ControlledConcierge {
+  concierge: Concierge;
+  /** Where this replica listens (what a Service's backend is). */
+  port: number;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a concierge replica with its controllers on: the ConfigMap `configMap` in `namespace` drives the proxy.
+ * Replicas started with the same namespace share one Lease.
+ */
+export async function startControlledConcierge(
+  cluster: ClusterForConcierge,
+  opts: { namespace: string; configMap: string; identity: string; log?: Logger; port?: number },
+): Promise<ControlledConcierge> {
+  const upstream = await prepareCluster(cluster);
+  const concierge = await startConcierge({
+    clients: newKubeClients({ path: cluster.kubeconfigPath }),
+    upstream,
+    groupSuffix: 'sealion.dev',
+    host: '127.0.0.1',
+    port: opts.port ?? 0,
+    control: { namespace: opts.namespace, configMap: opts.configMap, identity: opts.identity },
+    log: opts.log ?? silentLogger(),
+  });
+  return { concierge, port: concierge.port, stop: () => concierge.stop() };
 }
