@@ -2,15 +2,20 @@
 // a demo user with RBAC, and kubeconfigs under .sealion/. Runs until Ctrl-C, then removes everything it started.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
 import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
+import { newKubeClients } from '../lib/kube.ts';
 import {
   applyJWTAuthenticator,
-  startLocalConcierge,
-  type LocalConcierge,
+  startControlledConcierge,
+  type ControlledConcierge,
 } from '../integration/harness/concierge.ts';
+import { kubeconfigYaml } from '../integration/harness/cluster.ts';
 import { eventually } from '../integration/harness/eventually.ts';
+import { startLocalLoadBalancer, type LocalLoadBalancer } from '../integration/harness/local-lb.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
+import { CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from './manifests/install.ts';
 
 const DEMO_USER = 'demo@sealion.dev';
 const DEMO_GROUP = 'demo-developers';
@@ -22,7 +27,12 @@ export async function devUp(): Promise<void> {
   const log = (line: string): void => console.error(`[dev] ${line}`);
   const started = Date.now();
   // Filled in as they start, so that Ctrl-C at any moment stops what exists.
-  const running: { cluster?: Cluster; issuer?: TestIssuer; proxy?: LocalConcierge } = {};
+  const running: {
+    cluster?: Cluster;
+    issuer?: TestIssuer;
+    proxy?: ControlledConcierge;
+    lb?: LocalLoadBalancer;
+  } = {};
   let stopping = false;
   const shutdown = (): void => {
     if (stopping) return;
@@ -30,6 +40,7 @@ export async function devUp(): Promise<void> {
     log('stopping');
     (async () => {
       await running.proxy?.stop();
+      await running.lb?.stop();
       await running.issuer?.stop();
       await running.cluster?.stop();
     })().then(
@@ -44,9 +55,43 @@ export async function devUp(): Promise<void> {
   process.on('SIGTERM', shutdown);
 
   const cluster = (running.cluster = await startCluster({ name: 'sealion-dev', log }));
-  log('starting the concierge and a local OIDC issuer');
+  log('starting the concierge, the local load balancer and a local OIDC issuer');
   const issuer = (running.issuer = await startOIDCIssuer({ audience: 'sealion-dev' }));
-  const proxy = (running.proxy = await startLocalConcierge(cluster));
+  const namespace = DEFAULT_INSTALL.namespace;
+  const created = await cluster.kubectl(['create', 'namespace', namespace]);
+  if (created.code !== 0) throw new Error(`creating namespace ${namespace}: ${created.stderr}`);
+  const proxy = (running.proxy = await startControlledConcierge(cluster, {
+    namespace,
+    configMap: CONFIG_MAP_NAME,
+    identity: 'dev',
+  }));
+  // A LoadBalancer Service, as on a cloud, when this process may listen on port 443 of a loopback address;
+  // otherwise the proxy's own port, named in the config.
+  const privileged = process.getuid?.() === 0;
+  if (privileged) {
+    running.lb = await startLocalLoadBalancer({
+      clients: newKubeClients({ path: cluster.kubeconfigPath }),
+      backend: (service) =>
+        service.spec?.selector?.['app'] === CONCIERGE_NAME
+          ? { host: '127.0.0.1', port: proxy.port }
+          : undefined,
+    });
+  } else {
+    log('not root: no local load balancer (it listens on port 443); the proxy is reached on its own port');
+  }
+  // The local cluster has no nodes to judge by, so the proxy is switched on explicitly.
+  const config = privileged
+    ? 'impersonationProxy:\n  mode: enabled\n'
+    : `impersonationProxy:\n  mode: enabled\n  endpoint: "127.0.0.1:${proxy.port}"\n  service: {type: None}\n`;
+  const configured = await cluster.kubectl([
+    'create',
+    'configmap',
+    CONFIG_MAP_NAME,
+    '-n',
+    namespace,
+    `--from-literal=config.yaml=${config}`,
+  ]);
+  if (configured.code !== 0) throw new Error(`creating the concierge ConfigMap: ${configured.stderr}`);
   await applyJWTAuthenticator(cluster, 'demo', issuer, 'sealion-dev');
   for (const args of [
     ['create', 'namespace', DEMO_NAMESPACE],
@@ -71,6 +116,7 @@ export async function devUp(): Promise<void> {
     const result = await cluster.kubectl(args);
     if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
   }
+  let endpoint: EndpointConfig | undefined;
   await eventually(async () => {
     const ready = await cluster.kubectl([
       'get',
@@ -80,6 +126,17 @@ export async function devUp(): Promise<void> {
       'jsonpath={.status.phase}',
     ]);
     if (ready.stdout !== 'Ready') throw new Error(`JWTAuthenticator demo is ${ready.stdout || 'not ready'}`);
+    const proxyStatus = await cluster.kubectl([
+      'get',
+      'jwtauthenticator.authentication.concierge.sealion.dev',
+      'demo',
+      '-o',
+      'jsonpath={.status.conciergeStrategies[?(@.type=="ImpersonationProxy")]}',
+    ]);
+    const strategy = JSON.parse(proxyStatus.stdout || '{}') as ConciergeStrategy;
+    if (strategy.status !== 'Success' || !strategy.impersonationProxyConfig)
+      throw new Error(`the impersonation proxy is not ready yet: ${strategy.message ?? 'no status'}`);
+    endpoint = strategy.impersonationProxyConfig;
     // The aggregated edit role gets its rules from kube-controller-manager shortly after start.
     const allowed = await cluster.kubectl([
       'auth',
@@ -101,12 +158,18 @@ export async function devUp(): Promise<void> {
     { expiresIn: DEMO_TOKEN_SECONDS },
   );
   const demoConfig = join(dir, 'demo.kubeconfig');
-  writeFileSync(demoConfig, proxy.kubeconfig({ token }), { mode: 0o600 });
+  // Where the proxy is and which CA to trust come from the authenticator's status, as `get kubeconfig` will read them.
+  const caPem = Buffer.from(endpoint!.certificateAuthorityData, 'base64').toString('utf8');
+  writeFileSync(
+    demoConfig,
+    kubeconfigYaml('sealion-demo', endpoint!.endpoint, caPem, { name: 'demo', token }),
+    { mode: 0o600 },
+  );
   const rel = '.sealion/demo.kubeconfig';
   console.log(`
 Sealion is up in ${((Date.now() - started) / 1000).toFixed(1)}s.
   API server:           ${cluster.url}
-  impersonation proxy:  ${proxy.url}
+  impersonation proxy:  ${endpoint!.endpoint}${running.lb ? ' (a LoadBalancer Service on the local load balancer)' : ''}
   demo user:            ${DEMO_USER} (group ${DEMO_GROUP}), an OIDC token from the local issuer
 
 Try it, as the demo user through the proxy:
@@ -114,7 +177,8 @@ Try it, as the demo user through the proxy:
   kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # allowed
   kubectl --kubeconfig ${rel} create namespace not-allowed      # Forbidden, from the cluster's RBAC
   kubectl --kubeconfig ${rel} auth whoami
-Admin access: kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
+Admin access (the PROXY ENDPOINT column is where the proxy is published):
+  kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
 
 Not built yet: the sealion login exec plugin and the agent-backed second cluster.
 Press Ctrl-C to stop; everything started here is removed.`);

@@ -1,7 +1,7 @@
 // `npm start` as a person uses it: it comes up, the commands it prints work as printed, Ctrl-C removes everything.
 import { describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
 import { runKubectl } from './harness/cluster.ts';
 import { processesUsing, waitForOutput } from './harness/processes.ts';
@@ -18,7 +18,7 @@ describe('npm start (sealion dev up)', () => {
     // Every printed demo command, run as printed (with the harness's kubectl), from the repository root.
     const commands = [...output.matchAll(/^ {2}kubectl --kubeconfig (\S+) (.+?)(?:\s+# (.+))?$/gm)].map(
       (m) => ({
-        kubeconfig: join(REPO_ROOT, m[1]!),
+        kubeconfig: resolve(REPO_ROOT, m[1]!),
         args: m[2]!.trim().split(/\s+/),
         expect: m[3] ?? '',
       }),
