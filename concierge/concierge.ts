@@ -112,18 +112,23 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
 
   let controllers: ProxyControllers | undefined;
   if (control) {
-    let loaded = '';
+    /** The material the controllers last asked for ('' for off), and the one the listener has. */
+    let wanted = '';
+    let applied = '';
     let loading = Promise.resolve();
+    const switchTo = (on: boolean): void => {
+      if (on !== serving)
+        log.info(on ? 'impersonation proxy switched on' : 'impersonation proxy switched off');
+      serving = on;
+    };
     const serve = (material: ServingMaterial | undefined): void => {
-      if (!material) {
-        if (serving) log.info('impersonation proxy switched off');
-        serving = false;
-        return;
-      }
-      const key = materialKey(material);
-      if (key === loaded) return;
-      loaded = key;
+      const key = material ? materialKey(material) : '';
+      if (key === wanted) return;
+      wanted = key;
+      if (!material) return switchTo(false);
+      if (key === applied) return switchTo(true);
       loading = loading.then(async () => {
+        if (wanted !== key) return;
         try {
           const nextSigner = await loadCA(material.signer.certPem, material.signer.keyPem);
           server.updateTLS({
@@ -132,10 +137,10 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
             clientCAPems: material.clientCAPems,
           });
           signer = nextSigner;
-          if (!serving) log.info('impersonation proxy switched on');
-          serving = true;
+          applied = key;
+          if (wanted === key) switchTo(true);
         } catch (err) {
-          loaded = '';
+          wanted = '';
           log.error(
             { err: (err as Error).message },
             'loading the proxy certificates failed; keeping the current ones',
