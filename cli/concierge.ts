@@ -1,7 +1,7 @@
 // `sealion concierge`: runs the concierge (what the Deployment's container runs).
 import { Command } from 'commander';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
-import { runConcierge, type ConciergeFlags } from '../concierge/main.ts';
+import type { ConciergeFlags } from '../concierge/main.ts';
 import { CONFIG_MAP_NAME, IMPERSONATOR_SERVICE_ACCOUNT, PROXY_PORT } from './manifests/install.ts';
 
 export function conciergeCommand(): Command {
@@ -50,6 +50,8 @@ Examples:
     --signer-cert-file signer.crt --signer-key-file signer.key   # fixed certificates, controllers off`,
     )
     .action(async (flags: ConciergeFlags & { clientCaFile: string[] }) => {
+      // Loaded here, so that other commands (kubectl runs `sealion login` often) start fast.
+      const { runConcierge } = await import('../concierge/main.ts');
       const stop = await runConcierge({ ...flags, clientCAFiles: flags.clientCaFile });
       const shutdown = (): void => void stop().then(() => process.exit(0));
       process.once('SIGINT', shutdown);

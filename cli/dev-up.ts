@@ -2,7 +2,8 @@
 // a demo user with RBAC, and kubeconfigs under .sealion/. Runs until Ctrl-C, then removes everything it started.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
+import { parse } from 'yaml';
+import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
 import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { newKubeClients } from '../lib/kube.ts';
@@ -11,16 +12,16 @@ import {
   startControlledConcierge,
   type ControlledConcierge,
 } from '../integration/harness/concierge.ts';
-import { kubeconfigYaml } from '../integration/harness/cluster.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startLocalLoadBalancer, type LocalLoadBalancer } from '../integration/harness/local-lb.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
+import { getKubeconfig } from './get-kubeconfig.ts';
 import { CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from './manifests/install.ts';
 
 const DEMO_USER = 'demo@sealion.dev';
 const DEMO_GROUP = 'demo-developers';
 const DEMO_NAMESPACE = 'demo';
-/** The demo token lives as long as a working day; `sealion login` (exec plugin) will replace it. */
+/** The demo token lives as long as a working day; the exec plugin trades it for short-lived certificates. */
 const DEMO_TOKEN_SECONDS = 12 * 3600;
 
 export async function devUp(): Promise<void> {
@@ -116,7 +117,6 @@ export async function devUp(): Promise<void> {
     const result = await cluster.kubectl(args);
     if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
   }
-  let endpoint: EndpointConfig | undefined;
   await eventually(async () => {
     const ready = await cluster.kubectl([
       'get',
@@ -126,17 +126,6 @@ export async function devUp(): Promise<void> {
       'jsonpath={.status.phase}',
     ]);
     if (ready.stdout !== 'Ready') throw new Error(`JWTAuthenticator demo is ${ready.stdout || 'not ready'}`);
-    const proxyStatus = await cluster.kubectl([
-      'get',
-      'jwtauthenticator.authentication.concierge.sealion.dev',
-      'demo',
-      '-o',
-      'jsonpath={.status.conciergeStrategies[?(@.type=="ImpersonationProxy")]}',
-    ]);
-    const strategy = JSON.parse(proxyStatus.stdout || '{}') as ConciergeStrategy;
-    if (strategy.status !== 'Success' || !strategy.impersonationProxyConfig)
-      throw new Error(`the impersonation proxy is not ready yet: ${strategy.message ?? 'no status'}`);
-    endpoint = strategy.impersonationProxyConfig;
     // The aggregated edit role gets its rules from kube-controller-manager shortly after start.
     const allowed = await cluster.kubectl([
       'auth',
@@ -158,19 +147,32 @@ export async function devUp(): Promise<void> {
     { expiresIn: DEMO_TOKEN_SECONDS },
   );
   const demoConfig = join(dir, 'demo.kubeconfig');
-  // Where the proxy is and which CA to trust come from the authenticator's status, as `get kubeconfig` will read them.
-  const caPem = Buffer.from(endpoint!.certificateAuthorityData, 'base64').toString('utf8');
-  writeFileSync(
-    demoConfig,
-    kubeconfigYaml('sealion-demo', endpoint!.endpoint, caPem, { name: 'demo', token }),
-    { mode: 0o600 },
+  // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the
+  // authenticator's status), and its exec plugin trades the demo token for 5-minute client certificates.
+  const kubeconfig = await getKubeconfig(
+    {
+      kubeconfig: cluster.kubeconfigPath,
+      groupSuffix: DEFAULT_GROUP_SUFFIX,
+      authenticatorType: 'jwt',
+      authenticatorName: 'demo',
+      staticToken: token,
+      staticTokenEnv: '',
+      exchangeCredential: true,
+      timeout: '60',
+      output: '',
+    },
+    log,
   );
+  writeFileSync(demoConfig, kubeconfig, { mode: 0o600 });
+  const endpoint = (parse(kubeconfig) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster
+    .server;
   const rel = '.sealion/demo.kubeconfig';
   console.log(`
 Sealion is up in ${((Date.now() - started) / 1000).toFixed(1)}s.
   API server:           ${cluster.url}
-  impersonation proxy:  ${endpoint!.endpoint}${running.lb ? ' (a LoadBalancer Service on the local load balancer)' : ''}
-  demo user:            ${DEMO_USER} (group ${DEMO_GROUP}), an OIDC token from the local issuer
+  impersonation proxy:  ${endpoint}${running.lb ? ' (a LoadBalancer Service on the local load balancer)' : ''}
+  demo user:            ${DEMO_USER} (group ${DEMO_GROUP}), an OIDC token from the local issuer, which the
+                        kubeconfig's exec plugin (sealion login static) trades for client certificates
 
 Try it, as the demo user through the proxy:
   kubectl --kubeconfig ${rel} get namespaces                    # allowed
@@ -180,6 +182,6 @@ Try it, as the demo user through the proxy:
 Admin access (the PROXY ENDPOINT column is where the proxy is published):
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
 
-Not built yet: the sealion login exec plugin and the agent-backed second cluster.
+Not built yet: sealion login oidc (the demo token is fixed) and the agent-backed second cluster.
 Press Ctrl-C to stop; everything started here is removed.`);
 }

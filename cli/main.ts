@@ -1,7 +1,9 @@
-// The `sealion` command: one binary, one subcommand per job.
+// The `sealion` command: one binary, one subcommand per job. Heavy modules load inside the commands that use
+// them: kubectl starts `sealion login` for every command it runs.
 import { Command } from 'commander';
-import { devUp } from './dev-up.ts';
 import { conciergeCommand } from './concierge.ts';
+import { getCommand } from './get-kubeconfig.ts';
+import { loginCommand } from './login.ts';
 import { manifestsCommand } from './manifests/command.ts';
 
 const program = new Command('sealion')
@@ -13,10 +15,12 @@ dev
   .command('up')
   .description('start a local cluster and print how to use it; Ctrl-C tears everything down')
   .addHelpText('after', '\nExample:\n  npm start            # same as: sealion dev up\n')
-  .action(devUp);
+  .action(async () => (await import('./dev-up.ts')).devUp());
 
 program.addCommand(manifestsCommand());
 program.addCommand(conciergeCommand());
+program.addCommand(loginCommand());
+program.addCommand(getCommand());
 
 try {
   await program.parseAsync(process.argv);

@@ -9,7 +9,8 @@ import type { StatusWriter } from './status-writer.ts';
 export { ApiException } from '@kubernetes/client-node';
 export type { V1Namespace, V1Status, V1CustomResourceDefinition } from '@kubernetes/client-node';
 
-export type KubeconfigSource = { path: string } | { yaml: string } | { inCluster: true };
+/** A kubeconfig file, its text, the pod's service account, or kubectl's default ($KUBECONFIG, ~/.kube/config). */
+export type KubeconfigSource = { path: string } | { yaml: string } | { inCluster: true } | { default: true };
 
 export interface KubeClients {
   config: k8s.KubeConfig;
@@ -26,6 +27,7 @@ export function loadKubeConfig(source: KubeconfigSource): k8s.KubeConfig {
   const config = new k8s.KubeConfig();
   if ('path' in source) config.loadFromFile(source.path);
   else if ('yaml' in source) config.loadFromString(source.yaml);
+  else if ('default' in source) config.loadFromDefault();
   else config.loadFromCluster();
   return config;
 }

@@ -1,0 +1,176 @@
+// `sealion get kubeconfig`: from an admin's kubeconfig, finds the authenticator and where the impersonation
+// proxy is (its strategy status), and prints a kubeconfig whose user is the `sealion login` exec plugin.
+import { writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Command } from 'commander';
+import { stringify } from 'yaml';
+import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
+import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import type { KubeClients } from '../lib/kube.ts';
+import { EXEC_API_VERSION } from './login.ts';
+
+const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
+const POLL_MS = 2_000;
+
+export interface GetKubeconfigFlags {
+  kubeconfig: string;
+  groupSuffix: string;
+  authenticatorType: '' | 'jwt' | 'webhook';
+  authenticatorName: string;
+  staticToken: string;
+  staticTokenEnv: string;
+  exchangeCredential: boolean;
+  /** Seconds to wait for a Pending proxy. */
+  timeout: string;
+  output: string;
+}
+
+interface Found {
+  type: 'jwt' | 'webhook';
+  name: string;
+  strategies: ConciergeStrategy[];
+}
+
+async function listAuthenticators(clients: KubeClients, suffix: string): Promise<Found[]> {
+  const group = apiGroups(suffix).authentication;
+  const found: Found[] = [];
+  for (const [type, plural] of [
+    ['jwt', Resource.JWTAuthenticator],
+    ['webhook', Resource.WebhookAuthenticator],
+  ] as const) {
+    const list = (await clients.customObjects.listClusterCustomObject({
+      group,
+      version: VERSION,
+      plural,
+    })) as {
+      items: { metadata: { name: string }; status?: { conciergeStrategies?: ConciergeStrategy[] } }[];
+    };
+    for (const item of list.items)
+      found.push({ type, name: item.metadata.name, strategies: item.status?.conciergeStrategies ?? [] });
+  }
+  return found;
+}
+
+function choose(all: Found[], flags: GetKubeconfigFlags): Found {
+  const matching = all.filter(
+    (a) =>
+      (!flags.authenticatorType || a.type === flags.authenticatorType) &&
+      (!flags.authenticatorName || a.name === flags.authenticatorName),
+  );
+  const names = all.map((a) => `${a.type}/${a.name}`).join(', ') || 'none';
+  if (matching.length === 1) return matching[0]!;
+  if (matching.length === 0) throw new Error(`no matching authenticator (the cluster has: ${names})`);
+  throw new Error(`several authenticators match (${names}); choose one with --authenticator-name`);
+}
+
+/** The proxy's endpoint once its strategy is Success; waits while it is Pending and explains anything else. */
+async function proxyEndpoint(
+  clients: KubeClients,
+  flags: GetKubeconfigFlags,
+  say: (line: string) => void,
+): Promise<{ authenticator: Found; endpoint: EndpointConfig }> {
+  const deadline = Date.now() + Number(flags.timeout) * 1000;
+  let lastMessage = '';
+  for (;;) {
+    const authenticator = choose(await listAuthenticators(clients, flags.groupSuffix), flags);
+    const strategy = authenticator.strategies.find((s) => s.type === 'ImpersonationProxy');
+    if (strategy?.status === 'Success' && strategy.impersonationProxyConfig)
+      return { authenticator, endpoint: strategy.impersonationProxyConfig };
+    const pending = !strategy || strategy.reason === 'Pending';
+    if (!pending)
+      throw new Error(
+        `the impersonation proxy is ${strategy.status} (${strategy.reason}): ${strategy.message}`,
+      );
+    if (Date.now() > deadline)
+      throw new Error(`gave up waiting for the impersonation proxy: ${strategy?.message ?? 'no status yet'}`);
+    const message = strategy?.message ?? 'the concierge has not published a status yet';
+    if (message !== lastMessage) say(`waiting: ${message}`);
+    lastMessage = message;
+    await new Promise((r) => setTimeout(r, POLL_MS));
+  }
+}
+
+export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: string) => void): Promise<string> {
+  if (!flags.staticToken && !flags.staticTokenEnv)
+    throw new Error('give --static-token or --static-token-env (OIDC login is not available yet)');
+  if (!Number.isFinite(Number(flags.timeout))) throw new Error('--timeout must be a number of seconds');
+  const { newKubeClients } = await import('../lib/kube.ts');
+  const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);
+  const name = `sealion-${authenticator.name}`;
+  const args = [
+    MAIN,
+    'login',
+    'static',
+    ...(flags.staticToken ? ['--token', flags.staticToken] : ['--token-env', flags.staticTokenEnv]),
+    ...(flags.exchangeCredential
+      ? ['--exchange', '--authenticator-type', authenticator.type, '--authenticator-name', authenticator.name]
+      : []),
+    ...(flags.groupSuffix === DEFAULT_GROUP_SUFFIX ? [] : ['--group-suffix', flags.groupSuffix]),
+  ];
+  return stringify({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [
+      {
+        name,
+        cluster: {
+          server: endpoint.endpoint,
+          'certificate-authority-data': endpoint.certificateAuthorityData,
+        },
+      },
+    ],
+    users: [
+      {
+        name,
+        user: {
+          exec: {
+            apiVersion: EXEC_API_VERSION,
+            // The Node that runs this command runs the plugin too, so the kubeconfig works without a PATH entry.
+            command: process.execPath,
+            args,
+            provideClusterInfo: true,
+            interactiveMode: 'Never',
+            installHint: `This kubeconfig runs the sealion CLI (${MAIN}); install Sealion there (npm ci) or run sealion get kubeconfig again`,
+          },
+        },
+      },
+    ],
+    contexts: [{ name, context: { cluster: name, user: name } }],
+    'current-context': name,
+  });
+}
+
+export function getCommand(): Command {
+  const get = new Command('get').description('read what the concierge publishes');
+  get
+    .command('kubeconfig')
+    .description('write a kubeconfig that reaches the cluster through the impersonation proxy')
+    .option('--kubeconfig <path>', "the admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)", '')
+    .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
+    .option('--authenticator-type <type>', 'jwt or webhook (default: whichever exists)', '')
+    .option('--authenticator-name <name>', 'which authenticator (default: the only one)', '')
+    .option('--static-token <token>', 'the token, written into the kubeconfig', '')
+    .option('--static-token-env <name>', 'the environment variable the plugin reads the token from', '')
+    .option(
+      '--exchange-credential',
+      'have the plugin trade the token for 5-minute client certificates',
+      false,
+    )
+    .option('--timeout <seconds>', 'how long to wait while the proxy is Pending', '300')
+    .option('-o, --output <file>', 'write here (mode 0600) instead of standard output', '')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
+  sealion get kubeconfig --kubeconfig admin.kubeconfig --authenticator-name corp \\
+    --static-token-env MY_TOKEN --exchange-credential -o me.kubeconfig`,
+    )
+    .action(async (flags: GetKubeconfigFlags) => {
+      const yaml = await getKubeconfig(flags, (line) => console.error(line));
+      if (flags.output) writeFileSync(flags.output, yaml, { mode: 0o600 });
+      else process.stdout.write(yaml);
+    });
+  return get;
+}

@@ -1,0 +1,124 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { issueCert, newCA } from '../lib/pki.ts';
+import { configDir, staticLogin, type StaticLoginFlags } from './login.ts';
+
+// A stand-in for the proxy's TokenCredentialRequest endpoint: real TLS on port 0.
+let server: Server;
+let endpoint: string;
+let caData: string;
+let exchanges = 0;
+let home: string;
+
+const flags = (over: Partial<StaticLoginFlags> = {}): StaticLoginFlags => ({
+  token: 'good-token',
+  tokenEnv: '',
+  exchange: true,
+  authenticatorType: 'jwt',
+  authenticatorName: 'corp',
+  groupSuffix: 'sealion.dev',
+  conciergeEndpoint: '',
+  conciergeCaBundleData: '',
+  ...over,
+});
+const env = (): NodeJS.ProcessEnv => ({
+  XDG_CONFIG_HOME: home,
+  KUBERNETES_EXEC_INFO: JSON.stringify({
+    kind: 'ExecCredential',
+    spec: { cluster: { server: endpoint, 'certificate-authority-data': caData } },
+  }),
+});
+
+beforeAll(async () => {
+  const ca = await newCA('proxy-ca');
+  const cert = await issueCert(ca, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
+  caData = Buffer.from(ca.certPem).toString('base64');
+  server = createServer({ cert: cert.certPem, key: cert.keyPem }, (req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      exchanges++;
+      const spec = (JSON.parse(body) as { spec: { token: string; authenticator: { name: string } } }).spec;
+      const ok =
+        req.url === '/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests' &&
+        spec.token === 'good-token' &&
+        spec.authenticator.name === 'corp';
+      const status = ok
+        ? {
+            credential: {
+              clientCertificateData: `cert-${exchanges}`,
+              clientKeyData: `key-${exchanges}`,
+              expirationTimestamp: new Date(Date.now() + 5 * 60_000).toISOString(),
+            },
+          }
+        : { message: 'authentication failed' };
+      res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ status }));
+    });
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  endpoint = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+beforeEach(() => {
+  home = mkdtempSync(join(tmpdir(), 'sealion-login-'));
+  exchanges = 0;
+});
+
+afterAll(async () => {
+  await new Promise((done) => server.close(done));
+});
+
+describe('sealion login static', () => {
+  it('prints the token as it is without --exchange', async () => {
+    const credential = await staticLogin(flags({ exchange: false, token: '', tokenEnv: 'T' }), { T: 'abc' });
+    expect(credential).toEqual({
+      apiVersion: 'client.authentication.k8s.io/v1',
+      kind: 'ExecCredential',
+      status: { token: 'abc' },
+    });
+    await expect(staticLogin(flags({ token: '', tokenEnv: 'MISSING' }), {})).rejects.toThrow(/MISSING/);
+  });
+
+  it('exchanges the token for a certificate once, caches it 0600, and reuses it', async () => {
+    const first = await staticLogin(flags(), env());
+    expect(first.status).toMatchObject({ clientCertificateData: 'cert-1', clientKeyData: 'key-1' });
+    expect(await staticLogin(flags(), env())).toEqual(first);
+    expect(exchanges).toBe(1);
+    const dir = join(configDir(env()), 'credentials');
+    const [file] = readdirSync(dir).filter((f) => f.endsWith('.json'));
+    expect(statSync(join(dir, file!)).mode & 0o777).toBe(0o600);
+    rmSync(home, { recursive: true });
+  });
+
+  it('exchanges again when the cached certificate is about to expire', async () => {
+    await staticLogin(flags(), env());
+    const dir = join(configDir(env()), 'credentials');
+    const file = join(
+      dir,
+      readdirSync(dir).find((f) => f.endsWith('.json'))!,
+    );
+    const cached = JSON.parse(readFileSync(file, 'utf8')) as { status: { expirationTimestamp: string } };
+    cached.status.expirationTimestamp = new Date(Date.now() + 10_000).toISOString();
+    writeFileSync(file, JSON.stringify(cached));
+    const renewed = await staticLogin(flags(), env());
+    expect(renewed.status.clientCertificateData).toBe('cert-2');
+    rmSync(home, { recursive: true });
+  });
+
+  it('exchanges once when several plugins start at the same moment', async () => {
+    const all = await Promise.all(Array.from({ length: 5 }, () => staticLogin(flags(), env())));
+    expect(new Set(all.map((c) => c.status.clientCertificateData))).toEqual(new Set(['cert-1']));
+    expect(exchanges).toBe(1);
+    rmSync(home, { recursive: true });
+  });
+
+  it('fails with the concierge’s answer for a bad token, caching nothing', async () => {
+    await expect(staticLogin(flags({ token: 'wrong' }), env())).rejects.toThrow('authentication failed');
+    expect(readdirSync(join(configDir(env()), 'credentials')).filter((f) => f.endsWith('.json'))).toEqual([]);
+    rmSync(home, { recursive: true });
+  });
+});
