@@ -16,7 +16,7 @@ const proxy = await startLocalConcierge({
   url,
   kubeconfigPath,
   ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
-  kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts.input),
+  kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
 });
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
 const inspector = new Session();

@@ -226,18 +226,19 @@ async function stopProcesses(children: ChildProcess[]): Promise<void> {
   );
 }
 
-/** Runs the real kubectl with a kubeconfig. Never throws on exit codes. */
+/** Runs the real kubectl with a kubeconfig (and extra environment). Never throws on exit codes. */
 export function runKubectl(
   kubectl: string,
   kubeconfig: string,
   args: string[],
-  input?: string,
+  opts: { input?: string; env?: NodeJS.ProcessEnv } = {},
 ): Promise<KubectlResult> {
+  const input = opts.input;
   return new Promise((done) => {
     const child = execFile(
       kubectl,
       [`--kubeconfig=${kubeconfig}`, ...args],
-      { maxBuffer: 64 * 1024 * 1024 },
+      { maxBuffer: 64 * 1024 * 1024, ...(opts.env ? { env: { ...process.env, ...opts.env } } : {}) },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
         done({ code, stdout, stderr });
@@ -408,7 +409,7 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
         );
       },
       kubectl: (args, kubectlOpts = {}) =>
-        runKubectl(binaries.kubectl, kubectlOpts.kubeconfig ?? kubeconfigPath, args, kubectlOpts.input),
+        runKubectl(binaries.kubectl, kubectlOpts.kubeconfig ?? kubeconfigPath, args, kubectlOpts),
       stop,
     };
     return cluster;
