@@ -103,8 +103,19 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
     'login',
     'static',
     ...(flags.staticToken ? ['--token', flags.staticToken] : ['--token-env', flags.staticTokenEnv]),
+    // The proxy is named explicitly too: not every client passes KUBERNETES_EXEC_INFO (client-node does not).
     ...(flags.exchangeCredential
-      ? ['--exchange', '--authenticator-type', authenticator.type, '--authenticator-name', authenticator.name]
+      ? [
+          '--exchange',
+          '--authenticator-type',
+          authenticator.type,
+          '--authenticator-name',
+          authenticator.name,
+          '--concierge-endpoint',
+          endpoint.endpoint,
+          '--concierge-ca-bundle-data',
+          endpoint.certificateAuthorityData,
+        ]
       : []),
     ...(flags.groupSuffix === DEFAULT_GROUP_SUFFIX ? [] : ['--group-suffix', flags.groupSuffix]),
   ];

@@ -4,6 +4,7 @@ import { Command } from 'commander';
 import { conciergeCommand } from './concierge.ts';
 import { getCommand } from './get-kubeconfig.ts';
 import { loginCommand } from './login.ts';
+import { whoamiCommand } from './whoami.ts';
 import { manifestsCommand } from './manifests/command.ts';
 
 const program = new Command('sealion')
@@ -21,6 +22,7 @@ program.addCommand(manifestsCommand());
 program.addCommand(conciergeCommand());
 program.addCommand(loginCommand());
 program.addCommand(getCommand());
+program.addCommand(whoamiCommand());
 
 try {
   await program.parseAsync(process.argv);

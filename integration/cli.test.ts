@@ -116,6 +116,10 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     ).status.userInfo;
     expect(info.username).toBe(USER);
     expect(info.groups).toEqual(expect.arrayContaining([GROUP, 'system:authenticated']));
+    const mine = await sealion(['whoami', '--kubeconfig', kubeconfig], env);
+    expect(mine).toMatchObject({ code: 0, stderr: '' });
+    expect(mine.stdout).toContain(`Username: ${USER}`);
+    expect(mine.stdout).toMatch(new RegExp(`Groups: .*${GROUP}.*system:authenticated`));
     // The exchanged certificate is cached for the next kubectl.
     expect(readdirSync(join(dir, 'sealion', 'credentials')).some((f) => f.endsWith('.json'))).toBe(true);
   });
