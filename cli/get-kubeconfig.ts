@@ -7,7 +7,7 @@ import { stringify } from 'yaml';
 import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubeClients } from '../lib/kube.ts';
-import { EXEC_API_VERSION } from './login.ts';
+import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION } from './login.ts';
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const POLL_MS = 2_000;
@@ -19,6 +19,12 @@ export interface GetKubeconfigFlags {
   authenticatorName: string;
   staticToken: string;
   staticTokenEnv: string;
+  /** OIDC login (the default for a JWTAuthenticator without a static token). Empty: from the authenticator. */
+  oidcIssuer: string;
+  oidcClientId: string;
+  oidcScopes: string;
+  oidcCaBundleData: string;
+  oidcSkipBrowser: boolean;
   exchangeCredential: boolean;
   /** Seconds to wait for a Pending proxy. */
   timeout: string;
@@ -28,6 +34,9 @@ export interface GetKubeconfigFlags {
 interface Found {
   type: 'jwt' | 'webhook';
   name: string;
+  /** A JWTAuthenticator's issuer and CA, for the OIDC login. */
+  issuer?: string;
+  caData?: string;
   strategies: ConciergeStrategy[];
 }
 
@@ -43,10 +52,22 @@ async function listAuthenticators(clients: KubeClients, suffix: string): Promise
       version: VERSION,
       plural,
     })) as {
-      items: { metadata: { name: string }; status?: { conciergeStrategies?: ConciergeStrategy[] } }[];
+      items: {
+        metadata: { name: string };
+        spec?: { issuer?: string; tls?: { certificateAuthorityData?: string } };
+        status?: { conciergeStrategies?: ConciergeStrategy[] };
+      }[];
     };
     for (const item of list.items)
-      found.push({ type, name: item.metadata.name, strategies: item.status?.conciergeStrategies ?? [] });
+      found.push({
+        type,
+        name: item.metadata.name,
+        ...(item.spec?.issuer ? { issuer: item.spec.issuer } : {}),
+        ...(item.spec?.tls?.certificateAuthorityData
+          ? { caData: item.spec.tls.certificateAuthorityData }
+          : {}),
+        strategies: item.status?.conciergeStrategies ?? [],
+      });
   }
   return found;
 }
@@ -91,18 +112,39 @@ async function proxyEndpoint(
 }
 
 export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: string) => void): Promise<string> {
-  if (!flags.staticToken && !flags.staticTokenEnv)
-    throw new Error('give --static-token or --static-token-env (OIDC login is not available yet)');
   if (!Number.isFinite(Number(flags.timeout))) throw new Error('--timeout must be a number of seconds');
   const { newKubeClients } = await import('../lib/kube.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
   const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);
   const name = `sealion-${authenticator.name}`;
+  const staticToken = Boolean(flags.staticToken || flags.staticTokenEnv);
+  if (!staticToken && authenticator.type !== 'jwt')
+    throw new Error(
+      `webhook authenticator ${authenticator.name} checks static tokens: give --static-token or --static-token-env`,
+    );
+  const oidcIssuer = flags.oidcIssuer || authenticator.issuer;
+  if (!staticToken && !oidcIssuer) throw new Error(`JWTAuthenticator ${authenticator.name} names no issuer`);
+  const oidcCA = flags.oidcCaBundleData || authenticator.caData || '';
+  const login = staticToken
+    ? [
+        'static',
+        ...(flags.staticToken ? ['--token', flags.staticToken] : ['--token-env', flags.staticTokenEnv]),
+      ]
+    : [
+        'oidc',
+        '--issuer',
+        oidcIssuer!,
+        '--client-id',
+        flags.oidcClientId,
+        '--scopes',
+        flags.oidcScopes,
+        ...(oidcCA ? ['--ca-bundle-data', oidcCA] : []),
+        ...(flags.oidcSkipBrowser ? ['--skip-browser'] : []),
+      ];
   const args = [
     MAIN,
     'login',
-    'static',
-    ...(flags.staticToken ? ['--token', flags.staticToken] : ['--token-env', flags.staticTokenEnv]),
+    ...login,
     // The proxy is named explicitly too: not every client passes KUBERNETES_EXEC_INFO (client-node does not).
     ...(flags.exchangeCredential
       ? [
@@ -141,7 +183,8 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
             command: process.execPath,
             args,
             provideClusterInfo: true,
-            interactiveMode: 'Never',
+            // A static token needs nobody; an OIDC login may need a person at a browser.
+            interactiveMode: staticToken ? 'Never' : 'IfAvailable',
             installHint: `This kubeconfig runs the sealion CLI (${MAIN}); install Sealion there (npm ci) or run sealion get kubeconfig again`,
           },
         },
@@ -163,6 +206,11 @@ export function getCommand(): Command {
     .option('--authenticator-name <name>', 'which authenticator (default: the only one)', '')
     .option('--static-token <token>', 'the token, written into the kubeconfig', '')
     .option('--static-token-env <name>', 'the environment variable the plugin reads the token from', '')
+    .option('--oidc-issuer <url>', "OIDC issuer (default: the JWTAuthenticator's)", '')
+    .option('--oidc-client-id <id>', 'OAuth client ID of the CLI at the issuer', DEFAULT_OIDC_CLIENT_ID)
+    .option('--oidc-scopes <list>', 'scopes to ask for', 'openid offline_access email profile groups')
+    .option('--oidc-ca-bundle-data <base64>', "the issuer's CA bundle (default: the JWTAuthenticator's)", '')
+    .option('--oidc-skip-browser', 'have the plugin print the login URL instead of opening a browser', false)
     .option(
       '--exchange-credential',
       'have the plugin trade the token for 5-minute client certificates',
@@ -173,7 +221,10 @@ export function getCommand(): Command {
     .addHelpText(
       'after',
       `
+With a JWTAuthenticator and no static token, the kubeconfig logs in with OIDC (sealion login oidc).
+
 Examples:
+  sealion get kubeconfig > me.kubeconfig                       # OIDC login with the only JWTAuthenticator
   sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
   sealion get kubeconfig --kubeconfig admin.kubeconfig --authenticator-name corp \\
     --static-token-env MY_TOKEN --exchange-credential -o me.kubeconfig`,

@@ -1,8 +1,8 @@
-// `sealion login static`: the kubectl exec credential plugin for static tokens. It prints an ExecCredential with
-// the token, or, with --exchange, trades the token through TokenCredentialRequest for a short-lived client
-// certificate. Certificates are cached under the user's config folder (0600, written whole and renamed into
-// place, under a file lock so that concurrent kubectl processes exchange once) and reused until shortly before
-// they expire.
+// `sealion login static` and `sealion login oidc`: the kubectl exec credential plugins. They print an
+// ExecCredential with the token, or, with --exchange, trade the token through TokenCredentialRequest for a
+// short-lived client certificate. Certificates (and OIDC sessions, see login-oidc.ts) are cached under the
+// user's config folder: 0600, written whole and renamed into place, under a file lock so that concurrent kubectl
+// processes exchange once, and reused until shortly before they expire.
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
@@ -17,7 +17,7 @@ export const EXEC_API_VERSION = 'client.authentication.k8s.io/v1';
 /** A cached certificate is replaced this long before it expires, so kubectl never presents an expired one. */
 const REFRESH_BEFORE_EXPIRY_MS = 60_000;
 
-interface ExecCredential {
+export interface ExecCredential {
   apiVersion: string;
   kind: 'ExecCredential';
   status: {
@@ -33,9 +33,8 @@ interface ExecInfo {
   spec?: { cluster?: { server?: string; 'certificate-authority-data'?: string } };
 }
 
-export interface StaticLoginFlags {
-  token: string;
-  tokenEnv: string;
+/** How a token becomes a credential: as it is, or exchanged for a client certificate. */
+export interface ExchangeFlags {
   exchange: boolean;
   authenticatorType: 'jwt' | 'webhook';
   authenticatorName: string;
@@ -43,6 +42,23 @@ export interface StaticLoginFlags {
   /** Where TokenCredentialRequest goes; default: the cluster kubectl names. */
   conciergeEndpoint: string;
   conciergeCaBundleData: string;
+}
+
+/** The client ID `sealion get kubeconfig` writes unless told otherwise; register it with the issuer. */
+export const DEFAULT_OIDC_CLIENT_ID = 'sealion-cli';
+
+export interface OIDCLoginFlags extends ExchangeFlags {
+  issuer: string;
+  clientId: string;
+  scopes: string;
+  caBundleData: string;
+  listenPort: string;
+  skipBrowser: boolean;
+}
+
+export interface StaticLoginFlags extends ExchangeFlags {
+  token: string;
+  tokenEnv: string;
 }
 
 /** The folder for cached credentials: $XDG_CONFIG_HOME/sealion or ~/.config/sealion. */
@@ -93,20 +109,74 @@ function exchange(
   });
 }
 
-function readCached(file: string, now: number): ExecCredential | undefined {
+/** Whether something expiring at `expires` (an RFC 3339 time or ms) is still good enough to hand out. */
+export function freshUntil(expires: string | number | undefined, now = Date.now()): boolean {
+  const at = typeof expires === 'number' ? expires : Date.parse(expires ?? '');
+  return at - REFRESH_BEFORE_EXPIRY_MS > now;
+}
+
+/** A cache file's JSON, or undefined when it is missing or unreadable (then it is simply rebuilt). */
+export function readCache<T>(file: string): T | undefined {
   try {
-    const cached = JSON.parse(readFileSync(file, 'utf8')) as ExecCredential;
-    const expires = Date.parse(cached.status.expirationTimestamp ?? '');
-    return expires - REFRESH_BEFORE_EXPIRY_MS > now ? cached : undefined;
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
   } catch {
     return undefined;
   }
 }
 
-/** What `sealion login static` prints. Exported for tests; `env` stands for process.env. */
-export async function staticLogin(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): Promise<ExecCredential> {
-  const token = tokenOf(flags, env);
-  if (!flags.exchange) return { apiVersion: EXEC_API_VERSION, kind: 'ExecCredential', status: { token } };
+/** Writes whole then renames: a reader sees the old entry or the new one, never half of one. */
+export function writeCache(file: string, value: unknown): void {
+  const partial = `${file}.${process.pid}.tmp`;
+  writeFileSync(partial, JSON.stringify(value), { mode: 0o600 });
+  renameSync(partial, file);
+}
+
+/** The cache file for a key (hashed: the key may hold a token), its folder created 0700. */
+export function cacheFile(env: NodeJS.ProcessEnv, kind: 'credentials' | 'sessions', key: unknown[]): string {
+  const dir = join(configDir(env), kind);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return join(dir, `${createHash('sha256').update(JSON.stringify(key)).digest('hex')}.json`);
+}
+
+/**
+ * Runs `fn` holding the file's lock, so that concurrent plugin processes do the work once. The lock is refreshed
+ * while held (an interactive login may take minutes) and taken over when its holder died.
+ */
+export async function withFileLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
+  const release = await lockfile.lock(file, {
+    realpath: false,
+    lockfilePath: `${file}.lock`,
+    retries: { retries: 600, minTimeout: 50, maxTimeout: 1000 },
+    stale: 15_000,
+  });
+  try {
+    return await fn();
+  } finally {
+    await release();
+  }
+}
+
+const readCached = (file: string): ExecCredential | undefined => {
+  const cached = readCache<ExecCredential>(file);
+  return cached && freshUntil(cached.status.expirationTimestamp) ? cached : undefined;
+};
+
+/**
+ * The ExecCredential for a token: the token itself (with its expiry, when known, so kubectl asks again in time),
+ * or a client certificate it was exchanged for.
+ */
+export async function credentialFor(
+  token: string,
+  flags: ExchangeFlags,
+  env: NodeJS.ProcessEnv,
+  tokenExpiry?: string,
+): Promise<ExecCredential> {
+  if (!flags.exchange)
+    return {
+      apiVersion: EXEC_API_VERSION,
+      kind: 'ExecCredential',
+      status: { token, ...(tokenExpiry ? { expirationTimestamp: tokenExpiry } : {}) },
+    };
 
   const info = env['KUBERNETES_EXEC_INFO']
     ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
@@ -120,23 +190,18 @@ export async function staticLogin(flags: StaticLoginFlags, env: NodeJS.ProcessEn
   const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
 
   // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
-  const key = createHash('sha256')
-    .update(JSON.stringify([token, kind, flags.authenticatorName, flags.groupSuffix, endpoint]))
-    .digest('hex');
-  const dir = join(configDir(env), 'credentials');
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const file = join(dir, `${key}.json`);
-  const fresh = readCached(file, Date.now());
+  const file = cacheFile(env, 'credentials', [
+    token,
+    kind,
+    flags.authenticatorName,
+    flags.groupSuffix,
+    endpoint,
+  ]);
+  const fresh = readCached(file);
   if (fresh) return fresh;
-
-  const release = await lockfile.lock(dir, {
-    lockfilePath: `${file}.lock`,
-    retries: { retries: 50, minTimeout: 50, maxTimeout: 500 },
-    stale: 15_000,
-  });
-  try {
+  return withFileLock(file, async () => {
     // Another process may have exchanged while this one waited for the lock.
-    const meanwhile = readCached(file, Date.now());
+    const meanwhile = readCached(file);
     if (meanwhile) return meanwhile;
     const credential = await exchange(
       endpoint,
@@ -160,44 +225,88 @@ export async function staticLogin(flags: StaticLoginFlags, env: NodeJS.ProcessEn
         expirationTimestamp: credential.expirationTimestamp,
       },
     };
-    // Whole file then rename: a reader sees the old entry or the new one, never half of one.
-    const partial = `${file}.${process.pid}.tmp`;
-    writeFileSync(partial, JSON.stringify(result), { mode: 0o600 });
-    renameSync(partial, file);
+    writeCache(file, result);
     return result;
-  } finally {
-    await release();
-  }
+  });
 }
 
-export function loginCommand(): Command {
-  const login = new Command('login').description('kubectl exec credential plugins (used from kubeconfigs)');
-  login
-    .command('static')
-    .description('print an ExecCredential for a static token, optionally exchanged for a client certificate')
-    .option('--token <token>', 'the token', '')
-    .option('--token-env <name>', 'read the token from this environment variable', '')
+/** What `sealion login static` prints. Exported for tests; `env` stands for process.env. */
+export async function staticLogin(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): Promise<ExecCredential> {
+  return credentialFor(tokenOf(flags, env), flags, env);
+}
+
+/** The --exchange options both plugins share. */
+function exchangeOptions(command: Command): Command {
+  return command
     .option('--exchange', 'trade the token for a 5-minute client certificate (TokenCredentialRequest)', false)
     .option('--authenticator-type <type>', 'jwt or webhook: which kind checks the token', 'webhook')
     .option('--authenticator-name <name>', 'the authenticator that checks the token (with --exchange)', '')
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .option('--concierge-endpoint <url>', "the proxy's URL (default: the cluster kubectl names)", '')
-    .option('--concierge-ca-bundle-data <base64>', "the proxy's CA (default: the cluster's)", '')
+    .option('--concierge-ca-bundle-data <base64>', "the proxy's CA (default: the cluster's)", '');
+}
+
+function checkExchangeFlags(flags: ExchangeFlags): void {
+  if (flags.authenticatorType !== 'jwt' && flags.authenticatorType !== 'webhook')
+    throw new Error(
+      `--authenticator-type must be jwt or webhook, not ${JSON.stringify(flags.authenticatorType)}`,
+    );
+  if (flags.exchange && !flags.authenticatorName) throw new Error('--exchange needs --authenticator-name');
+}
+
+export function loginCommand(): Command {
+  const login = new Command('login').description('kubectl exec credential plugins (used from kubeconfigs)');
+  exchangeOptions(
+    login
+      .command('static')
+      .description(
+        'print an ExecCredential for a static token, optionally exchanged for a client certificate',
+      )
+      .option('--token <token>', 'the token', '')
+      .option('--token-env <name>', 'read the token from this environment variable', ''),
+  )
     .addHelpText(
       'after',
       `
 Examples (kubectl runs these from a kubeconfig; see sealion get kubeconfig):
   sealion login static --token-env MY_TOKEN
-  sealion login static --token-env MY_TOKEN --exchange --authenticator-type jwt --authenticator-name corp`,
+  sealion login static --token-env MY_TOKEN --exchange --authenticator-type webhook --authenticator-name corp`,
     )
     .action(async (flags: StaticLoginFlags) => {
-      if (flags.authenticatorType !== 'jwt' && flags.authenticatorType !== 'webhook')
-        throw new Error(
-          `--authenticator-type must be jwt or webhook, not ${JSON.stringify(flags.authenticatorType)}`,
-        );
-      if (flags.exchange && !flags.authenticatorName)
-        throw new Error('--exchange needs --authenticator-name');
+      checkExchangeFlags(flags);
       process.stdout.write(`${JSON.stringify(await staticLogin(flags, process.env))}\n`);
+    });
+  exchangeOptions(
+    login
+      .command('oidc')
+      .description('log in with OpenID Connect (authorization code with PKCE) and print an ExecCredential')
+      .requiredOption('--issuer <url>', 'the OIDC issuer')
+      .option('--client-id <id>', 'the OAuth client ID registered for the CLI', DEFAULT_OIDC_CLIENT_ID)
+      .option(
+        '--scopes <list>',
+        'space- or comma-separated scopes',
+        'openid offline_access email profile groups',
+      )
+      .option('--ca-bundle-data <base64>', "the issuer's CA bundle (default: the system roots)", '')
+      .option('--listen-port <port>', 'port of the localhost callback (0: any free one)', '0')
+      .option('--skip-browser', 'print the login URL instead of opening a browser', false),
+  )
+    .addHelpText(
+      'after',
+      `
+Sessions (ID and refresh tokens) are cached per issuer, client and scopes; a cached ID token is used until shortly
+before it expires, then refreshed without a browser when the issuer gave a refresh token.
+
+Examples:
+  sealion login oidc --issuer https://dex.example.com --client-id sealion-cli
+  sealion login oidc --issuer https://dex.example.com --skip-browser --exchange \\
+    --authenticator-type jwt --authenticator-name corp`,
+    )
+    .action(async (flags: OIDCLoginFlags) => {
+      checkExchangeFlags(flags);
+      const { oidcLogin } = await import('./login-oidc.ts');
+      const credential = await oidcLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`));
+      process.stdout.write(`${JSON.stringify(credential)}\n`);
     });
   return login;
 }

@@ -1,8 +1,10 @@
 // The user's path with the real CLI and real kubectl: `sealion get kubeconfig` from the admin's kubeconfig, then
 // kubectl through the proxy with the `sealion login static` exec plugin.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
+import { get as httpsGet } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from './harness/build.ts';
@@ -41,9 +43,51 @@ function sealion(
   });
 }
 
+/** Runs kubectl and, when the plugin prints a login URL, follows it as a browser would. */
+function kubectlWithBrowser(
+  kubeconfig: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string; browsed: boolean }> {
+  return new Promise((done) => {
+    const child = spawn(cluster.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, ...args], {
+      env: { ...process.env, ...env },
+    });
+    let stdout = '';
+    let stderr = '';
+    let browsed = false;
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+      const url = /https:\/\/\S+\/authorize\?\S+/.exec(stderr)?.[0];
+      if (url && !browsed) {
+        browsed = true;
+        void browse(url);
+      }
+    });
+    child.on('close', (code) => done({ code, stdout, stderr, browsed }));
+  });
+}
+
+/** Follows the issuer's redirect to the plugin's localhost callback. */
+function browse(url: string): Promise<void> {
+  return new Promise((done, fail) => {
+    httpsGet(url, { ca: issuer.caPem }, (res) => {
+      res.resume();
+      const location = res.headers.location;
+      if (res.statusCode !== 302 || !location) return fail(new Error(`authorize answered ${res.statusCode}`));
+      httpGet(location, (callback) => {
+        callback.resume();
+        callback.on('end', () => done());
+      }).on('error', fail);
+    }).on('error', fail);
+  });
+}
+
 beforeAll(async () => {
   cluster = await startCluster({ name: 'cli', controllerManager: false });
-  issuer = await startOIDCIssuer({ audience: 'sealion-cli' });
+  // The audience is the CLI's client ID: the ID tokens the CLI logs in for are what the authenticator checks.
+  issuer = await startOIDCIssuer({ audience: 'sealion-cli', login: { username: USER, groups: [GROUP] } });
   dir = mkdtempSync(join(tmpdir(), 'sealion-cli-'));
   for (const args of [
     ['create', 'namespace', NS],
@@ -161,6 +205,52 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
       readdirSync(join(fresh, 'sealion', 'credentials')).filter((f) => f.endsWith('.json')),
     ).toHaveLength(1);
     rmSync(fresh, { recursive: true, force: true });
+  });
+
+  it('logs in with OIDC in the browser once, then reuses and refreshes the session without it', async () => {
+    const path = join(dir, 'oidc.kubeconfig');
+    const written = await sealion([
+      'get',
+      'kubeconfig',
+      '--kubeconfig',
+      cluster.kubeconfigPath,
+      '--oidc-skip-browser',
+      '-o',
+      path,
+    ]);
+    expect(written).toMatchObject({ code: 0 });
+    const home = mkdtempSync(join(tmpdir(), 'sealion-cli-oidc-'));
+    const env = { XDG_CONFIG_HOME: home };
+
+    // The plugin prints the login URL; this test is the browser that follows it.
+    const first = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env);
+    expect(first.code).toBe(0);
+    // Nothing but the login prompt: no errors, no retries.
+    expect(first.stderr).toMatch(/^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n {2}https:\S+\n$/);
+    expect(first.browsed).toBe(true);
+    expect(first.stdout).toContain(`namespace/${NS}`);
+    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0 });
+
+    const second = await runKubectl(cluster.binaries.kubectl, path, ['auth', 'whoami', '-o', 'json'], {
+      env,
+    });
+    expect(second).toMatchObject({ code: 0, stderr: '' });
+    expect(second.stdout).toContain(USER);
+
+    // An ID token about to expire is refreshed with the refresh token, without a browser.
+    const sessions = join(home, 'sealion', 'sessions');
+    const file = join(
+      sessions,
+      readdirSync(sessions).find((f) => f.endsWith('.json'))!,
+    );
+    const session = JSON.parse(readFileSync(file, 'utf8')) as { idTokenExpiry: number };
+    writeFileSync(file, JSON.stringify({ ...session, idTokenExpiry: Date.now() }));
+    const third = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
+      env,
+    });
+    expect(third).toMatchObject({ code: 0, stderr: '' });
+    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1 });
+    rmSync(home, { recursive: true, force: true });
   });
 
   it('explains why there is no kubeconfig to write while the proxy is disabled', async () => {

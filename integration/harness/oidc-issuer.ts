@@ -1,7 +1,11 @@
 // A local OIDC issuer over real HTTPS: discovery and JWKS as a provider serves them, tokens minted with jose.
 // Dex would be the real thing, but its current module needs an unreleased version of its own API module,
 // which the Go module proxy does not serve; this issuer stands in for tests and the dev setup. Its failure
-// switches (down, garbage, another issuer) let tests break it on purpose.
+// switches (down, garbage, another issuer) let tests break it on purpose. Its authorization endpoint logs in one
+// configured user without asking (the "browser" is a test or the developer), with PKCE (S256) required, and its
+// token endpoint serves the code and refresh-token grants.
+import { createHash, randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT, type JWK, type JWTPayload, type CryptoKey } from 'jose';
@@ -43,10 +47,23 @@ export interface TestIssuer {
   setMode(endpoint: 'discovery' | 'jwks', mode: IssuerMode): void;
   /** Make discovery name another issuer. */
   setDiscoveryIssuer(issuer: string | undefined): void;
+  /** Grants served by the token endpoint so far, by grant type. */
+  grants(): { authorization_code: number; refresh_token: number };
   stop(): Promise<void>;
 }
 
-export async function startOIDCIssuer(opts: { path?: string; audience?: string } = {}): Promise<TestIssuer> {
+/** Who the authorization endpoint logs in. */
+export interface IssuerLogin {
+  username: string;
+  groups: string[];
+}
+
+/** Lifetime of ID tokens from the token endpoint: short, so tests and the dev setup see refreshes. */
+const ISSUED_TOKEN_SECONDS = 300;
+
+export async function startOIDCIssuer(
+  opts: { path?: string; audience?: string; login?: IssuerLogin } = {},
+): Promise<TestIssuer> {
   const ca = await newCA('test-oidc-issuer-ca');
   const serving = await issueCert(ca, {
     commonName: 'oidc-issuer',
@@ -68,7 +85,106 @@ export async function startOIDCIssuer(opts: { path?: string; audience?: string }
   let url = '';
   const path = opts.path ?? '';
 
+  const codes = new Map<
+    string,
+    { clientId: string; redirectUri: string; challenge: string; nonce?: string }
+  >();
+  const refreshTokens = new Map<string, string>();
+  const grantCounts = { authorization_code: 0, refresh_token: 0 };
+  const random = (): string => randomBytes(24).toString('base64url');
+
+  async function idTokenFor(clientId: string, nonce?: string): Promise<string> {
+    const login = opts.login!;
+    const now = Math.floor(Date.now() / 1000);
+    return new SignJWT({ username: login.username, groups: login.groups, ...(nonce ? { nonce } : {}) })
+      .setProtectedHeader({ alg: 'ES256', kid: current.kid, typ: 'JWT' })
+      .setIssuer(url)
+      .setSubject(login.username)
+      .setAudience(clientId)
+      .setIssuedAt(now)
+      .setExpirationTime(now + ISSUED_TOKEN_SECONDS)
+      .sign(current.privateKey);
+  }
+
+  async function tokenResponse(clientId: string, nonce?: string): Promise<object> {
+    const refresh = random();
+    refreshTokens.set(refresh, clientId);
+    return {
+      token_type: 'Bearer',
+      access_token: random(),
+      id_token: await idTokenFor(clientId, nonce),
+      refresh_token: refresh,
+      expires_in: ISSUED_TOKEN_SECONDS,
+    };
+  }
+
+  /** The authorization and token endpoints; false when the request is for another endpoint. */
+  function serveLogin(req: IncomingMessage, res: ServerResponse): boolean {
+    const here = new URL(req.url ?? '/', url);
+    const fail = (status: number, error: string): void =>
+      void res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
+    if (here.pathname === `${path}/authorize` && opts.login) {
+      const q = here.searchParams;
+      const redirectUri = q.get('redirect_uri') ?? '';
+      if (q.get('response_type') !== 'code' || q.get('code_challenge_method') !== 'S256' || !redirectUri)
+        return (fail(400, 'invalid_request'), true);
+      const code = random();
+      codes.set(code, {
+        clientId: q.get('client_id') ?? '',
+        redirectUri,
+        challenge: q.get('code_challenge') ?? '',
+        ...(q.get('nonce') ? { nonce: q.get('nonce')! } : {}),
+      });
+      const back = new URL(redirectUri);
+      back.searchParams.set('code', code);
+      if (q.get('state')) back.searchParams.set('state', q.get('state')!);
+      res.writeHead(302, { location: back.toString() }).end();
+      return true;
+    }
+    if (here.pathname === `${path}/token` && req.method === 'POST' && opts.login) {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        const form = new URLSearchParams(body);
+        const clientId = form.get('client_id') ?? '';
+        const answer = async (): Promise<void> => {
+          if (form.get('grant_type') === 'authorization_code') {
+            const issued = codes.get(form.get('code') ?? '');
+            codes.delete(form.get('code') ?? '');
+            const challenge = createHash('sha256')
+              .update(form.get('code_verifier') ?? '')
+              .digest('base64url');
+            if (!issued || issued.clientId !== clientId || issued.redirectUri !== form.get('redirect_uri'))
+              return fail(400, 'invalid_grant');
+            if (issued.challenge !== challenge) return fail(400, 'invalid_grant');
+            grantCounts.authorization_code++;
+            const tokens = await tokenResponse(clientId, issued.nonce);
+            return void res
+              .writeHead(200, { 'content-type': 'application/json' })
+              .end(JSON.stringify(tokens));
+          }
+          if (form.get('grant_type') === 'refresh_token') {
+            const owner = refreshTokens.get(form.get('refresh_token') ?? '');
+            // Refresh tokens rotate: each is good once.
+            refreshTokens.delete(form.get('refresh_token') ?? '');
+            if (owner !== clientId) return fail(400, 'invalid_grant');
+            grantCounts.refresh_token++;
+            const tokens = await tokenResponse(clientId);
+            return void res
+              .writeHead(200, { 'content-type': 'application/json' })
+              .end(JSON.stringify(tokens));
+          }
+          fail(400, 'unsupported_grant_type');
+        };
+        answer().catch(() => fail(500, 'server_error'));
+      });
+      return true;
+    }
+    return false;
+  }
+
   const server: Server = createServer({ cert: serving.certPem, key: serving.keyPem }, (req, res) => {
+    if (serveLogin(req, res)) return;
     const endpoint =
       req.url === `${path}/.well-known/openid-configuration`
         ? 'discovery'
@@ -98,6 +214,9 @@ export async function startOIDCIssuer(opts: { path?: string; audience?: string }
             authorization_endpoint: `${url}/authorize`,
             token_endpoint: `${url}/token`,
             response_types_supported: ['code'],
+            grant_types_supported: ['authorization_code', 'refresh_token'],
+            code_challenge_methods_supported: ['S256'],
+            token_endpoint_auth_methods_supported: ['none'],
             subject_types_supported: ['public'],
             id_token_signing_alg_values_supported: ['ES256'],
           }
@@ -136,6 +255,7 @@ export async function startOIDCIssuer(opts: { path?: string; audience?: string }
     setDiscoveryIssuer(issuer) {
       discoveryIssuer = issuer;
     },
+    grants: () => ({ ...grantCounts }),
     stop: () =>
       new Promise<void>((done) => {
         server.closeAllConnections();
