@@ -139,6 +139,10 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     ]);
     expect(written).toMatchObject({ code: 0 });
     kubeconfig = join(dir, 'user.kubeconfig');
+    // The admin sees the same endpoint the kubeconfig points at.
+    const server = /server: (\S+)/.exec(readFileSync(kubeconfig, 'utf8'))?.[1];
+    expect(server).toBe(`https://127.0.0.1:${concierge.port}`);
+    expect((await cluster.kubectl(['get', 'jwtauthenticators'])).stdout).toContain(server);
     const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: dir };
     const list = await runKubectl(cluster.binaries.kubectl, kubeconfig, ['get', 'namespaces', '-o', 'name'], {
       env,
