@@ -1,0 +1,128 @@
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
+import {
+  newTunnelClient,
+  serveTunnel,
+  STREAM_WINDOW_BYTES,
+  TunnelBusyError,
+  type TunnelClient,
+} from './tunnel.ts';
+
+// Both ends over a real WebSocket on port 0, the agent's end serving a plain HTTP/1.1 server on its streams.
+const cleanups: (() => void)[] = [];
+afterEach(() => cleanups.splice(0).forEach((c) => c()));
+
+async function tunnelTo(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+  opts: { maxStreams?: number } = {},
+): Promise<{ client: TunnelClient; local: Server; dropAgent: () => void }> {
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  await new Promise<void>((done) => wss.once('listening', done));
+  const local = createServer(handler);
+  const accepted = new Promise<Duplex>((done) =>
+    wss.once('connection', (ws) => done(createWebSocketStream(ws))),
+  );
+  const ws = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`);
+  await new Promise<void>((done) => ws.once('open', () => done()));
+  const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream), opts);
+  const client = newTunnelClient(await accepted, opts);
+  cleanups.push(() => {
+    client.close();
+    agentEnd.close();
+    ws.terminate();
+    wss.close();
+  });
+  return { client, local, dropAgent: () => ws.terminate() };
+}
+
+function get(client: TunnelClient, path: string): Promise<IncomingMessage> {
+  return new Promise((done, fail) => {
+    request({ host: 'cluster', path, agent: client.agent }, done).on('error', fail).end();
+  });
+}
+
+async function text(res: IncomingMessage): Promise<string> {
+  let body = '';
+  for await (const chunk of res) body += (chunk as Buffer).toString();
+  return body;
+}
+
+describe('the tunnel multiplexer', () => {
+  it('carries many concurrent HTTP requests to the agent’s local server', async () => {
+    const { client } = await tunnelTo((req, res) => res.end(`you asked for ${req.url}`));
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, async (_, i) => text(await get(client, `/item/${i}`))),
+    );
+    expect(answers).toEqual(Array.from({ length: 50 }, (_, i) => `you asked for /item/${i}`));
+  });
+
+  it('does not let a slow reader on one stream stall another, and bounds what the slow one buffers', async () => {
+    let bigWritten = 0;
+    const { client } = await tunnelTo((req, res) => {
+      if (req.url !== '/big') return void res.end('small');
+      const chunk = Buffer.alloc(64 * 1024);
+      const pump = (): void => {
+        while (bigWritten < 256 * 1024 * 1024) {
+          bigWritten += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', pump);
+        }
+        res.end();
+      };
+      pump();
+    });
+    const big = await get(client, '/big');
+    big.pause(); // nobody reads it
+    const small = await text(await get(client, '/small'));
+    expect(small).toBe('small');
+    // Flow control held the producer back: what it wrote is bounded by the stream window plus socket buffers.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(bigWritten).toBeLessThan(STREAM_WINDOW_BYTES * 8);
+    big.destroy();
+  });
+
+  it('passes 1 GiB through one stream with bounded memory', async () => {
+    const total = 1024 * 1024 * 1024;
+    const { client } = await tunnelTo((_req, res) => {
+      const chunk = Buffer.alloc(256 * 1024, 7);
+      let sent = 0;
+      const pump = (): void => {
+        while (sent < total) {
+          sent += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', pump);
+        }
+        res.end();
+      };
+      pump();
+    });
+    const before = process.memoryUsage();
+    let received = 0;
+    let peak = 0;
+    for await (const chunk of await get(client, '/gig')) {
+      received += (chunk as Buffer).length;
+      if ((received & 0x3ffffff) < (chunk as Buffer).length) {
+        const now = process.memoryUsage();
+        peak = Math.max(peak, now.heapUsed + now.arrayBuffers - before.heapUsed - before.arrayBuffers);
+      }
+    }
+    expect(received).toBe(total);
+    expect(peak).toBeLessThan(128 * 1024 * 1024);
+  }, 120_000);
+
+  it('refuses streams beyond its limit', async () => {
+    const { client } = await tunnelTo(() => {}, { maxStreams: 2 });
+    await client.open();
+    await client.open();
+    await expect(client.open()).rejects.toBeInstanceOf(TunnelBusyError);
+  });
+
+  it('reports the tunnel closed when the agent goes away, and fails new streams', async () => {
+    const { client, dropAgent } = await tunnelTo((_req, res) => res.end('ok'));
+    expect(await text(await get(client, '/'))).toBe('ok');
+    dropAgent();
+    await client.closed;
+    await expect(client.open()).rejects.toThrow(/closed/);
+  });
+});

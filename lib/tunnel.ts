@@ -1,0 +1,182 @@
+// The reverse tunnel's multiplexer, both ends: HTTP/2 (node:http2, a well-tested multiplexer with per-stream flow
+// control, a stream limit and PING) over the one WebSocket stream the agent dialed. The concierge is the HTTP/2
+// client: each CONNECT stream it opens is one byte stream to the agent's local proxy, which speaks HTTP/1.1 on it,
+// so plain requests, watches and upgrades (exec, port-forward) all pass unchanged. A slow reader on one stream
+// stops only that stream's window; every stream's buffered bytes are bounded by its window.
+import { Agent as HttpAgent, type AgentOptions } from 'node:http';
+import {
+  connect,
+  constants,
+  performServerHandshake,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type Http2Session,
+  type Settings,
+} from 'node:http2';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+
+/** Bytes a stream may have in flight: enough for fast transfers, small enough that 1,000 streams stay bounded. */
+export const STREAM_WINDOW_BYTES = 1024 * 1024;
+/** The connection's window, shared by all streams. */
+const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
+/** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
+export const DEFAULT_MAX_STREAMS = 1000;
+/** Both ends ping this often, and give up on a tunnel whose ping is not answered within PING_TIMEOUT_MS. */
+export const PING_INTERVAL_MS = 15_000;
+const PING_TIMEOUT_MS = 10_000;
+
+export class TunnelBusyError extends Error {
+  readonly code = 'SEALION_TUNNEL_BUSY';
+}
+export class TunnelClosedError extends Error {
+  readonly code = 'SEALION_TUNNEL_CLOSED';
+}
+
+function settings(maxStreams: number): Settings {
+  return { initialWindowSize: STREAM_WINDOW_BYTES, maxConcurrentStreams: maxStreams, enablePush: false };
+}
+
+/**
+ * Pings the peer every PING_INTERVAL_MS; a late or failed answer ends the tunnel through `kill` (which destroys
+ * the WebSocket stream: see close() below for why never the session itself).
+ */
+function keepAlive(session: Http2Session, kill: (err: Error) => void): NodeJS.Timeout {
+  const timer = setInterval(() => {
+    if (session.closed || session.destroyed) return clearInterval(timer);
+    const deadline = setTimeout(() => kill(new Error('tunnel ping timed out')), PING_TIMEOUT_MS);
+    const sent = session.ping((err) => {
+      clearTimeout(deadline);
+      if (err) kill(err);
+    });
+    if (!sent) clearTimeout(deadline);
+  }, PING_INTERVAL_MS);
+  timer.unref();
+  return timer;
+}
+
+export interface TunnelClient {
+  /** A byte stream to the agent's local proxy. Rejects with TunnelBusyError at the stream limit. */
+  open(): Promise<Duplex>;
+  /** An http.Agent whose connections are tunnel streams (kept alive and reused, like sockets). */
+  agent: HttpAgent;
+  /** Streams open now. */
+  active(): number;
+  /** Resolves when the tunnel is gone (closed by either side, or its keepalive failed). */
+  closed: Promise<void>;
+  close(): void;
+}
+
+/** The concierge's end: an HTTP/2 client over the agent's WebSocket stream. */
+export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = {}): TunnelClient {
+  const maxStreams = opts.maxStreams ?? DEFAULT_MAX_STREAMS;
+  const session: ClientHttp2Session = connect('http://sealion-agent.tunnel', {
+    createConnection: () => duplex,
+    settings: settings(maxStreams),
+  });
+  session.on('error', () => {}); // 'close' follows; callers learn through `closed` and failed opens
+  session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+  const ping = keepAlive(session, (err) => duplex.destroy(err));
+  let active = 0;
+  const closed = new Promise<void>((done) =>
+    session.once('close', () => {
+      clearInterval(ping);
+      done();
+    }),
+  );
+
+  const open = (): Promise<Duplex> =>
+    new Promise((done, fail) => {
+      if (session.closed || session.destroyed) return fail(new TunnelClosedError('the tunnel is closed'));
+      if (active >= maxStreams)
+        return fail(new TunnelBusyError(`the tunnel already carries ${maxStreams} streams`));
+      let stream: ClientHttp2Stream;
+      try {
+        stream = session.request({ ':method': 'CONNECT', ':authority': 'local-proxy' });
+      } catch (err) {
+        return fail(err instanceof Error ? err : new Error(String(err)));
+      }
+      active++;
+      stream.once('close', () => active--);
+      stream.once('response', (headers) => {
+        if (headers[':status'] === 200) return done(stream);
+        stream.close(constants.NGHTTP2_CANCEL);
+        fail(new Error(`the agent refused the stream (${headers[':status']})`));
+      });
+      stream.once('error', fail);
+    });
+
+  const agent = new (class extends HttpAgent {
+    override createConnection(
+      _options: AgentOptions,
+      callback?: (err: Error | null, socket: Duplex) => void,
+    ): Duplex | undefined {
+      open().then(
+        (stream) => callback?.(null, stream),
+        (err: Error) => callback?.(err, undefined as unknown as Duplex),
+      );
+      return undefined;
+    }
+
+    // A stream is no TCP socket: no TCP keepalive or ref counting to set (the session pings instead).
+    override keepSocketAlive(): boolean {
+      return true;
+    }
+
+    override reuseSocket(): void {}
+  })({ keepAlive: true, maxFreeSockets: 64 });
+
+  return {
+    open,
+    agent,
+    active: () => active,
+    closed,
+    // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs
+    // over a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against
+    // (and crashes the process). The session closes by itself once its stream is gone.
+    close() {
+      agent.destroy();
+      duplex.destroy();
+    },
+  };
+}
+
+export interface TunnelServer {
+  closed: Promise<void>;
+  close(): void;
+}
+
+/** The agent's end: an HTTP/2 server over the WebSocket stream; each CONNECT stream goes to `onStream`. */
+export function serveTunnel(
+  duplex: Duplex,
+  onStream: (stream: Duplex) => void,
+  opts: { maxStreams?: number } = {},
+): TunnelServer {
+  const session = performServerHandshake(duplex as unknown as Socket, {
+    settings: settings(opts.maxStreams ?? DEFAULT_MAX_STREAMS),
+  });
+  session.on('error', () => {});
+  session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+  const ping = keepAlive(session, (err) => duplex.destroy(err));
+  session.on('stream', (stream, headers) => {
+    if (headers[':method'] !== 'CONNECT') {
+      stream.respond({ ':status': 405 }, { endStream: true });
+      return;
+    }
+    stream.respond({ ':status': 200 });
+    stream.on('error', () => stream.destroy());
+    onStream(stream);
+  });
+  const closed = new Promise<void>((done) =>
+    session.once('close', () => {
+      clearInterval(ping);
+      done();
+    }),
+  );
+  return {
+    closed,
+    close() {
+      duplex.destroy();
+    },
+  };
+}
