@@ -2,14 +2,22 @@
 // metrics listener. main.ts builds the clients and credentials and calls startConcierge; tests call it directly.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { apiGroups } from '../apis/groups.ts';
+import { apiGroups, Resource, VERSION } from '../apis/groups.ts';
+import type { Cluster, ClusterStatus } from '../apis/tunnel.ts';
+import type { Informer } from '../lib/informer.ts';
 import type { KubeClients } from '../lib/kube.ts';
-import { newLeaseClient, newReviewer } from '../lib/kube.ts';
+import {
+  newClusterStatusWriter,
+  newCustomResourceInformer,
+  newLeaseClient,
+  newReviewer,
+} from '../lib/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
 import { startLeaderElection } from '../controllers/lib/leader.ts';
 import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
 import { startProxyControllers, type ProxyControllers } from './controllers.ts';
+import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import { startAuthenticators } from './authenticators.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
@@ -42,6 +50,17 @@ export interface ConciergeOptions {
     /** This replica's name in the Lease (the pod name). */
     identity: string;
   };
+  /** The agents' tunnel listener. Default: none (no agent-backed clusters). */
+  tunnel?: {
+    host: string;
+    port: number;
+    /** Names and addresses agents dial, for the listener's certificate. */
+    hosts: string[];
+    /** Where the tunnel CA and bootstrap tokens live. */
+    namespace: string;
+    /** This replica's name in the Clusters' status. */
+    replica: string;
+  };
   /** Plain-HTTP listener for /metrics. Default: none. */
   metrics?: { host: string; port: number };
   log: Logger;
@@ -49,6 +68,8 @@ export interface ConciergeOptions {
 
 export interface Concierge {
   port: number;
+  /** The tunnel listener's port and CA, when it runs. */
+  tunnel?: { port: number; caPem: string };
   metricsPort?: number;
   /** Swap the serving certificate, trusted client CAs and signer without a restart. */
   updateTLS(tls: ProxyTLS, signer?: CertificateAuthority): void;
@@ -99,6 +120,7 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
     log: log.child({ component: 'proxy' }),
     ready: () => true,
     serving: () => serving,
+    clusters: (name) => tunnels?.forwarder(name),
   });
   // Until the controllers hand over certificates the listener serves health checks with a throwaway one.
   const server = newProxyServer(
@@ -165,6 +187,26 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
     });
   }
 
+  let tunnels: TunnelListener | undefined;
+  let clusterInformer: Informer<Cluster> | undefined;
+  if (opts.tunnel) {
+    const tunnelGroup = apiGroups(opts.groupSuffix).tunnel;
+    const clusterResource = { group: tunnelGroup, version: VERSION, plural: Resource.Cluster };
+    clusterInformer = newCustomResourceInformer<Cluster>(opts.clients, clusterResource, log);
+    await clusterInformer.synced();
+    tunnels = await startTunnelListener({
+      clients: opts.clients,
+      namespace: opts.tunnel.namespace,
+      host: opts.tunnel.host,
+      port: opts.tunnel.port,
+      hosts: opts.tunnel.hosts,
+      clusters: clusterInformer,
+      status: newClusterStatusWriter<ClusterStatus>(opts.clients, clusterResource),
+      replica: opts.tunnel.replica,
+      log: log.child({ component: 'tunnel' }),
+    });
+  }
+
   let metricsServer: Server | undefined;
   let metricsPort: number | undefined;
   if (opts.metrics) {
@@ -181,6 +223,7 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
 
   return {
     port,
+    ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
     updateTLS(tls, nextSigner) {
       server.updateTLS(tls);
@@ -188,6 +231,8 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
       log.info('TLS material reloaded');
     },
     async stop() {
+      await tunnels?.stop();
+      await clusterInformer?.stop();
       await controllers?.stop();
       await election?.stop();
       await server.close();

@@ -1,6 +1,15 @@
 import { describe, expect, it } from '@jest/globals';
 import { X509Certificate, createPrivateKey, createPublicKey } from 'node:crypto';
-import { fingerprint, issueCert, loadCA, newCA, newKeyPair } from './pki.ts';
+import {
+  fingerprint,
+  issueCert,
+  loadCA,
+  newCA,
+  newCSR,
+  newKeyPair,
+  publicKeyFromCSR,
+  spkiPin,
+} from './pki.ts';
 
 describe('pki', () => {
   it('makes a CA that signs server certificates with the requested SANs', async () => {
@@ -69,5 +78,28 @@ describe('pki', () => {
     const client = await issueCert(ca, { commonName: 'mallory, O=system:masters', usage: 'client' });
     const subject = new X509Certificate(client.certPem).subject;
     expect(subject).not.toMatch(/^O=system:masters$/m);
+  });
+});
+
+describe('certificate signing requests', () => {
+  it('signs the key of a valid CSR with the subject the signer chooses', async () => {
+    const ca = await newCA('tunnel-ca');
+    const { csrPem } = await newCSR('what-the-agent-claims');
+    const cert = await issueCert(ca, {
+      commonName: 'the-registered-name',
+      usage: 'client',
+      publicKey: await publicKeyFromCSR(csrPem),
+    });
+    expect(cert.cert.subject).toBe('CN=the-registered-name');
+    expect(spkiPin(ca.certPem)).toMatch(/^sha256:[0-9a-f]{64}$/);
+  });
+
+  it('rejects a CSR whose signature does not match', async () => {
+    const { csrPem } = await newCSR('x');
+    const other = await newCSR('y');
+    // Same structure, another request's signature: swap the base64 bodies' last lines.
+    const tampered = csrPem.replace(/\n([^\n]+)\n-----END/, `\n${other.csrPem.split('\n').at(-3)}\n-----END`);
+    await expect(publicKeyFromCSR(tampered)).rejects.toThrow();
+    await expect(publicKeyFromCSR('not a csr')).rejects.toThrow(/not a PEM certificate request/);
   });
 });

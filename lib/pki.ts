@@ -2,7 +2,7 @@
 // so ECDSA keys and signatures cost microseconds, not the tens of milliseconds of a JavaScript RSA.
 // @peculiar/x509 resolves its internals through tsyringe, which needs the Reflect metadata polyfill.
 import 'reflect-metadata';
-import { webcrypto, randomBytes, X509Certificate as NodeX509 } from 'node:crypto';
+import { createHash, webcrypto, randomBytes, X509Certificate as NodeX509 } from 'node:crypto';
 
 type CryptoKey = webcrypto.CryptoKey;
 type CryptoKeyPair = webcrypto.CryptoKeyPair;
@@ -165,4 +165,36 @@ export async function issueCert(
 /** The SHA-256 fingerprint of a PEM certificate, as colon-separated hex (what openssl and Node print). */
 export function fingerprint(certPem: string): string {
   return new NodeX509(certPem).fingerprint256;
+}
+
+/** A certificate signing request for a fresh key pair; the private key never leaves the caller. */
+export async function newCSR(commonName: string): Promise<{ csrPem: string; keyPem: string }> {
+  const keys = await newKeyPair();
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: subjectName(commonName),
+    keys,
+    signingAlgorithm: KEY_ALGORITHM,
+  });
+  return { csrPem: csr.toString('pem') + '\n', keyPem: await privateKeyToPem(keys.privateKey) };
+}
+
+/**
+ * The public key of a CSR whose signature checks out (proof that the sender holds the private key). Only the key
+ * is taken: the subject and extensions a signer puts on the certificate are its own decision, never the CSR's.
+ */
+export async function publicKeyFromCSR(csrPem: string): Promise<CryptoKey> {
+  let csr: x509.Pkcs10CertificateRequest;
+  try {
+    csr = new x509.Pkcs10CertificateRequest(csrPem);
+  } catch (err) {
+    throw new Error('the CSR is not a PEM certificate request', { cause: err });
+  }
+  if (!(await csr.verify())) throw new Error("the CSR's signature does not match its key");
+  return crypto.subtle.importKey('spki', csr.publicKey.rawData, KEY_ALGORITHM, true, ['verify']);
+}
+
+/** The `sha256:<hex>` pin of a certificate's SubjectPublicKeyInfo (kubeadm's CA pin format). */
+export function spkiPin(certPem: string): string {
+  const der = new NodeX509(certPem).publicKey.export({ type: 'spki', format: 'der' });
+  return `sha256:${createHash('sha256').update(der).digest('hex')}`;
 }

@@ -36,6 +36,23 @@ export interface ProxyDeps {
   ready: () => boolean;
   /** Whether the proxy is switched on; when off, everything but the health endpoints gets 503. */
   serving: () => boolean;
+  /** The forwarder for `/clusters/<name>/…`: through that cluster's agent tunnel, when it has one here. */
+  clusters?: (name: string) => Forwarder | undefined;
+}
+
+const CLUSTERS_PREFIX = '/clusters/';
+
+/** `/clusters/<name>/<rest>` → the cluster and the URL on it; undefined for the hub's own URLs. */
+export function clusterRoute(url: string): { cluster: string; url: string } | undefined {
+  if (!url.startsWith(CLUSTERS_PREFIX)) return undefined;
+  const end = url.slice(CLUSTERS_PREFIX.length).search(/[/?]/);
+  const cluster =
+    end < 0
+      ? url.slice(CLUSTERS_PREFIX.length)
+      : url.slice(CLUSTERS_PREFIX.length, CLUSTERS_PREFIX.length + end);
+  if (!cluster) return undefined;
+  const rest = end < 0 ? '' : url.slice(CLUSTERS_PREFIX.length + end);
+  return { cluster, url: rest.startsWith('/') ? rest : `/${rest}` };
 }
 
 const NOT_SERVING =
@@ -112,14 +129,36 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     };
   }
 
+  /** Where a routed request goes, or the Status that says why it cannot. */
+  function clusterForwarder(
+    cluster: string,
+    plan: ForwardPlan,
+  ): Forwarder | { status: number; message: string } {
+    // A service-account token of this cluster means nothing to another one.
+    if (plan.passthrough)
+      return {
+        status: 403,
+        message: `service-account tokens of this cluster cannot be used for cluster ${cluster}`,
+      };
+    return (
+      deps.clusters?.(cluster) ?? {
+        status: 503,
+        message: `cluster ${cluster} is not connected: its agent holds no tunnel to this concierge`,
+      }
+    );
+  }
+
   async function serve(req: Request, res: Response): Promise<void> {
+    const original = req.url ?? '/';
+    const routed = clusterRoute(original);
+    if (routed) req.url = routed.url;
     const url = req.url ?? '/';
     const path = pathOf(url);
     const method = req.method ?? 'GET';
     const info = requestInfo(method, url, false);
     const started = process.hrtime.bigint();
     let who = 'anonymous';
-    const finish = observe(info.verb, info.longRunning, started, () => who, url);
+    const finish = observe(info.verb, info.longRunning, started, () => who, original);
     res.once('close', () => finish(res.statusCode));
     if (!isWellFormedPath(path)) return writeStatus(res, 400, 'malformed request path');
 
@@ -165,14 +204,19 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
 
     const plan = await forwardingPlan(req, identity, info.longRunning, false);
     if ('status' in plan) return writeStatus(res, plan.status, plan.message);
-    await deps.forwarder.web(req, res, plan);
+    const forwarder = routed ? clusterForwarder(routed.cluster, plan) : deps.forwarder;
+    if ('status' in forwarder) return writeStatus(res, forwarder.status, forwarder.message);
+    await forwarder.web(req, res, plan);
   }
 
   async function serveUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
+    const original = req.url ?? '/';
+    const routed = clusterRoute(original);
+    if (routed) req.url = routed.url;
     const url = req.url ?? '/';
     const info = requestInfo(req.method ?? 'GET', url, true);
     let who = 'anonymous';
-    const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, url);
+    const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, original);
     const refuse = (code: number, message: string): void => {
       finish(code);
       const body = statusBody(code, message);
@@ -189,8 +233,10 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     who = identity.user.username;
     const plan = await forwardingPlan(req, identity, true, true);
     if ('status' in plan) return refuse(plan.status, plan.message);
+    const forwarder = routed ? clusterForwarder(routed.cluster, plan) : deps.forwarder;
+    if ('status' in forwarder) return refuse(forwarder.status, forwarder.message);
     socket.once('close', () => finish(101));
-    deps.forwarder.upgrade(req, socket, head, plan);
+    forwarder.upgrade(req, socket, head, plan);
   }
 
   return {

@@ -1,0 +1,110 @@
+// The agent's local reverse proxy: an HTTP/1.1 server fed with the tunnel's streams (it listens on no port), that
+// forwards to this cluster's API server as the agent. It always overwrites Authorization with the agent's own
+// credential (whatever the other end sent), keeps Impersonate-* (the hub's impersonation is the point), strips
+// X-Forwarded-*, streams responses as they come (watches), and passes upgrades (exec, port-forward) through.
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { Agent } from 'node:https';
+import type { Duplex } from 'node:stream';
+import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
+
+export interface LocalUpstream {
+  url: URL;
+  caPem?: string;
+  /** A client certificate, when the agent's identity is one (out of a cluster). */
+  certPem?: string;
+  keyPem?: string;
+  /** The agent's bearer token, read per request (projected service-account tokens rotate). */
+  token?: () => string | undefined;
+}
+
+export interface LocalProxy {
+  /** Serves HTTP on one tunnel stream. */
+  accept(stream: Duplex): void;
+  close(): void;
+}
+
+const FORWARDED = /^x-forwarded-|^forwarded$/;
+
+function errorBody(message: string): string {
+  return JSON.stringify({
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason: 'BadGateway',
+    code: 502,
+  });
+}
+
+export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
+  const agent = new Agent({
+    keepAlive: true,
+    maxFreeSockets: 16,
+    ...(upstream.caPem ? { ca: upstream.caPem } : {}),
+    ...(upstream.certPem ? { cert: upstream.certPem, key: upstream.keyPem } : {}),
+  });
+  const rewrite = (req: IncomingMessage): void => {
+    for (const name of Object.keys(req.headers)) {
+      if (name === 'authorization' || FORWARDED.test(name)) delete req.headers[name];
+    }
+    const token = upstream.token?.();
+    if (token) req.headers['authorization'] = `Bearer ${token}`;
+  };
+  const proxy = createProxyMiddleware<IncomingMessage>({
+    target: upstream.url.origin,
+    changeOrigin: true,
+    secure: true,
+    agent,
+    xfwd: false,
+    ws: false,
+    ejectPlugins: true,
+    plugins: [proxyEventsPlugin],
+    on: {
+      proxyReq(proxyReq) {
+        proxyReq.setNoDelay(true);
+      },
+      proxyRes(_proxyRes, _req, res) {
+        // A watch with no events yet has nothing to write: send the headers now (the proxy copies them right after
+        // this event), so the client sees the watch established.
+        process.nextTick(() => {
+          if (!res.headersSent && !res.destroyed) res.flushHeaders();
+        });
+      },
+      error(err, _req, res) {
+        const message = `this cluster's API server could not be reached through the agent: ${(err as NodeJS.ErrnoException).code ?? err.message}`;
+        const body = errorBody(message);
+        if ('writeHead' in res) {
+          // Once the headers went out, a failure can only cut the body short.
+          if (res.headersSent) return void res.destroy();
+          res.writeHead(502, {
+            'content-type': 'application/json',
+            'content-length': Buffer.byteLength(body),
+          });
+          res.end(body);
+        } else if (!res.destroyed) {
+          res.end(
+            `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+          );
+        }
+      },
+    },
+  });
+  const server: Server = createServer((req, res) => {
+    rewrite(req);
+    void proxy(req, res, () => res.writeHead(404).end());
+  });
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    rewrite(req);
+    socket.on('error', () => socket.destroy());
+    proxy.upgrade(req, socket as never, head);
+  });
+  server.on('clientError', (_err, socket: Duplex) => socket.destroy());
+  return {
+    accept: (stream) => void server.emit('connection', stream),
+    close() {
+      server.closeAllConnections();
+      agent.destroy();
+    },
+  };
+}
