@@ -48,6 +48,14 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
     for (const name of Object.keys(req.headers)) {
       if (name === 'authorization' || FORWARDED.test(name)) delete req.headers[name];
     }
+    // Node joins repeated header fields with ", ", which would turn Impersonate-Group: a and Impersonate-Group: b
+    // into one group "a, b": the impersonation headers are rebuilt from the raw fields, one value each.
+    const repeated: Record<string, string[]> = {};
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      const name = req.rawHeaders[i]!.toLowerCase();
+      if (name.startsWith('impersonate-')) (repeated[name] ??= []).push(req.rawHeaders[i + 1]!);
+    }
+    Object.assign(req.headers, repeated);
     const token = upstream.token?.();
     if (token) req.headers['authorization'] = `Bearer ${token}`;
   };

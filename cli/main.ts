@@ -5,6 +5,8 @@ import { conciergeCommand } from './concierge.ts';
 import { getCommand } from './get-kubeconfig.ts';
 import { loginCommand } from './login.ts';
 import { whoamiCommand } from './whoami.ts';
+import { agentCommand } from './agent.ts';
+import { clusterCommand } from './cluster.ts';
 import { manifestsCommand } from './manifests/command.ts';
 
 const program = new Command('sealion')
@@ -23,6 +25,8 @@ program.addCommand(conciergeCommand());
 program.addCommand(loginCommand());
 program.addCommand(getCommand());
 program.addCommand(whoamiCommand());
+program.addCommand(clusterCommand());
+program.addCommand(agentCommand());
 
 try {
   await program.parseAsync(process.argv);

@@ -26,6 +26,17 @@ export const DEFAULT_MAX_STREAMS = 1000;
 export const PING_INTERVAL_MS = 15_000;
 const PING_TIMEOUT_MS = 10_000;
 
+/**
+ * Gives a tunnel stream the TCP-only socket methods that HTTP servers, agents and proxies call on their sockets
+ * (setNoDelay, setKeepAlive, ref, unref). On a stream inside HTTP/2 they mean nothing: no-ops.
+ */
+function asSocket<T extends Duplex>(stream: T): T {
+  const socket = stream as unknown as Record<string, unknown>;
+  for (const method of ['setNoDelay', 'setKeepAlive', 'ref', 'unref'])
+    if (typeof socket[method] !== 'function') socket[method] = () => stream;
+  return stream;
+}
+
 export class TunnelBusyError extends Error {
   readonly code = 'SEALION_TUNNEL_BUSY';
 }
@@ -99,7 +110,7 @@ export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = 
       active++;
       stream.once('close', () => active--);
       stream.once('response', (headers) => {
-        if (headers[':status'] === 200) return done(stream);
+        if (headers[':status'] === 200) return done(asSocket(stream));
         stream.close(constants.NGHTTP2_CANCEL);
         fail(new Error(`the agent refused the stream (${headers[':status']})`));
       });
@@ -118,12 +129,10 @@ export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = 
       return undefined;
     }
 
-    // A stream is no TCP socket: no TCP keepalive or ref counting to set (the session pings instead).
+    // A stream has no TCP timeout to reset; the session's pings watch the connection.
     override keepSocketAlive(): boolean {
       return true;
     }
-
-    override reuseSocket(): void {}
   })({ keepAlive: true, maxFreeSockets: 64 });
 
   return {
@@ -165,7 +174,7 @@ export function serveTunnel(
     }
     stream.respond({ ':status': 200 });
     stream.on('error', () => stream.destroy());
-    onStream(stream);
+    onStream(asSocket(stream));
   });
   const closed = new Promise<void>((done) =>
     session.once('close', () => {

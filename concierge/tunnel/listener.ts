@@ -153,7 +153,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
 
   const server: Server = createServer(
     {
-      cert: serving.certPem,
+      // The chain includes the CA, so agents that pin the CA's key (before they have it) can check it.
+      cert: serving.certPem + ca.certPem,
       key: serving.keyPem,
       ca: ca.certPem,
       requestCert: true,

@@ -105,7 +105,13 @@ async function prepareCluster(cluster: ClusterForConcierge): Promise<Upstream> {
 
 export async function startLocalConcierge(
   cluster: ClusterForConcierge,
-  opts: { log?: Logger; port?: number; metrics?: boolean } = {},
+  opts: {
+    log?: Logger;
+    port?: number;
+    metrics?: boolean;
+    /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace`. */
+    tunnel?: { port: number; namespace: string };
+  } = {},
 ): Promise<LocalConcierge> {
   const upstream = await prepareCluster(cluster);
   const servingCA = await newCA('sealion-proxy-serving-ca');
@@ -124,6 +130,17 @@ export async function startLocalConcierge(
     tls: { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [signerCA.certPem] },
     signer: signerCA,
     ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
+    ...(opts.tunnel
+      ? {
+          tunnel: {
+            host: '127.0.0.1',
+            port: opts.tunnel.port,
+            hosts: ['127.0.0.1', 'localhost'],
+            namespace: opts.tunnel.namespace,
+            replica: 'local',
+          },
+        }
+      : {}),
     log: opts.log ?? silentLogger(),
   });
   const url = `https://127.0.0.1:${concierge.port}`;

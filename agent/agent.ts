@@ -1,0 +1,260 @@
+// The agent without its command line: registers once (bootstrap token + CSR → client certificate, persisted by
+// the caller's store), then holds an mTLS WebSocket to the hub's tunnel listener and serves the tunnel's streams
+// with its local proxy. It reconnects on its own with jittered exponential backoff (1 s → 30 s) and renews its
+// certificate over mutual TLS once two thirds of its lifetime have passed.
+import { X509Certificate } from 'node:crypto';
+import { request as httpsRequest, type RequestOptions } from 'node:https';
+import { connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'node:tls';
+import { createWebSocketStream, WebSocket } from 'ws';
+import type { Logger } from '../lib/log.ts';
+import { newCSR, spkiPin } from '../lib/pki.ts';
+import { serveTunnel } from '../lib/tunnel.ts';
+import { newLocalProxy, type LocalUpstream } from './local-proxy.ts';
+
+export interface AgentCredentials {
+  certPem: string;
+  keyPem: string;
+  /** The hub's tunnel CA. */
+  caPem: string;
+}
+
+/** Where the agent keeps its identity (a Secret in its cluster), so a restart does not register again. */
+export interface CredentialStore {
+  load(): Promise<AgentCredentials | undefined>;
+  save(credentials: AgentCredentials): Promise<void>;
+}
+
+export interface AgentOptions {
+  cluster: string;
+  /** The hub's tunnel listener, https://host:port. */
+  hub: URL;
+  /** How to trust the hub before registration: its CA bundle, or an SPKI pin of its CA (`sha256:<hex>`). */
+  trust: { caPem: string } | { pin: string };
+  /** The one-time bootstrap token (only needed until registered). */
+  bootstrapToken: () => string | undefined;
+  store: CredentialStore;
+  upstream: LocalUpstream;
+  version: string;
+  log: Logger;
+  /** Clock, for tests. Default: Date.now. */
+  now?: () => number;
+}
+
+export interface Agent {
+  connected(): boolean;
+  /** Renews the certificate now (normally done at two thirds of its lifetime). */
+  renew(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const MIN_BACKOFF_MS = 1_000;
+const MAX_BACKOFF_MS = 30_000;
+/** A connection that stayed up this long resets the backoff. */
+const STABLE_MS = 30_000;
+const RENEW_CHECK_MS = 60 * 60 * 1000;
+const RENEW_AT_FRACTION = 2 / 3;
+
+/** The chain the server sent, leaf first, as PEM. */
+function chainOf(socket: TLSSocket): string[] {
+  const pems: string[] = [];
+  let cert: PeerCertificate | undefined = socket.getPeerCertificate(true);
+  const seen = new Set<string>();
+  while (cert?.raw && !seen.has(cert.fingerprint256)) {
+    seen.add(cert.fingerprint256);
+    pems.push(`-----BEGIN CERTIFICATE-----\n${cert.raw.toString('base64')}\n-----END CERTIFICATE-----\n`);
+    cert = (cert as PeerCertificate & { issuerCertificate?: PeerCertificate }).issuerCertificate;
+  }
+  return pems;
+}
+
+/**
+ * Opens TLS to the hub trusting a pinned CA key: the server's chain must hold a certificate with that key which
+ * signed the leaf, and the leaf must name the host. Nothing is sent before that holds.
+ */
+function pinnedSocket(hub: URL, pin: string): Promise<TLSSocket> {
+  return new Promise((done, fail) => {
+    const socket = tlsConnect({
+      host: hub.hostname,
+      port: Number(hub.port || 443),
+      rejectUnauthorized: false,
+      ALPNProtocols: ['http/1.1'],
+    });
+    socket.once('secureConnect', () => {
+      const [leafPem, ...rest] = chainOf(socket);
+      const leaf = leafPem ? new X509Certificate(leafPem) : undefined;
+      const anchor = rest.find((pem) => spkiPin(pem) === pin);
+      const named =
+        leaf && (leaf.checkIP(hub.hostname) !== undefined || leaf.checkHost(hub.hostname) !== undefined);
+      if (!leaf || !anchor || !leaf.verify(new X509Certificate(anchor).publicKey) || !named) {
+        socket.destroy();
+        return fail(new Error(`the hub's certificate does not match the pin ${pin}`));
+      }
+      done(socket);
+    });
+    socket.once('error', fail);
+  });
+}
+
+async function postJSON(url: URL, body: object, tls: RequestOptions, pin?: string): Promise<unknown> {
+  const socket = pin ? await pinnedSocket(url, pin) : undefined;
+  return new Promise((done, fail) => {
+    const req = httpsRequest(
+      url,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        ...tls,
+        ...(socket ? { createConnection: () => socket } : {}),
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => {
+          if (res.statusCode !== 200)
+            return fail(new Error(`${url.pathname}: HTTP ${res.statusCode} ${text}`));
+          try {
+            done(JSON.parse(text));
+          } catch {
+            fail(new Error(`${url.pathname}: the answer is not JSON`));
+          }
+        });
+      },
+    );
+    req.on('error', fail);
+    req.end(JSON.stringify(body));
+  });
+}
+
+export function startAgent(opts: AgentOptions): Agent {
+  const log = opts.log;
+  const now = opts.now ?? Date.now;
+  const proxy = newLocalProxy(opts.upstream);
+  let credentials: AgentCredentials | undefined;
+  let stopped = false;
+  let connected = false;
+  let ws: WebSocket | undefined;
+  let wake: (() => void) | undefined;
+
+  async function register(): Promise<AgentCredentials> {
+    const token = opts.bootstrapToken();
+    if (!token) throw new Error('not registered yet, and no bootstrap token was given');
+    const { csrPem, keyPem } = await newCSR(opts.cluster);
+    const answer = (await postJSON(
+      new URL('/register', opts.hub),
+      { cluster: opts.cluster, token, csr: csrPem },
+      'caPem' in opts.trust ? { ca: opts.trust.caPem } : {},
+      'pin' in opts.trust ? opts.trust.pin : undefined,
+    )) as { certificate: string; caBundle: string };
+    const registered = { certPem: answer.certificate, keyPem, caPem: answer.caBundle };
+    await opts.store.save(registered);
+    log.info({ cluster: opts.cluster }, 'registered with the hub');
+    return registered;
+  }
+
+  const renewalDue = (c: AgentCredentials): boolean => {
+    const cert = new X509Certificate(c.certPem);
+    const from = Date.parse(cert.validFrom);
+    return now() >= from + (Date.parse(cert.validTo) - from) * RENEW_AT_FRACTION;
+  };
+
+  async function renew(): Promise<void> {
+    const current = credentials ?? (await opts.store.load());
+    if (!current) throw new Error('nothing to renew: not registered');
+    const { csrPem, keyPem } = await newCSR(opts.cluster);
+    const answer = (await postJSON(
+      new URL('/renew', opts.hub),
+      { csr: csrPem },
+      { ca: current.caPem, cert: current.certPem, key: current.keyPem },
+    )) as { certificate: string; caBundle: string };
+    credentials = { certPem: answer.certificate, keyPem, caPem: answer.caBundle };
+    await opts.store.save(credentials);
+    log.info(
+      { cluster: opts.cluster, expires: new X509Certificate(answer.certificate).validTo },
+      'certificate renewed',
+    );
+  }
+
+  async function ensureCredentials(): Promise<AgentCredentials> {
+    credentials ??= (await opts.store.load()) ?? (await register());
+    if (renewalDue(credentials)) await renew();
+    return credentials;
+  }
+
+  /** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
+  function connectOnce(c: AgentCredentials): Promise<void> {
+    return new Promise((done, fail) => {
+      const url = new URL('/connect', opts.hub);
+      url.protocol = 'wss:';
+      const socket = new WebSocket(url, {
+        ca: c.caPem,
+        cert: c.certPem,
+        key: c.keyPem,
+        headers: { 'x-sealion-agent-version': opts.version },
+        handshakeTimeout: 10_000,
+      });
+      ws = socket;
+      socket.once('unexpected-response', (_req, res) => {
+        socket.terminate();
+        fail(new Error(`the hub refused the tunnel: HTTP ${res.statusCode}`));
+      });
+      socket.once('error', fail);
+      socket.once('open', () => {
+        connected = true;
+        log.info({ hub: opts.hub.origin }, 'tunnel up');
+        const tunnel = serveTunnel(createWebSocketStream(socket), (stream) => proxy.accept(stream));
+        void tunnel.closed.then(() => {
+          connected = false;
+          log.info('tunnel down');
+          done();
+        });
+      });
+    });
+  }
+
+  const sleep = (ms: number): Promise<void> =>
+    new Promise((done) => {
+      const timer = setTimeout(done, ms);
+      wake = () => {
+        clearTimeout(timer);
+        done();
+      };
+    });
+
+  const loop = (async () => {
+    let failures = 0;
+    while (!stopped) {
+      const started = now();
+      try {
+        await connectOnce(await ensureCredentials());
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, 'tunnel failed');
+      }
+      if (stopped) break;
+      failures = now() - started > STABLE_MS ? 0 : failures + 1;
+      const delay = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** Math.max(0, failures - 1));
+      await sleep(delay * (0.5 + Math.random() / 2));
+    }
+  })();
+
+  const renewTimer = setInterval(() => {
+    if (credentials && renewalDue(credentials))
+      renew().catch((err: unknown) =>
+        log.warn({ err: (err as Error).message }, 'renewal failed; retrying later'),
+      );
+  }, RENEW_CHECK_MS);
+  renewTimer.unref();
+
+  return {
+    connected: () => connected,
+    renew,
+    async stop() {
+      stopped = true;
+      clearInterval(renewTimer);
+      ws?.terminate();
+      wake?.();
+      await loop;
+      proxy.close();
+    },
+  };
+}

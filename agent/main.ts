@@ -1,0 +1,85 @@
+// The agent's composition root: flags (with defaults from its ConfigMap), the clients of its own cluster, the
+// credential Secret, and the identity its local proxy forwards with. Nothing else in agent/ reads process.env.
+import { readFileSync } from 'node:fs';
+import { clusterAccess, loadKubeConfig, newKubeClients, apiStatusCode } from '../lib/kube.ts';
+import { newLogger } from '../lib/log.ts';
+import { startAgent } from './agent.ts';
+import { newSecretCredentialStore } from './credentials.ts';
+import type { LocalUpstream } from './local-proxy.ts';
+
+export interface AgentFlags {
+  cluster: string;
+  /** The hub's tunnel listener, https://host:port. */
+  hub: string;
+  caBundleData: string;
+  caPin: string;
+  /** Kubeconfig of this cluster (the agent's identity); empty: in-cluster. */
+  kubeconfig: string;
+  namespace: string;
+  credentialsSecret: string;
+  /** ConfigMap with clusterName, hubURL, caBundle, caPin: defaults for the flags above. */
+  configMap: string;
+  tokenEnv: string;
+  logLevel: string;
+}
+
+const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+/** Projected service-account tokens rotate; re-reading the file this often picks a new one up in time. */
+const TOKEN_REREAD_MS = 60_000;
+
+const VERSION = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
+
+export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> {
+  const log = newLogger({ level: flags.logLevel, buffered: true });
+  const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
+  const config = loadKubeConfig(source);
+  const clients = newKubeClients(source);
+  const namespace = flags.namespace || process.env['POD_NAMESPACE'] || '';
+  if (!namespace) throw new Error('the agent needs a namespace: pass --namespace or set POD_NAMESPACE');
+
+  let defaults: Record<string, string> = {};
+  if (flags.configMap) {
+    try {
+      defaults =
+        (await clients.core.readNamespacedConfigMap({ name: flags.configMap, namespace })).data ?? {};
+    } catch (err) {
+      if (apiStatusCode(err) !== 404) throw err;
+    }
+  }
+  const cluster = flags.cluster || defaults['clusterName'] || '';
+  const hub = flags.hub || defaults['hubURL'] || '';
+  const caBundle = flags.caBundleData || defaults['caBundle'] || '';
+  const pin = flags.caPin || defaults['caPin'] || '';
+  if (!cluster || !hub) throw new Error('the agent needs --cluster and --hub (or its ConfigMap)');
+  if (!caBundle && !pin) throw new Error('the agent needs --ca-bundle-data or --ca-pin to trust the hub');
+
+  const access = clusterAccess(config);
+  let token = access.token;
+  let tokenRead = 0;
+  const upstream: LocalUpstream = {
+    url: access.server,
+    ...(access.caPem ? { caPem: access.caPem } : {}),
+    ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
+    token: () => {
+      if (flags.kubeconfig) return token;
+      if (Date.now() - tokenRead > TOKEN_REREAD_MS) {
+        token = readFileSync(SERVICE_ACCOUNT_TOKEN, 'utf8').trim();
+        tokenRead = Date.now();
+      }
+      return token;
+    },
+  };
+  const agent = startAgent({
+    cluster,
+    hub: new URL(hub),
+    trust: caBundle ? { caPem: Buffer.from(caBundle, 'base64').toString('utf8') } : { pin },
+    bootstrapToken: () => process.env[flags.tokenEnv],
+    store: newSecretCredentialStore(clients, namespace, flags.credentialsSecret),
+    upstream,
+    version: VERSION,
+    log,
+  });
+  return () => agent.stop();
+}

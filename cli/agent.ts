@@ -1,0 +1,45 @@
+// `sealion agent`: runs the agent (what the agent Deployment's container runs).
+import { Command } from 'commander';
+import type { AgentFlags } from '../agent/main.ts';
+import { AGENT_NAME } from './manifests/install.ts';
+
+export function agentCommand(): Command {
+  return new Command('agent')
+    .description('run the agent: dial out to the hub and carry its requests to this cluster')
+    .option('--cluster <name>', 'this cluster’s name in the hub (as given to sealion cluster add)', '')
+    .option('--hub <url>', 'the hub’s tunnel listener, https://host:port', '')
+    .option('--ca-bundle-data <base64>', 'the hub’s tunnel CA', '')
+    .option('--ca-pin <sha256:hex>', 'or a pin of the tunnel CA’s public key', '')
+    .option('--kubeconfig <path>', 'this cluster, as the agent (default: in-cluster)', '')
+    .option('--namespace <name>', 'where the credentials Secret lives (default: $POD_NAMESPACE)', '')
+    .option(
+      '--credentials-secret <name>',
+      'the Secret holding the agent’s key and certificate',
+      `${AGENT_NAME}-credentials`,
+    )
+    .option(
+      '--config-map <name>',
+      'ConfigMap with clusterName, hubURL, caBundle, caPin (defaults for the flags)',
+      '',
+    )
+    .option(
+      '--token-env <name>',
+      'environment variable with the one-time bootstrap token',
+      'SEALION_BOOTSTRAP_TOKEN',
+    )
+    .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  SEALION_BOOTSTRAP_TOKEN=abcd1234.… sealion agent --cluster edge-1 --hub https://hub.example.com:8444 \\
+    --ca-pin sha256:3f… --namespace sealion-agent          # as sealion cluster add prints it`,
+    )
+    .action(async (flags: AgentFlags) => {
+      const { runAgent } = await import('../agent/main.ts');
+      const stop = await runAgent(flags);
+      const shutdown = (): void => void stop().then(() => process.exit(0));
+      process.once('SIGINT', shutdown);
+      process.once('SIGTERM', shutdown);
+    });
+}

@@ -1,0 +1,404 @@
+// Agents end to end on real API servers: a hub with the concierge, a managed cluster the hub never dials. The
+// admin onboards the managed cluster with the CLI, the agent (the real `sealion agent` process) registers and
+// dials out, and real kubectl reaches the managed cluster through the hub as a user whom that cluster's RBAC
+// judges. Registration refusals, a killed agent and a restarted concierge are exercised too.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { WebSocket } from 'ws';
+import { createBootstrapToken } from '../lib/bootstrap.ts';
+import { newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { issueCert, newCA, newCSR } from '../lib/pki.ts';
+import { REPO_ROOT } from './harness/build.ts';
+import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from './harness/cluster.ts';
+import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
+import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+import { eventually } from './harness/eventually.ts';
+import { startNetnsBackend } from './harness/netns.ts';
+import { waitForOutput } from './harness/processes.ts';
+
+const NS = 'sealion-concierge';
+const AGENT_NS = 'sealion-agent';
+const USER = 'dana@example.com';
+const GROUP = 'edge-operators';
+const CLUSTER = 'edge-1';
+
+let hub: Cluster;
+let managed: Cluster;
+let hubClients: KubeClients;
+let concierge: LocalConcierge;
+let tunnelPort: number;
+let dir: string;
+let agent: ChildProcess | undefined;
+let agentCommand: string[] = [];
+let agentToken = '';
+let agentKubeconfig: string;
+let issuer: TestIssuer;
+/** The user's OIDC token, which the hub's JWTAuthenticator accepts. */
+let TOKEN = '';
+
+function sealion(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    execFile(process.execPath, [join(REPO_ROOT, 'cli/main.ts'), ...args], (err, stdout, stderr) =>
+      done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+/** Starts the agent as printed by `cluster add`, with this test's kubeconfig for the managed cluster. */
+async function startAgentProcess(): Promise<void> {
+  const child = spawn(
+    process.execPath,
+    [
+      join(REPO_ROOT, 'cli/main.ts'),
+      ...agentCommand,
+      '--kubeconfig',
+      agentKubeconfig,
+      '--namespace',
+      AGENT_NS,
+      '--log-level',
+      'debug',
+    ],
+    { env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: agentToken }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  agent = child;
+  await waitForOutput(child, /tunnel up/);
+}
+
+function stopAgent(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  const child = agent;
+  agent = undefined;
+  if (!child || child.exitCode !== null) return Promise.resolve();
+  return new Promise((done) => {
+    child.once('exit', () => done());
+    child.kill(signal);
+  });
+}
+
+/** The user's kubeconfig for the managed cluster through the hub's proxy (or for the hub itself). */
+function userKubeconfig(path = `/clusters/${CLUSTER}`): string {
+  const file = join(dir, `user${path.replace(/\//g, '_')}.kubeconfig`);
+  writeFileSync(
+    file,
+    kubeconfigYaml('through-hub', `${concierge.url}${path}`, concierge.servingCA.certPem, {
+      name: USER,
+      token: TOKEN,
+    }),
+  );
+  return file;
+}
+
+const clusterStatus = async (): Promise<Record<string, unknown>> => {
+  const out = await hub.kubectl([
+    'get',
+    `clusters.tunnel.concierge.sealion.dev`,
+    CLUSTER,
+    '-o',
+    'jsonpath={.status}',
+  ]);
+  return JSON.parse(out.stdout || '{}') as Record<string, unknown>;
+};
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sealion-tunnel-'));
+  [hub, managed] = await Promise.all([
+    startCluster({ name: 'hub', controllerManager: false }),
+    startCluster({ name: 'managed', controllerManager: false }),
+  ]);
+  hubClients = newKubeClients({ path: hub.kubeconfigPath });
+  tunnelPort = await freePort();
+  for (const args of [['create', 'namespace', NS]]) await hub.kubectl(args);
+  concierge = await startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } });
+  // The hub knows the user through a JWTAuthenticator trusting a local OIDC issuer.
+  issuer = await startOIDCIssuer({ audience: 'sealion-tunnel' });
+  await applyJWTAuthenticator(hub, 'corp', issuer, 'sealion-tunnel');
+  TOKEN = await issuer.mint({ username: USER, groups: [GROUP] }, { expiresIn: 3600 });
+
+  // On the managed cluster: the agent's identity may impersonate; the user may read namespaces there.
+  agentKubeconfig = await managed.userKubeconfig('sealion-agent');
+  for (const args of [
+    ['create', 'namespace', AGENT_NS],
+    ['create', 'namespace', 'only-on-managed'],
+    [
+      'create',
+      'clusterrole',
+      'impersonator',
+      '--verb=impersonate',
+      '--resource=users,groups,serviceaccounts',
+    ],
+    [
+      'create',
+      'clusterrolebinding',
+      'agent-impersonates',
+      '--clusterrole=impersonator',
+      '--user=sealion-agent',
+    ],
+    ['create', 'role', 'agent-credentials', '-n', AGENT_NS, '--verb=get,create,update', '--resource=secrets'],
+    [
+      'create',
+      'rolebinding',
+      'agent-credentials',
+      '-n',
+      AGENT_NS,
+      '--role=agent-credentials',
+      '--user=sealion-agent',
+    ],
+    ['create', 'clusterrole', 'ns-reader', '--verb=get,list,watch', '--resource=namespaces'],
+    ['create', 'clusterrolebinding', 'operators-read', '--clusterrole=ns-reader', `--group=${GROUP}`],
+  ]) {
+    const result = await managed.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+  }
+}, 180_000);
+
+afterAll(async () => {
+  await stopAgent('SIGKILL');
+  await concierge?.stop();
+  await issuer?.stop();
+  await Promise.all([hub?.stop(), managed?.stop()]);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('a cluster reached through its agent', () => {
+  it('onboards with the CLI, and kubectl through the hub reaches it with that cluster’s RBAC', async () => {
+    const added = await sealion([
+      'cluster',
+      'add',
+      CLUSTER,
+      '--kubeconfig',
+      hub.kubeconfigPath,
+      '--namespace',
+      NS,
+      '--hub',
+      `https://127.0.0.1:${tunnelPort}`,
+    ]);
+    expect(added).toMatchObject({ code: 0 });
+    const printed = /SEALION_BOOTSTRAP_TOKEN=(\S+) sealion (agent .+)$/m.exec(added.stdout);
+    expect(printed).not.toBeNull();
+    agentToken = printed![1]!;
+    agentCommand = printed![2]!.split(' ');
+    expect(agentCommand).toContain('--ca-pin');
+    await startAgentProcess();
+
+    const through = userKubeconfig();
+    // The JWTAuthenticator becomes ready a moment after it is applied.
+    const list = await eventually(async () => {
+      const result = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces', '-o', 'name']);
+      expect(result).toMatchObject({ code: 0, stderr: '' });
+      return result;
+    });
+    expect(list.stdout).toContain('namespace/only-on-managed');
+    // The managed cluster's RBAC decides: reading is granted there, creating is not.
+    const denied = await runKubectl(hub.binaries.kubectl, through, ['create', 'namespace', 'nope']);
+    expect(denied.stderr).toContain(`User "${USER}" cannot create resource "namespaces"`);
+    // The hub's own RBAC grants the user nothing.
+    const onHub = await runKubectl(hub.binaries.kubectl, userKubeconfig('/'), ['get', 'namespaces']);
+    expect(onHub.stderr).toContain(`User "${USER}" cannot list resource "namespaces"`);
+
+    const status = await eventually(async () => {
+      const s = await clusterStatus();
+      expect(s['connected']).toBe(true);
+      return s;
+    });
+    expect(status['agentVersion']).toMatch(/^\d+\.\d+\.\d+/);
+    expect(Date.parse(String(status['certificateExpiry']))).toBeGreaterThan(
+      Date.now() + 80 * 24 * 3600 * 1000,
+    );
+  });
+
+  it('carries watches and an upgraded (WebSocket) connection', async () => {
+    const through = userKubeconfig();
+    const watch = spawn(hub.binaries.kubectl, [
+      `--kubeconfig=${through}`,
+      'get',
+      'namespaces',
+      '-w',
+      '-o',
+      'name',
+    ]);
+    let seen = '';
+    watch.stdout.on('data', (c: Buffer) => (seen += c.toString()));
+    await eventually(() => expect(seen).toContain('namespace/only-on-managed'));
+    await managed.kubectl(['create', 'namespace', 'appears-while-watching']);
+    await eventually(() => expect(seen).toContain('namespace/appears-while-watching'));
+    watch.kill();
+
+    // An upgrade without a kubelet: the managed API server's pod proxy to a WebSocket echo backend that runs in a
+    // network namespace, reached through the hub and the tunnel.
+    const backend = await startNetnsBackend();
+    try {
+      // No kube-controller-manager here to create the namespace's default service account.
+      await managed.kubectl(['create', 'serviceaccount', 'default', '-n', AGENT_NS]);
+      const pod = await managed.kubectl(['apply', '-n', AGENT_NS, '-f', '-'], {
+        input: JSON.stringify({
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: 'echo' },
+          spec: { containers: [{ name: 'echo', image: 'echo:none' }], automountServiceAccountToken: false },
+        }),
+      });
+      expect(pod.stderr).toBe('');
+      const status = { status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } };
+      await managed.kubectl([
+        'patch',
+        'pod',
+        'echo',
+        '-n',
+        AGENT_NS,
+        '--subresource=status',
+        '--type=merge',
+        '-p',
+        JSON.stringify(status),
+      ]);
+      await managed.kubectl([
+        'create',
+        'role',
+        'proxy-echo',
+        '-n',
+        AGENT_NS,
+        '--verb=get,create',
+        '--resource=pods/proxy',
+      ]);
+      await managed.kubectl([
+        'create',
+        'rolebinding',
+        'proxy-echo',
+        '-n',
+        AGENT_NS,
+        '--role=proxy-echo',
+        `--group=${GROUP}`,
+      ]);
+      const url = `wss://127.0.0.1:${concierge.concierge.port}/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/echo`;
+      const echoed = await eventually(
+        () =>
+          new Promise<string>((done, fail) => {
+            const ws = new WebSocket(url, {
+              ca: concierge.servingCA.certPem,
+              headers: { authorization: `Bearer ${TOKEN}` },
+            });
+            ws.once('open', () => ws.send('through the tunnel'));
+            ws.once('message', (data: Buffer) => {
+              done(data.toString());
+              ws.close();
+            });
+            ws.once('error', fail);
+            ws.once('unexpected-response', (_req, res) =>
+              fail(new Error(`upgrade refused: ${res.statusCode}`)),
+            );
+          }),
+      );
+      expect(echoed).toBe('through the tunnel');
+    } finally {
+      await backend.stop();
+    }
+  });
+
+  it('refuses a reused, expired or misnamed token, a foreign certificate and no certificate', async () => {
+    const register = async (body: object): Promise<number> =>
+      new Promise((done, fail) => {
+        const req = httpsRequest(
+          {
+            host: '127.0.0.1',
+            port: tunnelPort,
+            path: '/register',
+            method: 'POST',
+            ca: concierge.concierge.tunnel!.caPem,
+          },
+          (res) => {
+            res.resume();
+            done(res.statusCode ?? 0);
+          },
+        );
+        req.on('error', fail);
+        req.end(JSON.stringify(body));
+      });
+    const { csrPem } = await newCSR(CLUSTER);
+    // The agent's token was redeemed when it registered.
+    expect(await register({ cluster: CLUSTER, token: agentToken, csr: csrPem })).toBe(401);
+    const expired = await createBootstrapToken(hubClients, NS, CLUSTER, new Date(Date.now() - 3600_000));
+    expect(await register({ cluster: CLUSTER, token: expired.token, csr: csrPem })).toBe(401);
+    // A wrong cluster name burns the token: the right name fails afterwards too.
+    await hub.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+        kind: 'Cluster',
+        metadata: { name: 'other' },
+        spec: {},
+      }),
+    });
+    const misnamed = await createBootstrapToken(hubClients, NS, CLUSTER);
+    expect(await register({ cluster: 'other', token: misnamed.token, csr: csrPem })).toBe(401);
+    expect(await register({ cluster: CLUSTER, token: misnamed.token, csr: csrPem })).toBe(401);
+    const good = await createBootstrapToken(hubClients, NS, CLUSTER);
+    expect(await register({ cluster: CLUSTER, token: good.token, csr: csrPem })).toBe(200);
+
+    const dial = (options: { cert?: string; key?: string }): Promise<number> =>
+      new Promise((done) => {
+        const ws = new WebSocket(`wss://127.0.0.1:${tunnelPort}/connect`, {
+          ca: concierge.concierge.tunnel!.caPem,
+          ...options,
+        });
+        ws.once('open', () => {
+          ws.close();
+          done(101);
+        });
+        ws.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
+        ws.once('error', () => done(0));
+      });
+    expect(await dial({})).toBe(401);
+    const foreignCA = await newCA('not the tunnel CA');
+    const foreign = await issueCert(foreignCA, { commonName: CLUSTER, usage: 'client' });
+    expect(await dial({ cert: foreign.certPem, key: foreign.keyPem })).toBe(401);
+  });
+
+  it('answers a clean Status while the agent is gone, and serves again soon after it restarts', async () => {
+    await stopAgent('SIGKILL');
+    await eventually(async () => expect((await clusterStatus())['connected']).toBe(false));
+    const through = userKubeconfig();
+    const gone = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces']);
+    expect(gone.code).not.toBe(0);
+    expect(gone.stderr).toContain(`cluster ${CLUSTER} is not connected`);
+
+    // Registered already: the restarted agent needs no token, and it comes back within 10 s.
+    agentToken = '';
+    await startAgentProcess();
+    await eventually(async () => {
+      const back = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces', '-o', 'name']);
+      expect(back).toMatchObject({ code: 0 });
+    }, 10_000);
+  });
+
+  it('reconnects on its own when the concierge restarts', async () => {
+    await concierge.stop();
+    concierge = await startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } });
+    await eventually(async () => {
+      const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(), [
+        'get',
+        'namespaces',
+        '-o',
+        'name',
+      ]);
+      expect(back).toMatchObject({ code: 0 });
+    }, 45_000);
+  }, 60_000);
+
+  it('refuses a cluster removed from the registry, closing its tunnel', async () => {
+    const removed = await sealion([
+      'cluster',
+      'remove',
+      CLUSTER,
+      '--kubeconfig',
+      hub.kubeconfigPath,
+      '--namespace',
+      NS,
+    ]);
+    expect(removed).toMatchObject({ code: 0 });
+    await eventually(async () => {
+      const result = await runKubectl(hub.binaries.kubectl, userKubeconfig(), ['get', 'namespaces']);
+      expect(result.stderr).toContain(`cluster ${CLUSTER} is not connected`);
+    });
+  });
+});
