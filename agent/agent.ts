@@ -8,7 +8,7 @@ import { connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'nod
 import { createWebSocketStream, WebSocket } from 'ws';
 import type { Logger } from '../lib/log.ts';
 import { newCSR, spkiPin } from '../lib/pki.ts';
-import { serveTunnel } from '../lib/tunnel.ts';
+import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
 import { newLocalProxy, type LocalUpstream } from './local-proxy.ts';
 
 export interface AgentCredentials {
@@ -134,6 +134,7 @@ export function startAgent(opts: AgentOptions): Agent {
   let stopped = false;
   let connected = false;
   let ws: WebSocket | undefined;
+  let tunnel: TunnelServer | undefined;
   let wake: (() => void) | undefined;
 
   async function register(): Promise<AgentCredentials> {
@@ -202,8 +203,9 @@ export function startAgent(opts: AgentOptions): Agent {
       socket.once('open', () => {
         connected = true;
         log.info({ hub: opts.hub.origin }, 'tunnel up');
-        const tunnel = serveTunnel(createWebSocketStream(socket), (stream) => proxy.accept(stream));
-        void tunnel.closed.then(() => {
+        const current = serveTunnel(createWebSocketStream(socket), (stream) => proxy.accept(stream));
+        tunnel = current;
+        void current.closed.then(() => {
           connected = false;
           log.info('tunnel down');
           done();
@@ -251,7 +253,9 @@ export function startAgent(opts: AgentOptions): Agent {
     async stop() {
       stopped = true;
       clearInterval(renewTimer);
-      ws?.terminate();
+      // Through the tunnel's stream, not the WebSocket: see lib/tunnel.ts on closing.
+      if (tunnel) tunnel.close();
+      else ws?.terminate();
       wake?.();
       await loop;
       proxy.close();

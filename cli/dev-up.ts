@@ -165,6 +165,7 @@ export async function devUp(): Promise<void> {
       exchangeCredential: true,
       timeout: '60',
       output: '',
+      cluster: '',
     },
     log,
   );

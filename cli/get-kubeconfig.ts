@@ -29,6 +29,8 @@ export interface GetKubeconfigFlags {
   /** Seconds to wait for a Pending proxy. */
   timeout: string;
   output: string;
+  /** A cluster reached through its agent (`/clusters/<name>` on the proxy); empty: the proxy's own cluster. */
+  cluster: string;
 }
 
 interface Found {
@@ -116,7 +118,7 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
   const { newKubeClients } = await import('../lib/kube.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
   const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);
-  const name = `sealion-${authenticator.name}`;
+  const name = flags.cluster ? `sealion-${flags.cluster}` : `sealion-${authenticator.name}`;
   const staticToken = Boolean(flags.staticToken || flags.staticTokenEnv);
   if (!staticToken && authenticator.type !== 'jwt')
     throw new Error(
@@ -168,7 +170,9 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
       {
         name,
         cluster: {
-          server: endpoint.endpoint,
+          server: flags.cluster
+            ? `${endpoint.endpoint.replace(/\/$/, '')}/clusters/${flags.cluster}`
+            : endpoint.endpoint,
           'certificate-authority-data': endpoint.certificateAuthorityData,
         },
       },
@@ -217,6 +221,7 @@ export function getCommand(): Command {
       false,
     )
     .option('--timeout <seconds>', 'how long to wait while the proxy is Pending', '300')
+    .option('--cluster <name>', 'a cluster reached through its agent (see sealion cluster add)', '')
     .option('-o, --output <file>', 'write here (mode 0600) instead of standard output', '')
     .addHelpText(
       'after',
@@ -226,6 +231,7 @@ With a JWTAuthenticator and no static token, the kubeconfig logs in with OIDC (s
 Examples:
   sealion get kubeconfig > me.kubeconfig                       # OIDC login with the only JWTAuthenticator
   sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
+  sealion get kubeconfig --cluster edge-1 > edge-1.kubeconfig     # through that cluster's agent
   sealion get kubeconfig --kubeconfig admin.kubeconfig --authenticator-name corp \\
     --static-token-env MY_TOKEN --exchange-credential -o me.kubeconfig`,
     )

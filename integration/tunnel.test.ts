@@ -9,14 +9,18 @@ import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocket } from 'ws';
+import { X509Certificate } from 'node:crypto';
+import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { silentLogger } from '../lib/log.ts';
+import { clusterAccess, loadKubeConfig, newKubeClients, type KubeClients } from '../lib/kube.ts';
 import { issueCert, newCA, newCSR } from '../lib/pki.ts';
 import { REPO_ROOT } from './harness/build.ts';
 import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from './harness/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 import { eventually } from './harness/eventually.ts';
+import { prepareAgentCluster } from './harness/agent.ts';
 import { startNetnsBackend } from './harness/netns.ts';
 import { waitForOutput } from './harness/processes.ts';
 
@@ -118,34 +122,9 @@ beforeAll(async () => {
   TOKEN = await issuer.mint({ username: USER, groups: [GROUP] }, { expiresIn: 3600 });
 
   // On the managed cluster: the agent's identity may impersonate; the user may read namespaces there.
-  agentKubeconfig = await managed.userKubeconfig('sealion-agent');
+  agentKubeconfig = await prepareAgentCluster(managed, AGENT_NS);
   for (const args of [
-    ['create', 'namespace', AGENT_NS],
     ['create', 'namespace', 'only-on-managed'],
-    [
-      'create',
-      'clusterrole',
-      'impersonator',
-      '--verb=impersonate',
-      '--resource=users,groups,serviceaccounts',
-    ],
-    [
-      'create',
-      'clusterrolebinding',
-      'agent-impersonates',
-      '--clusterrole=impersonator',
-      '--user=sealion-agent',
-    ],
-    ['create', 'role', 'agent-credentials', '-n', AGENT_NS, '--verb=get,create,update', '--resource=secrets'],
-    [
-      'create',
-      'rolebinding',
-      'agent-credentials',
-      '-n',
-      AGENT_NS,
-      '--role=agent-credentials',
-      '--user=sealion-agent',
-    ],
     ['create', 'clusterrole', 'ns-reader', '--verb=get,list,watch', '--resource=namespaces'],
     ['create', 'clusterrolebinding', 'operators-read', '--clusterrole=ns-reader', `--group=${GROUP}`],
   ]) {
@@ -384,6 +363,56 @@ describe('a cluster reached through its agent', () => {
       expect(back).toMatchObject({ code: 0 });
     }, 45_000);
   }, 60_000);
+
+  it('renews its certificate over mutual TLS once two thirds of its life have passed', async () => {
+    await hub.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+        kind: 'Cluster',
+        metadata: { name: 'edge-2' },
+        spec: {},
+      }),
+    });
+    const { token } = await createBootstrapToken(hubClients, NS, 'edge-2');
+    const saved: AgentCredentials[] = [];
+    let clock = Date.now();
+    const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
+    const start = (): Agent =>
+      startAgent({
+        cluster: 'edge-2',
+        hub: new URL(`https://127.0.0.1:${tunnelPort}`),
+        trust: { caPem: concierge.concierge.tunnel!.caPem },
+        bootstrapToken: () => token,
+        store: {
+          load: () => Promise.resolve(saved.at(-1)),
+          save: (c) => Promise.resolve(void saved.push(c)),
+        },
+        upstream: {
+          url: access.server,
+          caPem: access.caPem!,
+          certPem: access.certPem!,
+          keyPem: access.keyPem!,
+        },
+        version: 'test',
+        log: silentLogger(),
+        now: () => clock,
+      });
+    let edge2 = start();
+    await eventually(() => expect(edge2.connected()).toBe(true));
+    await edge2.stop();
+    expect(saved).toHaveLength(1);
+
+    // 61 of its 90 days later, the next start renews before it connects.
+    clock += 61 * 24 * 3600 * 1000;
+    edge2 = start();
+    await eventually(() => expect(edge2.connected()).toBe(true));
+    await edge2.stop();
+    expect(saved).toHaveLength(2);
+    const [first, renewed] = saved.map((c) => new X509Certificate(c.certPem));
+    expect(renewed!.subject).toBe('CN=edge-2');
+    expect(renewed!.serialNumber).not.toBe(first!.serialNumber);
+    expect(saved[1]!.keyPem).not.toBe(saved[0]!.keyPem);
+  });
 
   it('refuses a cluster removed from the registry, closing its tunnel', async () => {
     const removed = await sealion([
