@@ -17,7 +17,7 @@ const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 export async function addCluster(
   name: string,
   flags: ClusterFlags,
-): Promise<{ token: string; command: string; expires: Date }> {
+): Promise<{ token: string; pin: string; command: string; expires: Date }> {
   if (!DNS_LABEL.test(name))
     throw new Error(`${JSON.stringify(name)} is not a valid cluster name (a DNS label)`);
   const { newKubeClients, apiStatusCode } = await import('../lib/kube.ts');
@@ -57,8 +57,9 @@ export async function addCluster(
   }
   const { token, expires } = await createBootstrapToken(clients, flags.namespace, name);
   const hub = flags.hub || '<https://the concierge tunnel address>';
-  const command = `SEALION_BOOTSTRAP_TOKEN=${token} sealion agent --cluster ${name} --hub ${hub} --ca-pin ${spkiPin(caPem)}`;
-  return { token, command, expires };
+  const pin = spkiPin(caPem);
+  const command = `SEALION_BOOTSTRAP_TOKEN=${token} sealion agent --cluster ${name} --hub ${hub} --ca-pin ${pin}`;
+  return { token, pin, command, expires };
 }
 
 export function clusterCommand(): Command {

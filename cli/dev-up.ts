@@ -15,14 +15,31 @@ import {
 import { eventually } from '../integration/harness/eventually.ts';
 import { startLocalLoadBalancer, type LocalLoadBalancer } from '../integration/harness/local-lb.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
+import { startAgent, type Agent } from '../agent/agent.ts';
+import { newSecretCredentialStore } from '../agent/credentials.ts';
+import { prepareAgentCluster } from '../integration/harness/agent.ts';
+import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
+import { silentLogger } from '../lib/log.ts';
+import { addCluster } from './cluster.ts';
 import { getKubeconfig } from './get-kubeconfig.ts';
-import { CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from './manifests/install.ts';
+import { AGENT_NAME, CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from './manifests/install.ts';
 
 const DEMO_USER = 'demo@sealion.dev';
 const DEMO_GROUP = 'demo-developers';
 const DEMO_NAMESPACE = 'demo';
 /** The demo token lives as long as a working day; the exec plugin trades it for short-lived certificates. */
 const DEMO_TOKEN_SECONDS = 12 * 3600;
+/** The second cluster: reached only through its agent, which dials out to the concierge. */
+const EDGE = 'edge';
+const AGENT_NAMESPACE = DEFAULT_INSTALL.agentNamespace;
+
+/** Runs kubectl commands on a cluster, failing loudly. */
+async function kubectlAll(cluster: Cluster, commands: string[][]): Promise<void> {
+  for (const args of commands) {
+    const result = await cluster.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+  }
+}
 
 export async function devUp(): Promise<void> {
   const log = (line: string): void => console.error(`[dev] ${line}`);
@@ -30,9 +47,11 @@ export async function devUp(): Promise<void> {
   // Filled in as they start, so that Ctrl-C at any moment stops what exists.
   const running: {
     cluster?: Cluster;
+    edge?: Cluster;
     issuer?: TestIssuer;
     proxy?: ControlledConcierge;
     lb?: LocalLoadBalancer;
+    agent?: Agent;
   } = {};
   let stopping = false;
   const shutdown = (): void => {
@@ -40,10 +59,11 @@ export async function devUp(): Promise<void> {
     stopping = true;
     log('stopping');
     (async () => {
+      await running.agent?.stop();
       await running.proxy?.stop();
       await running.lb?.stop();
       await running.issuer?.stop();
-      await running.cluster?.stop();
+      await Promise.all([running.cluster?.stop(), running.edge?.stop()]);
     })().then(
       () => process.exit(0),
       (err: unknown) => {
@@ -55,7 +75,10 @@ export async function devUp(): Promise<void> {
   process.on('SIGINT', shutdown);
   process.on('SIGTERM', shutdown);
 
-  const cluster = (running.cluster = await startCluster({ name: 'sealion-dev', log }));
+  const [cluster, edge] = await Promise.all([
+    startCluster({ name: 'sealion-dev', log }).then((c) => (running.cluster = c)),
+    startCluster({ name: `sealion-${EDGE}`, log, controllerManager: false }).then((c) => (running.edge = c)),
+  ]);
   log('starting the concierge, the local load balancer and a local OIDC issuer');
   const issuer = (running.issuer = await startOIDCIssuer({ audience: 'sealion-dev' }));
   const namespace = DEFAULT_INSTALL.namespace;
@@ -65,6 +88,7 @@ export async function devUp(): Promise<void> {
     namespace,
     configMap: CONFIG_MAP_NAME,
     identity: 'dev',
+    tunnelPort: 0,
   }));
   // A LoadBalancer Service, as on a cloud, when this process may listen on port 443 of a loopback address;
   // otherwise the proxy's own port, named in the config.
@@ -94,8 +118,19 @@ export async function devUp(): Promise<void> {
   ]);
   if (configured.code !== 0) throw new Error(`creating the concierge ConfigMap: ${configured.stderr}`);
   await applyJWTAuthenticator(cluster, 'demo', issuer, 'sealion-dev');
-  for (const args of [
+  const readNamespaces: string[][] = [
     ['create', 'namespace', DEMO_NAMESPACE],
+    ['create', 'clusterrole', 'namespace-reader', '--verb=get,list,watch', '--resource=namespaces'],
+    [
+      'create',
+      'clusterrolebinding',
+      'demo-developers-namespaces',
+      '--clusterrole=namespace-reader',
+      `--group=${DEMO_GROUP}`,
+    ],
+  ];
+  await kubectlAll(cluster, [
+    ...readNamespaces,
     [
       'create',
       'rolebinding',
@@ -105,18 +140,42 @@ export async function devUp(): Promise<void> {
       '--clusterrole=edit',
       `--group=${DEMO_GROUP}`,
     ],
-    ['create', 'clusterrole', 'namespace-reader', '--verb=get,list,watch', '--resource=namespaces'],
-    [
-      'create',
-      'clusterrolebinding',
-      'demo-developers-namespaces',
-      '--clusterrole=namespace-reader',
-      `--group=${DEMO_GROUP}`,
-    ],
-  ]) {
-    const result = await cluster.kubectl(args);
-    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
-  }
+  ]);
+
+  // The edge cluster lets the demo user read namespaces and nothing else; its agent registers and dials out.
+  log(`onboarding the agent-backed cluster ${EDGE}`);
+  await kubectlAll(edge, readNamespaces);
+  const agentKubeconfig = await prepareAgentCluster(edge, AGENT_NAMESPACE);
+  const tunnel = proxy.concierge.tunnel!;
+  const hub = `https://127.0.0.1:${tunnel.port}`;
+  const added = await addCluster(EDGE, {
+    kubeconfig: cluster.kubeconfigPath,
+    namespace,
+    groupSuffix: DEFAULT_GROUP_SUFFIX,
+    hub,
+    description: 'the local agent-backed demo cluster',
+  });
+  const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
+  running.agent = startAgent({
+    cluster: EDGE,
+    hub: new URL(hub),
+    trust: { pin: added.pin },
+    bootstrapToken: () => added.token,
+    store: newSecretCredentialStore(
+      newKubeClients({ path: agentKubeconfig }),
+      AGENT_NAMESPACE,
+      `${AGENT_NAME}-credentials`,
+    ),
+    upstream: {
+      url: access.server,
+      ...(access.caPem ? { caPem: access.caPem } : {}),
+      ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
+    },
+    version: 'dev',
+    log: silentLogger(),
+  });
+  const agent = running.agent;
+
   await eventually(async () => {
     const ready = await cluster.kubectl([
       'get',
@@ -138,6 +197,7 @@ export async function devUp(): Promise<void> {
       `--as-group=${DEMO_GROUP}`,
     ]);
     if (allowed.stdout.trim() !== 'yes') throw new Error('demo RBAC not in effect yet');
+    if (!agent.connected()) throw new Error(`the ${EDGE} agent has no tunnel yet`);
   }, 60_000);
 
   const dir = join(REPO_ROOT, '.sealion');
@@ -146,30 +206,33 @@ export async function devUp(): Promise<void> {
     { username: DEMO_USER, groups: [DEMO_GROUP] },
     { expiresIn: DEMO_TOKEN_SECONDS },
   );
-  const demoConfig = join(dir, 'demo.kubeconfig');
   // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the
   // authenticator's status), and its exec plugin trades the demo token for 5-minute client certificates.
-  const kubeconfig = await getKubeconfig(
-    {
-      kubeconfig: cluster.kubeconfigPath,
-      groupSuffix: DEFAULT_GROUP_SUFFIX,
-      authenticatorType: 'jwt',
-      authenticatorName: 'demo',
-      staticToken: token,
-      staticTokenEnv: '',
-      oidcIssuer: '',
-      oidcClientId: '',
-      oidcScopes: '',
-      oidcCaBundleData: '',
-      oidcSkipBrowser: false,
-      exchangeCredential: true,
-      timeout: '60',
-      output: '',
-      cluster: '',
-    },
-    log,
-  );
-  writeFileSync(demoConfig, kubeconfig, { mode: 0o600 });
+  const kubeconfigFor = (target: string): Promise<string> =>
+    getKubeconfig(
+      {
+        kubeconfig: cluster.kubeconfigPath,
+        groupSuffix: DEFAULT_GROUP_SUFFIX,
+        authenticatorType: 'jwt',
+        authenticatorName: 'demo',
+        staticToken: token,
+        staticTokenEnv: '',
+        oidcIssuer: '',
+        oidcClientId: '',
+        oidcScopes: '',
+        oidcCaBundleData: '',
+        oidcSkipBrowser: false,
+        exchangeCredential: true,
+        timeout: '60',
+        output: '',
+        cluster: target,
+      },
+      log,
+    );
+  const kubeconfig = await kubeconfigFor('');
+  writeFileSync(join(dir, 'demo.kubeconfig'), kubeconfig, { mode: 0o600 });
+  writeFileSync(join(dir, `${EDGE}.kubeconfig`), await kubeconfigFor(EDGE), { mode: 0o600 });
+  const edgeRel = `.sealion/${EDGE}.kubeconfig`;
   const endpoint = (parse(kubeconfig) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster
     .server;
   const rel = '.sealion/demo.kubeconfig';
@@ -185,9 +248,12 @@ Try it, as the demo user through the proxy:
   kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # allowed
   kubectl --kubeconfig ${rel} create namespace not-allowed      # Forbidden, from the cluster's RBAC
   kubectl --kubeconfig ${rel} auth whoami
-Admin access (the PROXY ENDPOINT column is where the proxy is published):
+And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out, and ${EDGE}'s RBAC decides:
+  kubectl --kubeconfig ${edgeRel} get namespaces                    # allowed
+  kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # Forbidden, from ${EDGE}'s RBAC
+Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows the agent):
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
+  kubectl --kubeconfig ${cluster.kubeconfigPath} get clusters
 
-Not built yet: sealion login oidc (the demo token is fixed) and the agent-backed second cluster.
 Press Ctrl-C to stop; everything started here is removed.`);
 }

@@ -1,7 +1,7 @@
 // Runs a concierge in this process against a harness cluster, the way tests, `sealion dev up` and the benchmarks
 // need one: the CRDs applied, a forwarding identity that may only impersonate, generated serving and signer CAs.
 import { join } from 'node:path';
-import { startConcierge, type Concierge } from '../../concierge/concierge.ts';
+import { startConcierge, type Concierge, type ConciergeOptions } from '../../concierge/concierge.ts';
 import type { Upstream } from '../../concierge/proxy/forward.ts';
 import { newKubeClients } from '../../lib/kube.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
@@ -55,6 +55,23 @@ export async function applyJWTAuthenticator(
     }),
   });
   if (applied.code !== 0) throw new Error(`applying JWTAuthenticator ${name}: ${applied.stderr}`);
+}
+
+/** A tunnel listener on loopback, for agents started by tests and the dev setup. */
+function tunnelOptions(
+  tunnel: { port: number; namespace: string } | undefined,
+): Pick<ConciergeOptions, 'tunnel'> {
+  return tunnel
+    ? {
+        tunnel: {
+          host: '127.0.0.1',
+          port: tunnel.port,
+          hosts: ['127.0.0.1', 'localhost'],
+          namespace: tunnel.namespace,
+          replica: 'local',
+        },
+      }
+    : {};
 }
 
 /** What the concierge harness needs of a cluster. */
@@ -130,17 +147,7 @@ export async function startLocalConcierge(
     tls: { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [signerCA.certPem] },
     signer: signerCA,
     ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
-    ...(opts.tunnel
-      ? {
-          tunnel: {
-            host: '127.0.0.1',
-            port: opts.tunnel.port,
-            hosts: ['127.0.0.1', 'localhost'],
-            namespace: opts.tunnel.namespace,
-            replica: 'local',
-          },
-        }
-      : {}),
+    ...tunnelOptions(opts.tunnel),
     log: opts.log ?? silentLogger(),
   });
   const url = `https://127.0.0.1:${concierge.port}`;
@@ -168,7 +175,15 @@ export interface ControlledConcierge {
  */
 export async function startControlledConcierge(
   cluster: ClusterForConcierge,
-  opts: { namespace: string; configMap: string; identity: string; log?: Logger; port?: number },
+  opts: {
+    namespace: string;
+    configMap: string;
+    identity: string;
+    log?: Logger;
+    port?: number;
+    /** Run the agents' tunnel listener on this port (0: any). */
+    tunnelPort?: number;
+  },
 ): Promise<ControlledConcierge> {
   const upstream = await prepareCluster(cluster);
   const concierge = await startConcierge({
@@ -178,6 +193,9 @@ export async function startControlledConcierge(
     host: '127.0.0.1',
     port: opts.port ?? 0,
     control: { namespace: opts.namespace, configMap: opts.configMap, identity: opts.identity },
+    ...tunnelOptions(
+      opts.tunnelPort === undefined ? undefined : { port: opts.tunnelPort, namespace: opts.namespace },
+    ),
     log: opts.log ?? silentLogger(),
   });
   return { concierge, port: concierge.port, stop: () => concierge.stop() };
