@@ -1,8 +1,13 @@
 // `npm run bench -- <suite>`: benchmarks that put Sealion next to its baselines in one run.
 import { benchAuth } from './auth.ts';
 import { benchProxy } from './proxy.ts';
+import { benchTunnel } from './tunnel.ts';
 
-const suites: Record<string, () => Promise<void>> = { auth: benchAuth, proxy: benchProxy };
+const suites: Record<string, () => Promise<void>> = {
+  auth: benchAuth,
+  proxy: benchProxy,
+  tunnel: benchTunnel,
+};
 const wanted = process.argv.slice(2);
 const unknown = wanted.filter((s) => !(s in suites));
 if (unknown.length > 0) {

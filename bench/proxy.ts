@@ -22,13 +22,13 @@ const WATCHES = 1000;
 const CONFIGMAPS = 100;
 
 /** CPU time a process has used so far, from /proc (Linux; USER_HZ is 100). */
-function cpuSeconds(pid: number): number {
+export function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
-interface Target {
+export interface Target {
   name: string;
   /** The process doing the proxying, if any, whose CPU time per request is reported. */
   pid?: number;
@@ -59,7 +59,7 @@ function http1Fetcher(name: string, base: string): Target {
 }
 
 /** An HTTP/2 client on one connection, as kubectl and client-go talk to an API server. */
-function http2Fetcher(
+export function http2Fetcher(
   name: string,
   base: string,
   tls: { ca: string; cert?: string; key?: string },
@@ -83,7 +83,7 @@ function http2Fetcher(
   };
 }
 
-function lines(child: ChildProcess): AsyncIterator<string> {
+export function lines(child: ChildProcess): AsyncIterator<string> {
   return createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
 }
 

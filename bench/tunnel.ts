@@ -1,0 +1,301 @@
+// `npm run bench -- tunnel`: GET and LIST through an agent's reverse tunnel next to direct access and the proxy's
+// own path, in one run on one real API server (the agent points at the same API server, so only the tunnel
+// differs): direct (admin certificate), Sealion (JWT, forwarded directly), Sealion through the tunnel (JWT,
+// /clusters/<name>/…, the real `sealion agent` process). Then the concierge's memory per connected agent with
+// 1,000 simulated agents (real mTLS WebSockets, each serving a tunnel).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { createWebSocketStream, WebSocket } from 'ws';
+import { createBootstrapToken } from '../lib/bootstrap.ts';
+import { newKubeClients } from '../lib/kube.ts';
+import { issueCert, loadCA, spkiPin } from '../lib/pki.ts';
+import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
+import { REPO_ROOT } from '../integration/harness/build.ts';
+import { prepareAgentCluster } from '../integration/harness/agent.ts';
+import { startCluster } from '../integration/harness/cluster.ts';
+import { applyJWTAuthenticator } from '../integration/harness/concierge.ts';
+import { eventually } from '../integration/harness/eventually.ts';
+import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
+import { processesUsing, waitForOutput } from '../integration/harness/processes.ts';
+import { measure, saveResults, WARMUP, type Measurement } from './measure.ts';
+import { cpuSeconds, http2Fetcher, lines, type Target } from './proxy.ts';
+
+const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
+const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 1000);
+const NS = 'sealion-concierge';
+const AGENT_NS = 'sealion-agent';
+const CLUSTER = 'self';
+const CLUSTERS_API = 'tunnel.concierge.sealion.dev/v1alpha1';
+
+export async function benchTunnel(): Promise<void> {
+  const log = (line: string): void => console.error(`[bench] ${line}`);
+  const cluster = await startCluster({ name: 'bench-tunnel', controllerManager: false, log });
+  const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
+  const children: ChildProcess[] = [];
+  const simulated: { ws: WebSocket; tunnel?: TunnelServer }[] = [];
+  try {
+    await cluster.kubectl(['create', 'namespace', NS]);
+    const server = spawn(
+      process.execPath,
+      [
+        '--expose-gc',
+        fileURLToPath(new URL('./serve-tunnel.ts', import.meta.url)),
+        cluster.dir,
+        cluster.url,
+        cluster.binaries.kubectl,
+        NS,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    children.push(server);
+    const serverLines = lines(server);
+    log('waiting for the concierge');
+    const ready = JSON.parse((await serverLines.next()).value as string) as {
+      url: string;
+      servingCA: string;
+      tunnelPort: number;
+      tunnelCA: string;
+    };
+    const memory = async (): Promise<{ rss: number; heapUsed: number; external: number }> => {
+      server.stdin.write('mem\n');
+      return JSON.parse((await serverLines.next()).value as string) as {
+        rss: number;
+        heapUsed: number;
+        external: number;
+      };
+    };
+    const hub = `https://127.0.0.1:${ready.tunnelPort}`;
+
+    await applyJWTAuthenticator(cluster, 'bench', issuer, 'sealion-bench');
+    await cluster.kubectl(['create', 'namespace', 'bench']);
+    await cluster.kubectl([
+      'create',
+      'clusterrolebinding',
+      'bench-admin',
+      '--clusterrole=cluster-admin',
+      '--group=bench',
+    ]);
+    await Promise.all(
+      Array.from({ length: 100 }, (_, i) =>
+        cluster.kubectl(['create', 'configmap', `cm-${i}`, '-n', 'bench', '--from-literal=k=v']),
+      ),
+    );
+    const token = await issuer.mint({ username: 'bench-user', groups: ['bench'] }, { expiresIn: 3600 });
+
+    // The real agent process, onboarded as an admin would, pointing at the same API server.
+    const clients = newKubeClients({ path: cluster.kubeconfigPath });
+    const agentKubeconfig = await prepareAgentCluster(cluster, AGENT_NS);
+    await cluster.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: CLUSTERS_API,
+        kind: 'Cluster',
+        metadata: { name: CLUSTER },
+        spec: {},
+      }),
+    });
+    const bootstrap = await createBootstrapToken(clients, NS, CLUSTER);
+    const agent = spawn(
+      process.execPath,
+      [
+        `${REPO_ROOT}/cli/main.ts`,
+        'agent',
+        '--cluster',
+        CLUSTER,
+        '--hub',
+        hub,
+        '--ca-pin',
+        spkiPin(ready.tunnelCA),
+        '--kubeconfig',
+        agentKubeconfig,
+        '--namespace',
+        AGENT_NS,
+      ],
+      {
+        env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: bootstrap.token },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    children.push(agent);
+    await waitForOutput(agent, /tunnel up/);
+
+    const admin = await issueCert(cluster.ca, {
+      commonName: 'bench-admin',
+      organizations: ['system:masters'],
+      usage: 'client',
+    });
+    const bearer = { authorization: `Bearer ${token}` };
+    const targets: (Target & { prefix: string })[] = [
+      {
+        ...http2Fetcher('direct', cluster.url, {
+          ca: cluster.ca.certPem,
+          cert: admin.certPem,
+          key: admin.keyPem,
+        }),
+        prefix: '',
+      },
+      {
+        ...http2Fetcher('sealion (JWT)', ready.url, { ca: ready.servingCA }, bearer),
+        pid: server.pid!,
+        prefix: '',
+      },
+      {
+        ...http2Fetcher('sealion via tunnel', ready.url, { ca: ready.servingCA }, bearer),
+        pid: server.pid!,
+        prefix: `/clusters/${CLUSTER}`,
+      },
+    ];
+    const apiserverPid = processesUsing(cluster.dir).find((pid) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('kube-apiserver'),
+    )!;
+    for (const t of targets) await eventually(() => t.get(`${t.prefix}/api/v1/namespaces/bench`), 30_000);
+    log('all targets answer; measuring');
+
+    const rows: Measurement[] = [];
+    for (const [op, path] of [
+      ['GET', '/api/v1/namespaces/bench'],
+      ['LIST', '/api/v1/namespaces/bench/configmaps'],
+    ] as const) {
+      for (const concurrency of [1, 32]) {
+        for (const t of targets) {
+          const before = {
+            proxy: t.pid ? cpuSeconds(t.pid) : 0,
+            agent: cpuSeconds(agent.pid!),
+            apiserver: cpuSeconds(apiserverPid),
+          };
+          const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(`${t.prefix}${path}`), {
+            seconds: SECONDS,
+            concurrency,
+          });
+          const requests = m.ops + WARMUP;
+          const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / requests;
+          rows.push({
+            ...m,
+            op,
+            concurrency,
+            target: t.name,
+            proxyCpuUs: t.pid ? perRequest(t.pid, before.proxy) : 0,
+            agentCpuUs: t.prefix ? perRequest(agent.pid!, before.agent) : 0,
+            apiserverCpuUs: perRequest(apiserverPid, before.apiserver),
+          });
+          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
+        }
+      }
+    }
+
+    // 1,000 simulated agents: each a registered Cluster with its own certificate from the tunnel CA, holding an
+    // mTLS WebSocket with a tunnel served on it. The concierge's memory is read before and after.
+    log(`connecting ${AGENTS} simulated agents`);
+    const caSecret = await clients.core.readNamespacedSecret({ name: 'sealion-tunnel-ca', namespace: NS });
+    const field = (k: string): string => Buffer.from(caSecret.data?.[k] ?? '', 'base64').toString('utf8');
+    const tunnelCA = await loadCA(field('tls.crt'), field('tls.key'));
+    const names = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
+    await cluster.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'List',
+        items: names.map((name) => ({
+          apiVersion: CLUSTERS_API,
+          kind: 'Cluster',
+          metadata: { name },
+          spec: {},
+        })),
+      }),
+    });
+    const certs = await Promise.all(
+      names.map((name) => issueCert(tunnelCA, { commonName: name, usage: 'client' })),
+    );
+    // The Clusters must be in the concierge's registry (its informer) before their agents dial.
+    await new Promise((r) => setTimeout(r, 3000));
+    const memBefore = await memory();
+    let connected = 0;
+    await Promise.all(
+      certs.map(
+        (cert) =>
+          new Promise<void>((done) => {
+            const ws = new WebSocket(`wss://127.0.0.1:${ready.tunnelPort}/connect`, {
+              ca: ready.tunnelCA,
+              cert: cert.certPem,
+              key: cert.keyPem,
+            });
+            const entry: { ws: WebSocket; tunnel?: TunnelServer } = { ws };
+            simulated.push(entry);
+            ws.once('open', () => {
+              entry.tunnel = serveTunnel(createWebSocketStream(ws), (stream) => stream.destroy());
+              connected++;
+              done();
+            });
+            ws.once('error', () => done());
+            ws.once('unexpected-response', () => done());
+          }),
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 3000));
+    const memAfter = await memory();
+    const agentMemory = {
+      agents: connected,
+      rssPerAgentKiB: (memAfter.rss - memBefore.rss) / 1024 / connected,
+      heapPerAgentKiB: (memAfter.heapUsed - memBefore.heapUsed) / 1024 / connected,
+      rssBeforeMiB: memBefore.rss / 1024 / 1024,
+      rssAfterMiB: memAfter.rss / 1024 / 1024,
+    };
+
+    report(rows, agentMemory);
+    console.log(`saved ${saveResults('tunnel', { rows, agentMemory })}`);
+  } finally {
+    for (const s of simulated) {
+      if (s.tunnel) s.tunnel.close();
+      else s.ws.terminate();
+    }
+    for (const child of children) child.kill();
+    await issuer.stop();
+    await cluster.stop();
+  }
+}
+
+function report(
+  rows: (Measurement & { op?: string; concurrency?: number; target?: string })[],
+  agentMemory: Record<string, number>,
+): void {
+  const fmt = (n: number, digits = 0): string =>
+    n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  console.log('\nThrough an agent tunnel vs direct (one real kube-apiserver, 2 cores shared by all)');
+  const header = [
+    'op',
+    'c',
+    'target',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    '× direct',
+    'proxy CPU µs',
+    'agent CPU µs',
+  ];
+  const table = [header];
+  for (const r of rows) {
+    const direct = rows.find(
+      (d) => d.op === r.op && d.concurrency === r.concurrency && d.target === 'direct',
+    )!;
+    table.push([
+      r.op!,
+      String(r.concurrency),
+      r.target!,
+      fmt(r.perSecond),
+      fmt(r.p50us / 1000, 2),
+      fmt(r.p99us / 1000, 2),
+      (r.perSecond / direct.perSecond).toFixed(2),
+      r['proxyCpuUs'] ? fmt(r['proxyCpuUs'] as number) : '-',
+      r['agentCpuUs'] ? fmt(r['agentCpuUs'] as number) : '-',
+    ]);
+  }
+  const widths = header.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
+  for (const row of table)
+    console.log(
+      row.map((cell, c) => (c < 3 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '),
+    );
+  console.log(
+    `\n${agentMemory['agents']} connected agents: ${fmt(agentMemory['rssPerAgentKiB']!, 1)} KiB RSS per agent ` +
+      `(${fmt(agentMemory['heapPerAgentKiB']!, 1)} KiB heap); concierge RSS ${fmt(agentMemory['rssBeforeMiB']!, 1)} → ` +
+      `${fmt(agentMemory['rssAfterMiB']!, 1)} MiB`,
+  );
+}
