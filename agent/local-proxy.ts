@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { Agent } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
+import { statusBody } from '../lib/status-body.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -24,18 +25,6 @@ export interface LocalProxy {
 }
 
 const FORWARDED = /^x-forwarded-|^forwarded$/;
-
-function errorBody(message: string): string {
-  return JSON.stringify({
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message,
-    reason: 'BadGateway',
-    code: 502,
-  });
-}
 
 export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
   const agent = new Agent({
@@ -81,7 +70,7 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
       },
       error(err, _req, res) {
         const message = `this cluster's API server could not be reached through the agent: ${(err as NodeJS.ErrnoException).code ?? err.message}`;
-        const body = errorBody(message);
+        const body = statusBody(502, message);
         if ('writeHead' in res) {
           // Once the headers went out, a failure can only cut the body short.
           if (res.headersSent) return void res.destroy();

@@ -77,6 +77,59 @@ export function printTable(title: string, rows: Measurement[], baseline: Measure
     );
 }
 
+/** Prints rows as aligned columns: the first `left` columns padded on the right, the others on the left. */
+export function printColumns(table: string[][], left: number): void {
+  const widths = table[0]!.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
+  for (const row of table)
+    console.log(
+      row.map((cell, c) => (c < left ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '),
+    );
+}
+
+/** Formats a number with thousands separators and `digits` decimals. */
+export const formatNumber = (n: number, digits = 0): string =>
+  n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+
+/** A measurement of one operation at one concurrency through one target. */
+export type Row = Measurement & { op?: string; concurrency?: number; target?: string };
+
+/**
+ * Prints rows compared with the `direct` row of the same operation and concurrency: rate, latency, the ratio to
+ * direct and the added p50, then the suite's own columns.
+ */
+export function printComparison(rows: Row[], extra: { header: string; cell: (r: Row) => string }[]): void {
+  const table = [
+    [
+      'op',
+      'c',
+      'target',
+      'req/s',
+      'p50 ms',
+      'p99 ms',
+      '× direct req/s',
+      '+p50 ms vs direct',
+      ...extra.map((e) => e.header),
+    ],
+  ];
+  for (const r of rows) {
+    const direct = rows.find(
+      (d) => d.op === r.op && d.concurrency === r.concurrency && d.target === 'direct',
+    )!;
+    table.push([
+      r.op!,
+      String(r.concurrency),
+      r.target!,
+      formatNumber(r.perSecond),
+      formatNumber(r.p50us / 1000, 2),
+      formatNumber(r.p99us / 1000, 2),
+      (r.perSecond / direct.perSecond).toFixed(2),
+      formatNumber((r.p50us - direct.p50us) / 1000, 2),
+      ...extra.map((e) => e.cell(r)),
+    ]);
+  }
+  printColumns(table, 3);
+}
+
 /** Saves results under bench/results/ (git-ignored) and returns the path. */
 export function saveResults(suite: string, data: unknown): string {
   const dir = join(REPO_ROOT, 'bench/results');

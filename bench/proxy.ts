@@ -15,7 +15,15 @@ import { processesUsing } from '../integration/harness/processes.ts';
 import { applyJWTAuthenticator, FORWARDING_USER } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
-import { measure, saveResults, WARMUP, type Measurement } from './measure.ts';
+import {
+  formatNumber,
+  measure,
+  printComparison,
+  saveResults,
+  WARMUP,
+  type Measurement,
+  type Row,
+} from './measure.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
@@ -298,50 +306,16 @@ export async function benchProxy(): Promise<void> {
   }
 }
 
-function report(
-  rows: (Measurement & { op?: string; concurrency?: number; target?: string })[],
-  watchMemory: Record<string, number>,
-): void {
-  const fmt = (n: number, digits = 0): string =>
-    n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+function report(rows: Row[], watchMemory: Record<string, number>): void {
+  const fmt = formatNumber;
   console.log(
     '\nImpersonation proxy vs direct access and kubectl proxy (one real kube-apiserver, 2 cores shared by all)',
   );
-  const header = [
-    'op',
-    'c',
-    'target',
-    'req/s',
-    'p50 ms',
-    'p99 ms',
-    '× direct req/s',
-    '+p50 ms vs direct',
-    'proxy CPU µs/req',
-    'API server CPU µs/req',
-  ];
-  const table = [header];
-  for (const r of rows) {
-    const direct = rows.find(
-      (d) => d.op === r.op && d.concurrency === r.concurrency && d.target === 'direct',
-    )!;
-    table.push([
-      r.op!,
-      String(r.concurrency),
-      r.target!,
-      fmt(r.perSecond),
-      fmt(r.p50us / 1000, 2),
-      fmt(r.p99us / 1000, 2),
-      (r.perSecond / direct.perSecond).toFixed(2),
-      fmt((r.p50us - direct.p50us) / 1000, 2),
-      r.proxyCpuUs ? fmt(r.proxyCpuUs as number) : '-',
-      fmt(r.apiserverCpuUs as number),
-    ]);
-  }
-  const widths = header.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
-  for (const row of table)
-    console.log(
-      row.map((cell, c) => (c < 3 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '),
-    );
+  const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
+  printComparison(rows, [
+    { header: 'proxy CPU µs/req', cell: cpu('proxyCpuUs') },
+    { header: 'API server CPU µs/req', cell: cpu('apiserverCpuUs') },
+  ]);
   console.log(
     `\n${watchMemory['watches']} idle watches held by the proxy: ${fmt(watchMemory['rssPerWatchKiB']!, 1)} KiB RSS per watch ` +
       `(${fmt(watchMemory['heapPerWatchKiB']!, 1)} KiB heap, ${fmt(watchMemory['externalPerWatchKiB']!, 1)} KiB external); ` +

@@ -18,7 +18,15 @@ import { applyJWTAuthenticator } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { processesUsing, waitForOutput } from '../integration/harness/processes.ts';
-import { measure, saveResults, WARMUP, type Measurement } from './measure.ts';
+import {
+  formatNumber,
+  measure,
+  printComparison,
+  saveResults,
+  WARMUP,
+  type Measurement,
+  type Row,
+} from './measure.ts';
 import { cpuSeconds, http2Fetcher, lines, type Target } from './proxy.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
@@ -253,46 +261,14 @@ export async function benchTunnel(): Promise<void> {
   }
 }
 
-function report(
-  rows: (Measurement & { op?: string; concurrency?: number; target?: string })[],
-  agentMemory: Record<string, number>,
-): void {
-  const fmt = (n: number, digits = 0): string =>
-    n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+function report(rows: Row[], agentMemory: Record<string, number>): void {
+  const fmt = formatNumber;
   console.log('\nThrough an agent tunnel vs direct (one real kube-apiserver, 2 cores shared by all)');
-  const header = [
-    'op',
-    'c',
-    'target',
-    'req/s',
-    'p50 ms',
-    'p99 ms',
-    '× direct',
-    'proxy CPU µs',
-    'agent CPU µs',
-  ];
-  const table = [header];
-  for (const r of rows) {
-    const direct = rows.find(
-      (d) => d.op === r.op && d.concurrency === r.concurrency && d.target === 'direct',
-    )!;
-    table.push([
-      r.op!,
-      String(r.concurrency),
-      r.target!,
-      fmt(r.perSecond),
-      fmt(r.p50us / 1000, 2),
-      fmt(r.p99us / 1000, 2),
-      (r.perSecond / direct.perSecond).toFixed(2),
-      r['proxyCpuUs'] ? fmt(r['proxyCpuUs'] as number) : '-',
-      r['agentCpuUs'] ? fmt(r['agentCpuUs'] as number) : '-',
-    ]);
-  }
-  const widths = header.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
-  for (const row of table)
-    console.log(
-      row.map((cell, c) => (c < 3 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '),
-    );
+  const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
+  printComparison(rows, [
+    { header: 'proxy CPU µs/req', cell: cpu('proxyCpuUs') },
+    { header: 'agent CPU µs/req', cell: cpu('agentCpuUs') },
+  ]);
   console.log(
     `\n${agentMemory['agents']} connected agents: ${fmt(agentMemory['rssPerAgentKiB']!, 1)} KiB RSS per agent ` +
       `(${fmt(agentMemory['heapPerAgentKiB']!, 1)} KiB heap); concierge RSS ${fmt(agentMemory['rssBeforeMiB']!, 1)} → ` +

@@ -1,13 +1,12 @@
 // The user's path with the real CLI and real kubectl: `sealion get kubeconfig` from the admin's kubeconfig, then
 // kubectl through the proxy with the `sealion login static` exec plugin.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
 import { get as httpsGet } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { REPO_ROOT } from './harness/build.ts';
 import { runKubectl, startCluster, type Cluster } from './harness/cluster.ts';
 import {
   applyJWTAuthenticator,
@@ -15,6 +14,7 @@ import {
   type ControlledConcierge,
 } from './harness/concierge.ts';
 import { eventually } from './harness/eventually.ts';
+import { runSealion } from './harness/processes.ts';
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 
 const NS = 'sealion-concierge';
@@ -26,22 +26,6 @@ let issuer: TestIssuer;
 let concierge: ControlledConcierge;
 let dir: string;
 let token: string;
-
-/** Runs the sealion CLI with the Node running the tests (Node 24), as kubectl runs the exec plugin. */
-function sealion(
-  args: string[],
-  env: NodeJS.ProcessEnv = {},
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [join(REPO_ROOT, 'cli/main.ts'), ...args],
-      { env: { ...process.env, ...env } },
-      (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
 
 /** Runs kubectl and, when the plugin prints a login URL, follows it as a browser would. */
 function kubectlWithBrowser(
@@ -126,7 +110,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
   let kubeconfig: string;
 
   it('writes a kubeconfig from the authenticator’s status that kubectl uses as the user', async () => {
-    const written = await sealion([
+    const written = await runSealion([
       'get',
       'kubeconfig',
       '--kubeconfig',
@@ -164,7 +148,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     ).status.userInfo;
     expect(info.username).toBe(USER);
     expect(info.groups).toEqual(expect.arrayContaining([GROUP, 'system:authenticated']));
-    const mine = await sealion(['whoami', '--kubeconfig', kubeconfig], env);
+    const mine = await runSealion(['whoami', '--kubeconfig', kubeconfig], env);
     expect(mine).toMatchObject({ code: 0, stderr: '' });
     expect(mine.stdout).toContain(`Username: ${USER}`);
     expect(mine.stdout).toMatch(new RegExp(`Groups: .*${GROUP}.*system:authenticated`));
@@ -179,7 +163,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(exchanged.stderr).toContain('exchange token: authentication failed');
 
     const bearerConfig = join(dir, 'bearer.kubeconfig');
-    const written = await sealion([
+    const written = await runSealion([
       'get',
       'kubeconfig',
       '--kubeconfig',
@@ -213,7 +197,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
 
   it('logs in with OIDC in the browser once, then reuses and refreshes the session without it', async () => {
     const path = join(dir, 'oidc.kubeconfig');
-    const written = await sealion([
+    const written = await runSealion([
       'get',
       'kubeconfig',
       '--kubeconfig',
@@ -270,7 +254,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     ]);
     expect(patched.code).toBe(0);
     await eventually(async () => {
-      const answer = await sealion([
+      const answer = await runSealion([
         'get',
         'kubeconfig',
         '--kubeconfig',

@@ -3,7 +3,7 @@
 // dials out, and real kubectl reaches the managed cluster through the hub as a user whom that cluster's RBAC
 // judges. Registration refusals, a killed agent and a restarted concierge are exercised too.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -22,7 +22,7 @@ import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 import { eventually } from './harness/eventually.ts';
 import { prepareAgentCluster } from './harness/agent.ts';
 import { startNetnsBackend } from './harness/netns.ts';
-import { waitForOutput } from './harness/processes.ts';
+import { runSealion, waitForOutput } from './harness/processes.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -43,14 +43,6 @@ let agentKubeconfig: string;
 let issuer: TestIssuer;
 /** The user's OIDC token, which the hub's JWTAuthenticator accepts. */
 let TOKEN = '';
-
-function sealion(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    execFile(process.execPath, [join(REPO_ROOT, 'cli/main.ts'), ...args], (err, stdout, stderr) =>
-      done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
 
 /** Starts the agent as printed by `cluster add`, with this test's kubeconfig for the managed cluster. */
 async function startAgentProcess(): Promise<void> {
@@ -143,7 +135,7 @@ afterAll(async () => {
 
 describe('a cluster reached through its agent', () => {
   it('onboards with the CLI, and kubectl through the hub reaches it with that cluster’s RBAC', async () => {
-    const added = await sealion([
+    const added = await runSealion([
       'cluster',
       'add',
       CLUSTER,
@@ -415,7 +407,7 @@ describe('a cluster reached through its agent', () => {
   });
 
   it('refuses a cluster removed from the registry, closing its tunnel', async () => {
-    const removed = await sealion([
+    const removed = await runSealion([
       'cluster',
       'remove',
       CLUSTER,

@@ -1,38 +1,11 @@
 // Errors the proxy makes itself are Kubernetes Status objects, as kubectl and client-go expect.
 import type { Http2ServerResponse } from 'node:http2';
 import type { ServerResponse } from 'node:http';
+import { statusBody } from '../../lib/status-body.ts';
+
+export { statusBody };
 
 export type Response = ServerResponse | Http2ServerResponse;
-
-const REASONS: Record<number, string> = {
-  400: 'BadRequest',
-  401: 'Unauthorized',
-  403: 'Forbidden',
-  404: 'NotFound',
-  405: 'MethodNotAllowed',
-  408: 'Timeout',
-  413: 'RequestEntityTooLarge',
-  422: 'Invalid',
-  429: 'TooManyRequests',
-  431: 'RequestHeaderFieldsTooLarge',
-  500: 'InternalError',
-  502: 'BadGateway',
-  503: 'ServiceUnavailable',
-  504: 'Timeout',
-};
-
-export function statusBody(code: number, message: string, details?: object): string {
-  return JSON.stringify({
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message,
-    reason: REASONS[code] ?? 'Unknown',
-    ...(details ? { details } : {}),
-    code,
-  });
-}
 
 /** Sends a complete response with a body (HTTP/1 and HTTP/2 responses alike). */
 export function send(res: Response, code: number, contentType: string, body: string): void {

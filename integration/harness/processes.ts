@@ -1,6 +1,8 @@
-import type { ChildProcessByStdio } from 'node:child_process';
+import { execFile, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT } from './build.ts';
 
 /** PIDs of live processes whose command line mentions `text` (e.g. a cluster's folder). Linux only. */
 export function processesUsing(text: string): number[] {
@@ -39,6 +41,22 @@ export function waitForOutput(
     });
     child.once('exit', (code) =>
       fail(new Error(`exited ${code} before printing ${pattern}:\n${output}\n${errors}`)),
+    );
+  });
+}
+
+/** Runs the `sealion` CLI with the Node running the caller (Node 24), as kubectl runs the exec plugin. */
+export function runSealion(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [join(REPO_ROOT, 'cli/main.ts'), ...args],
+      { env: { ...process.env, ...env } },
+      (err, stdout, stderr) =>
+        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
   });
 }
