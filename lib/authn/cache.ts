@@ -1,6 +1,8 @@
 // The one place the proxy asks "who is this token?". A JWT goes straight to the authenticators whose issuer
 // matches its (unverified) `iss`; any other token goes to the webhooks. The controllers fill it.
+import { hash } from 'node:crypto';
 import { decodeJwt } from 'jose';
+import { LRUCache } from 'lru-cache';
 import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
 
 export type AuthenticatorKind = 'JWTAuthenticator' | 'WebhookAuthenticator';
@@ -14,6 +16,12 @@ interface Entry {
 }
 
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+/**
+ * Successful answers given again without decoding the token or asking its authenticator: kubectl sends the same
+ * token with every request, and finding the issuer and the authenticator's own cache entry costs more than
+ * the rest of authentication. Bounded; keyed by the token's SHA-256, never the token.
+ */
+export const REUSED_ANSWERS = 10_000;
 
 function issuerOf(token: string): string | undefined {
   if (!JWT_SHAPE.test(token)) return undefined;
@@ -29,6 +37,10 @@ export class AuthenticatorCache {
   private readonly entries = new Map<string, Entry>();
   private byIssuer = new Map<string, Entry[]>();
   private webhooks: Entry[] = [];
+  /** Answers that carry reusableUntil, each kept until then. Emptied whenever an authenticator changes. */
+  private readonly reused = new LRUCache<string, AuthResult>({ max: REUSED_ANSWERS });
+  /** Bumped by every change, so an answer from before a change is never remembered after it. */
+  private generation = 0;
 
   private static key(kind: AuthenticatorKind, name: string): string {
     return `${kind}/${name}`;
@@ -68,12 +80,27 @@ export class AuthenticatorCache {
       if (e.issuer !== undefined) byIssuer.set(e.issuer, [...(byIssuer.get(e.issuer) ?? []), e]);
     this.byIssuer = byIssuer;
     this.webhooks = all.filter((e) => e.kind === 'WebhookAuthenticator');
+    this.generation++;
+    this.reused.clear();
   }
 
   /** Authenticates against every applicable authenticator; the first success wins. */
   async authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
     if (token === '') return fail('empty token');
     if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    const key = hash('sha256', token, 'base64url');
+    const reused = this.reused.get(key);
+    if (reused) return reused;
+    const generation = this.generation;
+    const result = await this.ask(token, signal);
+    if (result.ok && result.reusableUntil !== undefined && generation === this.generation) {
+      const ttl = result.reusableUntil - Date.now();
+      if (ttl > 0) this.reused.set(key, result, { ttl });
+    }
+    return result;
+  }
+
+  private async ask(token: string, signal?: AbortSignal): Promise<AuthResult> {
     const iss = issuerOf(token);
     const jwtEntries = iss === undefined ? undefined : this.byIssuer.get(iss);
     if (jwtEntries) return this.first(jwtEntries, token, signal);

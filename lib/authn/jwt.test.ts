@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { base64url, exportSPKI, importJWK, SignJWT, type CryptoKey } from 'jose';
 import { startOIDCIssuer, type TestIssuer } from '../../integration/harness/oidc-issuer.ts';
-import { validateJWT, type JWTAuthenticator, type JWTSettings } from './jwt.ts';
+import {
+  CLOCK_LEEWAY_SECONDS,
+  validateJWT,
+  VERIFIED_TOKEN_TTL_MS,
+  type JWTAuthenticator,
+  type JWTSettings,
+} from './jwt.ts';
+import type { AuthResult } from './types.ts';
 
 let issuer: TestIssuer;
 let authenticator: JWTAuthenticator;
@@ -173,6 +180,18 @@ describe('JWT authentication', () => {
     const result = await authenticator.authenticate(await token());
     expect(result.ok).toBe(false);
     expect(result.ok ? '' : result.reason).toMatch(reason);
+  });
+
+  it('says how long a verified answer may be reused: never past exp plus the leeway, nor the cache lifetime', async () => {
+    const at = Date.now();
+    const soon = await authenticator.authenticate(await issuer.mint({ username: 'a' }, { expiresIn: 10 }));
+    const later = await authenticator.authenticate(await issuer.mint({ username: 'a' }, { expiresIn: 3600 }));
+    const until = (r: AuthResult): number => (r.ok ? (r.reusableUntil ?? 0) : 0);
+    // exp has whole seconds, so it may lie up to a second before the requested expiry.
+    expect(until(soon)).toBeGreaterThanOrEqual(at + (10 + CLOCK_LEEWAY_SECONDS - 1) * 1000);
+    expect(until(soon)).toBeLessThanOrEqual(Date.now() + (10 + CLOCK_LEEWAY_SECONDS) * 1000);
+    expect(until(later)).toBeGreaterThanOrEqual(at + VERIFIED_TOKEN_TTL_MS);
+    expect(until(later)).toBeLessThanOrEqual(Date.now() + VERIFIED_TOKEN_TTL_MS);
   });
 
   it('tolerates a little clock skew but not more', async () => {

@@ -8,7 +8,7 @@ import {
   type JSONWebKeySet,
   type JWTPayload,
 } from 'jose';
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { httpsJSON } from '../https-client.ts';
 import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
@@ -307,18 +307,20 @@ export class JWTAuthenticator implements TokenAuthenticator {
 
   async authenticate(token: string): Promise<AuthResult> {
     if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
-    const key = createHash('sha256').update(token).digest('base64url');
+    const key = hash('sha256', token, 'base64url');
     const cached = this.verified.get(key);
     if (cached) return cached;
     const result = await this.verify(token);
-    if (result.ok) {
-      // exp was required and checked: remember the user until it (plus the leeway) or the TTL, whichever is first.
-      const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number })
-        .exp;
-      const ttl = Math.min(VERIFIED_TOKEN_TTL_MS, exp * 1000 + CLOCK_LEEWAY_SECONDS * 1000 - Date.now());
-      if (ttl > 0) this.verified.set(key, result, { ttl });
-    }
-    return result;
+    if (!result.ok) return result;
+    // exp was required and checked: remember the user until it (plus the leeway) or the TTL, whichever is first.
+    const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number })
+      .exp;
+    const now = Date.now();
+    const until = Math.min(now + VERIFIED_TOKEN_TTL_MS, exp * 1000 + CLOCK_LEEWAY_SECONDS * 1000);
+    if (until <= now) return result;
+    const answer = { ...result, reusableUntil: until };
+    this.verified.set(key, answer, { ttl: until - now });
+    return answer;
   }
 
   private async verify(token: string): Promise<AuthResult> {

@@ -12,7 +12,18 @@ export interface UserInfo {
  * The outcome of authenticating a token. A failure carries the reason for the log only: callers answer every
  * failure the same way, so a caller cannot learn which check failed.
  */
-export type AuthResult = { ok: true; user: UserInfo; authenticator: string } | { ok: false; reason: string };
+export type AuthResult =
+  | {
+      ok: true;
+      user: UserInfo;
+      authenticator: string;
+      /**
+       * Milliseconds since the epoch until which this answer may be given again for the same token without asking
+       * the authenticator (a JWT's exp, capped by the authenticator's own cache lifetime). Absent: ask every time.
+       */
+      reusableUntil?: number;
+    }
+  | { ok: false; reason: string };
 
 export interface TokenAuthenticator {
   authenticate(token: string, signal?: AbortSignal): Promise<AuthResult>;

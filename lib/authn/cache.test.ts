@@ -1,0 +1,106 @@
+// The authenticator cache's reuse of answers: only successes that say how long they hold, never past that, and
+// never across a change of authenticators.
+import { describe, expect, it } from '@jest/globals';
+import { AuthenticatorCache } from './cache.ts';
+import type { AuthResult, TokenAuthenticator } from './types.ts';
+
+const ISSUER = 'https://issuer.example.com';
+
+/** An unsigned token naming ISSUER: the cache only reads `iss` to route it; the fake authenticators judge it. */
+function tokenFor(name: string): string {
+  const part = (o: object): string => Buffer.from(JSON.stringify(o)).toString('base64url');
+  return `${part({ alg: 'ES256' })}.${part({ iss: ISSUER, sub: name })}.c2ln`;
+}
+
+/** Answers from a table and counts how often it was asked. */
+function countingAuthenticator(
+  answer: (token: string) => AuthResult,
+): TokenAuthenticator & { asked: number } {
+  const a = {
+    asked: 0,
+    authenticate(token: string): Promise<AuthResult> {
+      a.asked++;
+      return Promise.resolve(answer(token));
+    },
+  };
+  return a;
+}
+
+const user = (username: string): AuthResult & { ok: true } => ({
+  ok: true,
+  authenticator: 'fake',
+  user: { username, groups: [], extra: {} },
+});
+
+describe('reused answers', () => {
+  it('gives a success again until its reusableUntil, without asking the authenticator', async () => {
+    const cache = new AuthenticatorCache();
+    const jwt = countingAuthenticator(() => ({ ...user('alice'), reusableUntil: Date.now() + 60_000 }));
+    cache.set('JWTAuthenticator', 'corp', jwt, ISSUER);
+    const token = tokenFor('alice');
+    const first = await cache.authenticate(token);
+    expect(first).toMatchObject({
+      ok: true,
+      user: { username: 'alice' },
+      authenticator: 'JWTAuthenticator/corp',
+    });
+    expect(await cache.authenticate(token)).toBe(first);
+    expect(jwt.asked).toBe(1);
+    // Another token is another question.
+    await cache.authenticate(tokenFor('bob'));
+    expect(jwt.asked).toBe(2);
+  });
+
+  it.each<[string, (token: string) => AuthResult]>([
+    ['a success without reusableUntil', () => user('alice')],
+    ['a success whose reusableUntil has passed', () => ({ ...user('alice'), reusableUntil: Date.now() - 1 })],
+    ['a failure', () => ({ ok: false, reason: 'bad signature' })],
+  ])('asks every time for %s', async (_, answer) => {
+    const cache = new AuthenticatorCache();
+    const jwt = countingAuthenticator(answer);
+    cache.set('JWTAuthenticator', 'corp', jwt, ISSUER);
+    const token = tokenFor('alice');
+    await cache.authenticate(token);
+    await cache.authenticate(token);
+    expect(jwt.asked).toBe(2);
+  });
+
+  it('forgets every answer when an authenticator is replaced or removed', async () => {
+    const cache = new AuthenticatorCache();
+    const reusable = (name: string) => () => ({ ...user(name), reusableUntil: Date.now() + 60_000 });
+    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable('alice')), ISSUER);
+    const token = tokenFor('alice');
+    expect(await cache.authenticate(token)).toMatchObject({ ok: true, user: { username: 'alice' } });
+
+    // A changed spec (say, another audience) builds a new authenticator that now refuses the token.
+    const stricter = countingAuthenticator(() => ({ ok: false, reason: 'wrong audience' }));
+    cache.set('JWTAuthenticator', 'corp', stricter, ISSUER);
+    expect(await cache.authenticate(token)).toMatchObject({ ok: false });
+    expect(stricter.asked).toBe(1);
+
+    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable('alice')), ISSUER);
+    expect(await cache.authenticate(token)).toMatchObject({ ok: true });
+    cache.delete('JWTAuthenticator', 'corp');
+    expect(await cache.authenticate(token)).toMatchObject({ ok: false });
+  });
+
+  it('does not remember an answer that arrives after the authenticators changed', async () => {
+    const cache = new AuthenticatorCache();
+    let release: () => void = () => {};
+    const slow: TokenAuthenticator = {
+      authenticate: () =>
+        new Promise((done) => {
+          release = () => done({ ...user('alice'), reusableUntil: Date.now() + 60_000 });
+        }),
+    };
+    cache.set('JWTAuthenticator', 'corp', slow, ISSUER);
+    const token = tokenFor('alice');
+    const pending = cache.authenticate(token);
+    const refusing = countingAuthenticator(() => ({ ok: false, reason: 'revoked' }));
+    cache.set('JWTAuthenticator', 'corp', refusing, ISSUER);
+    release();
+    expect(await pending).toMatchObject({ ok: true });
+    expect(await cache.authenticate(token)).toMatchObject({ ok: false });
+    expect(refusing.asked).toBe(1);
+  });
+});
