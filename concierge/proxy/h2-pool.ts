@@ -105,7 +105,7 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
       const stream = c.session.request(headers, { endStream });
       c.active++;
       if (c.active === 1) c.session.ref();
-      stream.once('close', () => {
+      stream.on('close', () => {
         c.active--;
         if (c.active === 0) c.session.unref();
       });

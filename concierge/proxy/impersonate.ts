@@ -9,7 +9,10 @@ import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
 const STRIPPED_NAMES = new Set(['authorization', 'proxy-authorization', 'forwarded', 'x-real-ip']);
-/** HTTP/1 connection headers and HTTP/2 pseudo-headers are per hop; the upstream connection sets its own. */
+/**
+ * HTTP/1 connection headers and HTTP/2 pseudo-headers are per hop; the upstream connection sets its own. So is
+ * the authority (Host), and Expect is answered by the proxy's own server.
+ */
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
@@ -18,12 +21,16 @@ const HOP_BY_HOP = new Set([
   'trailer',
   'transfer-encoding',
   'http2-settings',
+  'host',
+  'expect',
 ]);
 
 export const AUTHENTICATED_GROUP = 'system:authenticated';
 
 export function isCallerOnlyHeader(name: string): boolean {
-  return STRIPPED_NAMES.has(name) || STRIPPED_PREFIXES.some((p) => name.startsWith(p));
+  if (STRIPPED_NAMES.has(name)) return true;
+  for (const prefix of STRIPPED_PREFIXES) if (name.startsWith(prefix)) return true;
+  return false;
 }
 
 /** What the caller asked to impersonate, read from the raw headers so repeated headers stay separate values. */
@@ -61,24 +68,41 @@ function encodeExtraKey(key: string): string {
 /** The caller's headers minus everything it may not send, minus per-hop headers. */
 export function cleanHeaders(headers: IncomingHttpHeaders, keepImpersonation = false): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || name.startsWith(':') || HOP_BY_HOP.has(name)) continue;
+  // for-in rather than Object.entries: no array per header on every request.
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || name.charCodeAt(0) === 58 /* ':' */ || HOP_BY_HOP.has(name)) continue;
     if (isCallerOnlyHeader(name) && !(keepImpersonation && name.startsWith('impersonate-'))) continue;
     out[name] = value;
   }
   return out;
 }
 
-/** Impersonate-* headers for a user, with system:authenticated among the groups. */
-export function impersonationHeaders(user: UserInfo): OutgoingHttpHeaders {
+/**
+ * Built headers by user object. The authenticators hand out the same user object for every request with the
+ * same credential (cached token answers, a connection's certificate), so the headers are built once per user
+ * rather than once per request; they are frozen because they are shared.
+ */
+const builtHeaders = new WeakMap<UserInfo, Readonly<OutgoingHttpHeaders>>();
+
+/** Impersonate-* headers for a user, with system:authenticated among the groups. Frozen: copy before changing. */
+export function impersonationHeaders(user: UserInfo): Readonly<OutgoingHttpHeaders> {
+  const known = builtHeaders.get(user);
+  if (known) return known;
   const groups = user.groups.includes(AUTHENTICATED_GROUP)
-    ? user.groups
+    ? [...user.groups]
     : [...user.groups, AUTHENTICATED_GROUP];
-  const headers: OutgoingHttpHeaders = { 'impersonate-user': user.username, 'impersonate-group': groups };
+  const headers: OutgoingHttpHeaders = {
+    'impersonate-user': user.username,
+    'impersonate-group': Object.freeze(groups) as string[],
+  };
   if (user.uid) headers['impersonate-uid'] = user.uid;
   for (const [key, values] of Object.entries(user.extra)) {
-    if (values.length > 0) headers[`impersonate-extra-${encodeExtraKey(key)}`] = values;
+    if (values.length > 0)
+      headers[`impersonate-extra-${encodeExtraKey(key)}`] = Object.freeze([...values]) as string[];
   }
+  Object.freeze(headers);
+  builtHeaders.set(user, headers);
   return headers;
 }
 

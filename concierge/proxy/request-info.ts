@@ -11,16 +11,17 @@ export interface RequestInfo {
 export function requestInfo(method: string, url: string, upgrade: boolean): RequestInfo {
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);
-  const query = q === -1 ? '' : url.slice(q + 1);
-  const params = new URLSearchParams(query);
+  // Most requests have no query: no parameter parsing for them.
+  const params = q === -1 ? undefined : new URLSearchParams(url.slice(q + 1));
   const parts = path.split('/').filter(Boolean);
   const isResourcePath = parts[0] === 'api' || parts[0] === 'apis';
-  const watch = params.get('watch') === 'true' || params.get('watch') === '1' || parts.includes('watch');
+  const watchParam = params?.get('watch');
+  const watch = watchParam === 'true' || watchParam === '1' || parts.includes('watch');
   // /api/v1/namespaces/ns/pods/name/exec → the last segment after a named object is a subresource.
   const last = parts.at(-1) ?? '';
   const subresource =
     isResourcePath && parts.length >= 5 && LONG_RUNNING_SUBRESOURCES.has(last) ? last : undefined;
-  const follow = last === 'log' && params.get('follow') === 'true';
+  const follow = last === 'log' && params?.get('follow') === 'true';
   const proxying = parts.includes('proxy');
   let verb: string;
   switch (method) {
