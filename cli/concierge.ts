@@ -2,7 +2,12 @@
 import { Command } from 'commander';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import type { ConciergeFlags } from '../concierge/main.ts';
-import { CONFIG_MAP_NAME, IMPERSONATOR_SERVICE_ACCOUNT, PROXY_PORT } from './manifests/install.ts';
+import {
+  CONFIG_MAP_NAME,
+  IMPERSONATOR_SERVICE_ACCOUNT,
+  PROXY_PORT,
+  TUNNEL_PORT,
+} from './manifests/install.ts';
 
 export function conciergeCommand(): Command {
   return new Command('concierge')
@@ -35,6 +40,17 @@ export function conciergeCommand(): Command {
     )
     .option('--signer-cert-file <path>', 'CA that signs TokenCredentialRequest certificates (PEM)', '')
     .option('--signer-key-file <path>', 'its key (PEM)', '')
+    .option(
+      '--tunnel-listen <host:port>',
+      "the agents' tunnel listener (off when empty)",
+      `0.0.0.0:${TUNNEL_PORT}`,
+    )
+    .option(
+      '--tunnel-host <name>',
+      'a name or address agents dial the tunnel at, for its certificate (repeatable)',
+      (v: string, all: string[]) => [...all, v],
+      [] as string[],
+    )
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .option('--namespace <name>', "the concierge's namespace (default: $POD_NAMESPACE)", '')
     .option('--config-map <name>', 'ConfigMap with config.yaml (read by the controllers)', CONFIG_MAP_NAME)
@@ -47,12 +63,16 @@ Examples:
     --namespace sealion-concierge --listen 127.0.0.1:8443   # outside a cluster, controllers on
   sealion concierge --kubeconfig admin.kubeconfig --upstream-kubeconfig impersonator.kubeconfig \\
     --listen 127.0.0.1:8443 --tls-cert-file tls.crt --tls-key-file tls.key \\
-    --signer-cert-file signer.crt --signer-key-file signer.key   # fixed certificates, controllers off`,
+    --signer-cert-file signer.crt --signer-key-file signer.key --tunnel-listen ''   # fixed certificates, no controllers or agents`,
     )
-    .action(async (flags: ConciergeFlags & { clientCaFile: string[] }) => {
+    .action(async (flags: ConciergeFlags & { clientCaFile: string[]; tunnelHost: string[] }) => {
       // Loaded here, so that other commands (kubectl runs `sealion login` often) start fast.
       const { runConcierge } = await import('../concierge/main.ts');
-      const stop = await runConcierge({ ...flags, clientCAFiles: flags.clientCaFile });
+      const stop = await runConcierge({
+        ...flags,
+        clientCAFiles: flags.clientCaFile,
+        tunnelHosts: flags.tunnelHost,
+      });
       const shutdown = (): void => void stop().then(() => process.exit(0));
       process.once('SIGINT', shutdown);
       process.once('SIGTERM', shutdown);

@@ -35,9 +35,15 @@ export interface ConciergeFlags {
   namespace: string;
   /** The ConfigMap with config.yaml. */
   configMap: string;
+  /** host:port of the agents' tunnel listener; empty: off. */
+  tunnelListen: string;
+  /** Names and addresses agents dial the tunnel listener at, beyond its Service's (its certificate's SANs). */
+  tunnelHosts: string[];
   logLevel: string;
 }
 
+/** The Service in front of the tunnel listener (see the install manifests). */
+const TUNNEL_SERVICE = 'sealion-concierge-tunnel';
 /** Forwarding tokens live an hour and are renewed at 80% of that, so a failed renewal has minutes to recover. */
 const FORWARDING_TOKEN_SECONDS = 3600;
 const FORWARDING_TOKEN_RENEW_AT = 0.8;
@@ -130,6 +136,11 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
   }
   const upstream: Upstream = { url: server, credentials };
   const fixedTLS = Boolean(flags.tlsCertFile);
+  if (flags.tunnelListen && !namespace)
+    throw new Error(
+      'the tunnel listener needs a namespace for its CA: pass --namespace or set POD_NAMESPACE',
+    );
+  const identity = process.env['POD_NAME'] || `${hostname()}-${process.pid}`;
   if (fixedTLS && !(flags.tlsKeyFile && flags.signerCertFile && flags.signerKeyFile))
     throw new Error('--tls-cert-file needs --tls-key-file, --signer-cert-file and --signer-key-file');
   if (!fixedTLS && !namespace)
@@ -148,10 +159,27 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
             namespace,
             configMap: flags.configMap,
             // The pod name in a cluster; elsewhere unique enough among replicas on one network.
-            identity: process.env['POD_NAME'] || `${hostname()}-${process.pid}`,
+            identity,
           },
         }),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
+    ...(flags.tunnelListen
+      ? {
+          tunnel: {
+            ...hostPort(flags.tunnelListen),
+            // The tunnel Service's names answer inside the cluster; a load balancer's come from the flag.
+            hosts: [
+              ...flags.tunnelHosts,
+              `${TUNNEL_SERVICE}.${namespace}.svc`,
+              `${TUNNEL_SERVICE}.${namespace}.svc.cluster.local`,
+              'localhost',
+              '127.0.0.1',
+            ],
+            namespace,
+            replica: identity,
+          },
+        }
+      : {}),
     log,
   });
   if (fixedTLS) {
