@@ -21,7 +21,7 @@ import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from 
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 import { eventually } from './harness/eventually.ts';
 import { prepareAgentCluster } from './harness/agent.ts';
-import { startNetnsBackend } from './harness/netns.ts';
+import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 import { runSealion, waitForOutput } from './harness/processes.ts';
 
 const NS = 'sealion-concierge';
@@ -40,6 +40,7 @@ let agent: ChildProcess | undefined;
 let agentCommand: string[] = [];
 let agentToken = '';
 let agentKubeconfig: string;
+let backend: NetnsBackend;
 let issuer: TestIssuer;
 /** The user's OIDC token, which the hub's JWTAuthenticator accepts. */
 let TOKEN = '';
@@ -123,10 +124,44 @@ beforeAll(async () => {
     const result = await managed.kubectl(args);
     if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
   }
+  // A backend on the managed cluster, behind its API server's pod proxy (no kubelet here): a Pod object whose
+  // status points at a server in a network namespace. It echoes WebSockets and can hold a request forever.
+  backend = await startNetnsBackend();
+  for (const args of [
+    // No kube-controller-manager here to create the namespace's default service account.
+    ['create', 'serviceaccount', 'default', '-n', AGENT_NS],
+    ['create', 'role', 'proxy-echo', '-n', AGENT_NS, '--verb=get,create', '--resource=pods/proxy'],
+    ['create', 'rolebinding', 'proxy-echo', '-n', AGENT_NS, '--role=proxy-echo', `--group=${GROUP}`],
+  ]) {
+    const result = await managed.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+  }
+  const pod = await managed.kubectl(['apply', '-n', AGENT_NS, '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'echo' },
+      spec: { containers: [{ name: 'echo', image: 'echo:none' }], automountServiceAccountToken: false },
+    }),
+  });
+  if (pod.code !== 0) throw new Error(`creating the echo Pod: ${pod.stderr}`);
+  const status = { status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } };
+  await managed.kubectl([
+    'patch',
+    'pod',
+    'echo',
+    '-n',
+    AGENT_NS,
+    '--subresource=status',
+    '--type=merge',
+    '-p',
+    JSON.stringify(status),
+  ]);
 }, 180_000);
 
 afterAll(async () => {
   await stopAgent('SIGKILL');
+  await backend?.stop();
   await concierge?.stop();
   await issuer?.stop();
   await Promise.all([hub?.stop(), managed?.stop()]);
@@ -197,74 +232,26 @@ describe('a cluster reached through its agent', () => {
     await eventually(() => expect(seen).toContain('namespace/appears-while-watching'));
     watch.kill();
 
-    // An upgrade without a kubelet: the managed API server's pod proxy to a WebSocket echo backend that runs in a
-    // network namespace, reached through the hub and the tunnel.
-    const backend = await startNetnsBackend();
-    try {
-      // No kube-controller-manager here to create the namespace's default service account.
-      await managed.kubectl(['create', 'serviceaccount', 'default', '-n', AGENT_NS]);
-      const pod = await managed.kubectl(['apply', '-n', AGENT_NS, '-f', '-'], {
-        input: JSON.stringify({
-          apiVersion: 'v1',
-          kind: 'Pod',
-          metadata: { name: 'echo' },
-          spec: { containers: [{ name: 'echo', image: 'echo:none' }], automountServiceAccountToken: false },
+    const url = `wss://127.0.0.1:${concierge.concierge.port}/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/echo`;
+    const echoed = await eventually(
+      () =>
+        new Promise<string>((done, fail) => {
+          const ws = new WebSocket(url, {
+            ca: concierge.servingCA.certPem,
+            headers: { authorization: `Bearer ${TOKEN}` },
+          });
+          ws.once('open', () => ws.send('through the tunnel'));
+          ws.once('message', (data: Buffer) => {
+            done(data.toString());
+            ws.close();
+          });
+          ws.once('error', fail);
+          ws.once('unexpected-response', (_req, res) =>
+            fail(new Error(`upgrade refused: ${res.statusCode}`)),
+          );
         }),
-      });
-      expect(pod.stderr).toBe('');
-      const status = { status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } };
-      await managed.kubectl([
-        'patch',
-        'pod',
-        'echo',
-        '-n',
-        AGENT_NS,
-        '--subresource=status',
-        '--type=merge',
-        '-p',
-        JSON.stringify(status),
-      ]);
-      await managed.kubectl([
-        'create',
-        'role',
-        'proxy-echo',
-        '-n',
-        AGENT_NS,
-        '--verb=get,create',
-        '--resource=pods/proxy',
-      ]);
-      await managed.kubectl([
-        'create',
-        'rolebinding',
-        'proxy-echo',
-        '-n',
-        AGENT_NS,
-        '--role=proxy-echo',
-        `--group=${GROUP}`,
-      ]);
-      const url = `wss://127.0.0.1:${concierge.concierge.port}/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/echo`;
-      const echoed = await eventually(
-        () =>
-          new Promise<string>((done, fail) => {
-            const ws = new WebSocket(url, {
-              ca: concierge.servingCA.certPem,
-              headers: { authorization: `Bearer ${TOKEN}` },
-            });
-            ws.once('open', () => ws.send('through the tunnel'));
-            ws.once('message', (data: Buffer) => {
-              done(data.toString());
-              ws.close();
-            });
-            ws.once('error', fail);
-            ws.once('unexpected-response', (_req, res) =>
-              fail(new Error(`upgrade refused: ${res.statusCode}`)),
-            );
-          }),
-      );
-      expect(echoed).toBe('through the tunnel');
-    } finally {
-      await backend.stop();
-    }
+    );
+    expect(echoed).toBe('through the tunnel');
   });
 
   it('refuses a reused, expired or misnamed token, a foreign certificate and no certificate', async () => {
@@ -325,8 +312,32 @@ describe('a cluster reached through its agent', () => {
     expect(await dial({ cert: foreign.certPem, key: foreign.keyPem })).toBe(401);
   });
 
-  it('answers a clean Status while the agent is gone, and serves again soon after it restarts', async () => {
+  it('answers a clean Status to a request in flight when the agent dies, and while it is gone', async () => {
+    const inFlight = new Promise<{ status: number; body: string }>((done, fail) => {
+      httpsRequest(
+        {
+          host: '127.0.0.1',
+          port: concierge.concierge.port,
+          path: `/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/hang`,
+          ca: concierge.servingCA.certPem,
+          headers: { authorization: `Bearer ${TOKEN}` },
+        },
+        (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => done({ status: res.statusCode ?? 0, body }));
+        },
+      )
+        .on('error', fail)
+        .end();
+    });
+    // Time for the request to cross the hub, the tunnel and the API server to the backend, which holds it.
+    await new Promise((r) => setTimeout(r, 1000));
     await stopAgent('SIGKILL');
+    const answer = await inFlight;
+    expect(answer.status).toBe(502);
+    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 502, reason: 'BadGateway' });
+
     await eventually(async () => expect((await clusterStatus())['connected']).toBe(false));
     const through = userKubeconfig();
     const gone = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces']);

@@ -54,6 +54,8 @@ const server = createServer((req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' }).end('hello from ' + ip);
     return;
   }
+  // Never answers: a request in flight for as long as the test needs one.
+  if (req.method === 'GET' && path.endsWith('/hang')) return;
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
 });
 const wss = new WebSocketServer({ server });
@@ -289,6 +291,7 @@ async function teardown(entry: Live): Promise<void> {
 /**
  * Creates a netns + veth pair and starts, inside the namespace, an HTTP server on 0.0.0.0:<port> that:
  *  - answers `GET /hello` (any path ending in /hello) with 200, content-type text/plain, body `hello from <ip>`;
+ *  - never answers `GET /hang` (any path ending in /hang);
  *  - accepts WebSocket upgrades on any path and echoes every message back (text stays text, binary stays binary).
  * Resolves once the server answers from the root namespace.
  */
