@@ -10,11 +10,11 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { issueCert } from '../lib/pki.ts';
-import { startCluster } from '../integration/harness/cluster.ts';
+import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { processesUsing } from '../integration/harness/processes.ts';
 import { applyJWTAuthenticator, FORWARDING_USER } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
-import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
+import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
 import {
   formatNumber,
   measure,
@@ -95,6 +95,28 @@ export function lines(child: ChildProcess): AsyncIterator<string> {
   return createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
 }
 
+/**
+ * What both request benchmarks read: a JWTAuthenticator, namespace `bench` with CONFIGMAPS ConfigMaps, and a
+ * token for a user whose group is cluster-admin. Returns the token.
+ */
+export async function prepareBenchData(cluster: Cluster, issuer: TestIssuer): Promise<string> {
+  await applyJWTAuthenticator(cluster, 'bench', issuer, 'sealion-bench');
+  await cluster.kubectl(['create', 'namespace', 'bench']);
+  await cluster.kubectl([
+    'create',
+    'clusterrolebinding',
+    'bench-admin',
+    '--clusterrole=cluster-admin',
+    '--group=bench',
+  ]);
+  await Promise.all(
+    Array.from({ length: CONFIGMAPS }, (_, i) =>
+      cluster.kubectl(['create', 'configmap', `cm-${i}`, '-n', 'bench', '--from-literal=k=v']),
+    ),
+  );
+  return issuer.mint({ username: 'bench-user', groups: ['bench'] }, { expiresIn: 3600 });
+}
+
 export async function benchProxy(): Promise<void> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const cluster = await startCluster({ name: 'bench', controllerManager: false, log });
@@ -128,21 +150,7 @@ export async function benchProxy(): Promise<void> {
     };
     const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
 
-    await applyJWTAuthenticator(cluster, 'bench', issuer, 'sealion-bench');
-    await cluster.kubectl(['create', 'namespace', 'bench']);
-    await cluster.kubectl([
-      'create',
-      'clusterrolebinding',
-      'bench-admin',
-      '--clusterrole=cluster-admin',
-      '--group=bench',
-    ]);
-    await Promise.all(
-      Array.from({ length: CONFIGMAPS }, (_, i) =>
-        cluster.kubectl(['create', 'configmap', `cm-${i}`, '-n', 'bench', '--from-literal=k=v']),
-      ),
-    );
-    const token = await issuer.mint({ username: 'bench-user', groups: ['bench'] }, { expiresIn: 3600 });
+    const token = await prepareBenchData(cluster, issuer);
 
     // kubectl proxy, the peer: plain HTTP on loopback, forwarding with the admin's credentials.
     const kubectlProxy = spawn(

@@ -14,7 +14,6 @@ import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
 import { prepareAgentCluster } from '../integration/harness/agent.ts';
 import { startCluster } from '../integration/harness/cluster.ts';
-import { applyJWTAuthenticator } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { processesUsing, waitForOutput } from '../integration/harness/processes.ts';
@@ -27,7 +26,7 @@ import {
   type Measurement,
   type Row,
 } from './measure.ts';
-import { cpuSeconds, http2Fetcher, lines, type Target } from './proxy.ts';
+import { cpuSeconds, http2Fetcher, lines, prepareBenchData, type Target } from './proxy.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 1000);
@@ -75,21 +74,7 @@ export async function benchTunnel(): Promise<void> {
     };
     const hub = `https://127.0.0.1:${ready.tunnelPort}`;
 
-    await applyJWTAuthenticator(cluster, 'bench', issuer, 'sealion-bench');
-    await cluster.kubectl(['create', 'namespace', 'bench']);
-    await cluster.kubectl([
-      'create',
-      'clusterrolebinding',
-      'bench-admin',
-      '--clusterrole=cluster-admin',
-      '--group=bench',
-    ]);
-    await Promise.all(
-      Array.from({ length: 100 }, (_, i) =>
-        cluster.kubectl(['create', 'configmap', `cm-${i}`, '-n', 'bench', '--from-literal=k=v']),
-      ),
-    );
-    const token = await issuer.mint({ username: 'bench-user', groups: ['bench'] }, { expiresIn: 3600 });
+    const token = await prepareBenchData(cluster, issuer);
 
     // The real agent process, onboarded as an admin would, pointing at the same API server.
     const clients = newKubeClients({ path: cluster.kubeconfigPath });
