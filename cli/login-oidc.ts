@@ -27,16 +27,24 @@ interface Session {
   refreshToken?: string;
 }
 
-/** Discovery and token calls trust the given CA bundle (base64 PEM), or the system roots without one. */
-async function configuration(flags: OIDCLoginFlags): Promise<oidc.Configuration> {
+/**
+ * Discovery and token calls trust the given CA bundle (base64 PEM), or the system roots without one. `close`
+ * ends their keep-alive connections, so the plugin exits as soon as it has answered.
+ */
+async function configuration(
+  flags: OIDCLoginFlags,
+): Promise<{ config: oidc.Configuration; close: () => Promise<void> }> {
   const options: oidc.DiscoveryRequestOptions = {};
+  let dispatcher: Agent | undefined;
   if (flags.caBundleData) {
-    const dispatcher = new Agent({
+    dispatcher = new Agent({
       connect: { ca: Buffer.from(flags.caBundleData, 'base64').toString('utf8') },
     });
-    options[oidc.customFetch] = (url, init) => undiciFetch(url, { ...(init as object), dispatcher });
+    const through = dispatcher;
+    options[oidc.customFetch] = (url, init) => undiciFetch(url, { ...(init as object), dispatcher: through });
   }
-  return oidc.discovery(new URL(flags.issuer), flags.clientId, undefined, oidc.None(), options);
+  const config = await oidc.discovery(new URL(flags.issuer), flags.clientId, undefined, oidc.None(), options);
+  return { config, close: async () => dispatcher?.close() };
 }
 
 function sessionOf(
@@ -136,18 +144,22 @@ export async function oidcLogin(
     session = await withFileLock(file, async () => {
       const meanwhile = readCache<Session>(file);
       if (meanwhile && usable(meanwhile)) return meanwhile;
-      const config = await configuration(flags);
-      let next: Session | undefined;
-      if (meanwhile?.refreshToken) {
-        try {
-          next = sessionOf(await oidc.refreshTokenGrant(config, meanwhile.refreshToken), meanwhile);
-        } catch (err) {
-          say(`the session could not be refreshed (${(err as Error).message}); logging in again`);
+      const { config, close } = await configuration(flags);
+      try {
+        let next: Session | undefined;
+        if (meanwhile?.refreshToken) {
+          try {
+            next = sessionOf(await oidc.refreshTokenGrant(config, meanwhile.refreshToken), meanwhile);
+          } catch (err) {
+            say(`the session could not be refreshed (${(err as Error).message}); logging in again`);
+          }
         }
+        next ??= await interactiveLogin(config, flags, say);
+        writeCache(file, next);
+        return next;
+      } finally {
+        await close();
       }
-      next ??= await interactiveLogin(config, flags, say);
-      writeCache(file, next);
-      return next;
     });
   }
   return credentialFor(session.idToken, flags, env, new Date(session.idTokenExpiry).toISOString());

@@ -5,13 +5,13 @@
 // processes exchange once, and reused until shortly before they expire.
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { request } from 'node:https';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import lockfile from 'proper-lockfile';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
+import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
 
 export const EXEC_API_VERSION = 'client.authentication.k8s.io/v1';
 /** A cached certificate is replaced this long before it expires, so kubectl never presents an expired one. */
@@ -75,38 +75,23 @@ function tokenOf(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): string {
   return token;
 }
 
-/** POSTs a TokenCredentialRequest to the proxy; the answer carries a certificate or "authentication failed". */
-function exchange(
+/** POSTs a TokenCredentialRequest to the proxy; the answer (201 either way) carries a certificate or a message. */
+async function exchange(
   endpoint: string,
   caPem: string | undefined,
   body: TokenCredentialRequest,
   path: string,
 ): Promise<ClusterCredential> {
-  return new Promise((done, fail) => {
-    const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`);
-    const req = request(
-      url,
-      { method: 'POST', headers: { 'content-type': 'application/json' }, ...(caPem ? { ca: caPem } : {}) },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => {
-          let answer: TokenCredentialRequest | undefined;
-          try {
-            answer = JSON.parse(text) as TokenCredentialRequest;
-          } catch {
-            return fail(new Error(`exchange token: HTTP ${res.statusCode} with a body that is not JSON`));
-          }
-          const credential = answer.status?.credential;
-          if (credential) return done(credential);
-          fail(new Error(`exchange token: ${answer.status?.message ?? `HTTP ${res.statusCode}`}`));
-        });
-      },
-    );
-    req.on('error', (err) => fail(new Error(`exchange token: ${err.message}`, { cause: err })));
-    req.end(JSON.stringify(body));
-  });
+  let answer: TokenCredentialRequest;
+  try {
+    const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`).toString();
+    answer = (await httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) }))
+      .json as TokenCredentialRequest;
+  } catch (err) {
+    throw new Error(`exchange token: ${(err as Error).message}`, { cause: err });
+  }
+  if (answer.status?.credential) return answer.status.credential;
+  throw new Error(`exchange token: ${answer.status?.message ?? 'the answer has no credential'}`);
 }
 
 /** Whether something expiring at `expires` (an RFC 3339 time or ms) is still good enough to hand out. */
@@ -275,6 +260,7 @@ Examples (kubectl runs these from a kubeconfig; see sealion get kubeconfig):
     .action(async (flags: StaticLoginFlags) => {
       checkExchangeFlags(flags);
       process.stdout.write(`${JSON.stringify(await staticLogin(flags, process.env))}\n`);
+      await closeHttpsPools();
     });
   exchangeOptions(
     login
@@ -307,6 +293,7 @@ Examples:
       const { oidcLogin } = await import('./login-oidc.ts');
       const credential = await oidcLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`));
       process.stdout.write(`${JSON.stringify(credential)}\n`);
+      await closeHttpsPools();
     });
   return login;
 }

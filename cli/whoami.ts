@@ -1,9 +1,9 @@
 // `sealion whoami`: asks the impersonation proxy who it takes the caller to be (WhoAmIRequest), with whatever
 // credentials the kubeconfig gives, exec plugins included.
-import { request } from 'node:https';
 import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
+import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
 
 export interface WhoamiFlags {
   kubeconfig: string;
@@ -21,31 +21,27 @@ export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
     `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
     server.endsWith('/') ? server : `${server}/`,
   );
-  const options: Parameters<typeof request>[1] = {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-  };
-  // Adds the CA, the client certificate or token, running the exec plugin when the kubeconfig names one.
-  await config.applyToHTTPSOptions(options);
+  // The CA, and the client certificate or token, running the exec plugin when the kubeconfig names one.
+  const tls: { ca?: unknown; cert?: unknown; key?: unknown; headers?: Record<string, string> } = {};
+  await config.applyToHTTPSOptions(tls as never);
   const body: WhoAmIRequest = { apiVersion: `${group}/${VERSION}`, kind: 'WhoAmIRequest', spec: {} };
-  return new Promise((done, fail) => {
-    const req = request(url, options, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (text += chunk));
-      res.on('end', () => {
-        try {
-          const answer = JSON.parse(text) as WhoAmIRequest & { message?: string };
-          if (answer.status?.kubernetesUserInfo) return done(answer.status.kubernetesUserInfo);
-          fail(new Error(`whoami: HTTP ${res.statusCode}: ${answer.message ?? text.slice(0, 200)}`));
-        } catch {
-          fail(new Error(`whoami: HTTP ${res.statusCode}: the answer is not JSON; is this a Sealion proxy?`));
-        }
-      });
-    });
-    req.on('error', (err) => fail(new Error(`whoami: ${err.message}`, { cause: err })));
-    req.end(JSON.stringify(body));
-  });
+  // client-node hands PEM over as strings or Buffers.
+  const pem = (v: unknown): string | undefined =>
+    Buffer.isBuffer(v) ? v.toString('utf8') : typeof v === 'string' ? v : undefined;
+  const answer = (
+    await httpsJSON(url.toString(), {
+      method: 'POST',
+      body,
+      ...(tls.ca ? { caBundlePem: pem(tls.ca)! } : {}),
+      ...(tls.cert && tls.key ? { clientCert: { certPem: pem(tls.cert)!, keyPem: pem(tls.key)! } } : {}),
+      ...(tls.headers ? { headers: tls.headers } : {}),
+    }).catch((err: unknown) => {
+      throw new Error(`whoami: ${(err as Error).message}`, { cause: err });
+    })
+  ).json as WhoAmIRequest;
+  if (!answer.status?.kubernetesUserInfo)
+    throw new Error('whoami: the answer names no user; is this a Sealion proxy?');
+  return answer.status.kubernetesUserInfo;
 }
 
 export function whoamiCommand(): Command {
@@ -60,6 +56,7 @@ export function whoamiCommand(): Command {
     )
     .action(async (flags: WhoamiFlags) => {
       const info = await whoami(flags);
+      await closeHttpsPools();
       if (flags.output === 'json') return void process.stdout.write(`${JSON.stringify(info, null, 2)}\n`);
       const lines = [`Username: ${info.user.username}`, `Groups:   ${(info.user.groups ?? []).join(', ')}`];
       for (const [key, values] of Object.entries(info.user.extra ?? {}))

@@ -8,6 +8,10 @@ export interface HttpsRequest {
   method?: 'GET' | 'POST';
   /** PEM bundle to trust instead of the system roots. Default: the system roots. */
   caBundlePem?: string;
+  /** A client certificate to present (mutual TLS). Default: none. */
+  clientCert?: { certPem: string; keyPem: string };
+  /** Extra request headers (for example a bearer token). Default: none. */
+  headers?: Record<string, string>;
   /** Whole-exchange deadline. Default: 10 s. */
   timeoutMs?: number;
   /** Largest response body accepted. Default: 1 MiB. */
@@ -30,15 +34,23 @@ export class HttpsError extends SealionError {
   }
 }
 
-/** Pools are keyed by CA bundle; a handful of authenticators share a handful of pools. */
+/** Pools are keyed by CA bundle and client certificate; a handful of authenticators share a handful of pools. */
 const pools = new Map<string, Dispatcher>();
 
-function poolFor(caBundlePem: string | undefined): Dispatcher {
-  const key = caBundlePem ? createHash('sha256').update(caBundlePem).digest('hex') : 'system';
+function poolFor(caBundlePem: string | undefined, clientCert: HttpsRequest['clientCert']): Dispatcher {
+  const key = createHash('sha256')
+    .update(caBundlePem ?? 'system')
+    .update('\0')
+    .update(clientCert?.certPem ?? '')
+    .digest('hex');
   let pool = pools.get(key);
   if (!pool) {
     pool = new Agent({
-      connect: { ...(caBundlePem ? { ca: caBundlePem } : {}), minVersion: 'TLSv1.2' },
+      connect: {
+        ...(caBundlePem ? { ca: caBundlePem } : {}),
+        ...(clientCert ? { cert: clientCert.certPem, key: clientCert.keyPem } : {}),
+        minVersion: 'TLSv1.2',
+      },
       keepAliveTimeout: 30_000,
     });
     pools.set(key, pool);
@@ -59,9 +71,10 @@ export async function httpsJSON(
   try {
     const res = await request(url, {
       method: req.method ?? 'GET',
-      dispatcher: poolFor(req.caBundlePem),
+      dispatcher: poolFor(req.caBundlePem, req.clientCert),
       signal,
       headers: {
+        ...req.headers,
         accept: 'application/json',
         ...(req.body === undefined ? {} : { 'content-type': 'application/json' }),
       },
@@ -107,4 +120,11 @@ export async function httpsJSON(
         : String(err);
     throw new HttpsError('Network', reason, undefined, err);
   }
+}
+
+/** Closes the keep-alive pools, so that a one-shot process (a CLI command) exits at once instead of idling. */
+export async function closeHttpsPools(): Promise<void> {
+  const all = [...pools.values()];
+  pools.clear();
+  await Promise.all(all.map((pool) => pool.close()));
 }
