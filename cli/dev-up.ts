@@ -22,6 +22,7 @@ import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { addCluster } from './cluster.ts';
 import { getKubeconfig } from './get-kubeconfig.ts';
+import { DEFAULT_OIDC_CLIENT_ID } from './login.ts';
 import { AGENT_NAME, CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from './manifests/install.ts';
 
 const DEMO_USER = 'demo@sealion.dev';
@@ -80,7 +81,12 @@ export async function devUp(): Promise<void> {
     startCluster({ name: `sealion-${EDGE}`, log, controllerManager: false }).then((c) => (running.edge = c)),
   ]);
   log('starting the concierge, the local load balancer and a local OIDC issuer');
-  const issuer = (running.issuer = await startOIDCIssuer({ audience: 'sealion-dev' }));
+  // The CLI's OIDC client ID is the audience, so `sealion get kubeconfig` with OIDC login works here as it is;
+  // the local issuer logs the demo user in without asking.
+  const issuer = (running.issuer = await startOIDCIssuer({
+    audience: DEFAULT_OIDC_CLIENT_ID,
+    login: { username: DEMO_USER, groups: [DEMO_GROUP] },
+  }));
   const namespace = DEFAULT_INSTALL.namespace;
   const created = await cluster.kubectl(['create', 'namespace', namespace]);
   if (created.code !== 0) throw new Error(`creating namespace ${namespace}: ${created.stderr}`);
@@ -117,7 +123,7 @@ export async function devUp(): Promise<void> {
     `--from-literal=config.yaml=${config}`,
   ]);
   if (configured.code !== 0) throw new Error(`creating the concierge ConfigMap: ${configured.stderr}`);
-  await applyJWTAuthenticator(cluster, 'demo', issuer, 'sealion-dev');
+  await applyJWTAuthenticator(cluster, 'demo', issuer, DEFAULT_OIDC_CLIENT_ID);
   const readNamespaces: string[][] = [
     ['create', 'namespace', DEMO_NAMESPACE],
     ['create', 'clusterrole', 'namespace-reader', '--verb=get,list,watch', '--resource=namespaces'],
@@ -254,6 +260,8 @@ And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out
 Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows the agent):
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
   kubectl --kubeconfig ${cluster.kubeconfigPath} get clusters
+An OIDC login instead of the fixed demo token (open the URL it prints; the local issuer signs the demo user in):
+  npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} > .sealion/oidc.kubeconfig
 
 Press Ctrl-C to stop; everything started here is removed.`);
 }
