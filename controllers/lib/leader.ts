@@ -11,6 +11,8 @@ export const LEASE_SECONDS = 15;
 const RENEW_MS = 5_000;
 /** How often a follower looks at the Lease. */
 const RETRY_MS = 2_000;
+/** How long a stop waits to release the Lease. */
+const RELEASE_TIMEOUT_MS = 5_000;
 /** A leader that has not renewed for this long stops writing, well before its Lease could be taken. */
 const STEP_DOWN_AFTER_MS = (LEASE_SECONDS * 1000 * 2) / 3;
 
@@ -87,16 +89,29 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
     async stop() {
       stopped = true;
       clearTimeout(timer);
-      await round;
-      if (!leading) return;
+      const release = (async () => {
+        await round;
+        if (!leading) return;
+        setLeading(false);
+        try {
+          const lease = await opts.leases.get();
+          if (lease?.holder === opts.identity)
+            await opts.leases.replace({ ...lease, holder: '', renewTime: now() });
+        } catch (err) {
+          opts.log.warn({ err: (err as Error).message }, 'leader election: could not release the lease');
+        }
+      })();
+      // Releasing is a courtesy that saves the others the Lease's duration; a stop never waits on a dead API server.
+      let timeout: NodeJS.Timeout | undefined;
+      const gaveUp = new Promise<void>((done) => {
+        timeout = setTimeout(() => {
+          opts.log.warn('leader election: the lease was not released in time; it expires on its own');
+          done();
+        }, RELEASE_TIMEOUT_MS);
+      });
+      await Promise.race([release, gaveUp]);
+      clearTimeout(timeout);
       setLeading(false);
-      try {
-        const lease = await opts.leases.get();
-        if (lease?.holder === opts.identity)
-          await opts.leases.replace({ ...lease, holder: '', renewTime: now() });
-      } catch (err) {
-        opts.log.warn({ err: (err as Error).message }, 'leader election: could not release the lease');
-      }
     },
   };
 }

@@ -116,8 +116,10 @@ function startProcess(dir: string, name: string, binary: string, args: string[])
   const logPath = join(dir, `${name}.log`);
   writeFileSync(logPath, '');
   const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
-  // Not detached: Ctrl-C on `npm run cluster` reaches the servers too.
-  const child = spawn(cmd, argv, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and etcd must not die
+  // before the processes that still talk to the API server while they shut down (a concierge releasing its
+  // Lease). Our process stops the servers in order; if it dies instead, setpriv's death signal takes them.
+  const child = spawn(cmd, argv, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   const append = (chunk: Buffer): void => writeFileSync(logPath, chunk, { flag: 'a' });
   child.stdout?.on('data', append);
   child.stderr?.on('data', append);
