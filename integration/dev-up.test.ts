@@ -12,6 +12,8 @@ describe('npm start (sealion dev up)', () => {
     const child = spawn(process.execPath, [join(REPO_ROOT, 'cli/main.ts'), 'dev', 'up'], {
       cwd: REPO_ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
+      // Its own process group, so that Ctrl-C can be sent as a terminal sends it: to the whole group.
+      detached: true,
     });
     const { output } = await waitForOutput(child, /Press Ctrl-C/);
     const clusterDir = /--kubeconfig (\/\S+)\/admin\.kubeconfig/.exec(output)![1]!;
@@ -35,7 +37,7 @@ describe('npm start (sealion dev up)', () => {
     }
     expect(processesUsing(clusterDir).length).toBeGreaterThan(0);
     const exited = new Promise<number | null>((done) => child.once('exit', done));
-    child.kill('SIGINT');
+    process.kill(-child.pid!, 'SIGINT');
     expect(await exited).toBe(0);
     expect(processesUsing(clusterDir)).toEqual([]);
   }, 180_000);
