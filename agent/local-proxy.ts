@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { Agent } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
-import { statusBody } from '../lib/status-body.ts';
+import { rawStatusResponse, statusBody } from '../lib/status-body.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -80,9 +80,7 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
           });
           res.end(body);
         } else if (!res.destroyed) {
-          res.end(
-            `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-          );
+          res.end(rawStatusResponse(502, message));
         }
       },
     },

@@ -1,5 +1,6 @@
 // The Kubernetes Status object that every error Sealion makes itself carries (the proxy's and the agent's), as
 // kubectl and client-go expect.
+import { STATUS_CODES } from 'node:http';
 
 const REASONS: Record<number, string> = {
   400: 'BadRequest',
@@ -30,4 +31,16 @@ export function statusBody(code: number, message: string, details?: object): str
     ...(details ? { details } : {}),
     code,
   });
+}
+
+/**
+ * A whole HTTP/1.1 response carrying a Status, for a raw socket: an upgrade refused or failed, or a request too
+ * malformed to reach an HTTP handler. The connection closes after it.
+ */
+export function rawStatusResponse(code: number, message: string): string {
+  const body = statusBody(code, message);
+  return (
+    `HTTP/1.1 ${code} ${STATUS_CODES[code] ?? 'Error'}\r\ncontent-type: application/json\r\n` +
+    `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+  );
 }

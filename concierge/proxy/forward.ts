@@ -11,7 +11,7 @@ import { isIP, type Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Request } from './authenticate.ts';
-import { statusBody, writeStatus, type Response } from './status.ts';
+import { rawStatusResponse, writeStatus, type Response } from './status.ts';
 
 /**
  * The API server ends its own short requests after 60 s; the proxy waits a little longer so the API server's
@@ -75,7 +75,7 @@ export interface Forwarder {
 }
 
 /** Whether the caller sent a request body (possibly empty) that must be streamed on. */
-function hasBody(req: Request): boolean {
+export function hasBody(req: Request): boolean {
   if ('stream' in req) return !req.stream.endAfterHeaders;
   const length = req.headers['content-length'];
   return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
@@ -117,10 +117,7 @@ export function newForwarder(upstream: Upstream): Forwarder {
 
   const upstreamHeaders = (plan: ForwardPlan): Record<string, string | string[]> => {
     const headers = plan.headers as Record<string, string | string[]>;
-    // The pool sets the upstream's own authority; Expect is answered by our own server. cleanHeaders already
-    // leaves both out, so the deletes (which make the object slower for the rest of its life) rarely run.
-    if (headers['host'] !== undefined) delete headers['host'];
-    if (headers['expect'] !== undefined) delete headers['expect'];
+    // Host and Expect are already gone: cleanHeaders, which builds every plan's headers, leaves them out.
     const token = plan.passthrough ? undefined : upstream.credentials.token?.();
     if (token) headers['authorization'] = `Bearer ${token}`;
     return headers;
@@ -145,10 +142,7 @@ export function newForwarder(upstream: Upstream): Forwarder {
           if ('writeHead' in res) writeStatus(res, code, message);
           else if (!res.destroyed) {
             // A failed upgrade: answer on the raw socket, then close it.
-            const body = statusBody(code, message);
-            res.end(
-              `HTTP/1.1 ${code} ${code === 504 ? 'Gateway Timeout' : 'Bad Gateway'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-            );
+            res.end(rawStatusResponse(code, message));
           }
         },
       },

@@ -1,6 +1,6 @@
 // The request path: health → TokenCredentialRequest (anonymous) → authenticate → WhoAmIRequest → header
 // hygiene and impersonation → forward. One log line and one set of metrics per request, never a token.
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ApiGroups } from '../../apis/groups.ts';
 import { VERSION } from '../../apis/groups.ts';
@@ -21,7 +21,7 @@ import {
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestInfo } from './request-info.ts';
-import { send, statusBody, UNAUTHORIZED, writeStatus, type Response } from './status.ts';
+import { rawStatusResponse, send, UNAUTHORIZED, writeStatus, type Response } from './status.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;
@@ -219,10 +219,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, original);
     const refuse = (code: number, message: string): void => {
       finish(code);
-      const body = statusBody(code, message);
-      socket.end(
-        `HTTP/1.1 ${code} ${STATUS_CODES[code] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-      );
+      socket.end(rawStatusResponse(code, message));
     };
     if (!deps.serving()) return refuse(503, NOT_SERVING);
     const identity = await deps.authenticator.authenticate(req);

@@ -9,7 +9,7 @@ import {
 } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
-import { statusBody } from './status.ts';
+import { rawStatusResponse } from './status.ts';
 
 /** TLS 1.2 suites with forward secrecy and AEAD; TLS 1.3 suites are all AEAD. */
 export const CIPHERS = [
@@ -82,16 +82,13 @@ export function newProxyServer(
   http1.on('clientError', (err: Error & { code?: string }, socket: Socket) => {
     // Malformed HTTP: answer with a Status when the socket still can, then drop it. Nothing reaches the handler.
     if (!socket.writable) return void socket.destroy();
-    const [code, text, message] =
+    const [code, message] =
       err.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'Request Header Fields Too Large', `request headers over ${MAX_HEADER_BYTES} bytes`]
+        ? [431, `request headers over ${MAX_HEADER_BYTES} bytes`]
         : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-          ? [408, 'Request Timeout', 'request headers not received in time']
-          : [400, 'Bad Request', 'malformed HTTP request'];
-    const body = statusBody(code, message);
-    socket.end(
-      `HTTP/1.1 ${code} ${text}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-    );
+          ? [408, 'request headers not received in time']
+          : [400, 'malformed HTTP request'];
+    socket.end(rawStatusResponse(code, message));
   });
   const http2 = createHttp2Server(
     { settings: { maxConcurrentStreams: 250, maxHeaderListSize: MAX_HEADER_BYTES } },

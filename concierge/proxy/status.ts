@@ -1,9 +1,9 @@
 // Errors the proxy makes itself are Kubernetes Status objects, as kubectl and client-go expect.
 import type { Http2ServerResponse } from 'node:http2';
 import type { ServerResponse } from 'node:http';
-import { statusBody } from '../../lib/status-body.ts';
+import { rawStatusResponse, statusBody } from '../../lib/status-body.ts';
 
-export { statusBody };
+export { rawStatusResponse, statusBody };
 
 export type Response = ServerResponse | Http2ServerResponse;
 

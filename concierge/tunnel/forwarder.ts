@@ -1,20 +1,13 @@
 // Forwarding to a cluster through its agent's tunnel: HTTP/1.1 over tunnel streams (lib/tunnel.ts), to the agent's
 // local proxy, which adds the agent's own credential. The hub's forwarding credential never goes into a tunnel:
 // the agent sees the impersonation headers and nothing else of the hub's.
-import {
-  request,
-  STATUS_CODES,
-  type IncomingMessage,
-  type OutgoingHttpHeaders,
-  type ServerResponse,
-} from 'node:http';
+import { request, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
 import type { TunnelClient } from '../../lib/tunnel.ts';
-import type { Request } from '../proxy/authenticate.ts';
-import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
-import { statusBody, writeStatus } from '../proxy/status.ts';
+import { hasBody, SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
+import { rawStatusResponse, writeStatus } from '../proxy/status.ts';
 
 /** Never copied either way: hop-by-hop, HTTP/2 pseudo-headers, and credentials. */
 const DROPPED = new Set([
@@ -50,12 +43,6 @@ function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
   return headers;
 }
 
-function hasBody(req: Request): boolean {
-  if ('stream' in req) return !req.stream.endAfterHeaders;
-  const length = req.headers['content-length'];
-  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
-}
-
 export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwarder {
   const upgradeProxy = createProxyMiddleware<IncomingMessage>({
     target: `http://${TUNNEL_HOST}`,
@@ -66,12 +53,8 @@ export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwa
     on: {
       error(err, _req, socket) {
         const { code, message } = failure(cluster, err);
-        const body = statusBody(code, message);
         if ('writeHead' in socket) return void writeStatus(socket, code, message);
-        if (!socket.destroyed)
-          socket.end(
-            `HTTP/1.1 ${code} ${STATUS_CODES[code]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-          );
+        if (!socket.destroyed) socket.end(rawStatusResponse(code, message));
       },
     },
   });

@@ -14,6 +14,7 @@ import type { Informer } from '../../lib/informer.ts';
 import { apiStatusCode, type KubeClients } from '../../lib/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import { issueCert, loadCA, newCA, publicKeyFromCSR, type CertificateAuthority } from '../../lib/pki.ts';
+import { rawStatusResponse } from '../../lib/status-body.ts';
 import type { StatusWriter } from '../../lib/status-writer.ts';
 import { DEFAULT_MAX_STREAMS, newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
@@ -217,9 +218,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     socket.on('error', () => socket.destroy());
     const refuse = (code: number, problem: string): void => {
       log.warn({ problem }, 'tunnel refused');
-      socket.end(
-        `HTTP/1.1 ${code} ${code === 404 ? 'Not Found' : 'Unauthorized'}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`,
-      );
+      // The same answer for every refusal; the reason goes to the log.
+      socket.end(rawStatusResponse(code, code === 404 ? 'not found' : 'Unauthorized'));
     };
     if ((req.url ?? '').split('?')[0] !== '/connect') return refuse(404, `no tunnel at ${req.url}`);
     const peer = peerCluster(socket as TLSSocket);
