@@ -1,6 +1,6 @@
 // The agent's identity in a Secret of its own cluster: written on registration and renewal, read at start, so a
 // restarted agent reconnects without a new bootstrap token.
-import { apiStatusCode, type KubeClients } from '../lib/kube.ts';
+import { apiStatusCode, readSecretData, type KubeClients } from '../lib/kube.ts';
 import type { AgentCredentials, CredentialStore } from './agent.ts';
 
 export function newSecretCredentialStore(
@@ -10,15 +10,9 @@ export function newSecretCredentialStore(
 ): CredentialStore {
   return {
     async load() {
-      try {
-        const secret = await clients.core.readNamespacedSecret({ name, namespace });
-        const field = (k: string): string => Buffer.from(secret.data?.[k] ?? '', 'base64').toString('utf8');
-        if (!field('tls.crt') || !field('tls.key') || !field('ca.crt')) return undefined;
-        return { certPem: field('tls.crt'), keyPem: field('tls.key'), caPem: field('ca.crt') };
-      } catch (err) {
-        if (apiStatusCode(err) === 404) return undefined;
-        throw err;
-      }
+      const data = await readSecretData(clients, namespace, name);
+      const [certPem, keyPem, caPem] = [data?.['tls.crt'], data?.['tls.key'], data?.['ca.crt']];
+      return certPem && keyPem && caPem ? { certPem, keyPem, caPem } : undefined;
     },
     async save(credentials: AgentCredentials) {
       const body = {

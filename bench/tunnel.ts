@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { newKubeClients } from '../lib/kube.ts';
+import { newKubeClients, readSecretData } from '../lib/kube.ts';
 import { issueCert, loadCA, spkiPin } from '../lib/pki.ts';
 import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
@@ -179,9 +179,8 @@ export async function benchTunnel(): Promise<void> {
     // 1,000 simulated agents: each a registered Cluster with its own certificate from the tunnel CA, holding an
     // mTLS WebSocket with a tunnel served on it. The concierge's memory is read before and after.
     log(`connecting ${AGENTS} simulated agents`);
-    const caSecret = await clients.core.readNamespacedSecret({ name: 'sealion-tunnel-ca', namespace: NS });
-    const field = (k: string): string => Buffer.from(caSecret.data?.[k] ?? '', 'base64').toString('utf8');
-    const tunnelCA = await loadCA(field('tls.crt'), field('tls.key'));
+    const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
+    const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
     const names = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
     await cluster.kubectl(['apply', '-f', '-'], {
       input: JSON.stringify({

@@ -20,24 +20,15 @@ export async function addCluster(
 ): Promise<{ token: string; pin: string; command: string; expires: Date }> {
   if (!DNS_LABEL.test(name))
     throw new Error(`${JSON.stringify(name)} is not a valid cluster name (a DNS label)`);
-  const { newKubeClients, apiStatusCode } = await import('../lib/kube.ts');
+  const { newKubeClients, apiStatusCode, readSecretData } = await import('../lib/kube.ts');
   const { createBootstrapToken } = await import('../lib/bootstrap.ts');
   const { spkiPin } = await import('../lib/pki.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-  let caPem: string;
-  try {
-    const secret = await clients.core.readNamespacedSecret({
-      name: 'sealion-tunnel-ca',
-      namespace: flags.namespace,
-    });
-    caPem = Buffer.from(secret.data?.['tls.crt'] ?? '', 'base64').toString('utf8');
-  } catch (err) {
-    if (apiStatusCode(err) !== 404) throw err;
+  const caPem = (await readSecretData(clients, flags.namespace, 'sealion-tunnel-ca'))?.['tls.crt'];
+  if (!caPem)
     throw new Error(
       `no tunnel CA in namespace ${flags.namespace}: is the concierge running there with its tunnel listener?`,
-      { cause: err },
     );
-  }
   const group = apiGroups(flags.groupSuffix).tunnel;
   try {
     await clients.customObjects.createClusterCustomObject({

@@ -381,21 +381,21 @@ export function newCoreInformer<T extends KubeObject>(
   log: Logger,
 ): Informer<T> {
   const everywhere = collection === 'nodes' || namespace === '';
-  const list = (
-    everywhere
-      ? {
-          nodes: () => clients.core.listNode(),
-          services: () => clients.core.listServiceForAllNamespaces(),
-          secrets: () => clients.core.listSecretForAllNamespaces(),
-          configmaps: () => clients.core.listConfigMapForAllNamespaces(),
-        }
-      : {
-          nodes: () => clients.core.listNode(),
-          services: () => clients.core.listNamespacedService({ namespace }),
-          secrets: () => clients.core.listNamespacedSecret({ namespace }),
-          configmaps: () => clients.core.listNamespacedConfigMap({ namespace }),
-        }
-  )[collection] as () => Promise<{ items: T[] }>;
+  const list = {
+    nodes: () => clients.core.listNode(),
+    services: () =>
+      everywhere
+        ? clients.core.listServiceForAllNamespaces()
+        : clients.core.listNamespacedService({ namespace }),
+    secrets: () =>
+      everywhere
+        ? clients.core.listSecretForAllNamespaces()
+        : clients.core.listNamespacedSecret({ namespace }),
+    configmaps: () =>
+      everywhere
+        ? clients.core.listConfigMapForAllNamespaces()
+        : clients.core.listNamespacedConfigMap({ namespace }),
+  }[collection] as () => Promise<{ items: T[] }>;
   const path = everywhere ? `/api/v1/${collection}` : `/api/v1/namespaces/${namespace}/${collection}`;
   return newInformer<T>(clients.config, { path, list }, log);
 }
@@ -460,4 +460,21 @@ export function newObjectWriter(clients: KubeClients, fieldManager: string): Obj
       }
     },
   };
+}
+
+/** A Secret's data, decoded to text; undefined when the Secret does not exist. */
+export async function readSecretData(
+  clients: KubeClients,
+  namespace: string,
+  name: string,
+): Promise<Record<string, string> | undefined> {
+  try {
+    const secret = await clients.core.readNamespacedSecret({ name, namespace });
+    return Object.fromEntries(
+      Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]),
+    );
+  } catch (err) {
+    if (apiStatusCode(err) === 404) return undefined;
+    throw err;
+  }
 }

@@ -11,7 +11,7 @@ import { createWebSocketStream, WebSocketServer } from 'ws';
 import type { Cluster, ClusterStatus } from '../../apis/tunnel.ts';
 import { redeemBootstrapToken, RedeemError } from '../../lib/bootstrap.ts';
 import type { Informer } from '../../lib/informer.ts';
-import { apiStatusCode, type KubeClients } from '../../lib/kube.ts';
+import { apiStatusCode, readSecretData, type KubeClients } from '../../lib/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import { issueCert, loadCA, newCA, publicKeyFromCSR, type CertificateAuthority } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/status-body.ts';
@@ -55,14 +55,8 @@ export interface TunnelListener {
 /** The tunnel CA: created once (by whichever replica comes first) and kept in a Secret. */
 async function ensureTunnelCA(clients: KubeClients, namespace: string): Promise<CertificateAuthority> {
   const read = async (): Promise<CertificateAuthority | undefined> => {
-    try {
-      const secret = await clients.core.readNamespacedSecret({ name: TUNNEL_CA_SECRET, namespace });
-      const field = (k: string): string => Buffer.from(secret.data?.[k] ?? '', 'base64').toString('utf8');
-      return await loadCA(field('tls.crt'), field('tls.key'));
-    } catch (err) {
-      if (apiStatusCode(err) === 404) return undefined;
-      throw err;
-    }
+    const data = await readSecretData(clients, namespace, TUNNEL_CA_SECRET);
+    return data ? loadCA(data['tls.crt'] ?? '', data['tls.key'] ?? '') : undefined;
   };
   const existing = await read();
   if (existing) return existing;
