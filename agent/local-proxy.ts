@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { Agent } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
+import { clientCertChain } from '../lib/pem.ts';
 import { rawStatusResponse, statusBody } from '../lib/status-body.ts';
 
 export interface LocalUpstream {
@@ -31,7 +32,7 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
     keepAlive: true,
     maxFreeSockets: 16,
     ...(upstream.caPem ? { ca: upstream.caPem } : {}),
-    ...(upstream.certPem ? { cert: upstream.certPem, key: upstream.keyPem } : {}),
+    ...(upstream.certPem ? { cert: clientCertChain(upstream.certPem), key: upstream.keyPem } : {}),
   });
   const rewrite = (req: IncomingMessage): void => {
     for (const name of Object.keys(req.headers)) {

@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { clientCertChain } from '../lib/pem.ts';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { processesUsing } from '../integration/harness/processes.ts';
@@ -73,7 +74,8 @@ export function http2Fetcher(
   tls: { ca: string; cert?: string; key?: string },
   headers: OutgoingHttpHeaders = {},
 ): Target {
-  const session = http2Connect(base, tls);
+  // Exactly the client certificate, as kubectl sends it (see clientCertChain).
+  const session = http2Connect(base, tls.cert ? { ...tls, cert: clientCertChain(tls.cert) } : tls);
   session.unref();
   return {
     name,

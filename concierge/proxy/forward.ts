@@ -12,6 +12,7 @@ import type { Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Request } from './authenticate.ts';
 import { rawStatusResponse, writeStatus, type Response } from './status.ts';
+import { clientCertChain } from '../../lib/pem.ts';
 
 /**
  * The API server ends its own short requests after 60 s; the proxy waits a little longer so the API server's
@@ -85,7 +86,7 @@ export function newForwarder(upstream: Upstream): Forwarder {
   // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
   const ca = upstream.credentials.caPem ? { ca: upstream.credentials.caPem } : {};
   const identity = upstream.credentials.certPem
-    ? { cert: upstream.credentials.certPem, key: upstream.credentials.keyPem }
+    ? { cert: clientCertChain(upstream.credentials.certPem), key: upstream.credentials.keyPem }
     : {};
   const contexts = {
     withIdentity: createSecureContext({ ...ca, ...identity }),
