@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { Agent as HttpAgent, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { connect as http2Connect } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +13,7 @@ import { clientCertChain } from '../lib/pem.ts';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { processesUsing } from '../integration/harness/processes.ts';
-import { applyJWTAuthenticator, FORWARDING_USER } from '../integration/harness/concierge.ts';
+import { applyJWTAuthenticator, FORWARDING_SERVICE_ACCOUNT } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
 import {
@@ -93,6 +93,32 @@ export function http2Fetcher(
   };
 }
 
+/**
+ * The API server's CPU profile over the next SECONDS (rounded down, at least 1; pprof counts whole seconds),
+ * written to `file`. The measurement's warm-up falls inside it too.
+ */
+async function fetchPprof(cluster: Cluster, admin: { certPem: string; keyPem: string }, file: string) {
+  const seconds = Math.max(1, Math.floor(SECONDS));
+  const profile = await new Promise<Buffer>((done, fail) => {
+    const req = httpsRequest(
+      `${cluster.url}/debug/pprof/profile?seconds=${seconds}`,
+      { ca: cluster.ca.certPem, cert: clientCertChain(admin.certPem), key: admin.keyPem },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          res.statusCode === 200
+            ? done(Buffer.concat(chunks))
+            : fail(new Error(`pprof: HTTP ${res.statusCode}`)),
+        );
+      },
+    );
+    req.on('error', fail);
+    req.end();
+  });
+  writeFileSync(file, profile);
+}
+
 export function lines(child: ChildProcess): AsyncIterator<string> {
   return createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
 }
@@ -121,7 +147,14 @@ export async function prepareBenchData(cluster: Cluster, issuer: TestIssuer): Pr
 
 export async function benchProxy(): Promise<void> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
-  const cluster = await startCluster({ name: 'bench', controllerManager: false, log });
+  const profileDir = process.env['BENCH_PROFILE_DIR'];
+  // With BENCH_PROFILE_DIR the API server serves pprof too, for its side of each measurement.
+  const cluster = await startCluster({
+    name: 'bench',
+    controllerManager: false,
+    log,
+    ...(profileDir ? { apiserverArgs: ['--profiling=true'] } : {}),
+  });
   const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
   const children: ChildProcess[] = [];
   try {
@@ -170,16 +203,29 @@ export async function benchProxy(): Promise<void> {
       organizations: ['system:masters'],
       usage: 'client',
     });
-    const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
+    // The concierge's own forwarding identity, a service account (serve-proxy.ts).
+    const forwarding = await cluster.kubectl([
+      'create',
+      'token',
+      FORWARDING_SERVICE_ACCOUNT,
+      '-n',
+      'kube-system',
+      '--duration=1h',
+    ]);
+    if (forwarding.code !== 0) throw new Error(`creating a forwarding token: ${forwarding.stderr}`);
     const targets: Target[] = [
       http2Fetcher('direct', cluster.url, { ca: cluster.ca.certPem, cert: admin.certPem, key: admin.keyPem }),
       // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
-      // a direct client that sends the same Impersonate-* headers Sealion sends.
+      // a direct client with the concierge's identity that sends the same Impersonate-* headers Sealion sends.
       http2Fetcher(
         'direct impersonating',
         cluster.url,
-        { ca: cluster.ca.certPem, cert: forwarding.certPem, key: forwarding.keyPem },
-        { 'impersonate-user': 'bench-user', 'impersonate-group': ['bench', 'system:authenticated'] },
+        { ca: cluster.ca.certPem },
+        {
+          authorization: `Bearer ${forwarding.stdout.trim()}`,
+          'impersonate-user': 'bench-user',
+          'impersonate-group': ['bench', 'system:authenticated'],
+        },
       ),
       { ...http1Fetcher('kubectl proxy', kubectlProxyURL), pid: kubectlProxy.pid! },
       {
@@ -285,18 +331,20 @@ export async function benchProxy(): Promise<void> {
       for (const concurrency of [1, 32]) {
         for (const t of targets) {
           const cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
-          // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement, for
-          // chrome://inspect or speedscope.
-          const profile = t.pid === server.pid && process.env['BENCH_PROFILE_DIR'];
-          if (profile)
-            await ask(
-              `profile ${join(profile, `${op}-c${concurrency}-${t.name.replace(/\W+/g, '-')}.cpuprofile`)}`,
-            );
+          // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
+          // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
+          const profileName = `${op}-c${concurrency}-${t.name.replace(/\W+/g, '-')}`;
+          if (profileDir && t.pid === server.pid)
+            await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
+          const apiserverProfile = profileDir
+            ? fetchPprof(cluster, admin, join(profileDir, `${profileName}.apiserver.pprof`))
+            : undefined;
           const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(path), {
             seconds: SECONDS,
             concurrency,
           });
-          if (profile) await ask('profile-end');
+          if (profileDir && t.pid === server.pid) await ask('profile-end');
+          await apiserverProfile;
           // Includes the warm-up requests, which measure() does not count in m.ops.
           const requests = m.ops + WARMUP;
           const proxyCpuUs = t.pid ? ((cpuSeconds(t.pid) - cpuBefore.proxy) * 1e6) / requests : 0;

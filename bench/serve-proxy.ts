@@ -12,12 +12,16 @@ import { startLocalConcierge } from '../integration/harness/concierge.ts';
 
 const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
 const kubeconfigPath = join(dir, 'admin.kubeconfig');
-const proxy = await startLocalConcierge({
-  url,
-  kubeconfigPath,
-  ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
-  kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
-});
+// Forwarding with a service-account token, as a concierge in a cluster does.
+const proxy = await startLocalConcierge(
+  {
+    url,
+    kubeconfigPath,
+    ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
+    kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
+  },
+  { forwardAs: 'serviceaccount' },
+);
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
 const inspector = new Session();
 let profileFile: string | undefined;

@@ -17,7 +17,8 @@ const proxy = await startLocalConcierge(
     ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
     kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
   },
-  { tunnel: { port: 0, namespace } },
+  // Forwarding with a service-account token, as a concierge in a cluster does.
+  { tunnel: { port: 0, namespace }, forwardAs: 'serviceaccount' },
 );
 console.log(
   JSON.stringify({

@@ -1,15 +1,14 @@
 // Who is calling: a client certificate from our signer CA, else a bearer token through the authenticator cache
 // (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
 // as it came, not impersonated), else nobody.
-import type { IncomingMessage } from 'node:http';
-import type { Http2ServerRequest } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
+import type { Request } from './exchange.ts';
 
-export type Request = IncomingMessage | Http2ServerRequest;
+export type { Request };
 
 export type Identity =
   /** Impersonated: the proxy forwards with its own credentials and Impersonate-* headers. */

@@ -6,12 +6,12 @@ import { Agent } from 'node:https';
 import type { ClientHttp2Stream } from 'node:http2';
 import { CANCEL, newH2Pool } from './h2-pool.ts';
 import { createSecureContext } from 'node:tls';
-import type { IncomingMessage, ServerResponse, OutgoingHttpHeaders } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { isIP, type Socket } from 'node:net';
-import type { Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Request } from './authenticate.ts';
-import { rawStatusResponse, writeStatus, type Response } from './status.ts';
+import { relayBody, type Response } from './exchange.ts';
+import { rawStatusResponse, writeStatus } from './status.ts';
 import { clientCertChain } from '../../lib/pem.ts';
 
 /**
@@ -182,25 +182,13 @@ export function newForwarder(upstream: Upstream): Forwarder {
             if (value !== undefined && name.charCodeAt(0) !== 58 /* ':' */ && !RESPONSE_HOP_BY_HOP.has(name))
               out[name] = value;
           }
-          (res as ServerResponse).writeHead(Number(answer[':status']), out);
+          res.writeHead(Number(answer[':status']), out);
           // A watch with no events yet has nothing to write: send the headers now, as the API server did, so the
           // client sees the watch established. (An HTTP/2 response sends its headers in writeHead already.)
           if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
-          // What pipe() does, with backpressure, minus its half-dozen listeners per request; the close, abort
-          // and error handling it would add is below.
-          stream.on('data', (chunk: Buffer) => {
-            if ((res as ServerResponse).write(chunk) || waiting) return;
-            waiting = true;
-            stream.pause();
-            res.once('drain', resume);
-          });
-          stream.on('end', () => res.end());
+          // The close, abort and error handling pipe() would add is below.
+          relayBody(stream, res);
         });
-        let waiting = false;
-        const resume = (): void => {
-          waiting = false;
-          stream.resume();
-        };
         stream.on('error', fail);
         // Cut off mid-body (a reset stream, a lost connection): the client must see a broken response, not a short one.
         // (Each of these events comes once per stream, so plain listeners do.)
@@ -218,7 +206,7 @@ export function newForwarder(upstream: Upstream): Forwarder {
           if (!stream.closed) stream.close(CANCEL);
           done();
         });
-        if (body) (req as unknown as Readable).pipe(stream);
+        if (body) req.pipe(stream);
       });
     },
     upgrade(req, socket, head, plan) {

@@ -2,13 +2,10 @@
 // connection to an HTTP/2 or an HTTP/1.1 server by the negotiated protocol. HTTP/1.1 carries the upgrades
 // (exec, attach, port-forward). Certificates and trusted client CAs are swapped live with updateTLS.
 import { createServer as createHttp1Server, type IncomingMessage, type ServerResponse } from 'node:http';
-import {
-  createServer as createHttp2Server,
-  type Http2ServerRequest,
-  type Http2ServerResponse,
-} from 'node:http2';
+import { createServer as createHttp2Server } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
+import { serveStream, type H2Request, type H2Response } from './exchange.ts';
 import { rawStatusResponse } from './status.ts';
 
 /** TLS 1.2 suites with forward secrecy and AEAD; TLS 1.3 suites are all AEAD. */
@@ -37,10 +34,7 @@ export interface ProxyTLS {
   clientCAPems: string[];
 }
 
-export type RequestHandler = (
-  req: IncomingMessage | Http2ServerRequest,
-  res: ServerResponse | Http2ServerResponse,
-) => void;
+export type RequestHandler = (req: IncomingMessage | H2Request, res: ServerResponse | H2Response) => void;
 export type UpgradeHandler = (req: IncomingMessage, socket: Socket, head: Buffer) => void;
 
 export interface ProxyServer {
@@ -90,9 +84,12 @@ export function newProxyServer(
           : [400, 'malformed HTTP request'];
     socket.end(rawStatusResponse(code, message));
   });
-  const http2 = createHttp2Server(
-    { settings: { maxConcurrentStreams: 250, maxHeaderListSize: MAX_HEADER_BYTES } },
-    onRequest,
+  // HTTP/2 on the core stream API, not the compatibility layer (exchange.ts says why).
+  const http2 = createHttp2Server({
+    settings: { maxConcurrentStreams: 250, maxHeaderListSize: MAX_HEADER_BYTES },
+  });
+  http2.on('stream', (stream, headers, _flags, rawHeaders: string[]) =>
+    serveStream(stream, headers, rawHeaders, onRequest),
   );
   http2.on('sessionError', () => {});
 

@@ -1,15 +1,13 @@
 // Errors the proxy makes itself are Kubernetes Status objects, as kubectl and client-go expect.
-import type { Http2ServerResponse } from 'node:http2';
-import type { ServerResponse } from 'node:http';
 import { rawStatusResponse, statusBody } from '../../lib/status-body.ts';
+import type { Response } from './exchange.ts';
 
 export { rawStatusResponse, statusBody };
-
-export type Response = ServerResponse | Http2ServerResponse;
+export type { Response };
 
 /** Sends a complete response with a body (HTTP/1 and HTTP/2 responses alike). */
 export function send(res: Response, code: number, contentType: string, body: string): void {
-  (res as ServerResponse).writeHead(code, {
+  res.writeHead(code, {
     'content-type': contentType,
     'content-length': Buffer.byteLength(body),
   });

@@ -1,12 +1,12 @@
 // Forwarding to a cluster through its agent's tunnel: HTTP/1.1 over tunnel streams (lib/tunnel.ts), to the agent's
 // local proxy, which adds the agent's own credential. The hub's forwarding credential never goes into a tunnel:
 // the agent sees the impersonation headers and nothing else of the hub's.
-import { request, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { request, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
 import type { TunnelClient } from '../../lib/tunnel.ts';
 import { hasBody, SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
+import { relayBody } from '../proxy/exchange.ts';
 import { rawStatusResponse, writeStatus } from '../proxy/status.ts';
 
 /** Never copied either way: hop-by-hop, HTTP/2 pseudo-headers, and credentials. */
@@ -80,9 +80,9 @@ export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwa
           const out: OutgoingHttpHeaders = {};
           for (const [name, value] of Object.entries(answer.headers))
             if (value !== undefined && !DROPPED.has(name)) out[name] = value;
-          (res as ServerResponse).writeHead(answer.statusCode ?? 502, out);
+          res.writeHead(answer.statusCode ?? 502, out);
           if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
-          answer.pipe(res as ServerResponse);
+          relayBody(answer, res);
           // Cut off mid-body (the agent went away): the client must see a broken response, not a short one.
           answer.once('aborted', () => res.destroy());
         });
@@ -97,7 +97,7 @@ export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwa
           if (!upstream.writableFinished || !res.writableFinished) upstream.destroy();
           done();
         });
-        if (body) (req as unknown as Readable).pipe(upstream);
+        if (body) req.pipe(upstream);
         else upstream.end();
       });
     },

@@ -22,6 +22,15 @@ export interface LocalConcierge {
 }
 
 export const FORWARDING_USER = 'sealion-impersonator';
+/** The service account that is the forwarding identity with `forwardAs: 'serviceaccount'`, in kube-system. */
+export const FORWARDING_SERVICE_ACCOUNT = 'sealion-concierge';
+
+/**
+ * Who the proxy forwards as. `certificate`: a client certificate of FORWARDING_USER, as a concierge run outside
+ * the cluster with a kubeconfig does. `serviceaccount`: a token of FORWARDING_SERVICE_ACCOUNT from the TokenRequest
+ * API, as a concierge in the cluster does; the API server then checks no certificate signature per request.
+ */
+export type ForwardAs = 'certificate' | 'serviceaccount';
 
 /** Applies Sealion's CRDs and waits until the API server serves them. */
 export async function installCRDs(cluster: Pick<Cluster, 'kubectl'>): Promise<void> {
@@ -78,7 +87,7 @@ function tunnelOptions(
 export type ClusterForConcierge = Pick<Cluster, 'url' | 'kubeconfigPath' | 'ca' | 'kubectl'>;
 
 /** Installs the CRDs and a forwarding identity that may only impersonate, as the install manifests do. */
-async function prepareCluster(cluster: ClusterForConcierge): Promise<Upstream> {
+async function prepareCluster(cluster: ClusterForConcierge, forwardAs: ForwardAs): Promise<Upstream> {
   await installCRDs(cluster);
   // The forwarding identity may impersonate and nothing else, as in the install manifests.
   const rbac = await cluster.kubectl(['apply', '-f', '-'], {
@@ -106,12 +115,35 @@ async function prepareCluster(cluster: ClusterForConcierge): Promise<Upstream> {
             kind: 'ClusterRole',
             name: 'sealion-test-impersonator',
           },
-          subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: FORWARDING_USER }],
+          subjects: [
+            { apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: FORWARDING_USER },
+            { kind: 'ServiceAccount', name: FORWARDING_SERVICE_ACCOUNT, namespace: 'kube-system' },
+          ],
+        },
+        {
+          apiVersion: 'v1',
+          kind: 'ServiceAccount',
+          metadata: { name: FORWARDING_SERVICE_ACCOUNT, namespace: 'kube-system' },
         },
       ],
     }),
   });
   if (rbac.code !== 0) throw new Error(`applying RBAC: ${rbac.stderr}`);
+
+  if (forwardAs === 'serviceaccount') {
+    // One token for the harness's lifetime; a concierge in a cluster reads its projected token, which rotates.
+    const created = await cluster.kubectl([
+      'create',
+      'token',
+      FORWARDING_SERVICE_ACCOUNT,
+      '-n',
+      'kube-system',
+      '--duration=24h',
+    ]);
+    if (created.code !== 0) throw new Error(`creating a forwarding token: ${created.stderr}`);
+    const token = created.stdout.trim();
+    return { url: new URL(cluster.url), credentials: { caPem: cluster.ca.certPem, token: () => token } };
+  }
 
   const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
   return {
@@ -128,9 +160,11 @@ export async function startLocalConcierge(
     metrics?: boolean;
     /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace`. */
     tunnel?: { port: number; namespace: string };
+    /** The forwarding identity. Default: `certificate`. */
+    forwardAs?: ForwardAs;
   } = {},
 ): Promise<LocalConcierge> {
-  const upstream = await prepareCluster(cluster);
+  const upstream = await prepareCluster(cluster, opts.forwardAs ?? 'certificate');
   const servingCA = await newCA('sealion-proxy-serving-ca');
   const signerCA = await newCA('sealion-proxy-signer-ca');
   const serving = await issueCert(servingCA, {
@@ -185,7 +219,7 @@ export async function startControlledConcierge(
     tunnelPort?: number;
   },
 ): Promise<ControlledConcierge> {
-  const upstream = await prepareCluster(cluster);
+  const upstream = await prepareCluster(cluster, 'certificate');
   const concierge = await startConcierge({
     clients: newKubeClients({ path: cluster.kubeconfigPath }),
     upstream,
