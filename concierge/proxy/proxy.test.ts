@@ -2,8 +2,15 @@
 // log says (and never says), the metrics, and the Status answers for upstream failures.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
-import { createSecureServer, type Http2SecureServer, type ServerHttp2Session } from 'node:http2';
-import type { IncomingHttpHeaders } from 'node:http';
+import {
+  connect as http2Connect,
+  constants,
+  createSecureServer,
+  type ClientHttp2Session,
+  type Http2SecureServer,
+  type ServerHttp2Session,
+} from 'node:http2';
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { connect as tlsConnect } from 'node:tls';
@@ -50,6 +57,8 @@ function dropUpstreamConnections(): void {
   upstreamSessions.clear();
 }
 let upstreamMode: 'ok' | 'hang' = 'ok';
+/** Upstream requests that closed before their answer was complete. */
+let upstreamCancelled = 0;
 const seen: IncomingHttpHeaders[] = [];
 /** Each request's header fields as sent, repeated fields separate. */
 const seenRaw: string[][] = [];
@@ -86,6 +95,16 @@ beforeAll(async () => {
   upstream = createSecureServer({ cert: upstreamCert.certPem, key: upstreamCert.keyPem }, (req, res) => {
     seen.push(req.headers);
     seenRaw.push(req.rawHeaders);
+    res.on('close', () => {
+      if (!res.writableEnded) upstreamCancelled++;
+    });
+    if (req.url === '/echo') {
+      // The request body back, as it arrived.
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => res.writeHead(200).end(Buffer.concat(chunks)));
+      return;
+    }
     if (upstreamMode === 'hang') return;
     res.writeHead(200, { 'content-type': 'application/json' }).end('{"kind":"NamespaceList","items":[]}');
   });
@@ -238,6 +257,112 @@ describe('what reaches the API server', () => {
     });
     expect(answer.status).toBe(401);
     expect(seen).toHaveLength(0);
+  });
+});
+
+describe('HTTP/2 clients, as kubectl connects', () => {
+  let session: ClientHttp2Session;
+  beforeAll(() => {
+    session = http2Connect(`https://127.0.0.1:${port}`, { ca: proxyCA.certPem });
+  });
+  afterAll(() => session.close());
+
+  /** One request on the shared connection: status, the response headers and the body. */
+  function call2(
+    headers: OutgoingHttpHeaders,
+    body?: string,
+  ): Promise<{ status: number; headers: IncomingHttpHeaders; body: string; continued: boolean }> {
+    return new Promise((done, fail) => {
+      const stream = session.request(headers, { endStream: body === undefined });
+      let continued = false;
+      let answer: IncomingHttpHeaders = {};
+      let text = '';
+      stream.on('continue', () => {
+        continued = true;
+        stream.end(body);
+      });
+      stream.on('response', (h) => (answer = h));
+      stream.setEncoding('utf8');
+      stream.on('data', (c: string) => (text += c));
+      stream.on('end', () =>
+        done({ status: Number(answer[':status']), headers: answer, body: text, continued }),
+      );
+      stream.on('error', fail);
+      if (body !== undefined && headers['expect'] === undefined) stream.end(body);
+    });
+  }
+
+  it('forwards with the proxy’s impersonation, the group fields kept apart', async () => {
+    const answer = await call2({
+      ':path': '/api/v1/namespaces',
+      authorization: 'Bearer alice-token',
+      'impersonate-user': 'bob',
+      'impersonate-group': 'ops',
+    });
+    expect(answer.status).toBe(200);
+    expect(answer.body).toContain('NamespaceList');
+    const raw = seenRaw.at(-1)!;
+    expect(valuesOf(raw, 'impersonate-user')).toEqual(['bob']);
+    expect(valuesOf(raw, 'impersonate-group')).toEqual(['ops', 'system:authenticated']);
+    expect(valuesOf(raw, 'authorization')).toEqual(['Bearer forwarding-identity-token']);
+  });
+
+  it('streams a request body to the API server and its answer back', async () => {
+    const body = JSON.stringify({ kind: 'ConfigMap', data: { k: 'v'.repeat(100_000) } });
+    const answer = await call2(
+      { ':method': 'POST', ':path': '/echo', authorization: 'Bearer alice-token' },
+      body,
+    );
+    expect(answer.status).toBe(200);
+    expect(answer.body).toBe(body);
+  });
+
+  it('answers 100 Continue to a client that waits for it before its body', async () => {
+    const answer = await call2(
+      { ':method': 'POST', ':path': '/echo', authorization: 'Bearer alice-token', expect: '100-continue' },
+      'payload',
+    );
+    expect(answer.continued).toBe(true);
+    expect(answer.body).toBe('payload');
+  });
+
+  it('answers HEAD with headers only', async () => {
+    const answer = await call2({
+      ':method': 'HEAD',
+      ':path': '/api/v1/namespaces',
+      authorization: 'Bearer alice-token',
+    });
+    expect(answer.status).toBe(200);
+    expect(answer.headers['content-type']).toBe('application/json');
+    expect(answer.body).toBe('');
+  });
+
+  it('answers 401 with a Status, and 400 for a path the API server could not route', async () => {
+    const unauthorized = await call2({ ':path': '/api/v1/namespaces', authorization: 'Bearer wrong' });
+    expect(unauthorized.status).toBe(401);
+    expect(JSON.parse(unauthorized.body)).toMatchObject({
+      kind: 'Status',
+      code: 401,
+      message: 'Unauthorized',
+    });
+    const malformed = await call2({ ':path': '/api/%zz', authorization: 'Bearer alice-token' });
+    expect(malformed.status).toBe(400);
+    expect(JSON.parse(malformed.body)).toMatchObject({ kind: 'Status', code: 400 });
+  });
+
+  it('cancels the API server request when the client resets its stream, and keeps serving', async () => {
+    upstreamMode = 'hang';
+    const cancelledBefore = upstreamCancelled;
+    const seenBefore = seen.length;
+    const stream = session.request({ ':path': '/api/v1/namespaces', authorization: 'Bearer alice-token' });
+    stream.on('error', () => {});
+    await eventually(() => expect(seen.length).toBe(seenBefore + 1));
+    stream.close(constants.NGHTTP2_CANCEL);
+    await eventually(() => expect(upstreamCancelled).toBe(cancelledBefore + 1));
+    upstreamMode = 'ok';
+    expect((await call2({ ':path': '/api/v1/namespaces', authorization: 'Bearer alice-token' })).status).toBe(
+      200,
+    );
   });
 });
 
