@@ -14,8 +14,11 @@ export interface Measurement {
   [extra: string]: unknown;
 }
 
-/** Requests each measurement sends before it starts the clock. */
-export const WARMUP = 200;
+/**
+ * How long each measurement runs its load before it starts the clock (BENCH_WARMUP_SECONDS): long enough for V8
+ * to have compiled the hot paths of a Node process, so a measurement shows a running proxy, not a starting one.
+ */
+export const WARMUP_SECONDS = Number(process.env['BENCH_WARMUP_SECONDS'] ?? 3);
 
 function percentile(sorted: number[], p: number): number {
   return sorted.length === 0
@@ -23,28 +26,35 @@ function percentile(sorted: number[], p: number): number {
     : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
-/** Runs `op` for `seconds` (after a warm-up) with `concurrency` loops in flight. */
+/**
+ * Runs `op` with `concurrency` loops in flight: for `warmupSeconds` (default WARMUP_SECONDS), then, after
+ * `onStart` (where callers read CPU counters), for `seconds` on the clock.
+ */
 export async function measure(
   name: string,
   op: (i: number) => Promise<unknown>,
-  opts: { seconds?: number; concurrency?: number } = {},
+  opts: { seconds?: number; concurrency?: number; warmupSeconds?: number; onStart?: () => unknown } = {},
 ): Promise<Measurement> {
   const seconds = opts.seconds ?? 2;
   const concurrency = opts.concurrency ?? 1;
-  for (let i = 0; i < WARMUP; i++) await op(i);
+  let i = 0;
+  const run = (runSeconds: number, latencies?: number[]): Promise<unknown> => {
+    const deadline = process.hrtime.bigint() + BigInt(Math.round(runSeconds * 1e9));
+    return Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (process.hrtime.bigint() < deadline) {
+          const t0 = process.hrtime.bigint();
+          await op(i++);
+          latencies?.push(Number(process.hrtime.bigint() - t0) / 1000);
+        }
+      }),
+    );
+  };
+  await run(opts.warmupSeconds ?? WARMUP_SECONDS);
+  await opts.onStart?.();
   const latencies: number[] = [];
   const started = process.hrtime.bigint();
-  const deadline = started + BigInt(Math.round(seconds * 1e9));
-  let i = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (process.hrtime.bigint() < deadline) {
-        const t0 = process.hrtime.bigint();
-        await op(i++);
-        latencies.push(Number(process.hrtime.bigint() - t0) / 1000);
-      }
-    }),
-  );
+  await run(seconds, latencies);
   const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
   latencies.sort((a, b) => a - b);
   return {

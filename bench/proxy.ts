@@ -21,7 +21,6 @@ import {
   measure,
   printComparison,
   saveResults,
-  WARMUP,
   type Measurement,
   type Row,
 } from './measure.ts';
@@ -95,7 +94,7 @@ export function http2Fetcher(
 
 /**
  * The API server's CPU profile over the next SECONDS (rounded down, at least 1; pprof counts whole seconds),
- * written to `file`. The measurement's warm-up falls inside it too.
+ * written to `file`.
  */
 async function fetchPprof(cluster: Cluster, admin: { certPem: string; keyPem: string }, file: string) {
   const seconds = Math.max(1, Math.floor(SECONDS));
@@ -330,25 +329,31 @@ export async function benchProxy(): Promise<void> {
     ] as const) {
       for (const concurrency of [1, 32]) {
         for (const t of targets) {
-          const cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+          let cpuBefore = { proxy: 0, apiserver: 0 };
           // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
           // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
           const profileName = `${op}-c${concurrency}-${t.name.replace(/\W+/g, '-')}`;
-          if (profileDir && t.pid === server.pid)
-            await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
-          const apiserverProfile = profileDir
-            ? fetchPprof(cluster, admin, join(profileDir, `${profileName}.apiserver.pprof`))
-            : undefined;
+          let apiserverProfile: Promise<void> | undefined;
           const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(path), {
             seconds: SECONDS,
             concurrency,
+            onStart: async () => {
+              if (profileDir && t.pid === server.pid)
+                await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
+              if (profileDir)
+                apiserverProfile = fetchPprof(
+                  cluster,
+                  admin,
+                  join(profileDir, `${profileName}.apiserver.pprof`),
+                );
+              cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+            },
           });
+          const cpuAfter = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
           if (profileDir && t.pid === server.pid) await ask('profile-end');
           await apiserverProfile;
-          // Includes the warm-up requests, which measure() does not count in m.ops.
-          const requests = m.ops + WARMUP;
-          const proxyCpuUs = t.pid ? ((cpuSeconds(t.pid) - cpuBefore.proxy) * 1e6) / requests : 0;
-          const apiserverCpuUs = ((cpuSeconds(apiserverPid) - cpuBefore.apiserver) * 1e6) / requests;
+          const proxyCpuUs = t.pid ? ((cpuAfter.proxy - cpuBefore.proxy) * 1e6) / m.ops : 0;
+          const apiserverCpuUs = ((cpuAfter.apiserver - cpuBefore.apiserver) * 1e6) / m.ops;
           rows.push({ ...m, op, concurrency, target: t.name, proxyCpuUs, apiserverCpuUs });
           log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
         }

@@ -22,7 +22,6 @@ import {
   measure,
   printComparison,
   saveResults,
-  WARMUP,
   type Measurement,
   type Row,
 } from './measure.ts';
@@ -151,17 +150,18 @@ export async function benchTunnel(): Promise<void> {
     ] as const) {
       for (const concurrency of [1, 32]) {
         for (const t of targets) {
-          const before = {
+          const counters = (): { proxy: number; agent: number; apiserver: number } => ({
             proxy: t.pid ? cpuSeconds(t.pid) : 0,
             agent: cpuSeconds(agent.pid!),
             apiserver: cpuSeconds(apiserverPid),
-          };
+          });
+          let before = counters();
           const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(`${t.prefix}${path}`), {
             seconds: SECONDS,
             concurrency,
+            onStart: () => (before = counters()),
           });
-          const requests = m.ops + WARMUP;
-          const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / requests;
+          const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / m.ops;
           rows.push({
             ...m,
             op,
