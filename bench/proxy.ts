@@ -66,6 +66,9 @@ function http1Fetcher(name: string, base: string): Target {
   };
 }
 
+const GO_STREAM_WINDOW = 4 << 20;
+const GO_CONNECTION_WINDOW = 1 << 30;
+
 /** An HTTP/2 client on one connection, as kubectl and client-go talk to an API server. */
 export function http2Fetcher(
   name: string,
@@ -73,8 +76,14 @@ export function http2Fetcher(
   tls: { ca: string; cert?: string; key?: string },
   headers: OutgoingHttpHeaders = {},
 ): Target {
-  // Exactly the client certificate, as kubectl sends it (see clientCertChain).
-  const session = http2Connect(base, tls.cert ? { ...tls, cert: clientCertChain(tls.cert) } : tls);
+  // Like kubectl: exactly the client certificate (see clientCertChain), and Go's HTTP/2 flow-control windows (4 MiB
+  // per stream, 1 GiB per connection; Node's 64 KiB defaults would hold back concurrent LISTs).
+  const session = http2Connect(base, {
+    ...tls,
+    ...(tls.cert ? { cert: clientCertChain(tls.cert) } : {}),
+    settings: { initialWindowSize: GO_STREAM_WINDOW },
+  });
+  session.once('connect', () => session.setLocalWindowSize(GO_CONNECTION_WINDOW));
   session.unref();
   return {
     name,

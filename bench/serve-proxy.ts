@@ -6,13 +6,15 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { newLogger } from '../lib/log.ts';
 import { loadCA } from '../lib/pki.ts';
 import { runKubectl } from '../integration/harness/cluster.ts';
 import { startLocalConcierge } from '../integration/harness/concierge.ts';
 
 const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
 const kubeconfigPath = join(dir, 'admin.kubeconfig');
-// Forwarding with a service-account token, as a concierge in a cluster does.
+// Forwarding with a service-account token and logging a line per request (to a file here, stdout being taken),
+// as a concierge in a cluster does.
 const proxy = await startLocalConcierge(
   {
     url,
@@ -20,7 +22,7 @@ const proxy = await startLocalConcierge(
     ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
     kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
   },
-  { forwardAs: 'serviceaccount' },
+  { forwardAs: 'serviceaccount', log: newLogger({ buffered: true, file: join(dir, 'concierge.log') }) },
 );
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
 const inspector = new Session();

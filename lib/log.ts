@@ -36,6 +36,8 @@ export interface LogOptions {
    * lines still appear promptly; pino writes what is left on exit. Default: false.
    */
   buffered?: boolean;
+  /** With `buffered`: write to this file instead of stdout. Default: stdout. */
+  file?: string;
 }
 
 /** Buffered logs: bytes gathered before a write. */
@@ -48,7 +50,12 @@ export function newLogger(opts: LogOptions = {}): Logger {
     { level: opts.level ?? 'info', redact: { paths: REDACTED_PATHS, censor: '[redacted]' }, base: undefined },
     opts.destination ??
       (opts.buffered
-        ? pino.destination({ sync: false, minLength: BATCH_BYTES, periodicFlush: FLUSH_INTERVAL_MS })
+        ? pino.destination({
+            dest: opts.file ?? 1,
+            sync: false,
+            minLength: BATCH_BYTES,
+            periodicFlush: FLUSH_INTERVAL_MS,
+          })
         : undefined),
   );
 }
