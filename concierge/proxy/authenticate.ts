@@ -23,29 +23,26 @@ const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
 const SERVICE_ACCOUNT_ENTRIES = 10_000;
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
-function tlsSocketOf(req: Request): TLSSocket | undefined {
-  const socket = req.socket as TLSSocket | undefined;
-  return socket && typeof socket.getPeerCertificate === 'function' ? socket : undefined;
-}
-
 /** Per connection, the user its verified certificate names (null: none). getPeerCertificate is costly per request. */
-const certificateUsers = new WeakMap<TLSSocket, UserInfo | null>();
+const certificateUsers = new WeakMap<object, UserInfo | null>();
 
 /** The user named by a verified client certificate: CN is the username, each O a group. */
 export function certificateUser(req: Request): UserInfo | undefined {
-  const socket = tlsSocketOf(req);
-  if (!socket?.authorized) return undefined;
-  // An HTTP/2 request's socket is a proxy object per request; the session's socket is the stable key.
-  const key = (req as { stream?: { session?: { socket?: TLSSocket } } }).stream?.session?.socket ?? socket;
+  // Keyed by the connection: the HTTP/2 session, or the HTTP/1.1 socket. Looked up before the socket is touched,
+  // since an HTTP/2 session's socket is a stand-in that binds a new function on every property read.
+  const key: object = 'stream' in req ? (req.stream.session ?? req.stream) : req.socket;
   const known = certificateUsers.get(key);
   if (known !== undefined) return known ?? undefined;
-  const cert = socket.getPeerCertificate();
-  const cn = cert?.subject?.CN;
-  const o = cert?.subject?.O;
-  const username = Array.isArray(cn) ? cn[0] : cn;
-  const user = username
-    ? { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} }
-    : null;
+  const socket = req.socket as TLSSocket | undefined;
+  if (!socket || typeof socket.getPeerCertificate !== 'function') return undefined;
+  let user: UserInfo | null = null;
+  if (socket.authorized) {
+    const cert = socket.getPeerCertificate();
+    const cn = cert?.subject?.CN;
+    const o = cert?.subject?.O;
+    const username = Array.isArray(cn) ? cn[0] : cn;
+    if (username) user = { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} };
+  }
   certificateUsers.set(key, user);
   return user ?? undefined;
 }

@@ -96,6 +96,9 @@ export function newProxyServer(
   const server = createTLSServer(
     { ...secureOptions(tls), ALPNProtocols: ['h2', 'http/1.1'] },
     (socket: TLSSocket) => {
+      // A connection's client certificate is read once (authenticate.ts); no renegotiation may swap it later.
+      // HTTP/2 forbids renegotiation anyway, and Go's servers, the API server's included, never allow it.
+      socket.disableRenegotiation();
       if (socket.alpnProtocol === 'h2') http2.emit('connection', socket);
       else http1.emit('connection', socket);
     },
