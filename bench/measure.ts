@@ -67,6 +67,15 @@ export async function measure(
   };
 }
 
+/**
+ * `items` starting at index `k` (mod length). Each group of measurements starts with another target, so no
+ * target always runs first or last, on an API server whose heap and caches change as the run goes on.
+ */
+export function rotate<T>(items: readonly T[], k: number): T[] {
+  const at = k % items.length;
+  return [...items.slice(at), ...items.slice(0, at)];
+}
+
 /** Prints the measurements as a table, each rate also as a ratio to the baseline (the first row by default). */
 export function printTable(title: string, rows: Measurement[], baseline: Measurement = rows[0]!): void {
   const fmt = (n: number): string => (n >= 100 ? Math.round(n).toLocaleString('en-US') : n.toFixed(1));

@@ -20,6 +20,7 @@ import {
   formatNumber,
   measure,
   printComparison,
+  rotate,
   saveResults,
   type Measurement,
   type Row,
@@ -332,12 +333,14 @@ export async function benchProxy(): Promise<void> {
     };
 
     const rows: Measurement[] = [];
+    let group = 0;
     for (const [op, path] of [
       ['GET', '/api/v1/namespaces/bench'],
       ['LIST', `/api/v1/namespaces/bench/configmaps`],
     ] as const) {
       for (const concurrency of [1, 32]) {
-        for (const t of targets) {
+        const measured = new Map<Target, Measurement>();
+        for (const t of rotate(targets, group++)) {
           let cpuBefore = { proxy: 0, apiserver: 0 };
           // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
           // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
@@ -363,9 +366,10 @@ export async function benchProxy(): Promise<void> {
           await apiserverProfile;
           const proxyCpuUs = t.pid ? ((cpuAfter.proxy - cpuBefore.proxy) * 1e6) / m.ops : 0;
           const apiserverCpuUs = ((cpuAfter.apiserver - cpuBefore.apiserver) * 1e6) / m.ops;
-          rows.push({ ...m, op, concurrency, target: t.name, proxyCpuUs, apiserverCpuUs });
+          measured.set(t, { ...m, op, concurrency, target: t.name, proxyCpuUs, apiserverCpuUs });
           log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
         }
+        for (const t of targets) rows.push(measured.get(t)!);
       }
     }
 

@@ -21,6 +21,7 @@ import {
   formatNumber,
   measure,
   printComparison,
+  rotate,
   saveResults,
   type Measurement,
   type Row,
@@ -144,12 +145,14 @@ export async function benchTunnel(): Promise<void> {
     log('all targets answer; measuring');
 
     const rows: Measurement[] = [];
+    let group = 0;
     for (const [op, path] of [
       ['GET', '/api/v1/namespaces/bench'],
       ['LIST', '/api/v1/namespaces/bench/configmaps'],
     ] as const) {
       for (const concurrency of [1, 32]) {
-        for (const t of targets) {
+        const measured = new Map<Target, Measurement>();
+        for (const t of rotate(targets, group++)) {
           const counters = (): { proxy: number; agent: number; apiserver: number } => ({
             proxy: t.pid ? cpuSeconds(t.pid) : 0,
             agent: cpuSeconds(agent.pid!),
@@ -162,7 +165,7 @@ export async function benchTunnel(): Promise<void> {
             onStart: () => (before = counters()),
           });
           const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / m.ops;
-          rows.push({
+          measured.set(t, {
             ...m,
             op,
             concurrency,
@@ -173,6 +176,7 @@ export async function benchTunnel(): Promise<void> {
           });
           log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
         }
+        for (const t of targets) rows.push(measured.get(t)!);
       }
     }
 
