@@ -81,9 +81,13 @@ export class H2Response {
     else this.#stream.end(body);
   }
 
-  /** Cuts the response short: the client sees the stream reset, not a truncated body passed off as whole. */
+  /**
+   * Cuts the response short: the client sees the stream reset with INTERNAL_ERROR, so no client takes a truncated
+   * body for a whole one. (A destroy without an error resets with NO_ERROR, and close(code) ends the writable side
+   * first; a Node client saw a normal end after either.)
+   */
   destroy(): void {
-    this.#stream.destroy();
+    this.#stream.destroy(new Error('response cut short'));
   }
 
   on(event: 'close' | 'drain', listener: () => void): this {

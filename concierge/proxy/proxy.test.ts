@@ -57,6 +57,8 @@ function dropUpstreamConnections(): void {
   upstreamSessions.clear();
 }
 let upstreamMode: 'ok' | 'hang' = 'ok';
+/** The last request body sent to /upload: bytes seen, and whether it ended as a whole body does (END_STREAM). */
+let upload: { bytes: number; ended: boolean } | undefined;
 /** Upstream requests that closed before their answer was complete. */
 let upstreamCancelled = 0;
 const seen: IncomingHttpHeaders[] = [];
@@ -103,6 +105,26 @@ beforeAll(async () => {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => res.writeHead(200).end(Buffer.concat(chunks)));
+      return;
+    }
+    if (req.url === '/upload') {
+      // Records how the request body arrived: whole (its end), or cut off.
+      upload = { bytes: 0, ended: false };
+      const current = upload;
+      req.on('data', (c: Buffer) => (current.bytes += c.length));
+      req.on('end', () => {
+        // Node ends a reset stream's body too, but only after it has taken the reset code: a body ended with
+        // END_STREAM has none yet.
+        current.ended = req.stream.rstCode === undefined;
+        if (current.ended) res.writeHead(201).end();
+      });
+      return;
+    }
+    if (req.url === '/partial') {
+      // Half an answer, then the API server's side of the stream fails.
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"kind":"NamespaceList","items":[');
+      setTimeout(() => res.stream.close(constants.NGHTTP2_INTERNAL_ERROR), 50);
       return;
     }
     if (upstreamMode === 'hang') return;
@@ -348,6 +370,39 @@ describe('HTTP/2 clients, as kubectl connects', () => {
     const malformed = await call2({ ':path': '/api/%zz', authorization: 'Bearer alice-token' });
     expect(malformed.status).toBe(400);
     expect(JSON.parse(malformed.body)).toMatchObject({ kind: 'Status', code: 400 });
+  });
+
+  it('resets the client’s stream when the API server’s answer breaks off, so a short body is never taken as whole', async () => {
+    const stream = session.request({ ':path': '/partial', authorization: 'Bearer alice-token' });
+    let status = 0;
+    stream.on('response', (h) => (status = Number(h[':status'])));
+    stream.resume();
+    let failed = false;
+    stream.on('error', () => (failed = true));
+    await new Promise((done) => stream.once('close', done));
+    expect(status).toBe(200);
+    // A response that ended whole closes with NO_ERROR and no error event.
+    expect(stream.rstCode).toBe(constants.NGHTTP2_INTERNAL_ERROR);
+    expect(failed).toBe(true);
+  });
+
+  it('never completes a request body the client gave up on halfway', async () => {
+    upload = undefined;
+    const cancelledBefore = upstreamCancelled;
+    const stream = session.request({
+      ':method': 'POST',
+      ':path': '/upload',
+      authorization: 'Bearer alice-token',
+    });
+    stream.on('error', () => {});
+    stream.write('{"kind":"ConfigMap","data":{"k":"');
+    await eventually(() => expect(upload?.bytes).toBeGreaterThan(0));
+    // A reset with no END_STREAM before it, as Go clients cancel (Node's close(code) would end the body first).
+    stream.destroy(new Error('the client gives up'));
+    // Either way the API server's request ends: cancelled, or (wrongly) with its body complete.
+    await eventually(() => expect(upstreamCancelled > cancelledBefore || upload!.ended).toBe(true));
+    // The API server must not have been handed the first half as if it were the whole body.
+    expect(upload!.ended).toBe(false);
   });
 
   it('cancels the API server request when the client resets its stream, and keeps serving', async () => {
