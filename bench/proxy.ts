@@ -13,7 +13,7 @@ import { clientCertChain } from '../lib/pem.ts';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { processesUsing } from '../integration/harness/processes.ts';
-import { applyJWTAuthenticator, FORWARDING_SERVICE_ACCOUNT } from '../integration/harness/concierge.ts';
+import { applyJWTAuthenticator, forwardingToken } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
 import {
@@ -213,15 +213,7 @@ export async function benchProxy(): Promise<void> {
       usage: 'client',
     });
     // The concierge's own forwarding identity, a service account (serve-proxy.ts).
-    const forwarding = await cluster.kubectl([
-      'create',
-      'token',
-      FORWARDING_SERVICE_ACCOUNT,
-      '-n',
-      'kube-system',
-      '--duration=1h',
-    ]);
-    if (forwarding.code !== 0) throw new Error(`creating a forwarding token: ${forwarding.stderr}`);
+    const forwarding = await forwardingToken(cluster);
     const targets: Target[] = [
       http2Fetcher('direct', cluster.url, { ca: cluster.ca.certPem, cert: admin.certPem, key: admin.keyPem }),
       // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
@@ -231,7 +223,7 @@ export async function benchProxy(): Promise<void> {
         cluster.url,
         { ca: cluster.ca.certPem },
         {
-          authorization: `Bearer ${forwarding.stdout.trim()}`,
+          authorization: `Bearer ${forwarding}`,
           'impersonate-user': 'bench-user',
           'impersonate-group': ['bench', 'system:authenticated'],
         },

@@ -2,28 +2,20 @@
 // loop. Arguments: the harness cluster's folder, its URL, the kubectl binary. Prints one JSON line
 // {url, servingCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC, and
 // "profile <file>" ... "profile-end" with a CPU profile of what happened in between, written to <file>.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { newLogger } from '../lib/log.ts';
-import { loadCA } from '../lib/pki.ts';
-import { runKubectl } from '../integration/harness/cluster.ts';
-import { startLocalConcierge } from '../integration/harness/concierge.ts';
+import { clusterInDir, startLocalConcierge } from '../integration/harness/concierge.ts';
 
 const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
-const kubeconfigPath = join(dir, 'admin.kubeconfig');
 // Forwarding with a service-account token and logging a line per request (to a file here, stdout being taken),
 // as a concierge in a cluster does.
-const proxy = await startLocalConcierge(
-  {
-    url,
-    kubeconfigPath,
-    ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
-    kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
-  },
-  { forwardAs: 'serviceaccount', log: newLogger({ buffered: true, file: join(dir, 'concierge.log') }) },
-);
+const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
+  forwardAs: 'serviceaccount',
+  log: newLogger({ buffered: true, file: join(dir, 'concierge.log') }),
+});
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
 const inspector = new Session();
 let profileFile: string | undefined;

@@ -1,22 +1,12 @@
 // Runs a concierge with its tunnel listener in its own process for the tunnel benchmark. Arguments: the harness
 // cluster's folder, its URL, the kubectl binary, the concierge namespace. Prints one JSON line
 // {url, servingCA, tunnelPort, tunnelCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { loadCA } from '../lib/pki.ts';
-import { runKubectl } from '../integration/harness/cluster.ts';
-import { startLocalConcierge } from '../integration/harness/concierge.ts';
+import { clusterInDir, startLocalConcierge } from '../integration/harness/concierge.ts';
 
 const [dir, url, kubectl, namespace] = process.argv.slice(2) as [string, string, string, string];
-const kubeconfigPath = join(dir, 'admin.kubeconfig');
 const proxy = await startLocalConcierge(
-  {
-    url,
-    kubeconfigPath,
-    ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
-    kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
-  },
+  await clusterInDir(dir, url, kubectl),
   // Forwarding with a service-account token, as a concierge in a cluster does.
   { tunnel: { port: 0, namespace }, forwardAs: 'serviceaccount' },
 );

@@ -8,8 +8,6 @@ import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import type { Request } from './exchange.ts';
 
-export type { Request };
-
 export type Identity =
   /** Impersonated: the proxy forwards with its own credentials and Impersonate-* headers. */
   | { kind: 'user'; user: UserInfo; via: string }

@@ -58,13 +58,17 @@ export class H2Response {
     return this.#stream.writableFinished;
   }
 
-  /** Sends the response headers (HTTP/2 sends them at once: there is nothing to flush later). */
+  /**
+   * Sends the response headers (HTTP/2 sends them at once: there is nothing to flush later). Takes `headers` over
+   * (it gains `:status`), as every caller builds a fresh object for it.
+   */
   writeHead(code: number, headers: OutgoingHttpHeaders = {}): this {
     this.statusCode = code;
     // A stream the client already reset takes no headers; its 'close' ends the request's bookkeeping.
     if (this.headersSent || this.#stream.destroyed || this.#stream.closed) return this;
     this.headersSent = true;
-    this.#stream.respond({ ...headers, ':status': code });
+    headers[':status'] = code;
+    this.#stream.respond(headers);
     return this;
   }
 

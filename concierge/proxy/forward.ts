@@ -9,8 +9,7 @@ import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
-import type { Request } from './authenticate.ts';
-import { relayBody, type Response } from './exchange.ts';
+import { relayBody, type Request, type Response } from './exchange.ts';
 import { rawStatusResponse, writeStatus } from './status.ts';
 import { clientCertChain } from '../../lib/pem.ts';
 

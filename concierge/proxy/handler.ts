@@ -8,7 +8,8 @@ import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import type { Logger } from '../../lib/log.ts';
-import type { Request, RequestAuthenticator, Identity } from './authenticate.ts';
+import type { RequestAuthenticator, Identity } from './authenticate.ts';
+import type { Request, Response } from './exchange.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import type { Forwarder, ForwardPlan } from './forward.ts';
@@ -21,7 +22,7 @@ import {
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestInfo } from './request-info.ts';
-import { rawStatusResponse, send, UNAUTHORIZED, writeStatus, type Response } from './status.ts';
+import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from './status.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;

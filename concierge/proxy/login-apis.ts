@@ -7,9 +7,9 @@ import { AUTHENTICATION_FAILED, CREDENTIAL_LIFETIME_MS } from '../../apis/login.
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Logger } from '../../lib/log.ts';
-import type { Request } from './authenticate.ts';
+import type { Request, Response } from './exchange.ts';
 import type { ClientCertSigner } from './credentials.ts';
-import { send, writeStatus, type Response } from './status.ts';
+import { send, writeStatus } from './status.ts';
 
 /** A TokenCredentialRequest is a token and a name; anything near this size is not one. */
 const MAX_BODY_BYTES = 128 * 1024;

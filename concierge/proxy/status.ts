@@ -3,7 +3,6 @@ import { rawStatusResponse, statusBody } from '../../lib/status-body.ts';
 import type { Response } from './exchange.ts';
 
 export { rawStatusResponse, statusBody };
-export type { Response };
 
 /** Sends a complete response with a body (HTTP/1 and HTTP/2 responses alike). */
 export function send(res: Response, code: number, contentType: string, body: string): void {

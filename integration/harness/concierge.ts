@@ -1,13 +1,14 @@
 // Runs a concierge in this process against a harness cluster, the way tests, `sealion dev up` and the benchmarks
 // need one: the CRDs applied, a forwarding identity that may only impersonate, generated serving and signer CAs.
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startConcierge, type Concierge, type ConciergeOptions } from '../../concierge/concierge.ts';
 import type { Upstream } from '../../concierge/proxy/forward.ts';
 import { newKubeClients } from '../../lib/kube.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
-import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { REPO_ROOT } from './build.ts';
-import { kubeconfigYaml, type Cluster } from './cluster.ts';
+import { kubeconfigYaml, runKubectl, type Cluster } from './cluster.ts';
 
 export interface LocalConcierge {
   concierge: Concierge;
@@ -86,6 +87,31 @@ function tunnelOptions(
 /** What the concierge harness needs of a cluster. */
 export type ClusterForConcierge = Pick<Cluster, 'url' | 'kubeconfigPath' | 'ca' | 'kubectl'>;
 
+/** A harness cluster another process started, from its folder, its URL and the kubectl binary. */
+export async function clusterInDir(dir: string, url: string, kubectl: string): Promise<ClusterForConcierge> {
+  const kubeconfigPath = join(dir, 'admin.kubeconfig');
+  return {
+    url,
+    kubeconfigPath,
+    ca: await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8')),
+    kubectl: (args, opts = {}) => runKubectl(kubectl, opts.kubeconfig ?? kubeconfigPath, args, opts),
+  };
+}
+
+/** A token of FORWARDING_SERVICE_ACCOUNT from the TokenRequest API, valid a day. */
+export async function forwardingToken(cluster: Pick<Cluster, 'kubectl'>): Promise<string> {
+  const created = await cluster.kubectl([
+    'create',
+    'token',
+    FORWARDING_SERVICE_ACCOUNT,
+    '-n',
+    'kube-system',
+    '--duration=24h',
+  ]);
+  if (created.code !== 0) throw new Error(`creating a forwarding token: ${created.stderr}`);
+  return created.stdout.trim();
+}
+
 /** Installs the CRDs and a forwarding identity that may only impersonate, as the install manifests do. */
 async function prepareCluster(cluster: ClusterForConcierge, forwardAs: ForwardAs): Promise<Upstream> {
   await installCRDs(cluster);
@@ -132,16 +158,7 @@ async function prepareCluster(cluster: ClusterForConcierge, forwardAs: ForwardAs
 
   if (forwardAs === 'serviceaccount') {
     // One token for the harness's lifetime; a concierge in a cluster reads its projected token, which rotates.
-    const created = await cluster.kubectl([
-      'create',
-      'token',
-      FORWARDING_SERVICE_ACCOUNT,
-      '-n',
-      'kube-system',
-      '--duration=24h',
-    ]);
-    if (created.code !== 0) throw new Error(`creating a forwarding token: ${created.stderr}`);
-    const token = created.stdout.trim();
+    const token = await forwardingToken(cluster);
     return { url: new URL(cluster.url), credentials: { caPem: cluster.ca.certPem, token: () => token } };
   }
 
