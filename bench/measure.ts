@@ -110,17 +110,19 @@ export const formatNumber = (n: number, digits = 0): string =>
   n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** A measurement of one operation at one concurrency through one target. */
-export type Row = Measurement & { op?: string; concurrency?: number; target?: string };
+export type Row = Measurement & { op?: string; concurrency?: number; target?: string; layout?: string };
 
 /**
- * Prints rows compared with the `direct` row of the same operation and concurrency: rate, latency, the ratio to
- * direct and the added p50, then the suite's own columns.
+ * Prints rows compared with the `direct` row of the same operation, concurrency and layout (where the processes
+ * ran, when rows say): rate, latency, the ratio to direct and the added p50, then the suite's own columns.
  */
 export function printComparison(rows: Row[], extra: { header: string; cell: (r: Row) => string }[]): void {
+  const layouts = rows.some((r) => r.layout !== undefined);
   const table = [
     [
       'op',
       'c',
+      ...(layouts ? ['cores'] : []),
       'target',
       'req/s',
       'p50 ms',
@@ -132,11 +134,13 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
   ];
   for (const r of rows) {
     const direct = rows.find(
-      (d) => d.op === r.op && d.concurrency === r.concurrency && d.target === 'direct',
+      (d) =>
+        d.op === r.op && d.concurrency === r.concurrency && d.layout === r.layout && d.target === 'direct',
     )!;
     table.push([
       r.op!,
       String(r.concurrency),
+      ...(layouts ? [r.layout ?? ''] : []),
       r.target!,
       formatNumber(r.perSecond),
       formatNumber(r.p50us / 1000, 2),
@@ -146,7 +150,7 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
       ...extra.map((e) => e.cell(r)),
     ]);
   }
-  printColumns(table, 3);
+  printColumns(table, layouts ? 4 : 3);
 }
 
 /** Saves results under bench/results/ (git-ignored) and returns the path. */

@@ -1,12 +1,13 @@
 // `npm run bench -- proxy`: GET and LIST latency and throughput through four paths to one real API server, in
 // one run: direct (admin certificate), `kubectl proxy` (the peer), Sealion with a JWT bearer token, and Sealion
 // with a TokenCredentialRequest certificate. Then the proxy's memory while holding 1,000 idle watches.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { Agent as HttpAgent, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { connect as http2Connect } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { availableParallelism } from 'node:os';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { clientCertChain } from '../lib/pem.ts';
@@ -35,6 +36,55 @@ export function cpuSeconds(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/**
+ * Where the processes run during a measurement: `shared`, all on every core (as on a one-machine setup), or
+ * `split`, the control plane (kube-apiserver and etcd) on one half of the cores and everything else on the other.
+ */
+type Layout = 'shared' | 'split';
+
+/** Whether a process is the API server or etcd (by its program's name). */
+function isControlPlane(pid: number): boolean {
+  try {
+    const program = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0]!;
+    return /(^|\/)(kube-apiserver|etcd)$/.test(program);
+  } catch {
+    return false;
+  }
+}
+
+/** Sets the CPU affinity of every thread of `pid` (util-linux taskset). */
+function pin(pid: number, cpus: string): boolean {
+  return spawnSync('taskset', ['--all-tasks', '--cpu-list', '--pid', cpus, String(pid)]).status === 0;
+}
+
+/**
+ * Pins `controlPlane` to the upper half of the CPUs and `clients` to the lower half, and returns how to undo it;
+ * undefined when there are fewer than 2 CPUs or taskset is missing.
+ */
+function splitCores(
+  controlPlane: number[],
+  clients: number[],
+): { controlPlane: string; clients: string; restore: () => void } | undefined {
+  const n = availableParallelism();
+  if (n < 2) return undefined;
+  const half = Math.floor(n / 2);
+  const range = (from: number, to: number): string => (from === to ? `${from}` : `${from}-${to}`);
+  const layout = { controlPlane: range(half, n - 1), clients: range(0, half - 1) };
+  const all = range(0, n - 1);
+  const restore = (): void => {
+    for (const pid of [...controlPlane, ...clients]) pin(pid, all);
+  };
+  const pinned =
+    controlPlane.length > 0 &&
+    controlPlane.every((pid) => pin(pid, layout.controlPlane)) &&
+    clients.every((pid) => pin(pid, layout.clients));
+  if (!pinned) {
+    restore();
+    return undefined;
+  }
+  return { ...layout, restore };
 }
 
 export interface Target {
@@ -333,44 +383,63 @@ export async function benchProxy(): Promise<void> {
 
     const rows: Measurement[] = [];
     let group = 0;
-    for (const [op, path] of [
+    const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
+      const measured = new Map<Target, Measurement>();
+      for (const t of rotate(targets, group++)) {
+        let cpuBefore = { proxy: 0, apiserver: 0 };
+        // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
+        // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
+        const profileName = `${op}-c${concurrency}-${layout}-${t.name.replace(/\W+/g, '-')}`;
+        let apiserverProfile: Promise<void> | undefined;
+        const m = await measure(`${op} c=${concurrency} ${layout} ${t.name}`, () => t.get(path), {
+          seconds: SECONDS,
+          concurrency,
+          onStart: async () => {
+            if (profileDir && t.pid === server.pid)
+              await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
+            if (profileDir)
+              apiserverProfile = fetchPprof(
+                cluster,
+                admin,
+                join(profileDir, `${profileName}.apiserver.pprof`),
+              );
+            cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+          },
+        });
+        const cpuAfter = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+        if (profileDir && t.pid === server.pid) await ask('profile-end');
+        await apiserverProfile;
+        const proxyCpuUs = t.pid ? ((cpuAfter.proxy - cpuBefore.proxy) * 1e6) / m.ops : 0;
+        const apiserverCpuUs = ((cpuAfter.apiserver - cpuBefore.apiserver) * 1e6) / m.ops;
+        measured.set(t, { ...m, op, concurrency, layout, target: t.name, proxyCpuUs, apiserverCpuUs });
+        log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
+      }
+      for (const t of targets) rows.push(measured.get(t)!);
+    };
+    const operations = [
       ['GET', '/api/v1/namespaces/bench'],
       ['LIST', `/api/v1/namespaces/bench/configmaps`],
-    ] as const) {
-      for (const concurrency of [1, 32]) {
-        const measured = new Map<Target, Measurement>();
-        for (const t of rotate(targets, group++)) {
-          let cpuBefore = { proxy: 0, apiserver: 0 };
-          // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
-          // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
-          const profileName = `${op}-c${concurrency}-${t.name.replace(/\W+/g, '-')}`;
-          let apiserverProfile: Promise<void> | undefined;
-          const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(path), {
-            seconds: SECONDS,
-            concurrency,
-            onStart: async () => {
-              if (profileDir && t.pid === server.pid)
-                await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
-              if (profileDir)
-                apiserverProfile = fetchPprof(
-                  cluster,
-                  admin,
-                  join(profileDir, `${profileName}.apiserver.pprof`),
-                );
-              cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
-            },
-          });
-          const cpuAfter = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
-          if (profileDir && t.pid === server.pid) await ask('profile-end');
-          await apiserverProfile;
-          const proxyCpuUs = t.pid ? ((cpuAfter.proxy - cpuBefore.proxy) * 1e6) / m.ops : 0;
-          const apiserverCpuUs = ((cpuAfter.apiserver - cpuBefore.apiserver) * 1e6) / m.ops;
-          measured.set(t, { ...m, op, concurrency, target: t.name, proxyCpuUs, apiserverCpuUs });
-          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
-        }
-        for (const t of targets) rows.push(measured.get(t)!);
+    ] as const;
+    for (const [op, path] of operations)
+      for (const concurrency of [1, 32]) await measureGroup(op, path, concurrency, 'shared');
+
+    // Again at concurrency 32 with the control plane on cores of its own, as where Sealion is deployed: there the
+    // proxy and its clients never take CPU from the API server. On shared cores every microsecond the proxy
+    // spends is one the API server does not get, so those rows price the proxy's CPU rather than its throughput.
+    const split = splitCores(
+      processesUsing(cluster.dir).filter((pid) => isControlPlane(pid)),
+      [process.pid, server.pid!, kubectlProxy.pid!],
+    );
+    if (split) {
+      log(
+        `split cores: control plane on CPUs ${split.controlPlane}, clients and proxies on ${split.clients}`,
+      );
+      try {
+        for (const [op, path] of operations) await measureGroup(op, path, 32, 'split');
+      } finally {
+        split.restore();
       }
-    }
+    } else log('fewer than 2 CPUs (or no taskset): no split-core measurements');
 
     report(rows, watchMemory);
     console.log(`saved ${saveResults('proxy', { rows, watchMemory })}`);
@@ -384,7 +453,9 @@ export async function benchProxy(): Promise<void> {
 function report(rows: Row[], watchMemory: Record<string, number>): void {
   const fmt = formatNumber;
   console.log(
-    '\nImpersonation proxy vs direct access and kubectl proxy (one real kube-apiserver, 2 cores shared by all)',
+    `\nImpersonation proxy vs direct access and kubectl proxy (one real kube-apiserver, ${availableParallelism()} cores)\n` +
+      'cores: shared = every process on every core; split = kube-apiserver and etcd on half the cores, the load ' +
+      'generator and the proxies on the other half',
   );
   const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
   printComparison(rows, [
