@@ -44,14 +44,21 @@ export function cpuSeconds(pid: number): number {
  */
 type Layout = 'shared' | 'split';
 
-/** Whether a process is the API server or etcd (by its program's name). */
-function isControlPlane(pid: number): boolean {
+/** The program a process runs (the base name of its argv[0]); '' if it is gone. */
+function programOf(pid: number): string {
   try {
-    const program = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0]!;
-    return /(^|\/)(kube-apiserver|etcd)$/.test(program);
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0]!.replace(/^.*\//, '');
   } catch {
-    return false;
+    return '';
   }
+}
+
+/** A harness cluster's control-plane processes: its API server, and it with etcd. */
+export function controlPlaneOf(cluster: Cluster): { apiserver: number; all: number[] } {
+  const all = processesUsing(cluster.dir).filter((pid) =>
+    ['kube-apiserver', 'etcd'].includes(programOf(pid)),
+  );
+  return { apiserver: all.find((pid) => programOf(pid) === 'kube-apiserver')!, all };
 }
 
 /** Sets the CPU affinity of every thread of `pid` (util-linux taskset). */
@@ -326,9 +333,8 @@ export async function benchProxy(): Promise<void> {
       }),
       pid: server.pid!,
     });
-    const apiserverPid = processesUsing(cluster.dir).find((pid) =>
-      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('kube-apiserver'),
-    )!;
+    const controlPlane = controlPlaneOf(cluster);
+    const apiserverPid = controlPlane.apiserver;
     for (const t of targets) await eventually(() => t.get('/api/v1/namespaces/bench'), 30_000);
     log('all targets answer; measuring');
 
@@ -426,10 +432,7 @@ export async function benchProxy(): Promise<void> {
     // Again at concurrency 32 with the control plane on cores of its own, as where Sealion is deployed: there the
     // proxy and its clients never take CPU from the API server. On shared cores every microsecond the proxy
     // spends is one the API server does not get, so those rows price the proxy's CPU rather than its throughput.
-    const split = splitCores(
-      processesUsing(cluster.dir).filter((pid) => isControlPlane(pid)),
-      [process.pid, server.pid!, kubectlProxy.pid!],
-    );
+    const split = splitCores(controlPlane.all, [process.pid, server.pid!, kubectlProxy.pid!]);
     if (split) {
       log(
         `split cores: control plane on CPUs ${split.controlPlane}, clients and proxies on ${split.clients}`,
@@ -439,7 +442,7 @@ export async function benchProxy(): Promise<void> {
       } finally {
         split.restore();
       }
-    } else log('fewer than 2 CPUs (or no taskset): no split-core measurements');
+    } else log('could not pin processes (fewer than 2 CPUs, or no taskset): no split-core measurements');
 
     report(rows, watchMemory);
     console.log(`saved ${saveResults('proxy', { rows, watchMemory })}`);

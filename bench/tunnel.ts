@@ -4,7 +4,6 @@
 // /clusters/<name>/…, the real `sealion agent` process). Then the concierge's memory per connected agent with
 // 1,000 simulated agents (real mTLS WebSockets, each serving a tunnel).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
@@ -16,7 +15,7 @@ import { prepareAgentCluster } from '../integration/harness/agent.ts';
 import { startCluster } from '../integration/harness/cluster.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
-import { processesUsing, waitForOutput } from '../integration/harness/processes.ts';
+import { waitForOutput } from '../integration/harness/processes.ts';
 import {
   formatNumber,
   measure,
@@ -26,7 +25,7 @@ import {
   type Measurement,
   type Row,
 } from './measure.ts';
-import { cpuSeconds, http2Fetcher, lines, prepareBenchData, type Target } from './proxy.ts';
+import { controlPlaneOf, cpuSeconds, http2Fetcher, lines, prepareBenchData, type Target } from './proxy.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 1000);
@@ -138,9 +137,7 @@ export async function benchTunnel(): Promise<void> {
         prefix: `/clusters/${CLUSTER}`,
       },
     ];
-    const apiserverPid = processesUsing(cluster.dir).find((pid) =>
-      readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('kube-apiserver'),
-    )!;
+    const apiserverPid = controlPlaneOf(cluster).apiserver;
     for (const t of targets) await eventually(() => t.get(`${t.prefix}/api/v1/namespaces/bench`), 30_000);
     log('all targets answer; measuring');
 
