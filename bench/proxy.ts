@@ -1,6 +1,7 @@
-// `npm run bench -- proxy`: GET and LIST latency and throughput through four paths to one real API server, in
-// one run: direct (admin certificate), `kubectl proxy` (the peer), Sealion with a JWT bearer token, and Sealion
-// with a TokenCredentialRequest certificate. Then the proxy's memory while holding 1,000 idle watches.
+// `npm run bench -- proxy`: GET and LIST latency and throughput through six paths to one real API server, in
+// one run: direct (admin certificate), direct with the concierge's impersonation, `kubectl proxy` (the peer), a
+// bare Node relay (serve-relay.ts), Sealion with a JWT bearer token, and Sealion with a TokenCredentialRequest
+// certificate. Then the proxy's memory while holding 1,000 idle watches.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { Agent as HttpAgent, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { connect as http2Connect } from 'node:http2';
@@ -271,6 +272,18 @@ export async function benchProxy(): Promise<void> {
     });
     // The concierge's own forwarding identity, a service account (serve-proxy.ts).
     const forwarding = await forwardingToken(cluster);
+    // The floor for a proxy in Node: a bare relay with the same upstream work (serve-relay.ts).
+    const relay = spawn(
+      process.execPath,
+      [fileURLToPath(new URL('./serve-relay.ts', import.meta.url)), cluster.dir, cluster.url],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    children.push(relay);
+    relay.stdin.write(`${forwarding}\n`);
+    const { url: relayURL, servingCA: relayCA } = JSON.parse((await lines(relay).next()).value as string) as {
+      url: string;
+      servingCA: string;
+    };
     const targets: Target[] = [
       http2Fetcher('direct', cluster.url, { ca: cluster.ca.certPem, cert: admin.certPem, key: admin.keyPem }),
       // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
@@ -286,6 +299,7 @@ export async function benchProxy(): Promise<void> {
         },
       ),
       { ...http1Fetcher('kubectl proxy', kubectlProxyURL), pid: kubectlProxy.pid! },
+      { ...http2Fetcher('node relay', relayURL, { ca: relayCA }), pid: relay.pid! },
       {
         ...http2Fetcher('sealion (JWT)', proxyURL, { ca: servingCA }, { authorization: `Bearer ${token}` }),
         pid: server.pid!,
@@ -432,7 +446,7 @@ export async function benchProxy(): Promise<void> {
     // Again at concurrency 32 with the control plane on cores of its own, as where Sealion is deployed: there the
     // proxy and its clients never take CPU from the API server. On shared cores every microsecond the proxy
     // spends is one the API server does not get, so those rows price the proxy's CPU rather than its throughput.
-    const split = splitCores(controlPlane.all, [process.pid, server.pid!, kubectlProxy.pid!]);
+    const split = splitCores(controlPlane.all, [process.pid, server.pid!, kubectlProxy.pid!, relay.pid!]);
     if (split) {
       log(
         `split cores: control plane on CPUs ${split.controlPlane}, clients and proxies on ${split.clients}`,
