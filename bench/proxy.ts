@@ -12,6 +12,7 @@ import { availableParallelism } from 'node:os';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { clientCertChain } from '../lib/pem.ts';
+import { impersonationHeaders } from '../concierge/proxy/impersonate.ts';
 import { issueCert } from '../lib/pki.ts';
 import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { processesUsing } from '../integration/harness/processes.ts';
@@ -31,6 +32,8 @@ import {
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
 const CONFIGMAPS = 100;
+/** Who the bench token names; cluster-admin through its group. */
+const BENCH_USER = { username: 'bench-user', groups: ['bench'], extra: {} };
 
 /** CPU time a process has used so far, from /proc (Linux; USER_HZ is 100). */
 export function cpuSeconds(pid: number): number {
@@ -209,7 +212,7 @@ export async function prepareBenchData(cluster: Cluster, issuer: TestIssuer): Pr
       cluster.kubectl(['create', 'configmap', `cm-${i}`, '-n', 'bench', '--from-literal=k=v']),
     ),
   );
-  return issuer.mint({ username: 'bench-user', groups: ['bench'] }, { expiresIn: 3600 });
+  return issuer.mint({ username: BENCH_USER.username, groups: BENCH_USER.groups }, { expiresIn: 3600 });
 }
 
 export async function benchProxy(): Promise<void> {
@@ -272,14 +275,19 @@ export async function benchProxy(): Promise<void> {
     });
     // The concierge's own forwarding identity, a service account (serve-proxy.ts).
     const forwarding = await forwardingToken(cluster);
-    // The floor for a proxy in Node: a bare relay with the same upstream work (serve-relay.ts).
+    // What Sealion sends the API server for the bench user: its forwarding token and Impersonate-* headers.
+    const impersonating = {
+      authorization: `Bearer ${forwarding}`,
+      ...impersonationHeaders(BENCH_USER),
+    };
+    // The floor for a proxy in Node: a bare relay sending the same (serve-relay.ts).
     const relay = spawn(
       process.execPath,
       [fileURLToPath(new URL('./serve-relay.ts', import.meta.url)), cluster.dir, cluster.url],
       { stdio: ['pipe', 'pipe', 'inherit'] },
     );
     children.push(relay);
-    relay.stdin.write(`${forwarding}\n`);
+    relay.stdin.write(`${JSON.stringify(impersonating)}\n`);
     const { url: relayURL, servingCA: relayCA } = JSON.parse((await lines(relay).next()).value as string) as {
       url: string;
       servingCA: string;
@@ -288,16 +296,7 @@ export async function benchProxy(): Promise<void> {
       http2Fetcher('direct', cluster.url, { ca: cluster.ca.certPem, cert: admin.certPem, key: admin.keyPem }),
       // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
       // a direct client with the concierge's identity that sends the same Impersonate-* headers Sealion sends.
-      http2Fetcher(
-        'direct impersonating',
-        cluster.url,
-        { ca: cluster.ca.certPem },
-        {
-          authorization: `Bearer ${forwarding}`,
-          'impersonate-user': 'bench-user',
-          'impersonate-group': ['bench', 'system:authenticated'],
-        },
-      ),
+      http2Fetcher('direct impersonating', cluster.url, { ca: cluster.ca.certPem }, impersonating),
       { ...http1Fetcher('kubectl proxy', kubectlProxyURL), pid: kubectlProxy.pid! },
       { ...http2Fetcher('node relay', relayURL, { ca: relayCA }), pid: relay.pid! },
       {

@@ -3,10 +3,10 @@
 // sends, over Sealion's own pool of upstream connections (h2-pool.ts). It does nothing else: no authentication, no
 // header checks, no logs, no metrics, no timeouts. Between it and Sealion lies the cost of the proxy's own work;
 // between it and direct access, the cost of Node's HTTP/2 and TLS.
-// Arguments: the harness cluster's folder and URL. Reads the forwarding token as the first line on stdin; prints
-// one JSON line {url, servingCA} when ready.
+// Arguments: the harness cluster's folder and URL. Reads the headers to forward with (the token and Impersonate-*
+// headers, as JSON) as the first line on stdin; prints one JSON line {url, servingCA} when ready.
 import { readFileSync } from 'node:fs';
-import { constants, createSecureServer } from 'node:http2';
+import { constants, createSecureServer, type OutgoingHttpHeaders } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -16,15 +16,10 @@ import { issueCert, loadCA } from '../lib/pki.ts';
 
 const [dir, url] = process.argv.slice(2) as [string, string];
 const input = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-const token = (await input.next()).value as string;
+const forwarded = JSON.parse((await input.next()).value as string) as OutgoingHttpHeaders;
 const ca = await loadCA(readFileSync(join(dir, 'ca.crt'), 'utf8'), readFileSync(join(dir, 'ca.key'), 'utf8'));
 const serving = await issueCert(ca, { commonName: 'bench-relay', hosts: ['127.0.0.1'], usage: 'server' });
 const pool = newH2Pool(new URL(url).origin, { secureContext: createSecureContext({ ca: ca.certPem }) });
-const forwarded = {
-  authorization: `Bearer ${token}`,
-  'impersonate-user': 'bench-user',
-  'impersonate-group': ['bench', 'system:authenticated'],
-};
 
 const server = createSecureServer({ cert: serving.certPem, key: serving.keyPem });
 server.on('stream', (stream, headers) => {
