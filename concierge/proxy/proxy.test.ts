@@ -7,6 +7,7 @@ import {
   constants,
   createSecureServer,
   type ClientHttp2Session,
+  type ClientHttp2Stream,
   type Http2SecureServer,
   type ServerHttp2Session,
 } from 'node:http2';
@@ -56,7 +57,8 @@ function dropUpstreamConnections(): void {
   for (const session of upstreamSessions) session.destroy();
   upstreamSessions.clear();
 }
-let upstreamMode: 'ok' | 'hang' = 'ok';
+/** hang: never answer; hold: answer 200 and send nothing more, as a watch with no events. */
+let upstreamMode: 'ok' | 'hang' | 'hold' = 'ok';
 /** The last request body sent to /upload: bytes seen, and whether it ended as a whole body does (END_STREAM). */
 let upload: { bytes: number; ended: boolean } | undefined;
 /** Upstream requests that closed before their answer was complete. */
@@ -128,6 +130,7 @@ beforeAll(async () => {
       return;
     }
     if (upstreamMode === 'hang') return;
+    if (upstreamMode === 'hold') return void res.writeHead(200, { 'content-type': 'application/json' });
     res.writeHead(200, { 'content-type': 'application/json' }).end('{"kind":"NamespaceList","items":[]}');
   });
   upstream.on('session', (session: ServerHttp2Session) => {
@@ -403,6 +406,30 @@ describe('HTTP/2 clients, as kubectl connects', () => {
     await eventually(() => expect(upstreamCancelled > cancelledBefore || upload!.ended).toBe(true));
     // The API server must not have been handed the first half as if it were the whole body.
     expect(upload!.ended).toBe(false);
+  });
+
+  it('carries hundreds of watches on one connection, and opens one in place of a cancelled one at once', async () => {
+    upstreamMode = 'hold';
+    const cancelledBefore = upstreamCancelled;
+    const watch = (): Promise<{ status: number; stream: ClientHttp2Stream }> =>
+      new Promise((done, fail) => {
+        const stream = session.request({
+          ':path': '/api/v1/namespaces?watch=true',
+          authorization: 'Bearer alice-token',
+        });
+        stream.once('response', (h) => done({ status: Number(h[':status']), stream }));
+        stream.once('error', fail);
+      });
+    // More than Go's default of 250 streams per connection, as an informer-heavy client holds.
+    const watches = await Promise.all(Array.from({ length: 300 }, watch));
+    expect(watches.every((w) => w.status === 200)).toBe(true);
+    // Cancelled and replaced in one go, as client-go replaces a watch that expired.
+    for (const w of watches.slice(0, 50)) w.stream.close(constants.NGHTTP2_CANCEL);
+    const replacements = await Promise.all(Array.from({ length: 50 }, watch));
+    expect(replacements.every((w) => w.status === 200)).toBe(true);
+    for (const w of [...watches, ...replacements]) w.stream.close(constants.NGHTTP2_CANCEL);
+    // Every watch's API server request ends with it.
+    await eventually(() => expect(upstreamCancelled).toBe(cancelledBefore + 350));
   });
 
   it('cancels the API server request when the client resets its stream, and keeps serving', async () => {
