@@ -27,7 +27,7 @@ async function tunnelTo(
   );
   const ws = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`);
   await new Promise<void>((done) => ws.once('open', () => done()));
-  const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream), opts);
+  const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream));
   const client = newTunnelClient(await accepted, opts);
   cleanups.push(() => {
     client.close();
@@ -116,6 +116,19 @@ describe('the tunnel multiplexer', () => {
     await client.open();
     await client.open();
     await expect(client.open()).rejects.toBeInstanceOf(TunnelBusyError);
+  });
+
+  it('opens a stream at once in place of one just closed, at its limit', async () => {
+    const { client } = await tunnelTo(() => {}, { maxStreams: 3 });
+    const streams = await Promise.all([client.open(), client.open(), client.open()]);
+    for (const gone of streams.slice(0, 2)) {
+      gone.destroy();
+      await new Promise((done) => gone.once('close', done));
+    }
+    // The agent's end still holds the closed streams until its next event-loop turn; these must not be refused.
+    const replacements = await Promise.all([client.open(), client.open()]);
+    expect(replacements).toHaveLength(2);
+    expect(client.active()).toBe(3);
   });
 
   it('reports the tunnel closed when the agent goes away, and fails new streams', async () => {

@@ -22,6 +22,15 @@ export const STREAM_WINDOW_BYTES = 1024 * 1024;
 const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
 export const DEFAULT_MAX_STREAMS = 1000;
+/** The most a Cluster's spec.maxConcurrentStreams may be (the CRD's maximum). */
+const MOST_STREAMS = 100_000;
+/**
+ * What the agent's end allows. The concierge enforces the tunnel's limit itself (TunnelBusyError), so this only
+ * has to stay clear of it: Node's HTTP/2 server counts a stream the peer has just reset until its next event-loop
+ * turn, and refuses a new stream over its limit with ENHANCE_YOUR_CALM, which fails the request. With the same
+ * limit at both ends, a stream opened in place of one just closed would be refused whenever the tunnel is full.
+ */
+const AGENT_STREAM_LIMIT = 2 * MOST_STREAMS;
 /** Both ends ping this often, and give up on a tunnel whose ping is not answered within PING_TIMEOUT_MS. */
 export const PING_INTERVAL_MS = 15_000;
 const PING_TIMEOUT_MS = 10_000;
@@ -156,13 +165,9 @@ export interface TunnelServer {
 }
 
 /** The agent's end: an HTTP/2 server over the WebSocket stream; each CONNECT stream goes to `onStream`. */
-export function serveTunnel(
-  duplex: Duplex,
-  onStream: (stream: Duplex) => void,
-  opts: { maxStreams?: number } = {},
-): TunnelServer {
+export function serveTunnel(duplex: Duplex, onStream: (stream: Duplex) => void): TunnelServer {
   const session = performServerHandshake(duplex as unknown as Socket, {
-    settings: settings(opts.maxStreams ?? DEFAULT_MAX_STREAMS),
+    settings: settings(AGENT_STREAM_LIMIT),
   });
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
