@@ -24,6 +24,8 @@ export const REDACTED_PATHS = [
   '*.password',
 ];
 
+const CENSOR = '[redacted]';
+
 export interface LogOptions {
   /** Default: info. */
   level?: string;
@@ -47,7 +49,7 @@ const FLUSH_INTERVAL_MS = 100;
 
 export function newLogger(opts: LogOptions = {}): Logger {
   return pino(
-    { level: opts.level ?? 'info', redact: { paths: REDACTED_PATHS, censor: '[redacted]' }, base: undefined },
+    { level: opts.level ?? 'info', redact: { paths: REDACTED_PATHS, censor: CENSOR }, base: undefined },
     opts.destination ??
       (opts.buffered
         ? pino.destination({
@@ -58,6 +60,15 @@ export function newLogger(opts: LogOptions = {}): Logger {
           })
         : undefined),
   );
+}
+
+/**
+ * A child of `log` for lines whose fields are all plain values, none an object (the proxy's line per request):
+ * the same names are redacted, at the top level only. The search of nested objects is most of the cost of a
+ * line: about 4.5–5 µs with it, 1.3 without.
+ */
+export function flatLineLogger(log: Logger): Logger {
+  return log.child({}, { redact: { paths: REDACTED_PATHS.filter((p) => !p.includes('.')), censor: CENSOR } });
 }
 
 /** A logger that drops everything, for tests that do not look at logs. */

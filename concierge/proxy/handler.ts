@@ -7,7 +7,7 @@ import { VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
-import type { Logger } from '../../lib/log.ts';
+import { flatLineLogger, type Logger } from '../../lib/log.ts';
 import type { RequestAuthenticator, Identity } from './authenticate.ts';
 import type { Request, Response } from './exchange.ts';
 import type { ClientCertSigner } from './credentials.ts';
@@ -82,6 +82,7 @@ function isWellFormedPath(path: string): boolean {
 
 export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const { groups, log, metrics } = deps;
+  const requestLog = flatLineLogger(log);
   const loginPrefix = `/apis/${groups.login}/${VERSION}`;
   const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
   const originalUserKey = `original-user-info.impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}`;
@@ -123,7 +124,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       metrics.requests.inc({ verb, code: String(code) });
       if (!longRunning) metrics.duration.observe({ verb }, seconds);
       if (code === 502 || code === 504) metrics.upstreamErrors.inc({ code: String(code) });
-      log.info(
+      requestLog.info(
         { user: identity(), verb, path: pathOf(url), code, ms: Math.round(seconds * 1e4) / 10 },
         'request',
       );
