@@ -27,12 +27,12 @@ const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 /** A client that has not sent complete request headers by then is cut off (slowloris). */
 const HEADERS_TIMEOUT_MS = 30_000;
 /**
- * Concurrent streams one HTTP/2 client connection may carry: 1,000, as Kubernetes gives aggregated API servers,
- * which a proxy reaches through one multiplexed connection (the API server's own default is Go's 250). Node's server also refuses a new
- * stream with ENHANCE_YOUR_CALM, which clients do not retry, while the streams it still holds are at this limit,
- * and it holds a stream the client has just reset or finished until its next event-loop turn: a client at the
- * limit that replaces a finished stream at once can be refused. The higher limit keeps informer-heavy clients
- * (hundreds of watches on one connection, replaced as they expire) clear of that.
+ * Concurrent streams one HTTP/2 client connection may carry: 1,000, what Kubernetes gives aggregated API servers,
+ * whose clients multiplex many requests and watches on one connection (the API server's own default is Go's 250).
+ * Node's server refuses a new stream with ENHANCE_YOUR_CALM, which clients do not retry, when the streams it holds
+ * are at this limit, and it holds a stream the client has just reset or finished until its next event-loop turn.
+ * So a client at the limit that replaces a finished stream at once can be refused; the higher limit keeps
+ * informer-heavy clients (hundreds of watches on one connection, replaced as they expire) clear of that.
  */
 const MAX_STREAMS_PER_CONNECTION = 1000;
 
