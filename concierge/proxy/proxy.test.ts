@@ -408,7 +408,7 @@ describe('HTTP/2 clients, as kubectl connects', () => {
     expect(upload!.ended).toBe(false);
   });
 
-  it('carries hundreds of watches on one connection, and opens one in place of a cancelled one at once', async () => {
+  it('carries 300 watches on one connection, and replaces cancelled ones at once', async () => {
     upstreamMode = 'hold';
     const cancelledBefore = upstreamCancelled;
     const watch = (): Promise<{ status: number; stream: ClientHttp2Stream }> =>
