@@ -22,15 +22,14 @@ export const STREAM_WINDOW_BYTES = 1024 * 1024;
 const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
 export const DEFAULT_MAX_STREAMS = 1000;
-/** The most a Cluster's spec.maxConcurrentStreams may be (the CRD's maximum). */
-const MOST_STREAMS = 100_000;
 /**
- * What the agent's end allows. The concierge enforces the tunnel's limit itself (TunnelBusyError), so this only
- * has to stay clear of it: Node's HTTP/2 server counts a stream the peer has just reset until its next event-loop
- * turn, and refuses a new stream over its limit with ENHANCE_YOUR_CALM, which fails the request. With the same
- * limit at both ends, a stream opened in place of one just closed would be refused whenever the tunnel is full.
+ * What the agent's end allows: twice the CRD's maximum for a Cluster's spec.maxConcurrentStreams (100,000). The
+ * concierge enforces the tunnel's limit itself (TunnelBusyError), so this only has to stay clear of it: Node's
+ * HTTP/2 server counts a stream the peer has just reset until its next event-loop turn, and refuses a new stream
+ * over its limit with ENHANCE_YOUR_CALM, which fails the request. With the same limit at both ends, a stream
+ * opened in place of one just closed would be refused whenever the tunnel is full.
  */
-const AGENT_STREAM_LIMIT = 2 * MOST_STREAMS;
+const AGENT_STREAM_LIMIT = 200_000;
 /** Both ends ping this often, and give up on a tunnel whose ping is not answered within PING_TIMEOUT_MS. */
 export const PING_INTERVAL_MS = 15_000;
 const PING_TIMEOUT_MS = 10_000;
