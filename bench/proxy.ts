@@ -3,7 +3,6 @@
 // bare Node relay (serve-relay.ts), Sealion with a JWT bearer token, and Sealion with a TokenCredentialRequest
 // certificate. Then the proxy's memory while holding 1,000 idle watches.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { Agent as HttpAgent, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { connect as http2Connect } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -19,15 +18,8 @@ import { processesUsing } from '../integration/harness/processes.ts';
 import { applyJWTAuthenticator, forwardingToken } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
-import {
-  formatNumber,
-  measure,
-  printComparison,
-  rotate,
-  saveResults,
-  type Measurement,
-  type Row,
-} from './measure.ts';
+import { startLoadGenerator, type Target } from './loadgen.ts';
+import { formatNumber, printComparison, rotate, saveResults, type Measurement, type Row } from './measure.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
@@ -96,71 +88,6 @@ function splitCores(
     return undefined;
   }
   return { ...layout, restore };
-}
-
-export interface Target {
-  name: string;
-  /** The process doing the proxying, if any, whose CPU time per request is reported. */
-  pid?: number;
-  get: (path: string) => Promise<number>;
-}
-
-/** A plain-HTTP/1.1 client for `kubectl proxy`, which serves plain HTTP on loopback. */
-function http1Fetcher(name: string, base: string): Target {
-  const url = new URL(base);
-  const agent = new HttpAgent({ keepAlive: true, maxSockets: 64 });
-  return {
-    name,
-    get: (path) =>
-      new Promise((done, fail) => {
-        const req = httpRequest(
-          { host: url.hostname, port: url.port, path, agent, headers: { accept: 'application/json' } },
-          (res) => {
-            res.resume();
-            res.on('end', () =>
-              res.statusCode === 200 ? done(200) : fail(new Error(`${name} ${path}: HTTP ${res.statusCode}`)),
-            );
-          },
-        );
-        req.on('error', fail);
-        req.end();
-      }),
-  };
-}
-
-const GO_STREAM_WINDOW = 4 << 20;
-const GO_CONNECTION_WINDOW = 1 << 30;
-
-/** An HTTP/2 client on one connection, as kubectl and client-go talk to an API server. */
-export function http2Fetcher(
-  name: string,
-  base: string,
-  tls: { ca: string; cert?: string; key?: string },
-  headers: OutgoingHttpHeaders = {},
-): Target {
-  // Like kubectl: exactly the client certificate (see clientCertChain), and Go's HTTP/2 flow-control windows (4 MiB
-  // per stream, 1 GiB per connection; Node's 64 KiB defaults would hold back concurrent LISTs).
-  const session = http2Connect(base, {
-    ...tls,
-    ...(tls.cert ? { cert: clientCertChain(tls.cert) } : {}),
-    settings: { initialWindowSize: GO_STREAM_WINDOW },
-  });
-  session.once('connect', () => session.setLocalWindowSize(GO_CONNECTION_WINDOW));
-  session.unref();
-  return {
-    name,
-    get: (path) =>
-      new Promise((done, fail) => {
-        const stream = session.request({ ':path': path, accept: 'application/json', ...headers });
-        let status = 0;
-        stream.once('response', (answer) => (status = Number(answer[':status'])));
-        stream.on('data', () => {});
-        stream.once('end', () =>
-          status === 200 ? done(200) : fail(new Error(`${name} ${path}: HTTP ${status}`)),
-        );
-        stream.once('error', fail);
-      }),
-  };
 }
 
 /**
@@ -292,15 +219,26 @@ export async function benchProxy(): Promise<void> {
       url: string;
       servingCA: string;
     };
+    const loadgen = await startLoadGenerator(log);
+    children.push(loadgen.process);
     const targets: Target[] = [
-      http2Fetcher('direct', cluster.url, { ca: cluster.ca.certPem, cert: admin.certPem, key: admin.keyPem }),
+      await loadgen.target('direct', {
+        url: cluster.url,
+        ca: cluster.ca.certPem,
+        cert: admin.certPem,
+        key: admin.keyPem,
+      }),
       // The floor for any impersonating proxy: the API server's own cost of authorizing impersonation, paid by
       // a direct client with the concierge's identity that sends the same Impersonate-* headers Sealion sends.
-      http2Fetcher('direct impersonating', cluster.url, { ca: cluster.ca.certPem }, impersonating),
-      { ...http1Fetcher('kubectl proxy', kubectlProxyURL), pid: kubectlProxy.pid! },
-      { ...http2Fetcher('node relay', relayURL, { ca: relayCA }), pid: relay.pid! },
+      await loadgen.target('direct impersonating', {
+        url: cluster.url,
+        ca: cluster.ca.certPem,
+        headers: impersonating,
+      }),
+      { ...(await loadgen.target('kubectl proxy', { url: kubectlProxyURL })), pid: kubectlProxy.pid! },
+      { ...(await loadgen.target('node relay', { url: relayURL, ca: relayCA })), pid: relay.pid! },
       {
-        ...http2Fetcher('sealion (JWT)', proxyURL, { ca: servingCA }, { authorization: `Bearer ${token}` }),
+        ...(await loadgen.target('sealion (JWT)', { url: proxyURL, ca: servingCA, token })),
         pid: server.pid!,
       },
     ];
@@ -339,11 +277,12 @@ export async function benchProxy(): Promise<void> {
       );
     });
     targets.push({
-      ...http2Fetcher('sealion (certificate)', proxyURL, {
+      ...(await loadgen.target('sealion (certificate)', {
+        url: proxyURL,
         ca: servingCA,
         cert: tcr.clientCertificateData,
         key: tcr.clientKeyData,
-      }),
+      })),
       pid: server.pid!,
     });
     const controlPlane = controlPlaneOf(cluster);
@@ -410,7 +349,7 @@ export async function benchProxy(): Promise<void> {
         // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
         const profileName = `${op}-c${concurrency}-${layout}-${t.name.replace(/\W+/g, '-')}`;
         let apiserverProfile: Promise<void> | undefined;
-        const m = await measure(`${op} c=${concurrency} ${layout} ${t.name}`, () => t.get(path), {
+        const m = await t.measure(`${op} c=${concurrency} ${layout} ${t.name}`, path, {
           seconds: SECONDS,
           concurrency,
           onStart: async () => {
@@ -445,7 +384,13 @@ export async function benchProxy(): Promise<void> {
     // Again at concurrency 32 with the control plane on cores of its own, as where Sealion is deployed: there the
     // proxy and its clients never take CPU from the API server. On shared cores every microsecond the proxy
     // spends is one the API server does not get, so those rows price the proxy's CPU rather than its throughput.
-    const split = splitCores(controlPlane.all, [process.pid, server.pid!, kubectlProxy.pid!, relay.pid!]);
+    const split = splitCores(controlPlane.all, [
+      process.pid,
+      loadgen.process.pid!,
+      server.pid!,
+      kubectlProxy.pid!,
+      relay.pid!,
+    ]);
     if (split) {
       log(
         `split cores: control plane on CPUs ${split.controlPlane}, clients and proxies on ${split.clients}`,

@@ -16,16 +16,9 @@ import { startCluster } from '../integration/harness/cluster.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { waitForOutput } from '../integration/harness/processes.ts';
-import {
-  formatNumber,
-  measure,
-  printComparison,
-  rotate,
-  saveResults,
-  type Measurement,
-  type Row,
-} from './measure.ts';
-import { controlPlaneOf, cpuSeconds, http2Fetcher, lines, prepareBenchData, type Target } from './proxy.ts';
+import { startLoadGenerator, type Target } from './loadgen.ts';
+import { formatNumber, printComparison, rotate, saveResults, type Measurement, type Row } from './measure.ts';
+import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 1000);
@@ -116,23 +109,25 @@ export async function benchTunnel(): Promise<void> {
       organizations: ['system:masters'],
       usage: 'client',
     });
-    const bearer = { authorization: `Bearer ${token}` };
+    const loadgen = await startLoadGenerator(log);
+    children.push(loadgen.process);
     const targets: (Target & { prefix: string })[] = [
       {
-        ...http2Fetcher('direct', cluster.url, {
+        ...(await loadgen.target('direct', {
+          url: cluster.url,
           ca: cluster.ca.certPem,
           cert: admin.certPem,
           key: admin.keyPem,
-        }),
+        })),
         prefix: '',
       },
       {
-        ...http2Fetcher('sealion (JWT)', ready.url, { ca: ready.servingCA }, bearer),
+        ...(await loadgen.target('sealion (JWT)', { url: ready.url, ca: ready.servingCA, token })),
         pid: server.pid!,
         prefix: '',
       },
       {
-        ...http2Fetcher('sealion via tunnel', ready.url, { ca: ready.servingCA }, bearer),
+        ...(await loadgen.target('sealion via tunnel', { url: ready.url, ca: ready.servingCA, token })),
         pid: server.pid!,
         prefix: `/clusters/${CLUSTER}`,
       },
@@ -156,7 +151,7 @@ export async function benchTunnel(): Promise<void> {
             apiserver: cpuSeconds(apiserverPid),
           });
           let before = counters();
-          const m = await measure(`${op} c=${concurrency} ${t.name}`, () => t.get(`${t.prefix}${path}`), {
+          const m = await t.measure(`${op} c=${concurrency} ${t.name}`, `${t.prefix}${path}`, {
             seconds: SECONDS,
             concurrency,
             onStart: () => (before = counters()),

@@ -2,6 +2,7 @@
 // integration/kube/*/go.mod, into .cache/kube/<name>-<version>/. A later run finds them there; Go's own
 // build cache makes a rebuild after a cache wipe cost minutes less than the first one.
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -77,6 +78,25 @@ function etcdSpec(version: string): BuildSpec {
   };
 }
 
+/**
+ * The benchmarks' load generator (kubernetes/loadgen): client-go's transport at the pinned release. Its folder
+ * names its source's hash, so an edit builds it afresh.
+ */
+function loadGeneratorSpec(version: string): BuildSpec {
+  const module = join(KUBE_MODULES, 'kubernetes');
+  const source = createHash('sha256')
+    .update(readFileSync(join(module, 'loadgen/main.go')))
+    .digest('hex')
+    .slice(0, 12);
+  return {
+    module,
+    outDir: join(CACHE_DIR, `loadgen-${version}-${source}`),
+    packages: { loadgen: 'sealion.dev/integration/kube/kubernetes/loadgen' },
+    ldflags: '',
+    label: `the load generator (client-go ${version})`,
+  };
+}
+
 function isBuilt(spec: BuildSpec): boolean {
   return Object.keys(spec.packages).every((name) => existsSync(join(spec.outDir, name)));
 }
@@ -142,4 +162,12 @@ export async function ensureBinaries(log: (line: string) => void = () => {}): Pr
     kubectl: join(kube.outDir, 'kubectl'),
     etcd: join(etcd.outDir, 'etcd'),
   };
+}
+
+/** Returns the path of the benchmarks' load generator, building it if it is missing. */
+export async function ensureLoadGenerator(log: (line: string) => void = () => {}): Promise<string> {
+  const spec = loadGeneratorSpec(pinnedVersions().kubernetes);
+  mkdirSync(CACHE_DIR, { recursive: true });
+  await build(spec, log);
+  return join(spec.outDir, 'loadgen');
 }

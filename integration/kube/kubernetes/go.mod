@@ -2,7 +2,10 @@ module sealion.dev/integration/kube/kubernetes
 
 go 1.26.0
 
-require k8s.io/kubernetes v1.36.3
+require (
+	k8s.io/client-go v0.36.3
+	k8s.io/kubernetes v1.36.3
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -139,7 +142,6 @@ require (
 	k8s.io/apimachinery v0.36.3 // indirect
 	k8s.io/apiserver v0.36.3 // indirect
 	k8s.io/cli-runtime v0.36.3 // indirect
-	k8s.io/client-go v0.36.3 // indirect
 	k8s.io/cloud-provider v0.36.3 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
 	k8s.io/component-base v0.36.3 // indirect

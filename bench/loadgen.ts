@@ -1,0 +1,119 @@
+// The request benchmarks' load generator: a Go process (integration/kube/kubernetes/loadgen) that sends requests
+// through client-go's transport at the pinned release, so every target sees kubectl's HTTP/2 client, down to its
+// header compression.
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { OutgoingHttpHeaders } from 'node:http';
+import { createInterface } from 'node:readline';
+import { ensureLoadGenerator } from '../integration/harness/build.ts';
+import { WARMUP_SECONDS, type Measurement } from './measure.ts';
+
+/** Where and how a target is reached: a URL, the CA to trust, and a client certificate, token or headers. */
+export interface TargetSpec {
+  url: string;
+  ca?: string;
+  cert?: string;
+  key?: string;
+  token?: string;
+  headers?: OutgoingHttpHeaders;
+}
+
+export interface Target {
+  name: string;
+  /** The process doing the proxying, if any, whose CPU time per request is reported. */
+  pid?: number;
+  /** Sends one GET; resolves with HTTP 200, rejects with anything else. */
+  get: (path: string) => Promise<number>;
+  /**
+   * GETs `path` from `concurrency` loops for WARMUP_SECONDS, then, after `onStart` (where callers read CPU
+   * counters), for `seconds` on the clock. Rejects if any measured request failed.
+   */
+  measure: (
+    name: string,
+    path: string,
+    opts: { seconds: number; concurrency: number; onStart?: () => unknown },
+  ) => Promise<Measurement>;
+}
+
+export interface LoadGenerator {
+  /** The load generator's process: to pin to CPUs, and to kill when done. */
+  process: ChildProcess;
+  target: (name: string, spec: TargetSpec) => Promise<Target>;
+}
+
+/** What the load generator answers a run with. */
+interface Run {
+  ops: number;
+  seconds: number;
+  p50us: number;
+  p99us: number;
+  errors: number;
+  firstError: string;
+}
+
+export async function startLoadGenerator(log: (line: string) => void): Promise<LoadGenerator> {
+  const binary = await ensureLoadGenerator(log);
+  const child: ChildProcess = spawn(binary, [], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const answers = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+  const next = async (): Promise<Record<string, unknown>> => {
+    const line = await answers.next();
+    if (line.done) throw new Error('the load generator exited');
+    const answer = JSON.parse(line.value) as Record<string, unknown>;
+    if (typeof answer['error'] === 'string') throw new Error(answer['error']);
+    return answer;
+  };
+  const send = (line: unknown): void => {
+    child.stdin!.write(`${typeof line === 'string' ? line : JSON.stringify(line)}\n`);
+  };
+  // One command at a time: each answer belongs to the command before it.
+  let queue: Promise<unknown> = Promise.resolve();
+  const serially = <T>(work: () => Promise<T>): Promise<T> => {
+    const result = queue.then(work);
+    queue = result.catch(() => {});
+    return result;
+  };
+  let targets = 0;
+  return {
+    process: child,
+    target: async (name, spec) => {
+      const id = String(targets++);
+      await serially(() => {
+        const headers = Object.entries(spec.headers ?? {}).map(([header, value]): [string, string[]] => [
+          header,
+          (Array.isArray(value) ? value : [value]).map(String),
+        ]);
+        send({ cmd: 'target', id, ...spec, headers: Object.fromEntries(headers) });
+        return next();
+      });
+      return {
+        name,
+        get: (path) =>
+          serially(async () => {
+            send({ cmd: 'get', id, path });
+            try {
+              return (await next())['status'] as number;
+            } catch (err) {
+              throw new Error(`${name}: ${(err as Error).message}`, { cause: err });
+            }
+          }),
+        measure: (measurement, path, opts) =>
+          serially(async () => {
+            send({ cmd: 'run', id, path, ...opts, warmupSeconds: WARMUP_SECONDS });
+            await next();
+            await opts.onStart?.();
+            send('go');
+            const m = (await next()) as unknown as Run;
+            if (m.errors > 0)
+              throw new Error(`${measurement}: ${m.errors} requests failed, the first with: ${m.firstError}`);
+            return {
+              name: measurement,
+              ops: m.ops,
+              seconds: m.seconds,
+              perSecond: m.ops / m.seconds,
+              p50us: m.p50us,
+              p99us: m.p99us,
+            };
+          }),
+      };
+    },
+  };
+}
