@@ -24,13 +24,13 @@ export interface Target {
   /** Sends one GET; resolves with HTTP 200, rejects with anything else. */
   get: (path: string) => Promise<number>;
   /**
-   * GETs `path` from `concurrency` loops for WARMUP_SECONDS, then, after `onStart` (where callers read CPU
-   * counters), for `seconds` on the clock. Rejects if any measured request failed.
+   * GETs `path` from `concurrency` loops for `warmupSeconds` (default WARMUP_SECONDS), then, after `onStart`
+   * (where callers read CPU counters), for `seconds` on the clock. Rejects if any measured request failed.
    */
   measure: (
     name: string,
     path: string,
-    opts: { seconds: number; concurrency: number; onStart?: () => unknown },
+    opts: { seconds: number; concurrency: number; warmupSeconds?: number; onStart?: () => unknown },
   ) => Promise<Measurement>;
 }
 
@@ -97,7 +97,7 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
           }),
         measure: (measurement, path, opts) =>
           serially(async () => {
-            send({ cmd: 'run', id, path, ...opts, warmupSeconds: WARMUP_SECONDS });
+            send({ cmd: 'run', id, path, warmupSeconds: WARMUP_SECONDS, ...opts });
             await next();
             await opts.onStart?.();
             send('go');

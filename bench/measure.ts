@@ -76,6 +76,35 @@ export function rotate<T>(items: readonly T[], k: number): T[] {
   return [...items.slice(at), ...items.slice(0, at)];
 }
 
+/** How many rounds the request suites measure each target in (BENCH_ROUNDS), its order rotated each round. */
+export const ROUNDS = Math.max(1, Number(process.env['BENCH_ROUNDS'] ?? 3));
+
+/** The warm-up of every round after the first: the processes are hot by then. */
+const REWARM_SECONDS = Math.min(1, WARMUP_SECONDS);
+
+/**
+ * Measures each of `targets` in ROUNDS rounds, each round starting with the next target (see rotate; `first` says
+ * where the first round starts), and keeps for each target its round with the median rate, with every round's
+ * rate in `rounds`. A disturbance that hits one measurement (the API server collecting garbage, say) then moves
+ * one round rather than the figure. `measureOne` gets the warm-up to run: WARMUP_SECONDS in the first round.
+ */
+export async function measureRounds<T>(
+  targets: readonly T[],
+  first: number,
+  measureOne: (target: T, warmupSeconds: number) => Promise<Measurement>,
+): Promise<Measurement[]> {
+  const runs = new Map<T, Measurement[]>(targets.map((t) => [t, []]));
+  for (let round = 0; round < ROUNDS; round++)
+    for (const t of rotate(targets, first + round))
+      runs.get(t)!.push(await measureOne(t, round === 0 ? WARMUP_SECONDS : REWARM_SECONDS));
+  return targets.map((t) => {
+    const measured = runs.get(t)!;
+    const byRate = [...measured].sort((a, b) => a.perSecond - b.perSecond);
+    const rounds = measured.map((m) => m.perSecond);
+    return { ...byRate[Math.floor(byRate.length / 2)]!, rounds };
+  });
+}
+
 /** Prints the measurements as a table, each rate also as a ratio to the baseline (the first row by default). */
 export function printTable(title: string, rows: Measurement[], baseline: Measurement = rows[0]!): void {
   const fmt = (n: number): string => (n >= 100 ? Math.round(n).toLocaleString('en-US') : n.toFixed(1));
@@ -110,7 +139,13 @@ export const formatNumber = (n: number, digits = 0): string =>
   n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** A measurement of one operation at one concurrency through one target. */
-export type Row = Measurement & { op?: string; concurrency?: number; target?: string; layout?: string };
+export type Row = Measurement & {
+  op?: string;
+  concurrency?: number;
+  target?: string;
+  layout?: string;
+  rounds?: number[];
+};
 
 /**
  * Prints rows compared with the `direct` row of the same operation, concurrency and layout (where the processes
@@ -118,6 +153,11 @@ export type Row = Measurement & { op?: string; concurrency?: number; target?: st
  */
 export function printComparison(rows: Row[], extra: { header: string; cell: (r: Row) => string }[]): void {
   const layouts = rows.some((r) => r.layout !== undefined);
+  if (rows.some((r) => (r.rounds?.length ?? 0) > 1))
+    extra = [
+      ...extra,
+      { header: 'req/s of each round', cell: (r) => (r.rounds ?? []).map((n) => formatNumber(n)).join(' ') },
+    ];
   const table = [
     [
       'op',

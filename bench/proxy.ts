@@ -19,7 +19,15 @@ import { applyJWTAuthenticator, forwardingToken } from '../integration/harness/c
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
 import { startLoadGenerator, type Target } from './loadgen.ts';
-import { formatNumber, printComparison, rotate, saveResults, type Measurement, type Row } from './measure.ts';
+import {
+  formatNumber,
+  measureRounds,
+  printComparison,
+  ROUNDS,
+  saveResults,
+  type Measurement,
+  type Row,
+} from './measure.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
@@ -342,9 +350,17 @@ export async function benchProxy(): Promise<void> {
     const rows: Measurement[] = [];
     let group = 0;
     const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
-      const measured = new Map<Target, Measurement>();
-      for (const t of rotate(targets, group++)) {
-        let cpuBefore = { proxy: 0, apiserver: 0 };
+      const first = group;
+      group += ROUNDS;
+      const measureOne = async (t: Target, warmupSeconds: number): Promise<Measurement> => {
+        // CPU time so far of the proxy, the API server and the load generator (whose share, on shared cores, the
+        // others do not get).
+        const counters = () => ({
+          proxy: t.pid ? cpuSeconds(t.pid) : 0,
+          apiserver: cpuSeconds(apiserverPid),
+          client: cpuSeconds(loadgen.process.pid!),
+        });
+        let cpuBefore = counters();
         // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
         // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
         const profileName = `${op}-c${concurrency}-${layout}-${t.name.replace(/\W+/g, '-')}`;
@@ -352,6 +368,7 @@ export async function benchProxy(): Promise<void> {
         const m = await t.measure(`${op} c=${concurrency} ${layout} ${t.name}`, path, {
           seconds: SECONDS,
           concurrency,
+          warmupSeconds,
           onStart: async () => {
             if (profileDir && t.pid === server.pid)
               await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
@@ -361,18 +378,27 @@ export async function benchProxy(): Promise<void> {
                 admin,
                 join(profileDir, `${profileName}.apiserver.pprof`),
               );
-            cpuBefore = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+            cpuBefore = counters();
           },
         });
-        const cpuAfter = { proxy: t.pid ? cpuSeconds(t.pid) : 0, apiserver: cpuSeconds(apiserverPid) };
+        const cpuAfter = counters();
         if (profileDir && t.pid === server.pid) await ask('profile-end');
         await apiserverProfile;
-        const proxyCpuUs = t.pid ? ((cpuAfter.proxy - cpuBefore.proxy) * 1e6) / m.ops : 0;
-        const apiserverCpuUs = ((cpuAfter.apiserver - cpuBefore.apiserver) * 1e6) / m.ops;
-        measured.set(t, { ...m, op, concurrency, layout, target: t.name, proxyCpuUs, apiserverCpuUs });
+        const perRequest = (key: keyof typeof cpuAfter): number =>
+          ((cpuAfter[key] - cpuBefore[key]) * 1e6) / m.ops;
         log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
-      }
-      for (const t of targets) rows.push(measured.get(t)!);
+        return {
+          ...m,
+          op,
+          concurrency,
+          layout,
+          target: t.name,
+          proxyCpuUs: t.pid ? perRequest('proxy') : 0,
+          apiserverCpuUs: perRequest('apiserver'),
+          clientCpuUs: perRequest('client'),
+        };
+      };
+      rows.push(...(await measureRounds(targets, first, measureOne)));
     };
     const operations = [
       ['GET', '/api/v1/namespaces/bench'],
@@ -422,6 +448,7 @@ function report(rows: Row[], watchMemory: Record<string, number>): void {
   printComparison(rows, [
     { header: 'proxy CPU µs/req', cell: cpu('proxyCpuUs') },
     { header: 'API server CPU µs/req', cell: cpu('apiserverCpuUs') },
+    { header: 'client CPU µs/req', cell: cpu('clientCpuUs') },
   ]);
   console.log(
     `\n${watchMemory['watches']} idle watches held by the proxy: ${fmt(watchMemory['rssPerWatchKiB']!, 1)} KiB RSS per watch ` +

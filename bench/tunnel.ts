@@ -17,7 +17,15 @@ import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { waitForOutput } from '../integration/harness/processes.ts';
 import { startLoadGenerator, type Target } from './loadgen.ts';
-import { formatNumber, printComparison, rotate, saveResults, type Measurement, type Row } from './measure.ts';
+import {
+  formatNumber,
+  measureRounds,
+  printComparison,
+  ROUNDS,
+  saveResults,
+  type Measurement,
+  type Row,
+} from './measure.ts';
 import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
@@ -143,8 +151,7 @@ export async function benchTunnel(): Promise<void> {
       ['LIST', '/api/v1/namespaces/bench/configmaps'],
     ] as const) {
       for (const concurrency of [1, 32]) {
-        const measured = new Map<Target, Measurement>();
-        for (const t of rotate(targets, group++)) {
+        const measureOne = async (t: Target & { prefix: string }, warmupSeconds: number) => {
           const counters = (): { proxy: number; agent: number; apiserver: number } => ({
             proxy: t.pid ? cpuSeconds(t.pid) : 0,
             agent: cpuSeconds(agent.pid!),
@@ -154,10 +161,12 @@ export async function benchTunnel(): Promise<void> {
           const m = await t.measure(`${op} c=${concurrency} ${t.name}`, `${t.prefix}${path}`, {
             seconds: SECONDS,
             concurrency,
+            warmupSeconds,
             onStart: () => (before = counters()),
           });
           const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / m.ops;
-          measured.set(t, {
+          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
+          return {
             ...m,
             op,
             concurrency,
@@ -165,10 +174,10 @@ export async function benchTunnel(): Promise<void> {
             proxyCpuUs: t.pid ? perRequest(t.pid, before.proxy) : 0,
             agentCpuUs: t.prefix ? perRequest(agent.pid!, before.agent) : 0,
             apiserverCpuUs: perRequest(apiserverPid, before.apiserver),
-          });
-          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
-        }
-        for (const t of targets) rows.push(measured.get(t)!);
+          };
+        };
+        rows.push(...(await measureRounds(targets, group, measureOne)));
+        group += ROUNDS;
       }
     }
 
