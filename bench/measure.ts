@@ -82,11 +82,23 @@ export const ROUNDS = Math.max(1, Number(process.env['BENCH_ROUNDS'] ?? 3));
 /** The warm-up of every round after the first: the processes are hot by then. */
 const REWARM_SECONDS = Math.min(1, WARMUP_SECONDS);
 
+/** The middle value (the upper of the two middle ones for an even count). */
+function median(values: number[]): number {
+  return [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+}
+
+/** What a row keeps of each round: its rate and p50. */
+export interface RoundFigures {
+  perSecond: number;
+  p50us: number;
+}
+
 /**
  * Measures each of `targets` in ROUNDS rounds, each round starting with the next target (see rotate; `first` says
  * where the first round starts), and keeps for each target its round with the median rate, with every round's
- * rate in `rounds`. A disturbance that hits one measurement (the API server collecting garbage, say) then moves
- * one round rather than the figure. `measureOne` gets the warm-up to run: WARMUP_SECONDS in the first round.
+ * figures in `rounds` (printComparison compares them round by round). A disturbance that hits one measurement
+ * (the API server collecting garbage, say) then moves one round rather than the figure. `measureOne` gets the
+ * warm-up to run: WARMUP_SECONDS in the first round.
  */
 export async function measureRounds<T>(
   targets: readonly T[],
@@ -99,9 +111,9 @@ export async function measureRounds<T>(
       runs.get(t)!.push(await measureOne(t, round === 0 ? WARMUP_SECONDS : REWARM_SECONDS));
   return targets.map((t) => {
     const measured = runs.get(t)!;
-    const byRate = [...measured].sort((a, b) => a.perSecond - b.perSecond);
-    const rounds = measured.map((m) => m.perSecond);
-    return { ...byRate[Math.floor(byRate.length / 2)]!, rounds };
+    const rate = median(measured.map((m) => m.perSecond));
+    const rounds: RoundFigures[] = measured.map(({ perSecond, p50us }) => ({ perSecond, p50us }));
+    return { ...measured.find((m) => m.perSecond === rate)!, rounds };
   });
 }
 
@@ -144,20 +156,39 @@ export type Row = Measurement & {
   concurrency?: number;
   target?: string;
   layout?: string;
-  rounds?: number[];
+  rounds?: RoundFigures[];
 };
 
 /**
+ * `compare` applied to a row and its direct row: round by round when both were measured in the same rounds, so
+ * that a slow spell of the machine, which slows a whole round, cancels out; then the median of the rounds.
+ */
+function versusDirect(row: Row, direct: Row, compare: (r: RoundFigures, d: RoundFigures) => number): number {
+  const [mine, theirs] = [row.rounds, direct.rounds];
+  return mine && theirs && mine.length === theirs.length
+    ? median(mine.map((r, i) => compare(r, theirs[i]!)))
+    : compare(row, direct);
+}
+
+/**
  * Prints rows compared with the `direct` row of the same operation, concurrency and layout (where the processes
- * ran, when rows say): rate, latency, the ratio to direct and the added p50, then the suite's own columns.
+ * ran, when rows say): rate, latency, the ratio to direct and the added p50 (see versusDirect), then the suite's
+ * own columns, and each round's rate when there were several.
  */
 export function printComparison(rows: Row[], extra: { header: string; cell: (r: Row) => string }[]): void {
   const layouts = rows.some((r) => r.layout !== undefined);
-  if (rows.some((r) => (r.rounds?.length ?? 0) > 1))
+  if (rows.some((r) => (r.rounds?.length ?? 0) > 1)) {
+    console.log(
+      '× direct and +p50: each round against direct in the same round, then the median of the rounds',
+    );
     extra = [
       ...extra,
-      { header: 'req/s of each round', cell: (r) => (r.rounds ?? []).map((n) => formatNumber(n)).join(' ') },
+      {
+        header: 'req/s of each round',
+        cell: (r) => (r.rounds ?? []).map((round) => formatNumber(round.perSecond)).join(' '),
+      },
     ];
+  }
   const table = [
     [
       'op',
@@ -185,8 +216,8 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
       formatNumber(r.perSecond),
       formatNumber(r.p50us / 1000, 2),
       formatNumber(r.p99us / 1000, 2),
-      (r.perSecond / direct.perSecond).toFixed(2),
-      formatNumber((r.p50us - direct.p50us) / 1000, 2),
+      versusDirect(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2),
+      formatNumber(versusDirect(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2),
       ...extra.map((e) => e.cell(r)),
     ]);
   }
