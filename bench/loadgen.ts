@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { createInterface } from 'node:readline';
 import { ensureLoadGenerator } from '../integration/harness/build.ts';
-import { WARMUP_SECONDS, type Measurement } from './measure.ts';
+import type { Measurement } from './measure.ts';
 
 /** Where and how a target is reached: a URL, the CA to trust, and a client certificate, token or headers. */
 export interface TargetSpec {
@@ -24,13 +24,13 @@ export interface Target {
   /** Sends one GET; resolves with HTTP 200, rejects with anything else. */
   get: (path: string) => Promise<number>;
   /**
-   * GETs `path` from `concurrency` loops for `warmupSeconds` (default WARMUP_SECONDS), then, after `onStart`
-   * (where callers read CPU counters), for `seconds` on the clock. Rejects if any measured request failed.
+   * GETs `path` from `concurrency` loops for `warmupSeconds`, then, after `onStart` (where callers read CPU
+   * counters), for `seconds` on the clock. Rejects if any measured request failed.
    */
   measure: (
     name: string,
     path: string,
-    opts: { seconds: number; concurrency: number; warmupSeconds?: number; onStart?: () => unknown },
+    opts: { seconds: number; concurrency: number; warmupSeconds: number; onStart?: () => unknown },
   ) => Promise<Measurement>;
 }
 
@@ -97,7 +97,7 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
           }),
         measure: (measurement, path, opts) =>
           serially(async () => {
-            send({ cmd: 'run', id, path, warmupSeconds: WARMUP_SECONDS, ...opts });
+            send({ cmd: 'run', id, path, ...opts });
             await next();
             await opts.onStart?.();
             send('go');

@@ -71,7 +71,7 @@ export async function measure(
  * `items` starting at index `k` (mod length). Each group of measurements starts with another target, so no
  * target always runs first or last, on an API server whose heap and caches change as the run goes on.
  */
-export function rotate<T>(items: readonly T[], k: number): T[] {
+function rotate<T>(items: readonly T[], k: number): T[] {
   const at = k % items.length;
   return [...items.slice(at), ...items.slice(0, at)];
 }
