@@ -28,9 +28,10 @@ export interface LocalProxy {
 const FORWARDED = /^x-forwarded-|^forwarded$/;
 
 export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
+  // Keep-alive, with Node's default of 256 idle connections. A pool smaller than the concurrency the tunnel carries
+  // closes connections that the next requests must open again, each with a TLS handshake.
   const agent = new Agent({
     keepAlive: true,
-    maxFreeSockets: 16,
     ...(upstream.caPem ? { ca: upstream.caPem } : {}),
     ...(upstream.certPem ? { cert: clientCertChain(upstream.certPem), key: upstream.keyPem } : {}),
   });
