@@ -68,7 +68,7 @@ export async function measure(
 }
 
 /**
- * `items` starting at index `k` (mod length). Each group of measurements starts with another target, so no
+ * `items` starting at index `k` (mod length). Each round of measurements starts with another target, so no
  * target always runs first or last, on an API server whose heap and caches change as the run goes on.
  */
 function rotate<T>(items: readonly T[], k: number): T[] {
@@ -77,7 +77,7 @@ function rotate<T>(items: readonly T[], k: number): T[] {
 }
 
 /** How many rounds the request suites measure each target in (BENCH_ROUNDS), its order rotated each round. */
-export const ROUNDS = Math.max(1, Number(process.env['BENCH_ROUNDS'] ?? 3));
+const ROUNDS = Math.max(1, Number(process.env['BENCH_ROUNDS'] ?? 3));
 
 /** The warm-up of every round after the first: the processes are hot by then. */
 const REWARM_SECONDS = Math.min(1, WARMUP_SECONDS);
@@ -93,21 +93,23 @@ export interface RoundFigures {
   p50us: number;
 }
 
+/** Rounds measured so far in this process: each round starts with the next target (see rotate). */
+let roundsSoFar = 0;
+
 /**
- * Measures each of `targets` in ROUNDS rounds, each round starting with the next target (see rotate; `first` says
- * where the first round starts), and keeps for each target its round with the median rate, with every round's
- * figures in `rounds` (printComparison compares them round by round). A disturbance that hits one measurement
- * (the API server collecting garbage, say) then moves one round rather than the figure. `measureOne` gets the
- * warm-up to run: WARMUP_SECONDS in the first round.
+ * Measures each of `targets` in ROUNDS rounds, each round starting with the next target (see rotate, counted
+ * across calls), and keeps for each target its round with the median rate, with every round's figures in
+ * `rounds` (printComparison compares them round by round). A disturbance that hits one measurement (the API
+ * server collecting garbage, say) then moves one round rather than the figure. `measureOne` gets the warm-up to
+ * run: WARMUP_SECONDS in the first round.
  */
 export async function measureRounds<T>(
   targets: readonly T[],
-  first: number,
   measureOne: (target: T, warmupSeconds: number) => Promise<Measurement>,
 ): Promise<Measurement[]> {
   const runs = new Map<T, Measurement[]>(targets.map((t) => [t, []]));
   for (let round = 0; round < ROUNDS; round++)
-    for (const t of rotate(targets, first + round))
+    for (const t of rotate(targets, roundsSoFar++))
       runs.get(t)!.push(await measureOne(t, round === 0 ? WARMUP_SECONDS : REWARM_SECONDS));
   return targets.map((t) => {
     const measured = runs.get(t)!;

@@ -23,7 +23,6 @@ import {
   formatNumber,
   measureRounds,
   printComparison,
-  ROUNDS,
   saveResults,
   type Measurement,
   type Row,
@@ -348,10 +347,7 @@ export async function benchProxy(): Promise<void> {
     };
 
     const rows: Measurement[] = [];
-    let group = 0;
     const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
-      const first = group;
-      group += ROUNDS;
       const measureOne = async (t: Target, warmupSeconds: number): Promise<Measurement> => {
         // CPU time so far of the proxy, the API server and the load generator (whose share, on shared cores, the
         // others do not get).
@@ -398,7 +394,7 @@ export async function benchProxy(): Promise<void> {
           clientCpuUs: perRequest('client'),
         };
       };
-      rows.push(...(await measureRounds(targets, first, measureOne)));
+      rows.push(...(await measureRounds(targets, measureOne)));
     };
     const operations = [
       ['GET', '/api/v1/namespaces/bench'],

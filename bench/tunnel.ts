@@ -21,7 +21,6 @@ import {
   formatNumber,
   measureRounds,
   printComparison,
-  ROUNDS,
   saveResults,
   type Measurement,
   type Row,
@@ -145,7 +144,6 @@ export async function benchTunnel(): Promise<void> {
     log('all targets answer; measuring');
 
     const rows: Measurement[] = [];
-    let group = 0;
     for (const [op, path] of [
       ['GET', '/api/v1/namespaces/bench'],
       ['LIST', '/api/v1/namespaces/bench/configmaps'],
@@ -176,8 +174,7 @@ export async function benchTunnel(): Promise<void> {
             apiserverCpuUs: perRequest(apiserverPid, before.apiserver),
           };
         };
-        rows.push(...(await measureRounds(targets, group, measureOne)));
-        group += ROUNDS;
+        rows.push(...(await measureRounds(targets, measureOne)));
       }
     }
 
