@@ -63,6 +63,13 @@ let upstreamMode: 'ok' | 'hang' | 'hold' = 'ok';
 let upload: { bytes: number; ended: boolean } | undefined;
 /** Upstream requests that closed before their answer was complete. */
 let upstreamCancelled = 0;
+/** Bytes of /large the API server has handed to its connection so far. */
+let largeSent = 0;
+const LARGE_CHUNK = 4 << 10;
+const LARGE_BYTES = 32 << 20;
+/** Byte i of /large: a pattern that shows any byte lost, repeated or moved. */
+const largeChunk = (index: number): Buffer =>
+  Buffer.alloc(LARGE_CHUNK, `${index.toString(36).padStart(6, '0')}|`);
 const seen: IncomingHttpHeaders[] = [];
 /** Each request's header fields as sent, repeated fields separate. */
 const seenRaw: string[][] = [];
@@ -120,6 +127,22 @@ beforeAll(async () => {
         current.ended = req.stream.rstCode === undefined;
         if (current.ended) res.writeHead(201).end();
       });
+      return;
+    }
+    if (req.url === '/large') {
+      // A large answer in 4 KiB chunks, as the API server writes, sent only as fast as the proxy takes it.
+      largeSent = 0;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      let index = 0;
+      const pump = (): void => {
+        while (index < LARGE_BYTES / LARGE_CHUNK) {
+          const ok = res.write(largeChunk(index++));
+          largeSent += LARGE_CHUNK;
+          if (!ok) return void res.once('drain', pump);
+        }
+        res.end();
+      };
+      pump();
       return;
     }
     if (req.url === '/partial') {
@@ -387,6 +410,32 @@ describe('HTTP/2 clients, as kubectl connects', () => {
     // A response that ended whole closes with NO_ERROR and no error event.
     expect(stream.rstCode).toBe(constants.NGHTTP2_INTERNAL_ERROR);
     expect(failed).toBe(true);
+  });
+
+  it('holds the API server back while the client does not read, then passes every byte in order', async () => {
+    const stream = session.request({ ':path': '/large', authorization: 'Bearer alice-token' });
+    stream.pause();
+    await eventually(() => expect(largeSent).toBeGreaterThan(0));
+    // Nothing reads: once the flow-control windows and buffers between here and the API server are full, the API
+    // server's writes stop, far short of the whole answer.
+    let before = -1;
+    await eventually(() => {
+      const now = largeSent;
+      const still = now === before;
+      before = now;
+      expect(still).toBe(true);
+    });
+    expect(largeSent).toBeLessThan(LARGE_BYTES / 4);
+    const received: Buffer[] = [];
+    stream.on('data', (c: Buffer) => received.push(c));
+    stream.resume();
+    await new Promise((done) => stream.once('end', done));
+    const body = Buffer.concat(received);
+    expect(body.length).toBe(LARGE_BYTES);
+    for (let i = 0; i < LARGE_BYTES / LARGE_CHUNK; i++) {
+      const chunk = body.subarray(i * LARGE_CHUNK, (i + 1) * LARGE_CHUNK);
+      if (!chunk.equals(largeChunk(i))) throw new Error(`chunk ${i} of the answer arrived wrong`);
+    }
   });
 
   it('never completes a request body the client gave up on halfway', async () => {
