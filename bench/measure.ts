@@ -20,6 +20,17 @@ export interface Measurement {
  */
 export const WARMUP_SECONDS = Number(process.env['BENCH_WARMUP_SECONDS'] ?? 3);
 
+/**
+ * BENCH_ONLY, a regular expression: the request suites measure only the groups whose name (`LIST c=32 split`)
+ * it matches, for a quicker look at one part or a profile of it.
+ */
+const ONLY = process.env['BENCH_ONLY'] ? new RegExp(process.env['BENCH_ONLY']) : undefined;
+
+/** Whether the measurement group `name` is to be run (BENCH_ONLY). */
+export function selected(name: string): boolean {
+  return ONLY?.test(name) ?? true;
+}
+
 function percentile(sorted: number[], p: number): number {
   return sorted.length === 0
     ? 0

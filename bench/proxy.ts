@@ -24,6 +24,7 @@ import {
   measureRounds,
   printComparison,
   saveResults,
+  selected,
   type Measurement,
   type Row,
 } from './measure.ts';
@@ -348,6 +349,7 @@ export async function benchProxy(): Promise<void> {
 
     const rows: Measurement[] = [];
     const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
+      if (!selected(`${op} c=${concurrency} ${layout}`)) return;
       const measureOne = async (t: Target, warmupSeconds: number): Promise<Measurement> => {
         // CPU time so far of the proxy, the API server and the load generator (whose share, on shared cores, the
         // others do not get).

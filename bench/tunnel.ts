@@ -22,6 +22,7 @@ import {
   measureRounds,
   printComparison,
   saveResults,
+  selected,
   type Measurement,
   type Row,
 } from './measure.ts';
@@ -149,6 +150,7 @@ export async function benchTunnel(): Promise<void> {
       ['LIST', '/api/v1/namespaces/bench/configmaps'],
     ] as const) {
       for (const concurrency of [1, 32]) {
+        if (!selected(`${op} c=${concurrency}`)) continue;
         const measureOne = async (t: Target & { prefix: string }, warmupSeconds: number) => {
           const counters = (): { proxy: number; agent: number; apiserver: number } => ({
             proxy: t.pid ? cpuSeconds(t.pid) : 0,
