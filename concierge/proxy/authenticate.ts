@@ -21,28 +21,49 @@ const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
 const SERVICE_ACCOUNT_ENTRIES = 10_000;
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
-/** Per connection, the user its verified certificate names (null: none). getPeerCertificate is costly per request. */
-const certificateUsers = new WeakMap<object, UserInfo | null>();
+/** What a connection's verified client certificate says: who, and from when until when (ms since the epoch). */
+interface CertificateIdentity {
+  user: UserInfo;
+  notBefore: number;
+  notAfter: number;
+}
 
-/** The user named by a verified client certificate: CN is the username, each O a group. */
-export function certificateUser(req: Request): UserInfo | undefined {
+/** Per connection, what its verified certificate says (null: none). getPeerCertificate is costly per request. */
+const certificateIdentities = new WeakMap<object, CertificateIdentity | null>();
+
+function readCertificate(req: Request): CertificateIdentity | null {
+  const socket = req.socket as TLSSocket | undefined;
+  if (!socket || typeof socket.getPeerCertificate !== 'function' || !socket.authorized) return null;
+  const cert = socket.getPeerCertificate();
+  const cn = cert?.subject?.CN;
+  const o = cert?.subject?.O;
+  const username = Array.isArray(cn) ? cn[0] : cn;
+  if (!username) return null;
+  return {
+    user: { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} },
+    notBefore: Date.parse(cert.valid_from),
+    notAfter: Date.parse(cert.valid_to),
+  };
+}
+
+/**
+ * The user named by a verified client certificate (CN is the username, each O a group), or 'expired' when the
+ * certificate was valid at the connection's handshake and is no longer: a connection outlives a 5-minute
+ * TokenCredentialRequest certificate, so its validity is checked on every request, as the API server does.
+ */
+export function certificateUser(req: Request): UserInfo | 'expired' | undefined {
   // Keyed by the connection: the HTTP/2 session, or the HTTP/1.1 socket. Looked up before the socket is touched,
   // since an HTTP/2 session's socket is a stand-in that binds a new function on every property read.
   const key: object = 'stream' in req ? (req.stream.session ?? req.stream) : req.socket;
-  const known = certificateUsers.get(key);
-  if (known !== undefined) return known ?? undefined;
-  const socket = req.socket as TLSSocket | undefined;
-  if (!socket || typeof socket.getPeerCertificate !== 'function') return undefined;
-  let user: UserInfo | null = null;
-  if (socket.authorized) {
-    const cert = socket.getPeerCertificate();
-    const cn = cert?.subject?.CN;
-    const o = cert?.subject?.O;
-    const username = Array.isArray(cn) ? cn[0] : cn;
-    if (username) user = { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} };
+  let known = certificateIdentities.get(key);
+  if (known === undefined) {
+    known = readCertificate(req);
+    certificateIdentities.set(key, known);
   }
-  certificateUsers.set(key, user);
-  return user ?? undefined;
+  if (!known) return undefined;
+  const now = Date.now();
+  // A date that could not be read compares false: such a certificate counts as expired.
+  return now >= known.notBefore && now <= known.notAfter ? known.user : 'expired';
 }
 
 /** The bearer token of a request, if it carries exactly one. */
@@ -88,13 +109,18 @@ export function newRequestAuthenticator(cache: AuthenticatorCache, reviewer: Rev
   return {
     async authenticate(req) {
       const fromCert = certificateUser(req);
-      if (fromCert) return { kind: 'user', user: fromCert, via: 'certificate' };
+      if (fromCert !== undefined && fromCert !== 'expired')
+        return { kind: 'user', user: fromCert, via: 'certificate' };
       const token = bearerToken(req);
       if (token === undefined) {
         return {
           kind: 'anonymous',
           reason:
-            req.headers['authorization'] === undefined ? 'no credentials' : 'malformed Authorization header',
+            fromCert === 'expired'
+              ? 'client certificate expired since the connection was made'
+              : req.headers['authorization'] === undefined
+                ? 'no credentials'
+                : 'malformed Authorization header',
         };
       }
       const result = await cache.authenticate(token);

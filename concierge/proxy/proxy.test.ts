@@ -29,6 +29,7 @@ import { newForwarder } from './forward.ts';
 import { newProxyHandler } from './handler.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
+import { UNAUTHORIZED } from './status.ts';
 
 const TOKENS: Record<string, AuthResult> = {
   'alice-token': {
@@ -66,7 +67,7 @@ let upstreamCancelled = 0;
 /** Bytes of /large the API server has handed to its connection so far. */
 let largeSent = 0;
 const LARGE_CHUNK = 4 << 10;
-const LARGE_BYTES = 32 << 20;
+const LARGE_BYTES = 16 << 20;
 /** Byte i of /large: a pattern that shows any byte lost, repeated or moved. */
 const largeChunk = (index: number): Buffer =>
   Buffer.alloc(LARGE_CHUNK, `${index.toString(36).padStart(6, '0')}|`);
@@ -436,7 +437,7 @@ describe('HTTP/2 clients, as kubectl connects', () => {
       const chunk = body.subarray(i * LARGE_CHUNK, (i + 1) * LARGE_CHUNK);
       if (!chunk.equals(largeChunk(i))) throw new Error(`chunk ${i} of the answer arrived wrong`);
     }
-  });
+  }, 30_000);
 
   it('never completes a request body the client gave up on halfway', async () => {
     upload = undefined;
@@ -561,6 +562,68 @@ describe('failures and observability', () => {
 });
 
 describe('TLS material', () => {
+  it('stops taking a client certificate once it expires, though the connection made with it stays open', async () => {
+    const clientCA = await newCA('client-signer');
+    const servingCA = await newCA('proxy-ca-client-auth');
+    const serving = await issueCert(servingCA, {
+      commonName: 'proxy-serving',
+      hosts: ['127.0.0.1'],
+      usage: 'server',
+    });
+    server.updateTLS({ certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [clientCA.certPem] });
+    // A short-lived credential, as TokenCredentialRequest hands out (for 5 minutes there).
+    const credential = await issueCert(clientCA, {
+      commonName: 'carol',
+      organizations: ['devs'],
+      usage: 'client',
+      validityMs: 2000,
+    });
+    const session = http2Connect(`https://127.0.0.1:${port}`, {
+      ca: servingCA.certPem,
+      cert: credential.certPem,
+      key: credential.keyPem,
+    });
+    // WhoAmIRequest: answered by the proxy itself, with the user it authenticated.
+    const whoAmI = (): Promise<{ status: number; body: string }> =>
+      new Promise((done, fail) => {
+        const stream = session.request(
+          {
+            ':method': 'POST',
+            ':path': `/apis/${apiGroups().identity}/v1alpha1/whoamirequests`,
+            'content-type': 'application/json',
+          },
+          { endStream: false },
+        );
+        stream.end(JSON.stringify({ kind: 'WhoAmIRequest', apiVersion: `${apiGroups().identity}/v1alpha1` }));
+        let status = 0;
+        let body = '';
+        stream.on('response', (h) => (status = Number(h[':status'])));
+        stream.setEncoding('utf8');
+        stream.on('data', (c: string) => (body += c));
+        stream.on('end', () => done({ status, body }));
+        stream.on('error', fail);
+      });
+    try {
+      const valid = await whoAmI();
+      expect(valid.status).toBe(201);
+      expect(JSON.parse(valid.body)).toMatchObject({
+        status: {
+          kubernetesUserInfo: { user: { username: 'carol', groups: ['devs', 'system:authenticated'] } },
+        },
+      });
+      // The same connection, once the certificate is past its end: the uniform 401, the reason only in the log.
+      const refused = await eventually(async () => {
+        const answer = await whoAmI();
+        expect(answer.status).toBe(401);
+        return answer;
+      }, 10_000);
+      expect(JSON.parse(refused.body)).toMatchObject({ kind: 'Status', code: 401, message: UNAUTHORIZED });
+      expect(logText).toContain('client certificate expired since the connection was made');
+    } finally {
+      session.destroy();
+    }
+  }, 20_000);
+
   it('swaps the serving certificate without a restart', async () => {
     const fingerprintSeen = (): Promise<string> =>
       new Promise((done, fail) => {
