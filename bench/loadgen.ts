@@ -21,6 +21,11 @@ export interface Target {
   name: string;
   /** The process doing the proxying, if any, whose CPU time per request is reported. */
   pid?: number;
+  /**
+   * Gives the target new credentials (a renewed certificate), as a client whose credential plugin hands it new
+   * ones: later requests go over a new connection.
+   */
+  update: (spec: TargetSpec) => Promise<void>;
   /** Sends one GET; resolves with HTTP 200, rejects with anything else. */
   get: (path: string) => Promise<number>;
   /**
@@ -76,16 +81,19 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
     process: child,
     target: async (name, spec) => {
       const id = String(targets++);
-      await serially(() => {
-        const headers = Object.entries(spec.headers ?? {}).map(([header, value]): [string, string[]] => [
-          header,
-          (Array.isArray(value) ? value : [value]).map(String),
-        ]);
-        send({ cmd: 'target', id, ...spec, headers: Object.fromEntries(headers) });
-        return next();
-      });
+      const define = (spec: TargetSpec): Promise<void> =>
+        serially(async () => {
+          const headers = Object.entries(spec.headers ?? {}).map(([header, value]): [string, string[]] => [
+            header,
+            (Array.isArray(value) ? value : [value]).map(String),
+          ]);
+          send({ cmd: 'target', id, ...spec, headers: Object.fromEntries(headers) });
+          await next();
+        });
+      await define(spec);
       return {
         name,
+        update: define,
         get: (path) =>
           serially(async () => {
             send({ cmd: 'get', id, path });

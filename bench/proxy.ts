@@ -10,6 +10,9 @@ import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
+import { exchange } from '../cli/login.ts';
+import { closeHttpsPools } from '../lib/https-client.ts';
 import { clientCertChain } from '../lib/pem.ts';
 import { impersonationHeaders } from '../concierge/proxy/impersonate.ts';
 import { issueCert } from '../lib/pki.ts';
@@ -18,7 +21,7 @@ import { processesUsing } from '../integration/harness/processes.ts';
 import { applyJWTAuthenticator, forwardingToken } from '../integration/harness/concierge.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
-import { startLoadGenerator, type Target } from './loadgen.ts';
+import { startLoadGenerator, type Target, type TargetSpec } from './loadgen.ts';
 import {
   formatNumber,
   measureRounds,
@@ -150,6 +153,16 @@ export async function prepareBenchData(cluster: Cluster, issuer: TestIssuer): Pr
   return issuer.mint({ username: BENCH_USER.username, groups: BENCH_USER.groups }, { expiresIn: 3600 });
 }
 
+/** A target, the process doing its proxying, and what it needs done before each measurement. */
+type BenchTarget = Target & {
+  pid?: number;
+  /** Called before a measurement of `seconds` (warm-up included), to renew a credential that would expire. */
+  prepare?: (seconds: number) => Promise<void>;
+};
+
+/** Spare time a certificate must have beyond a measurement's end, for the bench's own bookkeeping around it. */
+const CREDENTIAL_MARGIN_SECONDS = 30;
+
 export async function benchProxy(): Promise<void> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const profileDir = process.env['BENCH_PROFILE_DIR'];
@@ -229,7 +242,7 @@ export async function benchProxy(): Promise<void> {
     };
     const loadgen = await startLoadGenerator(log);
     children.push(loadgen.process);
-    const targets: Target[] = [
+    const targets: BenchTarget[] = [
       await loadgen.target('direct', {
         url: cluster.url,
         ca: cluster.ca.certPem,
@@ -250,48 +263,46 @@ export async function benchProxy(): Promise<void> {
         pid: server.pid!,
       },
     ];
-    const tcr = await new Promise<{ clientCertificateData: string; clientKeyData: string }>((done, fail) => {
-      const req = httpsRequest(
-        `${proxyURL}/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests`,
-        { method: 'POST', ca: servingCA, headers: { 'content-type': 'application/json' } },
-        (res) => {
-          let body = '';
-          res.on('data', (c: Buffer) => (body += c.toString()));
-          res.on('end', () =>
-            done(
-              (
-                JSON.parse(body) as {
-                  status: { credential: { clientCertificateData: string; clientKeyData: string } };
-                }
-              ).status.credential,
-            ),
-          );
-        },
-      );
-      req.on('error', fail);
-      req.end(
-        JSON.stringify({
-          apiVersion: 'login.concierge.sealion.dev/v1alpha1',
+    // A TokenCredentialRequest certificate lasts 5 minutes, and the proxy refuses it after that even on a
+    // connection made before. Like kubectl's credential plugin, the bench asks for a new one when the one it holds
+    // would run out during the next measurement.
+    const certificateSpec = async (): Promise<TargetSpec & { expires: number }> => {
+      // What `sealion login` sends, through its own code.
+      const groups = apiGroups();
+      const credential = await exchange(
+        proxyURL,
+        servingCA,
+        {
+          apiVersion: `${groups.login}/${VERSION}`,
           kind: 'TokenCredentialRequest',
           spec: {
             token,
-            authenticator: {
-              apiGroup: 'authentication.concierge.sealion.dev',
-              kind: 'JWTAuthenticator',
-              name: 'bench',
-            },
+            authenticator: { apiGroup: groups.authentication, kind: Kind.JWTAuthenticator, name: 'bench' },
           },
-        }),
+        },
+        `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`,
       );
-    });
-    targets.push({
-      ...(await loadgen.target('sealion (certificate)', {
+      return {
         url: proxyURL,
         ca: servingCA,
-        cert: tcr.clientCertificateData,
-        key: tcr.clientKeyData,
-      })),
+        cert: credential.clientCertificateData,
+        key: credential.clientKeyData,
+        expires: Date.parse(credential.expirationTimestamp),
+      };
+    };
+    let credential = await certificateSpec();
+    const certificate = await loadgen.target('sealion (certificate)', credential);
+    targets.push({
+      ...certificate,
       pid: server.pid!,
+      prepare: async (seconds) => {
+        if (credential.expires - Date.now() > (seconds + CREDENTIAL_MARGIN_SECONDS) * 1000) return;
+        credential = await certificateSpec();
+        await certificate.update(credential);
+        log(
+          `new TokenCredentialRequest certificate, good until ${new Date(credential.expires).toISOString()}`,
+        );
+      },
     });
     const controlPlane = controlPlaneOf(cluster);
     const apiserverPid = controlPlane.apiserver;
@@ -350,7 +361,8 @@ export async function benchProxy(): Promise<void> {
     const rows: Measurement[] = [];
     const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
       if (!selected(`${op} c=${concurrency} ${layout}`)) return;
-      const measureOne = async (t: Target, warmupSeconds: number): Promise<Measurement> => {
+      const measureOne = async (t: BenchTarget, warmupSeconds: number): Promise<Measurement> => {
+        await t.prepare?.(warmupSeconds + SECONDS);
         // CPU time so far of the proxy, the API server and the load generator (whose share, on shared cores, the
         // others do not get).
         const counters = () => ({
@@ -430,6 +442,7 @@ export async function benchProxy(): Promise<void> {
     console.log(`saved ${saveResults('proxy', { rows, watchMemory })}`);
   } finally {
     for (const child of children) child.kill();
+    await closeHttpsPools();
     await issuer.stop();
     await cluster.stop();
   }

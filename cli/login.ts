@@ -76,7 +76,7 @@ function tokenOf(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): string {
 }
 
 /** POSTs a TokenCredentialRequest to the proxy; the answer (201 either way) carries a certificate or a message. */
-async function exchange(
+export async function exchange(
   endpoint: string,
   caPem: string | undefined,
   body: TokenCredentialRequest,

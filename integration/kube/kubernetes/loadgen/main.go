@@ -5,7 +5,8 @@
 // It reads one JSON command per line on stdin and answers each with one JSON line on stdout:
 //
 //	{"cmd":"target","id":"a","url":"https://...","ca":"PEM","cert":"PEM","key":"PEM","token":"...","headers":{"h":["v"]}}
-//	    -> {}                                   (url may be plain http://, as kubectl proxy serves)
+//	    -> {}                                   (url may be plain http://, as kubectl proxy serves;
+//	                                               an id defined again gets the new credentials)
 //	{"cmd":"get","id":"a","path":"/api"}      -> {"status":200}
 //	{"cmd":"run","id":"a","path":"/api","concurrency":32,"warmupSeconds":3,"seconds":5}
 //	    -> {"warm":true}                        after the warm-up; the run starts on the next line ("go")
@@ -178,6 +179,10 @@ func main() {
 			if err != nil {
 				answer(map[string]string{"error": err.Error()})
 				continue
+			}
+			// A target defined again (new credentials) drops the old one's connections.
+			if old := targets[c.ID]; old != nil {
+				old.client.CloseIdleConnections()
 			}
 			targets[c.ID] = t
 			answer(map[string]string{})
