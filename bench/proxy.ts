@@ -153,9 +153,8 @@ export async function prepareBenchData(cluster: Cluster, issuer: TestIssuer): Pr
   return issuer.mint({ username: BENCH_USER.username, groups: BENCH_USER.groups }, { expiresIn: 3600 });
 }
 
-/** A target, the process doing its proxying, and what it needs done before each measurement. */
+/** A target, and what it needs done before each measurement. */
 type BenchTarget = Target & {
-  pid?: number;
   /** Called before a measurement of `seconds` (warm-up included), to renew a credential that would expire. */
   prepare?: (seconds: number) => Promise<void>;
 };

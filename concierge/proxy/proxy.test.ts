@@ -68,7 +68,7 @@ let upstreamCancelled = 0;
 let largeSent = 0;
 const LARGE_CHUNK = 4 << 10;
 const LARGE_BYTES = 16 << 20;
-/** Byte i of /large: a pattern that shows any byte lost, repeated or moved. */
+/** Chunk `index` of /large: a pattern that shows any chunk lost, repeated or moved. */
 const largeChunk = (index: number): Buffer =>
   Buffer.alloc(LARGE_CHUNK, `${index.toString(36).padStart(6, '0')}|`);
 const seen: IncomingHttpHeaders[] = [];
