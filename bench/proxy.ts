@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
+import { Kind } from '../apis/groups.ts';
 import { exchange } from '../cli/login.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { clientCertChain } from '../lib/pem.ts';
@@ -265,39 +265,31 @@ export async function benchProxy(): Promise<void> {
     // A TokenCredentialRequest certificate lasts 5 minutes, and the proxy refuses it after that even on a
     // connection made before. Like kubectl's credential plugin, the bench asks for a new one when the one it holds
     // would run out during the next measurement.
-    const certificateSpec = async (): Promise<TargetSpec & { expires: number }> => {
+    const newCredential = async (): Promise<{ spec: TargetSpec; expires: number }> => {
       // What `sealion login` sends, through its own code.
-      const groups = apiGroups();
-      const credential = await exchange(
-        proxyURL,
-        servingCA,
-        {
-          apiVersion: `${groups.login}/${VERSION}`,
-          kind: 'TokenCredentialRequest',
-          spec: {
-            token,
-            authenticator: { apiGroup: groups.authentication, kind: Kind.JWTAuthenticator, name: 'bench' },
-          },
-        },
-        `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`,
-      );
+      const credential = await exchange(proxyURL, servingCA, token, {
+        kind: Kind.JWTAuthenticator,
+        name: 'bench',
+      });
       return {
-        url: proxyURL,
-        ca: servingCA,
-        cert: credential.clientCertificateData,
-        key: credential.clientKeyData,
+        spec: {
+          url: proxyURL,
+          ca: servingCA,
+          cert: credential.clientCertificateData,
+          key: credential.clientKeyData,
+        },
         expires: Date.parse(credential.expirationTimestamp),
       };
     };
-    let credential = await certificateSpec();
-    const certificate = await loadgen.target('sealion (certificate)', credential);
+    let credential = await newCredential();
+    const certificate = await loadgen.target('sealion (certificate)', credential.spec);
     targets.push({
       ...certificate,
       pid: server.pid!,
       prepare: async (seconds) => {
         if (credential.expires - Date.now() > (seconds + CREDENTIAL_MARGIN_SECONDS) * 1000) return;
-        credential = await certificateSpec();
-        await certificate.update(credential);
+        credential = await newCredential();
+        await certificate.update(credential.spec);
         log(
           `new TokenCredentialRequest certificate, good until ${new Date(credential.expires).toISOString()}`,
         );

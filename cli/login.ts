@@ -75,13 +75,24 @@ function tokenOf(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): string {
   return token;
 }
 
-/** POSTs a TokenCredentialRequest to the proxy; the answer (201 either way) carries a certificate or a message. */
+/**
+ * Trades `token` for a client certificate: a TokenCredentialRequest to the proxy at `endpoint`, naming the
+ * authenticator to check it with. The answer (201 either way) carries a certificate or a message.
+ */
 export async function exchange(
   endpoint: string,
   caPem: string | undefined,
-  body: TokenCredentialRequest,
-  path: string,
+  token: string,
+  authenticator: { kind: Kind; name: string },
+  groupSuffix = DEFAULT_GROUP_SUFFIX,
 ): Promise<ClusterCredential> {
+  const groups = apiGroups(groupSuffix);
+  const body: TokenCredentialRequest = {
+    apiVersion: `${groups.login}/${VERSION}`,
+    kind: 'TokenCredentialRequest',
+    spec: { token, authenticator: { apiGroup: groups.authentication, ...authenticator } },
+  };
+  const path = `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`;
   let answer: TokenCredentialRequest;
   try {
     const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`).toString();
@@ -171,7 +182,6 @@ export async function credentialFor(
     throw new Error('--exchange needs --concierge-endpoint, or provideClusterInfo: true in the kubeconfig');
   const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
   const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
-  const groups = apiGroups(flags.groupSuffix);
   const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
 
   // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
@@ -191,15 +201,9 @@ export async function credentialFor(
     const credential = await exchange(
       endpoint,
       caPem,
-      {
-        apiVersion: `${groups.login}/${VERSION}`,
-        kind: 'TokenCredentialRequest',
-        spec: {
-          token,
-          authenticator: { apiGroup: groups.authentication, kind, name: flags.authenticatorName },
-        },
-      },
-      `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`,
+      token,
+      { kind, name: flags.authenticatorName },
+      flags.groupSuffix,
     );
     const result: ExecCredential = {
       apiVersion: EXEC_API_VERSION,
