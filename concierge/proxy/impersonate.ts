@@ -20,6 +20,8 @@ const HOP_BY_HOP = new Set([
   'te',
   'trailer',
   'transfer-encoding',
+  // Added back, with Connection, for the upgrades it asks for; on any other request it means nothing upstream.
+  'upgrade',
   'http2-settings',
   'host',
   'expect',

@@ -252,6 +252,13 @@ describe('what reaches the API server', () => {
     expect(JSON.stringify(headers)).not.toContain('alice-token');
   });
 
+  it('forwards a plain request that names a protocol to upgrade to without asking for the upgrade', async () => {
+    // Without `Connection: upgrade` this is an ordinary request; its Upgrade header has no meaning on HTTP/2.
+    const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token', upgrade: 'h2c' });
+    expect(answer.status).toBe(200);
+    expect(seen.at(-1)!['upgrade']).toBeUndefined();
+  });
+
   it('drops impersonation headers the caller may not send, refusing the request', async () => {
     const answer = await call('/api/v1/namespaces', {
       authorization: 'Bearer alice-token',
