@@ -8,13 +8,21 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WebSocket } from 'ws';
+import { createWebSocketStream, WebSocket } from 'ws';
 import { X509Certificate } from 'node:crypto';
 import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { silentLogger } from '../lib/log.ts';
-import { clusterAccess, loadKubeConfig, newKubeClients, type KubeClients } from '../lib/kube.ts';
-import { issueCert, newCA, newCSR } from '../lib/pki.ts';
+import {
+  clusterAccess,
+  loadKubeConfig,
+  newKubeClients,
+  readSecretData,
+  type KubeClients,
+} from '../lib/kube.ts';
+import { issueCert, loadCA, newCA, newCSR } from '../lib/pki.ts';
+import { serveTunnel } from '../lib/tunnel.ts';
+import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
 import { REPO_ROOT } from './harness/build.ts';
 import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from './harness/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
@@ -88,11 +96,11 @@ function userKubeconfig(path = `/clusters/${CLUSTER}`): string {
   return file;
 }
 
-const clusterStatus = async (): Promise<Record<string, unknown>> => {
+const clusterStatus = async (name = CLUSTER): Promise<Record<string, unknown>> => {
   const out = await hub.kubectl([
     'get',
     `clusters.tunnel.concierge.sealion.dev`,
-    CLUSTER,
+    name,
     '-o',
     'jsonpath={.status}',
   ]);
@@ -416,6 +424,49 @@ describe('a cluster reached through its agent', () => {
     expect(renewed!.serialNumber).not.toBe(first!.serialNumber);
     expect(saved[1]!.keyPem).not.toBe(saved[0]!.keyPem);
   });
+
+  it('closes a tunnel when the certificate it was opened with expires', async () => {
+    // An agent of its own (the real tunnel library, answering pings) for another registered cluster, with a
+    // certificate from the tunnel CA that lives a few seconds. Nothing but the expiry can end its tunnel.
+    const name = 'short-lived';
+    await hub.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+        kind: 'Cluster',
+        metadata: { name },
+        spec: {},
+      }),
+    });
+    const secret = (await readSecretData(hubClients, NS, TUNNEL_CA_SECRET))!;
+    const tunnelCA = await loadCA(secret['tls.crt']!, secret['tls.key']!);
+    const cert = await issueCert(tunnelCA, { commonName: name, usage: 'client', validityMs: 4_000 });
+    const dial = (): WebSocket =>
+      new WebSocket(`wss://127.0.0.1:${tunnelPort}/connect`, {
+        ca: concierge.concierge.tunnel!.caPem,
+        cert: cert.certPem,
+        key: cert.keyPem,
+      });
+    const ws = dial();
+    await new Promise((done, fail) => {
+      ws.once('open', done);
+      ws.once('error', fail);
+    });
+    const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => stream.destroy());
+    await eventually(async () => expect((await clusterStatus(name))['connected']).toBe(true));
+    await agentEnd.closed;
+    await eventually(async () => expect((await clusterStatus(name))['connected']).toBe(false));
+    // The same certificate cannot open another.
+    const refused = await new Promise<number>((done) => {
+      const again = dial();
+      again.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
+      again.once('open', () => {
+        again.close();
+        done(101);
+      });
+      again.once('error', () => done(0));
+    });
+    expect(refused).toBe(401);
+  }, 30_000);
 
   it('refuses a cluster removed from the registry, closing its tunnel', async () => {
     const removed = await runSealion([

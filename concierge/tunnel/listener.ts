@@ -2,7 +2,8 @@
 // certificate; GET /connect (mutual TLS, a WebSocket) is the tunnel; POST /renew (mutual TLS) re-issues the
 // certificate before it expires. A cluster's identity is its certificate's CN, checked against the Cluster
 // registry on every connection: a Cluster deleted from the registry is refused even with a valid certificate,
-// and its open tunnel is closed. Connects and disconnects are written to the Cluster's status as they happen.
+// and its open tunnel is closed. A tunnel also closes when the certificate it was opened with expires. Connects and
+// disconnects are written to the Cluster's status as they happen.
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -114,6 +115,22 @@ function peerCluster(socket: TLSSocket): { cluster: string } | { problem: string
   return { cluster: cn };
 }
 
+/** The longest delay a Node timer takes (about 24.8 days); agent certificates live longer. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Calls `fire` at `when` (epoch ms), however far off that is. */
+function atTime(when: number, fire: () => void): { cancel(): void } {
+  let timer: NodeJS.Timeout | undefined;
+  const arm = (): void => {
+    const left = when - Date.now();
+    if (left <= 0) return fire();
+    timer = setTimeout(arm, Math.min(left, MAX_TIMER_MS));
+    timer.unref();
+  };
+  arm();
+  return { cancel: () => clearTimeout(timer) };
+}
+
 interface Connected {
   tunnel: TunnelClient;
   forwarder: Forwarder;
@@ -222,7 +239,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     if (!registered) return refuse(401, `cluster ${peer.cluster} is not in the registry`);
     const cluster = peer.cluster;
     const agentVersion = String(req.headers['x-sealion-agent-version'] ?? 'unknown');
-    const certificateExpiry = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo).toISOString();
+    const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
+    const certificateExpiry = expires.toISOString();
     wss.handleUpgrade(req, socket, head, (ws) => {
       const tunnel = newTunnelClient(createWebSocketStream(ws), {
         maxStreams: registered.spec.maxConcurrentStreams ?? DEFAULT_MAX_STREAMS,
@@ -233,6 +251,12 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       connected.set(cluster, entry);
       previous?.tunnel.close();
       log.info({ cluster, agentVersion }, 'agent connected');
+      // TLS checked the certificate once, at the handshake; the tunnel must not outlive it. The agent renews its
+      // certificate long before, and dials again with the new one when this tunnel closes.
+      const expiry = atTime(expires.getTime(), () => {
+        log.info({ cluster, certificateExpiry }, 'tunnel closed: the certificate it was opened with expired');
+        tunnel.close();
+      });
       writeStatus(cluster, {
         connected: true,
         connectedSince: since.toISOString(),
@@ -242,6 +266,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       });
       // Pushed, not polled: the status changes the moment the tunnel closes.
       void tunnel.closed.then(() => {
+        expiry.cancel();
         if (connected.get(cluster) !== entry) return;
         connected.delete(cluster);
         log.info({ cluster }, 'agent disconnected');
