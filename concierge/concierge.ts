@@ -111,7 +111,8 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
   const forwarder = newForwarder(opts.upstream);
   const handler = newProxyHandler({
     groups,
-    authenticator: newRequestAuthenticator(authenticators.cache, reviewer),
+    // The server is made below; the handler asks it for trusted CAs only when requests arrive.
+    authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs()),
     cache: authenticators.cache,
     reviewer,
     forwarder,

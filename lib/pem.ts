@@ -33,3 +33,10 @@ export function clientCertChain(certPem: string): string {
   const blocks = certPem.match(PEM_BLOCK) ?? [];
   return blocks.length === 1 ? `${blocks[0]}\n${blocks[0]}\n` : certPem;
 }
+
+/** The SHA-256 fingerprints (colon-separated hex, as Node's TLS reports them) of every certificate in `pems`. */
+export function certificateFingerprints(pems: string[]): Set<string> {
+  return new Set(
+    pems.flatMap((pem) => (pem.match(PEM_BLOCK) ?? []).map((b) => new X509Certificate(b).fingerprint256)),
+  );
+}

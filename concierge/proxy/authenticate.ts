@@ -1,7 +1,7 @@
 // Who is calling: a client certificate from our signer CA, else a bearer token through the authenticator cache
 // (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
 // as it came, not impersonated), else nobody.
-import type { TLSSocket } from 'node:tls';
+import type { DetailedPeerCertificate, TLSSocket } from 'node:tls';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
@@ -21,11 +21,15 @@ const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
 const SERVICE_ACCOUNT_ENTRIES = 10_000;
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
-/** What a connection's verified client certificate says: who, and from when until when (ms since the epoch). */
+/**
+ * What a connection's verified client certificate says: who, from when until when (ms since the epoch), and the
+ * fingerprints of the certificates it was verified through (its own, then each issuer up to the trusted CA).
+ */
 interface CertificateIdentity {
   user: UserInfo;
   notBefore: number;
   notAfter: number;
+  chain: string[];
 }
 
 /** Per connection, what its verified certificate says (null: none). getPeerCertificate is costly per request. */
@@ -34,7 +38,7 @@ const certificateIdentities = new WeakMap<object, CertificateIdentity | null>();
 function readCertificate(req: Request): CertificateIdentity | null {
   const socket = req.socket as TLSSocket | undefined;
   if (!socket || typeof socket.getPeerCertificate !== 'function' || !socket.authorized) return null;
-  const cert = socket.getPeerCertificate();
+  const cert = socket.getPeerCertificate(true);
   const cn = cert?.subject?.CN;
   const o = cert?.subject?.O;
   const username = Array.isArray(cn) ? cn[0] : cn;
@@ -43,15 +47,37 @@ function readCertificate(req: Request): CertificateIdentity | null {
     user: { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} },
     notBefore: Date.parse(cert.valid_from),
     notAfter: Date.parse(cert.valid_to),
+    chain: chainOf(cert),
   };
 }
 
+function chainOf(cert: DetailedPeerCertificate): string[] {
+  const chain: string[] = [];
+  // A self-signed certificate is its own issuer: the chain ends there.
+  for (
+    let c: DetailedPeerCertificate | undefined = cert;
+    c && !chain.includes(c.fingerprint256);
+    c = c.issuerCertificate
+  )
+    chain.push(c.fingerprint256);
+  return chain;
+}
+
+/** Why a client certificate that was good at the connection's handshake is not any more. */
+export const CERTIFICATE_EXPIRED = 'client certificate expired since the connection was made';
+export const CERTIFICATE_UNTRUSTED =
+  'client certificate signer no longer trusted since the connection was made';
+
 /**
- * The user named by a verified client certificate (CN is the username, each O a group), or 'expired' when the
- * certificate was valid at the connection's handshake and is no longer: a connection outlives a 5-minute
- * TokenCredentialRequest certificate, so its validity is checked on every request, as the API server does.
+ * The user named by a verified client certificate (CN is the username, each O a group), or why a certificate that
+ * was good at the connection's handshake is not now. A connection outlives a 5-minute TokenCredentialRequest
+ * certificate, and a signer CA taken out of `trusted` (fingerprints of the client CAs the server trusts now), so
+ * both are checked on every request, as the API server does.
  */
-export function certificateUser(req: Request): UserInfo | 'expired' | undefined {
+export function certificateUser(
+  req: Request,
+  trusted: ReadonlySet<string>,
+): UserInfo | { refused: string } | undefined {
   // Keyed by the connection: the HTTP/2 session, or the HTTP/1.1 socket. Looked up before the socket is touched,
   // since an HTTP/2 session's socket is a stand-in that binds a new function on every property read.
   const key: object = 'stream' in req ? (req.stream.session ?? req.stream) : req.socket;
@@ -63,7 +89,9 @@ export function certificateUser(req: Request): UserInfo | 'expired' | undefined 
   if (!known) return undefined;
   const now = Date.now();
   // A date that could not be read compares false: such a certificate counts as expired.
-  return now >= known.notBefore && now <= known.notAfter ? known.user : 'expired';
+  if (!(now >= known.notBefore && now <= known.notAfter)) return { refused: CERTIFICATE_EXPIRED };
+  if (!known.chain.some((fingerprint) => trusted.has(fingerprint))) return { refused: CERTIFICATE_UNTRUSTED };
+  return known.user;
 }
 
 /** The bearer token of a request, if it carries exactly one. */
@@ -78,7 +106,15 @@ export interface RequestAuthenticator {
   authenticate(req: Request): Promise<Identity>;
 }
 
-export function newRequestAuthenticator(cache: AuthenticatorCache, reviewer: Reviewer): RequestAuthenticator {
+/**
+ * `trustedClientCAs` gives the fingerprints of the client CAs the proxy's listener trusts now (ProxyServer's
+ * trustedClientCAs).
+ */
+export function newRequestAuthenticator(
+  cache: AuthenticatorCache,
+  reviewer: Reviewer,
+  trustedClientCAs: () => ReadonlySet<string>,
+): RequestAuthenticator {
   // Tokens no Sealion authenticator knows may still be the cluster's own service-account tokens. Those answers
   // are cached like webhook answers, so unknown tokens cannot turn into a TokenReview per request.
   const serviceAccounts = new AnswerCache(
@@ -108,16 +144,16 @@ export function newRequestAuthenticator(cache: AuthenticatorCache, reviewer: Rev
 
   return {
     async authenticate(req) {
-      const fromCert = certificateUser(req);
-      if (fromCert !== undefined && fromCert !== 'expired')
+      const fromCert = certificateUser(req, trustedClientCAs());
+      if (fromCert !== undefined && !('refused' in fromCert))
         return { kind: 'user', user: fromCert, via: 'certificate' };
       const token = bearerToken(req);
       if (token === undefined) {
         return {
           kind: 'anonymous',
           reason:
-            fromCert === 'expired'
-              ? 'client certificate expired since the connection was made'
+            fromCert !== undefined
+              ? fromCert.refused
               : req.headers['authorization'] === undefined
                 ? 'no credentials'
                 : 'malformed Authorization header',

@@ -23,7 +23,7 @@ import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
 import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
 import { newLogger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
-import { newRequestAuthenticator } from './authenticate.ts';
+import { CERTIFICATE_EXPIRED, CERTIFICATE_UNTRUSTED, newRequestAuthenticator } from './authenticate.ts';
 import { newClientCertSigner } from './credentials.ts';
 import { newForwarder } from './forward.ts';
 import { newProxyHandler } from './handler.ts';
@@ -188,7 +188,7 @@ beforeAll(async () => {
   });
   const handler = newProxyHandler({
     groups: apiGroups(),
-    authenticator: newRequestAuthenticator(cache, reviewer),
+    authenticator: newRequestAuthenticator(cache, reviewer, () => server.trustedClientCAs()),
     cache,
     reviewer,
     forwarder,
@@ -569,6 +569,27 @@ describe('failures and observability', () => {
 });
 
 describe('TLS material', () => {
+  /** WhoAmIRequest on an open HTTP/2 connection: answered by the proxy itself, with the user it authenticated. */
+  const whoAmIOn = (session: ClientHttp2Session): Promise<{ status: number; body: string }> =>
+    new Promise((done, fail) => {
+      const stream = session.request(
+        {
+          ':method': 'POST',
+          ':path': `/apis/${apiGroups().identity}/v1alpha1/whoamirequests`,
+          'content-type': 'application/json',
+        },
+        { endStream: false },
+      );
+      stream.end(JSON.stringify({ kind: 'WhoAmIRequest', apiVersion: `${apiGroups().identity}/v1alpha1` }));
+      let status = 0;
+      let body = '';
+      stream.on('response', (h) => (status = Number(h[':status'])));
+      stream.setEncoding('utf8');
+      stream.on('data', (c: string) => (body += c));
+      stream.on('end', () => done({ status, body }));
+      stream.on('error', fail);
+    });
+
   it('stops taking a client certificate once it expires, though the connection made with it stays open', async () => {
     const clientCA = await newCA('client-signer');
     const servingCA = await newCA('proxy-ca-client-auth');
@@ -590,26 +611,7 @@ describe('TLS material', () => {
       cert: credential.certPem,
       key: credential.keyPem,
     });
-    // WhoAmIRequest: answered by the proxy itself, with the user it authenticated.
-    const whoAmI = (): Promise<{ status: number; body: string }> =>
-      new Promise((done, fail) => {
-        const stream = session.request(
-          {
-            ':method': 'POST',
-            ':path': `/apis/${apiGroups().identity}/v1alpha1/whoamirequests`,
-            'content-type': 'application/json',
-          },
-          { endStream: false },
-        );
-        stream.end(JSON.stringify({ kind: 'WhoAmIRequest', apiVersion: `${apiGroups().identity}/v1alpha1` }));
-        let status = 0;
-        let body = '';
-        stream.on('response', (h) => (status = Number(h[':status'])));
-        stream.setEncoding('utf8');
-        stream.on('data', (c: string) => (body += c));
-        stream.on('end', () => done({ status, body }));
-        stream.on('error', fail);
-      });
+    const whoAmI = (): Promise<{ status: number; body: string }> => whoAmIOn(session);
     try {
       const valid = await whoAmI();
       expect(valid.status).toBe(201);
@@ -625,11 +627,44 @@ describe('TLS material', () => {
         return answer;
       }, 10_000);
       expect(JSON.parse(refused.body)).toMatchObject({ kind: 'Status', code: 401, message: UNAUTHORIZED });
-      expect(logText).toContain('client certificate expired since the connection was made');
+      expect(logText).toContain(CERTIFICATE_EXPIRED);
     } finally {
       session.destroy();
     }
   }, 20_000);
+
+  it('stops taking a client certificate once its signer CA is no longer trusted, on a connection made before', async () => {
+    const oldSigner = await newCA('signer-being-replaced');
+    const newSigner = await newCA('signer-replacing-it');
+    const servingCA = await newCA('proxy-ca-signer-rotation');
+    const serving = await issueCert(servingCA, {
+      commonName: 'proxy-serving',
+      hosts: ['127.0.0.1'],
+      usage: 'server',
+    });
+    const tls = { certPem: serving.certPem, keyPem: serving.keyPem };
+    server.updateTLS({ ...tls, clientCAPems: [oldSigner.certPem] });
+    const credential = await issueCert(oldSigner, { commonName: 'dave', usage: 'client' });
+    const session = http2Connect(`https://127.0.0.1:${port}`, {
+      ca: servingCA.certPem,
+      cert: credential.certPem,
+      key: credential.keyPem,
+    });
+    try {
+      expect((await whoAmIOn(session)).status).toBe(201);
+      // Both signers trusted, as during a rotation: still dave.
+      server.updateTLS({ ...tls, clientCAPems: [newSigner.certPem, oldSigner.certPem] });
+      expect((await whoAmIOn(session)).status).toBe(201);
+      // The old signer taken out: the same connection gets the uniform 401, the reason only in the log.
+      server.updateTLS({ ...tls, clientCAPems: [newSigner.certPem] });
+      const refused = await whoAmIOn(session);
+      expect(refused.status).toBe(401);
+      expect(JSON.parse(refused.body)).toMatchObject({ kind: 'Status', code: 401, message: UNAUTHORIZED });
+      expect(logText).toContain(CERTIFICATE_UNTRUSTED);
+    } finally {
+      session.destroy();
+    }
+  });
 
   it('swaps the serving certificate without a restart', async () => {
     const fingerprintSeen = (): Promise<string> =>

@@ -7,6 +7,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { serveStream, type H2Request, type H2Response } from './exchange.ts';
 import { rawStatusResponse } from './status.ts';
+import { certificateFingerprints } from '../../lib/pem.ts';
 
 /** TLS 1.2 suites with forward secrecy and AEAD; TLS 1.3 suites are all AEAD. */
 export const CIPHERS = [
@@ -49,6 +50,11 @@ export type UpgradeHandler = (req: IncomingMessage, socket: Socket, head: Buffer
 export interface ProxyServer {
   listen(port: number, host: string): Promise<number>;
   updateTLS(tls: ProxyTLS): void;
+  /**
+   * Fingerprints of the client CAs trusted now. A connection's certificate is verified at its handshake only; the
+   * request path checks each request against these, so a CA taken out stops working on open connections too.
+   */
+  trustedClientCAs(): ReadonlySet<string>;
   close(): Promise<void>;
 }
 
@@ -113,6 +119,7 @@ export function newProxyServer(
     },
   );
   server.on('tlsClientError', (err) => onTLSError?.(err));
+  let trusted = certificateFingerprints(tls.clientCAPems);
   const sockets = new Set<Socket>();
   server.on('connection', (socket: Socket) => {
     // Small writes (a response's head, one watch event) must leave at once, not wait for Nagle's delayed ACK.
@@ -129,9 +136,12 @@ export function newProxyServer(
       });
     },
     updateTLS(next) {
-      // New handshakes use the new material; established connections keep theirs.
+      // New handshakes use the new material; established connections keep theirs (but see trustedClientCAs).
+      const nextTrusted = certificateFingerprints(next.clientCAPems);
       server.setSecureContext({ ...secureOptions(next) });
+      trusted = nextTrusted;
     },
+    trustedClientCAs: () => trusted,
     close() {
       return new Promise((done) => {
         server.close(() => done());
