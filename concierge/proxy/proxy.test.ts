@@ -590,15 +590,32 @@ describe('TLS material', () => {
       stream.on('error', fail);
     });
 
-  it('stops taking a client certificate once it expires, though the connection made with it stays open', async () => {
-    const clientCA = await newCA('client-signer');
+  /**
+   * Serves with a new certificate, trusting `clientCAPems` for client certificates, and opens an HTTP/2 connection
+   * that presents `credential`. Returns the connection and the serving TLS material (for later updateTLS calls).
+   */
+  async function connectWithCertificate(
+    clientCAPems: string[],
+    credential: { certPem: string; keyPem: string },
+  ): Promise<{ session: ClientHttp2Session; tls: { certPem: string; keyPem: string } }> {
     const servingCA = await newCA('proxy-ca-client-auth');
     const serving = await issueCert(servingCA, {
       commonName: 'proxy-serving',
       hosts: ['127.0.0.1'],
       usage: 'server',
     });
-    server.updateTLS({ certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [clientCA.certPem] });
+    const tls = { certPem: serving.certPem, keyPem: serving.keyPem };
+    server.updateTLS({ ...tls, clientCAPems });
+    const session = http2Connect(`https://127.0.0.1:${port}`, {
+      ca: servingCA.certPem,
+      cert: credential.certPem,
+      key: credential.keyPem,
+    });
+    return { session, tls };
+  }
+
+  it('stops taking a client certificate once it expires, though the connection made with it stays open', async () => {
+    const clientCA = await newCA('client-signer');
     // A short-lived credential, as TokenCredentialRequest hands out (for 5 minutes there).
     const credential = await issueCert(clientCA, {
       commonName: 'carol',
@@ -606,11 +623,7 @@ describe('TLS material', () => {
       usage: 'client',
       validityMs: 2000,
     });
-    const session = http2Connect(`https://127.0.0.1:${port}`, {
-      ca: servingCA.certPem,
-      cert: credential.certPem,
-      key: credential.keyPem,
-    });
+    const { session } = await connectWithCertificate([clientCA.certPem], credential);
     const whoAmI = (): Promise<{ status: number; body: string }> => whoAmIOn(session);
     try {
       const valid = await whoAmI();
@@ -636,20 +649,8 @@ describe('TLS material', () => {
   it('stops taking a client certificate once its signer CA is no longer trusted, on a connection made before', async () => {
     const oldSigner = await newCA('signer-being-replaced');
     const newSigner = await newCA('signer-replacing-it');
-    const servingCA = await newCA('proxy-ca-signer-rotation');
-    const serving = await issueCert(servingCA, {
-      commonName: 'proxy-serving',
-      hosts: ['127.0.0.1'],
-      usage: 'server',
-    });
-    const tls = { certPem: serving.certPem, keyPem: serving.keyPem };
-    server.updateTLS({ ...tls, clientCAPems: [oldSigner.certPem] });
     const credential = await issueCert(oldSigner, { commonName: 'dave', usage: 'client' });
-    const session = http2Connect(`https://127.0.0.1:${port}`, {
-      ca: servingCA.certPem,
-      cert: credential.certPem,
-      key: credential.keyPem,
-    });
+    const { session, tls } = await connectWithCertificate([oldSigner.certPem], credential);
     try {
       expect((await whoAmIOn(session)).status).toBe(201);
       // Both signers trusted, as during a rotation: still dave.
