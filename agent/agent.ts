@@ -3,10 +3,11 @@
 // with its local proxy. It reconnects on its own with jittered exponential backoff (1 s → 30 s) and renews its
 // certificate over mutual TLS once two thirds of its lifetime have passed.
 import { X509Certificate } from 'node:crypto';
-import { connect as tlsConnect, type PeerCertificate, type TLSSocket } from 'node:tls';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { httpsJSON } from '../lib/https-client.ts';
 import type { Logger } from '../lib/log.ts';
+import { peerChain } from '../lib/pem.ts';
 import { newCSR, spkiPin } from '../lib/pki.ts';
 import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
 import { newLocalProxy, type LocalUpstream } from './local-proxy.ts';
@@ -56,15 +57,9 @@ const RENEW_AT_FRACTION = 2 / 3;
 
 /** The chain the server sent, leaf first, as PEM. */
 function chainOf(socket: TLSSocket): string[] {
-  const pems: string[] = [];
-  let cert: PeerCertificate | undefined = socket.getPeerCertificate(true);
-  const seen = new Set<string>();
-  while (cert?.raw && !seen.has(cert.fingerprint256)) {
-    seen.add(cert.fingerprint256);
-    pems.push(`-----BEGIN CERTIFICATE-----\n${cert.raw.toString('base64')}\n-----END CERTIFICATE-----\n`);
-    cert = (cert as PeerCertificate & { issuerCertificate?: PeerCertificate }).issuerCertificate;
-  }
-  return pems;
+  return peerChain(socket.getPeerCertificate(true)).map(
+    (cert) => `-----BEGIN CERTIFICATE-----\n${cert.raw.toString('base64')}\n-----END CERTIFICATE-----\n`,
+  );
 }
 
 /**

@@ -96,6 +96,25 @@ function userKubeconfig(path = `/clusters/${CLUSTER}`): string {
   return file;
 }
 
+/** Dials the tunnel listener, presenting a client certificate if given. */
+const dialTunnel = (options: { cert?: string; key?: string }): WebSocket =>
+  new WebSocket(`wss://127.0.0.1:${tunnelPort}/connect`, {
+    ca: concierge.concierge.tunnel!.caPem,
+    ...options,
+  });
+
+/** The HTTP status a dial of the tunnel listener gets: 101 when the tunnel opened (it is closed again), 0 on error. */
+const dialStatus = (options: { cert?: string; key?: string }): Promise<number> =>
+  new Promise((done) => {
+    const ws = dialTunnel(options);
+    ws.once('open', () => {
+      ws.close();
+      done(101);
+    });
+    ws.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
+    ws.once('error', () => done(0));
+  });
+
 const clusterStatus = async (name = CLUSTER): Promise<Record<string, unknown>> => {
   const out = await hub.kubectl([
     'get',
@@ -301,23 +320,10 @@ describe('a cluster reached through its agent', () => {
     const good = await createBootstrapToken(hubClients, NS, CLUSTER);
     expect(await register({ cluster: CLUSTER, token: good.token, csr: csrPem })).toBe(200);
 
-    const dial = (options: { cert?: string; key?: string }): Promise<number> =>
-      new Promise((done) => {
-        const ws = new WebSocket(`wss://127.0.0.1:${tunnelPort}/connect`, {
-          ca: concierge.concierge.tunnel!.caPem,
-          ...options,
-        });
-        ws.once('open', () => {
-          ws.close();
-          done(101);
-        });
-        ws.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
-        ws.once('error', () => done(0));
-      });
-    expect(await dial({})).toBe(401);
+    expect(await dialStatus({})).toBe(401);
     const foreignCA = await newCA('not the tunnel CA');
     const foreign = await issueCert(foreignCA, { commonName: CLUSTER, usage: 'client' });
-    expect(await dial({ cert: foreign.certPem, key: foreign.keyPem })).toBe(401);
+    expect(await dialStatus({ cert: foreign.certPem, key: foreign.keyPem })).toBe(401);
   });
 
   it('answers a clean Status to a request in flight when the agent dies, and while it is gone', async () => {
@@ -440,13 +446,7 @@ describe('a cluster reached through its agent', () => {
     const secret = (await readSecretData(hubClients, NS, TUNNEL_CA_SECRET))!;
     const tunnelCA = await loadCA(secret['tls.crt']!, secret['tls.key']!);
     const cert = await issueCert(tunnelCA, { commonName: name, usage: 'client', validityMs: 4_000 });
-    const dial = (): WebSocket =>
-      new WebSocket(`wss://127.0.0.1:${tunnelPort}/connect`, {
-        ca: concierge.concierge.tunnel!.caPem,
-        cert: cert.certPem,
-        key: cert.keyPem,
-      });
-    const ws = dial();
+    const ws = dialTunnel({ cert: cert.certPem, key: cert.keyPem });
     await new Promise((done, fail) => {
       ws.once('open', done);
       ws.once('error', fail);
@@ -456,16 +456,7 @@ describe('a cluster reached through its agent', () => {
     await agentEnd.closed;
     await eventually(async () => expect((await clusterStatus(name))['connected']).toBe(false));
     // The same certificate cannot open another.
-    const refused = await new Promise<number>((done) => {
-      const again = dial();
-      again.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
-      again.once('open', () => {
-        again.close();
-        done(101);
-      });
-      again.once('error', () => done(0));
-    });
-    expect(refused).toBe(401);
+    expect(await dialStatus({ cert: cert.certPem, key: cert.keyPem })).toBe(401);
   }, 30_000);
 
   it('refuses a cluster removed from the registry, closing its tunnel', async () => {

@@ -1,4 +1,5 @@
 import { X509Certificate } from 'node:crypto';
+import type { DetailedPeerCertificate, PeerCertificate } from 'node:tls';
 
 const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
@@ -39,4 +40,22 @@ export function certificateFingerprints(pems: string[]): Set<string> {
   return new Set(
     pems.flatMap((pem) => (pem.match(PEM_BLOCK) ?? []).map((b) => new X509Certificate(b).fingerprint256)),
   );
+}
+
+/**
+ * A TLS peer's certificate chain as Node reports it (`getPeerCertificate(true)`): the leaf, then each issuer, each
+ * once (a self-signed certificate is its own issuer). Empty when the peer sent no certificate.
+ */
+export function peerChain(leaf: PeerCertificate | undefined): DetailedPeerCertificate[] {
+  const chain: DetailedPeerCertificate[] = [];
+  const seen = new Set<string>();
+  for (
+    let c = leaf as DetailedPeerCertificate | undefined;
+    c?.raw && !seen.has(c.fingerprint256);
+    c = c.issuerCertificate
+  ) {
+    seen.add(c.fingerprint256);
+    chain.push(c);
+  }
+  return chain;
 }

@@ -1,11 +1,12 @@
 // Who is calling: a client certificate from our signer CA, else a bearer token through the authenticator cache
 // (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
 // as it came, not impersonated), else nobody.
-import type { DetailedPeerCertificate, TLSSocket } from 'node:tls';
+import type { TLSSocket } from 'node:tls';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
+import { peerChain } from '../../lib/pem.ts';
 import type { Request } from './exchange.ts';
 
 export type Identity =
@@ -47,20 +48,8 @@ function readCertificate(req: Request): CertificateIdentity | null {
     user: { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} },
     notBefore: Date.parse(cert.valid_from),
     notAfter: Date.parse(cert.valid_to),
-    chain: chainOf(cert),
+    chain: peerChain(cert).map((c) => c.fingerprint256),
   };
-}
-
-function chainOf(cert: DetailedPeerCertificate): string[] {
-  const chain: string[] = [];
-  // A self-signed certificate is its own issuer: the chain ends there.
-  for (
-    let c: DetailedPeerCertificate | undefined = cert;
-    c && !chain.includes(c.fingerprint256);
-    c = c.issuerCertificate
-  )
-    chain.push(c.fingerprint256);
-  return chain;
 }
 
 /** Why a client certificate that was good at the connection's handshake is not any more. */
