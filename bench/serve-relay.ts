@@ -1,8 +1,8 @@
 // The floor under any impersonating proxy written for Node, for the proxy benchmark: an HTTP/2 relay that sends
-// every request on as the bench user, with the concierge's forwarding token and the Impersonate-* headers Sealion
-// sends, over Sealion's own pool of upstream connections (h2-pool.ts). It does nothing else: no authentication, no
-// header checks, no logs, no metrics, no timeouts. Between it and Sealion lies the cost of the proxy's own work;
-// between it and direct access, the cost of Node's HTTP/2 and TLS.
+// every request on as the bench user, with the client's headers, the concierge's forwarding token and the
+// Impersonate-* headers Sealion sends, over Sealion's own pool of upstream connections (h2-pool.ts). It does
+// nothing else: no authentication, no header checks, no logs, no metrics, no timeouts. Between it and Sealion lies
+// the cost of the proxy's own work; between it and direct access, the cost of Node's HTTP/2 and TLS.
 // Arguments: the harness cluster's folder and URL. Reads the headers to forward with (the token and Impersonate-*
 // headers, as JSON) as the first line on stdin; prints one JSON line {url, servingCA} when ready.
 import { readFileSync } from 'node:fs';
@@ -24,10 +24,13 @@ const pool = newH2Pool(new URL(url).origin, { secureContext: createSecureContext
 const server = createSecureServer({ cert: serving.certPem, key: serving.keyPem });
 server.on('stream', (stream, headers) => {
   stream.on('error', () => {});
-  const upstream = pool.request(
-    { ...forwarded, ':method': headers[':method'], ':path': headers[':path'], accept: headers['accept'] },
-    true,
-  );
+  // The client's own headers go on, as Sealion sends them, credentials aside. Accept-Encoding matters most: a
+  // client that accepts gzip has the API server hold back a LIST until it knows whether to compress it.
+  const request: OutgoingHttpHeaders = { ':method': headers[':method'], ':path': headers[':path'] };
+  for (const name in headers)
+    if (name.charCodeAt(0) !== 58 /* ':' */ && name !== 'authorization' && !name.startsWith('impersonate-'))
+      request[name] = headers[name];
+  const upstream = pool.request(Object.assign(request, forwarded), true);
   upstream.on('response', (answer) => {
     const out: Record<string, unknown> = {};
     for (const name in answer) if (name.charCodeAt(0) !== 58 /* ':' */) out[name] = answer[name];
