@@ -12,6 +12,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Kind } from '../apis/groups.ts';
 import { exchange } from '../cli/login.ts';
+import { CONCIERGE_NODE_OPTIONS } from '../cli/manifests/install.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { clientCertChain } from '../lib/pem.ts';
 import { impersonationHeaders } from '../concierge/proxy/impersonate.ts';
@@ -185,10 +186,12 @@ export async function benchProxy(): Promise<void> {
   const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
   const children: ChildProcess[] = [];
   try {
-    // The concierge in its own process, so the load generator does not share its event loop.
+    // The concierge in its own process, so the load generator does not share its event loop, with the Node
+    // options its Deployment gives it.
     const server = spawn(
       process.execPath,
       [
+        ...CONCIERGE_NODE_OPTIONS.split(' '),
         '--expose-gc',
         fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
         cluster.dir,
