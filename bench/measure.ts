@@ -79,15 +79,19 @@ export async function measure(
 }
 
 /**
- * `items` starting at index `k` (mod length). Each round of measurements starts with another target, so no
- * target always runs first or last, on an API server whose heap and caches change as the run goes on.
+ * The order of round `k`: `items` from index `k` (mod length) on, going backwards in every other round. Each
+ * round starts with another target, so no target always runs first or last, on an API server whose heap and
+ * caches change as the run goes on. Going backwards changes which target runs just before each one: two targets
+ * served by one process (Sealion's JWT and certificate targets) take turns at finding it idle since its last
+ * measurement or busy from the one before.
  */
-function rotate<T>(items: readonly T[], k: number): T[] {
-  const at = k % items.length;
-  return [...items.slice(at), ...items.slice(0, at)];
+function roundOrder<T>(items: readonly T[], k: number): T[] {
+  const n = items.length;
+  const step = k % 2 === 0 ? 1 : n - 1;
+  return items.map((_, i) => items[(k + i * step) % n]!);
 }
 
-/** How many rounds the request suites measure each target in (BENCH_ROUNDS), its order rotated each round. */
+/** How many rounds the request suites measure each target in (BENCH_ROUNDS), in another order each round. */
 const ROUNDS = Math.max(1, Number(process.env['BENCH_ROUNDS'] ?? 3));
 
 /** The warm-up of every round after the first: the processes are hot by then. */
@@ -104,11 +108,11 @@ export interface RoundFigures {
   p50us: number;
 }
 
-/** Rounds measured so far in this process: each round starts with the next target (see rotate). */
+/** Rounds measured so far in this process: each round starts with the next target (see roundOrder). */
 let roundsSoFar = 0;
 
 /**
- * Measures each of `targets` in ROUNDS rounds, each round starting with the next target (see rotate, counted
+ * Measures each of `targets` in ROUNDS rounds, each round starting with the next target (see roundOrder, counted
  * across calls), and keeps for each target its round with the median rate, with every round's figures in
  * `rounds` (printComparison compares them round by round). A disturbance that hits one measurement (the API
  * server collecting garbage, say) then moves one round rather than the figure. `measureOne` gets the warm-up to
@@ -120,7 +124,7 @@ export async function measureRounds<T>(
 ): Promise<Measurement[]> {
   const runs = new Map<T, Measurement[]>(targets.map((t) => [t, []]));
   for (let round = 0; round < ROUNDS; round++)
-    for (const t of rotate(targets, roundsSoFar++))
+    for (const t of roundOrder(targets, roundsSoFar++))
       runs.get(t)!.push(await measureOne(t, round === 0 ? WARMUP_SECONDS : REWARM_SECONDS));
   return targets.map((t) => {
     const measured = runs.get(t)!;
