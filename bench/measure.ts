@@ -177,19 +177,20 @@ export type Row = Measurement & {
 };
 
 /**
- * `compare` applied to a row and its direct row: round by round when both were measured in the same rounds, so
- * that a slow spell of the machine, which slows a whole round, cancels out; then the median of the rounds.
+ * `compare` applied to a row and another row of its group (direct, say): round by round when both were measured
+ * in the same rounds, so that a slow spell of the machine, which slows a whole round, cancels out; then the
+ * median of the rounds.
  */
-function versusDirect(row: Row, direct: Row, compare: (r: RoundFigures, d: RoundFigures) => number): number {
-  const [mine, theirs] = [row.rounds, direct.rounds];
+export function paired(row: Row, other: Row, compare: (r: RoundFigures, o: RoundFigures) => number): number {
+  const [mine, theirs] = [row.rounds, other.rounds];
   return mine && theirs && mine.length === theirs.length
     ? median(mine.map((r, i) => compare(r, theirs[i]!)))
-    : compare(row, direct);
+    : compare(row, other);
 }
 
 /**
  * Prints rows compared with the `direct` row of the same operation, concurrency and layout (where the processes
- * ran, when rows say): rate, latency, the ratio to direct and the added p50 (see versusDirect), then the suite's
+ * ran, when rows say): rate, latency, the ratio to direct and the added p50 (see paired), then the suite's
  * own columns, and each round's rate when there were several.
  */
 export function printComparison(rows: Row[], extra: { header: string; cell: (r: Row) => string }[]): void {
@@ -233,8 +234,8 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
       formatNumber(r.perSecond),
       formatNumber(r.p50us / 1000, 2),
       formatNumber(r.p99us / 1000, 2),
-      versusDirect(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2),
-      formatNumber(versusDirect(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2),
+      paired(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2),
+      formatNumber(paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2),
       ...extra.map((e) => e.cell(r)),
     ]);
   }

@@ -26,15 +26,29 @@ import { startLoadGenerator, type Target, type TargetSpec } from './loadgen.ts';
 import {
   formatNumber,
   measureRounds,
+  paired,
+  printColumns,
   printComparison,
   saveResults,
   selected,
   type Measurement,
+  type RoundFigures,
   type Row,
 } from './measure.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
+/** What Sealion's proxy is held to; each run judges its own figures against these (printTargets). */
+const TARGETS = {
+  /** Latency added to direct access's p50, at concurrency 1, in ms. */
+  addedP50Ms: 1,
+  /** Rate at concurrency 32, at least this share of direct access's. */
+  timesDirect: 0.7,
+  /** RSS per idle watch the proxy holds, under this many KiB. */
+  watchKiB: 64,
+};
+/** The bench's targets that are Sealion, judged against TARGETS. */
+const SEALION = ['sealion (JWT)', 'sealion (certificate)'];
 const CONFIGMAPS = 100;
 /** Who the bench token names; cluster-admin through its group. */
 const BENCH_USER = { username: 'bench-user', groups: ['bench'], extra: {} };
@@ -471,4 +485,62 @@ function report(rows: Row[], watchMemory: Record<string, number>): void {
       `RSS ${fmt(watchMemory['rssBeforeMiB']!, 1)} → ${fmt(watchMemory['rssAfterMiB']!, 1)} MiB with them → ` +
       `${fmt(watchMemory['rssReleasedMiB']!, 1)} MiB after they closed`,
   );
+  printTargets(rows, watchMemory);
+}
+
+/**
+ * Judges the run against TARGETS, with the figures the table shows: each round against direct access (or
+ * `kubectl proxy`) in the same round, then the median of the rounds. Against `kubectl proxy` that is the median of
+ * the rounds' ratios of the two rates, not a comparison of their two medians against direct.
+ */
+export function printTargets(rows: Row[], watchMemory: Record<string, number>): void {
+  const table = [['target', 'measured', SEALION.map((t) => /\((.*)\)/.exec(t)![1]).join(' / '), '']];
+  const judge = (target: string, measured: string, figures: string[], met: boolean): void => {
+    table.push([target, measured, figures.join(' / '), met ? 'met' : 'NOT MET']);
+  };
+  const rate = (a: RoundFigures, b: RoundFigures): number => a.perSecond / b.perSecond;
+  const groupOf = (r: Row): string => `${r.op} c=${r.concurrency} ${r.layout}`;
+  for (const group of new Set(rows.map(groupOf))) {
+    const named = (target: string): Row | undefined =>
+      rows.find((r) => groupOf(r) === group && r.target === target);
+    const direct = named('direct');
+    const sealion = SEALION.map(named).filter((r) => r !== undefined);
+    if (!direct || sealion.length === 0) continue;
+    if (direct.concurrency === 1) {
+      const added = sealion.map((r) => paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000);
+      judge(
+        `p50 at most ${TARGETS.addedP50Ms} ms over direct`,
+        group,
+        added.map((ms) => `+${ms.toFixed(2)} ms`),
+        added.every((ms) => ms <= TARGETS.addedP50Ms),
+      );
+      continue;
+    }
+    const share = sealion.map((r) => paired(r, direct, rate));
+    judge(
+      `rate at least ${TARGETS.timesDirect}× direct's`,
+      group,
+      share.map((x) => `${x.toFixed(2)}×`),
+      share.every((x) => x >= TARGETS.timesDirect),
+    );
+    const peer = named('kubectl proxy');
+    if (!peer) continue;
+    const versusPeer = sealion.map((r) => paired(r, peer, rate));
+    judge(
+      "rate at least kubectl proxy's",
+      group,
+      versusPeer.map((x) => `${x.toFixed(3)}×`),
+      versusPeer.every((x) => x >= 1),
+    );
+  }
+  const perWatch = watchMemory['rssPerWatchKiB']!;
+  judge(
+    `under ${TARGETS.watchKiB} KiB per idle watch`,
+    `${watchMemory['watches']} watches`,
+    [`${formatNumber(perWatch, 1)} KiB RSS`],
+    perWatch < TARGETS.watchKiB,
+  );
+  const missed = table.slice(1).filter((row) => row[3] !== 'met').length;
+  console.log(`\nTargets: ${missed === 0 ? 'all met' : `${missed} of ${table.length - 1} not met`}`);
+  printColumns(table, 2);
 }
