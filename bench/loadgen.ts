@@ -19,6 +19,8 @@ export interface TargetSpec {
 
 export interface Target {
   name: string;
+  /** The load generator's name for it. */
+  id: string;
   /** The process doing the proxying, if any, whose CPU time per request is reported. */
   pid?: number;
   /**
@@ -43,12 +45,25 @@ export interface LoadGenerator {
   /** The load generator's process: to pin to CPUs, and to kill when done. */
   process: ChildProcess;
   target: (name: string, spec: TargetSpec) => Promise<Target>;
+  /**
+   * GETs `path` from each of `targets` in turn, one request at a time (each cycle in a random order), for
+   * `warmupSeconds`, then, after `onStart`, for `seconds` on the clock; a measurement per target, in their order.
+   * Every target is sampled over the same stretch of time, so a drift of the machine moves them all alike. A
+   * measurement's rate is the one its target would have served alone: requests over the sum of their latencies.
+   */
+  alternate: (
+    targets: readonly Target[],
+    path: string,
+    opts: { seconds: number; warmupSeconds: number; onStart?: () => unknown },
+  ) => Promise<Measurement[]>;
 }
 
-/** What the load generator answers a run with. */
+/** What the load generator answers a run with (for each target, when alternating). */
 interface Run {
   ops: number;
   seconds: number;
+  /** The sum of the requests' latencies. */
+  busySeconds: number;
   p50us: number;
   p99us: number;
   errors: number;
@@ -77,8 +92,30 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
     return result;
   };
   let targets = 0;
+  const failed = (measurement: string, m: Run): Error =>
+    new Error(`${measurement}: ${m.errors} requests failed, the first with: ${m.firstError}`);
   return {
     process: child,
+    alternate: (alternating, path, opts) =>
+      serially(async () => {
+        send({ cmd: 'alternate', ids: alternating.map((t) => t.id), path, ...opts });
+        await next();
+        await opts.onStart?.();
+        send('go');
+        const { runs } = (await next()) as unknown as { runs: Run[] };
+        return runs.map((m, i) => {
+          const { name } = alternating[i]!;
+          if (m.errors > 0) throw failed(name, m);
+          return {
+            name,
+            ops: m.ops,
+            seconds: m.busySeconds,
+            perSecond: m.ops / m.busySeconds,
+            p50us: m.p50us,
+            p99us: m.p99us,
+          };
+        });
+      }),
     target: async (name, spec) => {
       const id = String(targets++);
       const define = (spec: TargetSpec): Promise<void> =>
@@ -93,6 +130,7 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
       await define(spec);
       return {
         name,
+        id,
         update: define,
         get: (path) =>
           serially(async () => {
@@ -110,8 +148,7 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
             await opts.onStart?.();
             send('go');
             const m = (await next()) as unknown as Run;
-            if (m.errors > 0)
-              throw new Error(`${measurement}: ${m.errors} requests failed, the first with: ${m.firstError}`);
+            if (m.errors > 0) throw failed(measurement, m);
             return {
               name: measurement,
               ops: m.ops,

@@ -126,6 +126,27 @@ export async function measureRounds<T>(
   for (let round = 0; round < ROUNDS; round++)
     for (const t of roundOrder(targets, roundsSoFar++))
       runs.get(t)!.push(await measureOne(t, round === 0 ? WARMUP_SECONDS : REWARM_SECONDS));
+  return medianRounds(targets, runs);
+}
+
+/**
+ * As measureRounds, for a `measureRound` that measures all `targets` at once (alternating between them) and
+ * returns their measurements in the order of `targets`.
+ */
+export async function measureRoundsTogether<T>(
+  targets: readonly T[],
+  measureRound: (warmupSeconds: number) => Promise<Measurement[]>,
+): Promise<Measurement[]> {
+  const runs = new Map<T, Measurement[]>(targets.map((t) => [t, []]));
+  for (let round = 0; round < ROUNDS; round++) {
+    const measured = await measureRound(round === 0 ? WARMUP_SECONDS : REWARM_SECONDS);
+    targets.forEach((t, i) => runs.get(t)!.push(measured[i]!));
+  }
+  return medianRounds(targets, runs);
+}
+
+/** Each target's round with the median rate, with every round's figures in `rounds`. */
+function medianRounds<T>(targets: readonly T[], runs: Map<T, Measurement[]>): Measurement[] {
   return targets.map((t) => {
     const measured = runs.get(t)!;
     const rate = median(measured.map((m) => m.perSecond));

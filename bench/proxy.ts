@@ -26,6 +26,7 @@ import { startLoadGenerator, type Target, type TargetSpec } from './loadgen.ts';
 import {
   formatNumber,
   measureRounds,
+  measureRoundsTogether,
   paired,
   printColumns,
   printComparison,
@@ -426,7 +427,69 @@ export async function benchProxy(): Promise<void> {
           clientCpuUs: perRequest('client'),
         };
       };
-      rows.push(...(await measureRounds(targets, measureOne)));
+      // At concurrency 1 every target is measured at once, a request at a time to each in turn, so all are
+      // sampled under the same state of the machine and the API server: their p50s differ by a fraction of a
+      // millisecond, less than that state moves a p50 in the time it takes to measure them one after another. So
+      // the CPU times are shared: the API server's and the client's per request of any target, a proxy's per
+      // request through it.
+      const measureTogether = async (warmupSeconds: number): Promise<Measurement[]> => {
+        for (const t of targets) await t.prepare?.(warmupSeconds + SECONDS);
+        const pids = [...new Set(targets.map((t) => t.pid).filter((pid) => pid !== undefined))];
+        const counters = () => ({
+          proxies: new Map(pids.map((pid) => [pid, cpuSeconds(pid)])),
+          apiserver: cpuSeconds(apiserverPid),
+          client: cpuSeconds(loadgen.process.pid!),
+        });
+        let cpuBefore = counters();
+        const profileName = `${op}-c${concurrency}-${layout}`;
+        let apiserverProfile: Promise<void> | undefined;
+        const measured = await loadgen.alternate(targets, path, {
+          seconds: SECONDS,
+          warmupSeconds,
+          onStart: async () => {
+            if (profileDir) {
+              await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
+              apiserverProfile = fetchPprof(
+                cluster,
+                admin,
+                join(profileDir, `${profileName}.apiserver.pprof`),
+              );
+            }
+            cpuBefore = counters();
+          },
+        });
+        const cpuAfter = counters();
+        if (profileDir) await ask('profile-end');
+        await apiserverProfile;
+        const ops = (pid?: number): number =>
+          measured.reduce((sum, m, i) => sum + (pid === undefined || targets[i]!.pid === pid ? m.ops : 0), 0);
+        const perRequest = (after: number, before: number, requests: number): number =>
+          ((after - before) * 1e6) / requests;
+        log(
+          `${op} c=${concurrency} ${layout}: ${measured.map((m) => `${m.name} ${m.ops}`).join(', ')} requests`,
+        );
+        return measured.map((m, i) => {
+          const pid = targets[i]!.pid;
+          return {
+            ...m,
+            name: `${op} c=${concurrency} ${layout} ${m.name}`,
+            op,
+            concurrency,
+            layout,
+            target: m.name,
+            proxyCpuUs: pid
+              ? perRequest(cpuAfter.proxies.get(pid)!, cpuBefore.proxies.get(pid)!, ops(pid))
+              : 0,
+            apiserverCpuUs: perRequest(cpuAfter.apiserver, cpuBefore.apiserver, ops()),
+            clientCpuUs: perRequest(cpuAfter.client, cpuBefore.client, ops()),
+          };
+        });
+      };
+      rows.push(
+        ...(concurrency === 1
+          ? await measureRoundsTogether(targets, measureTogether)
+          : await measureRounds(targets, measureOne)),
+      );
     };
     const operations = [
       ['GET', '/api/v1/namespaces/bench'],

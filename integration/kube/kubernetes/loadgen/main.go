@@ -11,6 +11,9 @@
 //	{"cmd":"run","id":"a","path":"/api","concurrency":32,"warmupSeconds":3,"seconds":5}
 //	    -> {"warm":true}                        after the warm-up; the run starts on the next line ("go")
 //	    -> {"ops":..,"seconds":..,"p50us":..,"p99us":..,"errors":..,"firstError":".."}
+//	{"cmd":"alternate","ids":["a","b"],"path":"/api","warmupSeconds":3,"seconds":5}
+//	    -> {"warm":true}                        as for run; then one request at a time, to each target in turn
+//	    -> {"runs":[{"ops":..,"busySeconds":..,"p50us":..,...}, ...]}   one per id, in the order given
 //
 // A command that fails is answered with {"error":"..."}.
 package main
@@ -20,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"sort"
@@ -41,6 +45,7 @@ type command struct {
 	Headers       http.Header `json:"headers"`
 	Path          string      `json:"path"`
 	Concurrency   int         `json:"concurrency"`
+	IDs           []string    `json:"ids"`
 	WarmupSeconds float64     `json:"warmupSeconds"`
 	Seconds       float64     `json:"seconds"`
 }
@@ -143,6 +148,47 @@ func (t *target) load(path string, concurrency int, seconds float64) outcome {
 	return all
 }
 
+// alternate sends one request at a time for `seconds`, to each target in turn, each cycle in a new random order:
+// every target's latency is sampled over the same stretch of time, so a drift of the machine or the API server
+// (its garbage collector's pace, say) moves them all alike, and no target always follows the same one.
+func alternate(targets []*target, path string, seconds float64) []outcome {
+	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	results := make([]outcome, len(targets))
+	for time.Now().Before(deadline) {
+		for _, i := range rand.Perm(len(targets)) {
+			o := &results[i]
+			started := time.Now()
+			if _, err := targets[i].get(path); err != nil {
+				if o.errors == 0 {
+					o.firstError = err.Error()
+				}
+				o.errors++
+				continue
+			}
+			o.latencies = append(o.latencies, time.Since(started))
+		}
+	}
+	return results
+}
+
+// summary is what a run answers for one target. busySeconds adds up its requests' latencies: at one request at a
+// time, ops/busySeconds is the rate the target alone would have served.
+func summary(o outcome) map[string]any {
+	sort.Slice(o.latencies, func(i, j int) bool { return o.latencies[i] < o.latencies[j] })
+	var busy time.Duration
+	for _, l := range o.latencies {
+		busy += l
+	}
+	return map[string]any{
+		"ops":         len(o.latencies),
+		"busySeconds": busy.Seconds(),
+		"p50us":       percentile(o.latencies, 50),
+		"p99us":       percentile(o.latencies, 99),
+		"errors":      o.errors,
+		"firstError":  o.firstError,
+	}
+}
+
 // percentile is the same estimate as bench/measure.ts: the value at floor(p% of n) in sorted order.
 func percentile(sorted []time.Duration, p float64) float64 {
 	if len(sorted) == 0 {
@@ -150,6 +196,17 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	}
 	i := min(len(sorted)-1, int(p/100*float64(len(sorted))))
 	return float64(sorted[i].Nanoseconds()) / 1000
+}
+
+// lookUp returns the targets with these ids.
+func lookUp(targets map[string]*target, ids []string) ([]*target, error) {
+	found := make([]*target, len(ids))
+	for i, id := range ids {
+		if found[i] = targets[id]; found[i] == nil {
+			return nil, fmt.Errorf("no target %q", id)
+		}
+	}
+	return found, nil
 }
 
 func main() {
@@ -169,6 +226,24 @@ func main() {
 			continue
 		}
 		t := targets[c.ID]
+		if c.Cmd == "alternate" {
+			alternating, err := lookUp(targets, c.IDs)
+			if err != nil {
+				answer(map[string]string{"error": err.Error()})
+				continue
+			}
+			alternate(alternating, c.Path, c.WarmupSeconds)
+			answer(map[string]bool{"warm": true})
+			if !in.Scan() {
+				return
+			}
+			runs := []map[string]any{}
+			for _, o := range alternate(alternating, c.Path, c.Seconds) {
+				runs = append(runs, summary(o))
+			}
+			answer(map[string]any{"runs": runs})
+			continue
+		}
 		if c.Cmd != "target" && t == nil {
 			answer(map[string]string{"error": fmt.Sprintf("no target %q", c.ID)})
 			continue
@@ -201,16 +276,9 @@ func main() {
 			}
 			started := time.Now()
 			o := t.load(c.Path, c.Concurrency, c.Seconds)
-			elapsed := time.Since(started).Seconds()
-			sort.Slice(o.latencies, func(i, j int) bool { return o.latencies[i] < o.latencies[j] })
-			answer(map[string]any{
-				"ops":        len(o.latencies),
-				"seconds":    elapsed,
-				"p50us":      percentile(o.latencies, 50),
-				"p99us":      percentile(o.latencies, 99),
-				"errors":     o.errors,
-				"firstError": o.firstError,
-			})
+			run := summary(o)
+			run["seconds"] = time.Since(started).Seconds()
+			answer(run)
 		default:
 			answer(map[string]string{"error": fmt.Sprintf("unknown command %q", c.Cmd)})
 		}
