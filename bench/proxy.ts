@@ -377,6 +377,19 @@ export async function benchProxy(): Promise<void> {
       rssReleasedMiB: released.rss / 1024 / 1024,
     };
 
+    // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each measurement of Sealion (for
+    // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`). Returns
+    // how to end them.
+    const startProfiles = async (name: string, concierge: boolean): Promise<() => Promise<void>> => {
+      if (!profileDir) return async () => {};
+      if (concierge) await ask(`profile ${join(profileDir, `${name}.cpuprofile`)}`);
+      const apiserver = fetchPprof(cluster, admin, join(profileDir, `${name}.apiserver.pprof`));
+      return async () => {
+        if (concierge) await ask('profile-end');
+        await apiserver;
+      };
+    };
+
     const rows: Measurement[] = [];
     const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
       if (!selected(`${op} c=${concurrency} ${layout}`)) return;
@@ -390,29 +403,19 @@ export async function benchProxy(): Promise<void> {
           client: cpuSeconds(loadgen.process.pid!),
         });
         let cpuBefore = counters();
-        // BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each Sealion measurement (for
-        // chrome://inspect or speedscope), and the API server's during every measurement (`go tool pprof`).
         const profileName = `${op}-c${concurrency}-${layout}-${t.name.replace(/\W+/g, '-')}`;
-        let apiserverProfile: Promise<void> | undefined;
+        let endProfiles = async (): Promise<void> => {};
         const m = await t.measure(`${op} c=${concurrency} ${layout} ${t.name}`, path, {
           seconds: SECONDS,
           concurrency,
           warmupSeconds,
           onStart: async () => {
-            if (profileDir && t.pid === server.pid)
-              await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
-            if (profileDir)
-              apiserverProfile = fetchPprof(
-                cluster,
-                admin,
-                join(profileDir, `${profileName}.apiserver.pprof`),
-              );
+            endProfiles = await startProfiles(profileName, t.pid === server.pid);
             cpuBefore = counters();
           },
         });
         const cpuAfter = counters();
-        if (profileDir && t.pid === server.pid) await ask('profile-end');
-        await apiserverProfile;
+        await endProfiles();
         const perRequest = (key: keyof typeof cpuAfter): number =>
           ((cpuAfter[key] - cpuBefore[key]) * 1e6) / m.ops;
         log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
@@ -441,26 +444,17 @@ export async function benchProxy(): Promise<void> {
           client: cpuSeconds(loadgen.process.pid!),
         });
         let cpuBefore = counters();
-        const profileName = `${op}-c${concurrency}-${layout}`;
-        let apiserverProfile: Promise<void> | undefined;
+        let endProfiles = async (): Promise<void> => {};
         const measured = await loadgen.alternate(targets, path, {
           seconds: SECONDS,
           warmupSeconds,
           onStart: async () => {
-            if (profileDir) {
-              await ask(`profile ${join(profileDir, `${profileName}.cpuprofile`)}`);
-              apiserverProfile = fetchPprof(
-                cluster,
-                admin,
-                join(profileDir, `${profileName}.apiserver.pprof`),
-              );
-            }
+            endProfiles = await startProfiles(`${op}-c${concurrency}-${layout}`, true);
             cpuBefore = counters();
           },
         });
         const cpuAfter = counters();
-        if (profileDir) await ask('profile-end');
-        await apiserverProfile;
+        await endProfiles();
         const ops = (pid?: number): number =>
           measured.reduce((sum, m, i) => sum + (pid === undefined || targets[i]!.pid === pid ? m.ops : 0), 0);
         const perRequest = (after: number, before: number, requests: number): number =>
