@@ -92,17 +92,24 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
     return result;
   };
   let targets = 0;
+  // A measuring command: it warms up and says so; then `onStart`, and "go" starts the measurement it answers.
+  const measuring = async (command: unknown, onStart?: () => unknown): Promise<unknown> => {
+    send(command);
+    await next();
+    await onStart?.();
+    send('go');
+    return next();
+  };
   const failed = (measurement: string, m: Run): Error =>
     new Error(`${measurement}: ${m.errors} requests failed, the first with: ${m.firstError}`);
   return {
     process: child,
     alternate: (alternating, path, opts) =>
       serially(async () => {
-        send({ cmd: 'alternate', ids: alternating.map((t) => t.id), path, ...opts });
-        await next();
-        await opts.onStart?.();
-        send('go');
-        const { runs } = (await next()) as unknown as { runs: Run[] };
+        const { runs } = (await measuring(
+          { cmd: 'alternate', ids: alternating.map((t) => t.id), path, ...opts },
+          opts.onStart,
+        )) as { runs: Run[] };
         return runs.map((m, i) => {
           const { name } = alternating[i]!;
           if (m.errors > 0) throw failed(name, m);
@@ -143,11 +150,7 @@ export async function startLoadGenerator(log: (line: string) => void): Promise<L
           }),
         measure: (measurement, path, opts) =>
           serially(async () => {
-            send({ cmd: 'run', id, path, ...opts });
-            await next();
-            await opts.onStart?.();
-            send('go');
-            const m = (await next()) as unknown as Run;
+            const m = (await measuring({ cmd: 'run', id, path, ...opts }, opts.onStart)) as Run;
             if (m.errors > 0) throw failed(measurement, m);
             return {
               name: measurement,

@@ -393,16 +393,40 @@ export async function benchProxy(): Promise<void> {
     const rows: Measurement[] = [];
     const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
       if (!selected(`${op} c=${concurrency} ${layout}`)) return;
+      // CPU time so far of the proxies `pids`, the API server and the load generator (whose share, on shared
+      // cores, the others do not get).
+      const counters = (pids: number[]) => ({
+        proxies: new Map(pids.map((pid) => [pid, cpuSeconds(pid)])),
+        apiserver: cpuSeconds(apiserverPid),
+        client: cpuSeconds(loadgen.process.pid!),
+      });
+      type Counters = ReturnType<typeof counters>;
+      // A row of the table: `m`, measured through `t`, with the CPU time per request between two readings: its
+      // proxy's over `proxyOps` (the requests it served), the API server's and the client's over `allOps`.
+      const row = (
+        m: Measurement,
+        t: BenchTarget,
+        [before, after]: [Counters, Counters],
+        proxyOps: number,
+        allOps: number,
+      ): Measurement => {
+        const perRequest = (from: number, to: number, ops: number): number => ((to - from) * 1e6) / ops;
+        return {
+          ...m,
+          name: `${op} c=${concurrency} ${layout} ${t.name}`,
+          op,
+          concurrency,
+          layout,
+          target: t.name,
+          proxyCpuUs: t.pid ? perRequest(before.proxies.get(t.pid)!, after.proxies.get(t.pid)!, proxyOps) : 0,
+          apiserverCpuUs: perRequest(before.apiserver, after.apiserver, allOps),
+          clientCpuUs: perRequest(before.client, after.client, allOps),
+        };
+      };
       const measureOne = async (t: BenchTarget, warmupSeconds: number): Promise<Measurement> => {
         await t.prepare?.(warmupSeconds + SECONDS);
-        // CPU time so far of the proxy, the API server and the load generator (whose share, on shared cores, the
-        // others do not get).
-        const counters = () => ({
-          proxy: t.pid ? cpuSeconds(t.pid) : 0,
-          apiserver: cpuSeconds(apiserverPid),
-          client: cpuSeconds(loadgen.process.pid!),
-        });
-        let cpuBefore = counters();
+        const pids = t.pid ? [t.pid] : [];
+        let cpuBefore = counters(pids);
         const profileName = `${op}-c${concurrency}-${layout}-${t.name.replace(/\W+/g, '-')}`;
         let endProfiles = async (): Promise<void> => {};
         const m = await t.measure(`${op} c=${concurrency} ${layout} ${t.name}`, path, {
@@ -411,24 +435,13 @@ export async function benchProxy(): Promise<void> {
           warmupSeconds,
           onStart: async () => {
             endProfiles = await startProfiles(profileName, t.pid === server.pid);
-            cpuBefore = counters();
+            cpuBefore = counters(pids);
           },
         });
-        const cpuAfter = counters();
+        const cpuAfter = counters(pids);
         await endProfiles();
-        const perRequest = (key: keyof typeof cpuAfter): number =>
-          ((cpuAfter[key] - cpuBefore[key]) * 1e6) / m.ops;
         log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
-        return {
-          ...m,
-          op,
-          concurrency,
-          layout,
-          target: t.name,
-          proxyCpuUs: t.pid ? perRequest('proxy') : 0,
-          apiserverCpuUs: perRequest('apiserver'),
-          clientCpuUs: perRequest('client'),
-        };
+        return row(m, t, [cpuBefore, cpuAfter], m.ops, m.ops);
       };
       // At concurrency 1 every target is measured at once, a request at a time to each in turn, so all are
       // sampled under the same state of the machine and the API server: their p50s differ by a fraction of a
@@ -438,46 +451,27 @@ export async function benchProxy(): Promise<void> {
       const measureTogether = async (warmupSeconds: number): Promise<Measurement[]> => {
         for (const t of targets) await t.prepare?.(warmupSeconds + SECONDS);
         const pids = [...new Set(targets.map((t) => t.pid).filter((pid) => pid !== undefined))];
-        const counters = () => ({
-          proxies: new Map(pids.map((pid) => [pid, cpuSeconds(pid)])),
-          apiserver: cpuSeconds(apiserverPid),
-          client: cpuSeconds(loadgen.process.pid!),
-        });
-        let cpuBefore = counters();
+        let cpuBefore = counters(pids);
         let endProfiles = async (): Promise<void> => {};
         const measured = await loadgen.alternate(targets, path, {
           seconds: SECONDS,
           warmupSeconds,
           onStart: async () => {
             endProfiles = await startProfiles(`${op}-c${concurrency}-${layout}`, true);
-            cpuBefore = counters();
+            cpuBefore = counters(pids);
           },
         });
-        const cpuAfter = counters();
+        const cpuAfter = counters(pids);
         await endProfiles();
+        // Requests served by the process `pid`, or by all targets.
         const ops = (pid?: number): number =>
           measured.reduce((sum, m, i) => sum + (pid === undefined || targets[i]!.pid === pid ? m.ops : 0), 0);
-        const perRequest = (after: number, before: number, requests: number): number =>
-          ((after - before) * 1e6) / requests;
         log(
           `${op} c=${concurrency} ${layout}: ${measured.map((m) => `${m.name} ${m.ops}`).join(', ')} requests`,
         );
-        return measured.map((m, i) => {
-          const pid = targets[i]!.pid;
-          return {
-            ...m,
-            name: `${op} c=${concurrency} ${layout} ${m.name}`,
-            op,
-            concurrency,
-            layout,
-            target: m.name,
-            proxyCpuUs: pid
-              ? perRequest(cpuAfter.proxies.get(pid)!, cpuBefore.proxies.get(pid)!, ops(pid))
-              : 0,
-            apiserverCpuUs: perRequest(cpuAfter.apiserver, cpuBefore.apiserver, ops()),
-            clientCpuUs: perRequest(cpuAfter.client, cpuBefore.client, ops()),
-          };
-        });
+        return measured.map((m, i) =>
+          row(m, targets[i]!, [cpuBefore, cpuAfter], ops(targets[i]!.pid), ops()),
+        );
       };
       rows.push(
         ...(concurrency === 1
@@ -551,7 +545,7 @@ function report(rows: Row[], watchMemory: Record<string, number>): void {
  * the rounds' ratios of the two rates, not a comparison of their two medians against direct.
  */
 export function printTargets(rows: Row[], watchMemory: Record<string, number>): void {
-  const table = [['target', 'measured', SEALION.map((t) => /\((.*)\)/.exec(t)![1]).join(' / '), '']];
+  const table = [['target', 'measured', 'Sealion: JWT / certificate', '']];
   const judge = (target: string, measured: string, figures: string[], met: boolean): void => {
     table.push([target, measured, figures.join(' / '), met ? 'met' : 'NOT MET']);
   };

@@ -218,6 +218,11 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	// warmed says a measurement's warm-up is over and waits for the line that starts it; false if stdin closed.
+	warmed := func() bool {
+		answer(map[string]bool{"warm": true})
+		return in.Scan()
+	}
 	targets := map[string]*target{}
 	for in.Scan() {
 		var c command
@@ -226,25 +231,7 @@ func main() {
 			continue
 		}
 		t := targets[c.ID]
-		if c.Cmd == "alternate" {
-			alternating, err := lookUp(targets, c.IDs)
-			if err != nil {
-				answer(map[string]string{"error": err.Error()})
-				continue
-			}
-			alternate(alternating, c.Path, c.WarmupSeconds)
-			answer(map[string]bool{"warm": true})
-			if !in.Scan() {
-				return
-			}
-			runs := []map[string]any{}
-			for _, o := range alternate(alternating, c.Path, c.Seconds) {
-				runs = append(runs, summary(o))
-			}
-			answer(map[string]any{"runs": runs})
-			continue
-		}
-		if c.Cmd != "target" && t == nil {
+		if (c.Cmd == "get" || c.Cmd == "run") && t == nil {
 			answer(map[string]string{"error": fmt.Sprintf("no target %q", c.ID)})
 			continue
 		}
@@ -270,8 +257,7 @@ func main() {
 			answer(map[string]int{"status": status})
 		case "run":
 			t.load(c.Path, c.Concurrency, c.WarmupSeconds)
-			answer(map[string]bool{"warm": true})
-			if !in.Scan() {
+			if !warmed() {
 				return
 			}
 			started := time.Now()
@@ -279,6 +265,21 @@ func main() {
 			run := summary(o)
 			run["seconds"] = time.Since(started).Seconds()
 			answer(run)
+		case "alternate":
+			alternating, err := lookUp(targets, c.IDs)
+			if err != nil {
+				answer(map[string]string{"error": err.Error()})
+				continue
+			}
+			alternate(alternating, c.Path, c.WarmupSeconds)
+			if !warmed() {
+				return
+			}
+			runs := []map[string]any{}
+			for _, o := range alternate(alternating, c.Path, c.Seconds) {
+				runs = append(runs, summary(o))
+			}
+			answer(map[string]any{"runs": runs})
 		default:
 			answer(map[string]string{"error": fmt.Sprintf("unknown command %q", c.Cmd)})
 		}
