@@ -81,12 +81,34 @@ function validity(validityMs: number): { notBefore: Date; notAfter: Date } {
   return { notBefore: new Date(now - BACKDATE_MS), notAfter: new Date(now + validityMs) };
 }
 
-function escapeRdn(value: string): string {
-  return value.replace(/([,+"\\<>;=])/g, '\\$1');
+/**
+ * Characters no certificate name of ours may hold: C0 controls and DEL. They cannot travel in the HTTP headers that
+ * carry an identity on (Impersonate-User, Impersonate-Group), and a reader that prints names would be fooled by them.
+ */
+const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
+
+/** Thrown for a name that cannot go into a certificate as it is. */
+export class CertificateNameError extends Error {
+  readonly code = 'SEALION_CERTIFICATE_NAME';
 }
 
-function subjectName(commonName: string, organizations: readonly string[] = []): string {
-  return [...organizations.map((o) => `O=${escapeRdn(o)}`), `CN=${escapeRdn(commonName)}`].join(', ');
+function checkedName(what: string, value: string): string {
+  if (CONTROL_CHARACTERS.test(value)) throw new CertificateNameError(`${what} holds a control character`);
+  if (!value.isWellFormed()) throw new CertificateNameError(`${what} is not well-formed Unicode`);
+  return value;
+}
+
+/**
+ * A subject built from its attributes, each value a UTF8String taken as it is. Never an RFC 4514 string: a parser
+ * reads `#…` as hex-encoded DER and gives `\`, `,`, `+`, quotes and spaces meanings of their own, so a name that
+ * went through one could come out as another name or as extra attributes (a user called `#0c10…` would become
+ * anyone, `system:masters` included). One attribute per RDN, groups first, as Kubernetes and OpenSSL order them.
+ */
+function subjectName(commonName: string, organizations: readonly string[] = []): x509.Name {
+  return new x509.Name([
+    ...organizations.map((o, i) => ({ O: [{ utf8String: checkedName(`organization ${i + 1}`, o) }] })),
+    { CN: [{ utf8String: checkedName('common name', commonName) }] },
+  ]);
 }
 
 export async function newCA(
@@ -148,7 +170,8 @@ export async function issueCert(
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serial(),
     subject: subjectName(req.commonName, req.organizations),
-    issuer: ca.cert.subject,
+    // The CA's own encoded name, not its string form parsed again.
+    issuer: ca.cert.subjectName,
     ...validity(req.validityMs ?? ONE_YEAR_MS),
     publicKey,
     signingKey: ca.keys.privateKey,
