@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import type { ApiGroups } from '../../apis/groups.ts';
 import { VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import { flatLineLogger, type Logger } from '../../lib/log.ts';
@@ -18,7 +19,9 @@ import {
   cleanHeaders,
   decideImpersonation,
   impersonationHeaders,
+  MalformedImpersonationError,
   requestedImpersonation,
+  type RequestedImpersonation,
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestInfo } from './request-info.ts';
@@ -37,6 +40,8 @@ export interface ProxyDeps {
   ready: () => boolean;
   /** Whether the proxy is switched on; when off, everything but the health endpoints gets 503. */
   serving: () => boolean;
+  /** How long a TokenCredentialRequest's body may take to arrive. Default: BODY_TIMEOUT_MS (login-apis.ts). */
+  bodyTimeoutMs?: number;
   /** The forwarder for `/clusters/<name>/…`: through that cluster's agent tunnel, when it has one here. */
   clusters?: (name: string) => Forwarder | undefined;
 }
@@ -55,6 +60,13 @@ export function clusterRoute(url: string): { cluster: string; url: string } | un
   const rest = end < 0 ? '' : url.slice(CLUSTERS_PREFIX.length + end);
   return { cluster, url: rest.startsWith('/') ? rest : `/${rest}` };
 }
+
+/**
+ * TokenCredentialRequests in flight at once. It is the one API anybody may call, and each holds a body of up to
+ * MAX_BODY_BYTES and an authenticator's time: 256 of them pin at most about 17 MiB, and real logins (one per user
+ * every few minutes, answered in milliseconds) never come near it. More get 429 with Retry-After.
+ */
+export const MAX_ANONYMOUS_IN_FLIGHT = 256;
 
 const NOT_SERVING =
   "the impersonation proxy is not running on this cluster; the authenticators' status says why";
@@ -85,6 +97,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const requestLog = flatLineLogger(log);
   const loginPrefix = `/apis/${groups.login}/${VERSION}`;
   const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
+  /** TokenCredentialRequests being served now (MAX_ANONYMOUS_IN_FLIGHT). */
+  let anonymousInFlight = 0;
   const originalUserKey = `original-user-info.impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}`;
 
   /** Impersonated user for this request, or a Status to answer with. */
@@ -102,10 +116,18 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return { headers, longRunning, passthrough: true };
     }
     let user: UserInfo = identity.user;
-    const requested = requestedImpersonation(req.rawHeaders);
+    let requested: RequestedImpersonation | undefined;
+    try {
+      requested = requestedImpersonation(req.rawHeaders);
+    } catch (err) {
+      if (!(err instanceof MalformedImpersonationError)) throw err;
+      return { status: 400, message: `malformed impersonation headers: ${err.message}` };
+    }
     if (requested) {
       const decision = await decideImpersonation(identity.user, requested, deps.reviewer, originalUserKey);
       if (!decision.allowed) return { status: decision.status, message: decision.message };
+      const problem = identityProblem(decision.user);
+      if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
       user = decision.user;
     }
     const headers = { ...cleanHeaders(req.headers), ...impersonationHeaders(user) };
@@ -129,6 +151,17 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         'request',
       );
     };
+  }
+
+  /**
+   * Who sent the request, or anonymous with the reason (for the log). An identity that cannot reach the API server
+   * exactly as its authenticator gave it (identity.ts) is refused like any failed authentication.
+   */
+  async function authenticate(req: Request): Promise<Identity> {
+    const identity = await deps.authenticator.authenticate(req);
+    if (identity.kind !== 'user') return identity;
+    const problem = identityProblem(identity.user);
+    return problem ? { kind: 'anonymous', reason: `${identity.via}: ${problem}` } : identity;
   }
 
   /** Where a routed request goes, or the Status that says why it cannot. */
@@ -179,15 +212,25 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       ]);
     if (path.startsWith(`${loginPrefix}/`)) {
       // Anonymous by design: this is how a user without credentials gets some.
-      return handleTokenCredentialRequest(req, res, path.slice(loginPrefix.length), {
-        groups,
-        cache: deps.cache,
-        signer: deps.signer,
-        log,
-      });
+      if (anonymousInFlight >= MAX_ANONYMOUS_IN_FLIGHT)
+        return writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
+          retryAfterSeconds: 1,
+        });
+      anonymousInFlight++;
+      try {
+        return await handleTokenCredentialRequest(req, res, path.slice(loginPrefix.length), {
+          groups,
+          cache: deps.cache,
+          signer: deps.signer,
+          log,
+          ...(deps.bodyTimeoutMs === undefined ? {} : { bodyTimeoutMs: deps.bodyTimeoutMs }),
+        });
+      } finally {
+        anonymousInFlight--;
+      }
     }
 
-    const identity = await deps.authenticator.authenticate(req);
+    const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
       log.info({ reason: identity.reason, path }, 'authentication failed');
       return writeStatus(res, 401, UNAUTHORIZED);
@@ -224,7 +267,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       socket.end(rawStatusResponse(code, message));
     };
     if (!deps.serving()) return refuse(503, NOT_SERVING);
-    const identity = await deps.authenticator.authenticate(req);
+    const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
       log.info({ reason: identity.reason, path: pathOf(url) }, 'authentication failed');
       return refuse(401, UNAUTHORIZED);

@@ -43,19 +43,53 @@ export interface RequestedImpersonation {
   extra: Record<string, string[]>;
 }
 
+/**
+ * Node hands header values over as Latin-1: one character per byte. Clients (client-go, kubectl) send names as
+ * UTF-8 bytes, and the API server reads them so, so a name is UTF-8 bytes on the wire in both directions. Writing a
+ * JavaScript string as a header instead would keep only the low byte of each character: `ų` (U+0173) would reach
+ * the API server as `s`, and an identity provider's group `ųystem:masters` as `system:masters`.
+ */
+const ASCII = /^[\x00-\x7f]*$/;
+
+/** A name as header bytes: its UTF-8 encoding, one Latin-1 character per byte. */
+export function headerValue(name: string): string {
+  return ASCII.test(name) ? name : Buffer.from(name, 'utf8').toString('latin1');
+}
+
+/** A name from header bytes (UTF-8), or undefined when the bytes are not UTF-8. */
+function nameFromHeader(value: string): string | undefined {
+  if (ASCII.test(value)) return value;
+  const bytes = Buffer.from(value, 'latin1');
+  const name = bytes.toString('utf8');
+  return Buffer.from(name, 'utf8').equals(bytes) ? name : undefined;
+}
+
+/** A caller's impersonation headers that cannot be read; answered 400. */
+export class MalformedImpersonationError extends Error {
+  readonly code = 'SEALION_MALFORMED_IMPERSONATION';
+}
+
+/** Reads the caller's Impersonate-* headers; throws MalformedImpersonationError for ones that cannot be read. */
 export function requestedImpersonation(rawHeaders: readonly string[]): RequestedImpersonation | undefined {
   let found = false;
   const requested: RequestedImpersonation = { groups: [], extra: {} };
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!.toLowerCase();
     if (!name.startsWith('impersonate-')) continue;
-    const value = rawHeaders[i + 1]!;
     found = true;
+    const value = nameFromHeader(rawHeaders[i + 1]!);
+    if (value === undefined) throw new MalformedImpersonationError(`${name} is not UTF-8`);
     if (name === 'impersonate-user') requested.user = value;
     else if (name === 'impersonate-uid') requested.uid = value;
     else if (name === 'impersonate-group') requested.groups.push(value);
     else if (name.startsWith('impersonate-extra-')) {
-      const key = decodeURIComponent(name.slice('impersonate-extra-'.length));
+      let key: string;
+      try {
+        key = decodeURIComponent(name.slice('impersonate-extra-'.length));
+      } catch {
+        throw new MalformedImpersonationError(`${name}: the extra key is not valid percent-encoding`);
+      }
+      if (key === '') throw new MalformedImpersonationError('Impersonate-Extra- names no key');
       (requested.extra[key] ??= []).push(value);
     }
   }
@@ -95,13 +129,15 @@ export function impersonationHeaders(user: UserInfo): Readonly<OutgoingHttpHeade
     ? [...user.groups]
     : [...user.groups, AUTHENTICATED_GROUP];
   const headers: OutgoingHttpHeaders = {
-    'impersonate-user': user.username,
-    'impersonate-group': Object.freeze(groups) as string[],
+    'impersonate-user': headerValue(user.username),
+    'impersonate-group': Object.freeze(groups.map(headerValue)) as string[],
   };
-  if (user.uid) headers['impersonate-uid'] = user.uid;
+  if (user.uid) headers['impersonate-uid'] = headerValue(user.uid);
   for (const [key, values] of Object.entries(user.extra)) {
     if (values.length > 0)
-      headers[`impersonate-extra-${encodeExtraKey(key)}`] = Object.freeze([...values]) as string[];
+      headers[`impersonate-extra-${encodeExtraKey(key)}`] = Object.freeze(
+        values.map(headerValue),
+      ) as string[];
   }
   Object.freeze(headers);
   builtHeaders.set(user, headers);

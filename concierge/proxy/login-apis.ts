@@ -5,14 +5,21 @@ import type { ApiGroups } from '../../apis/groups.ts';
 import { VERSION } from '../../apis/groups.ts';
 import { AUTHENTICATION_FAILED, CREDENTIAL_LIFETIME_MS } from '../../apis/login.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
-import type { UserInfo } from '../../lib/authn/types.ts';
+import type { Readable } from 'node:stream';
+import { identityProblem } from '../../lib/authn/identity.ts';
+import { MAX_TOKEN_BYTES, type UserInfo } from '../../lib/authn/types.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { Request, Response } from './exchange.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { send, writeStatus } from './status.ts';
 
-/** A TokenCredentialRequest is a token and a name; anything near this size is not one. */
-const MAX_BODY_BYTES = 128 * 1024;
+/**
+ * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES) and an authenticator's name; a WhoAmIRequest is
+ * nearly empty. Anything larger is not one of them, and both APIs take a body from callers who may be nobody.
+ */
+export const MAX_BODY_BYTES = MAX_TOKEN_BYTES + 4 * 1024;
+/** The whole body must arrive within this; a real client sends these few KiB at once. */
+export const BODY_TIMEOUT_MS = 10_000;
 
 class BodyError extends Error {
   readonly status: number;
@@ -22,19 +29,45 @@ class BodyError extends Error {
   }
 }
 
-async function readJSON(req: Request): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_BODY_BYTES) throw new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`);
-    chunks.push(chunk);
-  }
-  try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
-  } catch {
-    throw new BodyError(400, 'request body is not valid JSON');
-  }
+/** Reads a small JSON body within MAX_BODY_BYTES and BODY_TIMEOUT_MS, or throws a BodyError to answer with. */
+function readJSON(req: Request, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > MAX_BODY_BYTES)
+    return Promise.reject(new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`));
+  const body: Readable = 'stream' in req ? req.stream : req;
+  return new Promise((done, fail) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = (err: BodyError): void => {
+      clearTimeout(timer);
+      body.off('data', onData);
+      body.off('end', onEnd);
+      // Paused: the answer to this error ends the request (status.ts send), and nothing reads the rest.
+      body.pause();
+      fail(err);
+    };
+    const timer = setTimeout(
+      () => stop(new BodyError(408, `request body not received within ${timeoutMs / 1000} s`)),
+      timeoutMs,
+    );
+    const onData = (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) return stop(new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`));
+      chunks.push(chunk);
+    };
+    const onEnd = (): void => {
+      clearTimeout(timer);
+      try {
+        done(JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown);
+      } catch {
+        fail(new BodyError(400, 'request body is not valid JSON'));
+      }
+    };
+    body.on('data', onData);
+    body.once('end', onEnd);
+    // A client gone mid-body gets no answer; the timer must not outlive it.
+    body.once('close', () => clearTimeout(timer));
+  });
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> =>
@@ -65,6 +98,8 @@ export interface LoginDeps {
   cache: AuthenticatorCache;
   signer: ClientCertSigner;
   log: Logger;
+  /** Default: BODY_TIMEOUT_MS. */
+  bodyTimeoutMs?: number;
 }
 
 export async function handleTokenCredentialRequest(
@@ -90,7 +125,7 @@ export async function handleTokenCredentialRequest(
     return writeStatus(res, 405, `${req.method} is not supported on tokencredentialrequests`);
   let body: unknown;
   try {
-    body = await readJSON(req);
+    body = await readJSON(req, deps.bodyTimeoutMs);
   } catch (err) {
     return writeStatus(res, err instanceof BodyError ? err.status : 400, (err as Error).message);
   }
@@ -152,7 +187,12 @@ export async function handleTokenCredentialRequest(
   }
   const result = await deps.cache.authenticateWith(kind, name, token);
   if (!result.ok) return failed(result.reason);
+  // A certificate says a username and groups, nothing more: an identity that carries more would lose it silently.
   if (result.user.uid) return failed('users with a uid cannot be expressed in a client certificate');
+  if (Object.keys(result.user.extra).length > 0)
+    return failed('users with extra attributes cannot be expressed in a client certificate');
+  const problem = identityProblem(result.user);
+  if (problem) return failed(`${result.authenticator}: ${problem}`);
   const issued = await deps.signer.issue(result.user, CREDENTIAL_LIFETIME_MS);
   if (!issued) return failed('no signer CA is loaded');
   deps.log.info(

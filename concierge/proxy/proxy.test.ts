@@ -37,7 +37,30 @@ const TOKENS: Record<string, AuthResult> = {
     authenticator: 'test',
     user: { username: 'alice', groups: ['dev'], extra: { scopes: ['read'] } },
   },
+  // U+0173 (ų) has the low byte of `s`: a header written as Latin-1 would make this group system:masters.
+  'unicode-token': {
+    ok: true,
+    authenticator: 'test',
+    user: { username: 'José 東京', groups: ['\u0173ystem:masters'], extra: { team: ['café'] } },
+  },
 };
+/** Identities an authenticator may return that cannot reach the API server as they are: each is refused. */
+const UNSENDABLE: string[] = [];
+const unsendable = (what: string, user: { username: string; groups: string[] }): void => {
+  TOKENS[`unsendable-${what.replace(/ /g, '-')}`] = {
+    ok: true,
+    authenticator: 'test',
+    user: { ...user, extra: {} },
+  };
+  UNSENDABLE.push(what);
+};
+unsendable('a leading space', { username: ' alice', groups: [] });
+unsendable('a trailing tab', { username: 'alice\t', groups: [] });
+unsendable('a newline in a group', { username: 'alice', groups: ['dev\nsystem:masters'] });
+unsendable('a NUL', { username: 'alice\u0000root', groups: [] });
+unsendable('an empty group', { username: 'alice', groups: [''] });
+unsendable('a lone surrogate', { username: 'alice\ud800', groups: [] });
+unsendable('a 64 KiB username', { username: 'a'.repeat(64 * 1024), groups: [] });
 const staticTokens: TokenAuthenticator = {
   authenticate: (token) => Promise.resolve(TOKENS[token] ?? { ok: false, reason: 'unknown static token' }),
 };
@@ -304,6 +327,42 @@ describe('what reaches the API server', () => {
     } finally {
       switchedOn = true;
     }
+  });
+
+  it('sends names as UTF-8 bytes, so no character turns into another on the way', async () => {
+    const answer = await call('/api/v1/namespaces', { authorization: 'Bearer unicode-token' });
+    expect(answer.status).toBe(200);
+    // Node hands header values over one byte per character; the API server reads the bytes as UTF-8.
+    const utf8 = (value: string): string => Buffer.from(value, 'latin1').toString('utf8');
+    expect(valuesOf(seenRaw[0]!, 'impersonate-user').map(utf8)).toEqual(['José 東京']);
+    expect(valuesOf(seenRaw[0]!, 'impersonate-group').map(utf8)).toEqual([
+      '\u0173ystem:masters',
+      'system:authenticated',
+    ]);
+    expect(valuesOf(seenRaw[0]!, 'impersonate-extra-team').map(utf8)).toEqual(['café']);
+  });
+
+  it.each(UNSENDABLE)('refuses an identity with %s with the one 401, forwarding nothing', async (what) => {
+    const answer = await call('/api/v1/namespaces', {
+      authorization: `Bearer unsendable-${what.replace(/ /g, '-')}`,
+    });
+    expect(answer.status).toBe(401);
+    expect(JSON.parse(answer.body)).toMatchObject({ code: 401, message: UNAUTHORIZED });
+    expect(seen).toHaveLength(0);
+  });
+
+  it('answers 400 to impersonation headers it cannot read, forwarding nothing', async () => {
+    for (const headers of [
+      { 'impersonate-user': 'bob', 'impersonate-extra-%zz': 'x' },
+      { 'impersonate-user': 'bob', 'impersonate-extra-': 'x' },
+      // Bytes that are not UTF-8.
+      { 'impersonate-user': '\u00ff\u00fe' },
+    ]) {
+      const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token', ...headers });
+      expect(answer.status).toBe(400);
+      expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 400 });
+    }
+    expect(seen).toHaveLength(0);
   });
 
   it('forwards nothing for an unauthenticated caller', async () => {

@@ -2,7 +2,11 @@
 // connection to an HTTP/2 or an HTTP/1.1 server by the negotiated protocol. HTTP/1.1 carries the upgrades
 // (exec, attach, port-forward). Certificates and trusted client CAs are swapped live with updateTLS.
 import { createServer as createHttp1Server, type IncomingMessage, type ServerResponse } from 'node:http';
-import { createServer as createHttp2Server } from 'node:http2';
+import {
+  createServer as createHttp2Server,
+  type ServerHttp2Session,
+  type ServerHttp2Stream,
+} from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { serveStream, type H2Request, type H2Response } from './exchange.ts';
@@ -23,10 +27,39 @@ export const CIPHERS = [
 ].join(':');
 /** Request headers beyond this are refused with 431 before any work is done. */
 export const MAX_HEADER_BYTES = 32 * 1024;
-/** Idle keep-alive connections from clients close after this. */
-const KEEP_ALIVE_TIMEOUT_MS = 65_000;
-/** A client that has not sent complete request headers by then is cut off (slowloris). */
-const HEADERS_TIMEOUT_MS = 30_000;
+/**
+ * How long a stranger may hold the proxy's resources. Each bound has a default chosen against what real clients do,
+ * and every one is an option so tests can run them short.
+ */
+export interface ServerLimits {
+  /**
+   * A TLS handshake not finished by then is dropped. Default: 10 s (a handshake takes milliseconds; Node's own
+   * default of two minutes lets a slow client hold a connection that long for nothing).
+   */
+  handshakeTimeoutMs: number;
+  /**
+   * A client that has not sent complete request headers by then gets 408 and is cut off (slowloris). Default: 30 s.
+   */
+  headersTimeoutMs: number;
+  /**
+   * An HTTP/1.1 request whose body is still arriving after this long gets 408. Default: 5 min. Watches and
+   * upgrades (exec, port-forward) are complete once their headers are in, so this bounds uploads only.
+   */
+  requestTimeoutMs: number;
+  /**
+   * A connection with no request in flight closes after this: HTTP/1.1 keep-alive, and HTTP/2 sessions with no open
+   * stream (half-sent headers included). Default: 90 s, as the API server's own idle timeout. An HTTP/2 session
+   * that carries a watch is never idle, however quiet the watch.
+   */
+  idleTimeoutMs: number;
+  /**
+   * Connections open at once; more are dropped at accept. Default: 4,096. Each costs tens of KiB of TLS and HTTP/2
+   * state even when idle, so this is what bounds the memory strangers can pin before they authenticate. kubectl and
+   * client-go multiplex over one HTTP/2 connection per process.
+   */
+  maxConnections: number;
+}
+
 /**
  * Concurrent streams one HTTP/2 client connection may carry: 1,000, what Kubernetes gives aggregated API servers,
  * whose clients multiplex many requests and watches on one connection (the API server's own default is Go's 250).
@@ -36,6 +69,14 @@ const HEADERS_TIMEOUT_MS = 30_000;
  * informer-heavy clients (hundreds of watches on one connection, replaced as they expire) clear of that.
  */
 const MAX_STREAMS_PER_CONNECTION = 1000;
+
+export const DEFAULT_SERVER_LIMITS: Readonly<ServerLimits> = Object.freeze({
+  handshakeTimeoutMs: 10_000,
+  headersTimeoutMs: 30_000,
+  requestTimeoutMs: 5 * 60_000,
+  idleTimeoutMs: 90_000,
+  maxConnections: 4096,
+});
 
 export interface ProxyTLS {
   certPem: string;
@@ -72,21 +113,48 @@ function secureOptions(tls: ProxyTLS): object {
   };
 }
 
+/**
+ * Closes an HTTP/2 session (GOAWAY, then the connection) once it has had no open stream for `idleMs`. Node's
+ * session timeout counts frames, not streams: a quiet watch sends none, so the timeout alone would cut watches, and
+ * a session that never opens a stream would live as long as its client liked.
+ */
+function closeWhenIdle(session: ServerHttp2Session, idleMs: number): void {
+  let open = 0;
+  session.on('stream', (stream: ServerHttp2Stream) => {
+    open++;
+    stream.once('close', () => {
+      open--;
+      // Activity on the session restarts its timer; the last stream's end is activity, so idleness counts from it.
+    });
+  });
+  session.setTimeout(idleMs, () => {
+    if (open === 0) session.close();
+  });
+}
+
 export function newProxyServer(
   tls: ProxyTLS,
   onRequest: RequestHandler,
   onUpgrade: UpgradeHandler,
   onTLSError?: (err: Error) => void,
+  limits: Partial<ServerLimits> = {},
 ): ProxyServer {
+  const bounds: ServerLimits = { ...DEFAULT_SERVER_LIMITS, ...limits };
   const http1 = createHttp1Server(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
-      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-      headersTimeout: HEADERS_TIMEOUT_MS,
-      requestTimeout: 0,
+      keepAliveTimeout: bounds.idleTimeoutMs,
+      headersTimeout: bounds.headersTimeoutMs,
+      requestTimeout: bounds.requestTimeoutMs,
+      // How often Node looks for connections past those two deadlines.
+      connectionsCheckingInterval: Math.min(1000, bounds.headersTimeoutMs / 2),
     },
     onRequest,
   );
+  // The connections come from the TLS server below (emit('connection')); this server never listen()s. Node starts
+  // the checks behind headersTimeout and requestTimeout when a server starts listening, so without this event no
+  // deadline would ever fire and a client could hold its request headers open forever.
+  http1.emit('listening');
   http1.on('upgrade', onUpgrade);
   http1.on('clientError', (err: Error & { code?: string }, socket: Socket) => {
     // Malformed HTTP: answer with a Status when the socket still can, then drop it. Nothing reaches the handler.
@@ -107,9 +175,10 @@ export function newProxyServer(
     serveStream(stream, headers, rawHeaders, onRequest),
   );
   http2.on('sessionError', () => {});
+  http2.on('session', (session: ServerHttp2Session) => closeWhenIdle(session, bounds.idleTimeoutMs));
 
   const server = createTLSServer(
-    { ...secureOptions(tls), ALPNProtocols: ['h2', 'http/1.1'] },
+    { ...secureOptions(tls), ALPNProtocols: ['h2', 'http/1.1'], handshakeTimeout: bounds.handshakeTimeoutMs },
     (socket: TLSSocket) => {
       // A connection's client certificate is read once (authenticate.ts); no renegotiation may swap it later.
       // HTTP/2 forbids renegotiation anyway, and Go's servers, the API server's included, never allow it.
@@ -119,6 +188,7 @@ export function newProxyServer(
     },
   );
   server.on('tlsClientError', (err) => onTLSError?.(err));
+  server.maxConnections = bounds.maxConnections;
   let trusted = certificateFingerprints(tls.clientCAPems);
   const sockets = new Set<Socket>();
   server.on('connection', (socket: Socket) => {
@@ -145,6 +215,8 @@ export function newProxyServer(
     close() {
       return new Promise((done) => {
         server.close(() => done());
+        // Stops the deadline checks (see the 'listening' above); it has no listener of its own to close.
+        http1.close();
         http1.closeAllConnections();
         for (const socket of sockets) socket.destroy();
       });
