@@ -85,6 +85,7 @@ function validity(validityMs: number): { notBefore: Date; notAfter: Date } {
  * Characters no certificate name of ours may hold: C0 controls and DEL. They cannot travel in the HTTP headers that
  * carry an identity on (Impersonate-User, Impersonate-Group), and a reader that prints names would be fooled by them.
  */
+// eslint-disable-next-line no-control-regex -- finding control characters is this expression's purpose
 const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
 
 /** Thrown for a name that cannot go into a certificate as it is. */

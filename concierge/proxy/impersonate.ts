@@ -49,16 +49,16 @@ export interface RequestedImpersonation {
  * JavaScript string as a header instead would keep only the low byte of each character: `ų` (U+0173) would reach
  * the API server as `s`, and an identity provider's group `ųystem:masters` as `system:masters`.
  */
-const ASCII = /^[\x00-\x7f]*$/;
+const isASCII = (text: string): boolean => Buffer.byteLength(text, 'utf8') === text.length;
 
 /** A name as header bytes: its UTF-8 encoding, one Latin-1 character per byte. */
 export function headerValue(name: string): string {
-  return ASCII.test(name) ? name : Buffer.from(name, 'utf8').toString('latin1');
+  return isASCII(name) ? name : Buffer.from(name, 'utf8').toString('latin1');
 }
 
 /** A name from header bytes (UTF-8), or undefined when the bytes are not UTF-8. */
 function nameFromHeader(value: string): string | undefined {
-  if (ASCII.test(value)) return value;
+  if (isASCII(value)) return value;
   const bytes = Buffer.from(value, 'latin1');
   const name = bytes.toString('utf8');
   return Buffer.from(name, 'utf8').equals(bytes) ? name : undefined;

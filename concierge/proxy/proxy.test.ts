@@ -14,7 +14,8 @@ import {
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
-import { connect as tlsConnect } from 'node:tls';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import { connect as netConnect } from 'node:net';
 import { X509Certificate } from 'node:crypto';
 import { apiGroups } from '../../apis/groups.ts';
 import { eventually } from '../../integration/harness/eventually.ts';
@@ -26,10 +27,20 @@ import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { CERTIFICATE_EXPIRED, CERTIFICATE_UNTRUSTED, newRequestAuthenticator } from './authenticate.ts';
 import { newClientCertSigner } from './credentials.ts';
 import { newForwarder } from './forward.ts';
-import { newProxyHandler } from './handler.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
 import { UNAUTHORIZED } from './status.ts';
+import { MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
+
+/** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */
+const BODY_TIMEOUT_MS = 400;
+const LIMITS = {
+  handshakeTimeoutMs: 300,
+  headersTimeoutMs: 300,
+  requestTimeoutMs: 600,
+  idleTimeoutMs: 300,
+  maxConnections: 8,
+};
 
 const TOKENS: Record<string, AuthResult> = {
   'alice-token': {
@@ -106,6 +117,7 @@ let port: number;
 let metrics: ProxyMetrics;
 let logText = '';
 let switchedOn = true;
+let handler: ReturnType<typeof newProxyHandler>;
 
 function call(path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
   return new Promise((done, fail) => {
@@ -209,7 +221,7 @@ beforeAll(async () => {
     credentials: { caPem: upstreamCA.certPem, token: () => 'forwarding-identity-token' },
     shortRequestTimeoutMs: 300,
   });
-  const handler = newProxyHandler({
+  handler = newProxyHandler({
     groups: apiGroups(),
     authenticator: newRequestAuthenticator(cache, reviewer, () => server.trustedClientCAs()),
     cache,
@@ -220,6 +232,7 @@ beforeAll(async () => {
     log,
     ready: () => true,
     serving: () => switchedOn,
+    bodyTimeoutMs: BODY_TIMEOUT_MS,
   });
   server = newProxyServer(
     { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
@@ -352,12 +365,13 @@ describe('what reaches the API server', () => {
   });
 
   it('answers 400 to impersonation headers it cannot read, forwarding nothing', async () => {
-    for (const headers of [
+    const malformed: Record<string, string>[] = [
       { 'impersonate-user': 'bob', 'impersonate-extra-%zz': 'x' },
       { 'impersonate-user': 'bob', 'impersonate-extra-': 'x' },
       // Bytes that are not UTF-8.
       { 'impersonate-user': '\u00ff\u00fe' },
-    ]) {
+    ];
+    for (const headers of malformed) {
       const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token', ...headers });
       expect(answer.status).toBe(400);
       expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 400 });
@@ -618,12 +632,14 @@ describe('failures and observability', () => {
   });
 
   it('answers 502 with a Status when the API server is gone', async () => {
+    const upstreamPort = (upstream.address() as AddressInfo).port;
     dropUpstreamConnections();
     await new Promise((done) => upstream.close(done));
     const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token' });
     expect(answer.status).toBe(502);
     expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 502, reason: 'BadGateway' });
-    await new Promise<void>((done) => upstream.listen(0, '127.0.0.1', done));
+    // Back where the forwarder looks for it, for the tests after this one.
+    await new Promise<void>((done) => upstream.listen(upstreamPort, '127.0.0.1', done));
   });
 });
 
@@ -749,5 +765,188 @@ describe('TLS material', () => {
     const after = await fingerprintSeen();
     expect(after).not.toBe(before);
     expect(after).toBe(new X509Certificate(next.certPem).fingerprint256);
+  });
+});
+
+describe('what a stranger can hold', () => {
+  /** The same proxy behind a listener with short deadlines and a small connection cap. */
+  let limited: ProxyServer;
+  let limitedPort: number;
+  beforeAll(async () => {
+    const serving = await issueCert(proxyCA, {
+      commonName: 'limited',
+      hosts: ['127.0.0.1'],
+      usage: 'server',
+    });
+    limited = newProxyServer(
+      { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
+      handler.request,
+      handler.upgrade,
+      undefined,
+      LIMITS,
+    );
+    limitedPort = await limited.listen(0, '127.0.0.1');
+  });
+  afterAll(() => limited.close());
+
+  /** A TLS connection speaking HTTP/1.1; resolves with everything the proxy sent once it closes the connection. */
+  function http1Connection(send: (socket: TLSSocket) => void): Promise<string> {
+    return new Promise((done, fail) => {
+      const socket = tlsConnect({
+        host: '127.0.0.1',
+        port: limitedPort,
+        ca: proxyCA.certPem,
+        ALPNProtocols: ['http/1.1'],
+      });
+      let received = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => (received += chunk));
+      socket.once('secureConnect', () => send(socket));
+      socket.once('close', () => done(received));
+      socket.once('error', fail);
+    });
+  }
+
+  const h2 = (): ClientHttp2Session => {
+    const session = http2Connect(`https://127.0.0.1:${limitedPort}`, { ca: proxyCA.certPem });
+    session.on('error', () => {});
+    return session;
+  };
+  const closed = (session: ClientHttp2Session): Promise<void> =>
+    new Promise((done) => (session.closed ? done() : session.once('close', () => done())));
+
+  it('cuts off a client that never finishes its request headers, with 408', async () => {
+    const received = await http1Connection((socket) =>
+      socket.write('GET /api HTTP/1.1\r\nHost: x\r\nX-Slow: '),
+    );
+    expect(received).toMatch(/^HTTP\/1\.1 408 /);
+  });
+
+  it('cuts off a client that never finishes its TLS handshake', async () => {
+    const socket = netConnect(limitedPort, '127.0.0.1');
+    await new Promise<void>((done) => socket.once('close', () => done()));
+    expect(socket.destroyed).toBe(true);
+  });
+
+  it('closes an HTTP/2 session that opens no stream', async () => {
+    const session = h2();
+    await closed(session);
+    expect(session.closed).toBe(true);
+  });
+
+  it('keeps an HTTP/2 session open while a quiet watch runs on it, and closes it once the watch ends', async () => {
+    upstreamMode = 'hold';
+    const session = h2();
+    const watch = session.request({ ':path': '/api/v1/pods?watch=1', authorization: 'Bearer alice-token' });
+    await new Promise((done) => watch.once('response', done));
+    // Several idle timeouts pass with no frame on the connection: the watch holds it.
+    await new Promise((done) => setTimeout(done, LIMITS.idleTimeoutMs * 4));
+    expect(session.closed).toBe(false);
+    watch.close();
+    await closed(session);
+  });
+
+  it('drops connections over the cap, and takes new ones once others close', async () => {
+    const sessions = Array.from({ length: LIMITS.maxConnections }, () => {
+      const s = h2();
+      // A stream keeps each session busy so the idle timeout does not close it during the test.
+      upstreamMode = 'hold';
+      s.request({ ':path': '/api/v1/pods?watch=1', authorization: 'Bearer alice-token' }).on(
+        'error',
+        () => {},
+      );
+      return s;
+    });
+    await Promise.all(sessions.map((s) => new Promise((done) => s.once('connect', done))));
+    const extra = h2();
+    const refused = await new Promise<boolean>((done) => {
+      extra.once('connect', () => done(false));
+      extra.once('close', () => done(true));
+    });
+    expect(refused).toBe(true);
+    for (const s of sessions) s.destroy();
+    await eventually(async () => {
+      const again = h2();
+      const ok = await new Promise<boolean>((done) => {
+        again.once('connect', () => done(true));
+        again.once('close', () => done(false));
+      });
+      again.destroy();
+      expect(ok).toBe(true);
+    });
+  });
+
+  describe('TokenCredentialRequest, which anybody may call', () => {
+    const TCR_PATH = '/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests';
+    const post = (session: ClientHttp2Session): ClientHttp2Stream =>
+      session.request({ ':method': 'POST', ':path': TCR_PATH, 'content-type': 'application/json' });
+    const answer = (stream: ClientHttp2Stream): Promise<{ status: number; body: string; rstCode?: number }> =>
+      new Promise((done) => {
+        let status = 0;
+        let body = '';
+        stream.on('response', (h) => (status = Number(h[':status'])));
+        stream.setEncoding('utf8');
+        stream.on('data', (c: string) => (body += c));
+        stream.on('error', () => {});
+        stream.once('close', () => done({ status, body, rstCode: stream.rstCode }));
+      });
+
+    it('answers 408 to a body that does not arrive in time, and stops the client sending it', async () => {
+      const session = h2();
+      const stream = post(session);
+      stream.write('{"apiVersion":');
+      const got = await answer(stream);
+      expect(got.status).toBe(408);
+      expect(JSON.parse(got.body)).toMatchObject({ kind: 'Status', code: 408 });
+      expect(got.rstCode).toBe(constants.NGHTTP2_NO_ERROR);
+      session.destroy();
+    });
+
+    it('answers 413 to a body over the limit, declared or not', async () => {
+      const session = h2();
+      const big = Buffer.alloc(256 * 1024, 'a');
+      const declared = session.request({
+        ':method': 'POST',
+        ':path': TCR_PATH,
+        'content-length': String(big.length),
+      });
+      declared.end(big);
+      expect((await answer(declared)).status).toBe(413);
+      const streamed = post(session);
+      streamed.write(big);
+      expect((await answer(streamed)).status).toBe(413);
+      session.destroy();
+    });
+
+    it(`answers 429 with Retry-After beyond ${MAX_ANONYMOUS_IN_FLIGHT} in flight`, async () => {
+      const session = h2();
+      const held = Array.from({ length: MAX_ANONYMOUS_IN_FLIGHT }, () => {
+        const s = post(session);
+        s.write('{');
+        s.on('error', () => {});
+        return s;
+      });
+      // Each held request is in the proxy once its first byte is.
+      await eventually(async () => {
+        const over = post(session);
+        const headers = await new Promise<IncomingHttpHeaders>((done) => over.once('response', done));
+        over.close();
+        expect(headers[':status']).toBe(429);
+        expect(headers['retry-after']).toBe('1');
+      });
+      for (const s of held) s.close();
+      session.destroy();
+    });
+  });
+
+  it('answers 401 to a request whose body it will not read, and stops the client sending it', async () => {
+    const session = h2();
+    const stream = session.request({ ':method': 'POST', ':path': '/api/v1/namespaces/x/configmaps' });
+    stream.write(Buffer.alloc(1024, 'a'));
+    const status = await new Promise((done) => stream.once('response', (h) => done(h[':status'])));
+    expect(status).toBe(401);
+    await new Promise((done) => stream.once('close', done));
+    expect(stream.rstCode).toBe(constants.NGHTTP2_NO_ERROR);
+    session.destroy();
   });
 });

@@ -123,13 +123,15 @@ function closeWhenIdle(session: ServerHttp2Session, idleMs: number): void {
   session.on('stream', (stream: ServerHttp2Stream) => {
     open++;
     stream.once('close', () => {
-      open--;
-      // Activity on the session restarts its timer; the last stream's end is activity, so idleness counts from it.
+      // A fired timer is not armed again by the quiet that follows: start the clock anew from the last stream's end.
+      if (--open === 0 && !session.closed) session.setTimeout(idleMs);
     });
   });
-  session.setTimeout(idleMs, () => {
+  // A lasting listener: the callback setTimeout takes is called once only.
+  session.on('timeout', () => {
     if (open === 0) session.close();
   });
+  session.setTimeout(idleMs);
 }
 
 export function newProxyServer(
@@ -187,7 +189,11 @@ export function newProxyServer(
       else http1.emit('connection', socket);
     },
   );
-  server.on('tlsClientError', (err) => onTLSError?.(err));
+  // With a listener here Node leaves the failed socket open (a handshake timeout included): close it ourselves.
+  server.on('tlsClientError', (err, socket) => {
+    socket.destroy();
+    onTLSError?.(err);
+  });
   server.maxConnections = bounds.maxConnections;
   let trusted = certificateFingerprints(tls.clientCAPems);
   const sockets = new Set<Socket>();

@@ -12,6 +12,7 @@ import type { UserInfo } from './types.ts';
  */
 export const MAX_IDENTITY_BYTES = 32 * 1024;
 
+// eslint-disable-next-line no-control-regex -- finding control characters is this expression's purpose
 const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
 const EDGE_WHITESPACE = /^[ \t]|[ \t]$/;
 
