@@ -1,0 +1,84 @@
+// Starts serve-concierge.ts: the concierge of startLocalConcierge, but in its own process, so a test can tell a
+// crash from a refusal and measure the proxy's memory without the test's own.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { createInterface } from 'node:readline';
+import type { Cluster } from './cluster.ts';
+
+export interface ConciergeProcess {
+  url: string;
+  /** CA of the proxy's serving certificate (what clients trust). */
+  servingCA: string;
+  /** The CA that signs TokenCredentialRequest certificates, to mint client certificates in tests. */
+  signer: { certPem: string; keyPem: string };
+  pid: number;
+  /** The process's resident memory now, in bytes, from /proc. */
+  rss(): number;
+  /** process.memoryUsage() inside the concierge, after a full GC. */
+  memory(): Promise<NodeJS.MemoryUsage>;
+  /** Whether it is still running (a crash makes this false). */
+  alive(): boolean;
+  /** Its standard error so far (the tail). */
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+/** Resident memory of process `pid` in bytes (VmRSS). */
+export function residentBytes(pid: number): number {
+  const kib = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  if (kib === undefined) throw new Error(`no VmRSS for process ${pid}`);
+  return Number(kib) * 1024;
+}
+
+export async function startConciergeProcess(
+  cluster: Pick<Cluster, 'dir' | 'url' | 'binaries'>,
+): Promise<ConciergeProcess> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--expose-gc',
+      fileURLToPath(new URL('./serve-concierge.ts', import.meta.url)),
+      cluster.dir,
+      cluster.url,
+      cluster.binaries.kubectl,
+    ],
+    { stdio: ['pipe', 'pipe', 'pipe'] },
+  );
+  let errors = '';
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-8000)));
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const next = async (): Promise<string> => {
+    const line = await Promise.race([lines.next(), exited.then(() => undefined)]);
+    if (!line || line.done) throw new Error(`the concierge process exited:\n${errors}`);
+    return line.value as string;
+  };
+  const stop = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    // Closing stdin is its cue to exit; a kill makes sure.
+    child.stdin.end();
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+  };
+  try {
+    const info = JSON.parse(await next()) as Pick<ConciergeProcess, 'url' | 'servingCA' | 'signer'>;
+    return {
+      ...info,
+      pid: child.pid!,
+      rss: () => residentBytes(child.pid!),
+      memory: async () => {
+        child.stdin.write('mem\n');
+        return JSON.parse(await next()) as NodeJS.MemoryUsage;
+      },
+      alive: () => child.exitCode === null && child.signalCode === null,
+      stderr: () => errors,
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
