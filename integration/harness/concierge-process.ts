@@ -53,7 +53,7 @@ export async function startConciergeProcess(
   const next = async (): Promise<string> => {
     const line = await Promise.race([lines.next(), exited.then(() => undefined)]);
     if (!line || line.done) throw new Error(`the concierge process exited:\n${errors}`);
-    return line.value as string;
+    return line.value;
   };
   const stop = async (): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) return;
