@@ -63,10 +63,11 @@ export function clusterRoute(url: string): { cluster: string; url: string } | un
 
 /**
  * TokenCredentialRequests in flight at once. It is the one API anybody may call, and each holds a body of up to
- * MAX_BODY_BYTES and an authenticator's time: 256 of them pin at most about 17 MiB, and real logins (one per user
- * every few minutes, answered in milliseconds) never come near it. More get 429 with Retry-After.
+ * MAX_BODY_BYTES and an authenticator's time: 64 of them pin about 4 MiB of bodies. A real login is answered in
+ * milliseconds (a webhook's in at most its timeout), so even a burst of logins stays far below; more get 429 with
+ * Retry-After, which client-go waits out and retries.
  */
-export const MAX_ANONYMOUS_IN_FLIGHT = 256;
+export const MAX_ANONYMOUS_IN_FLIGHT = 64;
 
 const NOT_SERVING =
   "the impersonation proxy is not running on this cluster; the authenticators' status says why";
