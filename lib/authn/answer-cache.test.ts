@@ -53,7 +53,10 @@ describe('the answer cache under a flood of distinct junk tokens', () => {
     // Everything past the first 48 was answered without a call, as a failure that says it is transient.
     const refusedAtOnce = await Promise.all(answers.slice(48));
     expect(refusedAtOnce.every((r) => !r.ok && 'transient' in r)).toBe(true);
-    expect(refusedAtOnce[0]).toMatchObject({ ok: false, reason: expect.stringMatching(/^not asked/) as unknown });
+    expect(refusedAtOnce[0]).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/^not asked/) as unknown,
+    });
 
     slow.releaseAll();
     const asked = await Promise.all(answers.slice(0, 48));
@@ -133,11 +136,10 @@ describe('ConcurrencyLimit', () => {
     expect(await limit.run(() => Promise.resolve(1))).toBe(1);
   });
 
-  it.each([
-    [{ inFlight: 0, waiting: 1 }],
-    [{ inFlight: 1.5, waiting: 1 }],
-    [{ inFlight: 1, waiting: -1 }],
-  ])('refuses %o', (opts) => {
-    expect(() => new ConcurrencyLimit(opts)).toThrow(RangeError);
-  });
+  it.each([[{ inFlight: 0, waiting: 1 }], [{ inFlight: 1.5, waiting: 1 }], [{ inFlight: 1, waiting: -1 }]])(
+    'refuses %o',
+    (opts) => {
+      expect(() => new ConcurrencyLimit(opts)).toThrow(RangeError);
+    },
+  );
 });
