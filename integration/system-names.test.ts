@@ -141,7 +141,7 @@ describe('system names from an OIDC issuer, through the real proxy', () => {
       const answer = await call('/api/v1/namespaces', { token });
       expect(answer).toEqual(garbage);
       const kubectl = await cluster.kubectl(['get', 'ns'], { kubeconfig: kubeconfigFor('refused', token) });
-      expect(kubectl.stderr).toContain('error: You must be logged in to the server (Unauthorized)');
+      expect(kubectl.stderr).toContain('error: You must be logged in to the server');
       const tcr = await tokenCredentialRequest(token);
       expect(tcr.body).not.toContain('clientCertificateData');
       expect(JSON.parse(tcr.body)).toMatchObject({ status: { message: 'authentication failed' } });
