@@ -18,7 +18,7 @@ export const DEFAULT_CACHE_ENTRIES = 10_000;
 /**
  * Reviews sent to one webhook at once. kubectl repeats one token per user, and repeats are answered from the cache
  * or share a review under way, so honest traffic needs about one review per user every DEFAULT_SUCCESS_TTL_MS;
- * sixteen at once serve hundreds of logins a second from a webhook that answers in tens of milliseconds. Every
+ * sixteen at once, from a webhook that answers in tens of milliseconds, come to hundreds of new tokens a second. Every
  * distinct junk token, though, is a review, and costs its sender nothing: without a bound, anyone who can reach
  * the proxy could make it flood the webhook (and hold a socket and a request's memory here for each).
  */
@@ -42,10 +42,6 @@ export interface WebhookSettings {
   failureTTLms?: number;
   /** Default: DEFAULT_CACHE_ENTRIES. */
   cacheEntries?: number;
-  /** Default: REVIEWS_IN_FLIGHT. */
-  reviewsInFlight?: number;
-  /** Default: REVIEWS_WAITING. */
-  reviewsWaiting?: number;
   /** Accept usernames and groups that start with `system:` (see system-names.ts). Default: false. */
   allowSystemNames?: boolean;
 }
@@ -100,10 +96,7 @@ export class WebhookAuthenticator implements TokenAuthenticator {
       successTTLms: settings.successTTLms ?? DEFAULT_SUCCESS_TTL_MS,
       failureTTLms: settings.failureTTLms ?? DEFAULT_FAILURE_TTL_MS,
       entries: settings.cacheEntries ?? DEFAULT_CACHE_ENTRIES,
-      limit: {
-        inFlight: settings.reviewsInFlight ?? REVIEWS_IN_FLIGHT,
-        waiting: settings.reviewsWaiting ?? REVIEWS_WAITING,
-      },
+      limit: { inFlight: REVIEWS_IN_FLIGHT, waiting: REVIEWS_WAITING },
     });
   }
 
