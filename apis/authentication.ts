@@ -20,7 +20,11 @@ export interface TLSSpec {
   certificateAuthorityData?: string;
 }
 
-/** Which claims of a token name the user and their groups. */
+/**
+ * Which claims of a token name the user and their groups, and what goes before those names. `username` and
+ * `groups` name claims (as in Pinniped); the prefixes are what Kubernetes' structured authentication config calls
+ * claimMappings.username.prefix and claimMappings.groups.prefix.
+ */
 export interface JWTClaims {
   /**
    * The claim that holds the username. Default: username.
@@ -32,6 +36,19 @@ export interface JWTClaims {
    * @minLength 1
    */
   groups?: string;
+  /**
+   * Put before the username claim's value, for example `oidc:`, so that this issuer's users cannot be mistaken for
+   * users from elsewhere. Applied before the check for `system:` names, so a prefix also makes a claimed
+   * `system:admin` harmless (`oidc:system:admin`). Default: none.
+   * @maxLength 256
+   */
+  usernamePrefix?: string;
+  /**
+   * Put before each group, for example `oidc:`. Applied before the check for `system:` names, so a prefix also
+   * makes a claimed `system:masters` harmless. Default: none.
+   * @maxLength 256
+   */
+  groupsPrefix?: string;
 }
 
 /** Trust OIDC ID tokens (JWTs) from one issuer with one audience. */
@@ -50,10 +67,17 @@ export interface JWTAuthenticatorSpec {
    * @maxLength 1024
    */
   audience: string;
-  /** Which claims name the user and their groups. */
+  /** Which claims name the user and their groups, and the prefixes put before those names. */
   claims?: JWTClaims;
   /** How to trust the issuer's TLS certificate. */
   tls?: TLSSpec;
+  /**
+   * Accept tokens whose username or groups (after any prefix) start with `system:`. Kubernetes reserves those
+   * names and its RBAC trusts them (`system:masters` is cluster-admin), so by default such a token is refused as
+   * if it were invalid; the group `system:authenticated`, which every user has anyway, is always accepted. Set
+   * it only for an issuer you trust as much as the cluster's own components. Default: false.
+   */
+  allowSystemNames?: boolean;
 }
 
 /** Trust bearer tokens that a TokenReview webhook accepts. */
@@ -67,6 +91,14 @@ export interface WebhookAuthenticatorSpec {
   endpoint: string;
   /** How to trust the webhook's TLS certificate. */
   tls?: TLSSpec;
+  /**
+   * Accept users whose username or groups start with `system:`. Kubernetes reserves those names and its RBAC
+   * trusts them (`system:masters` is cluster-admin), so by default such an answer is refused as if the webhook
+   * had said no; the group `system:authenticated`, which every user has anyway, is always accepted. Needed, for
+   * example, to use the API server's own TokenReview API as the webhook (service-account users are
+   * `system:serviceaccount:…`). Default: false.
+   */
+  allowSystemNames?: boolean;
 }
 
 /** A way for clients to reach the concierge: through the impersonation proxy or the TokenCredentialRequest API. */

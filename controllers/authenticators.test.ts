@@ -1,21 +1,26 @@
 import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { exportJWK, generateKeyPair, type JWK } from 'jose';
+import { createServer as createTLSServer } from 'node:tls';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import { MemoryInformer } from '../lib/informer.ts';
-import { silentLogger } from '../lib/log.ts';
+import { newLogger, silentLogger, type Logger } from '../lib/log.ts';
 import { RecordingStatusWriter } from '../lib/status-writer.ts';
-import { newCA } from '../lib/pki.ts';
+import { issueCert, newCA } from '../lib/pki.ts';
 import { newJWTAuthenticatorController, newWebhookAuthenticatorController } from './authenticators.ts';
 
 const ISSUER = 'https://issuer.example.com';
 const NOW = new Date('2026-01-02T03:04:05Z');
 let jwk: JWK;
+let signingKey: CryptoKey;
 let caData: string;
 
 beforeAll(async () => {
-  const { publicKey } = await generateKeyPair('ES256');
+  const { publicKey, privateKey } = await generateKeyPair('ES256');
   jwk = { ...(await exportJWK(publicKey)), kid: 'k1' };
+  signingKey = privateKey;
   caData = Buffer.from((await newCA('ca')).certPem).toString('base64');
 });
 
@@ -41,7 +46,37 @@ const goodDocuments = (): Documents => ({
 const caches: AuthenticatorCache[] = [];
 afterEach(() => caches.splice(0).forEach((c) => c.close()));
 
-async function runJWT(obj: JWTAuthenticator | undefined, documents: Documents) {
+/** A token from ISSUER for audience `aud`, signed with the published key. */
+const tokenWith = (claims: Record<string, unknown>): Promise<string> =>
+  new SignJWT(claims)
+    .setProtectedHeader({ alg: 'ES256', kid: 'k1' })
+    .setIssuer(ISSUER)
+    .setAudience('aud')
+    .setExpirationTime('5m')
+    .sign(signingKey);
+
+/** A logger whose lines the test can read. */
+function recordingLogger(): { log: Logger; lines: () => { level: number; msg: string; name?: string }[] } {
+  let text = '';
+  const log = newLogger({
+    destination: new Writable({
+      write(chunk: Buffer, _enc, next) {
+        text += chunk.toString();
+        next();
+      },
+    }),
+  });
+  return {
+    log,
+    lines: () =>
+      text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { level: number; msg: string; name?: string }),
+  };
+}
+
+async function runJWT(obj: JWTAuthenticator | undefined, documents: Documents, log: Logger = silentLogger()) {
   const informer = new MemoryInformer<JWTAuthenticator>(obj ? [obj] : []);
   const cache = new AuthenticatorCache();
   caches.push(cache);
@@ -49,7 +84,7 @@ async function runJWT(obj: JWTAuthenticator | undefined, documents: Documents) {
   const fetchJSON = (url: string): Promise<unknown> =>
     url in documents ? Promise.resolve(documents[url]) : Promise.reject(new Error(`HTTP 404 for ${url}`));
   const controller = newJWTAuthenticatorController(
-    { informer, cache, status, log: silentLogger(), now: () => NOW },
+    { informer, cache, status, log, now: () => NOW },
     { fetchJSON },
   );
   const result = await controller.sync('corp');
@@ -193,6 +228,70 @@ describe('JWTAuthenticator controller', () => {
     expect(status.writes).toHaveLength(1);
   });
 
+  const claimingSystemNames = { username: 'system:admin', groups: ['system:masters', 'dev'] };
+
+  it.each<[string, Partial<JWTAuthenticator['spec']>, object]>([
+    ['no prefixes', {}, { ok: false }],
+    [
+      'claims.usernamePrefix and claims.groupsPrefix',
+      { claims: { usernamePrefix: 'oidc:', groupsPrefix: 'oidc:' } },
+      { ok: true, user: { username: 'oidc:system:admin', groups: ['oidc:system:masters', 'oidc:dev'] } },
+    ],
+    [
+      'custom claim names and prefixes',
+      { claims: { username: 'email', groups: 'roles', usernamePrefix: 'corp:', groupsPrefix: 'corp:' } },
+      { ok: true, user: { username: 'corp:system:admin@example.com', groups: ['corp:system:masters'] } },
+    ],
+    [
+      'allowSystemNames',
+      { allowSystemNames: true },
+      { ok: true, user: { username: 'system:admin', groups: ['system:masters', 'dev'] } },
+    ],
+  ])('with %s: authenticates a token claiming system names as the spec says', async (_name, spec, want) => {
+    const { cache } = await runJWT(jwtObject(spec), goodDocuments());
+    const token = await tokenWith({
+      ...claimingSystemNames,
+      email: 'system:admin@example.com',
+      roles: ['system:masters'],
+    });
+    expect(await cache.authenticate(token)).toMatchObject(want);
+  });
+
+  it('warns in the log and says so in AuthenticatorValid when allowSystemNames is set, once per spec', async () => {
+    const recorded = recordingLogger();
+    const { status, informer, controller } = await runJWT(
+      jwtObject({ allowSystemNames: true }),
+      goodDocuments(),
+      recorded.log,
+    );
+    const warnings = () => recorded.lines().filter((l) => l.level === 40 && /allowSystemNames/.test(l.msg));
+    expect(warnings()).toEqual([expect.objectContaining({ name: 'corp' })]);
+    const valid = status.writes[0]!.status.conditions!.find((c) => c.type === 'AuthenticatorValid');
+    expect(valid).toMatchObject({
+      status: 'True',
+      message: expect.stringContaining('spec.allowSystemNames'),
+    });
+    // The same spec again is not loaded again, so not warned about again.
+    informer.put(jwtObject({ allowSystemNames: true }, status.writes[0]!.status));
+    await controller.sync('corp');
+    expect(warnings()).toHaveLength(1);
+    const plain = recordingLogger();
+    await runJWT(jwtObject(), goodDocuments(), plain.log);
+    expect(plain.lines().filter((l) => l.level >= 40)).toEqual([]);
+  });
+
+  it('turns Error when a prefix would make every name a system name', async () => {
+    const { status, cache } = await runJWT(
+      jwtObject({ claims: { groupsPrefix: 'system:' } }),
+      goodDocuments(),
+    );
+    expect(status.writes[0]!.status.phase).toBe('Error');
+    expect(conditionSummary(status.writes[0]!.status)).toEqual(
+      expect.arrayContaining(['AuthenticatorValid=False/InvalidAuthenticator', 'Ready=False/NotReady']),
+    );
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
+  });
+
   it('lets a failed status write throw, so the queue retries it', async () => {
     const informer = new MemoryInformer<JWTAuthenticator>([jwtObject()]);
     const status = new RecordingStatusWriter<AuthenticatorStatus>();
@@ -253,5 +352,39 @@ describe('WebhookAuthenticator controller', () => {
       expect.arrayContaining([...wanted, 'Ready=False/NotReady']),
     );
     expect(cache.has('WebhookAuthenticator', 'hook')).toBe(false);
+  });
+
+  it('loads a webhook with allowSystemNames, warning in the log and in AuthenticatorValid', async () => {
+    const ca = await newCA('webhook-ca');
+    const cert = await issueCert(ca, { commonName: 'hook', hosts: ['127.0.0.1'], usage: 'server' });
+    const server = createTLSServer({ cert: cert.certPem, key: cert.keyPem }, (socket) => socket.end());
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    try {
+      const endpoint = `https://127.0.0.1:${(server.address() as AddressInfo).port}/authenticate`;
+      const tls = { certificateAuthorityData: Buffer.from(ca.certPem).toString('base64') };
+      for (const allowSystemNames of [false, true]) {
+        const informer = new MemoryInformer<WebhookAuthenticator>([
+          webhookObject({ endpoint, tls, ...(allowSystemNames ? { allowSystemNames } : {}) }),
+        ]);
+        const cache = new AuthenticatorCache();
+        caches.push(cache);
+        const status = new RecordingStatusWriter<AuthenticatorStatus>();
+        const recorded = recordingLogger();
+        const controller = newWebhookAuthenticatorController({ informer, cache, status, log: recorded.log });
+        expect(await controller.sync('hook')).toBeUndefined();
+        expect(status.writes[0]?.status.phase).toBe('Ready');
+        const valid = status.writes[0]!.status.conditions!.find((c) => c.type === 'AuthenticatorValid');
+        const warned = recorded.lines().filter((l) => l.level === 40 && /allowSystemNames/.test(l.msg));
+        if (allowSystemNames) {
+          expect(valid?.message).toContain('spec.allowSystemNames');
+          expect(warned).toHaveLength(1);
+        } else {
+          expect(valid?.message).toBe('authenticator initialized');
+          expect(warned).toEqual([]);
+        }
+      }
+    } finally {
+      server.close();
+    }
   });
 });

@@ -4,7 +4,8 @@
 import { createHash } from 'node:crypto';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
-import { validateJWT, type Check, type JWTDependencies } from '../lib/authn/jwt.ts';
+import { validateJWT, type Check, type JWTDependencies, type JWTSettings } from '../lib/authn/jwt.ts';
+import { SYSTEM_NAMES_ALLOWED_NOTE } from '../lib/authn/system-names.ts';
 import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
 import type { Logger } from '../lib/log.ts';
 import { decodeCABundle } from '../lib/pem.ts';
@@ -76,6 +77,12 @@ function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenti
         if (result.authenticator) {
           deps.cache.set(kind, name, result.authenticator, result.issuer);
           validated.set(name, { hash, checks: result.checks });
+          // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.
+          if (obj.spec.allowSystemNames === true)
+            log.warn(
+              { name },
+              'authenticator loaded with spec.allowSystemNames: it may authenticate users named system:* or in system:* groups',
+            );
         } else {
           // Out of the cache first: from this moment no request is authenticated by a broken authenticator.
           deps.cache.delete(kind, name);
@@ -120,11 +127,15 @@ export function newJWTAuthenticatorController(
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
   return newAuthenticatorController('JWTAuthenticator', deps, async (obj) => {
     const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
-    const settings = {
+    const claims = obj.spec.claims;
+    const settings: JWTSettings = {
       issuer: obj.spec.issuer,
       audience: obj.spec.audience,
-      ...(obj.spec.claims?.username ? { usernameClaim: obj.spec.claims.username } : {}),
-      ...(obj.spec.claims?.groups ? { groupsClaim: obj.spec.claims.groups } : {}),
+      ...(claims?.username ? { usernameClaim: claims.username } : {}),
+      ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
+      ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
+      ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
+      ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
       ...(ca.pem ? { caBundlePem: ca.pem } : {}),
     };
     const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
@@ -192,9 +203,11 @@ export function newWebhookAuthenticatorController(
       reason: 'Success',
       message: 'endpoint is a valid https URL',
     });
+    const allowSystemNames = obj.spec.allowSystemNames === true;
     const client = new WebhookClient({
       endpoint: obj.spec.endpoint,
       ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+      ...(allowSystemNames ? { allowSystemNames } : {}),
     });
     try {
       await client.probe();
@@ -217,7 +230,9 @@ export function newWebhookAuthenticatorController(
       type: 'AuthenticatorValid',
       status: 'True',
       reason: 'Success',
-      message: 'authenticator initialized',
+      message: allowSystemNames
+        ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
+        : 'authenticator initialized',
     });
     return { checks, authenticator: client };
   });

@@ -170,9 +170,31 @@ describe('authenticators on a real API server', () => {
 
     const endpoint = `${cluster.url}/apis/authentication.k8s.io/v1/tokenreviews`;
     const clusterCA = Buffer.from(cluster.ca.certPem).toString('base64');
+    // Service-account users are system:serviceaccount:…, system names that a webhook may only pass on when its
+    // authenticator opts out.
     await apply(webhook('kube', { endpoint, tls: { certificateAuthorityData: clusterCA } }));
     await waitForPhase('webhookauthenticator', 'kube', 'Ready');
-    const result = await authenticators.cache.authenticate(token);
+    expect(await authenticators.cache.authenticate(token)).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(
+        /username "system:serviceaccount:tenants:robot" is a system name/,
+      ) as unknown,
+    });
+    await apply(
+      webhook('kube', { endpoint, tls: { certificateAuthorityData: clusterCA }, allowSystemNames: true }),
+    );
+    const trusting = await eventually(async () => {
+      const status = await statusOf('webhookauthenticator', 'kube');
+      const valid = status.conditions?.find((c) => c.type === 'AuthenticatorValid');
+      expect(valid?.message).toContain('spec.allowSystemNames');
+      return status;
+    }, 30_000);
+    expect(trusting.phase).toBe('Ready');
+    const result = await eventually(async () => {
+      const answer = await authenticators.cache.authenticate(token);
+      expect(answer.ok).toBe(true);
+      return answer;
+    });
     expect(result).toMatchObject({
       ok: true,
       authenticator: 'WebhookAuthenticator/kube',
@@ -183,13 +205,17 @@ describe('authenticators on a real API server', () => {
     );
     expect(await authenticators.cache.authenticate('not-a-real-token')).toMatchObject({ ok: false });
 
-    await apply(webhook('kube', { endpoint, tls: { certificateAuthorityData: otherCA } }));
+    await apply(
+      webhook('kube', { endpoint, tls: { certificateAuthorityData: otherCA }, allowSystemNames: true }),
+    );
     const broken = await waitForPhase('webhookauthenticator', 'kube', 'Error');
     expect(broken.conditions?.find((c) => c.type === 'WebhookConnectionValid')).toMatchObject({
       status: 'False',
       reason: 'UnableToDialServer',
     });
-    await apply(webhook('kube', { endpoint, tls: { certificateAuthorityData: clusterCA } }));
+    await apply(
+      webhook('kube', { endpoint, tls: { certificateAuthorityData: clusterCA }, allowSystemNames: true }),
+    );
     await waitForPhase('webhookauthenticator', 'kube', 'Ready');
   });
 

@@ -2,6 +2,7 @@
 // (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
 // as it came, not impersonated), else nobody.
 import type { TLSSocket } from 'node:tls';
+import { decodeJwt } from 'jose';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
@@ -20,6 +21,19 @@ export type Identity =
 const SERVICE_ACCOUNT_TTL_MS = 60_000;
 const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
 const SERVICE_ACCOUNT_ENTRIES = 10_000;
+/**
+ * TokenReviews the proxy has under way at once. Any JWT-shaped token no authenticator accepts becomes one, and a
+ * distinct junk token costs its sender nothing, so without a bound a flood of them turns into a flood on the API
+ * server, made with the concierge's own credentials. Workloads that call through the proxy with their own
+ * service-account token repeat it, and repeats are answered from the cache; sixteen at once is plenty for them.
+ */
+export const SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT = 16;
+/**
+ * TokenReviews waiting for one of those; past this, a token is refused at once without a review (and the refusal
+ * is not remembered, so a retry asks again). Small, so that a slow API server makes callers wait at most a few
+ * review times rather than pile up.
+ */
+export const SERVICE_ACCOUNT_REVIEWS_WAITING = 32;
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
 /**
@@ -83,6 +97,23 @@ export function certificateUser(
   return known.user;
 }
 
+/**
+ * Why a JWT-shaped token cannot be one the API server accepts, without asking it; undefined when it might be.
+ * Only what holds for every service-account token the API server accepts, bound or legacy, whatever its issuer
+ * flags: the payload is a JSON object with a string `iss` (its authenticator reads `iss` before anything else and
+ * ignores a token whose issuer it does not know, and no issuer is empty). Which issuers it knows cannot be learned:
+ * its discovery document names only the first of them, and legacy tokens name `kubernetes/serviceaccount`.
+ */
+export function notAServiceAccountToken(token: string): string | undefined {
+  let iss: unknown;
+  try {
+    iss = decodeJwt(token).iss;
+  } catch {
+    return 'not a JWT with a JSON payload';
+  }
+  return typeof iss === 'string' && iss !== '' ? undefined : 'a JWT without an issuer';
+}
+
 /** The bearer token of a request, if it carries exactly one. */
 export function bearerToken(req: Request): string | undefined {
   const header = req.headers['authorization'];
@@ -105,7 +136,8 @@ export function newRequestAuthenticator(
   trustedClientCAs: () => ReadonlySet<string>,
 ): RequestAuthenticator {
   // Tokens no Sealion authenticator knows may still be the cluster's own service-account tokens. Those answers
-  // are cached like webhook answers, so unknown tokens cannot turn into a TokenReview per request.
+  // are cached like webhook answers, so unknown tokens cannot turn into a TokenReview per request, and the reviews
+  // under way are bounded, so distinct unknown tokens cannot turn into a flood of them.
   const serviceAccounts = new AnswerCache(
     async (token): Promise<AuthResult> => {
       try {
@@ -128,6 +160,7 @@ export function newRequestAuthenticator(
       successTTLms: SERVICE_ACCOUNT_TTL_MS,
       failureTTLms: SERVICE_ACCOUNT_FAILURE_TTL_MS,
       entries: SERVICE_ACCOUNT_ENTRIES,
+      limit: { inFlight: SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT, waiting: SERVICE_ACCOUNT_REVIEWS_WAITING },
     },
   );
 
@@ -151,6 +184,8 @@ export function newRequestAuthenticator(
       const result = await cache.authenticate(token);
       if (result.ok) return { kind: 'user', user: result.user, via: result.authenticator };
       if (JWT_SHAPE.test(token)) {
+        const impossible = notAServiceAccountToken(token);
+        if (impossible !== undefined) return { kind: 'anonymous', reason: `${result.reason}; ${impossible}` };
         const sa = await serviceAccounts.authenticate(token);
         if (sa.ok) return { kind: 'serviceaccount', user: sa.user, token };
         return { kind: 'anonymous', reason: `${result.reason}; ${sa.reason}` };

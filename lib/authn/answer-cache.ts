@@ -1,14 +1,19 @@
 // Remembers authentication answers briefly, keyed by the token's SHA-256 (never the token): separate lifetimes
-// for yes and no, a bound on entries, and one call shared by concurrent lookups of the same token. Answers
-// marked transient (the authenticator could not be asked) are not remembered.
+// for yes and no, a bound on entries, and one call shared by concurrent lookups of the same token. Calls to the
+// authenticator are bounded too (a ConcurrencyLimit): every distinct token the cache has not seen is a call, and
+// distinct junk tokens cost nothing to make. Answers marked transient (the authenticator could not be asked, or
+// was not asked because too many calls were under way) are not remembered.
 import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
+import { ConcurrencyLimit, type ConcurrencyLimitOptions } from './concurrency-limit.ts';
 import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
 
 export interface AnswerCacheOptions {
   successTTLms: number;
   failureTTLms: number;
   entries: number;
+  /** Calls to the authenticator at once, and calls waiting for one; past both, a lookup fails at once. */
+  limit: ConcurrencyLimitOptions;
 }
 
 /** An AuthResult that says the authenticator could not be asked (not cached). */
@@ -21,11 +26,14 @@ export class AnswerCache implements TokenAuthenticator {
   private readonly inflight = new Map<string, Promise<AuthResult>>();
   private readonly ask: (token: string) => Promise<AuthResult>;
   private readonly opts: AnswerCacheOptions;
+  /** Bounds calls to `ask`; lookups of a token already being asked about share its call and take no slot. */
+  readonly limit: ConcurrencyLimit;
 
   constructor(ask: (token: string) => Promise<AuthResult>, opts: AnswerCacheOptions) {
     this.ask = ask;
     this.opts = opts;
     this.cache = new LRUCache({ max: opts.entries });
+    this.limit = new ConcurrencyLimit(opts.limit);
   }
 
   authenticate(token: string): Promise<AuthResult> {
@@ -36,13 +44,28 @@ export class AnswerCache implements TokenAuthenticator {
     if (cached) return Promise.resolve(cached);
     let pending = this.inflight.get(key);
     if (!pending) {
-      pending = this.ask(token).then((result) => {
-        this.inflight.delete(key);
-        if (!('transient' in result)) {
-          this.cache.set(key, result, { ttl: result.ok ? this.opts.successTTLms : this.opts.failureTTLms });
-        }
-        return result;
-      });
+      const call = this.limit.run(() => this.ask(token));
+      if (!call) {
+        return Promise.resolve(
+          transientFailure(
+            `not asked: ${this.opts.limit.inFlight} calls in flight and ${this.opts.limit.waiting} waiting`,
+          ),
+        );
+      }
+      pending = call
+        .then(
+          (result) => {
+            if (!('transient' in result)) {
+              this.cache.set(key, result, {
+                ttl: result.ok ? this.opts.successTTLms : this.opts.failureTTLms,
+              });
+            }
+            return result;
+          },
+          // An authenticator that throws instead of answering has not answered.
+          (err: unknown) => transientFailure(`authenticator failed: ${(err as Error).message}`),
+        )
+        .finally(() => this.inflight.delete(key));
       this.inflight.set(key, pending);
     }
     return pending;

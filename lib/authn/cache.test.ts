@@ -1,6 +1,7 @@
 // The authenticator cache's reuse of answers: only successes that say how long they hold, never past that, and
 // never across a change of authenticators.
 import { describe, expect, it } from '@jest/globals';
+import { AnswerCache } from './answer-cache.ts';
 import { AuthenticatorCache } from './cache.ts';
 import type { AuthResult, TokenAuthenticator } from './types.ts';
 
@@ -102,5 +103,46 @@ describe('reused answers', () => {
     expect(await pending).toMatchObject({ ok: true });
     expect(await cache.authenticate(token)).toMatchObject({ ok: false });
     expect(refusing.asked).toBe(1);
+  });
+});
+
+describe('distinct junk tokens through the cache', () => {
+  it('reach a slow webhook at most its limit at a time; the others fail at once, and no reason holds a token', async () => {
+    let running = 0;
+    let maxRunning = 0;
+    let calls = 0;
+    const release: (() => void)[] = [];
+    let arrived: () => void = () => {};
+    const filled = new Promise<void>((done) => (arrived = done));
+    // A webhook authenticator's shape: an AnswerCache over a slow upstream that refuses everything.
+    const webhook = new AnswerCache(
+      (token) =>
+        new Promise<AuthResult>((done) => {
+          calls++;
+          maxRunning = Math.max(maxRunning, ++running);
+          if (running === 4) arrived();
+          release.push(() => {
+            running--;
+            done({ ok: false, reason: `unknown token of ${token.length} bytes` });
+          });
+        }),
+      { successTTLms: 60_000, failureTTLms: 10_000, entries: 100, limit: { inFlight: 4, waiting: 2 } },
+    );
+    const cache = new AuthenticatorCache();
+    cache.set('WebhookAuthenticator', 'hook', webhook);
+    const tokens = Array.from({ length: 1000 }, (_, i) => `junk-${i}-${'x'.repeat(20)}`);
+    const answers = tokens.map((t) => cache.authenticate(t));
+    await filled;
+    const early = await Promise.all(answers.slice(6));
+    expect(early.every((r) => !r.ok && /not asked/.test(r.reason))).toBe(true);
+    // Release what runs, and what the wait line starts after it, until the line is empty.
+    while (calls < 6 || release.length > 0) {
+      release.splice(0).forEach((r) => r());
+      await new Promise((done) => setImmediate(done));
+    }
+    const all = await Promise.all(answers);
+    expect(maxRunning).toBe(4);
+    expect(calls).toBe(6);
+    all.forEach((r, i) => expect(r.ok ? '' : r.reason).not.toContain(tokens[i]));
   });
 });

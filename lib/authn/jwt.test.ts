@@ -241,3 +241,148 @@ describe('JWT key handling', () => {
     auth.close();
   });
 });
+
+/** Authenticators built by the tests below, each against the issuer's current keys (earlier tests rotate them). */
+const built: JWTAuthenticator[] = [];
+afterAll(() => built.forEach((a) => a.close()));
+async function withSettings(more: Partial<JWTSettings> = {}): Promise<JWTAuthenticator> {
+  const v = await validateJWT({ ...settings, ...more }, undefined);
+  if (!v.authenticator) throw new Error(JSON.stringify(v.checks));
+  built.push(v.authenticator);
+  return v.authenticator;
+}
+
+describe('email_verified', () => {
+  let byEmail: JWTAuthenticator;
+  beforeEach(async () => {
+    byEmail = await withSettings({ usernameClaim: 'email' });
+  });
+
+  // Kubernetes parses email_verified as a boolean and refuses the token when that fails, so "false" is no yes.
+  it.each<[string, unknown]>([
+    ['the string "false"', 'false'],
+    ['the string "true"', 'true'],
+    ['the string "yes"', 'yes'],
+    ['the number 0', 0],
+    ['the number 1', 1],
+    ['null', null],
+    ['a list', [true]],
+  ])('refuses %s, which is not a boolean', async (_name, value) => {
+    const token = await issuer.mint({ email: 'dana@example.com', email_verified: value });
+    expect(await byEmail.authenticate(token)).toEqual({
+      ok: false,
+      reason: 'claim email_verified is present but not a boolean',
+    });
+  });
+
+  it('accepts true and an absent claim, refuses false', async () => {
+    const verified = await issuer.mint({ email: 'dana@example.com', email_verified: true });
+    expect(await byEmail.authenticate(verified)).toMatchObject({
+      ok: true,
+      user: { username: 'dana@example.com' },
+    });
+    const silent = await issuer.mint({ email: 'dana@example.com' });
+    expect(await byEmail.authenticate(silent)).toMatchObject({ ok: true });
+    const unverified = await issuer.mint({ email: 'dana@example.com', email_verified: false });
+    expect(await byEmail.authenticate(unverified)).toEqual({ ok: false, reason: 'email is not verified' });
+  });
+
+  it('is not looked at when the username comes from another claim, as in Kubernetes', async () => {
+    const token = await issuer.mint({ username: 'dana', email_verified: 'false' });
+    expect(await (await withSettings()).authenticate(token)).toMatchObject({ ok: true });
+  });
+});
+
+describe('system names and prefixes', () => {
+  it.each<[string, Record<string, unknown>, RegExp]>([
+    ['the username system:admin', { username: 'system:admin' }, /username "system:admin" is a system name/],
+    [
+      'a service account name',
+      { username: 'system:serviceaccount:kube-system:default' },
+      /username "system:serviceaccount:kube-system:default"/,
+    ],
+    [
+      'the group system:masters',
+      { username: 'eve', groups: ['dev', 'system:masters'] },
+      /group "system:masters"/,
+    ],
+    [
+      'system:masters as a single group',
+      { username: 'eve', groups: 'system:masters' },
+      /group "system:masters"/,
+    ],
+    ['the group system:nodes', { username: 'eve', groups: ['system:nodes'] }, /group "system:nodes"/],
+    [
+      'system:unauthenticated',
+      { username: 'eve', groups: ['system:unauthenticated'] },
+      /group "system:unauthenticated"/,
+    ],
+  ])('refuses a validly signed token with %s', async (_name, claims, reason) => {
+    const token = await issuer.mint(claims);
+    const result = await (await withSettings()).authenticate(token);
+    expect(result).toMatchObject({ ok: false, reason: expect.stringMatching(reason) as unknown });
+    // The reason names the claim, never the token.
+    expect(result.ok ? '' : result.reason).not.toContain(token.split('.')[2]);
+  });
+
+  it('lets system:authenticated through, which every authenticated user has anyway', async () => {
+    const token = await issuer.mint({ username: 'pat', groups: ['dev', 'system:authenticated'] });
+    expect(await (await withSettings()).authenticate(token)).toMatchObject({
+      ok: true,
+      user: { username: 'pat', groups: ['dev', 'system:authenticated'] },
+    });
+  });
+
+  it('puts the prefixes before the username and every group, and checks for system names after them', async () => {
+    const prefixed = await withSettings({ usernamePrefix: 'oidc:', groupsPrefix: 'corp:' });
+    const token = await issuer.mint({ username: 'system:admin', groups: ['system:masters', 'dev'] });
+    expect(await prefixed.authenticate(token)).toMatchObject({
+      ok: true,
+      user: { username: 'oidc:system:admin', groups: ['corp:system:masters', 'corp:dev'] },
+    });
+    // A username prefix alone leaves the groups as they came: system:masters is still refused.
+    const userOnly = await withSettings({ usernamePrefix: 'oidc:' });
+    expect(await userOnly.authenticate(token)).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/group "system:masters"/) as unknown,
+    });
+  });
+
+  it('accepts system names from an authenticator that opts out', async () => {
+    const trusting = await withSettings({ allowSystemNames: true });
+    const token = await issuer.mint({ username: 'system:admin', groups: ['system:masters'] });
+    expect(await trusting.authenticate(token)).toMatchObject({
+      ok: true,
+      user: { username: 'system:admin', groups: ['system:masters'] },
+    });
+  });
+
+  it('never reads a claim from the object prototype', async () => {
+    const byConstructor = await withSettings({ usernameClaim: 'constructor', groupsClaim: 'toString' });
+    expect(await byConstructor.authenticate(await issuer.mint({ username: 'x' }))).toMatchObject({
+      ok: false,
+      reason: 'claim constructor is missing or not a string',
+    });
+    const token = await issuer.mint({ constructor: 'carol' });
+    expect(await byConstructor.authenticate(token)).toMatchObject({
+      ok: true,
+      user: { username: 'carol', groups: [] },
+    });
+  });
+
+  it.each<[string, Partial<JWTSettings>]>([
+    ['a username prefix', { usernamePrefix: 'system:oidc:' }],
+    ['a groups prefix', { groupsPrefix: 'system:' }],
+  ])('fails AuthenticatorValid for %s that would make every name a system name', async (_name, more) => {
+    const v = await validateJWT({ ...settings, ...more }, undefined);
+    expect(v.authenticator).toBeUndefined();
+    expect(checksOf(v)['AuthenticatorValid']).toBe('False/InvalidAuthenticator');
+    expect(v.checks.find((c) => c.type === 'AuthenticatorValid')?.message).toMatch(/spec\.allowSystemNames/);
+    const allowed = await validateJWT({ ...settings, ...more, allowSystemNames: true }, undefined);
+    allowed.authenticator?.close();
+    expect(checksOf(allowed)['AuthenticatorValid']).toBe('True/Success');
+    expect(allowed.checks.find((c) => c.type === 'AuthenticatorValid')?.message).toMatch(
+      /accepts usernames and groups that start with system:/,
+    );
+  });
+});

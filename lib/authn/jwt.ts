@@ -11,6 +11,7 @@ import {
 import { hash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { httpsJSON } from '../https-client.ts';
+import { SYSTEM_NAMES_ALLOWED_NOTE, SYSTEM_PREFIX, systemNameProblem } from './system-names.ts';
 import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
 
 /**
@@ -55,6 +56,12 @@ export interface JWTSettings {
   usernameClaim?: string;
   /** Default: `groups`. */
   groupsClaim?: string;
+  /** Put before the username claim's value (say `oidc:`), before the system-name check. Default: none. */
+  usernamePrefix?: string;
+  /** Put before each group, before the system-name check. Default: none. */
+  groupsPrefix?: string;
+  /** Accept usernames and groups that start with `system:` (see system-names.ts). Default: false. */
+  allowSystemNames?: boolean;
   /** PEM CA bundle for the issuer. Default: system roots. */
   caBundlePem?: string;
 }
@@ -189,6 +196,24 @@ function issuerURLProblem(issuer: string): string | undefined {
   return undefined;
 }
 
+/** A prefix that makes every name a system name would refuse every token: say so rather than go Ready. */
+function systemPrefixProblem(settings: JWTSettings): string | undefined {
+  if (settings.allowSystemNames) return undefined;
+  for (const [field, prefix] of [
+    ['usernamePrefix', settings.usernamePrefix],
+    ['groupsPrefix', settings.groupsPrefix],
+  ] as const) {
+    if (prefix?.startsWith(SYSTEM_PREFIX))
+      return `spec.claims.${field} ${JSON.stringify(prefix)} makes every name start with ${SYSTEM_PREFIX}, which is refused unless spec.allowSystemNames is true`;
+  }
+  return undefined;
+}
+
+/** A claim of the payload itself, never one inherited from Object.prototype (a claim named `constructor`). */
+function claim(payload: JWTPayload, name: string): unknown {
+  return Object.hasOwn(payload, name) ? payload[name] : undefined;
+}
+
 /**
  * Runs the checks of a JWTAuthenticator in order (issuer URL, discovery, JWKS URL, JWKS fetch) and builds the
  * authenticator when all pass. Checks after a failed one are Unknown. Never throws.
@@ -283,8 +308,15 @@ export async function validateJWT(
   }
   pass('JWKSFetchValid', `fetched ${keys.keys.length} signing key(s)`);
 
+  const prefixProblem = systemPrefixProblem(settings);
+  if (prefixProblem) return failAt('AuthenticatorValid', 'InvalidAuthenticator', prefixProblem);
   const issuerKeys = new IssuerKeys(jwksURL, keys, load, deps.now ?? Date.now, deps.warn ?? (() => {}));
-  pass('AuthenticatorValid', 'authenticator initialized');
+  pass(
+    'AuthenticatorValid',
+    settings.allowSystemNames
+      ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
+      : 'authenticator initialized',
+  );
   return { checks, authenticator: new JWTAuthenticator(settings, issuerKeys) };
 }
 
@@ -337,19 +369,34 @@ export class JWTAuthenticator implements TokenAuthenticator {
       const code = (err as { code?: string }).code ?? 'ERR_UNKNOWN';
       return fail(`jwt rejected: ${code}: ${(err as Error).message}`);
     }
-    const username = payload[this.usernameClaim];
-    if (typeof username !== 'string' || username === '')
+    const claimed = claim(payload, this.usernameClaim);
+    if (typeof claimed !== 'string' || claimed === '')
       return fail(`claim ${this.usernameClaim} is missing or not a string`);
-    // As Kubernetes does: an email username only counts when the provider has not said it is unverified.
-    if (this.usernameClaim === 'email' && payload['email_verified'] === false)
-      return fail('email is not verified');
-    const rawGroups = payload[this.groupsClaim];
-    let groups: string[];
-    if (rawGroups === undefined) groups = [];
-    else if (typeof rawGroups === 'string') groups = [rawGroups];
-    else if (Array.isArray(rawGroups) && rawGroups.every((g) => typeof g === 'string')) groups = rawGroups;
+    // As Kubernetes does: an email username counts only when email_verified, if the token has it, is the boolean
+    // true. Anything else there (false, "false", 0, "yes", null) is a provider saying something we cannot trust.
+    if (this.usernameClaim === 'email' && Object.hasOwn(payload, 'email_verified')) {
+      const verified = payload['email_verified'];
+      if (typeof verified !== 'boolean') return fail('claim email_verified is present but not a boolean');
+      if (!verified) return fail('email is not verified');
+    }
+    const rawGroups = claim(payload, this.groupsClaim);
+    let claimedGroups: string[];
+    if (rawGroups === undefined) claimedGroups = [];
+    else if (typeof rawGroups === 'string') claimedGroups = [rawGroups];
+    else if (Array.isArray(rawGroups) && rawGroups.every((g) => typeof g === 'string'))
+      claimedGroups = rawGroups;
     else return fail(`claim ${this.groupsClaim} is neither a string nor a list of strings`);
-    return { ok: true, user: { username, groups, extra: {} }, authenticator: this.settings.issuer };
+    // Prefixes first, so that a prefix such as `oidc:` makes a claimed `system:masters` harmless.
+    const user = {
+      username: (this.settings.usernamePrefix ?? '') + claimed,
+      groups: claimedGroups.map((g) => (this.settings.groupsPrefix ?? '') + g),
+      extra: {},
+    };
+    if (!this.settings.allowSystemNames) {
+      const problem = systemNameProblem(user);
+      if (problem) return fail(`${problem}; refused unless spec.allowSystemNames is true`);
+    }
+    return { ok: true, user, authenticator: this.settings.issuer };
   }
 
   close(): void {

@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { issueCert, newCA } from '../pki.ts';
 import { AuthenticatorCache } from './cache.ts';
-import { WebhookAuthenticator } from './webhook.ts';
+import { REVIEWS_IN_FLIGHT, REVIEWS_WAITING, WebhookAuthenticator } from './webhook.ts';
 import { startOIDCIssuer, type TestIssuer } from '../../integration/harness/oidc-issuer.ts';
 import { validateJWT } from './jwt.ts';
 
@@ -12,6 +12,9 @@ let server: Server;
 let url: string;
 let caPem: string;
 const calls = new Map<string, number>();
+/** Requests for `hold-…` tokens wait here until released; how many ever waited at once. */
+const held = { waiting: [] as (() => void)[], now: 0, max: 0, arrived: 0, released: false };
+let onArrival: (() => void) | undefined;
 
 const review = (status: object): string =>
   JSON.stringify({ apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', status });
@@ -29,6 +32,25 @@ beforeAll(async () => {
       const send = (code: number, text: string): void =>
         void res.writeHead(code, { 'content-type': 'application/json' }).end(text);
       if (token === 'slow') return; // never answers
+      if (token.startsWith('hold-')) {
+        const answer = (): void => {
+          held.now--;
+          send(200, review({ authenticated: false, error: 'unknown token' }));
+        };
+        held.now++;
+        held.arrived++;
+        held.max = Math.max(held.max, held.now);
+        onArrival?.();
+        if (held.released) answer();
+        else held.waiting.push(answer);
+        return;
+      }
+      const systemUsers: Record<string, object> = {
+        'sys-user': { username: 'system:admin', groups: [] },
+        'sys-group': { username: 'mallory', groups: ['team', 'system:masters'] },
+        'sys-authenticated': { username: 'pat', groups: ['system:authenticated', 'team'] },
+      };
+      if (systemUsers[token]) return send(200, review({ authenticated: true, user: systemUsers[token] }));
       if (token.startsWith('good')) {
         send(
           200,
@@ -136,6 +158,69 @@ describe('webhook authentication', () => {
     await webhook.authenticate('refused-once');
     await webhook.authenticate('refused-once');
     expect((calls.get('refused-once') ?? 0) - refusals).toBe(1);
+  });
+});
+
+describe('webhook identities with system names', () => {
+  it.each([
+    ['the username system:admin', 'sys-user', /username "system:admin" is a system name/],
+    ['the group system:masters', 'sys-group', /group "system:masters" is a system name/],
+  ])('refuses an answer with %s, and remembers the refusal', async (_name, token, reason) => {
+    const webhook = new WebhookAuthenticator({ endpoint: url, caBundlePem: caPem });
+    const before = calls.get(token) ?? 0;
+    expect(await webhook.authenticate(token)).toEqual({
+      ok: false,
+      reason: expect.stringMatching(reason) as unknown,
+    });
+    await webhook.authenticate(token);
+    expect((calls.get(token) ?? 0) - before).toBe(1);
+  });
+
+  it('accepts system:authenticated, which every authenticated user has anyway', async () => {
+    const webhook = new WebhookAuthenticator({ endpoint: url, caBundlePem: caPem });
+    expect(await webhook.authenticate('sys-authenticated')).toMatchObject({
+      ok: true,
+      user: { username: 'pat', groups: ['system:authenticated', 'team'] },
+    });
+  });
+
+  it('accepts system names from a webhook that opts out', async () => {
+    const webhook = new WebhookAuthenticator({ endpoint: url, caBundlePem: caPem, allowSystemNames: true });
+    expect(await webhook.authenticate('sys-user')).toMatchObject({
+      ok: true,
+      user: { username: 'system:admin' },
+    });
+    expect(await webhook.authenticate('sys-group')).toMatchObject({
+      ok: true,
+      user: { groups: ['team', 'system:masters'] },
+    });
+  });
+});
+
+describe('a flood of distinct junk tokens', () => {
+  it('reaches a slow webhook at most REVIEWS_IN_FLIGHT at a time; past the wait line it fails at once, unremembered', async () => {
+    const webhook = new WebhookAuthenticator({ endpoint: url, caBundlePem: caPem });
+    const tokens = Array.from({ length: 1000 }, (_, i) => `hold-${i}`);
+    const all = REVIEWS_IN_FLIGHT + REVIEWS_WAITING;
+    const filled = new Promise<void>((done) => {
+      onArrival = () => held.arrived >= REVIEWS_IN_FLIGHT && done();
+    });
+    const answers = tokens.map((t) => webhook.authenticate(t));
+    await filled;
+    const refused = await Promise.all(answers.slice(all));
+    expect(refused.every((r) => !r.ok && 'transient' in r)).toBe(true);
+    expect(held.arrived).toBe(REVIEWS_IN_FLIGHT);
+
+    held.released = true;
+    held.waiting.splice(0).forEach((answer) => answer());
+    const asked = await Promise.all(answers.slice(0, all));
+    expect(asked.every((r) => !r.ok && !('transient' in r))).toBe(true);
+    expect(held.arrived).toBe(all);
+    expect(held.max).toBe(REVIEWS_IN_FLIGHT);
+    // A token refused for being over the bound is asked about next time.
+    expect(await webhook.authenticate(tokens[999]!)).toMatchObject({ ok: false });
+    expect(held.arrived).toBe(all + 1);
+    onArrival = undefined;
   });
 });
 

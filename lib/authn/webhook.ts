@@ -1,8 +1,10 @@
 // Token authentication through a TokenReview webhook (authentication.k8s.io/v1), its answers kept briefly in an
-// AnswerCache. A slow or broken webhook fails closed at its deadline and holds up nothing else.
+// AnswerCache. A slow or broken webhook fails closed at its deadline and holds up nothing else, and a flood of
+// distinct tokens reaches it at most REVIEWS_IN_FLIGHT at a time.
 import { connect } from 'node:tls';
 import { httpsJSON } from '../https-client.ts';
 import { AnswerCache, transientFailure } from './answer-cache.ts';
+import { systemNameProblem } from './system-names.ts';
 import { fail, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
 
 /** A webhook that has not answered by then counts as a "no"; kubectl's own default request timeout is longer. */
@@ -13,6 +15,20 @@ export const DEFAULT_SUCCESS_TTL_MS = 2 * 60_000;
 export const DEFAULT_FAILURE_TTL_MS = 10_000;
 /** Bounds memory whatever tokens callers send. */
 export const DEFAULT_CACHE_ENTRIES = 10_000;
+/**
+ * Reviews sent to one webhook at once. kubectl repeats one token per user, and repeats are answered from the cache
+ * or share a review under way, so honest traffic needs about one review per user every DEFAULT_SUCCESS_TTL_MS;
+ * sixteen at once, from a webhook that answers in tens of milliseconds, come to hundreds of new tokens a second. Every
+ * distinct junk token, though, is a review, and costs its sender nothing: without a bound, anyone who can reach
+ * the proxy could make it flood the webhook (and hold a socket and a request's memory here for each).
+ */
+export const REVIEWS_IN_FLIGHT = 16;
+/**
+ * Reviews that wait for one of those to end; more are refused at once, not remembered, so a retry asks again.
+ * Small on purpose: with a webhook that hangs, the last waiter is answered within about
+ * (1 + REVIEWS_WAITING / REVIEWS_IN_FLIGHT) deadlines, which is already longer than a person should wait.
+ */
+export const REVIEWS_WAITING = 32;
 
 export interface WebhookSettings {
   endpoint: string;
@@ -26,6 +42,8 @@ export interface WebhookSettings {
   failureTTLms?: number;
   /** Default: DEFAULT_CACHE_ENTRIES. */
   cacheEntries?: number;
+  /** Accept usernames and groups that start with `system:` (see system-names.ts). Default: false. */
+  allowSystemNames?: boolean;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -78,6 +96,7 @@ export class WebhookAuthenticator implements TokenAuthenticator {
       successTTLms: settings.successTTLms ?? DEFAULT_SUCCESS_TTL_MS,
       failureTTLms: settings.failureTTLms ?? DEFAULT_FAILURE_TTL_MS,
       entries: settings.cacheEntries ?? DEFAULT_CACHE_ENTRIES,
+      limit: { inFlight: REVIEWS_IN_FLIGHT, waiting: REVIEWS_WAITING },
     });
   }
 
@@ -103,6 +122,10 @@ export class WebhookAuthenticator implements TokenAuthenticator {
     }
     const parsed = parseTokenReview(json);
     if ('reason' in parsed) return fail(parsed.reason);
+    if (!this.settings.allowSystemNames) {
+      const problem = systemNameProblem(parsed.user);
+      if (problem) return fail(`${problem}; refused unless spec.allowSystemNames is true`);
+    }
     return { ok: true, user: parsed.user, authenticator: this.settings.endpoint };
   }
 
