@@ -1,6 +1,6 @@
 // The tunnel listener on real sockets, with the registry and the CA Secret in memory: its TLS (the proxy's AEAD
 // suites, no renegotiation) and the binding of agent certificates to one Cluster object and its agentGeneration.
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket } from 'ws';
