@@ -301,23 +301,28 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     if (!('binding' in peer)) return refuse(401, peer.problem);
     const { binding } = peer;
     const cluster = binding.cluster;
-    const registered = opts.clusters.get(cluster);
-    const problem = bindingProblem(binding, registered);
+    const problem = bindingProblem(binding, opts.clusters.get(cluster));
     if (problem) return refuse(401, problem);
     const agentVersion = String(req.headers['x-sealion-agent-version'] ?? 'unknown');
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
     wss.handleUpgrade(req, socket, head, (ws) => {
+      // The registry may have changed while the upgrade completed. From this check until the tunnel is in
+      // `connected` nothing yields, so any later change reaches it through onChange.
+      const registered = opts.clusters.get(cluster);
+      const changed = bindingProblem(binding, registered);
+      if (!registered || changed) {
+        log.warn({ problem: changed }, 'tunnel refused');
+        return ws.terminate();
+      }
       const tunnel = newTunnelClient(createWebSocketStream(ws), {
-        maxStreams: registered!.spec.maxConcurrentStreams ?? DEFAULT_MAX_STREAMS,
+        maxStreams: registered.spec.maxConcurrentStreams ?? DEFAULT_MAX_STREAMS,
       });
       const previous = connected.get(cluster);
       const since = new Date();
       const entry: Connected = { binding, tunnel, forwarder: newTunnelForwarder(cluster, tunnel), since };
       connected.set(cluster, entry);
       previous?.tunnel.close();
-      // The registry may have changed while the upgrade completed, before this tunnel was there to be closed.
-      closeIfUnbound(cluster);
       log.info({ cluster, agentVersion }, 'agent connected');
       // TLS checked the certificate once, at the handshake; the tunnel must not outlive it. The agent renews its
       // certificate long before, and dials again with the new one when this tunnel closes.
