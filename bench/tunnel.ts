@@ -200,10 +200,11 @@ export async function benchTunnel(): Promise<void> {
       }),
     });
     // Each certificate is bound to its Cluster's UID, as the listener issues them.
+    type Applied = { kind: string; metadata: { name: string; uid: string } };
+    const out = JSON.parse(applied.stdout) as Applied & { items?: Applied[] };
+    // kubectl prints one object as itself and several as a List.
     const uids = new Map(
-      (JSON.parse(applied.stdout) as { items: { metadata: { name: string; uid: string } }[] }).items.map(
-        (c) => [c.metadata.name, c.metadata.uid],
-      ),
+      (out.kind === 'List' ? out.items! : [out]).map((c) => [c.metadata.name, c.metadata.uid]),
     );
     const certs = await Promise.all(
       names.map((name) =>
