@@ -196,15 +196,18 @@ export function startAgent(opts: AgentOptions): Agent {
   /**
    * After the hub refused our certificate: registers with the bootstrap token if there is one we have not sent
    * yet (an admin ran `sealion cluster add` again and restarted us with its token). Otherwise the certificate is
-   * kept, since the refusal may be a replica that has not yet seen our Cluster's latest state.
+   * kept, since the refusal may be a replica that has not yet seen our Cluster's latest state. True when it
+   * registered.
    */
-  async function registerAgain(): Promise<void> {
+  async function registerAgain(): Promise<boolean> {
     const token = opts.bootstrapToken();
-    if (!token || token === spentToken) return;
+    if (!token || token === spentToken) return false;
     try {
       credentials = await register();
+      return true;
     } catch (err) {
       log.warn({ err: (err as Error).message }, 'registering again failed');
+      return false;
     }
   }
 
@@ -225,7 +228,8 @@ export function startAgent(opts: AgentOptions): Agent {
         await connectOnce(await ensureCredentials());
       } catch (err) {
         log.warn({ err: (err as Error).message }, 'tunnel failed');
-        if (isRefusal(err)) await registerAgain();
+        // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
+        if (isRefusal(err) && !stopped && (await registerAgain())) continue;
       }
       if (stopped) break;
       failures = now() - started > STABLE_MS ? 0 : failures + 1;
