@@ -1,11 +1,13 @@
 // The agent without its command line: registers once (bootstrap token + CSR → client certificate, persisted by
 // the caller's store), then holds an mTLS WebSocket to the hub's tunnel listener and serves the tunnel's streams
 // with its local proxy. It reconnects on its own with jittered exponential backoff (1 s → 30 s) and renews its
-// certificate over mutual TLS once two thirds of its lifetime have passed.
+// certificate over mutual TLS once two thirds of its lifetime have passed. When the hub refuses its certificate
+// (revoked, or its Cluster was created anew) and it was given a bootstrap token it has not used yet, it registers
+// again with that token.
 import { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket } from 'ws';
-import { httpsJSON } from '../lib/https-client.ts';
+import { HttpsError, httpsJSON } from '../lib/https-client.ts';
 import type { Logger } from '../lib/log.ts';
 import { peerChain } from '../lib/pem.ts';
 import { newCSR, spkiPin } from '../lib/pki.ts';
@@ -55,6 +57,12 @@ const STABLE_MS = 30_000;
 const RENEW_CHECK_MS = 60 * 60 * 1000;
 const RENEW_AT_FRACTION = 2 / 3;
 
+/** The hub answered 401 to our certificate: it is revoked, or its Cluster is gone or was created anew. */
+class CertificateRefused extends Error {}
+
+const isRefusal = (err: unknown): boolean =>
+  err instanceof CertificateRefused || (err instanceof HttpsError && err.status === 401);
+
 /** The chain the server sent, leaf first, as PEM. */
 function chainOf(socket: TLSSocket): string[] {
   return peerChain(socket.getPeerCertificate(true)).map(
@@ -97,10 +105,13 @@ export function startAgent(opts: AgentOptions): Agent {
   let ws: WebSocket | undefined;
   let tunnel: TunnelServer | undefined;
   let wake: (() => void) | undefined;
+  /** The last token sent to /register: tokens work once, so a refused certificate never sends it again. */
+  let spentToken: string | undefined;
 
   async function register(): Promise<AgentCredentials> {
     const token = opts.bootstrapToken();
     if (!token) throw new Error('not registered yet, and no bootstrap token was given');
+    spentToken = token;
     const { csrPem, keyPem } = await newCSR(opts.cluster);
     const caBundlePem =
       'caPem' in opts.trust ? opts.trust.caPem : await caMatchingPin(opts.hub, opts.trust.pin);
@@ -164,7 +175,8 @@ export function startAgent(opts: AgentOptions): Agent {
       ws = socket;
       socket.once('unexpected-response', (_req, res) => {
         socket.terminate();
-        fail(new Error(`the hub refused the tunnel: HTTP ${res.statusCode}`));
+        const message = `the hub refused the tunnel: HTTP ${res.statusCode}`;
+        fail(res.statusCode === 401 ? new CertificateRefused(message) : new Error(message));
       });
       socket.once('error', fail);
       socket.once('open', () => {
@@ -179,6 +191,24 @@ export function startAgent(opts: AgentOptions): Agent {
         });
       });
     });
+  }
+
+  /**
+   * After the hub refused our certificate: registers with the bootstrap token if there is one we have not sent
+   * yet (an admin ran `sealion cluster add` again and restarted us with its token). Otherwise the certificate is
+   * kept, since the refusal may be a replica that has not yet seen our Cluster's latest state. True when it
+   * registered.
+   */
+  async function registerAgain(): Promise<boolean> {
+    const token = opts.bootstrapToken();
+    if (!token || token === spentToken) return false;
+    try {
+      credentials = await register();
+      return true;
+    } catch (err) {
+      log.warn({ err: (err as Error).message }, 'registering again failed');
+      return false;
+    }
   }
 
   const sleep = (ms: number): Promise<void> =>
@@ -198,6 +228,8 @@ export function startAgent(opts: AgentOptions): Agent {
         await connectOnce(await ensureCredentials());
       } catch (err) {
         log.warn({ err: (err as Error).message }, 'tunnel failed');
+        // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
+        if (isRefusal(err) && !stopped && (await registerAgain())) continue;
       }
       if (stopped) break;
       failures = now() - started > STABLE_MS ? 0 : failures + 1;

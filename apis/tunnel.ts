@@ -1,7 +1,10 @@
 // tunnel.concierge.<suffix>/v1alpha1: Cluster, a cluster the concierge reaches through an agent's tunnel.
 import type { Condition, ObjectMeta } from './meta.ts';
 
-/** A cluster whose agent dials out to the concierge. Its name is the identity in the agent's certificate. */
+/**
+ * A cluster whose agent dials out to the concierge. The agent's certificate is bound to this object (its name and
+ * uid, so a Cluster deleted and created again under the same name does not accept it) and to agentGeneration.
+ */
 export interface ClusterSpec {
   /**
    * A human-friendly description, shown by `sealion cluster list`.
@@ -15,6 +18,18 @@ export interface ClusterSpec {
    * @maximum 100000
    */
   maxConcurrentStreams?: number;
+  /**
+   * The generation of agent certificates this Cluster accepts. Each certificate carries the generation it was
+   * issued at and works only while this is unchanged: raising it (`sealion cluster revoke`, or `sealion cluster
+   * add` on an existing name) revokes every certificate issued before and closes the open tunnel; the agent then
+   * needs a new bootstrap token. Only ever raise it: setting an earlier value back revives that generation's
+   * certificates.
+   * @asType integer
+   * @minimum 0
+   * @maximum 2147483647
+   * @default 0
+   */
+  agentGeneration?: number;
 }
 
 /** A concierge replica that holds a tunnel to this cluster. */

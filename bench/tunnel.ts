@@ -10,6 +10,7 @@ import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData } from '../lib/kube.ts';
 import { issueCert, loadCA, spkiPin } from '../lib/pki.ts';
 import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
+import { bindingURI } from '../concierge/tunnel/binding.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
 import { prepareAgentCluster } from '../integration/harness/agent.ts';
 import { startCluster } from '../integration/harness/cluster.ts';
@@ -186,7 +187,7 @@ export async function benchTunnel(): Promise<void> {
     const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
     const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
     const names = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
-    await cluster.kubectl(['apply', '-f', '-'], {
+    const applied = await cluster.kubectl(['apply', '-o', 'json', '-f', '-'], {
       input: JSON.stringify({
         apiVersion: 'v1',
         kind: 'List',
@@ -198,8 +199,21 @@ export async function benchTunnel(): Promise<void> {
         })),
       }),
     });
+    // Each certificate is bound to its Cluster's UID, as the listener issues them.
+    type Applied = { kind: string; metadata: { name: string; uid: string } };
+    const out = JSON.parse(applied.stdout) as Applied & { items?: Applied[] };
+    // kubectl prints one object as itself and several as a List.
+    const uids = new Map(
+      (out.kind === 'List' ? out.items! : [out]).map((c) => [c.metadata.name, c.metadata.uid]),
+    );
     const certs = await Promise.all(
-      names.map((name) => issueCert(tunnelCA, { commonName: name, usage: 'client' })),
+      names.map((name) =>
+        issueCert(tunnelCA, {
+          commonName: name,
+          uris: [bindingURI({ cluster: name, uid: uids.get(name)!, generation: 0 })],
+          usage: 'client',
+        }),
+      ),
     );
     // The Clusters must be in the concierge's registry (its informer) before their agents dial.
     await new Promise((r) => setTimeout(r, 3000));

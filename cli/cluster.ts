@@ -1,6 +1,10 @@
-// `sealion cluster add|remove`: onboarding clusters the concierge reaches through an agent.
+// `sealion cluster add|revoke|remove`: onboarding clusters the concierge reaches through an agent, and cutting
+// them off. Revoking raises the Cluster's spec.agentGeneration, which every agent certificate is bound to, and
+// deletes the cluster's unredeemed bootstrap tokens; the concierge closes the open tunnel when it sees the change.
 import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import type { Cluster } from '../apis/tunnel.ts';
+import type { ClusterResource, KubeClients } from '../lib/kube.ts';
 import { DEFAULT_INSTALL } from './manifests/install.ts';
 
 interface ClusterFlags {
@@ -12,16 +16,60 @@ interface ClusterFlags {
 }
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+/** Raising the generation races only with another admin doing the same; a few tries settle it. */
+const ROTATE_ATTEMPTS = 5;
+
+const checkName = (name: string): void => {
+  if (!DNS_LABEL.test(name))
+    throw new Error(`${JSON.stringify(name)} is not a valid cluster name (a DNS label)`);
+};
+
+const clusterResource = (groupSuffix: string): ClusterResource => ({
+  group: apiGroups(groupSuffix).tunnel,
+  version: VERSION,
+  plural: Resource.Cluster,
+});
+
+/**
+ * Revokes every agent certificate of the Cluster `name` by raising its agentGeneration (conditional on the
+ * resourceVersion read, so two admins at once both raise it), then deletes its unredeemed bootstrap tokens.
+ * Returns the new generation.
+ */
+async function revokeAgentCertificates(
+  clients: KubeClients,
+  namespace: string,
+  resource: ClusterResource,
+  name: string,
+): Promise<number> {
+  const { apiStatusCode, mergePatchClusterCustomObject, readClusterCustomObject } =
+    await import('../lib/kube.ts');
+  const { deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
+  for (let attempt = 1; ; attempt++) {
+    const cluster = await readClusterCustomObject<Cluster>(clients, resource, name);
+    if (!cluster) throw new Error(`no Cluster ${name}`);
+    const generation = (cluster.spec.agentGeneration ?? 0) + 1;
+    try {
+      await mergePatchClusterCustomObject(clients, resource, name, {
+        metadata: { resourceVersion: cluster.metadata.resourceVersion },
+        spec: { agentGeneration: generation },
+      });
+    } catch (err) {
+      if (apiStatusCode(err) !== 409 || attempt >= ROTATE_ATTEMPTS) throw err;
+      continue;
+    }
+    await deleteBootstrapTokens(clients, namespace, name);
+    return generation;
+  }
+}
 
 /** Creates the Cluster and a bootstrap token; returns what to tell the admin. */
 export async function addCluster(
   name: string,
   flags: ClusterFlags,
 ): Promise<{ token: string; pin: string; command: string; expires: Date }> {
-  if (!DNS_LABEL.test(name))
-    throw new Error(`${JSON.stringify(name)} is not a valid cluster name (a DNS label)`);
+  checkName(name);
   const { newKubeClients, apiStatusCode, readSecretData } = await import('../lib/kube.ts');
-  const { createBootstrapToken } = await import('../lib/bootstrap.ts');
+  const { createBootstrapToken, deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
   const { spkiPin } = await import('../lib/pki.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
   const caPem = (await readSecretData(clients, flags.namespace, 'sealion-tunnel-ca'))?.['tls.crt'];
@@ -29,22 +77,24 @@ export async function addCluster(
     throw new Error(
       `no tunnel CA in namespace ${flags.namespace}: is the concierge running there with its tunnel listener?`,
     );
-  const group = apiGroups(flags.groupSuffix).tunnel;
+  const resource = clusterResource(flags.groupSuffix);
   try {
     await clients.customObjects.createClusterCustomObject({
-      group,
-      version: VERSION,
-      plural: Resource.Cluster,
+      ...resource,
       body: {
-        apiVersion: `${group}/${VERSION}`,
+        apiVersion: `${resource.group}/${VERSION}`,
         kind: 'Cluster',
         metadata: { name },
         spec: flags.description ? { description: flags.description } : {},
       },
     });
+    // Tokens left from an earlier Cluster of this name must not register an agent for this one.
+    await deleteBootstrapTokens(clients, flags.namespace, name);
   } catch (err) {
-    // Adding again is how an admin gets a fresh token for an existing cluster.
     if (apiStatusCode(err) !== 409) throw err;
+    // Adding again is how an admin re-onboards a cluster: a fresh token, and whatever certificate or token was
+    // issued before stops working, so only the agent given this token gets in.
+    await revokeAgentCertificates(clients, flags.namespace, resource, name);
   }
   const { token, expires } = await createBootstrapToken(clients, flags.namespace, name);
   const hub = flags.hub || '<https://the concierge tunnel address>';
@@ -75,19 +125,34 @@ export function clusterCommand(): Command {
 Run the agent with access to that cluster (or install the agent manifests there with these values):
   ${added.command}`);
     });
+  common(cluster.command('revoke <name>'))
+    .description(
+      "revoke a cluster's agent certificates and unredeemed tokens: its open tunnel closes, and its agent needs a new token",
+    )
+    .addHelpText('after', '\nExample:\n  sealion cluster revoke edge-1\n')
+    .action(async (name: string, flags: ClusterFlags) => {
+      checkName(name);
+      const { newKubeClients } = await import('../lib/kube.ts');
+      const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+      const generation = await revokeAgentCertificates(
+        clients,
+        flags.namespace,
+        clusterResource(flags.groupSuffix),
+        name,
+      );
+      console.log(`Cluster ${name}: every agent certificate and bootstrap token issued before is revoked (agent generation ${generation} now).
+Its open tunnel closes. To let its agent back in, run: sealion cluster add ${name}`);
+    });
   common(cluster.command('remove <name>'))
     .description('remove a cluster: its agent is refused from now on, and its open tunnel is closed')
     .addHelpText('after', '\nExample:\n  sealion cluster remove edge-1\n')
     .action(async (name: string, flags: ClusterFlags) => {
+      checkName(name);
       const { newKubeClients } = await import('../lib/kube.ts');
+      const { deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
       const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-      const group = apiGroups(flags.groupSuffix).tunnel;
-      await clients.customObjects.deleteClusterCustomObject({
-        group,
-        version: VERSION,
-        plural: Resource.Cluster,
-        name,
-      });
+      await clients.customObjects.deleteClusterCustomObject({ ...clusterResource(flags.groupSuffix), name });
+      await deleteBootstrapTokens(clients, flags.namespace, name);
       console.log(`Cluster ${name} removed.`);
     });
   return cluster;

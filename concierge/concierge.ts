@@ -8,6 +8,7 @@ import type { Informer } from '../lib/informer.ts';
 import type { KubeClients } from '../lib/kube.ts';
 import {
   newClusterStatusWriter,
+  readClusterCustomObject,
   newCustomResourceInformer,
   newLeaseClient,
   newReviewer,
@@ -202,6 +203,7 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
       port: opts.tunnel.port,
       hosts: opts.tunnel.hosts,
       clusters: clusterInformer,
+      readCluster: (name) => readClusterCustomObject<Cluster>(opts.clients, clusterResource, name),
       status: newClusterStatusWriter<ClusterStatus>(opts.clients, clusterResource),
       replica: opts.tunnel.replica,
       log: log.child({ component: 'tunnel' }),

@@ -23,6 +23,8 @@ import {
 import { issueCert, loadCA, newCA, newCSR } from '../lib/pki.ts';
 import { serveTunnel } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
+import { bindingURI } from '../concierge/tunnel/binding.ts';
+import { AGENT_NAME } from '../cli/manifests/install.ts';
 import { REPO_ROOT } from './harness/build.ts';
 import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from './harness/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
@@ -41,6 +43,7 @@ const CLUSTER = 'edge-1';
 let hub: Cluster;
 let managed: Cluster;
 let hubClients: KubeClients;
+let managedClients: KubeClients;
 let concierge: LocalConcierge;
 let tunnelPort: number;
 let dir: string;
@@ -115,6 +118,81 @@ const dialStatus = (options: { cert?: string; key?: string }): Promise<number> =
     ws.once('error', () => done(0));
   });
 
+/** The agent's key and certificate. */
+interface ClientCert {
+  cert: string;
+  key: string;
+}
+
+/** Posts JSON to the tunnel listener, with a client certificate if given; the status and the body. */
+const postTunnel = (
+  path: string,
+  body: object,
+  client?: ClientCert,
+): Promise<{ status: number; body: string }> =>
+  new Promise((done, fail) => {
+    const req = httpsRequest(
+      {
+        host: '127.0.0.1',
+        port: tunnelPort,
+        path,
+        method: 'POST',
+        ca: concierge.concierge.tunnel!.caPem,
+        ...client,
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => done({ status: res.statusCode ?? 0, body: text }));
+      },
+    );
+    req.on('error', fail);
+    req.end(JSON.stringify(body));
+  });
+
+/** Registers as an agent of `cluster` with a bootstrap token; the certificate and key it got. */
+async function registerWith(cluster: string, token: string): Promise<ClientCert> {
+  const { csrPem, keyPem } = await newCSR(cluster);
+  const answer = await postTunnel('/register', { cluster, token, csr: csrPem });
+  if (answer.status !== 200) throw new Error(`registration refused: ${answer.status}`);
+  return { cert: (JSON.parse(answer.body) as { certificate: string }).certificate, key: keyPem };
+}
+
+/** The HTTP status a renewal with this certificate gets. */
+const renewStatus = async (client: ClientCert): Promise<number> =>
+  (await postTunnel('/renew', { csr: (await newCSR('renewal')).csrPem }, client)).status;
+
+/** The certificate the real agent process keeps in its Secret on the managed cluster. */
+const agentCertificate = async (): Promise<ClientCert> => {
+  const data = (await readSecretData(managedClients, AGENT_NS, `${AGENT_NAME}-credentials`))!;
+  return { cert: data['tls.crt']!, key: data['tls.key']! };
+};
+
+const CLUSTERS = 'clusters.tunnel.concierge.sealion.dev';
+
+async function applyCluster(name: string): Promise<void> {
+  const applied = await hub.kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+      kind: 'Cluster',
+      metadata: { name },
+      spec: {},
+    }),
+  });
+  if (applied.code !== 0) throw new Error(`applying Cluster ${name}: ${applied.stderr}`);
+}
+
+/** The sealion CLI against the hub, as its admin. */
+const sealionOnHub = (args: string[]): ReturnType<typeof runSealion> =>
+  runSealion([...args, '--kubeconfig', hub.kubeconfigPath, '--namespace', NS]);
+
+/** Waits until the hub's proxy answers that the cluster's tunnel is gone. */
+const untilDisconnected = (): Promise<void> =>
+  eventually(async () => {
+    const result = await runKubectl(hub.binaries.kubectl, userKubeconfig(), ['get', 'namespaces']);
+    expect(result.stderr).toContain(`cluster ${CLUSTER} is not connected`);
+  });
+
 const clusterStatus = async (name = CLUSTER): Promise<Record<string, unknown>> => {
   const out = await hub.kubectl([
     'get',
@@ -133,6 +211,7 @@ beforeAll(async () => {
     startCluster({ name: 'managed', controllerManager: false }),
   ]);
   hubClients = newKubeClients({ path: hub.kubeconfigPath });
+  managedClients = newKubeClients({ path: managed.kubeconfigPath });
   tunnelPort = await freePort();
   for (const args of [['create', 'namespace', NS]]) await hub.kubectl(args);
   concierge = await startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } });
@@ -445,7 +524,13 @@ describe('a cluster reached through its agent', () => {
     });
     const secret = (await readSecretData(hubClients, NS, TUNNEL_CA_SECRET))!;
     const tunnelCA = await loadCA(secret['tls.crt']!, secret['tls.key']!);
-    const cert = await issueCert(tunnelCA, { commonName: name, usage: 'client', validityMs: 4_000 });
+    const uid = (await hub.kubectl(['get', CLUSTERS, name, '-o', 'jsonpath={.metadata.uid}'])).stdout;
+    const cert = await issueCert(tunnelCA, {
+      commonName: name,
+      uris: [bindingURI({ cluster: name, uid, generation: 0 })],
+      usage: 'client',
+      validityMs: 4_000,
+    });
     const ws = dialTunnel({ cert: cert.certPem, key: cert.keyPem });
     await new Promise((done, fail) => {
       ws.once('open', done);
@@ -458,6 +543,68 @@ describe('a cluster reached through its agent', () => {
     // The same certificate cannot open another.
     expect(await dialStatus({ cert: cert.certPem, key: cert.keyPem })).toBe(401);
   }, 30_000);
+
+  it('refuses the certificate of a deleted Cluster to a new Cluster of the same name', async () => {
+    const name = 'reborn';
+    await applyCluster(name);
+    const earlier = await eventually(async () =>
+      registerWith(name, (await createBootstrapToken(hubClients, NS, name)).token),
+    );
+    await eventually(async () => expect(await dialStatus(earlier)).toBe(101));
+    expect(await renewStatus(earlier)).toBe(200);
+
+    const deleted = await hub.kubectl(['delete', CLUSTERS, name]);
+    expect(deleted).toMatchObject({ code: 0 });
+    await applyCluster(name);
+    // Once the hub knows the new Cluster (its own agent gets in), the earlier one's certificate does not.
+    const { token } = await createBootstrapToken(hubClients, NS, name);
+    const current = await eventually(() => registerWith(name, token));
+    await eventually(async () => expect(await dialStatus(current)).toBe(101));
+    expect(await dialStatus(earlier)).toBe(401);
+    expect(await renewStatus(earlier)).toBe(401);
+  });
+
+  it('re-onboards with `cluster add` on an existing name: the earlier certificate is refused at once', async () => {
+    const earlier = await agentCertificate();
+    const added = await sealionOnHub(['cluster', 'add', CLUSTER, '--hub', `https://127.0.0.1:${tunnelPort}`]);
+    expect(added).toMatchObject({ code: 0 });
+    const token = /SEALION_BOOTSTRAP_TOKEN=(\S+) /.exec(added.stdout)![1]!;
+    // The running agent's tunnel closes, and its certificate opens no other and renews no more.
+    await untilDisconnected();
+    expect(await dialStatus(earlier)).toBe(401);
+    expect(await renewStatus(earlier)).toBe(401);
+
+    // The agent restarted with the new token: refused with its stored certificate, it registers again.
+    await stopAgent();
+    agentToken = token;
+    await startAgentProcess();
+    await eventually(async () => {
+      const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(), [
+        'get',
+        'namespaces',
+        '-o',
+        'name',
+      ]);
+      expect(back).toMatchObject({ code: 0 });
+    });
+    expect((await agentCertificate()).cert).not.toBe(earlier.cert);
+  });
+
+  it('revokes a cluster’s certificates and unredeemed tokens with `cluster revoke`, closing its tunnel', async () => {
+    const current = await agentCertificate();
+    expect(await renewStatus(current)).toBe(200);
+    const pending = await createBootstrapToken(hubClients, NS, CLUSTER);
+
+    const revoked = await sealionOnHub(['cluster', 'revoke', CLUSTER]);
+    expect(revoked).toMatchObject({ code: 0 });
+    await untilDisconnected();
+    expect(await renewStatus(current)).toBe(401);
+    expect(await dialStatus(current)).toBe(401);
+    const { csrPem } = await newCSR(CLUSTER);
+    expect(
+      (await postTunnel('/register', { cluster: CLUSTER, token: pending.token, csr: csrPem })).status,
+    ).toBe(401);
+  });
 
   it('refuses a cluster removed from the registry, closing its tunnel', async () => {
     const removed = await runSealion([

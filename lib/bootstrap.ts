@@ -9,6 +9,7 @@ import { apiStatusCode, type KubeClients } from './kube.ts';
 export const BOOTSTRAP_TOKEN_TTL_MS = 15 * 60 * 1000;
 export const BOOTSTRAP_SECRET_TYPE = 'sealion.dev/bootstrap-token';
 const SECRET_PREFIX = 'sealion-bootstrap-';
+const CLUSTER_LABEL = 'sealion.dev/cluster';
 const ID = /^[a-z0-9]{8}$/;
 
 const hash = (secret: string): Buffer => createHash('sha256').update(secret).digest();
@@ -42,13 +43,43 @@ export async function createBootstrapToken(
       metadata: {
         name: `${SECRET_PREFIX}${id}`,
         namespace,
-        labels: { 'app.kubernetes.io/part-of': 'sealion', 'sealion.dev/cluster': cluster },
+        labels: { 'app.kubernetes.io/part-of': 'sealion', [CLUSTER_LABEL]: cluster },
       },
       type: BOOTSTRAP_SECRET_TYPE,
       stringData: { cluster, 'secret-sha256': hash(secret).toString('hex'), expires: expires.toISOString() },
     },
   });
   return { token: `${id}.${secret}`, expires };
+}
+
+/**
+ * Deletes every unredeemed token for `cluster`: when its agent certificates are revoked, a token minted before
+ * (perhaps lying in a shell history) must not let anyone register again.
+ */
+export async function deleteBootstrapTokens(
+  clients: KubeClients,
+  namespace: string,
+  cluster: string,
+): Promise<number> {
+  // The name goes into a label selector, where a comma would add terms.
+  if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(cluster))
+    throw new Error(`${JSON.stringify(cluster)} is not a valid cluster name`);
+  const { items } = await clients.core.listNamespacedSecret({
+    namespace,
+    labelSelector: `${CLUSTER_LABEL}=${cluster}`,
+    fieldSelector: `type=${BOOTSTRAP_SECRET_TYPE}`,
+  });
+  let deleted = 0;
+  for (const secret of items) {
+    try {
+      await clients.core.deleteNamespacedSecret({ name: secret.metadata!.name!, namespace });
+      deleted++;
+    } catch (err) {
+      // Redeemed (or deleted by someone else) meanwhile.
+      if (apiStatusCode(err) !== 404) throw err;
+    }
+  }
+  return deleted;
 }
 
 /** Redeems a token for `cluster`, or throws RedeemError. A wrong cluster name burns the token. */

@@ -154,6 +154,36 @@ export function newCustomResourceInformer<T extends KubeObject>(
   );
 }
 
+/** One cluster-scoped custom object as the API server has it now (not a cache); undefined when there is none. */
+export async function readClusterCustomObject<T>(
+  clients: KubeClients,
+  resource: ClusterResource,
+  name: string,
+): Promise<T | undefined> {
+  try {
+    return (await clients.customObjects.getClusterCustomObject({ ...resource, name })) as T;
+  } catch (err) {
+    if (apiStatusCode(err) === 404) return undefined;
+    throw err;
+  }
+}
+
+/**
+ * A JSON merge patch of a cluster-scoped custom object. Put `metadata.resourceVersion` in the patch to make it
+ * conditional: the API server then answers 409 when the object changed since it was read.
+ */
+export async function mergePatchClusterCustomObject(
+  clients: KubeClients,
+  resource: ClusterResource,
+  name: string,
+  patch: object,
+): Promise<void> {
+  await clients.customObjects.patchClusterCustomObject(
+    { ...resource, name, body: patch },
+    k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+  );
+}
+
 /** Status writes as JSON merge patches of the status subresource: fields other writers own are kept. */
 export function newClusterStatusWriter<S>(clients: KubeClients, resource: ClusterResource): StatusWriter<S> {
   const mergePatch = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch);

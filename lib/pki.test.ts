@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer } from 'node:tls';
 import {
   CertificateNameError,
+  certificateURIs,
   fingerprint,
   issueCert,
   loadCA,
@@ -181,5 +182,20 @@ describe('certificate signing requests', () => {
     const tampered = csrPem.replace(/\n([^\n]+)\n-----END/, `\n${other.csrPem.split('\n').at(-3)}\n-----END`);
     await expect(publicKeyFromCSR(tampered)).rejects.toThrow();
     await expect(publicKeyFromCSR('not a csr')).rejects.toThrow(/not a PEM certificate request/);
+  });
+
+  it('puts URI SANs beside the host SANs and reads them back from the parsed extension', async () => {
+    const ca = await newCA('test-ca');
+    const issued = await issueCert(ca, {
+      commonName: 'agent',
+      hosts: ['127.0.0.1'],
+      uris: ['urn:example:one', 'spiffe://example.org/two'],
+      usage: 'client',
+    });
+    const cert = new X509Certificate(issued.certPem);
+    expect(cert.checkIP('127.0.0.1')).toBe('127.0.0.1');
+    expect(certificateURIs(cert.raw)).toEqual(['urn:example:one', 'spiffe://example.org/two']);
+    const plain = await issueCert(ca, { commonName: 'plain', usage: 'client' });
+    expect(certificateURIs(new X509Certificate(plain.certPem).raw)).toEqual([]);
   });
 });

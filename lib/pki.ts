@@ -39,6 +39,8 @@ export interface CertRequest {
   organizations?: readonly string[];
   /** SANs; each entry is an IP address or a DNS name. Default: none. */
   hosts?: readonly string[];
+  /** URI SANs, for identities that are structured data rather than a name. Default: none. */
+  uris?: readonly string[];
   usage: CertUsage;
   /** Lifetime in milliseconds. Default: one year. */
   validityMs?: number;
@@ -142,10 +144,14 @@ export async function loadCA(certPem: string, keyPem: string): Promise<Certifica
   return { cert, keys: { privateKey, publicKey }, certPem, keyPem };
 }
 
-function sanExtension(hosts: readonly string[]): x509.SubjectAlternativeNameExtension {
-  return new x509.SubjectAlternativeNameExtension(
-    hosts.map((h) => (isIP(h) ? { type: 'ip' as const, value: h } : { type: 'dns' as const, value: h })),
-  );
+function sanExtension(
+  hosts: readonly string[],
+  uris: readonly string[],
+): x509.SubjectAlternativeNameExtension {
+  return new x509.SubjectAlternativeNameExtension([
+    ...hosts.map((h) => (isIP(h) ? { type: 'ip' as const, value: h } : { type: 'dns' as const, value: h })),
+    ...uris.map((u) => ({ type: 'url' as const, value: u })),
+  ]);
 }
 
 const USAGES: Record<CertUsage, string[]> = {
@@ -167,7 +173,9 @@ export async function issueCert(
     new x509.ExtendedKeyUsageExtension(USAGES[req.usage]),
     await x509.AuthorityKeyIdentifierExtension.create(ca.keys.publicKey),
   ];
-  if (req.hosts && req.hosts.length > 0) extensions.push(sanExtension(req.hosts));
+  const hosts = req.hosts ?? [];
+  const uris = req.uris ?? [];
+  if (hosts.length + uris.length > 0) extensions.push(sanExtension(hosts, uris));
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serial(),
     subject: subjectName(req.commonName, req.organizations),
@@ -184,6 +192,15 @@ export async function issueCert(
     certPem: cert.toString('pem') + '\n',
     keyPem: generated ? await privateKeyToPem(generated.privateKey) : '',
   };
+}
+
+/**
+ * The URI SANs of a DER certificate, read from the parsed extension (not from a formatted text, where a crafted
+ * value could pass for another entry). Empty when it has none.
+ */
+export function certificateURIs(der: Uint8Array): string[] {
+  const san = new x509.X509Certificate(der).getExtension(x509.SubjectAlternativeNameExtension);
+  return (san?.names.items ?? []).filter((name) => name.type === 'url').map((name) => name.value);
 }
 
 /** The SHA-256 fingerprint of a PEM certificate, as colon-separated hex (what openssl and Node print). */

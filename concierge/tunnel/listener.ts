@@ -1,9 +1,11 @@
 // The agents' listener: TLS on its own port. POST /register trades a bootstrap token and a CSR for a client
 // certificate; GET /connect (mutual TLS, a WebSocket) is the tunnel; POST /renew (mutual TLS) re-issues the
-// certificate before it expires. A cluster's identity is its certificate's CN, checked against the Cluster
-// registry on every connection: a Cluster deleted from the registry is refused even with a valid certificate,
-// and its open tunnel is closed. A tunnel also closes when the certificate it was opened with expires. Connects and
-// disconnects are written to the Cluster's status as they happen.
+// certificate before it expires. A certificate is bound to one Cluster object and one generation of its agent
+// certificates (binding.ts), and that binding is checked against the Cluster registry on every connection and
+// renewal: a Cluster deleted from the registry, or deleted and created again, or whose agentGeneration was
+// raised, refuses the certificate, and its open tunnel is closed at once. A tunnel also closes when the
+// certificate it was opened with expires. Connects and disconnects are written to the Cluster's status as they
+// happen. TLS is the proxy's: 1.2 and up, AEAD suites only, no renegotiation.
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -14,11 +16,27 @@ import { redeemBootstrapToken, RedeemError } from '../../lib/bootstrap.ts';
 import type { Informer } from '../../lib/informer.ts';
 import { apiStatusCode, readSecretData, type KubeClients } from '../../lib/kube.ts';
 import type { Logger } from '../../lib/log.ts';
-import { issueCert, loadCA, newCA, publicKeyFromCSR, type CertificateAuthority } from '../../lib/pki.ts';
+import {
+  certificateURIs,
+  issueCert,
+  loadCA,
+  newCA,
+  publicKeyFromCSR,
+  type CertificateAuthority,
+} from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/status-body.ts';
 import type { StatusWriter } from '../../lib/status-writer.ts';
 import { DEFAULT_MAX_STREAMS, newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
+import { CIPHERS } from '../proxy/server.ts';
+import {
+  BINDING_URI_PREFIX,
+  bindingProblem,
+  bindingURI,
+  currentBinding,
+  parseBindingURI,
+  type AgentBinding,
+} from './binding.ts';
 import { newTunnelForwarder } from './forwarder.ts';
 
 export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
@@ -38,6 +56,11 @@ export interface TunnelListenerOptions {
   /** Names and addresses agents dial; they go into the listener's certificate. */
   hosts: string[];
   clusters: Informer<Cluster>;
+  /**
+   * The Cluster as the API server has it now, undefined when there is none. Certificates are issued against this
+   * rather than the cache, so one issued just after its agentGeneration was raised carries the new generation.
+   */
+  readCluster(name: string): Promise<Cluster | undefined>;
   status: StatusWriter<ClusterStatus>;
   /** This replica's name, recorded as the tunnel's holder. */
   replica: string;
@@ -102,18 +125,25 @@ function readBody(req: IncomingMessage): Promise<unknown> {
 const json = (res: ServerResponse, code: number, body: object): void =>
   void res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 
-/** The cluster a verified client certificate names, or why there is none. */
-function peerCluster(socket: TLSSocket): { cluster: string } | { problem: string } {
+/** The binding a verified client certificate carries, or why there is none. */
+function peerBinding(socket: TLSSocket): { binding: AgentBinding } | { problem: string } {
   if (!socket.authorized)
     return { problem: `no valid client certificate (${String(socket.authorizationError)})` };
   const cert = socket.getPeerX509Certificate();
   if (!cert) return { problem: 'no client certificate' };
   if (!cert.keyUsage?.includes('1.3.6.1.5.5.7.3.2'))
     return { problem: 'the certificate is not for client authentication' };
-  const cn = /(?:^|\n)CN=([^\n]+)/.exec(cert.subject)?.[1];
-  if (!cn) return { problem: 'the certificate names no cluster' };
-  return { cluster: cn };
+  // Certificates from before bindings existed name the cluster only in their subject: they are refused, since
+  // nothing in them tells one Cluster of a name from a later one.
+  const uris = certificateURIs(cert.raw).filter((uri) => uri.startsWith(BINDING_URI_PREFIX));
+  if (uris.length !== 1) return { problem: 'the certificate carries no single cluster binding' };
+  const binding = parseBindingURI(uris[0]!);
+  if (!binding) return { problem: 'the certificate carries a malformed cluster binding' };
+  return { binding };
 }
+
+/** A renewal refused for a reason the agent is not told. */
+class Refused extends Error {}
 
 /** The longest delay a Node timer takes (about 24.8 days); agent certificates live longer. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -132,6 +162,8 @@ function atTime(when: number, fire: () => void): { cancel(): void } {
 }
 
 interface Connected {
+  /** What the tunnel's certificate is bound to; the tunnel closes when the registry stops matching it. */
+  binding: AgentBinding;
   tunnel: TunnelClient;
   forwarder: Forwarder;
   since: Date;
@@ -144,10 +176,14 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   const connected = new Map<string, Connected>();
   const wss = new WebSocketServer({ noServer: true, maxPayload: 4 * 1024 * 1024 });
 
-  const issue = async (cluster: string, csrPem: unknown): Promise<object> => {
+  /** A certificate for the agent of `cluster` (read from the API server just before), bound to it as it is. */
+  const issue = async (cluster: Cluster, csrPem: unknown): Promise<object> => {
     if (typeof csrPem !== 'string') throw new Error('the body has no csr');
+    const binding = currentBinding(cluster);
     const cert = await issueCert(ca, {
-      commonName: cluster,
+      // For people reading the certificate; the binding below is what the listener checks.
+      commonName: binding.cluster,
+      uris: [bindingURI(binding)],
       usage: 'client',
       validityMs: AGENT_CERT_VALIDITY_MS,
       publicKey: await publicKeyFromCSR(csrPem),
@@ -163,6 +199,16 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       );
   };
 
+  /** Closes the tunnel of `cluster` if the registry no longer matches the certificate it was opened with. */
+  function closeIfUnbound(cluster: string): void {
+    const entry = connected.get(cluster);
+    if (!entry) return;
+    const problem = bindingProblem(entry.binding, opts.clusters.get(cluster));
+    if (!problem) return;
+    log.info({ cluster, problem }, 'tunnel closed: its certificate no longer matches the Cluster');
+    entry.tunnel.close();
+  }
+
   const server: Server = createServer(
     {
       // The chain includes the CA, so agents that pin the CA's key (before they have it) can check it.
@@ -173,6 +219,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       // Registration has no client certificate yet; /connect and /renew check theirs themselves.
       rejectUnauthorized: false,
       minVersion: 'TLSv1.2',
+      ciphers: CIPHERS,
+      honorCipherOrder: true,
     },
     (req, res) => {
       const path = (req.url ?? '/').split('?')[0];
@@ -192,7 +240,9 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
               typeof body.token === 'string' ? body.token : '',
               cluster,
             );
-            json(res, 200, await issue(cluster, body.csr));
+            const current = await opts.readCluster(cluster);
+            if (!current) throw new RedeemError('Unknown', `Cluster ${cluster} was removed`);
+            json(res, 200, await issue(current, body.csr));
             log.info({ cluster }, 'agent registered');
           } catch (err) {
             log.warn({ cluster, reason: (err as RedeemError).reason, err: (err as Error).message }, REJECTED);
@@ -202,20 +252,31 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         return;
       }
       if (req.method === 'POST' && path === '/renew') {
-        const peer = peerCluster(req.socket as TLSSocket);
-        if (!('cluster' in peer) || !opts.clusters.get(peer.cluster)) {
-          log.warn({ problem: 'problem' in peer ? peer.problem : 'not registered' }, 'renewal refused');
-          return json(res, 401, { message: 'renewal rejected' });
-        }
+        const refuse = (problem: string, cluster?: string): void => {
+          log.warn({ cluster, problem }, 'renewal refused');
+          json(res, 401, { message: 'renewal rejected' });
+        };
+        const peer = peerBinding(req.socket as TLSSocket);
+        if (!('binding' in peer)) return refuse(peer.problem);
+        const { binding } = peer;
+        // The cache turns away most stale certificates without a call to the API server.
+        const cached = bindingProblem(binding, opts.clusters.get(binding.cluster));
+        if (cached) return refuse(cached, binding.cluster);
         readBody(req)
-          .then((body) => issue(peer.cluster, (body as { csr?: unknown }).csr))
+          .then(async (body) => {
+            const current = await opts.readCluster(binding.cluster);
+            const problem = bindingProblem(binding, current);
+            if (problem) throw new Refused(problem);
+            return issue(current!, (body as { csr?: unknown }).csr);
+          })
           .then(
             (answer) => {
               json(res, 200, answer);
-              log.info({ cluster: peer.cluster }, 'agent certificate renewed');
+              log.info({ cluster: binding.cluster }, 'agent certificate renewed');
             },
             (err: unknown) => {
-              log.warn({ cluster: peer.cluster, err: (err as Error).message }, 'renewal refused');
+              if (err instanceof Refused) return refuse(err.message, binding.cluster);
+              log.warn({ cluster: binding.cluster, err: (err as Error).message }, 'renewal refused');
               json(res, 400, { message: (err as Error).message });
             },
           );
@@ -225,6 +286,9 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     },
   );
 
+  // Renegotiation is a client-driven, expensive handshake that nothing here needs.
+  server.on('secureConnection', (socket: TLSSocket) => socket.disableRenegotiation());
+
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     socket.on('error', () => socket.destroy());
     const refuse = (code: number, problem: string): void => {
@@ -233,21 +297,30 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       socket.end(rawStatusResponse(code, code === 404 ? 'not found' : 'Unauthorized'));
     };
     if ((req.url ?? '').split('?')[0] !== '/connect') return refuse(404, `no tunnel at ${req.url}`);
-    const peer = peerCluster(socket as TLSSocket);
-    if (!('cluster' in peer)) return refuse(401, peer.problem);
-    const registered = opts.clusters.get(peer.cluster);
-    if (!registered) return refuse(401, `cluster ${peer.cluster} is not in the registry`);
-    const cluster = peer.cluster;
+    const peer = peerBinding(socket as TLSSocket);
+    if (!('binding' in peer)) return refuse(401, peer.problem);
+    const { binding } = peer;
+    const cluster = binding.cluster;
+    const problem = bindingProblem(binding, opts.clusters.get(cluster));
+    if (problem) return refuse(401, problem);
     const agentVersion = String(req.headers['x-sealion-agent-version'] ?? 'unknown');
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
     wss.handleUpgrade(req, socket, head, (ws) => {
+      // The registry may have changed while the upgrade completed. From this check until the tunnel is in
+      // `connected` nothing yields, so any later change reaches it through onChange.
+      const registered = opts.clusters.get(cluster);
+      const changed = bindingProblem(binding, registered);
+      if (!registered || changed) {
+        log.warn({ problem: changed }, 'tunnel refused');
+        return ws.terminate();
+      }
       const tunnel = newTunnelClient(createWebSocketStream(ws), {
         maxStreams: registered.spec.maxConcurrentStreams ?? DEFAULT_MAX_STREAMS,
       });
       const previous = connected.get(cluster);
       const since = new Date();
-      const entry: Connected = { tunnel, forwarder: newTunnelForwarder(cluster, tunnel), since };
+      const entry: Connected = { binding, tunnel, forwarder: newTunnelForwarder(cluster, tunnel), since };
       connected.set(cluster, entry);
       previous?.tunnel.close();
       log.info({ cluster, agentVersion }, 'agent connected');
@@ -275,11 +348,9 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     });
   });
 
-  // A Cluster removed from the registry loses its tunnel at once, not at the agent's next reconnect.
-  opts.clusters.onChange((obj) => {
-    const name = obj.metadata.name ?? '';
-    if (!opts.clusters.get(name)) connected.get(name)?.tunnel.close();
-  });
+  // A Cluster removed from the registry, created again, or with its agentGeneration raised loses its tunnel at
+  // once, not at the agent's next reconnect.
+  opts.clusters.onChange((obj) => closeIfUnbound(obj.metadata.name ?? ''));
 
   await new Promise<void>((done) => server.listen(opts.port, opts.host, done));
   const port = (server.address() as AddressInfo).port;

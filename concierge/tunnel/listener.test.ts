@@ -1,0 +1,166 @@
+// The tunnel listener on real sockets, with the registry and the CA Secret in memory: its TLS (the proxy's AEAD
+// suites, no renegotiation) and the binding of agent certificates to one Cluster object and its agentGeneration.
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
+import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
+import { createWebSocketStream, WebSocket } from 'ws';
+import type { Cluster, ClusterStatus } from '../../apis/tunnel.ts';
+import { MemoryInformer } from '../../lib/informer.ts';
+import type { KubeClients } from '../../lib/kube.ts';
+import { silentLogger } from '../../lib/log.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { RecordingStatusWriter } from '../../lib/status-writer.ts';
+import { serveTunnel } from '../../lib/tunnel.ts';
+import { bindingURI } from './binding.ts';
+import { startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
+
+const NAME = 'edge';
+
+const clusterObject = (uid: string, agentGeneration?: number): Cluster => ({
+  apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+  kind: 'Cluster',
+  metadata: { name: NAME, uid },
+  spec: agentGeneration === undefined ? {} : { agentGeneration },
+});
+
+let ca: CertificateAuthority;
+let clusters: MemoryInformer<Cluster>;
+let listener: TunnelListener;
+
+beforeAll(async () => {
+  ca = await newCA('test tunnel CA');
+});
+
+beforeEach(async () => {
+  clusters = new MemoryInformer<Cluster>();
+  // Only the CA Secret is read from the API server on start; nothing else here reaches it.
+  const clients = {
+    core: {
+      readNamespacedSecret: ({ name }: { name: string }) => {
+        if (name !== TUNNEL_CA_SECRET) throw new Error(`unexpected read of Secret ${name}`);
+        return Promise.resolve({
+          data: {
+            'tls.crt': Buffer.from(ca.certPem).toString('base64'),
+            'tls.key': Buffer.from(ca.keyPem).toString('base64'),
+          },
+        });
+      },
+    },
+  } as unknown as KubeClients;
+  listener = await startTunnelListener({
+    clients,
+    namespace: 'sealion',
+    host: '127.0.0.1',
+    port: 0,
+    hosts: ['127.0.0.1'],
+    clusters,
+    readCluster: (name) => Promise.resolve(clusters.get(name)),
+    status: new RecordingStatusWriter<ClusterStatus>(),
+    replica: 'test',
+    log: silentLogger(),
+  });
+});
+
+afterEach(async () => {
+  await listener.stop();
+});
+
+/** Handshakes with the listener; resolves with the open socket or rejects with the handshake's error. */
+const handshake = (options: ConnectionOptions): Promise<TLSSocket> =>
+  new Promise((done, fail) => {
+    const socket = connect({ host: '127.0.0.1', port: listener.port, ca: ca.certPem, ...options });
+    socket.once('secureConnect', () => done(socket));
+    socket.once('error', fail);
+  });
+
+describe('the tunnel listener’s TLS', () => {
+  it('speaks TLS 1.2 with an AEAD suite', async () => {
+    const socket = await handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-GCM-SHA256' });
+    expect(socket.getCipher().name).toBe('ECDHE-ECDSA-AES128-GCM-SHA256');
+    socket.destroy();
+  });
+
+  it('refuses a client that offers only a CBC suite with SHA-1', async () => {
+    await expect(
+      handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-SHA' }).then((s) => s.destroy()),
+    ).rejects.toThrow();
+  });
+
+  it('refuses renegotiation', async () => {
+    // TLS 1.3 has no renegotiation to refuse.
+    const socket = await handshake({ maxVersion: 'TLSv1.2' });
+    // Flowing, so the client sees the server hang up.
+    socket.resume();
+    const outcome = await new Promise<Error | null>((done) => {
+      socket.once('error', done);
+      socket.once('close', () => done(new Error('closed')));
+      socket.renegotiate({ rejectUnauthorized: true }, (err) => done(err ?? null));
+    });
+    socket.destroy();
+    expect(outcome).toBeInstanceOf(Error);
+  });
+});
+
+/** A client certificate from the tunnel CA, bound as given (or not at all: only a CN, as before bindings). */
+async function agentCert(binding?: {
+  uid: string;
+  generation: number;
+}): Promise<{ cert: string; key: string }> {
+  const issued = await issueCert(ca, {
+    commonName: NAME,
+    usage: 'client',
+    ...(binding ? { uris: [bindingURI({ cluster: NAME, ...binding })] } : {}),
+  });
+  return { cert: issued.certPem, key: issued.keyPem };
+}
+
+/** Dials /connect; resolves with the open WebSocket, or with the HTTP status of the refusal. */
+const dial = (client: { cert: string; key: string }): Promise<WebSocket | number> =>
+  new Promise((done, fail) => {
+    const ws = new WebSocket(`wss://127.0.0.1:${listener.port}/connect`, { ca: ca.certPem, ...client });
+    ws.once('open', () => done(ws));
+    ws.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
+    ws.once('error', fail);
+  });
+
+/** Resolves once the listener has dropped the cluster's tunnel (it notices the close a moment after the agent). */
+async function forgotten(): Promise<void> {
+  while (listener.forwarder(NAME)) await new Promise((r) => setTimeout(r, 10));
+}
+
+describe('agent certificates bound to a Cluster', () => {
+  it('admits the certificate of the current Cluster and generation, and closes its tunnel when either changes', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const ws = await dial(await agentCert({ uid, generation: 0 }));
+    expect(ws).toBeInstanceOf(WebSocket);
+    const agentEnd = serveTunnel(createWebSocketStream(ws as WebSocket), (stream) => stream.destroy());
+    expect(listener.forwarder(NAME)).toBeDefined();
+
+    // A change that keeps the binding (a new description) keeps the tunnel.
+    clusters.put({ ...clusterObject(uid), spec: { description: 'renamed' } });
+    expect(listener.forwarder(NAME)).toBeDefined();
+
+    clusters.put(clusterObject(uid, 1));
+    await agentEnd.closed;
+    await forgotten();
+  });
+
+  it('refuses a certificate of an earlier Cluster of the same name, of an earlier generation, or without binding', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid, 2));
+    expect(await dial(await agentCert({ uid: randomUUID(), generation: 2 }))).toBe(401);
+    expect(await dial(await agentCert({ uid, generation: 1 }))).toBe(401);
+    expect(await dial(await agentCert())).toBe(401);
+  });
+
+  it('closes the tunnel when the Cluster is deleted and created again under its name', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const ws = await dial(await agentCert({ uid, generation: 0 }));
+    const agentEnd = serveTunnel(createWebSocketStream(ws as WebSocket), (stream) => stream.destroy());
+    clusters.put(clusterObject(randomUUID()));
+    await agentEnd.closed;
+    await forgotten();
+  });
+});
