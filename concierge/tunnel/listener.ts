@@ -44,6 +44,11 @@ export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
 export const AGENT_CERT_VALIDITY_MS = 90 * 24 * 3600 * 1000;
 /** Registration and renewal bodies are a CSR and a token: a few KiB. */
 const MAX_BODY_BYTES = 64 * 1024;
+/**
+ * Connections the listener holds at once: one per agent (an idle tunnel costs the concierge under 200 KiB), with
+ * room above the 10,000 agents a replica is meant to carry.
+ */
+const MAX_TUNNEL_CONNECTIONS = 16_384;
 /** The one answer to every failed registration; the reason goes to the log. */
 const REJECTED = 'registration rejected';
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -221,6 +226,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       minVersion: 'TLSv1.2',
       ciphers: CIPHERS,
       honorCipherOrder: true,
+      // Anyone can reach this port: what a connection that never becomes a tunnel may hold is bounded. A
+      // handshake takes milliseconds; registration and renewal send a few KiB at once.
+      handshakeTimeout: 10_000,
+      headersTimeout: 30_000,
+      requestTimeout: 30_000,
     },
     (req, res) => {
       const path = (req.url ?? '/').split('?')[0];
@@ -352,6 +362,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   // once, not at the agent's next reconnect.
   opts.clusters.onChange((obj) => closeIfUnbound(obj.metadata.name ?? ''));
 
+  // Each agent holds one connection; past this many, new ones are dropped at accept rather than exhausting memory.
+  server.maxConnections = MAX_TUNNEL_CONNECTIONS;
   await new Promise<void>((done) => server.listen(opts.port, opts.host, done));
   const port = (server.address() as AddressInfo).port;
   log.info({ host: opts.host, port }, 'tunnel listener listening');
