@@ -1,5 +1,5 @@
 // `npm start` as a person uses it: it comes up, the commands it prints work as printed, Ctrl-C removes everything.
-import { describe, expect, it } from '@jest/globals';
+import { afterEach, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
@@ -7,6 +7,10 @@ import { runKubectl } from './harness/cluster.ts';
 import { processesUsing, waitForOutput } from './harness/processes.ts';
 
 describe('npm start (sealion dev up)', () => {
+  /** Stops what the test started: Ctrl-C to its process group, then a kill if it lingers. */
+  let stop = (): Promise<void> => Promise.resolve();
+  afterEach(() => stop());
+
   it('prints kubectl commands that work as printed, and leaves nothing behind after Ctrl-C', async () => {
     const { kubectl } = await ensureBinaries();
     const child = spawn(process.execPath, [join(REPO_ROOT, 'cli/main.ts'), 'dev', 'up'], {
@@ -15,6 +19,21 @@ describe('npm start (sealion dev up)', () => {
       // Its own process group, so that Ctrl-C can be sent as a terminal sends it: to the whole group.
       detached: true,
     });
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    // However the test ends (a failed expectation, or jest's timeout), nothing it started outlives it.
+    stop = async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      if (!interrupted) interrupt();
+      const killed = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(killed);
+    };
+    let interrupted = false;
+    const interrupt = (): void => {
+      interrupted = true;
+      // As a terminal sends Ctrl-C: to the whole process group.
+      process.kill(-child.pid!, 'SIGINT');
+    };
     const { output } = await waitForOutput(child, /Press Ctrl-C/);
     const clusterDir = /--kubeconfig (\/\S+)\/admin\.kubeconfig/.exec(output)![1]!;
     // Every printed demo command, run as printed (with the harness's kubectl), from the repository root.
@@ -36,8 +55,7 @@ describe('npm start (sealion dev up)', () => {
       }
     }
     expect(processesUsing(clusterDir).length).toBeGreaterThan(0);
-    const exited = new Promise<number | null>((done) => child.once('exit', done));
-    process.kill(-child.pid!, 'SIGINT');
+    interrupt();
     expect(await exited).toBe(0);
     expect(processesUsing(clusterDir)).toEqual([]);
   }, 180_000);
