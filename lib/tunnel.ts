@@ -34,14 +34,45 @@ const AGENT_STREAM_LIMIT = 200_000;
 export const PING_INTERVAL_MS = 15_000;
 const PING_TIMEOUT_MS = 10_000;
 
+type WriteCallback = (err?: Error | null) => void;
+
 /**
  * Gives a tunnel stream the TCP-only socket methods that HTTP servers, agents and proxies call on their sockets
- * (setNoDelay, setKeepAlive, ref, unref). On a stream inside HTTP/2 they mean nothing: no-ops.
+ * (setNoDelay, setKeepAlive, ref, unref; on a stream inside HTTP/2 they mean nothing: no-ops), and hands Node's
+ * HTTP/2 core every write as a Buffer.
+ *
+ * Why the Buffers: the session runs over a JavaScript stream (the WebSocket), and Node's HTTP/2 core, given a
+ * string to write (Node's HTTP client and server write every request and response head as one), copies it into
+ * memory it frees once the write is reported done, which over a JavaScript transport can be before the transport has
+ * sent it. The peer then received the head with its first 16 bytes replaced by the allocator's bookkeeping: the
+ * agent answered a parse error, so a create refused by RBAC reached kubectl as ECONNRESET in about half the tries,
+ * and the bytes sent were whatever that memory held. A Buffer's memory is the Buffer's own and lives as long as the
+ * stream holds the chunk.
  */
 function asSocket<T extends Duplex>(stream: T): T {
   const socket = stream as unknown as Record<string, unknown>;
   for (const method of ['setNoDelay', 'setKeepAlive', 'ref', 'unref'])
     if (typeof socket[method] !== 'function') socket[method] = () => stream;
+  const write = socket['_write'] as (chunk: unknown, encoding: BufferEncoding, done: WriteCallback) => void;
+  const writev = socket['_writev'] as
+    ((chunks: { chunk: unknown; encoding: BufferEncoding }[], done: WriteCallback) => void) | undefined;
+  const asBuffer = (chunk: unknown, encoding: BufferEncoding): unknown =>
+    typeof chunk === 'string' ? Buffer.from(chunk, encoding) : chunk;
+  socket['_write'] = function (this: T, chunk: unknown, encoding: BufferEncoding, done: WriteCallback) {
+    write.call(this, asBuffer(chunk, encoding), 'buffer' as BufferEncoding, done);
+  };
+  if (writev)
+    socket['_writev'] = function (
+      this: T,
+      chunks: { chunk: unknown; encoding: BufferEncoding }[],
+      done: WriteCallback,
+    ) {
+      const buffers = chunks.map(({ chunk, encoding }) => ({
+        chunk: asBuffer(chunk, encoding),
+        encoding: 'buffer' as BufferEncoding,
+      }));
+      writev.call(this, buffers, done);
+    };
   return stream;
 }
 
