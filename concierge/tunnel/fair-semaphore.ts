@@ -214,6 +214,7 @@ export function newFairSemaphore(initial: FairLimits, clock: Clock = systemClock
           head: undefined,
           tail: undefined,
           inRing: false,
+          prevReady: undefined,
           nextReady: undefined,
         };
         keys.set(name, key);

@@ -17,9 +17,9 @@ import type { Logger } from '../../lib/log.ts';
 import { issueCert, loadCA, newCA, publicKeyFromCSR, type CertificateAuthority } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/status-body.ts';
 import type { StatusWriter } from '../../lib/status-writer.ts';
-import { DEFAULT_MAX_STREAMS, newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
+import { newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
-import { newTunnelForwarder } from './forwarder.ts';
+import { newTunnelForwarder, tunnelLimits, type TunnelForwarder } from './forwarder.ts';
 
 export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
 /** Agent certificates live 90 days and are renewed over the tunnel at two thirds of that. */
@@ -133,7 +133,7 @@ function atTime(when: number, fire: () => void): { cancel(): void } {
 
 interface Connected {
   tunnel: TunnelClient;
-  forwarder: Forwarder;
+  forwarder: TunnelForwarder;
   since: Date;
 }
 
@@ -242,12 +242,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
     wss.handleUpgrade(req, socket, head, (ws) => {
-      const tunnel = newTunnelClient(createWebSocketStream(ws), {
-        maxStreams: registered.spec.maxConcurrentStreams ?? DEFAULT_MAX_STREAMS,
-      });
+      const limits = tunnelLimits(registered.spec);
+      const tunnel = newTunnelClient(createWebSocketStream(ws), { maxStreams: limits.capacity });
       const previous = connected.get(cluster);
       const since = new Date();
-      const entry: Connected = { tunnel, forwarder: newTunnelForwarder(cluster, tunnel), since };
+      const entry: Connected = { tunnel, forwarder: newTunnelForwarder(cluster, tunnel, { limits }), since };
       connected.set(cluster, entry);
       previous?.tunnel.close();
       log.info({ cluster, agentVersion }, 'agent connected');
@@ -275,10 +274,13 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     });
   });
 
-  // A Cluster removed from the registry loses its tunnel at once, not at the agent's next reconnect.
+  // A Cluster removed from the registry loses its tunnel at once, not at the agent's next reconnect; an edited one
+  // has its limits applied to the open tunnel.
   opts.clusters.onChange((obj) => {
     const name = obj.metadata.name ?? '';
-    if (!opts.clusters.get(name)) connected.get(name)?.tunnel.close();
+    const current = opts.clusters.get(name);
+    if (!current) return connected.get(name)?.tunnel.close();
+    connected.get(name)?.forwarder.configure(tunnelLimits(current.spec));
   });
 
   await new Promise<void>((done) => server.listen(opts.port, opts.host, done));
