@@ -258,10 +258,12 @@ describe('a tunnel shared by several users', () => {
   it('serves another user while one holds slow discovery reads, and refuses the one beyond its share', async () => {
     // alice asks for six discovery documents and reads none of them.
     const slow = Array.from({ length: 6 }, () => call('alice', '/clusters/edge/api', { paused: true }));
-    // Two hold her share, two wait for it, two are refused: her share and her queue are full.
+    // Her requests hold what they may of the tunnel, and are answered or refused beyond that.
     await eventually(() => {
-      expect(slow.filter((c) => statusOf(c) === 200)).toHaveLength(2);
-      expect(slow.filter((c) => statusOf(c) !== undefined && statusOf(c) !== 200)).toHaveLength(2);
+      expect(slow.filter((c) => statusOf(c) === 200).length).toBeGreaterThanOrEqual(2);
+      expect(
+        slow.filter((c) => statusOf(c) !== undefined && statusOf(c) !== 200).length,
+      ).toBeGreaterThanOrEqual(2);
     });
 
     const bob = call('bob', '/clusters/edge/version');
@@ -269,6 +271,8 @@ describe('a tunnel shared by several users', () => {
     expect(statusOf(bob)).toBe(200);
     expect(JSON.parse(await bob.body)).toMatchObject({ status: 'Success' });
 
+    // Two hold her share, two wait for it, two are refused: her share and her queue are full.
+    expect(slow.map(statusOf).sort()).toEqual([200, 200, 429, 429, undefined, undefined]);
     const refused = slow.filter((c) => statusOf(c) !== undefined && statusOf(c) !== 200);
     for (const r of refused) {
       expect(statusOf(r)).toBe(429);
