@@ -30,7 +30,7 @@ import { newProxyHandler } from '../proxy/handler.ts';
 import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
 import type { Clock } from './fair-semaphore.ts';
-import { newTunnelForwarder, type TunnelLimits } from './forwarder.ts';
+import { newTunnelForwarder, tunnelLimits, type TunnelLimits } from './forwarder.ts';
 
 const USERS = ['alice', 'bob', 'carol'];
 const TOKENS: Record<string, AuthResult> = Object.fromEntries(
@@ -340,5 +340,62 @@ describe('requests that make no progress', () => {
     expect(JSON.parse(await upload.body)).toMatchObject({ kind: 'Status', code: 408 });
     expect(await waiting.ended).toBe('end');
     expect(statusOf(waiting)).toBe(200);
+  });
+});
+
+describe('a Cluster’s tunnel limits', () => {
+  it.each([
+    {
+      name: 'defaults: a quarter of the default 1000 streams per user, who may queue as many',
+      spec: {},
+      want: {
+        capacity: 1000,
+        perKey: 250,
+        maxQueued: 1000,
+        maxQueuedPerKey: 250,
+        maxWaitMs: 15_000,
+        progressTimeoutMs: 60_000,
+      },
+    },
+    {
+      name: 'the per-user default follows the tunnel’s limit, rounded up',
+      spec: { maxConcurrentStreams: 10 },
+      want: { capacity: 10, perKey: 3, maxQueuedPerKey: 3 },
+    },
+    {
+      name: 'a one-stream tunnel still lets a user have its one request',
+      spec: { maxConcurrentStreams: 1 },
+      want: { capacity: 1, perKey: 1 },
+    },
+    {
+      name: 'every field set',
+      spec: {
+        maxConcurrentStreams: 50,
+        maxRequestsPerUser: 5,
+        maxQueuedRequests: 0,
+        queueTimeoutSeconds: 2,
+        progressTimeoutSeconds: 30,
+      },
+      want: {
+        capacity: 50,
+        perKey: 5,
+        maxQueued: 0,
+        maxQueuedPerKey: 5,
+        maxWaitMs: 2000,
+        progressTimeoutMs: 30_000,
+      },
+    },
+    {
+      name: 'values the schema forbids fall back to the defaults',
+      spec: {
+        maxConcurrentStreams: 0,
+        maxRequestsPerUser: 2.5,
+        maxQueuedRequests: -1,
+        queueTimeoutSeconds: 61,
+      },
+      want: { capacity: 1000, perKey: 250, maxQueued: 1000, maxWaitMs: 15_000 },
+    },
+  ])('$name', ({ spec, want }) => {
+    expect(tunnelLimits(spec)).toMatchObject(want);
   });
 });

@@ -106,7 +106,7 @@ function refusalStatus(
   if (why.code === KEY_LIMIT)
     return {
       code: 429,
-      message: `cluster ${cluster}: you already have as many requests through its tunnel as one user may (${limits.perKey})${waited}; retry later`,
+      message: `cluster ${cluster}: you already have as many requests in flight and waiting for its tunnel as one user may (${limits.perKey} of each)${waited}; retry later`,
     };
   if (why.code === 'SEALION_FAIR_CLOSED')
     return { code: 503, message: `cluster ${cluster}: its agent's tunnel closed; retry later` };
@@ -367,6 +367,8 @@ export function newTunnelForwarder(
         });
     },
     configure(next) {
+      // Every status write to the Cluster comes back as an edit: only a changed spec is worth a pass over the queue.
+      if ((Object.keys(next) as (keyof TunnelLimits)[]).every((k) => next[k] === limits[k])) return;
       limits = next;
       admission.configure(next);
       tunnel.setMaxStreams(next.capacity);

@@ -242,7 +242,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
     wss.handleUpgrade(req, socket, head, (ws) => {
-      const limits = tunnelLimits(registered.spec);
+      const limits = tunnelLimits(registered.spec ?? {});
       const tunnel = newTunnelClient(createWebSocketStream(ws), { maxStreams: limits.capacity });
       const previous = connected.get(cluster);
       const since = new Date();
@@ -280,7 +280,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     const name = obj.metadata.name ?? '';
     const current = opts.clusters.get(name);
     if (!current) return connected.get(name)?.tunnel.close();
-    connected.get(name)?.forwarder.configure(tunnelLimits(current.spec));
+    connected.get(name)?.forwarder.configure(tunnelLimits(current.spec ?? {}));
   });
 
   await new Promise<void>((done) => server.listen(opts.port, opts.host, done));
