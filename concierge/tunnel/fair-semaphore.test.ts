@@ -108,6 +108,12 @@ describe('the fair semaphore', () => {
       want: ['a1 granted', 'c1 BUSY'],
     },
     {
+      name: 'refuses as busy, not as the key’s limit, a key that holds and waits for nothing',
+      limits: { capacity: 1, perKey: 1, maxQueuedPerKey: 0 },
+      steps: 'a1+ a2+ b1+',
+      want: ['a1 granted', 'a2 KEY_LIMIT', 'b1 BUSY'],
+    },
+    {
       name: 'never queues with maxQueued 0',
       limits: { capacity: 1, maxQueued: 0 },
       steps: 'a1+ b1+',

@@ -226,9 +226,11 @@ export function newFairSemaphore(initial: FairLimits, clock: Clock = systemClock
       }
       const ownQueueFull = key.waiting >= limits.maxQueuedPerKey;
       if (ownQueueFull || waiting >= limits.maxQueued) {
-        const why = ownQueueFull
-          ? new FairRefusal(KEY_LIMIT, `${key.waiting} requests of this user wait already`, false)
-          : refusal(key, false);
+        // The key's own fault when its own requests are why it cannot have or wait for a permit.
+        const why =
+          ownQueueFull && key.waiting > 0 && key.held < limits.perKey
+            ? new FairRefusal(KEY_LIMIT, `${key.waiting} requests of this user wait already`, false)
+            : refusal(key, false);
         forgetIfIdle(key);
         refused(why);
         return noop;

@@ -4,6 +4,7 @@
 // another, and a request that makes no progress is cut.
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import {
   connect as http2Connect,
   constants,
@@ -238,6 +239,15 @@ beforeAll(async () => {
     maxWaitMs: LONG,
     progressTimeoutMs: LONG,
   });
+  // One request at a time and no queue, to see upgrades refused.
+  await connectCluster('tiny', {
+    capacity: 1,
+    perKey: 1,
+    maxQueued: 0,
+    maxQueuedPerKey: 0,
+    maxWaitMs: LONG,
+    progressTimeoutMs: LONG,
+  });
   // One request at a time, on the fake clock, so the test decides when the progress deadline passes.
   await connectCluster(
     'stall',
@@ -290,6 +300,45 @@ describe('a tunnel shared by several users', () => {
     for (const c of slow.filter((c) => statusOf(c) === 200)) c.stream.close(constants.NGHTTP2_CANCEL);
     await eventually(() => expect(slow.filter((c) => statusOf(c) === 200)).toHaveLength(4));
     for (const c of slow) c.stream.close(constants.NGHTTP2_CANCEL);
+  });
+  it('counts upgrades too, refusing them with a Status and a Retry-After', async () => {
+    const slow = call('alice', '/clusters/tiny/api', { paused: true });
+    await eventually(() => expect(statusOf(slow)).toBe(200));
+    /** An upgrade request as `user` over HTTP/1.1: the status line and headers of what comes back, and the body. */
+    const upgrade = (user: string): Promise<{ status: number; retryAfter?: string; body: string }> =>
+      new Promise((done, fail) => {
+        const req = httpsRequest({
+          host: '127.0.0.1',
+          port,
+          path: '/clusters/tiny/api/v1/namespaces/default/pods/p/exec?command=sh',
+          ca: proxyCA.certPem,
+          headers: { authorization: `Bearer ${user}-token`, connection: 'Upgrade', upgrade: 'websocket' },
+        });
+        req.on('response', (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () =>
+            done({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body }),
+          );
+        });
+        req.on('upgrade', () => fail(new Error('upgraded past the limit')));
+        req.on('error', fail);
+        req.end();
+      });
+    // alice's one place is taken; the tunnel's only place is taken, and nobody may wait.
+    for (const [user, code] of [
+      ['alice', 429],
+      ['bob', 503],
+    ] as const) {
+      const answer = await upgrade(user);
+      expect(answer).toMatchObject({ status: code, retryAfter: '1' });
+      expect(JSON.parse(answer.body)).toMatchObject({
+        kind: 'Status',
+        code,
+        details: { retryAfterSeconds: 1 },
+      });
+    }
+    slow.stream.close(constants.NGHTTP2_CANCEL);
   });
 });
 
