@@ -306,6 +306,9 @@ export function newTunnelForwarder(
 
   return {
     web(req, res, plan) {
+      // A client gone before its turn (it reset the request while it was authenticated) would never close again:
+      // a place taken for it would never come back.
+      if (res.destroyed) return Promise.resolve();
       return new Promise<void>((done) => {
         let settled = false;
         const cancel = admission.acquire(
@@ -343,6 +346,7 @@ export function newTunnelForwarder(
       const headers = upstreamHeaders(plan);
       for (const name of Object.keys(req.headers)) delete req.headers[name];
       Object.assign(req.headers, headers, { connection: 'Upgrade', upgrade: plan.headers['upgrade'] });
+      if (socket.destroyed) return;
       let settled = false;
       const cancel = admission.acquire(
         plan.user,
@@ -351,7 +355,6 @@ export function newTunnelForwarder(
           let stream: Duplex | undefined;
           upgradeStreams.set(req, (s) => (stream = s));
           socket.once('close', () => releaseWhenGone(release, stream));
-          if (socket.destroyed) return;
           upgradeProxy.upgrade(req, socket, head);
         },
         (why) => {
