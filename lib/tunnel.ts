@@ -48,8 +48,8 @@ function asSocket<T extends Duplex>(stream: T): T {
 /**
  * Makes destroying a stream reset it with CANCEL, and calls `gone` at once. Destroyed without an error, an HTTP/2
  * stream resets with NO_ERROR, which the agent's end takes as the end of what it reads, not of the stream: its HTTP
- * server, which has stopped reading while a response waits for the client (or simply holds a watch open), would
- * never learn that the request is gone, and its request to the API server would stay open.
+ * server, which stops reading while a response waits for this end to take it (a stalled reader's), would never
+ * learn that the request is gone, and its request to the API server would stay open.
  */
 function cancelOnDestroy(stream: ClientHttp2Stream, gone: () => void): ClientHttp2Stream {
   const destroy = stream.destroy.bind(stream);
