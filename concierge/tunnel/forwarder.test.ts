@@ -74,6 +74,8 @@ const DISCOVERY_BYTES = 8 << 20;
 const inFlight = new Map<string, number>();
 const mostInFlight = new Map<string, number>();
 let uploaded = 0;
+/** Upgraded connections the agent has seen end. */
+let upgradesEnded = 0;
 /** Watches the agent holds open, to send events on. */
 const watches: ServerResponse[] = [];
 
@@ -109,6 +111,18 @@ function agentServer(req: IncomingMessage, res: ServerResponse): void {
   res.writeHead(200, { 'content-type': 'application/json' }).end('{"kind":"Status","status":"Success"}');
 }
 
+/** The agent's end of an upgrade (a port-forward over WebSocket, say) that sends without end, as fast as it is taken. */
+function agentUpgrade(_req: IncomingMessage, socket: Duplex): void {
+  socket.on('error', () => {});
+  socket.once('close', () => upgradesEnded++);
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\r\n');
+  const chunk = Buffer.alloc(64 << 10, 'p');
+  const pump = (): void => {
+    while (!socket.destroyed) if (!socket.write(chunk)) return void socket.once('drain', pump);
+  };
+  pump();
+}
+
 const cleanups: (() => void)[] = [];
 const forwarders: Record<string, Forwarder> = {};
 let proxyCA: CertificateAuthority;
@@ -122,6 +136,7 @@ async function connectCluster(name: string, limits: TunnelLimits, withClock?: Cl
   const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
   await new Promise<void>((done) => wss.once('listening', done));
   const local = createServer(agentServer);
+  local.on('upgrade', agentUpgrade);
   const accepted = new Promise<Duplex>((done) =>
     wss.once('connection', (ws) => done(createWebSocketStream(ws))),
   );
@@ -387,6 +402,35 @@ describe('requests that make no progress', () => {
     expect(await upload.ended).toBe('end');
     expect(statusOf(upload)).toBe(408);
     expect(JSON.parse(await upload.body)).toMatchObject({ kind: 'Status', code: 408 });
+    expect(await waiting.ended).toBe('end');
+    expect(statusOf(waiting)).toBe(200);
+  });
+  it('cuts an upgraded connection whose client does not read, and frees its place', async () => {
+    const socket = await new Promise<Duplex>((done, fail) => {
+      const req = httpsRequest({
+        host: '127.0.0.1',
+        port,
+        path: '/clusters/stall/api/v1/namespaces/default/pods/p/portforward',
+        ca: proxyCA.certPem,
+        headers: { authorization: 'Bearer alice-token', connection: 'Upgrade', upgrade: 'websocket' },
+      });
+      req.on('upgrade', (_res, upgraded: Duplex) => done(upgraded));
+      req.on('response', (res) => fail(new Error(`upgrade refused: ${res.statusCode}`)));
+      req.on('error', fail);
+      req.end();
+    });
+    socket.on('error', () => {});
+    socket.pause();
+    const waiting = call('bob', '/clusters/stall/version');
+    // Once what the agent sends fills every buffer up to the client, the deadline runs; then it passes, and the
+    // connection ends all the way to the agent.
+    await eventually(() => {
+      clock.advance(1000);
+      expect(upgradesEnded).toBe(1);
+    });
+    // The client sees its connection end once it reads what was sent before.
+    socket.resume();
+    await new Promise((done) => socket.once('close', done));
     expect(await waiting.ended).toBe('end');
     expect(statusOf(waiting)).toBe(200);
   });

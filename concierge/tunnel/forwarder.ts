@@ -6,8 +6,8 @@
 // from the tunnel's fair semaphore, keyed by the authenticated user: at most maxRequestsPerUser at once per user,
 // maxConcurrentStreams in all, and the rest wait, served user by user in turn. Places are counted per request, not
 // per stream: the tunnel's http.Agent keeps streams alive and hands them from one request to the next. A request
-// that makes no progress for progressTimeoutSeconds (an answer the client does not read, a body that stopped
-// arriving) is cut, so that nobody holds a place by reading slowly.
+// that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
+// read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
 import { request, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
@@ -200,6 +200,31 @@ function watchBody(body: Readable, ms: number, clock: Clock, stalled: () => void
   return stop;
 }
 
+/**
+ * Cuts an upgraded connection whose client has not taken what the agent sent for `ms`: the proxy's pipe pauses the
+ * tunnel stream while the client's socket is full, and the client's 'drain' lets it go on. An idle connection (an
+ * exec shell nobody types in) has nothing pending and is never cut.
+ */
+function watchUpgrade(stream: Duplex, socket: Socket, ms: number, clock: Clock): void {
+  let timer: unknown;
+  const disarm = (): void => {
+    clock.clearTimeout(timer);
+    timer = undefined;
+  };
+  stream.on('pause', () => {
+    if (timer !== undefined) return;
+    timer = clock.setTimeout(() => {
+      timer = undefined;
+      // Paused for another reason (the upgrade's own setup): only a client that leaves data unread stalls.
+      if (!socket.writableNeedDrain) return;
+      socket.destroy();
+      stream.destroy();
+    }, ms);
+  });
+  socket.on('drain', disarm);
+  socket.once('close', disarm);
+}
+
 export function newTunnelForwarder(
   cluster: string,
   tunnel: TunnelClient,
@@ -353,7 +378,11 @@ export function newTunnelForwarder(
         (release) => {
           settled = true;
           let stream: Duplex | undefined;
-          upgradeStreams.set(req, (s) => (stream = s));
+          const progressMs = limits.progressTimeoutMs;
+          upgradeStreams.set(req, (s) => {
+            stream = s;
+            watchUpgrade(s, socket, progressMs, clock);
+          });
           socket.once('close', () => releaseWhenGone(release, stream));
           upgradeProxy.upgrade(req, socket, head);
         },
