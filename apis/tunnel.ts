@@ -45,8 +45,8 @@ export interface ClusterSpec {
   queueTimeoutSeconds?: number;
   /**
    * How long a request through the tunnel may make no progress before it is cut and its place freed: its answer
-   * held back because the client does not read it, or its body stopped arriving. A watch with no events to send
-   * is not stalled. A client that pauses reading longer (`kubectl logs -f | less` left on one screen) loses its
+   * (or an exec or port-forward connection's data) held back because the client does not read it, or its body
+   * stopped arriving. A watch with no events to send, or an idle shell, is not stalled. A client that pauses reading longer (`kubectl logs -f | less` left on one screen) loses its
    * request. Default: 60.
    * @asType integer
    * @minimum 1
