@@ -12,7 +12,8 @@ export interface ClusterSpec {
    */
   description?: string;
   /**
-   * Most concurrent streams one tunnel may carry; more wait or fail with 503. Default: 1000.
+   * Most requests one tunnel carries at once, all users together (each holds one of the tunnel's streams); more
+   * wait in the tunnel's fair queue (see maxQueuedRequests). Default: 1000.
    * @asType integer
    * @minimum 1
    * @maximum 100000
@@ -30,6 +31,43 @@ export interface ClusterSpec {
    * @default 0
    */
   agentGeneration?: number;
+  /**
+   * Most requests one user (the authenticated name, before any impersonation) has in flight through one tunnel at
+   * once, so that no user can take the whole tunnel; more of theirs wait, at most this many too, and beyond that
+   * they are refused with 429 and a Retry-After. Default: a quarter of maxConcurrentStreams, rounded up.
+   * @asType integer
+   * @minimum 1
+   * @maximum 100000
+   */
+  maxRequestsPerUser?: number;
+  /**
+   * Most requests waiting for the tunnel at once, all users together. Waiting users are served in turn, each
+   * user's requests in order; a request that finds the queue full is refused with 503 and a Retry-After, and 0
+   * refuses at once instead of waiting. Default: 1000.
+   * @asType integer
+   * @minimum 0
+   * @maximum 100000
+   */
+  maxQueuedRequests?: number;
+  /**
+   * How long a request waits in the queue before it is refused: with 429 when the user's own requests fill their
+   * share, with 503 otherwise, both with a Retry-After. Default: 15 (as the API server's own priority and fairness
+   * queues wait at most a quarter of its 60 s request timeout).
+   * @asType integer
+   * @minimum 1
+   * @maximum 60
+   */
+  queueTimeoutSeconds?: number;
+  /**
+   * How long a request through the tunnel may make no progress before it is cut and its place freed: its answer
+   * (or an exec or port-forward connection's data) held back because the client does not read it, or its body
+   * stopped arriving. A watch with no events to send, or an idle shell, is not stalled. A client that pauses reading longer (`kubectl logs -f | less` left on one screen) loses its
+   * request. Default: 60.
+   * @asType integer
+   * @minimum 1
+   * @maximum 3600
+   */
+  progressTimeoutSeconds?: number;
 }
 
 /** A concierge replica that holds a tunnel to this cluster. */

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
+import { connect as http2Connect, constants as http2, type ClientHttp2Stream } from 'node:http2';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createWebSocketStream, WebSocket } from 'ws';
@@ -359,6 +360,59 @@ describe('a cluster reached through its agent', () => {
     );
     expect(echoed).toBe('through the tunnel');
   });
+
+  it('keeps serving one user while another, with no RBAC, holds slow discovery reads; its own share follows an edit', async () => {
+    // A small tunnel, edited while the agent stays connected: four requests in all, two per user.
+    const patch = (spec: object): Promise<unknown> =>
+      hub.kubectl([
+        'patch',
+        'clusters.tunnel.concierge.sealion.dev',
+        CLUSTER,
+        '--type=merge',
+        '-p',
+        JSON.stringify({ spec }),
+      ]);
+    await patch({ maxConcurrentStreams: 4, maxRequestsPerUser: 2 });
+    const mallory = await issuer.mint({ username: 'mallory@example.com', groups: [] }, { expiresIn: 3600 });
+    const session = http2Connect(concierge.url, { ca: concierge.servingCA.certPem });
+    session.on('error', () => {});
+    try {
+      // OpenAPI documents are megabytes: unread, each holds its stream through the agent with backpressure. Five
+      // at once: two hold her share, two wait, one is refused. Until the edit reaches the concierge's informer all
+      // five are answered: those are closed again, and she tries once more.
+      await eventually(async () => {
+        const streams: ClientHttp2Stream[] = [];
+        const statuses: number[] = [];
+        for (let i = 0; i < 5; i++) {
+          const stream = session.request({
+            ':path': `/clusters/${CLUSTER}/openapi/v2`,
+            authorization: `Bearer ${mallory}`,
+            accept: 'application/json',
+          });
+          stream.pause();
+          stream.on('error', () => {});
+          stream.once('response', (h) => statuses.push(Number(h[':status'])));
+          streams.push(stream);
+        }
+        try {
+          await eventually(() => expect(statuses.length).toBeGreaterThanOrEqual(3), 10_000);
+          expect(statuses.filter((code) => code === 429)).toHaveLength(1);
+          await eventually(() => expect(statuses.filter((code) => code === 200)).toHaveLength(2), 10_000);
+        } catch (err) {
+          for (const stream of streams) stream.close(http2.NGHTTP2_CANCEL);
+          throw err;
+        }
+      }, 30_000);
+
+      const through = userKubeconfig();
+      const list = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces', '-o', 'name']);
+      expect(list).toMatchObject({ code: 0 });
+      expect(list.stdout).toContain('namespace/only-on-managed');
+    } finally {
+      session.destroy();
+      await patch({ maxConcurrentStreams: null, maxRequestsPerUser: null });
+    }
+  }, 60_000);
 
   it('refuses a reused, expired or misnamed token, a foreign certificate and no certificate', async () => {
     const register = async (body: object): Promise<number> =>

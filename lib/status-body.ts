@@ -37,10 +37,16 @@ export function statusBody(code: number, message: string, details?: object): str
  * A whole HTTP/1.1 response carrying a Status, for a raw socket: an upgrade refused or failed, or a request too
  * malformed to reach an HTTP handler. The connection closes after it.
  */
-export function rawStatusResponse(code: number, message: string): string {
-  const body = statusBody(code, message);
+export function rawStatusResponse(
+  code: number,
+  message: string,
+  extra?: { details?: object; headers?: Record<string, string> },
+): string {
+  const body = statusBody(code, message, extra?.details);
+  let fields = '';
+  for (const [name, value] of Object.entries(extra?.headers ?? {})) fields += `${name}: ${value}\r\n`;
   return (
-    `HTTP/1.1 ${code} ${STATUS_CODES[code] ?? 'Error'}\r\ncontent-type: application/json\r\n` +
+    `HTTP/1.1 ${code} ${STATUS_CODES[code] ?? 'Error'}\r\ncontent-type: application/json\r\n${fields}` +
     `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
   );
 }

@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createServer as createHttpsServer } from 'node:https';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
+import { eventually } from '../integration/harness/eventually.ts';
 import { issueCert, newCA } from './pki.ts';
 import {
   newTunnelClient,
@@ -187,6 +188,32 @@ describe('the tunnel multiplexer', () => {
     const replacements = await Promise.all([client.open(), client.open()]);
     expect(replacements).toHaveLength(2);
     expect(client.active()).toBe(3);
+  });
+
+  it('ends the agent’s request when the concierge destroys its stream, though the agent’s server has stopped reading', async () => {
+    let ended = false;
+    let held = false;
+    const { client } = await tunnelTo((_req, res) => {
+      // An answer the concierge's side does not read: the agent's server waits to write more, and reads nothing.
+      res.once('close', () => (ended = true));
+      const chunk = Buffer.alloc(64 << 10);
+      const pump = (): void => {
+        while (!res.destroyed)
+          if (!res.write(chunk)) {
+            held = true;
+            return void res.once('drain', pump);
+          }
+      };
+      pump();
+    });
+    const req = request({ host: 'cluster', path: '/big', agent: client.agent });
+    req.on('error', () => {});
+    const answer = await new Promise<IncomingMessage>((done) => req.once('response', done).end());
+    answer.pause();
+    await eventually(() => expect(held).toBe(true));
+    req.destroy();
+    await eventually(() => expect(ended).toBe(true));
+    expect(client.active()).toBe(0);
   });
 
   it('reports the tunnel closed when the agent goes away, and fails new streams', async () => {

@@ -76,6 +76,22 @@ function asSocket<T extends Duplex>(stream: T): T {
   return stream;
 }
 
+/**
+ * Makes destroying a stream reset it with CANCEL, and calls `gone` at once. Destroyed without an error, an HTTP/2
+ * stream resets with NO_ERROR, which the agent's end takes as the end of what it reads, not of the stream: its HTTP
+ * server, which stops reading while a response waits for this end to take it (a stalled reader's), would never
+ * learn that the request is gone, and its request to the API server would stay open.
+ */
+function cancelOnDestroy(stream: ClientHttp2Stream, gone: () => void): ClientHttp2Stream {
+  const destroy = stream.destroy.bind(stream);
+  stream.destroy = (err?: Error) => {
+    if (!stream.closed && !stream.destroyed) stream.close(constants.NGHTTP2_CANCEL);
+    gone();
+    return destroy(err);
+  };
+  return stream;
+}
+
 export class TunnelBusyError extends Error {
   readonly code = 'SEALION_TUNNEL_BUSY';
 }
@@ -112,6 +128,8 @@ export interface TunnelClient {
   agent: HttpAgent;
   /** Streams open now. */
   active(): number;
+  /** Changes the stream limit; streams open beyond a lowered one are left to finish. */
+  setMaxStreams(limit: number): void;
   /** Resolves when the tunnel is gone (closed by either side, or its keepalive failed). */
   closed: Promise<void>;
   close(): void;
@@ -119,7 +137,7 @@ export interface TunnelClient {
 
 /** The concierge's end: an HTTP/2 client over the agent's WebSocket stream. */
 export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = {}): TunnelClient {
-  const maxStreams = opts.maxStreams ?? DEFAULT_MAX_STREAMS;
+  let maxStreams = opts.maxStreams ?? DEFAULT_MAX_STREAMS;
   const session: ClientHttp2Session = connect('http://sealion-agent.tunnel', {
     createConnection: () => duplex,
     settings: settings(maxStreams),
@@ -146,10 +164,17 @@ export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = 
       } catch (err) {
         return fail(err instanceof Error ? err : new Error(String(err)));
       }
+      // A destroyed stream leaves the count at once, not at its 'close' a turn later, so that the place is free for
+      // the request that takes it over; the agent's end may hold it a moment longer, which its higher limit allows.
       active++;
-      stream.once('close', () => active--);
+      let counted = true;
+      const uncount = (): void => {
+        if (counted) active--;
+        counted = false;
+      };
+      stream.once('close', uncount);
       stream.once('response', (headers) => {
-        if (headers[':status'] === 200) return done(asSocket(stream));
+        if (headers[':status'] === 200) return done(asSocket(cancelOnDestroy(stream, uncount)));
         stream.close(constants.NGHTTP2_CANCEL);
         fail(new Error(`the agent refused the stream (${headers[':status']})`));
       });
@@ -178,6 +203,10 @@ export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = 
     open,
     agent,
     active: () => active,
+    // Only this end counts the limit (the agent's allows far more), so a new value takes effect at once.
+    setMaxStreams(limit) {
+      maxStreams = limit;
+    },
     closed,
     // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs
     // over a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against

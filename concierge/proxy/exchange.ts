@@ -86,13 +86,14 @@ export class H2Response {
   }
 
   /**
-   * After a complete answer, tells a client still sending its request body to stop (RST_STREAM with NO_ERROR, as
-   * RFC 9113 section 8.1 allows), so that a body nobody will read is neither buffered nor waited for.
+   * After a complete answer, tells a client still sending a request body that nothing reads to stop (RST_STREAM with
+   * NO_ERROR, as RFC 9113 section 8.1 allows), so that such a body is neither buffered nor waited for.
    */
   refuseRestOfRequest(): void {
     const stream = this.#stream;
-    if (!stream.destroyed && !stream.endAfterHeaders && !stream.readableEnded)
-      stream.close(constants.NGHTTP2_NO_ERROR);
+    // A body still flowing somewhere (piped to the API server or into a tunnel) is its consumer's to end.
+    if (stream.destroyed || stream.endAfterHeaders || stream.readableEnded || stream.readableFlowing) return;
+    stream.close(constants.NGHTTP2_NO_ERROR);
   }
 
   /**

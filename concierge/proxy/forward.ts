@@ -55,6 +55,11 @@ export interface ForwardPlan {
    * without the proxy's client certificate, which the API server would otherwise prefer over the token.
    */
   passthrough: boolean;
+  /**
+   * The authenticated user's name, before any nested impersonation: whose request this is, for limits kept per
+   * user (a tunnel's fair share). Impersonating others does not give a caller more shares.
+   */
+  user: string;
 }
 
 class TimeoutError extends Error {

@@ -114,7 +114,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       const headers = cleanHeaders(req.headers, true);
       headers['authorization'] = `Bearer ${identity.token}`;
       if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
-      return { headers, longRunning, passthrough: true };
+      return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
     let user: UserInfo = identity.user;
     let requested: RequestedImpersonation | undefined;
@@ -133,7 +133,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     }
     const headers = { ...cleanHeaders(req.headers), ...impersonationHeaders(user) };
     if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
-    return { headers, longRunning, passthrough: false };
+    return { headers, longRunning, passthrough: false, user: identity.user.username };
   }
 
   function observe(verb: string, longRunning: boolean, started: bigint, identity: () => string, url: string) {

@@ -1,13 +1,88 @@
 // Forwarding to a cluster through its agent's tunnel: HTTP/1.1 over tunnel streams (lib/tunnel.ts), to the agent's
 // local proxy, which adds the agent's own credential. The hub's forwarding credential never goes into a tunnel:
 // the agent sees the impersonation headers and nothing else of the hub's.
+//
+// A tunnel is shared by everyone who reaches its cluster, so each request (plain or upgrade) first takes a place
+// from the tunnel's fair semaphore, keyed by the authenticated user: at most maxRequestsPerUser at once per user,
+// maxConcurrentStreams in all, and the rest wait, served user by user in turn. Places are counted per request, not
+// per stream: the tunnel's http.Agent keeps streams alive and hands them from one request to the next. A request
+// that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
+// read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
 import { request, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Duplex, Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
-import type { TunnelClient } from '../../lib/tunnel.ts';
+import type { ClusterSpec } from '../../apis/tunnel.ts';
+import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel.ts';
 import { hasBody, SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
-import { relayBody } from '../proxy/exchange.ts';
-import { rawStatusResponse, writeStatus } from '../proxy/status.ts';
+import type { Response } from '../proxy/exchange.ts';
+import { rawStatusResponse, statusBody, writeStatus } from '../proxy/status.ts';
+import {
+  KEY_LIMIT,
+  newFairSemaphore,
+  systemClock,
+  type Clock,
+  type FairLimits,
+  type FairRefusal,
+} from './fair-semaphore.ts';
+
+/** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
+const DEFAULT_USER_SHARE = 1 / 4;
+/** Requests waiting for a tunnel, all users: a waiting request costs little more than its open connection. */
+export const DEFAULT_MAX_QUEUED = 1000;
+/** As the API server's priority and fairness queues wait at most a quarter of its 60 s request timeout. */
+export const DEFAULT_QUEUE_TIMEOUT_SECONDS = 15;
+/**
+ * How long a request may make no progress before it is cut. Long enough for any healthy pause of a reading client
+ * (a collection, a slow link, a laptop changing networks); short enough that reading slowly cannot hold a place.
+ */
+export const DEFAULT_PROGRESS_TIMEOUT_SECONDS = 60;
+/**
+ * What the refusals tell clients to wait before trying again. client-go honours Retry-After on 429 and 503 and
+ * tries again up to ten times, so a short wait spreads its retries over the queue's timeout.
+ */
+const RETRY_AFTER_SECONDS = 1;
+
+/** The fair queue's limits of one tunnel, and how long a request may make no progress. */
+export interface TunnelLimits extends FairLimits {
+  progressTimeoutMs: number;
+}
+
+/** A spec field, or its default when it is missing or out of bounds (the CRD's schema has the same bounds). */
+function field(value: number | undefined, min: number, max: number, fallback: number): number {
+  return value !== undefined && Number.isInteger(value) && value >= min && value <= max ? value : fallback;
+}
+
+/** A Cluster's tunnel limits, its spec's fields with their defaults. A user may queue as many as it may run. */
+export function tunnelLimits(spec: ClusterSpec): TunnelLimits {
+  const capacity = field(spec.maxConcurrentStreams, 1, 100_000, DEFAULT_MAX_STREAMS);
+  const perKey = field(
+    spec.maxRequestsPerUser,
+    1,
+    100_000,
+    Math.max(1, Math.ceil(capacity * DEFAULT_USER_SHARE)),
+  );
+  return {
+    capacity,
+    perKey,
+    maxQueued: field(spec.maxQueuedRequests, 0, 100_000, DEFAULT_MAX_QUEUED),
+    maxQueuedPerKey: perKey,
+    maxWaitMs: field(spec.queueTimeoutSeconds, 1, 60, DEFAULT_QUEUE_TIMEOUT_SECONDS) * 1000,
+    progressTimeoutMs: field(spec.progressTimeoutSeconds, 1, 3600, DEFAULT_PROGRESS_TIMEOUT_SECONDS) * 1000,
+  };
+}
+
+export interface TunnelForwarderOptions {
+  /** Default: the defaults of an empty Cluster spec. */
+  limits?: TunnelLimits;
+  /** Timers for the queue's deadline and the progress deadline. Default: the system's. */
+  clock?: Clock;
+}
+
+export interface TunnelForwarder extends Forwarder {
+  /** Takes a Cluster's edited limits at once, without reconnecting; requests in flight keep their places. */
+  configure(limits: TunnelLimits): void;
+}
 
 /** Never copied either way: hop-by-hop, HTTP/2 pseudo-headers, and credentials. */
 const DROPPED = new Set([
@@ -20,6 +95,26 @@ const DROPPED = new Set([
   'host',
 ]);
 const TUNNEL_HOST = 'cluster.tunnel';
+
+/** The Status for a request the fair queue turned away: 429 when the user's own share is used up, 503 otherwise. */
+function refusalStatus(
+  cluster: string,
+  why: FairRefusal,
+  limits: TunnelLimits,
+): { code: number; message: string } {
+  const waited = why.waited ? ` and waited ${limits.maxWaitMs / 1000} s` : '';
+  if (why.code === KEY_LIMIT)
+    return {
+      code: 429,
+      message: `cluster ${cluster}: you already have as many requests in flight and waiting for its tunnel as one user may (${limits.perKey} of each)${waited}; retry later`,
+    };
+  if (why.code === 'SEALION_FAIR_CLOSED')
+    return { code: 503, message: `cluster ${cluster}: its agent's tunnel closed; retry later` };
+  return {
+    code: 503,
+    message: `cluster ${cluster}: the tunnel carries as many requests as it may${waited || ' and its queue is full'}; retry later`,
+  };
+}
 
 function failure(cluster: string, err: Error & { code?: string }): { code: number; message: string } {
   if (err.code === 'SEALION_TUNNEL_BUSY')
@@ -43,7 +138,108 @@ function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
   return headers;
 }
 
-export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwarder {
+/**
+ * Calls `release` once `stream` (a tunnel stream, if there is one) is destroyed: until then it counts against the
+ * tunnel's limit (lib/tunnel.ts stops counting it at its destroy, which comes before its 'close').
+ */
+function releaseWhenGone(release: () => void, stream: Duplex | undefined): void {
+  if (!stream || stream.destroyed) return release();
+  stream.once('close', release);
+}
+
+/**
+ * Streams `from` into the response as relayBody does, and cuts it (through `stalled`) when the client has not
+ * taken what is buffered for `ms`. A response with nothing to send (a watch without events) never stalls.
+ */
+function relayWithDeadline(
+  from: Readable,
+  res: Response,
+  ms: number,
+  clock: Clock,
+  stalled: () => void,
+): void {
+  let timer: unknown;
+  let waiting = false;
+  const resume = (): void => {
+    waiting = false;
+    clock.clearTimeout(timer);
+    from.resume();
+  };
+  from.on('data', (chunk: Buffer) => {
+    if (res.write(chunk) || waiting) return;
+    waiting = true;
+    from.pause();
+    timer = clock.setTimeout(stalled, ms);
+    res.once('drain', resume);
+  });
+  from.on('end', () => res.end());
+  res.once('close', () => clock.clearTimeout(timer));
+}
+
+/**
+ * Watches a request body: `stalled` is called when no chunk arrived for `ms` before its end (the client stopped
+ * sending, or the tunnel stopped taking it). One timer per body, checked and re-armed when it fires.
+ */
+function watchBody(body: Readable, ms: number, clock: Clock, stalled: () => void): () => void {
+  let chunks = 0;
+  let seen = -1;
+  let timer: unknown;
+  const check = (): void => {
+    if (chunks === seen) return stalled();
+    seen = chunks;
+    timer = clock.setTimeout(check, ms);
+  };
+  const count = (): void => void chunks++;
+  const stop = (): void => {
+    clock.clearTimeout(timer);
+    body.off('data', count);
+  };
+  body.on('data', count);
+  body.once('end', stop);
+  check();
+  return stop;
+}
+
+/**
+ * Cuts an upgraded connection whose client has not taken what the agent sent for `ms`: the proxy's pipe pauses the
+ * tunnel stream while the client's socket is full, and the client's 'drain' lets it go on. An idle connection (an
+ * exec shell nobody types in) has nothing pending and is never cut.
+ */
+function watchUpgrade(stream: Duplex, socket: Socket, ms: number, clock: Clock): void {
+  let timer: unknown;
+  const disarm = (): void => {
+    clock.clearTimeout(timer);
+    timer = undefined;
+  };
+  stream.on('pause', () => {
+    if (timer !== undefined) return;
+    timer = clock.setTimeout(() => {
+      timer = undefined;
+      // Paused for another reason (the upgrade's own setup): only a client that leaves data unread stalls.
+      if (!socket.writableNeedDrain) return;
+      socket.destroy();
+      stream.destroy();
+    }, ms);
+  });
+  socket.on('drain', disarm);
+  socket.once('close', disarm);
+}
+
+export function newTunnelForwarder(
+  cluster: string,
+  tunnel: TunnelClient,
+  opts: TunnelForwarderOptions = {},
+): TunnelForwarder {
+  let limits = opts.limits ?? tunnelLimits({});
+  const clock = opts.clock ?? systemClock;
+  const admission = newFairSemaphore(limits, clock);
+  tunnel.setMaxStreams(limits.capacity);
+  /** The tunnel stream each upgrade went out on, reported by the proxy once it has one. */
+  const upgradeStreams = new WeakMap<IncomingMessage, (stream: Duplex) => void>();
+
+  const retryAfter = { 'retry-after': String(RETRY_AFTER_SECONDS) };
+  const details = { retryAfterSeconds: RETRY_AFTER_SECONDS };
+
   const upgradeProxy = createProxyMiddleware<IncomingMessage>({
     target: `http://${TUNNEL_HOST}`,
     agent: tunnel.agent,
@@ -51,6 +247,10 @@ export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwa
     ejectPlugins: true,
     plugins: [proxyEventsPlugin],
     on: {
+      proxyReqWs(proxyReq, req) {
+        const report = upgradeStreams.get(req);
+        if (report) proxyReq.once('socket', report);
+      },
       error(err, _req, socket) {
         const { code, message } = failure(cluster, err);
         if ('writeHead' in socket) return void writeStatus(socket, code, message);
@@ -59,55 +259,154 @@ export function newTunnelForwarder(cluster: string, tunnel: TunnelClient): Forwa
     },
   });
 
+  /** Forwards a request that holds a place; `release` gives the place back once its tunnel stream is free. */
+  function forward(
+    req: Parameters<Forwarder['web']>[0],
+    res: Response,
+    plan: ForwardPlan,
+    release: () => void,
+  ) {
+    return new Promise<void>((done) => {
+      const fail = (err: Error & { code?: string }): void => {
+        if (!res.headersSent) {
+          const { code, message } = failure(cluster, err);
+          writeStatus(res, code, message);
+        } else if (!res.destroyed) res.destroy();
+      };
+      const body = hasBody(req);
+      const upstream = request({
+        agent: tunnel.agent,
+        host: TUNNEL_HOST,
+        method: req.method ?? 'GET',
+        path: req.url ?? '/',
+        headers: upstreamHeaders(plan),
+      });
+      const progressMs = limits.progressTimeoutMs;
+      let answer: IncomingMessage | undefined;
+      upstream.on('response', (received: IncomingMessage) => {
+        answer = received;
+        const out: OutgoingHttpHeaders = {};
+        for (const [name, value] of Object.entries(received.headers))
+          if (value !== undefined && !DROPPED.has(name)) out[name] = value;
+        res.writeHead(received.statusCode ?? 502, out);
+        if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
+        // A client that leaves the answer unread holds its place and its stream: cut, as any broken answer is.
+        relayWithDeadline(received, res, progressMs, clock, () => res.destroy());
+        // Cut off mid-body (the agent went away): the client must see a broken response, not a short one.
+        received.once('aborted', () => res.destroy());
+      });
+      upstream.on('error', fail);
+      if (!plan.longRunning) {
+        upstream.setTimeout(SHORT_REQUEST_TIMEOUT_MS, () => {
+          fail(Object.assign(new Error('upstream timeout'), { code: 'SEALION_UPSTREAM_TIMEOUT' }));
+          upstream.destroy();
+        });
+      }
+      let stopWatchingBody = (): void => {};
+      let finished = false;
+      const finish = (): void => {
+        if (finished) return;
+        finished = true;
+        stopWatchingBody();
+        // Only a whole exchange leaves the stream fit for the next request. (An HTTP/2 response reads as finished once
+        // the client has reset it, so the answer, not the response, tells whether the exchange is whole.)
+        if (!upstream.writableFinished || !answer?.complete) upstream.destroy();
+        // The stream is destroyed now, or went back to the agent's pool whole, free for the next request.
+        release();
+        done();
+      };
+      res.once('close', finish);
+      if (body) {
+        const from: Readable = 'stream' in req ? req.stream : req;
+        stopWatchingBody = watchBody(from, progressMs, clock, () => {
+          if (res.headersSent) res.destroy();
+          else writeStatus(res, 408, `cluster ${cluster}: the request body stopped arriving`);
+          // An HTTP/2 response that ended before its request did closes only when the client ends or resets it.
+          finish();
+        });
+        req.pipe(upstream);
+      } else upstream.end();
+    });
+  }
+
   return {
     web(req, res, plan) {
+      // A client gone before its turn (it reset the request while it was authenticated) would never close again:
+      // a place taken for it would never come back.
+      if (res.destroyed) return Promise.resolve();
       return new Promise<void>((done) => {
-        const fail = (err: Error & { code?: string }): void => {
-          if (!res.headersSent) {
-            const { code, message } = failure(cluster, err);
-            writeStatus(res, code, message);
-          } else if (!res.destroyed) res.destroy();
-        };
-        const body = hasBody(req);
-        const upstream = request({
-          agent: tunnel.agent,
-          host: TUNNEL_HOST,
-          method: req.method ?? 'GET',
-          path: req.url ?? '/',
-          headers: upstreamHeaders(plan),
-        });
-        upstream.on('response', (answer: IncomingMessage) => {
-          const out: OutgoingHttpHeaders = {};
-          for (const [name, value] of Object.entries(answer.headers))
-            if (value !== undefined && !DROPPED.has(name)) out[name] = value;
-          res.writeHead(answer.statusCode ?? 502, out);
-          if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
-          relayBody(answer, res);
-          // Cut off mid-body (the agent went away): the client must see a broken response, not a short one.
-          answer.once('aborted', () => res.destroy());
-        });
-        upstream.on('error', fail);
-        if (!plan.longRunning) {
-          upstream.setTimeout(SHORT_REQUEST_TIMEOUT_MS, () => {
-            fail(Object.assign(new Error('upstream timeout'), { code: 'SEALION_UPSTREAM_TIMEOUT' }));
-            upstream.destroy();
+        let settled = false;
+        const cancel = admission.acquire(
+          plan.user,
+          (release) => {
+            settled = true;
+            void forward(req, res, plan, release).then(done);
+          },
+          (why) => {
+            settled = true;
+            const { code, message } = refusalStatus(cluster, why, limits);
+            if (res.headersSent) res.destroy();
+            else {
+              const text = statusBody(code, message, details);
+              res.writeHead(code, {
+                'content-type': 'application/json',
+                'content-length': Buffer.byteLength(text),
+                ...retryAfter,
+              });
+              res.end(text);
+            }
+            done();
+          },
+        );
+        // A client that gives up while waiting leaves the queue.
+        if (!settled)
+          res.once('close', () => {
+            if (settled) return;
+            cancel();
+            done();
           });
-        }
-        res.once('close', () => {
-          if (!upstream.writableFinished || !res.writableFinished) upstream.destroy();
-          done();
-        });
-        if (body) req.pipe(upstream);
-        else upstream.end();
       });
     },
     upgrade(req, socket: Socket, head, plan) {
       const headers = upstreamHeaders(plan);
       for (const name of Object.keys(req.headers)) delete req.headers[name];
       Object.assign(req.headers, headers, { connection: 'Upgrade', upgrade: plan.headers['upgrade'] });
-      upgradeProxy.upgrade(req, socket, head);
+      if (socket.destroyed) return;
+      let settled = false;
+      const cancel = admission.acquire(
+        plan.user,
+        (release) => {
+          settled = true;
+          let stream: Duplex | undefined;
+          const progressMs = limits.progressTimeoutMs;
+          upgradeStreams.set(req, (s) => {
+            stream = s;
+            watchUpgrade(s, socket, progressMs, clock);
+          });
+          socket.once('close', () => releaseWhenGone(release, stream));
+          upgradeProxy.upgrade(req, socket, head);
+        },
+        (why) => {
+          settled = true;
+          const { code, message } = refusalStatus(cluster, why, limits);
+          if (!socket.destroyed)
+            socket.end(rawStatusResponse(code, message, { details, headers: retryAfter }));
+        },
+      );
+      if (!settled)
+        socket.once('close', () => {
+          if (!settled) cancel();
+        });
+    },
+    configure(next) {
+      // Every status write to the Cluster comes back as an edit: only a changed spec is worth a pass over the queue.
+      if ((Object.keys(next) as (keyof TunnelLimits)[]).every((k) => next[k] === limits[k])) return;
+      limits = next;
+      admission.configure(next);
+      tunnel.setMaxStreams(next.capacity);
     },
     close() {
+      admission.close();
       tunnel.close();
     },
   };

@@ -26,7 +26,7 @@ import {
 } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/status-body.ts';
 import type { StatusWriter } from '../../lib/status-writer.ts';
-import { DEFAULT_MAX_STREAMS, newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
+import { newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
@@ -37,7 +37,7 @@ import {
   parseBindingURI,
   type AgentBinding,
 } from './binding.ts';
-import { newTunnelForwarder } from './forwarder.ts';
+import { newTunnelForwarder, tunnelLimits, type TunnelForwarder } from './forwarder.ts';
 
 export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
 /** Agent certificates live 90 days and are renewed over the tunnel at two thirds of that. */
@@ -170,7 +170,7 @@ interface Connected {
   /** What the tunnel's certificate is bound to; the tunnel closes when the registry stops matching it. */
   binding: AgentBinding;
   tunnel: TunnelClient;
-  forwarder: Forwarder;
+  forwarder: TunnelForwarder;
   since: Date;
 }
 
@@ -325,12 +325,16 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         log.warn({ problem: changed }, 'tunnel refused');
         return ws.terminate();
       }
-      const tunnel = newTunnelClient(createWebSocketStream(ws), {
-        maxStreams: registered.spec.maxConcurrentStreams ?? DEFAULT_MAX_STREAMS,
-      });
+      const limits = tunnelLimits(registered.spec ?? {});
+      const tunnel = newTunnelClient(createWebSocketStream(ws), { maxStreams: limits.capacity });
       const previous = connected.get(cluster);
       const since = new Date();
-      const entry: Connected = { binding, tunnel, forwarder: newTunnelForwarder(cluster, tunnel), since };
+      const entry: Connected = {
+        binding,
+        tunnel,
+        forwarder: newTunnelForwarder(cluster, tunnel, { limits }),
+        since,
+      };
       connected.set(cluster, entry);
       previous?.tunnel.close();
       log.info({ cluster, agentVersion }, 'agent connected');
@@ -359,8 +363,13 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   });
 
   // A Cluster removed from the registry, created again, or with its agentGeneration raised loses its tunnel at
-  // once, not at the agent's next reconnect.
-  opts.clusters.onChange((obj) => closeIfUnbound(obj.metadata.name ?? ''));
+  // once, not at the agent's next reconnect; an edited one has its limits applied to the open tunnel.
+  opts.clusters.onChange((obj) => {
+    const name = obj.metadata.name ?? '';
+    closeIfUnbound(name);
+    const current = opts.clusters.get(name);
+    if (current) connected.get(name)?.forwarder.configure(tunnelLimits(current.spec ?? {}));
+  });
 
   // Each agent holds one connection; past this many, new ones are dropped at accept rather than exhausting memory.
   server.maxConnections = MAX_TUNNEL_CONNECTIONS;

@@ -1,0 +1,494 @@
+// Clusters behind real tunnels (both ends of lib/tunnel.ts over a real WebSocket on port 0, the agent's end serving
+// an HTTP server that stands in for its local proxy and the cluster's API server), reached through the real proxy
+// handler and server over HTTP/2, as kubectl connects. One user reading discovery documents slowly must not starve
+// another, and a request that makes no progress is cut.
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import {
+  connect as http2Connect,
+  constants,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+} from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
+import { apiGroups } from '../../apis/groups.ts';
+import { eventually } from '../../integration/harness/eventually.ts';
+import { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
+import type { Reviewer } from '../../lib/kube.ts';
+import { silentLogger } from '../../lib/log.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { newTunnelClient, serveTunnel } from '../../lib/tunnel.ts';
+import { newRequestAuthenticator } from '../proxy/authenticate.ts';
+import { newClientCertSigner } from '../proxy/credentials.ts';
+import type { Forwarder } from '../proxy/forward.ts';
+import { newProxyHandler } from '../proxy/handler.ts';
+import { newProxyMetrics } from '../proxy/metrics.ts';
+import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
+import type { Clock } from './fair-semaphore.ts';
+import { newTunnelForwarder, tunnelLimits, type TunnelLimits } from './forwarder.ts';
+
+const USERS = ['alice', 'bob', 'carol'];
+const TOKENS: Record<string, AuthResult> = Object.fromEntries(
+  USERS.map((name) => [
+    `${name}-token`,
+    { ok: true, authenticator: 'test', user: { username: name, groups: [], extra: {} } },
+  ]),
+);
+const staticTokens: TokenAuthenticator = {
+  authenticate: (token) => Promise.resolve(TOKENS[token] ?? { ok: false, reason: 'unknown static token' }),
+};
+const reviewer: Reviewer = {
+  tokenReview: () => Promise.resolve({ authenticated: false }),
+  allowed: () => Promise.resolve(false),
+};
+
+/** Timers that fire only when the test advances time; `pending` lists the delays of those armed. */
+function fakeClock(): Clock & { advance(ms: number): void; pending(): number[] } {
+  let now = 0;
+  let next = 0;
+  const timers = new Map<number, { at: number; ms: number; fire: () => void }>();
+  return {
+    setTimeout(fire, ms) {
+      timers.set(++next, { at: now + ms, ms, fire });
+      return next;
+    },
+    clearTimeout: (id) => void timers.delete(id as number),
+    advance(ms) {
+      now += ms;
+      const due = [...timers].filter(([, t]) => t.at <= now).sort((x, y) => x[1].at - y[1].at || x[0] - y[0]);
+      for (const [id, t] of due) if (timers.delete(id)) t.fire();
+    },
+    pending: () => [...timers.values()].map((t) => t.ms),
+  };
+}
+
+/** A discovery document large enough that a client that does not read it holds its stream. */
+const DISCOVERY_BYTES = 8 << 20;
+/** Requests each user has at the agent now, the most each has had at once, and bodies received. */
+const inFlight = new Map<string, number>();
+const mostInFlight = new Map<string, number>();
+let uploaded = 0;
+/** Upgraded connections the agent has seen end. */
+let upgradesEnded = 0;
+/** Watches the agent holds open, to send events on. */
+const watches: ServerResponse[] = [];
+
+/** The agent's local proxy and the cluster's API server in one: it sees the impersonated user of each request. */
+function agentServer(req: IncomingMessage, res: ServerResponse): void {
+  const user = String(req.headers['impersonate-user']);
+  inFlight.set(user, (inFlight.get(user) ?? 0) + 1);
+  mostInFlight.set(user, Math.max(mostInFlight.get(user) ?? 0, inFlight.get(user)!));
+  res.once('close', () => inFlight.set(user, inFlight.get(user)! - 1));
+  if (req.url === '/api') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const chunk = Buffer.alloc(64 << 10, ' ');
+    let sent = 0;
+    const pump = (): void => {
+      while (sent < DISCOVERY_BYTES) {
+        sent += chunk.length;
+        if (!res.write(chunk)) return void res.once('drain', pump);
+      }
+      res.end();
+    };
+    return pump();
+  }
+  if (req.url?.includes('watch=1')) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.flushHeaders();
+    return void watches.push(res);
+  }
+  if (req.url === '/upload') {
+    req.on('data', (c: Buffer) => (uploaded += c.length));
+    req.on('end', () => res.writeHead(201).end());
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'application/json' }).end('{"kind":"Status","status":"Success"}');
+}
+
+/** The agent's end of an upgrade (a port-forward over WebSocket, say) that sends without end, as fast as it is taken. */
+function agentUpgrade(_req: IncomingMessage, socket: Duplex): void {
+  socket.on('error', () => {});
+  socket.once('close', () => upgradesEnded++);
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\r\n');
+  const chunk = Buffer.alloc(64 << 10, 'p');
+  const pump = (): void => {
+    while (!socket.destroyed) if (!socket.write(chunk)) return void socket.once('drain', pump);
+  };
+  pump();
+}
+
+const cleanups: (() => void)[] = [];
+const forwarders: Record<string, Forwarder> = {};
+let proxyCA: CertificateAuthority;
+let server: ProxyServer;
+let port: number;
+const clock = fakeClock();
+const LONG = 600_000;
+
+/** A cluster behind a real tunnel, forwarded with these limits. */
+async function connectCluster(name: string, limits: TunnelLimits, withClock?: Clock): Promise<void> {
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  await new Promise<void>((done) => wss.once('listening', done));
+  const local = createServer(agentServer);
+  local.on('upgrade', agentUpgrade);
+  const accepted = new Promise<Duplex>((done) =>
+    wss.once('connection', (ws) => done(createWebSocketStream(ws))),
+  );
+  const ws = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`);
+  await new Promise<void>((done) => ws.once('open', () => done()));
+  const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream));
+  const tunnel = newTunnelClient(await accepted, { maxStreams: limits.capacity });
+  forwarders[name] = newTunnelForwarder(name, tunnel, { limits, ...(withClock ? { clock: withClock } : {}) });
+  cleanups.push(() => {
+    forwarders[name]!.close();
+    agentEnd.close();
+    ws.terminate();
+    wss.close();
+    local.closeAllConnections();
+  });
+}
+
+/** One HTTP/2 connection per user, as one kubectl each. */
+const sessions = new Map<string, ClientHttp2Session>();
+function session(user: string): ClientHttp2Session {
+  let s = sessions.get(user);
+  if (!s) {
+    s = http2Connect(`https://127.0.0.1:${port}`, { ca: proxyCA.certPem });
+    s.on('error', () => {});
+    sessions.set(user, s);
+  }
+  return s;
+}
+
+interface Call {
+  stream: ClientHttp2Stream;
+  /** The response headers, once they came. */
+  headers?: IncomingHttpHeaders;
+  /** The whole body, read (unless paused) to its end. */
+  body: Promise<string>;
+  /** How the stream ended: 'end' for a whole response, 'cut' when it was reset. */
+  ended: Promise<'end' | 'cut'>;
+}
+
+/** A request as `user`; with `paused`, nothing of the answer is read, as a client reading very slowly. */
+function call(
+  user: string,
+  path: string,
+  opts: { paused?: boolean; body?: string; headers?: OutgoingHttpHeaders } = {},
+): Call {
+  const stream = session(user).request(
+    { ':path': path, authorization: `Bearer ${user}-token`, ...opts.headers },
+    { endStream: opts.body === undefined },
+  );
+  const result: Call = { stream, body: Promise.resolve(''), ended: Promise.resolve('end') };
+  stream.on('response', (h) => (result.headers = h));
+  result.ended = new Promise((done) => {
+    stream.once('end', () => done('end'));
+    stream.once('error', () => done('cut'));
+    stream.once('close', () => done(stream.rstCode === 0 ? 'end' : 'cut'));
+  });
+  if (opts.paused) stream.pause();
+  else {
+    let text = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (c: string) => (text += c));
+    result.body = result.ended.then(() => text);
+  }
+  if (opts.body !== undefined) stream.write(opts.body);
+  return result;
+}
+
+/** The rest of a paused stream's body. */
+function readAll(stream: ClientHttp2Stream): Promise<string> {
+  return new Promise((done) => {
+    let text = '';
+    stream.on('data', (c: Buffer) => (text += c.toString()));
+    stream.once('end', () => done(text));
+    stream.resume();
+  });
+}
+
+const statusOf = (c: Call): number | undefined => (c.headers ? Number(c.headers[':status']) : undefined);
+
+beforeAll(async () => {
+  proxyCA = await newCA('proxy-ca');
+  const serving = await issueCert(proxyCA, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
+  const cache = new AuthenticatorCache();
+  cache.set('WebhookAuthenticator', 'static', staticTokens);
+  const noHub: Forwarder = {
+    web: () => Promise.reject(new Error('not for the hub')),
+    upgrade: () => {},
+    close: () => {},
+  };
+  const handler = newProxyHandler({
+    groups: apiGroups(),
+    authenticator: newRequestAuthenticator(cache, reviewer, () => server.trustedClientCAs()),
+    cache,
+    reviewer,
+    forwarder: noHub,
+    signer: newClientCertSigner(() => undefined),
+    metrics: newProxyMetrics(),
+    log: silentLogger(),
+    ready: () => true,
+    serving: () => true,
+    clusters: (name) => forwarders[name],
+  });
+  server = newProxyServer(
+    { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
+    handler.request,
+    handler.upgrade,
+  );
+  port = await server.listen(0, '127.0.0.1');
+  // Room for four requests, two per user; two more of a user's may wait. Nothing here waits for a deadline.
+  await connectCluster('edge', {
+    capacity: 4,
+    perKey: 2,
+    maxQueued: 4,
+    maxQueuedPerKey: 2,
+    maxWaitMs: LONG,
+    progressTimeoutMs: LONG,
+  });
+  // One request at a time and no queue, to see upgrades refused.
+  await connectCluster('tiny', {
+    capacity: 1,
+    perKey: 1,
+    maxQueued: 0,
+    maxQueuedPerKey: 0,
+    maxWaitMs: LONG,
+    progressTimeoutMs: LONG,
+  });
+  // One request at a time, on the fake clock, so the test decides when the progress deadline passes.
+  await connectCluster(
+    'stall',
+    { capacity: 1, perKey: 1, maxQueued: 4, maxQueuedPerKey: 4, maxWaitMs: LONG, progressTimeoutMs: 1000 },
+    clock,
+  );
+});
+
+afterAll(async () => {
+  for (const s of sessions.values()) s.destroy();
+  cleanups.splice(0).forEach((c) => c());
+  await server.close();
+});
+
+jest.setTimeout(30_000);
+
+describe('a tunnel shared by several users', () => {
+  it('serves another user while one holds slow discovery reads, and refuses the one beyond its share', async () => {
+    // alice asks for six discovery documents and reads none of them.
+    const slow = Array.from({ length: 6 }, () => call('alice', '/clusters/edge/api', { paused: true }));
+    // Her requests hold what they may of the tunnel, and are answered or refused beyond that.
+    await eventually(() => {
+      expect(slow.filter((c) => statusOf(c) === 200).length).toBeGreaterThanOrEqual(2);
+      expect(
+        slow.filter((c) => statusOf(c) !== undefined && statusOf(c) !== 200).length,
+      ).toBeGreaterThanOrEqual(2);
+    });
+
+    const bob = call('bob', '/clusters/edge/version');
+    expect(await bob.ended).toBe('end');
+    expect(statusOf(bob)).toBe(200);
+    expect(JSON.parse(await bob.body)).toMatchObject({ status: 'Success' });
+
+    // Two hold her share, two wait for it, two are refused: her share and her queue are full.
+    expect(slow.map(statusOf).sort()).toEqual([200, 200, 429, 429, undefined, undefined]);
+    const refused = slow.filter((c) => statusOf(c) !== undefined && statusOf(c) !== 200);
+    for (const r of refused) {
+      expect(statusOf(r)).toBe(429);
+      expect(r.headers!['retry-after']).toBe('1');
+      expect(JSON.parse(await readAll(r.stream))).toMatchObject({
+        kind: 'Status',
+        code: 429,
+        reason: 'TooManyRequests',
+        details: { retryAfterSeconds: 1 },
+      });
+    }
+    expect(mostInFlight.get('alice')).toBe(2);
+
+    // Her waiting requests get their turn as her others end.
+    for (const c of slow.filter((c) => statusOf(c) === 200)) c.stream.close(constants.NGHTTP2_CANCEL);
+    await eventually(() => expect(slow.filter((c) => statusOf(c) === 200)).toHaveLength(4));
+    for (const c of slow) c.stream.close(constants.NGHTTP2_CANCEL);
+  });
+  it('counts upgrades too, refusing them with a Status and a Retry-After', async () => {
+    const slow = call('alice', '/clusters/tiny/api', { paused: true });
+    await eventually(() => expect(statusOf(slow)).toBe(200));
+    /** An upgrade request as `user` over HTTP/1.1: the status line and headers of what comes back, and the body. */
+    const upgrade = (user: string): Promise<{ status: number; retryAfter?: string; body: string }> =>
+      new Promise((done, fail) => {
+        const req = httpsRequest({
+          host: '127.0.0.1',
+          port,
+          path: '/clusters/tiny/api/v1/namespaces/default/pods/p/exec?command=sh',
+          ca: proxyCA.certPem,
+          headers: { authorization: `Bearer ${user}-token`, connection: 'Upgrade', upgrade: 'websocket' },
+        });
+        req.on('response', (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () =>
+            done({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'], body }),
+          );
+        });
+        req.on('upgrade', () => fail(new Error('upgraded past the limit')));
+        req.on('error', fail);
+        req.end();
+      });
+    // alice's one place is taken; the tunnel's only place is taken, and nobody may wait.
+    for (const [user, code] of [
+      ['alice', 429],
+      ['bob', 503],
+    ] as const) {
+      const answer = await upgrade(user);
+      expect(answer).toMatchObject({ status: code, retryAfter: '1' });
+      expect(JSON.parse(answer.body)).toMatchObject({
+        kind: 'Status',
+        code,
+        details: { retryAfterSeconds: 1 },
+      });
+    }
+    slow.stream.close(constants.NGHTTP2_CANCEL);
+  });
+});
+
+describe('requests that make no progress', () => {
+  it('cuts an answer the client does not read once the deadline passes, and frees its place', async () => {
+    const watch = call('carol', '/clusters/stall/api/v1/namespaces?watch=1');
+    await eventually(() => expect(statusOf(watch)).toBe(200));
+    // The watch holds the cluster's only place: the others wait for it, so let it go first.
+    watch.stream.close(constants.NGHTTP2_CANCEL);
+    await eventually(() => expect(inFlight.get('carol')).toBe(0));
+
+    const stalled = call('alice', '/clusters/stall/api', { paused: true });
+    const waiting = call('bob', '/clusters/stall/version');
+    // The answer fills every buffer on its way, and the proxy waits for the client to take some: the deadline runs.
+    await eventually(() => expect(clock.pending()).toContain(1000));
+    expect(statusOf(waiting)).toBeUndefined();
+    clock.advance(1000);
+    expect(await stalled.ended).toBe('cut');
+    expect(await waiting.ended).toBe('end');
+    expect(statusOf(waiting)).toBe(200);
+  });
+
+  it('never cuts a watch that has no events to send', async () => {
+    const watch = call('carol', '/clusters/stall/api/v1/namespaces?watch=1');
+    await eventually(() => expect(statusOf(watch)).toBe(200));
+    await eventually(() => expect(watches.length).toBeGreaterThan(1));
+    clock.advance(10 * 1000);
+    watches.at(-1)!.write('{"type":"ADDED"}\n');
+    let seen = '';
+    watch.stream.on('data', (c: string) => (seen += c));
+    await eventually(() => expect(seen).toContain('ADDED'));
+    watch.stream.close(constants.NGHTTP2_CANCEL);
+    await eventually(() => expect(inFlight.get('carol')).toBe(0));
+  });
+
+  it('answers 408 to a request whose body stops arriving, and frees its place', async () => {
+    const upload = call('alice', '/clusters/stall/upload', {
+      body: 'x'.repeat(100),
+      headers: { ':method': 'POST', 'content-length': '1000' },
+    });
+    await eventually(() => expect(uploaded).toBe(100));
+    const waiting = call('bob', '/clusters/stall/version');
+    // The first deadline sees the 100 bytes as progress; the next sees none.
+    clock.advance(1000);
+    clock.advance(1000);
+    expect(await upload.ended).toBe('end');
+    expect(statusOf(upload)).toBe(408);
+    expect(JSON.parse(await upload.body)).toMatchObject({ kind: 'Status', code: 408 });
+    expect(await waiting.ended).toBe('end');
+    expect(statusOf(waiting)).toBe(200);
+  });
+  it('cuts an upgraded connection whose client does not read, and frees its place', async () => {
+    const socket = await new Promise<Duplex>((done, fail) => {
+      const req = httpsRequest({
+        host: '127.0.0.1',
+        port,
+        path: '/clusters/stall/api/v1/namespaces/default/pods/p/portforward',
+        ca: proxyCA.certPem,
+        headers: { authorization: 'Bearer alice-token', connection: 'Upgrade', upgrade: 'websocket' },
+      });
+      req.on('upgrade', (_res, upgraded: Duplex) => done(upgraded));
+      req.on('response', (res) => fail(new Error(`upgrade refused: ${res.statusCode}`)));
+      req.on('error', fail);
+      req.end();
+    });
+    socket.on('error', () => {});
+    socket.pause();
+    const waiting = call('bob', '/clusters/stall/version');
+    // Once what the agent sends fills every buffer up to the client, the deadline runs; then it passes, and the
+    // connection ends all the way to the agent.
+    await eventually(() => {
+      clock.advance(1000);
+      expect(upgradesEnded).toBe(1);
+    });
+    // The client sees its connection end once it reads what was sent before.
+    socket.resume();
+    await new Promise((done) => socket.once('close', done));
+    expect(await waiting.ended).toBe('end');
+    expect(statusOf(waiting)).toBe(200);
+  });
+});
+
+describe('a Cluster’s tunnel limits', () => {
+  it.each([
+    {
+      name: 'defaults: a quarter of the default 1000 streams per user, who may queue as many',
+      spec: {},
+      want: {
+        capacity: 1000,
+        perKey: 250,
+        maxQueued: 1000,
+        maxQueuedPerKey: 250,
+        maxWaitMs: 15_000,
+        progressTimeoutMs: 60_000,
+      },
+    },
+    {
+      name: 'the per-user default follows the tunnel’s limit, rounded up',
+      spec: { maxConcurrentStreams: 10 },
+      want: { capacity: 10, perKey: 3, maxQueuedPerKey: 3 },
+    },
+    {
+      name: 'a one-stream tunnel still lets a user have its one request',
+      spec: { maxConcurrentStreams: 1 },
+      want: { capacity: 1, perKey: 1 },
+    },
+    {
+      name: 'every field set',
+      spec: {
+        maxConcurrentStreams: 50,
+        maxRequestsPerUser: 5,
+        maxQueuedRequests: 0,
+        queueTimeoutSeconds: 2,
+        progressTimeoutSeconds: 30,
+      },
+      want: {
+        capacity: 50,
+        perKey: 5,
+        maxQueued: 0,
+        maxQueuedPerKey: 5,
+        maxWaitMs: 2000,
+        progressTimeoutMs: 30_000,
+      },
+    },
+    {
+      name: 'values the schema forbids fall back to the defaults',
+      spec: {
+        maxConcurrentStreams: 0,
+        maxRequestsPerUser: 2.5,
+        maxQueuedRequests: -1,
+        queueTimeoutSeconds: 61,
+      },
+      want: { capacity: 1000, perKey: 250, maxQueued: 1000, maxWaitMs: 15_000 },
+    },
+  ])('$name', ({ spec, want }) => {
+    expect(tunnelLimits(spec)).toMatchObject(want);
+  });
+});
