@@ -1061,8 +1061,8 @@ async function fakeAgent(ctx: LaneContext): Promise<FakeAgent> {
       stream.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n${answer.body}`, 'latin1'));
       if (answer.end === 'end') stream.end();
       if (answer.end === 'destroy') stream.destroy();
-      // 'stay': left open; the proxy's own deadline (or the client's) must end it.
-      else setTimeout(() => stream.destroy(), 1_000).unref();
+      // 'stay': left open a moment, as a stalled agent would be, then cut off.
+      else setTimeout(() => stream.destroy(), 100).unref();
     });
   });
   ctx.state['agent'] = agent;
@@ -1100,7 +1100,7 @@ export const tunnelFamily: Family<TunnelCase> = {
       ws.on('error', () => {});
       if (c.settingsFirst) ws.send(frameBytes({ type: 4, flags: 0, stream: 0, payload: '' }));
       for (const f of c.frames) ws.send('raw' in f ? Buffer.from(f.raw, 'latin1') : frameBytes(f));
-      await Promise.race([closed, new Promise((done) => setTimeout(done, 200))]);
+      await Promise.race([closed, new Promise((done) => setTimeout(done, 50))]);
       ws.terminate();
       await closed;
       return;

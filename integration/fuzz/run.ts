@@ -41,6 +41,8 @@ export interface FamilyReport {
   shrinkRuns: number;
   failures: number;
   counterexamples: Counterexample[];
+  /** Time its cases took, summed over lanes (mean per case = busyMs / cases). */
+  busyMs: number;
 }
 
 export interface FuzzReport {
@@ -81,7 +83,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   const reports = new Map<string, FamilyReport>(
     families.map((f) => [
       f.name,
-      { name: f.name, cases: 0, shrinkRuns: 0, failures: 0, counterexamples: [] },
+      { name: f.name, cases: 0, shrinkRuns: 0, failures: 0, counterexamples: [], busyMs: 0 },
     ]),
   );
   const inFlight = new Map<string, unknown>();
@@ -134,6 +136,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
             if (failedOnce) report.shrinkRuns++;
             else report.cases++;
             inFlight.set(key, input);
+            const began = Date.now();
             try {
               await family.run(input, ctx);
             } catch (err) {
@@ -143,6 +146,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
               throw err;
             } finally {
               inFlight.delete(key);
+              report.busyMs += Date.now() - began;
             }
             if (!target.concierge.alive()) {
               failedOnce = true;
@@ -221,7 +225,8 @@ export function formatReport(report: FuzzReport): string {
   lines.push(`fuzz: ${total} cases in ${(report.elapsedMs / 1000).toFixed(1)} s, seed ${report.seed}`);
   for (const f of report.families)
     lines.push(
-      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures} failing` +
+      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures} failing, ` +
+        `${(f.busyMs / Math.max(1, f.cases + f.shrinkRuns)).toFixed(0)} ms a case` +
         (f.shrinkRuns ? ` (${f.shrinkRuns} shrink runs)` : ''),
     );
   const byKind = new Map<string, number>();
