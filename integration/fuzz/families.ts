@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { serveTunnel, type TunnelServer } from '../../lib/tunnel.ts';
 import { expectClean, FindingError, TUNNEL_401_BODIES } from './oracle.ts';
-import { AGENT_CLUSTER_PREFIX, FUZZ_AUDIENCE, type FuzzTarget } from './target.ts';
+import { AGENT_CLUSTER_PREFIX, agentCluster, FUZZ_AUDIENCE, type FuzzTarget } from './target.ts';
 import { rawExchange, TLSSessions, type H2Client } from './wire.ts';
 
 /** What one lane of one family holds while it runs its cases one after another. */
@@ -1016,8 +1016,8 @@ export const tunnelCase: fc.Arbitrary<TunnelCase> = fc.oneof(
 );
 
 /** A WebSocket to the tunnel listener as lane's agent. */
-async function dialAsAgent(ctx: LaneContext): Promise<WebSocket> {
-  const cert = await ctx.target.agentCert(ctx.lane);
+async function dialAsAgent(ctx: LaneContext, role: 'answers' | 'garbage'): Promise<WebSocket> {
+  const cert = await ctx.target.agentCert(ctx.lane, role);
   const ws = new WebSocket(`wss://127.0.0.1:${ctx.target.tunnelPort}/connect`, {
     ca: ctx.target.tunnelCA,
     cert: cert.certPem,
@@ -1046,7 +1046,7 @@ interface FakeAgent {
 async function fakeAgent(ctx: LaneContext): Promise<FakeAgent> {
   const existing = ctx.state['agent'] as FakeAgent | undefined;
   if (existing && existing.ws.readyState === WebSocket.OPEN) return existing;
-  const ws = await dialAsAgent(ctx);
+  const ws = await dialAsAgent(ctx, 'answers');
   const agent: FakeAgent = { ws, server: undefined as unknown as TunnelServer };
   agent.server = serveTunnel(createWebSocketStream(ws), (stream) => {
     let head = '';
@@ -1095,7 +1095,7 @@ export const tunnelFamily: Family<TunnelCase> = {
       return;
     }
     if (c.mode === 'agent garbage') {
-      const ws = await dialAsAgent(ctx);
+      const ws = await dialAsAgent(ctx, 'garbage');
       const closed = new Promise<void>((done) => ws.once('close', () => done()));
       ws.on('error', () => {});
       if (c.settingsFirst) ws.send(frameBytes({ type: 4, flags: 0, stream: 0, payload: '' }));
@@ -1107,7 +1107,7 @@ export const tunnelFamily: Family<TunnelCase> = {
     }
     const agent = await fakeAgent(ctx);
     agent.answer = c.answer;
-    const cluster = `${AGENT_CLUSTER_PREFIX}${ctx.lane}`;
+    const cluster = agentCluster(ctx.lane, 'answers');
     const answer = await ctx.h2.request(
       {
         headers: {

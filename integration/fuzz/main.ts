@@ -43,6 +43,11 @@ process.on('SIGINT', () => {
   interrupt.abort();
 });
 process.on('SIGTERM', () => interrupt.abort());
+// A failure of the fuzzer's own (its fake agents run lib/tunnel.ts in this process): stop what it started, then exit.
+process.on('uncaughtException', (err) => {
+  console.error('[fuzz] the fuzzer itself failed:', err);
+  void (target?.stop() ?? Promise.resolve()).finally(() => process.exit(2));
+});
 
 async function main(): Promise<number> {
   try {

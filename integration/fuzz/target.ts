@@ -15,8 +15,16 @@ export const FUZZ_USER = 'fuzzer@example.com';
 /** The fuzz user's group, bound to `view`: fuzzed methods and paths reach the API server but change nothing. */
 export const FUZZ_GROUP = 'fuzzers';
 const TUNNEL_NAMESPACE = 'sealion-fuzz';
-/** Clusters whose tunnels the fuzzer's own fake agents hold, one per lane; generated paths never name them. */
+/**
+ * Clusters whose tunnels the fuzzer's own fake agents hold, two per lane (one that answers requests, one that sends
+ * garbage; apart, so that a new garbage tunnel never replaces the answering one); generated paths never name them.
+ */
 export const AGENT_CLUSTER_PREFIX = 'fuzz-agent-';
+
+/** The agent cluster of a lane, for answering or for garbage. */
+export function agentCluster(lane: number, role: 'answers' | 'garbage'): string {
+  return `${AGENT_CLUSTER_PREFIX}${role === 'answers' ? '' : 'g'}${lane}`;
+}
 
 export interface Credential {
   certPem: string;
@@ -38,8 +46,8 @@ export interface FuzzTarget {
   token: string;
   /** A client certificate of FUZZ_USER from the proxy's signer CA. */
   userCert: Credential;
-  /** An agent certificate for cluster `${AGENT_CLUSTER_PREFIX}${lane}`. */
-  agentCert(lane: number): Promise<Credential>;
+  /** An agent certificate for agentCluster(lane, role). */
+  agentCert(lane: number, role: 'answers' | 'garbage'): Promise<Credential>;
   stop(): Promise<void>;
 }
 
@@ -95,12 +103,14 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       JSON.stringify({
         apiVersion: 'v1',
         kind: 'List',
-        items: Array.from({ length: agents }, (_, lane) => ({
-          apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
-          kind: 'Cluster',
-          metadata: { name: `${AGENT_CLUSTER_PREFIX}${lane}` },
-          spec: {},
-        })),
+        items: Array.from({ length: agents }, (_, lane) =>
+          (['answers', 'garbage'] as const).map((role) => ({
+            apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+            kind: 'Cluster',
+            metadata: { name: agentCluster(lane, role) },
+            spec: {},
+          })),
+        ).flat(),
       }),
     );
 
@@ -119,7 +129,7 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       validityMs: 24 * 3600_000,
     });
     const token = await issuer.mint({ username: FUZZ_USER, groups: [FUZZ_GROUP] }, { expiresIn: 3600 * 24 });
-    const agentCerts = new Map<number, Promise<Credential>>();
+    const agentCerts = new Map<string, Promise<Credential>>();
     return {
       cluster,
       issuer,
@@ -130,15 +140,14 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       tunnelCA: tunnelCA.certPem,
       token,
       userCert: { certPem: userCert.certPem, keyPem: userCert.keyPem },
-      agentCert(lane: number) {
-        let cert = agentCerts.get(lane);
+      agentCert(lane: number, role: 'answers' | 'garbage') {
+        const name = agentCluster(lane, role);
+        let cert = agentCerts.get(name);
         if (!cert) {
-          cert = issueCert(tunnelCA, {
-            commonName: `${AGENT_CLUSTER_PREFIX}${lane}`,
-            usage: 'client',
-            validityMs: 24 * 3600_000,
-          }).then((c) => ({ certPem: c.certPem, keyPem: c.keyPem }));
-          agentCerts.set(lane, cert);
+          cert = issueCert(tunnelCA, { commonName: name, usage: 'client', validityMs: 24 * 3600_000 }).then(
+            (c) => ({ certPem: c.certPem, keyPem: c.keyPem }),
+          );
+          agentCerts.set(name, cert);
         }
         return cert;
       },
