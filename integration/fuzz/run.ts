@@ -48,7 +48,11 @@ export interface FamilyReport {
 export interface FuzzReport {
   seed: number;
   families: FamilyReport[];
-  crash?: { stderr: string; inFlight: string[] };
+  /**
+   * The concierge died: its stderr, the cases in flight then, and each lane's last cases before them (a case can
+   * kill it just after its own answer, or the death is seen a moment later).
+   */
+  crash?: { stderr: string; inFlight: string[]; recent: string[] };
   rss: { before: number; after: number; max: number };
   /** The concierge's memory after a full GC, before and after the cases. */
   memory: { before: NodeJS.MemoryUsage; after?: NodeJS.MemoryUsage };
@@ -87,7 +91,17 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     ]),
   );
   const inFlight = new Map<string, unknown>();
+  /** Each lane's last RECENT cases, oldest first. */
+  const recent = new Map<string, unknown[]>();
+  const RECENT = 3;
   let crash: FuzzReport['crash'];
+  const crashReport = (): NonNullable<FuzzReport['crash']> => ({
+    stderr: target.concierge.stderr(),
+    inFlight: [...inFlight.entries()].map(([lane, input]) => `${lane}: ${fc.stringify(input)}`),
+    recent: [...recent.entries()].flatMap(([lane, inputs]) =>
+      inputs.map((input, i) => `${lane} (${inputs.length - i} back): ${fc.stringify(input)}`),
+    ),
+  });
   let stopped = false;
   const stop = (): boolean => stopped || crash !== undefined || opts.signal?.aborted === true;
 
@@ -97,10 +111,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   let rssMax = rssBefore;
   const watch = setInterval(() => {
     if (!target.concierge.alive()) {
-      crash ??= {
-        stderr: target.concierge.stderr(),
-        inFlight: [...inFlight.entries()].map(([lane, input]) => `${lane}: ${fc.stringify(input)}`),
-      };
+      crash ??= crashReport();
       return;
     }
     try {
@@ -141,17 +152,19 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
               await family.run(input, ctx);
             } catch (err) {
               // A case cut short by a crash (its own or another lane's) is not a finding of its own: the crash is.
+              // The process's exit can reach us a moment after the refused connection that it caused.
+              if (!crash) await new Promise((done) => setTimeout(done, 250));
               if (crash || !target.concierge.alive()) return;
               failedOnce = true;
               throw err;
             } finally {
               inFlight.delete(key);
               report.busyMs += Date.now() - began;
+              if (!failedOnce) recent.set(key, [...(recent.get(key) ?? []), input].slice(-RECENT));
             }
-            if (!target.concierge.alive()) {
-              failedOnce = true;
-              throw new FindingError({ kind: 'crash', message: 'the concierge process died' });
-            }
+            // The crash is reported once, with the cases around it (crashReport); with the process gone there is
+            // nothing to shrink against.
+            if (!target.concierge.alive()) crash ??= crashReport();
           }),
           {
             numRuns: remaining,
@@ -196,8 +209,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     clearInterval(watch);
     clearInterval(progress);
   }
-  if (!crash && !target.concierge.alive())
-    crash = { stderr: target.concierge.stderr(), inFlight: [...inFlight.keys()] };
+  if (!crash && !target.concierge.alive()) crash = crashReport();
 
   const alive = target.concierge.alive();
   const memoryAfter = alive ? await target.concierge.memory() : undefined;
@@ -256,6 +268,8 @@ export function formatReport(report: FuzzReport): string {
   if (report.crash) {
     lines.push('', 'the concierge crashed; cases in flight then:');
     for (const c of report.crash.inFlight) lines.push(`  ${c.slice(0, 2000)}`);
+    lines.push("each lane's last cases before:");
+    for (const c of report.crash.recent) lines.push(`  ${c.slice(0, 2000)}`);
     lines.push('its stderr (tail):', report.crash.stderr.slice(-4000));
   }
   return lines.join('\n');
