@@ -254,7 +254,8 @@ export function formatReport(report: FuzzReport): string {
   const { before, after } = report.memory;
   if (after)
     lines.push(
-      `concierge after a full GC: heap ${MiB(before.heapUsed)} → ${MiB(after.heapUsed)}, external ` +
+      `concierge after a full GC: heap used ${MiB(before.heapUsed)} → ${MiB(after.heapUsed)} (of ` +
+        `${MiB(before.heapTotal)} → ${MiB(after.heapTotal)} reserved), external ` +
         `${MiB(before.external)} → ${MiB(after.external)}, array buffers ${MiB(before.arrayBuffers)} → ` +
         `${MiB(after.arrayBuffers)}`,
     );
