@@ -61,7 +61,7 @@ export interface JudgeOptions {
   other401Bodies?: string[];
   /** A HEAD request: its answers have no body to compare. */
   head?: boolean;
-  /** The status a fake upstream answered with: the proxy relaying it did not make it. */
+  /** The status a fake upstream answered with: the proxy relaying it (a 5xx, a 401) did not make it. */
   upstreamStatus?: number;
 }
 
@@ -70,7 +70,15 @@ export function judge(answer: Answer, opts: JudgeOptions = {}): Finding | undefi
   if (answer.kind === 'hang') return { kind: 'hang', message: answer.detail };
   if (answer.kind !== 'response') return undefined;
   const { status, headers, body } = answer;
-  if (status === 401 && !opts.head && body !== UNAUTHORIZED_BODY && !opts.other401Bodies?.includes(body))
+  // A 401 that a fake upstream sent is its own, relayed; only the proxy's refusals must be the one body.
+  const relayed401 = status === 401 && opts.upstreamStatus === 401;
+  if (
+    status === 401 &&
+    !opts.head &&
+    !relayed401 &&
+    body !== UNAUTHORIZED_BODY &&
+    !opts.other401Bodies?.includes(body)
+  )
     return { kind: 'other-401', message: `a 401 with another body: ${body.slice(0, 300)}` };
   if (status >= 500 && !madeByApiServer(headers)) {
     const message = statusMessage(body) ?? '';
