@@ -12,6 +12,8 @@ export interface ConciergeProcess {
   servingCA: string;
   /** The CA that signs TokenCredentialRequest certificates, to mint client certificates in tests. */
   signer: { certPem: string; keyPem: string };
+  /** The agents' tunnel listener (its port and CA), when started with the `tunnel` option. */
+  tunnel?: { port: number; caPem: string };
   pid: number;
   /** The process's resident memory now, in bytes, from /proc. */
   rss(): number;
@@ -33,6 +35,10 @@ export function residentBytes(pid: number): number {
 
 export async function startConciergeProcess(
   cluster: Pick<Cluster, 'dir' | 'url' | 'binaries'>,
+  opts: {
+    /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace` (which must exist). */
+    tunnel?: { port: number; namespace: string };
+  } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(
     process.execPath,
@@ -42,6 +48,7 @@ export async function startConciergeProcess(
       cluster.dir,
       cluster.url,
       cluster.binaries.kubectl,
+      ...(opts.tunnel ? [JSON.stringify({ tunnel: opts.tunnel })] : []),
     ],
     { stdio: ['pipe', 'pipe', 'pipe'] },
   );
@@ -64,7 +71,10 @@ export async function startConciergeProcess(
     clearTimeout(timer);
   };
   try {
-    const info = JSON.parse(await next()) as Pick<ConciergeProcess, 'url' | 'servingCA' | 'signer'>;
+    const info = JSON.parse(await next()) as Pick<
+      ConciergeProcess,
+      'url' | 'servingCA' | 'signer' | 'tunnel'
+    >;
     return {
       ...info,
       pid: child.pid!,

@@ -1,0 +1,277 @@
+// Runs the families against a started target: each family in several lanes at once (fast-check runs one case at a
+// time, and a case mostly waits on sockets), every lane with its own seed derived from the run's, so a run replays
+// from FUZZ_SEED. A failing case is shrunk by fast-check and recorded, and its lane goes on with a fresh seed; the
+// first crash of the concierge ends the run.
+import fc from 'fast-check';
+import { FAMILIES, type Family, type LaneContext } from './families.ts';
+import { FindingError, type Finding } from './oracle.ts';
+import type { FuzzTarget } from './target.ts';
+import { H2Client } from './wire.ts';
+
+export interface FuzzOptions {
+  /** Cases across all families, split by weight. */
+  cases: number;
+  seed: number;
+  /** Lanes per family running at once, for a family of weight 20; heavier families get more, lighter fewer. */
+  lanes: number;
+  /** How long a case waits for an answer (raw HTTP/1.1: then as long again after half-closing). */
+  deadlineMs: number;
+  /** Counterexamples fast-check shrinks per family; later failures are recorded unshrunk. */
+  shrinkPerFamily: number;
+  /** Only these families (by name), or all. */
+  families?: string[];
+  log?: (line: string) => void;
+  /** Set to stop early (Ctrl-C): lanes finish their current case and stop. */
+  signal?: AbortSignal;
+}
+
+export interface Counterexample {
+  finding: Finding;
+  /** fast-check's rendering of the (shrunk) input. */
+  input: string;
+  seed: number;
+  path: string | null;
+  shrinks: number;
+}
+
+export interface FamilyReport {
+  name: string;
+  cases: number;
+  /** Runs fast-check made while shrinking. */
+  shrinkRuns: number;
+  failures: number;
+  counterexamples: Counterexample[];
+  /** Time its cases took, summed over lanes (mean per case = busyMs / cases). */
+  busyMs: number;
+}
+
+export interface FuzzReport {
+  seed: number;
+  families: FamilyReport[];
+  /**
+   * The concierge died: its stderr, the cases in flight then, and each lane's last cases before them (a case can
+   * kill it just after its own answer, or the death is seen a moment later).
+   */
+  crash?: { stderr: string; inFlight: string[]; recent: string[] };
+  rss: { before: number; after: number; max: number };
+  /** The concierge's memory after a full GC, before and after the cases. */
+  memory: { before: NodeJS.MemoryUsage; after?: NodeJS.MemoryUsage };
+  elapsedMs: number;
+  stoppedEarly: boolean;
+}
+
+/** Lanes of a family: in proportion to its weight, so that the families finish together. */
+export function familyLanes(family: { weight: number }, lanes: number): number {
+  return Math.max(1, Math.round((lanes * family.weight) / 20));
+}
+
+/** A lane's seed: the run's seed, the family and the lane mixed (FNV-1a), so that lanes never share a stream. */
+function laneSeed(seed: number, family: string, lane: number, round: number): number {
+  let h = 0x811c9dc5 ^ seed;
+  for (const c of `${family}/${lane}/${round}`) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193);
+  return h | 0;
+}
+
+function toFinding(err: unknown): Finding {
+  if (err instanceof FindingError) return err.finding;
+  return { kind: 'other', message: `the case threw: ${(err as Error)?.stack ?? String(err)}` };
+}
+
+export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<FuzzReport> {
+  const log = opts.log ?? (() => {});
+  const started = Date.now();
+  const families = FAMILIES.filter((f) => !opts.families || opts.families.includes(f.name)) as Array<
+    Family<unknown>
+  >;
+  const totalWeight = families.reduce((sum, f) => sum + f.weight, 0);
+  const reports = new Map<string, FamilyReport>(
+    families.map((f) => [
+      f.name,
+      { name: f.name, cases: 0, shrinkRuns: 0, failures: 0, counterexamples: [], busyMs: 0 },
+    ]),
+  );
+  const inFlight = new Map<string, unknown>();
+  /** Each lane's last RECENT cases, oldest first. */
+  const recent = new Map<string, unknown[]>();
+  const RECENT = 3;
+  let crash: FuzzReport['crash'];
+  const crashReport = (): NonNullable<FuzzReport['crash']> => ({
+    stderr: target.concierge.stderr(),
+    inFlight: [...inFlight.entries()].map(([lane, input]) => `${lane}: ${fc.stringify(input)}`),
+    recent: [...recent.entries()].flatMap(([lane, inputs]) =>
+      inputs.map((input, i) => `${lane} (${inputs.length - i} back): ${fc.stringify(input)}`),
+    ),
+  });
+  let stopped = false;
+  const stop = (): boolean => stopped || crash !== undefined || opts.signal?.aborted === true;
+
+  await target.concierge.memory(); // a GC first, so that "before" is what the proxy really holds
+  const memoryBefore = await target.concierge.memory();
+  const rssBefore = target.concierge.rss();
+  let rssMax = rssBefore;
+  const watch = setInterval(() => {
+    if (!target.concierge.alive()) {
+      crash ??= crashReport();
+      return;
+    }
+    try {
+      rssMax = Math.max(rssMax, target.concierge.rss());
+    } catch {
+      // the process is exiting; the next tick sees it dead
+    }
+  }, 250);
+  const progress = setInterval(() => {
+    const done = [...reports.values()].map((r) => `${r.name} ${r.cases}`).join(', ');
+    log(`${done}; rss ${Math.round(rssMax / 2 ** 20)} MiB max`);
+  }, 15_000);
+
+  const runLane = async (family: Family<unknown>, lane: number, numRuns: number): Promise<void> => {
+    const report = reports.get(family.name)!;
+    const key = `${family.name}#${lane}`;
+    const ctx: LaneContext = {
+      target,
+      lane,
+      deadlineMs: opts.deadlineMs,
+      h2: new H2Client(target.concierge.url, target.proxyCA),
+      h2Cert: new H2Client(target.concierge.url, target.proxyCA, target.userCert),
+      state: {},
+    };
+    let remaining = numRuns;
+    try {
+      for (let round = 0; remaining > 0 && !stop(); round++) {
+        let failedOnce = false;
+        const seed = laneSeed(opts.seed, family.name, lane, round);
+        const details = await fc.check(
+          fc.asyncProperty(family.arbitrary, async (input) => {
+            if (stop()) return;
+            if (failedOnce) report.shrinkRuns++;
+            else report.cases++;
+            inFlight.set(key, input);
+            const began = Date.now();
+            try {
+              await family.run(input, ctx);
+            } catch (err) {
+              // A case cut short by a crash (its own or another lane's) is not a finding of its own: the crash is.
+              // The process's exit can reach us a moment after the refused connection that it caused.
+              if (!crash) await new Promise((done) => setTimeout(done, 250));
+              if (crash || !target.concierge.alive()) return;
+              failedOnce = true;
+              throw err;
+            } finally {
+              inFlight.delete(key);
+              report.busyMs += Date.now() - began;
+              if (!failedOnce) recent.set(key, [...(recent.get(key) ?? []), input].slice(-RECENT));
+            }
+            // The crash is reported once, with the cases around it (crashReport); with the process gone there is
+            // nothing to shrink against.
+            if (!target.concierge.alive()) crash ??= crashReport();
+          }),
+          {
+            numRuns: remaining,
+            seed,
+            endOnFailure: report.counterexamples.length >= opts.shrinkPerFamily,
+          },
+        );
+        remaining -= details.failed ? Math.max(1, details.numRuns) : remaining;
+        if (!details.failed) continue;
+        report.failures++;
+        const finding = toFinding(details.errorInstance);
+        if (report.counterexamples.length < opts.shrinkPerFamily * 2)
+          report.counterexamples.push({
+            finding,
+            input: fc.stringify(details.counterexample?.[0]).slice(0, 4000),
+            seed,
+            path: details.counterexamplePath,
+            shrinks: details.numShrinks,
+          });
+        log(`${family.name}: ${finding.kind}: ${finding.message.slice(0, 200)}`);
+      }
+    } finally {
+      ctx.h2.close();
+      ctx.h2Cert.close();
+      await family.closeLane?.(ctx);
+    }
+  };
+
+  const lanes: Array<Promise<void>> = [];
+  for (const family of families) {
+    const cases = Math.round((opts.cases * family.weight) / totalWeight);
+    const count = familyLanes(family, opts.lanes);
+    for (let lane = 0; lane < count; lane++) {
+      const share = Math.floor(cases / count) + (lane < cases % count ? 1 : 0);
+      if (share > 0) lanes.push(runLane(family, lane, share));
+    }
+  }
+  try {
+    await Promise.all(lanes);
+  } finally {
+    stopped = true;
+    clearInterval(watch);
+    clearInterval(progress);
+  }
+  if (!crash && !target.concierge.alive()) crash = crashReport();
+
+  const alive = target.concierge.alive();
+  const memoryAfter = alive ? await target.concierge.memory() : undefined;
+  return {
+    seed: opts.seed,
+    families: [...reports.values()],
+    ...(crash ? { crash } : {}),
+    rss: { before: rssBefore, after: alive ? target.concierge.rss() : 0, max: rssMax },
+    memory: { before: memoryBefore, ...(memoryAfter ? { after: memoryAfter } : {}) },
+    elapsedMs: Date.now() - started,
+    stoppedEarly: opts.signal?.aborted === true,
+  };
+}
+
+/** Whether the report holds anything worth failing a run for. */
+export function hasFindings(report: FuzzReport): boolean {
+  return report.crash !== undefined || report.families.some((f) => f.failures > 0);
+}
+
+const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+export function formatReport(report: FuzzReport): string {
+  const lines: string[] = [];
+  const total = report.families.reduce((sum, f) => sum + f.cases, 0);
+  lines.push(`fuzz: ${total} cases in ${(report.elapsedMs / 1000).toFixed(1)} s, seed ${report.seed}`);
+  for (const f of report.families)
+    lines.push(
+      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures} failing, ` +
+        `${(f.busyMs / Math.max(1, f.cases + f.shrinkRuns)).toFixed(0)} ms a case` +
+        (f.shrinkRuns ? ` (${f.shrinkRuns} shrink runs)` : ''),
+    );
+  const byKind = new Map<string, number>();
+  for (const f of report.families)
+    for (const c of f.counterexamples) byKind.set(c.finding.kind, (byKind.get(c.finding.kind) ?? 0) + 1);
+  lines.push(`crashes: ${report.crash ? 1 : 0}`);
+  lines.push(`proxy-made 5xx: ${byKind.get('proxy-5xx') ?? 0} counterexample(s)`);
+  for (const [kind, n] of byKind) if (kind !== 'proxy-5xx') lines.push(`${kind}: ${n} counterexample(s)`);
+  lines.push(
+    `concierge RSS: before ${MiB(report.rss.before)}, after ${MiB(report.rss.after)}, max ${MiB(report.rss.max)}` +
+      ` (growth ${MiB(report.rss.after - report.rss.before)})`,
+  );
+  const { before, after } = report.memory;
+  if (after)
+    lines.push(
+      `concierge after a full GC: heap used ${MiB(before.heapUsed)} → ${MiB(after.heapUsed)} (of ` +
+        `${MiB(before.heapTotal)} → ${MiB(after.heapTotal)} reserved), external ` +
+        `${MiB(before.external)} → ${MiB(after.external)}, array buffers ${MiB(before.arrayBuffers)} → ` +
+        `${MiB(after.arrayBuffers)}`,
+    );
+  if (report.stoppedEarly) lines.push('stopped early (interrupted)');
+  for (const f of report.families)
+    for (const c of f.counterexamples.slice(0, 5)) {
+      lines.push('', `[${f.name}] ${c.finding.kind}: ${c.finding.message}`);
+      lines.push(`  input (${c.shrinks} shrinks): ${c.input}`);
+      lines.push(`  replay: seed ${c.seed}, path ${c.path ?? '-'}`);
+    }
+  if (report.crash) {
+    lines.push('', 'the concierge crashed; cases in flight then:');
+    for (const c of report.crash.inFlight) lines.push(`  ${c.slice(0, 2000)}`);
+    lines.push("each lane's last cases before:");
+    for (const c of report.crash.recent) lines.push(`  ${c.slice(0, 2000)}`);
+    lines.push('its stderr (tail):', report.crash.stderr.slice(-4000));
+  }
+  return lines.join('\n');
+}
