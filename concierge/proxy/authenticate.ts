@@ -181,15 +181,25 @@ export function newRequestAuthenticator(
                 : 'malformed Authorization header',
         };
       }
-      const result = await cache.authenticate(token);
-      if (result.ok) return { kind: 'user', user: result.user, via: result.authenticator };
-      if (JWT_SHAPE.test(token)) {
-        const impossible = notAServiceAccountToken(token);
-        if (impossible !== undefined) return { kind: 'anonymous', reason: `${result.reason}; ${impossible}` };
+      // A JWT that no JWTAuthenticator takes may be one of this cluster's own service-account tokens. The API server
+      // is asked first, and only tokens it does not know as a service account's go on to the webhooks: a webhook
+      // is someone else's server, and a service-account token sent there could be replayed as that account.
+      if (
+        JWT_SHAPE.test(token) &&
+        !cache.takesIssuerOf(token) &&
+        notAServiceAccountToken(token) === undefined
+      ) {
         const sa = await serviceAccounts.authenticate(token);
         if (sa.ok) return { kind: 'serviceaccount', user: sa.user, token };
-        return { kind: 'anonymous', reason: `${result.reason}; ${sa.reason}` };
+        // Not asked (at the bound on reviews, or the API server unreachable): the token may be a service account's,
+        // so it goes nowhere else.
+        if ('transient' in sa) return { kind: 'anonymous', reason: sa.reason };
+        const result = await cache.authenticate(token);
+        if (result.ok) return { kind: 'user', user: result.user, via: result.authenticator };
+        return { kind: 'anonymous', reason: `${sa.reason}; ${result.reason}` };
       }
+      const result = await cache.authenticate(token);
+      if (result.ok) return { kind: 'user', user: result.user, via: result.authenticator };
       return { kind: 'anonymous', reason: result.reason };
     },
   };

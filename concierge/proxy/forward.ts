@@ -186,7 +186,13 @@ export function newForwarder(upstream: Upstream): Forwarder {
             if (value !== undefined && name.charCodeAt(0) !== 58 /* ':' */ && !RESPONSE_HOP_BY_HOP.has(name))
               out[name] = value;
           }
-          res.writeHead(Number(answer[':status']), out);
+          const status = Number(answer[':status']);
+          // Not from a conforming API server; never handed to writeHead, which throws on it.
+          if (!(status >= 200 && status <= 599)) {
+            stream.close(CANCEL);
+            return fail(new Error(`the API server answered with status ${answer[':status']}`));
+          }
+          res.writeHead(status, out);
           // A watch with no events yet has nothing to write: send the headers now, as the API server did, so the
           // client sees the watch established. (An HTTP/2 response sends its headers in writeHead already.)
           if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();

@@ -41,8 +41,15 @@ export function requestInfo(method: string, url: string, upgrade: boolean): Requ
     case 'DELETE':
       verb = 'delete';
       break;
-    default:
+    case 'OPTIONS':
+    case 'CONNECT':
+    case 'TRACE':
       verb = method.toLowerCase();
+      break;
+    default:
+      // Any token is a method to HTTP/2, and the verb labels metrics: a stranger's invented methods must not each
+      // add a series for good.
+      verb = 'unknown';
   }
   return { verb, longRunning: upgrade || watch || follow || proxying || subresource !== undefined };
 }

@@ -284,11 +284,20 @@ export function newTunnelForwarder(
       const progressMs = limits.progressTimeoutMs;
       let answer: IncomingMessage | undefined;
       upstream.on('response', (received: IncomingMessage) => {
+        const status = received.statusCode ?? 0;
+        // The agent is another party: a status no HTTP/2 client can be sent (1xx, or not three digits of HTTP's)
+        // is its failure, answered as one, and never handed to writeHead, which throws on it.
+        if (status < 200 || status > 599) {
+          upstream.destroy();
+          return fail(
+            Object.assign(new Error(`the agent answered with status ${status}`), { code: 'EBADSTATUS' }),
+          );
+        }
         answer = received;
         const out: OutgoingHttpHeaders = {};
         for (const [name, value] of Object.entries(received.headers))
           if (value !== undefined && !DROPPED.has(name)) out[name] = value;
-        res.writeHead(received.statusCode ?? 502, out);
+        res.writeHead(status, out);
         if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
         // A client that leaves the answer unread holds its place and its stream: cut, as any broken answer is.
         relayWithDeadline(received, res, progressMs, clock, () => res.destroy());

@@ -84,6 +84,12 @@ export class AuthenticatorCache {
     this.reused.clear();
   }
 
+  /** Whether `token` is a JWT whose issuer a JWTAuthenticator here takes. */
+  takesIssuerOf(token: string): boolean {
+    const iss = issuerOf(token);
+    return iss !== undefined && this.byIssuer.has(iss);
+  }
+
   /** Authenticates against every applicable authenticator; the first success wins. */
   async authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
     if (token === '') return fail('empty token');
