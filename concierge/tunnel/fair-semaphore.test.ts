@@ -1,24 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { BUSY, CLOSED, KEY_LIMIT, newFairSemaphore, type Clock, type FairLimits } from './fair-semaphore.ts';
-
-/** Timers that fire only when the test advances time. */
-function fakeClock(): Clock & { advance(ms: number): void } {
-  let now = 0;
-  let next = 0;
-  const timers = new Map<number, { at: number; fire: () => void }>();
-  return {
-    setTimeout(fire, ms) {
-      timers.set(++next, { at: now + ms, fire });
-      return next;
-    },
-    clearTimeout: (id) => void timers.delete(id as number),
-    advance(ms) {
-      now += ms;
-      const due = [...timers].filter(([, t]) => t.at <= now).sort((x, y) => x[1].at - y[1].at || x[0] - y[0]);
-      for (const [id, t] of due) if (timers.delete(id)) t.fire();
-    },
-  };
-}
+import { BUSY, CLOSED, KEY_LIMIT, newFairSemaphore, type FairLimits } from './fair-semaphore.ts';
+import { fakeClock } from './fake-clock.ts';
 
 const CODES: Record<string, string> = { [KEY_LIMIT]: 'KEY_LIMIT', [BUSY]: 'BUSY', [CLOSED]: 'CLOSED' };
 const LIMITS: FairLimits = { capacity: 2, perKey: 2, maxQueued: 100, maxQueuedPerKey: 100, maxWaitMs: 1000 };

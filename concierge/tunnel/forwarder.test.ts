@@ -32,6 +32,7 @@ import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
 import type { Clock } from './fair-semaphore.ts';
 import { newTunnelForwarder, tunnelLimits, type TunnelLimits } from './forwarder.ts';
+import { fakeClock } from './fake-clock.ts';
 
 const USERS = ['alice', 'bob', 'carol'];
 const TOKENS: Record<string, AuthResult> = Object.fromEntries(
@@ -47,26 +48,6 @@ const reviewer: Reviewer = {
   tokenReview: () => Promise.resolve({ authenticated: false }),
   allowed: () => Promise.resolve(false),
 };
-
-/** Timers that fire only when the test advances time; `pending` lists the delays of those armed. */
-function fakeClock(): Clock & { advance(ms: number): void; pending(): number[] } {
-  let now = 0;
-  let next = 0;
-  const timers = new Map<number, { at: number; ms: number; fire: () => void }>();
-  return {
-    setTimeout(fire, ms) {
-      timers.set(++next, { at: now + ms, ms, fire });
-      return next;
-    },
-    clearTimeout: (id) => void timers.delete(id as number),
-    advance(ms) {
-      now += ms;
-      const due = [...timers].filter(([, t]) => t.at <= now).sort((x, y) => x[1].at - y[1].at || x[0] - y[0]);
-      for (const [id, t] of due) if (timers.delete(id)) t.fire();
-    },
-    pending: () => [...timers.values()].map((t) => t.ms),
-  };
-}
 
 /** A discovery document large enough that a client that does not read it holds its stream. */
 const DISCOVERY_BYTES = 8 << 20;
