@@ -1,7 +1,7 @@
 // One unauthenticated client tries to exhaust the proxy: slow request headers, idle HTTP/2 sessions, and
 // never-ending TokenCredentialRequest and write bodies on a thousand streams per connection, all at once. The
 // concierge runs in a process of its own against a real API server, so its memory is measured alone: it must stay
-// within MEMORY_BUDGET_BYTES of its resting size while a real user's requests keep being answered.
+// within LIVE_BUDGET_BYTES (and RSS_BUDGET_BYTES) of its resting size while a real user's requests keep being answered.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { request } from 'node:https';
@@ -11,12 +11,18 @@ import { startCluster, type Cluster } from './harness/cluster.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
 /**
- * The most the attack below may add to the proxy's resident memory, measured after a full collection (what the
- * attack pins, not garbage not yet collected). It added under 1 MiB when this was written; the 64 anonymous
- * bodies the proxy accepts at once can pin about 4 MiB. Before the proxy bounded what strangers may hold, the
- * same attack pinned 213 MiB.
+ * The most the attack below may add to what the proxy holds: its live memory (JavaScript heap in use plus memory
+ * outside the heap, Buffers and native state included) after a full collection. It added under 1 MiB when this was
+ * written; the 64 anonymous bodies the proxy accepts at once can pin about 4 MiB. Before the proxy bounded what
+ * strangers may hold, the same attack pinned 191 MiB.
  */
-const MEMORY_BUDGET_BYTES = 32 * 1024 * 1024;
+const LIVE_BUDGET_BYTES = 32 * 1024 * 1024;
+/**
+ * The most it may add to the proxy's resident memory. Looser than the live budget: memory the collector frees is
+ * not always given back to the system, and how much the heap grows between collections depends on how busy the
+ * machine is (+1 MiB with the machine to itself, +72 MiB beside two other suites). On 8e623e9 the attack added 263 MiB.
+ */
+const RSS_BUDGET_BYTES = 160 * 1024 * 1024;
 /** How long the attack runs. The deadlines it meets are tens of seconds; what matters here is what it can hold. */
 const ATTACK_MS = 15_000;
 const SLOW_HEADER_CONNECTIONS = 400;
@@ -75,7 +81,9 @@ describe('one unauthenticated client trying to exhaust the proxy', () => {
 
   it('keeps its memory within budget and keeps answering a real user', async () => {
     for (let i = 0; i < 20; i++) expect(await userRequest()).toBe(200);
-    const resting = (await concierge.memory()).rss;
+    const restingMemory = await concierge.memory();
+    const resting = restingMemory.rss;
+    const restingLive = restingMemory.heapUsed + restingMemory.external;
     const { port, hostname } = new URL(concierge.url);
 
     // Slow request headers: a byte at a time.
@@ -117,20 +125,27 @@ describe('one unauthenticated client trying to exhaust the proxy', () => {
     );
 
     // Sampled after a full collection: what the attack pins, not garbage a busy process has yet to collect.
+    const live = (m: NodeJS.MemoryUsage): number => m.heapUsed + m.external;
     let peak = resting;
+    let peakLive = restingLive;
     const answered: number[] = [];
     const started = Date.now();
     while (Date.now() - started < ATTACK_MS) {
       await new Promise((done) => setTimeout(done, 500));
-      peak = Math.max(peak, (await concierge.memory()).rss);
+      const now = await concierge.memory();
+      peak = Math.max(peak, now.rss);
+      peakLive = Math.max(peakLive, live(now));
       answered.push(await userRequest());
     }
     const grown = peak - resting;
+    const grownLive = peakLive - restingLive;
     process.stderr.write(
-      `[exhaustion] resting ${MiB(resting)}, peak under attack ${MiB(peak)} (+${MiB(grown)}), budget +${MiB(MEMORY_BUDGET_BYTES)}\n`,
+      `[exhaustion] live memory ${MiB(restingLive)} at rest, +${MiB(grownLive)} under attack (budget +${MiB(LIVE_BUDGET_BYTES)}); ` +
+        `resident ${MiB(resting)}, +${MiB(grown)} (budget +${MiB(RSS_BUDGET_BYTES)})\n`,
     );
     expect(concierge.alive()).toBe(true);
     expect(answered.every((code) => code === 200)).toBe(true);
-    expect(grown).toBeLessThan(MEMORY_BUDGET_BYTES);
+    expect(grownLive).toBeLessThan(LIVE_BUDGET_BYTES);
+    expect(grown).toBeLessThan(RSS_BUDGET_BYTES);
   }, 120_000);
 });

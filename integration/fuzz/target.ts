@@ -2,6 +2,7 @@
 // crash shows as a dead process, and its memory is its own), with its tunnel listener, a JWTAuthenticator, a user
 // who may only read, a client certificate from the proxy's signer, and agent identities from the tunnel CA.
 import { TUNNEL_CA_SECRET } from '../../concierge/tunnel/listener.ts';
+import { bindingURI } from '../../concierge/tunnel/binding.ts';
 import { newKubeClients, readSecretData } from '../../lib/kube.ts';
 import { issueCert, loadCA } from '../../lib/pki.ts';
 import { startCluster, type Cluster } from '../harness/cluster.ts';
@@ -51,6 +52,10 @@ export interface FuzzTarget {
   stop(): Promise<void>;
 }
 
+interface ObjectWithUid {
+  metadata: { name: string; uid: string };
+}
+
 /** Starts everything; on failure stops what it started before rethrowing. */
 export async function startFuzzTarget(opts: { log?: (line: string) => void; agents?: number } = {}) {
   const log = opts.log ?? (() => {});
@@ -98,9 +103,10 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       if (r.stdout !== 'Ready') throw new Error(`JWTAuthenticator fuzz is ${r.stdout || 'not ready'}`);
     }, 60_000);
     const agents = opts.agents ?? 8;
-    await kubectl(
-      ['apply', '-f', '-'],
-      JSON.stringify({
+    // Each fake agent's certificate is bound to its Cluster object, as the listener requires: their uids, from what
+    // the apply answers (a List, or one object when there is one).
+    const applied = await cluster.kubectl(['apply', '-o', 'json', '-f', '-'], {
+      input: JSON.stringify({
         apiVersion: 'v1',
         kind: 'List',
         items: Array.from({ length: agents }, (_, lane) =>
@@ -112,7 +118,10 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
           })),
         ).flat(),
       }),
-    );
+    });
+    if (applied.code !== 0) throw new Error(`applying the fuzz Clusters: ${applied.stderr}`);
+    const answer = JSON.parse(applied.stdout) as { items?: ObjectWithUid[] } & ObjectWithUid;
+    const uids = new Map((answer.items ?? [answer]).map((o) => [o.metadata.name, o.metadata.uid]));
 
     const clients = newKubeClients({ path: cluster.kubeconfigPath });
     const secret = await eventually(async () => {
@@ -144,9 +153,12 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
         const name = agentCluster(lane, role);
         let cert = agentCerts.get(name);
         if (!cert) {
-          cert = issueCert(tunnelCA, { commonName: name, usage: 'client', validityMs: 24 * 3600_000 }).then(
-            (c) => ({ certPem: c.certPem, keyPem: c.keyPem }),
-          );
+          cert = issueCert(tunnelCA, {
+            commonName: name,
+            usage: 'client',
+            validityMs: 24 * 3600_000,
+            uris: [bindingURI({ cluster: name, uid: uids.get(name)!, generation: 0 })],
+          }).then((c) => ({ certPem: c.certPem, keyPem: c.keyPem }));
           agentCerts.set(name, cert);
         }
         return cert;

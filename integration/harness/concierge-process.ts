@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
+import { CONCIERGE_NODE_OPTIONS } from '../../cli/manifests/install.ts';
 import type { Cluster } from './cluster.ts';
 
 export interface ConciergeProcess {
@@ -43,6 +44,8 @@ export async function startConciergeProcess(
   const child = spawn(
     process.execPath,
     [
+      // The Node options the install's Deployment gives the concierge.
+      ...CONCIERGE_NODE_OPTIONS.split(' '),
       '--expose-gc',
       fileURLToPath(new URL('./serve-concierge.ts', import.meta.url)),
       cluster.dir,
