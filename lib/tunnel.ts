@@ -82,10 +82,16 @@ function asSocket<T extends Duplex>(stream: T): T {
  * server, which stops reading while a response waits for this end to take it (a stalled reader's), would never
  * learn that the request is gone, and its request to the API server would stay open.
  */
-function cancelOnDestroy(stream: ClientHttp2Stream, gone: () => void): ClientHttp2Stream {
+function cancelOnDestroy(
+  stream: ClientHttp2Stream,
+  gone: () => void,
+  closing: () => boolean,
+): ClientHttp2Stream {
   const destroy = stream.destroy.bind(stream);
   stream.destroy = (err?: Error) => {
-    if (!stream.closed && !stream.destroyed) stream.close(constants.NGHTTP2_CANCEL);
+    // Not while the whole tunnel closes: its WebSocket goes next, and a reset written then could race its shutdown
+    // (see close() below); the agent learns of every stream's end from the tunnel's.
+    if (!closing() && !stream.closed && !stream.destroyed) stream.close(constants.NGHTTP2_CANCEL);
     gone();
     return destroy(err);
   };
@@ -138,6 +144,8 @@ export interface TunnelClient {
 /** The concierge's end: an HTTP/2 client over the agent's WebSocket stream. */
 export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = {}): TunnelClient {
   let maxStreams = opts.maxStreams ?? DEFAULT_MAX_STREAMS;
+  /** Set by close(): streams destroyed from then on are not reset one by one. */
+  let closing = false;
   const session: ClientHttp2Session = connect('http://sealion-agent.tunnel', {
     createConnection: () => duplex,
     settings: settings(maxStreams),
@@ -174,7 +182,8 @@ export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = 
       };
       stream.once('close', uncount);
       stream.once('response', (headers) => {
-        if (headers[':status'] === 200) return done(asSocket(cancelOnDestroy(stream, uncount)));
+        if (headers[':status'] === 200)
+          return done(asSocket(cancelOnDestroy(stream, uncount, () => closing)));
         stream.close(constants.NGHTTP2_CANCEL);
         fail(new Error(`the agent refused the stream (${headers[':status']})`));
       });
@@ -212,6 +221,7 @@ export function newTunnelClient(duplex: Duplex, opts: { maxStreams?: number } = 
     // over a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against
     // (and crashes the process). The session closes by itself once its stream is gone.
     close() {
+      closing = true;
       agent.destroy();
       duplex.destroy();
     },
