@@ -17,9 +17,9 @@ import { send, writeStatus } from './status.ts';
  * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES) and an authenticator's name; a WhoAmIRequest is
  * nearly empty. Anything larger is not one of them, and both APIs take a body from callers who may be nobody.
  */
-export const MAX_BODY_BYTES = MAX_TOKEN_BYTES + 4 * 1024;
+const MAX_BODY_BYTES = MAX_TOKEN_BYTES + 4 * 1024;
 /** The whole body must arrive within this; a real client sends these few KiB at once. */
-export const BODY_TIMEOUT_MS = 10_000;
+const BODY_TIMEOUT_MS = 10_000;
 
 class BodyError extends Error {
   readonly status: number;
