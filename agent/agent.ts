@@ -1,17 +1,26 @@
 // The agent without its command line: registers once (bootstrap token + CSR → client certificate, persisted by
-// the caller's store), then holds an mTLS WebSocket to the hub's tunnel listener and serves the tunnel's streams
-// with its local proxy. It reconnects on its own with jittered exponential backoff (1 s → 30 s) and renews its
-// certificate over mutual TLS once two thirds of its lifetime have passed. When the hub refuses its certificate
+// the caller's store), then holds a mutual-TLS connection to the hub's tunnel listener (lib/tunnel-dial.ts: HTTP/2
+// on the TLS socket, or inside a WebSocket where only that passes) and serves the tunnel's streams with its local
+// proxy. It reconnects on its own with jittered exponential backoff (1 s → 30 s) and renews its certificate over
+// mutual TLS once two thirds of its lifetime have passed. When the hub refuses its certificate
 // (revoked, or its Cluster was created anew) and it was given a bootstrap token it has not used yet, it registers
 // again with that token.
 import { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
-import { createWebSocketStream, WebSocket } from 'ws';
 import { HttpsError, httpsJSON } from '../lib/https-client.ts';
 import type { Logger } from '../lib/log.ts';
 import { peerChain } from '../lib/pem.ts';
 import { newCSR, spkiPin } from '../lib/pki.ts';
 import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
+import {
+  dialDirect,
+  DialRefused,
+  dialWebSocket,
+  directNotPassed,
+  type Dialed,
+  type TransportChoice,
+  type TunnelTransport,
+} from '../lib/tunnel-dial.ts';
 import { newLocalProxy, type LocalUpstream } from './local-proxy.ts';
 
 export interface AgentCredentials {
@@ -41,6 +50,8 @@ export interface AgentOptions {
   log: Logger;
   /** Clock, for tests. Default: Date.now. */
   now?: () => number;
+  /** Which tunnel transport to dial (lib/tunnel-dial.ts). Default: auto. */
+  transport?: TransportChoice;
 }
 
 export interface Agent {
@@ -102,7 +113,8 @@ export function startAgent(opts: AgentOptions): Agent {
   let credentials: AgentCredentials | undefined;
   let stopped = false;
   let connected = false;
-  let ws: WebSocket | undefined;
+  /** Ends the dial in progress, if any. */
+  let cancelDial: (() => void) | undefined;
   let tunnel: TunnelServer | undefined;
   let wake: (() => void) | undefined;
   /** The last token sent to /register: tokens work once, so a refused certificate never sends it again. */
@@ -160,37 +172,53 @@ export function startAgent(opts: AgentOptions): Agent {
     return credentials;
   }
 
+  /** The transport to dial next: `auto` starts with direct and stays on WebSocket once direct did not pass. */
+  let transport: TunnelTransport = opts.transport === 'websocket' ? 'websocket' : 'direct';
+
+  async function dial(c: AgentCredentials): Promise<Dialed> {
+    const options = {
+      hub: opts.hub,
+      caPem: c.caPem,
+      certPem: c.certPem,
+      keyPem: c.keyPem,
+      version: opts.version,
+    };
+    const attempt = async (): Promise<Dialed> => {
+      const current = (transport === 'direct' ? dialDirect : dialWebSocket)(options);
+      cancelDial = () => current.cancel();
+      try {
+        return await current.done;
+      } catch (err) {
+        if (err instanceof DialRefused && err.status === 401) throw new CertificateRefused(err.message);
+        throw err;
+      }
+    };
+    try {
+      return await attempt();
+    } catch (err) {
+      if ((opts.transport ?? 'auto') !== 'auto' || transport !== 'direct' || !directNotPassed(err) || stopped)
+        throw err;
+      log.warn(
+        { err: (err as Error).message },
+        'the way to the hub does not pass the direct tunnel; using WebSocket from now on',
+      );
+      transport = 'websocket';
+      return attempt();
+    }
+  }
+
   /** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
-  function connectOnce(c: AgentCredentials): Promise<void> {
-    return new Promise((done, fail) => {
-      const url = new URL('/connect', opts.hub);
-      url.protocol = 'wss:';
-      const socket = new WebSocket(url, {
-        ca: c.caPem,
-        cert: c.certPem,
-        key: c.keyPem,
-        headers: { 'x-sealion-agent-version': opts.version },
-        handshakeTimeout: 10_000,
-      });
-      ws = socket;
-      socket.once('unexpected-response', (_req, res) => {
-        socket.terminate();
-        const message = `the hub refused the tunnel: HTTP ${res.statusCode}`;
-        fail(res.statusCode === 401 ? new CertificateRefused(message) : new Error(message));
-      });
-      socket.once('error', fail);
-      socket.once('open', () => {
-        connected = true;
-        log.info({ hub: opts.hub.origin }, 'tunnel up');
-        const current = serveTunnel(createWebSocketStream(socket), (stream) => proxy.accept(stream));
-        tunnel = current;
-        void current.closed.then(() => {
-          connected = false;
-          log.info('tunnel down');
-          done();
-        });
-      });
-    });
+  async function connectOnce(c: AgentCredentials): Promise<void> {
+    const dialed = await dial(c);
+    if (stopped) return void dialed.stream.destroy();
+    connected = true;
+    log.info({ hub: opts.hub.origin, transport: dialed.transport }, 'tunnel up');
+    const current = serveTunnel(dialed.stream, (stream) => proxy.accept(stream));
+    tunnel = current;
+    await current.closed;
+    tunnel = undefined;
+    connected = false;
+    log.info('tunnel down');
   }
 
   /**
@@ -252,9 +280,9 @@ export function startAgent(opts: AgentOptions): Agent {
     async stop() {
       stopped = true;
       clearInterval(renewTimer);
-      // Through the tunnel's stream, not the WebSocket: see lib/tunnel.ts on closing.
+      // Through the tunnel's stream: see lib/tunnel.ts on closing.
       if (tunnel) tunnel.close();
-      else ws?.terminate();
+      else cancelDial?.();
       wake?.();
       await loop;
       proxy.close();

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { clusterAccess, loadKubeConfig, newKubeClients, apiStatusCode } from '../lib/kube.ts';
 import { newLogger } from '../lib/log.ts';
 import { startAgent } from './agent.ts';
+import type { TransportChoice } from '../lib/tunnel-dial.ts';
 import { newSecretCredentialStore } from './credentials.ts';
 import type { LocalUpstream } from './local-proxy.ts';
 
@@ -20,6 +21,7 @@ export interface AgentFlags {
   /** ConfigMap with clusterName, hubURL, caBundle, caPin: defaults for the flags above. */
   configMap: string;
   tokenEnv: string;
+  tunnelTransport: TransportChoice;
   logLevel: string;
 }
 
@@ -79,6 +81,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     store: newSecretCredentialStore(clients, namespace, flags.credentialsSecret),
     upstream,
     version: VERSION,
+    transport: flags.tunnelTransport,
     log,
   });
   return () => agent.stop();

@@ -79,6 +79,8 @@ export interface TunnelHolder {
    * @format date-time
    */
   connectedSince: string;
+  /** What the tunnel runs on: `direct` (HTTP/2 on the TLS connection) or `websocket`. */
+  transport?: 'direct' | 'websocket';
 }
 
 /** Observed state, written by the concierge only. */

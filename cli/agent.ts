@@ -1,5 +1,6 @@
 // `sealion agent`: runs the agent (what the agent Deployment's container runs).
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
+import type { TransportChoice } from '../lib/tunnel-dial.ts';
 import type { AgentFlags } from '../agent/main.ts';
 import { AGENT_NAME } from './manifests/install.ts';
 
@@ -26,6 +27,14 @@ export function agentCommand(): Command {
       '--token-env <name>',
       'environment variable with the one-time bootstrap token',
       'SEALION_BOOTSTRAP_TOKEN',
+    )
+    .addOption(
+      new Option(
+        '--tunnel-transport <transport>',
+        'direct: HTTP/2 on the TLS connection; websocket: inside a WebSocket, for proxies that pass only those; auto: direct, else websocket',
+      )
+        .choices(['auto', 'direct', 'websocket'] satisfies TransportChoice[])
+        .default('auto'),
     )
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .addHelpText(

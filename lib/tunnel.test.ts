@@ -3,6 +3,7 @@ import { createServer, request, type IncomingMessage, type Server, type ServerRe
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createServer as createHttpsServer } from 'node:https';
+import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
 import { eventually } from '../integration/harness/eventually.ts';
 import { issueCert, newCA } from './pki.ts';
@@ -14,34 +15,66 @@ import {
   type TunnelClient,
 } from './tunnel.ts';
 
-// Both ends over a real WebSocket on port 0, the agent's end serving a plain HTTP/1.1 server on its streams.
+// Both ends on real sockets, the agent's end serving a plain HTTP/1.1 server on its streams: over a WebSocket (on
+// plain TCP, or TLS when asked), or `direct`, on a TLS connection itself as agents dial by default.
 const cleanups: (() => void)[] = [];
 afterEach(() => cleanups.splice(0).forEach((c) => c()));
 
+type Transport = 'websocket' | 'direct';
+
+/** A serving certificate for 127.0.0.1 and the CA that issued it. */
+async function serving(): Promise<{ caPem: string; cert: string; key: string }> {
+  const ca = await newCA('tunnel-test');
+  const issued = await issueCert(ca, { commonName: 'tunnel', hosts: ['127.0.0.1'], usage: 'server' });
+  return { caPem: ca.certPem, cert: issued.certPem, key: issued.keyPem };
+}
+
+/** Both ends of a TLS connection, once each side's writes are done (lib/tunnel.ts writesDone). */
+async function directPair(): Promise<{ concierge: Duplex; agent: Duplex; close: () => void }> {
+  const tls = await serving();
+  const server = createTLSServer({ cert: tls.cert, key: tls.key });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const accepted = new Promise<TLSSocket>((done) => server.once('secureConnection', done));
+  const agent = tlsConnect({
+    host: '127.0.0.1',
+    port: (server.address() as AddressInfo).port,
+    ca: tls.caPem,
+  });
+  await new Promise<void>((done) => agent.once('secureConnect', () => done()));
+  return { concierge: await accepted, agent, close: () => server.close() };
+}
+
 async function tunnelTo(
   handler: (req: IncomingMessage, res: ServerResponse) => void,
-  opts: { maxStreams?: number; tls?: boolean } = {},
+  opts: { maxStreams?: number; tls?: boolean; transport?: Transport } = {},
 ): Promise<{ client: TunnelClient; local: Server; dropAgent: () => void }> {
+  const local = createServer(handler);
+  if (opts.transport === 'direct') {
+    const pair = await directPair();
+    const agentEnd = serveTunnel(pair.agent, (stream) => local.emit('connection', stream));
+    const client = newTunnelClient(pair.concierge, opts);
+    cleanups.push(() => {
+      client.close();
+      agentEnd.close();
+      pair.close();
+    });
+    return { client, local, dropAgent: () => pair.agent.destroy() };
+  }
   // Over TLS, as agents dial, when asked: the transport's writes then complete later than over plain TCP.
   const tls = opts.tls
-    ? await (async () => {
-        const ca = await newCA('tunnel-test');
-        const serving = await issueCert(ca, { commonName: 'tunnel', hosts: ['127.0.0.1'], usage: 'server' });
-        return { ca, server: createHttpsServer({ cert: serving.certPem, key: serving.keyPem }) };
-      })()
+    ? await serving().then((s) => ({ ...s, server: createHttpsServer({ cert: s.cert, key: s.key }) }))
     : undefined;
   if (tls) await new Promise<void>((done) => tls.server.listen(0, '127.0.0.1', done));
   const wss = tls
     ? new WebSocketServer({ server: tls.server })
     : new WebSocketServer({ port: 0, host: '127.0.0.1' });
   if (!tls) await new Promise<void>((done) => wss.once('listening', done));
-  const local = createServer(handler);
   const accepted = new Promise<Duplex>((done) =>
     wss.once('connection', (ws) => done(createWebSocketStream(ws))),
   );
   const address = ((tls ? tls.server : wss).address() as AddressInfo).port;
   const ws = tls
-    ? new WebSocket(`wss://127.0.0.1:${address}`, { ca: tls.ca.certPem })
+    ? new WebSocket(`wss://127.0.0.1:${address}`, { ca: tls.caPem })
     : new WebSocket(`ws://127.0.0.1:${address}`);
   await new Promise<void>((done) => ws.once('open', () => done()));
   const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream));
@@ -68,9 +101,9 @@ async function text(res: IncomingMessage): Promise<string> {
   return body;
 }
 
-describe('the tunnel multiplexer', () => {
+describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (transport) => {
   it('carries many concurrent HTTP requests to the agent’s local server', async () => {
-    const { client } = await tunnelTo((req, res) => res.end(`you asked for ${req.url}`));
+    const { client } = await tunnelTo((req, res) => res.end(`you asked for ${req.url}`), { transport });
     const answers = await Promise.all(
       Array.from({ length: 50 }, async (_, i) => text(await get(client, `/item/${i}`))),
     );
@@ -86,7 +119,7 @@ describe('the tunnel multiplexer', () => {
         req.on('data', (c: Buffer) => chunks.push(c));
         req.on('end', () => res.end(`${req.method} ${req.url} ${Buffer.concat(chunks).toString()}`));
       },
-      { tls: true },
+      { tls: true, transport },
     );
     const post = (i: number): Promise<string> =>
       new Promise((done, fail) => {
@@ -120,18 +153,21 @@ describe('the tunnel multiplexer', () => {
 
   it('does not let a slow reader on one stream stall another, and bounds what the slow one buffers', async () => {
     let bigWritten = 0;
-    const { client } = await tunnelTo((req, res) => {
-      if (req.url !== '/big') return void res.end('small');
-      const chunk = Buffer.alloc(64 * 1024);
-      const pump = (): void => {
-        while (bigWritten < 256 * 1024 * 1024) {
-          bigWritten += chunk.length;
-          if (!res.write(chunk)) return void res.once('drain', pump);
-        }
-        res.end();
-      };
-      pump();
-    });
+    const { client } = await tunnelTo(
+      (req, res) => {
+        if (req.url !== '/big') return void res.end('small');
+        const chunk = Buffer.alloc(64 * 1024);
+        const pump = (): void => {
+          while (bigWritten < 256 * 1024 * 1024) {
+            bigWritten += chunk.length;
+            if (!res.write(chunk)) return void res.once('drain', pump);
+          }
+          res.end();
+        };
+        pump();
+      },
+      { transport },
+    );
     const big = await get(client, '/big');
     big.pause(); // nobody reads it
     const small = await text(await get(client, '/small'));
@@ -144,18 +180,21 @@ describe('the tunnel multiplexer', () => {
 
   it('passes 1 GiB through one stream with bounded memory', async () => {
     const total = 1024 * 1024 * 1024;
-    const { client } = await tunnelTo((_req, res) => {
-      const chunk = Buffer.alloc(256 * 1024, 7);
-      let sent = 0;
-      const pump = (): void => {
-        while (sent < total) {
-          sent += chunk.length;
-          if (!res.write(chunk)) return void res.once('drain', pump);
-        }
-        res.end();
-      };
-      pump();
-    });
+    const { client } = await tunnelTo(
+      (_req, res) => {
+        const chunk = Buffer.alloc(256 * 1024, 7);
+        let sent = 0;
+        const pump = (): void => {
+          while (sent < total) {
+            sent += chunk.length;
+            if (!res.write(chunk)) return void res.once('drain', pump);
+          }
+          res.end();
+        };
+        pump();
+      },
+      { transport },
+    );
     const before = process.memoryUsage();
     let received = 0;
     let peak = 0;
@@ -171,14 +210,14 @@ describe('the tunnel multiplexer', () => {
   }, 120_000);
 
   it('refuses streams beyond its limit', async () => {
-    const { client } = await tunnelTo(() => {}, { maxStreams: 2 });
+    const { client } = await tunnelTo(() => {}, { maxStreams: 2, transport });
     await client.open();
     await client.open();
     await expect(client.open()).rejects.toBeInstanceOf(TunnelBusyError);
   });
 
   it('opens a stream at once in place of one just closed, at its limit', async () => {
-    const { client } = await tunnelTo(() => {}, { maxStreams: 3 });
+    const { client } = await tunnelTo(() => {}, { maxStreams: 3, transport });
     const streams = await Promise.all([client.open(), client.open(), client.open()]);
     for (const gone of streams.slice(0, 2)) {
       gone.destroy();
@@ -193,19 +232,22 @@ describe('the tunnel multiplexer', () => {
   it('ends the agent’s request when the concierge destroys its stream, though the agent’s server has stopped reading', async () => {
     let ended = false;
     let held = false;
-    const { client } = await tunnelTo((_req, res) => {
-      // An answer the concierge's side does not read: the agent's server waits to write more, and reads nothing.
-      res.once('close', () => (ended = true));
-      const chunk = Buffer.alloc(64 << 10);
-      const pump = (): void => {
-        while (!res.destroyed)
-          if (!res.write(chunk)) {
-            held = true;
-            return void res.once('drain', pump);
-          }
-      };
-      pump();
-    });
+    const { client } = await tunnelTo(
+      (_req, res) => {
+        // An answer the concierge's side does not read: the agent's server waits to write more, and reads nothing.
+        res.once('close', () => (ended = true));
+        const chunk = Buffer.alloc(64 << 10);
+        const pump = (): void => {
+          while (!res.destroyed)
+            if (!res.write(chunk)) {
+              held = true;
+              return void res.once('drain', pump);
+            }
+        };
+        pump();
+      },
+      { transport },
+    );
     const req = request({ host: 'cluster', path: '/big', agent: client.agent });
     req.on('error', () => {});
     const answer = await new Promise<IncomingMessage>((done) => req.once('response', done).end());
@@ -217,7 +259,7 @@ describe('the tunnel multiplexer', () => {
   });
 
   it('reports the tunnel closed when the agent goes away, and fails new streams', async () => {
-    const { client, dropAgent } = await tunnelTo((_req, res) => res.end('ok'));
+    const { client, dropAgent } = await tunnelTo((_req, res) => res.end('ok'), { transport });
     expect(await text(await get(client, '/'))).toBe('ok');
     dropAgent();
     await client.closed;

@@ -1,5 +1,6 @@
 // The reverse tunnel's multiplexer, both ends: HTTP/2 (node:http2, a well-tested multiplexer with per-stream flow
-// control, a stream limit and PING) over the one WebSocket stream the agent dialed. The concierge is the HTTP/2
+// control, a stream limit and PING) over the one connection the agent dialed: its TLS socket itself after an HTTP
+// Upgrade to TUNNEL_UPGRADE, or a WebSocket stream where only WebSockets pass (lib/tunnel-dial.ts). The concierge is the HTTP/2
 // client: each CONNECT stream it opens is one byte stream to the agent's local proxy, which speaks HTTP/1.1 on it,
 // so plain requests, watches and upgrades (exec, port-forward) all pass unchanged. A slow reader on one stream
 // stops only that stream's window; every stream's buffered bytes are bounded by its window.
@@ -15,6 +16,19 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+
+/** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
+export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
+/**
+ * Resolves once every write already made on `socket` has completed. Node's HTTP/2 takes over a native socket's
+ * writes when a session starts on it, and aborts the process if a write made before (the Upgrade's request or
+ * answer) completes after that.
+ */
+export function writesDone(socket: Duplex): Promise<void> {
+  if (socket.writableLength === 0) return Promise.resolve();
+  // Callbacks run in order: this one runs once every write before it has completed.
+  return new Promise((done) => socket.write(Buffer.alloc(0), () => done()));
+}
 
 /** Bytes a stream may have in flight: enough for fast transfers, small enough that 1,000 streams stay bounded. */
 export const STREAM_WINDOW_BYTES = 1024 * 1024;

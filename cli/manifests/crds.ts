@@ -94,6 +94,7 @@ const SHAPES: Record<CrdKind, CrdShape> = {
       { name: 'Since', type: 'date', jsonPath: '.status.connectedSince' },
       { name: 'Agent', type: 'string', jsonPath: '.status.agentVersion' },
       { name: 'Cert Expiry', type: 'date', jsonPath: '.status.certificateExpiry', priority: 1 },
+      { name: 'Transport', type: 'string', jsonPath: '.status.tunnels[*].transport', priority: 1 },
       AGE,
     ],
   },

@@ -3,8 +3,10 @@
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
-import { createWebSocketStream, WebSocket } from 'ws';
+import type { Duplex } from 'node:stream';
+import { dialDirect, DialRefused, dialWebSocket, type TunnelTransport } from '../../lib/tunnel-dial.ts';
 import type { Cluster, ClusterStatus } from '../../apis/tunnel.ts';
+import { eventually } from '../../integration/harness/eventually.ts';
 import { MemoryInformer } from '../../lib/informer.ts';
 import type { KubeClients } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
@@ -114,28 +116,34 @@ async function agentCert(binding?: {
   return { cert: issued.certPem, key: issued.keyPem };
 }
 
-/** Dials /connect; resolves with the open WebSocket, or with the HTTP status of the refusal. */
-const dial = (client: { cert: string; key: string }): Promise<WebSocket | number> =>
-  new Promise((done, fail) => {
-    const ws = new WebSocket(`wss://127.0.0.1:${listener.port}/connect`, { ca: ca.certPem, ...client });
-    ws.once('open', () => done(ws));
-    ws.once('unexpected-response', (_req, res) => done(res.statusCode ?? 0));
-    ws.once('error', fail);
-  });
+/** Dials /connect over `transport`; resolves with the tunnel's stream, or with the HTTP status of the refusal. */
+const dial = async (
+  transport: TunnelTransport,
+  client: { cert: string; key: string },
+): Promise<Duplex | number> => {
+  const hub = new URL(`https://127.0.0.1:${listener.port}`);
+  const options = { hub, caPem: ca.certPem, certPem: client.cert, keyPem: client.key, version: 'test' };
+  try {
+    return (await (transport === 'direct' ? dialDirect : dialWebSocket)(options).done).stream;
+  } catch (err) {
+    if (err instanceof DialRefused) return err.status;
+    throw err;
+  }
+};
 
 /** Resolves once the listener has dropped the cluster's tunnel (it notices the close a moment after the agent). */
 async function forgotten(): Promise<void> {
   while (listener.forwarder(NAME)) await new Promise((r) => setTimeout(r, 10));
 }
 
-describe('agent certificates bound to a Cluster', () => {
+describe.each(['direct', 'websocket'] as const)('agent certificates bound to a Cluster (%s)', (transport) => {
   it('admits the certificate of the current Cluster and generation, and closes its tunnel when either changes', async () => {
     const uid = randomUUID();
     clusters.put(clusterObject(uid));
-    const ws = await dial(await agentCert({ uid, generation: 0 }));
-    expect(ws).toBeInstanceOf(WebSocket);
-    const agentEnd = serveTunnel(createWebSocketStream(ws as WebSocket), (stream) => stream.destroy());
-    expect(listener.forwarder(NAME)).toBeDefined();
+    const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
+    if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
+    const agentEnd = serveTunnel(stream, (s) => s.destroy());
+    await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
 
     // A change that keeps the binding (a new description) keeps the tunnel.
     clusters.put({ ...clusterObject(uid), spec: { description: 'renamed' } });
@@ -149,16 +157,18 @@ describe('agent certificates bound to a Cluster', () => {
   it('refuses a certificate of an earlier Cluster of the same name, of an earlier generation, or without binding', async () => {
     const uid = randomUUID();
     clusters.put(clusterObject(uid, 2));
-    expect(await dial(await agentCert({ uid: randomUUID(), generation: 2 }))).toBe(401);
-    expect(await dial(await agentCert({ uid, generation: 1 }))).toBe(401);
-    expect(await dial(await agentCert())).toBe(401);
+    expect(await dial(transport, await agentCert({ uid: randomUUID(), generation: 2 }))).toBe(401);
+    expect(await dial(transport, await agentCert({ uid, generation: 1 }))).toBe(401);
+    expect(await dial(transport, await agentCert())).toBe(401);
   });
 
   it('closes the tunnel when the Cluster is deleted and created again under its name', async () => {
     const uid = randomUUID();
     clusters.put(clusterObject(uid));
-    const ws = await dial(await agentCert({ uid, generation: 0 }));
-    const agentEnd = serveTunnel(createWebSocketStream(ws as WebSocket), (stream) => stream.destroy());
+    const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
+    if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
+    const agentEnd = serveTunnel(stream, (s) => s.destroy());
+    await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
     clusters.put(clusterObject(randomUUID()));
     await agentEnd.closed;
     await forgotten();

@@ -1,6 +1,7 @@
 // The agents' listener: TLS on its own port. POST /register trades a bootstrap token and a CSR for a client
-// certificate; GET /connect (mutual TLS, a WebSocket) is the tunnel; POST /renew (mutual TLS) re-issues the
-// certificate before it expires. A certificate is bound to one Cluster object and one generation of its agent
+// certificate; GET /connect (mutual TLS, an Upgrade) is the tunnel; POST /renew (mutual TLS) re-issues the
+// certificate before it expires. The tunnel runs on the TLS connection itself after an Upgrade to TUNNEL_UPGRADE,
+// or inside a WebSocket for agents behind proxies that pass only those (lib/tunnel-dial.ts). A certificate is bound to one Cluster object and one generation of its agent
 // certificates (binding.ts), and that binding is checked against the Cluster registry on every connection and
 // renewal: a Cluster deleted from the registry, or deleted and created again, or whose agentGeneration was
 // raised, refuses the certificate, and its open tunnel is closed at once. A tunnel also closes when the
@@ -9,6 +10,7 @@
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocketServer } from 'ws';
 import type { Cluster, ClusterStatus } from '../../apis/tunnel.ts';
@@ -26,7 +28,7 @@ import {
 } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/status-body.ts';
 import type { StatusWriter } from '../../lib/status-writer.ts';
-import { newTunnelClient, type TunnelClient } from '../../lib/tunnel.ts';
+import { newTunnelClient, TUNNEL_UPGRADE, type TunnelClient } from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
@@ -316,17 +318,18 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     const agentVersion = String(req.headers['x-sealion-agent-version'] ?? 'unknown');
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
-    wss.handleUpgrade(req, socket, head, (ws) => {
+    /** Makes `stream` the cluster's tunnel, in place of any it had; `drop` ends the connection instead. */
+    const accept = (stream: Duplex, transport: 'direct' | 'websocket', drop: () => void): void => {
       // The registry may have changed while the upgrade completed. From this check until the tunnel is in
       // `connected` nothing yields, so any later change reaches it through onChange.
       const registered = opts.clusters.get(cluster);
       const changed = bindingProblem(binding, registered);
       if (!registered || changed) {
         log.warn({ problem: changed }, 'tunnel refused');
-        return ws.terminate();
+        return drop();
       }
       const limits = tunnelLimits(registered.spec ?? {});
-      const tunnel = newTunnelClient(createWebSocketStream(ws), { maxStreams: limits.capacity });
+      const tunnel = newTunnelClient(stream, { maxStreams: limits.capacity });
       const previous = connected.get(cluster);
       const since = new Date();
       const entry: Connected = {
@@ -337,7 +340,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       };
       connected.set(cluster, entry);
       previous?.tunnel.close();
-      log.info({ cluster, agentVersion }, 'agent connected');
+      log.info({ cluster, agentVersion, transport }, 'agent connected');
       // TLS checked the certificate once, at the handshake; the tunnel must not outlive it. The agent renews its
       // certificate long before, and dials again with the new one when this tunnel closes.
       const expiry = atTime(expires.getTime(), () => {
@@ -347,7 +350,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       writeStatus(cluster, {
         connected: true,
         connectedSince: since.toISOString(),
-        tunnels: [{ replica: opts.replica, connectedSince: since.toISOString() }],
+        tunnels: [{ replica: opts.replica, connectedSince: since.toISOString(), transport }],
         agentVersion,
         certificateExpiry,
       });
@@ -359,7 +362,25 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         log.info({ cluster }, 'agent disconnected');
         writeStatus(cluster, { connected: false, tunnels: [] });
       });
-    });
+    };
+    if (String(req.headers.upgrade ?? '').toLowerCase() === TUNNEL_UPGRADE) {
+      // The agent waits for this answer before it sends anything more, so `head` is empty; the tunnel's pings
+      // watch the connection from here on. HTTP/2 may take the socket only once the answer is written (writesDone).
+      if (head.length > 0) socket.unshift(head);
+      socket.setTimeout(0);
+      socket.setNoDelay(true);
+      socket.write(
+        `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n\r\n`,
+        (err) => {
+          if (err || socket.destroyed) return void socket.destroy();
+          accept(socket, 'direct', () => socket.destroy());
+        },
+      );
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) =>
+      accept(createWebSocketStream(ws), 'websocket', () => ws.terminate()),
+    );
   });
 
   // A Cluster removed from the registry, created again, or with its agentGeneration raised loses its tunnel at

@@ -1,0 +1,134 @@
+// Dialing the hub's /connect, over either of the tunnel's transports. Both are mutual TLS to the tunnel listener
+// and an HTTP/1.1 Upgrade; they differ in what runs on the connection afterwards:
+//   - direct (`Upgrade: sealion-tunnel-h2`): the tunnel's HTTP/2 runs on the TLS socket itself, so both ends'
+//     HTTP/2 reads and writes the socket in native code;
+//   - websocket: the HTTP/2 runs inside WebSocket frames, through a JavaScript stream on both ends. It is the
+//     fallback for networks whose proxies pass WebSocket upgrades and nothing else.
+// `auto` tries direct first and falls back to WebSocket when the answer shows that something on the way does not
+// pass the direct upgrade (any answer other than the listener's 101 or its 401).
+import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { TLSSocket } from 'node:tls';
+import { createWebSocketStream, WebSocket } from 'ws';
+import { TUNNEL_UPGRADE, writesDone } from './tunnel.ts';
+
+export type TunnelTransport = 'direct' | 'websocket';
+export type TransportChoice = 'auto' | TunnelTransport;
+
+export interface DialOptions {
+  /** The hub's tunnel listener, https://host:port. */
+  hub: URL;
+  caPem: string;
+  certPem: string;
+  keyPem: string;
+  /** Sent as x-sealion-agent-version. */
+  version: string;
+  /** Until the tunnel is up. Default: 10 s. */
+  timeoutMs?: number;
+}
+
+/** The hub answered the upgrade with `status` instead of switching protocols. */
+export class DialRefused extends Error {
+  readonly status: number;
+  constructor(status: number) {
+    super(`the hub refused the tunnel: HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+export interface Dialed {
+  /** The byte stream the tunnel's HTTP/2 runs on. */
+  stream: Duplex;
+  transport: TunnelTransport;
+}
+
+/** A dial in progress: `cancel` ends it (and the tunnel, once it is up). */
+export interface Dial {
+  done: Promise<Dialed>;
+  cancel(): void;
+}
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+
+/** IPv6 literals come out of URL.hostname in brackets, which the socket layer does not take. */
+const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '$1');
+
+/** Dials with the direct transport: an HTTP/1.1 Upgrade to TUNNEL_UPGRADE, then the TLS socket is the tunnel's. */
+export function dialDirect(opts: DialOptions): Dial {
+  let socket: TLSSocket | undefined;
+  const req = httpsRequest({
+    host: hostOf(opts.hub),
+    port: Number(opts.hub.port || 443),
+    path: '/connect',
+    ca: opts.caPem,
+    cert: opts.certPem,
+    key: opts.keyPem,
+    agent: false,
+    headers: {
+      connection: 'Upgrade',
+      upgrade: TUNNEL_UPGRADE,
+      'x-sealion-agent-version': opts.version,
+    },
+    timeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+  });
+  const done = new Promise<Dialed>((resolve, reject) => {
+    req.once('timeout', () => req.destroy(new Error('the hub did not answer the tunnel upgrade in time')));
+    req.once('error', reject);
+    req.once('response', (res: IncomingMessage) => {
+      res.resume();
+      req.destroy();
+      reject(new DialRefused(res.statusCode ?? 0));
+    });
+    req.once('upgrade', (res: IncomingMessage, upgraded: TLSSocket, head: Buffer) => {
+      socket = upgraded;
+      if (String(res.headers.upgrade ?? '').toLowerCase() !== TUNNEL_UPGRADE) {
+        upgraded.destroy();
+        return reject(new DialRefused(res.statusCode ?? 0));
+      }
+      // The tunnel's pings watch the connection from here on; the dial's deadline no longer applies.
+      upgraded.setTimeout(0);
+      upgraded.setNoDelay(true);
+      // Bytes that came with the 101 are the hub's first HTTP/2 frames: the session reads them from the buffer.
+      if (head.length > 0) upgraded.unshift(head);
+      void writesDone(upgraded).then(() => resolve({ stream: upgraded, transport: 'direct' }));
+    });
+    req.end();
+  });
+  return {
+    done,
+    cancel() {
+      req.destroy();
+      socket?.destroy();
+    },
+  };
+}
+
+/** Dials with the WebSocket transport. */
+export function dialWebSocket(opts: DialOptions): Dial {
+  const url = new URL('/connect', opts.hub);
+  url.protocol = 'wss:';
+  const ws = new WebSocket(url, {
+    ca: opts.caPem,
+    cert: opts.certPem,
+    key: opts.keyPem,
+    headers: { 'x-sealion-agent-version': opts.version },
+    handshakeTimeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+  });
+  const done = new Promise<Dialed>((resolve, reject) => {
+    ws.once('unexpected-response', (_req, res: IncomingMessage) => {
+      ws.terminate();
+      reject(new DialRefused(res.statusCode ?? 0));
+    });
+    ws.once('error', reject);
+    ws.once('open', () => resolve({ stream: createWebSocketStream(ws), transport: 'websocket' }));
+  });
+  return { done, cancel: () => ws.terminate() };
+}
+
+/**
+ * Whether a failed direct dial says that the way to the hub does not pass the direct upgrade: any answer but the
+ * listener's 401 (a proxy's 400 or 426 for an upgrade it does not know, a 101 to something else). A connection
+ * that failed or timed out says nothing about the transport, and a 401 is the listener's own refusal.
+ */
+export const directNotPassed = (err: unknown): boolean => err instanceof DialRefused && err.status !== 401;
