@@ -1,14 +1,20 @@
 // Runs a concierge with its tunnel listener in its own process for the tunnel benchmark. Arguments: the harness
-// cluster's folder, its URL, the kubectl binary, the concierge namespace. Prints one JSON line
-// {url, servingCA, tunnelPort, tunnelCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
+// cluster's folder, its URL, the kubectl binary, the concierge namespace, and the tunnel listener's port (default:
+// any). Prints one JSON line {url, servingCA, tunnelPort, tunnelCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
 import { createInterface } from 'node:readline';
 import { clusterInDir, startLocalConcierge } from '../integration/harness/concierge.ts';
 
-const [dir, url, kubectl, namespace] = process.argv.slice(2) as [string, string, string, string];
+const [dir, url, kubectl, namespace, tunnelPort = '0'] = process.argv.slice(2) as [
+  string,
+  string,
+  string,
+  string,
+  string?,
+];
 const proxy = await startLocalConcierge(
   await clusterInDir(dir, url, kubectl),
   // Forwarding with a service-account token, as a concierge in a cluster does.
-  { tunnel: { port: 0, namespace }, forwardAs: 'serviceaccount' },
+  { tunnel: { port: Number(tunnelPort), namespace }, forwardAs: 'serviceaccount' },
 );
 console.log(
   JSON.stringify({

@@ -1,19 +1,28 @@
-// `npm run bench -- tunnel`: GET and LIST through an agent's reverse tunnel next to direct access and the proxy's
-// own path, in one run on one real API server (the agent points at the same API server, so only the tunnel
-// differs): direct (admin certificate), Sealion (JWT, forwarded directly), Sealion through the tunnel (JWT,
-// /clusters/<name>/…, the real `sealion agent` process). Then the concierge's memory per connected agent with
-// 1,000 simulated agents (real mTLS WebSockets, each serving a tunnel).
+// `npm run bench -- tunnel`: the agents' reverse tunnel, in one run on one real API server.
+//   1. Requests: GET and LIST through the tunnel next to direct access and the proxy's own path (the agents point at
+//      the same API server, so only the tunnel differs): direct (admin certificate), Sealion (JWT, forwarded
+//      directly), and Sealion through the tunnel (JWT, /clusters/<name>/…) with one real `sealion agent` process per
+//      transport, side by side: direct (HTTP/2 on the TLS connection) and websocket.
+//   2. Streams (BENCH_ONLY=streams): BENCH_STREAMS concurrent watches through one tunnel, held open.
+//   3. Agents (BENCH_ONLY=agents): BENCH_AGENTS simulated agents (the agent's own code, each with its own
+//      certificate and mutual-TLS connection): the concierge's memory and idle CPU per agent; then a reconnect storm,
+//      the concierge killed and started again, with the time until every agent is back and the peak CPU and memory.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
+import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { createWebSocketStream, WebSocket } from 'ws';
+import { startAgent, type Agent } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { newKubeClients, readSecretData } from '../lib/kube.ts';
-import { issueCert, loadCA, spkiPin } from '../lib/pki.ts';
-import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
+import { silentLogger } from '../lib/log.ts';
+import { issueCert, loadCA, spkiPin, type CertificateAuthority } from '../lib/pki.ts';
+import { serveTunnel } from '../lib/tunnel.ts';
+import { dialDirect } from '../lib/tunnel-dial.ts';
 import { bindingURI } from '../concierge/tunnel/binding.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
 import { prepareAgentCluster } from '../integration/harness/agent.ts';
-import { startCluster } from '../integration/harness/cluster.ts';
+import { freePort, startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
 import { waitForOutput } from '../integration/harness/processes.ts';
@@ -21,89 +30,191 @@ import { startLoadGenerator, type Target } from './loadgen.ts';
 import {
   formatNumber,
   measureRounds,
+  paired,
   printComparison,
   saveResults,
   selected,
-  type Measurement,
   type Row,
 } from './measure.ts';
 import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
-const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 1000);
+const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 10_000);
+const STREAMS = Number(process.env['BENCH_STREAMS'] ?? 10_000);
+/** How long the agents sit idle while the concierge's CPU is read. */
+const IDLE_SECONDS = Number(process.env['BENCH_IDLE_SECONDS'] ?? 30);
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
-const CLUSTER = 'self';
 const CLUSTERS_API = 'tunnel.concierge.sealion.dev/v1alpha1';
+/** The real agents, one per transport, both reaching the bench's API server. */
+const AGENT_CLUSTERS = { direct: 'self', websocket: 'self-ws' } as const;
+const SEALION = 'sealion (JWT)';
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A process's resident memory now and at its peak, from /proc (Linux), in bytes. */
+function residentMemory(pid: number): { rss: number; peak: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (field: string): number =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0);
+  return { rss: kib('VmRSS') * 1024, peak: kib('VmHWM') * 1024 };
+}
+
+/** The concierge with its tunnel listener, in its own process (serve-tunnel.ts). */
+interface ConciergeProcess {
+  child: ChildProcess;
+  url: string;
+  servingCA: string;
+  tunnelPort: number;
+  tunnelCA: string;
+  /** Memory after a full collection. */
+  memory(): Promise<{ rss: number; heapUsed: number; external: number }>;
+}
+
+async function startConcierge(cluster: Cluster, tunnelPort: number): Promise<ConciergeProcess> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--expose-gc',
+      fileURLToPath(new URL('./serve-tunnel.ts', import.meta.url)),
+      cluster.dir,
+      cluster.url,
+      cluster.binaries.kubectl,
+      NS,
+      String(tunnelPort),
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const out = lines(child);
+  const ready = JSON.parse((await out.next()).value as string) as Omit<ConciergeProcess, 'child' | 'memory'>;
+  return {
+    ...ready,
+    child,
+    async memory() {
+      child.stdin.write('mem\n');
+      return JSON.parse((await out.next()).value as string) as {
+        rss: number;
+        heapUsed: number;
+        external: number;
+      };
+    },
+  };
+}
+
+/** Registers Clusters by name (with `spec`) and returns their UIDs, which agent certificates are bound to. */
+async function applyClusters(
+  cluster: Cluster,
+  names: string[],
+  spec: object = {},
+): Promise<Map<string, string>> {
+  type Applied = { kind: string; metadata: { name: string; uid: string } };
+  const uids = new Map<string, string>();
+  // In batches: one kubectl apply of 10,000 objects holds them all in one request.
+  for (let i = 0; i < names.length; i += 1000) {
+    const applied = await cluster.kubectl(['apply', '-o', 'json', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'List',
+        items: names
+          .slice(i, i + 1000)
+          .map((name) => ({ apiVersion: CLUSTERS_API, kind: 'Cluster', metadata: { name }, spec })),
+      }),
+    });
+    const out = JSON.parse(applied.stdout) as Applied & { items?: Applied[] };
+    // kubectl prints one object as itself and several as a List.
+    for (const c of out.kind === 'List' ? out.items! : [out]) uids.set(c.metadata.name, c.metadata.uid);
+  }
+  return uids;
+}
+
+/** A client certificate from the tunnel CA for each cluster, bound to its UID as the listener issues them. */
+function agentCertificates(ca: CertificateAuthority, uids: Map<string, string>) {
+  return Promise.all(
+    [...uids].map(async ([name, uid]) => {
+      const cert = await issueCert(ca, {
+        commonName: name,
+        uris: [bindingURI({ cluster: name, uid, generation: 0 })],
+        usage: 'client',
+      });
+      return { name, certPem: cert.certPem, keyPem: cert.keyPem };
+    }),
+  );
+}
 
 export async function benchTunnel(): Promise<void> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const cluster = await startCluster({ name: 'bench-tunnel', controllerManager: false, log });
   const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
   const children: ChildProcess[] = [];
-  const simulated: { ws: WebSocket; tunnel?: TunnelServer }[] = [];
+  const stops: (() => unknown)[] = [];
+  const results: Record<string, unknown> = {};
   try {
     await cluster.kubectl(['create', 'namespace', NS]);
-    const server = spawn(
-      process.execPath,
-      [
-        '--expose-gc',
-        fileURLToPath(new URL('./serve-tunnel.ts', import.meta.url)),
-        cluster.dir,
-        cluster.url,
-        cluster.binaries.kubectl,
-        NS,
-      ],
-      { stdio: ['pipe', 'pipe', 'inherit'] },
-    );
-    children.push(server);
-    const serverLines = lines(server);
+    const tunnelPort = await freePort();
     log('waiting for the concierge');
-    const ready = JSON.parse((await serverLines.next()).value as string) as {
-      url: string;
-      servingCA: string;
-      tunnelPort: number;
-      tunnelCA: string;
-    };
-    const memory = async (): Promise<{ rss: number; heapUsed: number; external: number }> => {
-      server.stdin.write('mem\n');
-      return JSON.parse((await serverLines.next()).value as string) as {
-        rss: number;
-        heapUsed: number;
-        external: number;
-      };
-    };
-    const hub = `https://127.0.0.1:${ready.tunnelPort}`;
-
+    let concierge = await startConcierge(cluster, tunnelPort);
+    children.push(concierge.child);
+    const hub = `https://127.0.0.1:${tunnelPort}`;
     const token = await prepareBenchData(cluster, issuer);
-
-    // The real agent process, onboarded as an admin would, pointing at the same API server.
     const clients = newKubeClients({ path: cluster.kubeconfigPath });
-    const agentKubeconfig = await prepareAgentCluster(cluster, AGENT_NS);
-    await cluster.kubectl(['apply', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: CLUSTERS_API,
-        kind: 'Cluster',
-        metadata: { name: CLUSTER },
-        spec: {},
-      }),
-    });
-    const bootstrap = await createBootstrapToken(clients, NS, CLUSTER);
+    const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
+    const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
+
+    if (selected('GET') || selected('LIST'))
+      results['rows'] = await benchRequests(cluster, clients, concierge, hub, token, children, log);
+    if (selected('streams'))
+      results['streams'] = await benchStreams(cluster, concierge, tunnelCA, token, stops, log);
+    if (selected('agents')) {
+      const { figures, restarted } = await benchAgents(cluster, concierge, tunnelCA, stops, log);
+      results['agents'] = figures;
+      concierge = restarted;
+      children.push(restarted.child);
+    }
+    report(results);
+    console.log(`saved ${saveResults('tunnel', results)}`);
+  } finally {
+    await Promise.all(stops.map((stop) => stop()));
+    for (const child of children) child.kill('SIGKILL');
+    await issuer.stop();
+    await cluster.stop();
+  }
+}
+
+/** GET and LIST through each transport's real agent, beside direct access and the proxy's own path. */
+async function benchRequests(
+  cluster: Cluster,
+  clients: KubeClients,
+  concierge: ConciergeProcess,
+  hub: string,
+  token: string,
+  children: ChildProcess[],
+  log: (line: string) => void,
+): Promise<Row[]> {
+  // The real agent process, onboarded as an admin would, pointing at the same API server, once per transport.
+  const agentKubeconfig = await prepareAgentCluster(cluster, AGENT_NS);
+  await applyClusters(cluster, Object.values(AGENT_CLUSTERS));
+  const agents: Record<string, ChildProcess> = {};
+  for (const [transport, name] of Object.entries(AGENT_CLUSTERS)) {
+    const bootstrap = await createBootstrapToken(clients, NS, name);
     const agent = spawn(
       process.execPath,
       [
         `${REPO_ROOT}/cli/main.ts`,
         'agent',
         '--cluster',
-        CLUSTER,
+        name,
         '--hub',
         hub,
         '--ca-pin',
-        spkiPin(ready.tunnelCA),
+        spkiPin(concierge.tunnelCA),
         '--kubeconfig',
         agentKubeconfig,
         '--namespace',
         AGENT_NS,
+        '--credentials-secret',
+        `${name}-credentials`,
+        '--tunnel-transport',
+        transport,
       ],
       {
         env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: bootstrap.token },
@@ -112,168 +223,313 @@ export async function benchTunnel(): Promise<void> {
     );
     children.push(agent);
     await waitForOutput(agent, /tunnel up/);
+    agents[name] = agent;
+  }
 
-    const admin = await issueCert(cluster.ca, {
-      commonName: 'bench-admin',
-      organizations: ['system:masters'],
-      usage: 'client',
-    });
-    const loadgen = await startLoadGenerator(log);
-    children.push(loadgen.process);
-    const targets: (Target & { prefix: string })[] = [
-      {
-        ...(await loadgen.target('direct', {
-          url: cluster.url,
-          ca: cluster.ca.certPem,
-          cert: admin.certPem,
-          key: admin.keyPem,
-        })),
-        prefix: '',
-      },
-      {
-        ...(await loadgen.target('sealion (JWT)', { url: ready.url, ca: ready.servingCA, token })),
-        pid: server.pid!,
-        prefix: '',
-      },
-      {
-        ...(await loadgen.target('sealion via tunnel', { url: ready.url, ca: ready.servingCA, token })),
-        pid: server.pid!,
-        prefix: `/clusters/${CLUSTER}`,
-      },
-    ];
-    const apiserverPid = controlPlaneOf(cluster).apiserver;
-    for (const t of targets) await eventually(() => t.get(`${t.prefix}/api/v1/namespaces/bench`), 30_000);
-    log('all targets answer; measuring');
+  const admin = await issueCert(cluster.ca, {
+    commonName: 'bench-admin',
+    organizations: ['system:masters'],
+    usage: 'client',
+  });
+  const loadgen = await startLoadGenerator(log);
+  children.push(loadgen.process);
+  const sealion = { url: concierge.url, ca: concierge.servingCA, token };
+  const targets: (Target & { prefix: string; agent?: ChildProcess })[] = [
+    {
+      ...(await loadgen.target('direct', {
+        url: cluster.url,
+        ca: cluster.ca.certPem,
+        cert: admin.certPem,
+        key: admin.keyPem,
+      })),
+      prefix: '',
+    },
+    { ...(await loadgen.target(SEALION, sealion)), pid: concierge.child.pid!, prefix: '' },
+    ...(await Promise.all(
+      Object.entries(AGENT_CLUSTERS).map(async ([transport, name]) => ({
+        ...(await loadgen.target(`tunnel, ${transport}`, sealion)),
+        pid: concierge.child.pid!,
+        prefix: `/clusters/${name}`,
+        agent: agents[name]!,
+      })),
+    )),
+  ];
+  const apiserverPid = controlPlaneOf(cluster).apiserver;
+  for (const t of targets) await eventually(() => t.get(`${t.prefix}/api/v1/namespaces/bench`), 30_000);
+  log('all targets answer; measuring');
 
-    const rows: Measurement[] = [];
-    for (const [op, path] of [
-      ['GET', '/api/v1/namespaces/bench'],
-      ['LIST', '/api/v1/namespaces/bench/configmaps'],
-    ] as const) {
-      for (const concurrency of [1, 32]) {
-        if (!selected(`${op} c=${concurrency}`)) continue;
-        const measureOne = async (t: Target & { prefix: string }, warmupSeconds: number) => {
-          const counters = (): { proxy: number; agent: number; apiserver: number } => ({
-            proxy: t.pid ? cpuSeconds(t.pid) : 0,
-            agent: cpuSeconds(agent.pid!),
-            apiserver: cpuSeconds(apiserverPid),
-          });
-          let before = counters();
-          const m = await t.measure(`${op} c=${concurrency} ${t.name}`, `${t.prefix}${path}`, {
-            seconds: SECONDS,
-            concurrency,
-            warmupSeconds,
-            onStart: () => (before = counters()),
-          });
-          const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / m.ops;
-          log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
-          return {
-            ...m,
-            op,
-            concurrency,
-            target: t.name,
-            proxyCpuUs: t.pid ? perRequest(t.pid, before.proxy) : 0,
-            agentCpuUs: t.prefix ? perRequest(agent.pid!, before.agent) : 0,
-            apiserverCpuUs: perRequest(apiserverPid, before.apiserver),
-          };
+  const rows: Row[] = [];
+  for (const [op, path] of [
+    ['GET', '/api/v1/namespaces/bench'],
+    ['LIST', '/api/v1/namespaces/bench/configmaps'],
+  ] as const) {
+    for (const concurrency of [1, 32]) {
+      if (!selected(`${op} c=${concurrency}`)) continue;
+      const measureOne = async (t: (typeof targets)[number], warmupSeconds: number) => {
+        const counters = (): { proxy: number; agent: number; apiserver: number } => ({
+          proxy: t.pid ? cpuSeconds(t.pid) : 0,
+          agent: t.agent ? cpuSeconds(t.agent.pid!) : 0,
+          apiserver: cpuSeconds(apiserverPid),
+        });
+        let before = counters();
+        const m = await t.measure(`${op} c=${concurrency} ${t.name}`, `${t.prefix}${path}`, {
+          seconds: SECONDS,
+          concurrency,
+          warmupSeconds,
+          onStart: () => (before = counters()),
+        });
+        const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / m.ops;
+        log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
+        return {
+          ...m,
+          op,
+          concurrency,
+          target: t.name,
+          proxyCpuUs: t.pid ? perRequest(t.pid, before.proxy) : 0,
+          agentCpuUs: t.agent ? perRequest(t.agent.pid!, before.agent) : 0,
+          apiserverCpuUs: perRequest(apiserverPid, before.apiserver),
         };
-        rows.push(...(await measureRounds(targets, measureOne)));
-      }
+      };
+      rows.push(...((await measureRounds(targets, measureOne)) as Row[]));
     }
+  }
+  for (const agent of Object.values(agents)) agent.kill();
+  return rows;
+}
 
-    // 1,000 simulated agents: each a registered Cluster with its own certificate from the tunnel CA, holding an
-    // mTLS WebSocket with a tunnel served on it. The concierge's memory is read before and after.
-    log(`connecting ${AGENTS} simulated agents`);
-    const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
-    const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
-    const names = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
-    const applied = await cluster.kubectl(['apply', '-o', 'json', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'List',
-        items: names.map((name) => ({
-          apiVersion: CLUSTERS_API,
-          kind: 'Cluster',
-          metadata: { name },
-          spec: {},
-        })),
-      }),
-    });
-    // Each certificate is bound to its Cluster's UID, as the listener issues them.
-    type Applied = { kind: string; metadata: { name: string; uid: string } };
-    const out = JSON.parse(applied.stdout) as Applied & { items?: Applied[] };
-    // kubectl prints one object as itself and several as a List.
-    const uids = new Map(
-      (out.kind === 'List' ? out.items! : [out]).map((c) => [c.metadata.name, c.metadata.uid]),
-    );
-    const certs = await Promise.all(
-      names.map((name) =>
-        issueCert(tunnelCA, {
-          commonName: name,
-          uris: [bindingURI({ cluster: name, uid: uids.get(name)!, generation: 0 })],
-          usage: 'client',
+/**
+ * STREAMS watches held open at once through one tunnel: a simulated agent whose streams each answer a watch's
+ * headers and then hold it, reached through the proxy by one user over HTTP/2 (as kubectl). Counts refusals and
+ * failures, and the concierge's memory per stream.
+ */
+async function benchStreams(
+  cluster: Cluster,
+  concierge: ConciergeProcess,
+  tunnelCA: CertificateAuthority,
+  token: string,
+  stops: (() => unknown)[],
+  log: (line: string) => void,
+): Promise<Record<string, number>> {
+  const name = 'streams';
+  const uids = await applyClusters(cluster, [name], {
+    maxConcurrentStreams: STREAMS,
+    maxRequestsPerUser: STREAMS,
+    maxQueuedRequests: STREAMS,
+  });
+  const [cert] = await agentCertificates(tunnelCA, uids);
+  await sleep(2000); // until the concierge's registry has the Cluster
+  // The agent's end: each stream is an HTTP/1.1 connection whose request gets a watch's headers and no end.
+  const held = createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.flushHeaders();
+  });
+  const dial = dialDirect({
+    hub: new URL(`https://127.0.0.1:${concierge.tunnelPort}`),
+    caPem: concierge.tunnelCA,
+    certPem: cert!.certPem,
+    keyPem: cert!.keyPem,
+    version: 'bench',
+  });
+  const agentEnd = serveTunnel((await dial.done).stream, (stream) => held.emit('connection', stream));
+  stops.push(() => agentEnd.close());
+  await sleep(500);
+
+  const before = await concierge.memory();
+  const sessions: ClientHttp2Session[] = [];
+  // The proxy allows 1,000 streams per connection, as the API server's default is close to.
+  for (let i = 0; i < Math.ceil(STREAMS / 1000); i++) {
+    const session = http2Connect(concierge.url, { ca: concierge.servingCA });
+    session.on('error', () => {});
+    sessions.push(session);
+  }
+  stops.push(() => sessions.forEach((s) => s.destroy()));
+  const outcome = { open: 0, refused: 0, failed: 0 };
+  const statuses = new Map<number, number>();
+  const started = Date.now();
+  await Promise.all(
+    Array.from(
+      { length: STREAMS },
+      (_, i) =>
+        new Promise<void>((done) => {
+          const req = sessions[i % sessions.length]!.request({
+            ':path': `/clusters/${name}/api/v1/namespaces/bench/configmaps?watch=1&i=${i}`,
+            authorization: `Bearer ${token}`,
+          });
+          req.on('response', (headers) => {
+            const status = Number(headers[':status']);
+            statuses.set(status, (statuses.get(status) ?? 0) + 1);
+            if (status === 200) outcome.open++;
+            else outcome.refused++;
+            done();
+          });
+          req.on('error', () => {
+            outcome.failed++;
+            done();
+          });
+          req.end();
         }),
-      ),
-    );
-    // The Clusters must be in the concierge's registry (its informer) before their agents dial.
-    await new Promise((r) => setTimeout(r, 3000));
-    const memBefore = await memory();
-    let connected = 0;
-    await Promise.all(
-      certs.map(
-        (cert) =>
-          new Promise<void>((done) => {
-            const ws = new WebSocket(`wss://127.0.0.1:${ready.tunnelPort}/connect`, {
-              ca: ready.tunnelCA,
-              cert: cert.certPem,
-              key: cert.keyPem,
-            });
-            const entry: { ws: WebSocket; tunnel?: TunnelServer } = { ws };
-            simulated.push(entry);
-            ws.once('open', () => {
-              entry.tunnel = serveTunnel(createWebSocketStream(ws), (stream) => stream.destroy());
-              connected++;
-              done();
-            });
-            ws.once('error', () => done());
-            ws.once('unexpected-response', () => done());
-          }),
-      ),
-    );
-    await new Promise((r) => setTimeout(r, 3000));
-    const memAfter = await memory();
-    const agentMemory = {
-      agents: connected,
-      rssPerAgentKiB: (memAfter.rss - memBefore.rss) / 1024 / connected,
-      heapPerAgentKiB: (memAfter.heapUsed - memBefore.heapUsed) / 1024 / connected,
+    ),
+  );
+  const openSeconds = (Date.now() - started) / 1000;
+  await sleep(1000);
+  const after = await concierge.memory();
+  log(`streams: ${JSON.stringify(outcome)} statuses ${JSON.stringify([...statuses])} in ${openSeconds} s`);
+  for (const s of sessions) s.destroy();
+  agentEnd.close();
+  return {
+    streams: STREAMS,
+    ...outcome,
+    openSeconds,
+    rssPerStreamKiB: (after.rss - before.rss) / 1024 / Math.max(1, outcome.open),
+    heapPerStreamKiB: (after.heapUsed - before.heapUsed) / 1024 / Math.max(1, outcome.open),
+  };
+}
+
+/**
+ * AGENTS simulated agents on one concierge, each the agent's own code (its dialing, transport and jittered
+ * backoff) with a certificate of its own: the concierge's memory and idle CPU per agent, then a reconnect storm.
+ */
+async function benchAgents(
+  cluster: Cluster,
+  concierge: ConciergeProcess,
+  tunnelCA: CertificateAuthority,
+  stops: (() => unknown)[],
+  log: (line: string) => void,
+): Promise<{ figures: Record<string, number>; restarted: ConciergeProcess }> {
+  log(`registering ${AGENTS} Clusters`);
+  const names = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
+  const uids = await applyClusters(cluster, names);
+  log(`issuing ${AGENTS} certificates`);
+  const certs = await agentCertificates(tunnelCA, uids);
+  await sleep(3000); // until the concierge's registry has the Clusters
+  const memBefore = await concierge.memory();
+  const hub = new URL(`https://127.0.0.1:${concierge.tunnelPort}`);
+  const agents: Agent[] = certs.map((cert) =>
+    startAgent({
+      cluster: cert.name,
+      hub,
+      trust: { caPem: concierge.tunnelCA },
+      bootstrapToken: () => undefined,
+      store: {
+        load: () =>
+          Promise.resolve({ certPem: cert.certPem, keyPem: cert.keyPem, caPem: concierge.tunnelCA }),
+        save: () => Promise.resolve(),
+      },
+      // Never reached: the bench sends nothing through these tunnels.
+      upstream: { url: new URL('https://127.0.0.1:9') },
+      version: 'bench',
+      log: silentLogger(),
+    }),
+  );
+  stops.push(() => Promise.all(agents.map((a) => a.stop())));
+  const connectedCount = (): number => agents.filter((a) => a.connected()).length;
+  const started = Date.now();
+  await waitFor(() => connectedCount() === AGENTS, 300_000);
+  const firstConnectSeconds = (Date.now() - started) / 1000;
+  log(`${AGENTS} agents connected in ${firstConnectSeconds} s; idle for ${IDLE_SECONDS} s`);
+  await sleep(5000); // the status writes of the connects settle
+  const memAfter = await concierge.memory();
+  const cpuBefore = cpuSeconds(concierge.child.pid!);
+  await sleep(IDLE_SECONDS * 1000);
+  const idleCpuPercent = ((cpuSeconds(concierge.child.pid!) - cpuBefore) / IDLE_SECONDS) * 100;
+
+  // The storm: the concierge killed and started again; every agent's tunnel drops at once and each dials again
+  // on its own backoff.
+  log('killing the concierge');
+  concierge.child.kill('SIGKILL');
+  const killed = Date.now();
+  await waitFor(() => connectedCount() === 0, 60_000);
+  const restarted = await startConcierge(cluster, concierge.tunnelPort);
+  const restartedSeconds = (Date.now() - killed) / 1000;
+  let peakCpuPercent = 0;
+  let lastCpu = cpuSeconds(restarted.child.pid!);
+  let lastAt = Date.now();
+  const sampler = setInterval(() => {
+    const cpu = cpuSeconds(restarted.child.pid!);
+    const now = Date.now();
+    peakCpuPercent = Math.max(peakCpuPercent, ((cpu - lastCpu) / ((now - lastAt) / 1000)) * 100);
+    [lastCpu, lastAt] = [cpu, now];
+  }, 1000);
+  let reconnected: number;
+  try {
+    await waitFor(() => connectedCount() === AGENTS, 300_000);
+    reconnected = (Date.now() - killed) / 1000;
+  } finally {
+    clearInterval(sampler);
+  }
+  const peakRssMiB = residentMemory(restarted.child.pid!).peak / 1024 / 1024;
+  log(`all ${AGENTS} agents back ${reconnected} s after the kill`);
+  return {
+    restarted,
+    figures: {
+      agents: AGENTS,
+      firstConnectSeconds,
+      rssPerAgentKiB: (memAfter.rss - memBefore.rss) / 1024 / AGENTS,
+      heapPerAgentKiB: (memAfter.heapUsed - memBefore.heapUsed) / 1024 / AGENTS,
       rssBeforeMiB: memBefore.rss / 1024 / 1024,
       rssAfterMiB: memAfter.rss / 1024 / 1024,
-    };
+      idleCpuPercent,
+      stormRestartedSeconds: restartedSeconds,
+      stormAllBackSeconds: reconnected,
+      stormPeakCpuPercent: peakCpuPercent,
+      stormPeakRssMiB: peakRssMiB,
+    },
+  };
+}
 
-    report(rows, agentMemory);
-    console.log(`saved ${saveResults('tunnel', { rows, agentMemory })}`);
-  } finally {
-    for (const s of simulated) {
-      if (s.tunnel) s.tunnel.close();
-      else s.ws.terminate();
-    }
-    for (const child of children) child.kill();
-    await issuer.stop();
-    await cluster.stop();
+async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`not done within ${timeoutMs / 1000} s`);
+    await sleep(100);
   }
 }
 
-function report(rows: Row[], agentMemory: Record<string, number>): void {
+function report(results: Record<string, unknown>): void {
   const fmt = formatNumber;
-  console.log('\nThrough an agent tunnel vs direct (one real kube-apiserver, 2 cores shared by all)');
-  const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
-  printComparison(rows, [
-    { header: 'proxy CPU µs/req', cell: cpu('proxyCpuUs') },
-    { header: 'agent CPU µs/req', cell: cpu('agentCpuUs') },
-  ]);
-  console.log(
-    `\n${agentMemory['agents']} connected agents: ${fmt(agentMemory['rssPerAgentKiB']!, 1)} KiB RSS per agent ` +
-      `(${fmt(agentMemory['heapPerAgentKiB']!, 1)} KiB heap); concierge RSS ${fmt(agentMemory['rssBeforeMiB']!, 1)} → ` +
-      `${fmt(agentMemory['rssAfterMiB']!, 1)} MiB`,
-  );
+  const rows = results['rows'] as Row[] | undefined;
+  if (rows) {
+    console.log('\nThrough an agent tunnel vs direct (one real kube-apiserver, 2 cores shared by all)');
+    const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
+    const sealionOf = (r: Row): Row | undefined =>
+      rows.find((s) => s.op === r.op && s.concurrency === r.concurrency && s.target === SEALION);
+    printComparison(rows, [
+      {
+        header: '× sealion req/s',
+        cell: (r) => {
+          const s = sealionOf(r);
+          return s && r.target !== 'direct'
+            ? paired(r, s, (a, b) => a.perSecond / b.perSecond).toFixed(2)
+            : '-';
+        },
+      },
+      {
+        header: '+p50 ms vs sealion',
+        cell: (r) => {
+          const s = sealionOf(r);
+          return s && r.target !== 'direct' ? fmt(paired(r, s, (a, b) => a.p50us - b.p50us) / 1000, 2) : '-';
+        },
+      },
+      { header: 'proxy CPU µs/req', cell: cpu('proxyCpuUs') },
+      { header: 'agent CPU µs/req', cell: cpu('agentCpuUs') },
+    ]);
+  }
+  const streams = results['streams'] as Record<string, number> | undefined;
+  if (streams)
+    console.log(
+      `\n${streams['streams']} concurrent watches through one tunnel: ${streams['open']} open, ` +
+        `${streams['refused']} refused, ${streams['failed']} failed, in ${fmt(streams['openSeconds']!, 1)} s; ` +
+        `${fmt(streams['rssPerStreamKiB']!, 1)} KiB RSS (${fmt(streams['heapPerStreamKiB']!, 1)} KiB heap) per stream`,
+    );
+  const agents = results['agents'] as Record<string, number> | undefined;
+  if (agents)
+    console.log(
+      `\n${agents['agents']} agents on one concierge (connected in ${fmt(agents['firstConnectSeconds']!, 1)} s): ` +
+        `${fmt(agents['rssPerAgentKiB']!, 1)} KiB RSS per agent (${fmt(agents['heapPerAgentKiB']!, 1)} KiB heap); ` +
+        `RSS ${fmt(agents['rssBeforeMiB']!, 1)} → ${fmt(agents['rssAfterMiB']!, 1)} MiB; ` +
+        `idle CPU ${fmt(agents['idleCpuPercent']!, 1)}% of one core\n` +
+        `reconnect storm (concierge killed and started again, up in ${fmt(agents['stormRestartedSeconds']!, 1)} s): ` +
+        `all agents back ${fmt(agents['stormAllBackSeconds']!, 1)} s after the kill; ` +
+        `peak CPU ${fmt(agents['stormPeakCpuPercent']!)}% of one core, peak RSS ${fmt(agents['stormPeakRssMiB']!)} MiB`,
+    );
 }

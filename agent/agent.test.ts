@@ -1,0 +1,104 @@
+// The agent's choice of transport against a hub on real sockets: direct by default, and WebSocket where the way to
+// the hub answers the direct upgrade with anything but a switch (here a listener that knows only WebSockets, as
+// one of an earlier release, or a proxy that passes only those).
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { request, type IncomingMessage } from 'node:http';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo, Socket } from 'node:net';
+import { createWebSocketStream, WebSocketServer } from 'ws';
+import { eventually } from '../integration/harness/eventually.ts';
+import { silentLogger } from '../lib/log.ts';
+import { issueCert, newCA } from '../lib/pki.ts';
+import { newTunnelClient, TUNNEL_UPGRADE, writesDone, type TunnelClient } from '../lib/tunnel.ts';
+import { startAgent, type Agent } from './agent.ts';
+
+const cleanups: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A hub that takes WebSocket tunnels, and direct ones too when `direct`, with an agent dialing it. */
+async function hub(
+  direct: boolean,
+): Promise<{ tunnels: TunnelClient[]; transports: string[]; agent: Agent }> {
+  const ca = await newCA('hub test CA');
+  const serving = await issueCert(ca, { commonName: 'hub', hosts: ['127.0.0.1'], usage: 'server' });
+  const client = await issueCert(ca, { commonName: 'edge', usage: 'client' });
+  const tunnels: TunnelClient[] = [];
+  const transports: string[] = [];
+  const wss = new WebSocketServer({ noServer: true });
+  const server: Server = createServer({
+    cert: serving.certPem,
+    key: serving.keyPem,
+    ca: ca.certPem,
+    requestCert: true,
+  });
+  server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    if (req.headers.upgrade === 'websocket')
+      return wss.handleUpgrade(req, socket, head, (ws) => {
+        transports.push('websocket');
+        tunnels.push(newTunnelClient(createWebSocketStream(ws)));
+      });
+    if (!direct || req.headers.upgrade !== TUNNEL_UPGRADE)
+      return void socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n\r\n`,
+    );
+    void writesDone(socket).then(() => {
+      transports.push('direct');
+      tunnels.push(newTunnelClient(socket));
+    });
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const url = new URL(`https://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  const agent = startAgent({
+    cluster: 'edge',
+    hub: url,
+    trust: { caPem: ca.certPem },
+    bootstrapToken: () => undefined,
+    store: {
+      load: () => Promise.resolve({ certPem: client.certPem, keyPem: client.keyPem, caPem: ca.certPem }),
+      save: () => Promise.resolve(),
+    },
+    // Nothing listens there: a request through the tunnel gets the agent's own 502.
+    upstream: { url: new URL('https://127.0.0.1:9') },
+    version: 'test',
+    log: silentLogger(),
+  });
+  cleanups.push(
+    () => {
+      server.closeAllConnections();
+      server.close();
+    },
+    () => agent.stop(),
+  );
+  return { tunnels, transports, agent };
+}
+
+/** The agent's answer to a request sent through `tunnel`: it proves the tunnel carries requests both ways. */
+async function throughTunnel(tunnel: TunnelClient): Promise<number> {
+  return new Promise((done, fail) =>
+    request({ host: 'cluster', path: '/version', agent: tunnel.agent }, (res) => {
+      res.resume();
+      done(res.statusCode ?? 0);
+    })
+      .on('error', fail)
+      .end(),
+  );
+}
+
+describe('the agent’s tunnel transport', () => {
+  it('dials direct when the hub switches to it', async () => {
+    const { tunnels, transports, agent } = await hub(true);
+    await eventually(() => expect(agent.connected()).toBe(true));
+    await eventually(() => expect(transports).toEqual(['direct']));
+    expect(await throughTunnel(tunnels[0]!)).toBe(502);
+  });
+
+  it('falls back to WebSocket when the direct upgrade is answered with anything but a switch', async () => {
+    const { tunnels, transports, agent } = await hub(false);
+    await eventually(() => expect(agent.connected()).toBe(true));
+    await eventually(() => expect(transports).toEqual(['websocket']));
+    expect(await throughTunnel(tunnels[0]!)).toBe(502);
+  });
+});
