@@ -262,7 +262,9 @@ export function startAgent(opts: AgentOptions): Agent {
       if (stopped) break;
       failures = now() - started > STABLE_MS ? 0 : failures + 1;
       const delay = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** Math.max(0, failures - 1));
-      await sleep(delay * (0.5 + Math.random() / 2));
+      // Full jitter: anywhere up to the delay, so that agents dropped together (a hub replica restarting) come back
+      // spread over it rather than in waves.
+      await sleep(delay * Math.random());
     }
   })();
 

@@ -12,10 +12,8 @@ import { readFileSync } from 'node:fs';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
 import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { startAgent, type Agent } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
-import { silentLogger } from '../lib/log.ts';
 import { issueCert, loadCA, spkiPin, type CertificateAuthority } from '../lib/pki.ts';
 import { serveTunnel } from '../lib/tunnel.ts';
 import { dialDirect } from '../lib/tunnel-dial.ts';
@@ -42,6 +40,8 @@ const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 10_000);
 const STREAMS = Number(process.env['BENCH_STREAMS'] ?? 10_000);
 /** How long the agents sit idle while the concierge's CPU is read. */
+/** Processes the simulated agents run in. */
+const AGENT_PROCESSES = 4;
 const IDLE_SECONDS = Number(process.env['BENCH_IDLE_SECONDS'] ?? 30);
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -71,7 +71,12 @@ interface ConciergeProcess {
   memory(): Promise<{ rss: number; heapUsed: number; external: number }>;
 }
 
-async function startConcierge(cluster: Cluster, tunnelPort: number): Promise<ConciergeProcess> {
+/** Starts the concierge; `children` gets its process at once, so that it is stopped whatever happens next. */
+async function startConcierge(
+  cluster: Cluster,
+  tunnelPort: number,
+  children: ChildProcess[],
+): Promise<ConciergeProcess> {
   const child = spawn(
     process.execPath,
     [
@@ -85,6 +90,7 @@ async function startConcierge(cluster: Cluster, tunnelPort: number): Promise<Con
     ],
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
+  children.push(child);
   const out = lines(child);
   const ready = JSON.parse((await out.next()).value as string) as Omit<ConciergeProcess, 'child' | 'memory'>;
   return {
@@ -152,8 +158,7 @@ export async function benchTunnel(): Promise<void> {
     await cluster.kubectl(['create', 'namespace', NS]);
     const tunnelPort = await freePort();
     log('waiting for the concierge');
-    let concierge = await startConcierge(cluster, tunnelPort);
-    children.push(concierge.child);
+    const concierge = await startConcierge(cluster, tunnelPort, children);
     const hub = `https://127.0.0.1:${tunnelPort}`;
     const token = await prepareBenchData(cluster, issuer);
     const clients = newKubeClients({ path: cluster.kubeconfigPath });
@@ -164,12 +169,8 @@ export async function benchTunnel(): Promise<void> {
       results['rows'] = await benchRequests(cluster, clients, concierge, hub, token, children, log);
     if (selected('streams'))
       results['streams'] = await benchStreams(cluster, concierge, tunnelCA, token, stops, log);
-    if (selected('agents')) {
-      const { figures, restarted } = await benchAgents(cluster, concierge, tunnelCA, stops, log);
-      results['agents'] = figures;
-      concierge = restarted;
-      children.push(restarted.child);
-    }
+    if (selected('agents'))
+      results['agents'] = await benchAgents(cluster, concierge, tunnelCA, stops, children, log);
     report(results);
     console.log(`saved ${saveResults('tunnel', results)}`);
   } finally {
@@ -394,8 +395,9 @@ async function benchAgents(
   concierge: ConciergeProcess,
   tunnelCA: CertificateAuthority,
   stops: (() => unknown)[],
+  children: ChildProcess[],
   log: (line: string) => void,
-): Promise<{ figures: Record<string, number>; restarted: ConciergeProcess }> {
+): Promise<Record<string, number>> {
   log(`registering ${AGENTS} Clusters`);
   const names = Array.from({ length: AGENTS }, (_, i) => `sim-${i}`);
   const uids = await applyClusters(cluster, names);
@@ -403,28 +405,36 @@ async function benchAgents(
   const certs = await agentCertificates(tunnelCA, uids);
   await sleep(3000); // until the concierge's registry has the Clusters
   const memBefore = await concierge.memory();
-  const hub = new URL(`https://127.0.0.1:${concierge.tunnelPort}`);
-  const agents: Agent[] = certs.map((cert) =>
-    startAgent({
-      cluster: cert.name,
-      hub,
-      trust: { caPem: concierge.tunnelCA },
-      bootstrapToken: () => undefined,
-      store: {
-        load: () =>
-          Promise.resolve({ certPem: cert.certPem, keyPem: cert.keyPem, caPem: concierge.tunnelCA }),
-        save: () => Promise.resolve(),
-      },
-      // Never reached: the bench sends nothing through these tunnels.
-      upstream: { url: new URL('https://127.0.0.1:9') },
-      version: 'bench',
-      log: silentLogger(),
-    }),
-  );
-  stops.push(() => Promise.all(agents.map((a) => a.stop())));
-  const connectedCount = (): number => agents.filter((a) => a.connected()).length;
+  // The agents, in AGENT_PROCESSES processes: one Node process would be their bottleneck, not the concierge.
+  const simulators = Array.from({ length: AGENT_PROCESSES }, (_, i) => {
+    const child = spawn(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    children.push(child);
+    stops.push(() => child.kill('SIGTERM'));
+    const share = certs.filter((_, j) => j % AGENT_PROCESSES === i);
+    child.stdin.write(
+      `${JSON.stringify({ hub: `https://127.0.0.1:${concierge.tunnelPort}`, caPem: concierge.tunnelCA, agents: share })}\n`,
+    );
+    return { child, out: lines(child) };
+  });
+  let counted = 0;
+  let countedAt = 0;
+  /** Agents connected now, asked of each simulator at most once a second. */
+  const connectedCount = (): number => {
+    if (Date.now() - countedAt >= 1000) {
+      countedAt = Date.now();
+      void Promise.all(
+        simulators.map(async (s) => {
+          s.child.stdin.write('count\n');
+          return Number((await s.out.next()).value);
+        }),
+      ).then((counts) => (counted = counts.reduce((a, b) => a + b, 0)));
+    }
+    return counted;
+  };
   const started = Date.now();
-  await waitFor(() => connectedCount() === AGENTS, 300_000);
+  await waitFor('agents connected', connectedCount, AGENTS, 600_000, log);
   const firstConnectSeconds = (Date.now() - started) / 1000;
   log(`${AGENTS} agents connected in ${firstConnectSeconds} s; idle for ${IDLE_SECONDS} s`);
   await sleep(5000); // the status writes of the connects settle
@@ -438,8 +448,8 @@ async function benchAgents(
   log('killing the concierge');
   concierge.child.kill('SIGKILL');
   const killed = Date.now();
-  await waitFor(() => connectedCount() === 0, 60_000);
-  const restarted = await startConcierge(cluster, concierge.tunnelPort);
+  await waitFor('agents connected', connectedCount, 0, 60_000, log);
+  const restarted = await startConcierge(cluster, concierge.tunnelPort, children);
   const restartedSeconds = (Date.now() - killed) / 1000;
   let peakCpuPercent = 0;
   let lastCpu = cpuSeconds(restarted.child.pid!);
@@ -452,7 +462,7 @@ async function benchAgents(
   }, 1000);
   let reconnected: number;
   try {
-    await waitFor(() => connectedCount() === AGENTS, 300_000);
+    await waitFor('agents back', connectedCount, AGENTS, 600_000, log);
     reconnected = (Date.now() - killed) / 1000;
   } finally {
     clearInterval(sampler);
@@ -460,27 +470,37 @@ async function benchAgents(
   const peakRssMiB = residentMemory(restarted.child.pid!).peak / 1024 / 1024;
   log(`all ${AGENTS} agents back ${reconnected} s after the kill`);
   return {
-    restarted,
-    figures: {
-      agents: AGENTS,
-      firstConnectSeconds,
-      rssPerAgentKiB: (memAfter.rss - memBefore.rss) / 1024 / AGENTS,
-      heapPerAgentKiB: (memAfter.heapUsed - memBefore.heapUsed) / 1024 / AGENTS,
-      rssBeforeMiB: memBefore.rss / 1024 / 1024,
-      rssAfterMiB: memAfter.rss / 1024 / 1024,
-      idleCpuPercent,
-      stormRestartedSeconds: restartedSeconds,
-      stormAllBackSeconds: reconnected,
-      stormPeakCpuPercent: peakCpuPercent,
-      stormPeakRssMiB: peakRssMiB,
-    },
+    agents: AGENTS,
+    firstConnectSeconds,
+    rssPerAgentKiB: (memAfter.rss - memBefore.rss) / 1024 / AGENTS,
+    heapPerAgentKiB: (memAfter.heapUsed - memBefore.heapUsed) / 1024 / AGENTS,
+    rssBeforeMiB: memBefore.rss / 1024 / 1024,
+    rssAfterMiB: memAfter.rss / 1024 / 1024,
+    idleCpuPercent,
+    stormRestartedSeconds: restartedSeconds,
+    stormAllBackSeconds: reconnected,
+    stormPeakCpuPercent: peakCpuPercent,
+    stormPeakRssMiB: peakRssMiB,
   };
 }
 
-async function waitFor(condition: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`not done within ${timeoutMs / 1000} s`);
+/** Waits for `count()` to reach `target`, logging it every 10 s; throws after `timeoutMs`. */
+async function waitFor(
+  what: string,
+  count: () => number,
+  target: number,
+  timeoutMs: number,
+  log: (line: string) => void,
+): Promise<void> {
+  const started = Date.now();
+  let logged = started;
+  while (count() !== target) {
+    if (Date.now() - started > timeoutMs)
+      throw new Error(`${what}: ${count()} of ${target} after ${timeoutMs / 1000} s`);
+    if (Date.now() - logged >= 10_000) {
+      logged = Date.now();
+      log(`${what}: ${count()} of ${target} after ${Math.round((logged - started) / 1000)} s`);
+    }
     await sleep(100);
   }
 }

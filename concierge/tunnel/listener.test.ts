@@ -2,6 +2,7 @@
 // suites, no renegotiation) and the binding of agent certificates to one Cluster object and its agentGeneration.
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
+import { connect as netConnect, type Socket } from 'node:net';
 import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { dialDirect, DialRefused, dialWebSocket, type TunnelTransport } from '../../lib/tunnel-dial.ts';
@@ -14,7 +15,7 @@ import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { RecordingStatusWriter } from '../../lib/status-writer.ts';
 import { serveTunnel } from '../../lib/tunnel.ts';
 import { bindingURI } from './binding.ts';
-import { startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
+import { MAX_HANDSHAKES, startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
 
 const NAME = 'edge';
 
@@ -76,6 +77,22 @@ const handshake = (options: ConnectionOptions): Promise<TLSSocket> =>
   });
 
 describe('the tunnel listener’s TLS', () => {
+  it('closes connections at once beyond MAX_HANDSHAKES in progress, and takes them again as those finish', async () => {
+    // Connections that never send a ClientHello: each is a handshake in progress until it closes.
+    const open = async (): Promise<Socket> => {
+      const socket = netConnect(listener.port, '127.0.0.1');
+      await new Promise((done) => socket.once('connect', done));
+      return socket;
+    };
+    const stalled = await Promise.all(Array.from({ length: MAX_HANDSHAKES }, open));
+    const extra = await open();
+    await new Promise((done) => extra.once('close', done));
+    expect(extra.bytesRead).toBe(0);
+
+    stalled.forEach((socket) => socket.destroy());
+    await eventually(async () => (await handshake({})).destroy());
+  });
+
   it('speaks TLS 1.2 with an AEAD suite', async () => {
     const socket = await handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-GCM-SHA256' });
     expect(socket.getCipher().name).toBe('ECDHE-ECDSA-AES128-GCM-SHA256');

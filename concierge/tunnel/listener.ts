@@ -27,7 +27,7 @@ import {
   type CertificateAuthority,
 } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/status-body.ts';
-import type { StatusWriter } from '../../lib/status-writer.ts';
+import { coalescingStatusWriter, type StatusWriter } from '../../lib/status-writer.ts';
 import { newTunnelClient, TUNNEL_UPGRADE, type TunnelClient } from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
@@ -51,6 +51,13 @@ const MAX_BODY_BYTES = 64 * 1024;
  * room above the 10,000 agents a replica is meant to carry.
  */
 const MAX_TUNNEL_CONNECTIONS = 16_384;
+/**
+ * TLS handshakes in progress at once. One takes about a millisecond of CPU; this many finish well within the
+ * handshake timeout even on a busy core.
+ */
+export const MAX_HANDSHAKES = 256;
+/** Cluster status writes in flight at once: enough to keep up with agents connecting, few for the API server. */
+const STATUS_WRITES_IN_FLIGHT = 8;
 /** The one answer to every failed registration; the reason goes to the log. */
 const REJECTED = 'registration rejected';
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -149,6 +156,31 @@ function peerBinding(socket: TLSSocket): { binding: AgentBinding } | { problem: 
   return { binding };
 }
 
+/**
+ * Counts TLS handshakes in progress: `admit` takes a new connection (closing it when `max` are in progress), `done`
+ * its secure socket once the handshake succeeded. A connection that closes first is counted out then. The two are
+ * matched by the connection's addresses, which the secure socket shares with the connection it runs on.
+ */
+function handshakeLimit(max: number): { admit(socket: Socket): void; done(socket: Socket): void } {
+  const inProgress = new Map<string, () => void>();
+  const key = (socket: Socket): string =>
+    `${socket.remoteAddress}|${socket.remotePort}|${socket.localAddress}|${socket.localPort}`;
+  return {
+    admit(socket) {
+      if (inProgress.size >= max) return void socket.destroy();
+      const id = key(socket);
+      const release = (): void => {
+        if (inProgress.get(id) === release) inProgress.delete(id);
+      };
+      inProgress.set(id, release);
+      socket.once('close', release);
+    },
+    done(socket) {
+      inProgress.get(key(socket))?.();
+    },
+  };
+}
+
 /** A renewal refused for a reason the agent is not told. */
 class Refused extends Error {}
 
@@ -198,8 +230,10 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     return { certificate: cert.certPem, caBundle: ca.certPem, expires: cert.cert.notAfter.toISOString() };
   };
 
+  // Every agent connects at once after a restart: their status writes are coalesced and few at a time.
+  const statusWriter = coalescingStatusWriter(opts.status, STATUS_WRITES_IN_FLIGHT);
   const writeStatus = (cluster: string, status: ClusterStatus): void => {
-    opts.status
+    statusWriter
       .patchStatus(cluster, status)
       .catch((err: unknown) =>
         log.warn({ cluster, err: (err as Error).message }, 'writing the Cluster status failed'),
@@ -299,7 +333,17 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   );
 
   // Renegotiation is a client-driven, expensive handshake that nothing here needs.
-  server.on('secureConnection', (socket: TLSSocket) => socket.disableRenegotiation());
+  server.on('secureConnection', (socket: TLSSocket) => {
+    socket.disableRenegotiation();
+    handshakes.done(socket);
+  });
+
+  // When every agent dials at once (after a restart), handshakes beyond what the CPU finishes in time would all
+  // time out, each after using its share of the CPU, and the agents would dial again into the same crowd. Past
+  // MAX_HANDSHAKES in progress, a connection is closed at once instead: that costs nothing, and its agent backs
+  // off and comes back when the crowd has thinned.
+  const handshakes = handshakeLimit(MAX_HANDSHAKES);
+  server.on('connection', (socket: Socket) => handshakes.admit(socket));
 
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     socket.on('error', () => socket.destroy());

@@ -1,0 +1,36 @@
+// Simulated agents for the tunnel benchmark, in a process of their own (several share the load, as real agents run
+// on machines of their own): each is the agent's own code (startAgent: its dialing, transport and backoff) with a
+// certificate of its own. Reads one JSON line {hub, caPem, agents: [{name, certPem, keyPem}]}, then answers each
+// "count" line with how many are connected. Stops them all on SIGTERM.
+import { createInterface } from 'node:readline';
+import { startAgent, type Agent } from '../agent/agent.ts';
+import { silentLogger } from '../lib/log.ts';
+
+interface Setup {
+  hub: string;
+  caPem: string;
+  agents: { name: string; certPem: string; keyPem: string }[];
+}
+
+let agents: Agent[] = [];
+createInterface({ input: process.stdin }).on('line', (line) => {
+  if (line === 'count') return void console.log(agents.filter((a) => a.connected()).length);
+  const setup = JSON.parse(line) as Setup;
+  agents = setup.agents.map((cert) =>
+    startAgent({
+      cluster: cert.name,
+      hub: new URL(setup.hub),
+      trust: { caPem: setup.caPem },
+      bootstrapToken: () => undefined,
+      store: {
+        load: () => Promise.resolve({ certPem: cert.certPem, keyPem: cert.keyPem, caPem: setup.caPem }),
+        save: () => Promise.resolve(),
+      },
+      // Never reached: the benchmark sends nothing through these tunnels.
+      upstream: { url: new URL('https://127.0.0.1:9') },
+      version: 'bench',
+      log: silentLogger(),
+    }),
+  );
+});
+process.once('SIGTERM', () => void Promise.all(agents.map((a) => a.stop())).then(() => process.exit(0)));
