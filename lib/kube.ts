@@ -1,5 +1,6 @@
 // The thin adapter over @kubernetes/client-node (ESM-only). Composition roots and tests build clients
 // here; everything else depends on the small interfaces they are passed.
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
 import type { Informer, KubeObject } from './informer.ts';
@@ -29,7 +30,32 @@ export function loadKubeConfig(source: KubeconfigSource): k8s.KubeConfig {
   else if ('yaml' in source) config.loadFromString(source.yaml);
   else if ('default' in source) config.loadFromDefault();
   else config.loadFromCluster();
+  shareDispatchers(config);
   return config;
+}
+
+type MakeDispatcher = (cluster: k8s.Cluster | null, options: object) => unknown;
+
+/**
+ * client-node (2.0) makes a new undici Agent for every request it sends (applySecurityAuthentication calls its
+ * createDispatcher each time), so every API call opened a TLS connection of its own, and left it open until the
+ * Agent's idle timeout: a TokenReview, an access review or a status write cost a handshake each, and a burst of them
+ * a burst of connections. The dispatcher is kept instead, one per set of connection options (the same server, CA and
+ * client certificate), so calls share connections as client-go's do, and a rotated certificate still gets its own.
+ */
+function shareDispatchers(config: k8s.KubeConfig): void {
+  const target = config as unknown as { createDispatcher?: MakeDispatcher };
+  const make = target.createDispatcher?.bind(config);
+  // A release that renamed it would otherwise silently go back to a connection per call.
+  if (!make) throw new Error('@kubernetes/client-node no longer has KubeConfig.createDispatcher');
+  const made = new Map<string, unknown>();
+  target.createDispatcher = (cluster, options) => {
+    const key = createHash('sha256')
+      .update(JSON.stringify([cluster?.server, config.createDispatcherOptions(cluster, options)]))
+      .digest('hex');
+    if (!made.has(key)) made.set(key, make(cluster, options));
+    return made.get(key);
+  };
 }
 
 export function newKubeClients(source: KubeconfigSource): KubeClients {
