@@ -6,7 +6,7 @@
 // (revoked, or its Cluster was created anew) and it was given a bootstrap token it has not used yet, it registers
 // again with that token.
 import { X509Certificate } from 'node:crypto';
-import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import { connect as tlsConnect, type SecureContext, type TLSSocket } from 'node:tls';
 import { HttpsError, httpsJSON } from '../lib/https-client.ts';
 import type { Logger } from '../lib/log.ts';
 import { peerChain } from '../lib/pem.ts';
@@ -17,6 +17,7 @@ import {
   DialRefused,
   dialWebSocket,
   directNotPassed,
+  tlsContext,
   type Dialed,
   type TransportChoice,
   type TunnelTransport,
@@ -175,14 +176,13 @@ export function startAgent(opts: AgentOptions): Agent {
   /** The transport to dial next: `auto` starts with direct and stays on WebSocket once direct did not pass. */
   let transport: TunnelTransport = opts.transport === 'websocket' ? 'websocket' : 'direct';
 
+  /** Each set of credentials' TLS context, made at its first dial. */
+  const contexts = new WeakMap<AgentCredentials, SecureContext>();
+
   async function dial(c: AgentCredentials): Promise<Dialed> {
-    const options = {
-      hub: opts.hub,
-      caPem: c.caPem,
-      certPem: c.certPem,
-      keyPem: c.keyPem,
-      version: opts.version,
-    };
+    let tls = contexts.get(c);
+    if (!tls) contexts.set(c, (tls = tlsContext(c.caPem, c.certPem, c.keyPem)));
+    const options = { hub: opts.hub, tls, version: opts.version };
     const attempt = async (): Promise<Dialed> => {
       const current = (transport === 'direct' ? dialDirect : dialWebSocket)(options);
       cancelDial = () => current.cancel();

@@ -16,7 +16,7 @@ import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
 import { issueCert, loadCA, spkiPin, type CertificateAuthority } from '../lib/pki.ts';
 import { serveTunnel } from '../lib/tunnel.ts';
-import { dialDirect } from '../lib/tunnel-dial.ts';
+import { dialDirect, tlsContext } from '../lib/tunnel-dial.ts';
 import { bindingURI } from '../concierge/tunnel/binding.ts';
 import { REPO_ROOT } from '../integration/harness/build.ts';
 import { prepareAgentCluster } from '../integration/harness/agent.ts';
@@ -326,9 +326,7 @@ async function benchStreams(
   });
   const dial = dialDirect({
     hub: new URL(`https://127.0.0.1:${concierge.tunnelPort}`),
-    caPem: concierge.tunnelCA,
-    certPem: cert!.certPem,
-    keyPem: cert!.keyPem,
+    tls: tlsContext(concierge.tunnelCA, cert!.certPem, cert!.keyPem),
     version: 'bench',
   });
   const agentEnd = serveTunnel((await dial.done).stream, (stream) => held.emit('connection', stream));

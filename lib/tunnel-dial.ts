@@ -9,7 +9,7 @@
 import { request as httpsRequest } from 'node:https';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { TLSSocket } from 'node:tls';
+import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { TUNNEL_UPGRADE, writesDone } from './tunnel.ts';
 
@@ -19,9 +19,11 @@ export type TransportChoice = 'auto' | TunnelTransport;
 export interface DialOptions {
   /** The hub's tunnel listener, https://host:port. */
   hub: URL;
-  caPem: string;
-  certPem: string;
-  keyPem: string;
+  /**
+   * The hub's CA and the agent's certificate and key, as a TLS context (tlsContext): making one parses them all,
+   * which costs about as much as the rest of a dial that the hub turns away, so an agent makes it once.
+   */
+  tls: SecureContext;
   /** Sent as x-sealion-agent-version. */
   version: string;
   /** Until the tunnel is up. Default: 10 s. */
@@ -51,6 +53,11 @@ export interface Dial {
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 
+/** The TLS context for dialing: trusting `caPem`, presenting `certPem` with `keyPem`. */
+export function tlsContext(caPem: string, certPem: string, keyPem: string): SecureContext {
+  return createSecureContext({ ca: caPem, cert: certPem, key: keyPem });
+}
+
 /** IPv6 literals come out of URL.hostname in brackets, which the socket layer does not take. */
 const hostOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '$1');
 
@@ -61,9 +68,8 @@ export function dialDirect(opts: DialOptions): Dial {
     host: hostOf(opts.hub),
     port: Number(opts.hub.port || 443),
     path: '/connect',
-    ca: opts.caPem,
-    cert: opts.certPem,
-    key: opts.keyPem,
+    // Taken by the TLS layer; Node's HTTPS types leave it out.
+    ...({ secureContext: opts.tls } as object),
     agent: false,
     headers: {
       connection: 'Upgrade',
@@ -109,9 +115,8 @@ export function dialWebSocket(opts: DialOptions): Dial {
   const url = new URL('/connect', opts.hub);
   url.protocol = 'wss:';
   const ws = new WebSocket(url, {
-    ca: opts.caPem,
-    cert: opts.certPem,
-    key: opts.keyPem,
+    // Passed on to the TLS layer; the WebSocket library's types leave it out.
+    ...({ secureContext: opts.tls } as object),
     headers: { 'x-sealion-agent-version': opts.version },
     handshakeTimeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
   });

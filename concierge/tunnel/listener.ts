@@ -9,7 +9,7 @@
 // happen. TLS is the proxy's: 1.2 and up, AEAD suites only, no renegotiation.
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocketServer } from 'ws';
@@ -56,6 +56,12 @@ const MAX_TUNNEL_CONNECTIONS = 16_384;
  * handshake timeout even on a busy core.
  */
 export const MAX_HANDSHAKES = 256;
+/**
+ * Connections waiting for a handshake slot, and for how long: less than an agent's dial timeout (10 s), so that an
+ * agent is either served or told to back off before it gives up on its own.
+ */
+export const MAX_WAITING = 8192;
+const MAX_WAIT_MS = 8_000;
 /** Cluster status writes in flight at once: enough to keep up with agents connecting, few for the API server. */
 const STATUS_WRITES_IN_FLIGHT = 8;
 /** The one answer to every failed registration; the reason goes to the log. */
@@ -157,26 +163,70 @@ function peerBinding(socket: TLSSocket): { binding: AgentBinding } | { problem: 
 }
 
 /**
- * Counts TLS handshakes in progress: `admit` takes a new connection (closing it when `max` are in progress), `done`
- * its secure socket once the handshake succeeded. A connection that closes first is counted out then. The two are
- * matched by the connection's addresses, which the secure socket shares with the connection it runs on.
+ * The door in front of the TLS server. When every agent dials at once (after a restart), handshakes beyond what the
+ * CPU finishes in time would all time out, each after using its share of the CPU, and their agents would dial
+ * again into the same crowd. So at most `max` handshakes run at once; later connections wait, unread and in arrival
+ * order, for a slot (`maxWaiting` of them for at most `waitMs`; past either they are closed, which costs nothing,
+ * and their agents back off). `start` hands a connection to the TLS server; `done` is told of each finished
+ * handshake's secure socket, matched to its connection by their addresses, which the two share.
  */
-function handshakeLimit(max: number): { admit(socket: Socket): void; done(socket: Socket): void } {
+function handshakeQueue(
+  start: (socket: Socket) => void,
+  limits: { max: number; maxWaiting: number; waitMs: number },
+): { admit(socket: Socket): void; done(socket: Socket): void; close(): void } {
   const inProgress = new Map<string, () => void>();
+  const waiting: { socket: Socket; since: number }[] = [];
+  let head = 0;
   const key = (socket: Socket): string =>
     `${socket.remoteAddress}|${socket.remotePort}|${socket.localAddress}|${socket.localPort}`;
+
+  const begin = (socket: Socket): void => {
+    const id = key(socket);
+    const release = (): void => {
+      if (inProgress.get(id) !== release) return;
+      inProgress.delete(id);
+      next();
+    };
+    inProgress.set(id, release);
+    socket.once('close', release);
+    start(socket);
+  };
+  /** Starts waiting connections while there are slots; drops those that waited too long or went away. */
+  const next = (): void => {
+    while (head < waiting.length && inProgress.size < limits.max) {
+      const { socket, since } = waiting[head++]!;
+      if (socket.destroyed) continue;
+      if (Date.now() - since > limits.waitMs) socket.destroy();
+      else begin(socket);
+    }
+    // The queue's front is dropped now and then rather than shifted one by one.
+    if (head > 1024 && head * 2 > waiting.length) {
+      waiting.splice(0, head);
+      head = 0;
+    }
+  };
+  // Waiting connections whose time is up are closed even when no slot frees.
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (let i = head; i < waiting.length && now - waiting[i]!.since > limits.waitMs; i++)
+      waiting[i]!.socket.destroy();
+  }, 1000);
+  sweep.unref();
+
   return {
     admit(socket) {
-      if (inProgress.size >= max) return void socket.destroy();
-      const id = key(socket);
-      const release = (): void => {
-        if (inProgress.get(id) === release) inProgress.delete(id);
-      };
-      inProgress.set(id, release);
-      socket.once('close', release);
+      socket.on('error', () => socket.destroy());
+      if (inProgress.size < limits.max) return begin(socket);
+      if (waiting.length - head >= limits.maxWaiting) return void socket.destroy();
+      waiting.push({ socket, since: Date.now() });
     },
     done(socket) {
       inProgress.get(key(socket))?.();
+    },
+    close() {
+      clearInterval(sweep);
+      for (let i = head; i < waiting.length; i++) waiting[i]!.socket.destroy();
+      waiting.length = head = 0;
     },
   };
 }
@@ -338,12 +388,13 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     handshakes.done(socket);
   });
 
-  // When every agent dials at once (after a restart), handshakes beyond what the CPU finishes in time would all
-  // time out, each after using its share of the CPU, and the agents would dial again into the same crowd. Past
-  // MAX_HANDSHAKES in progress, a connection is closed at once instead: that costs nothing, and its agent backs
-  // off and comes back when the crowd has thinned.
-  const handshakes = handshakeLimit(MAX_HANDSHAKES);
-  server.on('connection', (socket: Socket) => handshakes.admit(socket));
+  // Agents reach the TLS server through the handshake queue, which owns the listening socket.
+  const handshakes = handshakeQueue((socket) => server.emit('connection', socket), {
+    max: MAX_HANDSHAKES,
+    maxWaiting: MAX_WAITING,
+    waitMs: MAX_WAIT_MS,
+  });
+  const door = createNetServer({ pauseOnConnect: true }, (socket) => handshakes.admit(socket));
 
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     socket.on('error', () => socket.destroy());
@@ -437,9 +488,12 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   });
 
   // Each agent holds one connection; past this many, new ones are dropped at accept rather than exhausting memory.
-  server.maxConnections = MAX_TUNNEL_CONNECTIONS;
-  await new Promise<void>((done) => server.listen(opts.port, opts.host, done));
-  const port = (server.address() as AddressInfo).port;
+  door.maxConnections = MAX_TUNNEL_CONNECTIONS;
+  await new Promise<void>((done) => door.listen(opts.port, opts.host, done));
+  // The TLS server is fed connections and never listens itself; Node runs its header and request deadlines only
+  // for a server that has emitted 'listening'.
+  server.emit('listening');
+  const port = (door.address() as AddressInfo).port;
   log.info({ host: opts.host, port }, 'tunnel listener listening');
   return {
     port,
@@ -448,8 +502,9 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     async stop() {
       for (const entry of connected.values()) entry.tunnel.close();
       connected.clear();
+      handshakes.close();
       server.closeAllConnections();
-      await new Promise<void>((done) => server.close(() => done()));
+      await new Promise<void>((done) => door.close(() => done()));
     },
   };
 }
