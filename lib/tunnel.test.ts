@@ -1,8 +1,9 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createServer as createHttpsServer } from 'node:https';
+import { performServerHandshake } from 'node:http2';
+import type { AddressInfo, Socket } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
 import { eventually } from '../integration/harness/eventually.ts';
@@ -262,6 +263,19 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
     const { client, dropAgent } = await tunnelTo((_req, res) => res.end('ok'), { transport });
     expect(await text(await get(client, '/'))).toBe('ok');
     dropAgent();
+    await client.closed;
+    await expect(client.open()).rejects.toThrow(/closed/);
+  });
+
+  it('gives up on an agent that sends no pings', async () => {
+    // An agent's end that answers pings but sends none of its own (the real one pings every PING_INTERVAL_MS, well
+    // within SILENCE_LIMIT_MS).
+    const pair = await directPair();
+    cleanups.push(pair.close);
+    const silent = performServerHandshake(pair.agent as unknown as Socket);
+    silent.on('error', () => {});
+    const client = newTunnelClient(pair.concierge, { silenceLimitMs: 300 });
+    cleanups.push(() => client.close());
     await client.closed;
     await expect(client.open()).rejects.toThrow(/closed/);
   });
