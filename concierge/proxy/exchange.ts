@@ -35,6 +35,11 @@ export class H2Request {
     return this.stream.pipe(destination);
   }
 
+  /** Stops streaming the request body into `destination`; what is left stays unread. */
+  unpipe(destination: NodeJS.WritableStream): void {
+    this.stream.unpipe(destination);
+  }
+
   [Symbol.asyncIterator](): AsyncIterator<Buffer> {
     return (this.stream as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   }

@@ -3,13 +3,13 @@
 // requests are bounded by a deadline and long-running ones are not. Upgrades (exec, attach, port-forward; SPDY
 // or WebSocket) need HTTP/1.1 and are piped through by http-proxy-middleware.
 import { Agent } from 'node:https';
-import type { ClientHttp2Stream } from 'node:http2';
+import { constants as http2, type ClientHttp2Stream } from 'node:http2';
 import { CANCEL, newH2Pool } from './h2-pool.ts';
 import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { isIP, type Socket } from 'node:net';
 import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
-import { relayBody, type Request, type Response } from './exchange.ts';
+import { H2Response, relayBody, type Request, type Response } from './exchange.ts';
 import { rawStatusResponse, writeStatus } from './status.ts';
 import { clientCertChain } from '../../lib/pem.ts';
 
@@ -200,9 +200,17 @@ export function newForwarder(upstream: Upstream): Forwarder {
           relayBody(stream, res);
         });
         stream.on('error', fail);
-        // Cut off mid-body (a reset stream, a lost connection): the client must see a broken response, not a short one.
-        // (Each of these events comes once per stream, so plain listeners do.)
-        stream.on('aborted', () => res.destroy());
+        // The stream closed while the body was still going up. With NO_ERROR, the API server answered before it read
+        // the whole body (a refused or oversized write) and asks for no more of it: its answer still arrives in full,
+        // so the rest of the client's body goes nowhere and, on HTTP/2, is refused once the answer is out. Any other
+        // code cut the answer off mid-body (a reset stream, a lost connection): the client must see a broken
+        // response, not a short one. (Each of these events comes once per stream, so plain listeners do.)
+        stream.on('aborted', () => {
+          if (stream.rstCode !== http2.NGHTTP2_NO_ERROR) return void res.destroy();
+          req.unpipe(stream);
+          if (res instanceof H2Response)
+            stream.once('end', () => setImmediate(() => res.refuseRestOfRequest()));
+        });
         stream.on('close', () => {
           if (!answered) fail(new Error(`stream closed by the API server (HTTP/2 code ${stream.rstCode})`));
         });
