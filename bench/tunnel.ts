@@ -14,16 +14,14 @@ import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
-import { issueCert, loadCA, spkiPin, type CertificateAuthority } from '../lib/pki.ts';
+import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
 import { serveTunnel } from '../lib/tunnel.ts';
 import { dialDirect, tlsContext } from '../lib/tunnel-dial.ts';
 import { bindingURI } from '../concierge/tunnel/binding.ts';
-import { REPO_ROOT } from '../integration/harness/build.ts';
-import { prepareAgentCluster } from '../integration/harness/agent.ts';
+import { prepareAgentCluster, startAgentProcess } from '../integration/harness/agent.ts';
 import { freePort, startCluster, type Cluster } from '../integration/harness/cluster.ts';
 import { eventually } from '../integration/harness/eventually.ts';
 import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
-import { waitForOutput } from '../integration/harness/processes.ts';
 import { startLoadGenerator, type Target } from './loadgen.ts';
 import {
   formatNumber,
@@ -197,33 +195,16 @@ async function benchRequests(
   const agents: Record<string, ChildProcess> = {};
   for (const [transport, name] of Object.entries(AGENT_CLUSTERS)) {
     const bootstrap = await createBootstrapToken(clients, NS, name);
-    const agent = spawn(
-      process.execPath,
-      [
-        `${REPO_ROOT}/cli/main.ts`,
-        'agent',
-        '--cluster',
-        name,
-        '--hub',
-        hub,
-        '--ca-pin',
-        spkiPin(concierge.tunnelCA),
-        '--kubeconfig',
-        agentKubeconfig,
-        '--namespace',
-        AGENT_NS,
-        '--credentials-secret',
-        `${name}-credentials`,
-        '--tunnel-transport',
-        transport,
-      ],
-      {
-        env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: bootstrap.token },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    children.push(agent);
-    await waitForOutput(agent, /tunnel up/);
+    const agent = await startAgentProcess({
+      cluster: name,
+      hub,
+      tunnelCAPem: concierge.tunnelCA,
+      kubeconfig: agentKubeconfig,
+      namespace: AGENT_NS,
+      bootstrapToken: bootstrap.token,
+      transport: transport as 'direct' | 'websocket',
+      started: (child) => children.push(child),
+    });
     agents[name] = agent;
   }
 

@@ -4,20 +4,16 @@
 // and then closes (a refused or oversized write): that is the case that once reached users as ECONNRESET.
 // One cluster is both hub and managed cluster, so the tunnel is the only difference between the paths.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import { join } from 'node:path';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients } from '../lib/kube.ts';
-import { spkiPin } from '../lib/pki.ts';
-import { REPO_ROOT } from './harness/build.ts';
-import { prepareAgentCluster } from './harness/agent.ts';
+import { prepareAgentCluster, startAgentProcess } from './harness/agent.ts';
 import { freePort, startCluster, type Cluster } from './harness/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
 import { eventually } from './harness/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
-import { waitForOutput } from './harness/processes.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -217,40 +213,6 @@ async function run(times: number, send: () => Promise<Outcome>): Promise<Record<
   return counts;
 }
 
-async function startAgentProcess(
-  name: string,
-  transport: string,
-  hub: string,
-  kubeconfig: string,
-): Promise<void> {
-  const bootstrap = await createBootstrapToken(newKubeClients({ path: cluster.kubeconfigPath }), NS, name);
-  const child = spawn(
-    process.execPath,
-    [
-      join(REPO_ROOT, 'cli/main.ts'),
-      'agent',
-      '--cluster',
-      name,
-      '--hub',
-      hub,
-      '--ca-pin',
-      spkiPin(concierge.concierge.tunnel!.caPem),
-      '--kubeconfig',
-      kubeconfig,
-      '--namespace',
-      AGENT_NS,
-      '--credentials-secret',
-      `${name}-credentials`,
-      '--tunnel-transport',
-      transport,
-    ],
-    { env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: bootstrap.token }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  agents.push(child);
-  // The agent logs JSON lines; this one says which transport it dialed.
-  await waitForOutput(child, new RegExp(`"transport":"${transport}"[^\\n]*"tunnel up"`));
-}
-
 beforeAll(async () => {
   cluster = await startCluster({ name: 'bodies', controllerManager: false });
   await cluster.kubectl(['create', 'namespace', NS]);
@@ -280,8 +242,21 @@ beforeAll(async () => {
     });
   const hub = `https://127.0.0.1:${tunnelPort}`;
   const kubeconfig = await prepareAgentCluster(cluster, AGENT_NS);
-  await startAgentProcess('bodies-direct', 'direct', hub, kubeconfig);
-  await startAgentProcess('bodies-ws', 'websocket', hub, kubeconfig);
+  const clients = newKubeClients({ path: cluster.kubeconfigPath });
+  for (const [name, transport] of [
+    ['bodies-direct', 'direct'],
+    ['bodies-ws', 'websocket'],
+  ] as const)
+    await startAgentProcess({
+      cluster: name,
+      hub,
+      tunnelCAPem: concierge.concierge.tunnel!.caPem,
+      kubeconfig,
+      namespace: AGENT_NS,
+      bootstrapToken: (await createBootstrapToken(clients, NS, name)).token,
+      transport,
+      started: (child) => agents.push(child),
+    });
 }, 180_000);
 
 afterAll(async () => {
