@@ -50,8 +50,8 @@ interface Case {
   /** Sent without a length, in pieces. */
   chunked?: boolean;
   repeat: number;
-  /** Sent over HTTP/2 only. */
-  http2Only?: boolean;
+  /** Sent over HTTP/2 to the hub's own path only (see the 10 MiB case). */
+  hubHttp2Only?: boolean;
 }
 
 const MiB = 1024 * 1024;
@@ -115,15 +115,17 @@ const ALL_CASES: Case[] = [
     repeat: Math.ceil(REPEAT / 10),
   },
   {
-    // Over the API server's limit on a request body (3 MiB): it answers 413 without reading it all. Over HTTP/1.1
-    // the client gets that 413, but the proxy's connection is reset after it and a request queued behind it on the
-    // same connection can wait a minute: an open fault, so this case runs over HTTP/2 (kubectl's protocol) only.
+    // Over the API server's limit on a request body (3 MiB): it answers 413 without reading it all. Two faults are
+    // open here. Over HTTP/1.1 the client gets its 413 but the proxy's connection is reset after it, and a request
+    // queued behind it on that connection can wait a minute. Through a tunnel, the agent's HTTP/1.1 request to the
+    // API server can fail with the body half sent before the 413 is read, and the client gets the agent's 502 (1
+    // in 20 under the full suite's load). So this case runs on the hub's path and over HTTP/2 only.
     name: '10 MiB',
     path: `/api/v1/namespaces/${ALLOWED}/configmaps?dryRun=All`,
     body: () => Buffer.from(configMap('huge', 10 * MiB)),
     status: 413,
     repeat: Math.ceil(REPEAT / 10),
-    http2Only: true,
+    hubHttp2Only: true,
   },
 ];
 
@@ -284,7 +286,7 @@ describe.each(Object.entries(PATHS))('requests with a body, %s', (_path, prefix)
         await eventually(async () =>
           expect(await sendHttp1(agent, prefix, ALL_CASES[0]!)).toEqual({ status: ALL_CASES[0]!.status }),
         );
-        const cases = CASES.filter((c) => protocol === 'HTTP/2' || !c.http2Only);
+        const cases = CASES.filter((c) => !c.hubHttp2Only || (protocol === 'HTTP/2' && prefix === ''));
         const results: Record<string, Record<string, number>> = {};
         for (const c of cases)
           results[c.name] = await run(c.repeat, () =>
