@@ -18,6 +18,8 @@ const common = {
 
 /** @type {import('jest').Config} */
 export default {
+  // A run that open handles would keep alive is ended, loudly and with status 1, instead of holding CI.
+  globalTeardown: '<rootDir>/integration/harness/exit-guard.ts',
   projects: [
     {
       ...common,
@@ -31,6 +33,8 @@ export default {
       // Builds the pinned Kubernetes binaries once, with progress, before any test starts a cluster.
       globalSetup: '<rootDir>/integration/harness/global-setup.ts',
       setupFilesAfterEnv: ['<rootDir>/integration/harness/jest-setup.ts'],
+      // Node's, plus a sweep after each file: no process a test started outlives its file.
+      testEnvironment: '<rootDir>/integration/harness/environment.ts',
       slowTestThreshold: 60,
     },
   ],

@@ -42,30 +42,37 @@ async function kubectlAll(cluster: Cluster, commands: string[][]): Promise<void>
   }
 }
 
+/** What `sealion dev up` has started so far. */
+interface Running {
+  cluster?: Cluster;
+  edge?: Cluster;
+  issuer?: TestIssuer;
+  proxy?: ControlledConcierge;
+  lb?: LocalLoadBalancer;
+  agent?: Agent;
+}
+
 export async function devUp(): Promise<void> {
   const log = (line: string): void => console.error(`[dev] ${line}`);
-  const started = Date.now();
-  // Filled in as they start, so that Ctrl-C at any moment stops what exists.
-  const running: {
-    cluster?: Cluster;
-    edge?: Cluster;
-    issuer?: TestIssuer;
-    proxy?: ControlledConcierge;
-    lb?: LocalLoadBalancer;
-    agent?: Agent;
-  } = {};
+  // Filled in as they start, so that Ctrl-C at any moment, or a failure, stops what exists.
+  const running: Running = {};
+  const stopAll = async (): Promise<void> => {
+    await running.agent?.stop();
+    await running.proxy?.stop();
+    await running.lb?.stop();
+    await running.issuer?.stop();
+    await Promise.all([running.cluster?.stop(), running.edge?.stop()]);
+  };
   let stopping = false;
   const shutdown = (): void => {
-    if (stopping) return;
+    if (stopping) {
+      // A second Ctrl-C, or a stop that hangs: the servers die with this process (setpriv --pdeathsig).
+      log('stopping at once');
+      process.exit(1);
+    }
     stopping = true;
     log('stopping');
-    (async () => {
-      await running.agent?.stop();
-      await running.proxy?.stop();
-      await running.lb?.stop();
-      await running.issuer?.stop();
-      await Promise.all([running.cluster?.stop(), running.edge?.stop()]);
-    })().then(
+    stopAll().then(
       () => process.exit(0),
       (err: unknown) => {
         console.error(err);
@@ -76,10 +83,28 @@ export async function devUp(): Promise<void> {
   process.on('SIGINT', shutdown);
   process.on('SIGTERM', shutdown);
 
-  const [cluster, edge] = await Promise.all([
+  try {
+    await start(running, log);
+  } catch (err) {
+    // Interrupted during start-up: shutdown() stops everything and exits.
+    if (stopping) return;
+    // Otherwise nothing half-started may keep running, nor keep this process alive after the error is printed.
+    stopping = true;
+    log('start-up failed; stopping what was started');
+    await stopAll().catch((stopErr: unknown) => console.error(stopErr));
+    throw err;
+  }
+}
+
+async function start(running: Running, log: (line: string) => void): Promise<void> {
+  const started = Date.now();
+  // Both clusters settle before anything else happens: one that lost a race must still be stopped on a failure.
+  const clusters = await Promise.allSettled([
     startCluster({ name: 'sealion-dev', log }).then((c) => (running.cluster = c)),
     startCluster({ name: `sealion-${EDGE}`, log, controllerManager: false }).then((c) => (running.edge = c)),
   ]);
+  for (const c of clusters) if (c.status === 'rejected') throw c.reason;
+  const [cluster, edge] = [running.cluster!, running.edge!];
   log('starting the concierge, the local load balancer and a local OIDC issuer');
   // The CLI's OIDC client ID is the audience, so `sealion get kubeconfig` with OIDC login works here as it is;
   // the local issuer logs the demo user in without asking.

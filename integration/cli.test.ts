@@ -1,7 +1,7 @@
 // The user's path with the real CLI and real kubectl: `sealion get kubeconfig` from the admin's kubeconfig, then
 // kubectl through the proxy with the `sealion login static` exec plugin.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { get as httpGet } from 'node:http';
 import { get as httpsGet } from 'node:https';
@@ -14,7 +14,7 @@ import {
   type ControlledConcierge,
 } from './harness/concierge.ts';
 import { eventually } from './harness/eventually.ts';
-import { runSealion } from './harness/processes.ts';
+import { runSealion, stopChild } from './harness/processes.ts';
 import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 
 const NS = 'sealion-concierge';
@@ -26,6 +26,8 @@ let issuer: TestIssuer;
 let concierge: ControlledConcierge;
 let dir: string;
 let token: string;
+/** kubectl processes still running: one waiting for a login that never comes is stopped after the tests. */
+const kubectls = new Set<ChildProcess>();
 
 /** Runs kubectl and, when the plugin prints a login URL, follows it as a browser would. */
 function kubectlWithBrowser(
@@ -36,7 +38,11 @@ function kubectlWithBrowser(
   return new Promise((done) => {
     const child = spawn(cluster.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, ...args], {
       env: { ...process.env, ...env },
+      // Its own process group, so that stopping it stops the login plugin it runs too.
+      detached: true,
     });
+    kubectls.add(child);
+    child.once('exit', () => kubectls.delete(child));
     let stdout = '';
     let stderr = '';
     let browsed = false;
@@ -100,6 +106,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await Promise.all([...kubectls].map((child) => stopChild(child, { group: true })));
   await concierge?.stop();
   await issuer?.stop();
   await cluster?.stop();

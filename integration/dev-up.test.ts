@@ -4,33 +4,31 @@ import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
 import { runKubectl } from './harness/cluster.ts';
-import { processesUsing, waitForOutput } from './harness/processes.ts';
+import { dieWithParent, processesUsing, stopChild, waitForOutput } from './harness/processes.ts';
 
 describe('npm start (sealion dev up)', () => {
-  /** Stops what the test started: Ctrl-C to its process group, then a kill if it lingers. */
+  /** Stops what the test started, however the test ended (a failed expectation, or jest's timeout). */
   let stop = (): Promise<void> => Promise.resolve();
   afterEach(() => stop());
 
   it('prints kubectl commands that work as printed, and leaves nothing behind after Ctrl-C', async () => {
     const { kubectl } = await ensureBinaries();
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'cli/main.ts'), 'dev', 'up'], {
+    // If this process dies, dev up is told to stop as by Ctrl-C, and takes its clusters down.
+    const [command, args] = dieWithParent(
+      process.execPath,
+      [join(REPO_ROOT, 'cli/main.ts'), 'dev', 'up'],
+      'SIGTERM',
+    );
+    const child = spawn(command, args, {
       cwd: REPO_ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
       // Its own process group, so that Ctrl-C can be sent as a terminal sends it: to the whole group.
       detached: true,
     });
     const exited = new Promise<number | null>((done) => child.once('exit', done));
-    // However the test ends (a failed expectation, or jest's timeout), nothing it started outlives it.
-    stop = async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      if (!interrupted) interrupt();
-      const killed = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 15_000);
-      await exited;
-      clearTimeout(killed);
-    };
-    let interrupted = false;
+    // Ctrl-C, then a kill of the whole group if it lingers; nothing if it has exited.
+    stop = () => stopChild(child, { signal: 'SIGINT', group: true, graceMs: 15_000 });
     const interrupt = (): void => {
-      interrupted = true;
       // As a terminal sends Ctrl-C: to the whole process group.
       process.kill(-child.pid!, 'SIGINT');
     };

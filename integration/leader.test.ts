@@ -1,6 +1,6 @@
 // Lease-based leader election against a real API server: one leader at a time, a clean handover when the
 // leader stops, and a takeover when the leader can no longer renew.
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
 import { newKubeClients, newLeaseClient, type KubeClients, type LeaseClient } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
@@ -9,14 +9,25 @@ import { eventually } from './harness/eventually.ts';
 
 let cluster: Cluster;
 let clients: KubeClients;
+/** Electors a test started: one left running after a failure would keep polling, and keep Jest from exiting. */
+const electors: LeaderElection[] = [];
+const elect = (...args: Parameters<typeof startLeaderElection>): LeaderElection => {
+  const elector = startLeaderElection(...args);
+  electors.push(elector);
+  return elector;
+};
 
 beforeAll(async () => {
   cluster = await startCluster({ name: 'leader', controllerManager: false });
   clients = newKubeClients({ path: cluster.kubeconfigPath });
 });
 
+afterEach(async () => {
+  await Promise.all(electors.splice(0).map((e) => e.stop()));
+});
+
 afterAll(async () => {
-  await cluster.stop();
+  await cluster?.stop();
 });
 
 const leaders = (electors: LeaderElection[]): number => electors.filter((e) => e.isLeader()).length;
@@ -24,8 +35,8 @@ const leaders = (electors: LeaderElection[]): number => electors.filter((e) => e
 describe('leader election', () => {
   it('elects one leader and hands over when it stops', async () => {
     const leases = newLeaseClient(clients, 'default', 'handover');
-    const a = startLeaderElection({ leases, identity: 'replica-a', log: silentLogger() });
-    const b = startLeaderElection({ leases, identity: 'replica-b', log: silentLogger() });
+    const a = elect({ leases, identity: 'replica-a', log: silentLogger() });
+    const b = elect({ leases, identity: 'replica-b', log: silentLogger() });
     await eventually(() => expect(leaders([a, b])).toBe(1));
     const [leader, follower] = a.isLeader() ? [a, b] : [b, a];
     const changes: boolean[] = [];
@@ -46,9 +57,9 @@ describe('leader election', () => {
       create: (l) => (cutOff ? Promise.reject(new Error('connection refused')) : leases.create(l)),
       replace: (l) => (cutOff ? Promise.reject(new Error('connection refused')) : leases.replace(l)),
     };
-    const a = startLeaderElection({ leases: failing, identity: 'replica-a', log: silentLogger() });
+    const a = elect({ leases: failing, identity: 'replica-a', log: silentLogger() });
     await eventually(() => expect(a.isLeader()).toBe(true));
-    const b = startLeaderElection({ leases, identity: 'replica-b', log: silentLogger() });
+    const b = elect({ leases, identity: 'replica-b', log: silentLogger() });
     cutOff = true;
     // The lost leader steps down before its Lease expires; the other takes over once it has.
     await eventually(() => expect(a.isLeader()).toBe(false), 20_000);

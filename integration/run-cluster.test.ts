@@ -1,19 +1,26 @@
 // `npm run cluster` as a person uses it: start, use with kubectl, Ctrl-C, nothing left behind.
-import { describe, expect, it } from '@jest/globals';
-import { spawn } from 'node:child_process';
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
-import { processesUsing, waitForOutput } from './harness/processes.ts';
-import { execFileSync } from 'node:child_process';
+import { dieWithParent, processesUsing, stopChild, waitForOutput } from './harness/processes.ts';
 
 describe('npm run cluster', () => {
+  let child: ChildProcess | undefined;
+  // A failed expectation must not leave the cluster running: Ctrl-C, then a kill.
+  afterEach(() => child && stopChild(child, { signal: 'SIGINT' }));
+
   it('prints a working kubeconfig path and leaves no process behind after Ctrl-C', async () => {
     const { kubectl } = await ensureBinaries();
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'integration/harness/run-cluster.ts')], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const { match } = await waitForOutput(child, /^export KUBECONFIG=(\S+)$/m);
+    const [command, args] = dieWithParent(
+      process.execPath,
+      [join(REPO_ROOT, 'integration/harness/run-cluster.ts')],
+      'SIGTERM',
+    );
+    const started = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    child = started;
+    const { match } = await waitForOutput(started, /^export KUBECONFIG=(\S+)$/m);
     const kubeconfig = match[1]!;
 
     const namespaces = execFileSync(kubectl, ['--kubeconfig', kubeconfig, 'get', 'ns', '-o', 'name'], {
@@ -23,8 +30,8 @@ describe('npm run cluster', () => {
 
     const dir = dirname(kubeconfig);
     expect(processesUsing(dir).length).toBeGreaterThanOrEqual(3);
-    const exited = new Promise<number | null>((done) => child.once('exit', done));
-    child.kill('SIGINT');
+    const exited = new Promise<number | null>((done) => started.once('exit', done));
+    started.kill('SIGINT');
     expect(await exited).toBe(0);
     expect(processesUsing(dir)).toEqual([]);
     expect(existsSync(dir)).toBe(false);

@@ -33,7 +33,7 @@ import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
 import { eventually } from './harness/eventually.ts';
 import { prepareAgentCluster } from './harness/agent.ts';
 import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
-import { runSealion, waitForOutput } from './harness/processes.ts';
+import { dieWithParent, runSealion, stopChild, waitForOutput } from './harness/processes.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -59,20 +59,21 @@ let TOKEN = '';
 
 /** Starts the agent as printed by `cluster add`, with this test's kubeconfig for the managed cluster. */
 async function startAgentProcess(): Promise<void> {
-  const child = spawn(
-    process.execPath,
-    [
-      join(REPO_ROOT, 'cli/main.ts'),
-      ...agentCommand,
-      '--kubeconfig',
-      agentKubeconfig,
-      '--namespace',
-      AGENT_NS,
-      '--log-level',
-      'debug',
-    ],
-    { env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: agentToken }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  // An agent left by a test process that died would dial the next hub on this port: it dies with this process.
+  const [command, args] = dieWithParent(process.execPath, [
+    join(REPO_ROOT, 'cli/main.ts'),
+    ...agentCommand,
+    '--kubeconfig',
+    agentKubeconfig,
+    '--namespace',
+    AGENT_NS,
+    '--log-level',
+    'debug',
+  ]);
+  const child = spawn(command, args, {
+    env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: agentToken },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   agent = child;
   await waitForOutput(child, /tunnel up/);
 }
@@ -80,11 +81,7 @@ async function startAgentProcess(): Promise<void> {
 function stopAgent(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   const child = agent;
   agent = undefined;
-  if (!child || child.exitCode !== null) return Promise.resolve();
-  return new Promise((done) => {
-    child.once('exit', () => done());
-    child.kill(signal);
-  });
+  return child ? stopChild(child, { signal }) : Promise.resolve();
 }
 
 /** The user's kubeconfig for the managed cluster through the hub's proxy (or for the hub itself). */
@@ -334,10 +331,13 @@ describe('a cluster reached through its agent', () => {
     ]);
     let seen = '';
     watch.stdout.on('data', (c: Buffer) => (seen += c.toString()));
-    await eventually(() => expect(seen).toContain('namespace/only-on-managed'));
-    await managed.kubectl(['create', 'namespace', 'appears-while-watching']);
-    await eventually(() => expect(seen).toContain('namespace/appears-while-watching'));
-    watch.kill();
+    try {
+      await eventually(() => expect(seen).toContain('namespace/only-on-managed'));
+      await managed.kubectl(['create', 'namespace', 'appears-while-watching']);
+      await eventually(() => expect(seen).toContain('namespace/appears-while-watching'));
+    } finally {
+      await stopChild(watch);
+    }
 
     const url = `wss://127.0.0.1:${concierge.concierge.port}/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/echo`;
     const echoed = await eventually(
@@ -548,15 +548,19 @@ describe('a cluster reached through its agent', () => {
         now: () => clock,
       });
     let edge2 = start();
-    await eventually(() => expect(edge2.connected()).toBe(true));
-    await edge2.stop();
-    expect(saved).toHaveLength(1);
+    // An agent left running after a failure would keep redialling, and keep Jest from exiting.
+    try {
+      await eventually(() => expect(edge2.connected()).toBe(true));
+      await edge2.stop();
+      expect(saved).toHaveLength(1);
 
-    // 61 of its 90 days later, the next start renews before it connects.
-    clock += 61 * 24 * 3600 * 1000;
-    edge2 = start();
-    await eventually(() => expect(edge2.connected()).toBe(true));
-    await edge2.stop();
+      // 61 of its 90 days later, the next start renews before it connects.
+      clock += 61 * 24 * 3600 * 1000;
+      edge2 = start();
+      await eventually(() => expect(edge2.connected()).toBe(true));
+    } finally {
+      await edge2.stop();
+    }
     expect(saved).toHaveLength(2);
     const [first, renewed] = saved.map((c) => new X509Certificate(c.certPem));
     expect(renewed!.subject).toBe('CN=edge-2');

@@ -16,6 +16,7 @@ import {
   type CertificateAuthority,
 } from '../../lib/pki.ts';
 import { ensureBinaries, type Binaries } from './build.ts';
+import { dieWithParent } from './processes.ts';
 
 export interface ClusterOptions {
   /** Used in folder names and the kubeconfig's context name. Default: `sealion`. */
@@ -108,14 +109,12 @@ export async function freePort(): Promise<number> {
   });
 }
 
-// setpriv asks the kernel to kill the server when the process that started it dies, even by SIGKILL,
-// so an interrupted test run cannot leave etcd or an API server behind.
-const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
-
 function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
   const logPath = join(dir, `${name}.log`);
   writeFileSync(logPath, '');
-  const [cmd, argv] = SETPRIV ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', binary, ...args]] : [binary, args];
+  // The kernel kills the server when the process that started it dies, even by SIGKILL, so an interrupted test
+  // run cannot leave etcd or an API server behind.
+  const [cmd, argv] = dieWithParent(binary, args);
   // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and etcd must not die
   // before the processes that still talk to the API server while they shut down (a concierge releasing its
   // Lease). Our process stops the servers in order; if it dies instead, setpriv's death signal takes them.

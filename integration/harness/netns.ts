@@ -4,12 +4,13 @@
 // ever leaves this machine. Needs root and iproute2. Linux only.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { eventually } from './eventually.ts';
+import { dieWithParent } from './processes.ts';
 
 export interface NetnsBackend {
   /** IPv4 address of the backend inside the namespace (the veth peer), e.g. 10.200.3.2 */
@@ -35,10 +36,6 @@ const SUBNETS = 16384;
 const MAX_SUBNET_ATTEMPTS = 256;
 const READY_TIMEOUT_MS = 10_000;
 const OUTPUT_LIMIT = 8_192;
-
-// setpriv asks the kernel to kill the server when the process that started it dies, even by SIGKILL.
-// `ip netns exec` execs the command rather than forking, so the death signal reaches the server itself.
-const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
 
 // Plain JavaScript: it runs outside the repository, with no type stripping and no node_modules nearby,
 // hence the absolute URL of `ws`.
@@ -222,10 +219,14 @@ function startServer(entry: Live, peerIp: string): Promise<void> {
   const script = join(dir, 'backend.mjs');
   writeFileSync(script, SERVER_SCRIPT);
   const command = ['ip', 'netns', 'exec', entry.netns, process.execPath, script];
-  const args = [...command, String(PORT), peerIp, import.meta.resolve('ws')];
-  const [cmd, argv] = SETPRIV
-    ? [SETPRIV, ['--pdeathsig', 'SIGKILL', '--', ...args]]
-    : [args[0] as string, args.slice(1)];
+  // The kernel kills the server when the process that started it dies, even by SIGKILL: `ip netns exec` execs
+  // the command rather than forking, so the death signal reaches the server itself.
+  const [cmd, argv] = dieWithParent(command[0]!, [
+    ...command.slice(1),
+    String(PORT),
+    peerIp,
+    import.meta.resolve('ws'),
+  ]);
   const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   entry.child = child;
   let output = '';

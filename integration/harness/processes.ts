@@ -1,8 +1,137 @@
-import { execFile, type ChildProcessByStdio } from 'node:child_process';
+// What the harness knows about processes: which are running, how to start one that dies with its parent, how to
+// stop one for certain, and how to find and stop whatever a test file left running (environment.ts does that).
+import { execFile, type ChildProcess, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { REPO_ROOT } from './build.ts';
+
+const SETPRIV = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+
+/**
+ * The command and arguments that run `command` so that the kernel sends it `signal` when the process that started
+ * it dies, even by SIGKILL (setpriv --pdeathsig, which execs the command: same pid, no process in between).
+ * Without setpriv the command runs as it is. The signal is sent when the starting thread exits, which for
+ * child_process is the main thread.
+ */
+export function dieWithParent(
+  command: string,
+  args: string[],
+  signal: 'SIGKILL' | 'SIGTERM' = 'SIGKILL',
+): [string, string[]] {
+  return SETPRIV ? [SETPRIV, ['--pdeathsig', signal, '--', command, ...args]] : [command, args];
+}
+
+function signalQuietly(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // Gone already.
+  }
+}
+
+/**
+ * Stops a child for certain: `signal` (default SIGTERM), then SIGKILL after `graceMs` (default 5 s); resolves once
+ * it has exited. With `group`, both go to its whole process group (a child spawned with `detached: true`).
+ * Idempotent, and safe on a child that never started or has exited, by a code or a signal.
+ */
+export function stopChild(
+  child: ChildProcess,
+  opts: { signal?: NodeJS.Signals; graceMs?: number; group?: boolean } = {},
+): Promise<void> {
+  const pid = child.pid;
+  if (pid === undefined || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  const target = opts.group ? -pid : pid;
+  return new Promise((done) => {
+    const killer = setTimeout(() => signalQuietly(target, 'SIGKILL'), opts.graceMs ?? 5_000);
+    child.once('exit', () => {
+      clearTimeout(killer);
+      done();
+    });
+    signalQuietly(target, opts.signal ?? 'SIGTERM');
+  });
+}
+
+/** A process as /proc/<pid>/stat tells it. */
+export interface ProcessInfo {
+  pid: number;
+  ppid: number;
+  pgid: number;
+  /** Clock ticks after boot: with the pid, tells a process from a later one that reuses its pid. */
+  start: number;
+  command: string;
+}
+
+function processInfo(pid: number): ProcessInfo | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name is in parentheses and may hold spaces and parentheses itself: fields follow the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (fields[0] === 'Z') return undefined;
+    const command = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+    return {
+      pid,
+      ppid: Number(fields[1]),
+      pgid: Number(fields[2]),
+      start: Number(fields[19]),
+      command,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every live (not zombie) descendant of process `root`, parents before their children. Linux only. */
+export function descendants(root: number = process.pid): ProcessInfo[] {
+  const byParent = new Map<number, ProcessInfo[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const info = processInfo(Number(entry));
+    if (!info) continue;
+    byParent.set(info.ppid, [...(byParent.get(info.ppid) ?? []), info]);
+  }
+  const found: ProcessInfo[] = [];
+  const queue = [root];
+  while (queue.length > 0) {
+    for (const child of byParent.get(queue.shift()!) ?? []) {
+      found.push(child);
+      queue.push(child.pid);
+    }
+  }
+  return found;
+}
+
+const sameProcess = (a: ProcessInfo): boolean => {
+  const now = processInfo(a.pid);
+  return now !== undefined && now.start === a.start;
+};
+
+/**
+ * Stops processes left running, for certain: SIGTERM to those among them that this process started (to their
+ * whole group when they lead one, as `detached: true` children do), so that one like `sealion dev up` takes
+ * down what it started in order; then, after `graceMs`, SIGKILL to every one still there and to anything new
+ * they started meanwhile. Resolves once all are gone (or after a last second, for the kernel to reap them).
+ */
+export async function stopLeftovers(leftovers: ProcessInfo[], graceMs = 5_000): Promise<void> {
+  const mine = new Set(leftovers.map((p) => p.pid));
+  for (const p of leftovers) {
+    if (p.ppid !== process.pid) continue;
+    signalQuietly(p.pgid === p.pid ? -p.pid : p.pid, 'SIGTERM');
+  }
+  const deadline = Date.now() + graceMs;
+  while (leftovers.some(sameProcess) && Date.now() < deadline) await sleep(100);
+  const remaining = [
+    ...leftovers.filter(sameProcess),
+    ...leftovers.flatMap((p) => descendants(p.pid)).filter((p) => !mine.has(p.pid)),
+  ];
+  for (const p of remaining) {
+    if (p.pgid === p.pid) signalQuietly(-p.pid, 'SIGKILL');
+    signalQuietly(p.pid, 'SIGKILL');
+  }
+  const reaped = Date.now() + 1_000;
+  while (remaining.some(sameProcess) && Date.now() < reaped) await sleep(50);
+}
 
 /** PIDs of live processes whose command line mentions `text` (e.g. a cluster's folder). Linux only. */
 export function processesUsing(text: string): number[] {

@@ -1,0 +1,42 @@
+// The integration tests' Jest environment: Node's, plus a sweep when a test file is done. Whatever process the file
+// started and left running (a forgotten stop(), a beforeAll that failed midway, a test that timed out while its
+// cleanup waited) is named on stderr and stopped, so that it cannot outlive the file or keep Jest from exiting.
+// It runs after all of the file's own afterAll hooks, which a hook in a setup file would not: those run in the
+// order they were declared, before the file's own.
+import { relative } from 'node:path';
+import { TestEnvironment } from 'jest-environment-node';
+import { REPO_ROOT } from './build.ts';
+import { descendants, stopLeftovers, type ProcessInfo } from './processes.ts';
+
+const key = (p: ProcessInfo): string => `${p.pid}@${p.start}`;
+
+export default class IntegrationEnvironment extends TestEnvironment {
+  private readonly testPath: string;
+  /** Processes that were running before the file started: not the file's to stop. */
+  private before = new Set<string>();
+
+  constructor(...args: ConstructorParameters<typeof TestEnvironment>) {
+    super(...args);
+    this.testPath = relative(REPO_ROOT, args[1].testPath);
+  }
+
+  override async setup(): Promise<void> {
+    await super.setup();
+    this.before = new Set(descendants().map(key));
+  }
+
+  override async teardown(): Promise<void> {
+    try {
+      const left = descendants().filter((p) => !this.before.has(key(p)));
+      if (left.length > 0) {
+        process.stderr.write(
+          `\n[harness] ${this.testPath} left ${left.length} process(es) running; stopping them:\n` +
+            left.map((p) => `  ${p.pid} ${p.command.slice(0, 200)}\n`).join(''),
+        );
+        await stopLeftovers(left);
+      }
+    } finally {
+      await super.teardown();
+    }
+  }
+}
