@@ -213,7 +213,10 @@ export function startAgent(opts: AgentOptions): Agent {
     if (stopped) return void dialed.stream.destroy();
     connected = true;
     log.info({ hub: opts.hub.origin, transport: dialed.transport }, 'tunnel up');
-    const current = serveTunnel(dialed.stream, (stream) => proxy.accept(stream));
+    const current = serveTunnel(dialed.stream, {
+      connect: (stream) => proxy.accept(stream),
+      request: (stream, headers, rawHeaders) => proxy.serve(stream, headers, rawHeaders),
+    });
     tunnel = current;
     await current.closed;
     tunnel = undefined;

@@ -1,13 +1,20 @@
-// The agent's local reverse proxy: an HTTP/1.1 server fed with the tunnel's streams (it listens on no port), that
-// forwards to this cluster's API server as the agent. It always overwrites Authorization with the agent's own
-// credential (whatever the other end sent), keeps Impersonate-* (the hub's impersonation is the point), strips
-// X-Forwarded-*, streams responses as they come (watches), and passes upgrades (exec, port-forward) through.
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+// The agent's local reverse proxy: it serves the tunnel's streams (it listens on no port) and forwards them to this
+// cluster's API server as the agent. A plain request arrives as an HTTP/2 request and goes on as one, over HTTP/2
+// connections to the API server (lib/http2-pool.ts, lib/http2-forward.ts). An upgrade (exec, port-forward) arrives
+// as HTTP/1.1 on a CONNECT stream and is piped through by http-proxy-middleware. Either way the proxy overwrites
+// Authorization with the agent's own credential (whatever the other end sent), keeps Impersonate-* (the hub's
+// impersonation is the point), strips X-Forwarded-*, and streams answers as they come (watches).
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type Server } from 'node:http';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { Agent } from 'node:https';
 import type { Duplex } from 'node:stream';
+import { createSecureContext } from 'node:tls';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
+import { forwardOverHttp2 } from '../lib/http2-forward.ts';
+import { newH2Pool } from '../lib/http2-pool.ts';
+import { serveStream, type Request, type Response } from '../lib/http2-request.ts';
+import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import { clientCertChain } from '../lib/pem.ts';
-import { rawStatusResponse, statusBody } from '../lib/status-body.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -20,37 +27,58 @@ export interface LocalUpstream {
 }
 
 export interface LocalProxy {
-  /** Serves HTTP on one tunnel stream. */
+  /** Serves HTTP/1.1 on one tunnel stream (a CONNECT stream). */
   accept(stream: Duplex): void;
+  /** Serves one plain request that came as an HTTP/2 request. */
+  serve(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: string[]): void;
   close(): void;
 }
 
-const FORWARDED = /^x-forwarded-|^forwarded$/;
+/** Never sent on: hop-by-hop fields, the other end's credential and forwarding fields, and the host. */
+const DROPPED =
+  /^(?:connection|keep-alive|proxy-connection|transfer-encoding|te|upgrade|host|expect|authorization|forwarded|x-forwarded-.*)$/;
+
+/** The headers to send upstream, from a request's raw fields: repeated fields stay apart (Impersonate-Group: a, b). */
+function upstreamHeaders(rawHeaders: string[], token: string | undefined): OutgoingHttpHeaders {
+  const headers: Record<string, string | string[]> = {};
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (name.charCodeAt(0) === 58 /* ':' */ || DROPPED.test(name)) continue;
+    const value = rawHeaders[i + 1]!;
+    const seen = headers[name];
+    if (seen === undefined) headers[name] = value;
+    else if (typeof seen === 'string') headers[name] = [seen, value];
+    else seen.push(value);
+  }
+  if (token) headers['authorization'] = `Bearer ${token}`;
+  return headers;
+}
+
+const unreachable = (err: Error & { code?: string }): string =>
+  `this cluster's API server could not be reached through the agent: ${err.code ?? err.message}`;
 
 export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
-  // Keep-alive, with Node's default of 256 idle connections. A pool smaller than the concurrency the tunnel carries
-  // closes connections that the next requests must open again, each with a TLS handshake.
-  const agent = new Agent({
-    keepAlive: true,
-    ...(upstream.caPem ? { ca: upstream.caPem } : {}),
-    ...(upstream.certPem ? { cert: clientCertChain(upstream.certPem), key: upstream.keyPem } : {}),
-  });
-  const rewrite = (req: IncomingMessage): void => {
-    for (const name of Object.keys(req.headers)) {
-      if (name === 'authorization' || FORWARDED.test(name)) delete req.headers[name];
-    }
-    // Node joins repeated header fields with ", ", which would turn Impersonate-Group: a and Impersonate-Group: b
-    // into one group "a, b": the impersonation headers are rebuilt from the raw fields, one value each.
-    const repeated: Record<string, string[]> = {};
-    for (let i = 0; i < req.rawHeaders.length; i += 2) {
-      const name = req.rawHeaders[i]!.toLowerCase();
-      if (name.startsWith('impersonate-')) (repeated[name] ??= []).push(req.rawHeaders[i + 1]!);
-    }
-    Object.assign(req.headers, repeated);
-    const token = upstream.token?.();
-    if (token) req.headers['authorization'] = `Bearer ${token}`;
+  const ca = upstream.caPem ? { ca: upstream.caPem } : {};
+  const identity = upstream.certPem ? { cert: clientCertChain(upstream.certPem), key: upstream.keyPem } : {};
+  const pool = newH2Pool(upstream.url.origin, { secureContext: createSecureContext({ ...ca, ...identity }) });
+
+  /** Relays a plain request, however it came. The hub bounds its time; the agent follows the hub's cancel. */
+  const forward = (req: Request, res: Response): void => {
+    const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
+    headers[':method'] = req.method ?? 'GET';
+    headers[':path'] = req.url ?? '/';
+    forwardOverHttp2(req, res, headers, {
+      open: (h, endStream) => pool.request(h, endStream),
+      fail: (err) => writeStatus(res, 502, unreachable(err)),
+      // A watch with no events yet has nothing to write: its head goes at once, so the client sees it established.
+      flushHeaders: true,
+    });
   };
-  const proxy = createProxyMiddleware<IncomingMessage>({
+
+  // Upgrades only (and the plain requests of a hub that sends them on CONNECT streams): HTTP/1.1 with the same
+  // identity. Keep-alive, with Node's default of 256 idle connections.
+  const agent = new Agent({ keepAlive: true, ...ca, ...identity });
+  const upgradeProxy = createProxyMiddleware<IncomingMessage>({
     target: upstream.url.origin,
     changeOrigin: true,
     secure: true,
@@ -63,45 +91,30 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
       proxyReq(proxyReq) {
         proxyReq.setNoDelay(true);
       },
-      proxyRes(_proxyRes, _req, res) {
-        // A watch with no events yet has nothing to write: send the headers now (the proxy copies them right after
-        // this event), so the client sees the watch established.
-        process.nextTick(() => {
-          if (!res.headersSent && !res.destroyed) res.flushHeaders();
-        });
-      },
-      error(err, _req, res) {
-        const message = `this cluster's API server could not be reached through the agent: ${(err as NodeJS.ErrnoException).code ?? err.message}`;
-        const body = statusBody(502, message);
-        if ('writeHead' in res) {
-          // Once the headers went out, a failure can only cut the body short.
-          if (res.headersSent) return void res.destroy();
-          res.writeHead(502, {
-            'content-type': 'application/json',
-            'content-length': Buffer.byteLength(body),
-          });
-          res.end(body);
-        } else if (!res.destroyed) {
-          res.end(rawStatusResponse(502, message));
-        }
+      error(err, _req, socket) {
+        if (!('writeHead' in socket) && !socket.destroyed)
+          socket.end(rawStatusResponse(502, unreachable(err)));
       },
     },
   });
-  const server: Server = createServer((req, res) => {
-    rewrite(req);
-    void proxy(req, res, () => res.writeHead(404).end());
-  });
+  const server: Server = createServer(forward);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    rewrite(req);
+    const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
+    headers['connection'] = 'Upgrade';
+    headers['upgrade'] = req.headers['upgrade'];
+    for (const name of Object.keys(req.headers)) delete req.headers[name];
+    Object.assign(req.headers, headers);
     socket.on('error', () => socket.destroy());
-    proxy.upgrade(req, socket as never, head);
+    upgradeProxy.upgrade(req, socket as never, head);
   });
   server.on('clientError', (_err, socket: Duplex) => socket.destroy());
   return {
     accept: (stream) => void server.emit('connection', stream),
+    serve: (stream, headers, rawHeaders) => serveStream(stream, headers, rawHeaders, forward),
     close() {
       server.closeAllConnections();
       agent.destroy();
+      pool.close();
     },
   };
 }

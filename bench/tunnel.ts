@@ -310,7 +310,9 @@ async function benchStreams(
     tls: tlsContext(concierge.tunnelCA, cert!.certPem, cert!.keyPem),
     version: 'bench',
   });
-  const agentEnd = serveTunnel((await dial.done).stream, (stream) => held.emit('connection', stream));
+  const agentEnd = serveTunnel((await dial.done).stream, {
+    connect: (stream) => held.emit('connection', stream),
+  });
   stops.push(() => agentEnd.close());
   await sleep(500);
 

@@ -594,7 +594,7 @@ describe('a cluster reached through its agent', () => {
       ws.once('open', done);
       ws.once('error', fail);
     });
-    const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => stream.destroy());
+    const agentEnd = serveTunnel(createWebSocketStream(ws), { connect: (stream) => stream.destroy() });
     await eventually(async () => expect((await clusterStatus(name))['connected']).toBe(true));
     await agentEnd.closed;
     await eventually(async () => expect((await clusterStatus(name))['connected']).toBe(false));

@@ -11,7 +11,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket } from 'ws';
-import { TUNNEL_UPGRADE, writesDone } from './tunnel.ts';
+import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE, writesDone } from './tunnel.ts';
 
 export type TunnelTransport = 'direct' | 'websocket';
 export type TransportChoice = 'auto' | TunnelTransport;
@@ -75,6 +75,7 @@ export function dialDirect(opts: DialOptions): Dial {
       connection: 'Upgrade',
       upgrade: TUNNEL_UPGRADE,
       'x-sealion-agent-version': opts.version,
+      [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL,
     },
     timeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
   });
@@ -117,7 +118,7 @@ export function dialWebSocket(opts: DialOptions): Dial {
   const ws = new WebSocket(url, {
     // Passed on to the TLS layer; the WebSocket library's types leave it out.
     ...({ secureContext: opts.tls } as object),
-    headers: { 'x-sealion-agent-version': opts.version },
+    headers: { 'x-sealion-agent-version': opts.version, [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL },
     handshakeTimeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
   });
   const done = new Promise<Dialed>((resolve, reject) => {

@@ -52,7 +52,7 @@ async function tunnelTo(
   const local = createServer(handler);
   if (opts.transport === 'direct') {
     const pair = await directPair();
-    const agentEnd = serveTunnel(pair.agent, (stream) => local.emit('connection', stream));
+    const agentEnd = serveTunnel(pair.agent, { connect: (stream) => local.emit('connection', stream) });
     const client = newTunnelClient(pair.concierge, opts);
     cleanups.push(() => {
       client.close();
@@ -78,7 +78,9 @@ async function tunnelTo(
     ? new WebSocket(`wss://127.0.0.1:${address}`, { ca: tls.caPem })
     : new WebSocket(`ws://127.0.0.1:${address}`);
   await new Promise<void>((done) => ws.once('open', () => done()));
-  const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream));
+  const agentEnd = serveTunnel(createWebSocketStream(ws), {
+    connect: (stream) => local.emit('connection', stream),
+  });
   const client = newTunnelClient(await accepted, opts);
   cleanups.push(() => {
     client.close();

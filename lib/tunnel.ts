@@ -1,9 +1,11 @@
 // The reverse tunnel's multiplexer, both ends: HTTP/2 (node:http2, a well-tested multiplexer with per-stream flow
 // control, a stream limit and PING) over the one connection the agent dialed: its TLS socket itself after an HTTP
-// Upgrade to TUNNEL_UPGRADE, or a WebSocket stream where only WebSockets pass (lib/tunnel-dial.ts). The concierge is the HTTP/2
-// client: each CONNECT stream it opens is one byte stream to the agent's local proxy, which speaks HTTP/1.1 on it,
-// so plain requests, watches and upgrades (exec, port-forward) all pass unchanged. A slow reader on one stream
-// stops only that stream's window; every stream's buffered bytes are bounded by its window.
+// Upgrade to TUNNEL_UPGRADE, or a WebSocket stream where only WebSockets pass (lib/tunnel-dial.ts). The concierge is
+// the HTTP/2 client. A plain request (watches included) is one HTTP/2 request, headers and body as the client's,
+// which the agent relays to its API server as one HTTP/2 request again: nothing is parsed or written as HTTP/1.1 on
+// the way. An upgrade (exec, port-forward) goes on a CONNECT stream, one byte stream to the agent's local proxy,
+// which speaks HTTP/1.1 on it. A slow reader on one stream stops only that stream's window; every stream's buffered
+// bytes are bounded by its window.
 import { Agent as HttpAgent, type AgentOptions } from 'node:http';
 import {
   connect,
@@ -12,6 +14,9 @@ import {
   type ClientHttp2Session,
   type ClientHttp2Stream,
   type Http2Session,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+  type ServerHttp2Stream,
   type Settings,
 } from 'node:http2';
 import type { Socket } from 'node:net';
@@ -19,6 +24,13 @@ import type { Duplex } from 'node:stream';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
 export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
+/**
+ * What an agent sends in TUNNEL_PROTOCOL_HEADER when it dials: the version of what runs inside the tunnel. Version 2
+ * carries plain requests as HTTP/2 requests; agents that send none speak version 1 (HTTP/1.1 on CONNECT streams
+ * for every request), which the concierge no longer serves.
+ */
+export const TUNNEL_PROTOCOL = '2';
+export const TUNNEL_PROTOCOL_HEADER = 'x-sealion-tunnel-protocol';
 /**
  * Resolves once every write already made on `socket` has completed. Node's HTTP/2 takes over a native socket's
  * writes when a session starts on it, and aborts the process if a write made before (the Upgrade's request or
@@ -161,6 +173,12 @@ function watchPings(session: Http2Session, limitMs: number, kill: (err: Error) =
 }
 
 export interface TunnelClient {
+  /**
+   * Sends a plain request to the agent, `headers` with their pseudo-headers, and its end at once when `endStream`.
+   * Throws TunnelBusyError at the stream limit and TunnelClosedError once the tunnel is gone. Closing the stream
+   * frees its place at once.
+   */
+  request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream;
   /** A byte stream to the agent's local proxy. Rejects with TunnelBusyError at the stream limit. */
   open(): Promise<Duplex>;
   /** An http.Agent whose connections are tunnel streams (kept alive and reused, like sockets). */
@@ -197,26 +215,44 @@ export function newTunnelClient(
     }),
   );
 
+  /**
+   * Opens a stream, counted until it closes. A closed or destroyed stream leaves the count at once, not at its
+   * 'close' a turn later, so that its place is free for the request that takes it over; the agent's end may hold it
+   * a moment longer, which its higher limit allows.
+   */
+  const counted = (headers: OutgoingHttpHeaders, endStream: boolean): [ClientHttp2Stream, () => void] => {
+    if (session.closed || session.destroyed) throw new TunnelClosedError('the tunnel is closed');
+    if (active >= maxStreams) throw new TunnelBusyError(`the tunnel already carries ${maxStreams} streams`);
+    const stream = session.request(headers, { endStream });
+    active++;
+    let inCount = true;
+    const uncount = (): void => {
+      if (inCount) active--;
+      inCount = false;
+    };
+    stream.once('close', uncount);
+    return [stream, uncount];
+  };
+
+  const request = (headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream => {
+    const [stream, uncount] = counted(headers, endStream);
+    const close = stream.close.bind(stream);
+    stream.close = (code?: number, callback?: () => void) => {
+      uncount();
+      close(code, callback);
+    };
+    return stream;
+  };
+
   const open = (): Promise<Duplex> =>
     new Promise((done, fail) => {
-      if (session.closed || session.destroyed) return fail(new TunnelClosedError('the tunnel is closed'));
-      if (active >= maxStreams)
-        return fail(new TunnelBusyError(`the tunnel already carries ${maxStreams} streams`));
       let stream: ClientHttp2Stream;
+      let uncount: () => void;
       try {
-        stream = session.request({ ':method': 'CONNECT', ':authority': 'local-proxy' });
+        [stream, uncount] = counted({ ':method': 'CONNECT', ':authority': 'local-proxy' }, false);
       } catch (err) {
         return fail(err instanceof Error ? err : new Error(String(err)));
       }
-      // A destroyed stream leaves the count at once, not at its 'close' a turn later, so that the place is free for
-      // the request that takes it over; the agent's end may hold it a moment longer, which its higher limit allows.
-      active++;
-      let counted = true;
-      const uncount = (): void => {
-        if (counted) active--;
-        counted = false;
-      };
-      stream.once('close', uncount);
       stream.once('response', (headers) => {
         if (headers[':status'] === 200)
           return done(asSocket(cancelOnDestroy(stream, uncount, () => closing)));
@@ -245,6 +281,7 @@ export function newTunnelClient(
   })({ keepAlive: true, maxFreeSockets: 64 });
 
   return {
+    request,
     open,
     agent,
     active: () => active,
@@ -269,22 +306,31 @@ export interface TunnelServer {
   close(): void;
 }
 
-/** The agent's end: an HTTP/2 server over the WebSocket stream; each CONNECT stream goes to `onStream`. */
-export function serveTunnel(duplex: Duplex, onStream: (stream: Duplex) => void): TunnelServer {
+/** What the agent's end does with the tunnel's streams. */
+export interface TunnelHandlers {
+  /** A CONNECT stream, a byte stream to the local proxy. */
+  connect(stream: Duplex): void;
+  /** A plain request; `rawHeaders` keeps repeated fields apart. Default: refused with 405. */
+  request?(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: string[]): void;
+}
+
+/** The agent's end: an HTTP/2 server over the tunnel's connection. */
+export function serveTunnel(duplex: Duplex, handlers: TunnelHandlers): TunnelServer {
   const session = performServerHandshake(duplex as unknown as Socket, {
     settings: settings(AGENT_STREAM_LIMIT),
   });
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
   const ping = keepAlive(session, (err) => duplex.destroy(err));
-  session.on('stream', (stream, headers) => {
+  session.on('stream', (stream, headers, _flags, rawHeaders) => {
     if (headers[':method'] !== 'CONNECT') {
+      if (handlers.request) return handlers.request(stream, headers, rawHeaders);
       stream.respond({ ':status': 405 }, { endStream: true });
       return;
     }
     stream.respond({ ':status': 200 });
     stream.on('error', () => stream.destroy());
-    onStream(asSocket(stream));
+    handlers.connect(asSocket(stream));
   });
   const closed = new Promise<void>((done) =>
     session.once('close', () => {

@@ -8,7 +8,7 @@ import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import { peerChain } from '../../lib/pem.ts';
-import type { Request } from './exchange.ts';
+import type { Request } from '../../lib/http2-request.ts';
 
 export type Identity =
   /** Impersonated: the proxy forwards with its own credentials and Impersonate-* headers. */

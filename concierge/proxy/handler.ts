@@ -10,7 +10,7 @@ import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import { flatLineLogger, type Logger } from '../../lib/log.ts';
 import type { RequestAuthenticator, Identity } from './authenticate.ts';
-import type { Request, Response } from './exchange.ts';
+import type { Request, Response } from '../../lib/http2-request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import type { Forwarder, ForwardPlan } from './forward.ts';
@@ -25,7 +25,7 @@ import {
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestInfo } from './request-info.ts';
-import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from './status.ts';
+import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from '../../lib/kube-status.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;

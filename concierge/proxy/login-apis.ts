@@ -9,9 +9,9 @@ import type { Readable } from 'node:stream';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import { MAX_TOKEN_BYTES, type UserInfo } from '../../lib/authn/types.ts';
 import type { Logger } from '../../lib/log.ts';
-import type { Request, Response } from './exchange.ts';
+import type { Request, Response } from '../../lib/http2-request.ts';
 import type { ClientCertSigner } from './credentials.ts';
-import { send, writeStatus } from './status.ts';
+import { send, writeStatus } from '../../lib/kube-status.ts';
 
 /**
  * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES) and an authenticator's name; a WhoAmIRequest is

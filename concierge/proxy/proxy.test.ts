@@ -29,7 +29,7 @@ import { newClientCertSigner } from './credentials.ts';
 import { newForwarder } from './forward.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
-import { UNAUTHORIZED } from './status.ts';
+import { UNAUTHORIZED } from '../../lib/kube-status.ts';
 import { MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
 
 /** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */

@@ -9,8 +9,8 @@ import {
 } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
-import { serveStream, type H2Request, type H2Response } from './exchange.ts';
-import { rawStatusResponse } from './status.ts';
+import { serveStream, type H2Request, type H2Response } from '../../lib/http2-request.ts';
+import { rawStatusResponse } from '../../lib/kube-status.ts';
 import { certificateFingerprints } from '../../lib/pem.ts';
 
 /** TLS 1.2 suites with forward secrecy and AEAD; TLS 1.3 suites are all AEAD. */

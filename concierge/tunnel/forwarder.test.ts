@@ -1,9 +1,9 @@
 // Clusters behind real tunnels (both ends of lib/tunnel.ts over a real WebSocket on port 0, the agent's end serving
-// an HTTP server that stands in for its local proxy and the cluster's API server), reached through the real proxy
+// a handler that stands in for its local proxy and the cluster's API server), reached through the real proxy
 // handler and server over HTTP/2, as kubectl connects. One user reading discovery documents slowly must not starve
 // another, and a request that makes no progress is cut.
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import {
   connect as http2Connect,
@@ -12,6 +12,7 @@ import {
   type ClientHttp2Stream,
   type IncomingHttpHeaders,
   type OutgoingHttpHeaders,
+  type ServerHttp2Stream,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -58,38 +59,43 @@ let uploaded = 0;
 /** Upgraded connections the agent has seen end. */
 let upgradesEnded = 0;
 /** Watches the agent holds open, to send events on. */
-const watches: ServerResponse[] = [];
+const watches: ServerHttp2Stream[] = [];
 
-/** The agent's local proxy and the cluster's API server in one: it sees the impersonated user of each request. */
-function agentServer(req: IncomingMessage, res: ServerResponse): void {
-  const user = String(req.headers['impersonate-user']);
+/**
+ * The agent's local proxy and the cluster's API server in one, for plain requests (HTTP/2 requests through the
+ * tunnel): it sees the impersonated user of each request.
+ */
+function agentRequest(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+  const user = String(headers['impersonate-user']);
+  const path = headers[':path'];
   inFlight.set(user, (inFlight.get(user) ?? 0) + 1);
   mostInFlight.set(user, Math.max(mostInFlight.get(user) ?? 0, inFlight.get(user)!));
-  res.once('close', () => inFlight.set(user, inFlight.get(user)! - 1));
-  if (req.url === '/api') {
-    res.writeHead(200, { 'content-type': 'application/json' });
+  stream.once('close', () => inFlight.set(user, inFlight.get(user)! - 1));
+  stream.on('error', () => {});
+  if (path === '/api') {
+    stream.respond({ ':status': 200, 'content-type': 'application/json' });
     const chunk = Buffer.alloc(64 << 10, ' ');
     let sent = 0;
     const pump = (): void => {
       while (sent < DISCOVERY_BYTES) {
         sent += chunk.length;
-        if (!res.write(chunk)) return void res.once('drain', pump);
+        if (!stream.write(chunk)) return void stream.once('drain', pump);
       }
-      res.end();
+      stream.end();
     };
     return pump();
   }
-  if (req.url?.includes('watch=1')) {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.flushHeaders();
-    return void watches.push(res);
+  if (path?.includes('watch=1')) {
+    stream.respond({ ':status': 200, 'content-type': 'application/json' });
+    return void watches.push(stream);
   }
-  if (req.url === '/upload') {
-    req.on('data', (c: Buffer) => (uploaded += c.length));
-    req.on('end', () => res.writeHead(201).end());
+  if (path === '/upload') {
+    stream.on('data', (c: Buffer) => (uploaded += c.length));
+    stream.on('end', () => stream.respond({ ':status': 201 }, { endStream: true }));
     return;
   }
-  res.writeHead(200, { 'content-type': 'application/json' }).end('{"kind":"Status","status":"Success"}');
+  stream.respond({ ':status': 200, 'content-type': 'application/json' });
+  stream.end('{"kind":"Status","status":"Success"}');
 }
 
 /** The agent's end of an upgrade (a port-forward over WebSocket, say) that sends without end, as fast as it is taken. */
@@ -116,14 +122,17 @@ const LONG = 600_000;
 async function connectCluster(name: string, limits: TunnelLimits, withClock?: Clock): Promise<void> {
   const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
   await new Promise<void>((done) => wss.once('listening', done));
-  const local = createServer(agentServer);
+  const local = createServer();
   local.on('upgrade', agentUpgrade);
   const accepted = new Promise<Duplex>((done) =>
     wss.once('connection', (ws) => done(createWebSocketStream(ws))),
   );
   const ws = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}`);
   await new Promise<void>((done) => ws.once('open', () => done()));
-  const agentEnd = serveTunnel(createWebSocketStream(ws), (stream) => local.emit('connection', stream));
+  const agentEnd = serveTunnel(createWebSocketStream(ws), {
+    connect: (stream) => local.emit('connection', stream),
+    request: agentRequest,
+  });
   const tunnel = newTunnelClient(await accepted, { maxStreams: limits.capacity });
   forwarders[name] = newTunnelForwarder(name, tunnel, { limits, ...(withClock ? { clock: withClock } : {}) });
   cleanups.push(() => {

@@ -1,22 +1,23 @@
-// Forwarding to a cluster through its agent's tunnel: HTTP/1.1 over tunnel streams (lib/tunnel.ts), to the agent's
-// local proxy, which adds the agent's own credential. The hub's forwarding credential never goes into a tunnel:
-// the agent sees the impersonation headers and nothing else of the hub's.
+// Forwarding to a cluster through its agent's tunnel (lib/tunnel.ts): a plain request as an HTTP/2 request, an
+// upgrade as HTTP/1.1 on a CONNECT stream, to the agent's local proxy, which adds the agent's own credential. The
+// hub's forwarding credential never goes into a tunnel: the agent sees the impersonation headers and nothing else of
+// the hub's.
 //
 // A tunnel is shared by everyone who reaches its cluster, so each request (plain or upgrade) first takes a place
 // from the tunnel's fair semaphore, keyed by the authenticated user: at most maxRequestsPerUser at once per user,
-// maxConcurrentStreams in all, and the rest wait, served user by user in turn. Places are counted per request, not
-// per stream: the tunnel's http.Agent keeps streams alive and hands them from one request to the next. A request
-// that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
+// maxConcurrentStreams in all, and the rest wait, served user by user in turn. A request that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
 // read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
-import { request, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import { constants } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
 import type { ClusterSpec } from '../../apis/tunnel.ts';
 import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel.ts';
-import { hasBody, SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
-import type { Response } from '../proxy/exchange.ts';
-import { rawStatusResponse, statusBody, writeStatus } from '../proxy/status.ts';
+import { forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
+import type { Request, Response } from '../../lib/http2-request.ts';
+import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
+import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
 import {
   KEY_LIMIT,
   newFairSemaphore,
@@ -127,6 +128,7 @@ function failure(cluster: string, err: Error & { code?: string }): { code: numbe
   return { code: 502, message: `cluster ${cluster}: the agent's tunnel failed: ${err.code ?? err.message}` };
 }
 
+/** The request's headers for the agent; an upgrade's go on HTTP/1.1 and name the tunnel as their host. */
 function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
   const headers: OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(plan.headers)) {
@@ -134,7 +136,6 @@ function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
       continue;
     headers[name] = value;
   }
-  headers['host'] = TUNNEL_HOST;
   return headers;
 }
 
@@ -259,73 +260,38 @@ export function newTunnelForwarder(
     },
   });
 
-  /** Forwards a request that holds a place; `release` gives the place back once its tunnel stream is free. */
-  function forward(
-    req: Parameters<Forwarder['web']>[0],
-    res: Response,
-    plan: ForwardPlan,
-    release: () => void,
-  ) {
+  /** Forwards a request that holds a place; `release` gives the place back once its tunnel stream is closed. */
+  function forward(req: Request, res: Response, plan: ForwardPlan, release: () => void) {
     return new Promise<void>((done) => {
-      const fail = (err: Error & { code?: string }): void => {
-        if (!res.headersSent) {
+      const progressMs = limits.progressTimeoutMs;
+      const headers = upstreamHeaders(plan);
+      headers[':method'] = req.method ?? 'GET';
+      headers[':path'] = req.url ?? '/';
+      const stream = forwardOverHttp2(req, res, headers, {
+        open: (h, endStream) => tunnel.request(h, endStream),
+        fail(err) {
+          if (res.headersSent) return void (res.destroyed || res.destroy());
           const { code, message } = failure(cluster, err);
           writeStatus(res, code, message);
-        } else if (!res.destroyed) res.destroy();
-      };
-      const body = hasBody(req);
-      const upstream = request({
-        agent: tunnel.agent,
-        host: TUNNEL_HOST,
-        method: req.method ?? 'GET',
-        path: req.url ?? '/',
-        headers: upstreamHeaders(plan),
-      });
-      const progressMs = limits.progressTimeoutMs;
-      let answer: IncomingMessage | undefined;
-      upstream.on('response', (received: IncomingMessage) => {
-        const status = received.statusCode ?? 0;
-        // The agent is another party: a status no HTTP/2 client can be sent (1xx, or not three digits of HTTP's)
-        // is its failure, answered as one, and never handed to writeHead, which throws on it.
-        if (status < 200 || status > 599) {
-          upstream.destroy();
-          return fail(
-            Object.assign(new Error(`the agent answered with status ${status}`), { code: 'EBADSTATUS' }),
-          );
-        }
-        answer = received;
-        const out: OutgoingHttpHeaders = {};
-        for (const [name, value] of Object.entries(received.headers))
-          if (value !== undefined && !DROPPED.has(name)) out[name] = value;
-        res.writeHead(status, out);
-        if (plan.longRunning && 'flushHeaders' in res) res.flushHeaders();
+        },
+        ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: SHORT_REQUEST_TIMEOUT_MS }),
         // A client that leaves the answer unread holds its place and its stream: cut, as any broken answer is.
-        relayWithDeadline(received, res, progressMs, clock, () => res.destroy());
-        // Cut off mid-body (the agent went away): the client must see a broken response, not a short one.
-        received.once('aborted', () => res.destroy());
+        relay: (from, to) => relayWithDeadline(from, to, progressMs, clock, () => to.destroy()),
       });
-      upstream.on('error', fail);
-      if (!plan.longRunning) {
-        upstream.setTimeout(SHORT_REQUEST_TIMEOUT_MS, () => {
-          fail(Object.assign(new Error('upstream timeout'), { code: 'SEALION_UPSTREAM_TIMEOUT' }));
-          upstream.destroy();
-        });
-      }
       let stopWatchingBody = (): void => {};
       let finished = false;
       const finish = (): void => {
         if (finished) return;
         finished = true;
         stopWatchingBody();
-        // Only a whole exchange leaves the stream fit for the next request. (An HTTP/2 response reads as finished once
-        // the client has reset it, so the answer, not the response, tells whether the exchange is whole.)
-        if (!upstream.writableFinished || !answer?.complete) upstream.destroy();
-        // The stream is destroyed now, or went back to the agent's pool whole, free for the next request.
+        // Closing a tunnel stream frees its place in the tunnel at once (lib/tunnel.ts); one that has ended both ways
+        // is closed already.
+        stream?.close(constants.NGHTTP2_CANCEL);
         release();
         done();
       };
       res.once('close', finish);
-      if (body) {
+      if (stream && hasBody(req)) {
         const from: Readable = 'stream' in req ? req.stream : req;
         stopWatchingBody = watchBody(from, progressMs, clock, () => {
           if (res.headersSent) res.destroy();
@@ -333,8 +299,7 @@ export function newTunnelForwarder(
           // An HTTP/2 response that ended before its request did closes only when the client ends or resets it.
           finish();
         });
-        req.pipe(upstream);
-      } else upstream.end();
+      }
     });
   }
 
@@ -379,7 +344,11 @@ export function newTunnelForwarder(
     upgrade(req, socket: Socket, head, plan) {
       const headers = upstreamHeaders(plan);
       for (const name of Object.keys(req.headers)) delete req.headers[name];
-      Object.assign(req.headers, headers, { connection: 'Upgrade', upgrade: plan.headers['upgrade'] });
+      Object.assign(req.headers, headers, {
+        host: TUNNEL_HOST,
+        connection: 'Upgrade',
+        upgrade: plan.headers['upgrade'],
+      });
       if (socket.destroyed) return;
       let settled = false;
       const cancel = admission.acquire(

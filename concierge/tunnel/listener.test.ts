@@ -171,7 +171,7 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
     clusters.put(clusterObject(uid));
     const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
     if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
-    const agentEnd = serveTunnel(stream, (s) => s.destroy());
+    const agentEnd = serveTunnel(stream, { connect: (s) => s.destroy() });
     await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
 
     // A change that keeps the binding (a new description) keeps the tunnel.
@@ -196,7 +196,7 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
     clusters.put(clusterObject(uid));
     const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
     if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
-    const agentEnd = serveTunnel(stream, (s) => s.destroy());
+    const agentEnd = serveTunnel(stream, { connect: (s) => s.destroy() });
     await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
     clusters.put(clusterObject(randomUUID()));
     await agentEnd.closed;

@@ -26,9 +26,15 @@ import {
   publicKeyFromCSR,
   type CertificateAuthority,
 } from '../../lib/pki.ts';
-import { rawStatusResponse } from '../../lib/status-body.ts';
+import { rawStatusResponse } from '../../lib/kube-status.ts';
 import { coalescingStatusWriter, type StatusWriter } from '../../lib/status-writer.ts';
-import { newTunnelClient, TUNNEL_UPGRADE, type TunnelClient } from '../../lib/tunnel.ts';
+import {
+  newTunnelClient,
+  TUNNEL_PROTOCOL,
+  TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_UPGRADE,
+  type TunnelClient,
+} from '../../lib/tunnel.ts';
 import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
@@ -410,6 +416,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     const cluster = binding.cluster;
     const problem = bindingProblem(binding, opts.clusters.get(cluster));
     if (problem) return refuse(401, problem);
+    if (req.headers[TUNNEL_PROTOCOL_HEADER] !== TUNNEL_PROTOCOL) {
+      log.warn({ cluster }, 'tunnel refused: the agent is too old for this hub');
+      const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
+      return void socket.end(rawStatusResponse(426, message));
+    }
     const agentVersion = String(req.headers['x-sealion-agent-version'] ?? 'unknown');
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();

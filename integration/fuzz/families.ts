@@ -2,9 +2,10 @@
 // and judged. Credentials appear in cases as symbols ('token', 'cert'), resolved only when sent, so a printed
 // counterexample never carries a working credential.
 import { createHmac } from 'node:crypto';
+import { constants, type OutgoingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
 import WebSocket, { createWebSocketStream } from 'ws';
-import { serveTunnel, type TunnelServer } from '../../lib/tunnel.ts';
+import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, type TunnelServer } from '../../lib/tunnel.ts';
 import { expectClean, FindingError, TUNNEL_401_BODIES } from './oracle.ts';
 import { AGENT_CLUSTER_PREFIX, agentCluster, FUZZ_AUDIENCE, type FuzzTarget } from './target.ts';
 import { rawExchange, TLSSessions, type H2Client } from './wire.ts';
@@ -1002,7 +1003,7 @@ async function dialAsAgent(ctx: LaneContext, role: 'answers' | 'garbage'): Promi
     ca: ctx.target.tunnelCA,
     cert: cert.certPem,
     key: cert.keyPem,
-    headers: { 'x-sealion-agent-version': 'fuzz' },
+    headers: { 'x-sealion-agent-version': 'fuzz', [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL },
   });
   await new Promise<void>((done, fail) => {
     ws.once('open', () => done());
@@ -1028,22 +1029,43 @@ async function fakeAgent(ctx: LaneContext): Promise<FakeAgent> {
   if (existing && existing.ws.readyState === WebSocket.OPEN) return existing;
   const ws = await dialAsAgent(ctx, 'answers');
   const agent: FakeAgent = { ws, server: undefined as unknown as TunnelServer };
-  agent.server = serveTunnel(createWebSocketStream(ws), (stream) => {
-    let head = '';
-    const answer = agent.answer;
-    stream.on('error', () => {});
-    stream.on('data', (chunk: Buffer) => {
-      if (head.includes('\r\n\r\n')) return;
-      head += chunk.toString('latin1');
-      if (!head.includes('\r\n\r\n') || !answer) return;
-      const lines = [`HTTP/1.1 ${answer.status} ${answer.reason}`];
-      for (const [name, value] of answer.headers) lines.push(`${name}: ${value}`);
-      stream.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n${answer.body}`, 'latin1'));
+  agent.server = serveTunnel(createWebSocketStream(ws), {
+    // A plain request: the answer as HTTP/2 headers, as far as Node lets them be sent (it refuses what no HTTP/2
+    // peer may send, and then the stream is reset as a broken agent's would be).
+    request(stream) {
+      const answer = agent.answer;
+      stream.on('error', () => {});
+      if (!answer) return;
+      try {
+        const headers: OutgoingHttpHeaders = { ':status': Number(answer.status) };
+        for (const [name, value] of answer.headers) headers[name.toLowerCase()] = value;
+        stream.respond(headers);
+        stream.write(Buffer.from(answer.body, 'latin1'));
+      } catch {
+        return void stream.close(constants.NGHTTP2_PROTOCOL_ERROR);
+      }
       if (answer.end === 'end') stream.end();
       if (answer.end === 'destroy') stream.destroy();
-      // 'stay': left open a moment, as a stalled agent would be, then cut off.
       else setTimeout(() => stream.destroy(), 100).unref();
-    });
+    },
+    // An upgrade: the answer as raw HTTP/1.1.
+    connect(stream) {
+      let head = '';
+      const answer = agent.answer;
+      stream.on('error', () => {});
+      stream.on('data', (chunk: Buffer) => {
+        if (head.includes('\r\n\r\n')) return;
+        head += chunk.toString('latin1');
+        if (!head.includes('\r\n\r\n') || !answer) return;
+        const lines = [`HTTP/1.1 ${answer.status} ${answer.reason}`];
+        for (const [name, value] of answer.headers) lines.push(`${name}: ${value}`);
+        stream.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n${answer.body}`, 'latin1'));
+        if (answer.end === 'end') stream.end();
+        if (answer.end === 'destroy') stream.destroy();
+        // 'stay': left open a moment, as a stalled agent would be, then cut off.
+        else setTimeout(() => stream.destroy(), 100).unref();
+      });
+    },
   });
   ctx.state['agent'] = agent;
   // The concierge learns of a tunnel asynchronously; the first request may still find it not connected (503,

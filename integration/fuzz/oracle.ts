@@ -9,7 +9,7 @@
 // A proxy-made 5xx is a finding, except the answers the design gives on purpose when an upstream is genuinely not
 // there: 503 for a `/clusters/<name>/` whose agent holds no tunnel, and, only for cases that play a broken agent,
 // 502/503/504 naming that agent's cluster.
-import { statusBody } from '../../lib/status-body.ts';
+import { statusBody } from '../../lib/kube-status.ts';
 import type { Answer } from './wire.ts';
 
 /** The one body every failed authentication gets (the proxy's, and the tunnel listener's refusals). */

@@ -8,13 +8,13 @@
 // comma-separated value, which would turn two Impersonate-Group headers into one group with a comma in its name.
 import {
   connect,
-  constants,
   type ClientHttp2Session,
   type ClientHttp2Stream,
   type OutgoingHttpHeaders,
   type SecureClientSessionOptions,
   type Settings,
 } from 'node:http2';
+import { isIP } from 'node:net';
 
 /** Streams assumed allowed before the server's SETTINGS arrive, and the most we use on one connection. */
 const DEFAULT_STREAM_LIMIT = 100;
@@ -48,6 +48,10 @@ export interface H2Pool {
 
 export function newH2Pool(origin: string, options: SecureClientSessionOptions): H2Pool {
   const connections = new Set<Connection>();
+  // The name the server's certificate is checked against, unless the origin is an address (TLS sends no address as
+  // a server name).
+  const host = new URL(origin).hostname.replace(/^\[|\]$/g, '');
+  if (options.servername === undefined && !isIP(host)) options = { ...options, servername: host };
 
   function open(): Connection {
     const session = connect(origin, { ...options, settings: { initialWindowSize: STREAM_WINDOW_BYTES } });
@@ -117,5 +121,3 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
     },
   };
 }
-
-export const CANCEL = constants.NGHTTP2_CANCEL;

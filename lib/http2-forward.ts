@@ -1,0 +1,147 @@
+// One request relayed to an HTTP/2 upstream, and its answer back. Every hop that carries a plain request runs this:
+// the hub to its API server, the hub through a tunnel to an agent, and the agent to its cluster's API server. So an
+// upstream that answers before it has read the whole body (the API server refusing a write, or a body over its
+// limit) means the same at each hop: it sends its whole answer, then resets the stream with NO_ERROR to ask for no
+// more of the body (RFC 9113, section 8.1). The answer is relayed, the rest of the body goes nowhere, and the next
+// hop towards the client is told to stop sending too.
+import type { IncomingMessage } from 'node:http';
+import { constants, type ClientHttp2Stream, type OutgoingHttpHeaders } from 'node:http2';
+import type { Readable } from 'node:stream';
+import { H2Response, relayBody, type Request, type Response } from './http2-request.ts';
+
+/** Hop-by-hop or HTTP/2-illegal headers never copied from an answer. */
+const RESPONSE_HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-connection',
+]);
+
+/**
+ * How long an HTTP/1.1 client may go on sending a body nobody reads once the upstream has answered. HTTP/1.1 can stop
+ * a body only by closing the connection, and closing it while the client still sends can make the client's system
+ * drop the answer unread; so the rest is read and dropped for this long (enough for megabytes at any usable speed),
+ * which keeps the connection for the next request, and the connection closes after that.
+ */
+export const DISCARD_BODY_MS = 5_000;
+
+export class UpstreamTimeout extends Error {
+  readonly code = 'SEALION_UPSTREAM_TIMEOUT';
+}
+
+/** Whether the caller sent a request body (possibly empty) that must be streamed on. */
+export function hasBody(req: Request): boolean {
+  if ('stream' in req) return !req.stream.endAfterHeaders;
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+export interface Http2ForwardOptions {
+  /** Opens the upstream stream, with its end already sent when there is no body; may throw. */
+  open(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream;
+  /** Answers the client when there is no answer to relay, or cuts an answer already started short. */
+  fail(err: Error & { code?: string }): void;
+  /** The stream may be idle this long before it is cancelled and UpstreamTimeout failed. Default: no limit. */
+  idleTimeoutMs?: number;
+  /** Sends the answer's head at once, before any of its body (a watch with no events yet). */
+  flushHeaders?: boolean;
+  /** Streams the answer's body to the client. Default: relayBody. */
+  relay?(from: Readable, res: Response): void;
+}
+
+/**
+ * Sends `req` upstream with `headers` (pseudo-headers included) and relays the answer into `res`. Returns the
+ * upstream stream, or nothing when it could not be opened (`fail` has answered then). The stream is cancelled when
+ * the response closes first.
+ */
+export function forwardOverHttp2(
+  req: Request,
+  res: Response,
+  headers: OutgoingHttpHeaders,
+  opts: Http2ForwardOptions,
+): ClientHttp2Stream | undefined {
+  const body = hasBody(req);
+  let stream: ClientHttp2Stream;
+  try {
+    stream = opts.open(headers, !body);
+  } catch (err) {
+    opts.fail(err as Error);
+    return undefined;
+  }
+  let answered = false;
+  /** A failure of the upstream, unless the client has had another answer meanwhile (a deadline's). */
+  const failed = (err: Error): void => {
+    if (answered ? !res.writableFinished : !res.headersSent) opts.fail(err);
+  };
+  stream.on('response', (answer) => {
+    const status = Number(answer[':status']);
+    // Not from a conforming upstream; never handed to writeHead, which throws on it.
+    if (!(status >= 200 && status <= 599)) {
+      stream.close(constants.NGHTTP2_CANCEL);
+      return opts.fail(new Error(`the upstream answered with status ${answer[':status']}`));
+    }
+    answered = true;
+    const out: OutgoingHttpHeaders = {};
+    for (const name in answer) {
+      const value = answer[name];
+      if (value !== undefined && name.charCodeAt(0) !== 58 /* ':' */ && !RESPONSE_HOP_BY_HOP.has(name))
+        out[name] = value;
+    }
+    res.writeHead(status, out);
+    // An HTTP/2 response sends its head in writeHead already; an HTTP/1.1 one waits for the first body chunk.
+    if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();
+    (opts.relay ?? relayBody)(stream, res);
+  });
+  stream.on('error', failed);
+  // Closed while the body was still going up: the upstream answered early (NO_ERROR) or the stream broke (an error,
+  // relayed above). Either way nothing takes the rest of the body. 'aborted' comes at once, before the pipe writes
+  // into the closed stream again, but only while the stream's end is not written; 'close' comes after the answer.
+  let stopped = false;
+  const stopSending = (): void => {
+    if (stopped || !body || requestEnded(req)) return;
+    stopped = true;
+    stopBody(req, res, stream);
+  };
+  stream.on('aborted', stopSending);
+  stream.on('close', () => {
+    if (!answered) failed(new Error(`the upstream closed the stream (HTTP/2 code ${stream.rstCode})`));
+    stopSending();
+  });
+  if (opts.idleTimeoutMs !== undefined) {
+    stream.setTimeout(opts.idleTimeoutMs, () => {
+      opts.fail(new UpstreamTimeout('the upstream did not answer in time'));
+      stream.close(constants.NGHTTP2_CANCEL);
+    });
+  }
+  res.on('close', () => {
+    if (!stream.closed) stream.close(constants.NGHTTP2_CANCEL);
+  });
+  if (body) req.pipe(stream);
+  return stream;
+}
+
+const requestEnded = (req: Request): boolean => ('stream' in req ? req.stream.readableEnded : req.complete);
+
+/**
+ * Stops sending the rest of a request's body upstream: over HTTP/2 the client is told to stop once its whole answer
+ * is on the way (stopping sooner would cut the answer short); over HTTP/1.1 the rest is read and dropped (see
+ * DISCARD_BODY_MS).
+ */
+function stopBody(req: Request, res: Response, upstream: ClientHttp2Stream): void {
+  req.unpipe(upstream);
+  if (!(res instanceof H2Response)) return discardRest(req as IncomingMessage);
+  // The relay ends the response at the answer's 'end', which comes before this listener's.
+  const refuse = (): void => void setImmediate(() => res.refuseRestOfRequest());
+  if (upstream.readableEnded) refuse();
+  else upstream.once('end', refuse);
+}
+
+/** Reads and drops what is left of an HTTP/1.1 request's body, for DISCARD_BODY_MS at most. */
+function discardRest(req: IncomingMessage): void {
+  const timer = setTimeout(() => req.socket.destroy(), DISCARD_BODY_MS);
+  const stop = (): void => clearTimeout(timer);
+  req.once('end', stop);
+  req.once('close', stop);
+  req.resume();
+}
