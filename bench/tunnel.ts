@@ -10,7 +10,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
-import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
@@ -300,18 +299,18 @@ async function benchStreams(
   });
   const [cert] = await agentCertificates(tunnelCA, uids);
   await sleep(2000); // until the concierge's registry has the Cluster
-  // The agent's end: each stream is an HTTP/1.1 connection whose request gets a watch's headers and no end.
-  const held = createServer((_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.flushHeaders();
-  });
+  // The agent's end: each request gets a watch's headers and no end.
   const dial = dialDirect({
     hub: new URL(`https://127.0.0.1:${concierge.tunnelPort}`),
     tls: tlsContext(concierge.tunnelCA, cert!.certPem, cert!.keyPem),
     version: 'bench',
   });
   const agentEnd = serveTunnel((await dial.done).stream, {
-    connect: (stream) => held.emit('connection', stream),
+    connect: (stream) => stream.destroy(),
+    request: (stream) => {
+      stream.on('error', () => {});
+      stream.respond({ ':status': 200, 'content-type': 'application/json' });
+    },
   });
   stops.push(() => agentEnd.close());
   await sleep(500);

@@ -106,6 +106,10 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
     isLeader,
   );
   const reviewer = newReviewer(opts.clients);
+  // Declared before the listener starts: a request for /clusters/<name>/… that comes while the rest starts gets
+  // the handler's 503 (not connected), not a ReferenceError.
+  let tunnels: TunnelListener | undefined;
+  let clusterInformer: Informer<Cluster> | undefined;
   let signer = opts.signer;
   let serving = Boolean(opts.tls);
   const metrics = newProxyMetrics();
@@ -189,8 +193,6 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
     });
   }
 
-  let tunnels: TunnelListener | undefined;
-  let clusterInformer: Informer<Cluster> | undefined;
   if (opts.tunnel) {
     const tunnelGroup = apiGroups(opts.groupSuffix).tunnel;
     const clusterResource = { group: tunnelGroup, version: VERSION, plural: Resource.Cluster };

@@ -16,6 +16,15 @@ import {
 } from 'node:http2';
 import { isIP } from 'node:net';
 
+/**
+ * Node's limit on what one HTTP/2 session may hold (in MB), set far out of reach on the tunnel's sessions and on the
+ * HTTP/2 pools. Node counts a chunk still queued on a stream the peer resets (an upstream that answers before it has
+ * read a body) against this limit for good, though it frees the chunk itself: at the default of 10 MB, a session
+ * refused every new stream with ENHANCE_YOUR_CALM after a few hundred such answers. What these sessions really
+ * hold is bounded by flow control and by the pipes that feed them.
+ */
+export const UNCOUNTED_SESSION_MEMORY_MB = 1e9;
+
 /** Streams assumed allowed before the server's SETTINGS arrive, and the most we use on one connection. */
 const DEFAULT_STREAM_LIMIT = 100;
 const MAX_STREAM_LIMIT = 1000;
@@ -54,7 +63,11 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
   if (options.servername === undefined && !isIP(host)) options = { ...options, servername: host };
 
   function open(): Connection {
-    const session = connect(origin, { ...options, settings: { initialWindowSize: STREAM_WINDOW_BYTES } });
+    const session = connect(origin, {
+      ...options,
+      settings: { initialWindowSize: STREAM_WINDOW_BYTES },
+      maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
+    });
     session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
     const c: Connection = { session, active: 0, usable: true, limit: DEFAULT_STREAM_LIMIT };
     connections.add(c);

@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { Duplex } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
 import { createServer as createHttpsServer } from 'node:https';
-import { performServerHandshake } from 'node:http2';
+import { constants, performServerHandshake } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
@@ -281,4 +281,52 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
     await client.closed;
     await expect(client.open()).rejects.toThrow(/closed/);
   });
+});
+
+describe('plain requests through a tunnel', () => {
+  it('carries a thousand answers that came before their bodies were all sent', async () => {
+    // Node counts a chunk still queued on a stream the peer resets against the session's memory limit for good,
+    // though the memory itself is freed. With the default limit, about 160 early answers to bodies still being
+    // sent made the session refuse every new stream (ENHANCE_YOUR_CALM).
+    const pair = await directPair();
+    const agentEnd = serveTunnel(pair.agent, {
+      connect: (stream) => stream.destroy(),
+      request(stream) {
+        stream.on('error', () => {});
+        stream.respond({ ':status': 413 });
+        stream.end('{"kind":"Status","code":413}', () => stream.close(constants.NGHTTP2_NO_ERROR));
+      },
+    });
+    const client = newTunnelClient(pair.concierge);
+    cleanups.push(() => {
+      client.close();
+      agentEnd.close();
+      pair.close();
+    });
+    const chunk = Buffer.alloc(64 << 10, 'x');
+    const send = (): Promise<string> =>
+      new Promise((done) => {
+        const stream = client.request({ ':method': 'POST', ':path': '/too-large' }, false);
+        let sent = 0;
+        const body = new Readable({
+          read() {
+            this.push(sent++ < 16 ? chunk : null);
+          },
+        });
+        let status = '';
+        stream.on('response', (headers) => (status = String(headers[':status'])));
+        stream.on('error', (err: Error & { code?: string }) => done(err.code ?? err.message));
+        stream.on('close', () => {
+          body.unpipe(stream);
+          done(status);
+        });
+        stream.resume();
+        body.pipe(stream);
+      });
+    const answers: Record<string, number> = {};
+    for (let round = 0; round < 250; round++)
+      for (const answer of await Promise.all([send(), send(), send(), send()]))
+        answers[answer] = (answers[answer] ?? 0) + 1;
+    expect(answers).toEqual({ '413': 1000 });
+  }, 60_000);
 });

@@ -21,6 +21,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { UNCOUNTED_SESSION_MEMORY_MB } from './http2-pool.ts';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
 export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
@@ -203,6 +204,7 @@ export function newTunnelClient(
   const session: ClientHttp2Session = connect('http://sealion-agent.tunnel', {
     createConnection: () => duplex,
     settings: settings(maxStreams),
+    maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
   });
   session.on('error', () => {}); // 'close' follows; callers learn through `closed` and failed opens
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
@@ -318,6 +320,7 @@ export interface TunnelHandlers {
 export function serveTunnel(duplex: Duplex, handlers: TunnelHandlers): TunnelServer {
   const session = performServerHandshake(duplex as unknown as Socket, {
     settings: settings(AGENT_STREAM_LIMIT),
+    maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
   });
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
