@@ -1,9 +1,11 @@
-// config.concierge.<suffix>/v1alpha1: CredentialIssuer, the deprecated singleton kept for clients written
-// against Pinniped (its CLI reads status.strategies[].frontend). Sealion's settings live in its ConfigMap.
+// config.concierge.<suffix>/v1alpha1: CredentialIssuer, the singleton kept for clients written against Pinniped
+// (its CLI reads status.strategies[].frontend). Sealion's settings are edited in its ConfigMap; the spec holds the
+// settings in effect, which is also where a restarted concierge finds them while the ConfigMap holds a bad edit.
 import type { ObjectMeta } from './meta.ts';
 import type { StrategyReason, StrategyStatus } from './authentication.ts';
 
 export type ProxyMode = 'auto' | 'enabled' | 'disabled';
+export type KubeCertAgentMode = 'auto' | 'enabled' | 'disabled';
 export type ServiceType = 'LoadBalancer' | 'ClusterIP' | 'None';
 
 /** The Service in front of the impersonation proxy. */
@@ -30,15 +32,40 @@ export interface ImpersonationProxySpec {
    * @maxLength 255
    */
   externalEndpoint?: string;
+  /** The proxy's serving certificate, when it is not generated. */
+  tls?: ImpersonationProxyTLSSpec;
+}
+
+/** A serving certificate of the user's own for the impersonation proxy. */
+export interface ImpersonationProxyTLSSpec {
+  /**
+   * A kubernetes.io/tls Secret in the concierge's namespace.
+   * @maxLength 253
+   */
+  secretName?: string;
+  /**
+   * Base64-encoded PEM CA bundle to advertise for that certificate.
+   * @format byte
+   */
+  certificateAuthorityData?: string;
+}
+
+/** Sealion's own setting beyond Pinniped's shape: whether to offer the TokenCredentialRequest API. */
+export interface KubeCertAgentSpec {
+  /** auto: where the cluster's signing key can be reached; enabled; disabled. */
+  mode: KubeCertAgentMode;
 }
 
 /**
  * The concierge's settings in effect. Sealion reads its configuration from the concierge ConfigMap and mirrors
- * it here for clients written against Pinniped; edits here are overwritten.
+ * it here, for clients written against Pinniped and for itself: a concierge that starts while the ConfigMap holds
+ * a bad edit keeps these settings. Edits here are overwritten.
  */
 export interface CredentialIssuerSpec {
   /** The impersonation proxy settings in effect. */
   impersonationProxy?: ImpersonationProxySpec;
+  /** The TokenCredentialRequest API's setting in effect. */
+  kubeCertAgent?: KubeCertAgentSpec;
 }
 
 export type FrontendType = 'TokenCredentialRequestAPI' | 'ImpersonationProxy';

@@ -281,7 +281,12 @@ export function loadConfig(text: string): SealionConfig {
   } catch (err) {
     throw new ConfigError([{ code: 'InvalidYAML', path: '', message: (err as Error).message }]);
   }
-  if (typeof raw !== 'object' || Array.isArray(raw)) {
+  return configFromObject(raw);
+}
+
+/** Validates a configuration already parsed (from YAML, or read back from the API). Throws ConfigError. */
+export function configFromObject(raw: unknown): SealionConfig {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ConfigError([{ code: 'InvalidType', path: '', message: 'the document must be a mapping' }]);
   }
   const result = configSchema.safeParse(raw);
@@ -327,14 +332,16 @@ export interface ConfigState {
 /**
  * Level-triggered view of the ConfigMap's `config.yaml`: every call parses the current text (memoized on the
  * text), and a text that fails keeps the last good configuration in effect. A missing ConfigMap or key is the
- * defaults, since deleting the configuration is a deliberate act, unlike a typo.
+ * defaults, since deleting the configuration is a deliberate act, unlike a typo. `lastGood` is the configuration
+ * that was in effect before this process started (kept in the API), for a start during a bad edit.
  */
 export function newConfigSource(
   text: () => string | undefined,
   onRejected: (problem: string) => void,
+  lastGood?: SealionConfig,
 ): () => ConfigState {
   let lastText: string | undefined;
-  let state: ConfigState = { config: loadConfig('') };
+  let state: ConfigState = { config: lastGood ?? loadConfig('') };
   return () => {
     const current = text() ?? '';
     if (current === lastText) return state;

@@ -30,7 +30,7 @@ import {
 } from '../lib/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import type { Authenticators } from './authenticators.ts';
-import { CONFIG_KEY, newConfigSource, type SealionConfig } from './config.ts';
+import { CONFIG_KEY, ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';
 
 /** The field manager of everything the controllers apply. */
 const FIELD_MANAGER = 'sealion-concierge';
@@ -72,9 +72,10 @@ function proxySettings(config: SealionConfig): ProxySettings {
   };
 }
 
-/** The settings in effect, in the CredentialIssuer spec's (Pinniped's) shape. */
-function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
+/** The settings in effect, in the CredentialIssuer spec's (Pinniped's) shape, with Sealion's kubeCertAgent. */
+export function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
   const proxy = config.impersonationProxy;
+  const tls = proxy.tls;
   return {
     impersonationProxy: {
       mode: proxy.mode,
@@ -84,8 +85,50 @@ function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
         ...(proxy.service.loadBalancerIP ? { loadBalancerIP: proxy.service.loadBalancerIP } : {}),
       },
       ...(proxy.endpoint ? { externalEndpoint: withoutScheme(proxy.endpoint) } : {}),
+      ...(tls.secretName || tls.certificateAuthorityData
+        ? {
+            tls: {
+              ...(tls.secretName ? { secretName: tls.secretName } : {}),
+              ...(tls.certificateAuthorityData
+                ? { certificateAuthorityData: tls.certificateAuthorityData }
+                : {}),
+            },
+          }
+        : {}),
     },
+    kubeCertAgent: { mode: config.kubeCertAgent.mode },
   };
+}
+
+/**
+ * The configuration a CredentialIssuer spec holds, checked as an edit of the ConfigMap would be; undefined when
+ * there is none or it does not pass (anyone who may edit the CredentialIssuer could have written it).
+ */
+export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): SealionConfig | undefined {
+  const proxy = spec?.impersonationProxy;
+  if (!proxy) return undefined;
+  const service = proxy.service ?? {};
+  try {
+    return configFromObject({
+      impersonationProxy: {
+        mode: proxy.mode,
+        endpoint: proxy.externalEndpoint ?? '',
+        service: {
+          ...(service.type === undefined ? {} : { type: service.type }),
+          annotations: service.annotations ?? {},
+          loadBalancerIP: service.loadBalancerIP ?? '',
+        },
+        tls: {
+          secretName: proxy.tls?.secretName ?? '',
+          certificateAuthorityData: proxy.tls?.certificateAuthorityData ?? '',
+        },
+      },
+      ...(spec.kubeCertAgent ? { kubeCertAgent: { mode: spec.kubeCertAgent.mode } } : {}),
+    });
+  } catch (err) {
+    if (err instanceof ConfigError) return undefined;
+    throw err;
+  }
 }
 
 export async function startProxyControllers(opts: ProxyControlOptions): Promise<ProxyControllers> {
@@ -100,6 +143,9 @@ export async function startProxyControllers(opts: ProxyControlOptions): Promise<
   const issuers = newCustomResourceInformer<CredentialIssuer>(clients, issuerResource, log);
   const writes = newObjectWriter(clients, FIELD_MANAGER);
 
+  // The settings in effect before this process started, for a start while the ConfigMap holds a bad edit: without
+  // them a restarted leader would fall back to the defaults and could take the proxy's Service away.
+  await issuers.synced();
   const config = newConfigSource(
     () => configMaps.get(opts.configMap, ns)?.data?.[CONFIG_KEY],
     (problem) =>
@@ -107,6 +153,7 @@ export async function startProxyControllers(opts: ProxyControlOptions): Promise<
         { configMap: `${ns}/${opts.configMap}`, problem },
         'configuration edit rejected; the last good configuration keeps serving',
       ),
+    configFromIssuerSpec(issuers.get(opts.configMap)?.spec),
   );
   const board = newStrategyBoard();
   const proxy = newImpersonationProxyController({

@@ -237,6 +237,29 @@ describe('the impersonation proxy, driven by its controllers', () => {
     }, 30_000);
   });
 
+  it('keeps the last good configuration and its Service through a restart during a broken edit', async () => {
+    const [replica] = replicas;
+    const ca = caOf(await proxyStrategy());
+    // Under the defaults (mode auto) the proxy would not run on these nodes, and its Service would go.
+    await setNodes('self-hosted');
+    await setConfig('impersonationProxy: {mode: sometimes}\n');
+    await eventually(async () => expect(await proxyStrategy()).toMatchObject({ status: 'Error' }), 30_000);
+    await stopReplica(replica!);
+    const restarted = await startReplica('replica-a');
+    backendPort = restarted.port;
+    // The restarted replica serves the last good configuration's certificate: it runs the proxy.
+    await eventually(() => handshake('127.0.0.1', restarted.port, ca), 30_000);
+    expect(await serviceExists()).toBe(true);
+    const strategy = await proxyStrategy();
+    expect(strategy?.message).toContain('impersonationProxy.mode: must be one of auto, enabled, disabled');
+
+    await setNodes('managed');
+    await setConfig(`impersonationProxy: {mode: enabled, endpoint: "127.0.0.1:${restarted.port}"}\n`);
+    await eventually(async () => {
+      expect(await proxyStrategy()).toMatchObject({ status: 'Success', reason: 'Listening' });
+    }, 30_000);
+  });
+
   it('lets one of two replicas write, and hands over to the other when it stops', async () => {
     const [first] = replicas;
     const second = await startReplica('replica-b');
