@@ -7,6 +7,7 @@
 // again with that token.
 import { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect, type SecureContext, type TLSSocket } from 'node:tls';
+import { exponentialBackoff } from '../lib/backoff.ts';
 import { HttpsError, httpsJSON } from '../lib/https-client.ts';
 import type { Logger } from '../lib/log.ts';
 import { peerChain } from '../lib/pem.ts';
@@ -264,7 +265,7 @@ export function startAgent(opts: AgentOptions): Agent {
       }
       if (stopped) break;
       failures = now() - started > STABLE_MS ? 0 : failures + 1;
-      const delay = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** Math.max(0, failures - 1));
+      const delay = exponentialBackoff(failures, MIN_BACKOFF_MS, MAX_BACKOFF_MS);
       // Full jitter: anywhere up to the delay, so that agents dropped together (a hub replica restarting) come back
       // spread over it rather than in waves.
       await sleep(delay * Math.random());

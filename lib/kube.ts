@@ -1,5 +1,6 @@
 // The thin adapter over @kubernetes/client-node (ESM-only). Composition roots and tests build clients
 // here; everything else depends on the small interfaces they are passed.
+import { exponentialBackoff } from './backoff.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
@@ -128,7 +129,7 @@ export function newInformer<T extends KubeObject>(
     if (stopped) return;
     failures++;
     const delay =
-      Math.min(INFORMER_RESTART_MAX_MS, INFORMER_RESTART_MIN_MS * 2 ** (failures - 1)) *
+      exponentialBackoff(failures, INFORMER_RESTART_MIN_MS, INFORMER_RESTART_MAX_MS) *
       (0.5 + Math.random() / 2);
     log.warn(
       {

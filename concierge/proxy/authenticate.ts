@@ -5,7 +5,7 @@ import type { TLSSocket } from 'node:tls';
 import { decodeJwt } from 'jose';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
-import { fail, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
+import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import { peerChain } from '../../lib/pem.ts';
 import type { Request } from '../../lib/http2-request.ts';
@@ -34,7 +34,6 @@ export const SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT = 16;
  * review times rather than pile up.
  */
 export const SERVICE_ACCOUNT_REVIEWS_WAITING = 32;
-const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
 /**
  * What a connection's verified client certificate says: who, from when until when (ms since the epoch), and the
@@ -184,8 +183,10 @@ export function newRequestAuthenticator(
       // A JWT that no JWTAuthenticator takes may be one of this cluster's own service-account tokens. The API server
       // is asked first, and only tokens it does not know as a service account's go on to the webhooks: a webhook
       // is someone else's server, and a service-account token sent there could be replayed as that account.
+      // (An unsigned one cannot be a service account's.)
       if (
         JWT_SHAPE.test(token) &&
+        !token.endsWith('.') &&
         !cache.takesIssuerOf(token) &&
         notAServiceAccountToken(token) === undefined
       ) {

@@ -1,5 +1,6 @@
 // The per-key work queue under every controller: duplicates collapse, one key is never synced twice at once
 // (a key added while it syncs runs again afterwards), failures back off per key and successes forget.
+import { exponentialBackoff } from '../../lib/backoff.ts';
 
 /** What a sync asks of the queue next. Nothing: done, forget the failures. */
 export type SyncResult = void | { retry: true } | { requeueAfterMs: number };
@@ -66,8 +67,7 @@ export class WorkQueue {
 
   /** The delay before the next retry of a key that failed `failures` times in a row, with ±10% jitter. */
   backoff(failures: number): number {
-    const delay = Math.min(this.max, this.base * 2 ** Math.max(0, failures - 1));
-    return Math.round(delay * (0.9 + Math.random() * 0.2));
+    return Math.round(exponentialBackoff(failures, this.base, this.max) * (0.9 + Math.random() * 0.2));
   }
 
   start(): void {

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { ConcurrencyLimit, type ConcurrencyLimitOptions } from './concurrency-limit.ts';
-import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
+import { fail, oversized, type AuthResult, type TokenAuthenticator } from './types.ts';
 
 export interface AnswerCacheOptions {
   successTTLms: number;
@@ -37,8 +37,8 @@ export class AnswerCache implements TokenAuthenticator {
   }
 
   authenticate(token: string): Promise<AuthResult> {
-    if (token.length > MAX_TOKEN_BYTES)
-      return Promise.resolve(fail(`token of ${token.length} bytes is over the limit`));
+    const tooLarge = oversized(token);
+    if (tooLarge) return Promise.resolve(tooLarge);
     const key = createHash('sha256').update(token).digest('base64url');
     const cached = this.cache.get(key);
     if (cached) return Promise.resolve(cached);

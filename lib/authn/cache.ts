@@ -3,7 +3,7 @@
 import { hash } from 'node:crypto';
 import { decodeJwt } from 'jose';
 import { LRUCache } from 'lru-cache';
-import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
+import { fail, JWT_SHAPE, oversized, type AuthResult, type TokenAuthenticator } from './types.ts';
 
 export type AuthenticatorKind = 'JWTAuthenticator' | 'WebhookAuthenticator';
 
@@ -15,7 +15,6 @@ interface Entry {
   issuer?: string;
 }
 
-const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
 /**
  * Successful answers given again without decoding the token or asking its authenticator: kubectl sends the same
  * token with every request, and finding the issuer and the authenticator's own cache entry costs more than
@@ -93,7 +92,8 @@ export class AuthenticatorCache {
   /** Authenticates against every applicable authenticator; the first success wins. */
   async authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
     if (token === '') return fail('empty token');
-    if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    const tooLarge = oversized(token);
+    if (tooLarge) return tooLarge;
     const key = hash('sha256', token, 'base64url');
     const reused = this.reused.get(key);
     if (reused) return reused;
@@ -126,8 +126,7 @@ export class AuthenticatorCache {
   ): Promise<AuthResult> {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
-    if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
-    return this.first([entry], token, signal);
+    return oversized(token) ?? this.first([entry], token, signal);
   }
 
   private async first(entries: Entry[], token: string, signal?: AbortSignal): Promise<AuthResult> {

@@ -12,7 +12,7 @@ import { hash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { httpsJSON } from '../https-client.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE, SYSTEM_PREFIX, systemNameProblem } from './system-names.ts';
-import { fail, MAX_TOKEN_BYTES, type AuthResult, type TokenAuthenticator } from './types.ts';
+import { fail, oversized, type AuthResult, type TokenAuthenticator } from './types.ts';
 
 /**
  * Asymmetric algorithms only: `none` proves nothing, and an HMAC "signed" with the public key is the classic
@@ -338,7 +338,8 @@ export class JWTAuthenticator implements TokenAuthenticator {
   }
 
   async authenticate(token: string): Promise<AuthResult> {
-    if (token.length > MAX_TOKEN_BYTES) return fail(`token of ${token.length} bytes is over the limit`);
+    const tooLarge = oversized(token);
+    if (tooLarge) return tooLarge;
     const key = hash('sha256', token, 'base64url');
     const cached = this.verified.get(key);
     if (cached) return cached;

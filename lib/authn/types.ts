@@ -38,3 +38,16 @@ export function fail(reason: string): AuthResult {
  * any base64 or JSON work. 64 KiB still fits an ID token with hundreds of groups.
  */
 export const MAX_TOKEN_BYTES = 64 * 1024;
+
+/** The refusal of a token over MAX_TOKEN_BYTES; undefined for one within it. */
+export function oversized(token: string): AuthResult | undefined {
+  return token.length > MAX_TOKEN_BYTES
+    ? fail(`token of ${token.length} bytes is over the limit`)
+    : undefined;
+}
+
+/**
+ * A compact JWS: three base64url parts. The signature may be empty (an unsigned token still names its issuer, which
+ * routes it to the authenticator that refuses it).
+ */
+export const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
