@@ -22,6 +22,7 @@ import {
 } from '../lib/kube.ts';
 import { newLogger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki.ts';
+import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
 import { prepareAgentCluster } from './harness/agent.ts';
 import { freePort, startCluster, type Cluster } from './harness/cluster.ts';
@@ -1004,6 +1005,7 @@ describe('client certificates: only the signer CA’s, and only while valid', ()
     new Promise((done) => {
       const ws = new WebSocket(`wss://127.0.0.1:${tunnelPort}${path}`, {
         ca: tunnelCA.certPem,
+        headers: { [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL },
         ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
       });
       ws.once('open', () => {

@@ -22,7 +22,7 @@ import {
   type KubeClients,
 } from '../lib/kube.ts';
 import { issueCert, loadCA, newCA, newCSR } from '../lib/pki.ts';
-import { serveTunnel } from '../lib/tunnel.ts';
+import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
 import { bindingURI } from '../concierge/tunnel/binding.ts';
 import { AGENT_NAME } from '../cli/manifests/install.ts';
@@ -101,6 +101,7 @@ function userKubeconfig(path = `/clusters/${CLUSTER}`): string {
 const dialTunnel = (options: { cert?: string; key?: string }): WebSocket =>
   new WebSocket(`wss://127.0.0.1:${tunnelPort}/connect`, {
     ca: concierge.concierge.tunnel!.caPem,
+    headers: { [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL },
     ...options,
   });
 

@@ -3,6 +3,7 @@
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
+import { request as httpsRequest } from 'node:https';
 import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import {
@@ -19,7 +20,7 @@ import type { KubeClients } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { RecordingStatusWriter } from '../../lib/status-writer.ts';
-import { serveTunnel } from '../../lib/tunnel.ts';
+import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel.ts';
 import { bindingURI } from './binding.ts';
 import { MAX_HANDSHAKES, startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
 
@@ -201,5 +202,38 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
     clusters.put(clusterObject(randomUUID()));
     await agentEnd.closed;
     await forgotten();
+  });
+});
+
+describe('agents older than the tunnel protocol', () => {
+  it('are told to upgrade, with 426 and a Status, and hold no tunnel', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const client = await agentCert({ uid, generation: 0 });
+    // What an agent of the first protocol sent: the upgrade without the protocol's version.
+    const answer = await new Promise<{ status: number; body: string }>((done, fail) => {
+      const req = httpsRequest({
+        host: '127.0.0.1',
+        port: listener.port,
+        path: '/connect',
+        ca: ca.certPem,
+        cert: client.cert,
+        key: client.key,
+        headers: { connection: 'Upgrade', upgrade: TUNNEL_UPGRADE },
+      });
+      req.once('upgrade', () => fail(new Error('upgraded')));
+      req.once('response', (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () => done({ status: res.statusCode ?? 0, body }));
+      });
+      req.once('error', fail);
+      req.end();
+    });
+    expect(answer.status).toBe(426);
+    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 426 });
+    expect(JSON.parse(answer.body).message).toContain('upgrade the agent');
+    expect(listener.forwarder(NAME)).toBeUndefined();
   });
 });
