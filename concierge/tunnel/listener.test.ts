@@ -232,8 +232,9 @@ describe('agents older than the tunnel protocol', () => {
       req.end();
     });
     expect(answer.status).toBe(426);
-    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 426 });
-    expect(JSON.parse(answer.body).message).toContain('upgrade the agent');
+    const status = JSON.parse(answer.body) as { kind: string; code: number; message: string };
+    expect(status).toMatchObject({ kind: 'Status', code: 426 });
+    expect(status.message).toContain('upgrade the agent');
     expect(listener.forwarder(NAME)).toBeUndefined();
   });
 });
