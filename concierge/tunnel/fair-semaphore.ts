@@ -4,6 +4,7 @@
 // permits gets its share and no more while others wait. Waiting is bounded in count (per key and in all) and in
 // time. Everything is O(1) per acquire, release, cancel and timeout (intrusive linked lists, no scans), except
 // configure(), which visits each key once.
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import { SealionError } from '../../lib/errors.ts';
 
 export interface FairLimits {
@@ -18,17 +19,6 @@ export interface FairLimits {
   /** How long a request waits for its permit before it is refused. */
   maxWaitMs: number;
 }
-
-/** The timers the semaphore uses, injectable so that tests advance time instead of sleeping. */
-export interface Clock {
-  setTimeout(fire: () => void, ms: number): unknown;
-  clearTimeout(timer: unknown): void;
-}
-
-export const systemClock: Clock = {
-  setTimeout: (fire, ms) => setTimeout(fire, ms),
-  clearTimeout: (timer) => clearTimeout(timer as NodeJS.Timeout),
-};
 
 /** The key's own share is used up: its permits are all held and its queue is full, or it waited past its cap. */
 export const KEY_LIMIT = 'SEALION_FAIR_KEY_LIMIT';

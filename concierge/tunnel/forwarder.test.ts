@@ -31,9 +31,9 @@ import type { Forwarder } from '../proxy/forward.ts';
 import { newProxyHandler } from '../proxy/handler.ts';
 import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
-import type { Clock } from './fair-semaphore.ts';
+import type { Clock } from '../../lib/clock.ts';
 import { newTunnelForwarder, tunnelLimits, type TunnelLimits } from './forwarder.ts';
-import { fakeClock } from './fake-clock.ts';
+import { fakeClock } from '../../lib/fake-clock.ts';
 
 const USERS = ['alice', 'bob', 'carol'];
 const TOKENS: Record<string, AuthResult> = Object.fromEntries(

@@ -7,6 +7,7 @@
 // from the tunnel's fair semaphore, keyed by the authenticated user: at most maxRequestsPerUser at once per user,
 // maxConcurrentStreams in all, and the rest wait, served user by user in turn. A request that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
 // read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { constants } from 'node:http2';
 import type { Socket } from 'node:net';
@@ -18,14 +19,7 @@ import { forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
 import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
-import {
-  KEY_LIMIT,
-  newFairSemaphore,
-  systemClock,
-  type Clock,
-  type FairLimits,
-  type FairRefusal,
-} from './fair-semaphore.ts';
+import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
 
 /** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
 const DEFAULT_USER_SHARE = 1 / 4;

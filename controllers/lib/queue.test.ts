@@ -1,4 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
+import { fakeClock } from '../../lib/fake-clock.ts';
 import { WorkQueue } from './queue.ts';
 
 const tick = (ms = 0): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -43,24 +44,36 @@ describe('WorkQueue', () => {
   });
 
   it('retries a failing key with growing delays and forgets the failures after a success', async () => {
-    const times: number[] = [];
+    const clock = fakeClock();
     let n = 0;
     const queue = new WorkQueue(
       async () => {
-        times.push(Date.now());
         if (++n < 4) throw new Error('transient');
       },
-      { baseDelayMs: 20, maxDelayMs: 1000 },
+      { baseDelayMs: 20, maxDelayMs: 1000, clock },
     );
     queue.start();
     queue.add('k');
-    while (n < 4) await tick(10);
+    // 20, 40, 80 ms (±10% jitter): each retry waits for its own, longer delay.
+    for (const [attempt, delay] of [
+      [1, 20],
+      [2, 40],
+      [3, 80],
+    ] as const) {
+      await queue.idle();
+      expect(n).toBe(attempt);
+      const [pending] = clock.pending();
+      expect(pending).toBeGreaterThanOrEqual(delay * 0.9);
+      expect(pending).toBeLessThanOrEqual(delay * 1.1);
+      clock.advance(pending! - 1);
+      await tick();
+      expect(n).toBe(attempt);
+      clock.advance(1);
+    }
     await queue.idle();
     expect(n).toBe(4);
-    const gaps = times.slice(1).map((t, i) => t - times[i]!);
-    // 20, 40, 80 ms (±10% jitter): each wait longer than the one before.
-    expect(gaps[1]!).toBeGreaterThan(gaps[0]!);
-    expect(gaps[2]!).toBeGreaterThan(gaps[1]!);
+    // Succeeded: nothing is waiting, and a later failure starts again at the first delay.
+    expect(clock.pending()).toEqual([]);
     await queue.stop();
   });
 
@@ -75,13 +88,18 @@ describe('WorkQueue', () => {
   });
 
   it('requeues after the delay a sync asks for', async () => {
+    const clock = fakeClock();
     let n = 0;
-    const queue = new WorkQueue(async () => (++n === 1 ? { requeueAfterMs: 30 } : undefined));
+    const queue = new WorkQueue(async () => (++n === 1 ? { requeueAfterMs: 30 } : undefined), { clock });
     queue.start();
     queue.add('k');
     await queue.idle();
     expect(n).toBe(1);
-    await tick(60);
+    expect(clock.pending()).toEqual([30]);
+    clock.advance(29);
+    await queue.idle();
+    expect(n).toBe(1);
+    clock.advance(1);
     await queue.idle();
     expect(n).toBe(2);
     await queue.stop();

@@ -1,6 +1,7 @@
 // The per-key work queue under every controller: duplicates collapse, one key is never synced twice at once
 // (a key added while it syncs runs again afterwards), failures back off per key and successes forget.
 import { exponentialBackoff } from '../../lib/backoff.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 
 /** What a sync asks of the queue next. Nothing: done, forget the failures. */
 export type SyncResult = void | { retry: true } | { requeueAfterMs: number };
@@ -14,6 +15,8 @@ export interface QueueOptions {
   workers?: number;
   /** Called when a sync throws (the key is retried with backoff). Default: ignore. */
   onError?: (key: string, err: unknown) => void;
+  /** The timers of retries and requeues. Default: the system's. */
+  clock?: Clock;
 }
 
 export class WorkQueue {
@@ -22,7 +25,7 @@ export class WorkQueue {
   private readonly processing = new Set<string>();
   private readonly dirty = new Set<string>();
   private readonly failures = new Map<string, number>();
-  private readonly timers = new Map<string, { at: number; timer: NodeJS.Timeout }>();
+  private readonly timers = new Map<string, { at: number; timer: unknown }>();
   private readonly idleWaiters: (() => void)[] = [];
   private running = false;
   private active = 0;
@@ -31,6 +34,7 @@ export class WorkQueue {
   private readonly workers: number;
   private readonly sync: (key: string) => Promise<SyncResult>;
   private readonly onError: (key: string, err: unknown) => void;
+  private readonly clock: Clock;
 
   constructor(sync: (key: string) => Promise<SyncResult>, opts: QueueOptions = {}) {
     this.sync = sync;
@@ -38,6 +42,7 @@ export class WorkQueue {
     this.max = opts.maxDelayMs ?? 5 * 60_000;
     this.workers = opts.workers ?? 2;
     this.onError = opts.onError ?? (() => {});
+    this.clock = opts.clock ?? systemClock;
   }
 
   add(key: string): void {
@@ -53,15 +58,14 @@ export class WorkQueue {
 
   /** Adds the key after a delay; an earlier pending delay for the key wins. */
   addAfter(key: string, delayMs: number): void {
-    const at = Date.now() + delayMs;
+    const at = this.clock.now() + delayMs;
     const existing = this.timers.get(key);
     if (existing && existing.at <= at) return;
-    if (existing) clearTimeout(existing.timer);
-    const timer = setTimeout(() => {
+    if (existing) this.clock.clearTimeout(existing.timer);
+    const timer = this.clock.setTimeout(() => {
       this.timers.delete(key);
       this.add(key);
     }, delayMs);
-    timer.unref();
     this.timers.set(key, { at, timer });
   }
 
@@ -78,7 +82,7 @@ export class WorkQueue {
   /** Stops taking new keys and waits for the syncs under way. */
   async stop(): Promise<void> {
     this.running = false;
-    for (const { timer } of this.timers.values()) clearTimeout(timer);
+    for (const { timer } of this.timers.values()) this.clock.clearTimeout(timer);
     this.timers.clear();
     await this.idle();
   }

@@ -1,5 +1,5 @@
-// A Clock (fair-semaphore.ts) for tests: timers fire only when the test advances time, in the order they are due.
-import type { Clock } from './fair-semaphore.ts';
+// A Clock (clock.ts) for tests: timers fire only when the test advances time, in the order they are due.
+import type { Clock } from './clock.ts';
 
 export interface FakeClock extends Clock {
   advance(ms: number): void;
@@ -12,6 +12,7 @@ export function fakeClock(): FakeClock {
   let next = 0;
   const timers = new Map<number, { at: number; ms: number; fire: () => void }>();
   return {
+    now: () => now,
     setTimeout(fire, ms) {
       timers.set(++next, { at: now + ms, ms, fire });
       return next;
