@@ -318,6 +318,10 @@ describe('a cluster reached through its agent', () => {
     expect(Date.parse(String(status['certificateExpiry']))).toBeGreaterThan(
       Date.now() + 80 * 24 * 3600 * 1000,
     );
+    // kubectl's wide view shows the expiry as written (a date column would print a future time as <invalid>).
+    const wide = await hub.kubectl(['get', CLUSTERS, CLUSTER, '-o', 'wide']);
+    expect(wide.stdout).toContain(String(status['certificateExpiry']).replace(/\.\d+Z$/, ''));
+    expect(wide.stdout).not.toContain('<invalid>');
   });
 
   it('carries watches and an upgraded (WebSocket) connection', async () => {

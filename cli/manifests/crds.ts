@@ -93,7 +93,8 @@ const SHAPES: Record<CrdKind, CrdShape> = {
       { name: 'Connected', type: 'boolean', jsonPath: '.status.connected' },
       { name: 'Since', type: 'date', jsonPath: '.status.connectedSince' },
       { name: 'Agent', type: 'string', jsonPath: '.status.agentVersion' },
-      { name: 'Cert Expiry', type: 'date', jsonPath: '.status.certificateExpiry', priority: 1 },
+      // A date column prints an age, and an age in the future as <invalid>: the expiry is shown as written.
+      { name: 'Cert Expiry', type: 'string', jsonPath: '.status.certificateExpiry', priority: 1 },
       { name: 'Transport', type: 'string', jsonPath: '.status.tunnels[*].transport', priority: 1 },
       AGE,
     ],
