@@ -13,7 +13,6 @@ const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
 // Forwarding with a service-account token and logging a line per request (to a file here, stdout being taken),
 // as a concierge in a cluster does.
 const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
-  forwardAs: 'serviceaccount',
   log: newLogger({ buffered: true, file: join(dir, 'concierge.log') }),
 });
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));

@@ -14,7 +14,7 @@ const [dir, url, kubectl, namespace, tunnelPort = '0'] = process.argv.slice(2) a
 const proxy = await startLocalConcierge(
   await clusterInDir(dir, url, kubectl),
   // Forwarding with a service-account token, as a concierge in a cluster does.
-  { tunnel: { port: Number(tunnelPort), namespace }, forwardAs: 'serviceaccount' },
+  { tunnel: { port: Number(tunnelPort), namespace } },
 );
 console.log(
   JSON.stringify({

@@ -1,79 +1,74 @@
-// The concierge process without its command line: authenticator controllers, the impersonation proxy, its
-// metrics listener. main.ts builds the clients and credentials and calls startConcierge; tests call it directly.
+// The concierge's composition root: from its options (main.ts turns flags and environment into them; tests, the
+// development environment and the benchmarks write them directly) it builds the clients, informers, controllers,
+// the impersonation proxy, the agents' tunnel listener and the metrics listener, and starts and stops them in order.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster, ClusterStatus } from '../apis/tunnel.ts';
-import type { Informer } from '../lib/informer.ts';
-import type { KubeClients } from '../lib/kube.ts';
+import { systemClock, type Clock } from '../lib/clock.ts';
 import {
   newClusterStatusWriter,
-  readClusterCustomObject,
   newCustomResourceInformer,
+  newKubeClients,
   newLeaseClient,
   newReviewer,
+  readClusterCustomObject,
+  type KubeconfigSource,
 } from '../lib/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
-import { startLeaderElection } from '../controllers/lib/leader.ts';
+import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
 import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
-import { startProxyControllers, type ProxyControllers } from './controllers.ts';
-import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import { startAuthenticators } from './authenticators.ts';
+import { startProxyControllers } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
-import { newForwarder, type Upstream } from './proxy/forward.ts';
+import { newForwarder } from './proxy/forward.ts';
 import { newProxyHandler } from './proxy/handler.ts';
-import { newProxyMetrics } from './proxy/metrics.ts';
-import { newProxyServer, type ProxyTLS } from './proxy/server.ts';
+import { newProxyMetrics, type ProxyMetrics } from './proxy/metrics.ts';
+import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
+import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
+import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
+import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
 
 export interface ConciergeOptions {
-  /** Clients for watches and reviews (the concierge's own identity). */
-  clients: KubeClients;
-  /** Where requests go and with which identity (one that may only impersonate). */
-  upstream: Upstream;
+  /** The concierge's own identity: watches, reviews, status writes (in a cluster, its pods' service account). */
+  kubeconfig: KubeconfigSource;
+  /** Who requests are forwarded as: an identity that may only impersonate. */
+  forwardAs: ForwardingIdentity;
   groupSuffix: string;
-  /** The proxy's listener. */
-  host: string;
-  port: number;
+  /** The concierge's namespace: its ConfigMap, Leases, the proxy's Service and Secrets, the tunnel CA. */
+  namespace: string;
+  /** This replica's name (the pod name): in Leases and in the Clusters' status. */
+  identity: string;
+  /** The impersonation proxy's listener. */
+  proxy: { host: string; port: number };
   /**
-   * Fixed serving certificate and client CAs: the proxy always serves with them. Without them, `control` must be
-   * given, and the controllers decide whether the proxy serves and with which certificates.
+   * Serve these files (reloaded when they change) instead of what the controllers manage. Without them the
+   * controllers decide, from the ConfigMap `configMap`, whether the proxy serves and with which certificates.
    */
-  tls?: ProxyTLS;
-  /** Signs TokenCredentialRequest certificates; its CA must be among tls.clientCAPems. */
-  signer?: CertificateAuthority;
-  /** Run the controllers that manage the proxy (config, Service, certificates, strategies), leader-elected. */
-  control?: {
-    /** The concierge's namespace: its ConfigMap, Lease, the proxy's Service and Secrets. */
-    namespace: string;
-    configMap: string;
-    /** This replica's name in the Lease (the pod name). */
-    identity: string;
-  };
-  /** The agents' tunnel listener. Default: none (no agent-backed clusters). */
-  tunnel?: {
-    host: string;
-    port: number;
-    /** Names and addresses agents dial, for the listener's certificate. */
-    hosts: string[];
-    /** Where the tunnel CA and bootstrap tokens live. */
-    namespace: string;
-    /** This replica's name in the Clusters' status. */
-    replica: string;
-  };
-  /** Plain-HTTP listener for /metrics. Default: none. */
+  tlsFiles?: TLSFiles;
+  configMap: string;
+  /** The agents' tunnel listener; `hosts` are the names and addresses agents dial (its certificate's SANs). */
+  tunnel?: { host: string; port: number; hosts: string[] };
+  /** Plain-HTTP listener for /metrics. */
   metrics?: { host: string; port: number };
   log: Logger;
+  clock?: Clock;
 }
 
-export interface Concierge {
+/** Where a started concierge listens. */
+export interface ConciergeEndpoints {
   port: number;
   /** The tunnel listener's port and CA, when it runs. */
   tunnel?: { port: number; caPem: string };
   metricsPort?: number;
-  /** Swap the serving certificate, trusted client CAs and signer without a restart. */
-  updateTLS(tls: ProxyTLS, signer?: CertificateAuthority): void;
+}
+
+export interface Concierge {
+  /** Starts everything; on a failure, stops what had started and rejects. */
+  start(): Promise<ConciergeEndpoints>;
+  /** Stops what has started, in the reverse order; safe at any time, and more than once. */
   stop(): Promise<void>;
 }
 
@@ -85,38 +80,82 @@ function materialKey(m: ServingMaterial): string {
   return [m.certPem, m.keyPem, m.signer.certPem, m.signer.keyPem, ...m.clientCAPems].join('\0');
 }
 
-export async function startConcierge(opts: ConciergeOptions): Promise<Concierge> {
-  const log = opts.log;
+export function newConcierge(opts: ConciergeOptions): Concierge {
+  const stops: (() => unknown)[] = [];
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> =>
+    (stopping ??= (async () => {
+      for (const step of stops.reverse()) {
+        try {
+          await step();
+        } catch (err) {
+          opts.log.warn({ err: (err as Error).message }, 'stopping a part of the concierge failed');
+        }
+      }
+    })());
+  return {
+    async start() {
+      try {
+        return await start(opts, (step) => {
+          if (stopping) throw new Error('the concierge was stopped while it started');
+          stops.push(step);
+        });
+      } catch (err) {
+        await stop();
+        throw err;
+      }
+    },
+    stop,
+  };
+}
+
+/** Starts the parts in order; `onStop` collects how to stop each one as soon as it runs. */
+async function start(
+  opts: ConciergeOptions,
+  onStop: (step: () => unknown) => void,
+): Promise<ConciergeEndpoints> {
+  const { log, namespace } = opts;
+  const clock = opts.clock ?? systemClock;
   const groups = apiGroups(opts.groupSuffix);
-  const control = opts.control;
-  if (!opts.tls && !control)
-    throw new Error('startConcierge: give tls, or control to let the controllers serve');
-  const election = control
-    ? startLeaderElection({
-        leases: newLeaseClient(opts.clients, control.namespace, LEADER_LEASE),
-        identity: control.identity,
-        log: log.child({ component: 'leader-election' }),
-      })
-    : undefined;
+  if (!opts.tlsFiles && !namespace) throw new Error('the controllers need the concierge namespace');
+  if (opts.tunnel && !namespace)
+    throw new Error('the tunnel listener needs the concierge namespace for its CA');
+  const clients = newKubeClients(opts.kubeconfig);
+  const forwarding = await forwardingUpstream(clients, opts.forwardAs, namespace, clock, log);
+  onStop(() => forwarding.stop());
+
+  let election: LeaderElection | undefined;
+  if (!opts.tlsFiles) {
+    election = startLeaderElection({
+      leases: newLeaseClient(clients, namespace, LEADER_LEASE),
+      identity: opts.identity,
+      log: log.child({ component: 'leader-election' }),
+    });
+    const elected = election;
+    onStop(() => elected.stop());
+  }
   const isLeader = election ? () => election.isLeader() : () => true;
   const authenticators = await startAuthenticators(
-    opts.clients,
+    clients,
     opts.groupSuffix,
     log.child({ component: 'authenticators' }),
     isLeader,
   );
-  const reviewer = newReviewer(opts.clients);
+  onStop(() => authenticators.stop());
+
   // Declared before the listener starts: a request for /clusters/<name>/… that comes while the rest starts gets
   // the handler's 503 (not connected), not a ReferenceError.
   let tunnels: TunnelListener | undefined;
-  let clusterInformer: Informer<Cluster> | undefined;
-  let signer = opts.signer;
-  let serving = Boolean(opts.tls);
+  let signer: CertificateAuthority | undefined;
+  let serving = false;
+  const reviewer = newReviewer(clients);
   const metrics = newProxyMetrics();
-  const forwarder = newForwarder(opts.upstream);
+  const forwarder = newForwarder(forwarding.upstream);
+  onStop(() => forwarder.close());
   const handler = newProxyHandler({
     groups,
-    // The server is made below; the handler asks it for trusted CAs only when requests arrive.
+    // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
+    // watcher's callback below updates it only after the first poll.
     authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs()),
     cache: authenticators.cache,
     reviewer,
@@ -128,125 +167,157 @@ export async function startConcierge(opts: ConciergeOptions): Promise<Concierge>
     serving: () => serving,
     clusters: (name) => tunnels?.forwarder(name),
   });
-  // Until the controllers hand over certificates the listener serves health checks with a throwaway one.
-  const server = newProxyServer(
-    opts.tls ?? (await placeholderTLS()),
-    handler.request,
-    handler.upgrade,
-    (err) => log.debug({ err: err.message }, 'TLS handshake failed'),
-  );
-  const port = await server.listen(opts.port, opts.host);
-  log.info({ host: opts.host, port }, 'impersonation proxy listening');
 
-  let controllers: ProxyControllers | undefined;
-  if (control) {
-    /** The material the controllers last asked for ('' for off), and the one the listener has. */
-    let wanted = '';
-    let applied = '';
-    let loading = Promise.resolve();
-    const switchTo = (on: boolean): void => {
-      if (on !== serving)
-        log.info(on ? 'impersonation proxy switched on' : 'impersonation proxy switched off');
-      serving = on;
-    };
-    const serve = (material: ServingMaterial | undefined): void => {
-      const key = material ? materialKey(material) : '';
-      if (key === wanted) return;
-      wanted = key;
-      if (!material) return switchTo(false);
-      if (key === applied) return switchTo(true);
-      loading = loading.then(async () => {
-        if (wanted !== key) return;
-        try {
-          const nextSigner = await loadCA(material.signer.certPem, material.signer.keyPem);
-          server.updateTLS({
-            certPem: material.certPem,
-            keyPem: material.keyPem,
-            clientCAPems: material.clientCAPems,
-          });
-          signer = nextSigner;
-          applied = key;
-          if (wanted === key) switchTo(true);
-        } catch (err) {
-          wanted = '';
-          log.error(
-            { err: (err as Error).message },
-            'loading the proxy certificates failed; keeping the current ones',
-          );
-        }
-      });
-    };
-    controllers = await startProxyControllers({
-      clients: opts.clients,
+  let initialTLS: ProxyTLS;
+  if (opts.tlsFiles) {
+    const files = await watchTLSFiles(
+      opts.tlsFiles,
+      (next) => {
+        server.updateTLS(next.tls);
+        signer = next.signer;
+      },
+      clock,
+      log,
+    );
+    onStop(() => files.stop());
+    initialTLS = files.initial.tls;
+    signer = files.initial.signer;
+    serving = true;
+    log.warn('serving fixed TLS files: the controllers do not manage the impersonation proxy');
+  } else {
+    // Until the controllers hand over certificates the listener serves health checks with a throwaway one.
+    initialTLS = await placeholderTLS();
+  }
+  const server = newProxyServer(initialTLS, handler.request, handler.upgrade, (err) =>
+    log.debug({ err: err.message }, 'TLS handshake failed'),
+  );
+  const port = await server.listen(opts.proxy.port, opts.proxy.host);
+  onStop(() => server.close());
+  log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
+
+  if (election) {
+    const serve = servingSwitch(
+      server,
+      (on) => (serving = on),
+      (next) => (signer = next),
+      log,
+    );
+    const controllers = await startProxyControllers({
+      clients,
       groupSuffix: opts.groupSuffix,
-      namespace: control.namespace,
-      configMap: control.configMap,
+      namespace,
+      configMap: opts.configMap,
       authenticators,
       isLeader,
       serve,
       log: log.child({ component: 'controllers' }),
     });
-    election!.onChange((leading) => {
+    onStop(() => controllers.stop());
+    election.onChange((leading) => {
       if (!leading) return;
       authenticators.resync();
-      controllers!.resync();
+      controllers.resync();
     });
   }
 
   if (opts.tunnel) {
-    const tunnelGroup = apiGroups(opts.groupSuffix).tunnel;
-    const clusterResource = { group: tunnelGroup, version: VERSION, plural: Resource.Cluster };
-    clusterInformer = newCustomResourceInformer<Cluster>(opts.clients, clusterResource, log);
-    await clusterInformer.synced();
-    tunnels = await startTunnelListener({
-      clients: opts.clients,
-      namespace: opts.tunnel.namespace,
+    const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
+    const informer = newCustomResourceInformer<Cluster>(clients, clusterResource, log);
+    onStop(() => informer.stop());
+    await informer.synced();
+    const listener = await startTunnelListener({
+      clients,
+      namespace,
       host: opts.tunnel.host,
       port: opts.tunnel.port,
       hosts: opts.tunnel.hosts,
-      clusters: clusterInformer,
-      readCluster: (name) => readClusterCustomObject<Cluster>(opts.clients, clusterResource, name),
-      status: newClusterStatusWriter<ClusterStatus>(opts.clients, clusterResource),
-      replica: opts.tunnel.replica,
+      clusters: informer,
+      readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
+      status: newClusterStatusWriter<ClusterStatus>(clients, clusterResource),
+      replica: opts.identity,
       log: log.child({ component: 'tunnel' }),
     });
+    tunnels = listener;
+    onStop(() => listener.stop());
   }
 
-  let metricsServer: Server | undefined;
   let metricsPort: number | undefined;
   if (opts.metrics) {
-    metricsServer = createServer((req, res) => {
-      if (req.url !== '/metrics') return void res.writeHead(404).end();
-      metrics.registry.metrics().then(
-        (text) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
-        () => res.writeHead(500).end(),
-      );
-    });
-    await new Promise<void>((done) => metricsServer!.listen(opts.metrics!.port, opts.metrics!.host, done));
+    const metricsServer = await serveMetrics(metrics, opts.metrics);
+    onStop(() => closeServer(metricsServer));
     metricsPort = (metricsServer.address() as AddressInfo).port;
   }
-
   return {
     port,
     ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
-    updateTLS(tls, nextSigner) {
-      server.updateTLS(tls);
-      if (nextSigner) signer = nextSigner;
-      log.info('TLS material reloaded');
-    },
-    async stop() {
-      await tunnels?.stop();
-      await clusterInformer?.stop();
-      await controllers?.stop();
-      await election?.stop();
-      await server.close();
-      forwarder.close();
-      metricsServer?.closeAllConnections();
-      await new Promise<void>((done) => (metricsServer ? metricsServer.close(() => done()) : done()));
-      await authenticators.stop();
-    },
   };
+}
+
+/**
+ * What the controllers ask the proxy to serve, applied to the listener: certificates are loaded once per set, and
+ * a set that fails to load leaves the current one serving.
+ */
+function servingSwitch(
+  server: ProxyServer,
+  setServing: (on: boolean) => void,
+  setSigner: (signer: CertificateAuthority) => void,
+  log: Logger,
+): (material: ServingMaterial | undefined) => void {
+  /** The material the controllers last asked for ('' for off), and the one the listener has. */
+  let wanted = '';
+  let applied = '';
+  let on = false;
+  let loading = Promise.resolve();
+  const switchTo = (next: boolean): void => {
+    if (next !== on) log.info(next ? 'impersonation proxy switched on' : 'impersonation proxy switched off');
+    on = next;
+    setServing(next);
+  };
+  return (material) => {
+    const key = material ? materialKey(material) : '';
+    if (key === wanted) return;
+    wanted = key;
+    if (!material) return switchTo(false);
+    if (key === applied) return switchTo(true);
+    loading = loading.then(async () => {
+      if (wanted !== key) return;
+      try {
+        const signer = await loadCA(material.signer.certPem, material.signer.keyPem);
+        server.updateTLS({
+          certPem: material.certPem,
+          keyPem: material.keyPem,
+          clientCAPems: material.clientCAPems,
+        });
+        setSigner(signer);
+        applied = key;
+        if (wanted === key) switchTo(true);
+      } catch (err) {
+        wanted = '';
+        log.error(
+          { err: (err as Error).message },
+          'loading the proxy certificates failed; keeping the current ones',
+        );
+      }
+    });
+  };
+}
+
+async function serveMetrics(metrics: ProxyMetrics, at: { host: string; port: number }): Promise<Server> {
+  const server = createServer((req, res) => {
+    if (req.url !== '/metrics') return void res.writeHead(404).end();
+    metrics.registry.metrics().then(
+      (text) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
+      () => res.writeHead(500).end(),
+    );
+  });
+  await new Promise<void>((done) => server.listen(at.port, at.host, done));
+  return server;
+}
+
+function closeServer(server: Server): Promise<void> {
+  server.closeAllConnections();
+  return new Promise((done) => server.close(() => done()));
 }
 
 /** A self-signed certificate nobody is meant to trust: the listener needs one before the real one arrives. */

@@ -1,19 +1,8 @@
-// The concierge's composition root: reads flags and environment, builds the Kubernetes clients, the forwarding
-// credentials and the TLS material, and starts everything. Nothing else in concierge/ reads process.env.
-import { readFileSync } from 'node:fs';
+// Turns the concierge's flags and environment into its options (concierge.ts builds and runs everything from
+// them). Nothing else in concierge/ reads process.env.
 import { hostname } from 'node:os';
-import {
-  clusterAccess,
-  loadKubeConfig,
-  newKubeClients,
-  requestServiceAccountToken,
-  type KubeClients,
-} from '../lib/kube.ts';
-import { newLogger, type Logger } from '../lib/log.ts';
-import { loadCA, type CertificateAuthority } from '../lib/pki.ts';
-import { startConcierge } from './concierge.ts';
-import type { UpstreamCredentials, Upstream } from './proxy/forward.ts';
-import type { ProxyTLS } from './proxy/server.ts';
+import type { ConciergeOptions } from './concierge.ts';
+import { newLogger } from '../lib/log.ts';
 
 export interface ConciergeFlags {
   groupSuffix: string;
@@ -31,7 +20,7 @@ export interface ConciergeFlags {
   clientCAFiles: string[];
   signerCertFile: string;
   signerKeyFile: string;
-  /** The concierge's namespace (ConfigMap, Lease, the proxy's Service and Secrets); empty: POD_NAMESPACE. */
+  /** The concierge's namespace (ConfigMap, Leases, the proxy's Service and Secrets); empty: POD_NAMESPACE. */
   namespace: string;
   /** The ConfigMap with config.yaml. */
   configMap: string;
@@ -44,11 +33,6 @@ export interface ConciergeFlags {
 
 /** The Service in front of the tunnel listener (see the install manifests). */
 const TUNNEL_SERVICE = 'sealion-concierge-tunnel';
-/** Forwarding tokens live an hour and are renewed at 80% of that, so a failed renewal has minutes to recover. */
-const FORWARDING_TOKEN_SECONDS = 3600;
-const FORWARDING_TOKEN_RENEW_AT = 0.8;
-/** How often TLS files are checked for changes (certificates rotate on the scale of hours). */
-const TLS_FILE_POLL_MS = 10_000;
 
 function hostPort(value: string): { host: string; port: number } {
   const i = value.lastIndexOf(':');
@@ -58,111 +42,42 @@ function hostPort(value: string): { host: string; port: number } {
   return { host: value.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
 }
 
-/** Keeps a TokenRequest token for the forwarding service account fresh. */
-function forwardingTokens(
-  clients: KubeClients,
-  namespace: string,
-  serviceAccount: string,
-  log: Logger,
-): { token: () => string | undefined; ready: Promise<void>; stop: () => void } {
-  let token: string | undefined;
-  let timer: NodeJS.Timeout | undefined;
-  const renew = async (): Promise<void> => {
-    try {
-      const answer = await requestServiceAccountToken(
-        clients,
-        namespace,
-        serviceAccount,
-        FORWARDING_TOKEN_SECONDS,
-      );
-      token = answer.token;
-      const lifetime = answer.expiresAt.getTime() - Date.now();
-      timer = setTimeout(() => void renew(), Math.max(10_000, lifetime * FORWARDING_TOKEN_RENEW_AT));
-      log.info(
-        { serviceAccount: `${namespace}/${serviceAccount}`, expires: answer.expiresAt.toISOString() },
-        'forwarding token renewed',
-      );
-    } catch (err) {
-      log.error({ err: (err as Error).message }, 'forwarding token renewal failed; retrying in 10 s');
-      timer = setTimeout(() => void renew(), 10_000);
-    }
-  };
-  return { token: () => token, ready: renew(), stop: () => clearTimeout(timer) };
-}
-
-/** Fixed TLS material from files, for running without the controllers' certificates. */
-async function loadTLS(flags: ConciergeFlags): Promise<{ tls: ProxyTLS; signer: CertificateAuthority }> {
-  const signer = await loadCA(
-    readFileSync(flags.signerCertFile, 'utf8'),
-    readFileSync(flags.signerKeyFile, 'utf8'),
-  );
-  return {
-    signer,
-    tls: {
-      certPem: readFileSync(flags.tlsCertFile, 'utf8'),
-      keyPem: readFileSync(flags.tlsKeyFile, 'utf8'),
-      clientCAPems: [signer.certPem, ...flags.clientCAFiles.map((f) => readFileSync(f, 'utf8'))],
-    },
-  };
-}
-
-export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise<void>> {
-  const log = newLogger({ level: flags.logLevel, buffered: true });
-  const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
-  const clients = newKubeClients(source);
-  const stops: (() => void)[] = [];
-  const namespace = flags.namespace || process.env['POD_NAMESPACE'] || '';
-  let credentials: UpstreamCredentials;
-  let server: URL;
-  if (flags.upstreamKubeconfig) {
-    const access = clusterAccess(loadKubeConfig({ path: flags.upstreamKubeconfig }));
-    server = access.server;
-    credentials = {
-      ...(access.caPem ? { caPem: access.caPem } : {}),
-      ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
-      ...(access.token ? { token: () => access.token } : {}),
-    };
-  } else {
-    if (!namespace)
-      throw new Error(
-        'POD_NAMESPACE is not set; in a cluster the Deployment sets it, elsewhere pass --upstream-kubeconfig',
-      );
-    const access = clusterAccess(clients.config);
-    server = access.server;
-    const tokens = forwardingTokens(clients, namespace, flags.impersonatorServiceAccount, log);
-    await tokens.ready;
-    stops.push(tokens.stop);
-    credentials = { ...(access.caPem ? { caPem: access.caPem } : {}), token: tokens.token };
-  }
-  const upstream: Upstream = { url: server, credentials };
-  const fixedTLS = Boolean(flags.tlsCertFile);
+export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv): ConciergeOptions {
+  const namespace = flags.namespace || env['POD_NAMESPACE'] || '';
+  if (!flags.upstreamKubeconfig && !namespace)
+    throw new Error(
+      'POD_NAMESPACE is not set; in a cluster the Deployment sets it, elsewhere pass --upstream-kubeconfig',
+    );
+  if (flags.tlsCertFile && !(flags.tlsKeyFile && flags.signerCertFile && flags.signerKeyFile))
+    throw new Error('--tls-cert-file needs --tls-key-file, --signer-cert-file and --signer-key-file');
+  if (!flags.tlsCertFile && !namespace)
+    throw new Error('the controllers need a namespace: pass --namespace or set POD_NAMESPACE');
   if (flags.tunnelListen && !namespace)
     throw new Error(
       'the tunnel listener needs a namespace for its CA: pass --namespace or set POD_NAMESPACE',
     );
-  const identity = process.env['POD_NAME'] || `${hostname()}-${process.pid}`;
-  if (fixedTLS && !(flags.tlsKeyFile && flags.signerCertFile && flags.signerKeyFile))
-    throw new Error('--tls-cert-file needs --tls-key-file, --signer-cert-file and --signer-key-file');
-  if (!fixedTLS && !namespace)
-    throw new Error('the controllers need a namespace: pass --namespace or set POD_NAMESPACE');
-  const listen = hostPort(flags.listen);
-  const concierge = await startConcierge({
-    clients,
-    upstream,
+  return {
+    kubeconfig: flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true },
+    forwardAs: flags.upstreamKubeconfig
+      ? { kubeconfig: { path: flags.upstreamKubeconfig } }
+      : { serviceAccount: flags.impersonatorServiceAccount },
     groupSuffix: flags.groupSuffix,
-    host: listen.host,
-    port: listen.port,
-    ...(fixedTLS
-      ? await loadTLS(flags)
-      : {
-          control: {
-            namespace,
-            configMap: flags.configMap,
-            // The pod name in a cluster; elsewhere unique enough among replicas on one network.
-            identity,
+    namespace,
+    // The pod name in a cluster; elsewhere unique enough among replicas on one network.
+    identity: env['POD_NAME'] || `${hostname()}-${process.pid}`,
+    proxy: hostPort(flags.listen),
+    ...(flags.tlsCertFile
+      ? {
+          tlsFiles: {
+            certFile: flags.tlsCertFile,
+            keyFile: flags.tlsKeyFile,
+            signerCertFile: flags.signerCertFile,
+            signerKeyFile: flags.signerKeyFile,
+            clientCAFiles: flags.clientCAFiles,
           },
-        }),
-    ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
+        }
+      : {}),
+    configMap: flags.configMap,
     ...(flags.tunnelListen
       ? {
           tunnel: {
@@ -175,50 +90,10 @@ export async function runConcierge(flags: ConciergeFlags): Promise<() => Promise
               'localhost',
               '127.0.0.1',
             ],
-            namespace,
-            replica: identity,
           },
         }
       : {}),
-    log,
-  });
-  if (fixedTLS) {
-    log.warn('serving fixed TLS files: the controllers do not manage the impersonation proxy');
-    // Certificates rotate underneath us (a mounted Secret, cert-manager): pick up changes without a restart.
-    // Compare the files' bytes first: parsing certificates and importing the signer key every 10 s is wasted work.
-    const files = [
-      flags.tlsCertFile,
-      flags.tlsKeyFile,
-      flags.signerCertFile,
-      flags.signerKeyFile,
-      ...flags.clientCAFiles,
-    ];
-    const snapshot = (): string => files.map((f) => readFileSync(f, 'utf8')).join('\0');
-    let last = snapshot();
-    const poll = setInterval(() => {
-      let current: string;
-      try {
-        current = snapshot();
-      } catch (err) {
-        return log.error(
-          { err: (err as Error).message },
-          'reading TLS files failed; keeping the current ones',
-        );
-      }
-      if (current === last) return;
-      loadTLS(flags).then(
-        (next) => {
-          last = current;
-          concierge.updateTLS(next.tls, next.signer);
-        },
-        (err: unknown) =>
-          log.error({ err: (err as Error).message }, 'reloading TLS files failed; keeping the current ones'),
-      );
-    }, TLS_FILE_POLL_MS);
-    stops.push(() => clearInterval(poll));
-  }
-  return async () => {
-    for (const stop of stops) stop();
-    await concierge.stop();
+    ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
+    log: newLogger({ level: flags.logLevel, buffered: true }),
   };
 }

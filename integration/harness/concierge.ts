@@ -1,17 +1,24 @@
-// Runs a concierge in this process against a harness cluster, the way tests, `sealion dev up` and the benchmarks
-// need one: the CRDs applied, a forwarding identity that may only impersonate, generated serving and signer CAs.
-import { readFileSync } from 'node:fs';
+// Runs a concierge in this process against a harness cluster, the way tests, the development environment and the
+// benchmarks need one, through the same composition root a deployed concierge runs: the CRDs and the RBAC the
+// install manifests grant are applied, the concierge acts as its own service account, and forwards as the
+// impersonator service account with tokens it requests itself.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startConcierge, type Concierge, type ConciergeOptions } from '../../concierge/concierge.ts';
-import type { Upstream } from '../../concierge/proxy/forward.ts';
-import { newKubeClients } from '../../lib/kube.ts';
+import { newConcierge, type ConciergeEndpoints, type ConciergeOptions } from '../../concierge/concierge.ts';
 import { silentLogger, type Logger } from '../../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import {
+  CONCIERGE_NAME,
+  conciergeManifests,
+  DEFAULT_INSTALL,
+  IMPERSONATOR_SERVICE_ACCOUNT,
+} from '../../cli/manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import { kubeconfigYaml, runKubectl, type Cluster } from './cluster.ts';
 
 export interface LocalConcierge {
-  concierge: Concierge;
+  concierge: ConciergeEndpoints;
   url: string;
   /** CA of the proxy's serving certificate (what clients trust). */
   servingCA: CertificateAuthority;
@@ -21,17 +28,6 @@ export interface LocalConcierge {
   kubeconfig(user: { token?: string; certPem?: string; keyPem?: string }): string;
   stop(): Promise<void>;
 }
-
-export const FORWARDING_USER = 'sealion-impersonator';
-/** The service account that is the forwarding identity with `forwardAs: 'serviceaccount'`, in kube-system. */
-export const FORWARDING_SERVICE_ACCOUNT = 'sealion-concierge';
-
-/**
- * Who the proxy forwards as. `certificate`: a client certificate of FORWARDING_USER, as a concierge run outside
- * the cluster with a kubeconfig does. `serviceaccount`: a token of FORWARDING_SERVICE_ACCOUNT from the TokenRequest
- * API, as a concierge in the cluster does; the API server then checks no certificate signature per request.
- */
-export type ForwardAs = 'certificate' | 'serviceaccount';
 
 /** Applies Sealion's CRDs and waits until the API server serves them. */
 export async function installCRDs(cluster: Pick<Cluster, 'kubectl'>): Promise<void> {
@@ -67,23 +63,6 @@ export async function applyJWTAuthenticator(
   if (applied.code !== 0) throw new Error(`applying JWTAuthenticator ${name}: ${applied.stderr}`);
 }
 
-/** A tunnel listener on loopback, for agents started by tests and the dev setup. */
-function tunnelOptions(
-  tunnel: { port: number; namespace: string } | undefined,
-): Pick<ConciergeOptions, 'tunnel'> {
-  return tunnel
-    ? {
-        tunnel: {
-          host: '127.0.0.1',
-          port: tunnel.port,
-          hosts: ['127.0.0.1', 'localhost'],
-          namespace: tunnel.namespace,
-          replica: 'local',
-        },
-      }
-    : {};
-}
-
 /** What the concierge harness needs of a cluster. */
 export type ClusterForConcierge = Pick<Cluster, 'url' | 'kubeconfigPath' | 'ca' | 'kubectl'>;
 
@@ -98,77 +77,79 @@ export async function clusterInDir(dir: string, url: string, kubectl: string): P
   };
 }
 
-/** A token of FORWARDING_SERVICE_ACCOUNT from the TokenRequest API, valid a day. */
-export async function forwardingToken(cluster: Pick<Cluster, 'kubectl'>): Promise<string> {
-  const created = await cluster.kubectl([
-    'create',
-    'token',
-    FORWARDING_SERVICE_ACCOUNT,
-    '-n',
-    'kube-system',
-    '--duration=24h',
-  ]);
-  if (created.code !== 0) throw new Error(`creating a forwarding token: ${created.stderr}`);
+/** A token of a service account in `namespace` from the TokenRequest API, valid a day. */
+async function serviceAccountToken(
+  cluster: Pick<Cluster, 'kubectl'>,
+  namespace: string,
+  name: string,
+): Promise<string> {
+  const created = await cluster.kubectl(['create', 'token', name, '-n', namespace, '--duration=24h']);
+  if (created.code !== 0) throw new Error(`creating a token for ${namespace}/${name}: ${created.stderr}`);
   return created.stdout.trim();
 }
 
-/** Installs the CRDs and a forwarding identity that may only impersonate, as the install manifests do. */
-async function prepareCluster(cluster: ClusterForConcierge, forwardAs: ForwardAs): Promise<Upstream> {
+/** A token of the forwarding identity (the impersonator service account), as the concierge requests them. */
+export function forwardingToken(
+  cluster: Pick<Cluster, 'kubectl'>,
+  namespace: string = DEFAULT_INSTALL.namespace,
+): Promise<string> {
+  return serviceAccountToken(cluster, namespace, IMPERSONATOR_SERVICE_ACCOUNT);
+}
+
+/** Kinds of the install manifests that say who the concierge is and what it may do. */
+const IDENTITY_KINDS = new Set([
+  'Namespace',
+  'ServiceAccount',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'Role',
+  'RoleBinding',
+]);
+
+/**
+ * Installs the CRDs and the namespace, service accounts and RBAC of the install manifests for `namespace`, and
+ * returns a kubeconfig of the concierge's own service account: it may do what a deployed concierge may, no more.
+ */
+async function prepareCluster(cluster: ClusterForConcierge, namespace: string): Promise<string> {
   await installCRDs(cluster);
-  // The forwarding identity may impersonate and nothing else, as in the install manifests.
-  const rbac = await cluster.kubectl(['apply', '-f', '-'], {
-    input: JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'List',
-      items: [
-        {
-          apiVersion: 'rbac.authorization.k8s.io/v1',
-          kind: 'ClusterRole',
-          metadata: { name: 'sealion-test-impersonator' },
-          rules: [
-            { apiGroups: [''], resources: ['users', 'groups', 'serviceaccounts'], verbs: ['impersonate'] },
-            // RBAC matches `*/subresource` but not `resource/*`, so userextras/<key> for every key needs `*` here; within
-            // authentication.k8s.io that adds only uids, and only for impersonation.
-            { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
-          ],
-        },
-        {
-          apiVersion: 'rbac.authorization.k8s.io/v1',
-          kind: 'ClusterRoleBinding',
-          metadata: { name: 'sealion-test-impersonator' },
-          roleRef: {
-            apiGroup: 'rbac.authorization.k8s.io',
-            kind: 'ClusterRole',
-            name: 'sealion-test-impersonator',
-          },
-          subjects: [
-            { apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: FORWARDING_USER },
-            { kind: 'ServiceAccount', name: FORWARDING_SERVICE_ACCOUNT, namespace: 'kube-system' },
-          ],
-        },
-        {
-          apiVersion: 'v1',
-          kind: 'ServiceAccount',
-          metadata: { name: FORWARDING_SERVICE_ACCOUNT, namespace: 'kube-system' },
-        },
-      ],
-    }),
+  const identity = conciergeManifests({ ...DEFAULT_INSTALL, namespace }).filter((o) =>
+    IDENTITY_KINDS.has(o['kind'] as string),
+  );
+  const applied = await cluster.kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: identity }),
   });
-  if (rbac.code !== 0) throw new Error(`applying RBAC: ${rbac.stderr}`);
+  if (applied.code !== 0) throw new Error(`applying the concierge's RBAC: ${applied.stderr}`);
+  const token = await serviceAccountToken(cluster, namespace, CONCIERGE_NAME);
+  return kubeconfigYaml('sealion-concierge', cluster.url, cluster.ca.certPem, {
+    name: CONCIERGE_NAME,
+    token,
+  });
+}
 
-  if (forwardAs === 'serviceaccount') {
-    // One token for the harness's lifetime; a concierge in a cluster reads its projected token, which rotates.
-    const token = await forwardingToken(cluster);
-    return { url: new URL(cluster.url), credentials: { caPem: cluster.ca.certPem, token: () => token } };
-  }
-
-  const forwarding = await issueCert(cluster.ca, { commonName: FORWARDING_USER, usage: 'client' });
+/** Options every harness concierge shares. */
+async function baseOptions(
+  cluster: ClusterForConcierge,
+  opts: { namespace: string; identity: string; log?: Logger; port?: number; tunnelPort?: number },
+): Promise<Omit<ConciergeOptions, 'configMap'>> {
   return {
-    url: new URL(cluster.url),
-    credentials: { caPem: cluster.ca.certPem, certPem: forwarding.certPem, keyPem: forwarding.keyPem },
+    kubeconfig: { yaml: await prepareCluster(cluster, opts.namespace) },
+    forwardAs: { serviceAccount: IMPERSONATOR_SERVICE_ACCOUNT },
+    groupSuffix: 'sealion.dev',
+    namespace: opts.namespace,
+    identity: opts.identity,
+    proxy: { host: '127.0.0.1', port: opts.port ?? 0 },
+    // A tunnel listener on loopback, for agents started by tests and the development environment.
+    ...(opts.tunnelPort === undefined
+      ? {}
+      : { tunnel: { host: '127.0.0.1', port: opts.tunnelPort, hosts: ['127.0.0.1', 'localhost'] } }),
+    log: opts.log ?? silentLogger(),
   };
 }
 
+/**
+ * Starts a concierge serving fixed certificates (generated here, written to files it watches), controllers off.
+ * Its namespace defaults to the install manifests'.
+ */
 export async function startLocalConcierge(
   cluster: ClusterForConcierge,
   opts: {
@@ -177,11 +158,10 @@ export async function startLocalConcierge(
     metrics?: boolean;
     /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace`. */
     tunnel?: { port: number; namespace: string };
-    /** The forwarding identity. Default: `certificate`. */
-    forwardAs?: ForwardAs;
+    /** This replica's name. Default: local. */
+    identity?: string;
   } = {},
 ): Promise<LocalConcierge> {
-  const upstream = await prepareCluster(cluster, opts.forwardAs ?? 'certificate');
   const servingCA = await newCA('sealion-proxy-serving-ca');
   const signerCA = await newCA('sealion-proxy-signer-ca');
   const serving = await issueCert(servingCA, {
@@ -189,32 +169,54 @@ export async function startLocalConcierge(
     hosts: ['127.0.0.1', 'localhost'],
     usage: 'server',
   });
-  const concierge = await startConcierge({
-    clients: newKubeClients({ path: cluster.kubeconfigPath }),
-    upstream,
-    groupSuffix: 'sealion.dev',
-    host: '127.0.0.1',
-    port: opts.port ?? 0,
-    tls: { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [signerCA.certPem] },
-    signer: signerCA,
+  const dir = mkdtempSync(join(tmpdir(), 'sealion-tls-'));
+  const file = (name: string, text: string): string => {
+    writeFileSync(join(dir, name), text, { mode: 0o600 });
+    return join(dir, name);
+  };
+  const concierge = newConcierge({
+    ...(await baseOptions(cluster, {
+      namespace: opts.tunnel?.namespace ?? DEFAULT_INSTALL.namespace,
+      identity: opts.identity ?? 'local',
+      ...(opts.log ? { log: opts.log } : {}),
+      ...(opts.port === undefined ? {} : { port: opts.port }),
+      ...(opts.tunnel ? { tunnelPort: opts.tunnel.port } : {}),
+    })),
+    configMap: '',
+    tlsFiles: {
+      certFile: file('tls.crt', serving.certPem),
+      keyFile: file('tls.key', serving.keyPem),
+      signerCertFile: file('signer.crt', signerCA.certPem),
+      signerKeyFile: file('signer.key', signerCA.keyPem),
+      clientCAFiles: [],
+    },
     ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
-    ...tunnelOptions(opts.tunnel),
-    log: opts.log ?? silentLogger(),
   });
-  const url = `https://127.0.0.1:${concierge.port}`;
+  const stop = async (): Promise<void> => {
+    await concierge.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  let endpoints: ConciergeEndpoints;
+  try {
+    endpoints = await concierge.start();
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  const url = `https://127.0.0.1:${endpoints.port}`;
   return {
-    concierge,
+    concierge: endpoints,
     url,
     servingCA,
     signerCA,
     kubeconfig: (user) => kubeconfigYaml('sealion', url, servingCA.certPem, { name: 'user', ...user }),
-    stop: () => concierge.stop(),
+    stop,
   };
 }
 
 /** A concierge whose controllers manage the proxy, as in a cluster: no fixed certificates. */
 export interface ControlledConcierge {
-  concierge: Concierge;
+  concierge: ConciergeEndpoints;
   /** Where this replica listens (what a Service's backend is). */
   port: number;
   stop(): Promise<void>;
@@ -236,18 +238,7 @@ export async function startControlledConcierge(
     tunnelPort?: number;
   },
 ): Promise<ControlledConcierge> {
-  const upstream = await prepareCluster(cluster, 'certificate');
-  const concierge = await startConcierge({
-    clients: newKubeClients({ path: cluster.kubeconfigPath }),
-    upstream,
-    groupSuffix: 'sealion.dev',
-    host: '127.0.0.1',
-    port: opts.port ?? 0,
-    control: { namespace: opts.namespace, configMap: opts.configMap, identity: opts.identity },
-    ...tunnelOptions(
-      opts.tunnelPort === undefined ? undefined : { port: opts.tunnelPort, namespace: opts.namespace },
-    ),
-    log: opts.log ?? silentLogger(),
-  });
-  return { concierge, port: concierge.port, stop: () => concierge.stop() };
+  const concierge = newConcierge({ ...(await baseOptions(cluster, opts)), configMap: opts.configMap });
+  const endpoints = await concierge.start();
+  return { concierge: endpoints, port: endpoints.port, stop: () => concierge.stop() };
 }
