@@ -81,11 +81,21 @@ export interface TunnelHolder {
   connectedSince: string;
   /** What the tunnel runs on: `direct` (HTTP/2 on the TLS connection) or `websocket`. */
   transport?: 'direct' | 'websocket';
+  /**
+   * The version the agent reported on this tunnel.
+   * @maxLength 256
+   */
+  agentVersion?: string;
+  /**
+   * When the client certificate this tunnel was opened with expires.
+   * @format date-time
+   */
+  certificateExpiry?: string;
 }
 
 /** Observed state, written by the concierge only. */
 export interface ClusterStatus {
-  /** Whether at least one replica holds a tunnel to the cluster's agent. */
+  /** Whether at least one live replica holds a tunnel to the cluster's agent (derived from `tunnels`). */
   connected?: boolean;
   /**
    * Since when the cluster has been continuously connected.
@@ -93,7 +103,8 @@ export interface ClusterStatus {
    */
   connectedSince?: string;
   /**
-   * The replicas holding a tunnel.
+   * The replicas holding a tunnel, one entry each, written by that replica alone; the entry of a replica that
+   * stopped renewing its Lease is removed by the others.
    * @listType map
    * @listMapKeys replica
    */

@@ -3,14 +3,15 @@
 // the impersonation proxy, the agents' tunnel listener and the metrics listener, and starts and stops them in order.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { apiGroups, Resource, VERSION } from '../apis/groups.ts';
+import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster, ClusterStatus } from '../apis/tunnel.ts';
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
-  newClusterStatusWriter,
   newCustomResourceInformer,
   newKubeClients,
   newLeaseClient,
+  newLeaseInformer,
+  newStatusApplier,
   newReviewer,
   readClusterCustomObject,
   type KubeconfigSource,
@@ -28,6 +29,7 @@ import { newProxyHandler } from './proxy/handler.ts';
 import { newProxyMetrics, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
+import { REPLICA_LEASE_LABEL, replicaLeaseName, startClusterStatus } from './tunnel/cluster-status.ts';
 import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
 
@@ -225,6 +227,20 @@ async function start(
     const informer = newCustomResourceInformer<Cluster>(clients, clusterResource, log);
     onStop(() => informer.stop());
     await informer.synced();
+    const leases = newLeaseInformer(clients, namespace, REPLICA_LEASE_LABEL, log);
+    onStop(() => leases.stop());
+    const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
+    const publisher = await startClusterStatus({
+      clusters: informer,
+      leases,
+      lease: newLeaseClient(clients, namespace, replicaLeaseName(opts.identity), { [labelKey]: labelValue }),
+      status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
+      identity: opts.identity,
+      held: (name) => tunnels?.held(name),
+      clock,
+      log: log.child({ component: 'cluster-status' }),
+    });
+    onStop(() => publisher.stop());
     const listener = await startTunnelListener({
       clients,
       namespace,
@@ -233,8 +249,7 @@ async function start(
       hosts: opts.tunnel.hosts,
       clusters: informer,
       readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
-      status: newClusterStatusWriter<ClusterStatus>(clients, clusterResource),
-      replica: opts.identity,
+      onTunnelChange: (name) => publisher.changed(name),
       log: log.child({ component: 'tunnel' }),
     });
     tunnels = listener;

@@ -56,6 +56,7 @@ describe('leader election', () => {
       get: () => (cutOff ? Promise.reject(new Error('connection refused')) : leases.get()),
       create: (l) => (cutOff ? Promise.reject(new Error('connection refused')) : leases.create(l)),
       replace: (l) => (cutOff ? Promise.reject(new Error('connection refused')) : leases.replace(l)),
+      delete: () => (cutOff ? Promise.reject(new Error('connection refused')) : leases.delete()),
     };
     const a = elect({ leases: failing, identity: 'replica-a', log: silentLogger() });
     await eventually(() => expect(a.isLeader()).toBe(true));

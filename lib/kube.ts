@@ -224,6 +224,48 @@ export function newClusterStatusWriter<S>(clients: KubeClients, resource: Cluste
   };
 }
 
+/**
+ * Writes to a cluster-scoped custom object's status subresource that take part in server-side apply's field
+ * ownership: each writer owns what it applied, and a later apply by the same field manager removes what it no
+ * longer sends, never another manager's fields.
+ */
+export interface StatusApplier<S> {
+  /** A server-side apply of `status` as `fieldManager`, taking over fields others own when the values differ. */
+  apply(name: string, status: Partial<S>, fieldManager: string): Promise<void>;
+  /** A JSON patch of the object (its paths start at the root, say /status/…); `test` operations make it conditional. */
+  jsonPatch(name: string, operations: object[]): Promise<void>;
+}
+
+export function newStatusApplier<S>(
+  clients: KubeClients,
+  resource: ClusterResource,
+  kind: string,
+): StatusApplier<S> {
+  const apply = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.ServerSideApply);
+  const jsonPatch = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.JsonPatch);
+  const apiVersion = `${resource.group}/${resource.version}`;
+  return {
+    async apply(name, status, fieldManager) {
+      await clients.customObjects.patchClusterCustomObjectStatus(
+        {
+          ...resource,
+          name,
+          body: { apiVersion, kind, metadata: { name }, status },
+          fieldManager,
+          force: true,
+        },
+        apply,
+      );
+    },
+    async jsonPatch(name, operations) {
+      await clients.customObjects.patchClusterCustomObjectStatus(
+        { ...resource, name, body: operations },
+        jsonPatch,
+      );
+    },
+  };
+}
+
 /** What the API server says about a token (TokenReview), as plain data. */
 export interface TokenReviewAnswer {
   authenticated: boolean;
@@ -355,6 +397,8 @@ export interface LeaseClient {
   /** False when someone else wrote first (409), so the caller lost the race. */
   create(lease: LeaseRecord): Promise<boolean>;
   replace(lease: LeaseRecord): Promise<boolean>;
+  /** Deletes it if it exists. */
+  delete(): Promise<void>;
 }
 
 /** Kubernetes MicroTime wants exactly six fractional digits. */
@@ -366,7 +410,12 @@ function microTime(ms: number): string {
  * Leases through the untyped custom-objects client: the typed client writes MicroTime fields with three
  * fractional digits, which the API server rejects.
  */
-export function newLeaseClient(clients: KubeClients, namespace: string, name: string): LeaseClient {
+export function newLeaseClient(
+  clients: KubeClients,
+  namespace: string,
+  name: string,
+  labels: Record<string, string> = {},
+): LeaseClient {
   const where = { group: 'coordination.k8s.io', version: 'v1', namespace, plural: 'leases', name };
   const body = (lease: LeaseRecord): object => ({
     apiVersion: 'coordination.k8s.io/v1',
@@ -374,6 +423,7 @@ export function newLeaseClient(clients: KubeClients, namespace: string, name: st
     metadata: {
       name,
       namespace,
+      labels,
       ...(lease.resourceVersion ? { resourceVersion: lease.resourceVersion } : {}),
     },
     spec: {
@@ -424,7 +474,41 @@ export function newLeaseClient(clients: KubeClients, namespace: string, name: st
       conflictIsFalse(() =>
         clients.customObjects.replaceNamespacedCustomObject({ ...where, body: body(lease) }),
       ),
+    async delete() {
+      try {
+        await clients.customObjects.deleteNamespacedCustomObject(where);
+      } catch (err) {
+        if (apiStatusCode(err) !== 404) throw err;
+      }
+    },
   };
+}
+
+/** A Lease as an informer holds it. */
+export interface LeaseObject extends KubeObject {
+  spec?: { holderIdentity?: string; leaseDurationSeconds?: number; renewTime?: string };
+}
+
+/** An informer over the Leases of one namespace that carry `label` (key=value). */
+export function newLeaseInformer(
+  clients: KubeClients,
+  namespace: string,
+  label: string,
+  log: Logger,
+): Informer<LeaseObject> {
+  const where = { group: 'coordination.k8s.io', version: 'v1', namespace, plural: 'leases' };
+  return newInformer<LeaseObject>(
+    clients.config,
+    {
+      path: `/apis/coordination.k8s.io/v1/namespaces/${namespace}/leases`,
+      labelSelector: label,
+      list: () =>
+        clients.customObjects.listNamespacedCustomObject({ ...where, labelSelector: label }) as Promise<{
+          items: LeaseObject[];
+        }>,
+    },
+    log,
+  );
 }
 
 /** Core kinds the impersonation-proxy controllers watch. */

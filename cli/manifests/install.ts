@@ -177,7 +177,8 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         {
           apiGroups: ['coordination.k8s.io'],
           resources: ['leases'],
-          verbs: ['get', 'list', 'watch', 'create', 'update'],
+          // Each replica deletes its own Lease when it stops.
+          verbs: ['get', 'list', 'watch', 'create', 'update', 'delete'],
         },
         { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
         // Owner references on what the controllers create point at the Deployment.

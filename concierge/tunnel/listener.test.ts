@@ -13,13 +13,12 @@ import {
   tlsContext,
   type TunnelTransport,
 } from '../../lib/tunnel-dial.ts';
-import type { Cluster, ClusterStatus } from '../../apis/tunnel.ts';
+import type { Cluster } from '../../apis/tunnel.ts';
 import { eventually } from '../../integration/harness/eventually.ts';
 import { MemoryInformer } from '../../lib/informer.ts';
 import type { KubeClients } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
-import { RecordingStatusWriter } from '../../lib/status-writer.ts';
 import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel.ts';
 import { bindingURI } from './binding.ts';
 import { MAX_HANDSHAKES, startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
@@ -65,8 +64,7 @@ beforeEach(async () => {
     hosts: ['127.0.0.1'],
     clusters,
     readCluster: (name) => Promise.resolve(clusters.get(name)),
-    status: new RecordingStatusWriter<ClusterStatus>(),
-    replica: 'test',
+    onTunnelChange: () => {},
     log: silentLogger(),
   });
 });

@@ -5,15 +5,15 @@
 // certificates (binding.ts), and that binding is checked against the Cluster registry on every connection and
 // renewal: a Cluster deleted from the registry, or deleted and created again, or whose agentGeneration was
 // raised, refuses the certificate, and its open tunnel is closed at once. A tunnel also closes when the
-// certificate it was opened with expires. Connects and disconnects are written to the Cluster's status as they
-// happen. TLS is the proxy's: 1.2 and up, AEAD suites only, no renegotiation.
+// certificate it was opened with expires. Connects and disconnects are announced to onTunnelChange, which
+// publishes them in the Cluster's status (cluster-status.ts). TLS is the proxy's: 1.2 and up, AEAD suites only, no renegotiation.
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocketServer } from 'ws';
-import type { Cluster, ClusterStatus } from '../../apis/tunnel.ts';
+import type { Cluster } from '../../apis/tunnel.ts';
 import { redeemBootstrapToken, RedeemError } from '../../lib/bootstrap.ts';
 import type { Informer } from '../../lib/informer.ts';
 import { apiStatusCode, readSecretData, type KubeClients } from '../../lib/kube.ts';
@@ -27,7 +27,7 @@ import {
   type CertificateAuthority,
 } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/kube-status.ts';
-import { coalescingStatusWriter, type StatusWriter } from '../../lib/status-writer.ts';
+import type { HeldTunnel } from './cluster-status.ts';
 import {
   newTunnelClient,
   TUNNEL_PROTOCOL,
@@ -68,8 +68,6 @@ export const MAX_HANDSHAKES = 256;
  */
 export const MAX_WAITING = 8192;
 const MAX_WAIT_MS = 8_000;
-/** Cluster status writes in flight at once: enough to keep up with agents connecting, few for the API server. */
-const STATUS_WRITES_IN_FLIGHT = 8;
 /** The one answer to every failed registration; the reason goes to the log. */
 const REJECTED = 'registration rejected';
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -87,9 +85,8 @@ export interface TunnelListenerOptions {
    * rather than the cache, so one issued just after its agentGeneration was raised carries the new generation.
    */
   readCluster(name: string): Promise<Cluster | undefined>;
-  status: StatusWriter<ClusterStatus>;
-  /** This replica's name, recorded as the tunnel's holder. */
-  replica: string;
+  /** This replica's tunnel to `cluster` came or went (see held()). */
+  onTunnelChange(cluster: string): void;
   log: Logger;
 }
 
@@ -99,6 +96,8 @@ export interface TunnelListener {
   caPem: string;
   /** The forwarder of a connected cluster, or undefined. */
   forwarder(cluster: string): Forwarder | undefined;
+  /** The tunnel to `cluster`'s agent this replica holds, if any. */
+  held(cluster: string): HeldTunnel | undefined;
   stop(): Promise<void>;
 }
 
@@ -261,7 +260,7 @@ interface Connected {
   binding: AgentBinding;
   tunnel: TunnelClient;
   forwarder: TunnelForwarder;
-  since: Date;
+  held: HeldTunnel;
 }
 
 export async function startTunnelListener(opts: TunnelListenerOptions): Promise<TunnelListener> {
@@ -284,16 +283,6 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       publicKey: await publicKeyFromCSR(csrPem),
     });
     return { certificate: cert.certPem, caBundle: ca.certPem, expires: cert.cert.notAfter.toISOString() };
-  };
-
-  // Every agent connects at once after a restart: their status writes are coalesced and few at a time.
-  const statusWriter = coalescingStatusWriter(opts.status, STATUS_WRITES_IN_FLIGHT);
-  const writeStatus = (cluster: string, status: ClusterStatus): void => {
-    statusWriter
-      .patchStatus(cluster, status)
-      .catch((err: unknown) =>
-        log.warn({ cluster, err: (err as Error).message }, 'writing the Cluster status failed'),
-      );
   };
 
   /** Closes the tunnel of `cluster` if the registry no longer matches the certificate it was opened with. */
@@ -421,7 +410,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
       return void socket.end(rawStatusResponse(426, message));
     }
-    const agentVersion = String(req.headers['x-sealion-agent-version'] ?? 'unknown');
+    // What the agent says of itself goes into the status: printable, and short.
+    const agentVersion =
+      String(req.headers['x-sealion-agent-version'] ?? '')
+        .replace(/[^\x20-\x7e]/g, '')
+        .slice(0, 64) || 'unknown';
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
     /** Makes `stream` the cluster's tunnel, in place of any it had; `drop` ends the connection instead. */
@@ -442,7 +435,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         binding,
         tunnel,
         forwarder: newTunnelForwarder(cluster, tunnel, { limits }),
-        since,
+        held: { connectedSince: since.toISOString(), transport, agentVersion, certificateExpiry },
       };
       connected.set(cluster, entry);
       previous?.tunnel.close();
@@ -453,20 +446,14 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         log.info({ cluster, certificateExpiry }, 'tunnel closed: the certificate it was opened with expired');
         tunnel.close();
       });
-      writeStatus(cluster, {
-        connected: true,
-        connectedSince: since.toISOString(),
-        tunnels: [{ replica: opts.replica, connectedSince: since.toISOString(), transport }],
-        agentVersion,
-        certificateExpiry,
-      });
-      // Pushed, not polled: the status changes the moment the tunnel closes.
+      opts.onTunnelChange(cluster);
+      // Announced, not polled: the status changes the moment the tunnel closes.
       void tunnel.closed.then(() => {
         expiry.cancel();
         if (connected.get(cluster) !== entry) return;
         connected.delete(cluster);
         log.info({ cluster }, 'agent disconnected');
-        writeStatus(cluster, { connected: false, tunnels: [] });
+        opts.onTunnelChange(cluster);
       });
     };
     if (String(req.headers.upgrade ?? '').toLowerCase() === TUNNEL_UPGRADE) {
@@ -510,6 +497,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     port,
     caPem: ca.certPem,
     forwarder: (cluster) => connected.get(cluster)?.forwarder,
+    held: (cluster) => connected.get(cluster)?.held,
     async stop() {
       for (const entry of connected.values()) entry.tunnel.close();
       connected.clear();

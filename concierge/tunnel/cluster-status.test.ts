@@ -1,0 +1,237 @@
+import { describe, expect, it } from '@jest/globals';
+import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
+import { fakeClock } from '../../lib/fake-clock.ts';
+import { MemoryInformer } from '../../lib/informer.ts';
+import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../../lib/kube.ts';
+import { silentLogger } from '../../lib/log.ts';
+import {
+  deriveStatus,
+  REPLICA_LEASE_SECONDS,
+  replicaFieldManager,
+  replicaLeaseName,
+  startClusterStatus,
+  type HeldTunnel,
+} from './cluster-status.ts';
+
+const T0 = '2026-01-01T00:00:00.000Z';
+const T1 = '2026-01-01T00:01:00.000Z';
+
+const cluster = (name: string, status: ClusterStatus = {}): Cluster => ({
+  apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+  kind: 'Cluster',
+  metadata: { name, resourceVersion: '1' },
+  spec: {},
+  status,
+});
+
+const lease = (holder: string, version: string): LeaseObject => ({
+  metadata: { name: replicaLeaseName(holder), namespace: 'ns', resourceVersion: version },
+  spec: { holderIdentity: holder, leaseDurationSeconds: REPLICA_LEASE_SECONDS },
+});
+
+/**
+ * The status subresource as the API server keeps it, reduced to what matters here: each field manager's entry in
+ * `tunnels` is its own, the derived fields go to whoever applied last, and JSON patches remove entries.
+ */
+function fakeStatus(clusters: MemoryInformer<Cluster>): StatusApplier<ClusterStatus> & {
+  applies: { name: string; manager: string; status: Partial<ClusterStatus> }[];
+  removed: string[];
+} {
+  const owner = new Map<string, string>();
+  const applies: { name: string; manager: string; status: Partial<ClusterStatus> }[] = [];
+  const removed: string[] = [];
+  return {
+    applies,
+    removed,
+    apply(name, status, manager) {
+      applies.push({ name, manager, status });
+      const current = clusters.get(name)!;
+      // An entry this fake did not see written is owned as the replica named in it would have written it.
+      const ownerOf = (t: TunnelHolder): string =>
+        owner.get(`${name}/${t.replica}`) ?? replicaFieldManager(t.replica);
+      const kept = (current.status?.tunnels ?? []).filter((t) => ownerOf(t) !== manager);
+      for (const t of status.tunnels ?? []) owner.set(`${name}/${t.replica}`, manager);
+      const tunnels: TunnelHolder[] = [...kept, ...(status.tunnels ?? [])];
+      const { tunnels: _, ...derived } = status;
+      clusters.put({ ...current, status: { ...derived, tunnels } });
+      return Promise.resolve();
+    },
+    jsonPatch(name, operations) {
+      const [test] = operations as { path: string; value: string }[];
+      const index = Number(test!.path.split('/')[3]);
+      const current = clusters.get(name)!;
+      const tunnels = [...(current.status?.tunnels ?? [])];
+      if (tunnels[index]?.replica !== test!.value) return Promise.reject(new Error('test failed'));
+      removed.push(`${name}/${test!.value}`);
+      tunnels.splice(index, 1);
+      clusters.put({ ...current, status: { ...current.status, tunnels } });
+      return Promise.resolve();
+    },
+  };
+}
+
+function recordingLease(): LeaseClient & { records: LeaseRecord[]; deleted: boolean } {
+  const records: LeaseRecord[] = [];
+  const client = {
+    records,
+    deleted: false,
+    get: () => Promise.resolve(records.at(-1)),
+    create: (l: LeaseRecord) => (records.push(l), Promise.resolve(true)),
+    replace: (l: LeaseRecord) =>
+      records.length ? (records.push(l), Promise.resolve(true)) : Promise.resolve(false),
+    delete: () => ((client.deleted = true), Promise.resolve()),
+  };
+  return client;
+}
+
+/** Lets queued syncs run. */
+const settle = async (): Promise<void> => {
+  for (let i = 0; i < 20; i++) await new Promise((done) => setImmediate(done));
+};
+
+describe('deriveStatus', () => {
+  it('is connected while a live replica holds a tunnel, since the first one, with the newest agent', () => {
+    const live: TunnelHolder[] = [
+      { replica: 'b', connectedSince: T1, agentVersion: 'v2', certificateExpiry: T1 },
+      { replica: 'a', connectedSince: T0, agentVersion: 'v1', certificateExpiry: T0 },
+    ];
+    expect(deriveStatus({}, live)).toEqual({
+      connected: true,
+      connectedSince: T0,
+      agentVersion: 'v2',
+      certificateExpiry: T1,
+    });
+    // A cluster that stayed connected keeps the time it first connected.
+    expect(
+      deriveStatus({ connected: true, connectedSince: '2025-01-01T00:00:00.000Z' }, live).connectedSince,
+    ).toBe('2025-01-01T00:00:00.000Z');
+  });
+
+  it('is disconnected with no live tunnel, keeping what was last known of the agent', () => {
+    const current = { connected: true, connectedSince: T0, agentVersion: 'v1', certificateExpiry: T1 };
+    expect(deriveStatus(current, [])).toEqual({ ...current, connected: false });
+  });
+});
+
+describe('the names a replica writes under', () => {
+  it('are valid for any identity', () => {
+    expect(replicaLeaseName('concierge-7d9f-abc')).toBe('sealion-concierge-replica-concierge-7d9f-abc');
+    expect(replicaLeaseName('Host_Name-12')).toMatch(/^sealion-concierge-replica-[0-9a-f]{32}$/);
+    expect(replicaFieldManager('x'.repeat(200))).toMatch(/^sealion-concierge\/[0-9a-f]{32}$/);
+  });
+});
+
+describe('the cluster status publisher', () => {
+  const held: HeldTunnel = {
+    connectedSince: T0,
+    transport: 'direct',
+    agentVersion: 'v1',
+    certificateExpiry: T1,
+  };
+
+  async function replica(
+    identity: string,
+    clusters: MemoryInformer<Cluster>,
+    leases: MemoryInformer<LeaseObject>,
+    status: StatusApplier<ClusterStatus>,
+    tunnels: Map<string, HeldTunnel>,
+    clock = fakeClock(),
+  ) {
+    const lease = recordingLease();
+    const publisher = await startClusterStatus({
+      clusters,
+      leases,
+      lease,
+      status,
+      identity,
+      held: (name) => tunnels.get(name),
+      clock,
+      log: silentLogger(),
+    });
+    return { publisher, lease, clock };
+  }
+
+  it("publishes its own entry, keeps the other replicas' entries, and removes its own when the tunnel goes", async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'b', connectedSince: T0 }],
+      }),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([lease('b', '1')]);
+    const status = fakeStatus(clusters);
+    const tunnels = new Map<string, HeldTunnel>();
+    const a = await replica('a', clusters, leases, status, tunnels);
+    await settle();
+    expect(status.applies).toEqual([]);
+
+    tunnels.set('edge', held);
+    a.publisher.changed('edge');
+    await settle();
+    expect(status.applies.at(-1)).toMatchObject({ manager: 'sealion-concierge/a' });
+    expect(
+      clusters
+        .get('edge')!
+        .status!.tunnels!.map((t) => t.replica)
+        .sort(),
+    ).toEqual(['a', 'b']);
+
+    tunnels.delete('edge');
+    a.publisher.changed('edge');
+    await settle();
+    expect(clusters.get('edge')!.status).toMatchObject({ connected: true, tunnels: [{ replica: 'b' }] });
+    expect(a.lease.records.length).toBeGreaterThan(0);
+    await a.publisher.stop();
+    expect(a.lease.deleted).toBe(true);
+  });
+
+  it('removes the entries of a replica whose Lease stopped changing, within its duration and a check', async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        agentVersion: 'v1',
+        tunnels: [{ replica: 'crashed', connectedSince: T0 }],
+      }),
+      cluster('other', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'alive', connectedSince: T0 }],
+      }),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([lease('crashed', '1'), lease('alive', '1')]);
+    const status = fakeStatus(clusters);
+    const a = await replica('a', clusters, leases, status, new Map());
+    await settle();
+    expect(status.removed).toEqual([]);
+
+    // The live replica renews; the crashed one does not.
+    for (let ms = 0; ms < REPLICA_LEASE_SECONDS * 1000 + 1000; ms += 1000) {
+      leases.put(lease('alive', String(ms + 2)));
+      a.clock.advance(1000);
+      await settle();
+      // Not before the Lease's duration has passed without a change.
+      if (ms + 1000 < REPLICA_LEASE_SECONDS * 1000) expect(status.removed).toEqual([]);
+    }
+    expect(status.removed).toEqual(['edge/crashed']);
+    expect(clusters.get('edge')!.status).toMatchObject({ connected: false, agentVersion: 'v1', tunnels: [] });
+    expect(clusters.get('other')!.status).toMatchObject({ connected: true, tunnels: [{ replica: 'alive' }] });
+    await a.publisher.stop();
+  });
+
+  it('removes on start the entries an earlier process of the same replica left behind', async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'a', connectedSince: T0 }],
+      }),
+    ]);
+    const status = fakeStatus(clusters);
+    const a = await replica('a', clusters, new MemoryInformer<LeaseObject>(), status, new Map());
+    await settle();
+    expect(clusters.get('edge')!.status).toMatchObject({ connected: false });
+    await a.publisher.stop();
+  });
+});

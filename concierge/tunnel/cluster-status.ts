@@ -1,0 +1,265 @@
+// A Cluster's status from facts, not events. Each replica publishes two facts about itself: a Lease it renews while
+// it lives, and its own entry in the status.tunnels of each Cluster whose agent it holds a tunnel to (a server-side
+// apply under a field manager of its own, so replicas never overwrite each other's entries). Every replica derives
+// the rest (connected, since when, the agent's version and certificate expiry) from the entries of live replicas,
+// and removes the entries of replicas whose Lease has lapsed: the tunnels of a replica that crashed show
+// disconnected within seconds, with no leader needed. A replica that stops cleanly removes its entries and Lease.
+//
+// Liveness is judged by when this process last saw a Lease change, on its own clock, as client-go's leader election
+// does: the replicas' clocks need not agree.
+import { createHash } from 'node:crypto';
+import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { Informer } from '../../lib/informer.ts';
+import type { LeaseClient, LeaseObject, StatusApplier } from '../../lib/kube.ts';
+import type { Logger } from '../../lib/log.ts';
+import { WorkQueue } from '../../controllers/lib/queue.ts';
+
+/** The label every replica Lease carries, as a selector. */
+export const REPLICA_LEASE_LABEL = 'app.kubernetes.io/component=concierge-replica';
+/** How long a replica's Lease holds without renewal; with CHECK_MS, a crashed replica's tunnels go in about 7 s. */
+export const REPLICA_LEASE_SECONDS = 6;
+const RENEW_MS = 2_000;
+/** How often lapsed Leases are looked for. */
+const CHECK_MS = 1_000;
+/** Status writes in flight at once: enough to keep up with agents connecting after a restart. */
+const WRITERS = 8;
+/** How long a clean stop waits for its entries to be removed. */
+const RELEASE_TIMEOUT_MS = 5_000;
+
+/** The Lease name of a replica: its identity when that is a valid name, else a digest of it. */
+export function replicaLeaseName(identity: string): string {
+  const name = `sealion-concierge-replica-${identity}`;
+  return /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(name)
+    ? name
+    : `sealion-concierge-replica-${createHash('sha256').update(identity).digest('hex').slice(0, 32)}`;
+}
+
+/** The field manager that owns a replica's entries (at most 128 printable characters). */
+export function replicaFieldManager(identity: string): string {
+  const name = `sealion-concierge/${identity}`;
+  return name.length <= 128 && /^[\x21-\x7e]+$/.test(name)
+    ? name
+    : `sealion-concierge/${createHash('sha256').update(identity).digest('hex').slice(0, 32)}`;
+}
+
+/** What this replica knows of a tunnel it holds. */
+export type HeldTunnel = Omit<Required<TunnelHolder>, 'replica'>;
+
+/** The fields every replica derives from the live entries. */
+type Derived = Pick<ClusterStatus, 'connected' | 'connectedSince' | 'agentVersion' | 'certificateExpiry'>;
+
+/**
+ * The derived fields for `live` entries. A cluster that stays connected keeps its connectedSince; the agent's
+ * version and expiry come from its newest tunnel, and stay as they were once it has none.
+ */
+export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder[]): Derived {
+  if (live.length === 0) {
+    return {
+      connected: false,
+      ...(current.connectedSince ? { connectedSince: current.connectedSince } : {}),
+      ...(current.agentVersion ? { agentVersion: current.agentVersion } : {}),
+      ...(current.certificateExpiry ? { certificateExpiry: current.certificateExpiry } : {}),
+    };
+  }
+  const bySince = [...live].sort((a, b) => a.connectedSince.localeCompare(b.connectedSince));
+  const newest = bySince[bySince.length - 1]!;
+  const agentVersion = newest.agentVersion ?? current.agentVersion;
+  const certificateExpiry = newest.certificateExpiry ?? current.certificateExpiry;
+  return {
+    connected: true,
+    connectedSince:
+      current.connected && current.connectedSince ? current.connectedSince : bySince[0]!.connectedSince,
+    ...(agentVersion ? { agentVersion } : {}),
+    ...(certificateExpiry ? { certificateExpiry } : {}),
+  };
+}
+
+const sameEntry = (a: TunnelHolder | undefined, b: TunnelHolder | undefined): boolean =>
+  JSON.stringify(a && [a.replica, a.connectedSince, a.transport, a.agentVersion, a.certificateExpiry]) ===
+  JSON.stringify(b && [b.replica, b.connectedSince, b.transport, b.agentVersion, b.certificateExpiry]);
+
+const sameDerived = (status: ClusterStatus, derived: Derived): boolean =>
+  status.connected === derived.connected &&
+  status.connectedSince === derived.connectedSince &&
+  status.agentVersion === derived.agentVersion &&
+  status.certificateExpiry === derived.certificateExpiry;
+
+export interface ClusterStatusOptions {
+  clusters: Informer<Cluster>;
+  /** The replica Leases of the concierge's namespace (REPLICA_LEASE_LABEL). */
+  leases: Informer<LeaseObject>;
+  /** This replica's own Lease. */
+  lease: LeaseClient;
+  status: StatusApplier<ClusterStatus>;
+  identity: string;
+  /** The tunnel this replica holds to a cluster's agent, if any. */
+  held(cluster: string): HeldTunnel | undefined;
+  clock: Clock;
+  log: Logger;
+}
+
+export interface ClusterStatusPublisher {
+  /** This replica's tunnel to `cluster` came or went. */
+  changed(cluster: string): void;
+  /** Removes this replica's entries and Lease (waiting a few seconds at most), then stops. */
+  stop(): Promise<void>;
+}
+
+export async function startClusterStatus(opts: ClusterStatusOptions): Promise<ClusterStatusPublisher> {
+  const { clock, log, identity } = opts;
+  const fieldManager = replicaFieldManager(identity);
+  /** When this process last saw each replica's Lease change, or first missed a Lease it looked for. */
+  const seen = new Map<string, { version: string; at: number }>();
+  /** The clusters each replica has an entry in, from the cache, so a lapsed Lease finds them without a scan. */
+  const entriesOf = new Map<string, Set<string>>();
+  const replicasIn = new Map<string, string[]>();
+  /** Replicas found lapsed, whose clusters were queued once. */
+  const lapsed = new Set<string>();
+  let stopped = false;
+
+  const leaseOf = (replica: string): LeaseObject | undefined =>
+    opts.leases.list().find((l) => l.spec?.holderIdentity === replica);
+  const alive = (replica: string): boolean => {
+    if (replica === identity) return !stopped;
+    const lease = leaseOf(replica);
+    const version = lease ? (lease.metadata?.resourceVersion ?? '') : '';
+    const last = seen.get(replica);
+    if (!last || last.version !== version) {
+      seen.set(replica, { version, at: clock.now() });
+      return true;
+    }
+    const seconds = lease?.spec?.leaseDurationSeconds ?? REPLICA_LEASE_SECONDS;
+    return clock.now() - last.at < seconds * 1000;
+  };
+
+  const sync = async (name: string): Promise<void> => {
+    const cluster = opts.clusters.get(name);
+    if (!cluster) return;
+    const status = cluster.status ?? {};
+    const entries = status.tunnels ?? [];
+    const held = stopped ? undefined : opts.held(name);
+    const mine: TunnelHolder | undefined = held ? { ...held, replica: identity } : undefined;
+    // Entries of lapsed replicas go first, each only if it is still where it was read (a `test` operation).
+    const others: TunnelHolder[] = [];
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const entry = entries[i]!;
+      if (entry.replica === identity) continue;
+      if (alive(entry.replica)) {
+        others.unshift(entry);
+        continue;
+      }
+      log.info(
+        { cluster: name, replica: entry.replica },
+        'removing the tunnel of a replica whose Lease lapsed',
+      );
+      await opts.status.jsonPatch(name, [
+        { op: 'test', path: `/status/tunnels/${i}/replica`, value: entry.replica },
+        { op: 'remove', path: `/status/tunnels/${i}` },
+      ]);
+    }
+    const derived = deriveStatus(status, mine ? [...others, mine] : others);
+    const current = entries.find((e) => e.replica === identity);
+    if (sameEntry(current, mine) && sameDerived(status, derived)) return;
+    await opts.status.apply(name, { ...derived, ...(mine ? { tunnels: [mine] } : {}) }, fieldManager);
+  };
+  const queue = new WorkQueue(sync, {
+    workers: WRITERS,
+    baseDelayMs: 100,
+    maxDelayMs: 30_000,
+    clock,
+    onError: (key, err) =>
+      log.warn({ cluster: key, err: (err as Error).message }, 'writing the Cluster status failed; retrying'),
+  });
+
+  const index = (cluster: Cluster): void => {
+    const name = cluster.metadata.name ?? '';
+    for (const replica of replicasIn.get(name) ?? []) entriesOf.get(replica)?.delete(name);
+    const now = opts.clusters.get(name)?.status?.tunnels?.map((t) => t.replica) ?? [];
+    replicasIn.set(name, now);
+    if (now.length === 0) replicasIn.delete(name);
+    for (const replica of now) {
+      let set = entriesOf.get(replica);
+      if (!set) entriesOf.set(replica, (set = new Set()));
+      set.add(name);
+    }
+  };
+  opts.clusters.onChange((cluster) => {
+    index(cluster);
+    queue.add(cluster.metadata.name ?? '');
+  });
+  await Promise.all([opts.clusters.synced(), opts.leases.synced()]);
+  for (const cluster of opts.clusters.list()) index(cluster);
+
+  // This replica's Lease: created now, renewed while the process lives.
+  const renew = async (): Promise<void> => {
+    const record = {
+      holder: identity,
+      renewTime: clock.now(),
+      leaseSeconds: REPLICA_LEASE_SECONDS,
+      transitions: 0,
+    };
+    try {
+      if (!(await opts.lease.replace(record))) throw new Error('conflict');
+    } catch {
+      await opts.lease.create(record);
+    }
+  };
+  await renew().catch((err: unknown) =>
+    log.warn({ err: (err as Error).message }, 'creating the replica Lease failed; retrying'),
+  );
+  let renewTimer: unknown;
+  const renewLoop = (): void => {
+    renewTimer = clock.setTimeout(() => {
+      void renew()
+        .catch((err: unknown) =>
+          log.warn({ err: (err as Error).message }, 'renewing the replica Lease failed'),
+        )
+        .finally(() => {
+          if (!stopped) renewLoop();
+        });
+    }, RENEW_MS);
+  };
+  renewLoop();
+
+  // Lapsed Leases make no event of their own: look for them.
+  let checkTimer: unknown;
+  const check = (): void => {
+    for (const [replica, clusters] of entriesOf) {
+      if (replica === identity || clusters.size === 0) continue;
+      if (alive(replica)) lapsed.delete(replica);
+      else if (!lapsed.has(replica)) {
+        lapsed.add(replica);
+        for (const name of clusters) queue.add(name);
+      }
+    }
+    if (!stopped) checkTimer = clock.setTimeout(check, CHECK_MS);
+  };
+  check();
+
+  // Every cluster once: entries a previous process of this replica left, and lapsed ones, go now.
+  for (const cluster of opts.clusters.list()) queue.add(cluster.metadata.name ?? '');
+  queue.start();
+
+  return {
+    changed: (cluster) => queue.add(cluster),
+    async stop() {
+      stopped = true;
+      clock.clearTimeout(renewTimer);
+      clock.clearTimeout(checkTimer);
+      for (const name of entriesOf.get(identity) ?? []) queue.add(name);
+      let timer: unknown;
+      await Promise.race([
+        queue.idle(),
+        new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
+      ]);
+      clock.clearTimeout(timer);
+      await queue.stop();
+      await opts.lease
+        .delete()
+        .catch((err: unknown) =>
+          log.warn({ err: (err as Error).message }, 'deleting the replica Lease failed'),
+        );
+    },
+  };
+}
