@@ -2,16 +2,17 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import importX from 'eslint-plugin-import-x';
 
-const layers = ['apis', 'lib', 'controllers', 'concierge', 'agent', 'cli', 'integration', 'bench'];
-
 /** What each folder must not import: imports flow apis ← lib ← controllers ← concierge, apis ← lib ← agent, cli on top. */
 const forbidden = {
-  apis: ['lib', 'controllers', 'concierge', 'agent', 'cli'],
-  lib: ['controllers', 'concierge', 'agent', 'cli'],
-  controllers: ['concierge', 'agent', 'cli'],
-  concierge: ['agent', 'cli'],
-  agent: ['controllers', 'concierge', 'cli'],
+  apis: ['lib', 'controllers', 'concierge', 'agent', 'manifests', 'cli'],
+  lib: ['controllers', 'concierge', 'agent', 'manifests', 'cli'],
+  controllers: ['concierge', 'agent', 'manifests', 'cli'],
+  concierge: ['agent', 'manifests', 'cli'],
+  agent: ['controllers', 'concierge', 'manifests', 'cli'],
+  manifests: ['cli'],
 };
+/** What ships: it never imports the development environment, the tests or the benchmarks. */
+const product = ['apis', 'lib', 'controllers', 'concierge', 'agent', 'manifests', 'cli'];
 
 const zones = [
   ...Object.entries(forbidden).map(([target, from]) => ({
@@ -19,30 +20,32 @@ const zones = [
     from: from.map((f) => `./${f}`),
     message: `${target}/ may not import this layer (see STYLE.md, "Layout and boundaries").`,
   })),
-  // Nothing imports bench/; only the cluster harness of integration/ is reusable (by `sealion dev` and bench/).
-  ...layers.filter((l) => l !== 'bench').map((target) => ({ target: `./${target}`, from: './bench' })),
+  // Nothing imports bench/, and the development environment (dev/) stands without the tests.
+  ...[...product, 'dev', 'integration'].map((target) => ({ target: `./${target}`, from: './bench' })),
+  {
+    target: './dev',
+    from: './integration',
+    message: 'dev/ is the development environment; it never imports tests.',
+  },
+  {
+    target: './bench',
+    from: './integration',
+    message: 'bench/ starts clusters with dev/, not with the tests.',
+  },
 ];
 
-/** Production code never reaches into integration/, except cli/ and bench/, which start clusters with its harness. */
+/** Product code never imports dev/ or integration/. */
 const productionZones = [
   ...zones,
-  ...['apis', 'lib', 'controllers', 'concierge', 'agent'].map((target) => ({
+  ...product.map((target) => ({
     target: `./${target}`,
-    from: './integration',
+    from: ['./dev', './integration'],
+    message: 'Shipped code never imports the development environment (dev/) or the tests (integration/).',
   })),
-  { target: './cli', from: './integration', except: ['./harness'] },
-  { target: './bench', from: './integration', except: ['./harness'] },
 ];
 
-/** Tests anywhere may use the harness (real servers, the local OIDC issuer), but never other tests. */
-const testZones = [
-  ...zones,
-  ...['apis', 'lib', 'controllers', 'concierge', 'agent', 'cli', 'bench'].map((target) => ({
-    target: `./${target}`,
-    from: './integration',
-    except: ['./harness'],
-  })),
-];
+/** Unit tests may use dev/ (real servers, the local OIDC issuer), never integration/. */
+const testZones = [...zones, ...product.map((target) => ({ target: `./${target}`, from: './integration' }))];
 
 export default tseslint.config(
   { ignores: ['node_modules/', '.cache/', '.sealion/', 'coverage/'] },

@@ -24,7 +24,7 @@ export default {
     {
       ...common,
       displayName: 'unit',
-      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,cli,config}/**/*.test.ts'],
+      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,manifests,cli,config}/**/*.test.ts'],
     },
     {
       ...common,

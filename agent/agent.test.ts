@@ -6,7 +6,7 @@ import { request, type IncomingMessage } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { createWebSocketStream, WebSocketServer } from 'ws';
-import { eventually } from '../integration/harness/eventually.ts';
+import { eventually } from '../dev/eventually.ts';
 import { silentLogger } from '../lib/log.ts';
 import { issueCert, newCA } from '../lib/pki.ts';
 import { newTunnelClient, TUNNEL_UPGRADE, writesDone, type TunnelClient } from '../lib/tunnel.ts';

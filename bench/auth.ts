@@ -7,7 +7,7 @@ import { validateJWT } from '../lib/authn/jwt.ts';
 import { WebhookAuthenticator } from '../lib/authn/webhook.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import { issueCert, newCA } from '../lib/pki.ts';
-import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
+import { startOIDCIssuer } from '../dev/oidc-issuer.ts';
 import { measure, printTable, saveResults, type Measurement } from './measure.ts';
 
 export async function benchAuth(): Promise<void> {

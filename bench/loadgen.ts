@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { createInterface } from 'node:readline';
-import { ensureLoadGenerator } from '../integration/harness/build.ts';
+import { ensureLoadGenerator } from '../dev/build.ts';
 import type { Measurement } from './measure.ts';
 
 /** Where and how a target is reached: a URL, the CA to trust, and a client certificate, token or headers. */

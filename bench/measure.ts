@@ -2,7 +2,7 @@
 // percentiles, print a table with ratios, save JSON.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT } from '../integration/harness/build.ts';
+import { REPO_ROOT } from '../dev/build.ts';
 
 export interface Measurement {
   name: string;

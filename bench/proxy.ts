@@ -12,16 +12,16 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Kind } from '../apis/groups.ts';
 import { exchange } from '../cli/login.ts';
-import { CONCIERGE_NODE_OPTIONS } from '../cli/manifests/install.ts';
+import { CONCIERGE_NODE_OPTIONS } from '../manifests/install.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { clientCertChain } from '../lib/pem.ts';
 import { impersonationHeaders } from '../concierge/proxy/impersonate.ts';
 import { issueCert } from '../lib/pki.ts';
-import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
-import { processesUsing } from '../integration/harness/processes.ts';
-import { applyJWTAuthenticator, forwardingToken } from '../integration/harness/concierge.ts';
-import { eventually } from '../integration/harness/eventually.ts';
-import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { processesUsing } from '../dev/processes.ts';
+import { applyJWTAuthenticator, forwardingToken } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { startLoadGenerator, type Target, type TargetSpec } from './loadgen.ts';
 import {
   formatNumber,

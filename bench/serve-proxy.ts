@@ -7,7 +7,7 @@ import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { newLogger } from '../lib/log.ts';
-import { clusterInDir, startLocalConcierge } from '../integration/harness/concierge.ts';
+import { clusterInDir, startLocalConcierge } from '../dev/concierge.ts';
 
 const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
 // Forwarding with a service-account token and logging a line per request (to a file here, stdout being taken),

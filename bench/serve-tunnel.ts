@@ -2,7 +2,7 @@
 // cluster's folder, its URL, the kubectl binary, the concierge namespace, and the tunnel listener's port (default:
 // any). Prints one JSON line {url, servingCA, tunnelPort, tunnelCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
 import { createInterface } from 'node:readline';
-import { clusterInDir, startLocalConcierge } from '../integration/harness/concierge.ts';
+import { clusterInDir, startLocalConcierge } from '../dev/concierge.ts';
 
 const [dir, url, kubectl, namespace, tunnelPort = '0'] = process.argv.slice(2) as [
   string,

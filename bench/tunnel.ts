@@ -17,10 +17,10 @@ import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
 import { serveTunnel } from '../lib/tunnel.ts';
 import { dialDirect, tlsContext } from '../lib/tunnel-dial.ts';
 import { bindingURI } from '../concierge/tunnel/binding.ts';
-import { prepareAgentCluster, startAgentProcess } from '../integration/harness/agent.ts';
-import { freePort, startCluster, type Cluster } from '../integration/harness/cluster.ts';
-import { eventually } from '../integration/harness/eventually.ts';
-import { startOIDCIssuer } from '../integration/harness/oidc-issuer.ts';
+import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
+import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer } from '../dev/oidc-issuer.ts';
 import { startLoadGenerator, type Target } from './loadgen.ts';
 import {
   formatNumber,

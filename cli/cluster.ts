@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { ClusterResource, KubeClients } from '../lib/kube.ts';
-import { DEFAULT_INSTALL } from './manifests/install.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
 
 interface ClusterFlags {
   kubeconfig: string;

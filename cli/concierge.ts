@@ -7,7 +7,7 @@ import {
   IMPERSONATOR_SERVICE_ACCOUNT,
   PROXY_PORT,
   TUNNEL_PORT,
-} from './manifests/install.ts';
+} from '../manifests/install.ts';
 
 export function conciergeCommand(): Command {
   return new Command('concierge')

@@ -7,18 +7,11 @@ import { loginCommand } from './login.ts';
 import { whoamiCommand } from './whoami.ts';
 import { agentCommand } from './agent.ts';
 import { clusterCommand } from './cluster.ts';
-import { manifestsCommand } from './manifests/command.ts';
+import { manifestsCommand } from './manifests.ts';
 
 const program = new Command('sealion')
   .description('Sealion: kubectl access to many clusters through an authenticating, impersonating proxy')
   .showHelpAfterError();
-
-const dev = program.command('dev').description('a local development setup on real API servers');
-dev
-  .command('up')
-  .description('start a local cluster and print how to use it; Ctrl-C tears everything down')
-  .addHelpText('after', '\nExample:\n  npm start            # same as: sealion dev up\n')
-  .action(async () => (await import('./dev-up.ts')).devUp());
 
 program.addCommand(manifestsCommand());
 program.addCommand(conciergeCommand());

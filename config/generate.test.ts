@@ -4,8 +4,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { generateSchemas, schemasFileText, SCHEMAS_FILE } from './generate.ts';
-import { DEFAULT_INSTALL } from '../cli/manifests/install.ts';
-import { kustomizeFiles } from '../cli/manifests/render.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
+import { kustomizeFiles } from '../manifests/render.ts';
 
 const CONFIG_DIR = fileURLToPath(new URL('.', import.meta.url));
 

@@ -4,9 +4,9 @@
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createGenerator } from 'ts-json-schema-generator';
-import { CRD_KINDS, type JSONSchema, type KindSchemas } from '../cli/manifests/crds.ts';
-import { DEFAULT_INSTALL } from '../cli/manifests/install.ts';
-import { writeKustomize } from '../cli/manifests/render.ts';
+import { CRD_KINDS, type JSONSchema, type KindSchemas } from '../manifests/crds.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
+import { writeKustomize } from '../manifests/render.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const SCHEMAS_FILE = fileURLToPath(new URL('schemas.generated.json', import.meta.url));

@@ -5,9 +5,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { REPO_ROOT } from './harness/build.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
-import { eventually } from './harness/eventually.ts';
+import { REPO_ROOT } from '../dev/build.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
 
 const run = promisify(execFile);
 const GROUP = 'authentication.concierge.sealion.dev';

@@ -5,10 +5,10 @@ import { startAuthenticators, type Authenticators } from '../concierge/authentic
 import { newKubeClients } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newCA } from '../lib/pki.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
-import { installCRDs } from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { installCRDs } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const GROUP = 'authentication.concierge.sealion.dev';
 

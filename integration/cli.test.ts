@@ -7,15 +7,15 @@ import { get as httpGet } from 'node:http';
 import { get as httpsGet } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runKubectl, startCluster, type Cluster } from './harness/cluster.ts';
+import { runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   applyJWTAuthenticator,
   startControlledConcierge,
   type ControlledConcierge,
-} from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
-import { runSealion, stopChild } from './harness/processes.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+} from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { runSealion, stopChild } from '../dev/processes.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const NS = 'sealion-concierge';
 const USER = 'carol@example.com';

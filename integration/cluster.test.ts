@@ -4,10 +4,10 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { apiStatusCode, newKubeClients, type KubeClients } from '../lib/kube.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
-import { pinnedVersions } from './harness/build.ts';
-import { eventually } from './harness/eventually.ts';
-import { processesUsing } from './harness/processes.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { pinnedVersions } from '../dev/build.ts';
+import { eventually } from '../dev/eventually.ts';
+import { processesUsing } from '../dev/processes.ts';
 
 const CRD = {
   apiVersion: 'apiextensions.k8s.io/v1',

@@ -6,15 +6,15 @@ import type { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect } from 'node:tls';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
 import { newKubeClients } from '../lib/kube.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   applyJWTAuthenticator,
   startControlledConcierge,
   type ControlledConcierge,
-} from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
-import { startLocalLoadBalancer, type LocalLoadBalancer } from './harness/local-lb.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+} from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startLocalLoadBalancer, type LocalLoadBalancer } from '../dev/local-lb.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const NS = 'sealion-concierge';
 const CONFIG_MAP = 'sealion-concierge-config';

@@ -2,11 +2,11 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
-import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
-import { runKubectl } from './harness/cluster.ts';
-import { dieWithParent, processesUsing, stopChild, waitForOutput } from './harness/processes.ts';
+import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
+import { runKubectl } from '../dev/cluster.ts';
+import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
 
-describe('npm start (sealion dev up)', () => {
+describe('npm start', () => {
   /** Stops what the test started, however the test ended (a failed expectation, or jest's timeout). */
   let stop = (): Promise<void> => Promise.resolve();
   afterEach(() => stop());
@@ -14,11 +14,7 @@ describe('npm start (sealion dev up)', () => {
   it('prints kubectl commands that work as printed, and leaves nothing behind after Ctrl-C', async () => {
     const { kubectl } = await ensureBinaries();
     // If this process dies, dev up is told to stop as by Ctrl-C, and takes its clusters down.
-    const [command, args] = dieWithParent(
-      process.execPath,
-      [join(REPO_ROOT, 'cli/main.ts'), 'dev', 'up'],
-      'SIGTERM',
-    );
+    const [command, args] = dieWithParent(process.execPath, [join(REPO_ROOT, 'dev/up.ts')], 'SIGTERM');
     const child = spawn(command, args, {
       cwd: REPO_ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],

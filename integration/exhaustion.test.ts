@@ -7,7 +7,7 @@ import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Strea
 import { request } from 'node:https';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { loadCA, issueCert } from '../lib/pki.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
 /**

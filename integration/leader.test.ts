@@ -4,8 +4,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
 import { newKubeClients, newLeaseClient, type KubeClients, type LeaseClient } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
-import { eventually } from './harness/eventually.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
 
 let cluster: Cluster;
 let clients: KubeClients;

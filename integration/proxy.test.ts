@@ -10,11 +10,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { startCluster, type Cluster } from './harness/cluster.ts';
-import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
 import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const GROUP = 'authentication.concierge.sealion.dev';
 const USER = 'pat@example.com';

@@ -3,8 +3,8 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { REPO_ROOT, ensureBinaries } from './harness/build.ts';
-import { dieWithParent, processesUsing, stopChild, waitForOutput } from './harness/processes.ts';
+import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
+import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
 
 describe('npm run cluster', () => {
   let child: ChildProcess | undefined;
@@ -15,7 +15,7 @@ describe('npm run cluster', () => {
     const { kubectl } = await ensureBinaries();
     const [command, args] = dieWithParent(
       process.execPath,
-      [join(REPO_ROOT, 'integration/harness/run-cluster.ts')],
+      [join(REPO_ROOT, 'dev/run-cluster.ts')],
       'SIGTERM',
     );
     const started = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });

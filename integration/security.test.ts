@@ -24,11 +24,11 @@ import { newLogger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki.ts';
 import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
-import { prepareAgentCluster } from './harness/agent.ts';
-import { freePort, startCluster, type Cluster } from './harness/cluster.ts';
-import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+import { prepareAgentCluster } from '../dev/agent.ts';
+import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
+import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { startTokenWebhook, type TokenWebhook } from './harness/token-webhook.ts';
 
 const GROUP = 'authentication.concierge.sealion.dev';

@@ -10,10 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { newLogger } from '../lib/log.ts';
-import { startCluster, type Cluster } from './harness/cluster.ts';
-import { startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const GROUP = 'authentication.concierge.sealion.dev';
 const AUDIENCE = 'sealion-demo';

@@ -10,11 +10,11 @@ import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { UNCOUNTED_SESSION_MEMORY_MB } from '../lib/http2-pool.ts';
 import { newKubeClients } from '../lib/kube.ts';
-import { prepareAgentCluster, startAgentProcess } from './harness/agent.ts';
-import { freePort, startCluster, type Cluster } from './harness/cluster.ts';
-import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from './harness/concierge.ts';
-import { eventually } from './harness/eventually.ts';
-import { startOIDCIssuer, type TestIssuer } from './harness/oidc-issuer.ts';
+import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
+import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
+import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';

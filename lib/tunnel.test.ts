@@ -8,7 +8,7 @@ import { constants, performServerHandshake } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
-import { eventually } from '../integration/harness/eventually.ts';
+import { eventually } from '../dev/eventually.ts';
 import { issueCert, newCA } from './pki.ts';
 import {
   newTunnelClient,

@@ -18,7 +18,7 @@ import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { connect as netConnect } from 'node:net';
 import { X509Certificate } from 'node:crypto';
 import { apiGroups } from '../../apis/groups.ts';
-import { eventually } from '../../integration/harness/eventually.ts';
+import { eventually } from '../../dev/eventually.ts';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
 import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';

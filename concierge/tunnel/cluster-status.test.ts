@@ -52,8 +52,7 @@ function fakeStatus(clusters: MemoryInformer<Cluster>): StatusApplier<ClusterSta
       const kept = (current.status?.tunnels ?? []).filter((t) => ownerOf(t) !== manager);
       for (const t of status.tunnels ?? []) owner.set(`${name}/${t.replica}`, manager);
       const tunnels: TunnelHolder[] = [...kept, ...(status.tunnels ?? [])];
-      const { tunnels: _, ...derived } = status;
-      clusters.put({ ...current, status: { ...derived, tunnels } });
+      clusters.put({ ...current, status: { ...status, tunnels } });
       return Promise.resolve();
     },
     jsonPatch(name, operations) {

@@ -18,7 +18,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
 import { apiGroups } from '../../apis/groups.ts';
-import { eventually } from '../../integration/harness/eventually.ts';
+import { eventually } from '../../dev/eventually.ts';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';

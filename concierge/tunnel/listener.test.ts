@@ -14,7 +14,7 @@ import {
   type TunnelTransport,
 } from '../../lib/tunnel-dial.ts';
 import type { Cluster } from '../../apis/tunnel.ts';
-import { eventually } from '../../integration/harness/eventually.ts';
+import { eventually } from '../../dev/eventually.ts';
 import { MemoryInformer } from '../../lib/informer.ts';
 import type { KubeClients } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';

@@ -5,11 +5,11 @@ import { TUNNEL_CA_SECRET } from '../../concierge/tunnel/listener.ts';
 import { bindingURI } from '../../concierge/tunnel/binding.ts';
 import { newKubeClients, readSecretData } from '../../lib/kube.ts';
 import { issueCert, loadCA } from '../../lib/pki.ts';
-import { startCluster, type Cluster } from '../harness/cluster.ts';
-import { applyJWTAuthenticator } from '../harness/concierge.ts';
+import { startCluster, type Cluster } from '../../dev/cluster.ts';
+import { applyJWTAuthenticator } from '../../dev/concierge.ts';
 import { startConciergeProcess, type ConciergeProcess } from '../harness/concierge-process.ts';
-import { eventually } from '../harness/eventually.ts';
-import { startOIDCIssuer, type TestIssuer } from '../harness/oidc-issuer.ts';
+import { eventually } from '../../dev/eventually.ts';
+import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
 
 export const FUZZ_AUDIENCE = 'sealion-fuzz';
 export const FUZZ_USER = 'fuzzer@example.com';

@@ -4,8 +4,8 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
-import { CONCIERGE_NODE_OPTIONS } from '../../cli/manifests/install.ts';
-import type { Cluster } from './cluster.ts';
+import { CONCIERGE_NODE_OPTIONS } from '../../manifests/install.ts';
+import type { Cluster } from '../../dev/cluster.ts';
 
 export interface ConciergeProcess {
   url: string;

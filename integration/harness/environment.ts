@@ -5,8 +5,8 @@
 // order they were declared, before the file's own.
 import { relative } from 'node:path';
 import { TestEnvironment } from 'jest-environment-node';
-import { REPO_ROOT } from './build.ts';
-import { descendants, stopLeftovers, type ProcessInfo } from './processes.ts';
+import { REPO_ROOT } from '../../dev/build.ts';
+import { descendants, stopLeftovers, type ProcessInfo } from '../../dev/processes.ts';
 
 const key = (p: ProcessInfo): string => `${p.pid}@${p.start}`;
 

@@ -2,7 +2,7 @@
 // exits (only warning after a second), so a server, socket or timer a failed test never closed would hold a CI job
 // until its time limit. If the process is still alive EXIT_GRACE_MS after the run, this names what holds it,
 // stops any process still running under it, and exits with status 1: a leak is reported, never hidden.
-import { descendants, stopLeftovers } from './processes.ts';
+import { descendants, stopLeftovers } from '../../dev/processes.ts';
 
 /** Long enough for sockets and processes being closed to finish closing; a real leak never does. */
 const EXIT_GRACE_MS = 15_000;

@@ -1,5 +1,5 @@
-import { ensureBinaries } from './build.ts';
-import { sweepStaleClusters } from './cluster.ts';
+import { ensureBinaries } from '../../dev/build.ts';
+import { sweepStaleClusters } from '../../dev/cluster.ts';
 
 export default async function globalSetup(): Promise<void> {
   sweepStaleClusters();

@@ -9,8 +9,8 @@ import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { eventually } from './eventually.ts';
-import { dieWithParent } from './processes.ts';
+import { eventually } from '../../dev/eventually.ts';
+import { dieWithParent } from '../../dev/processes.ts';
 
 export interface NetnsBackend {
   /** IPv4 address of the backend inside the namespace (the veth peer), e.g. 10.200.3.2 */

@@ -5,7 +5,7 @@
 // stdin closes, so it never outlives the test that started it.
 import { createInterface } from 'node:readline';
 import { silentLogger } from '../../lib/log.ts';
-import { clusterInDir, startLocalConcierge } from './concierge.ts';
+import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
 const { tunnel } = JSON.parse(options ?? '{}') as { tunnel?: { port: number; namespace: string } };

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { base64url, exportSPKI, importJWK, SignJWT, type CryptoKey } from 'jose';
-import { startOIDCIssuer, type TestIssuer } from '../../integration/harness/oidc-issuer.ts';
+import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
 import {
   CLOCK_LEEWAY_SECONDS,
   validateJWT,

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { issueCert, newCA } from '../pki.ts';
 import { AuthenticatorCache } from './cache.ts';
 import { REVIEWS_IN_FLIGHT, REVIEWS_WAITING, WebhookAuthenticator } from './webhook.ts';
-import { startOIDCIssuer, type TestIssuer } from '../../integration/harness/oidc-issuer.ts';
+import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
 import { validateJWT } from './jwt.ts';
 
 /** A real HTTPS TokenReview webhook whose answer depends on the token. */

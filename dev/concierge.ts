@@ -5,15 +5,15 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { newConcierge, type ConciergeEndpoints, type ConciergeOptions } from '../../concierge/concierge.ts';
-import { silentLogger, type Logger } from '../../lib/log.ts';
-import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { newConcierge, type ConciergeEndpoints, type ConciergeOptions } from '../concierge/concierge.ts';
+import { silentLogger, type Logger } from '../lib/log.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
 import {
   CONCIERGE_NAME,
   conciergeManifests,
   DEFAULT_INSTALL,
   IMPERSONATOR_SERVICE_ACCOUNT,
-} from '../../cli/manifests/install.ts';
+} from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import { kubeconfigYaml, runKubectl, type Cluster } from './cluster.ts';
 

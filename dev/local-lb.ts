@@ -4,10 +4,10 @@
 // status.loadBalancer.ingress, as a cloud's controller would write it. Connections go to the backend the caller
 // names for the Service: here there are no pods, so the caller knows where the "pod" listens.
 import { createServer, connect, isIP, type Server } from 'node:net';
-import { runController, type RunningController } from '../../controllers/lib/controller.ts';
-import type { KubeObject } from '../../lib/informer.ts';
-import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../../lib/kube.ts';
-import { silentLogger, type Logger } from '../../lib/log.ts';
+import { runController, type RunningController } from '../controllers/lib/controller.ts';
+import type { KubeObject } from '../lib/informer.ts';
+import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../lib/kube.ts';
+import { silentLogger, type Logger } from '../lib/log.ts';
 
 export interface LoadBalancedService extends KubeObject {
   metadata: { name: string; namespace: string; uid?: string };

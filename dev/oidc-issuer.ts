@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, SignJWT, type JWK, type JWTPayload, type CryptoKey } from 'jose';
-import { issueCert, newCA } from '../../lib/pki.ts';
+import { issueCert, newCA } from '../lib/pki.ts';
 
 export type IssuerMode = 'ok' | 'down' | 'garbage' | 'hang';
 

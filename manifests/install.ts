@@ -1,8 +1,8 @@
 // What an admin applies: the concierge (with its RBAC, Deployment, Services, default ConfigMap) and, for
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
-import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../../apis/groups.ts';
-import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../../concierge/config.ts';
+import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../apis/groups.ts';
+import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../concierge/config.ts';
 
 export interface InstallOptions {
   /** API group suffix. Default: sealion.dev. */

@@ -14,7 +14,7 @@ import {
   newKeyPair,
   privateKeyToPem,
   type CertificateAuthority,
-} from '../../lib/pki.ts';
+} from '../lib/pki.ts';
 import { ensureBinaries, type Binaries } from './build.ts';
 import { dieWithParent } from './processes.ts';
 

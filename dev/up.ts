@@ -1,29 +1,25 @@
-// `sealion dev up` (`npm start`): a real local cluster with the concierge in front of it, a local OIDC issuer,
+// `npm start`: a real local cluster with the concierge in front of it, a local OIDC issuer,
 // a demo user with RBAC, and kubeconfigs under .sealion/. Runs until Ctrl-C, then removes everything it started.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
-import { REPO_ROOT } from '../integration/harness/build.ts';
-import { startCluster, type Cluster } from '../integration/harness/cluster.ts';
+import { REPO_ROOT } from './build.ts';
+import { startCluster, type Cluster } from './cluster.ts';
 import { newKubeClients } from '../lib/kube.ts';
-import {
-  applyJWTAuthenticator,
-  startControlledConcierge,
-  type ControlledConcierge,
-} from '../integration/harness/concierge.ts';
-import { eventually } from '../integration/harness/eventually.ts';
-import { startLocalLoadBalancer, type LocalLoadBalancer } from '../integration/harness/local-lb.ts';
-import { startOIDCIssuer, type TestIssuer } from '../integration/harness/oidc-issuer.ts';
+import { applyJWTAuthenticator, startControlledConcierge, type ControlledConcierge } from './concierge.ts';
+import { eventually } from './eventually.ts';
+import { startLocalLoadBalancer, type LocalLoadBalancer } from './local-lb.ts';
+import { startOIDCIssuer, type TestIssuer } from './oidc-issuer.ts';
 import { startAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
-import { prepareAgentCluster } from '../integration/harness/agent.ts';
+import { prepareAgentCluster } from './agent.ts';
 import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
-import { addCluster } from './cluster.ts';
-import { getKubeconfig } from './get-kubeconfig.ts';
-import { DEFAULT_OIDC_CLIENT_ID } from './login.ts';
-import { AGENT_NAME, CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from './manifests/install.ts';
+import { addCluster } from '../cli/cluster.ts';
+import { getKubeconfig } from '../cli/get-kubeconfig.ts';
+import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
+import { AGENT_NAME, CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
 
 const DEMO_USER = 'demo@sealion.dev';
 const DEMO_GROUP = 'demo-developers';
@@ -42,7 +38,7 @@ async function kubectlAll(cluster: Cluster, commands: string[][]): Promise<void>
   }
 }
 
-/** What `sealion dev up` has started so far. */
+/** What `npm start` has started so far. */
 interface Running {
   cluster?: Cluster;
   edge?: Cluster;
@@ -52,7 +48,7 @@ interface Running {
   agent?: Agent;
 }
 
-export async function devUp(): Promise<void> {
+async function devUp(): Promise<void> {
   const log = (line: string): void => console.error(`[dev] ${line}`);
   // Filled in as they start, so that Ctrl-C at any moment, or a failure, stops what exists.
   const running: Running = {};
@@ -289,4 +285,12 @@ An OIDC login instead of the fixed demo token (open the URL it prints; the local
   npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} > .sealion/oidc.kubeconfig
 
 Press Ctrl-C to stop; everything started here is removed.`);
+}
+
+try {
+  await devUp();
+} catch (err) {
+  // Expected failures (a port taken, a build that failed) print one line, not a stack trace.
+  console.error(`npm start: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
 }

@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const KUBE_MODULES = join(REPO_ROOT, 'integration/kube');
 /** Overridable so several clones on one machine can share one cache. */
 export const CACHE_DIR = process.env['SEALION_CACHE_DIR'] ?? join(REPO_ROOT, '.cache/kube');

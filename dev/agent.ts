@@ -4,7 +4,7 @@
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { spkiPin } from '../../lib/pki.ts';
+import { spkiPin } from '../lib/pki.ts';
 import { REPO_ROOT } from './build.ts';
 import type { Cluster } from './cluster.ts';
 import { waitForOutput } from './processes.ts';

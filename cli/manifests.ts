@@ -1,8 +1,8 @@
 // `sealion manifests`: the install manifests for any group suffix, namespace and image.
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { isValidGroupSuffix } from '../../apis/groups.ts';
-import { DEFAULT_INSTALL, type InstallOptions } from './install.ts';
-import { componentObjects, toYaml, writeKustomize, type Component } from './render.ts';
+import { isValidGroupSuffix } from '../apis/groups.ts';
+import { DEFAULT_INSTALL, type InstallOptions } from '../manifests/install.ts';
+import { componentObjects, toYaml, writeKustomize, type Component } from '../manifests/render.ts';
 
 const COMPONENTS: readonly Component[] = ['crds', 'concierge', 'agent'];
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;

@@ -1,7 +1,7 @@
 // CustomResourceDefinitions for any group suffix. The OpenAPI schemas come from the TypeScript types in apis/
 // (config/generate.ts turns them into config/schemas.generated.json); everything else about a CRD is here.
 import { readFileSync } from 'node:fs';
-import { apiGroups, Kind, Resource, VERSION, type ApiGroups } from '../../apis/groups.ts';
+import { apiGroups, Kind, Resource, VERSION, type ApiGroups } from '../apis/groups.ts';
 
 export type JSONSchema = { [key: string]: unknown };
 
@@ -16,7 +16,7 @@ export const CRD_KINDS: readonly CrdKind[] = [
   'Cluster',
 ];
 
-const SCHEMAS_URL = new URL('../../config/schemas.generated.json', import.meta.url);
+const SCHEMAS_URL = new URL('../config/schemas.generated.json', import.meta.url);
 
 export function loadKindSchemas(): KindSchemas {
   return JSON.parse(readFileSync(SCHEMAS_URL, 'utf8')) as KindSchemas;
