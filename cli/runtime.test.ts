@@ -18,6 +18,6 @@ describe('runtime', () => {
       { encoding: 'utf8' },
     );
     expect(help).toContain('Usage: sealion');
-    for (const command of ['dev', 'manifests', 'concierge']) expect(help).toContain(command);
+    for (const command of ['login', 'manifests', 'concierge', 'cluster', 'agent']) expect(help).toContain(command);
   });
 });

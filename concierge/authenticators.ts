@@ -1,12 +1,13 @@
-// Wires the authenticator controllers to the API server: informers on both kinds, status writers, and the one
-// AuthenticatorCache the proxy asks.
+// Wires the authenticator controllers to the API server: informers on both kinds, the one AuthenticatorCache the
+// proxy asks, validators on every replica and status writers on the leader (through the controller manager).
 import { apiGroups, Resource, VERSION } from '../apis/groups.ts';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import {
-  newJWTAuthenticatorController,
-  newWebhookAuthenticatorController,
+  newJWTAuthenticatorControllers,
+  newWebhookAuthenticatorControllers,
+  type AuthenticatorControllers,
 } from '../controllers/authenticators.ts';
-import { runController, type RunningController } from '../controllers/lib/controller.ts';
+import type { ControllerManager } from '../controllers/lib/manager.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import { newClusterStatusWriter, newCustomResourceInformer, type KubeClients } from '../lib/kube.ts';
 import type { Informer } from '../lib/informer.ts';
@@ -16,54 +17,51 @@ export interface Authenticators {
   cache: AuthenticatorCache;
   jwt: Informer<JWTAuthenticator>;
   webhook: Informer<WebhookAuthenticator>;
-  /** Looks at every authenticator again (a new leader writes the status its predecessor left). */
-  resync(): void;
+  /** Stops the informers and empties the cache (the manager stops the controllers). */
   stop(): Promise<void>;
 }
 
-/** Every replica validates and caches; only one for which isLeader() holds writes status. */
-export async function startAuthenticators(
+export function addAuthenticators(
+  manager: ControllerManager,
   clients: KubeClients,
   groupSuffix: string,
   log: Logger,
-  isLeader: () => boolean = () => true,
-): Promise<Authenticators> {
+): Authenticators {
   const group = apiGroups(groupSuffix).authentication;
   const jwtResource = { group, version: VERSION, plural: Resource.JWTAuthenticator };
   const webhookResource = { group, version: VERSION, plural: Resource.WebhookAuthenticator };
   const cache = new AuthenticatorCache();
-  const jwtInformer = newCustomResourceInformer<JWTAuthenticator>(clients, jwtResource, log);
-  const webhookInformer = newCustomResourceInformer<WebhookAuthenticator>(clients, webhookResource, log);
-  const running: RunningController[] = await Promise.all([
-    runController(
-      newJWTAuthenticatorController({
-        informer: jwtInformer,
-        cache,
-        status: newClusterStatusWriter<AuthenticatorStatus>(clients, jwtResource),
-        isLeader,
-        log,
-      }),
-      { log },
-    ),
-    runController(
-      newWebhookAuthenticatorController({
-        informer: webhookInformer,
-        cache,
-        status: newClusterStatusWriter<AuthenticatorStatus>(clients, webhookResource),
-        isLeader,
-        log,
-      }),
-      { log },
-    ),
-  ]);
+  const jwt = newCustomResourceInformer<JWTAuthenticator>(clients, jwtResource, log);
+  const webhook = newCustomResourceInformer<WebhookAuthenticator>(clients, webhookResource, log);
+  const add = (controllers: AuthenticatorControllers): void => {
+    manager.run(controllers.validator);
+    manager.runWhileLeading(controllers.status);
+  };
+  const validated = (controller: string, name: string): void => manager.enqueue(controller, name);
+  add(
+    newJWTAuthenticatorControllers({
+      informer: jwt,
+      cache,
+      status: manager.leaderOnly(newClusterStatusWriter<AuthenticatorStatus>(clients, jwtResource)),
+      validated,
+      log,
+    }),
+  );
+  add(
+    newWebhookAuthenticatorControllers({
+      informer: webhook,
+      cache,
+      status: manager.leaderOnly(newClusterStatusWriter<AuthenticatorStatus>(clients, webhookResource)),
+      validated,
+      log,
+    }),
+  );
   return {
     cache,
-    jwt: jwtInformer,
-    webhook: webhookInformer,
-    resync: () => running.forEach((r) => r.resync()),
+    jwt,
+    webhook,
     async stop() {
-      await Promise.all(running.map((r) => r.stop()));
-      await Promise.all([jwtInformer.stop(), webhookInformer.stop()]);
+      await Promise.all([jwt.stop(), webhook.stop()]);
       cache.close();
     },
   };

@@ -19,9 +19,10 @@ import {
 import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
 import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
+import { newControllerManager } from '../controllers/lib/manager.ts';
 import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
-import { startAuthenticators } from './authenticators.ts';
-import { startProxyControllers } from './controllers.ts';
+import { addAuthenticators } from './authenticators.ts';
+import { addProxyControllers } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
 import { newForwarder } from './proxy/forward.ts';
@@ -136,12 +137,17 @@ async function start(
     const elected = election;
     onStop(() => elected.stop());
   }
-  const isLeader = election ? () => election.isLeader() : () => true;
-  const authenticators = await startAuthenticators(
+  // The controllers: validators and the proxy server on every replica, writers on the leader only.
+  const manager = newControllerManager({
+    ...(election ? { election } : {}),
+    clock,
+    log: log.child({ component: 'controllers' }),
+  });
+  const authenticators = addAuthenticators(
+    manager,
     clients,
     opts.groupSuffix,
     log.child({ component: 'authenticators' }),
-    isLeader,
   );
   onStop(() => authenticators.stop());
 
@@ -193,10 +199,6 @@ async function start(
   const server = newProxyServer(initialTLS, handler.request, handler.upgrade, (err) =>
     log.debug({ err: err.message }, 'TLS handshake failed'),
   );
-  const port = await server.listen(opts.proxy.port, opts.proxy.host);
-  onStop(() => server.close());
-  log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
-
   if (election) {
     const serve = servingSwitch(
       server,
@@ -204,23 +206,23 @@ async function start(
       (next) => (signer = next),
       log,
     );
-    const controllers = await startProxyControllers({
+    const proxyControllers = await addProxyControllers(manager, {
       clients,
       groupSuffix: opts.groupSuffix,
       namespace,
       configMap: opts.configMap,
       authenticators,
-      isLeader,
       serve,
       log: log.child({ component: 'controllers' }),
     });
-    onStop(() => controllers.stop());
-    election.onChange((leading) => {
-      if (!leading) return;
-      authenticators.resync();
-      controllers.resync();
-    });
+    onStop(() => proxyControllers.stop());
   }
+  // The authenticators' cache is filled before the proxy takes a request.
+  await manager.start();
+  onStop(() => manager.stop());
+  const port = await server.listen(opts.proxy.port, opts.proxy.host);
+  onStop(() => server.close());
+  log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
 
   if (opts.tunnel) {
     const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };

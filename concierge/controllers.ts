@@ -1,21 +1,21 @@
 // Wires the impersonation-proxy controllers to the API server: the ConfigMap (last good config kept), nodes,
 // the proxy's Service and Secrets, the CredentialIssuer, and the strategy publisher that writes how to reach
-// the proxy onto every authenticator. Leadership is decided outside (see concierge.ts); this file only asks.
+// the proxy onto every authenticator. Which of them write, and only on the leader, is the controller manager's
+// business (controllers/lib/manager.ts).
 import type { ConciergeStrategy } from '../apis/authentication.ts';
 import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { NodeLike } from '../controllers/detect.ts';
 import {
-  newImpersonationProxyController,
+  newImpersonationProxyControllers,
   PROXY_KEY,
   type ProxySettings,
   type SecretLike,
   type ServiceLike,
   type ServingMaterial,
 } from '../controllers/impersonation-proxy.ts';
-import { runController, type RunningController } from '../controllers/lib/controller.ts';
+import type { ControllerManager } from '../controllers/lib/manager.ts';
 import {
-  CREDENTIAL_ISSUER_KEY,
   newStrategyBoard,
   newStrategyPublisher,
   tokenCredentialRequestStrategy,
@@ -43,16 +43,9 @@ export interface ProxyControlOptions {
   /** The ConfigMap holding config.yaml; also the CredentialIssuer's name. */
   configMap: string;
   authenticators: Authenticators;
-  isLeader: () => boolean;
   /** What the proxy should serve; undefined: switched off. */
   serve: (material: ServingMaterial | undefined) => void;
   log: Logger;
-}
-
-export interface ProxyControllers {
-  /** Looks at everything again, for a new leader. */
-  resync(): void;
-  stop(): Promise<void>;
 }
 
 interface ConfigMapLike extends KubeObject {
@@ -131,7 +124,15 @@ export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): Se
   }
 }
 
-export async function startProxyControllers(opts: ProxyControlOptions): Promise<ProxyControllers> {
+/**
+ * Adds the proxy's controllers to `manager`: the proxy server on every replica, and on the leader the proxy writer
+ * (Service, Secrets) and the strategy publisher (authenticators' and the CredentialIssuer's status). Resolves once
+ * the CredentialIssuer is known, for the settings in effect before this process started; the manager starts them.
+ */
+export async function addProxyControllers(
+  manager: ControllerManager,
+  opts: ProxyControlOptions,
+): Promise<{ stop(): Promise<void> }> {
   const { clients, namespace: ns, log } = opts;
   const configGroup = apiGroups(opts.groupSuffix).config;
   const issuerResource = { group: configGroup, version: VERSION, plural: Resource.CredentialIssuer };
@@ -141,7 +142,8 @@ export async function startProxyControllers(opts: ProxyControlOptions): Promise<
   const services = newCoreInformer<ServiceLike>(clients, 'services', ns, log);
   const secrets = newCoreInformer<SecretLike>(clients, 'secrets', ns, log);
   const issuers = newCustomResourceInformer<CredentialIssuer>(clients, issuerResource, log);
-  const writes = newObjectWriter(clients, FIELD_MANAGER);
+  const informers = [configMaps, nodes, services, secrets, issuers];
+  const writes = manager.leaderOnly(newObjectWriter(clients, FIELD_MANAGER));
 
   // The settings in effect before this process started, for a start while the ConfigMap holds a bad edit: without
   // them a restarted leader would fall back to the defaults and could take the proxy's Service away.
@@ -156,7 +158,7 @@ export async function startProxyControllers(opts: ProxyControlOptions): Promise<
     configFromIssuerSpec(issuers.get(opts.configMap)?.spec),
   );
   const board = newStrategyBoard();
-  const proxy = newImpersonationProxyController({
+  const proxy = newImpersonationProxyControllers({
     namespace: ns,
     settings: () => {
       const state = config();
@@ -170,76 +172,62 @@ export async function startProxyControllers(opts: ProxyControlOptions): Promise<
     services,
     secrets,
     writes,
-    isLeader: opts.isLeader,
     serve: opts.serve,
     publish: (strategy: ConciergeStrategy) => {
       board.set(strategy);
-      // The proxy controller syncs on every ConfigMap change, so the other strategy follows the config here.
+      // The proxy server syncs on every ConfigMap change, so the other strategy follows the config here.
       board.set(tokenCredentialRequestStrategy(config().config.kubeCertAgent.mode, new Date()));
     },
     log: log.child({ controller: 'impersonation-proxy' }),
   });
-  const proxyRunning = await runController(
-    {
-      ...proxy,
-      watches: [
-        ...proxy.watches,
-        { informer: configMaps, filter: (c) => c.metadata?.name === opts.configMap, key: () => PROXY_KEY },
-      ],
-    },
-    { log },
-  );
-  proxyRunning.queue.add(PROXY_KEY);
+  const configMapWatch = {
+    informer: configMaps,
+    filter: (c: ConfigMapLike) => c.metadata?.name === opts.configMap,
+    key: () => PROXY_KEY,
+  };
+  manager.run({ ...proxy.server, watches: [...proxy.server.watches, configMapWatch] });
+  manager.runWhileLeading({ ...proxy.writer, watches: [...proxy.writer.watches, configMapWatch] });
 
-  const publisher = await runController(
-    newStrategyPublisher({
-      strategies: () => board.list(),
-      jwtAuthenticators: opts.authenticators.jwt,
-      webhookAuthenticators: opts.authenticators.webhook,
-      jwtStatus: newClusterStatusWriter(clients, {
+  const publisher = newStrategyPublisher({
+    strategies: () => board.list(),
+    jwtAuthenticators: opts.authenticators.jwt,
+    webhookAuthenticators: opts.authenticators.webhook,
+    jwtStatus: manager.leaderOnly(
+      newClusterStatusWriter(clients, {
         group: authnGroup,
         version: VERSION,
         plural: Resource.JWTAuthenticator,
       }),
-      webhookStatus: newClusterStatusWriter(clients, {
+    ),
+    webhookStatus: manager.leaderOnly(
+      newClusterStatusWriter(clients, {
         group: authnGroup,
         version: VERSION,
         plural: Resource.WebhookAuthenticator,
       }),
-      credentialIssuer: {
-        name: opts.configMap,
-        informer: issuers,
-        spec: () => issuerSpec(config().config),
-        applySpec: (spec) =>
-          writes.apply({
-            apiVersion: `${configGroup}/${VERSION}`,
-            kind: Kind.CredentialIssuer,
-            metadata: { name: opts.configMap },
-            spec,
-          } as never),
-        status: newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource),
-      },
-      isLeader: opts.isLeader,
-      log: log.child({ controller: 'strategy-publisher' }),
-    }),
-    { log },
-  );
-  const publishAll = (): void => {
-    publisher.resync();
-    publisher.queue.add(CREDENTIAL_ISSUER_KEY);
-  };
-  board.onChange(publishAll);
-  publishAll();
-
-  const running: RunningController[] = [proxyRunning, publisher];
-  return {
-    resync() {
-      proxyRunning.queue.add(PROXY_KEY);
-      publishAll();
+    ),
+    credentialIssuer: {
+      name: opts.configMap,
+      informer: issuers,
+      spec: () => issuerSpec(config().config),
+      applySpec: (spec) =>
+        writes.apply({
+          apiVersion: `${configGroup}/${VERSION}`,
+          kind: Kind.CredentialIssuer,
+          metadata: { name: opts.configMap },
+          spec,
+        } as never),
+      status: manager.leaderOnly(newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource)),
     },
+    log: log.child({ controller: 'strategy-publisher' }),
+  });
+  manager.runWhileLeading(publisher);
+  // A strategy changed: every authenticator and the CredentialIssuer show it.
+  board.onChange(() => manager.resync(publisher.name));
+
+  return {
     async stop() {
-      await Promise.all(running.map((r) => r.stop()));
-      await Promise.all([configMaps, nodes, services, secrets, issuers].map((i) => i.stop()));
+      await Promise.all(informers.map((i) => i.stop()));
     },
   };
 }

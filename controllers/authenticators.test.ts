@@ -9,7 +9,12 @@ import { MemoryInformer } from '../lib/informer.ts';
 import { newLogger, silentLogger, type Logger } from '../lib/log.ts';
 import { RecordingStatusWriter } from '../lib/status-writer.ts';
 import { issueCert, newCA } from '../lib/pki.ts';
-import { newJWTAuthenticatorController, newWebhookAuthenticatorController } from './authenticators.ts';
+import {
+  newJWTAuthenticatorControllers,
+  newWebhookAuthenticatorControllers,
+  type AuthenticatorControllers,
+} from './authenticators.ts';
+import type { SyncResult } from './lib/queue.ts';
 
 const ISSUER = 'https://issuer.example.com';
 const NOW = new Date('2026-01-02T03:04:05Z');
@@ -76,6 +81,20 @@ function recordingLogger(): { log: Logger; lines: () => { level: number; msg: st
   };
 }
 
+/**
+ * One replica's sync of an authenticator: the validator runs everywhere, the status writer where `leading` holds
+ * (the controller manager runs it on the leader only).
+ */
+function replica(controllers: AuthenticatorControllers, leading: () => boolean = () => true) {
+  return {
+    async sync(name: string): Promise<SyncResult> {
+      const result = await controllers.validator.sync(name);
+      if (leading()) await controllers.status.sync(name);
+      return result;
+    },
+  };
+}
+
 async function runJWT(obj: JWTAuthenticator | undefined, documents: Documents, log: Logger = silentLogger()) {
   const informer = new MemoryInformer<JWTAuthenticator>(obj ? [obj] : []);
   const cache = new AuthenticatorCache();
@@ -83,9 +102,8 @@ async function runJWT(obj: JWTAuthenticator | undefined, documents: Documents, l
   const status = new RecordingStatusWriter<AuthenticatorStatus>();
   const fetchJSON = (url: string): Promise<unknown> =>
     url in documents ? Promise.resolve(documents[url]) : Promise.reject(new Error(`HTTP 404 for ${url}`));
-  const controller = newJWTAuthenticatorController(
-    { informer, cache, status, log, now: () => NOW },
-    { fetchJSON },
+  const controller = replica(
+    newJWTAuthenticatorControllers({ informer, cache, status, log, now: () => NOW }, { fetchJSON }),
   );
   const result = await controller.sync('corp');
   return { cache, status, result, informer, controller };
@@ -208,9 +226,12 @@ describe('JWTAuthenticator controller', () => {
     caches.push(cache);
     const docs = goodDocuments();
     let leading = false;
-    const controller = newJWTAuthenticatorController(
-      { informer, cache, status, log: silentLogger(), now: () => NOW, isLeader: () => leading },
-      { fetchJSON: (url) => Promise.resolve(docs[url]) },
+    const controller = replica(
+      newJWTAuthenticatorControllers(
+        { informer, cache, status, log: silentLogger(), now: () => NOW },
+        { fetchJSON: (url) => Promise.resolve(docs[url]) },
+      ),
+      () => leading,
     );
     await controller.sync('corp');
     expect(cache.has('JWTAuthenticator', 'corp')).toBe(true);
@@ -299,9 +320,11 @@ describe('JWTAuthenticator controller', () => {
     const cache = new AuthenticatorCache();
     caches.push(cache);
     const docs = goodDocuments();
-    const controller = newJWTAuthenticatorController(
-      { informer, cache, status, log: silentLogger(), now: () => NOW },
-      { fetchJSON: (url) => Promise.resolve(docs[url]) },
+    const controller = replica(
+      newJWTAuthenticatorControllers(
+        { informer, cache, status, log: silentLogger(), now: () => NOW },
+        { fetchJSON: (url) => Promise.resolve(docs[url]) },
+      ),
     );
     await expect(controller.sync('corp')).rejects.toThrow('conflict');
   });
@@ -339,13 +362,15 @@ describe('WebhookAuthenticator controller', () => {
     ]);
     const cache = new AuthenticatorCache();
     const status = new RecordingStatusWriter<AuthenticatorStatus>();
-    const controller = newWebhookAuthenticatorController({
-      informer,
-      cache,
-      status,
-      log: silentLogger(),
-      now: () => NOW,
-    });
+    const controller = replica(
+      newWebhookAuthenticatorControllers({
+        informer,
+        cache,
+        status,
+        log: silentLogger(),
+        now: () => NOW,
+      }),
+    );
     expect(await controller.sync('hook')).toEqual({ retry: true });
     expect(status.writes[0]?.status.phase).toBe('Error');
     expect(conditionSummary(status.writes[0]?.status)).toEqual(
@@ -370,7 +395,9 @@ describe('WebhookAuthenticator controller', () => {
         caches.push(cache);
         const status = new RecordingStatusWriter<AuthenticatorStatus>();
         const recorded = recordingLogger();
-        const controller = newWebhookAuthenticatorController({ informer, cache, status, log: recorded.log });
+        const controller = replica(
+          newWebhookAuthenticatorControllers({ informer, cache, status, log: recorded.log }),
+        );
         expect(await controller.sync('hook')).toBeUndefined();
         expect(status.writes[0]?.status.phase).toBe('Ready');
         const valid = status.writes[0]!.status.conditions!.find((c) => c.type === 'AuthenticatorValid');

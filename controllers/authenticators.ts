@@ -1,5 +1,5 @@
-// The JWTAuthenticator and WebhookAuthenticator controllers: validate each authenticator, keep the
-// authenticator cache in step, and write phase and conditions. An authenticator that turns invalid leaves the
+// The JWTAuthenticator and WebhookAuthenticator controllers: validate each authenticator and keep the
+// authenticator cache in step (every replica), and write phase and conditions (the leader). An authenticator that turns invalid leaves the
 // cache before its status says so; a valid one is validated again only when its spec (or CA) changes.
 import { createHash } from 'node:crypto';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
@@ -20,8 +20,8 @@ export interface AuthenticatorControllerDeps<T> {
   cache: AuthenticatorCache;
   status: StatusWriter<AuthenticatorStatus>;
   log: Logger;
-  /** Whether this replica writes status (every replica fills its cache). Default: always. */
-  isLeader?: () => boolean;
+  /** The validator found something about authenticator `name`: the status writer `controller` should look. */
+  validated?: (controller: string, name: string) => void;
   /** Default: () => new Date(). */
   now?: () => Date;
 }
@@ -45,27 +45,39 @@ function specHash(spec: unknown): string {
   return createHash('sha256').update(JSON.stringify(spec)).digest('hex');
 }
 
-/** Shared sync for both kinds; `validate` is what differs. */
-function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenticator>(
+/**
+ * The two controllers of one kind. The validator runs on every replica: it validates each authenticator and keeps
+ * the cache in step. The status writer runs on the leader only: it writes what the validator found.
+ */
+export interface AuthenticatorControllers {
+  validator: Controller;
+  status: Controller;
+}
+
+/** Shared by both kinds; `validate` is what differs. */
+function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthenticator>(
   kind: AuthenticatorKind,
   deps: AuthenticatorControllerDeps<T>,
   validate: (obj: T) => Promise<Validated>,
-): Controller {
+): AuthenticatorControllers {
   /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
   const validated = new Map<string, { hash: string; checks: Check[] }>();
+  /** What the latest validation of each authenticator found, for the status writer. */
+  const found = new Map<string, { ok: boolean; checks: Check[] }>();
   const now = deps.now ?? (() => new Date());
-  const isLeader = deps.isLeader ?? (() => true);
   const log = deps.log.child({ kind });
-  return {
+  const statusName = `${kind}-status`;
+  const validator: Controller = {
     name: `${kind}-cache-filler`,
     watches: [{ informer: deps.informer }],
-    // User errors become conditions (and are retried with backoff, since an issuer or webhook may come back);
-    // failed status writes throw and retry. Followers fill their caches but leave the status to the leader.
+    // What is wrong with an authenticator becomes its conditions (the status writer's); it is validated again with
+    // backoff, since an issuer or webhook that is down may come back.
     async sync(name: string): Promise<SyncResult> {
       const obj = deps.informer.get(name);
       if (!obj) {
         deps.cache.delete(kind, name);
         validated.delete(name);
+        found.delete(name);
         return;
       }
       const hash = specHash(obj.spec);
@@ -90,12 +102,22 @@ function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenti
         }
       }
       const ok = ready || Boolean(result?.authenticator);
-      const retry: SyncResult = ok ? undefined : { retry: true };
-      if (!isLeader()) return retry;
-      const found = result ? result.checks : known!.checks;
-      const checks = [...found, readyCondition(found, kind)];
-      const status: AuthenticatorStatus = {
-        phase: ok ? 'Ready' : 'Error',
+      found.set(name, { ok, checks: result ? result.checks : known!.checks });
+      deps.validated?.(statusName, name);
+      return ok ? undefined : { retry: true };
+    },
+  };
+  const status: Controller = {
+    name: statusName,
+    watches: [{ informer: deps.informer }],
+    // Failed writes throw and retry.
+    async sync(name: string): Promise<SyncResult> {
+      const obj = deps.informer.get(name);
+      const latest = found.get(name);
+      if (!obj || !latest) return;
+      const checks = [...latest.checks, readyCondition(latest.checks, kind)];
+      const wanted: AuthenticatorStatus = {
+        phase: latest.ok ? 'Ready' : 'Error',
         conditions: mergeConditions(
           obj.status?.conditions,
           checks,
@@ -104,28 +126,27 @@ function newAuthenticatorController<T extends JWTAuthenticator | WebhookAuthenti
         ),
       };
       const current = { phase: obj.status?.phase, conditions: obj.status?.conditions };
-      if (!sameIgnoringTimes(current, status)) {
-        await deps.status.patchStatus(name, status);
-        log.info(
-          {
-            name,
-            phase: status.phase,
-            failed: checks.filter((c) => c.status === 'False').map((c) => `${c.type}: ${c.message}`),
-          },
-          'authenticator status changed',
-        );
-      }
-      return retry;
+      if (sameIgnoringTimes(current, wanted)) return;
+      await deps.status.patchStatus(name, wanted);
+      log.info(
+        {
+          name,
+          phase: wanted.phase,
+          failed: checks.filter((c) => c.status === 'False').map((c) => `${c.type}: ${c.message}`),
+        },
+        'authenticator status changed',
+      );
     },
   };
+  return { validator, status };
 }
 
-export function newJWTAuthenticatorController(
+export function newJWTAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<JWTAuthenticator>,
   jwtDeps: JWTDependencies = {},
-): Controller {
+): AuthenticatorControllers {
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
-  return newAuthenticatorController('JWTAuthenticator', deps, async (obj) => {
+  return newAuthenticatorControllers('JWTAuthenticator', deps, async (obj) => {
     const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
     const claims = obj.spec.claims;
     const settings: JWTSettings = {
@@ -157,10 +178,10 @@ function endpointProblem(endpoint: string): string | undefined {
   return undefined;
 }
 
-export function newWebhookAuthenticatorController(
+export function newWebhookAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
-): Controller {
-  return newAuthenticatorController('WebhookAuthenticator', deps, async (obj) => {
+): AuthenticatorControllers {
+  return newAuthenticatorControllers('WebhookAuthenticator', deps, async (obj) => {
     const checks: Check[] = [];
     const unknown = (types: string[]): Check[] =>
       types.map((type) => ({

@@ -8,7 +8,8 @@ import { detectManaged, type NodeLike } from './detect.ts';
 import {
   CA_SECRET,
   decide,
-  newImpersonationProxyController,
+  newImpersonationProxyControllers,
+  PROXY_KEY,
   SERVICE_NAME,
   SIGNER_SECRET,
   TLS_SECRET,
@@ -17,6 +18,7 @@ import {
   type ServiceLike,
   type ServingMaterial,
 } from './impersonation-proxy.ts';
+import type { SyncResult } from './lib/queue.ts';
 
 const node = (name: string, labels: Record<string, string> = {}, providerID?: string): NodeLike => ({
   metadata: { name, labels },
@@ -92,7 +94,7 @@ function world(settings: ProxySettings, nodes: NodeLike[] = [worker]) {
     strategy: undefined as ConciergeStrategy | undefined,
     leader: true,
   };
-  const controller = newImpersonationProxyController({
+  const { server, writer: leader } = newImpersonationProxyControllers({
     namespace: NS,
     settings: () => ({ settings: state.settings, ...(state.problem ? { problem: state.problem } : {}) }),
     owner: () => ({ apiVersion: 'v1', kind: 'ConfigMap', name: 'sealion-config', uid: 'uid-1' }),
@@ -100,12 +102,17 @@ function world(settings: ProxySettings, nodes: NodeLike[] = [worker]) {
     services,
     secrets,
     writes: writer,
-    isLeader: () => state.leader,
     serve: (m) => (state.served = m),
     publish: (s) => (state.strategy = s),
     log: newLogger({ level: 'silent' }),
   });
-  return { controller, services, secrets, writes, state, sync: () => controller.sync('impersonation-proxy') };
+  // A replica's sync: the leader runs the writer before the server, a follower only the server (the manager runs
+  // the writer only on the leader).
+  const sync = async (): Promise<SyncResult> => {
+    if (state.leader) await leader.sync(PROXY_KEY);
+    return server.sync(PROXY_KEY);
+  };
+  return { services, secrets, writes, state, sync };
 }
 
 const giveAddress = (
@@ -202,7 +209,7 @@ describe('the impersonation-proxy controller', () => {
     expect(w.state.strategy).toMatchObject({ status: 'Success', reason: 'Listening' });
   });
 
-  it('writes nothing when not the leader, and serves what the leader wrote', async () => {
+  it('writes nothing on a follower, which serves what the leader wrote', async () => {
     const w = world(settingsOf({ endpoint: 'proxy.example.com' }));
     w.state.leader = false;
     await w.sync();

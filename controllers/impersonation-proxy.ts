@@ -1,7 +1,8 @@
 // The impersonation-proxy controller: decides from the config (and, in mode auto, the nodes) whether the proxy
 // runs; keeps its Service, CA, serving certificate and client-certificate signer in the concierge's namespace;
-// hands the TLS material to the local proxy; and publishes the ImpersonationProxy strategy. Every replica
-// computes the same decision and serves from the same Secrets; only the leader writes.
+// hands the TLS material to the local proxy; and publishes the ImpersonationProxy strategy. It is two controllers:
+// the server, on every replica, computes the decision and serves what the Secrets hold; the writer, on the leader
+// only (controllers/lib/manager.ts), keeps the Service and Secrets as the decision wants them.
 import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import {
@@ -76,8 +77,8 @@ export interface ProxyControllerDeps {
   nodes: Informer<NodeLike & KubeObject>;
   services: Informer<ServiceLike>;
   secrets: Informer<SecretLike>;
+  /** The writer's writes (leader-only: see controllers/lib/manager.ts). */
   writes: ObjectWriter;
-  isLeader: () => boolean;
   /** Called on every sync with what the proxy should serve (undefined: stop listening). */
   serve: (material: ServingMaterial | undefined) => void;
   publish: (strategy: ConciergeStrategy) => void;
@@ -170,20 +171,35 @@ function hostOnly(endpoint: string): string {
   return isIP(endpoint) ? endpoint : endpoint.replace(/:\d+$/, '');
 }
 
-function freshFor(certPem: string, host: string, caPem: string, now: Date, validityMs: number): boolean {
+/**
+ * Whether `certPem` is signed by `caPem`, names `host` and has more than `keepMs` to live: the writer renews a
+ * certificate with a third of its life left, the server serves one until it expires.
+ */
+function validFor(certPem: string, host: string, caPem: string, now: Date, keepMs: number): boolean {
   try {
     const cert = new X509Certificate(certPem);
     const ca = new X509Certificate(caPem);
     if (!cert.verify(ca.publicKey)) return false;
     const left = new Date(cert.validTo).getTime() - now.getTime();
-    if (left < validityMs * RENEW_FRACTION_LEFT) return false;
+    if (left <= keepMs) return false;
     return isIP(host) ? cert.checkIP(host) !== undefined : cert.checkHost(host) !== undefined;
   } catch {
     return false;
   }
 }
 
-export function newImpersonationProxyController(deps: ProxyControllerDeps): Controller {
+/** The singleton's key, synced at start and whenever the leader changes. */
+const INITIAL_KEYS = [PROXY_KEY];
+
+interface Material {
+  signer?: ServingMaterial['signer'] & { previousPem?: string };
+  serving?: { certPem: string; keyPem: string; caPem: string };
+}
+
+export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
+  server: Controller;
+  writer: Controller;
+} {
   const now = deps.now ?? (() => new Date());
   const ns = deps.namespace;
   const strategy = (
@@ -199,64 +215,64 @@ export function newImpersonationProxyController(deps: ProxyControllerDeps): Cont
     lastUpdateTime: now().toISOString(),
     ...extra,
   });
+  const pem = (secret: SecretLike | undefined, key: string): string | undefined =>
+    secret?.data?.[key] ? unb64(secret.data[key]) : undefined;
+  const watches = [
+    { informer: deps.nodes, key: () => PROXY_KEY },
+    {
+      informer: deps.services,
+      filter: (s: ServiceLike) => s.metadata?.name === SERVICE_NAME,
+      key: () => PROXY_KEY,
+    },
+    { informer: deps.secrets, key: () => PROXY_KEY },
+  ];
 
-  /** The generated CA (created once by the leader), or undefined until it exists. */
-  async function ensureCA(leader: boolean): Promise<{ certPem: string; keyPem: string } | undefined> {
-    const secret = deps.secrets.get(CA_SECRET, ns);
-    if (secret?.data?.['tls.crt'])
-      return { certPem: unb64(secret.data['tls.crt']), keyPem: unb64(secret.data['tls.key']) };
-    if (!leader) return undefined;
-    const ca = await newCA('sealion impersonation proxy CA', CA_VALIDITY_MS);
-    // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
-    await deps.writes.create(secretObject(ns, CA_SECRET, { 'tls.crt': ca.certPem, 'tls.key': ca.keyPem }));
-    return { certPem: ca.certPem, keyPem: ca.keyPem };
-  }
-
-  /** The client-certificate signer, rotated with the previous one kept trusted until it expires. */
-  async function ensureSigner(
-    leader: boolean,
-  ): Promise<(ServingMaterial['signer'] & { previousPem?: string }) | undefined> {
-    const secret = deps.secrets.get(SIGNER_SECRET, ns);
-    const current = secret?.data?.['tls.crt']
-      ? { certPem: unb64(secret.data['tls.crt']), keyPem: unb64(secret.data['tls.key']) }
+  /** What the Secrets hold for serving at `host`, as far as it is usable now. */
+  function material(settings: ProxySettings, host: string): Material {
+    const signerSecret = deps.secrets.get(SIGNER_SECRET, ns);
+    const signerCert = pem(signerSecret, 'tls.crt');
+    const previousPem = pem(signerSecret, 'previous.crt');
+    const signer = signerCert
+      ? {
+          certPem: signerCert,
+          keyPem: pem(signerSecret, 'tls.key') ?? '',
+          ...(previousPem ? { previousPem } : {}),
+        }
       : undefined;
-    const previousPem = secret?.data?.['previous.crt'] ? unb64(secret.data['previous.crt']) : undefined;
-    const due =
-      current &&
-      new Date(new X509Certificate(current.certPem).validTo).getTime() - now().getTime() <
-        SIGNER_VALIDITY_MS * RENEW_FRACTION_LEFT;
-    if (current && !due) return { ...current, ...(previousPem ? { previousPem } : {}) };
-    if (!leader) return current;
-    const next = await newCA('sealion client certificate signer', SIGNER_VALIDITY_MS);
-    const data: Record<string, string> = {
-      'tls.crt': next.certPem,
-      'tls.key': next.keyPem,
-      ...(current ? { 'previous.crt': current.certPem } : {}),
-    };
-    await deps.writes.apply(secretObject(ns, SIGNER_SECRET, data));
-    deps.log.info({ rotated: Boolean(current) }, 'client certificate signer issued');
+    if (settings.tls.secretName) {
+      // The admin's own certificate: used as given, and its CA published.
+      const own = deps.secrets.get(settings.tls.secretName, ns);
+      const certPem = pem(own, 'tls.crt');
+      if (!certPem) return { ...(signer ? { signer } : {}) };
+      const caPem = settings.tls.certificateAuthorityData
+        ? unb64(settings.tls.certificateAuthorityData)
+        : (pem(own, 'ca.crt') ?? '');
+      return {
+        ...(signer ? { signer } : {}),
+        serving: { certPem, keyPem: pem(own, 'tls.key') ?? '', caPem },
+      };
+    }
+    const caPem = pem(deps.secrets.get(CA_SECRET, ns), 'tls.crt');
+    const tls = deps.secrets.get(TLS_SECRET, ns);
+    const certPem = pem(tls, 'tls.crt');
+    const usable = caPem && certPem && validFor(certPem, host, caPem, now(), 0);
     return {
-      certPem: next.certPem,
-      keyPem: next.keyPem,
-      ...(current ? { previousPem: current.certPem } : {}),
+      ...(signer ? { signer } : {}),
+      ...(usable ? { serving: { certPem, keyPem: pem(tls, 'tls.key') ?? '', caPem } } : {}),
     };
   }
 
-  return {
-    name: 'impersonation-proxy',
-    watches: [
-      { informer: deps.nodes, key: () => PROXY_KEY },
-      { informer: deps.services, filter: (s) => s.metadata?.name === SERVICE_NAME, key: () => PROXY_KEY },
-      { informer: deps.secrets, key: () => PROXY_KEY },
-    ],
-    // Configuration problems and a pending load balancer are reported in the strategy; failed writes throw and
-    // retry with backoff.
-    async sync(): Promise<SyncResult> {
+  /** On every replica: what the proxy serves, and the strategy that says so. Writes nothing. */
+  const server: Controller = {
+    name: 'impersonation-proxy-server',
+    watches,
+    initialKeys: INITIAL_KEYS,
+    // Configuration problems, a pending load balancer and certificates not issued yet are reported in the strategy.
+    sync(): Promise<SyncResult> {
       const { settings, problem } = deps.settings();
       const note = problem
         ? `; the last good configuration keeps serving because the latest edit is invalid: ${problem}`
         : '';
-      const leader = deps.isLeader();
       const decision = decide(settings.mode, deps.nodes.list());
       if (problem) {
         // A broken edit is an error an admin must see, whatever the proxy is doing meanwhile.
@@ -264,38 +280,10 @@ export function newImpersonationProxyController(deps: ProxyControllerDeps): Cont
         decision.reason = StrategyReasons.ErrorDuringSetup;
       }
       if (!decision.run) {
-        if (leader) {
-          await deps.writes.delete('Service', ns, SERVICE_NAME);
-          await deps.writes.delete('Secret', ns, TLS_SECRET);
-        }
         deps.serve(undefined);
         deps.publish(strategy(decision.status, decision.reason, decision.message + note));
-        return;
+        return Promise.resolve();
       }
-
-      const ref = deps.owner();
-      if (settings.service.type !== 'None' && leader) {
-        await deps.writes.apply({
-          apiVersion: 'v1',
-          kind: 'Service',
-          metadata: {
-            name: SERVICE_NAME,
-            namespace: ns,
-            labels: { 'app.kubernetes.io/part-of': 'sealion' },
-            annotations: { ...settings.service.annotations },
-            ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
-          },
-          spec: {
-            type: settings.service.type,
-            selector: POD_SELECTOR,
-            ports: [{ name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' }],
-            ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
-          },
-        } as never);
-      } else if (leader) {
-        await deps.writes.delete('Service', ns, SERVICE_NAME);
-      }
-
       const endpoint = endpointHost(settings, deps.services.get(SERVICE_NAME, ns));
       if (!endpoint) {
         deps.publish(
@@ -305,58 +293,16 @@ export function newImpersonationProxyController(deps: ProxyControllerDeps): Cont
             `waiting for the load balancer of Service ${ns}/${SERVICE_NAME} to get an address${note}`,
           ),
         );
-        return { requeueAfterMs: 10_000 };
+        return Promise.resolve({ requeueAfterMs: 10_000 });
       }
-      const host = hostOnly(endpoint);
-
-      const signer = await ensureSigner(leader);
-      let serving: { certPem: string; keyPem: string; caPem: string } | undefined;
-      if (settings.tls.secretName) {
-        // The admin's own certificate: used as given, and its CA published.
-        const own = deps.secrets.get(settings.tls.secretName, ns);
-        if (own?.data?.['tls.crt']) {
-          serving = {
-            certPem: unb64(own.data['tls.crt']),
-            keyPem: unb64(own.data['tls.key']),
-            caPem: settings.tls.certificateAuthorityData
-              ? unb64(settings.tls.certificateAuthorityData)
-              : unb64(own.data['ca.crt']),
-          };
-        }
-      } else {
-        const ca = await ensureCA(leader);
-        if (ca) {
-          const secret = deps.secrets.get(TLS_SECRET, ns);
-          const certPem = secret?.data?.['tls.crt'] ? unb64(secret.data['tls.crt']) : '';
-          if (certPem && freshFor(certPem, host, ca.certPem, now(), SERVING_VALIDITY_MS)) {
-            serving = { certPem, keyPem: unb64(secret!.data!['tls.key']), caPem: ca.certPem };
-          } else if (leader) {
-            const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
-              commonName: 'sealion-impersonation-proxy',
-              hosts: [host],
-              usage: 'server',
-              validityMs: SERVING_VALIDITY_MS,
-            });
-            await deps.writes.apply(
-              secretObject(
-                ns,
-                TLS_SECRET,
-                { 'tls.crt': issued.certPem, 'tls.key': issued.keyPem, 'ca.crt': ca.certPem },
-                deps.owner,
-              ),
-            );
-            deps.log.info({ host }, 'serving certificate issued');
-            serving = { ...issued, caPem: ca.certPem };
-          }
-        }
-      }
+      const { signer, serving } = material(settings, hostOnly(endpoint));
       if (!serving || !signer) {
         deps.serve(undefined);
         deps.publish(
           strategy('Error', 'Pending', `waiting for the proxy's certificates to be issued${note}`),
         );
-        // Followers wait for the leader's Secrets; a missing admin Secret may be created later.
-        return { requeueAfterMs: 5_000 };
+        // The leader's Secrets arrive through the informer; a missing admin Secret may be created later.
+        return Promise.resolve({ requeueAfterMs: 5_000 });
       }
       deps.serve({
         certPem: serving.certPem,
@@ -377,6 +323,105 @@ export function newImpersonationProxyController(deps: ProxyControllerDeps): Cont
           },
         ),
       );
+      return Promise.resolve();
     },
   };
+
+  /** The generated CA, created once and kept: clients keep it in their kubeconfigs. */
+  async function ensureCA(): Promise<{ certPem: string; keyPem: string }> {
+    const secret = deps.secrets.get(CA_SECRET, ns);
+    const certPem = pem(secret, 'tls.crt');
+    if (certPem) return { certPem, keyPem: pem(secret, 'tls.key') ?? '' };
+    const ca = await newCA('sealion impersonation proxy CA', CA_VALIDITY_MS);
+    // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
+    const created = await deps.writes.create(
+      secretObject(ns, CA_SECRET, { 'tls.crt': ca.certPem, 'tls.key': ca.keyPem }),
+    );
+    // Lost a race (a previous leader's write not in the cache yet): that CA is the one, on the next sync.
+    if (!created) throw new Error(`Secret ${ns}/${CA_SECRET} exists but is not in the cache yet`);
+    return { certPem: ca.certPem, keyPem: ca.keyPem };
+  }
+
+  /** The client-certificate signer, rotated with the previous one kept trusted until it expires. */
+  async function ensureSigner(): Promise<void> {
+    const secret = deps.secrets.get(SIGNER_SECRET, ns);
+    const currentPem = pem(secret, 'tls.crt');
+    const due =
+      !currentPem ||
+      new Date(new X509Certificate(currentPem).validTo).getTime() - now().getTime() <
+        SIGNER_VALIDITY_MS * RENEW_FRACTION_LEFT;
+    if (!due) return;
+    const next = await newCA('sealion client certificate signer', SIGNER_VALIDITY_MS);
+    const data: Record<string, string> = {
+      'tls.crt': next.certPem,
+      'tls.key': next.keyPem,
+      ...(currentPem ? { 'previous.crt': currentPem } : {}),
+    };
+    await deps.writes.apply(secretObject(ns, SIGNER_SECRET, data));
+    deps.log.info({ rotated: Boolean(currentPem) }, 'client certificate signer issued');
+  }
+
+  /** On the leader only: the Service and Secrets as the decision wants them. Failed writes throw and retry. */
+  const writer: Controller = {
+    name: 'impersonation-proxy-writer',
+    watches,
+    initialKeys: INITIAL_KEYS,
+    async sync(): Promise<SyncResult> {
+      const { settings } = deps.settings();
+      const decision = decide(settings.mode, deps.nodes.list());
+      if (!decision.run) {
+        await deps.writes.delete('Service', ns, SERVICE_NAME);
+        await deps.writes.delete('Secret', ns, TLS_SECRET);
+        return;
+      }
+      const ref = deps.owner();
+      if (settings.service.type === 'None') await deps.writes.delete('Service', ns, SERVICE_NAME);
+      else {
+        await deps.writes.apply({
+          apiVersion: 'v1',
+          kind: 'Service',
+          metadata: {
+            name: SERVICE_NAME,
+            namespace: ns,
+            labels: { 'app.kubernetes.io/part-of': 'sealion' },
+            annotations: { ...settings.service.annotations },
+            ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
+          },
+          spec: {
+            type: settings.service.type,
+            selector: POD_SELECTOR,
+            ports: [{ name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' }],
+            ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
+          },
+        } as never);
+      }
+      const endpoint = endpointHost(settings, deps.services.get(SERVICE_NAME, ns));
+      // The load balancer's address arrives through the Service informer.
+      if (!endpoint) return;
+      await ensureSigner();
+      // An admin's own certificate is theirs to renew.
+      if (settings.tls.secretName) return;
+      const host = hostOnly(endpoint);
+      const ca = await ensureCA();
+      const certPem = pem(deps.secrets.get(TLS_SECRET, ns), 'tls.crt');
+      if (certPem && validFor(certPem, host, ca.certPem, now(), SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT))
+        return;
+      const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
+        commonName: 'sealion-impersonation-proxy',
+        hosts: [host],
+        usage: 'server',
+        validityMs: SERVING_VALIDITY_MS,
+      });
+      await deps.writes.apply(
+        secretObject(
+          ns,
+          TLS_SECRET,
+          { 'tls.crt': issued.certPem, 'tls.key': issued.keyPem, 'ca.crt': ca.certPem },
+          deps.owner,
+        ),
+      );
+      deps.log.info({ host }, 'serving certificate issued');
+    },
+  };
+  return { server, writer };
 }

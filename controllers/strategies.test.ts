@@ -37,7 +37,7 @@ function jwt(name: string, status?: AuthenticatorStatus): JWTAuthenticator {
   };
 }
 
-function world(opts: { leader?: boolean; authenticators?: JWTAuthenticator[] } = {}) {
+function world(opts: { authenticators?: JWTAuthenticator[] } = {}) {
   const board = newStrategyBoard();
   const jwtInformer = new MemoryInformer<JWTAuthenticator>(opts.authenticators ?? []);
   const issuers = new MemoryInformer<CredentialIssuer>();
@@ -61,7 +61,6 @@ function world(opts: { leader?: boolean; authenticators?: JWTAuthenticator[] } =
       },
       status: issuerStatus,
     },
-    isLeader: () => opts.leader ?? true,
     log: silentLogger(),
   });
   return { board, jwtInformer, issuers, jwtStatus, issuerStatus, specs, controller };
@@ -84,15 +83,6 @@ describe('strategy publisher', () => {
     expect(w.jwtStatus.writes.at(-1)?.status.conciergeStrategies).toEqual([
       listening(T2, 'https://10.0.0.2'),
     ]);
-  });
-
-  it('leaves everything to the leader', async () => {
-    const w = world({ leader: false, authenticators: [jwt('corp')] });
-    w.board.set(listening(T1));
-    await w.controller.sync('JWTAuthenticator/corp');
-    await w.controller.sync(CREDENTIAL_ISSUER_KEY);
-    expect(w.jwtStatus.writes).toHaveLength(0);
-    expect(w.specs).toHaveLength(0);
   });
 
   it('creates the CredentialIssuer and mirrors the strategies in Pinniped’s shape', async () => {

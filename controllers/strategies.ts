@@ -144,10 +144,10 @@ export interface StrategyPublisherDeps {
     applySpec: (spec: CredentialIssuerSpec) => Promise<void>;
     status: StatusWriter<CredentialIssuerStatus>;
   };
-  isLeader: () => boolean;
   log: Logger;
 }
 
+/** Writes only: the controller manager runs it on the leader, with leader-only writers. */
 export function newStrategyPublisher(deps: StrategyPublisherDeps): Controller {
   const issuer = deps.credentialIssuer;
   const kinds = {
@@ -156,6 +156,7 @@ export function newStrategyPublisher(deps: StrategyPublisherDeps): Controller {
   };
   return {
     name: 'strategy-publisher',
+    initialKeys: [CREDENTIAL_ISSUER_KEY],
     watches: [
       { informer: deps.jwtAuthenticators, key: (o) => `JWTAuthenticator/${o.metadata?.name ?? ''}` },
       { informer: deps.webhookAuthenticators, key: (o) => `WebhookAuthenticator/${o.metadata?.name ?? ''}` },
@@ -167,7 +168,6 @@ export function newStrategyPublisher(deps: StrategyPublisherDeps): Controller {
     ],
     // Nothing here is a user error: failed writes throw and retry with backoff.
     async sync(key: string): Promise<SyncResult> {
-      if (!deps.isLeader()) return;
       const strategies = deps.strategies();
       if (key === CREDENTIAL_ISSUER_KEY) {
         const current = issuer.informer.get(issuer.name);

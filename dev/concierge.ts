@@ -160,10 +160,12 @@ export async function startLocalConcierge(
     tunnel?: { port: number; namespace: string };
     /** This replica's name. Default: local. */
     identity?: string;
+    /** The CA that signs users' client certificates. Default: a new one. */
+    signerCA?: CertificateAuthority;
   } = {},
 ): Promise<LocalConcierge> {
   const servingCA = await newCA('sealion-proxy-serving-ca');
-  const signerCA = await newCA('sealion-proxy-signer-ca');
+  const signerCA = opts.signerCA ?? (await newCA('sealion-proxy-signer-ca'));
   const serving = await issueCert(servingCA, {
     commonName: 'sealion-proxy',
     hosts: ['127.0.0.1', 'localhost'],

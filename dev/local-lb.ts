@@ -1,10 +1,10 @@
-// A load balancer for clusters without a cloud, as tests and `sealion dev up` need one. Each LoadBalancer
+// A load balancer for clusters without a cloud, as tests and `npm start` need one. Each LoadBalancer
 // Service gets a loopback address of its own (its loadBalancerIP when that is a loopback address, else a free
 // one in 127.64.0.0/10), a listener there on each of its TCP ports, and its address in
 // status.loadBalancer.ingress, as a cloud's controller would write it. Connections go to the backend the caller
 // names for the Service: here there are no pods, so the caller knows where the "pod" listens.
 import { createServer, connect, isIP, type Server } from 'node:net';
-import { runController, type RunningController } from '../controllers/lib/controller.ts';
+import { newControllerManager } from '../controllers/lib/manager.ts';
 import type { KubeObject } from '../lib/informer.ts';
 import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../lib/kube.ts';
 import { silentLogger, type Logger } from '../lib/log.ts';
@@ -115,49 +115,49 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
     throw new Error(`no free loopback address for ${namespace}/${name}: ${lastError?.message}`);
   }
 
-  const running: RunningController = await runController(
-    {
-      name: 'local-load-balancer',
-      watches: [
-        {
-          informer: services,
-          key: (s: LoadBalancedService) => keyOf(s.metadata.namespace, s.metadata.name),
-        },
-      ],
-      // Addresses that cannot be bound are logged and retried with backoff, as a cloud would keep trying.
-      async sync(key) {
-        const [namespace, name] = key.split('/') as [string, string];
-        const service = services.get(name, namespace);
-        const ports = (service?.spec?.ports ?? [])
-          .filter((p) => (p.protocol ?? 'TCP') === 'TCP')
-          .map((p) => p.port);
-        let current = balanced.get(key);
-        if (!service || service.spec?.type !== 'LoadBalancer' || ports.length === 0) {
-          if (!current) return;
-          balanced.delete(key);
-          await closeAll(current.servers.values());
-          if (service) await patchServiceLoadBalancer(opts.clients, namespace, name, []);
-          return;
-        }
-        const samePorts =
-          current && current.servers.size === ports.length && ports.every((p) => current!.servers.has(p));
-        if (current && !samePorts) {
-          balanced.delete(key);
-          await closeAll(current.servers.values());
-          current = undefined;
-        }
-        if (!current) {
-          current = await bind(service, ports);
-          balanced.set(key, current);
-          log.info({ service: key, ip: current.ip, ports }, 'load balancer address assigned');
-        }
-        const ingress = service.status?.loadBalancer?.ingress;
-        if (ingress?.length !== 1 || ingress[0]?.ip !== current.ip)
-          await patchServiceLoadBalancer(opts.clients, namespace, name, [{ ip: current.ip }]);
+  // A cloud's controller: no leader election, a single writer.
+  const running = newControllerManager({ log });
+  running.run({
+    name: 'local-load-balancer',
+    watches: [
+      {
+        informer: services,
+        key: (s: LoadBalancedService) => keyOf(s.metadata.namespace, s.metadata.name),
       },
+    ],
+    // Addresses that cannot be bound are logged and retried with backoff, as a cloud would keep trying.
+    async sync(key) {
+      const [namespace, name] = key.split('/') as [string, string];
+      const service = services.get(name, namespace);
+      const ports = (service?.spec?.ports ?? [])
+        .filter((p) => (p.protocol ?? 'TCP') === 'TCP')
+        .map((p) => p.port);
+      let current = balanced.get(key);
+      if (!service || service.spec?.type !== 'LoadBalancer' || ports.length === 0) {
+        if (!current) return;
+        balanced.delete(key);
+        await closeAll(current.servers.values());
+        if (service) await patchServiceLoadBalancer(opts.clients, namespace, name, []);
+        return;
+      }
+      const samePorts =
+        current && current.servers.size === ports.length && ports.every((p) => current!.servers.has(p));
+      if (current && !samePorts) {
+        balanced.delete(key);
+        await closeAll(current.servers.values());
+        current = undefined;
+      }
+      if (!current) {
+        current = await bind(service, ports);
+        balanced.set(key, current);
+        log.info({ service: key, ip: current.ip, ports }, 'load balancer address assigned');
+      }
+      const ingress = service.status?.loadBalancer?.ingress;
+      if (ingress?.length !== 1 || ingress[0]?.ip !== current.ip)
+        await patchServiceLoadBalancer(opts.clients, namespace, name, [{ ip: current.ip }]);
     },
-    { log },
-  );
+  });
+  await running.start();
 
   return {
     addressOf: (namespace, name) => balanced.get(keyOf(namespace, name))?.ip,

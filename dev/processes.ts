@@ -109,7 +109,7 @@ const sameProcess = (a: ProcessInfo): boolean => {
 
 /**
  * Stops processes left running, for certain: SIGTERM to those among them that this process started (to their
- * whole group when they lead one, as `detached: true` children do), so that one like `sealion dev up` takes
+ * whole group when they lead one, as `detached: true` children do), so that one like `npm start` takes
  * down what it started in order; then, after `graceMs`, SIGKILL to every one still there and to anything new
  * they started meanwhile. Resolves once all are gone (or after a last second, for the kernel to reap them).
  */

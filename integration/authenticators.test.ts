@@ -1,7 +1,8 @@
 // Both authenticator kinds on a real API server: statuses that follow reality, and tokens from real issuers.
 // The webhook is the real kube-apiserver's own TokenReview API; the JWT issuer is the local HTTPS issuer.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { startAuthenticators, type Authenticators } from '../concierge/authenticators.ts';
+import { addAuthenticators, type Authenticators } from '../concierge/authenticators.ts';
+import { newControllerManager, type ControllerManager } from '../controllers/lib/manager.ts';
 import { newKubeClients } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newCA } from '../lib/pki.ts';
@@ -20,6 +21,7 @@ interface Status {
 describe('authenticators on a real API server', () => {
   let cluster: Cluster;
   let issuer: TestIssuer;
+  let manager: ControllerManager;
   let authenticators: Authenticators;
   let otherCA: string;
 
@@ -55,14 +57,19 @@ describe('authenticators on a real API server', () => {
     await installCRDs(cluster);
     issuer = await startOIDCIssuer({ audience: 'sealion-demo' });
     otherCA = Buffer.from((await newCA('unrelated')).certPem).toString('base64');
-    authenticators = await startAuthenticators(
+    // A manager with no election: this process writes status, as a single replica does.
+    manager = newControllerManager({ log: silentLogger() });
+    authenticators = addAuthenticators(
+      manager,
       newKubeClients({ path: cluster.kubeconfigPath }),
       'sealion.dev',
       silentLogger(),
     );
+    await manager.start();
   });
 
   afterAll(async () => {
+    await manager?.stop();
     await authenticators?.stop();
     await issuer?.stop();
     await cluster?.stop();

@@ -39,6 +39,8 @@ export async function startConciergeProcess(
   opts: {
     /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace` (which must exist). */
     tunnel?: { port: number; namespace: string };
+    /** The replica's name (in its Lease and the Clusters' status). Default: local. */
+    identity?: string;
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(
@@ -51,7 +53,7 @@ export async function startConciergeProcess(
       cluster.dir,
       cluster.url,
       cluster.binaries.kubectl,
-      ...(opts.tunnel ? [JSON.stringify({ tunnel: opts.tunnel })] : []),
+      JSON.stringify(opts),
     ],
     { stdio: ['pipe', 'pipe', 'pipe'] },
   );

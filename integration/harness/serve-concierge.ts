@@ -1,6 +1,7 @@
 // A concierge in a process of its own, for tests that must see it as users do: whether it crashes, and what it
 // costs in memory. Arguments: the harness cluster's folder, its URL, the kubectl binary, and optionally a JSON
-// object of options (`{"tunnel": {"port": 0, "namespace": "..."}}` runs the agents' tunnel listener). Prints one JSON line
+// object of options (`{"tunnel": {"port": 0, "namespace": "..."}}` runs the agents' tunnel listener; `identity`
+// names the replica). Prints one JSON line
 // (ConciergeProcessInfo) when ready; answers "mem" on stdin with process.memoryUsage() after a GC. Exits when its
 // stdin closes, so it never outlives the test that started it.
 import { createInterface } from 'node:readline';
@@ -8,10 +9,14 @@ import { silentLogger } from '../../lib/log.ts';
 import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
-const { tunnel } = JSON.parse(options ?? '{}') as { tunnel?: { port: number; namespace: string } };
+const { tunnel, identity } = JSON.parse(options ?? '{}') as {
+  tunnel?: { port: number; namespace: string };
+  identity?: string;
+};
 const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
   log: silentLogger(),
   ...(tunnel ? { tunnel } : {}),
+  ...(identity ? { identity } : {}),
 });
 console.log(
   JSON.stringify({

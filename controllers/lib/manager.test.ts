@@ -1,0 +1,107 @@
+import { describe, expect, it } from '@jest/globals';
+import { fakeClock } from '../../lib/fake-clock.ts';
+import { MemoryInformer, type KubeObject } from '../../lib/informer.ts';
+import { silentLogger } from '../../lib/log.ts';
+import type { Controller } from './controller.ts';
+import type { LeaderElection } from './leader.ts';
+import { newControllerManager, NotLeader } from './manager.ts';
+
+/** An election this test decides. */
+function election(): LeaderElection & { set(leading: boolean): void } {
+  let leading = false;
+  const handlers: ((l: boolean) => void)[] = [];
+  return {
+    isLeader: () => leading,
+    onChange: (h) => void handlers.push(h),
+    stop: () => Promise.resolve(),
+    set(next) {
+      leading = next;
+      for (const h of handlers) h(next);
+    },
+  };
+}
+
+const obj = (name: string): KubeObject => ({ metadata: { name } });
+
+/** A controller that records the keys it syncs and fails as told. */
+function recorder(name: string, informer: MemoryInformer<KubeObject>, fail?: (key: string) => unknown) {
+  const synced: string[] = [];
+  const controller: Controller = {
+    name,
+    watches: [{ informer }],
+    initialKeys: ['singleton'],
+    sync(key) {
+      synced.push(key);
+      const err = fail?.(key);
+      return err ? Promise.reject(err as Error) : Promise.resolve();
+    },
+  };
+  return { controller, synced };
+}
+
+const settle = async (): Promise<void> => {
+  for (let i = 0; i < 10; i++) await new Promise((done) => setImmediate(done));
+};
+
+describe('the controller manager', () => {
+  it('runs readers everywhere, and writers only while leading, syncing all their keys on becoming leader', async () => {
+    const elected = election();
+    const informer = new MemoryInformer<KubeObject>([obj('a'), obj('b')]);
+    const manager = newControllerManager({ election: elected, log: silentLogger(), clock: fakeClock() });
+    const reader = recorder('reader', informer);
+    const writer = recorder('writer', informer);
+    manager.run(reader.controller);
+    manager.runWhileLeading(writer.controller);
+    await manager.start();
+    await settle();
+    expect(reader.synced.sort()).toEqual(['a', 'b', 'singleton']);
+    // Queued, but a follower's writer does nothing.
+    expect(writer.synced).toEqual([]);
+    informer.put(obj('c'));
+    await settle();
+    expect(writer.synced).toEqual([]);
+
+    elected.set(true);
+    await settle();
+    expect(writer.synced.sort()).toEqual(['a', 'b', 'c', 'singleton']);
+    await manager.stop();
+  });
+
+  it('refuses leader-only writes on a follower, without calling the writer', async () => {
+    const elected = election();
+    const manager = newControllerManager({ election: elected, log: silentLogger() });
+    const calls: string[] = [];
+    const writes = manager.leaderOnly({
+      patchStatus: (name: string) => (calls.push(name), Promise.resolve()),
+    });
+    await expect(writes.patchStatus('x')).rejects.toBeInstanceOf(NotLeader);
+    expect(calls).toEqual([]);
+    elected.set(true);
+    await writes.patchStatus('y');
+    expect(calls).toEqual(['y']);
+  });
+
+  it('retries failures with backoff, but not a write refused because leadership was lost', async () => {
+    const clock = fakeClock();
+    const manager = newControllerManager({ log: silentLogger(), clock });
+    const informer = new MemoryInformer<KubeObject>([obj('flaky'), obj('demoted')]);
+    let failures = 2;
+    const { controller, synced } = recorder('writer', informer, (key) =>
+      key === 'flaky' && failures-- > 0
+        ? new Error('API server unavailable')
+        : key === 'demoted'
+          ? new NotLeader()
+          : undefined,
+    );
+    manager.runWhileLeading(controller);
+    await manager.start();
+    await settle();
+    for (let i = 0; i < 20; i++) {
+      clock.advance(1000);
+      await settle();
+    }
+    expect(synced.filter((k) => k === 'flaky')).toHaveLength(3);
+    expect(synced.filter((k) => k === 'demoted')).toHaveLength(1);
+    await manager.stop();
+  });
+});

@@ -1,0 +1,223 @@
+// Two concierge replicas on one hub, each holding tunnels of its own: the Clusters' status is what the live
+// replicas hold, neither replica's writes undo the other's, and the tunnels of a replica that is killed (no clean
+// stop, no last write) show disconnected within seconds. And a concierge that is still starting answers a
+// request for a cluster with a Status, never a 500.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { request as httpsRequest } from 'node:https';
+import { startAgent, type Agent } from '../agent/agent.ts';
+import { newSecretCredentialStore } from '../agent/credentials.ts';
+import type { ClusterStatus } from '../apis/tunnel.ts';
+import { addCluster } from '../cli/cluster.ts';
+import { createBootstrapToken } from '../lib/bootstrap.ts';
+import { clusterAccess, loadKubeConfig, newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { silentLogger } from '../lib/log.ts';
+import { issueCert, newCA } from '../lib/pki.ts';
+import { prepareAgentCluster } from '../dev/agent.ts';
+import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
+import { startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
+
+const NS = 'sealion-concierge';
+const AGENT_NS = 'sealion-agent';
+
+let hub: Cluster;
+let managed: Cluster;
+let hubClients: KubeClients;
+let managedClients: KubeClients;
+let agentKubeconfig: string;
+let replicaA: LocalConcierge | undefined;
+let replicaB: ConciergeProcess | undefined;
+const agents: Agent[] = [];
+
+beforeAll(async () => {
+  [hub, managed] = await Promise.all([
+    startCluster({ name: 'replicas-hub', controllerManager: false }),
+    startCluster({ name: 'replicas-managed', controllerManager: false }),
+  ]);
+  hubClients = newKubeClients({ path: hub.kubeconfigPath });
+  managedClients = newKubeClients({ path: managed.kubeconfigPath });
+  agentKubeconfig = await prepareAgentCluster(managed, AGENT_NS);
+}, 180_000);
+
+afterAll(async () => {
+  await Promise.all(agents.map((a) => a.stop()));
+  await replicaB?.stop();
+  await replicaA?.stop();
+  await Promise.all([hub?.stop(), managed?.stop()]);
+});
+
+/** An agent of `cluster` on the managed cluster, dialing the tunnel listener on `port`. */
+function agentFor(
+  cluster: string,
+  port: number,
+  trust: { pin: string },
+  token: string,
+  store: string,
+): Agent {
+  const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
+  const agent = startAgent({
+    cluster,
+    hub: new URL(`https://127.0.0.1:${port}`),
+    trust,
+    bootstrapToken: () => token,
+    store: newSecretCredentialStore(managedClients, AGENT_NS, store),
+    upstream: {
+      url: access.server,
+      ...(access.caPem ? { caPem: access.caPem } : {}),
+      ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
+    },
+    version: 'replicas-test',
+    log: silentLogger(),
+  });
+  agents.push(agent);
+  return agent;
+}
+
+async function clusterStatus(name: string): Promise<ClusterStatus> {
+  const out = await hub.kubectl([
+    'get',
+    'clusters.tunnel.concierge.sealion.dev',
+    name,
+    '-o',
+    'jsonpath={.status}',
+  ]);
+  return JSON.parse(out.stdout || '{}') as ClusterStatus;
+}
+
+const holders = (status: ClusterStatus): string[] => (status.tunnels ?? []).map((t) => t.replica).sort();
+
+describe('the Cluster status with two replicas', () => {
+  it("keeps each replica's tunnels, and shows a killed replica's tunnels disconnected within seconds", async () => {
+    replicaA = await startLocalConcierge(hub, {
+      tunnel: { port: 0, namespace: NS },
+      identity: 'replica-a',
+    });
+    replicaB = await startConciergeProcess(hub, {
+      tunnel: { port: 0, namespace: NS },
+      identity: 'replica-b',
+    });
+    const portA = replicaA.concierge.tunnel!.port;
+    const portB = replicaB.tunnel!.port;
+    // `shared` has an agent on each replica; `only-b` only one, on the replica that will be killed.
+    const shared = await addCluster('shared', {
+      kubeconfig: hub.kubeconfigPath,
+      namespace: NS,
+      groupSuffix: 'sealion.dev',
+      hub: '',
+      description: '',
+    });
+    const onlyB = await addCluster('only-b', {
+      kubeconfig: hub.kubeconfigPath,
+      namespace: NS,
+      groupSuffix: 'sealion.dev',
+      hub: '',
+      description: '',
+    });
+    const second = await createBootstrapToken(hubClients, NS, 'shared');
+    const viaA = agentFor('shared', portA, shared, shared.token, 'shared-a');
+    const viaB = agentFor('shared', portB, shared, second.token, 'shared-b');
+    const onlyViaB = agentFor('only-b', portB, onlyB, onlyB.token, 'only-b');
+    await eventually(() =>
+      expect([viaA, viaB, onlyViaB].map((a) => a.connected())).toEqual([true, true, true]),
+    );
+    await eventually(async () => {
+      expect(holders(await clusterStatus('shared'))).toEqual(['replica-a', 'replica-b']);
+      expect(await clusterStatus('shared')).toMatchObject({ connected: true, agentVersion: 'replicas-test' });
+      expect(await clusterStatus('only-b')).toMatchObject({
+        connected: true,
+        tunnels: [{ replica: 'replica-b' }],
+      });
+    });
+
+    // Killed: no clean stop, so nothing of replica B's removes its entries but the other replica.
+    const killed = Date.now();
+    process.kill(replicaB.pid, 'SIGKILL');
+    await eventually(async () => {
+      expect(await clusterStatus('only-b')).toMatchObject({ connected: false, tunnels: [] });
+    }, 30_000);
+    const seconds = (Date.now() - killed) / 1000;
+    process.stderr.write(`a killed replica's tunnel showed disconnected after ${seconds.toFixed(1)} s\n`);
+    // The live replica's entry is untouched, and the shared cluster stays connected through it.
+    const after = await clusterStatus('shared');
+    expect(holders(after)).toEqual(['replica-a']);
+    expect(after.connected).toBe(true);
+  }, 120_000);
+
+  it('removes its entries when a replica stops cleanly', async () => {
+    await replicaA!.stop();
+    replicaA = undefined;
+    await eventually(async () => {
+      expect(await clusterStatus('shared')).toMatchObject({ connected: false, tunnels: [] });
+    });
+    const leases = await hub.kubectl([
+      'get',
+      'leases',
+      '-n',
+      NS,
+      '-l',
+      'app.kubernetes.io/component=concierge-replica',
+      '-o',
+      'name',
+    ]);
+    // Replica B was killed: its Lease stays (lapsed) until someone deletes it; replica A's is gone.
+    expect(leases.stdout.trim().split('\n')).toEqual([
+      'lease.coordination.k8s.io/sealion-concierge-replica-replica-b',
+    ]);
+  }, 60_000);
+});
+
+describe('a concierge that is still starting', () => {
+  it('answers a request for a cluster with a Status, never a 500', async () => {
+    const port = await freePort();
+    // A user with a client certificate: authenticated without any authenticator having to load first.
+    const signerCA = await newCA('starting-signer');
+    const user = await issueCert(signerCA, { commonName: 'starting-user', usage: 'client' });
+    const answers: { status: number; kind: string }[] = [];
+    let started = false;
+    const ask = (): Promise<void> =>
+      new Promise((done) => {
+        const req = httpsRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            path: '/clusters/starting/api',
+            rejectUnauthorized: false,
+            cert: user.certPem,
+            key: user.keyPem,
+            agent: false,
+          },
+          (res) => {
+            let body = '';
+            res.setEncoding('utf8').on('data', (c: string) => (body += c));
+            res.on('end', () => {
+              let kind: string;
+              try {
+                kind = (JSON.parse(body) as { kind?: string }).kind ?? '';
+              } catch {
+                kind = body.slice(0, 80);
+              }
+              answers.push({ status: res.statusCode ?? 0, kind });
+              done();
+            });
+          },
+        );
+        req.on('error', () => done());
+        req.end();
+      });
+    // Requests go out as fast as they are answered from before the listener opens until start() returns.
+    const asking = (async () => {
+      while (!started) await ask();
+    })();
+    const concierge = await startLocalConcierge(hub, {
+      port,
+      signerCA,
+      tunnel: { port: 0, namespace: 'starting' },
+    });
+    started = true;
+    await asking;
+    await concierge.stop();
+    expect(answers.length).toBeGreaterThan(0);
+    for (const answer of answers) expect(answer).toEqual({ status: 503, kind: 'Status' });
+  }, 60_000);
+});
