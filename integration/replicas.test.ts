@@ -134,7 +134,9 @@ describe('the Cluster status with two replicas', () => {
     const killed = Date.now();
     process.kill(replicaB.pid, 'SIGKILL');
     await eventually(async () => {
-      expect(await clusterStatus('only-b')).toMatchObject({ connected: false, tunnels: [] });
+      const status = await clusterStatus('only-b');
+      expect(status.connected).toBe(false);
+      expect(holders(status)).toEqual([]);
     }, 30_000);
     const seconds = (Date.now() - killed) / 1000;
     process.stderr.write(`a killed replica's tunnel showed disconnected after ${seconds.toFixed(1)} s\n`);
@@ -148,7 +150,9 @@ describe('the Cluster status with two replicas', () => {
     await replicaA!.stop();
     replicaA = undefined;
     await eventually(async () => {
-      expect(await clusterStatus('shared')).toMatchObject({ connected: false, tunnels: [] });
+      const status = await clusterStatus('shared');
+      expect(status.connected).toBe(false);
+      expect(holders(status)).toEqual([]);
     });
     const leases = await hub.kubectl([
       'get',
@@ -209,14 +213,17 @@ describe('a concierge that is still starting', () => {
     const asking = (async () => {
       while (!started) await ask();
     })();
-    const concierge = await startLocalConcierge(hub, {
-      port,
-      signerCA,
-      tunnel: { port: 0, namespace: 'starting' },
-    });
-    started = true;
-    await asking;
-    await concierge.stop();
+    try {
+      const concierge = await startLocalConcierge(hub, {
+        port,
+        signerCA,
+        tunnel: { port: 0, namespace: 'starting' },
+      });
+      await concierge.stop();
+    } finally {
+      started = true;
+      await asking;
+    }
     expect(answers.length).toBeGreaterThan(0);
     for (const answer of answers) expect(answer).toEqual({ status: 503, kind: 'Status' });
   }, 60_000);
