@@ -24,7 +24,11 @@ function election(): LeaderElection & { set(leading: boolean): void } {
 const obj = (name: string): KubeObject => ({ metadata: { name } });
 
 /** A controller that records the keys it syncs and fails as told. */
-function recorder(name: string, informer: MemoryInformer<KubeObject>, fail?: (key: string) => unknown) {
+function recorder(
+  name: string,
+  informer: MemoryInformer<KubeObject>,
+  fail?: (key: string) => Error | undefined,
+) {
   const synced: string[] = [];
   const controller: Controller = {
     name,
@@ -33,7 +37,7 @@ function recorder(name: string, informer: MemoryInformer<KubeObject>, fail?: (ke
     sync(key) {
       synced.push(key);
       const err = fail?.(key);
-      return err ? Promise.reject(err as Error) : Promise.resolve();
+      return err ? Promise.reject(err) : Promise.resolve();
     },
   };
   return { controller, synced };

@@ -52,6 +52,27 @@ describe('reused answers', () => {
     expect(jwt.asked).toBe(2);
   });
 
+  it('gives a named authenticator its own earlier answer again, and never another authenticator’s', async () => {
+    const cache = new AuthenticatorCache();
+    const reusable = (): AuthResult => ({ ...user('alice'), reusableUntil: Date.now() + 60_000 });
+    const corp = countingAuthenticator(reusable);
+    const other = countingAuthenticator(reusable);
+    cache.set('JWTAuthenticator', 'corp', corp, ISSUER);
+    cache.set('JWTAuthenticator', 'other', other, 'https://other.example.com');
+    const token = tokenFor('alice');
+    await cache.authenticate(token);
+    expect(corp.asked).toBe(1);
+    // TokenCredentialRequest names the authenticator: corp's answer holds for corp.
+    expect(await cache.authenticateWith('JWTAuthenticator', 'corp', token)).toMatchObject({
+      ok: true,
+      authenticator: 'JWTAuthenticator/corp',
+    });
+    expect(corp.asked).toBe(1);
+    // Not for another authenticator, which is asked itself.
+    await cache.authenticateWith('JWTAuthenticator', 'other', token);
+    expect(other.asked).toBe(1);
+  });
+
   it.each<[string, (token: string) => AuthResult]>([
     ['a success without reusableUntil', () => user('alice')],
     ['a success whose reusableUntil has passed', () => ({ ...user('alice'), reusableUntil: Date.now() - 1 })],

@@ -17,8 +17,9 @@ interface Entry {
 
 /**
  * Successful answers given again without decoding the token or asking its authenticator: kubectl sends the same
- * token with every request, and finding the issuer and the authenticator's own cache entry costs more than
- * the rest of authentication. Bounded; keyed by the token's SHA-256, never the token.
+ * token with every request, and a JWT's signature check costs more than the rest of authentication. The one
+ * cache of reusable answers (a JWT authenticator says how long its answer holds). Bounded; keyed by the token's
+ * SHA-256, never the token.
  */
 export const REUSED_ANSWERS = 10_000;
 
@@ -99,10 +100,7 @@ export class AuthenticatorCache {
     if (reused) return reused;
     const generation = this.generation;
     const result = await this.ask(token, signal);
-    if (result.ok && result.reusableUntil !== undefined && generation === this.generation) {
-      const ttl = result.reusableUntil - Date.now();
-      if (ttl > 0) this.reused.set(key, result, { ttl });
-    }
+    this.remember(key, result, generation);
     return result;
   }
 
@@ -126,7 +124,23 @@ export class AuthenticatorCache {
   ): Promise<AuthResult> {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
-    return oversized(token) ?? this.first([entry], token, signal);
+    const tooLarge = oversized(token);
+    if (tooLarge) return tooLarge;
+    // An answer this authenticator gave for the token holds here too; one another gave does not.
+    const key = hash('sha256', token, 'base64url');
+    const reused = this.reused.get(key);
+    if (reused?.ok && reused.authenticator === AuthenticatorCache.key(kind, name)) return reused;
+    const generation = this.generation;
+    const result = await this.first([entry], token, signal);
+    this.remember(key, result, generation);
+    return result;
+  }
+
+  /** Keeps a reusable answer until it says, unless an authenticator changed since it was asked for. */
+  private remember(key: string, result: AuthResult, generation: number): void {
+    if (!result.ok || result.reusableUntil === undefined || generation !== this.generation) return;
+    const ttl = result.reusableUntil - Date.now();
+    if (ttl > 0) this.reused.set(key, result, { ttl });
   }
 
   private async first(entries: Entry[], token: string, signal?: AbortSignal): Promise<AuthResult> {

@@ -8,8 +8,6 @@ import {
   type JSONWebKeySet,
   type JWTPayload,
 } from 'jose';
-import { hash } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
 import { httpsJSON } from '../https-client.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE, SYSTEM_PREFIX, systemNameProblem } from './system-names.ts';
 import { fail, oversized, type AuthResult, type TokenAuthenticator } from './types.ts';
@@ -38,13 +36,11 @@ export const JWKS_REFRESH_INTERVAL_MS = 5 * 60_000;
 /** A token with an unknown `kid` triggers a refresh at most this often, so garbage tokens cannot hammer the issuer. */
 export const UNKNOWN_KID_COOLDOWN_MS = 30_000;
 /**
- * kubectl sends the same token with every request; a verified token's user is remembered this long (never past
- * its exp), so the proxy pays for a signature check once per token rather than once per request. Kubernetes
- * caches token authentication the same way.
+ * kubectl sends the same token with every request; a verified token's answer says it may be reused this long
+ * (never past its exp), and the AuthenticatorCache keeps it so, so the proxy pays for a signature check once per
+ * token rather than once per request. Kubernetes caches token authentication the same way.
  */
 export const VERIFIED_TOKEN_TTL_MS = 60_000;
-/** Bounds the memory of that cache whatever tokens arrive. */
-export const VERIFIED_TOKEN_ENTRIES = 10_000;
 export const DEFAULT_USERNAME_CLAIM = 'username';
 export const DEFAULT_GROUPS_CLAIM = 'groups';
 
@@ -327,7 +323,6 @@ export class JWTAuthenticator implements TokenAuthenticator {
   private readonly groupsClaim: string;
   private readonly settings: JWTSettings;
   readonly keys: IssuerKeys;
-  private readonly verified = new LRUCache<string, AuthResult>({ max: VERIFIED_TOKEN_ENTRIES });
 
   constructor(settings: JWTSettings, keys: IssuerKeys) {
     this.settings = settings;
@@ -340,9 +335,6 @@ export class JWTAuthenticator implements TokenAuthenticator {
   async authenticate(token: string): Promise<AuthResult> {
     const tooLarge = oversized(token);
     if (tooLarge) return tooLarge;
-    const key = hash('sha256', token, 'base64url');
-    const cached = this.verified.get(key);
-    if (cached) return cached;
     const result = await this.verify(token);
     if (!result.ok) return result;
     // exp was required and checked: remember the user until it (plus the leeway) or the TTL, whichever is first.
@@ -350,10 +342,7 @@ export class JWTAuthenticator implements TokenAuthenticator {
       .exp;
     const now = Date.now();
     const until = Math.min(now + VERIFIED_TOKEN_TTL_MS, exp * 1000 + CLOCK_LEEWAY_SECONDS * 1000);
-    if (until <= now) return result;
-    const answer = { ...result, reusableUntil: until };
-    this.verified.set(key, answer, { ttl: until - now });
-    return answer;
+    return until <= now ? result : { ...result, reusableUntil: until };
   }
 
   private async verify(token: string): Promise<AuthResult> {
