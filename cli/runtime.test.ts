@@ -18,6 +18,7 @@ describe('runtime', () => {
       { encoding: 'utf8' },
     );
     expect(help).toContain('Usage: sealion');
-    for (const command of ['login', 'manifests', 'concierge', 'cluster', 'agent']) expect(help).toContain(command);
+    for (const command of ['login', 'manifests', 'concierge', 'cluster', 'agent'])
+      expect(help).toContain(command);
   });
 });
