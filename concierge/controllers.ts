@@ -32,9 +32,6 @@ import type { Logger } from '../lib/log.ts';
 import type { Authenticators } from './authenticators.ts';
 import { CONFIG_KEY, ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';
 
-/** The field manager of everything the controllers apply. */
-const FIELD_MANAGER = 'sealion-concierge';
-
 export interface ProxyControlOptions {
   clients: KubeClients;
   groupSuffix: string;
@@ -143,7 +140,7 @@ export async function addProxyControllers(
   const secrets = newCoreInformer<SecretLike>(clients, 'secrets', ns, log);
   const issuers = newCustomResourceInformer<CredentialIssuer>(clients, issuerResource, log);
   const informers = [configMaps, nodes, services, secrets, issuers];
-  const writes = manager.leaderOnly(newObjectWriter(clients, FIELD_MANAGER));
+  const writes = manager.leaderOnly(newObjectWriter(clients));
 
   // The settings in effect before this process started, for a start while the ConfigMap holds a bad edit: without
   // them a restarted leader would fall back to the defaults and could take the proxy's Service away.

@@ -16,6 +16,7 @@ import {
 import type { Informer, KubeObject } from '../lib/informer.ts';
 import type { ObjectWriter } from '../lib/kube.ts';
 import type { Logger } from '../lib/log.ts';
+import { ensureStoredCA, storedCA, tlsSecret, type StoredCA } from '../lib/ca-secret.ts';
 import { issueCert, loadCA, newCA } from '../lib/pki.ts';
 import type { Controller } from './lib/controller.ts';
 import type { SyncResult } from './lib/queue.ts';
@@ -136,27 +137,6 @@ export function decide(mode: ProxySettings['mode'], nodes: readonly NodeLike[]):
 const b64 = (text: string): string => Buffer.from(text).toString('base64');
 const unb64 = (data: string | undefined): string => Buffer.from(data ?? '', 'base64').toString('utf8');
 
-function secretObject(
-  namespace: string,
-  name: string,
-  data: Record<string, string>,
-  owner?: ProxyControllerDeps['owner'],
-) {
-  const ref = owner?.();
-  return {
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: {
-      name,
-      namespace,
-      labels: { 'app.kubernetes.io/part-of': 'sealion' },
-      ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
-    },
-    type: 'kubernetes.io/tls',
-    data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, b64(v)])),
-  };
-}
-
 /** The host clients dial: the configured endpoint, else the load balancer's hostname or IP, else the cluster IP. */
 export function endpointHost(settings: ProxySettings, service: ServiceLike | undefined): string | undefined {
   if (settings.endpoint) return settings.endpoint;
@@ -229,16 +209,7 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
 
   /** What the Secrets hold for serving at `host`, as far as it is usable now. */
   function material(settings: ProxySettings, host: string): Material {
-    const signerSecret = deps.secrets.get(SIGNER_SECRET, ns);
-    const signerCert = pem(signerSecret, 'tls.crt');
-    const previousPem = pem(signerSecret, 'previous.crt');
-    const signer = signerCert
-      ? {
-          certPem: signerCert,
-          keyPem: pem(signerSecret, 'tls.key') ?? '',
-          ...(previousPem ? { previousPem } : {}),
-        }
-      : undefined;
+    const signer = storedCA(deps.secrets.get(SIGNER_SECRET, ns)?.data);
     if (settings.tls.secretName) {
       // The admin's own certificate: used as given, and its CA published.
       const own = deps.secrets.get(settings.tls.secretName, ns);
@@ -252,7 +223,7 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
         serving: { certPem, keyPem: pem(own, 'tls.key') ?? '', caPem },
       };
     }
-    const caPem = pem(deps.secrets.get(CA_SECRET, ns), 'tls.crt');
+    const caPem = storedCA(deps.secrets.get(CA_SECRET, ns)?.data)?.certPem;
     const tls = deps.secrets.get(TLS_SECRET, ns);
     const certPem = pem(tls, 'tls.crt');
     const usable = caPem && certPem && validFor(certPem, host, caPem, now(), 0);
@@ -328,37 +299,34 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
   };
 
   /** The generated CA, created once and kept: clients keep it in their kubeconfigs. */
-  async function ensureCA(): Promise<{ certPem: string; keyPem: string }> {
-    const secret = deps.secrets.get(CA_SECRET, ns);
-    const certPem = pem(secret, 'tls.crt');
-    if (certPem) return { certPem, keyPem: pem(secret, 'tls.key') ?? '' };
-    const ca = await newCA('sealion impersonation proxy CA', CA_VALIDITY_MS);
-    // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
-    const created = await deps.writes.create(
-      secretObject(ns, CA_SECRET, { 'tls.crt': ca.certPem, 'tls.key': ca.keyPem }),
+  const ensureCA = (): Promise<StoredCA> =>
+    ensureStoredCA(
+      // A CA another leader created may not be in the cache yet: then the create finds it, and this sync fails and
+      // is retried once the cache has it.
+      () => Promise.resolve(storedCA(deps.secrets.get(CA_SECRET, ns)?.data)),
+      // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
+      (ca) => deps.writes.create(tlsSecret(ns, CA_SECRET, ca)),
+      'sealion impersonation proxy CA',
+      CA_VALIDITY_MS,
     );
-    // Lost a race (a previous leader's write not in the cache yet): that CA is the one, on the next sync.
-    if (!created) throw new Error(`Secret ${ns}/${CA_SECRET} exists but is not in the cache yet`);
-    return { certPem: ca.certPem, keyPem: ca.keyPem };
-  }
 
   /** The client-certificate signer, rotated with the previous one kept trusted until it expires. */
   async function ensureSigner(): Promise<void> {
-    const secret = deps.secrets.get(SIGNER_SECRET, ns);
-    const currentPem = pem(secret, 'tls.crt');
+    const current = storedCA(deps.secrets.get(SIGNER_SECRET, ns)?.data);
     const due =
-      !currentPem ||
-      new Date(new X509Certificate(currentPem).validTo).getTime() - now().getTime() <
+      !current ||
+      new Date(new X509Certificate(current.certPem).validTo).getTime() - now().getTime() <
         SIGNER_VALIDITY_MS * RENEW_FRACTION_LEFT;
     if (!due) return;
     const next = await newCA('sealion client certificate signer', SIGNER_VALIDITY_MS);
-    const data: Record<string, string> = {
-      'tls.crt': next.certPem,
-      'tls.key': next.keyPem,
-      ...(currentPem ? { 'previous.crt': currentPem } : {}),
-    };
-    await deps.writes.apply(secretObject(ns, SIGNER_SECRET, data));
-    deps.log.info({ rotated: Boolean(currentPem) }, 'client certificate signer issued');
+    await deps.writes.apply(
+      tlsSecret(ns, SIGNER_SECRET, {
+        certPem: next.certPem,
+        keyPem: next.keyPem,
+        ...(current ? { previousPem: current.certPem } : {}),
+      }),
+    );
+    deps.log.info({ rotated: Boolean(current) }, 'client certificate signer issued');
   }
 
   /** On the leader only: the Service and Secrets as the decision wants them. Failed writes throw and retry. */
@@ -413,11 +381,11 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
         validityMs: SERVING_VALIDITY_MS,
       });
       await deps.writes.apply(
-        secretObject(
+        tlsSecret(
           ns,
           TLS_SECRET,
-          { 'tls.crt': issued.certPem, 'tls.key': issued.keyPem, 'ca.crt': ca.certPem },
-          deps.owner,
+          { certPem: issued.certPem, keyPem: issued.keyPem, caPem: ca.certPem },
+          deps.owner(),
         ),
       );
       deps.log.info({ host }, 'serving certificate issued');

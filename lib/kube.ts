@@ -572,7 +572,10 @@ export interface ObjectWriter {
   delete(kind: 'Service' | 'Secret', namespace: string, name: string): Promise<void>;
 }
 
-export function newObjectWriter(clients: KubeClients, fieldManager: string): ObjectWriter {
+/** The field manager of what the concierge applies. */
+export const FIELD_MANAGER = 'sealion-concierge';
+
+export function newObjectWriter(clients: KubeClients, fieldManager: string = FIELD_MANAGER): ObjectWriter {
   return {
     async apply(obj) {
       await clients.objects.patch(
@@ -603,19 +606,28 @@ export function newObjectWriter(clients: KubeClients, fieldManager: string): Obj
   };
 }
 
+/** A Secret's data as the API server returns it (base64); undefined when the Secret does not exist. */
+export async function readSecret(
+  clients: KubeClients,
+  namespace: string,
+  name: string,
+): Promise<Record<string, string> | undefined> {
+  try {
+    return (await clients.core.readNamespacedSecret({ name, namespace })).data ?? {};
+  } catch (err) {
+    if (apiStatusCode(err) === 404) return undefined;
+    throw err;
+  }
+}
+
 /** A Secret's data, decoded to text; undefined when the Secret does not exist. */
 export async function readSecretData(
   clients: KubeClients,
   namespace: string,
   name: string,
 ): Promise<Record<string, string> | undefined> {
-  try {
-    const secret = await clients.core.readNamespacedSecret({ name, namespace });
-    return Object.fromEntries(
-      Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]),
-    );
-  } catch (err) {
-    if (apiStatusCode(err) === 404) return undefined;
-    throw err;
-  }
+  const data = await readSecret(clients, namespace, name);
+  return data
+    ? Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]))
+    : undefined;
 }

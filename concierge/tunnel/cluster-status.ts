@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/informer.ts';
-import type { LeaseClient, LeaseObject, StatusApplier } from '../../lib/kube.ts';
+import { FIELD_MANAGER, type LeaseClient, type LeaseObject, type StatusApplier } from '../../lib/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import { WorkQueue } from '../../controllers/lib/queue.ts';
 
@@ -37,10 +37,10 @@ export function replicaLeaseName(identity: string): string {
 
 /** The field manager that owns a replica's entries (at most 128 printable characters). */
 export function replicaFieldManager(identity: string): string {
-  const name = `sealion-concierge/${identity}`;
+  const name = `${FIELD_MANAGER}/${identity}`;
   return name.length <= 128 && /^[\x21-\x7e]+$/.test(name)
     ? name
-    : `sealion-concierge/${createHash('sha256').update(identity).digest('hex').slice(0, 32)}`;
+    : `${FIELD_MANAGER}/${createHash('sha256').update(identity).digest('hex').slice(0, 32)}`;
 }
 
 /** What this replica knows of a tunnel it holds. */

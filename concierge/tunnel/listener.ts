@@ -16,13 +16,13 @@ import { createWebSocketStream, WebSocketServer } from 'ws';
 import type { Cluster } from '../../apis/tunnel.ts';
 import { redeemBootstrapToken, RedeemError } from '../../lib/bootstrap.ts';
 import type { Informer } from '../../lib/informer.ts';
-import { apiStatusCode, readSecretData, type KubeClients } from '../../lib/kube.ts';
+import { newObjectWriter, readSecret, type KubeClients } from '../../lib/kube.ts';
+import { ensureStoredCA, storedCA, tlsSecret } from '../../lib/ca-secret.ts';
 import type { Logger } from '../../lib/log.ts';
 import {
   certificateURIs,
   issueCert,
   loadCA,
-  newCA,
   publicKeyFromCSR,
   type CertificateAuthority,
 } from '../../lib/pki.ts';
@@ -103,28 +103,12 @@ export interface TunnelListener {
 
 /** The tunnel CA: created once (by whichever replica comes first) and kept in a Secret. */
 async function ensureTunnelCA(clients: KubeClients, namespace: string): Promise<CertificateAuthority> {
-  const read = async (): Promise<CertificateAuthority | undefined> => {
-    const data = await readSecretData(clients, namespace, TUNNEL_CA_SECRET);
-    return data ? loadCA(data['tls.crt'] ?? '', data['tls.key'] ?? '') : undefined;
-  };
-  const existing = await read();
-  if (existing) return existing;
-  const ca = await newCA('sealion tunnel CA');
-  try {
-    await clients.core.createNamespacedSecret({
-      namespace,
-      body: {
-        metadata: { name: TUNNEL_CA_SECRET, namespace, labels: { 'app.kubernetes.io/part-of': 'sealion' } },
-        type: 'kubernetes.io/tls',
-        stringData: { 'tls.crt': ca.certPem, 'tls.key': ca.keyPem },
-      },
-    });
-    return ca;
-  } catch (err) {
-    // Another replica won the race: use its CA.
-    if (apiStatusCode(err) === 409) return (await read())!;
-    throw err;
-  }
+  const ca = await ensureStoredCA(
+    async () => storedCA(await readSecret(clients, namespace, TUNNEL_CA_SECRET)),
+    (made) => newObjectWriter(clients).create(tlsSecret(namespace, TUNNEL_CA_SECRET, made)),
+    'sealion tunnel CA',
+  );
+  return loadCA(ca.certPem, ca.keyPem);
 }
 
 function readBody(req: IncomingMessage): Promise<unknown> {
