@@ -110,7 +110,7 @@ const IDENTITY_KINDS = new Set([
  * Installs the CRDs and the namespace, service accounts and RBAC of the install manifests for `namespace`, and
  * returns a kubeconfig of the concierge's own service account: it may do what a deployed concierge may, no more.
  */
-async function prepareCluster(cluster: ClusterForConcierge, namespace: string): Promise<string> {
+export async function prepareConcierge(cluster: ClusterForConcierge, namespace: string): Promise<string> {
   await installCRDs(cluster);
   const identity = conciergeManifests({ ...DEFAULT_INSTALL, namespace }).filter((o) =>
     IDENTITY_KINDS.has(o['kind'] as string),
@@ -132,7 +132,7 @@ async function baseOptions(
   opts: { namespace: string; identity: string; log?: Logger; port?: number; tunnelPort?: number },
 ): Promise<Omit<ConciergeOptions, 'configMap'>> {
   return {
-    kubeconfig: { yaml: await prepareCluster(cluster, opts.namespace) },
+    kubeconfig: { yaml: await prepareConcierge(cluster, opts.namespace) },
     forwardAs: { serviceAccount: IMPERSONATOR_SERVICE_ACCOUNT },
     groupSuffix: 'sealion.dev',
     namespace: opts.namespace,

@@ -3,7 +3,10 @@
 // stop, no last write) show disconnected within seconds. And a concierge that is still starting answers a
 // request for a cluster with a Status, never a 500.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
@@ -14,7 +17,7 @@ import { silentLogger } from '../lib/log.ts';
 import { issueCert, newCA } from '../lib/pki.ts';
 import { prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
-import { startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { prepareConcierge, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
@@ -26,11 +29,13 @@ let managed: Cluster;
 let hubClients: KubeClients;
 let managedClients: KubeClients;
 let agentKubeconfig: string;
+let dir: string;
 let replicaA: LocalConcierge | undefined;
 let replicaB: ConciergeProcess | undefined;
 const agents: Agent[] = [];
 
 beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sealion-replicas-'));
   [hub, managed] = await Promise.all([
     startCluster({ name: 'replicas-hub', controllerManager: false }),
     startCluster({ name: 'replicas-managed', controllerManager: false }),
@@ -45,6 +50,7 @@ afterAll(async () => {
   await replicaB?.stop();
   await replicaA?.stop();
   await Promise.all([hub?.stop(), managed?.stop()]);
+  rmSync(dir, { recursive: true, force: true });
 });
 
 /** An agent of `cluster` on the managed cluster, dialing the tunnel listener on `port`. */
@@ -168,6 +174,37 @@ describe('the Cluster status with two replicas', () => {
     expect(leases.stdout.trim().split('\n')).toEqual([
       'lease.coordination.k8s.io/sealion-concierge-replica-replica-b',
     ]);
+  }, 60_000);
+});
+
+describe('the identity the tests run the concierge as', () => {
+  it('is its service account, with the RBAC of the install manifests and nothing more', async () => {
+    const file = join(dir, 'concierge.kubeconfig');
+    writeFileSync(file, await prepareConcierge(hub, NS), { mode: 0o600 });
+    const as = (args: string[]): Promise<string> =>
+      hub.kubectl(['--kubeconfig', file, ...args]).then((r) => r.stdout.trim());
+    expect(await as(['auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}'])).toBe(
+      `system:serviceaccount:${NS}:sealion-concierge`,
+    );
+    // What it needs, in its namespace and for its kinds…
+    expect(await as(['auth', 'can-i', 'update', 'leases', '-n', NS])).toBe('yes');
+    expect(
+      await as(['auth', 'can-i', 'patch', 'clusters.tunnel.concierge.sealion.dev', '--subresource=status']),
+    ).toBe('yes');
+    // …and nothing an administrator has: not another namespace's Secrets, not RBAC, not other accounts' tokens.
+    expect(await as(['auth', 'can-i', 'get', 'secrets', '-n', 'kube-system'])).toBe('no');
+    expect(await as(['auth', 'can-i', 'create', 'clusterrolebindings'])).toBe('no');
+    const token = (account: string): string[] => [
+      'auth',
+      'can-i',
+      'create',
+      `serviceaccounts/${account}`,
+      '--subresource=token',
+      '-n',
+      NS,
+    ];
+    expect(await as(token('sealion-impersonator'))).toBe('yes');
+    expect(await as(token('default'))).toBe('no');
   }, 60_000);
 });
 
