@@ -54,6 +54,17 @@ export interface AuthenticatorControllers {
   status: Controller;
 }
 
+/**
+ * Checks that judge the spec alone. A spec that fails one stays wrong until it is edited, and the edit wakes the
+ * validator; anything else (an issuer or webhook that is down or answers wrongly) may pass, and is retried.
+ */
+const SPEC_CHECKS = new Set([
+  'TLSConfigurationValid',
+  'IssuerURLValid',
+  'EndpointURLValid',
+  'AuthenticatorValid',
+]);
+
 /** Shared by both kinds; `validate` is what differs. */
 function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthenticator>(
   kind: AuthenticatorKind,
@@ -70,8 +81,8 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
   const validator: Controller = {
     name: `${kind}-cache-filler`,
     watches: [{ informer: deps.informer }],
-    // What is wrong with an authenticator becomes its conditions (the status writer's); it is validated again with
-    // backoff, since an issuer or webhook that is down may come back.
+    // What is wrong with an authenticator becomes its conditions (the status writer's). A mistake in the spec is not
+    // retried; a failure of the issuer or webhook is, with backoff, since it may come back.
     async sync(name: string): Promise<SyncResult> {
       const obj = deps.informer.get(name);
       if (!obj) {
@@ -104,7 +115,8 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       const ok = ready || Boolean(result?.authenticator);
       found.set(name, { ok, checks: result ? result.checks : known!.checks });
       deps.validated?.(statusName, name);
-      return ok ? undefined : { retry: true };
+      const failed = (result?.checks ?? []).find((c) => c.status === 'False');
+      return ok || (failed && SPEC_CHECKS.has(failed.type)) ? undefined : { retry: true };
     },
   };
   const status: Controller = {
