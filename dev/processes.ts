@@ -189,3 +189,36 @@ export function runSealion(
     );
   });
 }
+
+/**
+ * Stops what a command started on Ctrl-C or SIGTERM, then exits (1 if stopping failed). A second signal, or one
+ * during a stop that hangs, exits at once: servers die with this process (setpriv --pdeathsig). `claim()` takes
+ * the stop for another reason (a failed start); it answers false when a signal took it first.
+ */
+export function stopOnSignal(stop: () => Promise<void>, log: (line: string) => void): { claim(): boolean } {
+  let stopping = false;
+  const shutdown = (): void => {
+    if (stopping) {
+      log('stopping at once');
+      process.exit(1);
+    }
+    stopping = true;
+    log('stopping');
+    stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        console.error(err);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', shutdown);
+  process.on('SIGTERM', shutdown);
+  return {
+    claim() {
+      if (stopping) return false;
+      stopping = true;
+      return true;
+    },
+  };
+}

@@ -1,5 +1,6 @@
 // `npm run cluster`: starts one real cluster, prints how to reach it, and takes it down on Ctrl-C.
 import { startCluster } from './cluster.ts';
+import { stopOnSignal } from './processes.ts';
 
 const log = (line: string): void => console.error(`[cluster] ${line}`);
 const started = Date.now();
@@ -9,18 +10,4 @@ console.log(`export KUBECONFIG=${cluster.kubeconfigPath}`);
 console.log(`kubectl --kubeconfig ${cluster.kubeconfigPath} get ns`);
 console.log('Press Ctrl-C to stop.');
 
-let stopping = false;
-const shutdown = (): void => {
-  if (stopping) return;
-  stopping = true;
-  log('stopping');
-  cluster.stop().then(
-    () => process.exit(0),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-};
-process.on('SIGINT', shutdown);
-process.on('SIGTERM', shutdown);
+stopOnSignal(() => cluster.stop(), log);

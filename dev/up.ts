@@ -14,6 +14,7 @@ import { startOIDCIssuer, type TestIssuer } from './oidc-issuer.ts';
 import { startAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import { prepareAgentCluster } from './agent.ts';
+import { stopOnSignal } from './processes.ts';
 import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { addCluster } from '../cli/cluster.ts';
@@ -59,33 +60,14 @@ async function devUp(): Promise<void> {
     await running.issuer?.stop();
     await Promise.all([running.cluster?.stop(), running.edge?.stop()]);
   };
-  let stopping = false;
-  const shutdown = (): void => {
-    if (stopping) {
-      // A second Ctrl-C, or a stop that hangs: the servers die with this process (setpriv --pdeathsig).
-      log('stopping at once');
-      process.exit(1);
-    }
-    stopping = true;
-    log('stopping');
-    stopAll().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        console.error(err);
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGINT', shutdown);
-  process.on('SIGTERM', shutdown);
+  const signals = stopOnSignal(stopAll, log);
 
   try {
     await start(running, log);
   } catch (err) {
-    // Interrupted during start-up: shutdown() stops everything and exits.
-    if (stopping) return;
-    // Otherwise nothing half-started may keep running, nor keep this process alive after the error is printed.
-    stopping = true;
+    // Interrupted during start-up: the signal's stop stops everything and exits. Otherwise nothing half-started
+    // may keep running, nor keep this process alive after the error is printed.
+    if (!signals.claim()) return;
     log('start-up failed; stopping what was started');
     await stopAll().catch((stopErr: unknown) => console.error(stopErr));
     throw err;
