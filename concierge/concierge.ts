@@ -132,6 +132,7 @@ async function start(
     election = startLeaderElection({
       leases: newLeaseClient(clients, namespace, LEADER_LEASE),
       identity: opts.identity,
+      clock,
       log: log.child({ component: 'leader-election' }),
     });
     const elected = election;

@@ -3,6 +3,7 @@
 // leader that cannot renew steps down before its Lease could expire, so two replicas never both believe they
 // lead; a leader that stops cleanly releases the Lease so the next one takes over at its next poll.
 import type { LeaseClient, LeaseRecord } from '../../lib/kube.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import type { Logger } from '../../lib/log.ts';
 
 /** How long a Lease holds without renewal. With RETRY_MS, a crashed leader is replaced within ~17 s. */
@@ -29,17 +30,18 @@ export interface LeaderElectionOptions {
   /** This replica's name in the Lease (the pod name in a cluster). */
   identity: string;
   log: Logger;
-  /** Clock, for tests. Default: Date.now. */
-  now?: () => number;
+  /** Time and timers. Default: the system's. */
+  clock?: Clock;
 }
 
 export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection {
-  const now = opts.now ?? Date.now;
+  const clock = opts.clock ?? systemClock;
+  const now = (): number => clock.now();
   const handlers: ((leading: boolean) => void)[] = [];
   let leading = false;
   let lastRenew = 0;
   let stopped = false;
-  let timer: NodeJS.Timeout | undefined;
+  let timer: unknown;
   let round: Promise<void> = Promise.resolve();
 
   const setLeading = (next: boolean): void => {
@@ -76,7 +78,7 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
         if (leading && now() - lastRenew > STEP_DOWN_AFTER_MS) setLeading(false);
       })
       .finally(() => {
-        if (!stopped) timer = setTimeout(loop, leading ? RENEW_MS : RETRY_MS);
+        if (!stopped) timer = clock.setTimeout(loop, leading ? RENEW_MS : RETRY_MS);
       });
   };
   loop();
@@ -88,7 +90,7 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
     },
     async stop() {
       stopped = true;
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       const release = (async () => {
         await round;
         if (!leading) return;
@@ -102,15 +104,15 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
         }
       })();
       // Releasing is a courtesy that saves the others the Lease's duration; a stop never waits on a dead API server.
-      let timeout: NodeJS.Timeout | undefined;
+      let timeout: unknown;
       const gaveUp = new Promise<void>((done) => {
-        timeout = setTimeout(() => {
+        timeout = clock.setTimeout(() => {
           opts.log.warn('leader election: the lease was not released in time; it expires on its own');
           done();
         }, RELEASE_TIMEOUT_MS);
       });
       await Promise.race([release, gaveUp]);
-      clearTimeout(timeout);
+      clock.clearTimeout(timeout);
       setLeading(false);
     },
   };
