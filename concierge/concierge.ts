@@ -88,7 +88,7 @@ export function newConcierge(opts: ConciergeOptions): Concierge {
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> =>
     (stopping ??= (async () => {
-      for (const step of stops.reverse()) {
+      for (const step of stops.splice(0).reverse()) {
         try {
           await step();
         } catch (err) {
@@ -100,7 +100,11 @@ export function newConcierge(opts: ConciergeOptions): Concierge {
     async start() {
       try {
         return await start(opts, (step) => {
-          if (stopping) throw new Error('the concierge was stopped while it started');
+          // Stopped while starting: what was just started stops after the rest, and the start goes no further.
+          if (stopping) {
+            void stopping.then(() => step());
+            throw new Error('the concierge was stopped while it started');
+          }
           stops.push(step);
         });
       } catch (err) {
@@ -219,8 +223,8 @@ async function start(
     onStop(() => proxyControllers.stop());
   }
   // The authenticators' cache is filled before the proxy takes a request.
-  await manager.start();
   onStop(() => manager.stop());
+  await manager.start();
   const port = await server.listen(opts.proxy.port, opts.proxy.host);
   onStop(() => server.close());
   log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
@@ -236,6 +240,7 @@ async function start(
     const publisher = await startClusterStatus({
       clusters: informer,
       leases,
+      deleteLease: (name) => newLeaseClient(clients, namespace, name).delete(),
       lease: newLeaseClient(clients, namespace, replicaLeaseName(opts.identity), { [labelKey]: labelValue }),
       status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
       identity: opts.identity,

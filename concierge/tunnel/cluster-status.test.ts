@@ -69,16 +69,37 @@ function fakeStatus(clusters: MemoryInformer<Cluster>): StatusApplier<ClusterSta
   };
 }
 
-function recordingLease(): LeaseClient & { records: LeaseRecord[]; deleted: boolean } {
+/** This replica's Lease, written into `leases` as the API server's watch would show it, with a new version each time. */
+function recordingLease(
+  leases: MemoryInformer<LeaseObject>,
+  identity: string,
+  /** Whether this replica's own watch shows its renewals (false: a stalled watch). */
+  visible = true,
+): LeaseClient & { records: LeaseRecord[]; deleted: boolean } {
   const records: LeaseRecord[] = [];
+  const write = (l: LeaseRecord): Promise<boolean> => {
+    records.push(l);
+    if (visible) leases.put(lease(identity, String(records.length)));
+    return Promise.resolve(true);
+  };
   const client = {
     records,
     deleted: false,
-    get: () => Promise.resolve(records.at(-1)),
-    create: (l: LeaseRecord) => (records.push(l), Promise.resolve(true)),
+    get: () =>
+      Promise.resolve(records.at(-1) && { ...records.at(-1)!, resourceVersion: String(records.length) }),
+    create: write,
+    // As the API server: a Lease update must name the version it replaces.
     replace: (l: LeaseRecord) =>
-      records.length ? (records.push(l), Promise.resolve(true)) : Promise.resolve(false),
-    delete: () => ((client.deleted = true), Promise.resolve()),
+      !records.length
+        ? Promise.resolve(false)
+        : l.resourceVersion
+          ? write(l)
+          : Promise.reject(new Error('metadata.resourceVersion: must be specified for an update')),
+    delete: () => (
+      (client.deleted = true),
+      leases.remove(replicaLeaseName(identity), 'ns'),
+      Promise.resolve()
+    ),
   };
   return client;
 }
@@ -135,19 +156,22 @@ describe('the cluster status publisher', () => {
     status: StatusApplier<ClusterStatus>,
     tunnels: Map<string, HeldTunnel>,
     clock = fakeClock(),
+    ownWatch = true,
   ) {
-    const lease = recordingLease();
+    const lease = recordingLease(leases, identity, ownWatch);
+    const deletedLeases: string[] = [];
     const publisher = await startClusterStatus({
       clusters,
       leases,
       lease,
+      deleteLease: (name) => (deletedLeases.push(name), Promise.resolve()),
       status,
       identity,
       held: (name) => tunnels.get(name),
       clock,
       log: silentLogger(),
     });
-    return { publisher, lease, clock };
+    return { publisher, lease, clock, deletedLeases };
   }
 
   it("publishes its own entry, keeps the other replicas' entries, and removes its own when the tunnel goes", async () => {
@@ -216,6 +240,62 @@ describe('the cluster status publisher', () => {
     expect(status.removed).toEqual(['edge/crashed']);
     expect(clusters.get('edge')!.status).toMatchObject({ connected: false, agentVersion: 'v1', tunnels: [] });
     expect(clusters.get('other')!.status).toMatchObject({ connected: true, tunnels: [{ replica: 'alive' }] });
+    await a.publisher.stop();
+  });
+
+  it('renews its own Lease, naming the version it replaces', async () => {
+    const clusters = new MemoryInformer<Cluster>();
+    const leases = new MemoryInformer<LeaseObject>();
+    const a = await replica('a', clusters, leases, fakeStatus(clusters), new Map());
+    for (let i = 0; i < 5; i++) {
+      a.clock.advance(2000);
+      await settle();
+    }
+    expect(a.lease.records.length).toBeGreaterThanOrEqual(5);
+    expect(leases.get(replicaLeaseName('a'), 'ns')?.metadata?.resourceVersion).toBe(
+      String(a.lease.records.length),
+    );
+    await a.publisher.stop();
+    expect(a.lease.deleted).toBe(true);
+  });
+
+  it('judges no other replica lapsed while its own watch does not show its renewals', async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'b', connectedSince: T0 }],
+      }),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([lease('b', '1')]);
+    const status = fakeStatus(clusters);
+    const a = await replica('a', clusters, leases, status, new Map(), fakeClock(), false);
+    for (let i = 0; i < 20; i++) {
+      a.clock.advance(1000);
+      await settle();
+    }
+    expect(status.removed).toEqual([]);
+    expect(a.deletedLeases).toEqual([]);
+    await a.publisher.stop();
+  });
+
+  it('deletes the Lease of a replica gone for good, once its entries are gone', async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'gone', connectedSince: T0 }],
+      }),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([lease('gone', '1')]);
+    const status = fakeStatus(clusters);
+    const a = await replica('a', clusters, leases, status, new Map());
+    for (let i = 0; i < 2 * REPLICA_LEASE_SECONDS + 2; i++) {
+      a.clock.advance(1000);
+      await settle();
+    }
+    expect(status.removed).toEqual(['edge/gone']);
+    expect(a.deletedLeases).toContain(replicaLeaseName('gone'));
     await a.publisher.stop();
   });
 

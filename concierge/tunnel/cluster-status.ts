@@ -11,7 +11,13 @@ import { createHash } from 'node:crypto';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/informer.ts';
-import { FIELD_MANAGER, type LeaseClient, type LeaseObject, type StatusApplier } from '../../lib/kube.ts';
+import {
+  FIELD_MANAGER,
+  type LeaseClient,
+  type LeaseObject,
+  type LeaseRecord,
+  type StatusApplier,
+} from '../../lib/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import { WorkQueue } from '../../controllers/lib/queue.ts';
 
@@ -91,6 +97,8 @@ export interface ClusterStatusOptions {
   leases: Informer<LeaseObject>;
   /** This replica's own Lease. */
   lease: LeaseClient;
+  /** Deletes the Lease `name` (a replica's that lapsed long ago). */
+  deleteLease(name: string): Promise<void>;
   status: StatusApplier<ClusterStatus>;
   identity: string;
   /** The tunnel this replica holds to a cluster's agent, if any. */
@@ -120,17 +128,28 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
 
   const leaseOf = (replica: string): LeaseObject | undefined =>
     opts.leases.list().find((l) => l.spec?.holderIdentity === replica);
-  const alive = (replica: string): boolean => {
-    if (replica === identity) return !stopped;
-    const lease = leaseOf(replica);
-    const version = lease ? (lease.metadata?.resourceVersion ?? '') : '';
+  /** How long ago this process last saw `replica`'s Lease change (0: just now, or for the first time). */
+  const unchangedFor = (replica: string): number => {
+    const version = leaseOf(replica)?.metadata?.resourceVersion ?? '';
     const last = seen.get(replica);
     if (!last || last.version !== version) {
       seen.set(replica, { version, at: clock.now() });
-      return true;
+      return 0;
     }
-    const seconds = lease?.spec?.leaseDurationSeconds ?? REPLICA_LEASE_SECONDS;
-    return clock.now() - last.at < seconds * 1000;
+    return clock.now() - last.at;
+  };
+  const durationOf = (replica: string): number =>
+    (leaseOf(replica)?.spec?.leaseDurationSeconds ?? REPLICA_LEASE_SECONDS) * 1000;
+  /**
+   * Whether this process's view of the Leases is current: it has seen its own renewals. A watch that stalls or
+   * restarts would otherwise make every other replica look dead; then nothing is judged lapsed.
+   */
+  const viewFresh = (): boolean => unchangedFor(identity) < REPLICA_LEASE_SECONDS * 1000;
+  // From now on: a process whose watch never shows its own Lease never judges another replica lapsed.
+  unchangedFor(identity);
+  const alive = (replica: string): boolean => {
+    if (replica === identity) return !stopped;
+    return unchangedFor(replica) < durationOf(replica) || !viewFresh();
   };
 
   const sync = async (name: string): Promise<void> => {
@@ -174,7 +193,11 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
 
   const index = (cluster: Cluster): void => {
     const name = cluster.metadata.name ?? '';
-    for (const replica of replicasIn.get(name) ?? []) entriesOf.get(replica)?.delete(name);
+    for (const replica of replicasIn.get(name) ?? []) {
+      const set = entriesOf.get(replica);
+      set?.delete(name);
+      if (set?.size === 0) entriesOf.delete(replica);
+    }
     const now = opts.clusters.get(name)?.status?.tunnels?.map((t) => t.replica) ?? [];
     replicasIn.set(name, now);
     if (now.length === 0) replicasIn.delete(name);
@@ -191,27 +214,32 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
   await Promise.all([opts.clusters.synced(), opts.leases.synced()]);
   for (const cluster of opts.clusters.list()) index(cluster);
 
-  // This replica's Lease: created now, renewed while the process lives.
+  // This replica's Lease: created now, renewed while the process lives. An update must name the version it
+  // replaces (the API server refuses an unconditional one for Leases): the cache's, else the API server's.
   const renew = async (): Promise<void> => {
-    const record = {
+    const record = (resourceVersion: string | undefined): LeaseRecord => ({
       holder: identity,
       renewTime: clock.now(),
       leaseSeconds: REPLICA_LEASE_SECONDS,
       transitions: 0,
-    };
-    try {
-      if (!(await opts.lease.replace(record))) throw new Error('conflict');
-    } catch {
-      await opts.lease.create(record);
-    }
+      ...(resourceVersion ? { resourceVersion } : {}),
+    });
+    const cached = leaseOf(identity)?.metadata?.resourceVersion;
+    if (cached && (await opts.lease.replace(record(cached)))) return;
+    const current = await opts.lease.get();
+    const written = current
+      ? await opts.lease.replace(record(current.resourceVersion))
+      : await opts.lease.create(record(undefined));
+    if (!written) throw new Error('the replica Lease changed while it was renewed');
   };
-  await renew().catch((err: unknown) =>
+  let renewing: Promise<void> = renew().catch((err: unknown) =>
     log.warn({ err: (err as Error).message }, 'creating the replica Lease failed; retrying'),
   );
+  await renewing;
   let renewTimer: unknown;
   const renewLoop = (): void => {
     renewTimer = clock.setTimeout(() => {
-      void renew()
+      renewing = renew()
         .catch((err: unknown) =>
           log.warn({ err: (err as Error).message }, 'renewing the replica Lease failed'),
         )
@@ -226,13 +254,28 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
   let checkTimer: unknown;
   const check = (): void => {
     for (const [replica, clusters] of entriesOf) {
-      if (replica === identity || clusters.size === 0) continue;
+      if (replica === identity) continue;
       if (alive(replica)) lapsed.delete(replica);
       else if (!lapsed.has(replica)) {
         lapsed.add(replica);
         for (const name of clusters) queue.add(name);
       }
     }
+    // A Lease lapsed twice its duration, with no entries left, goes; so does what this process knew of it.
+    for (const lease of opts.leases.list()) {
+      const replica = lease.spec?.holderIdentity ?? '';
+      if (!replica || replica === identity || entriesOf.has(replica) || !viewFresh()) continue;
+      if (unchangedFor(replica) < 2 * durationOf(replica)) continue;
+      log.info({ replica }, 'deleting the Lease of a replica gone for good');
+      opts
+        .deleteLease(lease.metadata?.name ?? '')
+        .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'deleting a lapsed Lease failed'));
+    }
+    for (const replica of seen.keys())
+      if (replica !== identity && !entriesOf.has(replica) && !leaseOf(replica)) {
+        seen.delete(replica);
+        lapsed.delete(replica);
+      }
     if (!stopped) checkTimer = clock.setTimeout(check, CHECK_MS);
   };
   check();
@@ -247,19 +290,23 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
       stopped = true;
       clock.clearTimeout(renewTimer);
       clock.clearTimeout(checkTimer);
-      for (const name of entriesOf.get(identity) ?? []) queue.add(name);
+      // One deadline for all of it: a stop never waits on an API server that does not answer.
+      const release = (async () => {
+        for (const name of entriesOf.get(identity) ?? []) queue.add(name);
+        await queue.idle();
+        await queue.stop();
+        await renewing;
+        await opts.lease.delete();
+      })().catch((err: unknown) =>
+        log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
+      );
       let timer: unknown;
       await Promise.race([
-        queue.idle(),
+        release,
         new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
       ]);
       clock.clearTimeout(timer);
-      await queue.stop();
-      await opts.lease
-        .delete()
-        .catch((err: unknown) =>
-          log.warn({ err: (err as Error).message }, 'deleting the replica Lease failed'),
-        );
+      void queue.stop();
     },
   };
 }

@@ -84,7 +84,9 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
   loop();
 
   return {
-    isLeader: () => leading,
+    // Not only the flag: a renewal that hangs (no answer, no error) must not let this replica go on writing after
+    // another may have taken the Lease.
+    isLeader: () => leading && now() - lastRenew <= STEP_DOWN_AFTER_MS,
     onChange(handler) {
       handlers.push(handler);
     },

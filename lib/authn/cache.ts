@@ -126,10 +126,11 @@ export class AuthenticatorCache {
     if (!entry) return fail(`no ready ${kind} named ${name}`);
     const tooLarge = oversized(token);
     if (tooLarge) return tooLarge;
-    // An answer this authenticator gave for the token holds here too; one another gave does not.
-    const key = hash('sha256', token, 'base64url');
+    // Kept apart from the answers for any authenticator: this one's answer must not become the answer a bearer
+    // token gets when several authenticators take it.
+    const key = `${AuthenticatorCache.key(kind, name)}:${hash('sha256', token, 'base64url')}`;
     const reused = this.reused.get(key);
-    if (reused?.ok && reused.authenticator === AuthenticatorCache.key(kind, name)) return reused;
+    if (reused) return reused;
     const generation = this.generation;
     const result = await this.first([entry], token, signal);
     this.remember(key, result, generation);
