@@ -102,7 +102,13 @@ export function newConcierge(opts: ConciergeOptions): Concierge {
         return await start(opts, (step) => {
           // Stopped while starting: what was just started stops after the rest, and the start goes no further.
           if (stopping) {
-            void stopping.then(() => step());
+            void stopping.then(async () => {
+              try {
+                await step();
+              } catch (err) {
+                opts.log.warn({ err: (err as Error).message }, 'stopping a part of the concierge failed');
+              }
+            });
             throw new Error('the concierge was stopped while it started');
           }
           stops.push(step);
