@@ -228,21 +228,31 @@ async function stopProcesses(children: ChildProcess[]): Promise<void> {
 }
 
 /** Runs the real kubectl with a kubeconfig (and extra environment). Never throws on exit codes. */
+/** How long one kubectl or sealion command may run before it is killed: a hung command must not hang a test. */
+export const COMMAND_TIMEOUT_MS = 120_000;
+
 export function runKubectl(
   kubectl: string,
   kubeconfig: string,
   args: string[],
-  opts: { input?: string; env?: NodeJS.ProcessEnv } = {},
+  opts: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
 ): Promise<KubectlResult> {
   const input = opts.input;
+  const timeout = opts.timeoutMs ?? COMMAND_TIMEOUT_MS;
   return new Promise((done) => {
     const child = execFile(
       kubectl,
       [`--kubeconfig=${kubeconfig}`, ...args],
-      { maxBuffer: 64 * 1024 * 1024, ...(opts.env ? { env: { ...process.env, ...opts.env } } : {}) },
+      {
+        maxBuffer: 64 * 1024 * 1024,
+        timeout,
+        killSignal: 'SIGKILL',
+        ...(opts.env ? { env: { ...process.env, ...opts.env } } : {}),
+      },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-        done({ code, stdout, stderr });
+        const killed = err?.killed ? `\nkubectl ${args.join(' ')}: killed after ${timeout} ms` : '';
+        done({ code, stdout, stderr: stderr + killed });
       },
     );
     if (input !== undefined) child.stdin?.end(input);

@@ -183,9 +183,14 @@ export function runSealion(
     execFile(
       process.execPath,
       [join(REPO_ROOT, 'cli/main.ts'), ...args],
-      { env: { ...process.env, ...env } },
+      // A hung command must not hang a test (see COMMAND_TIMEOUT_MS in cluster.ts).
+      { env: { ...process.env, ...env }, timeout: 120_000, killSignal: 'SIGKILL' },
       (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        done({
+          code: err ? ((err as { code?: number }).code ?? 1) : 0,
+          stdout,
+          stderr: err?.killed ? `${stderr}\nsealion ${args.join(' ')}: killed after 120 s` : stderr,
+        }),
     );
   });
 }
