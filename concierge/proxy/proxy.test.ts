@@ -98,6 +98,12 @@ let upstreamMode: 'ok' | 'hang' | 'hold' = 'ok';
 let upload: { bytes: number; ended: boolean } | undefined;
 /** Upstream requests that closed before their answer was complete. */
 let upstreamCancelled = 0;
+/**
+ * How long a short request may make no progress here. Short enough for the 504 test, long enough that a paused
+ * reader (the flow-control test) is not cut on a loaded machine between the stall being seen and the resume.
+ */
+const SHORT_REQUEST_TIMEOUT_MS = 1_500;
+
 /** Bytes of /large the API server has handed to its connection so far. */
 let largeSent = 0;
 const LARGE_CHUNK = 4 << 10;
@@ -219,7 +225,7 @@ beforeAll(async () => {
   const forwarder = newForwarder({
     url: new URL(`https://127.0.0.1:${(upstream.address() as AddressInfo).port}`),
     credentials: { caPem: upstreamCA.certPem, token: () => 'forwarding-identity-token' },
-    shortRequestTimeoutMs: 300,
+    shortRequestTimeoutMs: SHORT_REQUEST_TIMEOUT_MS,
   });
   handler = newProxyHandler({
     groups: apiGroups(),
@@ -510,7 +516,7 @@ describe('HTTP/2 clients, as kubectl connects', () => {
     const received: Buffer[] = [];
     stream.on('data', (c: Buffer) => received.push(c));
     stream.resume();
-    await new Promise((done) => stream.once('end', done));
+    await new Promise((done, fail) => stream.once('end', done).once('error', fail));
     const body = Buffer.concat(received);
     expect(body.length).toBe(LARGE_BYTES);
     for (let i = 0; i < LARGE_BYTES / LARGE_CHUNK; i++) {
@@ -591,7 +597,7 @@ describe('failures and observability', () => {
     const pending = call('/api/v1/namespaces?watch=true', { authorization: 'Bearer alice-token' });
     const outcome = await Promise.race([
       pending.then(() => 'answered'),
-      new Promise((r) => setTimeout(() => r('still open'), 800)),
+      new Promise((r) => setTimeout(() => r('still open'), 2 * SHORT_REQUEST_TIMEOUT_MS)),
     ]);
     expect(outcome).toBe('still open');
     dropUpstreamConnections();
