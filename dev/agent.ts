@@ -4,12 +4,24 @@
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import type { LocalUpstream } from '../agent/local-proxy.ts';
+import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { spkiPin } from '../lib/pki.ts';
 import { REPO_ROOT } from './build.ts';
 import type { Cluster } from './cluster.ts';
 import { waitForOutput } from './processes.ts';
 
 export const AGENT_USER = 'sealion-agent';
+
+/** Where an in-process agent sends requests, and as whom: the cluster and client certificate of its kubeconfig. */
+export function agentUpstream(kubeconfigPath: string): LocalUpstream {
+  const access = clusterAccess(loadKubeConfig({ path: kubeconfigPath }));
+  return {
+    url: access.server,
+    ...(access.caPem ? { caPem: access.caPem } : {}),
+    ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
+  };
+}
 
 /** Creates the agent's namespace and RBAC; returns the agent's kubeconfig path. */
 export async function prepareAgentCluster(cluster: Cluster, namespace: string): Promise<string> {

@@ -13,9 +13,8 @@ import { startLocalLoadBalancer, type LocalLoadBalancer } from './local-lb.ts';
 import { startOIDCIssuer, type TestIssuer } from './oidc-issuer.ts';
 import { startAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
-import { prepareAgentCluster } from './agent.ts';
+import { agentUpstream, prepareAgentCluster } from './agent.ts';
 import { stopOnSignal } from './processes.ts';
-import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { addCluster } from '../cli/cluster.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
@@ -164,7 +163,6 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
     hub,
     description: 'the local agent-backed demo cluster',
   });
-  const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
   running.agent = startAgent({
     cluster: EDGE,
     hub: new URL(hub),
@@ -175,11 +173,7 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
       AGENT_NAMESPACE,
       `${AGENT_NAME}-credentials`,
     ),
-    upstream: {
-      url: access.server,
-      ...(access.caPem ? { caPem: access.caPem } : {}),
-      ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
-    },
+    upstream: agentUpstream(agentKubeconfig),
     version: 'dev',
     log: silentLogger(),
   });

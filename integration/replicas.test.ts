@@ -12,10 +12,10 @@ import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
 import { addCluster } from '../cli/cluster.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { clusterAccess, loadKubeConfig, newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { newKubeClients, type KubeClients } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { issueCert, newCA } from '../lib/pki.ts';
-import { prepareAgentCluster } from '../dev/agent.ts';
+import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { prepareConcierge, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
@@ -61,18 +61,13 @@ function agentFor(
   token: string,
   store: string,
 ): Agent {
-  const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
   const agent = startAgent({
     cluster,
     hub: new URL(`https://127.0.0.1:${port}`),
     trust,
     bootstrapToken: () => token,
     store: newSecretCredentialStore(managedClients, AGENT_NS, store),
-    upstream: {
-      url: access.server,
-      ...(access.caPem ? { caPem: access.caPem } : {}),
-      ...(access.certPem ? { certPem: access.certPem, keyPem: access.keyPem } : {}),
-    },
+    upstream: agentUpstream(agentKubeconfig),
     version: 'replicas-test',
     log: silentLogger(),
   });

@@ -13,18 +13,12 @@ import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
 import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
-import {
-  clusterAccess,
-  loadKubeConfig,
-  newKubeClients,
-  readSecretData,
-  type KubeClients,
-} from '../lib/kube.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
 import { newLogger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki.ts';
 import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
-import { prepareAgentCluster } from '../dev/agent.ts';
+import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
@@ -622,7 +616,8 @@ beforeAll(async () => {
     }),
   );
   const bootstrap = keep((await createBootstrapToken(hubClients, NS, EDGE)).token);
-  const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
+  const upstream = agentUpstream(agentKubeconfig);
+  keep(upstream.keyPem!);
   agent = startAgent({
     cluster: EDGE,
     hub: new URL(`https://127.0.0.1:${tunnelPort}`),
@@ -636,12 +631,7 @@ beforeAll(async () => {
         return Promise.resolve();
       },
     },
-    upstream: {
-      url: access.server,
-      caPem: access.caPem!,
-      certPem: access.certPem!,
-      keyPem: keep(access.keyPem!),
-    },
+    upstream,
     version: 'security-test',
     log: log.child({ component: 'agent' }),
   });

@@ -14,13 +14,7 @@ import { X509Certificate } from 'node:crypto';
 import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { silentLogger } from '../lib/log.ts';
-import {
-  clusterAccess,
-  loadKubeConfig,
-  newKubeClients,
-  readSecretData,
-  type KubeClients,
-} from '../lib/kube.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
 import { issueCert, loadCA, newCA, newCSR } from '../lib/pki.ts';
 import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
@@ -31,7 +25,7 @@ import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { eventually } from '../dev/eventually.ts';
-import { prepareAgentCluster } from '../dev/agent.ts';
+import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
 
@@ -531,7 +525,6 @@ describe('a cluster reached through its agent', () => {
     const { token } = await createBootstrapToken(hubClients, NS, 'edge-2');
     const saved: AgentCredentials[] = [];
     let clock = Date.now();
-    const access = clusterAccess(loadKubeConfig({ path: agentKubeconfig }));
     const start = (): Agent =>
       startAgent({
         cluster: 'edge-2',
@@ -542,12 +535,7 @@ describe('a cluster reached through its agent', () => {
           load: () => Promise.resolve(saved.at(-1)),
           save: (c) => Promise.resolve(void saved.push(c)),
         },
-        upstream: {
-          url: access.server,
-          caPem: access.caPem!,
-          certPem: access.certPem!,
-          keyPem: access.keyPem!,
-        },
+        upstream: agentUpstream(agentKubeconfig),
         version: 'test',
         log: silentLogger(),
         now: () => clock,
