@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
-import { fakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
 import { MemoryInformer } from '../../lib/informer.ts';
 import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
@@ -102,6 +102,14 @@ function recordingLease(
     ),
   };
   return client;
+}
+
+/** Moves the fake clock on `times` steps of `ms`, letting what each step wakes run. */
+async function tick(clock: FakeClock, ms: number, times: number): Promise<void> {
+  for (let i = 0; i < times; i++) {
+    clock.advance(ms);
+    await settle();
+  }
 }
 
 /** Lets queued syncs run. */
@@ -247,10 +255,7 @@ describe('the cluster status publisher', () => {
     const clusters = new MemoryInformer<Cluster>();
     const leases = new MemoryInformer<LeaseObject>();
     const a = await replica('a', clusters, leases, fakeStatus(clusters), new Map());
-    for (let i = 0; i < 5; i++) {
-      a.clock.advance(2000);
-      await settle();
-    }
+    await tick(a.clock, 2000, 5);
     expect(a.lease.records.length).toBeGreaterThanOrEqual(5);
     expect(leases.get(replicaLeaseName('a'), 'ns')?.metadata?.resourceVersion).toBe(
       String(a.lease.records.length),
@@ -270,10 +275,7 @@ describe('the cluster status publisher', () => {
     const leases = new MemoryInformer<LeaseObject>([lease('b', '1')]);
     const status = fakeStatus(clusters);
     const a = await replica('a', clusters, leases, status, new Map(), fakeClock(), false);
-    for (let i = 0; i < 20; i++) {
-      a.clock.advance(1000);
-      await settle();
-    }
+    await tick(a.clock, 1000, 20);
     expect(status.removed).toEqual([]);
     expect(a.deletedLeases).toEqual([]);
     await a.publisher.stop();
@@ -290,10 +292,7 @@ describe('the cluster status publisher', () => {
     const leases = new MemoryInformer<LeaseObject>([lease('gone', '1')]);
     const status = fakeStatus(clusters);
     const a = await replica('a', clusters, leases, status, new Map());
-    for (let i = 0; i < 2 * REPLICA_LEASE_SECONDS + 2; i++) {
-      a.clock.advance(1000);
-      await settle();
-    }
+    await tick(a.clock, 1000, 2 * REPLICA_LEASE_SECONDS + 2);
     expect(status.removed).toEqual(['edge/gone']);
     expect(a.deletedLeases).toContain(replicaLeaseName('gone'));
     await a.publisher.stop();
