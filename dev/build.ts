@@ -24,6 +24,15 @@ export interface Binaries {
 export interface PinnedVersions {
   kubernetes: string;
   etcd: string;
+  cniPlugins: string;
+}
+
+/** What a node adds: the kubelet, kube-proxy and the CNI plugins pods' networks are made with. */
+export interface NodeBinaries {
+  kubelet: string;
+  kubeProxy: string;
+  /** Folder holding the CNI plugins (bridge, host-local, loopback, portmap). */
+  cniBinDir: string;
 }
 
 function requiredVersion(goMod: string, module: string): string {
@@ -40,6 +49,7 @@ export function pinnedVersions(): PinnedVersions {
   return {
     kubernetes: requiredVersion('kubernetes/go.mod', 'k8s.io/kubernetes'),
     etcd: requiredVersion('etcd/go.mod', 'go.etcd.io/etcd/server/v3'),
+    cniPlugins: requiredVersion('cni/go.mod', 'github.com/containernetworking/plugins'),
   };
 }
 
@@ -65,6 +75,33 @@ function kubernetesSpec(version: string): BuildSpec {
     // Without these the binaries call themselves v0.0.0-master, which kubectl and version skew checks dislike.
     ldflags: `-X ${v}.gitVersion=${version} -X ${v}.gitMajor=1 -X ${v}.gitMinor=${minor} -X ${v}.gitTreeState=clean`,
     label: `kubernetes ${version}`,
+  };
+}
+
+/** The node's commands: apart from the control plane's, so that only what runs pods builds them. */
+function nodeSpec(version: string): BuildSpec {
+  const control = kubernetesSpec(version);
+  return {
+    ...control,
+    outDir: join(CACHE_DIR, `kube-node-${version}`),
+    packages: { kubelet: 'k8s.io/kubernetes/cmd/kubelet', 'kube-proxy': 'k8s.io/kubernetes/cmd/kube-proxy' },
+    label: `kubelet and kube-proxy ${version}`,
+  };
+}
+
+function cniSpec(version: string): BuildSpec {
+  const plugins = 'github.com/containernetworking/plugins/plugins';
+  return {
+    module: join(KUBE_MODULES, 'cni'),
+    outDir: join(CACHE_DIR, `cni-plugins-${version}`),
+    packages: {
+      bridge: `${plugins}/main/bridge`,
+      'host-local': `${plugins}/ipam/host-local`,
+      loopback: `${plugins}/main/loopback`,
+      portmap: `${plugins}/meta/portmap`,
+    },
+    ldflags: '',
+    label: `CNI plugins ${version}`,
   };
 }
 
@@ -162,6 +199,17 @@ export async function ensureBinaries(log: (line: string) => void = () => {}): Pr
     kubectl: join(kube.outDir, 'kubectl'),
     etcd: join(etcd.outDir, 'etcd'),
   };
+}
+
+/** Returns the paths of a node's binaries, building whatever is missing. */
+export async function ensureNodeBinaries(log: (line: string) => void = () => {}): Promise<NodeBinaries> {
+  const versions = pinnedVersions();
+  const node = nodeSpec(versions.kubernetes);
+  const cni = cniSpec(versions.cniPlugins);
+  mkdirSync(CACHE_DIR, { recursive: true });
+  await build(cni, log);
+  await build(node, log);
+  return { kubelet: join(node.outDir, 'kubelet'), kubeProxy: join(node.outDir, 'kube-proxy'), cniBinDir: cni.outDir };
 }
 
 /** Returns the path of the benchmarks' load generator, building it if it is missing. */
