@@ -110,7 +110,9 @@ function run(command: string, args: string[], cwd?: string): string {
     return execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (err) {
     const stderr = (err as { stderr?: string }).stderr ?? '';
-    throw new Error(`${command} ${args.join(' ')} failed: ${stderr.trim() || (err as Error).message}`);
+    throw new Error(`${command} ${args.join(' ')} failed: ${stderr.trim() || (err as Error).message}`, {
+      cause: err,
+    });
   }
 }
 
@@ -129,6 +131,7 @@ function debianLayer(log: (line: string) => void): { layer: Layer; packages: str
       } catch (err) {
         throw new Error(
           `${(err as Error).message}\n(if apt knows no package lists yet, run apt-get update first)`,
+          { cause: err },
         );
       }
       deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
