@@ -27,10 +27,11 @@ export interface PinnedVersions {
   cniPlugins: string;
 }
 
-/** What a node adds: the kubelet, kube-proxy and the CNI plugins pods' networks are made with. */
+/** What a node adds: the kubelet, kube-proxy, the scheduler, and the CNI plugins pods' networks are made with. */
 export interface NodeBinaries {
   kubelet: string;
   kubeProxy: string;
+  kubeScheduler: string;
   /** Folder holding the CNI plugins (bridge, host-local, loopback, portmap). */
   cniBinDir: string;
 }
@@ -84,8 +85,12 @@ function nodeSpec(version: string): BuildSpec {
   return {
     ...control,
     outDir: join(CACHE_DIR, `kube-node-${version}`),
-    packages: { kubelet: 'k8s.io/kubernetes/cmd/kubelet', 'kube-proxy': 'k8s.io/kubernetes/cmd/kube-proxy' },
-    label: `kubelet and kube-proxy ${version}`,
+    packages: {
+      kubelet: 'k8s.io/kubernetes/cmd/kubelet',
+      'kube-proxy': 'k8s.io/kubernetes/cmd/kube-proxy',
+      'kube-scheduler': 'k8s.io/kubernetes/cmd/kube-scheduler',
+    },
+    label: `kubelet, kube-proxy and kube-scheduler ${version}`,
   };
 }
 
@@ -209,7 +214,12 @@ export async function ensureNodeBinaries(log: (line: string) => void = () => {})
   mkdirSync(CACHE_DIR, { recursive: true });
   await build(cni, log);
   await build(node, log);
-  return { kubelet: join(node.outDir, 'kubelet'), kubeProxy: join(node.outDir, 'kube-proxy'), cniBinDir: cni.outDir };
+  return {
+    kubelet: join(node.outDir, 'kubelet'),
+    kubeProxy: join(node.outDir, 'kube-proxy'),
+    kubeScheduler: join(node.outDir, 'kube-scheduler'),
+    cniBinDir: cni.outDir,
+  };
 }
 
 /** Returns the path of the benchmarks' load generator, building it if it is missing. */

@@ -15,7 +15,8 @@ import {
   privateKeyToPem,
   type CertificateAuthority,
 } from '../lib/pki.ts';
-import { ensureBinaries, type Binaries } from './build.ts';
+import { ensureBinaries, ensureNodeBinaries, type Binaries } from './build.ts';
+import { claimNodeNetwork, releaseNodeNetwork, startNode, type KubeNode, type NodeNetwork } from './node.ts';
 import { dieWithParent } from './processes.ts';
 
 export interface ClusterOptions {
@@ -29,6 +30,19 @@ export interface ClusterOptions {
   log?: (line: string) => void;
   /** How long to wait for /readyz. Default: 90 s (the first start after a build is the slowest). */
   readyTimeoutMs?: number;
+  /** Give the cluster a real node (kubelet, containerd, kube-proxy) that runs pods. Default: none. */
+  node?: ClusterNodeOptions;
+}
+
+export interface ClusterNodeOptions {
+  /** Node name. Default: `<cluster name>-node`. */
+  name?: string;
+  /** Labels the kubelet registers the node with. */
+  labels?: Record<string, string>;
+  /** The kubelet's providerID. */
+  providerID?: string;
+  /** OCI image archives to load into the node's container runtime. */
+  images?: string[];
 }
 
 export interface KubectlResult {
@@ -47,6 +61,8 @@ export interface Cluster {
   ca: CertificateAuthority;
   dir: string;
   binaries: Binaries;
+  /** The cluster's node, when it was started with one. */
+  node?: KubeNode;
   /** A kubeconfig for a user with a client certificate from the cluster CA (no rights until RBAC grants some). */
   userKubeconfig(user: string, groups?: string[]): Promise<string>;
   /** Runs the real kubectl against this cluster (admin unless `kubeconfig` is given). Never throws on exit codes. */
@@ -179,6 +195,36 @@ async function waitReady(
   }
 }
 
+/** Waits until the node's kubelet has registered it and reports it Ready (its network is up). */
+async function waitNodeReady(
+  kubectl: string,
+  kubeconfig: string,
+  node: KubeNode,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  for (;;) {
+    const result = await runKubectl(kubectl, kubeconfig, [
+      'get',
+      'node',
+      node.name,
+      '-o',
+      'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].message}',
+    ]);
+    last = (result.stdout || result.stderr).trim();
+    const failure = node.failure();
+    if (failure) throw new Error(`node ${node.name}: ${failure}`);
+    if (result.code === 0 && last.startsWith('True')) return;
+    if (Date.now() > deadline) {
+      throw new Error(
+        `node ${node.name} not Ready after ${timeoutMs} ms (${last}):\n${logTail(node.dir, 'kubelet')}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
 /** Credentials of a kubeconfig user: a client certificate, a bearer token, or both. */
 export interface KubeconfigUser {
   name: string;
@@ -286,9 +332,14 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
   writeFileSync(join(dir, 'owner.pid'), String(process.pid));
   const children: ChildProcess[] = [];
   live.set(dir, children);
+  let network: NodeNetwork | undefined;
+  let node: KubeNode | undefined;
   const stop = async (): Promise<void> => {
-    // Controller manager first, etcd last, so nobody logs errors about a vanished dependency.
+    // The node first (it would restart pods as the control plane goes), then the controller manager, and etcd
+    // last, so nobody logs errors about a vanished dependency.
+    await node?.stop();
     await stopProcesses([...children].reverse());
+    if (network) await releaseNodeNetwork(network);
     live.delete(dir);
     rmSync(dir, { recursive: true, force: true });
   };
@@ -299,6 +350,8 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
       writeFileSync(path, text, { mode: 0o600 });
       return path;
     };
+    // A node reaches the API server at the machine's end of its veth pair, which the API server advertises.
+    if (opts.node) network = await claimNodeNetwork();
     const ca = await newCA(`${name}-ca`);
     const frontProxyCA = await newCA(`${name}-front-proxy-ca`);
     const [port, etcdPort, etcdPeerPort] = [await freePort(), await freePort(), await freePort()];
@@ -312,6 +365,8 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
         'kubernetes',
         'kubernetes.default',
         'kubernetes.default.svc',
+        'kubernetes.default.svc.cluster.local',
+        ...(network ? [network.hostIp] : []),
       ],
       usage: 'server',
     });
@@ -353,16 +408,31 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
 
     const apiserver = startProcess(dir, 'kube-apiserver', binaries.kubeApiserver, [
       `--etcd-servers=${etcdUrl}`,
-      '--bind-address=127.0.0.1',
-      '--advertise-address=127.0.0.1',
       `--secure-port=${port}`,
+      ...(network
+        ? [
+            // The node and its pods come from the node's namespace. The API server still binds every address
+            // (it takes one only), and its client-certificate authentication guards the port.
+            '--bind-address=0.0.0.0',
+            `--advertise-address=${network.hostIp}`,
+            '--authorization-mode=Node,RBAC',
+            '--enable-admission-plugins=NodeRestriction',
+            // Node names resolve nowhere; node addresses do.
+            '--kubelet-preferred-address-types=InternalIP',
+            `--kubelet-client-certificate=${write('apiserver-kubelet-client.crt', admin.certPem)}`,
+            `--kubelet-client-key=${write('apiserver-kubelet-client.key', admin.keyPem)}`,
+          ]
+        : [
+            '--bind-address=127.0.0.1',
+            '--advertise-address=127.0.0.1',
+            '--authorization-mode=RBAC',
+            // The endpoints reconciler would publish 127.0.0.1, which endpoint validation rejects.
+            '--endpoint-reconciler-type=none',
+          ]),
       `--tls-cert-file=${write('apiserver.crt', serving.certPem)}`,
       `--tls-private-key-file=${write('apiserver.key', serving.keyPem)}`,
       `--client-ca-file=${caFile}`,
-      '--authorization-mode=RBAC',
       `--service-cluster-ip-range=${SERVICE_CIDR}`,
-      // The endpoints reconciler would publish 127.0.0.1, which endpoint validation rejects.
-      '--endpoint-reconciler-type=none',
       `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
       `--service-account-key-file=${saPub}`,
       `--service-account-signing-key-file=${saKey}`,
@@ -398,10 +468,37 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
           `--cluster-signing-cert-file=${caFile}`,
           `--cluster-signing-key-file=${join(dir, 'ca.key')}`,
           '--use-service-account-credentials=true',
-          // Nothing here runs nodes or a cloud; these controllers would only log about that.
-          '--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-route,-service,-persistentvolume-binder,-attachdetach',
+          // No cloud here, so its controllers would only log about that; the node lifecycle controller (which
+          // lifts a new node's not-ready taint) only where there is a node.
+          `--controllers=*,-nodeipam,${network ? '' : '-nodelifecycle,'}-cloud-node-lifecycle,-route,-service,-persistentvolume-binder,-attachdetach`,
         ]),
       );
+    }
+
+    if (opts.node && network) {
+      const nodeBinaries = await ensureNodeBinaries(log);
+      children.push(
+        startProcess(dir, 'kube-scheduler', nodeBinaries.kubeScheduler, [
+          `--kubeconfig=${kubeconfigPath}`,
+          `--authentication-kubeconfig=${kubeconfigPath}`,
+          `--authorization-kubeconfig=${kubeconfigPath}`,
+          '--bind-address=127.0.0.1',
+          `--secure-port=${await freePort()}`,
+          '--leader-elect=false',
+        ]),
+      );
+      node = await startNode({
+        name: opts.node.name ?? `${name}-node`,
+        network,
+        apiserverUrl: `https://${network.hostIp}:${port}`,
+        ca,
+        dir,
+        ...(opts.node.labels ? { labels: opts.node.labels } : {}),
+        ...(opts.node.providerID ? { providerID: opts.node.providerID } : {}),
+        ...(opts.node.images ? { images: opts.node.images } : {}),
+        log,
+      });
+      await waitNodeReady(binaries.kubectl, kubeconfigPath, node, opts.readyTimeoutMs ?? 90_000);
     }
 
     const cluster: Cluster = {
@@ -411,6 +508,7 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
       ca,
       dir,
       binaries,
+      ...(node ? { node } : {}),
       async userKubeconfig(user, groups = []) {
         const cert = await issueCert(ca, { commonName: user, organizations: groups, usage: 'client' });
         const file = `user-${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`;
