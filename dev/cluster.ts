@@ -203,7 +203,6 @@ async function waitNodeReady(
   timeoutMs: number,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  let last = '';
   for (;;) {
     const result = await runKubectl(kubectl, kubeconfig, [
       'get',
@@ -212,7 +211,7 @@ async function waitNodeReady(
       '-o',
       'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].message}',
     ]);
-    last = (result.stdout || result.stderr).trim();
+    const last = (result.stdout || result.stderr).trim();
     const failure = node.failure();
     if (failure) throw new Error(`node ${node.name}: ${failure}`);
     if (result.code === 0 && last.startsWith('True')) return;

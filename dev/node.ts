@@ -403,7 +403,7 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
     await killCgroupTree(cgroupRoot);
     if (containerd) await stopDaemon(containerd);
     // containerd's shims outlive it; they have nothing left to run.
-    for (const pid of await shimsOf(socket)) {
+    for (const pid of shimsOf(socket)) {
       try {
         process.kill(pid, 'SIGKILL');
       } catch {
@@ -576,7 +576,7 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
 }
 
 /** The containerd shims serving the containerd at `socket`. */
-async function shimsOf(socket: string): Promise<number[]> {
+function shimsOf(socket: string): number[] {
   const pids: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
