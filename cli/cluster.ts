@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { ClusterResource, KubeClients } from '../lib/kube.ts';
-import { DEFAULT_INSTALL } from '../manifests/install.ts';
+import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 
 interface ClusterFlags {
   kubeconfig: string;
@@ -13,6 +13,7 @@ interface ClusterFlags {
   groupSuffix: string;
   hub: string;
   description: string;
+  agentManifests?: boolean;
 }
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -118,9 +119,32 @@ export function clusterCommand(): Command {
     .description('register a cluster and print the agent command with a one-time bootstrap token')
     .option('--hub <url>', "the concierge's tunnel address agents dial, https://host:port", '')
     .option('--description <text>', 'shown in kubectl get clusters', '')
-    .addHelpText('after', '\nExample:\n  sealion cluster add edge-1 --hub https://hub.example.com:8444\n')
+    .option(
+      '--agent-manifests',
+      "print the agent's ConfigMap and bootstrap Secret as YAML, to apply on that cluster before its agent manifests",
+    )
+    .addHelpText(
+      'after',
+      `
+Examples:
+  sealion cluster add edge-1 --hub https://hub.example.com:8444
+  sealion cluster add edge-1 --hub https://hub.example.com:8444 --agent-manifests | kubectl --context edge-1 apply -f -
+`,
+    )
     .action(async (name: string, flags: ClusterFlags) => {
       const added = await addCluster(name, flags);
+      if (flags.agentManifests) {
+        if (!flags.hub) throw new Error('--agent-manifests needs --hub: the agent must know where to dial');
+        const { stringify } = await import('yaml');
+        const settings = agentSettingsManifests({
+          clusterName: name,
+          hubURL: flags.hub,
+          caPin: added.pin,
+          bootstrapToken: added.token,
+        });
+        process.stdout.write(settings.map((o) => stringify(o)).join('---\n'));
+        return;
+      }
       console.log(`Cluster ${name} is registered. Its bootstrap token works once, until ${added.expires.toISOString()}.
 Run the agent with access to that cluster (or install the agent manifests there with these values):
   ${added.command}`);

@@ -7,6 +7,7 @@ import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster, ClusterStatus } from '../apis/tunnel.ts';
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
+  newCoreInformer,
   newCustomResourceInformer,
   newKubeClients,
   newLeaseClient,
@@ -20,7 +21,7 @@ import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
 import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
 import { newControllerManager } from '../controllers/lib/manager.ts';
-import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
+import type { ServiceLike, ServingMaterial } from '../controllers/impersonation-proxy.ts';
 import { addAuthenticators } from './authenticators.ts';
 import { addProxyControllers } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
@@ -52,8 +53,11 @@ export interface ConciergeOptions {
    */
   tlsFiles?: TLSFiles;
   configMap: string;
-  /** The agents' tunnel listener; `hosts` are the names and addresses agents dial (its certificate's SANs). */
-  tunnel?: { host: string; port: number; hosts: string[] };
+  /**
+   * The agents' tunnel listener; `hosts` are the names and addresses agents dial (its certificate's SANs). The
+   * addresses a load balancer gives the Service `service` in the concierge's namespace are added as they come.
+   */
+  tunnel?: { host: string; port: number; hosts: string[]; service?: string };
   /** Plain-HTTP listener for /metrics. */
   metrics?: { host: string; port: number };
   log: Logger;
@@ -268,6 +272,26 @@ async function start(
     });
     tunnels = listener;
     onStop(() => listener.stop());
+    if (opts.tunnel.service) {
+      const service = opts.tunnel.service;
+      const configured = opts.tunnel.hosts;
+      const services = newCoreInformer<ServiceLike>(clients, 'services', namespace, log);
+      onStop(() => services.stop());
+      let current = configured.join(',');
+      const follow = (): void => {
+        const hosts = [...configured, ...loadBalancerAddresses(services.get(service, namespace))];
+        if (hosts.join(',') === current) return;
+        current = hosts.join(',');
+        listener
+          .setHosts(hosts)
+          .catch((err: unknown) => log.error({ err }, 'cannot reissue the tunnel certificate'));
+      };
+      services.onChange((changed) => {
+        if (changed.metadata?.name === service) follow();
+      });
+      await services.synced();
+      follow();
+    }
   }
 
   let metricsPort: number | undefined;
@@ -281,6 +305,13 @@ async function start(
     ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
   };
+}
+
+/** The addresses and names a load balancer published for a Service. */
+function loadBalancerAddresses(service: ServiceLike | undefined): string[] {
+  return (service?.status?.loadBalancer?.ingress ?? []).flatMap(
+    (i) => [i.ip, i.hostname].filter((h) => !!h) as string[],
+  );
 }
 
 /**

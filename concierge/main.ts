@@ -82,7 +82,9 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
       ? {
           tunnel: {
             ...hostPort(flags.tunnelListen),
-            // The tunnel Service's names answer inside the cluster; a load balancer's come from the flag.
+            // The tunnel Service's names answer inside the cluster; its load balancer's addresses are added as
+            // they come, and other names (an Ingress's) come from the flag.
+            service: TUNNEL_SERVICE,
             hosts: [
               ...flags.tunnelHosts,
               `${TUNNEL_SERVICE}.${namespace}.svc`,

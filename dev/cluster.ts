@@ -16,7 +16,14 @@ import {
   type CertificateAuthority,
 } from '../lib/pki.ts';
 import { ensureBinaries, ensureNodeBinaries, type Binaries } from './build.ts';
-import { claimNodeNetwork, releaseNodeNetwork, startNode, type KubeNode, type NodeNetwork } from './node.ts';
+import {
+  claimNodeNetwork,
+  releaseNodeNetwork,
+  startNode,
+  sweepStaleNodes,
+  type KubeNode,
+  type NodeNetwork,
+} from './node.ts';
 import { dieWithParent } from './processes.ts';
 
 export interface ClusterOptions {
@@ -99,17 +106,22 @@ function isAlive(pid: number): boolean {
   }
 }
 
-/** Removes folders of clusters whose owning process died without cleaning up (e.g. killed with SIGKILL). */
-export function sweepStaleClusters(): void {
+/**
+ * Removes what clusters whose owning process died without cleaning up (e.g. killed with SIGKILL) left: their nodes'
+ * containers, mounts and networks, then their folders.
+ */
+export async function sweepStaleClusters(): Promise<void> {
+  const stale: string[] = [];
   for (const entry of readdirSync(tmpdir())) {
     if (!entry.startsWith(DIR_PREFIX)) continue;
     const dir = join(tmpdir(), entry);
     const pid = Number(
       existsSync(join(dir, 'owner.pid')) ? readFileSync(join(dir, 'owner.pid'), 'utf8') : NaN,
     );
-    if (Number.isInteger(pid) && isAlive(pid)) continue;
-    rmSync(dir, { recursive: true, force: true });
+    if (!Number.isInteger(pid) || !isAlive(pid)) stale.push(dir);
   }
+  await sweepStaleNodes(stale);
+  for (const dir of stale) rmSync(dir, { recursive: true, force: true });
 }
 
 export async function freePort(): Promise<number> {
@@ -324,7 +336,7 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
   const name = opts.name ?? 'sealion';
   const log = opts.log ?? (() => {});
   const binaries = await ensureBinaries(log);
-  sweepStaleClusters();
+  await sweepStaleClusters();
   installExitHook();
 
   const dir = mkdtempSync(join(tmpdir(), `${DIR_PREFIX}${name}-`));

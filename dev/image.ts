@@ -117,49 +117,52 @@ function run(command: string, args: string[], cwd?: string): string {
 }
 
 /** The Debian packages' files, from .deb files fetched once with `apt-get download` and kept in the cache. */
-function debianLayer(log: (line: string) => void): { layer: Layer; packages: string[] } {
+/** The files at `paths` of a Debian package (and what their symlinks point to); returns the package's version. */
+function debianFiles(pkg: string, paths: string[], into: Entry[], log: (line: string) => void): string {
   const debs = join(IMAGE_CACHE, 'debs');
   mkdirSync(debs, { recursive: true });
-  const entries: Entry[] = [];
-  const packages: string[] = [];
-  for (const [pkg, paths] of Object.entries(DEBIAN_FILES)) {
-    let deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
-    if (!deb) {
-      log(`fetching Debian's ${pkg} (apt-get download)`);
-      try {
-        run('apt-get', ['download', pkg], debs);
-      } catch (err) {
-        throw new Error(
-          `${(err as Error).message}\n(if apt knows no package lists yet, run apt-get update first)`,
-          { cause: err },
-        );
-      }
-      deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
-      if (!deb) throw new Error(`apt-get download ${pkg} left no .deb in ${debs}`);
-    }
-    const version = run('dpkg-deb', ['--field', join(debs, deb), 'Version']).trim();
-    packages.push(`${pkg}=${version}`);
-    const tree = mkdtempSync(join(tmpdir(), 'sealion-deb-'));
+  let deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
+  if (!deb) {
+    log(`fetching Debian's ${pkg} (apt-get download)`);
     try {
-      run('dpkg-deb', ['-x', join(debs, deb), tree]);
-      for (const path of paths) {
-        let source = join(tree, path);
-        if (!existsSync(source)) throw new Error(`${deb} holds no ${path}`);
-        addTree(entries, source, `/${path}`, () => false);
-        // A library's soname is a symlink to the versioned file, which the image needs too.
-        while (lstatSync(source).isSymbolicLink()) {
-          const target = readlinkSync(source);
-          const imagePath = posix.resolve(posix.dirname(`/${path}`), target);
-          source = join(tree, imagePath);
-          if (!existsSync(source))
-            throw new Error(`${deb}: ${path} points outside the package, to ${target}`);
-          addTree(entries, source, imagePath, () => false);
-        }
-      }
-    } finally {
-      rmSync(tree, { recursive: true, force: true });
+      run('apt-get', ['download', pkg], debs);
+    } catch (err) {
+      throw new Error(
+        `${(err as Error).message}\n(if apt knows no package lists yet, run apt-get update first)`,
+        { cause: err },
+      );
     }
+    deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
+    if (!deb) throw new Error(`apt-get download ${pkg} left no .deb in ${debs}`);
   }
+  const version = run('dpkg-deb', ['--field', join(debs, deb), 'Version']).trim();
+  const tree = mkdtempSync(join(tmpdir(), 'sealion-deb-'));
+  try {
+    run('dpkg-deb', ['-x', join(debs, deb), tree]);
+    for (const path of paths) {
+      let source = join(tree, path);
+      if (!existsSync(source)) throw new Error(`${deb} holds no ${path}`);
+      addTree(into, source, `/${path}`, () => false);
+      // A library's soname is a symlink to the versioned file, which the image needs too.
+      while (lstatSync(source).isSymbolicLink()) {
+        const target = readlinkSync(source);
+        const imagePath = posix.resolve(posix.dirname(`/${path}`), target);
+        source = join(tree, imagePath);
+        if (!existsSync(source)) throw new Error(`${deb}: ${path} points outside the package, to ${target}`);
+        addTree(into, source, imagePath, () => false);
+      }
+    }
+  } finally {
+    rmSync(tree, { recursive: true, force: true });
+  }
+  return version;
+}
+
+function debianLayer(log: (line: string) => void): { layer: Layer; packages: string[] } {
+  const entries: Entry[] = [];
+  const packages = Object.entries(DEBIAN_FILES).map(
+    ([pkg, paths]) => `${pkg}=${debianFiles(pkg, paths, entries, log)}`,
+  );
   const base: Entry[] = [
     { path: '/tmp', type: 'directory', mode: 0o1777 },
     file(
@@ -327,6 +330,42 @@ export interface ImageSpec {
   };
 }
 
+/** The demo workload's image: Debian's static busybox, with a link for each command it has (tar among them). */
+export const DEMO_IMAGE = 'sealion.dev/demo-busybox:1';
+
+export async function ensureDemoImage(log: (line: string) => void = () => {}): Promise<string> {
+  const archive = join(IMAGE_CACHE, 'demo-busybox.oci.tar');
+  if (existsSync(archive)) return archive;
+  const entries: Entry[] = [];
+  const version = debianFiles(
+    'busybox-static',
+    ['bin/busybox', 'usr/share/doc/busybox-static/copyright'],
+    entries,
+    log,
+  );
+  const binary = entries.find((e) => e.path === '/bin/busybox')!.data!;
+  const scratch = mkdtempSync(join(tmpdir(), 'sealion-busybox-'));
+  try {
+    writeFileSync(join(scratch, 'busybox'), binary, { mode: 0o755 });
+    for (const applet of run(join(scratch, 'busybox'), ['--list']).split('\n').filter(Boolean)) {
+      if (applet !== 'busybox')
+        entries.push({ path: `/bin/${applet}`, type: 'symlink', mode: 0o777, linkname: 'busybox' });
+    }
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+  entries.push({ path: '/tmp', type: 'directory', mode: 0o1777 });
+  await writeImage(
+    {
+      name: DEMO_IMAGE,
+      layers: [{ comment: `Debian's busybox-static ${version}`, entries }],
+      config: { Entrypoint: ['/bin/sh'], Env: ['PATH=/bin'], User: '1000:1000', WorkingDir: '/tmp' },
+    },
+    archive,
+  );
+  return archive;
+}
+
 /** Builds Sealion's image as an OCI archive at `archive` and returns its digest and sizes. */
 export async function buildImage(
   log: (line: string) => void = () => {},
@@ -361,9 +400,20 @@ export async function writeImage(spec: ImageSpec, archive: string): Promise<Buil
     const entries = normalized(layer.entries);
     unpackedBytes += entries.reduce((sum, e) => sum + (e.data?.length ?? 0), 0);
     const tar = await tarOf(entries.map((entry) => ({ name: entry.path.slice(1), entry })));
-    diffIds.push(sha256(tar));
-    // Node's gzip header carries no time or name, so equal tars compress to equal bytes.
-    const gz = gzipSync(tar, { level: 9 });
+    const diffId = sha256(tar);
+    diffIds.push(diffId);
+    // Node's gzip header carries no time or name, so equal tars compress to equal bytes: a layer compressed
+    // before is taken from the cache (Node's is the slow one).
+    const cached = join(IMAGE_CACHE, 'layers', `${diffId.slice('sha256:'.length)}.tar.gz`);
+    let gz: Buffer;
+    if (existsSync(cached)) {
+      gz = readFileSync(cached);
+    } else {
+      gz = gzipSync(tar, { level: 9 });
+      mkdirSync(dirname(cached), { recursive: true });
+      writeFileSync(`${cached}.${process.pid}`, gz);
+      renameSync(`${cached}.${process.pid}`, cached);
+    }
     const blob = { digest: sha256(gz), data: gz };
     blobs.push(blob);
     layerDescriptors.push({

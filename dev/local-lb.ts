@@ -1,9 +1,13 @@
 // A load balancer for clusters without a cloud, as tests and `npm start` need one. Each LoadBalancer
-// Service gets a loopback address of its own (its loadBalancerIP when that is a loopback address, else a free
-// one in 127.64.0.0/10), a listener there on each of its TCP ports, and its address in
-// status.loadBalancer.ingress, as a cloud's controller would write it. Connections go to the backend the caller
-// names for the Service: here there are no pods, so the caller knows where the "pod" listens.
-import { createServer, connect, isIP, type Server } from 'node:net';
+// Service gets an address of its own, a listener there on each of its TCP ports, and its address in
+// status.loadBalancer.ingress, as a cloud's controller would write it. Addresses are loopback ones (its
+// loadBalancerIP when that is a loopback address, else a free one in 127.64.0.0/10), or, for clusters with nodes
+// whose pods must reach them too, addresses in 10.202.0.0/16 added to the machine's loopback interface (a local
+// address, which nodes' traffic reaches through their veth pairs; this VM's kernel has no dummy interfaces). Connections go
+// to the Service's ready pods (its EndpointSlices), or to a backend the caller names for Services without pods.
+import { execFile } from 'node:child_process';
+import { createServer, connect, isIP, type Server, type Socket } from 'node:net';
+import { promisify } from 'node:util';
 import { newControllerManager } from '../controllers/lib/manager.ts';
 import type { KubeObject } from '../lib/informer.ts';
 import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../lib/kube.ts';
@@ -20,10 +24,17 @@ export interface LoadBalancedService extends KubeObject {
   status?: { loadBalancer?: { ingress?: { ip?: string; hostname?: string }[] } };
 }
 
+type Backend = { host: string; port: number } | undefined;
+
 export interface LocalLoadBalancerOptions {
   clients: KubeClients;
-  /** Where a connection to the Service's port goes; undefined: nowhere (the connection is closed). */
-  backend(service: LoadBalancedService, port: number): { host: string; port: number } | undefined;
+  /**
+   * Where a connection to the Service's port goes; undefined: nowhere (the connection is closed). Default: one
+   * of the Service's ready endpoints (podBackend).
+   */
+  backend?: (service: LoadBalancedService, port: number) => Backend | Promise<Backend>;
+  /** Addresses pods on nodes can reach too (on a dummy interface, needs root), not loopback ones. */
+  reachableFromPods?: boolean;
   log?: Logger;
 }
 
@@ -46,6 +57,115 @@ function randomLoopback(): string {
   return `127.${byte(64, 127)}.${byte(0, 255)}.${byte(1, 254)}`;
 }
 
+const exec = promisify(execFile);
+/** Where the reachable addresses go. */
+const MACHINE_INTERFACE = 'lo';
+
+/** Where listeners go: loopback addresses, or machine addresses that pods' traffic reaches. */
+interface AddressPool {
+  candidates(wanted: string | undefined): string[];
+  /** Makes the address exist on the machine; false when another holder has it. */
+  claim(ip: string): Promise<boolean>;
+  release(ip: string): Promise<void>;
+}
+
+const loopbackPool: AddressPool = {
+  candidates: (wanted) =>
+    isLoopback(wanted) ? [wanted] : Array.from({ length: ADDRESS_ATTEMPTS }, randomLoopback),
+  claim: () => Promise.resolve(true),
+  release: () => Promise.resolve(),
+};
+
+async function ipCommand(args: string[]): Promise<void> {
+  try {
+    await exec('ip', args);
+  } catch (err) {
+    const stderr = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
+    throw new Error(`ip ${args.join(' ')}: ${stderr}`, { cause: err });
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Each address is labelled with its owner's pid, so that those of a process that died are removed. */
+const LABEL_PREFIX = `${MACHINE_INTERFACE}:s`;
+
+async function sweepStaleAddresses(): Promise<void> {
+  const { stdout } = await exec('ip', ['-o', '-4', 'addr', 'show', 'dev', MACHINE_INTERFACE]);
+  for (const line of stdout.split('\n')) {
+    const match = new RegExp(`inet (10\\.202\\.[\\d.]+/32) .*${LABEL_PREFIX}(\\d+)`).exec(line);
+    if (match && !isAlive(Number(match[2]))) {
+      await ipCommand(['addr', 'del', match[1]!, 'dev', MACHINE_INTERFACE]).catch(() => {});
+    }
+  }
+}
+
+function machinePool(): AddressPool {
+  let swept: Promise<void> | undefined;
+  const random = (): string =>
+    `10.202.${Math.floor(Math.random() * 256)}.${1 + Math.floor(Math.random() * 254)}`;
+  return {
+    candidates: () => Array.from({ length: ADDRESS_ATTEMPTS }, random),
+    async claim(ip) {
+      swept ??= sweepStaleAddresses();
+      await swept;
+      try {
+        // The kernel refuses an address twice: adding it is the lock between load balancers.
+        const label = `${LABEL_PREFIX}${process.pid}`;
+        await ipCommand(['addr', 'add', `${ip}/32`, 'dev', MACHINE_INTERFACE, 'label', label]);
+        return true;
+      } catch (err) {
+        if ((err as Error).message.includes('File exists')) return false;
+        throw err;
+      }
+    },
+    async release(ip) {
+      await ipCommand(['addr', 'del', `${ip}/32`, 'dev', MACHINE_INTERFACE]).catch(() => {});
+    },
+  };
+}
+
+interface EndpointSliceLike {
+  ports?: { name?: string; port?: number; protocol?: string }[] | null;
+  endpoints: { addresses: string[]; conditions?: { ready?: boolean } }[];
+}
+
+/** One of the Service's ready endpoints for `port`, chosen at random, as a cloud's balancer spreads load. */
+export async function podBackend(
+  clients: KubeClients,
+  service: LoadBalancedService,
+  port: number,
+): Promise<Backend> {
+  const portName = service.spec?.ports?.find((p) => p.port === port)?.name ?? '';
+  const slices = (await clients.objects.list(
+    'discovery.k8s.io/v1',
+    'EndpointSlice',
+    service.metadata.namespace,
+    undefined,
+    undefined,
+    undefined,
+    undefined,
+    `kubernetes.io/service-name=${service.metadata.name}`,
+  )) as unknown as { items: EndpointSliceLike[] };
+  const targets: Backend[] = [];
+  for (const slice of slices.items) {
+    const target = slice.ports?.find((p) => (p.name ?? '') === portName && (p.protocol ?? 'TCP') === 'TCP');
+    if (!target?.port) continue;
+    for (const endpoint of slice.endpoints) {
+      if (endpoint.conditions?.ready === false) continue;
+      for (const address of endpoint.addresses) targets.push({ host: address, port: target.port });
+    }
+  }
+  return targets[Math.floor(Math.random() * targets.length)];
+}
+
 const isLoopback = (ip: string | undefined): ip is string =>
   Boolean(ip && isIP(ip) === 4 && ip.startsWith('127.'));
 
@@ -59,41 +179,67 @@ function listen(server: Server, ip: string, port: number): Promise<void> {
   });
 }
 
+/** Connections each listener carries, which closing it must end (a tunnel through it lives for hours). */
+const connections = new WeakMap<Server, Set<Socket>>();
+
 const closeAll = (servers: Iterable<Server>): Promise<void[]> =>
-  Promise.all([...servers].map((s) => new Promise<void>((done) => s.close(() => done()))));
+  Promise.all(
+    [...servers].map(
+      (s) =>
+        new Promise<void>((done) => {
+          s.close(() => done());
+          for (const socket of connections.get(s) ?? []) socket.destroy();
+        }),
+    ),
+  );
 
 export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Promise<LocalLoadBalancer> {
   const log = opts.log ?? silentLogger();
+  const pool = opts.reachableFromPods ? machinePool() : loopbackPool;
+  const backend =
+    opts.backend ?? ((service: LoadBalancedService, port: number) => podBackend(opts.clients, service, port));
   const services = newCoreInformer<LoadBalancedService>(opts.clients, 'services', '', log);
   const balanced = new Map<string, Balanced>();
   const keyOf = (namespace: string, name: string): string => `${namespace}/${name}`;
 
   function serverFor(namespace: string, name: string, port: number): Server {
-    return createServer((socket) => {
+    const open = new Set<Socket>();
+    const server = createServer((socket) => {
+      open.add(socket);
+      socket.on('close', () => open.delete(socket));
+      socket.on('error', () => socket.destroy());
       const service = services.get(name, namespace);
-      const target = service && opts.backend(service, port);
-      if (!target) return void socket.destroy();
-      const upstream = connect(target.port, target.host);
-      socket.pipe(upstream).pipe(socket);
-      const end = (): void => {
-        socket.destroy();
-        upstream.destroy();
-      };
-      socket.on('error', end).on('close', end);
-      upstream.on('error', end).on('close', end);
+      // Held while the backend is looked up; the client's first bytes wait in the socket.
+      socket.pause();
+      void Promise.resolve(service && backend(service, port))
+        .catch((err: unknown) => {
+          log.warn({ err, service: `${namespace}/${name}` }, 'no backend');
+          return undefined;
+        })
+        .then((target) => {
+          if (!target || socket.destroyed) return void socket.destroy();
+          const upstream = connect(target.port, target.host);
+          socket.pipe(upstream).pipe(socket);
+          socket.resume();
+          const end = (): void => {
+            socket.destroy();
+            upstream.destroy();
+          };
+          socket.on('close', end);
+          upstream.on('error', end).on('close', end);
+        });
     });
+    connections.set(server, open);
+    return server;
   }
 
   /** Listens on every port of the Service at one address; tries other addresses when one is taken. */
   async function bind(service: LoadBalancedService, ports: number[]): Promise<Balanced> {
     const { namespace, name } = service.metadata;
-    const wanted = service.spec?.loadBalancerIP;
-    const candidates = isLoopback(wanted)
-      ? [wanted]
-      : Array.from({ length: ADDRESS_ATTEMPTS }, randomLoopback);
     let lastError: Error | undefined;
-    for (const ip of candidates) {
+    for (const ip of pool.candidates(service.spec?.loadBalancerIP)) {
       const servers = new Map<number, Server>();
+      if (!(await pool.claim(ip))) continue;
       try {
         for (const port of ports) {
           const server = serverFor(namespace, name, port);
@@ -103,6 +249,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
         return { ip, servers };
       } catch (err) {
         await closeAll(servers.values());
+        await pool.release(ip);
         lastError = err as Error;
         if ((err as NodeJS.ErrnoException).code === 'EACCES')
           throw new Error(
@@ -112,7 +259,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
           );
       }
     }
-    throw new Error(`no free loopback address for ${namespace}/${name}: ${lastError?.message}`);
+    throw new Error(`no free address for ${namespace}/${name}: ${lastError?.message ?? 'all taken'}`);
   }
 
   // A cloud's controller: no leader election, a single writer.
@@ -137,6 +284,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
         if (!current) return;
         balanced.delete(key);
         await closeAll(current.servers.values());
+        await pool.release(current.ip);
         if (service) await patchServiceLoadBalancer(opts.clients, namespace, name, []);
         return;
       }
@@ -145,6 +293,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
       if (current && !samePorts) {
         balanced.delete(key);
         await closeAll(current.servers.values());
+        await pool.release(current.ip);
         current = undefined;
       }
       if (!current) {
@@ -165,6 +314,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
       await running.stop();
       await services.stop();
       await closeAll([...balanced.values()].flatMap((b) => [...b.servers.values()]));
+      for (const b of balanced.values()) await pool.release(b.ip);
       balanced.clear();
     },
   };

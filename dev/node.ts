@@ -25,6 +25,7 @@ export const PAUSE_IMAGE = 'registry.k8s.io/pause:3.10';
 const NETNS_PREFIX = 'sln-';
 const CGROUP_PREFIX = 'sealion-node-';
 const NODE_SUBNETS = 250;
+let claims = 0;
 const STOP_GRACE_MS = 5_000;
 const READY_TIMEOUT_MS = 120_000;
 
@@ -182,13 +183,21 @@ function ownerOf(name: string, prefix: string): number | undefined {
   return pid ? Number(pid) : undefined;
 }
 
-/** Takes down what nodes of processes that died without stopping them left: namespaces, veths, routes, pods. */
-async function sweepStaleNodes(): Promise<void> {
+/**
+ * Takes down what nodes of processes that died without stopping them left: their containers, the containerd shims
+ * serving from `staleDirs` (the dead clusters' folders), what is mounted there, and their namespaces, veths and
+ * routes.
+ */
+export async function sweepStaleNodes(staleDirs: string[] = []): Promise<void> {
   for (const hierarchy of cgroupHierarchies()) {
     for (const name of readdirSync(hierarchy)) {
       const owner = ownerOf(name, CGROUP_PREFIX);
       if (owner !== undefined && !isAlive(owner)) await killCgroupTree(name);
     }
+  }
+  for (const dir of staleDirs) {
+    for (const pid of shimsOf(`${dir}/`)) killQuietly(pid);
+    await unmountUnder(dir);
   }
   const namespaces = (await run('ip', ['netns', 'list'])).split('\n').map((l) => l.split(' ')[0] ?? '');
   for (const netns of namespaces) {
@@ -208,13 +217,18 @@ async function sweepStaleNodes(): Promise<void> {
  * lock: the kernel refuses a second interface of that name.
  */
 export async function claimNodeNetwork(): Promise<NodeNetwork> {
-  await sweepStaleNodes();
-  const start = (process.pid * 7) % NODE_SUBNETS;
+  const start = (process.pid * 7 + claims++ * 31) % NODE_SUBNETS;
   for (let attempt = 0; attempt < NODE_SUBNETS; attempt++) {
     const index = ((start + attempt) % NODE_SUBNETS) + 1;
     const hostInterface = `snh-${index}`;
     const netns = `${NETNS_PREFIX}${process.pid}-${index}`;
-    await run('ip', ['netns', 'add', netns]);
+    try {
+      await run('ip', ['netns', 'add', netns]);
+    } catch (err) {
+      // This process claims the same subnet for another node right now.
+      if ((err as Error).message.includes('File exists')) continue;
+      throw err;
+    }
     try {
       await run('ip', ['link', 'add', hostInterface, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns]);
     } catch (err) {
@@ -403,13 +417,7 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
     await killCgroupTree(cgroupRoot);
     if (containerd) await stopDaemon(containerd);
     // containerd's shims outlive it; they have nothing left to run.
-    for (const pid of shimsOf(socket)) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // Exited.
-      }
-    }
+    for (const pid of shimsOf(socket)) killQuietly(pid);
     await unmountUnder(dir);
     rmSync(dir, { recursive: true, force: true });
   };
@@ -575,7 +583,15 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
   }
 }
 
-/** The containerd shims serving the containerd at `socket`. */
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // Exited.
+  }
+}
+
+/** The containerd shims serving a containerd whose socket path contains `socket`. */
 function shimsOf(socket: string): number[] {
   const pids: number[] = [];
   for (const entry of readdirSync('/proc')) {

@@ -62,12 +62,19 @@ export interface IssuerLogin {
 const ISSUED_TOKEN_SECONDS = 300;
 
 export async function startOIDCIssuer(
-  opts: { path?: string; audience?: string; login?: IssuerLogin } = {},
+  opts: {
+    path?: string;
+    audience?: string;
+    login?: IssuerLogin;
+    /** The address to listen on (and the issuer URL's host). Default: 127.0.0.1; a node's host address for pods. */
+    host?: string;
+  } = {},
 ): Promise<TestIssuer> {
+  const host = opts.host ?? '127.0.0.1';
   const ca = await newCA('test-oidc-issuer-ca');
   const serving = await issueCert(ca, {
     commonName: 'oidc-issuer',
-    hosts: ['127.0.0.1', 'localhost'],
+    hosts: [...new Set([host, '127.0.0.1', 'localhost'])],
     usage: 'server',
   });
   const audience = opts.audience ?? 'sealion';
@@ -223,8 +230,8 @@ export async function startOIDCIssuer(
         : { keys: published };
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   });
-  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
-  url = `https://127.0.0.1:${(server.address() as AddressInfo).port}${path}`;
+  await new Promise<void>((done) => server.listen(0, host, done));
+  url = `https://${host}:${(server.address() as AddressInfo).port}${path}`;
 
   return {
     url,

@@ -7,19 +7,16 @@ import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { REPO_ROOT } from './build.ts';
 import { startCluster, type Cluster } from './cluster.ts';
 import { newKubeClients } from '../lib/kube.ts';
-import { applyJWTAuthenticator, startControlledConcierge, type ControlledConcierge } from './concierge.ts';
+import { applyJWTAuthenticator } from './concierge.ts';
 import { eventually } from './eventually.ts';
 import { startLocalLoadBalancer, type LocalLoadBalancer } from './local-lb.ts';
 import { startOIDCIssuer, type TestIssuer } from './oidc-issuer.ts';
-import { startAgent, type Agent } from '../agent/agent.ts';
-import { newSecretCredentialStore } from '../agent/credentials.ts';
-import { agentUpstream, prepareAgentCluster } from './agent.ts';
+import { buildImage, DEMO_IMAGE, ensureDemoImage } from './image.ts';
 import { stopOnSignal } from './processes.ts';
-import { silentLogger } from '../lib/log.ts';
 import { addCluster } from '../cli/cluster.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
 import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
-import { AGENT_NAME, CONCIERGE_NAME, CONFIG_MAP_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { agentSettingsManifests, CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
 
 const DEMO_USER = 'demo@sealion.dev';
 const DEMO_GROUP = 'demo-developers';
@@ -28,7 +25,8 @@ const DEMO_NAMESPACE = 'demo';
 const DEMO_TOKEN_SECONDS = 12 * 3600;
 /** The second cluster: reached only through its agent, which dials out to the concierge. */
 const EDGE = 'edge';
-const AGENT_NAMESPACE = DEFAULT_INSTALL.agentNamespace;
+/** The demo pod's loop: something for `logs -f` to follow. */
+const DEMO_SCRIPT = 'i=0; while true; do echo "tick $i"; i=$((i+1)); sleep 5; done';
 
 /** Runs kubectl commands on a cluster, failing loudly. */
 async function kubectlAll(cluster: Cluster, commands: string[][]): Promise<void> {
@@ -43,9 +41,7 @@ interface Running {
   cluster?: Cluster;
   edge?: Cluster;
   issuer?: TestIssuer;
-  proxy?: ControlledConcierge;
   lb?: LocalLoadBalancer;
-  agent?: Agent;
 }
 
 async function devUp(): Promise<void> {
@@ -53,8 +49,6 @@ async function devUp(): Promise<void> {
   // Filled in as they start, so that Ctrl-C at any moment, or a failure, stops what exists.
   const running: Running = {};
   const stopAll = async (): Promise<void> => {
-    await running.agent?.stop();
-    await running.proxy?.stop();
     await running.lb?.stop();
     await running.issuer?.stop();
     await Promise.all([running.cluster?.stop(), running.edge?.stop()]);
@@ -73,58 +67,73 @@ async function devUp(): Promise<void> {
   }
 }
 
+/**
+ * The marks an EKS node carries, which the hub's kubelet registers its node with: `mode: auto` (the default)
+ * judges from them that the API server is out of reach and switches the impersonation proxy on.
+ */
+const MANAGED_NODE = {
+  providerID: 'aws:///us-west-2a/i-0a5e41102d0c0ffee',
+  labels: { 'eks.amazonaws.com/nodegroup': 'sealion-dev', 'eks.amazonaws.com/capacityType': 'ON_DEMAND' },
+};
+const DEMO_POD = 'demo';
+/** How long the installed pods may take to come up (the image is on the node already). */
+const INSTALL_TIMEOUT = '120s';
+
+/** Runs kubectl and fails loudly, with what it said. */
+async function kubectlOk(cluster: Cluster, args: string[], input?: string): Promise<string> {
+  const result = await cluster.kubectl(args, input === undefined ? {} : { input });
+  if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr.trim()}`);
+  return result.stdout;
+}
+
 async function start(running: Running, log: (line: string) => void): Promise<void> {
   const started = Date.now();
+  const image = await buildImage(log);
+  const demoImage = await ensureDemoImage(log);
+  log(`image ${image.name} (${image.digest.slice(0, 19)}…) built; starting two clusters, each with a node`);
+  const images = [image.archive, demoImage];
   // Both clusters settle before anything else happens: one that lost a race must still be stopped on a failure.
   const clusters = await Promise.allSettled([
-    startCluster({ name: 'sealion-dev', log }).then((c) => (running.cluster = c)),
-    startCluster({ name: `sealion-${EDGE}`, log, controllerManager: false }).then((c) => (running.edge = c)),
+    startCluster({
+      name: 'sealion-dev',
+      log,
+      node: { name: 'sealion-dev-node', ...MANAGED_NODE, images },
+    }).then((c) => (running.cluster = c)),
+    startCluster({ name: `sealion-${EDGE}`, log, node: { name: `sealion-${EDGE}-node`, images } }).then(
+      (c) => (running.edge = c),
+    ),
   ]);
   for (const c of clusters) if (c.status === 'rejected') throw c.reason;
   const [cluster, edge] = [running.cluster!, running.edge!];
-  log('starting the concierge, the local load balancer and a local OIDC issuer');
-  // The CLI's OIDC client ID is the audience, so `sealion get kubeconfig` with OIDC login works here as it is;
-  // the local issuer logs the demo user in without asking.
+  log(
+    `the hub's node carries EKS's marks (${Object.keys(MANAGED_NODE.labels).join(', ')} and an aws:// provider ID), so mode: auto turns the proxy on`,
+  );
+
+  // What an admin runs (the README's Install section): the manifests, with the tunnel published for agents.
+  log('installing Sealion from config/concierge: two concierge pods');
+  const namespace = DEFAULT_INSTALL.namespace;
+  running.lb = await startLocalLoadBalancer({
+    clients: newKubeClients({ path: cluster.kubeconfigPath }),
+    reachableFromPods: true,
+  });
+  await kubectlOk(cluster, ['apply', '-k', join(REPO_ROOT, 'config/concierge')]);
+  await kubectlOk(cluster, [
+    'patch',
+    'service',
+    `${CONCIERGE_NAME}-tunnel`,
+    '-n',
+    namespace,
+    '--type=merge',
+    '-p',
+    '{"spec":{"type":"LoadBalancer"}}',
+  ]);
+  // The issuer listens where the hub's pods reach the machine; the CLI's OIDC client ID is the audience, so
+  // `sealion get kubeconfig` with OIDC login works here as it is.
   const issuer = (running.issuer = await startOIDCIssuer({
     audience: DEFAULT_OIDC_CLIENT_ID,
     login: { username: DEMO_USER, groups: [DEMO_GROUP] },
+    host: cluster.node!.network.hostIp,
   }));
-  const namespace = DEFAULT_INSTALL.namespace;
-  const created = await cluster.kubectl(['create', 'namespace', namespace]);
-  if (created.code !== 0) throw new Error(`creating namespace ${namespace}: ${created.stderr}`);
-  const proxy = (running.proxy = await startControlledConcierge(cluster, {
-    namespace,
-    configMap: CONFIG_MAP_NAME,
-    identity: 'dev',
-    tunnelPort: 0,
-  }));
-  // A LoadBalancer Service, as on a cloud, when this process may listen on port 443 of a loopback address;
-  // otherwise the proxy's own port, named in the config.
-  const privileged = process.getuid?.() === 0;
-  if (privileged) {
-    running.lb = await startLocalLoadBalancer({
-      clients: newKubeClients({ path: cluster.kubeconfigPath }),
-      backend: (service) =>
-        service.spec?.selector?.['app'] === CONCIERGE_NAME
-          ? { host: '127.0.0.1', port: proxy.port }
-          : undefined,
-    });
-  } else {
-    log('not root: no local load balancer (it listens on port 443); the proxy is reached on its own port');
-  }
-  // The local cluster has no nodes to judge by, so the proxy is switched on explicitly.
-  const config = privileged
-    ? 'impersonationProxy:\n  mode: enabled\n'
-    : `impersonationProxy:\n  mode: enabled\n  endpoint: "127.0.0.1:${proxy.port}"\n  service: {type: None}\n`;
-  const configured = await cluster.kubectl([
-    'create',
-    'configmap',
-    CONFIG_MAP_NAME,
-    '-n',
-    namespace,
-    `--from-literal=config.yaml=${config}`,
-  ]);
-  if (configured.code !== 0) throw new Error(`creating the concierge ConfigMap: ${configured.stderr}`);
   await applyJWTAuthenticator(cluster, 'demo', issuer, DEFAULT_OIDC_CLIENT_ID);
   const readNamespaces: string[][] = [
     ['create', 'namespace', DEMO_NAMESPACE],
@@ -148,14 +157,37 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
       '--clusterrole=edit',
       `--group=${DEMO_GROUP}`,
     ],
+    [
+      'run',
+      DEMO_POD,
+      '-n',
+      DEMO_NAMESPACE,
+      `--image=${DEMO_IMAGE}`,
+      '--command',
+      '--',
+      'sh',
+      '-c',
+      DEMO_SCRIPT,
+    ],
+  ]);
+  await kubectlAll(edge, readNamespaces);
+  await kubectlOk(cluster, [
+    'rollout',
+    'status',
+    `deployment/${CONCIERGE_NAME}`,
+    '-n',
+    namespace,
+    `--timeout=${INSTALL_TIMEOUT}`,
   ]);
 
-  // The edge cluster lets the demo user read namespaces and nothing else; its agent registers and dials out.
-  log(`onboarding the agent-backed cluster ${EDGE}`);
-  await kubectlAll(edge, readNamespaces);
-  const agentKubeconfig = await prepareAgentCluster(edge, AGENT_NAMESPACE);
-  const tunnel = proxy.concierge.tunnel!;
-  const hub = `https://127.0.0.1:${tunnel.port}`;
+  // The first agent: registered on the hub, its settings applied on edge, then the agent manifests.
+  log(`onboarding the agent-backed cluster ${EDGE}: its agent runs in a pod there and dials the hub`);
+  const tunnelAddress = await eventually(() => {
+    const ip = running.lb!.addressOf(namespace, `${CONCIERGE_NAME}-tunnel`);
+    if (!ip) throw new Error('the tunnel Service has no load balancer address yet');
+    return Promise.resolve(ip);
+  }, 60_000);
+  const hub = `https://${tunnelAddress}`;
   const added = await addCluster(EDGE, {
     kubeconfig: cluster.kubeconfigPath,
     namespace,
@@ -163,21 +195,18 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
     hub,
     description: 'the local agent-backed demo cluster',
   });
-  running.agent = startAgent({
-    cluster: EDGE,
-    hub: new URL(hub),
-    trust: { pin: added.pin },
-    bootstrapToken: () => added.token,
-    store: newSecretCredentialStore(
-      newKubeClients({ path: agentKubeconfig }),
-      AGENT_NAMESPACE,
-      `${AGENT_NAME}-credentials`,
-    ),
-    upstream: agentUpstream(agentKubeconfig),
-    version: 'dev',
-    log: silentLogger(),
+  const settings = agentSettingsManifests({
+    clusterName: EDGE,
+    hubURL: hub,
+    caPin: added.pin,
+    bootstrapToken: added.token,
   });
-  const agent = running.agent;
+  await kubectlOk(
+    edge,
+    ['apply', '-f', '-'],
+    JSON.stringify({ apiVersion: 'v1', kind: 'List', items: settings }),
+  );
+  await kubectlOk(edge, ['apply', '-k', join(REPO_ROOT, 'config/agent')]);
 
   await eventually(async () => {
     const ready = await cluster.kubectl([
@@ -200,8 +229,19 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
       `--as-group=${DEMO_GROUP}`,
     ]);
     if (allowed.stdout.trim() !== 'yes') throw new Error('demo RBAC not in effect yet');
-    if (!agent.connected()) throw new Error(`the ${EDGE} agent has no tunnel yet`);
-  }, 60_000);
+    const connected = await cluster.kubectl(['get', 'clusters', EDGE, '-o', 'jsonpath={.status.connected}']);
+    if (connected.stdout.trim() !== 'true') throw new Error(`the ${EDGE} agent has no tunnel yet`);
+    const demo = await cluster.kubectl([
+      'get',
+      'pod',
+      DEMO_POD,
+      '-n',
+      DEMO_NAMESPACE,
+      '-o',
+      'jsonpath={.status.phase}',
+    ]);
+    if (demo.stdout !== 'Running') throw new Error(`the demo pod is ${demo.stdout || 'not there'}`);
+  }, 120_000);
 
   const dir = join(REPO_ROOT, '.sealion');
   mkdirSync(dir, { recursive: true });
@@ -242,7 +282,8 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
   console.log(`
 Sealion is up in ${((Date.now() - started) / 1000).toFixed(1)}s.
   API server:           ${cluster.url}
-  impersonation proxy:  ${endpoint}${running.lb ? ' (a LoadBalancer Service on the local load balancer)' : ''}
+  impersonation proxy:  ${endpoint} (a LoadBalancer Service on the local load balancer)
+  Sealion's pods:       installed from config/concierge (hub) and config/agent (${EDGE}), image ${image.name}
   demo user:            ${DEMO_USER} (group ${DEMO_GROUP}), an OIDC token from the local issuer, which the
                         kubeconfig's exec plugin (sealion login static) trades for client certificates
 
@@ -251,12 +292,16 @@ Try it, as the demo user through the proxy:
   kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # allowed
   kubectl --kubeconfig ${rel} create namespace not-allowed      # Forbidden, from the cluster's RBAC
   kubectl --kubeconfig ${rel} auth whoami
+  kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} exec -it ${DEMO_POD} -- sh       # a shell in a pod, through the proxy
+  kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} logs -f ${DEMO_POD}
 And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out, and ${EDGE}'s RBAC decides:
   kubectl --kubeconfig ${edgeRel} get namespaces                    # allowed
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # Forbidden, from ${EDGE}'s RBAC
 Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows the agent):
+  kubectl --kubeconfig ${cluster.kubeconfigPath} get pods -A -o wide
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
   kubectl --kubeconfig ${cluster.kubeconfigPath} get clusters
+  kubectl --kubeconfig ${edge.kubeconfigPath} get pods -A -o wide
 An OIDC login instead of the fixed demo token (open the URL it prints; the local issuer signs the demo user in):
   npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} > .sealion/oidc.kubeconfig
 

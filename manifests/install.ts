@@ -269,7 +269,47 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
   ];
 }
 
-/** The agent for a cluster the concierge cannot reach. `sealion cluster add` prints how to fill its ConfigMap. */
+/** What one cluster's agent is told: which cluster it is, where the hub is, how to trust it, and its one-time token. */
+export interface AgentSettings {
+  clusterName: string;
+  hubURL: string;
+  /** SPKI pin of the hub's tunnel CA (`sha256:<hex>`). */
+  caPin: string;
+  bootstrapToken: string;
+}
+
+/**
+ * The agent's ConfigMap and bootstrap Secret for one cluster (with the namespace they live in), which
+ * `sealion cluster add --agent-manifests` prints. Applied before the agent manifests, the agent's first start
+ * finds them.
+ */
+export function agentSettingsManifests(
+  settings: AgentSettings,
+  opts: InstallOptions = DEFAULT_INSTALL,
+): Obj[] {
+  const ns = opts.agentNamespace;
+  return [
+    namespace(ns),
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: `${AGENT_NAME}-config`, namespace: ns, labels: PART_OF },
+      data: { clusterName: settings.clusterName, hubURL: settings.hubURL, caPin: settings.caPin },
+    },
+    {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: `${AGENT_NAME}-bootstrap`, namespace: ns, labels: PART_OF },
+      type: 'Opaque',
+      stringData: { token: settings.bootstrapToken },
+    },
+  ];
+}
+
+/**
+ * The agent for a cluster the concierge cannot reach. Its ConfigMap and bootstrap token come from
+ * `sealion cluster add --agent-manifests` (agentSettingsManifests).
+ */
 export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   const ns = opts.agentNamespace;
   const role = `${ns}-impersonator`;
@@ -288,6 +328,8 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       kind: 'Role',
       metadata: { name: AGENT_NAME, namespace: ns, labels: PART_OF },
       rules: [
+        // Its settings (agentSettingsManifests).
+        { apiGroups: [''], resources: ['configmaps'], verbs: ['get'], resourceNames: [`${AGENT_NAME}-config`] },
         // The agent keeps its key and certificate in a Secret so a restart does not register again.
         { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
         {
@@ -299,12 +341,6 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       ],
     },
     binding('RoleBinding', AGENT_NAME, AGENT_NAME, ns),
-    {
-      apiVersion: 'v1',
-      kind: 'ConfigMap',
-      metadata: { name: `${AGENT_NAME}-config`, namespace: ns, labels: PART_OF },
-      data: { clusterName: '', hubURL: '', caBundle: '', caPin: '' },
-    },
     {
       apiVersion: 'apps/v1',
       kind: 'Deployment',

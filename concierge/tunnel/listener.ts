@@ -98,6 +98,11 @@ export interface TunnelListener {
   forwarder(cluster: string): Forwarder | undefined;
   /** The tunnel to `cluster`'s agent this replica holds, if any. */
   held(cluster: string): HeldTunnel | undefined;
+  /**
+   * Serves a certificate for these names and addresses from now on (a load balancer's address, learnt after
+   * start). Connections already open keep theirs.
+   */
+  setHosts(hosts: string[]): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -250,7 +255,12 @@ interface Connected {
 export async function startTunnelListener(opts: TunnelListenerOptions): Promise<TunnelListener> {
   const log = opts.log;
   const ca = await ensureTunnelCA(opts.clients, opts.namespace);
-  const serving = await issueCert(ca, { commonName: 'sealion-tunnel', hosts: opts.hosts, usage: 'server' });
+  const servingContext = async (hosts: string[]): Promise<{ cert: string; key: string }> => {
+    const serving = await issueCert(ca, { commonName: 'sealion-tunnel', hosts, usage: 'server' });
+    // The chain includes the CA, so agents that pin the CA's key (before they have it) can check it.
+    return { cert: serving.certPem + ca.certPem, key: serving.keyPem };
+  };
+  const context = await servingContext(opts.hosts);
   const connected = new Map<string, Connected>();
   const wss = new WebSocketServer({ noServer: true, maxPayload: 4 * 1024 * 1024 });
 
@@ -281,9 +291,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
 
   const server: Server = createServer(
     {
-      // The chain includes the CA, so agents that pin the CA's key (before they have it) can check it.
-      cert: serving.certPem + ca.certPem,
-      key: serving.keyPem,
+      ...context,
       ca: ca.certPem,
       requestCert: true,
       // Registration has no client certificate yet; /connect and /renew check theirs themselves.
@@ -482,6 +490,16 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     caPem: ca.certPem,
     forwarder: (cluster) => connected.get(cluster)?.forwarder,
     held: (cluster) => connected.get(cluster)?.held,
+    async setHosts(hosts) {
+      server.setSecureContext({
+        ...(await servingContext(hosts)),
+        ca: ca.certPem,
+        minVersion: 'TLSv1.2',
+        ciphers: CIPHERS,
+        honorCipherOrder: true,
+      });
+      log.info({ hosts }, 'tunnel serving certificate reissued');
+    },
     async stop() {
       for (const entry of connected.values()) entry.tunnel.close();
       connected.clear();
