@@ -1,20 +1,20 @@
 // The agent's local reverse proxy: it serves the tunnel's streams (it listens on no port) and forwards them to this
 // cluster's API server as the agent. A plain request arrives as an HTTP/2 request and goes on as one, over HTTP/2
 // connections to the API server (lib/http2-pool.ts, lib/http2-forward.ts). An upgrade (exec, port-forward) arrives
-// as HTTP/1.1 on a CONNECT stream and is piped through by http-proxy-middleware. Either way the proxy overwrites
+// as HTTP/1.1 on a CONNECT stream and is spliced through by lib/upgrade-forward.ts. Either way the proxy overwrites
 // Authorization with the agent's own credential (whatever the other end sent), keeps Impersonate-* (the hub's
 // impersonation is the point), strips X-Forwarded-*, and streams answers as they come (watches).
 import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type Server } from 'node:http';
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
-import { Agent } from 'node:https';
+import { Agent, request } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
-import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
 import { forwardOverHttp2 } from '../lib/http2-forward.ts';
 import { newH2Pool } from '../lib/http2-pool.ts';
 import { serveStream, type Request, type Response } from '../lib/http2-request.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import { clientCertChain } from '../lib/pem.ts';
+import { forwardUpgrade } from '../lib/upgrade-forward.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -78,34 +78,26 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
   // Upgrades only (and the plain requests of a hub that sends them on CONNECT streams): HTTP/1.1 with the same
   // identity. Keep-alive, with Node's default of 256 idle connections.
   const agent = new Agent({ keepAlive: true, ...ca, ...identity });
-  const upgradeProxy = createProxyMiddleware<IncomingMessage>({
-    target: upstream.url.origin,
-    changeOrigin: true,
-    secure: true,
-    agent,
-    xfwd: false,
-    ws: false,
-    ejectPlugins: true,
-    plugins: [proxyEventsPlugin],
-    on: {
-      proxyReq(proxyReq) {
-        proxyReq.setNoDelay(true);
-      },
-      error(err, _req, socket) {
-        if (!('writeHead' in socket) && !socket.destroyed)
-          socket.end(rawStatusResponse(502, unreachable(err)));
-      },
-    },
-  });
   const server: Server = createServer(forward);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headers['upgrade'];
-    for (const name of Object.keys(req.headers)) delete req.headers[name];
-    Object.assign(req.headers, headers);
-    socket.on('error', () => socket.destroy());
-    upgradeProxy.upgrade(req, socket as never, head);
+    forwardUpgrade(socket, head, {
+      send() {
+        const sent = request(upstream.url.origin, {
+          method: req.method ?? 'GET',
+          path: req.url ?? '/',
+          headers,
+          agent,
+        });
+        sent.setNoDelay(true);
+        return sent;
+      },
+      fail(err) {
+        socket.end(rawStatusResponse(502, unreachable(err)));
+      },
+    });
   });
   server.on('clientError', (_err, socket: Duplex) => socket.destroy());
   return {

@@ -20,7 +20,7 @@ import {
   chmodSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, posix, relative } from 'node:path';
+import { dirname, join, posix } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
 import { DEFAULT_IMAGE } from '../manifests/install.ts';
@@ -500,24 +500,5 @@ export function writeRootfs(dir: string, log: (line: string) => void = () => {})
       else writeFileSync(target, entry.data!);
       if (entry.type !== 'symlink') chmodSync(target, entry.mode);
     }
-  }
-}
-
-if (process.argv[1] && relative(process.argv[1], new URL(import.meta.url).pathname) === '') {
-  const at = process.argv.indexOf('--rootfs');
-  const log = (line: string): void => console.log(line);
-  if (at > 0) {
-    const dir = process.argv[at + 1];
-    if (!dir) throw new Error('--rootfs needs a folder');
-    writeRootfs(dir, log);
-    console.log(`wrote the image's files to ${dir}`);
-  } else {
-    const started = Date.now();
-    const image = await buildImage(log);
-    const mib = (bytes: number): string => `${(bytes / 1048576).toFixed(1)} MiB`;
-    console.log(`built ${image.name} in ${((Date.now() - started) / 1000).toFixed(1)}s`);
-    console.log(`  archive: ${relative(process.cwd(), image.archive)}`);
-    console.log(`  digest:  ${image.digest}`);
-    console.log(`  size:    ${mib(image.compressedBytes)} compressed, ${mib(image.unpackedBytes)} unpacked`);
   }
 }

@@ -2,17 +2,17 @@
 // stream limit is reached (lib/http2-pool.ts), so a thousand watches share a handful of connections, and are relayed
 // by lib/http2-forward.ts. Bodies stream both ways (watch events reach the client as the API server writes them);
 // short requests are bounded by a deadline and long-running ones are not. Upgrades (exec, attach, port-forward; SPDY
-// or WebSocket) need HTTP/1.1 and are piped through by http-proxy-middleware.
-import { Agent } from 'node:https';
+// or WebSocket) need HTTP/1.1 and are spliced through by lib/upgrade-forward.ts.
+import { Agent, request } from 'node:https';
 import { newH2Pool } from '../../lib/http2-pool.ts';
 import { forwardOverHttp2, UpstreamTimeout } from '../../lib/http2-forward.ts';
 import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import { createProxyMiddleware, proxyEventsPlugin, type RequestHandler } from 'http-proxy-middleware';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import { rawStatusResponse, writeStatus } from '../../lib/kube-status.ts';
 import { clientCertChain } from '../../lib/pem.ts';
+import { forwardUpgrade } from '../../lib/upgrade-forward.ts';
 
 /**
  * The API server ends its own short requests after 60 s; the proxy waits a little longer so the API server's
@@ -107,35 +107,6 @@ export function newForwarder(upstream: Upstream): Forwarder {
     return headers;
   };
 
-  const newUpgradeProxy = (agent: Agent): RequestHandler =>
-    createProxyMiddleware({
-      target: upstream.url.origin,
-      changeOrigin: true,
-      secure: true,
-      agent,
-      xfwd: false,
-      // Our own error answers and request logs replace the defaults; the events plugin wires up `on`.
-      ejectPlugins: true,
-      plugins: [proxyEventsPlugin],
-      on: {
-        proxyReq(proxyReq) {
-          proxyReq.setNoDelay(true);
-        },
-        error(err, _req, res) {
-          const { code, message } = errorStatus(err);
-          if ('writeHead' in res) writeStatus(res, code, message);
-          else if (!res.destroyed) {
-            // A failed upgrade: answer on the raw socket, then close it.
-            res.end(rawStatusResponse(code, message));
-          }
-        },
-      },
-    });
-  const upgrades = {
-    withIdentity: newUpgradeProxy(agents.withIdentity),
-    anonymous: newUpgradeProxy(agents.anonymous),
-  };
-
   return {
     web(req, res, plan) {
       const headers: OutgoingHttpHeaders = upstreamHeaders(plan);
@@ -154,12 +125,23 @@ export function newForwarder(upstream: Upstream): Forwarder {
       return new Promise<void>((done) => res.on('close', done));
     },
     upgrade(req, socket, head, plan) {
-      const headers = req.headers as Record<string, unknown>;
-      for (const name of Object.keys(headers)) delete headers[name];
-      Object.assign(headers, plan.headers);
-      const token = plan.passthrough ? undefined : upstream.credentials.token?.();
-      if (token) headers['authorization'] = `Bearer ${token}`;
-      (plan.passthrough ? upgrades.anonymous : upgrades.withIdentity).upgrade(req, socket, head);
+      const headers = upstreamHeaders(plan);
+      forwardUpgrade(socket, head, {
+        send: () => {
+          const sent = request(upstream.url.origin, {
+            method: req.method ?? 'GET',
+            path: req.url ?? '/',
+            headers,
+            agent: plan.passthrough ? agents.anonymous : agents.withIdentity,
+          });
+          sent.setNoDelay(true);
+          return sent;
+        },
+        fail(err) {
+          const { code, message } = errorStatus(err);
+          socket.end(rawStatusResponse(code, message));
+        },
+      });
     },
     close() {
       pools.withIdentity.close();

@@ -8,17 +8,17 @@
 // maxConcurrentStreams in all, and the rest wait, served user by user in turn. A request that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
 // read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
 import { systemClock, type Clock } from '../../lib/clock.ts';
-import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import { request, type OutgoingHttpHeaders } from 'node:http';
 import { constants } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
-import { createProxyMiddleware, proxyEventsPlugin } from 'http-proxy-middleware';
 import type { ClusterSpec } from '../../apis/tunnel.ts';
 import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel.ts';
 import { forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
 import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
+import { forwardUpgrade } from '../../lib/upgrade-forward.ts';
 import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
 
 /** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
@@ -229,30 +229,9 @@ export function newTunnelForwarder(
   const clock = opts.clock ?? systemClock;
   const admission = newFairSemaphore(limits, clock);
   tunnel.setMaxStreams(limits.capacity);
-  /** The tunnel stream each upgrade went out on, reported by the proxy once it has one. */
-  const upgradeStreams = new WeakMap<IncomingMessage, (stream: Duplex) => void>();
 
   const retryAfter = { 'retry-after': String(RETRY_AFTER_SECONDS) };
   const details = { retryAfterSeconds: RETRY_AFTER_SECONDS };
-
-  const upgradeProxy = createProxyMiddleware<IncomingMessage>({
-    target: `http://${TUNNEL_HOST}`,
-    agent: tunnel.agent,
-    xfwd: false,
-    ejectPlugins: true,
-    plugins: [proxyEventsPlugin],
-    on: {
-      proxyReqWs(proxyReq, req) {
-        const report = upgradeStreams.get(req);
-        if (report) proxyReq.once('socket', report);
-      },
-      error(err, _req, socket) {
-        const { code, message } = failure(cluster, err);
-        if ('writeHead' in socket) return void writeStatus(socket, code, message);
-        if (!socket.destroyed) socket.end(rawStatusResponse(code, message));
-      },
-    },
-  });
 
   /** Forwards a request that holds a place; `release` gives the place back once its tunnel stream is closed. */
   function forward(req: Request, res: Response, plan: ForwardPlan, release: () => void) {
@@ -336,13 +315,12 @@ export function newTunnelForwarder(
       });
     },
     upgrade(req, socket: Socket, head, plan) {
-      const headers = upstreamHeaders(plan);
-      for (const name of Object.keys(req.headers)) delete req.headers[name];
-      Object.assign(req.headers, headers, {
+      const headers = {
+        ...upstreamHeaders(plan),
         host: TUNNEL_HOST,
         connection: 'Upgrade',
         upgrade: plan.headers['upgrade'],
-      });
+      };
       if (socket.destroyed) return;
       let settled = false;
       const cancel = admission.acquire(
@@ -351,12 +329,28 @@ export function newTunnelForwarder(
           settled = true;
           let stream: Duplex | undefined;
           const progressMs = limits.progressTimeoutMs;
-          upgradeStreams.set(req, (s) => {
-            stream = s;
-            watchUpgrade(s, socket, progressMs, clock);
-          });
           socket.once('close', () => releaseWhenGone(release, stream));
-          upgradeProxy.upgrade(req, socket, head);
+          forwardUpgrade(socket, head, {
+            send() {
+              const sent = request({
+                host: TUNNEL_HOST,
+                method: req.method ?? 'GET',
+                path: req.url ?? '/',
+                headers,
+                agent: tunnel.agent,
+              });
+              // The tunnel stream it goes out on, watched for a client that stops reading.
+              sent.once('socket', (s: Duplex) => {
+                stream = s;
+                watchUpgrade(s, socket, progressMs, clock);
+              });
+              return sent;
+            },
+            fail(err) {
+              const { code, message } = failure(cluster, err);
+              if (!socket.destroyed) socket.end(rawStatusResponse(code, message));
+            },
+          });
         },
         (why) => {
           settled = true;

@@ -1,0 +1,320 @@
+// Sealion installed as a user installs it, for `npm start` and the end-to-end tests: its image built and loaded
+// into two clusters' real nodes, the concierge applied from config/concierge on the hub (the node carries EKS's
+// marks, so `mode: auto` turns the proxy on), the tunnel published through the local load balancer, and the
+// first agent onboarded on `edge` with `sealion cluster add --agent-manifests` and config/agent. A demo user
+// logs in with tokens from a local OIDC issuer and may work with the demo pod on both clusters.
+import { join } from 'node:path';
+import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
+import { addCluster } from '../cli/cluster.ts';
+import { getKubeconfig } from '../cli/get-kubeconfig.ts';
+import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
+import { newKubeClients } from '../lib/kube.ts';
+import { agentSettingsManifests, CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { REPO_ROOT } from './build.ts';
+import { startCluster, type Cluster } from './cluster.ts';
+import { applyJWTAuthenticator } from './concierge.ts';
+import { eventually } from './eventually.ts';
+import { buildImage, DEMO_IMAGE, ensureDemoImage, type BuiltImage } from './image.ts';
+import { startLocalLoadBalancer, type LocalLoadBalancer } from './local-lb.ts';
+import { startOIDCIssuer, type TestIssuer } from './oidc-issuer.ts';
+
+export const DEMO_USER = 'demo@sealion.dev';
+export const DEMO_GROUP = 'demo-developers';
+export const DEMO_NAMESPACE = 'demo';
+export const DEMO_POD = 'demo';
+/** The second cluster: reached only through its agent, which dials out to the concierge. */
+export const EDGE = 'edge';
+/** The demo pod's loop: something for `logs -f` to follow. */
+const DEMO_SCRIPT = 'i=0; while true; do echo "tick $i"; i=$((i+1)); sleep 5; done';
+
+/** Runs kubectl commands on a cluster, failing loudly. */
+async function kubectlAll(cluster: Cluster, commands: string[][]): Promise<void> {
+  for (const args of commands) {
+    const result = await cluster.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+  }
+}
+
+/** What has been started so far: filled in as things start, so that a stop at any moment stops what exists. */
+export interface Running {
+  cluster?: Cluster;
+  edge?: Cluster;
+  issuer?: TestIssuer;
+  lb?: LocalLoadBalancer;
+}
+
+export async function stopInstalled(running: Running): Promise<void> {
+  await running.lb?.stop();
+  await running.issuer?.stop();
+  await Promise.all([running.cluster?.stop(), running.edge?.stop()]);
+}
+
+export interface InstalledSealion {
+  hub: Cluster;
+  edge: Cluster;
+  issuer: TestIssuer;
+  lb: LocalLoadBalancer;
+  image: BuiltImage;
+  /**
+   * A kubeconfig (YAML) as `sealion get kubeconfig` writes it, for a user with this OIDC token: to the hub through
+   * the proxy, or (cluster `edge`) through edge's tunnel.
+   */
+  kubeconfig: (token: string, cluster?: string) => Promise<string>;
+}
+
+/**
+ * The marks an EKS node carries, which the hub's kubelet registers its node with: `mode: auto` (the default)
+ * judges from them that the API server is out of reach and switches the impersonation proxy on.
+ */
+const MANAGED_NODE = {
+  providerID: 'aws:///us-west-2a/i-0a5e41102d0c0ffee',
+  labels: { 'eks.amazonaws.com/nodegroup': 'sealion-dev', 'eks.amazonaws.com/capacityType': 'ON_DEMAND' },
+};
+/** How long the installed pods may take to come up (the image is on the node already). */
+const INSTALL_TIMEOUT = '120s';
+
+/** Runs kubectl and fails loudly, with what it said. */
+async function kubectlOk(cluster: Cluster, args: string[], input?: string): Promise<string> {
+  const result = await cluster.kubectl(args, input === undefined ? {} : { input });
+  if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr.trim()}`);
+  return result.stdout;
+}
+
+export interface InstallOptions {
+  /**
+   * Concierge replicas. Default: the manifests' two. An agent's tunnel is held by the replica it dialed, and a
+   * request for its cluster that reaches another replica is refused (503), so one replica makes every request
+   * for `edge` reach it.
+   */
+  replicas?: number;
+}
+
+export async function startInstalledSealion(
+  running: Running,
+  log: (line: string) => void,
+  opts: InstallOptions = {},
+): Promise<InstalledSealion> {
+  const image = await buildImage(log);
+  const demoImage = await ensureDemoImage(log);
+  log(`image ${image.name} (${image.digest.slice(0, 19)}…) built; starting two clusters, each with a node`);
+  const images = [image.archive, demoImage];
+  // Both clusters settle before anything else happens: one that lost a race must still be stopped on a failure.
+  const clusters = await Promise.allSettled([
+    startCluster({
+      name: 'sealion-dev',
+      log,
+      node: { name: 'sealion-dev-node', ...MANAGED_NODE, images },
+    }).then((c) => (running.cluster = c)),
+    startCluster({ name: `sealion-${EDGE}`, log, node: { name: `sealion-${EDGE}-node`, images } }).then(
+      (c) => (running.edge = c),
+    ),
+  ]);
+  for (const c of clusters) if (c.status === 'rejected') throw c.reason;
+  const [cluster, edge] = [running.cluster!, running.edge!];
+  log(
+    `the hub's node carries EKS's marks (${Object.keys(MANAGED_NODE.labels).join(', ')} and an aws:// provider ID), so mode: auto turns the proxy on`,
+  );
+
+  // What an admin runs (the README's Install section): the manifests, with the tunnel published for agents.
+  log(`installing Sealion from config/concierge: ${opts.replicas ?? 2} concierge replica(s)`);
+  const namespace = DEFAULT_INSTALL.namespace;
+  running.lb = await startLocalLoadBalancer({
+    clients: newKubeClients({ path: cluster.kubeconfigPath }),
+    reachableFromPods: true,
+  });
+  await kubectlOk(cluster, ['apply', '-k', join(REPO_ROOT, 'config/concierge')]);
+  if (opts.replicas !== undefined) {
+    await kubectlOk(cluster, [
+      'scale',
+      `deployment/${CONCIERGE_NAME}`,
+      '-n',
+      namespace,
+      `--replicas=${opts.replicas}`,
+    ]);
+  }
+  await kubectlOk(cluster, [
+    'patch',
+    'service',
+    `${CONCIERGE_NAME}-tunnel`,
+    '-n',
+    namespace,
+    '--type=merge',
+    '-p',
+    '{"spec":{"type":"LoadBalancer"}}',
+  ]);
+  // The issuer listens where the hub's pods reach the machine; the CLI's OIDC client ID is the audience, so
+  // `sealion get kubeconfig` with OIDC login works here as it is.
+  const issuer = (running.issuer = await startOIDCIssuer({
+    audience: DEFAULT_OIDC_CLIENT_ID,
+    login: { username: DEMO_USER, groups: [DEMO_GROUP] },
+    host: cluster.node!.network.hostIp,
+  }));
+  await applyJWTAuthenticator(cluster, 'demo', issuer, DEFAULT_OIDC_CLIENT_ID);
+  const demoPod = [
+    'run',
+    DEMO_POD,
+    '-n',
+    DEMO_NAMESPACE,
+    `--image=${DEMO_IMAGE}`,
+    '--command',
+    '--',
+    'sh',
+    '-c',
+    DEMO_SCRIPT,
+  ];
+  const readNamespaces: string[][] = [
+    ['create', 'namespace', DEMO_NAMESPACE],
+    ['create', 'clusterrole', 'namespace-reader', '--verb=get,list,watch', '--resource=namespaces'],
+    [
+      'create',
+      'clusterrolebinding',
+      'demo-developers-namespaces',
+      '--clusterrole=namespace-reader',
+      `--group=${DEMO_GROUP}`,
+    ],
+  ];
+  // The demo user works with pods in demo (exec, attach, logs, port-forward, debug) on both clusters, and may
+  // edit the rest of demo on the hub only.
+  const podAccess: string[][] = [
+    [
+      'create',
+      'role',
+      'pod-access',
+      '-n',
+      DEMO_NAMESPACE,
+      '--verb=get,list,watch,create,update,patch',
+      '--resource=pods,pods/exec,pods/attach,pods/log,pods/portforward,pods/ephemeralcontainers',
+    ],
+    [
+      'create',
+      'rolebinding',
+      'demo-developers-pods',
+      '-n',
+      DEMO_NAMESPACE,
+      '--role=pod-access',
+      `--group=${DEMO_GROUP}`,
+    ],
+    demoPod,
+  ];
+  await kubectlAll(cluster, [
+    ...readNamespaces,
+    [
+      'create',
+      'rolebinding',
+      'demo-developers-edit',
+      '-n',
+      DEMO_NAMESPACE,
+      '--clusterrole=edit',
+      `--group=${DEMO_GROUP}`,
+    ],
+    ...podAccess,
+  ]);
+  await kubectlAll(edge, [...readNamespaces, ...podAccess]);
+  await kubectlOk(cluster, [
+    'rollout',
+    'status',
+    `deployment/${CONCIERGE_NAME}`,
+    '-n',
+    namespace,
+    `--timeout=${INSTALL_TIMEOUT}`,
+  ]);
+
+  // The first agent: registered on the hub, its settings applied on edge, then the agent manifests.
+  log(`onboarding the agent-backed cluster ${EDGE}: its agent runs in a pod there and dials the hub`);
+  const tunnelAddress = await eventually(() => {
+    const ip = running.lb!.addressOf(namespace, `${CONCIERGE_NAME}-tunnel`);
+    if (!ip) throw new Error('the tunnel Service has no load balancer address yet');
+    return Promise.resolve(ip);
+  }, 60_000);
+  const hub = `https://${tunnelAddress}`;
+  const added = await addCluster(EDGE, {
+    kubeconfig: cluster.kubeconfigPath,
+    namespace,
+    groupSuffix: DEFAULT_GROUP_SUFFIX,
+    hub,
+    description: 'the local agent-backed demo cluster',
+  });
+  const settings = agentSettingsManifests({
+    clusterName: EDGE,
+    hubURL: hub,
+    caPin: added.pin,
+    bootstrapToken: added.token,
+  });
+  await kubectlOk(
+    edge,
+    ['apply', '-f', '-'],
+    JSON.stringify({ apiVersion: 'v1', kind: 'List', items: settings }),
+  );
+  await kubectlOk(edge, ['apply', '-k', join(REPO_ROOT, 'config/agent')]);
+
+  await eventually(async () => {
+    const ready = await cluster.kubectl([
+      'get',
+      'jwtauthenticator.authentication.concierge.sealion.dev',
+      'demo',
+      '-o',
+      'jsonpath={.status.phase}',
+    ]);
+    if (ready.stdout !== 'Ready') throw new Error(`JWTAuthenticator demo is ${ready.stdout || 'not ready'}`);
+    // The aggregated edit role gets its rules from kube-controller-manager shortly after start.
+    const allowed = await cluster.kubectl([
+      'auth',
+      'can-i',
+      'create',
+      'configmaps',
+      '-n',
+      DEMO_NAMESPACE,
+      `--as=${DEMO_USER}`,
+      `--as-group=${DEMO_GROUP}`,
+    ]);
+    if (allowed.stdout.trim() !== 'yes') throw new Error('demo RBAC not in effect yet');
+    const connected = await cluster.kubectl(['get', 'clusters', EDGE, '-o', 'jsonpath={.status.connected}']);
+    if (connected.stdout.trim() !== 'true') throw new Error(`the ${EDGE} agent has no tunnel yet`);
+    const demo = await cluster.kubectl([
+      'get',
+      'pod',
+      DEMO_POD,
+      '-n',
+      DEMO_NAMESPACE,
+      '-o',
+      'jsonpath={.status.phase}',
+    ]);
+    if (demo.stdout !== 'Running') throw new Error(`the demo pod is ${demo.stdout || 'not there'}`);
+    const edgeDemo = await edge.kubectl([
+      'get',
+      'pod',
+      DEMO_POD,
+      '-n',
+      DEMO_NAMESPACE,
+      '-o',
+      'jsonpath={.status.phase}',
+    ]);
+    if (edgeDemo.stdout !== 'Running')
+      throw new Error(`edge's demo pod is ${edgeDemo.stdout || 'not there'}`);
+  }, 120_000);
+
+  // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the
+  // authenticator's status), and its exec plugin trades the token for 5-minute client certificates.
+  const kubeconfig = (token: string, target = ''): Promise<string> =>
+    getKubeconfig(
+      {
+        kubeconfig: cluster.kubeconfigPath,
+        groupSuffix: DEFAULT_GROUP_SUFFIX,
+        authenticatorType: 'jwt',
+        authenticatorName: 'demo',
+        staticToken: token,
+        staticTokenEnv: '',
+        oidcIssuer: '',
+        oidcClientId: '',
+        oidcScopes: '',
+        oidcCaBundleData: '',
+        oidcSkipBrowser: false,
+        exchangeCredential: true,
+        timeout: '60',
+        output: '',
+        cluster: target,
+      },
+      log,
+    );
+  return { hub: cluster, edge, issuer, lb: running.lb, image, kubeconfig };
+}

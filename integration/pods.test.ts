@@ -1,0 +1,164 @@
+// Sealion as users run it: its image on real nodes, installed from config/concierge (two replicas), the kubelet's
+// streaming commands through the impersonation proxy, and concierge pods deleted mid-watch and mid-exec.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { eventually } from '../dev/eventually.ts';
+import {
+  DEMO_GROUP,
+  DEMO_NAMESPACE,
+  DEMO_POD,
+  DEMO_USER,
+  startInstalledSealion,
+  stopInstalled,
+  type InstalledSealion,
+  type Running,
+} from '../dev/installed.ts';
+import { dieWithParent, stopChild } from '../dev/processes.ts';
+import { LEADER_LEASE } from '../concierge/concierge.ts';
+import { CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { podCommandCases, serveHttpInDemoPod, type PodTarget } from './harness/pod-commands.ts';
+
+const running: Running = {};
+let installed: InstalledSealion;
+let dir: string;
+let target: PodTarget;
+const namespace = DEFAULT_INSTALL.namespace;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sealion-pods-'));
+  installed = await startInstalledSealion(running, () => {});
+  const { hub, issuer } = installed;
+  const token = await issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
+  const viewer = await issuer.mint({ username: 'viewer@sealion.dev', groups: ['demo-viewers'] });
+  const bound = await hub.kubectl([
+    'create',
+    'rolebinding',
+    'viewers',
+    '-n',
+    DEMO_NAMESPACE,
+    '--clusterrole=view',
+    '--group=demo-viewers',
+  ]);
+  if (bound.code !== 0) throw new Error(bound.stderr);
+  writeFileSync(join(dir, 'demo.kubeconfig'), await installed.kubeconfig(token));
+  writeFileSync(join(dir, 'viewer.kubeconfig'), await installed.kubeconfig(viewer));
+  target = {
+    kubectl: hub.binaries.kubectl,
+    kubeconfig: join(dir, 'demo.kubeconfig'),
+    refusedKubeconfig: join(dir, 'viewer.kubeconfig'),
+  };
+  await serveHttpInDemoPod(target);
+}, 300_000);
+
+afterAll(async () => {
+  await stopInstalled(running);
+  rmSync(dir, { recursive: true, force: true });
+}, 120_000);
+
+describe('the installed concierge', () => {
+  it('runs two pods of the image, as the manifests say, and one of them leads', async () => {
+    const pods = await installed.hub.kubectl([
+      'get',
+      'pods',
+      '-n',
+      namespace,
+      '-l',
+      `app=${CONCIERGE_NAME}`,
+      '-o',
+      'jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.spec.containers[0].image}{"\\n"}{end}',
+    ]);
+    const lines = pods.stdout.trim().split('\n');
+    expect(lines).toHaveLength(2);
+    for (const line of lines)
+      expect(line).toMatch(new RegExp(`Running ${installed.image.name.replace(/[.]/g, '\\.')}$`));
+    const holder = await leader();
+    expect(lines.map((l) => l.split(' ')[0])).toContain(holder);
+  });
+});
+
+podCommandCases('the impersonation proxy', () => target);
+
+/** The pod holding the controllers' Lease. */
+async function leader(): Promise<string> {
+  const lease = await installed.hub.kubectl([
+    'get',
+    'lease',
+    LEADER_LEASE,
+    '-n',
+    namespace,
+    '-o',
+    'jsonpath={.spec.holderIdentity}',
+  ]);
+  return lease.stdout.trim();
+}
+
+describe('concierge pods deleted under load', () => {
+  it('a watch and an exec through the proxy end cleanly, and a new pod takes over the Lease', async () => {
+    const before = await leader();
+    const start = (args: string[]) => {
+      const [command, argv] = dieWithParent(target.kubectl, [
+        `--kubeconfig=${target.kubeconfig}`,
+        '-n',
+        DEMO_NAMESPACE,
+        ...args,
+      ]);
+      const child = spawn(command, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+      child.stdout.resume();
+      const exited = new Promise<{ code: number | null; stderr: string }>((done) =>
+        child.once('exit', (code) => done({ code, stderr })),
+      );
+      return { child, exited };
+    };
+    const watch = start(['get', 'configmaps', '--watch']);
+    const exec = start(['exec', DEMO_POD, '--', 'sh', '-c', 'sleep 600']);
+    try {
+      // Both are established before the pods go.
+      await new Promise((done) => setTimeout(done, 3_000));
+      const deleted = await installed.hub.kubectl([
+        'delete',
+        'pods',
+        '-n',
+        namespace,
+        '-l',
+        `app=${CONCIERGE_NAME}`,
+        '--wait=false',
+      ]);
+      expect(deleted.code).toBe(0);
+      // Neither hangs: each ends (the exec long before its sleep would), with an error the user can read.
+      const execEnd = await exec.exited;
+      expect(execEnd.code).not.toBe(0);
+      expect(execEnd.stderr.trim()).not.toBe('');
+      const watchEnd = await watch.exited;
+      expect(watchEnd.code === 0 || watchEnd.stderr.trim() !== '').toBe(true);
+      // The Deployment's new pods take over: a new leader, and the proxy answers again.
+      await eventually(async () => {
+        const now = await leader();
+        if (!now || now === before) throw new Error(`the Lease is still ${now || 'unheld'}`);
+        const pods = await installed.hub.kubectl([
+          'get',
+          'pod',
+          now,
+          '-n',
+          namespace,
+          '-o',
+          'jsonpath={.status.phase}',
+        ]);
+        if (pods.stdout !== 'Running') throw new Error(`the new leader ${now} is ${pods.stdout}`);
+      }, 120_000);
+      await eventually(async () => {
+        const { code, stderr } = await new Promise<{ code: number | null; stderr: string }>((done) => {
+          const again = start(['get', 'pods']);
+          void again.exited.then(done);
+        });
+        if (code !== 0) throw new Error(`the proxy does not answer yet: ${stderr}`);
+      }, 120_000);
+    } finally {
+      await Promise.all([stopChild(watch.child), stopChild(exec.child)]);
+    }
+  }, 300_000);
+});

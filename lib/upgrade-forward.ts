@@ -1,0 +1,82 @@
+// Forwards an HTTP/1.1 upgrade (exec, attach, port-forward; SPDY or WebSocket) and splices the client's connection
+// to the upstream one once the upstream switches protocols. http-proxy-middleware's upgrade path (httpxy) passes
+// only WebSocket upgrades sent with GET and drops every other: SPDY's upgrade is a POST, which kubectl sends for
+// exec, attach and port-forward when WebSockets are off, and older clients always do.
+import type { ClientRequest, IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+
+/** An answer that refuses the upgrade is relayed whole; more than this of its body is cut. */
+const MAX_REFUSAL_BODY = 256 * 1024;
+/** Headers that describe the upstream connection's framing, not the answer; the relayed answer sets its own. */
+const FRAMING = /^(?:content-length|transfer-encoding|connection|keep-alive)$/i;
+
+export interface UpgradeForwardOptions {
+  /** Sends the request upstream: its method and path, the headers the caller chose, through the caller's agent. */
+  send(): ClientRequest;
+  /** Answers the client when the upstream failed before it answered (nothing has been written to the client). */
+  fail(err: Error): void;
+}
+
+function statusHead(res: IncomingMessage, drop?: RegExp, extra: string[] = []): string {
+  const lines = [`HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ''}`];
+  for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {
+    if (!drop?.test(res.rawHeaders[i]!)) lines.push(`${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}`);
+  }
+  return `${[...lines, ...extra].join('\r\n')}\r\n\r\n`;
+}
+
+/** `head` holds the bytes the client sent after its request's headers. */
+export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwardOptions): void {
+  const upstreamReq = opts.send();
+  let answered = false;
+  const abandon = (): void => void upstreamReq.destroy();
+  // The client left before the answer: nothing waits for the upstream any more.
+  socket.once('close', abandon);
+  socket.on('error', () => socket.destroy());
+
+  upstreamReq.on('upgrade', (res: IncomingMessage, upstream: Duplex, upstreamHead: Buffer) => {
+    answered = true;
+    socket.off('close', abandon);
+    const destroy = (): void => {
+      socket.destroy();
+      upstream.destroy();
+    };
+    upstream.on('error', destroy);
+    socket.on('error', destroy);
+    // A side that closes is ended on the other, after what was piped from it is written: destroying at once
+    // would drop the last bytes, a WebSocket's close frame among them.
+    upstream.on('close', () => socket.end());
+    socket.on('close', () => upstream.end());
+    if (socket.destroyed) return destroy();
+    socket.write(statusHead(res));
+    if (upstreamHead.length > 0) socket.write(upstreamHead);
+    if (head.length > 0) upstream.write(head);
+    upstream.pipe(socket).pipe(upstream);
+  });
+
+  upstreamReq.on('response', (res: IncomingMessage) => {
+    answered = true;
+    // Not switched (a 403, a 400): the answer goes back whole, and the connection closes, since its framing was
+    // the upstream connection's.
+    const chunks: Buffer[] = [];
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      if (size < MAX_REFUSAL_BODY) chunks.push(chunk.subarray(0, MAX_REFUSAL_BODY - size));
+      size += chunk.length;
+    });
+    res.on('error', () => socket.destroy());
+    res.on('end', () => {
+      const body = Buffer.concat(chunks);
+      const framing = [`Content-Length: ${body.length}`, 'Connection: close'];
+      if (!socket.destroyed)
+        socket.end(Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
+    });
+  });
+
+  upstreamReq.on('error', (err: Error) => {
+    if (answered) return void socket.destroy();
+    socket.off('close', abandon);
+    if (!socket.destroyed) opts.fail(err);
+  });
+  upstreamReq.end();
+}
