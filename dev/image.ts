@@ -195,11 +195,14 @@ function nodeLayer(): { layer: Layer; version: string } {
   }
 }
 
-/** Files no process reads at run time: type declarations, source maps, documentation. Licences stay. */
+/**
+ * Files no process reads at run time: TypeScript (declarations, and sources Node never runs inside node_modules),
+ * source maps, documentation. Licences stay.
+ */
 function droppedFromPackages(name: string, dir: boolean): boolean {
   if (dir) return name === 'node_modules';
   if (/^(licen[cs]e|notice|copying)/i.test(name)) return false;
-  return /\.(d\.[cm]?ts|map|md|markdown)$/i.test(name);
+  return /\.([cm]?ts|map|md|markdown)$/i.test(name);
 }
 
 /** The production dependencies exactly as package-lock.json resolves them (what `npm ci --omit=dev` installs). */

@@ -1,22 +1,24 @@
 // Sealion installed as a user installs it, for `npm start` and the end-to-end tests: its image built and loaded
-// into two clusters' real nodes, the concierge applied from config/concierge on the hub (the node carries EKS's
-// marks, so `mode: auto` turns the proxy on), the tunnel published through the local load balancer, and the
-// first agent onboarded on `edge` with `sealion cluster add --agent-manifests` and config/agent. A demo user
-// logs in with tokens from a local OIDC issuer and may work with the demo pod on both clusters.
-import { join } from 'node:path';
+// into two clusters' real nodes, then the README's Install section run word for word: config/concierge on the hub
+// (whose node carries EKS's marks, so `mode: auto` turns the proxy on), the first authenticator, the tunnel
+// published through the local load balancer, and the first agent on `edge` with `sealion cluster add
+// --agent-manifests` and config/agent. A demo user logs in with tokens from a local OIDC issuer and may work with
+// the demo pod on both clusters.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
-import { addCluster } from '../cli/cluster.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
 import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
 import { newKubeClients } from '../lib/kube.ts';
-import { agentSettingsManifests, CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import { startCluster, type Cluster } from './cluster.ts';
-import { applyJWTAuthenticator } from './concierge.ts';
 import { eventually } from './eventually.ts';
 import { buildImage, DEMO_IMAGE, ensureDemoImage, type BuiltImage } from './image.ts';
 import { startLocalLoadBalancer, type LocalLoadBalancer } from './local-lb.ts';
 import { startOIDCIssuer, type TestIssuer } from './oidc-issuer.ts';
+import { dieWithParent } from './processes.ts';
 
 export const DEMO_USER = 'demo@sealion.dev';
 export const DEMO_GROUP = 'demo-developers';
@@ -26,6 +28,43 @@ export const DEMO_POD = 'demo';
 export const EDGE = 'edge';
 /** The demo pod's loop: something for `logs -f` to follow. */
 const DEMO_SCRIPT = 'i=0; while true; do echo "tick $i"; i=$((i+1)); sleep 5; done';
+
+/** The JWTAuthenticator the README's Install section creates. */
+const AUTHENTICATOR = 'my-oidc';
+/** How long the Install section may take (it waits for pods, the authenticator and the agent, 120 s each at most). */
+const INSTALL_SECTION_TIMEOUT_MS = 420_000;
+
+/** The README's Install section: its one `sh` block. */
+export function installSection(): string {
+  const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('\n## Install\n'));
+  const block = /```sh\n([\s\S]*?)\n```/.exec(section.slice(0, section.indexOf('\n## ', 1)));
+  if (!block?.[1]) throw new Error("README.md's Install section has no sh block");
+  return block[1];
+}
+
+/** Runs the Install section with bash (-euo pipefail), in the repository, with `env` (its variables). */
+function runInstallSection(env: Record<string, string | undefined>): Promise<void> {
+  return new Promise((done, fail) => {
+    const [command, args] = dieWithParent('bash', ['-euo', 'pipefail', '-c', installSection()]);
+    const child = spawn(command, args, {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    const keep = (chunk: Buffer): void => void (output = (output + chunk.toString('utf8')).slice(-8000));
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+    const timer = setTimeout(() => child.kill('SIGKILL'), INSTALL_SECTION_TIMEOUT_MS);
+    child.on('error', fail);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) done();
+      else fail(new Error(`the README's Install section failed (${code ?? signal}):\n${output}`));
+    });
+  });
+}
 
 /** Runs kubectl commands on a cluster, failing loudly. */
 async function kubectlAll(cluster: Cluster, commands: string[][]): Promise<void> {
@@ -115,15 +154,35 @@ export async function startInstalledSealion(
     `the hub's node carries EKS's marks (${Object.keys(MANAGED_NODE.labels).join(', ')} and an aws:// provider ID), so mode: auto turns the proxy on`,
   );
 
-  // What an admin runs (the README's Install section): the manifests, with the tunnel published for agents.
-  log(`installing Sealion from config/concierge: ${opts.replicas ?? 2} concierge replica(s)`);
-  const namespace = DEFAULT_INSTALL.namespace;
+  // The hub's LoadBalancer Services get addresses its pods, edge's agent and this machine reach; the issuer listens
+  // where the hub's pods reach the machine. The CLI's OIDC client ID is the audience, so `sealion get kubeconfig`
+  // with OIDC login works here as it is.
   running.lb = await startLocalLoadBalancer({
     clients: newKubeClients({ path: cluster.kubeconfigPath }),
     reachableFromPods: true,
   });
-  await kubectlOk(cluster, ['apply', '-k', join(REPO_ROOT, 'config/concierge')]);
+  const issuer = (running.issuer = await startOIDCIssuer({
+    audience: DEFAULT_OIDC_CLIENT_ID,
+    login: { username: DEMO_USER, groups: [DEMO_GROUP] },
+    host: cluster.node!.network.hostIp,
+  }));
+
+  // What an admin runs: the README's Install section, word for word.
+  log(
+    `installing Sealion as the README's Install section says: config/concierge on the hub, config/agent on ${EDGE}`,
+  );
+  await runInstallSection({
+    KUBECONFIG: cluster.kubeconfigPath,
+    EDGE_KUBECONFIG: edge.kubeconfigPath,
+    ISSUER_URL: issuer.url,
+    ISSUER_CA_DATA: issuer.caData,
+    PATH: [dirname(cluster.binaries.kubectl), join(REPO_ROOT, 'node_modules/.bin'), process.env['PATH']].join(
+      ':',
+    ),
+  });
+  const namespace = DEFAULT_INSTALL.namespace;
   if (opts.replicas !== undefined) {
+    log(`scaling the concierge to ${opts.replicas} replica(s)`);
     await kubectlOk(cluster, [
       'scale',
       `deployment/${CONCIERGE_NAME}`,
@@ -131,25 +190,16 @@ export async function startInstalledSealion(
       namespace,
       `--replicas=${opts.replicas}`,
     ]);
+    await kubectlOk(cluster, [
+      'rollout',
+      'status',
+      `deployment/${CONCIERGE_NAME}`,
+      '-n',
+      namespace,
+      `--timeout=${INSTALL_TIMEOUT}`,
+    ]);
   }
-  await kubectlOk(cluster, [
-    'patch',
-    'service',
-    `${CONCIERGE_NAME}-tunnel`,
-    '-n',
-    namespace,
-    '--type=merge',
-    '-p',
-    '{"spec":{"type":"LoadBalancer"}}',
-  ]);
-  // The issuer listens where the hub's pods reach the machine; the CLI's OIDC client ID is the audience, so
-  // `sealion get kubeconfig` with OIDC login works here as it is.
-  const issuer = (running.issuer = await startOIDCIssuer({
-    audience: DEFAULT_OIDC_CLIENT_ID,
-    login: { username: DEMO_USER, groups: [DEMO_GROUP] },
-    host: cluster.node!.network.hostIp,
-  }));
-  await applyJWTAuthenticator(cluster, 'demo', issuer, DEFAULT_OIDC_CLIENT_ID);
+
   const demoPod = [
     'run',
     DEMO_POD,
@@ -210,52 +260,17 @@ export async function startInstalledSealion(
     ...podAccess,
   ]);
   await kubectlAll(edge, [...readNamespaces, ...podAccess]);
-  await kubectlOk(cluster, [
-    'rollout',
-    'status',
-    `deployment/${CONCIERGE_NAME}`,
-    '-n',
-    namespace,
-    `--timeout=${INSTALL_TIMEOUT}`,
-  ]);
-
-  // The first agent: registered on the hub, its settings applied on edge, then the agent manifests.
-  log(`onboarding the agent-backed cluster ${EDGE}: its agent runs in a pod there and dials the hub`);
-  const tunnelAddress = await eventually(() => {
-    const ip = running.lb!.addressOf(namespace, `${CONCIERGE_NAME}-tunnel`);
-    if (!ip) throw new Error('the tunnel Service has no load balancer address yet');
-    return Promise.resolve(ip);
-  }, 60_000);
-  const hub = `https://${tunnelAddress}`;
-  const added = await addCluster(EDGE, {
-    kubeconfig: cluster.kubeconfigPath,
-    namespace,
-    groupSuffix: DEFAULT_GROUP_SUFFIX,
-    hub,
-    description: 'the local agent-backed demo cluster',
-  });
-  const settings = agentSettingsManifests({
-    clusterName: EDGE,
-    hubURL: hub,
-    caPin: added.pin,
-    bootstrapToken: added.token,
-  });
-  await kubectlOk(
-    edge,
-    ['apply', '-f', '-'],
-    JSON.stringify({ apiVersion: 'v1', kind: 'List', items: settings }),
-  );
-  await kubectlOk(edge, ['apply', '-k', join(REPO_ROOT, 'config/agent')]);
 
   await eventually(async () => {
     const ready = await cluster.kubectl([
       'get',
       'jwtauthenticator.authentication.concierge.sealion.dev',
-      'demo',
+      AUTHENTICATOR,
       '-o',
       'jsonpath={.status.phase}',
     ]);
-    if (ready.stdout !== 'Ready') throw new Error(`JWTAuthenticator demo is ${ready.stdout || 'not ready'}`);
+    if (ready.stdout !== 'Ready')
+      throw new Error(`JWTAuthenticator ${AUTHENTICATOR} is ${ready.stdout || 'not ready'}`);
     // The aggregated edit role gets its rules from kube-controller-manager shortly after start.
     const allowed = await cluster.kubectl([
       'auth',
@@ -268,8 +283,22 @@ export async function startInstalledSealion(
       `--as-group=${DEMO_GROUP}`,
     ]);
     if (allowed.stdout.trim() !== 'yes') throw new Error('demo RBAC not in effect yet');
-    const connected = await cluster.kubectl(['get', 'clusters', EDGE, '-o', 'jsonpath={.status.connected}']);
-    if (connected.stdout.trim() !== 'true') throw new Error(`the ${EDGE} agent has no tunnel yet`);
+    // Every replica holding the agent's tunnel is one that runs now (not one scaled away).
+    const holders = (
+      await kubectlOk(cluster, ['get', 'clusters', EDGE, '-o', 'jsonpath={.status.tunnels[*].replica}'])
+    )
+      .split(/\s+/)
+      .filter(Boolean);
+    const pods = JSON.parse(
+      await kubectlOk(cluster, ['get', 'pods', '-n', namespace, '-l', `app=${CONCIERGE_NAME}`, '-o', 'json']),
+    ) as { items: { metadata: { name: string; deletionTimestamp?: string }; status: { phase?: string } }[] };
+    const live = pods.items
+      .filter((p) => !p.metadata.deletionTimestamp && p.status.phase === 'Running')
+      .map((p) => p.metadata.name);
+    if (holders.length === 0 || holders.some((h) => !live.includes(h)))
+      throw new Error(
+        `the ${EDGE} agent's tunnel is held by [${holders.join(', ')}], running: [${live.join(', ')}]`,
+      );
     const demo = await cluster.kubectl([
       'get',
       'pod',
@@ -301,7 +330,7 @@ export async function startInstalledSealion(
         kubeconfig: cluster.kubeconfigPath,
         groupSuffix: DEFAULT_GROUP_SUFFIX,
         authenticatorType: 'jwt',
-        authenticatorName: 'demo',
+        authenticatorName: AUTHENTICATOR,
         staticToken: token,
         staticTokenEnv: '',
         oidcIssuer: '',

@@ -40,13 +40,11 @@ async function devUp(): Promise<void> {
 
 async function start(running: Running, log: (line: string) => void): Promise<void> {
   const started = Date.now();
-  const {
-    hub: cluster,
-    edge,
-    issuer,
-    image,
-    kubeconfig: kubeconfigFor,
-  } = await startInstalledSealion(running, log);
+  // One concierge replica: an agent's tunnel is held by the replica it dialed, and the printed commands for edge
+  // must reach that one.
+  log('one concierge replica, so that every request for edge reaches the replica holding its tunnel');
+  const installed = await startInstalledSealion(running, log, { replicas: 1 });
+  const { hub: cluster, edge, issuer, image, kubeconfig: kubeconfigFor } = installed;
   const dir = join(REPO_ROOT, '.sealion');
   mkdirSync(dir, { recursive: true });
   const token = await issuer.mint(

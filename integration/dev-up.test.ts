@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
 import { runKubectl } from '../dev/cluster.ts';
 import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
+import { runInTerminal } from './harness/pod-commands.ts';
 
 describe('npm start', () => {
   /** Stops what the test started, however the test ended (a failed expectation, or jest's timeout). */
@@ -40,6 +41,21 @@ describe('npm start', () => {
     );
     expect(commands.length).toBeGreaterThanOrEqual(3);
     for (const c of commands) {
+      if (c.args.includes('-it')) {
+        // A shell in a terminal: typed into, as a person does (script(1) gives kubectl the terminal).
+        const typed = await runInTerminal(
+          [kubectl, `--kubeconfig=${c.kubeconfig}`, ...c.args],
+          'echo $((6*7)); exit\n',
+        );
+        expect(typed).toContain('42');
+        continue;
+      }
+      if (c.args.includes('-f')) {
+        // Follows until stopped: what it printed meanwhile is what counts.
+        const followed = await runKubectl(kubectl, c.kubeconfig, c.args, { timeoutMs: 12_000 });
+        expect(followed.stdout).toMatch(/tick \d+/);
+        continue;
+      }
       const result = await runKubectl(kubectl, c.kubeconfig, c.args);
       if (c.expect.startsWith('Forbidden')) {
         expect(result.code).not.toBe(0);
@@ -48,9 +64,31 @@ describe('npm start', () => {
         expect(result).toMatchObject({ code: 0, stderr: '' });
       }
     }
+    // Sealion runs as pods of its image on both clusters' nodes.
+    const edgeDir = /--kubeconfig (\/\S+sealion-edge\S*)\/admin\.kubeconfig/.exec(output)![1]!;
+    const hubPods = await runKubectl(
+      kubectl,
+      join(clusterDir, 'admin.kubeconfig'),
+      podsOf('sealion-concierge'),
+    );
+    expect(hubPods.stdout).toMatch(/^sealion-concierge-\S+ Running$/m);
+    const edgePods = await runKubectl(kubectl, join(edgeDir, 'admin.kubeconfig'), podsOf('sealion-agent'));
+    expect(edgePods.stdout).toMatch(/^sealion-agent-\S+ Running$/m);
     expect(processesUsing(clusterDir).length).toBeGreaterThan(0);
     interrupt();
     expect(await exited).toBe(0);
     expect(processesUsing(clusterDir)).toEqual([]);
-  }, 180_000);
+    expect(processesUsing(edgeDir)).toEqual([]);
+  }, 300_000);
 });
+
+function podsOf(namespace: string): string[] {
+  return [
+    'get',
+    'pods',
+    '-n',
+    namespace,
+    '-o',
+    'jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\\n"}{end}',
+  ];
+}

@@ -162,3 +162,47 @@ describe('concierge pods deleted under load', () => {
     }
   }, 300_000);
 });
+
+describe('mode: auto (the default), judged from the real node', () => {
+  const node = 'sealion-dev-node';
+  /** The impersonation proxy strategy's message on the CredentialIssuer. */
+  const strategy = async (): Promise<string> => {
+    const result = await installed.hub.kubectl([
+      'get',
+      'credentialissuers',
+      '-o',
+      'jsonpath={.items[0].status.strategies[?(@.type=="ImpersonationProxy")].message}',
+    ]);
+    return result.stdout;
+  };
+  const proxyService = async (): Promise<boolean> =>
+    (await installed.hub.kubectl(['get', 'service', 'sealion-impersonation-proxy', '-n', namespace])).code ===
+    0;
+
+  it('keeps the proxy off on a self-hosted-looking node, with its evidence, and on with the managed marks', async () => {
+    expect(await strategy()).toContain('automatically enabled: node sealion-dev-node has the EKS label');
+    // What a kubeadm control-plane node looks like: its role label, and no provider's marks.
+    const relabel = async (labels: string[]): Promise<void> => {
+      const result = await installed.hub.kubectl(['label', 'node', node, '--overwrite', ...labels]);
+      if (result.code !== 0) throw new Error(result.stderr);
+    };
+    await relabel([
+      'eks.amazonaws.com/nodegroup-',
+      'eks.amazonaws.com/capacityType-',
+      'node-role.kubernetes.io/control-plane=',
+    ]);
+    await eventually(async () => {
+      const message = await strategy();
+      if (!message.includes(`automatically disabled: node ${node} is a control-plane node`))
+        throw new Error(`strategy: ${message}`);
+      if (await proxyService()) throw new Error('the proxy Service is still there');
+    }, 60_000);
+    await relabel(['eks.amazonaws.com/nodegroup=sealion-dev', 'node-role.kubernetes.io/control-plane-']);
+    await eventually(async () => {
+      const message = await strategy();
+      if (!message.includes(`automatically enabled: node ${node} has the EKS label`))
+        throw new Error(`strategy: ${message}`);
+      if (!(await proxyService())) throw new Error('no proxy Service yet');
+    }, 60_000);
+  });
+});

@@ -81,7 +81,7 @@ export function podCommandCases(way: string, target: () => PodTarget): void {
         '--',
         'sh',
       ];
-      const result = await runScript(command.join(' '), 'echo $((6*7)); exit\n', env);
+      const result = await runInTerminal(command, 'echo $((6*7)); exit\n', env);
       expect(result).toContain('42');
     });
 
@@ -201,10 +201,17 @@ function httpGet(port: number, path: string): Promise<string> {
   });
 }
 
-/** Runs a command in a pseudo-terminal (script from util-linux), typing `input`; returns what the terminal showed. */
-function runScript(command: string, input: string, env: NodeJS.ProcessEnv): Promise<string> {
+/**
+ * Runs a command in a pseudo-terminal (script from util-linux), typing `input` once it shows its first output (a
+ * prompt); returns what the terminal showed. The words of `command` must need no shell quoting.
+ */
+export function runInTerminal(
+  command: string[],
+  input: string,
+  env: NodeJS.ProcessEnv = {},
+): Promise<string> {
   return new Promise((done, fail) => {
-    const child = spawn('script', ['-qec', command, '/dev/null'], {
+    const child = spawn('script', ['-qec', command.join(' '), '/dev/null'], {
       stdio: ['pipe', 'pipe', 'pipe'],
       env: { ...process.env, ...env },
     });
