@@ -329,7 +329,12 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       metadata: { name: AGENT_NAME, namespace: ns, labels: PART_OF },
       rules: [
         // Its settings (agentSettingsManifests).
-        { apiGroups: [''], resources: ['configmaps'], verbs: ['get'], resourceNames: [`${AGENT_NAME}-config`] },
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          verbs: ['get'],
+          resourceNames: [`${AGENT_NAME}-config`],
+        },
         // The agent keeps its key and certificate in a Secret so a restart does not register again.
         { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
         {
