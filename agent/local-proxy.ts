@@ -14,7 +14,7 @@ import { newH2Pool } from '../lib/http2-pool.ts';
 import { serveStream, type Request, type Response } from '../lib/http2-request.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import { clientCertChain } from '../lib/pem.ts';
-import { forwardUpgrade } from '../lib/upgrade-forward.ts';
+import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -87,7 +87,7 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
       send() {
         const sent = request(upstream.url.origin, {
           method: req.method ?? 'GET',
-          path: req.url ?? '/',
+          path: originForm(req.url),
           headers,
           agent,
         });

@@ -25,6 +25,7 @@ export interface PinnedVersions {
   kubernetes: string;
   etcd: string;
   cniPlugins: string;
+  coredns: string;
 }
 
 /** What a node adds: the kubelet, kube-proxy, the scheduler, and the CNI plugins pods' networks are made with. */
@@ -34,6 +35,8 @@ export interface NodeBinaries {
   kubeScheduler: string;
   /** Folder holding the CNI plugins (bridge, host-local, loopback, portmap). */
   cniBinDir: string;
+  /** The cluster DNS server, a static binary for its image. */
+  coredns: string;
 }
 
 function requiredVersion(goMod: string, module: string): string {
@@ -51,6 +54,7 @@ export function pinnedVersions(): PinnedVersions {
     kubernetes: requiredVersion('kubernetes/go.mod', 'k8s.io/kubernetes'),
     etcd: requiredVersion('etcd/go.mod', 'go.etcd.io/etcd/server/v3'),
     cniPlugins: requiredVersion('cni/go.mod', 'github.com/containernetworking/plugins'),
+    coredns: requiredVersion('coredns/go.mod', 'github.com/coredns/coredns'),
   };
 }
 
@@ -60,6 +64,8 @@ interface BuildSpec {
   packages: Record<string, string>;
   ldflags: string;
   label: string;
+  /** Extra environment for `go build`. */
+  env?: Record<string, string>;
 }
 
 function kubernetesSpec(version: string): BuildSpec {
@@ -107,6 +113,18 @@ function cniSpec(version: string): BuildSpec {
     },
     ldflags: '',
     label: `CNI plugins ${version}`,
+  };
+}
+
+/** CoreDNS, static (no cgo), since it runs from an image that holds nothing else. */
+function corednsSpec(version: string): BuildSpec {
+  return {
+    module: join(KUBE_MODULES, 'coredns'),
+    outDir: join(CACHE_DIR, `coredns-${version}`),
+    packages: { coredns: 'github.com/coredns/coredns' },
+    ldflags: '-s -w',
+    label: `CoreDNS ${version}`,
+    env: { CGO_ENABLED: '0' },
   };
 }
 
@@ -164,7 +182,11 @@ async function build(spec: BuildSpec, log: (line: string) => void): Promise<void
     if (spec.ldflags) args.push(`-ldflags=${spec.ldflags}`);
     args.push(...Object.values(spec.packages));
     await new Promise<void>((done, fail) => {
-      const child = spawn('go', args, { cwd: spec.module, stdio: ['ignore', 'ignore', 'pipe'] });
+      const child = spawn('go', args, {
+        cwd: spec.module,
+        stdio: ['ignore', 'ignore', 'pipe'],
+        env: { ...process.env, ...spec.env },
+      });
       let tail = '';
       child.stderr.setEncoding('utf8');
       child.stderr.on('data', (chunk: string) => {
@@ -211,14 +233,17 @@ export async function ensureNodeBinaries(log: (line: string) => void = () => {})
   const versions = pinnedVersions();
   const node = nodeSpec(versions.kubernetes);
   const cni = cniSpec(versions.cniPlugins);
+  const coredns = corednsSpec(versions.coredns);
   mkdirSync(CACHE_DIR, { recursive: true });
   await build(cni, log);
+  await build(coredns, log);
   await build(node, log);
   return {
     kubelet: join(node.outDir, 'kubelet'),
     kubeProxy: join(node.outDir, 'kube-proxy'),
     kubeScheduler: join(node.outDir, 'kube-scheduler'),
     cniBinDir: cni.outDir,
+    coredns: join(coredns.outDir, 'coredns'),
   };
 }
 

@@ -16,6 +16,7 @@ import {
   type CertificateAuthority,
 } from '../lib/pki.ts';
 import { ensureBinaries, ensureNodeBinaries, type Binaries } from './build.ts';
+import { CLUSTER_DNS_IP, clusterDNSManifests, ensureCoreDNSImage } from './cluster-dns.ts';
 import {
   claimNodeNetwork,
   releaseNodeNetwork,
@@ -506,10 +507,16 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
         dir,
         ...(opts.node.labels ? { labels: opts.node.labels } : {}),
         ...(opts.node.providerID ? { providerID: opts.node.providerID } : {}),
-        ...(opts.node.images ? { images: opts.node.images } : {}),
+        images: [await ensureCoreDNSImage(nodeBinaries.coredns), ...(opts.node.images ?? [])],
+        clusterDNS: CLUSTER_DNS_IP,
         log,
       });
       await waitNodeReady(binaries.kubectl, kubeconfigPath, node, opts.readyTimeoutMs ?? 90_000);
+      // Cluster DNS; pods that start before it is ready retry their lookups, so start-up does not wait for it.
+      const dns = await runKubectl(binaries.kubectl, kubeconfigPath, ['apply', '-f', '-'], {
+        input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: clusterDNSManifests() }),
+      });
+      if (dns.code !== 0) throw new Error(`applying cluster DNS: ${dns.stderr}`);
     }
 
     const cluster: Cluster = {

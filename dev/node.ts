@@ -58,6 +58,8 @@ export interface NodeOptions {
   providerID?: string;
   /** OCI image archives to load into the node's containerd (there is no registry to pull from). */
   images?: string[];
+  /** The cluster DNS Service's address, which the kubelet gives pods. */
+  clusterDNS?: string;
   log?: (line: string) => void;
 }
 
@@ -516,6 +518,7 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
         podLogsDir: join(dir, 'pod-logs'),
         volumePluginDir: join(dir, 'volume-plugins'),
         clusterDomain: 'cluster.local',
+        ...(opts.clusterDNS ? { clusterDNS: [opts.clusterDNS] } : {}),
         resolvConf: '/etc/resolv.conf',
         // Images cannot be pulled again here: never collect them. Evict only when the machine is truly full.
         imageGCHighThresholdPercent: 100,

@@ -81,6 +81,51 @@ describe('the installed concierge', () => {
 
 podCommandCases('the impersonation proxy', () => target);
 
+describe("the node's pod network", () => {
+  it('resolves kubernetes.default, and a pod reaches another through its Service by name', async () => {
+    const { hub } = installed;
+    const exposed = await hub.kubectl([
+      'expose',
+      'pod',
+      DEMO_POD,
+      '-n',
+      DEMO_NAMESPACE,
+      '--name=web',
+      '--port=80',
+      '--target-port=8080',
+    ]);
+    expect(exposed.code).toBe(0);
+    const inPod = (script: string) =>
+      hub.kubectl(['exec', DEMO_POD, '-n', DEMO_NAMESPACE, '--', 'sh', '-c', script]);
+    // CoreDNS may still be starting: lookups are retried as a pod's would be. (busybox's nslookup takes names as
+    // given, without the search path.)
+    let webIp = '';
+    await eventually(async () => {
+      const lookup = await inPod(
+        'nslookup kubernetes.default.svc.cluster.local; nslookup web.demo.svc.cluster.local',
+      );
+      const addresses = [...lookup.stdout.matchAll(/^Address:\s*(10\.0\.0\.\d+)$/gm)].map((m) => m[1]);
+      if (addresses[0] !== '10.0.0.1' || !addresses[1])
+        throw new Error(`nslookup: ${lookup.stdout}${lookup.stderr}`);
+      webIp = addresses[1];
+    }, 60_000);
+    const fetched = await inPod(`wget -qO- http://${webIp}/index.html`);
+    expect(fetched.stdout).toBe(`hello from ${DEMO_POD}\n`);
+    // Sealion's image resolves short names through the search path, as its pods do.
+    const resolved = await hub.kubectl([
+      'exec',
+      `deployment/${CONCIERGE_NAME}`,
+      '-n',
+      namespace,
+      '--',
+      '/usr/local/bin/node',
+      '-e',
+      "require('node:dns').lookup('kubernetes.default', (err, address) => console.log(err ? err.code : address))",
+    ]);
+    expect(resolved.stdout.trim()).toBe('10.0.0.1');
+  });
+});
+
 /** The pod holding the controllers' Lease. */
 async function leader(): Promise<string> {
   const lease = await installed.hub.kubectl([

@@ -1,4 +1,4 @@
-// `npm run cluster` as a person uses it: start, use with kubectl, Ctrl-C, nothing left behind.
+// `npm run cluster` as a person uses it: start, use with kubectl (its node is Ready), Ctrl-C, nothing left behind.
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -27,6 +27,20 @@ describe('npm run cluster', () => {
       encoding: 'utf8',
     });
     expect(namespaces.split('\n')).toContain('namespace/kube-system');
+    // Its node, registered by a real kubelet, is Ready.
+    const ready = execFileSync(
+      kubectl,
+      [
+        '--kubeconfig',
+        kubeconfig,
+        'get',
+        'nodes',
+        '-o',
+        'jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}',
+      ],
+      { encoding: 'utf8' },
+    );
+    expect(ready).toBe('True');
 
     const dir = dirname(kubeconfig);
     expect(processesUsing(dir).length).toBeGreaterThanOrEqual(3);

@@ -17,6 +17,16 @@ export interface UpgradeForwardOptions {
   fail(err: Error): void;
 }
 
+/**
+ * The request target as the upstream must read it: a path. A target in absolute form (`https://host/clusters/x`)
+ * stays a path that starts with `/https:`, so the upstream can never read another path out of it than the one the
+ * proxy judged.
+ */
+export function originForm(url: string | undefined): string {
+  if (!url) return '/';
+  return url.startsWith('/') ? url : `/${url}`;
+}
+
 function statusHead(res: IncomingMessage, drop?: RegExp, extra: string[] = []): string {
   const lines = [`HTTP/1.1 ${res.statusCode ?? 502} ${res.statusMessage ?? ''}`];
   for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) {

@@ -81,7 +81,7 @@ describe('install manifests', () => {
     ).toBe(false);
   });
 
-  it('runs the agent without rights outside impersonation and its own credentials Secret', () => {
+  it('runs the agent without rights outside impersonation, its settings and its own credentials Secret', () => {
     const objs = agentManifests(DEFAULT_INSTALL) as Obj[];
     const rules = objs
       .filter((o) => o.kind === 'Role' || o.kind === 'ClusterRole')
@@ -90,6 +90,9 @@ describe('install manifests', () => {
       if (rule.resources.includes('secrets')) {
         expect(rule.verbs.includes('create') || rule.resourceNames?.length === 1).toBe(true);
         expect(rule.verbs).not.toContain('list');
+      } else if (rule.resources.includes('configmaps')) {
+        // Its own ConfigMap, read only.
+        expect(rule).toMatchObject({ verbs: ['get'], resourceNames: ['sealion-agent-config'] });
       } else {
         expect(rule.verbs).toEqual(['impersonate']);
       }

@@ -12,7 +12,7 @@ import type { Socket } from 'node:net';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import { rawStatusResponse, writeStatus } from '../../lib/kube-status.ts';
 import { clientCertChain } from '../../lib/pem.ts';
-import { forwardUpgrade } from '../../lib/upgrade-forward.ts';
+import { forwardUpgrade, originForm } from '../../lib/upgrade-forward.ts';
 
 /**
  * The API server ends its own short requests after 60 s; the proxy waits a little longer so the API server's
@@ -130,7 +130,7 @@ export function newForwarder(upstream: Upstream): Forwarder {
         send: () => {
           const sent = request(upstream.url.origin, {
             method: req.method ?? 'GET',
-            path: req.url ?? '/',
+            path: originForm(req.url),
             headers,
             agent: plan.passthrough ? agents.anonymous : agents.withIdentity,
           });

@@ -18,7 +18,7 @@ import { forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
 import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
-import { forwardUpgrade } from '../../lib/upgrade-forward.ts';
+import { forwardUpgrade, originForm } from '../../lib/upgrade-forward.ts';
 import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
 
 /** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
@@ -335,7 +335,7 @@ export function newTunnelForwarder(
               const sent = request({
                 host: TUNNEL_HOST,
                 method: req.method ?? 'GET',
-                path: req.url ?? '/',
+                path: originForm(req.url),
                 headers,
                 agent: tunnel.agent,
               });
