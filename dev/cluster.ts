@@ -25,7 +25,7 @@ import {
   type KubeNode,
   type NodeNetwork,
 } from './node.ts';
-import { dieWithParent } from './processes.ts';
+import { dieWithParent, isAlive } from './processes.ts';
 
 export interface ClusterOptions {
   /** Used in folder names and the kubeconfig's context name. Default: `sealion`. */
@@ -96,15 +96,6 @@ function installExitHook(): void {
       rmSync(dir, { recursive: true, force: true });
     }
   });
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -299,27 +299,22 @@ export async function startInstalledSealion(
       throw new Error(
         `the ${EDGE} agent's tunnel is held by [${holders.join(', ')}], running: [${live.join(', ')}]`,
       );
-    const demo = await cluster.kubectl([
-      'get',
-      'pod',
-      DEMO_POD,
-      '-n',
-      DEMO_NAMESPACE,
-      '-o',
-      'jsonpath={.status.phase}',
-    ]);
-    if (demo.stdout !== 'Running') throw new Error(`the demo pod is ${demo.stdout || 'not there'}`);
-    const edgeDemo = await edge.kubectl([
-      'get',
-      'pod',
-      DEMO_POD,
-      '-n',
-      DEMO_NAMESPACE,
-      '-o',
-      'jsonpath={.status.phase}',
-    ]);
-    if (edgeDemo.stdout !== 'Running')
-      throw new Error(`edge's demo pod is ${edgeDemo.stdout || 'not there'}`);
+    for (const [where, c] of [
+      ['hub', cluster],
+      [EDGE, edge],
+    ] as const) {
+      const phase = await c.kubectl([
+        'get',
+        'pod',
+        DEMO_POD,
+        '-n',
+        DEMO_NAMESPACE,
+        '-o',
+        'jsonpath={.status.phase}',
+      ]);
+      if (phase.stdout !== 'Running')
+        throw new Error(`${where}'s demo pod is ${phase.stdout || 'not there'}`);
+    }
   }, 120_000);
 
   // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the

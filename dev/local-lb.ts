@@ -12,6 +12,7 @@ import { newControllerManager } from '../controllers/lib/manager.ts';
 import type { KubeObject } from '../lib/informer.ts';
 import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../lib/kube.ts';
 import { silentLogger, type Logger } from '../lib/log.ts';
+import { isAlive } from './processes.ts';
 
 export interface LoadBalancedService extends KubeObject {
   metadata: { name: string; namespace: string; uid?: string };
@@ -82,15 +83,6 @@ async function ipCommand(args: string[]): Promise<void> {
   } catch (err) {
     const stderr = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
     throw new Error(`ip ${args.join(' ')}: ${stderr}`, { cause: err });
-  }
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -16,7 +16,7 @@ import { issueCert, type CertificateAuthority } from '../lib/pki.ts';
 import { kubeconfigYaml } from './cluster.ts';
 import { ensureNodeBinaries, CACHE_DIR, REPO_ROOT, pinnedVersions, type NodeBinaries } from './build.ts';
 import { file, writeImage } from './image.ts';
-import { dieWithParent } from './processes.ts';
+import { dieWithParent, isAlive } from './processes.ts';
 
 const exec = promisify(execFile);
 
@@ -88,15 +88,6 @@ async function quietly(command: string, args: string[]): Promise<void> {
     await exec(command, args);
   } catch {
     // Already gone.
-  }
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -23,6 +23,16 @@ export function dieWithParent(
   return SETPRIV ? [SETPRIV, ['--pdeathsig', signal, '--', command, ...args]] : [command, args];
 }
 
+/** Whether a process exists (EPERM: it does, and is just not ours to signal). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 function signalQuietly(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(pid, signal);

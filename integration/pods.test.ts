@@ -2,15 +2,13 @@
 // streaming commands through the impersonation proxy, and concierge pods deleted mid-watch and mid-exec.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { eventually } from '../dev/eventually.ts';
 import {
-  DEMO_GROUP,
   DEMO_NAMESPACE,
   DEMO_POD,
-  DEMO_USER,
   startInstalledSealion,
   stopInstalled,
   type InstalledSealion,
@@ -19,7 +17,7 @@ import {
 import { dieWithParent, stopChild } from '../dev/processes.ts';
 import { LEADER_LEASE } from '../concierge/concierge.ts';
 import { CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
-import { podCommandCases, serveHttpInDemoPod, type PodTarget } from './harness/pod-commands.ts';
+import { demoTarget, podCommandCases, type PodTarget } from './harness/pod-commands.ts';
 
 const running: Running = {};
 let installed: InstalledSealion;
@@ -30,27 +28,7 @@ const namespace = DEFAULT_INSTALL.namespace;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sealion-pods-'));
   installed = await startInstalledSealion(running, () => {});
-  const { hub, issuer } = installed;
-  const token = await issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
-  const viewer = await issuer.mint({ username: 'viewer@sealion.dev', groups: ['demo-viewers'] });
-  const bound = await hub.kubectl([
-    'create',
-    'rolebinding',
-    'viewers',
-    '-n',
-    DEMO_NAMESPACE,
-    '--clusterrole=view',
-    '--group=demo-viewers',
-  ]);
-  if (bound.code !== 0) throw new Error(bound.stderr);
-  writeFileSync(join(dir, 'demo.kubeconfig'), await installed.kubeconfig(token));
-  writeFileSync(join(dir, 'viewer.kubeconfig'), await installed.kubeconfig(viewer));
-  target = {
-    kubectl: hub.binaries.kubectl,
-    kubeconfig: join(dir, 'demo.kubeconfig'),
-    refusedKubeconfig: join(dir, 'viewer.kubeconfig'),
-  };
-  await serveHttpInDemoPod(target);
+  target = await demoTarget(installed, dir);
 }, 300_000);
 
 afterAll(async () => {

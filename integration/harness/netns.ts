@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { eventually } from '../../dev/eventually.ts';
-import { dieWithParent } from '../../dev/processes.ts';
+import { dieWithParent, isAlive } from '../../dev/processes.ts';
 
 export interface NetnsBackend {
   /** IPv4 address of the backend inside the namespace (the veth peer), e.g. 10.200.3.2 */
@@ -124,16 +124,6 @@ async function ipUnlessGone(args: string[]): Promise<void> {
 
 function isRunning(child: ChildProcess): boolean {
   return child.exitCode === null && child.signalCode === null;
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: alive, just not ours to signal.
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**
