@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { privatePath, sharedBuild } from './cache.ts';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const KUBE_MODULES = join(REPO_ROOT, 'integration/kube');
@@ -163,9 +164,12 @@ function isBuilt(spec: BuildSpec): boolean {
 
 async function build(spec: BuildSpec, log: (line: string) => void): Promise<void> {
   if (isBuilt(spec)) return;
+  await sharedBuild(spec.outDir, () => compile(spec, log));
+}
+
+async function compile(spec: BuildSpec, log: (line: string) => void): Promise<void> {
   // Build into a private folder and rename it into place, so concurrent builders never see half a cache.
-  const tmp = `${spec.outDir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
+  const tmp = privatePath(spec.outDir);
   mkdirSync(tmp, { recursive: true });
   const started = Date.now();
   log(`building ${spec.label} from Go modules (the first build takes several minutes; then it is cached)`);
@@ -198,6 +202,9 @@ async function build(spec: BuildSpec, log: (line: string) => void): Promise<void
         code === 0 ? done() : fail(new Error(`build ${spec.label}: go build exited ${code}\n${tail}`)),
       );
     });
+  } catch (err) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw err;
   } finally {
     clearInterval(timer);
   }

@@ -4,6 +4,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CACHE_DIR, pinnedVersions } from './build.ts';
+import { sharedBuild } from './cache.ts';
 import { file, writeImage } from './image.ts';
 
 /** The kube-dns Service's address (in the clusters' service range, 10.0.0.0/24). */
@@ -21,13 +22,15 @@ export async function ensureCoreDNSImage(binary: string): Promise<string> {
   const version = pinnedVersions().coredns;
   const archive = join(CACHE_DIR, '..', 'image', `coredns-${version}.oci.tar`);
   if (existsSync(archive)) return archive;
-  await writeImage(
-    {
-      name: corednsImageName(),
-      layers: [{ comment: `CoreDNS ${version}`, entries: [file('/coredns', readFileSync(binary), 0o755)] }],
-      config: { User: '65532:65532', Entrypoint: ['/coredns', '-conf', '/etc/coredns/Corefile'] },
-    },
-    archive,
+  await sharedBuild(archive, () =>
+    writeImage(
+      {
+        name: corednsImageName(),
+        layers: [{ comment: `CoreDNS ${version}`, entries: [file('/coredns', readFileSync(binary), 0o755)] }],
+        config: { User: '65532:65532', Entrypoint: ['/coredns', '-conf', '/etc/coredns/Corefile'] },
+      },
+      archive,
+    ),
   );
   return archive;
 }

@@ -25,6 +25,7 @@ import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
 import { DEFAULT_IMAGE } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
+import { privatePath, sharedBuild } from './cache.ts';
 
 /** The image's user and group: not root, and numeric so that the kubelet can check `runAsNonRoot`. */
 export const IMAGE_UID = 65532;
@@ -116,24 +117,32 @@ function run(command: string, args: string[], cwd?: string): string {
   }
 }
 
-/** The Debian packages' files, from .deb files fetched once with `apt-get download` and kept in the cache. */
-/** The files at `paths` of a Debian package (and what their symlinks point to); returns the package's version. */
+/**
+ * The files at `paths` of a Debian package (and what their symlinks point to); returns the package's version. The
+ * .deb is fetched once with `apt-get download` and kept in the cache.
+ */
 function debianFiles(pkg: string, paths: string[], into: Entry[], log: (line: string) => void): string {
   const debs = join(IMAGE_CACHE, 'debs');
   mkdirSync(debs, { recursive: true });
   let deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
   if (!deb) {
     log(`fetching Debian's ${pkg} (apt-get download)`);
+    // Fetched into a private folder and renamed into the cache, so a builder in parallel never reads half a file.
+    const partial = privatePath(join(debs, pkg));
+    mkdirSync(partial);
     try {
-      run('apt-get', ['download', pkg], debs);
+      run('apt-get', ['download', pkg], partial);
+      deb = readdirSync(partial).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
+      if (!deb) throw new Error(`apt-get download ${pkg} left no .deb`);
+      renameSync(join(partial, deb), join(debs, deb));
     } catch (err) {
       throw new Error(
         `${(err as Error).message}\n(if apt knows no package lists yet, run apt-get update first)`,
         { cause: err },
       );
+    } finally {
+      rmSync(partial, { recursive: true, force: true });
     }
-    deb = readdirSync(debs).find((name) => name.startsWith(`${pkg}_`) && name.endsWith('.deb'));
-    if (!deb) throw new Error(`apt-get download ${pkg} left no .deb in ${debs}`);
   }
   const version = run('dpkg-deb', ['--field', join(debs, deb), 'Version']).trim();
   const tree = mkdtempSync(join(tmpdir(), 'sealion-deb-'));
@@ -339,6 +348,10 @@ export const DEMO_IMAGE = 'sealion.dev/demo-busybox:1';
 export async function ensureDemoImage(log: (line: string) => void = () => {}): Promise<string> {
   const archive = join(IMAGE_CACHE, 'demo-busybox.oci.tar');
   if (existsSync(archive)) return archive;
+  return sharedBuild(archive, () => buildDemoImage(archive, log));
+}
+
+async function buildDemoImage(archive: string, log: (line: string) => void): Promise<string> {
   const entries: Entry[] = [];
   const version = debianFiles(
     'busybox-static',
@@ -414,8 +427,9 @@ export async function writeImage(spec: ImageSpec, archive: string): Promise<Buil
     } else {
       gz = gzipSync(tar, { level: 9 });
       mkdirSync(dirname(cached), { recursive: true });
-      writeFileSync(`${cached}.${process.pid}`, gz);
-      renameSync(`${cached}.${process.pid}`, cached);
+      const partial = privatePath(cached);
+      writeFileSync(partial, gz);
+      renameSync(partial, cached);
     }
     const blob = { digest: sha256(gz), data: gz };
     blobs.push(blob);
@@ -480,7 +494,7 @@ export async function writeImage(spec: ImageSpec, archive: string): Promise<Buil
     })),
   ];
   mkdirSync(dirname(archive), { recursive: true });
-  const partial = `${archive}.tmp-${process.pid}`;
+  const partial = privatePath(archive);
   writeFileSync(partial, await tarOf(files));
   renameSync(partial, archive);
   return {

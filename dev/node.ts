@@ -15,6 +15,7 @@ import { stringify } from 'yaml';
 import { issueCert, type CertificateAuthority } from '../lib/pki.ts';
 import { kubeconfigYaml } from './cluster.ts';
 import { ensureNodeBinaries, CACHE_DIR, REPO_ROOT, pinnedVersions, type NodeBinaries } from './build.ts';
+import { privatePath, sharedBuild } from './cache.ts';
 import { file, writeImage } from './image.ts';
 import { dieWithParent, isAlive } from './processes.ts';
 
@@ -271,24 +272,32 @@ export async function ensurePauseImage(): Promise<string> {
   const version = pinnedVersions().kubernetes;
   const archive = join(CACHE_DIR, '..', 'image', `pause-${version}.oci.tar`);
   if (existsSync(archive)) return archive;
+  return sharedBuild(archive, () => buildPauseImage(version, archive));
+}
+
+async function buildPauseImage(version: string, archive: string): Promise<string> {
   const module = join(REPO_ROOT, 'integration/kube/kubernetes');
   const source = (
     await exec('go', ['list', '-m', '-f', '{{.Dir}}', 'k8s.io/kubernetes'], { cwd: module })
   ).stdout.trim();
-  const out = `${archive}.pause-${process.pid}`;
+  const out = privatePath(archive);
   mkdirSync(join(CACHE_DIR, '..', 'image'), { recursive: true });
-  await run('gcc', [
-    '-Os',
-    '-static',
-    '-Wall',
-    `-DVERSION=${version}`,
-    '-o',
-    out,
-    join(source, 'build/pause/linux/pause.c'),
-  ]);
-  await run('strip', [out]);
-  const binary = readFileSync(out);
-  rmSync(out, { force: true });
+  let binary: Buffer;
+  try {
+    await run('gcc', [
+      '-Os',
+      '-static',
+      '-Wall',
+      `-DVERSION=${version}`,
+      '-o',
+      out,
+      join(source, 'build/pause/linux/pause.c'),
+    ]);
+    await run('strip', [out]);
+    binary = readFileSync(out);
+  } finally {
+    rmSync(out, { force: true });
+  }
   await writeImage(
     {
       name: PAUSE_IMAGE,
