@@ -14,6 +14,7 @@ import { peerChain } from '../lib/pem.ts';
 import { newCSR, spkiPin } from '../lib/pki.ts';
 import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
 import {
+  ALREADY_HELD,
   dialDirect,
   DialRefused,
   dialWebSocket,
@@ -54,10 +55,22 @@ export interface AgentOptions {
   now?: () => number;
   /** Which tunnel transport to dial (lib/tunnel-dial.ts). Default: auto. */
   transport?: TransportChoice;
+  /**
+   * Tunnels to hold, each to another hub replica behind the one address (DEFAULT_TUNNELS). More than one lets the
+   * cluster stay reachable while a replica restarts; each costs a connection on both ends.
+   */
+  tunnels?: number;
 }
 
+/** One tunnel: a replica that dies takes its clusters' only way in until their agents dial again. */
+export const DEFAULT_TUNNELS = 1;
+export const MAX_TUNNELS = 8;
+
 export interface Agent {
+  /** Whether at least one tunnel is up. */
   connected(): boolean;
+  /** The replicas holding this agent's tunnels now. */
+  replicas(): string[];
   /** Renews the certificate now (normally done at two thirds of its lifetime). */
   renew(): Promise<void>;
   stop(): Promise<void>;
@@ -67,6 +80,8 @@ const MIN_BACKOFF_MS = 1_000;
 const MAX_BACKOFF_MS = 30_000;
 /** A connection that stayed up this long resets the backoff. */
 const STABLE_MS = 30_000;
+/** How long the other tunnels wait for the first to come up before they dial anyway. */
+const FIRST_DIAL_WAIT_MS = 10_000;
 const RENEW_CHECK_MS = 60 * 60 * 1000;
 const RENEW_AT_FRACTION = 2 / 3;
 
@@ -75,6 +90,16 @@ class CertificateRefused extends Error {}
 
 const isRefusal = (err: unknown): boolean =>
   err instanceof CertificateRefused || (err instanceof HttpsError && err.status === 401);
+
+/** One of the tunnels the agent holds, and how to stop it. */
+interface Slot {
+  /** The replica it is up to, once up. */
+  replica?: string;
+  connected: boolean;
+  cancelDial?: () => void;
+  tunnel?: TunnelServer;
+  wake?: () => void;
+}
 
 /** The chain the server sent, leaf first, as PEM. */
 function chainOf(socket: TLSSocket): string[] {
@@ -114,11 +139,8 @@ export function startAgent(opts: AgentOptions): Agent {
   const proxy = newLocalProxy(opts.upstream);
   let credentials: AgentCredentials | undefined;
   let stopped = false;
-  let connected = false;
-  /** Ends the dial in progress, if any. */
-  let cancelDial: (() => void) | undefined;
-  let tunnel: TunnelServer | undefined;
-  let wake: (() => void) | undefined;
+  const count = Math.min(Math.max(Math.trunc(opts.tunnels ?? DEFAULT_TUNNELS), 1), MAX_TUNNELS);
+  const slots: Slot[] = Array.from({ length: count }, () => ({ connected: false }));
   /** The last token sent to /register: tokens work once, so a refused certificate never sends it again. */
   let spentToken: string | undefined;
 
@@ -168,10 +190,15 @@ export function startAgent(opts: AgentOptions): Agent {
     );
   }
 
-  async function ensureCredentials(): Promise<AgentCredentials> {
-    credentials ??= (await opts.store.load()) ?? (await register());
-    if (renewalDue(credentials)) await renew();
-    return credentials;
+  /** The credentials to dial with: loaded, registered or renewed once for all slots that ask at the same time. */
+  let ensuring: Promise<AgentCredentials> | undefined;
+  function ensureCredentials(): Promise<AgentCredentials> {
+    ensuring ??= (async () => {
+      credentials ??= (await opts.store.load()) ?? (await register());
+      if (renewalDue(credentials)) await renew();
+      return credentials;
+    })().finally(() => (ensuring = undefined));
+    return ensuring;
   }
 
   /** The transport to dial next: `auto` starts with direct and stays on WebSocket once direct did not pass. */
@@ -180,13 +207,14 @@ export function startAgent(opts: AgentOptions): Agent {
   /** Each set of credentials' TLS context, made at its first dial. */
   const contexts = new WeakMap<AgentCredentials, SecureContext>();
 
-  async function dial(c: AgentCredentials): Promise<Dialed> {
+  async function dial(c: AgentCredentials, slot: Slot): Promise<Dialed> {
     let tls = contexts.get(c);
     if (!tls) contexts.set(c, (tls = tlsContext(c.caPem, c.certPem, c.keyPem)));
-    const options = { hub: opts.hub, tls, version: opts.version };
+    const avoid = slots.flatMap((s) => (s !== slot && s.connected && s.replica ? [s.replica] : []));
+    const options = { hub: opts.hub, tls, version: opts.version, avoid };
     const attempt = async (): Promise<Dialed> => {
       const current = (transport === 'direct' ? dialDirect : dialWebSocket)(options);
-      cancelDial = () => current.cancel();
+      slot.cancelDial = () => current.cancel();
       try {
         return await current.done;
       } catch (err) {
@@ -209,20 +237,23 @@ export function startAgent(opts: AgentOptions): Agent {
   }
 
   /** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
-  async function connectOnce(c: AgentCredentials): Promise<void> {
-    const dialed = await dial(c);
+  async function connectOnce(c: AgentCredentials, slot: Slot, up: () => void): Promise<void> {
+    const dialed = await dial(c, slot);
     if (stopped) return void dialed.stream.destroy();
-    connected = true;
-    log.info({ hub: opts.hub.origin, transport: dialed.transport }, 'tunnel up');
+    slot.connected = true;
+    if (dialed.replica) slot.replica = dialed.replica;
+    up();
+    log.info({ hub: opts.hub.origin, transport: dialed.transport, replica: dialed.replica }, 'tunnel up');
     const current = serveTunnel(dialed.stream, {
       connect: (stream) => proxy.accept(stream),
       request: (stream, headers, rawHeaders) => proxy.serve(stream, headers, rawHeaders),
     });
-    tunnel = current;
+    slot.tunnel = current;
     await current.closed;
-    tunnel = undefined;
-    connected = false;
-    log.info('tunnel down');
+    slot.tunnel = undefined;
+    slot.connected = false;
+    delete slot.replica;
+    log.info({ replica: dialed.replica }, 'tunnel down');
   }
 
   /**
@@ -243,23 +274,32 @@ export function startAgent(opts: AgentOptions): Agent {
     }
   }
 
-  const sleep = (ms: number): Promise<void> =>
+  const sleep = (slot: Slot, ms: number): Promise<void> =>
     new Promise((done) => {
       const timer = setTimeout(done, ms);
-      wake = () => {
+      slot.wake = () => {
         clearTimeout(timer);
         done();
       };
     });
 
-  const loop = (async () => {
+  /** Holds one tunnel: dials, serves it until it closes, and dials again after a jittered backoff. */
+  let firstDialed: () => void = () => {};
+  const first = new Promise<void>((done) => (firstDialed = done));
+  const hold = async (slot: Slot): Promise<void> => {
+    // The other slots dial once the first knows its replica, so that they can ask for another.
+    if (slot !== slots[0]) await Promise.race([first, sleep(slot, FIRST_DIAL_WAIT_MS)]);
     let failures = 0;
     while (!stopped) {
       const started = now();
       try {
-        await connectOnce(await ensureCredentials());
+        await connectOnce(await ensureCredentials(), slot, firstDialed);
       } catch (err) {
-        log.warn({ err: (err as Error).message }, 'tunnel failed');
+        firstDialed();
+        // A replica that holds another of our tunnels said so: dial again later, to land elsewhere.
+        if (err instanceof DialRefused && err.status === ALREADY_HELD)
+          log.debug({ err: err.message }, 'landed on a replica that holds another tunnel');
+        else log.warn({ err: (err as Error).message }, 'tunnel failed');
         // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
         if (isRefusal(err) && !stopped && (await registerAgain())) continue;
       }
@@ -268,9 +308,10 @@ export function startAgent(opts: AgentOptions): Agent {
       const delay = exponentialBackoff(failures, MIN_BACKOFF_MS, MAX_BACKOFF_MS);
       // Full jitter: anywhere up to the delay, so that agents dropped together (a hub replica restarting) come back
       // spread over it rather than in waves.
-      await sleep(delay * Math.random());
+      await sleep(slot, delay * Math.random());
     }
-  })();
+  };
+  const loop = Promise.all(slots.map(hold));
 
   const renewTimer = setInterval(() => {
     if (credentials && renewalDue(credentials))
@@ -281,15 +322,18 @@ export function startAgent(opts: AgentOptions): Agent {
   renewTimer.unref();
 
   return {
-    connected: () => connected,
+    connected: () => slots.some((s) => s.connected),
+    replicas: () => slots.flatMap((s) => (s.connected && s.replica ? [s.replica] : [])),
     renew,
     async stop() {
       stopped = true;
       clearInterval(renewTimer);
-      // Through the tunnel's stream: see lib/tunnel.ts on closing.
-      if (tunnel) tunnel.close();
-      else cancelDial?.();
-      wake?.();
+      for (const slot of slots) {
+        // Through the tunnel's stream: see lib/tunnel.ts on closing.
+        if (slot.tunnel) slot.tunnel.close();
+        else slot.cancelDial?.();
+        slot.wake?.();
+      }
       await loop;
       proxy.close();
     },

@@ -22,6 +22,8 @@ export interface AgentFlags {
   configMap: string;
   tokenEnv: string;
   tunnelTransport: TransportChoice;
+  /** Tunnels to hold, each to another hub replica; default: the agent's. */
+  tunnels?: number;
   logLevel: string;
 }
 
@@ -82,6 +84,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     upstream,
     version: VERSION,
     transport: flags.tunnelTransport,
+    ...(flags.tunnels ? { tunnels: flags.tunnels } : {}),
     log,
   });
   return () => agent.stop();

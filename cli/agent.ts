@@ -1,5 +1,5 @@
 // `sealion agent`: runs the agent (what the agent Deployment's container runs).
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import type { TransportChoice } from '../lib/tunnel-dial.ts';
 import type { AgentFlags } from '../agent/main.ts';
 import { AGENT_NAME } from '../manifests/install.ts';
@@ -35,6 +35,15 @@ export function agentCommand(): Command {
       )
         .choices(['auto', 'direct', 'websocket'] satisfies TransportChoice[])
         .default('auto'),
+    )
+    .option(
+      '--tunnels <n>',
+      'tunnels to hold, each to another hub replica behind the one address (default: 1, at most 8)',
+      (v: string) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a whole number, 1 or more');
+        return n;
+      },
     )
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .addHelpText(

@@ -7,6 +7,7 @@ import {
   IMPERSONATOR_SERVICE_ACCOUNT,
   PROXY_PORT,
   TUNNEL_PORT,
+  PEER_PORT,
 } from '../manifests/install.ts';
 
 export function conciergeCommand(): Command {
@@ -50,6 +51,16 @@ export function conciergeCommand(): Command {
       'a name or address agents dial the tunnel at, for its certificate (repeatable)',
       (v: string, all: string[]) => [...all, v],
       [] as string[],
+    )
+    .option(
+      '--peer-listen <host:port>',
+      "the listener other replicas send requests for this replica's tunnels to (with the tunnel listener)",
+      `0.0.0.0:${PEER_PORT}`,
+    )
+    .option(
+      '--peer-advertise <host>',
+      'the address other replicas dial the peer listener at (default: $POD_IP, else the listen host)',
+      '',
     )
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .option('--namespace <name>', "the concierge's namespace (default: $POD_NAMESPACE)", '')

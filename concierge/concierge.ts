@@ -31,7 +31,14 @@ import { newProxyHandler } from './proxy/handler.ts';
 import { newProxyMetrics, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
-import { REPLICA_LEASE_LABEL, replicaLeaseName, startClusterStatus } from './tunnel/cluster-status.ts';
+import { startPeering, type Peering } from './peering.ts';
+import {
+  PEER_ADDRESS_ANNOTATION,
+  REPLICA_LEASE_LABEL,
+  replicaLeaseName,
+  startClusterStatus,
+  type ClusterStatusPublisher,
+} from './tunnel/cluster-status.ts';
 import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
 
@@ -58,6 +65,11 @@ export interface ConciergeOptions {
    * addresses a load balancer gives the Service `service` in the concierge's namespace are added as they come.
    */
   tunnel?: { host: string; port: number; hosts: string[]; service?: string };
+  /**
+   * The peer listener (concierge/peering.ts), with the tunnel listener only: where it listens, and the host other
+   * replicas dial it at (the pod's address).
+   */
+  peer?: { host: string; port: number; advertise: string };
   /** Plain-HTTP listener for /metrics. */
   metrics?: { host: string; port: number };
   log: Logger;
@@ -169,6 +181,7 @@ async function start(
   // Declared before the listener starts: a request for /clusters/<name>/… that comes while the rest starts gets
   // the handler's 503 (not connected), not a ReferenceError.
   let tunnels: TunnelListener | undefined;
+  let peering: Peering | undefined;
   let signer: CertificateAuthority | undefined;
   let serving = false;
   const reviewer = newReviewer(clients);
@@ -188,7 +201,8 @@ async function start(
     log: log.child({ component: 'proxy' }),
     ready: () => true,
     serving: () => serving,
-    clusters: (name) => tunnels?.forwarder(name),
+    // The replica's own tunnel, else a peer's.
+    clusters: (name) => tunnels?.forwarder(name) ?? peering?.forwarder(name),
   });
 
   let initialTLS: ProxyTLS;
@@ -247,17 +261,40 @@ async function start(
     const leases = newLeaseInformer(clients, namespace, REPLICA_LEASE_LABEL, log);
     onStop(() => leases.stop());
     const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
+    // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.
+    let holders: ClusterStatusPublisher['holders'] = () => [];
+    if (opts.peer) {
+      const started = await startPeering({
+        clients,
+        namespace,
+        identity: opts.identity,
+        ...opts.peer,
+        local: (name) => tunnels?.forwarder(name),
+        holders: (name) => holders(name),
+        registry: metrics.registry,
+        log: log.child({ component: 'peering' }),
+      });
+      peering = started;
+      onStop(() => started.stop());
+    }
     const publisher = await startClusterStatus({
       clusters: informer,
       leases,
       deleteLease: (name) => newLeaseClient(clients, namespace, name).delete(),
-      lease: newLeaseClient(clients, namespace, replicaLeaseName(opts.identity), { [labelKey]: labelValue }),
+      lease: newLeaseClient(
+        clients,
+        namespace,
+        replicaLeaseName(opts.identity),
+        { [labelKey]: labelValue },
+        peering ? { [PEER_ADDRESS_ANNOTATION]: peering.address } : {},
+      ),
       status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
       identity: opts.identity,
       held: (name) => tunnels?.held(name),
       clock,
       log: log.child({ component: 'cluster-status' }),
     });
+    holders = (name) => publisher.holders(name);
     onStop(() => publisher.stop());
     const listener = await startTunnelListener({
       clients,
@@ -268,6 +305,7 @@ async function start(
       clusters: informer,
       readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
       onTunnelChange: (name) => publisher.changed(name),
+      identity: opts.identity,
       log: log.child({ component: 'tunnel' }),
     });
     tunnels = listener;

@@ -28,6 +28,10 @@ export interface ConciergeFlags {
   tunnelListen: string;
   /** Names and addresses agents dial the tunnel listener at, beyond its Service's (its certificate's SANs). */
   tunnelHosts: string[];
+  /** host:port of the peer listener (with the tunnel listener only); empty: off. */
+  peerListen: string;
+  /** The host other replicas dial the peer listener at; empty: POD_IP, else the listen host. */
+  peerAdvertise: string;
   logLevel: string;
 }
 
@@ -40,6 +44,16 @@ function hostPort(value: string): { host: string; port: number } {
   if (i < 0 || !Number.isInteger(port) || port < 0 || port > 65535)
     throw new Error(`${JSON.stringify(value)} is not host:port`);
   return { host: value.slice(0, i).replace(/^\[|\]$/g, '') || '0.0.0.0', port };
+}
+
+function peerOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv): ConciergeOptions['peer'] {
+  const listen = hostPort(flags.peerListen);
+  const advertise = flags.peerAdvertise || env['POD_IP'] || listen.host;
+  if (advertise === '0.0.0.0' || advertise === '::')
+    throw new Error(
+      'the peer listener needs an address replicas can dial: set POD_IP or pass --peer-advertise',
+    );
+  return { ...listen, advertise };
 }
 
 export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv): ConciergeOptions {
@@ -95,6 +109,7 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
           },
         }
       : {}),
+    ...(flags.tunnelListen && flags.peerListen ? { peer: peerOptions(flags, env) } : {}),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
     log: newLogger({ level: flags.logLevel, buffered: true }),
   };

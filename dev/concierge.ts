@@ -138,10 +138,14 @@ async function baseOptions(
     namespace: opts.namespace,
     identity: opts.identity,
     proxy: { host: '127.0.0.1', port: opts.port ?? 0 },
-    // A tunnel listener on loopback, for agents started by tests and the development environment.
+    // A tunnel listener on loopback, for agents started by tests and the development environment, and a peer
+    // listener for the other replicas.
     ...(opts.tunnelPort === undefined
       ? {}
-      : { tunnel: { host: '127.0.0.1', port: opts.tunnelPort, hosts: ['127.0.0.1', 'localhost'] } }),
+      : {
+          tunnel: { host: '127.0.0.1', port: opts.tunnelPort, hosts: ['127.0.0.1', 'localhost'] },
+          peer: { host: '127.0.0.1', port: 0, advertise: '127.0.0.1' },
+        }),
     log: opts.log ?? silentLogger(),
   };
 }

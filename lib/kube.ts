@@ -415,6 +415,7 @@ export function newLeaseClient(
   namespace: string,
   name: string,
   labels: Record<string, string> = {},
+  annotations: Record<string, string> = {},
 ): LeaseClient {
   const where = { group: 'coordination.k8s.io', version: 'v1', namespace, plural: 'leases', name };
   const body = (lease: LeaseRecord): object => ({
@@ -424,6 +425,7 @@ export function newLeaseClient(
       name,
       namespace,
       labels,
+      annotations,
       ...(lease.resourceVersion ? { resourceVersion: lease.resourceVersion } : {}),
     },
     spec: {
@@ -486,6 +488,7 @@ export function newLeaseClient(
 
 /** A Lease as an informer holds it. */
 export interface LeaseObject extends KubeObject {
+  metadata?: KubeObject['metadata'] & { annotations?: Record<string, string> };
   spec?: { holderIdentity?: string; leaseDurationSeconds?: number; renewTime?: string };
 }
 

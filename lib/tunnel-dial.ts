@@ -28,6 +28,31 @@ export interface DialOptions {
   version: string;
   /** Until the tunnel is up. Default: 10 s. */
   timeoutMs?: number;
+  /** Replicas that already hold a tunnel of this agent: one of them refuses this dial (409) rather than take it. */
+  avoid?: string[];
+}
+
+/** The listener's answer to an agent that already holds a tunnel to its replica (see DialOptions.avoid). */
+export const ALREADY_HELD = 409;
+/** Sent by the agent: the replicas it holds tunnels to, each URI-encoded, comma-separated. */
+export const AVOID_REPLICAS_HEADER = 'x-sealion-avoid-replicas';
+/** Sent by the listener with its 101: the replica that took the tunnel, URI-encoded. */
+export const REPLICA_HEADER = 'x-sealion-replica';
+
+function dialHeaders(opts: DialOptions): Record<string, string> {
+  return {
+    'x-sealion-agent-version': opts.version,
+    [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL,
+    ...(opts.avoid?.length ? { [AVOID_REPLICAS_HEADER]: opts.avoid.map(encodeURIComponent).join(',') } : {}),
+  };
+}
+
+function replicaOf(res: IncomingMessage): string | undefined {
+  try {
+    return decodeURIComponent(String(res.headers[REPLICA_HEADER] ?? '')) || undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The hub answered the upgrade with `status` instead of switching protocols. */
@@ -43,6 +68,8 @@ export interface Dialed {
   /** The byte stream the tunnel's HTTP/2 runs on. */
   stream: Duplex;
   transport: TunnelTransport;
+  /** The replica that took the tunnel, as it said. */
+  replica?: string;
 }
 
 /** A dial in progress: `cancel` ends it (and the tunnel, once it is up). */
@@ -71,12 +98,7 @@ export function dialDirect(opts: DialOptions): Dial {
     // Taken by the TLS layer; Node's HTTPS types leave it out.
     ...({ secureContext: opts.tls } as object),
     agent: false,
-    headers: {
-      connection: 'Upgrade',
-      upgrade: TUNNEL_UPGRADE,
-      'x-sealion-agent-version': opts.version,
-      [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL,
-    },
+    headers: { connection: 'Upgrade', upgrade: TUNNEL_UPGRADE, ...dialHeaders(opts) },
     timeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
   });
   const done = new Promise<Dialed>((resolve, reject) => {
@@ -98,7 +120,10 @@ export function dialDirect(opts: DialOptions): Dial {
       upgraded.setNoDelay(true);
       // Bytes that came with the 101 are the hub's first HTTP/2 frames: the session reads them from the buffer.
       if (head.length > 0) upgraded.unshift(head);
-      void writesDone(upgraded).then(() => resolve({ stream: upgraded, transport: 'direct' }));
+      const replica = replicaOf(res);
+      void writesDone(upgraded).then(() =>
+        resolve({ stream: upgraded, transport: 'direct', ...(replica ? { replica } : {}) }),
+      );
     });
     req.end();
   });
@@ -118,7 +143,7 @@ export function dialWebSocket(opts: DialOptions): Dial {
   const ws = new WebSocket(url, {
     // Passed on to the TLS layer; the WebSocket library's types leave it out.
     ...({ secureContext: opts.tls } as object),
-    headers: { 'x-sealion-agent-version': opts.version, [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL },
+    headers: dialHeaders(opts),
     handshakeTimeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
   });
   const done = new Promise<Dialed>((resolve, reject) => {
@@ -127,14 +152,20 @@ export function dialWebSocket(opts: DialOptions): Dial {
       reject(new DialRefused(res.statusCode ?? 0));
     });
     ws.once('error', reject);
-    ws.once('open', () => resolve({ stream: createWebSocketStream(ws), transport: 'websocket' }));
+    let replica: string | undefined;
+    ws.once('upgrade', (res: IncomingMessage) => (replica = replicaOf(res)));
+    ws.once('open', () =>
+      resolve({ stream: createWebSocketStream(ws), transport: 'websocket', ...(replica ? { replica } : {}) }),
+    );
   });
   return { done, cancel: () => ws.terminate() };
 }
 
 /**
  * Whether a failed direct dial says that the way to the hub does not pass the direct upgrade: any answer but the
- * listener's 401 (a proxy's 400 or 426 for an upgrade it does not know, a 101 to something else). A connection
- * that failed or timed out says nothing about the transport, and a 401 is the listener's own refusal.
+ * listener's 401 or 409 (a proxy's 400 or 426 for an upgrade it does not know, a 101 to something else). A
+ * connection that failed or timed out says nothing about the transport, and a 401 or 409 is the listener's own
+ * refusal.
  */
-export const directNotPassed = (err: unknown): boolean => err instanceof DialRefused && err.status !== 401;
+export const directNotPassed = (err: unknown): boolean =>
+  err instanceof DialRefused && err.status !== 401 && err.status !== ALREADY_HELD;

@@ -31,6 +31,8 @@ export const AGENT_NAME = 'sealion-agent';
 /** Container ports: the impersonation proxy (also health and metrics) and the agents' tunnel listener. */
 export const PROXY_PORT = 8443;
 export const TUNNEL_PORT = 8444;
+/** Where replicas send each other requests for the tunnels they hold (concierge/peering.ts). */
+export const PEER_PORT = 8445;
 
 type Obj = Record<string, unknown>;
 const PART_OF = { 'app.kubernetes.io/part-of': 'sealion' };
@@ -100,6 +102,11 @@ export const CONCIERGE_NODE_OPTIONS = '--max-semi-space-size=8';
 const DOWNWARD_ENV = [
   { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
   { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+];
+/** The concierge's pods also learn their address, which they publish for their peers. */
+const CONCIERGE_ENV = [
+  ...DOWNWARD_ENV,
+  { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
 ];
 
 export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
@@ -230,10 +237,11 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                 name: 'concierge',
                 image: opts.image,
                 args: ['concierge', `--group-suffix=${opts.groupSuffix}`, `--config-map=${CONFIG_MAP_NAME}`],
-                env: [...DOWNWARD_ENV, { name: 'NODE_OPTIONS', value: CONCIERGE_NODE_OPTIONS }],
+                env: [...CONCIERGE_ENV, { name: 'NODE_OPTIONS', value: CONCIERGE_NODE_OPTIONS }],
                 ports: [
                   { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
                   { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
+                  { name: 'peer', containerPort: PEER_PORT, protocol: 'TCP' },
                 ],
                 readinessProbe: probe('/readyz'),
                 livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },

@@ -33,6 +33,15 @@ const WRITERS = 8;
 /** How long a clean stop waits for its entries to be removed. */
 const RELEASE_TIMEOUT_MS = 5_000;
 
+/** The annotation on a replica's Lease with the host:port its peers reach it at (concierge/peering.ts). */
+export const PEER_ADDRESS_ANNOTATION = 'sealion.dev/peer-address';
+
+/** A live replica that holds a cluster's tunnel, and where its peers reach it. */
+export interface RemoteHolder {
+  replica: string;
+  address: string;
+}
+
 /** The Lease name of a replica: its identity when that is a valid name, else a digest of it. */
 export function replicaLeaseName(identity: string): string {
   const name = `sealion-concierge-replica-${identity}`;
@@ -110,6 +119,11 @@ export interface ClusterStatusOptions {
 export interface ClusterStatusPublisher {
   /** This replica's tunnel to `cluster` came or went. */
   changed(cluster: string): void;
+  /**
+   * The other live replicas whose entries say they hold `cluster`'s tunnel and that publish a peer address, newest
+   * tunnel first (an agent that moved is likelier on its latest replica).
+   */
+  holders(cluster: string): RemoteHolder[];
   /** Removes this replica's entries and Lease (waiting a few seconds at most), then stops. */
   stop(): Promise<void>;
 }
@@ -286,6 +300,18 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
 
   return {
     changed: (cluster) => queue.add(cluster),
+    holders(cluster) {
+      const entries = opts.clusters.get(cluster)?.status?.tunnels ?? [];
+      const found: (RemoteHolder & { since: string })[] = [];
+      for (const entry of entries) {
+        if (entry.replica === identity || !alive(entry.replica)) continue;
+        const address = leaseOf(entry.replica)?.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
+        if (address) found.push({ replica: entry.replica, address, since: entry.connectedSince });
+      }
+      return found
+        .sort((a, b) => b.since.localeCompare(a.since))
+        .map(({ replica, address }) => ({ replica, address }));
+    },
     async stop() {
       stopped = true;
       clock.clearTimeout(renewTimer);

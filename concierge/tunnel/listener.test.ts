@@ -65,6 +65,7 @@ beforeEach(async () => {
     clusters,
     readCluster: (name) => Promise.resolve(clusters.get(name)),
     onTunnelChange: () => {},
+    identity: 'replica-under-test',
     log: silentLogger(),
   });
 });

@@ -35,6 +35,7 @@ import {
   TUNNEL_UPGRADE,
   type TunnelClient,
 } from '../../lib/tunnel.ts';
+import { ALREADY_HELD, AVOID_REPLICAS_HEADER, REPLICA_HEADER } from '../../lib/tunnel-dial.ts';
 import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
@@ -87,6 +88,8 @@ export interface TunnelListenerOptions {
   readCluster(name: string): Promise<Cluster | undefined>;
   /** This replica's tunnel to `cluster` came or went (see held()). */
   onTunnelChange(cluster: string): void;
+  /** This replica's name, told to each agent that connects (an agent holding several tunnels keeps them apart). */
+  identity: string;
   log: Logger;
 }
 
@@ -263,6 +266,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   const context = await servingContext(opts.hosts);
   const connected = new Map<string, Connected>();
   const wss = new WebSocketServer({ noServer: true, maxPayload: 4 * 1024 * 1024 });
+  const replicaField = `${REPLICA_HEADER}: ${encodeURIComponent(opts.identity)}`;
+  wss.on('headers', (headers) => headers.push(replicaField));
 
   /** A certificate for the agent of `cluster` (read from the API server just before), bound to it as it is. */
   const issue = async (cluster: Cluster, csrPem: unknown): Promise<object> => {
@@ -402,6 +407,12 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
       return void socket.end(rawStatusResponse(426, message));
     }
+    // An agent that holds tunnels to several replicas wants each on another one.
+    const avoid = String(req.headers[AVOID_REPLICAS_HEADER] ?? '').split(',');
+    if (avoid.includes(encodeURIComponent(opts.identity)))
+      return void socket.end(
+        rawStatusResponse(ALREADY_HELD, `replica ${opts.identity} already holds a tunnel of this agent`),
+      );
     // What the agent says of itself goes into the status: printable, and short.
     const agentVersion =
       String(req.headers['x-sealion-agent-version'] ?? '')
@@ -455,7 +466,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       socket.setTimeout(0);
       socket.setNoDelay(true);
       socket.write(
-        `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n\r\n`,
+        `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${replicaField}\r\n\r\n`,
         (err) => {
           if (err || socket.destroyed) return void socket.destroy();
           accept(socket, 'direct', () => socket.destroy());

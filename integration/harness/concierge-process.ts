@@ -41,6 +41,8 @@ export async function startConciergeProcess(
     tunnel?: { port: number; namespace: string };
     /** The replica's name (in its Lease and the Clusters' status). Default: local. */
     identity?: string;
+    /** The CA of users' client certificates (replicas of one hub share it). Default: a new one. */
+    signer?: { certPem: string; keyPem: string };
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(

@@ -1,0 +1,472 @@
+// Proxy peering: any replica serves any cluster. An agent's tunnel lands on one replica (or a few); a request for
+// that cluster that reaches another replica is authenticated and its impersonation decided where it landed, then
+// sent over a peer link to a replica that holds the tunnel, which forwards it into the tunnel as its own (its fair
+// queue, its limits). The holder never sends a peer's request on to a third replica: a stale route ends in a Status.
+//
+// A peer link is one mutual-TLS connection per pair of replicas, dialed on demand and reused, carrying every request
+// between them on one HTTP/2 session: lib/tunnel.ts's multiplexer, the same one agents' tunnels run on (plain
+// requests as HTTP/2 requests, upgrades as HTTP/1.1 on CONNECT streams, per-stream flow control, pings from the
+// listening end). Its certificates come from a peer CA of its own, kept in a Secret: the peer port refuses, at the
+// handshake, any certificate the peer CA did not issue (users' and agents' among them), and then any that does not
+// name a replica. Where a replica is reached is a fact it publishes on its Lease (cluster-status.ts), next to the
+// tunnels it holds.
+import {
+  createServer as createHttpServer,
+  request,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+} from 'node:http';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import {
+  connect as tlsConnect,
+  createServer as createTlsServer,
+  type PeerCertificate,
+  type TLSSocket,
+} from 'node:tls';
+import type { Gauge } from 'prom-client';
+import { Counter, Gauge as PromGauge, type Registry } from 'prom-client';
+import { ensureStoredCA, storedCA, tlsSecret } from '../lib/ca-secret.ts';
+import { forwardOverHttp2 } from '../lib/http2-forward.ts';
+import { serveStream, type Request, type Response } from '../lib/http2-request.ts';
+import { newObjectWriter, readSecret, type KubeClients } from '../lib/kube.ts';
+import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
+import type { Logger } from '../lib/log.ts';
+import { certificateURIs, issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
+import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel.ts';
+import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
+import { clusterRoute } from './proxy/handler.ts';
+import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from './proxy/forward.ts';
+import type { RemoteHolder } from './tunnel/cluster-status.ts';
+
+export const PEER_CA_SECRET = 'sealion-peer-ca';
+/** The URI SAN every peer certificate carries, the replica's name after it. */
+export const PEER_URI_PREFIX = 'urn:sealion:peer:';
+/**
+ * Streams one peer link carries at once. Every request between two replicas shares their link, so this is what the
+ * busier of them may send the other: 10,000 watches and more (Teleport's peer links stop at 1,000 per connection).
+ */
+export const PEER_MAX_STREAMS = 65_536;
+/** How long a dial (TCP and TLS) to a peer may take before the next holder is tried. */
+const DIAL_TIMEOUT_MS = 5_000;
+/** Peer links open at once towards this replica: one per other replica, with room for restarts. */
+const MAX_PEER_CONNECTIONS = 1024;
+/** Peer certificates live a week and are issued again every day (a replica's own, in memory). */
+const PEER_CERT_VALIDITY_MS = 7 * 24 * 3600 * 1000;
+const PEER_CERT_RENEW_MS = 24 * 3600 * 1000;
+const ALPN = 'sealion-peer/1';
+
+/** The request's authenticated user and kind, as the replica it landed on decided them. */
+const USER_HEADER = 'x-sealion-peer-user';
+const LONG_RUNNING_HEADER = 'x-sealion-peer-long-running';
+/** Never sent to a peer nor taken from one as a request's own: hop-by-hop fields, and credentials. */
+const DROPPED =
+  /^(?:connection|keep-alive|proxy-connection|transfer-encoding|te|upgrade|host|authorization|x-sealion-peer-.*)$/;
+
+export interface PeeringOptions {
+  clients: KubeClients;
+  namespace: string;
+  identity: string;
+  /** Where the peer listener listens. */
+  host: string;
+  port: number;
+  /** The host (an address, or a name in the certificate) other replicas dial; the listener's port is added. */
+  advertise: string;
+  /** The forwarder of a tunnel this replica holds, if it holds `cluster`'s. */
+  local(cluster: string): Forwarder | undefined;
+  /** The other replicas holding `cluster`'s tunnel, in the order to try them. */
+  holders(cluster: string): RemoteHolder[];
+  registry: Registry;
+  log: Logger;
+}
+
+export interface Peering {
+  /** host:port other replicas reach this one at, for its Lease. */
+  address: string;
+  /** A forwarder through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
+  forwarder(cluster: string): Forwarder | undefined;
+  stop(): Promise<void>;
+}
+
+interface PeerMetrics {
+  hops: Counter<'direction' | 'outcome'>;
+  dials: Counter<'outcome'>;
+  links: Gauge<'direction'>;
+  streams: Gauge;
+}
+
+function peerMetrics(registry: Registry, outgoing: () => Iterable<TunnelClient>): PeerMetrics {
+  return {
+    hops: new Counter({
+      name: 'sealion_peer_requests_total',
+      help: 'Requests sent to (out) or taken from (in) a peer replica, by outcome: forwarded, or the reason they were not.',
+      labelNames: ['direction', 'outcome'],
+      registers: [registry],
+    }),
+    dials: new Counter({
+      name: 'sealion_peer_dials_total',
+      help: 'Peer links dialed, by outcome (ok, failed).',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    links: new PromGauge({
+      name: 'sealion_peer_links',
+      help: 'Peer links open, by direction (out: dialed by this replica; in: dialed by a peer).',
+      labelNames: ['direction'],
+      registers: [registry],
+    }),
+    streams: new PromGauge({
+      name: 'sealion_peer_link_streams',
+      help: 'Streams open on the peer links this replica dialed.',
+      registers: [registry],
+      collect() {
+        let open = 0;
+        for (const link of outgoing()) open += link.active();
+        this.set(open);
+      },
+    }),
+  };
+}
+
+/** A request's header fields from its raw list, repeated fields kept apart (two Impersonate-Group stay two). */
+function fieldsOf(rawHeaders: string[]): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {};
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (name.charCodeAt(0) === 58 /* ':' */ || DROPPED.test(name)) continue;
+    const value = rawHeaders[i + 1]!;
+    const seen = headers[name];
+    if (seen === undefined) headers[name] = value;
+    else if (typeof seen === 'string') headers[name] = [seen, value];
+    else seen.push(value);
+  }
+  return headers;
+}
+
+/** The plan's headers for the peer, with the facts the holder needs to forward the request as the user's. */
+function peerHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(plan.headers)) {
+    if (value === undefined || name.startsWith(':') || DROPPED.test(name)) continue;
+    headers[name] = value;
+  }
+  headers[USER_HEADER] = encodeURIComponent(plan.user);
+  headers[LONG_RUNNING_HEADER] = plan.longRunning ? '1' : '0';
+  return headers;
+}
+
+/** The plan a peer's request carries. Only a replica can have sent it (the peer port's TLS saw to that). */
+function planFrom(rawHeaders: string[], headers: IncomingHttpHeaders): ForwardPlan {
+  let user = '';
+  try {
+    user = decodeURIComponent(String(headers[USER_HEADER] ?? ''));
+  } catch {
+    // A malformed name counts as nobody's: it shares one fair-queue key with every other such request.
+  }
+  return {
+    headers: fieldsOf(rawHeaders),
+    longRunning: headers[LONG_RUNNING_HEADER] === '1',
+    passthrough: false,
+    user,
+  };
+}
+
+/** The peer CA: created once, by whichever replica comes first, and kept in a Secret. */
+async function ensurePeerCA(clients: KubeClients, namespace: string): Promise<CertificateAuthority> {
+  const ca = await ensureStoredCA(
+    async () => storedCA(await readSecret(clients, namespace, PEER_CA_SECRET)),
+    (made) => newObjectWriter(clients).create(tlsSecret(namespace, PEER_CA_SECRET, made)),
+    'sealion peer CA',
+  );
+  return loadCA(ca.certPem, ca.keyPem);
+}
+
+/** The replica a verified peer certificate names, or undefined. */
+function replicaOf(cert: { raw: Buffer } | undefined): string | undefined {
+  if (!cert?.raw?.length) return undefined;
+  const uris = certificateURIs(cert.raw).filter((u) => u.startsWith(PEER_URI_PREFIX));
+  if (uris.length !== 1) return undefined;
+  try {
+    return decodeURIComponent(uris[0]!.slice(PEER_URI_PREFIX.length)) || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function splitAddress(address: string): { host: string; port: number } {
+  const i = address.lastIndexOf(':');
+  return { host: address.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(address.slice(i + 1)) };
+}
+
+export async function startPeering(opts: PeeringOptions): Promise<Peering> {
+  const { log, identity } = opts;
+  const ca = await ensurePeerCA(opts.clients, opts.namespace);
+  const issue = async (): Promise<{ cert: string; key: string }> => {
+    const issued = await issueCert(ca, {
+      commonName: 'sealion-peer',
+      hosts: [opts.advertise],
+      uris: [`${PEER_URI_PREFIX}${encodeURIComponent(identity)}`],
+      usage: 'server+client',
+      validityMs: PEER_CERT_VALIDITY_MS,
+    });
+    return { cert: issued.certPem, key: issued.keyPem };
+  };
+  let own = await issue();
+  const links = new Map<string, Promise<TunnelClient>>();
+  const open = new Set<TunnelClient>();
+  const metrics = peerMetrics(opts.registry, () => open);
+
+  // The holder's side: each peer connection is an HTTP/2 session whose requests go into this replica's tunnels.
+  const served = new Set<TunnelServer>();
+  const upgrades = createHttpServer((_req, res) => {
+    res.writeHead(400).end();
+  });
+  upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
+  upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const target = routeOf(req.url);
+    if (!target) return void socket.end(rawStatusResponse(404, 'not a cluster route'));
+    req.url = target.url;
+    const forwarder = opts.local(target.cluster);
+    if (!forwarder) {
+      metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
+      return void socket.end(rawStatusResponse(503, notHeld(target.cluster)));
+    }
+    metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
+    const plan = planFrom(req.rawHeaders, req.headers);
+    plan.headers['upgrade'] = req.headers['upgrade'];
+    forwarder.upgrade(req, socket as Socket, head, plan);
+  });
+  const routeOf = (url: string | undefined): { cluster: string; url: string } | undefined =>
+    url ? clusterRoute(url) : undefined;
+  const notHeld = (cluster: string): string =>
+    `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
+  const servePeerRequest = (req: Request, res: Response): void => {
+    const target = routeOf(req.url);
+    if (!target) return writeStatus(res, 404, 'not a cluster route');
+    req.url = target.url;
+    const forwarder = opts.local(target.cluster);
+    if (!forwarder) {
+      metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
+      return writeStatus(res, 503, notHeld(target.cluster));
+    }
+    metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
+    void forwarder.web(req, res, planFrom(req.rawHeaders, (req as { headers: IncomingHttpHeaders }).headers));
+  };
+
+  const server = createTlsServer({
+    ...own,
+    ca: ca.certPem,
+    requestCert: true,
+    rejectUnauthorized: true,
+    minVersion: 'TLSv1.3',
+    ALPNProtocols: [ALPN],
+    handshakeTimeout: 10_000,
+  });
+  server.maxConnections = MAX_PEER_CONNECTIONS;
+  server.on('tlsClientError', (err) => log.debug({ err: err.message }, 'peer handshake failed'));
+  server.on('secureConnection', (socket: TLSSocket) => {
+    socket.on('error', () => socket.destroy());
+    const peer = replicaOf(socket.getPeerX509Certificate());
+    if (!peer || socket.alpnProtocol !== ALPN) {
+      log.warn({ remote: socket.remoteAddress }, 'peer connection refused: not a replica certificate');
+      return void socket.destroy();
+    }
+    socket.setNoDelay(true);
+    metrics.links.inc({ direction: 'in' });
+    const session = serveTunnel(socket, {
+      connect: (stream) => void upgrades.emit('connection', stream),
+      request: (stream: ServerHttp2Stream, headers, rawHeaders) =>
+        serveStream(stream, headers, rawHeaders, servePeerRequest),
+    });
+    served.add(session);
+    void session.closed.then(() => {
+      served.delete(session);
+      metrics.links.dec({ direction: 'in' });
+    });
+  });
+  await new Promise<void>((done, fail) => {
+    server.once('error', fail);
+    server.listen(opts.port, opts.host, () => {
+      server.off('error', fail);
+      done();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const address = `${opts.advertise.includes(':') ? `[${opts.advertise}]` : opts.advertise}:${port}`;
+  log.info({ host: opts.host, port, address }, 'peer listener listening');
+
+  const renewal = setInterval(() => {
+    issue().then(
+      (next) => {
+        own = next;
+        server.setSecureContext({ ...own, ca: ca.certPem, minVersion: 'TLSv1.3' });
+      },
+      (err: unknown) => log.warn({ err: (err as Error).message }, 'reissuing the peer certificate failed'),
+    );
+  }, PEER_CERT_RENEW_MS);
+  renewal.unref();
+
+  /** A TLS connection to the replica `replica` at `address`, which must show that replica's peer certificate. */
+  const dial = (holder: RemoteHolder): Promise<TunnelClient> =>
+    new Promise((done, fail) => {
+      const { host, port: peerPort } = splitAddress(holder.address);
+      const socket = tlsConnect({
+        host,
+        port: peerPort,
+        ...own,
+        ca: ca.certPem,
+        minVersion: 'TLSv1.3',
+        ALPNProtocols: [ALPN],
+        // The peer CA issues nothing but replicas' certificates; the one that answers must be the replica we want.
+        checkServerIdentity: (_host: string, cert: PeerCertificate) =>
+          replicaOf(cert) === holder.replica
+            ? undefined
+            : new Error(`the peer at ${holder.address} is not replica ${holder.replica}`),
+      });
+      const timer = setTimeout(
+        () => socket.destroy(new Error(`no answer from ${holder.address} in ${DIAL_TIMEOUT_MS / 1000} s`)),
+        DIAL_TIMEOUT_MS,
+      );
+      socket.once('error', (err: Error) => {
+        clearTimeout(timer);
+        fail(err);
+      });
+      socket.once('secureConnect', () => {
+        clearTimeout(timer);
+        socket.setNoDelay(true);
+        socket.on('error', () => socket.destroy());
+        done(newTunnelClient(socket, { maxStreams: PEER_MAX_STREAMS }));
+      });
+    });
+
+  /** The link to `holder`, dialed now if there is none; one dial at a time per peer, shared by all who wait. */
+  const linkTo = (holder: RemoteHolder): Promise<TunnelClient> => {
+    const key = `${holder.replica}\0${holder.address}`;
+    let link = links.get(key);
+    if (!link) {
+      link = dial(holder);
+      links.set(key, link);
+      const current = link;
+      current.then(
+        (client) => {
+          metrics.dials.inc({ outcome: 'ok' });
+          metrics.links.inc({ direction: 'out' });
+          open.add(client);
+          log.info({ peer: holder.replica, address: holder.address }, 'peer link up');
+          void client.closed.then(() => {
+            open.delete(client);
+            metrics.links.dec({ direction: 'out' });
+            if (links.get(key) === current) links.delete(key);
+            log.info({ peer: holder.replica }, 'peer link down');
+          });
+        },
+        (err: unknown) => {
+          metrics.dials.inc({ outcome: 'failed' });
+          if (links.get(key) === current) links.delete(key);
+          log.warn(
+            { peer: holder.replica, address: holder.address, err: (err as Error).message },
+            'peer dial failed',
+          );
+        },
+      );
+    }
+    return link;
+  };
+
+  /** A link to the first holder that answers, or the Status to send when none does. */
+  const firstLink = async (
+    cluster: string,
+    holders: RemoteHolder[],
+  ): Promise<{ link: TunnelClient; holder: RemoteHolder } | { status: number; message: string }> => {
+    for (const holder of holders) {
+      try {
+        return { link: await linkTo(holder), holder };
+      } catch {
+        // The next holder, if there is one; the dial's failure is logged once, by linkTo.
+      }
+    }
+    metrics.hops.inc({ direction: 'out', outcome: 'unreachable' });
+    return {
+      status: 503,
+      message: `cluster ${cluster}: the replica holding its tunnel (${holders.map((h) => h.replica).join(', ')}) cannot be reached; retry`,
+    };
+  };
+
+  const peerForwarder = (cluster: string, holders: RemoteHolder[]): Forwarder => ({
+    async web(req, res, plan) {
+      const found = await firstLink(cluster, holders);
+      if ('status' in found) return writeStatus(res, found.status, found.message);
+      metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+      const headers = peerHeaders(plan);
+      headers[':method'] = req.method ?? 'GET';
+      headers[':path'] = `/clusters/${cluster}${originForm(req.url)}`;
+      forwardOverHttp2(req, res, headers, {
+        open: (h, endStream) => found.link.request(h, endStream),
+        fail(err) {
+          if (res.headersSent) return void (res.destroyed || res.destroy());
+          writeStatus(
+            res,
+            502,
+            `cluster ${cluster}: the link to replica ${found.holder.replica}, which holds its tunnel, failed: ${err.code ?? err.message}`,
+          );
+        },
+        // The holder bounds a short request's time and cuts stalled ones; this hop only must not outlive it.
+        ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: SHORT_REQUEST_TIMEOUT_MS + 5_000 }),
+      });
+      await new Promise<void>((done) => res.once('close', done));
+    },
+    upgrade(req, socket, head, plan) {
+      void firstLink(cluster, holders).then((found) => {
+        if ('status' in found) return void socket.end(rawStatusResponse(found.status, found.message));
+        metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+        const headers = {
+          ...peerHeaders(plan),
+          host: 'peer',
+          connection: 'Upgrade',
+          upgrade: plan.headers['upgrade'],
+        };
+        forwardUpgrade(socket, head, {
+          send: () =>
+            request({
+              host: 'peer',
+              method: req.method ?? 'GET',
+              path: `/clusters/${cluster}${originForm(req.url)}`,
+              headers,
+              agent: found.link.agent,
+            }),
+          fail(err: Error & { code?: string }) {
+            if (!socket.destroyed)
+              socket.end(
+                rawStatusResponse(
+                  502,
+                  `cluster ${cluster}: the link to replica ${found.holder.replica} failed: ${err.code ?? err.message}`,
+                ),
+              );
+          },
+        });
+      });
+    },
+    close() {},
+  });
+
+  return {
+    address,
+    forwarder(cluster) {
+      const holders = opts.holders(cluster);
+      return holders.length > 0 ? peerForwarder(cluster, holders) : undefined;
+    },
+    async stop() {
+      clearInterval(renewal);
+      for (const link of links.values())
+        void link.then(
+          (l) => l.close(),
+          () => {},
+        );
+      links.clear();
+      for (const session of served) session.close();
+      upgrades.closeAllConnections();
+      await new Promise<void>((done) => server.close(() => done()));
+    },
+  };
+}

@@ -1,0 +1,344 @@
+// Proxy peering with three concierge replicas (processes of their own) and several agents that dial them through
+// one load-balanced address: any replica serves any cluster, whichever replica holds its tunnel; watches, bodies
+// and upgrades cross the peer hop; a killed holder's clusters come back through the others; and the peer port
+// takes no certificate but a replica's.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connect as tlsConnect } from 'node:tls';
+import { startAgent, type Agent } from '../agent/agent.ts';
+import { newSecretCredentialStore } from '../agent/credentials.ts';
+import type { ClusterStatus } from '../apis/tunnel.ts';
+import { addCluster } from '../cli/cluster.ts';
+import { PEER_CA_SECRET } from '../concierge/peering.ts';
+import { PEER_ADDRESS_ANNOTATION, replicaLeaseName } from '../concierge/tunnel/cluster-status.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
+import { silentLogger } from '../lib/log.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
+import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
+
+const NS = 'sealion-concierge';
+const AGENT_NS = 'sealion-agent';
+const REPLICAS = ['replica-1', 'replica-2', 'replica-3'];
+/** Each with its agent; `twice` holds two tunnels, each to another replica. */
+const CLUSTERS = ['east', 'west', 'north', 'twice'];
+const USER_GROUP = 'peering-testers';
+
+let hub: Cluster;
+let managed: Cluster;
+let hubClients: KubeClients;
+let managedClients: KubeClients;
+let dir: string;
+let signer: CertificateAuthority;
+let balancer: Server;
+const replicas = new Map<string, ConciergeProcess>();
+const agents = new Map<string, Agent>();
+let user: { certPem: string; keyPem: string };
+
+/**
+ * A TCP load balancer in front of the replicas' tunnel listeners, as a Service's would be: each connection goes to
+ * the next replica in turn, and to the one after when a replica does not answer.
+ */
+function startBalancer(): Promise<number> {
+  let next = 0;
+  balancer = createServer((client: Socket) => {
+    client.pause();
+    client.on('error', () => client.destroy());
+    const live = [...replicas.values()].filter((r) => r.alive());
+    const tryFrom = (attempt: number): void => {
+      if (attempt >= live.length) return void client.destroy();
+      const target = live[next++ % live.length]!;
+      const upstream = netConnect(target.tunnel!.port, '127.0.0.1');
+      upstream.once('error', () => tryFrom(attempt + 1));
+      upstream.once('connect', () => {
+        upstream.removeAllListeners('error');
+        upstream.on('error', () => client.destroy());
+        client.on('close', () => upstream.destroy());
+        upstream.on('close', () => client.destroy());
+        client.pipe(upstream).pipe(client);
+        client.resume();
+      });
+    };
+    tryFrom(0);
+  });
+  return new Promise((done) =>
+    balancer.listen(0, '127.0.0.1', () => done((balancer.address() as { port: number }).port)),
+  );
+}
+
+function kubeconfigFor(replica: string, cluster: string): string {
+  const r = replicas.get(replica)!;
+  const file = join(dir, `${replica}-${cluster}.kubeconfig`);
+  writeFileSync(
+    file,
+    kubeconfigYaml(cluster, `${r.url}/clusters/${cluster}`, r.servingCA, { name: 'alice', ...user }),
+  );
+  return file;
+}
+
+/** kubectl through `replica` for `cluster`, as the test user. */
+const kubectl = (replica: string, cluster: string, args: string[], input?: string) =>
+  managed.kubectl(args, { kubeconfig: kubeconfigFor(replica, cluster), ...(input ? { input } : {}) });
+
+async function clusterStatus(name: string): Promise<ClusterStatus> {
+  const out = await hub.kubectl([
+    'get',
+    'clusters.tunnel.concierge.sealion.dev',
+    name,
+    '-o',
+    'jsonpath={.status}',
+  ]);
+  return JSON.parse(out.stdout || '{}') as ClusterStatus;
+}
+
+const holdersOf = async (name: string): Promise<string[]> =>
+  ((await clusterStatus(name)).tunnels ?? []).map((t) => t.replica).sort();
+
+/** Whether every replica still running serves every cluster. */
+async function everyRouteWorks(): Promise<void> {
+  const live = [...replicas.entries()].filter(([, r]) => r.alive()).map(([name]) => name);
+  const results = await Promise.all(
+    live.flatMap((replica) =>
+      CLUSTERS.map(async (cluster) => {
+        const got = await kubectl(replica, cluster, ['get', 'namespace', 'kube-system', '-o', 'name']);
+        return `${replica} → ${cluster}: ${got.code === 0 ? got.stdout.trim() : got.stderr.trim()}`;
+      }),
+    ),
+  );
+  expect(results).toEqual(
+    live.flatMap((replica) => CLUSTERS.map((cluster) => `${replica} → ${cluster}: namespace/kube-system`)),
+  );
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sealion-peering-'));
+  [hub, managed] = await Promise.all([
+    startCluster({ name: 'peering-hub', controllerManager: false }),
+    startCluster({ name: 'peering-managed', controllerManager: false }),
+  ]);
+  hubClients = newKubeClients({ path: hub.kubeconfigPath });
+  managedClients = newKubeClients({ path: managed.kubeconfigPath });
+  const agentKubeconfig = await prepareAgentCluster(managed, AGENT_NS);
+  await managed.kubectl([
+    'create',
+    'clusterrolebinding',
+    USER_GROUP,
+    '--clusterrole=cluster-admin',
+    `--group=${USER_GROUP}`,
+  ]);
+  signer = await newCA('peering-test users');
+  const issued = await issueCert(signer, {
+    commonName: 'alice',
+    organizations: [USER_GROUP],
+    usage: 'client',
+  });
+  user = { certPem: issued.certPem, keyPem: issued.keyPem };
+  // One replica first, so that the tunnel and peer CAs are made once, then the others.
+  const start = async (identity: string): Promise<void> => {
+    replicas.set(
+      identity,
+      await startConciergeProcess(hub, {
+        tunnel: { port: 0, namespace: NS },
+        identity,
+        signer: { certPem: signer.certPem, keyPem: signer.keyPem },
+      }),
+    );
+  };
+  await start(REPLICAS[0]!);
+  await Promise.all(REPLICAS.slice(1).map(start));
+  const port = await startBalancer();
+  for (const cluster of CLUSTERS) {
+    const added = await addCluster(cluster, {
+      kubeconfig: hub.kubeconfigPath,
+      namespace: NS,
+      groupSuffix: 'sealion.dev',
+      hub: '',
+      description: '',
+    });
+    agents.set(
+      cluster,
+      startAgent({
+        cluster,
+        hub: new URL(`https://127.0.0.1:${port}`),
+        trust: { pin: added.pin },
+        bootstrapToken: () => added.token,
+        store: newSecretCredentialStore(managedClients, AGENT_NS, `${cluster}-credentials`),
+        upstream: agentUpstream(agentKubeconfig),
+        version: 'peering-test',
+        log: silentLogger(),
+        tunnels: cluster === 'twice' ? 2 : 1,
+      }),
+    );
+  }
+}, 240_000);
+
+afterAll(async () => {
+  await Promise.all([...agents.values()].map((a) => a.stop()));
+  await Promise.all([...replicas.values()].map((r) => r.stop()));
+  await new Promise<void>((done) => (balancer ? balancer.close(() => done()) : done()));
+  await Promise.all([hub?.stop(), managed?.stop()]);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('three replicas sharing agents', () => {
+  it('serves every cluster from every replica, whichever holds its tunnel', async () => {
+    await eventually(async () => {
+      for (const cluster of CLUSTERS)
+        expect((await holdersOf(cluster)).length).toBe(cluster === 'twice' ? 2 : 1);
+    }, 60_000);
+    // The agent with two tunnels has them on two replicas.
+    expect(new Set(agents.get('twice')!.replicas()).size).toBe(2);
+    await eventually(everyRouteWorks, 30_000);
+    // The replicas holding each cluster, as `kubectl get clusters -o wide` shows them.
+    const table = await hub.kubectl(['get', 'clusters.tunnel.concierge.sealion.dev', '-o', 'wide']);
+    expect(table.stdout).toMatch(/REPLICAS/);
+    for (const replica of await holdersOf('east')) expect(table.stdout).toContain(replica);
+  }, 120_000);
+
+  it('carries watches, large bodies and upgrades through a replica that does not hold the tunnel', async () => {
+    const [holder] = await holdersOf('east');
+    const other = REPLICAS.find((r) => r !== holder)!;
+    // A watch through the peer hop sees an object created through the holder.
+    const watch = kubectl(other, 'east', [
+      'get',
+      'configmaps',
+      '-n',
+      'default',
+      '--watch-only',
+      '-o',
+      'name',
+      '--request-timeout=10s',
+    ]);
+    await new Promise((done) => setTimeout(done, 1500));
+    const created = await kubectl(holder!, 'east', ['create', 'configmap', 'watched', '-n', 'default']);
+    expect(created.stderr).toBe('');
+    // A body of 900 KiB, both ways through the hop; and one of 10 MiB, whose refusal by the API server comes back.
+    const configMap = (name: string, size: number): string =>
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name, namespace: 'default' },
+        data: { big: 'x'.repeat(size) },
+      });
+    const applied = await kubectl(other, 'east', ['create', '-f', '-'], configMap('big', 900 * 1024));
+    expect(applied.stderr).toBe('');
+    const read = await kubectl(other, 'east', [
+      'get',
+      'configmap',
+      'big',
+      '-n',
+      'default',
+      '-o',
+      'jsonpath={.data.big}',
+    ]);
+    expect(read.stdout.length).toBe(900 * 1024);
+    const refused = await kubectl(other, 'east', ['create', '-f', '-'], configMap('huge', 10 * 1024 * 1024));
+    expect(refused.stderr).toMatch(/too large/i);
+    const watched = await watch;
+    expect(watched.stdout).toContain('configmap/big');
+    expect(watched.stdout).toContain('configmap/watched');
+    // An upgrade (exec, over WebSocket and over SPDY) reaches the API server through the hop, which answers it
+    // with its own Status: this cluster has no pods.
+    for (const websockets of ['true', 'false']) {
+      const exec = await runKubectl(
+        managed.binaries.kubectl,
+        kubeconfigFor(other, 'east'),
+        ['exec', '-n', 'default', 'nowhere', '--', 'true'],
+        { env: { KUBECTL_REMOTE_COMMAND_WEBSOCKETS: websockets } },
+      );
+      expect(exec.stderr).toContain('pods "nowhere" not found');
+    }
+  }, 120_000);
+
+  it('refuses at the peer port every certificate but a replica’s', async () => {
+    const lease = await hub.kubectl([
+      'get',
+      'lease',
+      '-n',
+      NS,
+      replicaLeaseName(REPLICAS[0]!),
+      '-o',
+      `jsonpath={.metadata.annotations.${PEER_ADDRESS_ANNOTATION.replace(/\./g, '\\.')}}`,
+    ]);
+    const [host, port] = [
+      lease.stdout.slice(0, lease.stdout.lastIndexOf(':')),
+      Number(lease.stdout.split(':').pop()),
+    ];
+    expect(port).toBeGreaterThan(0);
+    const peerData = await readSecretData(hubClients, NS, PEER_CA_SECRET);
+    const peerCA = await loadCA(peerData!['tls.crt']!, peerData!['tls.key']!);
+    const agentCredentials = await readSecretData(managedClients, AGENT_NS, 'east-credentials');
+    const tunnelCA = await readSecretData(hubClients, NS, 'sealion-tunnel-ca');
+    // A certificate of the peer CA that names no replica: a key taken from a replica would have its name.
+    const unnamed = await issueCert(peerCA, { commonName: 'sealion-peer', usage: 'client' });
+    /** What a TLS client with `cert` gets from the peer port: an HTTP/2 preface answered, or the connection closed. */
+    const attempt = (cert?: { certPem: string; keyPem: string }): Promise<string> =>
+      new Promise((done) => {
+        const socket = tlsConnect({
+          host,
+          port,
+          ca: peerCA.certPem,
+          ALPNProtocols: ['sealion-peer/1'],
+          checkServerIdentity: () => undefined,
+          ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+        });
+        let got = '';
+        socket.on('data', (chunk: Buffer) => (got += chunk.length));
+        socket.once('secureConnect', () =>
+          socket.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0'),
+        );
+        socket.once('error', () => done('refused'));
+        socket.once('close', () => done(got ? 'answered' : 'refused'));
+        setTimeout(() => {
+          socket.destroy();
+          done(got ? 'answered' : 'silent');
+        }, 3000);
+      });
+    const agentCert = { certPem: agentCredentials!['tls.crt']!, keyPem: agentCredentials!['tls.key']! };
+    expect({
+      none: await attempt(),
+      user: await attempt(user),
+      agent: await attempt(agentCert),
+      tunnelCA: await attempt({ certPem: tunnelCA!['tls.crt']!, keyPem: tunnelCA!['tls.key']! }),
+      unnamed: await attempt({ certPem: unnamed.certPem, keyPem: unnamed.keyPem }),
+    }).toEqual({
+      none: 'refused',
+      user: 'refused',
+      agent: 'refused',
+      tunnelCA: 'refused',
+      unnamed: 'refused',
+    });
+    // The same client with a replica's certificate gets its answer: the refusals above are the certificates'.
+    const replicaCert = await issueCert(peerCA, {
+      commonName: 'sealion-peer',
+      uris: ['urn:sealion:peer:replica-test'],
+      usage: 'server+client',
+    });
+    expect(await attempt({ certPem: replicaCert.certPem, keyPem: replicaCert.keyPem })).toBe('answered');
+  }, 60_000);
+
+  it("brings a killed holder's clusters back through the other replicas", async () => {
+    // The replica holding the most tunnels.
+    const held = new Map<string, number>();
+    for (const cluster of CLUSTERS)
+      for (const r of await holdersOf(cluster)) held.set(r, (held.get(r) ?? 0) + 1);
+    const [victim] = [...held.entries()].sort((a, b) => b[1] - a[1])[0]!;
+    const killed = Date.now();
+    process.kill(replicas.get(victim)!.pid, 'SIGKILL');
+    await eventually(() => expect(replicas.get(victim)!.alive()).toBe(false));
+    await eventually(everyRouteWorks, 60_000, 250);
+    const seconds = (Date.now() - killed) / 1000;
+    process.stderr.write(
+      `every cluster answered through every live replica ${seconds.toFixed(1)} s after the kill\n`,
+    );
+    // Nothing routes to the dead replica once its Lease lapsed: the status shows the live holders only.
+    await eventually(async () => {
+      for (const cluster of CLUSTERS) expect(await holdersOf(cluster)).not.toContain(victim);
+    }, 30_000);
+  }, 120_000);
+});
