@@ -1,5 +1,6 @@
 // `npm run bench -- <suite>`: benchmarks that put Sealion next to its baselines in one run.
 import { benchAuth } from './auth.ts';
+import { benchPeering } from './peering.ts';
 import { benchProxy } from './proxy.ts';
 import { benchTunnel } from './tunnel.ts';
 
@@ -7,6 +8,7 @@ const suites: Record<string, () => Promise<void>> = {
   auth: benchAuth,
   proxy: benchProxy,
   tunnel: benchTunnel,
+  peering: benchPeering,
 };
 const wanted = process.argv.slice(2);
 const unknown = wanted.filter((s) => !(s in suites));

@@ -1,6 +1,6 @@
 // Simulated agents for the tunnel benchmark, in a process of their own (several share the load, as real agents run
 // on machines of their own): each is the agent's own code (startAgent: its dialing, transport and backoff) with a
-// certificate of its own. Reads one JSON line {hub, caPem, agents: [{name, certPem, keyPem}]}, then answers each
+// certificate of its own. Reads one JSON line {hub, caPem, agents: [{name, certPem, keyPem}], tunnels?}, then answers each
 // "count" line with how many are connected. Exits on SIGTERM and when its input closes (the benchmark is gone).
 import { createInterface } from 'node:readline';
 import { startAgent, type Agent } from '../agent/agent.ts';
@@ -10,6 +10,8 @@ interface Setup {
   hub: string;
   caPem: string;
   agents: { name: string; certPem: string; keyPem: string }[];
+  /** Tunnels each agent holds (the agent's default when absent). */
+  tunnels?: number;
 }
 
 let agents: Agent[] = [];
@@ -32,6 +34,7 @@ input.on('line', (line) => {
       upstream: { url: new URL('https://127.0.0.1:9') },
       version: 'bench',
       log: silentLogger(),
+      ...(setup.tunnels ? { tunnels: setup.tunnels } : {}),
     }),
   );
 });

@@ -1,20 +1,21 @@
 // Runs a concierge with its tunnel listener in its own process for the tunnel benchmark. Arguments: the harness
-// cluster's folder, its URL, the kubectl binary, the concierge namespace, and the tunnel listener's port (default:
-// any). Prints one JSON line {url, servingCA, tunnelPort, tunnelCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
+// cluster's folder, its URL, the kubectl binary, the concierge namespace, the tunnel listener's port (default:
+// any) and the replica's name (default: local). Prints one JSON line {url, servingCA, tunnelPort, tunnelCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC.
 import { createInterface } from 'node:readline';
 import { clusterInDir, startLocalConcierge } from '../dev/concierge.ts';
 
-const [dir, url, kubectl, namespace, tunnelPort = '0'] = process.argv.slice(2) as [
+const [dir, url, kubectl, namespace, tunnelPort = '0', identity = 'local'] = process.argv.slice(2) as [
   string,
   string,
   string,
   string,
   string?,
+  string?,
 ];
 const proxy = await startLocalConcierge(
   await clusterInDir(dir, url, kubectl),
   // Forwarding with a service-account token, as a concierge in a cluster does.
-  { tunnel: { port: Number(tunnelPort), namespace } },
+  { tunnel: { port: Number(tunnelPort), namespace }, identity },
 );
 console.log(
   JSON.stringify({

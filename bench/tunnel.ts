@@ -58,7 +58,7 @@ function residentMemory(pid: number): { rss: number; peak: number } {
 }
 
 /** The concierge with its tunnel listener, in its own process (serve-tunnel.ts). */
-interface ConciergeProcess {
+export interface ConciergeProcess {
   child: ChildProcess;
   url: string;
   servingCA: string;
@@ -69,10 +69,11 @@ interface ConciergeProcess {
 }
 
 /** Starts the concierge; `children` gets its process at once, so that it is stopped whatever happens next. */
-async function startConcierge(
+export async function startConcierge(
   cluster: Cluster,
   tunnelPort: number,
   children: ChildProcess[],
+  identity = 'local',
 ): Promise<ConciergeProcess> {
   const child = spawn(
     process.execPath,
@@ -84,6 +85,7 @@ async function startConcierge(
       cluster.binaries.kubectl,
       NS,
       String(tunnelPort),
+      identity,
     ],
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
@@ -105,7 +107,7 @@ async function startConcierge(
 }
 
 /** Registers Clusters by name (with `spec`) and returns their UIDs, which agent certificates are bound to. */
-async function applyClusters(
+export async function applyClusters(
   cluster: Cluster,
   names: string[],
   spec: object = {},
@@ -131,7 +133,7 @@ async function applyClusters(
 }
 
 /** A client certificate from the tunnel CA for each cluster, bound to its UID as the listener issues them. */
-function agentCertificates(ca: CertificateAuthority, uids: Map<string, string>) {
+export function agentCertificates(ca: CertificateAuthority, uids: Map<string, string>) {
   return Promise.all(
     [...uids].map(async ([name, uid]) => {
       const cert = await issueCert(ca, {
@@ -281,17 +283,19 @@ async function benchRequests(
 /**
  * STREAMS watches held open at once through one tunnel: a simulated agent whose streams each answer a watch's
  * headers and then hold it, reached through the proxy by one user over HTTP/2 (as kubectl). Counts refusals and
- * failures, and the concierge's memory per stream.
+ * failures, and the concierge's memory per stream. The watches are sent to `via` (default: the concierge holding
+ * the tunnel), and the memory read is `via`'s.
  */
-async function benchStreams(
+export async function benchStreams(
   cluster: Cluster,
   concierge: ConciergeProcess,
   tunnelCA: CertificateAuthority,
   token: string,
   stops: (() => unknown)[],
   log: (line: string) => void,
+  via: ConciergeProcess = concierge,
+  name = 'streams',
 ): Promise<Record<string, number>> {
-  const name = 'streams';
   const uids = await applyClusters(cluster, [name], {
     maxConcurrentStreams: STREAMS,
     maxRequestsPerUser: STREAMS,
@@ -313,13 +317,14 @@ async function benchStreams(
     },
   });
   stops.push(() => agentEnd.close());
-  await sleep(500);
+  // Until the tunnel is in the Cluster's status, which another replica routes by.
+  await sleep(via === concierge ? 500 : 3000);
 
-  const before = await concierge.memory();
+  const before = await via.memory();
   const sessions: ClientHttp2Session[] = [];
   // The proxy allows 1,000 streams per connection, as the API server's default is close to.
   for (let i = 0; i < Math.ceil(STREAMS / 1000); i++) {
-    const session = http2Connect(concierge.url, { ca: concierge.servingCA });
+    const session = http2Connect(via.url, { ca: via.servingCA });
     session.on('error', () => {});
     sessions.push(session);
   }
@@ -353,7 +358,7 @@ async function benchStreams(
   );
   const openSeconds = (Date.now() - started) / 1000;
   await sleep(1000);
-  const after = await concierge.memory();
+  const after = await via.memory();
   log(`streams: ${JSON.stringify(outcome)} statuses ${JSON.stringify([...statuses])} in ${openSeconds} s`);
   for (const s of sessions) s.destroy();
   agentEnd.close();

@@ -109,8 +109,6 @@ const MANAGED_NODE = {
   providerID: 'aws:///us-west-2a/i-0a5e41102d0c0ffee',
   labels: { 'eks.amazonaws.com/nodegroup': 'sealion-dev', 'eks.amazonaws.com/capacityType': 'ON_DEMAND' },
 };
-/** How long the installed pods may take to come up (the image is on the node already). */
-const INSTALL_TIMEOUT = '120s';
 
 /** Runs kubectl and fails loudly, with what it said. */
 async function kubectlOk(cluster: Cluster, args: string[], input?: string): Promise<string> {
@@ -119,19 +117,9 @@ async function kubectlOk(cluster: Cluster, args: string[], input?: string): Prom
   return result.stdout;
 }
 
-export interface InstallOptions {
-  /**
-   * Concierge replicas. Default: the manifests' two. An agent's tunnel is held by the replica it dialed, and a
-   * request for its cluster that reaches another replica is refused (503), so one replica makes every request
-   * for `edge` reach it.
-   */
-  replicas?: number;
-}
-
 export async function startInstalledSealion(
   running: Running,
   log: (line: string) => void,
-  opts: InstallOptions = {},
 ): Promise<InstalledSealion> {
   const image = await buildImage(log);
   const demoImage = await ensureDemoImage(log);
@@ -181,24 +169,6 @@ export async function startInstalledSealion(
     ),
   });
   const namespace = DEFAULT_INSTALL.namespace;
-  if (opts.replicas !== undefined) {
-    log(`scaling the concierge to ${opts.replicas} replica(s)`);
-    await kubectlOk(cluster, [
-      'scale',
-      `deployment/${CONCIERGE_NAME}`,
-      '-n',
-      namespace,
-      `--replicas=${opts.replicas}`,
-    ]);
-    await kubectlOk(cluster, [
-      'rollout',
-      'status',
-      `deployment/${CONCIERGE_NAME}`,
-      '-n',
-      namespace,
-      `--timeout=${INSTALL_TIMEOUT}`,
-    ]);
-  }
 
   const demoPod = [
     'run',
@@ -283,7 +253,7 @@ export async function startInstalledSealion(
       `--as-group=${DEMO_GROUP}`,
     ]);
     if (allowed.stdout.trim() !== 'yes') throw new Error('demo RBAC not in effect yet');
-    // Every replica holding the agent's tunnel is one that runs now (not one scaled away).
+    // Every replica holding the agent's tunnel is one that runs now (not one that was replaced).
     const holders = (
       await kubectlOk(cluster, ['get', 'clusters', EDGE, '-o', 'jsonpath={.status.tunnels[*].replica}'])
     )

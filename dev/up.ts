@@ -40,10 +40,7 @@ async function devUp(): Promise<void> {
 
 async function start(running: Running, log: (line: string) => void): Promise<void> {
   const started = Date.now();
-  // One concierge replica: an agent's tunnel is held by the replica it dialed, and the printed commands for edge
-  // must reach that one.
-  log('one concierge replica, so that every request for edge reaches the replica holding its tunnel');
-  const installed = await startInstalledSealion(running, log, { replicas: 1 });
+  const installed = await startInstalledSealion(running, log);
   const { hub: cluster, edge, issuer, image, kubeconfig: kubeconfigFor } = installed;
   const dir = join(REPO_ROOT, '.sealion');
   mkdirSync(dir, { recursive: true });

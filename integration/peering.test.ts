@@ -4,7 +4,6 @@
 // takes no certificate but a replica's.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
@@ -20,6 +19,7 @@ import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
+import { startTcpBalancer, type TcpBalancer } from '../dev/tcp-balancer.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
 const NS = 'sealion-concierge';
@@ -35,41 +35,10 @@ let hubClients: KubeClients;
 let managedClients: KubeClients;
 let dir: string;
 let signer: CertificateAuthority;
-let balancer: Server;
+let balancer: TcpBalancer | undefined;
 const replicas = new Map<string, ConciergeProcess>();
 const agents = new Map<string, Agent>();
 let user: { certPem: string; keyPem: string };
-
-/**
- * A TCP load balancer in front of the replicas' tunnel listeners, as a Service's would be: each connection goes to
- * the next replica in turn, and to the one after when a replica does not answer.
- */
-function startBalancer(): Promise<number> {
-  let next = 0;
-  balancer = createServer((client: Socket) => {
-    client.pause();
-    client.on('error', () => client.destroy());
-    const live = [...replicas.values()].filter((r) => r.alive());
-    const tryFrom = (attempt: number): void => {
-      if (attempt >= live.length) return void client.destroy();
-      const target = live[next++ % live.length]!;
-      const upstream = netConnect(target.tunnel!.port, '127.0.0.1');
-      upstream.once('error', () => tryFrom(attempt + 1));
-      upstream.once('connect', () => {
-        upstream.removeAllListeners('error');
-        upstream.on('error', () => client.destroy());
-        client.on('close', () => upstream.destroy());
-        upstream.on('close', () => client.destroy());
-        client.pipe(upstream).pipe(client);
-        client.resume();
-      });
-    };
-    tryFrom(0);
-  });
-  return new Promise((done) =>
-    balancer.listen(0, '127.0.0.1', () => done((balancer.address() as { port: number }).port)),
-  );
-}
 
 function kubeconfigFor(replica: string, cluster: string): string {
   const r = replicas.get(replica)!;
@@ -151,7 +120,11 @@ beforeAll(async () => {
   };
   await start(REPLICAS[0]!);
   await Promise.all(REPLICAS.slice(1).map(start));
-  const port = await startBalancer();
+  // The replicas' tunnel listeners behind one address, as a Service's load balancer puts them.
+  balancer = await startTcpBalancer(() =>
+    [...replicas.values()].filter((r) => r.alive()).map((r) => r.tunnel!.port),
+  );
+  const port = balancer.port;
   for (const cluster of CLUSTERS) {
     const added = await addCluster(cluster, {
       kubeconfig: hub.kubeconfigPath,
@@ -180,7 +153,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all([...agents.values()].map((a) => a.stop()));
   await Promise.all([...replicas.values()].map((r) => r.stop()));
-  await new Promise<void>((done) => (balancer ? balancer.close(() => done()) : done()));
+  await balancer?.stop();
   await Promise.all([hub?.stop(), managed?.stop()]);
   rmSync(dir, { recursive: true, force: true });
 });

@@ -1,6 +1,7 @@
 // The kubelet's streaming commands on a cluster reached only through its agent's tunnel: the agent runs as a pod
-// there, installed from config/agent, and dials the hub's concierge pod through a load balancer. One concierge
-// replica: the replica an agent dialed holds its tunnel, and requests for the cluster that reach another are refused.
+// there, installed from config/agent, and dials the hub's concierge pods through a load balancer. Two concierge
+// replicas, as installed: each kubectl lands on either, so the commands also cross the peer hop from the replica
+// without the tunnel to the one that holds it.
 import { afterAll, beforeAll } from '@jest/globals';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +15,7 @@ let target: PodTarget;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sealion-pods-tunnel-'));
-  const installed = await startInstalledSealion(running, () => {}, { replicas: 1 });
+  const installed = await startInstalledSealion(running, () => {});
   target = await demoTarget(installed, dir, EDGE);
 }, 300_000);
 

@@ -1,0 +1,407 @@
+// `npm run bench -- peering`: proxy peering, in one run on one real API server.
+//   1. Requests: GET and LIST for a cluster whose tunnel replica A holds (a real `sealion agent` process), sent to A
+//      itself and to replica B, which forwards them over its peer link to A; direct access beside them. Targets: at
+//      concurrency 32 the peer path keeps at least 0.8× the holder's rate, and adds at most 0.5 ms to its p50.
+//   2. Streams (BENCH_ONLY=streams): BENCH_STREAMS (10,000) watches held open at once through B, all over its one
+//      peer link to A, into one tunnel.
+//   3. Failover (BENCH_ONLY=failover): BENCH_PEER_AGENTS (1,000) simulated agents with one tunnel and as many with
+//      two, dialing A and B through one balanced address; a third replica, C, serves the users. A is killed; the run
+//      reports how long until C routes every cluster again, for each kind of agent, and B's peak CPU while A's
+//      agents come over (a herd would show there).
+import type { ChildProcess } from 'node:child_process';
+import { connect as http2Connect } from 'node:http2';
+import { createBootstrapToken } from '../lib/bootstrap.ts';
+import { newKubeClients, readSecretData } from '../lib/kube.ts';
+import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
+import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
+import { startOIDCIssuer } from '../dev/oidc-issuer.ts';
+import { startTcpBalancer } from '../dev/tcp-balancer.ts';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { startLoadGenerator } from './loadgen.ts';
+import {
+  formatNumber,
+  measureRounds,
+  paired,
+  printComparison,
+  saveResults,
+  selected,
+  type Row,
+} from './measure.ts';
+import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
+import {
+  agentCertificates,
+  applyClusters,
+  benchStreams,
+  startConcierge,
+  type ConciergeProcess,
+} from './tunnel.ts';
+
+const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
+const PEER_AGENTS = Number(process.env['BENCH_PEER_AGENTS'] ?? 1000);
+const NS = 'sealion-concierge';
+const AGENT_NS = 'sealion-agent';
+const CLUSTER = 'self';
+const HOLDER = 'holder (A)';
+const PEER = 'through a peer (B → A)';
+/** Targets of the peering design: at concurrency 32, the peer path's rate and added p50 against the holder's. */
+const TARGETS = { minRatio: 0.8, maxAddedP50Ms: 0.5 };
+/** Agents per simulator process. */
+const AGENT_PROCESSES = 4;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export async function benchPeering(): Promise<void> {
+  const log = (line: string): void => console.error(`[bench] ${line}`);
+  const cluster = await startCluster({ name: 'bench-peering', controllerManager: false, log });
+  const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
+  const children: ChildProcess[] = [];
+  const stops: (() => unknown)[] = [];
+  const results: Record<string, unknown> = {};
+  try {
+    await cluster.kubectl(['create', 'namespace', NS]);
+    log('waiting for replicas A and B');
+    const a = await startConcierge(cluster, 0, children, 'replica-a');
+    const b = await startConcierge(cluster, 0, children, 'replica-b');
+    const token = await prepareBenchData(cluster, issuer);
+    const clients = newKubeClients({ path: cluster.kubeconfigPath });
+    const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
+    const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
+
+    if (selected('GET') || selected('LIST'))
+      results['rows'] = await benchRequests(cluster, a, b, token, children, log);
+    if (selected('streams'))
+      results['streams'] = await benchStreams(cluster, a, tunnelCA, token, stops, log, b, 'peer-streams');
+    if (selected('failover'))
+      results['failover'] = await benchFailover(cluster, a, b, tunnelCA, token, stops, children, log);
+    report(results);
+    console.log(`saved ${saveResults('peering', results)}`);
+  } finally {
+    await Promise.all(stops.map((stop) => stop()));
+    for (const child of children) child.kill('SIGKILL');
+    await issuer.stop();
+    await cluster.stop();
+  }
+}
+
+/** GET and LIST for a cluster held by A: at A, and at B through its peer link; direct beside them. */
+async function benchRequests(
+  cluster: Cluster,
+  a: ConciergeProcess,
+  b: ConciergeProcess,
+  token: string,
+  children: ChildProcess[],
+  log: (line: string) => void,
+): Promise<Row[]> {
+  const clients = newKubeClients({ path: cluster.kubeconfigPath });
+  const agentKubeconfig = await prepareAgentCluster(cluster, AGENT_NS);
+  await applyClusters(cluster, [CLUSTER]);
+  const bootstrap = await createBootstrapToken(clients, NS, CLUSTER);
+  const agent = await startAgentProcess({
+    cluster: CLUSTER,
+    hub: `https://127.0.0.1:${a.tunnelPort}`,
+    tunnelCAPem: a.tunnelCA,
+    kubeconfig: agentKubeconfig,
+    namespace: AGENT_NS,
+    bootstrapToken: bootstrap.token,
+    transport: 'direct',
+    started: (child) => children.push(child),
+  });
+  const admin = await issueCert(cluster.ca, {
+    commonName: 'bench-admin',
+    organizations: ['system:masters'],
+    usage: 'client',
+  });
+  const loadgen = await startLoadGenerator(log);
+  children.push(loadgen.process);
+  const prefix = `/clusters/${CLUSTER}`;
+  const targets = [
+    {
+      ...(await loadgen.target('direct', {
+        url: cluster.url,
+        ca: cluster.ca.certPem,
+        cert: admin.certPem,
+        key: admin.keyPem,
+      })),
+      prefix: '',
+    },
+    { ...(await loadgen.target(HOLDER, { url: a.url, ca: a.servingCA, token })), pid: a.child.pid!, prefix },
+    { ...(await loadgen.target(PEER, { url: b.url, ca: b.servingCA, token })), pid: b.child.pid!, prefix },
+  ];
+  const apiserverPid = controlPlaneOf(cluster).apiserver;
+  for (const t of targets) await eventually(() => t.get(`${t.prefix}/api/v1/namespaces/bench`), 30_000);
+  log('all targets answer; measuring');
+
+  const rows: Row[] = [];
+  for (const [op, path] of [
+    ['GET', '/api/v1/namespaces/bench'],
+    ['LIST', '/api/v1/namespaces/bench/configmaps'],
+  ] as const) {
+    for (const concurrency of [1, 32]) {
+      if (!selected(`${op} c=${concurrency}`)) continue;
+      const measureOne = async (t: (typeof targets)[number], warmupSeconds: number) => {
+        const pids = { a: a.child.pid!, b: b.child.pid!, agent: agent.pid!, apiserver: apiserverPid };
+        const read = (): Record<keyof typeof pids, number> =>
+          Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuSeconds(pid)])) as Record<
+            keyof typeof pids,
+            number
+          >;
+        let before = read();
+        const m = await t.measure(`${op} c=${concurrency} ${t.name}`, `${t.prefix}${path}`, {
+          seconds: SECONDS,
+          concurrency,
+          warmupSeconds,
+          onStart: () => (before = read()),
+        });
+        const after = read();
+        const perRequest = (k: keyof typeof pids): number => ((after[k] - before[k]) * 1e6) / m.ops;
+        log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
+        return {
+          ...m,
+          op,
+          concurrency,
+          target: t.name,
+          aCpuUs: t.prefix ? perRequest('a') : 0,
+          bCpuUs: t.name === PEER ? perRequest('b') : 0,
+          agentCpuUs: t.prefix ? perRequest('agent') : 0,
+          apiserverCpuUs: perRequest('apiserver'),
+        };
+      };
+      rows.push(...((await measureRounds(targets, measureOne)) as Row[]));
+    }
+  }
+  agent.kill();
+  return rows;
+}
+
+/** Starts AGENT_PROCESSES simulators (serve-agents.ts) for `certs`, each agent holding `tunnels` tunnels. */
+function simulate(
+  certs: { name: string; certPem: string; keyPem: string }[],
+  hub: string,
+  caPem: string,
+  tunnels: number,
+  children: ChildProcess[],
+  stops: (() => unknown)[],
+): { count(): Promise<number> } {
+  const simulators = Array.from({ length: AGENT_PROCESSES }, (_, i) => {
+    const child = spawn(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    children.push(child);
+    stops.push(() => child.kill('SIGTERM'));
+    const agents = certs.filter((_, j) => j % AGENT_PROCESSES === i);
+    child.stdin.write(`${JSON.stringify({ hub, caPem, agents, tunnels })}\n`);
+    return { child, out: lines(child) };
+  });
+  return {
+    async count() {
+      const counts = await Promise.all(
+        simulators.map(async (s) => {
+          s.child.stdin.write('count\n');
+          return Number((await s.out.next()).value);
+        }),
+      );
+      return counts.reduce((x, y) => x + y, 0);
+    },
+  };
+}
+
+/**
+ * Which of `names` replica `via` routes to their agent now: a simulated agent answers with its local proxy's 502
+ * (its API server is nowhere), where an unroutable cluster gets the concierge's 503.
+ */
+async function routable(via: ConciergeProcess, token: string, names: string[]): Promise<Set<string>> {
+  const session = http2Connect(via.url, { ca: via.servingCA });
+  session.on('error', () => {});
+  const ok = new Set<string>();
+  try {
+    for (let i = 0; i < names.length; i += 200) {
+      await Promise.all(
+        names.slice(i, i + 200).map(
+          (name) =>
+            new Promise<void>((done) => {
+              const req = session.request({
+                ':path': `/clusters/${name}/version`,
+                authorization: `Bearer ${token}`,
+              });
+              let body = '';
+              req.setEncoding('utf8');
+              req.on('data', (chunk: string) => (body += chunk));
+              req.on('end', () => {
+                if (body.includes('through the agent')) ok.add(name);
+                done();
+              });
+              req.on('error', () => done());
+              req.end();
+            }),
+        ),
+      );
+    }
+  } finally {
+    session.destroy();
+  }
+  return ok;
+}
+
+/** Simulated agents on A and B; A killed; how long until C routes every cluster again. */
+async function benchFailover(
+  cluster: Cluster,
+  a: ConciergeProcess,
+  b: ConciergeProcess,
+  tunnelCA: CertificateAuthority,
+  token: string,
+  stops: (() => unknown)[],
+  children: ChildProcess[],
+  log: (line: string) => void,
+): Promise<Record<string, number>> {
+  const c = await startConcierge(cluster, 0, children, 'replica-c');
+  const balancer = await startTcpBalancer(() =>
+    [a, b].filter((r) => r.child.exitCode === null && r.child.signalCode === null).map((r) => r.tunnelPort),
+  );
+  stops.push(() => balancer.stop());
+  const hub = `https://127.0.0.1:${balancer.port}`;
+  const kinds = { one: 1, two: 2 } as const;
+  const names: Record<string, string[]> = {};
+  const sims: Record<string, { count(): Promise<number> }> = {};
+  for (const [kind, tunnels] of Object.entries(kinds)) {
+    names[kind] = Array.from({ length: PEER_AGENTS }, (_, i) => `${kind}-${i}`);
+    log(`registering ${PEER_AGENTS} Clusters whose agents hold ${tunnels} tunnel(s)`);
+    const certs = await agentCertificates(tunnelCA, await applyClusters(cluster, names[kind]));
+    await sleep(3000); // until the replicas' registries have the Clusters
+    sims[kind] = simulate(certs, hub, a.tunnelCA, tunnels, children, stops);
+  }
+  const all = Object.values(names).flat();
+  const expected = PEER_AGENTS * 3;
+  await eventually(
+    async () => {
+      const up = (await sims['one']!.count()) + (await sims['two']!.count());
+      if (up !== PEER_AGENTS * 2) throw new Error(`${up} agents up`);
+    },
+    600_000,
+    1000,
+  );
+  log(`all agents up (${expected} tunnels); waiting for C to route every cluster`);
+  await eventually(
+    async () => {
+      const ok = await routable(c, token, all);
+      if (ok.size !== all.length) throw new Error(`${ok.size} of ${all.length} routable through C`);
+    },
+    120_000,
+    1000,
+  );
+
+  // The clusters whose only tunnel is on A: the ones that lose their way in when it dies.
+  const listed = JSON.parse(
+    (await cluster.kubectl(['get', 'clusters.tunnel.concierge.sealion.dev', '-o', 'json'])).stdout,
+  ) as { items: { metadata: { name: string }; status?: { tunnels?: { replica: string }[] } }[] };
+  const onlyOnA = new Set(
+    listed.items
+      .filter((i) => (i.status?.tunnels ?? []).every((t) => t.replica === 'replica-a'))
+      .map((i) => i.metadata.name),
+  );
+  log(`killing replica A, the only holder of ${onlyOnA.size} clusters`);
+  let peakCpuPercent = 0;
+  let lastCpu = cpuSeconds(b.child.pid!);
+  let lastAt = Date.now();
+  const sampler = setInterval(() => {
+    const cpu = cpuSeconds(b.child.pid!);
+    const now = Date.now();
+    peakCpuPercent = Math.max(peakCpuPercent, ((cpu - lastCpu) / ((now - lastAt) / 1000)) * 100);
+    [lastCpu, lastAt] = [cpu, now];
+  }, 1000);
+  const killed = Date.now();
+  a.child.kill('SIGKILL');
+  /** When each cluster was routable after the kill: those that lost their only tunnel, and the others by kind. */
+  const back: Record<string, number[]> = { onlyOnA: [], one: [], two: [] };
+  const pending = new Set(all);
+  try {
+    while (pending.size > 0) {
+      if (Date.now() - killed > 300_000)
+        throw new Error(`${pending.size} clusters unroutable 300 s after the kill`);
+      const ok = await routable(c, token, [...pending]);
+      const at = (Date.now() - killed) / 1000;
+      for (const name of ok) {
+        pending.delete(name);
+        if (onlyOnA.has(name)) back['onlyOnA']!.push(at);
+        else back[name.startsWith('one-') ? 'one' : 'two']!.push(at);
+      }
+      if (pending.size > 0) await sleep(200);
+    }
+  } finally {
+    clearInterval(sampler);
+  }
+  const quantile = (xs: number[], q: number): number =>
+    xs.length === 0 ? 0 : [...xs].sort((x, y) => x - y)[Math.floor((xs.length - 1) * q)]!;
+  return {
+    agents: PEER_AGENTS,
+    onlyOnA: back['onlyOnA']!.length,
+    onlyOnAMedianSeconds: quantile(back['onlyOnA']!, 0.5),
+    onlyOnAAllSeconds: quantile(back['onlyOnA']!, 1),
+    oneTunnelOthersAllSeconds: quantile(back['one']!, 1),
+    twoTunnelsAllSeconds: quantile(back['two']!, 1),
+    survivorPeakCpuPercent: peakCpuPercent,
+  };
+}
+
+function report(results: Record<string, unknown>): void {
+  const fmt = formatNumber;
+  const rows = results['rows'] as Row[] | undefined;
+  if (rows) {
+    console.log('\nThrough a peer vs the holder (one real kube-apiserver, 2 cores shared by all)');
+    const holderOf = (r: Row): Row | undefined =>
+      rows.find((h) => h.op === r.op && h.concurrency === r.concurrency && h.target === HOLDER);
+    const vsHolder = (
+      r: Row,
+      f: (x: { perSecond: number; p50us: number }, h: { perSecond: number; p50us: number }) => number,
+    ): number | undefined => {
+      const h = holderOf(r);
+      return h && r.target === PEER ? paired(r, h, f) : undefined;
+    };
+    const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
+    printComparison(rows, [
+      {
+        header: '× holder req/s',
+        cell: (r) => vsHolder(r, (x, h) => x.perSecond / h.perSecond)?.toFixed(2) ?? '-',
+      },
+      {
+        header: '+p50 ms vs holder',
+        cell: (r) => {
+          const added = vsHolder(r, (x, h) => x.p50us - h.p50us);
+          return added === undefined ? '-' : fmt(added / 1000, 2);
+        },
+      },
+      { header: 'A CPU µs/req', cell: cpu('aCpuUs') },
+      { header: 'B CPU µs/req', cell: cpu('bCpuUs') },
+      { header: 'agent CPU µs/req', cell: cpu('agentCpuUs') },
+    ]);
+    const misses: string[] = [];
+    for (const r of rows.filter((x) => x.target === PEER && x.concurrency === 32)) {
+      const ratio = vsHolder(r, (x, h) => x.perSecond / h.perSecond)!;
+      const added = vsHolder(r, (x, h) => x.p50us - h.p50us)! / 1000;
+      if (ratio < TARGETS.minRatio)
+        misses.push(`${r.op} c=32: ${ratio.toFixed(2)}× the holder's rate (target ≥ ${TARGETS.minRatio})`);
+      if (added > TARGETS.maxAddedP50Ms)
+        misses.push(`${r.op} c=32: +${fmt(added, 2)} ms p50 (target ≤ ${TARGETS.maxAddedP50Ms})`);
+    }
+    console.log(
+      misses.length === 0 ? 'peering targets met' : `peering targets NOT met:\n  ${misses.join('\n  ')}`,
+    );
+  }
+  const streams = results['streams'] as Record<string, number> | undefined;
+  if (streams)
+    console.log(
+      `\n${streams['streams']} concurrent watches through a peer (one peer link) into one tunnel: ${streams['open']} open, ` +
+        `${streams['refused']} refused, ${streams['failed']} failed, in ${fmt(streams['openSeconds']!, 1)} s; ` +
+        `${fmt(streams['rssPerStreamKiB']!, 1)} KiB RSS (${fmt(streams['heapPerStreamKiB']!, 1)} KiB heap) per stream on the peer`,
+    );
+  const failover = results['failover'] as Record<string, number> | undefined;
+  if (failover)
+    console.log(
+      `\nreplica A killed, ${failover['agents']} agents of each kind on A and B; replica C routes every cluster again:\n` +
+        `  the ${failover['onlyOnA']} clusters whose only tunnel was on A: median ${fmt(failover['onlyOnAMedianSeconds']!, 1)} s, all ${fmt(failover['onlyOnAAllSeconds']!, 1)} s after the kill\n` +
+        `  agents with one tunnel, on B: all ${fmt(failover['oneTunnelOthersAllSeconds']!, 1)} s; agents with two tunnels (one on A): all ${fmt(failover['twoTunnelsAllSeconds']!, 1)} s\n` +
+        `  replica B's peak CPU while A's agents came over: ${fmt(failover['survivorPeakCpuPercent']!)}% of one core`,
+    );
+}
