@@ -6,6 +6,7 @@ import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../..
 import { silentLogger } from '../../lib/log.ts';
 import {
   deriveStatus,
+  PEER_ADDRESS_ANNOTATION,
   REPLICA_LEASE_SECONDS,
   replicaFieldManager,
   replicaLeaseName,
@@ -248,6 +249,49 @@ describe('the cluster status publisher', () => {
     expect(status.removed).toEqual(['edge/crashed']);
     expect(clusters.get('edge')!.status).toMatchObject({ connected: false, agentVersion: 'v1', tunnels: [] });
     expect(clusters.get('other')!.status).toMatchObject({ connected: true, tunnels: [{ replica: 'alive' }] });
+    await a.publisher.stop();
+  });
+
+  it('routes to the live replicas that hold a tunnel and publish a peer address, newest tunnel first', async () => {
+    const withAddress = (holder: string, version: string, address?: string): LeaseObject => ({
+      ...lease(holder, version),
+      metadata: {
+        ...lease(holder, version).metadata,
+        ...(address ? { annotations: { [PEER_ADDRESS_ANNOTATION]: address } } : {}),
+      },
+    });
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [
+          { replica: 'old', connectedSince: T0 },
+          { replica: 'new', connectedSince: T1 },
+          { replica: 'crashed', connectedSince: T1 },
+          { replica: 'silent', connectedSince: T1 },
+          { replica: 'a', connectedSince: T1 },
+        ],
+      }),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([
+      withAddress('old', '1', '10.0.0.1:8445'),
+      withAddress('new', '1', '10.0.0.2:8445'),
+      withAddress('crashed', '1', '10.0.0.3:8445'),
+      withAddress('silent', '1'),
+    ]);
+    const a = await replica('a', clusters, leases, fakeStatus(clusters), new Map());
+    expect(a.publisher.holders('edge').map((h) => h.replica)).toEqual(['new', 'crashed', 'old']);
+    // The crashed replica's Lease lapses: it is no longer a route, even before its entry is removed.
+    for (let ms = 0; ms <= REPLICA_LEASE_SECONDS * 1000; ms += 1000) {
+      leases.put(withAddress('old', String(ms + 2), '10.0.0.1:8445'));
+      leases.put(withAddress('new', String(ms + 2), '10.0.0.2:8445'));
+      a.clock.advance(1000);
+    }
+    expect(a.publisher.holders('edge')).toEqual([
+      { replica: 'new', address: '10.0.0.2:8445' },
+      { replica: 'old', address: '10.0.0.1:8445' },
+    ]);
+    expect(a.publisher.holders('nowhere')).toEqual([]);
     await a.publisher.stop();
   });
 

@@ -204,6 +204,29 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
   });
 });
 
+describe.each(['direct', 'websocket'] as const)('agents holding several tunnels (%s)', (transport) => {
+  it('are told which replica took a tunnel, and refused (409) by a replica they already hold one on', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const client = await agentCert({ uid, generation: 0 });
+    const hub = new URL(`https://127.0.0.1:${listener.port}`);
+    const tls = tlsContext(ca.certPem, client.cert, client.key);
+    const open = (avoid: string[]) =>
+      (transport === 'direct' ? dialDirect : dialWebSocket)({ hub, tls, version: 'test', avoid }).done;
+    const dialed = await open(['another-replica']);
+    expect(dialed.replica).toBe('replica-under-test');
+    const agentEnd = serveTunnel(dialed.stream, { connect: (s) => s.destroy() });
+    await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
+    const refusal = await open(['another-replica', 'replica-under-test']).catch((err: unknown) => err);
+    expect(refusal).toBeInstanceOf(DialRefused);
+    expect((refusal as DialRefused).status).toBe(409);
+    // The tunnel it holds is untouched by the refused dial.
+    expect(listener.forwarder(NAME)).toBeDefined();
+    agentEnd.close();
+    await forgotten();
+  });
+});
+
 describe('agents older than the tunnel protocol', () => {
   it('are told to upgrade, with 426 and a Status, and hold no tunnel', async () => {
     const uid = randomUUID();
