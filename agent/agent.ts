@@ -80,6 +80,9 @@ const MIN_BACKOFF_MS = 1_000;
 const MAX_BACKOFF_MS = 30_000;
 /** A connection that stayed up this long resets the backoff. */
 const STABLE_MS = 30_000;
+/** After a dial lands on a replica that holds another of our tunnels: 15 s, doubling up to 5 min, half jittered. */
+const TAKEN_BACKOFF_MS = 15_000;
+const MAX_TAKEN_BACKOFF_MS = 300_000;
 /** How long the other tunnels wait for the first to come up before they dial anyway. */
 const FIRST_DIAL_WAIT_MS = 10_000;
 const RENEW_CHECK_MS = 60 * 60 * 1000;
@@ -290,16 +293,25 @@ export function startAgent(opts: AgentOptions): Agent {
     // The other slots dial once the first knows its replica, so that they can ask for another.
     if (slot !== slots[0]) await Promise.race([first, sleep(slot, FIRST_DIAL_WAIT_MS)]);
     let failures = 0;
+    /** Dials in a row that landed on a replica holding another of our tunnels. */
+    let landedTaken = 0;
     while (!stopped) {
       const started = now();
       try {
         await connectOnce(await ensureCredentials(), slot, firstDialed);
+        landedTaken = 0;
       } catch (err) {
         firstDialed();
-        // A replica that holds another of our tunnels said so: dial again later, to land elsewhere.
-        if (err instanceof DialRefused && err.status === ALREADY_HELD)
+        if (err instanceof DialRefused && err.status === ALREADY_HELD) {
+          // Fewer replicas answer than we want tunnels (one is down, or there are few): the cluster is reachable
+          // through our other tunnels, so this one comes back slowly. Each dial costs the hub a TLS handshake, and
+          // a thousand agents dialing fast while a replica is away would be the herd that slows its return.
           log.debug({ err: err.message }, 'landed on a replica that holds another tunnel');
-        else log.warn({ err: (err as Error).message }, 'tunnel failed');
+          const delay = exponentialBackoff(++landedTaken, TAKEN_BACKOFF_MS, MAX_TAKEN_BACKOFF_MS);
+          await sleep(slot, delay / 2 + (delay / 2) * Math.random());
+          continue;
+        }
+        log.warn({ err: (err as Error).message }, 'tunnel failed');
         // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
         if (isRefusal(err) && !stopped && (await registerAgain())) continue;
       }

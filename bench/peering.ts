@@ -212,10 +212,11 @@ function simulate(
  * Which of `names` replica `via` routes to their agent now: a simulated agent answers with its local proxy's 502
  * (its API server is nowhere), where an unroutable cluster gets the concierge's 503.
  */
-async function routable(via: ConciergeProcess, token: string, names: string[]): Promise<Set<string>> {
+async function routable(via: ConciergeProcess, token: string, names: string[]): Promise<Map<string, number>> {
   const session = http2Connect(via.url, { ca: via.servingCA });
   session.on('error', () => {});
-  const ok = new Set<string>();
+  /** Each routable cluster, with when its answer came. */
+  const ok = new Map<string, number>();
   try {
     for (let i = 0; i < names.length; i += 200) {
       await Promise.all(
@@ -230,7 +231,7 @@ async function routable(via: ConciergeProcess, token: string, names: string[]): 
               req.setEncoding('utf8');
               req.on('data', (chunk: string) => (body += chunk));
               req.on('end', () => {
-                if (body.includes('through the agent')) ok.add(name);
+                if (body.includes('through the agent')) ok.set(name, Date.now());
                 done();
               });
               req.on('error', () => done());
@@ -321,8 +322,8 @@ async function benchFailover(
       if (Date.now() - killed > 300_000)
         throw new Error(`${pending.size} clusters unroutable 300 s after the kill`);
       const ok = await routable(c, token, [...pending]);
-      const at = (Date.now() - killed) / 1000;
-      for (const name of ok) {
+      for (const [name, when] of ok) {
+        const at = (when - killed) / 1000;
         pending.delete(name);
         if (onlyOnA.has(name)) back['onlyOnA']!.push(at);
         else back[name.startsWith('one-') ? 'one' : 'two']!.push(at);

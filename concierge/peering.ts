@@ -50,6 +50,8 @@ export const PEER_URI_PREFIX = 'urn:sealion:peer:';
 export const PEER_MAX_STREAMS = 65_536;
 /** How long a dial (TCP and TLS) to a peer may take before the next holder is tried. */
 const DIAL_TIMEOUT_MS = 5_000;
+/** How long a failed dial is remembered: the next dial to that peer waits this long. */
+const DIAL_RETRY_MS = 1_000;
 /** Peer links open at once towards this replica: one per other replica, with room for restarts. */
 const MAX_PEER_CONNECTIONS = 1024;
 /** Peer certificates live a week and are issued again every day (a replica's own, in memory). */
@@ -363,7 +365,12 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
         },
         (err: unknown) => {
           metrics.dials.inc({ outcome: 'failed' });
-          if (links.get(key) === current) links.delete(key);
+          // Requests in the next moment fail (or try the next holder) at once rather than dial again each: a
+          // replica that just died would otherwise take a dial per request until its Lease lapses.
+          const forget = setTimeout(() => {
+            if (links.get(key) === current) links.delete(key);
+          }, DIAL_RETRY_MS);
+          forget.unref();
           log.warn(
             { peer: holder.replica, address: holder.address, err: (err as Error).message },
             'peer dial failed',
