@@ -94,8 +94,13 @@ class CertificateRefused extends Error {}
 const isRefusal = (err: unknown): boolean =>
   err instanceof CertificateRefused || (err instanceof HttpsError && err.status === 401);
 
+class OldHub extends Error {}
+
 /** One of the tunnels the agent holds, and how to stop it. */
 interface Slot {
+  /** Resolves once this slot's first dial has ended, either way: the next slot waits for it. */
+  dialedOnce: Promise<void>;
+  markDialed: () => void;
   /** The replica it is up to, once up. */
   replica?: string;
   connected: boolean;
@@ -143,7 +148,11 @@ export function startAgent(opts: AgentOptions): Agent {
   let credentials: AgentCredentials | undefined;
   let stopped = false;
   const count = Math.min(Math.max(Math.trunc(opts.tunnels ?? DEFAULT_TUNNELS), 1), MAX_TUNNELS);
-  const slots: Slot[] = Array.from({ length: count }, () => ({ connected: false }));
+  const slots: Slot[] = Array.from({ length: count }, () => {
+    let markDialed: () => void = () => {};
+    const dialedOnce = new Promise<void>((done) => (markDialed = done));
+    return { connected: false, dialedOnce, markDialed };
+  });
   /** The last token sent to /register: tokens work once, so a refused certificate never sends it again. */
   let spentToken: string | undefined;
 
@@ -240,12 +249,18 @@ export function startAgent(opts: AgentOptions): Agent {
   }
 
   /** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
-  async function connectOnce(c: AgentCredentials, slot: Slot, up: () => void): Promise<void> {
+  async function connectOnce(c: AgentCredentials, slot: Slot): Promise<void> {
     const dialed = await dial(c, slot);
     if (stopped) return void dialed.stream.destroy();
+    if (slot !== slots[0] && !dialed.replica) {
+      // A hub from before replicas said who they are: it keeps one tunnel per agent, and a second would replace the
+      // first, again and again.
+      dialed.stream.destroy();
+      throw new OldHub('the hub does not name its replicas: holding one tunnel only');
+    }
     slot.connected = true;
     if (dialed.replica) slot.replica = dialed.replica;
-    up();
+    slot.markDialed();
     log.info({ hub: opts.hub.origin, transport: dialed.transport, replica: dialed.replica }, 'tunnel up');
     const current = serveTunnel(dialed.stream, {
       connect: (stream) => proxy.accept(stream),
@@ -287,21 +302,20 @@ export function startAgent(opts: AgentOptions): Agent {
     });
 
   /** Holds one tunnel: dials, serves it until it closes, and dials again after a jittered backoff. */
-  let firstDialed: () => void = () => {};
-  const first = new Promise<void>((done) => (firstDialed = done));
-  const hold = async (slot: Slot): Promise<void> => {
-    // The other slots dial once the first knows its replica, so that they can ask for another.
-    if (slot !== slots[0]) await Promise.race([first, sleep(slot, FIRST_DIAL_WAIT_MS)]);
+  const hold = async (slot: Slot, index: number): Promise<void> => {
+    // Each slot dials once the one before it knows its replica, so that it can ask for another.
+    if (index > 0) await Promise.race([slots[index - 1]!.dialedOnce, sleep(slot, FIRST_DIAL_WAIT_MS)]);
     let failures = 0;
     /** Dials in a row that landed on a replica holding another of our tunnels. */
     let landedTaken = 0;
     while (!stopped) {
       const started = now();
       try {
-        await connectOnce(await ensureCredentials(), slot, firstDialed);
+        await connectOnce(await ensureCredentials(), slot);
         landedTaken = 0;
       } catch (err) {
-        firstDialed();
+        slot.markDialed();
+        if (err instanceof OldHub) return log.warn(err.message);
         if (err instanceof DialRefused && err.status === ALREADY_HELD) {
           // Fewer replicas answer than we want tunnels (one is down, or there are few): the cluster is reachable
           // through our other tunnels, so this one comes back slowly. Each dial costs the hub a TLS handshake, and

@@ -262,7 +262,10 @@ async function start(
     onStop(() => leases.stop());
     const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
     // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.
-    let holders: ClusterStatusPublisher['holders'] = () => [];
+    let routes: Pick<ClusterStatusPublisher, 'holders' | 'knownSource'> = {
+      holders: () => [],
+      knownSource: () => false,
+    };
     if (opts.peer) {
       const started = await startPeering({
         clients,
@@ -270,7 +273,8 @@ async function start(
         identity: opts.identity,
         ...opts.peer,
         local: (name) => tunnels?.forwarder(name),
-        holders: (name) => holders(name),
+        holders: (name) => routes.holders(name),
+        knownSource: (ip) => routes.knownSource(ip),
         registry: metrics.registry,
         log: log.child({ component: 'peering' }),
       });
@@ -294,8 +298,10 @@ async function start(
       clock,
       log: log.child({ component: 'cluster-status' }),
     });
-    holders = (name) => publisher.holders(name);
-    onStop(() => publisher.stop());
+    routes = publisher;
+    let withdrawn: Promise<void> | undefined;
+    const withdraw = (): Promise<void> => (withdrawn ??= publisher.stop());
+    onStop(withdraw);
     const listener = await startTunnelListener({
       clients,
       namespace,
@@ -309,7 +315,12 @@ async function start(
       log: log.child({ component: 'tunnel' }),
     });
     tunnels = listener;
-    onStop(() => listener.stop());
+    // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
+    // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
+    onStop(async () => {
+      await withdraw();
+      await listener.stop();
+    });
     if (opts.tunnel.service) {
       const service = opts.tunnel.service;
       const configured = opts.tunnel.hosts;

@@ -52,6 +52,8 @@ export const PEER_MAX_STREAMS = 65_536;
 const DIAL_TIMEOUT_MS = 5_000;
 /** How long a failed dial is remembered: the next dial to that peer waits this long. */
 const DIAL_RETRY_MS = 1_000;
+/** A replica's handshake takes milliseconds; a connection that has not finished one by then is closed. */
+const HANDSHAKE_TIMEOUT_MS = 3_000;
 /** Peer links open at once towards this replica: one per other replica, with room for restarts. */
 const MAX_PEER_CONNECTIONS = 1024;
 /** Peer certificates live a week and are issued again every day (a replica's own, in memory). */
@@ -79,6 +81,8 @@ export interface PeeringOptions {
   local(cluster: string): Forwarder | undefined;
   /** The other replicas holding `cluster`'s tunnel, in the order to try them. */
   holders(cluster: string): RemoteHolder[];
+  /** Whether `address` (an IP) is one a replica publishes: the only sources the peer port takes connections from. */
+  knownSource(address: string): boolean;
   registry: Registry;
   log: Logger;
 }
@@ -215,6 +219,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     return { cert: issued.certPem, key: issued.keyPem };
   };
   let own = await issue();
+  let stopped = false;
   const links = new Map<string, Promise<TunnelClient>>();
   const open = new Set<TunnelClient>();
   const metrics = peerMetrics(opts.registry, () => open);
@@ -245,7 +250,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
   const servePeerRequest = (req: Request, res: Response): void => {
     const target = routeOf(req.url);
-    if (!target) return writeStatus(res, 404, 'not a cluster route');
+    if (!target || req.method === 'CONNECT') return writeStatus(res, 404, 'not a cluster route');
     req.url = target.url;
     const forwarder = opts.local(target.cluster);
     if (!forwarder) {
@@ -263,9 +268,15 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     rejectUnauthorized: true,
     minVersion: 'TLSv1.3',
     ALPNProtocols: [ALPN],
-    handshakeTimeout: 10_000,
+    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
   });
   server.maxConnections = MAX_PEER_CONNECTIONS;
+  // Only replicas dial this port, from the addresses they publish: anyone else on the network is closed before a
+  // handshake, so nobody can fill the port's connections with handshakes that never finish.
+  server.on('connection', (socket: Socket) => {
+    const from = socket.remoteAddress?.replace(/^::ffff:/, '') ?? '';
+    if (stopped || !opts.knownSource(from)) socket.destroy();
+  });
   server.on('tlsClientError', (err) => log.debug({ err: err.message }, 'peer handshake failed'));
   server.on('secureConnection', (socket: TLSSocket) => {
     socket.on('error', () => socket.destroy());
@@ -275,7 +286,13 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       return void socket.destroy();
     }
     socket.setNoDelay(true);
+    if (stopped) return void socket.destroy();
     metrics.links.inc({ direction: 'in' });
+    // TLS checked the peer's certificate once: the link does not outlive it (the peer dials again with its next,
+    // which it has a day before: certificates live a week and are issued daily).
+    const left = Date.parse(socket.getPeerX509Certificate()?.validTo ?? '') - Date.now();
+    const expiry = setTimeout(() => socket.destroy(), Number.isFinite(left) ? Math.max(0, left) : 0);
+    expiry.unref();
     const session = serveTunnel(socket, {
       connect: (stream) => void upgrades.emit('connection', stream),
       request: (stream: ServerHttp2Stream, headers, rawHeaders) =>
@@ -283,6 +300,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     });
     served.add(session);
     void session.closed.then(() => {
+      clearTimeout(expiry);
       served.delete(session);
       metrics.links.dec({ direction: 'in' });
     });
@@ -344,6 +362,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
 
   /** The link to `holder`, dialed now if there is none; one dial at a time per peer, shared by all who wait. */
   const linkTo = (holder: RemoteHolder): Promise<TunnelClient> => {
+    if (stopped) return Promise.reject(new Error('this replica is stopping'));
     const key = `${holder.replica}\0${holder.address}`;
     let link = links.get(key);
     if (!link) {
@@ -402,6 +421,9 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
 
   const peerForwarder = (cluster: string, holders: RemoteHolder[]): Forwarder => ({
     async web(req, res, plan) {
+      // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
+      if (req.method === 'CONNECT') return writeStatus(res, 405, 'CONNECT is not served');
+      if (stopped) return writeStatus(res, 503, `cluster ${cluster}: this replica is stopping; retry`);
       const found = await firstLink(cluster, holders);
       if ('status' in found) return writeStatus(res, found.status, found.message);
       metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
@@ -424,35 +446,40 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       await new Promise<void>((done) => res.once('close', done));
     },
     upgrade(req, socket, head, plan) {
-      void firstLink(cluster, holders).then((found) => {
-        if ('status' in found) return void socket.end(rawStatusResponse(found.status, found.message));
-        metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
-        const headers = {
-          ...peerHeaders(plan),
-          host: 'peer',
-          connection: 'Upgrade',
-          upgrade: plan.headers['upgrade'],
-        };
-        forwardUpgrade(socket, head, {
-          send: () =>
-            request({
-              host: 'peer',
-              method: req.method ?? 'GET',
-              path: `/clusters/${cluster}${originForm(req.url)}`,
-              headers,
-              agent: found.link.agent,
-            }),
-          fail(err: Error & { code?: string }) {
-            if (!socket.destroyed)
-              socket.end(
-                rawStatusResponse(
-                  502,
-                  `cluster ${cluster}: the link to replica ${found.holder.replica} failed: ${err.code ?? err.message}`,
-                ),
-              );
-          },
-        });
-      });
+      if (stopped)
+        return void socket.end(rawStatusResponse(503, `cluster ${cluster}: this replica is stopping`));
+      firstLink(cluster, holders).then(
+        (found) => {
+          if ('status' in found) return void socket.end(rawStatusResponse(found.status, found.message));
+          metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+          const headers = {
+            ...peerHeaders(plan),
+            host: 'peer',
+            connection: 'Upgrade',
+            upgrade: plan.headers['upgrade'],
+          };
+          forwardUpgrade(socket, head, {
+            send: () =>
+              request({
+                host: 'peer',
+                method: req.method ?? 'GET',
+                path: `/clusters/${cluster}${originForm(req.url)}`,
+                headers,
+                agent: found.link.agent,
+              }),
+            fail(err: Error & { code?: string }) {
+              if (!socket.destroyed)
+                socket.end(
+                  rawStatusResponse(
+                    502,
+                    `cluster ${cluster}: the link to replica ${found.holder.replica} failed: ${err.code ?? err.message}`,
+                  ),
+                );
+            },
+          });
+        },
+        () => socket.destroy(),
+      );
     },
     close() {},
   });
@@ -460,10 +487,12 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   return {
     address,
     forwarder(cluster) {
+      if (stopped) return undefined;
       const holders = opts.holders(cluster);
       return holders.length > 0 ? peerForwarder(cluster, holders) : undefined;
     },
     async stop() {
+      stopped = true;
       clearInterval(renewal);
       for (const link of links.values())
         void link.then(

@@ -37,7 +37,14 @@ function statusHead(res: IncomingMessage, drop?: RegExp, extra: string[] = []): 
 
 /** `head` holds the bytes the client sent after its request's headers. */
 export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwardOptions): void {
-  const upstreamReq = opts.send();
+  let upstreamReq: ClientRequest;
+  try {
+    upstreamReq = opts.send();
+  } catch (err) {
+    // A request Node will not send (a target with characters HTTP forbids): answered, never thrown at the caller,
+    // which may be a timer or a queue with nobody to catch it.
+    return opts.fail(err as Error);
+  }
   let answered = false;
   const abandon = (): void => void upstreamReq.destroy();
   // The client left before the answer: nothing waits for the upstream any more.

@@ -274,6 +274,26 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         ports: [{ name: 'tunnel', port: 443, targetPort: 'tunnel', protocol: 'TCP' }],
       },
     },
+    {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'NetworkPolicy',
+      // Where the network enforces policies: the proxy and tunnel ports take anyone, the peer port only the other
+      // replicas (which it also checks itself, by address and by certificate).
+      metadata: { name: CONCIERGE_NAME, namespace: ns, labels: PART_OF },
+      spec: {
+        podSelector: { matchLabels: selector },
+        policyTypes: ['Ingress'],
+        ingress: [
+          {
+            ports: [
+              { port: 'proxy', protocol: 'TCP' },
+              { port: 'tunnel', protocol: 'TCP' },
+            ],
+          },
+          { from: [{ podSelector: { matchLabels: selector } }], ports: [{ port: 'peer', protocol: 'TCP' }] },
+        ],
+      },
+    },
   ];
 }
 

@@ -22,6 +22,7 @@ const FILE_BY_KIND: Record<string, string> = {
   ConfigMap: 'configmap.yaml',
   Deployment: 'deployment.yaml',
   Service: 'services.yaml',
+  NetworkPolicy: 'network-policy.yaml',
 };
 
 export function toYaml(objects: readonly Obj[]): string {

@@ -295,6 +295,31 @@ describe('the cluster status publisher', () => {
     await a.publisher.stop();
   });
 
+  it('leaves the removal to the first live replica by name, and takes it over once that one lapses too', async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'crashed', connectedSince: T0 }],
+      }),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([lease('crashed', '1'), lease('alive', '1')]);
+    const status = fakeStatus(clusters);
+    const zed = await replica('zed', clusters, leases, status, new Map());
+    for (let ms = 0; ms < REPLICA_LEASE_SECONDS * 1000 + 2000; ms += 1000) {
+      leases.put(lease('alive', String(ms + 2)));
+      await tick(zed.clock, 1000, 1);
+    }
+    // 'alive' comes first by name, and removes it (not in this test): 'zed' writes nothing.
+    expect(status.removed).toEqual([]);
+    expect(status.applies).toEqual([]);
+    // 'alive' lapses as well: 'zed' is the first live replica now.
+    await tick(zed.clock, 1000, REPLICA_LEASE_SECONDS + 2);
+    expect(status.removed).toEqual(['edge/crashed']);
+    expect(clusters.get('edge')!.status).toMatchObject({ connected: false, tunnels: [] });
+    await zed.publisher.stop();
+  });
+
   it('renews its own Lease, naming the version it replaces', async () => {
     const clusters = new MemoryInformer<Cluster>();
     const leases = new MemoryInformer<LeaseObject>();

@@ -8,6 +8,7 @@
 // Liveness is judged by when this process last saw a Lease change, on its own clock, as client-go's leader election
 // does: the replicas' clocks need not agree.
 import { createHash } from 'node:crypto';
+import { isIP } from 'node:net';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/informer.ts';
@@ -124,6 +125,8 @@ export interface ClusterStatusPublisher {
    * tunnel first (an agent that moved is likelier on its latest replica).
    */
   holders(cluster: string): RemoteHolder[];
+  /** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
+  knownSource(ip: string): boolean;
   /** Removes this replica's entries and Lease (waiting a few seconds at most), then stops. */
   stop(): Promise<void>;
 }
@@ -165,6 +168,21 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
     if (replica === identity) return !stopped;
     return unchangedFor(replica) < durationOf(replica) || !viewFresh();
   };
+  /**
+   * Whether this replica is the one that removes lapsed replicas' entries and writes the fields derived from them:
+   * the first live replica by name. One writer instead of every replica racing the same patches (each but the
+   * first failing its `test`), which after a replica with thousands of tunnels died held up the entries of the
+   * replicas their agents moved to. Should two replicas each think they are first for a moment, the `test`
+   * operations keep their patches apart.
+   */
+  const removesLapsed = (): boolean => {
+    if (stopped) return false;
+    for (const lease of opts.leases.list()) {
+      const replica = lease.spec?.holderIdentity;
+      if (replica && replica < identity && alive(replica)) return false;
+    }
+    return true;
+  };
 
   const sync = async (name: string): Promise<void> => {
     const cluster = opts.clusters.get(name);
@@ -173,28 +191,32 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
     const entries = status.tunnels ?? [];
     const held = stopped ? undefined : opts.held(name);
     const mine: TunnelHolder | undefined = held ? { ...held, replica: identity } : undefined;
-    // Entries of lapsed replicas go first, each only if it is still where it was read (a `test` operation).
     const others: TunnelHolder[] = [];
+    /** Entries of lapsed replicas, last first, with where they were read. */
+    const lapsedEntries: { index: number; replica: string }[] = [];
     for (let i = entries.length - 1; i >= 0; i--) {
       const entry = entries[i]!;
       if (entry.replica === identity) continue;
-      if (alive(entry.replica)) {
-        others.unshift(entry);
-        continue;
-      }
-      log.info(
-        { cluster: name, replica: entry.replica },
-        'removing the tunnel of a replica whose Lease lapsed',
-      );
-      await opts.status.jsonPatch(name, [
-        { op: 'test', path: `/status/tunnels/${i}/replica`, value: entry.replica },
-        { op: 'remove', path: `/status/tunnels/${i}` },
-      ]);
+      if (alive(entry.replica)) others.unshift(entry);
+      else lapsedEntries.push({ index: i, replica: entry.replica });
     }
+    const remover = removesLapsed();
+    // This replica's own entry first: other replicas route by it, and it needs nothing else written before it.
     const derived = deriveStatus(status, mine ? [...others, mine] : others);
     const current = entries.find((e) => e.replica === identity);
-    if (sameEntry(current, mine) && sameDerived(status, derived)) return;
-    await opts.status.apply(name, { ...derived, ...(mine ? { tunnels: [mine] } : {}) }, fieldManager);
+    if (!sameEntry(current, mine) || (remover && !sameDerived(status, derived)))
+      await opts.status.apply(name, { ...derived, ...(mine ? { tunnels: [mine] } : {}) }, fieldManager);
+    if (!remover) return;
+    // Then lapsed replicas' entries, each only if it is still where it was read (a `test` operation; one that moved
+    // fails the patch, and the sync runs again on what the API server has now). The last goes first, so that the
+    // places read for the others stay right.
+    for (const { index, replica } of lapsedEntries) {
+      log.info({ cluster: name, replica }, 'removing the tunnel of a replica whose Lease lapsed');
+      await opts.status.jsonPatch(name, [
+        { op: 'test', path: `/status/tunnels/${index}/replica`, value: replica },
+        { op: 'remove', path: `/status/tunnels/${index}` },
+      ]);
+    }
   };
   const queue = new WorkQueue(sync, {
     workers: WRITERS,
@@ -266,11 +288,16 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
 
   // Lapsed Leases make no event of their own: look for them.
   let checkTimer: unknown;
+  let wasRemover = false;
   const check = (): void => {
+    // A replica that has just become the remover (the one before it lapsed) takes up what is left to remove.
+    const remover = removesLapsed();
+    const takeOver = remover && !wasRemover;
+    wasRemover = remover;
     for (const [replica, clusters] of entriesOf) {
       if (replica === identity) continue;
       if (alive(replica)) lapsed.delete(replica);
-      else if (!lapsed.has(replica)) {
+      else if (!lapsed.has(replica) || takeOver) {
         lapsed.add(replica);
         for (const name of clusters) queue.add(name);
       }
@@ -300,6 +327,15 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
 
   return {
     changed: (cluster) => queue.add(cluster),
+    knownSource(ip) {
+      for (const lease of opts.leases.list()) {
+        const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
+        if (!address) continue;
+        const host = address.slice(0, address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
+        if (host === ip || !isIP(host)) return true;
+      }
+      return false;
+    },
     holders(cluster) {
       const entries = opts.clusters.get(cluster)?.status?.tunnels ?? [];
       const found: (RemoteHolder & { since: string })[] = [];
