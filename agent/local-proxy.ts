@@ -11,7 +11,7 @@ import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
 import { forwardOverHttp2 } from '../lib/http2-forward.ts';
 import { newH2Pool } from '../lib/http2-pool.ts';
-import { serveStream, type Request, type Response } from '../lib/http2-request.ts';
+import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import { clientCertChain } from '../lib/pem.ts';
 import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
@@ -40,16 +40,7 @@ const DROPPED =
 
 /** The headers to send upstream, from a request's raw fields: repeated fields stay apart (Impersonate-Group: a, b). */
 function upstreamHeaders(rawHeaders: string[], token: string | undefined): OutgoingHttpHeaders {
-  const headers: Record<string, string | string[]> = {};
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!.toLowerCase();
-    if (name.charCodeAt(0) === 58 /* ':' */ || DROPPED.test(name)) continue;
-    const value = rawHeaders[i + 1]!;
-    const seen = headers[name];
-    if (seen === undefined) headers[name] = value;
-    else if (typeof seen === 'string') headers[name] = [seen, value];
-    else seen.push(value);
-  }
+  const headers: OutgoingHttpHeaders = fieldsOf(rawHeaders, DROPPED);
   if (token) headers['authorization'] = `Bearer ${token}`;
   return headers;
 }

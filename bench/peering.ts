@@ -314,6 +314,18 @@ async function benchFailover(
   }, 1000);
   const killed = Date.now();
   a.child.kill('SIGKILL');
+  // When every agent has a tunnel up again (to B), read from the simulators, beside when C routes to them.
+  let agentsBack = 0;
+  let watching = true;
+  const watchAgents = (async () => {
+    let dropped = false;
+    while (watching) {
+      const up = (await sims['one']!.count()) + (await sims['two']!.count());
+      if (up < PEER_AGENTS * 2) dropped = true;
+      else if (dropped && !agentsBack) agentsBack = (Date.now() - killed) / 1000;
+      await sleep(250);
+    }
+  })();
   /** When each cluster was routable after the kill: those that lost their only tunnel, and the others by kind. */
   const back: Record<string, number[]> = { onlyOnA: [], one: [], two: [] };
   const pending = new Set(all);
@@ -332,6 +344,8 @@ async function benchFailover(
     }
   } finally {
     clearInterval(sampler);
+    watching = false;
+    await watchAgents;
   }
   const quantile = (xs: number[], q: number): number =>
     xs.length === 0 ? 0 : [...xs].sort((x, y) => x - y)[Math.floor((xs.length - 1) * q)]!;
@@ -343,6 +357,7 @@ async function benchFailover(
     oneTunnelOthersAllSeconds: quantile(back['one']!, 1),
     twoTunnelsAllSeconds: quantile(back['two']!, 1),
     survivorPeakCpuPercent: peakCpuPercent,
+    agentsBackSeconds: agentsBack,
   };
 }
 
@@ -403,6 +418,7 @@ function report(results: Record<string, unknown>): void {
       `\nreplica A killed, ${failover['agents']} agents of each kind on A and B; replica C routes every cluster again:\n` +
         `  the ${failover['onlyOnA']} clusters whose only tunnel was on A: median ${fmt(failover['onlyOnAMedianSeconds']!, 1)} s, all ${fmt(failover['onlyOnAAllSeconds']!, 1)} s after the kill\n` +
         `  agents with one tunnel, on B: all ${fmt(failover['oneTunnelOthersAllSeconds']!, 1)} s; agents with two tunnels (one on A): all ${fmt(failover['twoTunnelsAllSeconds']!, 1)} s\n` +
+        `  every agent had a tunnel up again ${fmt(failover['agentsBackSeconds']!, 1)} s after the kill (0: no agent was seen down)\n` +
         `  replica B's peak CPU while A's agents came over: ${fmt(failover['survivorPeakCpuPercent']!)}% of one core`,
     );
 }

@@ -25,15 +25,14 @@ import {
   type PeerCertificate,
   type TLSSocket,
 } from 'node:tls';
-import type { Gauge } from 'prom-client';
-import { Counter, Gauge as PromGauge, type Registry } from 'prom-client';
-import { ensureStoredCA, storedCA, tlsSecret } from '../lib/ca-secret.ts';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { ensureSecretCA } from '../lib/ca-secret.ts';
 import { forwardOverHttp2 } from '../lib/http2-forward.ts';
-import { serveStream, type Request, type Response } from '../lib/http2-request.ts';
-import { newObjectWriter, readSecret, type KubeClients } from '../lib/kube.ts';
+import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
+import type { KubeClients } from '../lib/kube.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import type { Logger } from '../lib/log.ts';
-import { certificateURIs, issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
+import { certificateURIs, issueCert } from '../lib/pki.ts';
 import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel.ts';
 import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
 import { clusterRoute } from './proxy/handler.ts';
@@ -116,13 +115,13 @@ function peerMetrics(registry: Registry, outgoing: () => Iterable<TunnelClient>)
       labelNames: ['outcome'],
       registers: [registry],
     }),
-    links: new PromGauge({
+    links: new Gauge({
       name: 'sealion_peer_links',
       help: 'Peer links open, by direction (out: dialed by this replica; in: dialed by a peer).',
       labelNames: ['direction'],
       registers: [registry],
     }),
-    streams: new PromGauge({
+    streams: new Gauge({
       name: 'sealion_peer_link_streams',
       help: 'Streams open on the peer links this replica dialed.',
       registers: [registry],
@@ -133,21 +132,6 @@ function peerMetrics(registry: Registry, outgoing: () => Iterable<TunnelClient>)
       },
     }),
   };
-}
-
-/** A request's header fields from its raw list, repeated fields kept apart (two Impersonate-Group stay two). */
-function fieldsOf(rawHeaders: string[]): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {};
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!.toLowerCase();
-    if (name.charCodeAt(0) === 58 /* ':' */ || DROPPED.test(name)) continue;
-    const value = rawHeaders[i + 1]!;
-    const seen = headers[name];
-    if (seen === undefined) headers[name] = value;
-    else if (typeof seen === 'string') headers[name] = [seen, value];
-    else seen.push(value);
-  }
-  return headers;
 }
 
 /** The plan's headers for the peer, with the facts the holder needs to forward the request as the user's. */
@@ -171,21 +155,11 @@ function planFrom(rawHeaders: string[], headers: IncomingHttpHeaders): ForwardPl
     // A malformed name counts as nobody's: it shares one fair-queue key with every other such request.
   }
   return {
-    headers: fieldsOf(rawHeaders),
+    headers: fieldsOf(rawHeaders, DROPPED),
     longRunning: headers[LONG_RUNNING_HEADER] === '1',
     passthrough: false,
     user,
   };
-}
-
-/** The peer CA: created once, by whichever replica comes first, and kept in a Secret. */
-async function ensurePeerCA(clients: KubeClients, namespace: string): Promise<CertificateAuthority> {
-  const ca = await ensureStoredCA(
-    async () => storedCA(await readSecret(clients, namespace, PEER_CA_SECRET)),
-    (made) => newObjectWriter(clients).create(tlsSecret(namespace, PEER_CA_SECRET, made)),
-    'sealion peer CA',
-  );
-  return loadCA(ca.certPem, ca.keyPem);
 }
 
 /** The replica a verified peer certificate names, or undefined. */
@@ -207,7 +181,7 @@ function splitAddress(address: string): { host: string; port: number } {
 
 export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   const { log, identity } = opts;
-  const ca = await ensurePeerCA(opts.clients, opts.namespace);
+  const ca = await ensureSecretCA(opts.clients, opts.namespace, PEER_CA_SECRET, 'sealion peer CA');
   const issue = async (): Promise<{ cert: string; key: string }> => {
     const issued = await issueCert(ca, {
       commonName: 'sealion-peer',

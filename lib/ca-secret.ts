@@ -1,7 +1,8 @@
 // A certificate authority kept in a kubernetes.io/tls Secret, as the concierge keeps three (the impersonation
 // proxy's CA, its client-certificate signer and the tunnel CA): `tls.crt` and `tls.key`, and `previous.crt` for the
 // one it replaced, which stays trusted until it expires. Created once, by whichever replica comes first.
-import { newCA } from './pki.ts';
+import { newObjectWriter, readSecret, type KubeClients } from './kube.ts';
+import { loadCA, newCA, type CertificateAuthority } from './pki.ts';
 
 export interface StoredCA {
   certPem: string;
@@ -77,4 +78,19 @@ export async function ensureStoredCA(
   const theirs = await read();
   if (!theirs) throw new Error(`the Secret for ${commonName} exists but holds no CA`);
   return theirs;
+}
+
+/** The CA kept in the Secret `name` (read from the API server, or created there by the first replica), loaded. */
+export async function ensureSecretCA(
+  clients: KubeClients,
+  namespace: string,
+  name: string,
+  commonName: string,
+): Promise<CertificateAuthority> {
+  const ca = await ensureStoredCA(
+    async () => storedCA(await readSecret(clients, namespace, name)),
+    (made) => newObjectWriter(clients).create(tlsSecret(namespace, name, made)),
+    commonName,
+  );
+  return loadCA(ca.certPem, ca.keyPem);
 }

@@ -16,16 +16,10 @@ import { createWebSocketStream, WebSocketServer } from 'ws';
 import type { Cluster } from '../../apis/tunnel.ts';
 import { redeemBootstrapToken, RedeemError } from '../../lib/bootstrap.ts';
 import type { Informer } from '../../lib/informer.ts';
-import { newObjectWriter, readSecret, type KubeClients } from '../../lib/kube.ts';
-import { ensureStoredCA, storedCA, tlsSecret } from '../../lib/ca-secret.ts';
+import type { KubeClients } from '../../lib/kube.ts';
+import { ensureSecretCA } from '../../lib/ca-secret.ts';
 import type { Logger } from '../../lib/log.ts';
-import {
-  certificateURIs,
-  issueCert,
-  loadCA,
-  publicKeyFromCSR,
-  type CertificateAuthority,
-} from '../../lib/pki.ts';
+import { certificateURIs, issueCert, publicKeyFromCSR } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/kube-status.ts';
 import type { HeldTunnel } from './cluster-status.ts';
 import {
@@ -107,16 +101,6 @@ export interface TunnelListener {
    */
   setHosts(hosts: string[]): Promise<void>;
   stop(): Promise<void>;
-}
-
-/** The tunnel CA: created once (by whichever replica comes first) and kept in a Secret. */
-async function ensureTunnelCA(clients: KubeClients, namespace: string): Promise<CertificateAuthority> {
-  const ca = await ensureStoredCA(
-    async () => storedCA(await readSecret(clients, namespace, TUNNEL_CA_SECRET)),
-    (made) => newObjectWriter(clients).create(tlsSecret(namespace, TUNNEL_CA_SECRET, made)),
-    'sealion tunnel CA',
-  );
-  return loadCA(ca.certPem, ca.keyPem);
 }
 
 function readBody(req: IncomingMessage): Promise<unknown> {
@@ -257,7 +241,7 @@ interface Connected {
 
 export async function startTunnelListener(opts: TunnelListenerOptions): Promise<TunnelListener> {
   const log = opts.log;
-  const ca = await ensureTunnelCA(opts.clients, opts.namespace);
+  const ca = await ensureSecretCA(opts.clients, opts.namespace, TUNNEL_CA_SECRET, 'sealion tunnel CA');
   const servingContext = async (hosts: string[]): Promise<{ cert: string; key: string }> => {
     const serving = await issueCert(ca, { commonName: 'sealion-tunnel', hosts, usage: 'server' });
     // The chain includes the CA, so agents that pin the CA's key (before they have it) can check it.
