@@ -52,6 +52,8 @@ async function hub(
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   const url = new URL(`https://127.0.0.1:${(server.address() as AddressInfo).port}`);
   const agent = startAgent({
+    // One hub replica here: one tunnel.
+    tunnels: 1,
     cluster: 'edge',
     hub: url,
     trust: { caPem: ca.certPem },

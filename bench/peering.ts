@@ -17,7 +17,6 @@ import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer } from '../dev/oidc-issuer.ts';
-import { startTcpBalancer } from '../dev/tcp-balancer.ts';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { startLoadGenerator } from './loadgen.ts';
@@ -258,11 +257,18 @@ async function benchFailover(
   log: (line: string) => void,
 ): Promise<Record<string, number>> {
   const c = await startConcierge(cluster, 0, children, 'replica-c');
-  const balancer = await startTcpBalancer(() =>
-    [a, b].filter((r) => r.child.exitCode === null && r.child.signalCode === null).map((r) => r.tunnelPort),
+  // The agents dial A and B through one balanced address, a balancer in its own process (serve-balancer.ts).
+  const balancer = spawn(
+    process.execPath,
+    [
+      fileURLToPath(new URL('./serve-balancer.ts', import.meta.url)),
+      String(a.tunnelPort),
+      String(b.tunnelPort),
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
   );
-  stops.push(() => balancer.stop());
-  const hub = `https://127.0.0.1:${balancer.port}`;
+  children.push(balancer);
+  const hub = `https://127.0.0.1:${Number((await lines(balancer).next()).value)}`;
   const kinds = { one: 1, two: 2 } as const;
   const names: Record<string, string[]> = {};
   const sims: Record<string, { count(): Promise<number> }> = {};

@@ -399,7 +399,7 @@ async function benchAgents(
     stops.push(() => child.kill('SIGTERM'));
     const share = certs.filter((_, j) => j % AGENT_PROCESSES === i);
     child.stdin.write(
-      `${JSON.stringify({ hub: `https://127.0.0.1:${concierge.tunnelPort}`, caPem: concierge.tunnelCA, agents: share })}\n`,
+      `${JSON.stringify({ hub: `https://127.0.0.1:${concierge.tunnelPort}`, caPem: concierge.tunnelCA, agents: share, tunnels: 1 })}\n`,
     );
     return { child, out: lines(child) };
   });

@@ -38,7 +38,7 @@ export function agentCommand(): Command {
     )
     .option(
       '--tunnels <n>',
-      'tunnels to hold, each to another hub replica behind the one address (default: 1, at most 8)',
+      'tunnels to hold, each to another hub replica behind the one address (default: 2, at most 8)',
       (v: string) => {
         const n = Number(v);
         if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a whole number, 1 or more');

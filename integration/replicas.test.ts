@@ -62,6 +62,8 @@ function agentFor(
   store: string,
 ): Agent {
   const agent = startAgent({
+    // Each agent dials one replica's own port: one tunnel.
+    tunnels: 1,
     cluster,
     hub: new URL(`https://127.0.0.1:${port}`),
     trust,

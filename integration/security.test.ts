@@ -619,6 +619,8 @@ beforeAll(async () => {
   const upstream = agentUpstream(agentKubeconfig);
   keep(upstream.keyPem!);
   agent = startAgent({
+    // One hub replica here: one tunnel.
+    tunnels: 1,
     cluster: EDGE,
     hub: new URL(`https://127.0.0.1:${tunnelPort}`),
     trust: { caPem: concierge.concierge.tunnel!.caPem },

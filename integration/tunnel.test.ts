@@ -527,6 +527,8 @@ describe('a cluster reached through its agent', () => {
     let clock = Date.now();
     const start = (): Agent =>
       startAgent({
+        // One hub replica here: one tunnel.
+        tunnels: 1,
         cluster: 'edge-2',
         hub: new URL(`https://127.0.0.1:${tunnelPort}`),
         trust: { caPem: concierge.concierge.tunnel!.caPem },

@@ -267,7 +267,6 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       finish(code);
       socket.end(rawStatusResponse(code, message));
     };
-    if (!isWellFormedPath(pathOf(url))) return refuse(400, 'malformed request path');
     if (!deps.serving()) return refuse(503, NOT_SERVING);
     const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
