@@ -34,6 +34,7 @@ import {
   agentCertificates,
   applyClusters,
   benchStreams,
+  simulateAgents,
   startConcierge,
   type ConciergeProcess,
 } from './tunnel.ts';
@@ -47,8 +48,6 @@ const HOLDER = 'holder (A)';
 const PEER = 'through a peer (B → A)';
 /** Targets of the peering design: at concurrency 32, the peer path's rate and added p50 against the holder's. */
 const TARGETS = { minRatio: 0.8, maxAddedP50Ms: 0.5 };
-/** Agents per simulator process. */
-const AGENT_PROCESSES = 4;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -175,38 +174,6 @@ async function benchRequests(
   return rows;
 }
 
-/** Starts AGENT_PROCESSES simulators (serve-agents.ts) for `certs`, each agent holding `tunnels` tunnels. */
-function simulate(
-  certs: { name: string; certPem: string; keyPem: string }[],
-  hub: string,
-  caPem: string,
-  tunnels: number,
-  children: ChildProcess[],
-  stops: (() => unknown)[],
-): { count(): Promise<number> } {
-  const simulators = Array.from({ length: AGENT_PROCESSES }, (_, i) => {
-    const child = spawn(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))], {
-      stdio: ['pipe', 'pipe', 'inherit'],
-    });
-    children.push(child);
-    stops.push(() => child.kill('SIGTERM'));
-    const agents = certs.filter((_, j) => j % AGENT_PROCESSES === i);
-    child.stdin.write(`${JSON.stringify({ hub, caPem, agents, tunnels })}\n`);
-    return { child, out: lines(child) };
-  });
-  return {
-    async count() {
-      const counts = await Promise.all(
-        simulators.map(async (s) => {
-          s.child.stdin.write('count\n');
-          return Number((await s.out.next()).value);
-        }),
-      );
-      return counts.reduce((x, y) => x + y, 0);
-    },
-  };
-}
-
 /**
  * Which of `names` replica `via` routes to their agent now: a simulated agent answers with its local proxy's 502
  * (its API server is nowhere), where an unroutable cluster gets the concierge's 503.
@@ -277,7 +244,7 @@ async function benchFailover(
     log(`registering ${PEER_AGENTS} Clusters whose agents hold ${tunnels} tunnel(s)`);
     const certs = await agentCertificates(tunnelCA, await applyClusters(cluster, names[kind]));
     await sleep(3000); // until the replicas' registries have the Clusters
-    sims[kind] = simulate(certs, hub, a.tunnelCA, tunnels, children, stops);
+    sims[kind] = simulateAgents(certs, hub, a.tunnelCA, tunnels, children, stops);
   }
   const all = Object.values(names).flat();
   const expected = PEER_AGENTS * 3;

@@ -391,30 +391,21 @@ async function benchAgents(
   await sleep(3000); // until the concierge's registry has the Clusters
   const memBefore = await concierge.memory();
   // The agents, in AGENT_PROCESSES processes: one Node process would be their bottleneck, not the concierge.
-  const simulators = Array.from({ length: AGENT_PROCESSES }, (_, i) => {
-    const child = spawn(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))], {
-      stdio: ['pipe', 'pipe', 'inherit'],
-    });
-    children.push(child);
-    stops.push(() => child.kill('SIGTERM'));
-    const share = certs.filter((_, j) => j % AGENT_PROCESSES === i);
-    child.stdin.write(
-      `${JSON.stringify({ hub: `https://127.0.0.1:${concierge.tunnelPort}`, caPem: concierge.tunnelCA, agents: share, tunnels: 1 })}\n`,
-    );
-    return { child, out: lines(child) };
-  });
+  const simulators = simulateAgents(
+    certs,
+    `https://127.0.0.1:${concierge.tunnelPort}`,
+    concierge.tunnelCA,
+    1,
+    children,
+    stops,
+  );
   let counted = 0;
   let countedAt = 0;
-  /** Agents connected now, asked of each simulator at most once a second. */
+  /** Agents connected now, asked of the simulators at most once a second. */
   const connectedCount = (): number => {
     if (Date.now() - countedAt >= 1000) {
       countedAt = Date.now();
-      void Promise.all(
-        simulators.map(async (s) => {
-          s.child.stdin.write('count\n');
-          return Number((await s.out.next()).value);
-        }),
-      ).then((counts) => (counted = counts.reduce((a, b) => a + b, 0)));
+      void simulators.count().then((n) => (counted = n));
     }
     return counted;
   };
@@ -466,6 +457,38 @@ async function benchAgents(
     stormAllBackSeconds: reconnected,
     stormPeakCpuPercent: peakCpuPercent,
     stormPeakRssMiB: peakRssMiB,
+  };
+}
+
+/** Starts AGENT_PROCESSES simulators (serve-agents.ts) for `certs`, each agent holding `tunnels` tunnels. */
+export function simulateAgents(
+  certs: { name: string; certPem: string; keyPem: string }[],
+  hub: string,
+  caPem: string,
+  tunnels: number,
+  children: ChildProcess[],
+  stops: (() => unknown)[],
+): { count(): Promise<number> } {
+  const simulators = Array.from({ length: AGENT_PROCESSES }, (_, i) => {
+    const child = spawn(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    children.push(child);
+    stops.push(() => child.kill('SIGTERM'));
+    const agents = certs.filter((_, j) => j % AGENT_PROCESSES === i);
+    child.stdin.write(`${JSON.stringify({ hub, caPem, agents, tunnels })}\n`);
+    return { child, out: lines(child) };
+  });
+  return {
+    async count() {
+      const counts = await Promise.all(
+        simulators.map(async (s) => {
+          s.child.stdin.write('count\n');
+          return Number((await s.out.next()).value);
+        }),
+      );
+      return counts.reduce((x, y) => x + y, 0);
+    },
   };
 }
 
