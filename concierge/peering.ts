@@ -60,6 +60,12 @@ const PEER_CERT_VALIDITY_MS = 7 * 24 * 3600 * 1000;
 const PEER_CERT_RENEW_MS = 24 * 3600 * 1000;
 const ALPN = 'sealion-peer/1';
 
+/**
+ * What the passing refusals of a peer hop ask clients to wait before trying again (client-go does, up to ten times):
+ * a route that just went stale, or a holder that just died, is mended within seconds.
+ */
+const RETRY = { retryAfterSeconds: 1 };
+const RETRY_RAW = { details: RETRY, headers: { 'retry-after': '1' } };
 /** The request's authenticated user and kind, as the replica it landed on decided them. */
 const USER_HEADER = 'x-sealion-peer-user';
 const LONG_RUNNING_HEADER = 'x-sealion-peer-long-running';
@@ -211,7 +217,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     const forwarder = opts.local(target.cluster);
     if (!forwarder) {
       metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
-      return void socket.end(rawStatusResponse(503, notHeld(target.cluster)));
+      return void socket.end(rawStatusResponse(503, notHeld(target.cluster), RETRY_RAW));
     }
     metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
     const plan = planFrom(req.rawHeaders, req.headers);
@@ -229,7 +235,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     const forwarder = opts.local(target.cluster);
     if (!forwarder) {
       metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
-      return writeStatus(res, 503, notHeld(target.cluster));
+      return writeStatus(res, 503, notHeld(target.cluster), RETRY);
     }
     metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
     void forwarder.web(req, res, planFrom(req.rawHeaders, (req as { headers: IncomingHttpHeaders }).headers));
@@ -397,9 +403,9 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     async web(req, res, plan) {
       // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
       if (req.method === 'CONNECT') return writeStatus(res, 405, 'CONNECT is not served');
-      if (stopped) return writeStatus(res, 503, `cluster ${cluster}: this replica is stopping; retry`);
+      if (stopped) return writeStatus(res, 503, `cluster ${cluster}: this replica is stopping; retry`, RETRY);
       const found = await firstLink(cluster, holders);
-      if ('status' in found) return writeStatus(res, found.status, found.message);
+      if ('status' in found) return writeStatus(res, found.status, found.message, RETRY);
       metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
       const headers = peerHeaders(plan);
       headers[':method'] = req.method ?? 'GET';
@@ -421,10 +427,13 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     },
     upgrade(req, socket, head, plan) {
       if (stopped)
-        return void socket.end(rawStatusResponse(503, `cluster ${cluster}: this replica is stopping`));
+        return void socket.end(
+          rawStatusResponse(503, `cluster ${cluster}: this replica is stopping`, RETRY_RAW),
+        );
       firstLink(cluster, holders).then(
         (found) => {
-          if ('status' in found) return void socket.end(rawStatusResponse(found.status, found.message));
+          if ('status' in found)
+            return void socket.end(rawStatusResponse(found.status, found.message, RETRY_RAW));
           metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
           const headers = {
             ...peerHeaders(plan),

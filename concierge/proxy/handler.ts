@@ -179,7 +179,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     return (
       deps.clusters?.(cluster) ?? {
         status: 503,
-        message: `cluster ${cluster} is not connected: its agent holds no tunnel to this concierge`,
+        message: `cluster ${cluster} is not connected: its agent holds no tunnel to any concierge replica`,
       }
     );
   }

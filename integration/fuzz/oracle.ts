@@ -24,7 +24,7 @@ export const TUNNEL_401_BODIES = [
   JSON.stringify({ message: 'renewal rejected' }),
 ];
 
-const NOT_CONNECTED = /^cluster .* is not connected: its agent holds no tunnel to this concierge$/s;
+const NOT_CONNECTED = /^cluster .* is not connected: its agent holds no tunnel to any concierge replica$/s;
 
 export type FindingKind = 'proxy-5xx' | 'other-401' | 'hang' | 'crash' | 'accepted-forgery' | 'other';
 
