@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
+import { WebSocket } from 'ws';
 import { startAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
@@ -21,6 +22,7 @@ import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/c
 import { eventually } from '../dev/eventually.ts';
 import { startTcpBalancer, type TcpBalancer } from '../dev/tcp-balancer.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
+import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -39,6 +41,7 @@ let balancer: TcpBalancer | undefined;
 const replicas = new Map<string, ConciergeProcess>();
 const agents = new Map<string, Agent>();
 let user: { certPem: string; keyPem: string };
+let backend: NetnsBackend | undefined;
 
 function kubeconfigFor(replica: string, cluster: string): string {
   const r = replicas.get(replica)!;
@@ -100,6 +103,29 @@ beforeAll(async () => {
     '--clusterrole=cluster-admin',
     `--group=${USER_GROUP}`,
   ]);
+  // A backend behind the managed API server's pod proxy (no kubelet here): a Pod object whose status points at an
+  // echo server in a network namespace, for an upgraded connection that carries data both ways.
+  backend = await startNetnsBackend();
+  await managed.kubectl(['create', 'serviceaccount', 'default', '-n', AGENT_NS]);
+  await managed.kubectl(['apply', '-n', AGENT_NS, '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'echo' },
+      spec: { containers: [{ name: 'echo', image: 'echo:none' }], automountServiceAccountToken: false },
+    }),
+  });
+  await managed.kubectl([
+    'patch',
+    'pod',
+    'echo',
+    '-n',
+    AGENT_NS,
+    '--subresource=status',
+    '--type=merge',
+    '-p',
+    JSON.stringify({ status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } }),
+  ]);
   signer = await newCA('peering-test users');
   const issued = await issueCert(signer, {
     commonName: 'alice',
@@ -154,6 +180,7 @@ afterAll(async () => {
   await Promise.all([...agents.values()].map((a) => a.stop()));
   await Promise.all([...replicas.values()].map((r) => r.stop()));
   await balancer?.stop();
+  await backend?.stop();
   await Promise.all([hub?.stop(), managed?.stop()]);
   rmSync(dir, { recursive: true, force: true });
 });
@@ -215,8 +242,29 @@ describe('three replicas sharing agents', () => {
     const watched = await watch;
     expect(watched.stdout).toContain('configmap/big');
     expect(watched.stdout).toContain('configmap/watched');
-    // An upgrade (exec, over WebSocket and over SPDY) reaches the API server through the hop, which answers it
-    // with its own Status: this cluster has no pods.
+    // An upgraded connection carries data both ways through the hop: a WebSocket to the echo backend, through the
+    // API server's pod proxy, with a message of 1 MiB among small ones.
+    const r = replicas.get(other)!;
+    const url = `wss://${r.url.slice('https://'.length)}/clusters/east/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend!.port}/proxy/echo`;
+    const messages = ['through a peer', 'y'.repeat(1024 * 1024), 'and back'];
+    const echoed = await new Promise<string[]>((done, fail) => {
+      const ws = new WebSocket(url, { ca: r.servingCA, cert: user.certPem, key: user.keyPem });
+      const got: string[] = [];
+      ws.once('open', () => messages.forEach((m) => ws.send(m)));
+      ws.on('message', (data: Buffer) => {
+        got.push(data.toString());
+        if (got.length === messages.length) {
+          ws.close();
+          done(got);
+        }
+      });
+      ws.once('error', fail);
+      ws.once('unexpected-response', (_req, res) => fail(new Error(`upgrade refused: ${res.statusCode}`)));
+    });
+    expect(echoed.map((m) => m.length)).toEqual(messages.map((m) => m.length));
+    expect(echoed).toEqual(messages);
+    // kubectl's own upgrades (exec, over WebSocket and over SPDY) reach the API server through the hop, which answers
+    // them with its own Status: the echo Pod has no container to run in.
     for (const websockets of ['true', 'false']) {
       const exec = await runKubectl(
         managed.binaries.kubectl,
