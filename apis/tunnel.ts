@@ -98,6 +98,12 @@ export interface ClusterStatus {
   /** Whether at least one live replica holds a tunnel to the cluster's agent (derived from `tunnels`). */
   connected?: boolean;
   /**
+   * The live replicas holding a tunnel, by name, comma-separated (derived from `tunnels`, for `kubectl get -o wide`,
+   * which shows one value of a list).
+   * @maxLength 4096
+   */
+  replicas?: string;
+  /**
    * Since when the cluster has been continuously connected.
    * @format date-time
    */

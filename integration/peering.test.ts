@@ -197,7 +197,10 @@ describe('three replicas sharing agents', () => {
     // The replicas holding each cluster, as `kubectl get clusters -o wide` shows them.
     const table = await hub.kubectl(['get', 'clusters.tunnel.concierge.sealion.dev', '-o', 'wide']);
     expect(table.stdout).toMatch(/REPLICAS/);
-    for (const replica of await holdersOf('east')) expect(table.stdout).toContain(replica);
+    const rowOf = (cluster: string): string =>
+      table.stdout.split('\n').find((line) => line.startsWith(`${cluster} `)) ?? '';
+    expect(rowOf('twice')).toContain((await holdersOf('twice')).join(','));
+    expect(rowOf('east')).toContain((await holdersOf('east')).join(','));
   }, 120_000);
 
   it('carries watches, large bodies and upgrades through a replica that does not hold the tunnel', async () => {

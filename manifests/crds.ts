@@ -95,7 +95,7 @@ const SHAPES: Record<CrdKind, CrdShape> = {
       { name: 'Agent', type: 'string', jsonPath: '.status.agentVersion' },
       // A date column prints an age, and an age in the future as <invalid>: the expiry is shown as written.
       { name: 'Cert Expiry', type: 'string', jsonPath: '.status.certificateExpiry', priority: 1 },
-      { name: 'Replicas', type: 'string', jsonPath: '.status.tunnels[*].replica', priority: 1 },
+      { name: 'Replicas', type: 'string', jsonPath: '.status.replicas', priority: 1 },
       { name: 'Transport', type: 'string', jsonPath: '.status.tunnels[*].transport', priority: 1 },
       AGE,
     ],

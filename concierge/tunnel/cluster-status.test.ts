@@ -126,6 +126,7 @@ describe('deriveStatus', () => {
     ];
     expect(deriveStatus({}, live)).toEqual({
       connected: true,
+      replicas: 'a,b',
       connectedSince: T0,
       agentVersion: 'v2',
       certificateExpiry: T1,
@@ -138,7 +139,7 @@ describe('deriveStatus', () => {
 
   it('is disconnected with no live tunnel, keeping what was last known of the agent', () => {
     const current = { connected: true, connectedSince: T0, agentVersion: 'v1', certificateExpiry: T1 };
-    expect(deriveStatus(current, [])).toEqual({ ...current, connected: false });
+    expect(deriveStatus(current, [])).toEqual({ ...current, connected: false, replicas: '' });
   });
 });
 
@@ -187,6 +188,7 @@ describe('the cluster status publisher', () => {
     const clusters = new MemoryInformer<Cluster>([
       cluster('edge', {
         connected: true,
+        replicas: 'b',
         connectedSince: T0,
         tunnels: [{ replica: 'b', connectedSince: T0 }],
       }),

@@ -63,7 +63,10 @@ export function replicaFieldManager(identity: string): string {
 export type HeldTunnel = Omit<Required<TunnelHolder>, 'replica'>;
 
 /** The fields every replica derives from the live entries. */
-type Derived = Pick<ClusterStatus, 'connected' | 'connectedSince' | 'agentVersion' | 'certificateExpiry'>;
+type Derived = Pick<
+  ClusterStatus,
+  'connected' | 'replicas' | 'connectedSince' | 'agentVersion' | 'certificateExpiry'
+>;
 
 /**
  * The derived fields for `live` entries. A cluster that stays connected keeps its connectedSince; the agent's
@@ -73,6 +76,8 @@ export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder
   if (live.length === 0) {
     return {
       connected: false,
+      // Empty rather than absent: a field left out of an apply stays as another replica last wrote it.
+      replicas: '',
       ...(current.connectedSince ? { connectedSince: current.connectedSince } : {}),
       ...(current.agentVersion ? { agentVersion: current.agentVersion } : {}),
       ...(current.certificateExpiry ? { certificateExpiry: current.certificateExpiry } : {}),
@@ -84,6 +89,10 @@ export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder
   const certificateExpiry = newest.certificateExpiry ?? current.certificateExpiry;
   return {
     connected: true,
+    replicas: live
+      .map((t) => t.replica)
+      .sort()
+      .join(','),
     connectedSince:
       current.connected && current.connectedSince ? current.connectedSince : bySince[0]!.connectedSince,
     ...(agentVersion ? { agentVersion } : {}),
@@ -97,6 +106,7 @@ const sameEntry = (a: TunnelHolder | undefined, b: TunnelHolder | undefined): bo
 
 const sameDerived = (status: ClusterStatus, derived: Derived): boolean =>
   status.connected === derived.connected &&
+  (status.replicas ?? '') === derived.replicas &&
   status.connectedSince === derived.connectedSince &&
   status.agentVersion === derived.agentVersion &&
   status.certificateExpiry === derived.certificateExpiry;
