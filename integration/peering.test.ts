@@ -22,7 +22,7 @@ import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/c
 import { eventually } from '../dev/eventually.ts';
 import { startTcpBalancer, type TcpBalancer } from '../dev/tcp-balancer.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
-import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
+import { podAtBackend, startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -107,25 +107,7 @@ beforeAll(async () => {
   // echo server in a network namespace, for an upgraded connection that carries data both ways.
   backend = await startNetnsBackend();
   await managed.kubectl(['create', 'serviceaccount', 'default', '-n', AGENT_NS]);
-  await managed.kubectl(['apply', '-n', AGENT_NS, '-f', '-'], {
-    input: JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'echo' },
-      spec: { containers: [{ name: 'echo', image: 'echo:none' }], automountServiceAccountToken: false },
-    }),
-  });
-  await managed.kubectl([
-    'patch',
-    'pod',
-    'echo',
-    '-n',
-    AGENT_NS,
-    '--subresource=status',
-    '--type=merge',
-    '-p',
-    JSON.stringify({ status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } }),
-  ]);
+  await podAtBackend((args, opts) => managed.kubectl(args, opts), AGENT_NS, 'echo', backend);
   signer = await newCA('peering-test users');
   const issued = await issueCert(signer, {
     commonName: 'alice',

@@ -26,7 +26,7 @@ import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from 
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { eventually } from '../dev/eventually.ts';
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
-import { startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
+import { podAtBackend, startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
 
 const NS = 'sealion-concierge';
@@ -235,27 +235,7 @@ beforeAll(async () => {
     const result = await managed.kubectl(args);
     if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
   }
-  const pod = await managed.kubectl(['apply', '-n', AGENT_NS, '-f', '-'], {
-    input: JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'echo' },
-      spec: { containers: [{ name: 'echo', image: 'echo:none' }], automountServiceAccountToken: false },
-    }),
-  });
-  if (pod.code !== 0) throw new Error(`creating the echo Pod: ${pod.stderr}`);
-  const status = { status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } };
-  await managed.kubectl([
-    'patch',
-    'pod',
-    'echo',
-    '-n',
-    AGENT_NS,
-    '--subresource=status',
-    '--type=merge',
-    '-p',
-    JSON.stringify(status),
-  ]);
+  await podAtBackend((args, opts) => managed.kubectl(args, opts), AGENT_NS, 'echo', backend);
 }, 180_000);
 
 afterAll(async () => {

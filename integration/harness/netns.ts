@@ -315,3 +315,37 @@ export async function startNetnsBackend(): Promise<NetnsBackend> {
     throw err;
   }
 }
+
+/**
+ * A Pod object named `name` in `namespace` whose status points at `backend`, so that the API server's pod proxy
+ * reaches it (no kubelet runs the Pod: its status is written directly). `kubectl` runs as the cluster's admin.
+ */
+export async function podAtBackend(
+  kubectl: (args: string[], opts?: { input?: string }) => Promise<{ code: number; stderr: string }>,
+  namespace: string,
+  name: string,
+  backend: Pick<NetnsBackend, 'ip'>,
+): Promise<void> {
+  const pod = await kubectl(['apply', '-n', namespace, '-f', '-'], {
+    input: JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name },
+      spec: { containers: [{ name, image: `${name}:none` }], automountServiceAccountToken: false },
+    }),
+  });
+  if (pod.code !== 0) throw new Error(`creating the Pod ${name}: ${pod.stderr}`);
+  const status = { status: { phase: 'Running', podIP: backend.ip, podIPs: [{ ip: backend.ip }] } };
+  const patched = await kubectl([
+    'patch',
+    'pod',
+    name,
+    '-n',
+    namespace,
+    '--subresource=status',
+    '--type=merge',
+    '-p',
+    JSON.stringify(status),
+  ]);
+  if (patched.code !== 0) throw new Error(`writing the status of the Pod ${name}: ${patched.stderr}`);
+}
