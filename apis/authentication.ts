@@ -78,6 +78,16 @@ export interface JWTAuthenticatorSpec {
    * it only for an issuer you trust as much as the cluster's own components. Default: false.
    */
   allowSystemNames?: boolean;
+  /**
+   * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
+   * seconds: from 1 minute to 1 day. A longer life spares tools that hold connections open (k9s, IDEs) a login every
+   * few minutes, but a certificate cannot be revoked before it expires, so keep it as short as your users bear.
+   * Default: 300 (5 minutes).
+   * @asType integer
+   * @minimum 60
+   * @maximum 86400
+   */
+  credentialLifetimeSeconds?: number;
 }
 
 /** Trust bearer tokens that a TokenReview webhook accepts. */
@@ -99,6 +109,16 @@ export interface WebhookAuthenticatorSpec {
    * `system:serviceaccount:…`). Default: false.
    */
   allowSystemNames?: boolean;
+  /**
+   * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
+   * seconds: from 1 minute to 1 day. A longer life spares tools that hold connections open (k9s, IDEs) a login every
+   * few minutes, but a certificate cannot be revoked before it expires, so keep it as short as your users bear.
+   * Default: 300 (5 minutes).
+   * @asType integer
+   * @minimum 60
+   * @maximum 86400
+   */
+  credentialLifetimeSeconds?: number;
 }
 
 /** A way for clients to reach the concierge: through the impersonation proxy or the TokenCredentialRequest API. */

@@ -7,6 +7,13 @@ export interface TokenCredentialRequestSpec {
   token: string;
   /** The JWTAuthenticator or WebhookAuthenticator to validate it with. */
   authenticator: TypedLocalObjectReference;
+  /**
+   * A PEM certificate signing request (PKCS #10, ECDSA P-256) for a key the client made and keeps. Its signature
+   * proves the client holds the key; the certificate is issued for that key, and no private key crosses the wire.
+   * Only the key is taken from it: the subject comes from the token. Sealion's own; Pinniped's clients leave it out
+   * and get a key made for them.
+   */
+  certificateSigningRequest?: string;
 }
 
 /** A short-lived client credential. */
@@ -15,8 +22,8 @@ export interface ClusterCredential {
   expirationTimestamp: string;
   /** PEM client certificate (CN = username, O = groups), signed by the proxy's signer CA. */
   clientCertificateData: string;
-  /** PEM private key of the client certificate. */
-  clientKeyData: string;
+  /** PEM private key of the client certificate; empty when the request carried a CSR (the client has the key). */
+  clientKeyData?: string;
   /** Unused; present for Pinniped compatibility. */
   token?: string;
 }
@@ -37,5 +44,9 @@ export interface TokenCredentialRequest {
 
 /** The one message every failed TokenCredentialRequest carries, whatever the reason (which goes to the log). */
 export const AUTHENTICATION_FAILED = 'authentication failed';
-/** Lifetime of an issued client certificate. */
-export const CREDENTIAL_LIFETIME_MS = 5 * 60 * 1000;
+/** Lifetime of an issued client certificate unless the authenticator's spec.credentialLifetimeSeconds says. */
+export const DEFAULT_CREDENTIAL_LIFETIME_SECONDS = 5 * 60;
+/** The bounds of spec.credentialLifetimeSeconds (the CRD checks them too). */
+export const CREDENTIAL_LIFETIME_BOUNDS = { min: 60, max: 24 * 3600 } as const;
+/** A CSR is a few hundred bytes; this bounds what the parser is given. */
+export const MAX_CSR_BYTES = 16 * 1024;

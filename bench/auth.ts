@@ -21,7 +21,7 @@ export async function benchAuth(): Promise<void> {
     Array.from({ length: 2000 }, (_, i) => issuer.mint({ username: `user-${i}`, groups: ['a', 'b'] })),
   );
   const cache = new AuthenticatorCache();
-  cache.set('JWTAuthenticator', 'bench', authenticator, issuer.url);
+  cache.set('JWTAuthenticator', 'bench', authenticator, { issuer: issuer.url });
 
   const ca = await newCA('bench-webhook');
   const cert = await issueCert(ca, { commonName: 'webhook', hosts: ['127.0.0.1'], usage: 'server' });

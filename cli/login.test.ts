@@ -4,7 +4,8 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { X509Certificate } from 'node:crypto';
+import { issueCert, newCA, publicKeyFromCSR, type CertificateAuthority } from '../lib/pki.ts';
 import { configDir, staticLogin, type StaticLoginFlags } from './login.ts';
 
 // A stand-in for the proxy's TokenCredentialRequest endpoint: real TLS on port 0.
@@ -13,6 +14,9 @@ let endpoint: string;
 let caData: string;
 let exchanges = 0;
 let home: string;
+let signer: CertificateAuthority;
+/** Every request body the stand-in received, as sent. */
+const bodies: string[] = [];
 
 const flags = (over: Partial<StaticLoginFlags> = {}): StaticLoginFlags => ({
   token: 'good-token',
@@ -34,6 +38,7 @@ const env = (): NodeJS.ProcessEnv => ({
 });
 
 beforeAll(async () => {
+  signer = await newCA('signer-ca');
   const ca = await newCA('proxy-ca');
   const cert = await issueCert(ca, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
   caData = Buffer.from(ca.certPem).toString('base64');
@@ -42,21 +47,37 @@ beforeAll(async () => {
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
       exchanges++;
-      const spec = (JSON.parse(body) as { spec: { token: string; authenticator: { name: string } } }).spec;
+      bodies.push(body);
+      const spec = (
+        JSON.parse(body) as {
+          spec: { token: string; authenticator: { name: string }; certificateSigningRequest?: string };
+        }
+      ).spec;
       const ok =
         req.url === '/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests' &&
-        spec.token === 'good-token' &&
+        spec.token.endsWith('good-token') &&
         spec.authenticator.name === 'corp';
-      const status = ok
-        ? {
-            credential: {
-              clientCertificateData: `cert-${exchanges}`,
-              clientKeyData: `key-${exchanges}`,
-              expirationTimestamp: new Date(Date.now() + 5 * 60_000).toISOString(),
-            },
-          }
-        : { message: 'authentication failed' };
-      res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ status }));
+      const expirationTimestamp = new Date(Date.now() + 5 * 60_000).toISOString();
+      // `pop-good-token` plays Sealion's concierge, which certifies the CSR's key; any other token plays one that
+      // makes a key itself (Pinniped's, which ignores the CSR).
+      const answer = async (): Promise<object> => {
+        if (!ok) return { message: 'authentication failed' };
+        if (spec.token === 'pop-good-token' && spec.certificateSigningRequest) {
+          const publicKey = await publicKeyFromCSR(spec.certificateSigningRequest);
+          const cert = await issueCert(signer, { commonName: 'alice', usage: 'client', publicKey });
+          return { credential: { clientCertificateData: cert.certPem, expirationTimestamp } };
+        }
+        return {
+          credential: {
+            clientCertificateData: `cert-${exchanges}`,
+            clientKeyData: `key-${exchanges}`,
+            expirationTimestamp,
+          },
+        };
+      };
+      void answer().then((status) =>
+        res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ status })),
+      );
     });
   });
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
@@ -113,6 +134,27 @@ describe('sealion login static', () => {
     const all = await Promise.all(Array.from({ length: 5 }, () => staticLogin(flags(), env())));
     expect(new Set(all.map((c) => c.status.clientCertificateData))).toEqual(new Set(['cert-1']));
     expect(exchanges).toBe(1);
+    rmSync(home, { recursive: true });
+  });
+
+  it('sends a CSR by default and keeps the key it made; the certificate is checked to be for that key', async () => {
+    bodies.length = 0;
+    const credential = await staticLogin(flags({ token: 'pop-good-token' }), env());
+    expect(bodies).toHaveLength(1);
+    expect(bodies[0]).toContain('BEGIN CERTIFICATE REQUEST');
+    expect(bodies[0]).not.toMatch(/PRIVATE KEY/);
+    const cert = new X509Certificate(credential.status.clientCertificateData!);
+    expect(
+      cert.checkPrivateKey((await import('node:crypto')).createPrivateKey(credential.status.clientKeyData!)),
+    ).toBe(true);
+    rmSync(home, { recursive: true });
+  });
+
+  it('sends no CSR without proof of possession, and takes the key a Pinniped-style concierge makes', async () => {
+    bodies.length = 0;
+    const credential = await staticLogin(flags({ proofOfPossession: false }), env());
+    expect(bodies[0]).not.toContain('certificateSigningRequest');
+    expect(credential.status).toMatchObject({ clientCertificateData: 'cert-1', clientKeyData: 'key-1' });
     rmSync(home, { recursive: true });
   });
 

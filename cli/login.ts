@@ -36,6 +36,11 @@ interface ExecInfo {
 /** How a token becomes a credential: as it is, or exchanged for a client certificate. */
 export interface ExchangeFlags {
   exchange: boolean;
+  /**
+   * Send a CSR for a key made here, so that the private key never crosses the wire (Sealion's concierge); false:
+   * the concierge makes the key, as Pinniped's does. Default: true.
+   */
+  proofOfPossession?: boolean;
   authenticatorType: 'jwt' | 'webhook';
   authenticatorName: string;
   groupSuffix: string;
@@ -54,6 +59,8 @@ export interface OIDCLoginFlags extends ExchangeFlags {
   caBundleData: string;
   listenPort: string;
   skipBrowser: boolean;
+  /** Log in with the device authorization grant: a code entered on another device, no browser here. */
+  device?: boolean;
 }
 
 export interface StaticLoginFlags extends ExchangeFlags {
@@ -77,7 +84,8 @@ function tokenOf(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): string {
 
 /**
  * Trades `token` for a client certificate: a TokenCredentialRequest to the proxy at `endpoint`, naming the
- * authenticator to check it with. The answer (201 either way) carries a certificate or a message.
+ * authenticator to check it with, and with `csrPem` the certificate request for the caller's own key. The answer
+ * (201 either way) carries a certificate or a message.
  */
 export async function exchange(
   endpoint: string,
@@ -85,12 +93,17 @@ export async function exchange(
   token: string,
   authenticator: { kind: Kind; name: string },
   groupSuffix = DEFAULT_GROUP_SUFFIX,
+  csrPem?: string,
 ): Promise<ClusterCredential> {
   const groups = apiGroups(groupSuffix);
   const body: TokenCredentialRequest = {
     apiVersion: `${groups.login}/${VERSION}`,
     kind: 'TokenCredentialRequest',
-    spec: { token, authenticator: { apiGroup: groups.authentication, ...authenticator } },
+    spec: {
+      token,
+      authenticator: { apiGroup: groups.authentication, ...authenticator },
+      ...(csrPem ? { certificateSigningRequest: csrPem } : {}),
+    },
   };
   const path = `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`;
   let answer: TokenCredentialRequest;
@@ -198,25 +211,53 @@ export async function credentialFor(
     // Another process may have exchanged while this one waited for the lock.
     const meanwhile = readCached(file);
     if (meanwhile) return meanwhile;
+    // The key is made here only when needed: its modules cost startup time that a cached credential never pays.
+    const own = flags.proofOfPossession === false ? undefined : await ownKey();
     const credential = await exchange(
       endpoint,
       caPem,
       token,
       { kind, name: flags.authenticatorName },
       flags.groupSuffix,
+      own?.csrPem,
     );
     const result: ExecCredential = {
       apiVersion: EXEC_API_VERSION,
       kind: 'ExecCredential',
       status: {
         clientCertificateData: credential.clientCertificateData,
-        clientKeyData: credential.clientKeyData,
+        clientKeyData: await keyFor(credential, own),
         expirationTimestamp: credential.expirationTimestamp,
       },
     };
     writeCache(file, result);
     return result;
   });
+}
+
+/** A fresh key pair and a CSR for it; the private key stays in this process and the 0600 cache. */
+async function ownKey(): Promise<{ csrPem: string; keyPem: string }> {
+  const { newCSR } = await import('../lib/pki.ts');
+  // The subject is the concierge's to decide (it takes only the key), so the CSR names nobody.
+  return newCSR('sealion-login');
+}
+
+/**
+ * The private key that goes with the issued certificate: ours when we sent a CSR, after checking the certificate
+ * is for our key; the concierge's when it made one (Pinniped's concierge, or a request without a CSR).
+ */
+async function keyFor(credential: ClusterCredential, own: { keyPem: string } | undefined): Promise<string> {
+  if (credential.clientKeyData) return credential.clientKeyData;
+  if (!own) throw new Error('exchange token: the concierge returned a certificate without its key');
+  const { X509Certificate, createPrivateKey, createPublicKey } = await import('node:crypto');
+  const certified = new X509Certificate(credential.clientCertificateData).publicKey.export({
+    type: 'spki',
+    format: 'der',
+  });
+  const ours = createPublicKey(createPrivateKey(own.keyPem)).export({ type: 'spki', format: 'der' });
+  if (!certified.equals(ours))
+    throw new Error('exchange token: the concierge returned a certificate for a key other than ours');
+  return own.keyPem;
 }
 
 /** What `sealion login static` prints. Exported for tests; `env` stands for process.env. */
@@ -227,7 +268,15 @@ export async function staticLogin(flags: StaticLoginFlags, env: NodeJS.ProcessEn
 /** The --exchange options both plugins share. */
 function exchangeOptions(command: Command): Command {
   return command
-    .option('--exchange', 'trade the token for a 5-minute client certificate (TokenCredentialRequest)', false)
+    .option(
+      '--exchange',
+      'trade the token for a short-lived client certificate (TokenCredentialRequest)',
+      false,
+    )
+    .option(
+      '--no-proof-of-possession',
+      "with --exchange, let the concierge make the certificate's key (as Pinniped does) instead of sending a CSR",
+    )
     .option('--authenticator-type <type>', 'jwt or webhook: which kind checks the token', 'webhook')
     .option('--authenticator-name <name>', 'the authenticator that checks the token (with --exchange)', '')
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
@@ -279,16 +328,23 @@ Examples (kubectl runs these from a kubeconfig; see sealion get kubeconfig):
       )
       .option('--ca-bundle-data <base64>', "the issuer's CA bundle (default: the system roots)", '')
       .option('--listen-port <port>', 'port of the localhost callback (0: any free one)', '0')
-      .option('--skip-browser', 'print the login URL instead of opening a browser', false),
+      .option('--skip-browser', 'print the login URL instead of opening a browser', false)
+      .option(
+        '--device',
+        'log in on another device with a code (device authorization grant), for machines without a browser',
+        false,
+      ),
   )
     .addHelpText(
       'after',
       `
 Sessions (ID and refresh tokens) are cached per issuer, client and scopes; a cached ID token is used until shortly
-before it expires, then refreshed without a browser when the issuer gave a refresh token.
+before it expires, then refreshed without a browser when the issuer gave a refresh token. Only when the refresh
+fails (the refresh token expired or was revoked) does the browser open again, or with --device a code is printed.
 
 Examples:
   sealion login oidc --issuer https://dex.example.com --client-id sealion-cli
+  sealion login oidc --issuer https://dex.example.com --device     # on a machine without a browser
   sealion login oidc --issuer https://dex.example.com --skip-browser --exchange \\
     --authenticator-type jwt --authenticator-name corp`,
     )

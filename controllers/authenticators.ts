@@ -98,7 +98,12 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       if (!ready) {
         result = await validate(obj);
         if (result.authenticator) {
-          deps.cache.set(kind, name, result.authenticator, result.issuer);
+          deps.cache.set(kind, name, result.authenticator, {
+            ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
+            ...(obj.spec.credentialLifetimeSeconds === undefined
+              ? {}
+              : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
+          });
           validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.
           if (obj.spec.allowSystemNames === true)

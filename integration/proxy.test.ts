@@ -324,6 +324,85 @@ describe('the impersonation proxy against a real API server', () => {
     expect(missing.status).toBe(422);
   });
 
+  it('certifies the key of a CSR for the authenticator’s lifetime, and never sends a private key back', async () => {
+    const { newCSR } = await import('../lib/pki.ts');
+    const { X509Certificate } = await import('node:crypto');
+    const tcr = (spec: object) =>
+      call('/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          apiVersion: 'login.concierge.sealion.dev/v1alpha1',
+          kind: 'TokenCredentialRequest',
+          spec: {
+            token: userToken,
+            authenticator: { apiGroup: GROUP, kind: 'JWTAuthenticator', name: 'demo' },
+            ...spec,
+          },
+        }),
+      });
+    type Answer = {
+      status: {
+        credential?: { clientCertificateData: string; clientKeyData?: string; expirationTimestamp: string };
+      };
+    };
+    // An hour instead of the 5-minute default, for this authenticator's users.
+    const patched = await cluster.kubectl([
+      'patch',
+      'jwtauthenticator',
+      'demo',
+      '--type=merge',
+      '-p',
+      '{"spec":{"credentialLifetimeSeconds":3600}}',
+    ]);
+    expect(patched.code).toBe(0);
+    const own = await newCSR('whoever-the-client-says');
+    const credential = await eventually(async () => {
+      const got = await tcr({ certificateSigningRequest: own.csrPem });
+      expect(got.status).toBe(201);
+      const answer = (JSON.parse(got.body) as Answer).status.credential!;
+      expect(Date.parse(answer.expirationTimestamp) - Date.now()).toBeGreaterThan(55 * 60_000);
+      return { answer, body: got.body };
+    });
+    expect(credential.body).not.toMatch(/PRIVATE KEY/);
+    expect(credential.answer.clientKeyData).toBeUndefined();
+    const cert = new X509Certificate(credential.answer.clientCertificateData);
+    // The key is the CSR's; the subject is the token's, whatever the CSR named.
+    expect(cert.checkPrivateKey((await import('node:crypto')).createPrivateKey(own.keyPem))).toBe(true);
+    expect(cert.subject).toContain(`CN=${USER}`);
+    expect(cert.subject).not.toContain('whoever');
+    const certConfig = writeKubeconfig(
+      'pop',
+      proxy.kubeconfig({ certPem: credential.answer.clientCertificateData, keyPem: own.keyPem }),
+    );
+    const whoami = JSON.parse((await asUser(['auth', 'whoami', '-o', 'json'], certConfig)).stdout) as {
+      status: { userInfo: { username: string } };
+    };
+    expect(whoami.status.userInfo.username).toBe(USER);
+
+    // A CSR whose signature does not match its key proves nothing: refused, with the reason.
+    // (The signature is the last element of the DER: its last byte changed, the key and subject stay.)
+    const der = Buffer.from(own.csrPem.replace(/-----[A-Z ]+-----|\s/g, ''), 'base64');
+    der[der.length - 1]! ^= 0xff;
+    const forged = `-----BEGIN CERTIFICATE REQUEST-----\n${der.toString('base64')}\n-----END CERTIFICATE REQUEST-----\n`;
+    for (const bad of [forged, 'not a CSR', 42]) {
+      const refused = await tcr({ certificateSigningRequest: bad });
+      expect(refused.status).toBe(422);
+      expect(JSON.parse(refused.body)).toMatchObject({ kind: 'Status', code: 422 });
+    }
+    // Pinniped's request, without a CSR, still gets a key made for it.
+    const plain = (JSON.parse((await tcr({})).body) as Answer).status.credential!;
+    expect(plain.clientKeyData).toMatch(/PRIVATE KEY/);
+    await cluster.kubectl([
+      'patch',
+      'jwtauthenticator',
+      'demo',
+      '--type=json',
+      '-p',
+      '[{"op":"remove","path":"/spec/credentialLifetimeSeconds"}]',
+    ]);
+  });
+
   it('answers WhoAmIRequest with the user the proxy sees', async () => {
     const answer = await call('/apis/identity.concierge.sealion.dev/v1alpha1/whoamirequests', {
       method: 'POST',

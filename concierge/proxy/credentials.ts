@@ -1,22 +1,29 @@
 // Client certificates for TokenCredentialRequest: ECDSA keys and signatures from native crypto, signed by the
-// proxy's current signer CA, which the proxy itself trusts for client authentication.
+// proxy's current signer CA, which the proxy itself trusts for client authentication. The key is the client's own
+// when it sent a CSR, else one made here and handed back with the certificate.
+import type { webcrypto } from 'node:crypto';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { issueCert, type CertificateAuthority } from '../../lib/pki.ts';
 
 export interface IssuedCredential {
   certPem: string;
+  /** Empty when the certificate is for the caller's public key. */
   keyPem: string;
   notAfter: Date;
 }
 
 export interface ClientCertSigner {
   /** Undefined when no signer CA is loaded yet (TokenCredentialRequest then fails closed). */
-  issue(user: UserInfo, lifetimeMs: number): Promise<IssuedCredential | undefined>;
+  issue(
+    user: UserInfo,
+    lifetimeMs: number,
+    publicKey?: webcrypto.CryptoKey,
+  ): Promise<IssuedCredential | undefined>;
 }
 
 export function newClientCertSigner(currentCA: () => CertificateAuthority | undefined): ClientCertSigner {
   return {
-    async issue(user, lifetimeMs) {
+    async issue(user, lifetimeMs, publicKey) {
       const ca = currentCA();
       if (!ca) return undefined;
       const issued = await issueCert(ca, {
@@ -24,6 +31,7 @@ export function newClientCertSigner(currentCA: () => CertificateAuthority | unde
         organizations: user.groups,
         usage: 'client',
         validityMs: lifetimeMs,
+        ...(publicKey ? { publicKey } : {}),
       });
       return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.cert.notAfter };
     },

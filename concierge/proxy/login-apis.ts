@@ -3,8 +3,15 @@
 // "authentication failed" (the reason goes to the log).
 import type { ApiGroups } from '../../apis/groups.ts';
 import { VERSION } from '../../apis/groups.ts';
-import { AUTHENTICATION_FAILED, CREDENTIAL_LIFETIME_MS } from '../../apis/login.ts';
+import {
+  AUTHENTICATION_FAILED,
+  CREDENTIAL_LIFETIME_BOUNDS,
+  DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
+  MAX_CSR_BYTES,
+} from '../../apis/login.ts';
+import { publicKeyFromCSR } from '../../lib/pki.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import type { webcrypto } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import { MAX_TOKEN_BYTES, type UserInfo } from '../../lib/authn/types.ts';
@@ -14,10 +21,11 @@ import type { ClientCertSigner } from './credentials.ts';
 import { send, writeStatus } from '../../lib/kube-status.ts';
 
 /**
- * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES) and an authenticator's name; a WhoAmIRequest is
- * nearly empty. Anything larger is not one of them, and both APIs take a body from callers who may be nobody.
+ * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES), an authenticator's name and perhaps a CSR; a
+ * WhoAmIRequest is nearly empty. Anything larger is not one of them, and both APIs take a body from callers who may
+ * be nobody.
  */
-const MAX_BODY_BYTES = MAX_TOKEN_BYTES + 4 * 1024;
+const MAX_BODY_BYTES = MAX_TOKEN_BYTES + MAX_CSR_BYTES + 4 * 1024;
 /** The whole body must arrive within this; a real client sends these few KiB at once. */
 const BODY_TIMEOUT_MS = 10_000;
 
@@ -102,6 +110,18 @@ export interface LoginDeps {
   bodyTimeoutMs?: number;
 }
 
+/**
+ * The authenticator's certificate lifetime, kept within bounds even if its CRD's validation was loosened: a
+ * certificate cannot be revoked, so no edit may make one live for a week.
+ */
+function credentialLifetimeSeconds(configured: number | undefined): number {
+  if (configured === undefined || !Number.isFinite(configured)) return DEFAULT_CREDENTIAL_LIFETIME_SECONDS;
+  return Math.min(
+    CREDENTIAL_LIFETIME_BOUNDS.max,
+    Math.max(CREDENTIAL_LIFETIME_BOUNDS.min, Math.floor(configured)),
+  );
+}
+
 export async function handleTokenCredentialRequest(
   req: Request,
   res: Response,
@@ -154,6 +174,27 @@ export async function handleTokenCredentialRequest(
   }
   if (isRecord(body['metadata']) && body['metadata']['namespace'])
     return writeStatus(res, 400, 'TokenCredentialRequest is cluster-scoped; leave out metadata.namespace');
+  // A CSR is checked before the token: a malformed one is the caller's mistake, said plainly, and costs no
+  // authenticator a call. What it proves (possession of the key) says nothing about who the caller is.
+  const csr = isRecord(spec) ? spec['certificateSigningRequest'] : undefined;
+  let publicKey: webcrypto.CryptoKey | undefined;
+  if (csr !== undefined && csr !== '') {
+    if (typeof csr !== 'string' || csr.length > MAX_CSR_BYTES)
+      return writeStatus(
+        res,
+        422,
+        `spec.certificateSigningRequest must be a PEM certificate request of at most ${MAX_CSR_BYTES} bytes`,
+      );
+    try {
+      publicKey = await publicKeyFromCSR(csr);
+    } catch (err) {
+      return writeStatus(
+        res,
+        422,
+        `spec.certificateSigningRequest: ${(err as Error).message} (an ECDSA P-256 key is required)`,
+      );
+    }
+  }
 
   const answer = (status: object): void =>
     send(
@@ -193,13 +234,18 @@ export async function handleTokenCredentialRequest(
     return failed('users with extra attributes cannot be expressed in a client certificate');
   const problem = identityProblem(result.user);
   if (problem) return failed(`${result.authenticator}: ${problem}`);
-  const issued = await deps.signer.issue(result.user, CREDENTIAL_LIFETIME_MS);
+  const issued = await deps.signer.issue(
+    result.user,
+    credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
+    publicKey,
+  );
   if (!issued) return failed('no signer CA is loaded');
   deps.log.info(
     {
       user: result.user.username,
       authenticator: result.authenticator,
       expires: issued.notAfter.toISOString(),
+      keyFrom: publicKey ? 'client' : 'concierge',
     },
     'issued client certificate',
   );
@@ -207,7 +253,7 @@ export async function handleTokenCredentialRequest(
     credential: {
       expirationTimestamp: issued.notAfter.toISOString(),
       clientCertificateData: issued.certPem,
-      clientKeyData: issued.keyPem,
+      ...(publicKey ? {} : { clientKeyData: issued.keyPem }),
     },
   });
 }

@@ -37,7 +37,7 @@ describe('reused answers', () => {
   it('gives a success again until its reusableUntil, without asking the authenticator', async () => {
     const cache = new AuthenticatorCache();
     const jwt = countingAuthenticator(() => ({ ...user('alice'), reusableUntil: Date.now() + 60_000 }));
-    cache.set('JWTAuthenticator', 'corp', jwt, ISSUER);
+    cache.set('JWTAuthenticator', 'corp', jwt, { issuer: ISSUER });
     const token = tokenFor('alice');
     const first = await cache.authenticate(token);
     expect(first).toMatchObject({
@@ -57,8 +57,8 @@ describe('reused answers', () => {
     const reusable = (): AuthResult => ({ ...user('alice'), reusableUntil: Date.now() + 60_000 });
     const corp = countingAuthenticator(reusable);
     const other = countingAuthenticator(reusable);
-    cache.set('JWTAuthenticator', 'corp', corp, ISSUER);
-    cache.set('JWTAuthenticator', 'other', other, 'https://other.example.com');
+    cache.set('JWTAuthenticator', 'corp', corp, { issuer: ISSUER });
+    cache.set('JWTAuthenticator', 'other', other, { issuer: 'https://other.example.com' });
     const token = tokenFor('alice');
     // TokenCredentialRequest names the authenticator: corp's answer holds for corp, asked once.
     for (let i = 0; i < 2; i++)
@@ -80,7 +80,7 @@ describe('reused answers', () => {
   ])('asks every time for %s', async (_, answer) => {
     const cache = new AuthenticatorCache();
     const jwt = countingAuthenticator(answer);
-    cache.set('JWTAuthenticator', 'corp', jwt, ISSUER);
+    cache.set('JWTAuthenticator', 'corp', jwt, { issuer: ISSUER });
     const token = tokenFor('alice');
     await cache.authenticate(token);
     await cache.authenticate(token);
@@ -90,17 +90,17 @@ describe('reused answers', () => {
   it('forgets every answer when an authenticator is replaced or removed', async () => {
     const cache = new AuthenticatorCache();
     const reusable = (name: string) => () => ({ ...user(name), reusableUntil: Date.now() + 60_000 });
-    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable('alice')), ISSUER);
+    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable('alice')), { issuer: ISSUER });
     const token = tokenFor('alice');
     expect(await cache.authenticate(token)).toMatchObject({ ok: true, user: { username: 'alice' } });
 
     // A changed spec (say, another audience) builds a new authenticator that now refuses the token.
     const stricter = countingAuthenticator(() => ({ ok: false, reason: 'wrong audience' }));
-    cache.set('JWTAuthenticator', 'corp', stricter, ISSUER);
+    cache.set('JWTAuthenticator', 'corp', stricter, { issuer: ISSUER });
     expect(await cache.authenticate(token)).toMatchObject({ ok: false });
     expect(stricter.asked).toBe(1);
 
-    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable('alice')), ISSUER);
+    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable('alice')), { issuer: ISSUER });
     expect(await cache.authenticate(token)).toMatchObject({ ok: true });
     cache.delete('JWTAuthenticator', 'corp');
     expect(await cache.authenticate(token)).toMatchObject({ ok: false });
@@ -115,11 +115,11 @@ describe('reused answers', () => {
           release = () => done({ ...user('alice'), reusableUntil: Date.now() + 60_000 });
         }),
     };
-    cache.set('JWTAuthenticator', 'corp', slow, ISSUER);
+    cache.set('JWTAuthenticator', 'corp', slow, { issuer: ISSUER });
     const token = tokenFor('alice');
     const pending = cache.authenticate(token);
     const refusing = countingAuthenticator(() => ({ ok: false, reason: 'revoked' }));
-    cache.set('JWTAuthenticator', 'corp', refusing, ISSUER);
+    cache.set('JWTAuthenticator', 'corp', refusing, { issuer: ISSUER });
     release();
     expect(await pending).toMatchObject({ ok: true });
     expect(await cache.authenticate(token)).toMatchObject({ ok: false });

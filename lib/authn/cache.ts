@@ -13,6 +13,14 @@ interface Entry {
   authenticator: TokenAuthenticator & { close?: () => void };
   /** For JWT authenticators: the issuer tokens must name. */
   issuer?: string;
+  /** The lifetime of client certificates issued on its word (its spec.credentialLifetimeSeconds). */
+  credentialLifetimeSeconds?: number;
+}
+
+/** What an authenticator is loaded with besides itself. */
+export interface AuthenticatorSettings {
+  issuer?: string;
+  credentialLifetimeSeconds?: number;
 }
 
 /**
@@ -47,10 +55,15 @@ export class AuthenticatorCache {
   }
 
   /** Adds or replaces an authenticator; the one it replaces is closed. */
-  set(kind: AuthenticatorKind, name: string, authenticator: Entry['authenticator'], issuer?: string): void {
+  set(
+    kind: AuthenticatorKind,
+    name: string,
+    authenticator: Entry['authenticator'],
+    settings: AuthenticatorSettings = {},
+  ): void {
     const key = AuthenticatorCache.key(kind, name);
     const previous = this.entries.get(key);
-    this.entries.set(key, { kind, name, authenticator, ...(issuer === undefined ? {} : { issuer }) });
+    this.entries.set(key, { kind, name, authenticator, ...settings });
     this.reindex();
     if (previous && previous.authenticator !== authenticator) previous.authenticator.close?.();
   }
@@ -115,13 +128,16 @@ export class AuthenticatorCache {
     return this.first(this.webhooks, token, signal);
   }
 
-  /** Authenticates with one named authenticator (TokenCredentialRequest names it). */
+  /**
+   * Authenticates with one named authenticator (TokenCredentialRequest names it). A success carries the lifetime
+   * that authenticator gives certificates, read from the same entry that answered.
+   */
   async authenticateWith(
     kind: AuthenticatorKind,
     name: string,
     token: string,
     signal?: AbortSignal,
-  ): Promise<AuthResult> {
+  ): Promise<AuthResult & { credentialLifetimeSeconds?: number }> {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
     const tooLarge = oversized(token);
@@ -129,12 +145,16 @@ export class AuthenticatorCache {
     // Kept apart from the answers for any authenticator: this one's answer must not become the answer a bearer
     // token gets when several authenticators take it.
     const key = `${AuthenticatorCache.key(kind, name)}:${hash('sha256', token, 'base64url')}`;
+    const lifetime =
+      entry.credentialLifetimeSeconds === undefined
+        ? {}
+        : { credentialLifetimeSeconds: entry.credentialLifetimeSeconds };
     const reused = this.reused.get(key);
-    if (reused) return reused;
+    if (reused) return { ...reused, ...lifetime };
     const generation = this.generation;
     const result = await this.first([entry], token, signal);
     this.remember(key, result, generation);
-    return result;
+    return { ...result, ...lifetime };
   }
 
   /** Keeps a reusable answer until it says, unless an authenticator changed since it was asked for. */

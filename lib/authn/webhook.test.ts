@@ -238,7 +238,7 @@ describe('the authenticator cache', () => {
     const jwt = (
       await validateJWT({ issuer: issuer.url, audience: 'sealion', caBundlePem: issuer.caPem }, undefined)
     ).authenticator!;
-    cache.set('JWTAuthenticator', 'corp', jwt, issuer.url);
+    cache.set('JWTAuthenticator', 'corp', jwt, { issuer: issuer.url });
     cache.set(
       'WebhookAuthenticator',
       'hook',
