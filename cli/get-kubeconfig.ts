@@ -6,6 +6,7 @@ import { Command } from 'commander';
 import { stringify } from 'yaml';
 import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION } from './login.ts';
 
@@ -31,6 +32,10 @@ export interface GetKubeconfigFlags {
   output: string;
   /** A cluster reached through its agent (`/clusters/<name>` on the proxy); empty: the proxy's own cluster. */
   cluster: string;
+  /** A context for the proxy's own cluster and one for each connected agent-backed cluster, sharing one user. */
+  allClusters: boolean;
+  /** The OIDC login uses the device authorization grant. */
+  oidcDevice: boolean;
 }
 
 interface Found {
@@ -115,6 +120,7 @@ async function proxyEndpoint(
 
 export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: string) => void): Promise<string> {
   if (!Number.isFinite(Number(flags.timeout))) throw new Error('--timeout must be a number of seconds');
+  if (flags.cluster && flags.allClusters) throw new Error('give --cluster or --all-clusters, not both');
   const { newKubeClients } = await import('../lib/kube.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
   const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);
@@ -142,6 +148,7 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
         flags.oidcScopes,
         ...(oidcCA ? ['--ca-bundle-data', oidcCA] : []),
         ...(flags.oidcSkipBrowser ? ['--skip-browser'] : []),
+        ...(flags.oidcDevice ? ['--device'] : []),
       ];
   const args = [
     MAIN,
@@ -163,20 +170,26 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
       : []),
     ...(flags.groupSuffix === DEFAULT_GROUP_SUFFIX ? [] : ['--group-suffix', flags.groupSuffix]),
   ];
+  const proxy = endpoint.endpoint.replace(/\/$/, '');
+  const contexts = flags.allClusters
+    ? [
+        { name, server: endpoint.endpoint },
+        ...(await connectedClusters(clients, flags.groupSuffix, say)).map((cluster) => ({
+          // Apart from the proxy's own context even when a cluster has the authenticator's name.
+          name: `sealion-${cluster}` === name ? `sealion-cluster-${cluster}` : `sealion-${cluster}`,
+          server: `${proxy}/clusters/${cluster}`,
+        })),
+      ]
+    : [{ name, server: flags.cluster ? `${proxy}/clusters/${flags.cluster}` : endpoint.endpoint }];
+  // One user for every context: the same plugin command, so one login (and one certificate, which the proxy's
+  // endpoint issues for all its clusters) serves them all.
   return stringify({
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [
-      {
-        name,
-        cluster: {
-          server: flags.cluster
-            ? `${endpoint.endpoint.replace(/\/$/, '')}/clusters/${flags.cluster}`
-            : endpoint.endpoint,
-          'certificate-authority-data': endpoint.certificateAuthorityData,
-        },
-      },
-    ],
+    clusters: contexts.map((c) => ({
+      name: c.name,
+      cluster: { server: c.server, 'certificate-authority-data': endpoint.certificateAuthorityData },
+    })),
     users: [
       {
         name,
@@ -194,9 +207,27 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
         },
       },
     ],
-    contexts: [{ name, context: { cluster: name, user: name } }],
+    contexts: contexts.map((c) => ({ name: c.name, context: { cluster: c.name, user: name } })),
     'current-context': name,
   });
+}
+
+/** The agent-backed clusters whose agent holds a tunnel now, by name; the others are named on stderr. */
+async function connectedClusters(
+  clients: KubeClients,
+  groupSuffix: string,
+  say: (line: string) => void,
+): Promise<string[]> {
+  const list = (await clients.customObjects.listClusterCustomObject({
+    group: apiGroups(groupSuffix).tunnel,
+    version: VERSION,
+    plural: Resource.Cluster,
+  })) as { items: Pick<Cluster, 'metadata' | 'status'>[] };
+  const names = list.items.flatMap((c) => (c.metadata.name ? [c.metadata.name] : [])).sort();
+  const connected = new Set(list.items.filter((c) => c.status?.connected).map((c) => c.metadata.name));
+  const left = names.filter((n) => !connected.has(n));
+  if (left.length > 0) say(`left out, not connected now: ${left.join(', ')}`);
+  return names.filter((n) => connected.has(n));
 }
 
 export function getCommand(): Command {
@@ -217,11 +248,17 @@ export function getCommand(): Command {
     .option('--oidc-skip-browser', 'have the plugin print the login URL instead of opening a browser', false)
     .option(
       '--exchange-credential',
-      'have the plugin trade the token for 5-minute client certificates',
+      "have the plugin trade the token for short-lived client certificates for a key it keeps (the authenticator's spec.credentialLifetimeSeconds)",
       false,
     )
     .option('--timeout <seconds>', 'how long to wait while the proxy is Pending', '300')
     .option('--cluster <name>', 'a cluster reached through its agent (see sealion cluster add)', '')
+    .option(
+      '--all-clusters',
+      "a context for the proxy's own cluster and for each connected agent-backed cluster, sharing one login",
+      false,
+    )
+    .option('--oidc-device', 'have the plugin log in with a code on another device (no browser here)', false)
     .option('-o, --output <file>', 'write here (mode 0600) instead of standard output', '')
     .addHelpText(
       'after',
@@ -232,6 +269,7 @@ Examples:
   sealion get kubeconfig > me.kubeconfig                       # OIDC login with the only JWTAuthenticator
   sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
   sealion get kubeconfig --cluster edge-1 > edge-1.kubeconfig     # through that cluster's agent
+  sealion get kubeconfig --all-clusters -o me.kubeconfig          # every cluster; see sealion clusters
   sealion get kubeconfig --kubeconfig admin.kubeconfig --authenticator-name corp \\
     --static-token-env MY_TOKEN --exchange-credential -o me.kubeconfig`,
     )

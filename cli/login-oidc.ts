@@ -1,6 +1,7 @@
-// `sealion login oidc`: OpenID Connect for kubectl. openid-client does discovery, PKCE, the code and refresh
-// grants and ID-token checks; this file adds the localhost callback, the browser (or a printed URL), and the
-// session cache: an ID token is reused until shortly before it expires, then refreshed without a browser.
+// `sealion login oidc`: OpenID Connect for kubectl. openid-client does discovery, PKCE, the code, refresh and
+// device grants and ID-token checks; this file adds the localhost callback, the browser (or a printed URL), the
+// device prompt, the session cache (an ID token is reused until shortly before it expires, then refreshed without
+// a browser), and plain words for what went wrong.
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -19,6 +20,10 @@ import {
 
 /** How long the localhost callback waits for the browser. */
 const LOGIN_TIMEOUT_MS = 5 * 60_000;
+/** Each call to the issuer (discovery, token endpoint) must answer within this. */
+const ISSUER_TIMEOUT_S = 15;
+/** An ID token issued further than this from this machine's clock is reported: one of the two clocks is wrong. */
+const CLOCK_SKEW_WARN_S = 60;
 
 interface Session {
   idToken: string;
@@ -43,19 +48,117 @@ async function configuration(
     const through = dispatcher;
     options[oidc.customFetch] = (url, init) => undiciFetch(url, { ...(init as object), dispatcher: through });
   }
-  const config = await oidc.discovery(new URL(flags.issuer), flags.clientId, undefined, oidc.None(), options);
+  options.timeout = ISSUER_TIMEOUT_S;
+  let config: oidc.Configuration;
+  try {
+    config = await oidc.discovery(new URL(flags.issuer), flags.clientId, undefined, oidc.None(), options);
+  } catch (err) {
+    await dispatcher?.close();
+    throw explain(err, flags, 'discovery');
+  }
+  config.timeout = ISSUER_TIMEOUT_S;
   return { config, close: async () => dispatcher?.close() };
+}
+
+/** Network failures that mean the issuer could not be reached, and TLS failures that mean it is not trusted. */
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNRESET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_SOCKET',
+  'OAUTH_TIMEOUT',
+]);
+const UNTRUSTED = new Set([
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_HAS_EXPIRED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
+/** The codes along an error's cause chain, outermost first. */
+function codesOf(err: unknown): string[] {
+  const codes: string[] = [];
+  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as Error).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') codes.push(code);
+  }
+  return codes;
+}
+
+/**
+ * What went wrong, in the words a user can act on: the issuer cannot be reached or is not trusted, its tokens are
+ * for another client, the clocks disagree, or the login was refused. `step` says what was being done.
+ */
+export function explain(
+  err: unknown,
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId'>,
+  step: string,
+): Error {
+  const codes = codesOf(err);
+  const says = (message: string): Error => new Error(`login: ${message}`, { cause: err });
+  const oauthError = (err as { error?: unknown }).error;
+  const description = (err as { error_description?: unknown }).error_description;
+  const detail = typeof description === 'string' && description ? ` (${description})` : '';
+  if (oauthError === 'access_denied')
+    return says(
+      `the login was refused at ${flags.issuer}: consent denied or the user may not use ${flags.clientId}${detail}`,
+    );
+  if (oauthError === 'expired_token')
+    return says(`the device code expired before the login was approved; run the command again${detail}`);
+  if (typeof oauthError === 'string')
+    return says(`${flags.issuer} refused the ${step}: ${oauthError}${detail}`);
+  const untrusted = codes.find((c) => UNTRUSTED.has(c));
+  if (untrusted)
+    return says(
+      `the TLS certificate of ${flags.issuer} is not trusted (${untrusted}): give the issuer's CA bundle with --ca-bundle-data`,
+    );
+  const unreachable = codes.find((c) => UNREACHABLE.has(c));
+  if (unreachable) return says(`cannot reach the issuer ${flags.issuer} (${unreachable}) during ${step}`);
+  const cause = (err as Error).cause as
+    { claim?: string; claims?: Record<string, unknown>; now?: number } | undefined;
+  if (codes.includes('OAUTH_JWT_CLAIM_COMPARISON_FAILED') && cause?.claim === 'aud')
+    return says(
+      `the issuer's ID token is for ${JSON.stringify(cause.claims?.['aud'])}, not for this client (${flags.clientId}): ` +
+        'check --client-id against the client registered at the issuer',
+    );
+  if (codes.includes('OAUTH_JWT_TIMESTAMP_CHECK_FAILED')) {
+    const iat = Number(cause?.claims?.['iat']);
+    const off =
+      Number.isFinite(iat) && cause?.now
+        ? ` (this machine's clock is about ${Math.round(cause.now - iat)} s from the issuer's)`
+        : '';
+    return says(`the issuer's ID token is not valid at this machine's time${off}: check the system clock`);
+  }
+  if (codes.includes('OAUTH_RESPONSE_IS_NOT_CONFORM') || codes.includes('OAUTH_RESPONSE_IS_NOT_JSON'))
+    return says(`${flags.issuer} gave an unexpected answer during ${step}: ${(err as Error).message}`);
+  return says(`${step} with ${flags.issuer} failed: ${(err as Error).message}`);
 }
 
 function sessionOf(
   tokens: oidc.TokenEndpointResponse & oidc.TokenEndpointResponseHelpers,
   previous?: Session,
+  say?: (line: string) => void,
 ): Session {
   const claims = tokens.claims();
   if (!tokens.id_token || !claims) throw new Error('login: the issuer returned no ID token');
+  // The token's life is counted on this machine's clock from now, so a clock that is off does not make the cache
+  // hand out a token the concierge already finds expired (or throw away a good one).
+  const now = Date.now() / 1000;
+  const lifetime = typeof claims.iat === 'number' ? claims.exp - claims.iat : claims.exp - now;
+  if (say && typeof claims.iat === 'number' && Math.abs(claims.iat - now) > CLOCK_SKEW_WARN_S)
+    say(
+      `warning: this machine's clock is about ${Math.round(now - claims.iat)} s from the issuer's; the concierge may refuse tokens that look valid here`,
+    );
   return {
     idToken: tokens.id_token,
-    idTokenExpiry: claims.exp * 1000,
+    idTokenExpiry: (now + lifetime) * 1000,
     // Issuers that rotate refresh tokens send a new one; others keep the old one valid.
     ...((tokens.refresh_token ?? previous?.refreshToken)
       ? { refreshToken: tokens.refresh_token ?? previous!.refreshToken! }
@@ -91,10 +194,7 @@ async function interactiveLogin(
   try {
     const url = oidc.buildAuthorizationUrl(config, {
       redirect_uri: redirectUri,
-      scope: flags.scopes
-        .split(/[\s,]+/)
-        .filter(Boolean)
-        .join(' '),
+      scope: scopesOf(flags),
       code_challenge: challenge,
       code_challenge_method: 'S256',
       state,
@@ -112,16 +212,20 @@ async function interactiveLogin(
         oidc
           .authorizationCodeGrant(config, here, { pkceCodeVerifier: verifier, expectedState: state })
           .then((tokens) => {
+            const session = sessionOf(tokens, undefined, say);
             res
               .writeHead(200, { 'content-type': 'text/plain' })
               .end('Logged in. You can close this tab and return to the terminal.\n');
             clearTimeout(timer);
-            done(sessionOf(tokens));
+            done(session);
           })
           .catch((err: unknown) => {
-            res.writeHead(400, { 'content-type': 'text/plain' }).end('Login failed; see the terminal.\n');
+            const explained = explain(err, flags, 'login');
+            res
+              .writeHead(400, { 'content-type': 'text/plain' })
+              .end(`Login failed: ${explained.message.replace(/^login: /, '')}\n`);
             clearTimeout(timer);
-            fail(new Error(`login: ${(err as Error).message}`, { cause: err }));
+            fail(explained);
           });
       });
     });
@@ -130,6 +234,43 @@ async function interactiveLogin(
     server.close();
   }
 }
+
+/**
+ * The device authorization grant (RFC 8628), for machines without a browser: the user opens the printed address
+ * anywhere, enters the code, and this process polls the token endpoint until they have.
+ */
+async function deviceLogin(
+  config: oidc.Configuration,
+  flags: OIDCLoginFlags,
+  say: (line: string) => void,
+): Promise<Session> {
+  let started: oidc.DeviceAuthorizationResponse;
+  try {
+    started = await oidc.initiateDeviceAuthorization(config, { scope: scopesOf(flags) });
+  } catch (err) {
+    if (err instanceof oidc.ClientError && err.code === 'OAUTH_MISSING_SERVER_METADATA')
+      throw new Error(
+        `login: ${flags.issuer} does not offer the device authorization grant; log in without --device`,
+        { cause: err },
+      );
+    throw explain(err, flags, 'device authorization');
+  }
+  say(
+    `To log in to ${flags.issuer}, open ${started.verification_uri} on any device and enter the code ${started.user_code}` +
+      (started.verification_uri_complete ? `\n  or open ${started.verification_uri_complete}` : ''),
+  );
+  try {
+    return sessionOf(await oidc.pollDeviceAuthorizationGrant(config, started), undefined, say);
+  } catch (err) {
+    throw explain(err, flags, 'device login');
+  }
+}
+
+const scopesOf = (flags: OIDCLoginFlags): string =>
+  flags.scopes
+    .split(/[\s,]+/)
+    .filter(Boolean)
+    .join(' ');
 
 /** What `sealion login oidc` prints: a cached, refreshed or freshly logged-in ID token, or its exchange. */
 export async function oidcLogin(
@@ -149,12 +290,20 @@ export async function oidcLogin(
         let next: Session | undefined;
         if (meanwhile?.refreshToken) {
           try {
-            next = sessionOf(await oidc.refreshTokenGrant(config, meanwhile.refreshToken), meanwhile);
+            next = sessionOf(await oidc.refreshTokenGrant(config, meanwhile.refreshToken), meanwhile, say);
           } catch (err) {
-            say(`the session could not be refreshed (${(err as Error).message}); logging in again`);
+            const explained = explain(err, flags, 'refresh');
+            // Only the issuer's own refusal (an expired or revoked refresh token) calls for a new login; an issuer
+            // that cannot be reached would not answer the browser either.
+            if (typeof (err as { error?: unknown }).error !== 'string') throw explained;
+            say(
+              `the session could not be refreshed (${explained.message.replace(/^login: /, '')}); logging in again`,
+            );
           }
         }
-        next ??= await interactiveLogin(config, flags, say);
+        next ??= flags.device
+          ? await deviceLogin(config, flags, say)
+          : await interactiveLogin(config, flags, say);
         writeCache(file, next);
         return next;
       } finally {

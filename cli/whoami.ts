@@ -4,6 +4,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
+import type { KubeConfig } from '../lib/kube.ts';
 
 export interface WhoamiFlags {
   kubeconfig: string;
@@ -11,34 +12,42 @@ export interface WhoamiFlags {
   output: 'text' | 'json';
 }
 
-export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
-  const { loadKubeConfig } = await import('../lib/kube.ts');
-  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+/**
+ * POSTs `body` to `path` on the current cluster of `config` with the credentials it gives: its CA, and a client
+ * certificate or token, running the exec plugin when it names one.
+ */
+export async function postAsKubeconfig(config: KubeConfig, path: string, body: unknown): Promise<unknown> {
   const server = config.getCurrentCluster()?.server;
   if (!server) throw new Error('the kubeconfig has no current cluster');
-  const group = apiGroups(flags.groupSuffix).identity;
-  const url = new URL(
-    `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
-    server.endsWith('/') ? server : `${server}/`,
-  );
-  // The CA, and the client certificate or token, running the exec plugin when the kubeconfig names one.
+  const url = new URL(path, server.endsWith('/') ? server : `${server}/`);
   const tls: { ca?: unknown; cert?: unknown; key?: unknown; headers?: Record<string, string> } = {};
   await config.applyToHTTPSOptions(tls as never);
-  const body: WhoAmIRequest = { apiVersion: `${group}/${VERSION}`, kind: 'WhoAmIRequest', spec: {} };
   // client-node hands PEM over as strings or Buffers.
   const pem = (v: unknown): string | undefined =>
     Buffer.isBuffer(v) ? v.toString('utf8') : typeof v === 'string' ? v : undefined;
-  const answer = (
+  return (
     await httpsJSON(url.toString(), {
       method: 'POST',
       body,
       ...(tls.ca ? { caBundlePem: pem(tls.ca)! } : {}),
       ...(tls.cert && tls.key ? { clientCert: { certPem: pem(tls.cert)!, keyPem: pem(tls.key)! } } : {}),
       ...(tls.headers ? { headers: tls.headers } : {}),
-    }).catch((err: unknown) => {
-      throw new Error(`whoami: ${(err as Error).message}`, { cause: err });
     })
-  ).json as WhoAmIRequest;
+  ).json;
+}
+
+export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
+  const { loadKubeConfig } = await import('../lib/kube.ts');
+  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  const group = apiGroups(flags.groupSuffix).identity;
+  const body: WhoAmIRequest = { apiVersion: `${group}/${VERSION}`, kind: 'WhoAmIRequest', spec: {} };
+  const answer = (await postAsKubeconfig(
+    config,
+    `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
+    body,
+  ).catch((err: unknown) => {
+    throw new Error(`whoami: ${(err as Error).message}`, { cause: err });
+  })) as WhoAmIRequest;
   if (!answer.status?.kubernetesUserInfo)
     throw new Error('whoami: the answer names no user; is this a Sealion proxy?');
   return answer.status.kubernetesUserInfo;

@@ -303,6 +303,8 @@ export async function startInstalledSealion(
         oidcScopes: '',
         oidcCaBundleData: '',
         oidcSkipBrowser: false,
+        oidcDevice: false,
+        allClusters: false,
         exchangeCredential: true,
         timeout: '60',
         output: '',

@@ -27,6 +27,8 @@ export const DEFAULT_MAX_BYTES = 1024 * 1024;
 /** Error codes: Timeout, TooLarge, BadStatus, BadJSON, Network. */
 export class HttpsError extends SealionError {
   readonly status: number | undefined;
+  /** A BadStatus answer's body (within the size limit), for callers that read a Kubernetes Status from it. */
+  body?: string;
   constructor(code: string, message: string, status?: number, cause?: unknown) {
     super(code, message, { cause });
     this.name = 'HttpsError';
@@ -101,7 +103,9 @@ export async function httpsJSON(
     }
     const text = Buffer.concat(chunks).toString('utf8');
     if (res.statusCode < 200 || res.statusCode > 299) {
-      throw new HttpsError('BadStatus', `HTTP ${res.statusCode}`, res.statusCode);
+      const failed = new HttpsError('BadStatus', `HTTP ${res.statusCode}`, res.statusCode);
+      failed.body = text;
+      throw failed;
     }
     try {
       return { status: res.statusCode, json: JSON.parse(text) as unknown };

@@ -9,6 +9,7 @@ import type { Logger } from './log.ts';
 import type { StatusWriter } from './status-writer.ts';
 
 export { ApiException } from '@kubernetes/client-node';
+export type { KubeConfig } from '@kubernetes/client-node';
 export type { V1Namespace, V1Status, V1CustomResourceDefinition } from '@kubernetes/client-node';
 
 /** A kubeconfig file, its text, the pod's service account, or kubectl's default ($KUBECONFIG, ~/.kube/config). */
