@@ -82,6 +82,13 @@ const UNTRUSTED = new Set([
   'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
+/** The first object along an error's cause chain that has `key`. */
+function causeWith(err: unknown, key: string): object | undefined {
+  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as Error).cause, depth++)
+    if (key in e) return e;
+  return undefined;
+}
+
 /** The codes along an error's cause chain, outermost first. */
 function codesOf(err: unknown): string[] {
   const codes: string[] = [];
@@ -121,7 +128,8 @@ export function explain(
     );
   const unreachable = codes.find((c) => UNREACHABLE.has(c));
   if (unreachable) return says(`cannot reach the issuer ${flags.issuer} (${unreachable}) during ${step}`);
-  const cause = (err as Error).cause as
+  // openid-client wraps oauth4webapi's error, whose cause names the claim that failed and the claims themselves.
+  const cause = causeWith(err, 'claims') as
     { claim?: string; claims?: Record<string, unknown>; now?: number } | undefined;
   if (codes.includes('OAUTH_JWT_CLAIM_COMPARISON_FAILED') && cause?.claim === 'aud')
     return says(
