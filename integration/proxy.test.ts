@@ -346,6 +346,16 @@ describe('the impersonation proxy against a real API server', () => {
         credential?: { clientCertificateData: string; clientKeyData?: string; expirationTimestamp: string };
       };
     };
+    // No more than a day: a certificate cannot be revoked.
+    const tooLong = await cluster.kubectl([
+      'patch',
+      'jwtauthenticator',
+      'demo',
+      '--type=merge',
+      '-p',
+      '{"spec":{"credentialLifetimeSeconds":604800}}',
+    ]);
+    expect(tooLong.stderr).toContain('less than or equal to 86400');
     // An hour instead of the 5-minute default, for this authenticator's users.
     const patched = await cluster.kubectl([
       'patch',
