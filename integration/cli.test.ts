@@ -3,10 +3,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { get as httpGet } from 'node:http';
-import { get as httpsGet } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { browse } from '../dev/browser.ts';
 import { runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   applyJWTAuthenticator,
@@ -29,12 +28,15 @@ let token: string;
 /** kubectl processes still running: one waiting for a login that never comes is stopped after the tests. */
 const kubectls = new Set<ChildProcess>();
 
-/** Runs kubectl and, when the plugin prints a login URL, follows it as a browser would. */
+/**
+ * Runs kubectl and, when the plugin prints a login URL, logs in there with the scripted browser. A login the
+ * browser cannot finish stops kubectl, which would otherwise wait minutes for its callback, and says why.
+ */
 function kubectlWithBrowser(
   kubeconfig: string,
   args: string[],
   env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; stdout: string; stderr: string; browsed: boolean }> {
+): Promise<{ code: number | null; stdout: string; stderr: string; browsed: boolean; browserError?: string }> {
   return new Promise((done) => {
     const child = spawn(cluster.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, ...args], {
       env: { ...process.env, ...env },
@@ -46,31 +48,23 @@ function kubectlWithBrowser(
     let stdout = '';
     let stderr = '';
     let browsed = false;
+    let browserError: string | undefined;
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.stderr.on('data', (c: Buffer) => {
       stderr += c.toString();
-      const url = /https:\/\/\S+\/authorize\?\S+/.exec(stderr)?.[0];
+      // The plugin's prompt: "Log in to <issuer> in a browser:" and the authorization URL on the next line.
+      const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
       if (url && !browsed) {
         browsed = true;
-        void browse(url);
+        browse(url, { caPem: issuer.caPem }).catch((err: unknown) => {
+          browserError = (err as Error).message;
+          void stopChild(child, { group: true });
+        });
       }
     });
-    child.on('close', (code) => done({ code, stdout, stderr, browsed }));
-  });
-}
-
-/** Follows the issuer's redirect to the plugin's localhost callback. */
-function browse(url: string): Promise<void> {
-  return new Promise((done, fail) => {
-    httpsGet(url, { ca: issuer.caPem }, (res) => {
-      res.resume();
-      const location = res.headers.location;
-      if (res.statusCode !== 302 || !location) return fail(new Error(`authorize answered ${res.statusCode}`));
-      httpGet(location, (callback) => {
-        callback.resume();
-        callback.on('end', () => done());
-      }).on('error', fail);
-    }).on('error', fail);
+    child.on('close', (code) =>
+      done({ code, stdout, stderr, browsed, ...(browserError ? { browserError } : {}) }),
+    );
   });
 }
 
@@ -219,12 +213,13 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
 
     // The plugin prints the login URL; this test is the browser that follows it.
     const first = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env);
+    expect(first.browserError).toBeUndefined();
     expect(first.code).toBe(0);
     // Nothing but the login prompt: no errors, no retries.
     expect(first.stderr).toMatch(/^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n {2}https:\S+\n$/);
     expect(first.browsed).toBe(true);
     expect(first.stdout).toContain(`namespace/${NS}`);
-    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0 });
+    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0, device_code: 0 });
 
     const second = await runKubectl(cluster.binaries.kubectl, path, ['auth', 'whoami', '-o', 'json'], {
       env,
@@ -244,7 +239,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
       env,
     });
     expect(third).toMatchObject({ code: 0, stderr: '' });
-    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1 });
+    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1, device_code: 0 });
     rmSync(home, { recursive: true, force: true });
   });
 
