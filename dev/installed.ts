@@ -96,9 +96,9 @@ export interface InstalledSealion {
   image: BuiltImage;
   /**
    * A kubeconfig (YAML) as `sealion get kubeconfig` writes it, for a user with this OIDC token: to the hub through
-   * the proxy, or (cluster `edge`) through edge's tunnel.
+   * the proxy, or (cluster `edge`) through edge's tunnel; with `allClusters`, a context for each.
    */
-  kubeconfig: (token: string, cluster?: string) => Promise<string>;
+  kubeconfig: (token: string, cluster?: string, allClusters?: boolean) => Promise<string>;
 }
 
 /**
@@ -151,6 +151,7 @@ export async function startInstalledSealion(
   });
   const issuer = (running.issuer = await startOIDCIssuer({
     audience: DEFAULT_OIDC_CLIENT_ID,
+    clientId: DEFAULT_OIDC_CLIENT_ID,
     login: { username: DEMO_USER, groups: [DEMO_GROUP] },
     host: cluster.node!.network.hostIp,
   }));
@@ -289,7 +290,7 @@ export async function startInstalledSealion(
 
   // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the
   // authenticator's status), and its exec plugin trades the token for 5-minute client certificates.
-  const kubeconfig = (token: string, target = ''): Promise<string> =>
+  const kubeconfig = (token: string, target = '', allClusters = false): Promise<string> =>
     getKubeconfig(
       {
         kubeconfig: cluster.kubeconfigPath,
@@ -304,7 +305,7 @@ export async function startInstalledSealion(
         oidcCaBundleData: '',
         oidcSkipBrowser: false,
         oidcDevice: false,
-        allClusters: false,
+        allClusters,
         exchangeCredential: true,
         timeout: '60',
         output: '',

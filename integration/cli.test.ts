@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { browse } from '../dev/browser.ts';
+import { approveDevice, browse } from '../dev/browser.ts';
 import { runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   applyJWTAuthenticator,
@@ -52,14 +52,18 @@ function kubectlWithBrowser(
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.stderr.on('data', (c: Buffer) => {
       stderr += c.toString();
-      // The plugin's prompt: "Log in to <issuer> in a browser:" and the authorization URL on the next line.
+      // The plugin's prompt: "Log in to <issuer> in a browser:" and the authorization URL on the next line; or,
+      // logging in with --device, the link that carries the user code.
       const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
-      if (url && !browsed) {
+      const device = /\n {2}or open (https:\/\/\S+)\n/.exec(stderr)?.[1];
+      if ((url || device) && !browsed) {
         browsed = true;
-        browse(url, { caPem: issuer.caPem }).catch((err: unknown) => {
-          browserError = (err as Error).message;
-          void stopChild(child, { group: true });
-        });
+        (url ? browse(url, { caPem: issuer.caPem }) : approveDevice(device!, { caPem: issuer.caPem })).catch(
+          (err: unknown) => {
+            browserError = (err as Error).message;
+            void stopChild(child, { group: true });
+          },
+        );
       }
     });
     child.on('close', (code) =>
@@ -241,6 +245,100 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(third).toMatchObject({ code: 0, stderr: '' });
     expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1, device_code: 0 });
     rmSync(home, { recursive: true, force: true });
+  });
+
+  /** A kubeconfig whose plugin logs in with OIDC (extra flags for get kubeconfig), and a fresh credential cache. */
+  async function oidcUser(name: string, extra: string[] = []): Promise<{ path: string; home: string }> {
+    const path = join(dir, `${name}.kubeconfig`);
+    const written = await runSealion([
+      'get',
+      'kubeconfig',
+      '--kubeconfig',
+      cluster.kubeconfigPath,
+      '--oidc-skip-browser',
+      ...extra,
+      '-o',
+      path,
+    ]);
+    expect(written).toMatchObject({ code: 0 });
+    return { path, home: mkdtempSync(join(tmpdir(), `sealion-cli-${name}-`)) };
+  }
+  /** The one cached OIDC session of a credential cache, and a way to make it look about to expire. */
+  function cachedSession(home: string): { idToken: string; refreshToken?: string; expire(): void } {
+    const sessions = join(home, 'sealion', 'sessions');
+    const file = join(
+      sessions,
+      readdirSync(sessions).find((f) => f.endsWith('.json'))!,
+    );
+    const session = JSON.parse(readFileSync(file, 'utf8')) as { idToken: string; refreshToken?: string };
+    return {
+      ...session,
+      expire: () => writeFileSync(file, JSON.stringify({ ...session, idTokenExpiry: Date.now() })),
+    };
+  }
+  const kidOf = (jwt: string): string =>
+    (JSON.parse(Buffer.from(jwt.split('.')[0]!, 'base64url').toString()) as { kid: string }).kid;
+
+  it('logs in with the device grant on a machine without a browser', async () => {
+    const { path, home } = await oidcUser('device', ['--oidc-device']);
+    const before = issuer.grants().device_code;
+    const got = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], {
+      XDG_CONFIG_HOME: home,
+    });
+    expect(got.browserError).toBeUndefined();
+    expect(got).toMatchObject({ code: 0, browsed: true });
+    expect(got.stderr).toMatch(
+      /^To log in to https:\S+, open https:\S+ on any device and enter the code \S+\n/,
+    );
+    expect(got.stdout).toContain(`namespace/${NS}`);
+    expect(issuer.grants().device_code).toBe(before + 1);
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  it('follows a rotated signing key, and sends the user to the browser again only when the refresh token is revoked', async () => {
+    const { path, home } = await oidcUser('rotation');
+    const env = { XDG_CONFIG_HOME: home };
+    expect(await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env)).toMatchObject({
+      code: 0,
+    });
+
+    // The issuer signs with a new key and no longer publishes the old one: the refreshed token carries the new
+    // kid, and the proxy fetches the new key set to check it.
+    const key = await issuer.newKey();
+    issuer.rotate(key, { dropOld: true });
+    cachedSession(home).expire();
+    const refreshed = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
+      env,
+    });
+    expect(refreshed).toMatchObject({ code: 0, stderr: '' });
+    expect(kidOf(cachedSession(home).idToken)).toBe(key.kid);
+
+    // A revoked refresh token cannot renew the session: the plugin says so and logs in again in the browser.
+    const session = cachedSession(home);
+    await issuer.revoke(session.refreshToken!);
+    session.expire();
+    const again = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env);
+    expect(again.browserError).toBeUndefined();
+    expect(again).toMatchObject({ code: 0, browsed: true });
+    expect(again.stderr).toMatch(
+      /^the session could not be refreshed \(.*invalid_grant.*\); logging in again\n/,
+    );
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  it('says the login was refused when the user denies consent', async () => {
+    const { path, home } = await oidcUser('denied');
+    issuer.setConsent('deny');
+    try {
+      const got = await kubectlWithBrowser(path, ['get', 'namespaces'], { XDG_CONFIG_HOME: home });
+      expect(got.code).not.toBe(0);
+      expect(got.stderr).toContain('login: the login was refused at https://127.0.0.1:');
+      expect(got.stderr).toContain('consent denied');
+      expect(readdirSync(join(home, 'sealion', 'sessions')).filter((f) => f.endsWith('.json'))).toEqual([]);
+    } finally {
+      issuer.setConsent('grant');
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   it('explains why there is no kubeconfig to write while the proxy is disabled', async () => {

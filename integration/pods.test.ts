@@ -2,11 +2,14 @@
 // streaming commands through the impersonation proxy, and concierge pods deleted mid-watch and mid-exec.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { runKubectl } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
 import {
+  DEMO_GROUP,
+  DEMO_USER,
   DEMO_NAMESPACE,
   DEMO_POD,
   startInstalledSealion,
@@ -14,7 +17,8 @@ import {
   type InstalledSealion,
   type Running,
 } from '../dev/installed.ts';
-import { dieWithParent, stopChild } from '../dev/processes.ts';
+import { parse } from 'yaml';
+import { dieWithParent, runSealion, stopChild } from '../dev/processes.ts';
 import { LEADER_LEASE } from '../concierge/concierge.ts';
 import { CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
 import { demoTarget, podCommandCases, type PodTarget } from './harness/pod-commands.ts';
@@ -58,6 +62,42 @@ describe('the installed concierge', () => {
 });
 
 podCommandCases('the impersonation proxy', () => target);
+
+describe('one kubeconfig for every cluster', () => {
+  it('has a context for the hub and one for edge, sharing one user, and sealion clusters finds both Ready', async () => {
+    const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
+    const path = join(dir, 'all.kubeconfig');
+    writeFileSync(path, await installed.kubeconfig(token, '', true), { mode: 0o600 });
+    const config = parse(readFileSync(path, 'utf8')) as {
+      contexts: { name: string; context: { user: string } }[];
+      users: unknown[];
+    };
+    expect(config.contexts.map((c) => c.name)).toEqual(['sealion-my-oidc', 'sealion-edge']);
+    expect(config.users).toHaveLength(1);
+    const home = mkdtempSync(join(tmpdir(), 'sealion-all-'));
+    const listed = await runSealion(['clusters', '--kubeconfig', path, '-o', 'json'], {
+      XDG_CONFIG_HOME: home,
+    });
+    expect(listed).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(listed.stdout)).toEqual([
+      expect.objectContaining({ context: 'sealion-my-oidc', state: 'Ready', detail: DEMO_USER }),
+      expect.objectContaining({ context: 'sealion-edge', state: 'Ready', detail: DEMO_USER }),
+    ]);
+    // One login for both: the certificate the plugin got for the hub's proxy serves edge too.
+    expect(readdirSync(join(home, 'sealion', 'credentials')).filter((f) => f.endsWith('.json'))).toHaveLength(
+      1,
+    );
+    // kubectl reaches edge's demo pod through the same kubeconfig, by context.
+    const edgePods = await runKubectl(
+      installed.hub.binaries.kubectl,
+      path,
+      ['--context', 'sealion-edge', 'get', 'pods', '-n', DEMO_NAMESPACE, '-o', 'name'],
+      { env: { XDG_CONFIG_HOME: home } },
+    );
+    expect(edgePods).toMatchObject({ code: 0, stdout: `pod/${DEMO_POD}\n` });
+    rmSync(home, { recursive: true, force: true });
+  });
+});
 
 describe("the node's pod network", () => {
   it('resolves kubernetes.default, and a pod reaches another through its Service by name', async () => {

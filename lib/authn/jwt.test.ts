@@ -209,7 +209,7 @@ describe('JWT key handling', () => {
     let clock = Date.now();
     const v = await validateJWT(settings, undefined, { now: () => clock });
     const auth = v.authenticator!;
-    clock += 60_000; // past the cooldown that started with the first fetch
+    // Right after the first fetch: loading the keys starts no cooldown, so a key rotated in now is found at once.
     const key = await issuer.newKey();
     issuer.rotate(key);
     const before = issuer.jwksRequests();
@@ -222,6 +222,11 @@ describe('JWT key handling', () => {
     const stranger = await issuer.mint({ username: 'x' }, { signingKey: await issuer.newKey() });
     expect((await auth.authenticate(stranger)).ok).toBe(false);
     expect(issuer.jwksRequests() - before).toBe(1);
+    // Once the cooldown has passed, an unknown kid may fetch again (and only once more).
+    clock += 31_000;
+    expect((await auth.authenticate(stranger)).ok).toBe(false);
+    expect((await auth.authenticate(stranger)).ok).toBe(false);
+    expect(issuer.jwksRequests() - before).toBe(2);
     auth.close();
   });
 

@@ -93,7 +93,11 @@ export function usableKeys(jwks: unknown): JSONWebKeySet {
 export class IssuerKeys {
   private local: ReturnType<typeof createLocalJWKSet>;
   private fetchedAt: number;
-  private lastAttempt: number;
+  /**
+   * When an unknown kid last caused a fetch. Loads on a timer or at start do not count: a key rotated in just after
+   * one must not be refused for the cooldown, while garbage kids still cost the issuer one fetch per cooldown.
+   */
+  private lastUnknownKidFetch = Number.NEGATIVE_INFINITY;
   private inflight: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly jwksURL: string;
@@ -113,13 +117,12 @@ export class IssuerKeys {
     this.now = now;
     this.warn = warn;
     this.local = createLocalJWKSet(initial);
-    this.fetchedAt = this.lastAttempt = now();
+    this.fetchedAt = now();
   }
 
   /** Fetches the key set again; on failure the current keys stay. Concurrent callers share one fetch. */
   refresh(): Promise<void> {
     this.inflight ??= (async () => {
-      this.lastAttempt = this.now();
       try {
         this.local = createLocalJWKSet(usableKeys(await this.load()));
         this.fetchedAt = this.now();
@@ -143,7 +146,10 @@ export class IssuerKeys {
     } catch (err) {
       if ((err as { code?: string }).code !== joseErrors.JWKSNoMatchingKey.code) throw err;
       // Wait for a refresh already under way; start one only when the cooldown has passed.
-      if (!this.inflight && this.now() - this.lastAttempt < UNKNOWN_KID_COOLDOWN_MS) throw err;
+      if (!this.inflight) {
+        if (this.now() - this.lastUnknownKidFetch < UNKNOWN_KID_COOLDOWN_MS) throw err;
+        this.lastUnknownKidFetch = this.now();
+      }
       await this.refresh();
       return this.local(...args);
     }
