@@ -80,11 +80,11 @@ export interface JWTAuthenticatorSpec {
   allowSystemNames?: boolean;
   /**
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
-   * seconds: from 1 minute to 1 day. A longer life spares tools that hold connections open (k9s, IDEs) a login every
-   * few minutes, but a certificate cannot be revoked before it expires, so keep it as short as your users bear.
-   * Default: 300 (5 minutes).
+   * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
+   * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate cannot be revoked before
+   * it expires, and outlives the token it was issued for, so keep it as short as your users bear. Default: 300.
    * @asType integer
-   * @minimum 60
+   * @minimum 120
    * @maximum 86400
    */
   credentialLifetimeSeconds?: number;
@@ -111,11 +111,11 @@ export interface WebhookAuthenticatorSpec {
   allowSystemNames?: boolean;
   /**
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
-   * seconds: from 1 minute to 1 day. A longer life spares tools that hold connections open (k9s, IDEs) a login every
-   * few minutes, but a certificate cannot be revoked before it expires, so keep it as short as your users bear.
-   * Default: 300 (5 minutes).
+   * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
+   * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate cannot be revoked before
+   * it expires, and outlives the token it was issued for, so keep it as short as your users bear. Default: 300.
    * @asType integer
-   * @minimum 60
+   * @minimum 120
    * @maximum 86400
    */
   credentialLifetimeSeconds?: number;

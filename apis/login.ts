@@ -47,6 +47,6 @@ export const AUTHENTICATION_FAILED = 'authentication failed';
 /** Lifetime of an issued client certificate unless the authenticator's spec.credentialLifetimeSeconds says. */
 export const DEFAULT_CREDENTIAL_LIFETIME_SECONDS = 5 * 60;
 /** The bounds of spec.credentialLifetimeSeconds (the CRD checks them too). */
-export const CREDENTIAL_LIFETIME_BOUNDS = { min: 60, max: 24 * 3600 } as const;
-/** A CSR is a few hundred bytes; this bounds what the parser is given. */
-export const MAX_CSR_BYTES = 16 * 1024;
+export const CREDENTIAL_LIFETIME_BOUNDS = { min: 120, max: 24 * 3600 } as const;
+/** A P-256 CSR is about 500 bytes as PEM; this bounds what the parser is given. */
+export const MAX_CSR_BYTES = 4 * 1024;

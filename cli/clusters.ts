@@ -3,6 +3,7 @@
 // a cluster whose agent holds no tunnel shows the proxy's reason, and a refused login shows as such.
 import { Command } from 'commander';
 import { closeHttpsPools, HttpsError } from '../lib/https-client.ts';
+import { printable } from './printable.ts';
 import { postAsKubeconfig } from './whoami.ts';
 
 export interface ClusterState {
@@ -99,7 +100,7 @@ Examples:
       process.stdout.write(
         table([
           ['CONTEXT', 'STATE', 'USER/DETAIL', 'SERVER'],
-          ...states.map((s) => [s.context, s.state, s.detail, s.server]),
+          ...states.map((s) => [s.context, s.state, s.detail, s.server].map(printable)),
         ]),
       );
     });

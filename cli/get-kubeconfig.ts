@@ -171,16 +171,20 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
     ...(flags.groupSuffix === DEFAULT_GROUP_SUFFIX ? [] : ['--group-suffix', flags.groupSuffix]),
   ];
   const proxy = endpoint.endpoint.replace(/\/$/, '');
-  const contexts = flags.allClusters
-    ? [
-        { name, server: endpoint.endpoint },
-        ...(await connectedClusters(clients, flags.groupSuffix, say)).map((cluster) => ({
-          // Apart from the proxy's own context even when a cluster has the authenticator's name.
-          name: `sealion-${cluster}` === name ? `sealion-cluster-${cluster}` : `sealion-${cluster}`,
-          server: `${proxy}/clusters/${cluster}`,
-        })),
-      ]
-    : [{ name, server: flags.cluster ? `${proxy}/clusters/${flags.cluster}` : endpoint.endpoint }];
+  const contexts = [
+    { name, server: flags.cluster ? `${proxy}/clusters/${flags.cluster}` : endpoint.endpoint },
+  ];
+  if (flags.allClusters)
+    for (const cluster of await connectedClusters(clients, flags.groupSuffix, say)) {
+      // Apart from the proxy's own context even when a cluster has the authenticator's name; a name taken twice
+      // that way is left out rather than made to point at another cluster.
+      const context = `sealion-${cluster}` === name ? `sealion-cluster-${cluster}` : `sealion-${cluster}`;
+      if (contexts.some((c) => c.name === context)) {
+        say(`left out: cluster ${cluster}, whose context name ${context} is taken`);
+        continue;
+      }
+      contexts.push({ name: context, server: `${proxy}/clusters/${encodeURIComponent(cluster)}` });
+    }
   // One user for every context: the same plugin command, so one login (and one certificate, which the proxy's
   // endpoint issues for all its clusters) serves them all.
   return stringify({

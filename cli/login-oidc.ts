@@ -17,6 +17,7 @@ import {
   type ExecCredential,
   type OIDCLoginFlags,
 } from './login.ts';
+import { printable } from './printable.ts';
 
 /** How long the localhost callback waits for the browser. */
 const LOGIN_TIMEOUT_MS = 5 * 60_000;
@@ -24,6 +25,10 @@ const LOGIN_TIMEOUT_MS = 5 * 60_000;
 const ISSUER_TIMEOUT_S = 15;
 /** An ID token issued further than this from this machine's clock is reported: one of the two clocks is wrong. */
 const CLOCK_SKEW_WARN_S = 60;
+/** A skew up to this is corrected for; beyond it the token's own times are not believed. */
+const MAX_TRUSTED_SKEW_S = 15 * 60;
+/** No ID token is used longer than this, whatever it says. */
+const MAX_SESSION_S = 24 * 3600;
 
 interface Session {
   idToken: string;
@@ -110,9 +115,10 @@ export function explain(
 ): Error {
   const codes = codesOf(err);
   const says = (message: string): Error => new Error(`login: ${message}`, { cause: err });
-  const oauthError = (err as { error?: unknown }).error;
+  const said = (err as { error?: unknown }).error;
+  const oauthError = typeof said === 'string' ? printable(said) : said;
   const description = (err as { error_description?: unknown }).error_description;
-  const detail = typeof description === 'string' && description ? ` (${description})` : '';
+  const detail = typeof description === 'string' && description ? ` (${printable(description)})` : '';
   if (oauthError === 'access_denied')
     return says(
       `the login was refused at ${flags.issuer}: consent denied or the user may not use ${flags.clientId}${detail}`,
@@ -158,8 +164,15 @@ function sessionOf(
   if (!tokens.id_token || !claims) throw new Error('login: the issuer returned no ID token');
   // The token's life is counted on this machine's clock from now, so a clock that is off does not make the cache
   // hand out a token the concierge already finds expired (or throw away a good one).
+  // An iat that does not fit exp (after it, or far before what exp says is left) is not trusted: the token's life
+  // is then what its exp says from this clock, so a hostile or broken issuer cannot make a token cached for ever.
   const now = Date.now() / 1000;
-  const lifetime = typeof claims.iat === 'number' ? claims.exp - claims.iat : claims.exp - now;
+  const byClock = claims.exp - now;
+  const byIssuer = typeof claims.iat === 'number' ? claims.exp - claims.iat : NaN;
+  const lifetime = Math.min(
+    MAX_SESSION_S,
+    byIssuer > 0 && Math.abs(byIssuer - byClock) <= MAX_TRUSTED_SKEW_S ? byIssuer : byClock,
+  );
   if (say && typeof claims.iat === 'number' && Math.abs(claims.iat - now) > CLOCK_SKEW_WARN_S)
     say(
       `warning: this machine's clock is about ${Math.round(now - claims.iat)} s from the issuer's; the concierge may refuse tokens that look valid here`,
@@ -264,8 +277,10 @@ async function deviceLogin(
     throw explain(err, flags, 'device authorization');
   }
   say(
-    `To log in to ${flags.issuer}, open ${started.verification_uri} on any device and enter the code ${started.user_code}` +
-      (started.verification_uri_complete ? `\n  or open ${started.verification_uri_complete}` : ''),
+    `To log in to ${flags.issuer}, open ${printable(started.verification_uri)} on any device and enter the code ${printable(started.user_code)}` +
+      (started.verification_uri_complete
+        ? `\n  or open ${printable(started.verification_uri_complete)}`
+        : ''),
   );
   try {
     return sessionOf(await oidc.pollDeviceAuthorizationGrant(config, started), undefined, say);
@@ -301,9 +316,9 @@ export async function oidcLogin(
             next = sessionOf(await oidc.refreshTokenGrant(config, meanwhile.refreshToken), meanwhile, say);
           } catch (err) {
             const explained = explain(err, flags, 'refresh');
-            // Only the issuer's own refusal (an expired or revoked refresh token) calls for a new login; an issuer
-            // that cannot be reached would not answer the browser either.
-            if (typeof (err as { error?: unknown }).error !== 'string') throw explained;
+            // An issuer that cannot be reached (or trusted) would not answer the browser either: say so. Anything
+            // else (a refused or unusable refresh) calls for a new login, and the refresh token is dropped with it.
+            if (codesOf(err).some((c) => UNREACHABLE.has(c) || UNTRUSTED.has(c))) throw explained;
             say(
               `the session could not be refreshed (${explained.message.replace(/^login: /, '')}); logging in again`,
             );

@@ -17,6 +17,8 @@ let home: string;
 let signer: CertificateAuthority;
 /** Every request body the stand-in received, as sent. */
 const bodies: string[] = [];
+/** The certificates the stand-in made a key for, in order. */
+const issued: string[] = [];
 
 const flags = (over: Partial<StaticLoginFlags> = {}): StaticLoginFlags => ({
   token: 'good-token',
@@ -67,10 +69,12 @@ beforeAll(async () => {
           const cert = await issueCert(signer, { commonName: 'alice', usage: 'client', publicKey });
           return { credential: { clientCertificateData: cert.certPem, expirationTimestamp } };
         }
+        const made = await issueCert(signer, { commonName: 'alice', usage: 'client' });
+        issued.push(made.certPem);
         return {
           credential: {
-            clientCertificateData: `cert-${exchanges}`,
-            clientKeyData: `key-${exchanges}`,
+            clientCertificateData: made.certPem,
+            clientKeyData: made.keyPem,
             expirationTimestamp,
           },
         };
@@ -87,6 +91,7 @@ beforeAll(async () => {
 beforeEach(() => {
   home = mkdtempSync(join(tmpdir(), 'sealion-login-'));
   exchanges = 0;
+  issued.length = 0;
 });
 
 afterAll(async () => {
@@ -106,7 +111,7 @@ describe('sealion login static', () => {
 
   it('exchanges the token for a certificate once, caches it 0600, and reuses it', async () => {
     const first = await staticLogin(flags(), env());
-    expect(first.status).toMatchObject({ clientCertificateData: 'cert-1', clientKeyData: 'key-1' });
+    expect(first.status.clientCertificateData).toBe(issued[0]);
     expect(await staticLogin(flags(), env())).toEqual(first);
     expect(exchanges).toBe(1);
     const dir = join(configDir(env()), 'credentials');
@@ -126,13 +131,13 @@ describe('sealion login static', () => {
     cached.status.expirationTimestamp = new Date(Date.now() + 10_000).toISOString();
     writeFileSync(file, JSON.stringify(cached));
     const renewed = await staticLogin(flags(), env());
-    expect(renewed.status.clientCertificateData).toBe('cert-2');
+    expect(renewed.status.clientCertificateData).toBe(issued[1]);
     rmSync(home, { recursive: true });
   });
 
   it('exchanges once when several plugins start at the same moment', async () => {
     const all = await Promise.all(Array.from({ length: 5 }, () => staticLogin(flags(), env())));
-    expect(new Set(all.map((c) => c.status.clientCertificateData))).toEqual(new Set(['cert-1']));
+    expect(new Set(all.map((c) => c.status.clientCertificateData))).toEqual(new Set([issued[0]]));
     expect(exchanges).toBe(1);
     rmSync(home, { recursive: true });
   });
@@ -154,7 +159,8 @@ describe('sealion login static', () => {
     bodies.length = 0;
     const credential = await staticLogin(flags({ proofOfPossession: false }), env());
     expect(bodies[0]).not.toContain('certificateSigningRequest');
-    expect(credential.status).toMatchObject({ clientCertificateData: 'cert-1', clientKeyData: 'key-1' });
+    expect(credential.status.clientCertificateData).toBe(issued[0]);
+    expect(credential.status.clientKeyData).toMatch(/PRIVATE KEY/);
     rmSync(home, { recursive: true });
   });
 

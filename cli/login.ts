@@ -247,17 +247,25 @@ async function ownKey(): Promise<{ csrPem: string; keyPem: string }> {
  * is for our key; the concierge's when it made one (Pinniped's concierge, or a request without a CSR).
  */
 async function keyFor(credential: ClusterCredential, own: { keyPem: string } | undefined): Promise<string> {
-  if (credential.clientKeyData) return credential.clientKeyData;
-  if (!own) throw new Error('exchange token: the concierge returned a certificate without its key');
-  const { X509Certificate, createPrivateKey, createPublicKey } = await import('node:crypto');
-  const certified = new X509Certificate(credential.clientCertificateData).publicKey.export({
-    type: 'spki',
-    format: 'der',
-  });
-  const ours = createPublicKey(createPrivateKey(own.keyPem)).export({ type: 'spki', format: 'der' });
-  if (!certified.equals(ours))
-    throw new Error('exchange token: the concierge returned a certificate for a key other than ours');
-  return own.keyPem;
+  const keyPem = credential.clientKeyData || own?.keyPem;
+  if (!keyPem) throw new Error('exchange token: the concierge returned a certificate without its key');
+  const { X509Certificate, createPrivateKey } = await import('node:crypto');
+  let matches = false;
+  try {
+    matches = new X509Certificate(credential.clientCertificateData).checkPrivateKey(createPrivateKey(keyPem));
+  } catch {
+    // An unreadable certificate or key matches nothing.
+  }
+  if (!matches)
+    throw new Error(
+      `exchange token: the concierge returned a certificate for a key other than ${credential.clientKeyData ? 'the one it sent' : 'ours'}`,
+    );
+  // A concierge that ignores the CSR (Pinniped's) made the key itself and sent it over the wire.
+  if (own && credential.clientKeyData)
+    process.stderr.write(
+      'warning: the concierge ignored the CSR and sent a private key with the certificate\n',
+    );
+  return keyPem;
 }
 
 /** What `sealion login static` prints. Exported for tests; `env` stands for process.env. */

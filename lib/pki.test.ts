@@ -184,6 +184,36 @@ describe('certificate signing requests', () => {
     await expect(publicKeyFromCSR('not a csr')).rejects.toThrow(/not a PEM certificate request/);
   });
 
+  it('refuses a CSR for any key but ECDSA P-256 before checking its signature', async () => {
+    const rsa = await crypto.subtle.generateKey(
+      {
+        name: 'RSASSA-PKCS1-v1_5',
+        modulusLength: 2048,
+        publicExponent: new Uint8Array([1, 0, 1]),
+        hash: 'SHA-256',
+      },
+      true,
+      ['sign', 'verify'],
+    );
+    const p384 = await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-384' }, true, [
+      'sign',
+      'verify',
+    ]);
+    for (const [keys, signingAlgorithm] of [
+      [rsa, { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256' }],
+      [p384, { name: 'ECDSA', hash: 'SHA-384' }],
+    ] as const) {
+      const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+        name: 'CN=x',
+        keys,
+        signingAlgorithm,
+      });
+      await expect(publicKeyFromCSR(csr.toString('pem'))).rejects.toThrow(
+        'the CSR is not for an ECDSA P-256 key',
+      );
+    }
+  });
+
   it('puts URI SANs beside the host SANs and reads them back from the parsed extension', async () => {
     const ca = await newCA('test-ca');
     const issued = await issueCert(ca, {

@@ -230,8 +230,19 @@ export async function publicKeyFromCSR(csrPem: string): Promise<CryptoKey> {
   } catch (err) {
     throw new Error('the CSR is not a PEM certificate request', { cause: err });
   }
+  // The key is imported as P-256 before anything is verified: a CSR names its own algorithm, and checking an
+  // RSA signature with a huge key first would let anyone spend this process's CPU before it refuses them.
+  let key: CryptoKey;
+  try {
+    key = await crypto.subtle.importKey('spki', csr.publicKey.rawData, KEY_ALGORITHM, true, ['verify']);
+  } catch (err) {
+    throw new Error('the CSR is not for an ECDSA P-256 key', { cause: err });
+  }
+  const signature = csr.signatureAlgorithm as { name?: string; hash?: { name?: string } };
+  if (signature.name !== 'ECDSA' || signature.hash?.name !== 'SHA-256')
+    throw new Error('the CSR is not signed with ECDSA and SHA-256');
   if (!(await csr.verify())) throw new Error("the CSR's signature does not match its key");
-  return crypto.subtle.importKey('spki', csr.publicKey.rawData, KEY_ALGORITHM, true, ['verify']);
+  return key;
 }
 
 /** The `sha256:<hex>` pin of a certificate's SubjectPublicKeyInfo (kubeadm's CA pin format). */

@@ -41,6 +41,14 @@ function issuerOf(token: string): string | undefined {
   }
 }
 
+/** The certificate lifetime the entries allow: the shortest one set, or none (the default then holds). */
+function lifetimeOf(...entries: (Entry | undefined)[]): { credentialLifetimeSeconds?: number } {
+  const set = entries.flatMap((e) =>
+    e?.credentialLifetimeSeconds === undefined ? [] : [e.credentialLifetimeSeconds],
+  );
+  return set.length === 0 ? {} : { credentialLifetimeSeconds: Math.min(...set) };
+}
+
 export class AuthenticatorCache {
   private readonly entries = new Map<string, Entry>();
   private byIssuer = new Map<string, Entry[]>();
@@ -145,16 +153,14 @@ export class AuthenticatorCache {
     // Kept apart from the answers for any authenticator: this one's answer must not become the answer a bearer
     // token gets when several authenticators take it.
     const key = `${AuthenticatorCache.key(kind, name)}:${hash('sha256', token, 'base64url')}`;
-    const lifetime =
-      entry.credentialLifetimeSeconds === undefined
-        ? {}
-        : { credentialLifetimeSeconds: entry.credentialLifetimeSeconds };
     const reused = this.reused.get(key);
-    if (reused) return { ...reused, ...lifetime };
+    if (reused) return { ...reused, ...lifetimeOf(entry) };
     const generation = this.generation;
     const result = await this.first([entry], token, signal);
     this.remember(key, result, generation);
-    return { ...result, ...lifetime };
+    // The spec may have been edited while the token was checked: the shorter of the two lifetimes holds.
+    const now = this.entries.get(AuthenticatorCache.key(kind, name));
+    return { ...result, ...lifetimeOf(entry, now) };
   }
 
   /** Keeps a reusable answer until it says, unless an authenticator changed since it was asked for. */
