@@ -48,7 +48,7 @@ const productionZones = [
 const testZones = [...zones, ...product.map((target) => ({ target: `./${target}`, from: './integration' }))];
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.cache/', '.sealion/', 'coverage/'] },
+  { ignores: ['node_modules/', '.cache/', '.sealion/', 'coverage/', 'dist/'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

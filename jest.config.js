@@ -3,7 +3,8 @@
 const swc = [
   '@swc/jest',
   {
-    jsc: { parser: { syntax: 'typescript' }, target: 'es2024' },
+    // keepImportAttributes: JSON imports keep `with { type: 'json' }`, which Node's loader (and Jest's) require.
+    jsc: { parser: { syntax: 'typescript' }, target: 'es2024', experimental: { keepImportAttributes: true } },
     module: { type: 'es6' },
     sourceMaps: 'inline',
   },

@@ -1,6 +1,8 @@
 // The agent's composition root: flags (with defaults from its ConfigMap), the clients of its own cluster, the
 // credential Secret, and the identity its local proxy forwards with. Nothing else in agent/ reads process.env.
 import { readFileSync } from 'node:fs';
+// Imported rather than read beside this file, so that a bundle of the CLI (dev/build-cli.ts) knows its version too.
+import packageJson from '../package.json' with { type: 'json' };
 import { clusterAccess, loadKubeConfig, newKubeClients, apiStatusCode } from '../lib/kube.ts';
 import { newLogger } from '../lib/log.ts';
 import { startAgent } from './agent.ts';
@@ -31,9 +33,7 @@ const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/tok
 /** Projected service-account tokens rotate; re-reading the file this often picks a new one up in time. */
 const TOKEN_REREAD_MS = 60_000;
 
-const VERSION = (
-  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
-).version;
+const VERSION = packageJson.version;
 
 export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> {
   const log = newLogger({ level: flags.logLevel, buffered: true });

@@ -2,6 +2,7 @@
 import { benchAuth } from './auth.ts';
 import { benchPeering } from './peering.ts';
 import { benchProxy } from './proxy.ts';
+import { benchStartup } from './startup.ts';
 import { benchTunnel } from './tunnel.ts';
 
 const suites: Record<string, () => Promise<void>> = {
@@ -9,6 +10,7 @@ const suites: Record<string, () => Promise<void>> = {
   proxy: benchProxy,
   tunnel: benchTunnel,
   peering: benchPeering,
+  startup: benchStartup,
 };
 const wanted = process.argv.slice(2);
 const unknown = wanted.filter((s) => !(s in suites));

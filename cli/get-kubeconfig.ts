@@ -1,7 +1,6 @@
 // `sealion get kubeconfig`: from an admin's kubeconfig, finds the authenticator and where the impersonation
 // proxy is (its strategy status), and prints a kubeconfig whose user is the `sealion login` exec plugin.
 import { writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { stringify } from 'yaml';
 import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
@@ -9,8 +8,8 @@ import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/grou
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION } from './login.ts';
+import { installHint, selfCommand } from './self.ts';
 
-const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const POLL_MS = 2_000;
 
 export interface GetKubeconfigFlags {
@@ -150,8 +149,9 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
         ...(flags.oidcSkipBrowser ? ['--skip-browser'] : []),
         ...(flags.oidcDevice ? ['--device'] : []),
       ];
+  const self = selfCommand(process.env);
   const args = [
-    MAIN,
+    ...self.args,
     'login',
     ...login,
     // The proxy is named explicitly too: not every client passes KUBERNETES_EXEC_INFO (client-node does not).
@@ -200,13 +200,13 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
         user: {
           exec: {
             apiVersion: EXEC_API_VERSION,
-            // The Node that runs this command runs the plugin too, so the kubeconfig works without a PATH entry.
-            command: process.execPath,
+            // This very CLI: the installed command, or the executable (or Node and the sources) running now.
+            command: self.command,
             args,
             provideClusterInfo: true,
             // A static token needs nobody; an OIDC login may need a person at a browser.
             interactiveMode: staticToken ? 'Never' : 'IfAvailable',
-            installHint: `This kubeconfig runs the sealion CLI (${MAIN}); install Sealion there (npm ci) or run sealion get kubeconfig again`,
+            installHint: installHint(self),
           },
         },
       },

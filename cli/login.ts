@@ -8,10 +8,19 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import lockfile from 'proper-lockfile';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
-import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
+import type * as HttpsClient from '../lib/https-client.ts';
+
+/**
+ * The HTTPS client (undici, dozens of modules) loads only when a request is made: kubectl runs this plugin for every
+ * command, and most runs answer from the cache.
+ */
+let https: typeof HttpsClient | undefined;
+const httpsClient = async (): Promise<typeof HttpsClient> =>
+  (https ??= await import('../lib/https-client.ts'));
+/** Ends the keep-alive connections of any request made, so the plugin exits as soon as it has answered. */
+const closeHttpsPools = async (): Promise<void> => https?.closeHttpsPools();
 
 export const EXEC_API_VERSION = 'client.authentication.k8s.io/v1';
 /** A cached certificate is replaced this long before it expires, so kubectl never presents an expired one. */
@@ -109,8 +118,11 @@ export async function exchange(
   let answer: TokenCredentialRequest;
   try {
     const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`).toString();
-    answer = (await httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) }))
-      .json as TokenCredentialRequest;
+    answer = (
+      await (
+        await httpsClient()
+      ).httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) })
+    ).json as TokenCredentialRequest;
   } catch (err) {
     throw new Error(`exchange token: ${(err as Error).message}`, { cause: err });
   }
@@ -152,6 +164,8 @@ export function cacheFile(env: NodeJS.ProcessEnv, kind: 'credentials' | 'session
  * while held (an interactive login may take minutes) and taken over when its holder died.
  */
 export async function withFileLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
+  // Loaded here, not at start: a cached credential is read without a lock.
+  const { default: lockfile } = await import('proper-lockfile');
   const release = await lockfile.lock(file, {
     realpath: false,
     lockfilePath: `${file}.lock`,

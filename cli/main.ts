@@ -1,30 +1,51 @@
-// The `sealion` command: one binary, one subcommand per job. Heavy modules load inside the commands that use
-// them: kubectl starts `sealion login` for every command it runs.
-import { Command } from 'commander';
-import { conciergeCommand } from './concierge.ts';
-import { getCommand } from './get-kubeconfig.ts';
-import { loginCommand } from './login.ts';
-import { whoamiCommand } from './whoami.ts';
-import { agentCommand } from './agent.ts';
-import { clusterCommand } from './cluster.ts';
-import { manifestsCommand } from './manifests.ts';
+// The `sealion` command: one binary, one subcommand per job. kubectl starts `sealion login` for every command it
+// runs, so a run loads only the module of the subcommand it names; heavy modules load inside the commands that
+// use them. Help, or a name that is no subcommand, loads them all.
+//
+// No top-level await: the standalone executable runs this as CommonJS (dev/build-cli.ts).
+import { enableCompileCache } from 'node:module';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { isSea } from 'node:sea';
+import type { Command } from 'commander';
 
-const program = new Command('sealion')
-  .description('Sealion: kubectl access to many clusters through an authenticating, impersonating proxy')
-  .showHelpAfterError();
+/** Each subcommand's module, in the order help lists them. */
+const COMMANDS: Record<string, () => Promise<Command>> = {
+  manifests: async () => (await import('./manifests.ts')).manifestsCommand(),
+  concierge: async () => (await import('./concierge.ts')).conciergeCommand(),
+  login: async () => (await import('./login.ts')).loginCommand(),
+  get: async () => (await import('./get-kubeconfig.ts')).getCommand(),
+  whoami: async () => (await import('./whoami.ts')).whoamiCommand(),
+  clusters: async () => (await import('./clusters.ts')).clustersCommand(),
+  cluster: async () => (await import('./cluster.ts')).clusterCommand(),
+  agent: async () => (await import('./agent.ts')).agentCommand(),
+};
 
-program.addCommand(manifestsCommand());
-program.addCommand(conciergeCommand());
-program.addCommand(loginCommand());
-program.addCommand(getCommand());
-program.addCommand(whoamiCommand());
-program.addCommand(clusterCommand());
-program.addCommand(agentCommand());
+/** Runs the command line `argv` (as process.argv: node, script, then the arguments). */
+async function runCli(argv: string[]): Promise<void> {
+  const { Command } = await import('commander');
+  const program = new Command('sealion')
+    .description('Sealion: kubectl access to many clusters through an authenticating, impersonating proxy')
+    .showHelpAfterError();
+  const named = argv[2];
+  const wanted = named !== undefined && Object.hasOwn(COMMANDS, named) ? [named] : Object.keys(COMMANDS);
+  for (const command of await Promise.all(wanted.map((name) => COMMANDS[name]!())))
+    program.addCommand(command);
+  await program.parseAsync(argv);
+}
 
-try {
-  await program.parseAsync(process.argv);
-} catch (err) {
+// Node's compile cache keeps V8's compiled code of every module loaded from here on (and, in the checkout, the
+// TypeScript with its types stripped) for the next run: the modules (commander included, hence its dynamic import)
+// then load several times faster. It lives in the user's own cache folder, not the shared temporary one Node
+// defaults to, where another user could plant compiled code; NODE_DISABLE_COMPILE_CACHE=1 turns it off. A
+// standalone executable has nothing to load from disk and carries its own code cache.
+if (!isSea())
+  enableCompileCache(
+    join(process.env['XDG_CACHE_HOME'] || join(homedir(), '.cache'), 'sealion', 'node-compile-cache'),
+  );
+
+runCli(process.argv).catch((err: unknown) => {
   // Expected failures (bad flags, unreachable clusters) print one line, not a stack trace.
   console.error(`sealion: ${err instanceof Error ? err.message : String(err)}`);
   process.exitCode = 1;
-}
+});

@@ -1,7 +1,8 @@
 // CustomResourceDefinitions for any group suffix. The OpenAPI schemas come from the TypeScript types in apis/
 // (config/generate.ts turns them into config/schemas.generated.json); everything else about a CRD is here.
-import { readFileSync } from 'node:fs';
 import { apiGroups, Kind, Resource, VERSION, type ApiGroups } from '../apis/groups.ts';
+// Imported, not read from a path beside this file, so that a bundle of the CLI carries the schemas with it.
+import generatedSchemas from '../config/schemas.generated.json' with { type: 'json' };
 
 export type JSONSchema = { [key: string]: unknown };
 
@@ -16,10 +17,9 @@ export const CRD_KINDS: readonly CrdKind[] = [
   'Cluster',
 ];
 
-const SCHEMAS_URL = new URL('../config/schemas.generated.json', import.meta.url);
-
+/** A copy each call: callers may change what they get. */
 export function loadKindSchemas(): KindSchemas {
-  return JSON.parse(readFileSync(SCHEMAS_URL, 'utf8')) as KindSchemas;
+  return structuredClone(generatedSchemas);
 }
 
 interface PrinterColumn {
