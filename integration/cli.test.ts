@@ -200,53 +200,6 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     rmSync(fresh, { recursive: true, force: true });
   });
 
-  it('logs in with OIDC in the browser once, then reuses and refreshes the session without it', async () => {
-    const path = join(dir, 'oidc.kubeconfig');
-    const written = await runSealion([
-      'get',
-      'kubeconfig',
-      '--kubeconfig',
-      cluster.kubeconfigPath,
-      '--oidc-skip-browser',
-      '-o',
-      path,
-    ]);
-    expect(written).toMatchObject({ code: 0 });
-    const home = mkdtempSync(join(tmpdir(), 'sealion-cli-oidc-'));
-    const env = { XDG_CONFIG_HOME: home };
-
-    // The plugin prints the login URL; this test is the browser that follows it.
-    const first = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env);
-    expect(first.browserError).toBeUndefined();
-    expect(first.code).toBe(0);
-    // Nothing but the login prompt: no errors, no retries.
-    expect(first.stderr).toMatch(/^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n {2}https:\S+\n$/);
-    expect(first.browsed).toBe(true);
-    expect(first.stdout).toContain(`namespace/${NS}`);
-    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0, device_code: 0 });
-
-    const second = await runKubectl(cluster.binaries.kubectl, path, ['auth', 'whoami', '-o', 'json'], {
-      env,
-    });
-    expect(second).toMatchObject({ code: 0, stderr: '' });
-    expect(second.stdout).toContain(USER);
-
-    // An ID token about to expire is refreshed with the refresh token, without a browser.
-    const sessions = join(home, 'sealion', 'sessions');
-    const file = join(
-      sessions,
-      readdirSync(sessions).find((f) => f.endsWith('.json'))!,
-    );
-    const session = JSON.parse(readFileSync(file, 'utf8')) as { idTokenExpiry: number };
-    writeFileSync(file, JSON.stringify({ ...session, idTokenExpiry: Date.now() }));
-    const third = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
-      env,
-    });
-    expect(third).toMatchObject({ code: 0, stderr: '' });
-    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1, device_code: 0 });
-    rmSync(home, { recursive: true, force: true });
-  });
-
   /** A kubeconfig whose plugin logs in with OIDC (extra flags for get kubeconfig), and a fresh credential cache. */
   async function oidcUser(name: string, extra: string[] = []): Promise<{ path: string; home: string }> {
     const path = join(dir, `${name}.kubeconfig`);
@@ -278,6 +231,36 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
   }
   const kidOf = (jwt: string): string =>
     (JSON.parse(Buffer.from(jwt.split('.')[0]!, 'base64url').toString()) as { kid: string }).kid;
+
+  it('logs in with OIDC in the browser once, then reuses and refreshes the session without it', async () => {
+    const { path, home } = await oidcUser('oidc');
+    const env = { XDG_CONFIG_HOME: home };
+
+    // The plugin prints the login URL; this test is the browser that follows it.
+    const first = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env);
+    expect(first.browserError).toBeUndefined();
+    expect(first.code).toBe(0);
+    // Nothing but the login prompt: no errors, no retries.
+    expect(first.stderr).toMatch(/^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n {2}https:\S+\n$/);
+    expect(first.browsed).toBe(true);
+    expect(first.stdout).toContain(`namespace/${NS}`);
+    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0, device_code: 0 });
+
+    const second = await runKubectl(cluster.binaries.kubectl, path, ['auth', 'whoami', '-o', 'json'], {
+      env,
+    });
+    expect(second).toMatchObject({ code: 0, stderr: '' });
+    expect(second.stdout).toContain(USER);
+
+    // An ID token about to expire is refreshed with the refresh token, without a browser.
+    cachedSession(home).expire();
+    const third = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
+      env,
+    });
+    expect(third).toMatchObject({ code: 0, stderr: '' });
+    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1, device_code: 0 });
+    rmSync(home, { recursive: true, force: true });
+  });
 
   it('logs in with the device grant on a machine without a browser', async () => {
     const { path, home } = await oidcUser('device', ['--oidc-device']);

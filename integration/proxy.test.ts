@@ -279,17 +279,20 @@ describe('the impersonation proxy against a real API server', () => {
     );
   });
 
+  /** A TokenCredentialRequest for `token` to JWTAuthenticator `name`, with more of the spec when given. */
+  const tokenCredentialRequest = (token: string, name = 'demo', spec: object = {}) =>
+    call('/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        apiVersion: 'login.concierge.sealion.dev/v1alpha1',
+        kind: 'TokenCredentialRequest',
+        spec: { token, authenticator: { apiGroup: GROUP, kind: 'JWTAuthenticator', name }, ...spec },
+      }),
+    });
+
   it('issues a client certificate through TokenCredentialRequest that kubectl then uses', async () => {
-    const tcr = (token: string, name = 'demo') =>
-      call('/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          apiVersion: 'login.concierge.sealion.dev/v1alpha1',
-          kind: 'TokenCredentialRequest',
-          spec: { token, authenticator: { apiGroup: GROUP, kind: 'JWTAuthenticator', name } },
-        }),
-      });
+    const tcr = (token: string, name = 'demo') => tokenCredentialRequest(token, name);
     const good = await tcr(userToken);
     expect(good.status).toBe(201);
     const credential = (
@@ -327,20 +330,7 @@ describe('the impersonation proxy against a real API server', () => {
   it('certifies the key of a CSR for the authenticator’s lifetime, and never sends a private key back', async () => {
     const { newCSR } = await import('../lib/pki.ts');
     const { X509Certificate } = await import('node:crypto');
-    const tcr = (spec: object) =>
-      call('/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          apiVersion: 'login.concierge.sealion.dev/v1alpha1',
-          kind: 'TokenCredentialRequest',
-          spec: {
-            token: userToken,
-            authenticator: { apiGroup: GROUP, kind: 'JWTAuthenticator', name: 'demo' },
-            ...spec,
-          },
-        }),
-      });
+    const tcr = (spec: object) => tokenCredentialRequest(userToken, 'demo', spec);
     type Answer = {
       status: {
         credential?: { clientCertificateData: string; clientKeyData?: string; expirationTimestamp: string };
