@@ -22,6 +22,8 @@ interface Form {
   fields: Record<string, string>;
 }
 
+/** Each page and the callback must answer within this. */
+const REQUEST_TIMEOUT_MS = 20_000;
 const DEFAULT_MAX_STEPS = 20;
 const LOOPBACKS = new Set(['127.0.0.1', 'localhost', '[::1]']);
 
@@ -78,6 +80,8 @@ class Browser {
       headers: { accept: 'text/html', ...(cookie ? { cookie } : {}) },
       ...(form ? { body: new URLSearchParams(form) } : {}),
       dispatcher: this.dispatcher,
+      // A stuck page fails the test that asked for it, well before the test's own timeout.
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     });
     for (const set of answer.headers.getSetCookie()) await this.jar.setCookie(set, url);
     const body = await answer.text();
@@ -129,7 +133,7 @@ export async function browse(url: string, opts: BrowserOptions): Promise<{ statu
     if (!('callback' in page)) {
       throw new Error(`browse: ${page.url} answered ${page.status}: ${textOf(page)}`);
     }
-    const answer = await fetch(page.callback);
+    const answer = await fetch(page.callback, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
     return { status: answer.status, body: await answer.text() };
   } finally {
     await browser.close();

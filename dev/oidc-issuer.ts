@@ -386,6 +386,8 @@ export async function startOIDCIssuer(opts: IssuerOptions = {}): Promise<TestIss
           res
             .writeHead(400, { 'content-type': 'text/plain' })
             .end(`interaction: ${(err as Error).message}\n`);
+        // Half an answer must still end, or the browser waits for the rest.
+        else res.destroy();
       });
       return;
     }
