@@ -4,7 +4,7 @@
 import { Command } from 'commander';
 import { closeHttpsPools, HttpsError } from '../lib/https-client.ts';
 import { printable } from './printable.ts';
-import { postAsKubeconfig } from './whoami.ts';
+import { loginFirst, postAsKubeconfig } from './whoami.ts';
 
 export interface ClusterState {
   context: string;
@@ -41,7 +41,15 @@ function stateOf(err: unknown): Pick<ClusterState, 'state' | 'detail'> {
 export async function listClusters(kubeconfig: string): Promise<ClusterState[]> {
   const { loadKubeConfig } = await import('../lib/kube.ts');
   const source = kubeconfig ? { path: kubeconfig } : { default: true as const };
-  const contexts = loadKubeConfig(source).getContexts();
+  const all = loadKubeConfig(source);
+  const contexts = all.getContexts();
+  // Each user logs in once, one after another, where the person can see the prompt; the probes then run at once
+  // on the cached credentials. A login that fails is left for that user's probes to report.
+  for (const user of new Set(contexts.map((c) => c.user))) {
+    const context = contexts.find((c) => c.user === user)!;
+    all.setCurrentContext(context.name);
+    await loginFirst(all).catch(() => {});
+  }
   return Promise.all(
     contexts.map(async ({ name }): Promise<ClusterState> => {
       // A config of its own per context: switching one shared config while the others are being asked would race.

@@ -13,6 +13,31 @@ export interface WhoamiFlags {
 }
 
 /**
+ * Runs the current user's exec plugin once with the terminal's standard error before any request, so that a login
+ * it needs can show its prompt (a URL to open, a device code): client-node captures a plugin's standard error and
+ * shows it only when the plugin fails. The plugin caches what it gets, so the request's own run answers from the
+ * cache. Nothing to do for a user without a plugin.
+ */
+export async function loginFirst(config: KubeConfig): Promise<void> {
+  const exec = config.getCurrentUser()?.exec as
+    { command?: string; args?: string[]; env?: { name: string; value: string }[] | null } | undefined;
+  if (!exec?.command) return;
+  const env = { ...process.env, ...Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])) };
+  const { spawn } = await import('node:child_process');
+  await new Promise<void>((done, fail) => {
+    const child = spawn(exec.command!, exec.args ?? [], { env, stdio: ['inherit', 'ignore', 'inherit'] });
+    child.once('error', (err) =>
+      fail(new Error(`the kubeconfig's login plugin ${exec.command}: ${err.message}`)),
+    );
+    child.once('exit', (code) =>
+      code === 0
+        ? done()
+        : fail(new Error(`the kubeconfig's login plugin ${exec.command} exited with ${code}`)),
+    );
+  });
+}
+
+/**
  * POSTs `body` to `path` on the current cluster of `config` with the credentials it gives: its CA, and a client
  * certificate or token, running the exec plugin when it names one.
  */
@@ -39,6 +64,7 @@ export async function postAsKubeconfig(config: KubeConfig, path: string, body: u
 export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
   const { loadKubeConfig } = await import('../lib/kube.ts');
   const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  await loginFirst(config);
   const group = apiGroups(flags.groupSuffix).identity;
   const body: WhoAmIRequest = { apiVersion: `${group}/${VERSION}`, kind: 'WhoAmIRequest', spec: {} };
   const answer = (await postAsKubeconfig(

@@ -79,10 +79,10 @@ Admin access (the PROXY ENDPOINT column is where the proxy is published; cluster
   kubectl --kubeconfig ${cluster.kubeconfigPath} get clusters
   kubectl --kubeconfig ${edge.kubeconfigPath} get pods -A -o wide
 An OIDC login instead of the fixed demo token, one kubeconfig with a context for each cluster (open the URL the
-first kubectl prints, where the local OIDC provider signs the demo user in; --oidc-device prints a code instead):
+login prints, where the local OIDC provider signs the demo user in; --oidc-device prints a code instead):
   npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
+  npx sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
   kubectl --kubeconfig .sealion/oidc.kubeconfig --context sealion-${EDGE} get namespaces
-  npx sealion clusters --kubeconfig .sealion/oidc.kubeconfig
 
 Press Ctrl-C to stop; everything started here is removed.`);
 }

@@ -1,7 +1,11 @@
 // `npm start` as a person uses it: it comes up, the commands it prints work as printed, Ctrl-C removes everything.
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { parse } from 'yaml';
+import { browse } from '../dev/browser.ts';
 import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
 import { runKubectl } from '../dev/cluster.ts';
 import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
@@ -31,16 +35,27 @@ describe('npm start', () => {
     };
     const { output } = await waitForOutput(child, /Press Ctrl-C/);
     const clusterDir = /--kubeconfig (\/\S+)\/admin\.kubeconfig/.exec(output)![1]!;
-    // Every printed demo command, run as printed (with the harness's kubectl), from the repository root.
-    const commands = [...output.matchAll(/^ {2}kubectl --kubeconfig (\S+) (.+?)(?:\s+# (.+))?$/gm)].map(
-      (m) => ({
-        kubeconfig: resolve(REPO_ROOT, m[1]!),
-        args: m[2]!.trim().split(/\s+/),
-        expect: m[3] ?? '',
-      }),
-    );
-    expect(commands.length).toBeGreaterThanOrEqual(3);
-    for (const c of commands) {
+    // Every printed demo command, run as printed and in order (with the harness's kubectl), from the repository
+    // root, with a credential cache of its own.
+    const home = mkdtempSync(join(tmpdir(), 'sealion-dev-up-'));
+    const env = { XDG_CONFIG_HOME: home };
+    const printed = [
+      ...output.matchAll(/^ {2}(?:kubectl --kubeconfig (\S+)|npx sealion) (.+?)(?:\s+# (.+))?$/gm),
+    ].map((m) => ({
+      kubeconfig: m[1] ? resolve(REPO_ROOT, m[1]) : '',
+      args: m[2]!.trim().split(/\s+/),
+      expect: m[3] ?? '',
+    }));
+    expect(printed.filter((c) => c.kubeconfig).length).toBeGreaterThanOrEqual(3);
+    for (const c of printed) {
+      if (!c.kubeconfig) {
+        // The CLI; its OIDC login prints a URL, which this test opens as the person would.
+        const result = await sealionWithBrowser(c.args, env);
+        expect(result).toMatchObject({ code: 0 });
+        if (c.args[0] === 'clusters')
+          expect(result.stdout).toMatch(/^sealion-edge\s+Ready\s+demo@sealion\.dev/m);
+        continue;
+      }
       if (c.args.includes('-it')) {
         // A shell in a terminal: typed into, as a person does (script(1) gives kubectl the terminal).
         const typed = await runInTerminal(
@@ -52,11 +67,11 @@ describe('npm start', () => {
       }
       if (c.args.includes('-f')) {
         // Follows until stopped: what it printed meanwhile is what counts.
-        const followed = await runKubectl(kubectl, c.kubeconfig, c.args, { timeoutMs: 12_000 });
+        const followed = await runKubectl(kubectl, c.kubeconfig, c.args, { env, timeoutMs: 12_000 });
         expect(followed.stdout).toMatch(/tick \d+/);
         continue;
       }
-      const result = await runKubectl(kubectl, c.kubeconfig, c.args);
+      const result = await runKubectl(kubectl, c.kubeconfig, c.args, { env });
       if (c.expect.startsWith('Forbidden')) {
         expect(result.code).not.toBe(0);
         expect(result.stderr).toContain('is forbidden: User "demo@sealion.dev"');
@@ -79,8 +94,49 @@ describe('npm start', () => {
     expect(await exited).toBe(0);
     expect(processesUsing(clusterDir)).toEqual([]);
     expect(processesUsing(edgeDir)).toEqual([]);
+    rmSync(home, { recursive: true, force: true });
   }, 300_000);
 });
+
+/**
+ * Runs the sealion CLI as printed (`npx sealion` is bin/sealion.js here), from the repository root. When a login it
+ * starts prints its URL, the scripted browser signs in there, trusting the issuer CA the kubeconfig names.
+ */
+function sealionWithBrowser(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ...env },
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
+    let stdout = '';
+    let stderr = '';
+    let browsed = false;
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+      const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
+      if (!url || browsed) return;
+      browsed = true;
+      const kubeconfig = resolve(REPO_ROOT, args[args.indexOf('--kubeconfig') + 1]!);
+      const exec = (
+        parse(readFileSync(kubeconfig, 'utf8')) as { users: { user: { exec: { args: string[] } } }[] }
+      ).users[0]!.user.exec;
+      const caPem = Buffer.from(exec.args[exec.args.indexOf('--ca-bundle-data') + 1]!, 'base64').toString();
+      browse(url, { caPem }).catch((err: unknown) => {
+        stderr += `browser: ${(err as Error).message}\n`;
+        child.kill('SIGKILL');
+      });
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      done({ code, stdout, stderr });
+    });
+  });
+}
 
 function podsOf(namespace: string): string[] {
   return [
