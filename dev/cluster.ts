@@ -93,7 +93,13 @@ function installExitHook(): void {
   process.once('exit', () => {
     for (const [dir, children] of live) {
       for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
+      try {
+        rmSync(dir, { recursive: true, force: true });
+      } catch {
+        // A node's containers and mounts outlive an exit that did not stop them (a second Ctrl-C): the next
+        // cluster started on this machine sweeps them (sweepStaleClusters).
+        console.error(`left ${dir} behind (its node's containers were running); the next start removes it`);
+      }
     }
   });
 }
