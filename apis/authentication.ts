@@ -81,8 +81,9 @@ export interface JWTAuthenticatorSpec {
   /**
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
    * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
-   * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate cannot be revoked before
-   * it expires, and outlives the token it was issued for, so keep it as short as your users bear. Default: 300.
+   * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate outlives the token it
+   * was issued for, and only deleting this authenticator ends it early (for every user at once), so keep it as short
+   * as your users bear. Default: 300.
    * @asType integer
    * @minimum 120
    * @maximum 86400
@@ -112,8 +113,9 @@ export interface WebhookAuthenticatorSpec {
   /**
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
    * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
-   * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate cannot be revoked before
-   * it expires, and outlives the token it was issued for, so keep it as short as your users bear. Default: 300.
+   * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate outlives the token it
+   * was issued for, and only deleting this authenticator ends it early (for every user at once), so keep it as short
+   * as your users bear. Default: 300.
    * @asType integer
    * @minimum 120
    * @maximum 86400

@@ -91,7 +91,9 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
         found.delete(name);
         return;
       }
-      const hash = specHash(obj.spec);
+      // The object's uid with its spec: one deleted and made again under the same name between two looks is
+      // another authenticator, and certificates issued on the old one's word must not pass for the new one's.
+      const hash = `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}`;
       let result: Validated | undefined;
       const known = validated.get(name);
       const ready = known?.hash === hash && deps.cache.has(kind, name);
@@ -103,6 +105,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
             ...(obj.spec.credentialLifetimeSeconds === undefined
               ? {}
               : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
+            ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
           });
           validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.

@@ -403,6 +403,40 @@ describe('the impersonation proxy against a real API server', () => {
     ]);
   });
 
+  it('stops honouring a certificate the moment the authenticator it was issued through is deleted', async () => {
+    await applyJWTAuthenticator(cluster, 'soon-gone', issuer, 'sealion-demo');
+    const answer = await eventually(async () => {
+      const got = JSON.parse((await tokenCredentialRequest(userToken, 'soon-gone')).body) as {
+        status: { credential?: { clientCertificateData: string; clientKeyData: string } };
+      };
+      expect(got.status.credential).toBeDefined();
+      return got.status.credential!;
+    });
+    const config = writeKubeconfig(
+      'soon-gone',
+      proxy.kubeconfig({ certPem: answer.clientCertificateData, keyPem: answer.clientKeyData }),
+    );
+    expect((await asUser(['auth', 'whoami', '-o', 'name'], config)).code).toBe(0);
+    // A certificate issued through `demo` is bound to `demo`, and keeps working.
+    const other = JSON.parse((await tokenCredentialRequest(userToken, 'demo')).body) as {
+      status: { credential: { clientCertificateData: string; clientKeyData: string } };
+    };
+    const otherConfig = writeKubeconfig(
+      'still-here',
+      proxy.kubeconfig({
+        certPem: other.status.credential.clientCertificateData,
+        keyPem: other.status.credential.clientKeyData,
+      }),
+    );
+
+    expect((await cluster.kubectl(['delete', 'jwtauthenticator', 'soon-gone'])).code).toBe(0);
+    await eventually(async () => {
+      const refused = await asUser(['auth', 'whoami', '-o', 'name'], config);
+      expect(refused.stderr).toContain('Unauthorized');
+    });
+    expect((await asUser(['auth', 'whoami', '-o', 'name'], otherConfig)).code).toBe(0);
+  });
+
   it('answers WhoAmIRequest with the user the proxy sees', async () => {
     const answer = await call('/apis/identity.concierge.sealion.dev/v1alpha1/whoamirequests', {
       method: 'POST',

@@ -8,6 +8,8 @@ import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import { peerChain } from '../../lib/pem.ts';
+import { certificateURIs } from '../../lib/pki.ts';
+import { AUTHENTICATOR_URI_PREFIX } from './credentials.ts';
 import type { Request } from '../../lib/http2-request.ts';
 
 export type Identity =
@@ -44,10 +46,21 @@ interface CertificateIdentity {
   notBefore: number;
   notAfter: number;
   chain: string[];
+  /** The uid of the authenticator the certificate is bound to (TokenCredentialRequest's); none for others. */
+  authenticatorUid?: string;
 }
 
 /** Per connection, what its verified certificate says (null: none). getPeerCertificate is costly per request. */
 const certificateIdentities = new WeakMap<object, CertificateIdentity | null>();
+
+/** The uid an authenticator binding names; empty (matching nothing) when it cannot be read. */
+function uidOf(binding: string): string {
+  try {
+    return decodeURIComponent(binding.slice(AUTHENTICATOR_URI_PREFIX.length));
+  } catch {
+    return '';
+  }
+}
 
 function readCertificate(req: Request): CertificateIdentity | null {
   const socket = req.socket as TLSSocket | undefined;
@@ -57,11 +70,19 @@ function readCertificate(req: Request): CertificateIdentity | null {
   const o = cert?.subject?.O;
   const username = Array.isArray(cn) ? cn[0] : cn;
   if (!username) return null;
+  // Read from the parsed extension, never from Node's formatted subjectaltname text.
+  const bindings = certificateURIs(cert.raw).filter((uri) => uri.startsWith(AUTHENTICATOR_URI_PREFIX));
   return {
     user: { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} },
     notBefore: Date.parse(cert.valid_from),
     notAfter: Date.parse(cert.valid_to),
     chain: peerChain(cert).map((c) => c.fingerprint256),
+    // Two bindings are one too many: such a certificate is bound to something no authenticator's uid can match.
+    ...(bindings.length > 0
+      ? {
+          authenticatorUid: bindings.length === 1 ? uidOf(bindings[0]!) : '',
+        }
+      : {}),
   };
 }
 
@@ -69,6 +90,7 @@ function readCertificate(req: Request): CertificateIdentity | null {
 export const CERTIFICATE_EXPIRED = 'client certificate expired since the connection was made';
 export const CERTIFICATE_UNTRUSTED =
   'client certificate signer no longer trusted since the connection was made';
+export const CERTIFICATE_UNBOUND = 'the authenticator the client certificate was issued through is gone';
 
 /**
  * The user named by a verified client certificate (CN is the username, each O a group), or why a certificate that
@@ -79,6 +101,7 @@ export const CERTIFICATE_UNTRUSTED =
 export function certificateUser(
   req: Request,
   trusted: ReadonlySet<string>,
+  authenticatorLoaded: (uid: string) => boolean = () => false,
 ): UserInfo | { refused: string } | undefined {
   // Keyed by the connection: the HTTP/2 session, or the HTTP/1.1 socket. Looked up before the socket is touched,
   // since an HTTP/2 session's socket is a stand-in that binds a new function on every property read.
@@ -93,6 +116,8 @@ export function certificateUser(
   // A date that could not be read compares false: such a certificate counts as expired.
   if (!(now >= known.notBefore && now <= known.notAfter)) return { refused: CERTIFICATE_EXPIRED };
   if (!known.chain.some((fingerprint) => trusted.has(fingerprint))) return { refused: CERTIFICATE_UNTRUSTED };
+  if (known.authenticatorUid !== undefined && !authenticatorLoaded(known.authenticatorUid))
+    return { refused: CERTIFICATE_UNBOUND };
   return known.user;
 }
 
@@ -165,7 +190,7 @@ export function newRequestAuthenticator(
 
   return {
     async authenticate(req) {
-      const fromCert = certificateUser(req, trustedClientCAs());
+      const fromCert = certificateUser(req, trustedClientCAs(), (uid) => cache.hasUid(uid));
       if (fromCert !== undefined && !('refused' in fromCert))
         return { kind: 'user', user: fromCert, via: 'certificate' };
       const token = bearerToken(req);

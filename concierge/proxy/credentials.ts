@@ -14,16 +14,18 @@ export interface IssuedCredential {
 
 export interface ClientCertSigner {
   /** Undefined when no signer CA is loaded yet (TokenCredentialRequest then fails closed). */
+  /** `authenticatorUid`: the authenticator the token was checked with, which the certificate is bound to. */
   issue(
     user: UserInfo,
     lifetimeMs: number,
     publicKey?: webcrypto.CryptoKey,
+    authenticatorUid?: string,
   ): Promise<IssuedCredential | undefined>;
 }
 
 export function newClientCertSigner(currentCA: () => CertificateAuthority | undefined): ClientCertSigner {
   return {
-    async issue(user, lifetimeMs, publicKey) {
+    async issue(user, lifetimeMs, publicKey, authenticatorUid) {
       const ca = currentCA();
       if (!ca) return undefined;
       const issued = await issueCert(ca, {
@@ -32,8 +34,18 @@ export function newClientCertSigner(currentCA: () => CertificateAuthority | unde
         usage: 'client',
         validityMs: lifetimeMs,
         ...(publicKey ? { publicKey } : {}),
+        ...(authenticatorUid ? { uris: [authenticatorBinding(authenticatorUid)] } : {}),
       });
       return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.cert.notAfter };
     },
   };
 }
+
+/**
+ * The URI SAN that binds a certificate to the authenticator whose word it was issued on: the proxy honours the
+ * certificate only while that very object (by uid) is loaded, so deleting an authenticator, or breaking it, ends the
+ * certificates it vouched for at once instead of when they expire.
+ */
+export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
+export const authenticatorBinding = (uid: string): string =>
+  `${AUTHENTICATOR_URI_PREFIX}${encodeURIComponent(uid)}`;

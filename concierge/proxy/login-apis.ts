@@ -238,6 +238,7 @@ export async function handleTokenCredentialRequest(
     result.user,
     credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
     publicKey,
+    result.authenticatorUid,
   );
   if (!issued) return failed('no signer CA is loaded');
   deps.log.info(

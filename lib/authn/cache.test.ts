@@ -127,6 +127,39 @@ describe('reused answers', () => {
   });
 });
 
+describe('what a certificate is bound to', () => {
+  it('names the uid of the authenticator that answered, and knows that uid only while that object is loaded', async () => {
+    const cache = new AuthenticatorCache();
+    cache.set(
+      'JWTAuthenticator',
+      'corp',
+      countingAuthenticator(() => user('alice')),
+      {
+        issuer: ISSUER,
+        uid: 'uid-1',
+        credentialLifetimeSeconds: 3600,
+      },
+    );
+    expect(await cache.authenticateWith('JWTAuthenticator', 'corp', 'token')).toMatchObject({
+      ok: true,
+      authenticatorUid: 'uid-1',
+      credentialLifetimeSeconds: 3600,
+    });
+    expect(cache.hasUid('uid-1')).toBe(true);
+    // Deleted and made again under the same name: another object, whose certificates are its own.
+    cache.set(
+      'JWTAuthenticator',
+      'corp',
+      countingAuthenticator(() => user('alice')),
+      { issuer: ISSUER, uid: 'uid-2' },
+    );
+    expect(cache.hasUid('uid-1')).toBe(false);
+    expect(cache.hasUid('uid-2')).toBe(true);
+    cache.delete('JWTAuthenticator', 'corp');
+    expect(cache.hasUid('uid-2')).toBe(false);
+  });
+});
+
 describe('distinct junk tokens through the cache', () => {
   it('reach a slow webhook at most its limit at a time; the others fail at once, and no reason holds a token', async () => {
     let running = 0;

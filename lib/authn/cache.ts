@@ -15,12 +15,15 @@ interface Entry {
   issuer?: string;
   /** The lifetime of client certificates issued on its word (its spec.credentialLifetimeSeconds). */
   credentialLifetimeSeconds?: number;
+  /** Its object's metadata.uid: certificates issued on its word name it, and hold only while it is loaded. */
+  uid?: string;
 }
 
 /** What an authenticator is loaded with besides itself. */
 export interface AuthenticatorSettings {
   issuer?: string;
   credentialLifetimeSeconds?: number;
+  uid?: string;
 }
 
 /**
@@ -89,6 +92,12 @@ export class AuthenticatorCache {
     return this.entries.has(AuthenticatorCache.key(kind, name));
   }
 
+  /** Whether the authenticator object with this metadata.uid is loaded now (not deleted, replaced or broken). */
+  hasUid(uid: string): boolean {
+    for (const e of this.entries.values()) if (e.uid === uid) return true;
+    return false;
+  }
+
   get size(): number {
     return this.entries.size;
   }
@@ -145,7 +154,7 @@ export class AuthenticatorCache {
     name: string,
     token: string,
     signal?: AbortSignal,
-  ): Promise<AuthResult & { credentialLifetimeSeconds?: number }> {
+  ): Promise<AuthResult & { credentialLifetimeSeconds?: number; authenticatorUid?: string }> {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
     const tooLarge = oversized(token);
@@ -154,13 +163,14 @@ export class AuthenticatorCache {
     // token gets when several authenticators take it.
     const key = `${AuthenticatorCache.key(kind, name)}:${hash('sha256', token, 'base64url')}`;
     const reused = this.reused.get(key);
-    if (reused) return { ...reused, ...lifetimeOf(entry) };
+    const uid = entry.uid === undefined ? {} : { authenticatorUid: entry.uid };
+    if (reused) return { ...reused, ...lifetimeOf(entry), ...uid };
     const generation = this.generation;
     const result = await this.first([entry], token, signal);
     this.remember(key, result, generation);
     // The spec may have been edited while the token was checked: the shorter of the two lifetimes holds.
     const now = this.entries.get(AuthenticatorCache.key(kind, name));
-    return { ...result, ...lifetimeOf(entry, now) };
+    return { ...result, ...lifetimeOf(entry, now), ...uid };
   }
 
   /** Keeps a reusable answer until it says, unless an authenticator changed since it was asked for. */
