@@ -1,6 +1,7 @@
 // A scripted browser for the local OIDC issuer (dev/oidc-issuer.ts): it follows redirects by hand, keeps cookies
 // as a browser would, and submits the issuer's forms, so that tests log in through the real authorization and
 // device flows without a browser. It knows the issuer's pages only by their forms and their `data-outcome`.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { CookieJar } from 'tough-cookie';
 import { Agent, fetch } from 'undici';
 
@@ -169,4 +170,74 @@ export async function approveDevice(
   } finally {
     await browser.close();
   }
+}
+
+/** What a command run by runWithLogin did. */
+export interface LoginRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** Whether a login URL was printed and followed. */
+  browsed: boolean;
+  /** Why the browser could not finish the login, when it could not (the command was then stopped). */
+  browserError?: string;
+}
+
+/**
+ * Runs a command whose login prints a URL to standard error (`sealion login oidc`, or kubectl or the sealion CLI
+ * running it as a plugin) and plays the person at the browser: the code flow's "in a browser:" URL through browse(),
+ * or the device flow's "or open" link through approveDevice(). The command runs in a process group of its own, so
+ * that stopping it stops the plugin too; it is stopped when the browser fails (it would wait minutes for its
+ * callback) or after `timeoutMs`. `caPem` may be a function: the issuer's CA can be read once the URL shows.
+ */
+export function runWithLogin(
+  command: string,
+  args: string[],
+  opts: {
+    caPem: string | (() => string);
+    env?: NodeJS.ProcessEnv;
+    cwd?: string;
+    /** Default: 120 s. */
+    timeoutMs?: number;
+    /** Called with the process at its start, for a caller that must stop it whatever happens. */
+    track?: (child: ChildProcess) => void;
+  },
+): Promise<LoginRun> {
+  return new Promise((done) => {
+    const child = spawn(command, args, {
+      env: { ...process.env, ...opts.env },
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      detached: true,
+    });
+    opts.track?.(child);
+    const stop = (): void => {
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    };
+    const timer = setTimeout(stop, opts.timeoutMs ?? 120_000);
+    let stdout = '';
+    let stderr = '';
+    let browsed = false;
+    let browserError: string | undefined;
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+      const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
+      const device = /\n {2}or open (https:\/\/\S+)\n/.exec(stderr)?.[1];
+      if ((!url && !device) || browsed) return;
+      browsed = true;
+      const caPem = typeof opts.caPem === 'string' ? opts.caPem : opts.caPem();
+      (url ? browse(url, { caPem }) : approveDevice(device!, { caPem })).catch((err: unknown) => {
+        browserError = (err as Error).message;
+        stop();
+      });
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      done({ code, stdout, stderr, browsed, ...(browserError ? { browserError } : {}) });
+    });
+  });
 }

@@ -1,11 +1,11 @@
 // The user's path with the real CLI and real kubectl: `sealion get kubeconfig` from the admin's kubeconfig, then
 // kubectl through the proxy with the `sealion login static` exec plugin.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { approveDevice, browse } from '../dev/browser.ts';
+import { runWithLogin, type LoginRun } from '../dev/browser.ts';
 import { runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   applyJWTAuthenticator,
@@ -28,47 +28,15 @@ let token: string;
 /** kubectl processes still running: one waiting for a login that never comes is stopped after the tests. */
 const kubectls = new Set<ChildProcess>();
 
-/**
- * Runs kubectl and, when the plugin prints a login URL, logs in there with the scripted browser. A login the
- * browser cannot finish stops kubectl, which would otherwise wait minutes for its callback, and says why.
- */
-function kubectlWithBrowser(
-  kubeconfig: string,
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; stdout: string; stderr: string; browsed: boolean; browserError?: string }> {
-  return new Promise((done) => {
-    const child = spawn(cluster.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, ...args], {
-      env: { ...process.env, ...env },
-      // Its own process group, so that stopping it stops the login plugin it runs too.
-      detached: true,
-    });
-    kubectls.add(child);
-    child.once('exit', () => kubectls.delete(child));
-    let stdout = '';
-    let stderr = '';
-    let browsed = false;
-    let browserError: string | undefined;
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString();
-      // The plugin's prompt: "Log in to <issuer> in a browser:" and the authorization URL on the next line; or,
-      // logging in with --device, the link that carries the user code.
-      const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
-      const device = /\n {2}or open (https:\/\/\S+)\n/.exec(stderr)?.[1];
-      if ((url || device) && !browsed) {
-        browsed = true;
-        (url ? browse(url, { caPem: issuer.caPem }) : approveDevice(device!, { caPem: issuer.caPem })).catch(
-          (err: unknown) => {
-            browserError = (err as Error).message;
-            void stopChild(child, { group: true });
-          },
-        );
-      }
-    });
-    child.on('close', (code) =>
-      done({ code, stdout, stderr, browsed, ...(browserError ? { browserError } : {}) }),
-    );
+/** Runs kubectl and, when the plugin prints a login URL, logs in there with the scripted browser. */
+function kubectlWithBrowser(kubeconfig: string, args: string[], env: NodeJS.ProcessEnv): Promise<LoginRun> {
+  return runWithLogin(cluster.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, ...args], {
+    caPem: issuer.caPem,
+    env,
+    track: (child) => {
+      kubectls.add(child);
+      child.once('exit', () => kubectls.delete(child));
+    },
   });
 }
 

@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parse } from 'yaml';
-import { browse } from '../dev/browser.ts';
+import { runWithLogin, type LoginRun } from '../dev/browser.ts';
 import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
 import { runKubectl } from '../dev/cluster.ts';
 import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
@@ -102,39 +102,18 @@ describe('npm start', () => {
  * Runs the sealion CLI as printed (`npx sealion` is bin/sealion.js here), from the repository root. When a login it
  * starts prints its URL, the scripted browser signs in there, trusting the issuer CA the kubeconfig names.
  */
-function sealionWithBrowser(
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), ...args], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, ...env },
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-    let stdout = '';
-    let stderr = '';
-    let browsed = false;
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString();
-      const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
-      if (!url || browsed) return;
-      browsed = true;
-      const kubeconfig = resolve(REPO_ROOT, args[args.indexOf('--kubeconfig') + 1]!);
-      const exec = (
-        parse(readFileSync(kubeconfig, 'utf8')) as { users: { user: { exec: { args: string[] } } }[] }
-      ).users[0]!.user.exec;
-      const caPem = Buffer.from(exec.args[exec.args.indexOf('--ca-bundle-data') + 1]!, 'base64').toString();
-      browse(url, { caPem }).catch((err: unknown) => {
-        stderr += `browser: ${(err as Error).message}\n`;
-        child.kill('SIGKILL');
-      });
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
+function sealionWithBrowser(args: string[], env: NodeJS.ProcessEnv): Promise<LoginRun> {
+  const caPem = (): string => {
+    const kubeconfig = resolve(REPO_ROOT, args[args.indexOf('--kubeconfig') + 1]!);
+    const exec = (
+      parse(readFileSync(kubeconfig, 'utf8')) as { users: { user: { exec: { args: string[] } } }[] }
+    ).users[0]!.user.exec;
+    return Buffer.from(exec.args[exec.args.indexOf('--ca-bundle-data') + 1]!, 'base64').toString();
+  };
+  return runWithLogin(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), ...args], {
+    caPem,
+    env,
+    cwd: REPO_ROOT,
   });
 }
 
