@@ -56,6 +56,8 @@ export class AuthenticatorCache {
   private readonly entries = new Map<string, Entry>();
   private byIssuer = new Map<string, Entry[]>();
   private webhooks: Entry[] = [];
+  /** The loaded authenticators' uids: asked on every request a bound certificate makes. */
+  private uids = new Set<string>();
   /** Answers that carry reusableUntil, each kept until then. Emptied whenever an authenticator changes. */
   private readonly reused = new LRUCache<string, AuthResult>({ max: REUSED_ANSWERS });
   /** Bumped by every change, so an answer from before a change is never remembered after it. */
@@ -94,8 +96,7 @@ export class AuthenticatorCache {
 
   /** Whether the authenticator object with this metadata.uid is loaded now (not deleted, replaced or broken). */
   hasUid(uid: string): boolean {
-    for (const e of this.entries.values()) if (e.uid === uid) return true;
-    return false;
+    return this.uids.has(uid);
   }
 
   get size(): number {
@@ -110,6 +111,7 @@ export class AuthenticatorCache {
       if (e.issuer !== undefined) byIssuer.set(e.issuer, [...(byIssuer.get(e.issuer) ?? []), e]);
     this.byIssuer = byIssuer;
     this.webhooks = all.filter((e) => e.kind === 'WebhookAuthenticator');
+    this.uids = new Set(all.flatMap((e) => (e.uid === undefined ? [] : [e.uid])));
     this.generation++;
     this.reused.clear();
   }
