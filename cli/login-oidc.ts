@@ -87,22 +87,21 @@ const UNTRUSTED = new Set([
   'ERR_TLS_CERT_ALTNAME_INVALID',
 ]);
 
-/** The first object along an error's cause chain that has `key`. */
-function causeWith(err: unknown, key: string): object | undefined {
+/** An error and its causes, outermost first (a few deep: a cycle must not loop). */
+function* causes(err: unknown): Generator<object> {
   for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as Error).cause, depth++)
-    if (key in e) return e;
-  return undefined;
+    yield e;
 }
 
+/** The first object along an error's cause chain that has `key`. */
+const causeWith = (err: unknown, key: string): object | undefined => [...causes(err)].find((e) => key in e);
+
 /** The codes along an error's cause chain, outermost first. */
-function codesOf(err: unknown): string[] {
-  const codes: string[] = [];
-  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as Error).cause, depth++) {
+const codesOf = (err: unknown): string[] =>
+  [...causes(err)].flatMap((e) => {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string') codes.push(code);
-  }
-  return codes;
-}
+    return typeof code === 'string' ? [code] : [];
+  });
 
 /**
  * What went wrong, in the words a user can act on: the issuer cannot be reached or is not trusted, its tokens are

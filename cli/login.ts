@@ -3,7 +3,7 @@
 // short-lived client certificate. Certificates (and OIDC sessions, see login-oidc.ts) are cached under the
 // user's config folder: 0600, written whole and renamed into place, under a file lock so that concurrent kubectl
 // processes exchange once, and reused until shortly before they expire.
-import { createHash } from 'node:crypto';
+import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -240,7 +240,7 @@ export async function credentialFor(
       kind: 'ExecCredential',
       status: {
         clientCertificateData: credential.clientCertificateData,
-        clientKeyData: await keyFor(credential, own),
+        clientKeyData: keyFor(credential, own),
         expirationTimestamp: credential.expirationTimestamp,
       },
     };
@@ -260,10 +260,9 @@ async function ownKey(): Promise<{ csrPem: string; keyPem: string }> {
  * The private key that goes with the issued certificate: ours when we sent a CSR, after checking the certificate
  * is for our key; the concierge's when it made one (Pinniped's concierge, or a request without a CSR).
  */
-async function keyFor(credential: ClusterCredential, own: { keyPem: string } | undefined): Promise<string> {
+function keyFor(credential: ClusterCredential, own: { keyPem: string } | undefined): string {
   const keyPem = credential.clientKeyData || own?.keyPem;
   if (!keyPem) throw new Error('exchange token: the concierge returned a certificate without its key');
-  const { X509Certificate, createPrivateKey } = await import('node:crypto');
   let matches = false;
   try {
     matches = new X509Certificate(credential.clientCertificateData).checkPrivateKey(createPrivateKey(keyPem));
