@@ -27,7 +27,7 @@ import {
 } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ensureSecretCA } from '../lib/ca-secret.ts';
-import { forwardOverHttp2 } from '../lib/http2-forward.ts';
+import { callOverHttp2, CallFailed, forwardOverHttp2 } from '../lib/http2-forward.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
 import type { KubeClients } from '../lib/kube.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
@@ -36,7 +36,14 @@ import { certificateURIs, issueCert } from '../lib/pki.ts';
 import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel.ts';
 import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
 import { clusterRoute } from './proxy/handler.ts';
-import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from './proxy/forward.ts';
+import {
+  OWN_CALL_MAX_BYTES,
+  OWN_CALL_TIMEOUT_MS,
+  SHORT_REQUEST_TIMEOUT_MS,
+  type ClusterForwarder,
+  type ForwardPlan,
+  type Forwarder,
+} from './proxy/forward.ts';
 import type { RemoteHolder } from './tunnel/cluster-status.ts';
 
 export const PEER_CA_SECRET = 'sealion-peer-ca';
@@ -96,7 +103,7 @@ export interface Peering {
   /** host:port other replicas reach this one at, for its Lease. */
   address: string;
   /** A forwarder through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
-  forwarder(cluster: string): Forwarder | undefined;
+  forwarder(cluster: string): ClusterForwarder | undefined;
   stop(): Promise<void>;
 }
 
@@ -399,7 +406,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     };
   };
 
-  const peerForwarder = (cluster: string, holders: RemoteHolder[]): Forwarder => ({
+  const peerForwarder = (cluster: string, holders: RemoteHolder[]): ClusterForwarder => ({
     async web(req, res, plan) {
       // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
       if (req.method === 'CONNECT') return writeStatus(res, 405, 'CONNECT is not served');
@@ -462,6 +469,27 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
           });
         },
         () => socket.destroy(),
+      );
+    },
+    async call(own) {
+      if (stopped) throw new CallFailed(`cluster ${cluster}: this replica is stopping`);
+      const found = await firstLink(cluster, holders);
+      if ('status' in found) throw new CallFailed(found.message);
+      metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+      // The holder takes it as any request of this user's: into its tunnel, as the agent, with no impersonation.
+      const headers = peerHeaders({ headers: {}, longRunning: false, passthrough: false, user: own.user });
+      return callOverHttp2(
+        (h, endStream) => found.link.request(h, endStream),
+        {
+          ...headers,
+          ':method': own.method,
+          ':path': `/clusters/${cluster}${own.path}`,
+          'content-type': 'application/json',
+          accept: 'application/json',
+        },
+        own.body,
+        // The holder's own bound comes first; this hop only must not outlive it.
+        { timeoutMs: OWN_CALL_TIMEOUT_MS + 5_000, maxBytes: OWN_CALL_MAX_BYTES },
       );
     },
     close() {},

@@ -145,3 +145,56 @@ function discardRest(req: IncomingMessage): void {
   req.once('close', stop);
   req.resume();
 }
+
+/** One small request's answer (callOverHttp2). */
+export interface CallAnswer {
+  status: number;
+  body: Buffer;
+}
+
+export class CallFailed extends Error {
+  readonly code = 'SEALION_CALL_FAILED';
+}
+
+/**
+ * Sends one small request of the process's own (a SubjectAccessReview, say) on a stream `open` gives, and reads its
+ * whole answer. Bounded both ways: the answer may be at most `maxBytes`, and all of it must come within `timeoutMs`.
+ */
+export function callOverHttp2(
+  open: (headers: OutgoingHttpHeaders, endStream: boolean) => ClientHttp2Stream,
+  headers: OutgoingHttpHeaders,
+  body: Buffer | undefined,
+  opts: { timeoutMs: number; maxBytes: number },
+): Promise<CallAnswer> {
+  return new Promise((done, fail) => {
+    let stream: ClientHttp2Stream;
+    try {
+      stream = open(body ? { ...headers, 'content-length': body.length } : headers, !body);
+    } catch (err) {
+      return fail(err instanceof Error ? err : new CallFailed(String(err)));
+    }
+    let status = 0;
+    let size = 0;
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      stream.close(constants.NGHTTP2_CANCEL);
+      fail(new CallFailed(`no answer within ${opts.timeoutMs} ms`));
+    }, opts.timeoutMs);
+    const settle = (err?: Error): void => {
+      clearTimeout(timer);
+      if (err) fail(err);
+      else done({ status, body: Buffer.concat(chunks) });
+    };
+    stream.on('response', (answer) => (status = Number(answer[':status'])));
+    stream.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= opts.maxBytes) return void chunks.push(chunk);
+      stream.close(constants.NGHTTP2_CANCEL);
+      settle(new CallFailed(`the answer is over ${opts.maxBytes} bytes`));
+    });
+    stream.on('end', () => settle(status ? undefined : new CallFailed('the stream ended without an answer')));
+    stream.on('error', (err: Error) => settle(err));
+    stream.on('close', () => settle(new CallFailed(`the stream closed (HTTP/2 code ${stream.rstCode})`)));
+    if (body) stream.end(body);
+  });
+}

@@ -4,6 +4,7 @@ import { exponentialBackoff } from './backoff.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
+import { subjectAccessReview, type AccessQuestion } from './access-review.ts';
 import type { Informer, KubeObject } from './informer.ts';
 import type { Logger } from './log.ts';
 import type { StatusWriter } from './status-writer.ts';
@@ -274,24 +275,13 @@ export interface TokenReviewAnswer {
   error?: string;
 }
 
-/** Who may do what (SubjectAccessReview): the subject and one resource action. */
-export interface AccessQuestion {
-  user: string;
-  groups: string[];
-  extra: Record<string, string[]>;
-  uid?: string;
-  verb: string;
-  group: string;
-  resource: string;
-  name?: string;
-  namespace?: string;
-}
-
 /** The API server's authentication and authorization reviews, for the proxy. */
 export interface Reviewer {
   tokenReview(token: string): Promise<TokenReviewAnswer>;
   allowed(question: AccessQuestion): Promise<boolean>;
 }
+
+export type { AccessQuestion };
 
 export function newReviewer(clients: KubeClients): Reviewer {
   return {
@@ -306,25 +296,7 @@ export function newReviewer(clients: KubeClients): Reviewer {
       };
     },
     async allowed(q) {
-      const review = await clients.authorization.createSubjectAccessReview({
-        body: {
-          apiVersion: 'authorization.k8s.io/v1',
-          kind: 'SubjectAccessReview',
-          spec: {
-            user: q.user,
-            groups: q.groups,
-            extra: q.extra,
-            ...(q.uid ? { uid: q.uid } : {}),
-            resourceAttributes: {
-              verb: q.verb,
-              group: q.group,
-              resource: q.resource,
-              ...(q.name ? { name: q.name } : {}),
-              ...(q.namespace ? { namespace: q.namespace } : {}),
-            },
-          },
-        },
-      });
+      const review = await clients.authorization.createSubjectAccessReview({ body: subjectAccessReview(q) });
       return review.status?.allowed === true;
     },
   };

@@ -5,7 +5,7 @@
 // or WebSocket) need HTTP/1.1 and are spliced through by lib/upgrade-forward.ts.
 import { Agent, request } from 'node:https';
 import { newH2Pool } from '../../lib/http2-pool.ts';
-import { forwardOverHttp2, UpstreamTimeout } from '../../lib/http2-forward.ts';
+import { forwardOverHttp2, UpstreamTimeout, type CallAnswer } from '../../lib/http2-forward.ts';
 import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
@@ -66,6 +66,28 @@ export interface Forwarder {
   web(req: Request, res: Response, plan: ForwardPlan): Promise<void>;
   upgrade(req: IncomingMessage, socket: Socket, head: Buffer, plan: ForwardPlan): void;
   close(): void;
+}
+
+/** One small request the concierge itself sends to a cluster: no impersonation, the forwarder's identity. */
+export interface OwnCall {
+  method: string;
+  path: string;
+  body: Buffer;
+  /** Whose request it serves: it counts against that user's share of a tunnel, as their requests do. */
+  user: string;
+}
+
+/** How long a cluster has to answer one of the concierge's own calls (a SubjectAccessReview takes milliseconds). */
+export const OWN_CALL_TIMEOUT_MS = 10_000;
+/** The largest answer to one of the concierge's own calls: a SubjectAccessReview's is well under a kilobyte. */
+export const OWN_CALL_MAX_BYTES = 64 * 1024;
+
+/**
+ * A forwarder to another cluster (through its agent's tunnel, here or on a peer), which can also ask that cluster's
+ * API server the concierge's own questions, as its agent: it is how every decision about that cluster is made there.
+ */
+export interface ClusterForwarder extends Forwarder {
+  call(request: OwnCall): Promise<CallAnswer>;
 }
 
 export function newForwarder(upstream: Upstream): Forwarder {

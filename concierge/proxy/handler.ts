@@ -13,18 +13,20 @@ import type { RequestAuthenticator, Identity } from './authenticate.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
-import type { Forwarder, ForwardPlan } from './forward.ts';
+import { askThrough, newReviewCache, ReviewUnavailable, type ReviewCache } from './access-reviews.ts';
+import { decideImpersonation, type Ask } from './decide-impersonation.ts';
+import type { ClusterForwarder, Forwarder, ForwardPlan } from './forward.ts';
 import {
   AUTHENTICATED_GROUP,
   cleanHeaders,
-  decideImpersonation,
   impersonationHeaders,
   MalformedImpersonationError,
   requestedImpersonation,
+  usernameOnlyHeaders,
   type RequestedImpersonation,
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
-import { requestInfo } from './request-info.ts';
+import { requestAttributes, requestInfo } from './request-info.ts';
 import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from '../../lib/kube-status.ts';
 
 export interface ProxyDeps {
@@ -42,9 +44,27 @@ export interface ProxyDeps {
   serving: () => boolean;
   /** How long a TokenCredentialRequest's body may take to arrive. Default: BODY_TIMEOUT_MS (login-apis.ts). */
   bodyTimeoutMs?: number;
-  /** The forwarder for `/clusters/<name>/…`: through that cluster's agent tunnel, when it has one here. */
-  clusters?: (name: string) => Forwarder | undefined;
+  /** The forwarder for `/clusters/<name>/…`: through that cluster's agent tunnel, here or on a peer. */
+  clusters?: (name: string) => ClusterForwarder | undefined;
+  /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
+  reviews?: ReviewCache;
 }
+
+/** Where a request goes, and whom its authorization questions are asked of. */
+interface Target {
+  forwarder: Forwarder;
+  ask: Ask;
+}
+
+/** A Status to answer with instead of forwarding. */
+interface Refusal {
+  status: number;
+  message: string;
+  retryAfterSeconds?: number;
+}
+
+/** What a refusal that mends by itself (a cluster that could not be asked) tells clients to wait. */
+const RETRY_AFTER_SECONDS = 1;
 
 const CLUSTERS_PREFIX = '/clusters/';
 
@@ -93,6 +113,26 @@ function isWellFormedPath(path: string): boolean {
   }
 }
 
+/** Answers with a refusal's Status, and Retry-After when it mends by itself. */
+function refuseWith(res: Response, refusal: Refusal): void {
+  writeStatus(
+    res,
+    refusal.status,
+    refusal.message,
+    refusal.retryAfterSeconds === undefined ? undefined : { retryAfterSeconds: refusal.retryAfterSeconds },
+  );
+}
+
+/** The caller, as the extra that records who really asked for an impersonation. */
+function originalUser(caller: UserInfo): string {
+  return JSON.stringify({
+    username: caller.username,
+    ...(caller.uid ? { uid: caller.uid } : {}),
+    groups: caller.groups,
+    extra: caller.extra,
+  });
+}
+
 export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const { groups, log, metrics } = deps;
   const requestLog = flatLineLogger(log);
@@ -100,15 +140,30 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
   /** TokenCredentialRequests being served now (MAX_ANONYMOUS_IN_FLIGHT). */
   let anonymousInFlight = 0;
-  const originalUserKey = `original-user-info.impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}`;
+  // A domain-prefixed key, as constrained impersonation requires of every extra it passes on.
+  const originalUserKey = `impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}/original-user-info`;
 
-  /** Impersonated user for this request, or a Status to answer with. */
+  /** The hub's own questions, asked of its API server with the concierge's identity. */
+  const reviews = deps.reviews ?? newReviewCache();
+  const askHub = reviews.asking('', async (question) => {
+    try {
+      return await deps.reviewer.allowed(question);
+    } catch (err) {
+      throw new ReviewUnavailable(`the API server could not be asked: ${(err as Error).message}`, err);
+    }
+  });
+
+  /**
+   * Impersonated user for this request, or a Status to answer with. The caller's own Impersonate-* headers are
+   * decided by the cluster the request is for (`target.ask`), mode by mode as the API server decides them.
+   */
   async function forwardingPlan(
     req: Request,
     identity: Exclude<Identity, { kind: 'anonymous' }>,
     longRunning: boolean,
     upgrade: boolean,
-  ): Promise<ForwardPlan | { status: number; message: string }> {
+    target: Target,
+  ): Promise<ForwardPlan | Refusal> {
     if (identity.kind === 'serviceaccount') {
       // The API server authenticates (and authorizes any impersonation of) its own service accounts.
       const headers = cleanHeaders(req.headers, true);
@@ -116,7 +171,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
-    let user: UserInfo = identity.user;
+    let impersonation = impersonationHeaders(identity.user);
     let requested: RequestedImpersonation | undefined;
     try {
       requested = requestedImpersonation(req.rawHeaders);
@@ -125,13 +180,31 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return { status: 400, message: `malformed impersonation headers: ${err.message}` };
     }
     if (requested) {
-      const decision = await decideImpersonation(identity.user, requested, deps.reviewer, originalUserKey);
+      const attributes = requestAttributes(req.method ?? 'GET', req.url ?? '/');
+      let decision;
+      try {
+        decision = await decideImpersonation(identity.user, requested, attributes, target.ask);
+      } catch (err) {
+        if (!(err instanceof ReviewUnavailable)) throw err;
+        log.warn({ err: err.message }, 'an impersonation could not be decided');
+        return {
+          status: 503,
+          message: `whether you may impersonate could not be decided: ${err.message}; retry`,
+          retryAfterSeconds: RETRY_AFTER_SECONDS,
+        };
+      }
       if (!decision.allowed) return { status: decision.status, message: decision.message };
-      const problem = identityProblem(decision.user);
+      const { user, usernameOnly } = decision.identity;
+      const problem = identityProblem(user);
       if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
-      user = decision.user;
+      impersonation = usernameOnly
+        ? usernameOnlyHeaders(user.username)
+        : impersonationHeaders({
+            ...user,
+            extra: { ...user.extra, [originalUserKey]: [originalUser(identity.user)] },
+          });
     }
-    const headers = { ...cleanHeaders(req.headers), ...impersonationHeaders(user) };
+    const headers = { ...cleanHeaders(req.headers), ...impersonation };
     if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
     return { headers, longRunning, passthrough: false, user: identity.user.username };
   }
@@ -165,23 +238,32 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     return problem ? { kind: 'anonymous', reason: `${identity.via}: ${problem}` } : identity;
   }
 
-  /** Where a routed request goes, or the Status that says why it cannot. */
-  function clusterForwarder(
-    cluster: string,
-    plan: ForwardPlan,
-  ): Forwarder | { status: number; message: string } {
+  /**
+   * Where a request goes and who decides about it: the hub's own API server, or for `/clusters/<name>/…` that
+   * cluster, reached through its agent; or the Status that says why it cannot go.
+   */
+  function targetOf(
+    routed: { cluster: string } | undefined,
+    identity: Exclude<Identity, { kind: 'anonymous' }>,
+  ): Target | Refusal {
+    if (!routed) return { forwarder: deps.forwarder, ask: askHub };
+    const { cluster } = routed;
     // A service-account token of this cluster means nothing to another one.
-    if (plan.passthrough)
+    if (identity.kind === 'serviceaccount')
       return {
         status: 403,
         message: `service-account tokens of this cluster cannot be used for cluster ${cluster}`,
       };
-    return (
-      deps.clusters?.(cluster) ?? {
+    const forwarder = deps.clusters?.(cluster);
+    if (!forwarder)
+      return {
         status: 503,
         message: `cluster ${cluster} is not connected: its agent holds no tunnel to any concierge replica`,
-      }
-    );
+      };
+    return {
+      forwarder,
+      ask: reviews.asking(cluster, askThrough(cluster, forwarder, identity.user.username)),
+    };
   }
 
   async function serve(req: Request, res: Response): Promise<void> {
@@ -248,11 +330,11 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return handleWhoAmI(req, res, path.slice(identityPrefix.length), groups, user);
     }
 
-    const plan = await forwardingPlan(req, identity, info.longRunning, false);
-    if ('status' in plan) return writeStatus(res, plan.status, plan.message);
-    const forwarder = routed ? clusterForwarder(routed.cluster, plan) : deps.forwarder;
-    if ('status' in forwarder) return writeStatus(res, forwarder.status, forwarder.message);
-    await forwarder.web(req, res, plan);
+    const target = targetOf(routed, identity);
+    if ('status' in target) return refuseWith(res, target);
+    const plan = await forwardingPlan(req, identity, info.longRunning, false, target);
+    if ('status' in plan) return refuseWith(res, plan);
+    await target.forwarder.web(req, res, plan);
   }
 
   async function serveUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
@@ -263,23 +345,31 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const info = requestInfo(req.method ?? 'GET', url, true);
     let who = 'anonymous';
     const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, original);
-    const refuse = (code: number, message: string): void => {
-      finish(code);
-      socket.end(rawStatusResponse(code, message));
+    const refuse = ({ status, message, retryAfterSeconds }: Refusal): void => {
+      finish(status);
+      socket.end(
+        rawStatusResponse(
+          status,
+          message,
+          retryAfterSeconds === undefined
+            ? undefined
+            : { details: { retryAfterSeconds }, headers: { 'retry-after': String(retryAfterSeconds) } },
+        ),
+      );
     };
-    if (!deps.serving()) return refuse(503, NOT_SERVING);
+    if (!deps.serving()) return refuse({ status: 503, message: NOT_SERVING });
     const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
       log.info({ reason: identity.reason, path: pathOf(url) }, 'authentication failed');
-      return refuse(401, UNAUTHORIZED);
+      return refuse({ status: 401, message: UNAUTHORIZED });
     }
     who = identity.user.username;
-    const plan = await forwardingPlan(req, identity, true, true);
-    if ('status' in plan) return refuse(plan.status, plan.message);
-    const forwarder = routed ? clusterForwarder(routed.cluster, plan) : deps.forwarder;
-    if ('status' in forwarder) return refuse(forwarder.status, forwarder.message);
+    const target = targetOf(routed, identity);
+    if ('status' in target) return refuse(target);
+    const plan = await forwardingPlan(req, identity, true, true, target);
+    if ('status' in plan) return refuse(plan);
     socket.once('close', () => finish(101));
-    forwarder.upgrade(req, socket, head, plan);
+    target.forwarder.upgrade(req, socket, head, plan);
   }
 
   return {

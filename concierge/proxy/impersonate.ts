@@ -1,10 +1,9 @@
 // Header hygiene and impersonation. The caller's Authorization, Impersonate-*, X-Remote-* and X-Forwarded-*
 // headers never reach the API server as sent: they are removed, and the proxy sets the impersonation itself.
-// A caller may ask to impersonate someone else only when a SubjectAccessReview says it may; then the original
-// user travels along as an extra, so audit logs show who really asked.
+// A caller may ask to impersonate someone else only when the cluster the request is for says it may
+// (decide-impersonation.ts); then the original user travels along as an extra, so audit logs show who really asked.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
 
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
@@ -69,30 +68,44 @@ export class MalformedImpersonationError extends Error {
   readonly code = 'SEALION_MALFORMED_IMPERSONATION';
 }
 
-/** Reads the caller's Impersonate-* headers; throws MalformedImpersonationError for ones that cannot be read. */
+/**
+ * Reads the caller's Impersonate-* headers as the API server does: the first Impersonate-User and Impersonate-Uid,
+ * every Impersonate-Group, and every Impersonate-Extra-<key> (the key lower-cased, then percent-decoded where that
+ * works). Undefined when the caller impersonates nobody (no user, nor anything else); a user left out while
+ * anything else is asked for is the decision's to refuse. Throws MalformedImpersonationError for values that are
+ * not UTF-8.
+ */
 export function requestedImpersonation(rawHeaders: readonly string[]): RequestedImpersonation | undefined {
   let found = false;
   const requested: RequestedImpersonation = { groups: [], extra: {} };
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!.toLowerCase();
     if (!name.startsWith('impersonate-')) continue;
-    found = true;
     const value = nameFromHeader(rawHeaders[i + 1]!);
     if (value === undefined) throw new MalformedImpersonationError(`${name} is not UTF-8`);
-    if (name === 'impersonate-user') requested.user = value;
-    else if (name === 'impersonate-uid') requested.uid = value;
-    else if (name === 'impersonate-group') requested.groups.push(value);
-    else if (name.startsWith('impersonate-extra-')) {
-      let key: string;
+    if (name === 'impersonate-user') {
+      requested.user ??= value;
+      found ||= value !== '';
+    } else if (name === 'impersonate-uid') {
+      requested.uid ??= value;
+      found ||= value !== '';
+    } else if (name === 'impersonate-group') {
+      requested.groups.push(value);
+      found = true;
+    } else if (name.startsWith('impersonate-extra-')) {
+      const encoded = name.slice('impersonate-extra-'.length);
+      let key = encoded;
       try {
-        key = decodeURIComponent(name.slice('impersonate-extra-'.length));
+        key = decodeURIComponent(encoded);
       } catch {
-        throw new MalformedImpersonationError(`${name}: the extra key is not valid percent-encoding`);
+        // Kept as sent, as the API server keeps a key it cannot decode.
       }
-      if (key === '') throw new MalformedImpersonationError('Impersonate-Extra- names no key');
       (requested.extra[key] ??= []).push(value);
+      found = true;
     }
   }
+  if (requested.user === '') delete requested.user;
+  if (requested.uid === '') delete requested.uid;
   return found ? requested : undefined;
 }
 
@@ -121,6 +134,14 @@ export function cleanHeaders(headers: IncomingHttpHeaders, keepImpersonation = f
  */
 const builtHeaders = new WeakMap<UserInfo, Readonly<OutgoingHttpHeaders>>();
 
+/**
+ * Impersonate-User alone, for a service account or a node whose groups the API server derives from its name (the
+ * only form its constrained service-account and node modes accept).
+ */
+export function usernameOnlyHeaders(username: string): Readonly<OutgoingHttpHeaders> {
+  return { 'impersonate-user': headerValue(username) };
+}
+
 /** Impersonate-* headers for a user, with system:authenticated among the groups. Frozen: copy before changing. */
 export function impersonationHeaders(user: UserInfo): Readonly<OutgoingHttpHeaders> {
   const known = builtHeaders.get(user);
@@ -142,102 +163,4 @@ export function impersonationHeaders(user: UserInfo): Readonly<OutgoingHttpHeade
   Object.freeze(headers);
   builtHeaders.set(user, headers);
   return headers;
-}
-
-export type ImpersonationDecision =
-  { allowed: true; user: UserInfo } | { allowed: false; status: number; message: string };
-
-function questionFor(
-  caller: UserInfo,
-  verb: string,
-  group: string,
-  resource: string,
-  name: string,
-  namespace?: string,
-): AccessQuestion {
-  return {
-    user: caller.username,
-    groups: caller.groups.includes(AUTHENTICATED_GROUP)
-      ? caller.groups
-      : [...caller.groups, AUTHENTICATED_GROUP],
-    extra: caller.extra,
-    ...(caller.uid ? { uid: caller.uid } : {}),
-    verb,
-    group,
-    resource,
-    name,
-    ...(namespace ? { namespace } : {}),
-  };
-}
-
-/**
- * Decides a caller's own impersonation request as the API server would: every user, group, extra and uid it
- * names must be allowed by RBAC for the caller. Allowed: the impersonated user, with the caller recorded in the
- * extra `originalUserExtraKey`.
- */
-export async function decideImpersonation(
-  caller: UserInfo,
-  requested: RequestedImpersonation,
-  reviewer: Reviewer,
-  originalUserExtraKey: string,
-): Promise<ImpersonationDecision> {
-  if (!requested.user) {
-    return {
-      allowed: false,
-      status: 400,
-      message: 'Impersonate-User is required when impersonating groups, extras or a uid',
-    };
-  }
-  const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(requested.user);
-  const checks: [AccessQuestion, string][] = [
-    [
-      sa
-        ? questionFor(caller, 'impersonate', '', 'serviceaccounts', sa[2]!, sa[1])
-        : questionFor(caller, 'impersonate', '', 'users', requested.user),
-      sa ? `serviceaccounts "${sa[2]}"` : `users "${requested.user}"`,
-    ],
-    ...requested.groups.map((g): [AccessQuestion, string] => [
-      questionFor(caller, 'impersonate', '', 'groups', g),
-      `groups "${g}"`,
-    ]),
-    ...Object.entries(requested.extra).flatMap(([key, values]) =>
-      values.map((v): [AccessQuestion, string] => [
-        questionFor(caller, 'impersonate', 'authentication.k8s.io', `userextras/${key}`, v),
-        `userextras/${key} "${v}"`,
-      ]),
-    ),
-    ...(requested.uid
-      ? [
-          [
-            questionFor(caller, 'impersonate', 'authentication.k8s.io', 'uids', requested.uid),
-            `uids "${requested.uid}"`,
-          ] as [AccessQuestion, string],
-        ]
-      : []),
-  ];
-  const answers = await Promise.all(checks.map(([q]) => reviewer.allowed(q)));
-  const denied = answers.findIndex((a) => !a);
-  if (denied !== -1) {
-    const [q, what] = checks[denied]!;
-    return {
-      allowed: false,
-      status: 403,
-      message: `${what} is forbidden: User "${caller.username}" cannot impersonate resource "${q.resource}" in API group "${q.group}"${q.namespace ? ` in the namespace "${q.namespace}"` : ' at the cluster scope'}`,
-    };
-  }
-  const original = JSON.stringify({
-    username: caller.username,
-    ...(caller.uid ? { uid: caller.uid } : {}),
-    groups: caller.groups,
-    extra: caller.extra,
-  });
-  return {
-    allowed: true,
-    user: {
-      username: requested.user,
-      ...(requested.uid ? { uid: requested.uid } : {}),
-      groups: requested.groups,
-      extra: { ...requested.extra, [originalUserExtraKey]: [original] },
-    },
-  };
 }

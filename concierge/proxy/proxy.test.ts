@@ -75,12 +75,13 @@ unsendable('a 64 KiB username', { username: 'a'.repeat(64 * 1024), groups: [] })
 const staticTokens: TokenAuthenticator = {
   authenticate: (token) => Promise.resolve(TOKENS[token] ?? { ok: false, reason: 'unknown static token' }),
 };
-/** alice may impersonate bob and the group ops; nothing else. */
+/** alice may impersonate bob and the group ops (the legacy verb); nothing else. */
 const reviewer: Reviewer = {
   tokenReview: () => Promise.resolve({ authenticated: false }),
   allowed: (q: AccessQuestion) =>
     Promise.resolve(
       q.user === 'alice' &&
+        q.verb === 'impersonate' &&
         ((q.resource === 'users' && q.name === 'bob') || (q.resource === 'groups' && q.name === 'ops')),
     ),
 };
@@ -308,8 +309,9 @@ describe('what reaches the API server', () => {
     });
     expect(answer.status).toBe(403);
     expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 403, reason: 'Forbidden' });
-    expect((JSON.parse(answer.body) as { message: string }).message).toContain(
-      'users "root" is forbidden: User "alice" cannot impersonate',
+    // As the API server answers: the first mode that applies (user-info) refuses first, on the request itself.
+    expect((JSON.parse(answer.body) as { message: string }).message).toBe(
+      'namespaces is forbidden: User "alice" cannot impersonate-on:user-info:list resource "namespaces" in API group "" at the cluster scope',
     );
     expect(seen).toHaveLength(0);
   });
@@ -325,7 +327,7 @@ describe('what reaches the API server', () => {
     expect(headers['impersonate-user']).toBe('bob');
     expect(valuesOf(seenRaw[0]!, 'impersonate-group')).toEqual(['ops', 'system:authenticated']);
     const original =
-      headers['impersonate-extra-original-user-info.impersonation-proxy.concierge.sealion.dev'];
+      headers['impersonate-extra-impersonation-proxy.concierge.sealion.dev%2foriginal-user-info'];
     expect(JSON.parse(original as string)).toEqual({
       username: 'alice',
       groups: ['dev'],
@@ -372,15 +374,26 @@ describe('what reaches the API server', () => {
 
   it('answers 400 to impersonation headers it cannot read, forwarding nothing', async () => {
     const malformed: Record<string, string>[] = [
-      { 'impersonate-user': 'bob', 'impersonate-extra-%zz': 'x' },
-      { 'impersonate-user': 'bob', 'impersonate-extra-': 'x' },
       // Bytes that are not UTF-8.
       { 'impersonate-user': '\u00ff\u00fe' },
+      // Groups without a user, as the API server refuses them.
+      { 'impersonate-group': 'ops' },
     ];
     for (const headers of malformed) {
       const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token', ...headers });
       expect(answer.status).toBe(400);
       expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 400 });
+    }
+    expect(seen).toHaveLength(0);
+  });
+
+  it('decides odd extra keys as the API server does: kept as sent, then asked about', async () => {
+    for (const headers of [
+      { 'impersonate-user': 'bob', 'impersonate-extra-%zz': 'x' },
+      { 'impersonate-user': 'bob', 'impersonate-extra-': 'x' },
+    ]) {
+      const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token', ...headers });
+      expect(answer.status).toBe(403);
     }
     expect(seen).toHaveLength(0);
   });

@@ -53,3 +53,115 @@ export function requestInfo(method: string, url: string, upgrade: boolean): Requ
   }
   return { verb, longRunning: upgrade || watch || follow || proxying || subresource !== undefined };
 }
+
+/**
+ * What the API server authorizes a request as (its RequestInfo, k8s.io/apiserver/pkg/endpoints/request): a resource
+ * request names its verb, group, version, resource, subresource, namespace and name; anything else is a
+ * non-resource request, decided by path and the lower-cased method.
+ */
+export type RequestAttributes =
+  | {
+      resourceRequest: true;
+      verb: string;
+      group: string;
+      version: string;
+      resource: string;
+      subresource: string;
+      namespace: string;
+      name: string;
+    }
+  | { resourceRequest: false; verb: string; path: string };
+
+/** Path segments the API server reads as verbs (`/api/v1/watch/…`), and the one of them that takes no subresource. */
+const SPECIAL_VERBS = new Set(['proxy', 'watch']);
+const NAMESPACE_SUBRESOURCES = new Set(['status', 'finalize']);
+
+/** Query values the API server reads as false; any other value, the empty one too, is true. */
+const isFalse = (value: string): boolean => value === '0' || value.toLowerCase() === 'false';
+
+/**
+ * The name a field selector pins exactly (`metadata.name=x` or `==`, among other terms), as the API server narrows a
+ * list or watch to one object for authorization. Undefined when the selector names none, or one that cannot be a
+ * path segment.
+ */
+function selectedName(selector: string): string | undefined {
+  // Terms are separated by unescaped commas; a backslash escapes the next character.
+  const terms: string[] = [];
+  let term = '';
+  for (let i = 0; i < selector.length; i++) {
+    const c = selector[i]!;
+    if (c === '\\' && i + 1 < selector.length) term += c + selector[++i];
+    else if (c === ',') {
+      terms.push(term);
+      term = '';
+    } else term += c;
+  }
+  terms.push(term);
+  for (const t of terms) {
+    const match = /^\s*metadata\.name\s*==?(.*)$/.exec(t);
+    if (!match || match[1]!.startsWith('=')) continue;
+    const name = match[1]!.replace(/\\(.)/g, '$1');
+    if (name === '' || name === '.' || name === '..' || /[/%]/.test(name)) return undefined;
+    return name;
+  }
+  return undefined;
+}
+
+export function requestAttributes(method: string, url: string): RequestAttributes {
+  const q = url.indexOf('?');
+  const rawPath = q === -1 ? url : url.slice(0, q);
+  const query = new URLSearchParams(q === -1 ? '' : url.slice(q + 1));
+  let path = rawPath;
+  try {
+    path = decodeURIComponent(rawPath);
+  } catch {
+    // The handler refuses such paths before anything is decided; keep the raw form.
+  }
+  const nonResource: RequestAttributes = { resourceRequest: false, verb: method.toLowerCase(), path };
+  // splitPath: leading and trailing slashes trimmed, then split; an empty path has no parts.
+  const trimmed = path.replace(/^\/+|\/+$/g, '');
+  let parts = trimmed === '' ? [] : trimmed.split('/');
+  if (parts.length < 3 || (parts[0] !== 'api' && parts[0] !== 'apis')) return nonResource;
+  const prefix = parts[0];
+  parts = parts.slice(1);
+  let group = '';
+  if (prefix === 'apis') {
+    if (parts.length < 3) return nonResource;
+    group = parts[0]!;
+    parts = parts.slice(1);
+  }
+  const version = parts[0]!;
+  parts = parts.slice(1);
+  let verb: string;
+  if (SPECIAL_VERBS.has(parts[0]!)) {
+    // `/api/v1/watch` alone: the API server cannot tell what is watched and fails the request anyway.
+    if (parts.length < 2) return { ...nonResource };
+    verb = parts[0]!;
+    parts = parts.slice(1);
+  } else {
+    verb =
+      { POST: 'create', GET: 'get', HEAD: 'get', PUT: 'update', PATCH: 'patch', DELETE: 'delete' }[method] ??
+      '';
+  }
+  let namespace = '';
+  if (parts[0] === 'namespaces') {
+    if (parts.length > 1) {
+      namespace = parts[1]!;
+      if (parts.length > 2 && !NAMESPACE_SUBRESOURCES.has(parts[2]!)) parts = parts.slice(2);
+    }
+  }
+  let resource = '';
+  let name = '';
+  let subresource = '';
+  if (parts.length >= 3 && verb !== 'proxy') subresource = parts[2]!;
+  if (parts.length >= 2) name = parts[1]!;
+  if (parts.length >= 1) resource = parts[0]!;
+  if (name === '' && verb === 'get') {
+    const watch = query.getAll('watch');
+    verb = watch.length > 0 && !isFalse(watch[0]!) ? 'watch' : 'list';
+    const selector = query.getAll('fieldSelector')[0];
+    if (selector !== undefined) name = selectedName(selector) ?? '';
+  }
+  if (name === '' && verb === 'delete') verb = 'deletecollection';
+  return { resourceRequest: true, verb, group, version, resource, subresource, namespace, name };
+}

@@ -14,9 +14,15 @@ import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { ClusterSpec } from '../../apis/tunnel.ts';
 import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel.ts';
-import { forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
+import { callOverHttp2, CallFailed, forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
-import { SHORT_REQUEST_TIMEOUT_MS, type ForwardPlan, type Forwarder } from '../proxy/forward.ts';
+import {
+  OWN_CALL_MAX_BYTES,
+  OWN_CALL_TIMEOUT_MS,
+  SHORT_REQUEST_TIMEOUT_MS,
+  type ClusterForwarder,
+  type ForwardPlan,
+} from '../proxy/forward.ts';
 import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
 import { forwardUpgrade, originForm } from '../../lib/upgrade-forward.ts';
 import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
@@ -74,7 +80,7 @@ export interface TunnelForwarderOptions {
   clock?: Clock;
 }
 
-export interface TunnelForwarder extends Forwarder {
+export interface TunnelForwarder extends ClusterForwarder {
   /** Takes a Cluster's edited limits at once, without reconnecting; requests in flight keep their places. */
   configure(limits: TunnelLimits): void;
 }
@@ -363,6 +369,37 @@ export function newTunnelForwarder(
         socket.once('close', () => {
           if (!settled) cancel();
         });
+    },
+    call(own) {
+      // A place in the fair queue, as the user's own requests take: asking on someone's behalf costs their share.
+      return new Promise((done, fail) => {
+        admission.acquire(
+          own.user,
+          (release) => {
+            callOverHttp2(
+              (h, endStream) => tunnel.request(h, endStream),
+              {
+                ':method': own.method,
+                ':path': own.path,
+                'content-type': 'application/json',
+                accept: 'application/json',
+              },
+              own.body,
+              { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES },
+            ).then(
+              (answer) => {
+                release();
+                done(answer);
+              },
+              (err: unknown) => {
+                release();
+                fail(err);
+              },
+            );
+          },
+          (why) => fail(new CallFailed(refusalStatus(cluster, why, limits).message)),
+        );
+      });
     },
     configure(next) {
       // Every status write to the Cluster comes back as an edit: only a changed spec is worth a pass over the queue.

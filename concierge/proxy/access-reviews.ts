@@ -1,0 +1,95 @@
+// The authorization questions the proxy asks about a request, each of the cluster the request is for: the hub's API
+// server for the hub's own requests, and for `/clusters/<name>/…` that cluster's, through its agent (here or on the
+// replica holding its tunnel). Never the hub's about another cluster: each cluster's RBAC decides for that cluster.
+//
+// Answers are cached per cluster and question, so a script that runs `kubectl --as` in a loop costs a review per
+// question every few seconds, not per request: an allowed answer for ALLOWED_TTL_MS (as long as the API server keeps
+// a successful impersonation), a refusal for REFUSED_TTL_MS (so a grant applies soon). Questions asked while the same
+// one is on its way wait for its answer instead of asking again.
+import { LRUCache } from 'lru-cache';
+import { reviewAllowed, subjectAccessReview, type AccessQuestion } from '../../lib/access-review.ts';
+import { SealionError } from '../../lib/errors.ts';
+import type { Ask } from './decide-impersonation.ts';
+import type { ClusterForwarder } from './forward.ts';
+
+/** How long an allowed answer is used: the API server keeps a successful impersonation as long. */
+export const ALLOWED_TTL_MS = 10_000;
+/** How long a refusal is used: short, so that a permission just granted applies within seconds. */
+export const REFUSED_TTL_MS = 2_000;
+/**
+ * Answers kept, all clusters and callers together. Each is a key of a few hundred bytes; 10,000 of them is a few
+ * MiB at most, and a caller that asks new questions without end only pushes out older answers.
+ */
+export const MAX_CACHED_ANSWERS = 10_000;
+
+const REVIEW_PATH = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
+
+/** A question could not be answered: the request fails with 503 and Retry-After, never on another's say. */
+export class ReviewUnavailable extends SealionError {
+  constructor(message: string, cause?: unknown) {
+    super('SEALION_REVIEW_UNAVAILABLE', message, { cause });
+  }
+}
+
+/** Asks a cluster's API server through its forwarder, as its agent, on behalf of `user`. */
+export function askThrough(cluster: string, forwarder: ClusterForwarder, user: string): Ask {
+  return async (question) => {
+    let answer;
+    try {
+      answer = await forwarder.call({
+        method: 'POST',
+        path: REVIEW_PATH,
+        body: Buffer.from(JSON.stringify(subjectAccessReview(question))),
+        user,
+      });
+    } catch (err) {
+      throw new ReviewUnavailable(`cluster ${cluster} could not be asked: ${(err as Error).message}`, err);
+    }
+    if (answer.status !== 201 && answer.status !== 200)
+      throw new ReviewUnavailable(
+        `cluster ${cluster} answered a SubjectAccessReview with HTTP ${answer.status}` +
+          (answer.status === 403 ? " (may its agent's identity create SubjectAccessReviews?)" : ''),
+      );
+    try {
+      return reviewAllowed(JSON.parse(answer.body.toString('utf8')));
+    } catch (err) {
+      throw new ReviewUnavailable(
+        `cluster ${cluster} answered a SubjectAccessReview with malformed JSON`,
+        err,
+      );
+    }
+  };
+}
+
+/** Answers kept per cluster and question. */
+export interface ReviewCache {
+  /** `ask`, through the cache: `cluster` names whose answers these are. */
+  asking(cluster: string, ask: Ask): Ask;
+}
+
+export function newReviewCache(
+  opts: { allowedTtlMs?: number; refusedTtlMs?: number; max?: number } = {},
+): ReviewCache {
+  const allowedTtl = opts.allowedTtlMs ?? ALLOWED_TTL_MS;
+  const refusedTtl = opts.refusedTtlMs ?? REFUSED_TTL_MS;
+  const cache = new LRUCache<string, boolean, { question: AccessQuestion; ask: Ask }>({
+    max: opts.max ?? MAX_CACHED_ANSWERS,
+    ttl: allowedTtl,
+    // Answers are never used past their time, and never refreshed in the background.
+    allowStale: false,
+    async fetchMethod(_key, _stale, { options, context }) {
+      const allowed = await context.ask(context.question);
+      if (!allowed) options.ttl = refusedTtl;
+      return allowed;
+    },
+  });
+  return {
+    asking(cluster, ask) {
+      return async (question) => {
+        const key = `${cluster}\n${JSON.stringify(question)}`;
+        const answer = await cache.fetch(key, { context: { question, ask } });
+        return answer === true;
+      };
+    },
+  };
+}

@@ -1,0 +1,328 @@
+// A caller's own Impersonate-* headers, decided as the API server decides them (k8s.io/apiserver's impersonation
+// filter at the pinned release, with constrained impersonation, KEP-5284, on as 1.36 has it by default). Five modes,
+// tried in this order, the first that allows wins:
+//
+// - associated-node: a service account acting as the node its pod runs on;
+// - arbitrary-node, serviceaccount: any node, any service account, named by username alone;
+// - user-info: any other user, with groups, uid and extra (never system:masters, an empty group, or a malformed extra);
+// - legacy: the `impersonate` verb, with none of those limits.
+//
+// A constrained mode needs `impersonate-on:<mode>:<verb>` on what the request does, then `impersonate:<mode>` on each
+// part of the identity (in API group authentication.k8s.io); legacy needs `impersonate` on each part. When no mode
+// allows, the answer is the first refusal in that order. Every question is a SubjectAccessReview the caller passes
+// in (`ask`), so the cluster the request is for answers them: this module only knows the rules.
+import type { AccessQuestion } from '../../lib/access-review.ts';
+import type { UserInfo } from '../../lib/authn/types.ts';
+import type { RequestedImpersonation } from './impersonate.ts';
+import type { RequestAttributes } from './request-info.ts';
+
+export type ImpersonationMode =
+  'associated-node' | 'arbitrary-node' | 'serviceaccount' | 'user-info' | 'legacy';
+
+/** The order the API server tries the modes in. */
+export const IMPERSONATION_MODES: readonly ImpersonationMode[] = [
+  'associated-node',
+  'arbitrary-node',
+  'serviceaccount',
+  'user-info',
+  'legacy',
+];
+
+/** Asks one SubjectAccessReview; rejects when no answer can be had (never read as a refusal). */
+export type Ask = (question: AccessQuestion) => Promise<boolean>;
+
+/** Whom the request acts as once allowed, and the mode that allowed it. */
+export interface ImpersonatedIdentity {
+  user: UserInfo;
+  mode: ImpersonationMode;
+  /**
+   * The identity is a service account or a node named by username alone, with the groups the API server gives such
+   * a name itself: it is forwarded as Impersonate-User only, which the constrained service-account and node modes
+   * require of whoever forwards it.
+   */
+  usernameOnly: boolean;
+}
+
+export type ImpersonationDecision =
+  { allowed: true; identity: ImpersonatedIdentity } | { allowed: false; status: number; message: string };
+
+const AUTHENTICATION_GROUP = 'authentication.k8s.io';
+const AUTHENTICATED = 'system:authenticated';
+const UNAUTHENTICATED = 'system:unauthenticated';
+const ANONYMOUS = 'system:anonymous';
+const MASTERS = 'system:masters';
+const NODES_GROUP = 'system:nodes';
+const NODE_PREFIX = 'system:node:';
+const SERVICE_ACCOUNT_PREFIX = 'system:serviceaccount:';
+const NODE_NAME_EXTRA = 'authentication.kubernetes.io/node-name';
+const ASSOCIATED_NODE_KEYS_EXTRA = 'authentication.kubernetes.io/associated-node-keys';
+/** As many groups or extra values as this are first tried with one wildcard question (constrained modes only). */
+const MANY_CHECKS = 4;
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const isDNSSubdomain = (name: string): boolean =>
+  name.length > 0 && name.length <= 253 && name.split('.').every((l) => l.length <= 63 && DNS_LABEL.test(l));
+const isDNSLabel = (name: string): boolean => name.length <= 63 && DNS_LABEL.test(name);
+
+/** The node a username names (`system:node:<a DNS subdomain>`), or undefined. */
+export function nodeOf(username: string): string | undefined {
+  if (!username.startsWith(NODE_PREFIX)) return undefined;
+  const name = username.slice(NODE_PREFIX.length);
+  return isDNSSubdomain(name) ? name : undefined;
+}
+
+/** The namespace and name a service-account username names, or undefined. */
+export function serviceAccountOf(username: string): { namespace: string; name: string } | undefined {
+  if (!username.startsWith(SERVICE_ACCOUNT_PREFIX)) return undefined;
+  const parts = username.slice(SERVICE_ACCOUNT_PREFIX.length).split(':');
+  if (parts.length !== 2) return undefined;
+  const [namespace, name] = parts as [string, string];
+  return isDNSLabel(namespace) && isDNSSubdomain(name) ? { namespace, name } : undefined;
+}
+
+/** The groups every service account of `namespace` is in. */
+const serviceAccountGroups = (namespace: string): string[] => [
+  'system:serviceaccounts',
+  `system:serviceaccounts:${namespace}`,
+];
+
+const onlyUsername = (w: RequestedImpersonation): boolean =>
+  !w.uid && w.groups.length === 0 && Object.keys(w.extra).length === 0;
+
+/** Why an extra may not be impersonated in a constrained mode, or undefined (validateExtra). */
+function extraProblem(extra: Record<string, string[]>): string | undefined {
+  for (const [key, values] of Object.entries(extra)) {
+    if (key === '') return 'impersonating the empty string key in extra is not allowed';
+    const slash = key.indexOf('/');
+    const host = slash === -1 ? '' : key.slice(0, slash);
+    const path = slash === -1 ? '' : key.slice(slash + 1);
+    if (!host || !path || !isDNSSubdomain(host) || !/^[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$/.test(path))
+      return `impersonating an invalid key in extra is not allowed: extra.key: Invalid value: ${JSON.stringify(key)}: must be a domain-prefixed path (such as "acme.io/foo")`;
+    if (key !== key.toLowerCase())
+      return `impersonating a non-lowercase key in extra is not allowed: ${JSON.stringify(key)}`;
+    if (values.length === 0) return 'impersonating empty values in extra is not allowed';
+    if (values.includes('')) return 'impersonating the empty string value in extra is not allowed';
+  }
+  return undefined;
+}
+
+/** The API server's Forbidden message for a question it refused (ForbiddenStatusError, then NewForbidden). */
+export function forbiddenMessage(q: AccessQuestion, reason = ''): string {
+  let msg = `User ${JSON.stringify(q.user)} cannot ${q.verb}`;
+  if (q.path === undefined) {
+    const resource = q.subresource ? `${q.resource ?? ''}/${q.subresource}` : (q.resource ?? '');
+    msg += ` resource ${JSON.stringify(resource)} in API group ${JSON.stringify(q.group ?? '')}`;
+    msg += q.namespace ? ` in the namespace ${JSON.stringify(q.namespace)}` : ' at the cluster scope';
+  } else msg += ` path ${JSON.stringify(q.path)}`;
+  if (reason) msg += `: ${reason}`;
+  const group = q.path === undefined ? (q.group ?? '') : '';
+  const resource = q.path === undefined ? (q.resource ?? '') : '';
+  const qualified = group ? `${resource}.${group}` : resource;
+  if (!qualified) return `forbidden: ${msg}`;
+  return q.name
+    ? `${qualified} ${JSON.stringify(q.name)} is forbidden: ${msg}`
+    : `${qualified} is forbidden: ${msg}`;
+}
+
+/**
+ * One step of a mode: a refusal found without asking, or questions that must all be allowed (or, when `wildcard`
+ * is given and allowed, none of them need be).
+ */
+type Step =
+  { refuse: AccessQuestion; reason: string } | { each: AccessQuestion[]; wildcard?: AccessQuestion };
+
+interface ModePlan {
+  steps: Step[];
+  user: UserInfo;
+  usernameOnly: boolean;
+}
+
+/** The caller as SubjectAccessReviews name it: as the API server sees them, with system:authenticated. */
+function subject(caller: UserInfo): Pick<AccessQuestion, 'user' | 'groups' | 'extra' | 'uid'> {
+  return {
+    user: caller.username,
+    groups: caller.groups.includes(AUTHENTICATED) ? caller.groups : [...caller.groups, AUTHENTICATED],
+    extra: caller.extra,
+    ...(caller.uid ? { uid: caller.uid } : {}),
+  };
+}
+
+/** What the request does, as a question with another verb. */
+function onRequest(
+  who: Pick<AccessQuestion, 'user' | 'groups' | 'extra' | 'uid'>,
+  verb: string,
+  attributes: RequestAttributes,
+): AccessQuestion {
+  if (!attributes.resourceRequest) return { ...who, verb, path: attributes.path };
+  const { group, version, resource, subresource, namespace, name } = attributes;
+  return {
+    ...who,
+    verb,
+    group,
+    version,
+    resource,
+    ...(subresource ? { subresource } : {}),
+    ...(namespace ? { namespace } : {}),
+    ...(name ? { name } : {}),
+  };
+}
+
+/** The groups the API server ends with (ensureGroup): everybody but the anonymous is authenticated. */
+function finalGroups(username: string, groups: string[]): string[] {
+  const wanted = username === ANONYMOUS ? UNAUTHENTICATED : AUTHENTICATED;
+  if (username !== ANONYMOUS && groups.includes(UNAUTHENTICATED)) return groups;
+  return groups.includes(wanted) ? groups : [...groups, wanted];
+}
+
+/** The steps of one mode for this caller, identity and request; undefined when the mode does not apply. */
+function planMode(
+  mode: ImpersonationMode,
+  caller: UserInfo,
+  wanted: RequestedImpersonation & { user: string },
+  attributes: RequestAttributes,
+): ModePlan | undefined {
+  const constrained = mode !== 'legacy';
+  let who = subject(caller);
+  const node = nodeOf(wanted.user);
+  const sa = serviceAccountOf(wanted.user);
+  switch (mode) {
+    case 'associated-node': {
+      const values = caller.extra[NODE_NAME_EXTRA];
+      const associated =
+        node !== undefined && serviceAccountOf(caller.username) && values?.length === 1 && values[0] === node;
+      if (!onlyUsername(wanted) || !associated) return undefined;
+      // The API server asks with the caller's extra reduced to its keys, and for every node at once (its cache
+      // key): the answer must not depend on which node the pod runs on.
+      who = { ...who, extra: { [ASSOCIATED_NODE_KEYS_EXTRA]: Object.keys(caller.extra).sort() } };
+      break;
+    }
+    case 'arbitrary-node':
+      if (!onlyUsername(wanted) || node === undefined) return undefined;
+      break;
+    case 'serviceaccount':
+      if (!onlyUsername(wanted) || !sa) return undefined;
+      break;
+    case 'user-info':
+      if (node !== undefined || sa) return undefined;
+      break;
+    case 'legacy':
+      break;
+  }
+  const verb = constrained ? `impersonate:${mode}` : 'impersonate';
+  const userGroup = constrained ? AUTHENTICATION_GROUP : '';
+  const ask = (resource: string, name: string, more: Partial<AccessQuestion> = {}): AccessQuestion => ({
+    ...who,
+    verb,
+    group: resource === 'uids' || resource === 'userextras' ? AUTHENTICATION_GROUP : userGroup,
+    version: 'v1',
+    resource,
+    name: mode === 'associated-node' && verb === 'impersonate:associated-node' ? '*' : name,
+    ...more,
+  });
+  const steps: Step[] = [];
+  if (constrained)
+    steps.push({ each: [onRequest(who, `impersonate-on:${mode}:${attributes.verb}`, attributes)] });
+
+  let groups = wanted.groups;
+  let usernameOnly = false;
+  if (constrained && node !== undefined) {
+    steps.push({ each: [ask('nodes', node)] });
+    groups = [NODES_GROUP];
+    usernameOnly = true;
+  } else if (sa) {
+    steps.push({ each: [ask('serviceaccounts', sa.name, { namespace: sa.namespace })] });
+    if (wanted.groups.length === 0) {
+      groups = serviceAccountGroups(sa.namespace);
+      usernameOnly = !wanted.uid && Object.keys(wanted.extra).length === 0;
+    }
+  } else {
+    steps.push({ each: [ask('users', wanted.user)] });
+  }
+  if (wanted.uid) steps.push({ each: [ask('uids', wanted.uid)] });
+  if (wanted.groups.length > 0) {
+    const groupQuestion = ask('groups', '');
+    if (constrained && wanted.groups.includes(''))
+      steps.push({ refuse: groupQuestion, reason: 'impersonating the empty string group is not allowed' });
+    else if (constrained && wanted.groups.includes(MASTERS))
+      steps.push({
+        refuse: { ...groupQuestion, name: MASTERS },
+        reason: 'impersonating the system:masters group is not allowed',
+      });
+    else
+      steps.push({
+        each: wanted.groups.map((g) => ask('groups', g)),
+        ...(constrained && wanted.groups.length >= MANY_CHECKS ? { wildcard: ask('groups', '*') } : {}),
+      });
+  }
+  const extraKeys = Object.keys(wanted.extra);
+  if (extraKeys.length > 0) {
+    const problem = constrained ? extraProblem(wanted.extra) : undefined;
+    if (problem) steps.push({ refuse: ask('userextras', ''), reason: problem });
+    else {
+      const values = extraKeys.reduce((n, k) => n + wanted.extra[k]!.length, 0);
+      steps.push({
+        each: extraKeys.flatMap((key) =>
+          wanted.extra[key]!.map((value) => ask('userextras', value, { subresource: key })),
+        ),
+        ...(constrained && (extraKeys.length >= MANY_CHECKS || values >= MANY_CHECKS)
+          ? { wildcard: ask('userextras', '*', { subresource: '*' }) }
+          : {}),
+      });
+    }
+  }
+  const user: UserInfo = {
+    username: wanted.user,
+    ...(wanted.uid ? { uid: wanted.uid } : {}),
+    groups: finalGroups(wanted.user, groups),
+    extra: wanted.extra,
+  };
+  return { steps, user, usernameOnly };
+}
+
+/** Every question a plan asks, for asking them all at once. */
+function questionsOf(plan: ModePlan): AccessQuestion[] {
+  return plan.steps.flatMap((s) => ('refuse' in s ? [] : [...(s.wildcard ? [s.wildcard] : []), ...s.each]));
+}
+
+/** The plan's verdict from the answers: undefined when it allows, else the message of its first refusal. */
+function verdict(plan: ModePlan, answers: Map<AccessQuestion, boolean>, caller: string): string | undefined {
+  for (const step of plan.steps) {
+    if ('refuse' in step) return forbiddenMessage({ ...step.refuse, user: caller }, step.reason);
+    if (step.wildcard && answers.get(step.wildcard)) continue;
+    const denied = step.each.find((q) => !answers.get(q));
+    if (denied) return forbiddenMessage({ ...denied, user: caller });
+  }
+  return undefined;
+}
+
+/**
+ * Decides whether `caller` may act as `wanted` for a request with `attributes`. Questions are asked all at once
+ * (the answer is the same as asking them in the API server's order, which stops at the first refusal, since
+ * reviews have no effects); a review that cannot be had rejects the promise.
+ */
+export async function decideImpersonation(
+  caller: UserInfo,
+  wanted: RequestedImpersonation,
+  attributes: RequestAttributes,
+  ask: Ask,
+): Promise<ImpersonationDecision> {
+  if (!wanted.user)
+    return {
+      allowed: false,
+      status: 400,
+      message: 'requested impersonation of groups, extra or a uid without impersonating a user name',
+    };
+  const named = { ...wanted, user: wanted.user };
+  const plans = IMPERSONATION_MODES.map((mode) => [mode, planMode(mode, caller, named, attributes)] as const);
+  const questions = plans.flatMap(([, plan]) => (plan ? questionsOf(plan) : []));
+  const answers = new Map(await Promise.all(questions.map(async (q) => [q, await ask(q)] as const)));
+  let first: string | undefined;
+  for (const [mode, plan] of plans) {
+    if (!plan) continue;
+    const refusal = verdict(plan, answers, caller.username);
+    if (refusal === undefined)
+      return { allowed: true, identity: { user: plan.user, mode, usernameOnly: plan.usernameOnly } };
+    first ??= refusal;
+  }
+  return { allowed: false, status: 403, message: first ?? 'all impersonation modes failed' };
+}
