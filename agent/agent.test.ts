@@ -80,10 +80,13 @@ async function hub(
 /** The agent's answer to a request sent through `tunnel`: it proves the tunnel carries requests both ways. */
 async function throughTunnel(tunnel: TunnelClient): Promise<number> {
   return new Promise((done, fail) =>
-    request({ host: 'cluster', path: '/version', agent: tunnel.agent }, (res) => {
-      res.resume();
-      done(res.statusCode ?? 0);
-    })
+    request(
+      { host: 'cluster', path: '/version', agent: tunnel.agent, headers: { 'impersonate-user': 'alice' } },
+      (res) => {
+        res.resume();
+        done(res.statusCode ?? 0);
+      },
+    )
       .on('error', fail)
       .end(),
   );

@@ -116,6 +116,8 @@ function http2Request(
   });
 }
 
+const AS_ALICE = { 'impersonate-user': 'alice' };
+
 const callerHeaders = {
   authorization: 'Bearer the-hubs-token',
   'impersonate-user': 'alice',
@@ -145,11 +147,40 @@ describe("the agent's local proxy", () => {
     },
   );
 
+  it.each(['HTTP/1.1', 'HTTP/2'])(
+    'sends nothing as itself but SubjectAccessReviews: a request that impersonates nobody is refused (%s)',
+    async (protocol) => {
+      const agent = new Agent();
+      cleanups.push(() => agent.destroy());
+      const send = (path: string, method: string, headers: Record<string, string> = {}) =>
+        protocol === 'HTTP/2'
+          ? http2Request(
+              { ':path': path, ':method': method, ...headers },
+              method === 'POST' ? Buffer.from('{}') : undefined,
+            )
+          : http1Request(agent, path, headers, method === 'POST' ? Buffer.from('{}') : undefined);
+      for (const [path, method, headers] of [
+        ['/api/v1/secrets', 'GET', {}],
+        ['/api/v1/secrets', 'GET', { 'impersonate-user': '' }],
+        ['/apis/authorization.k8s.io/v1/subjectaccessreviews', 'GET', {}],
+        ['/apis/authorization.k8s.io/v1/subjectaccessreviews?x=1', 'POST', {}],
+      ] as const) {
+        const answer = await send(path, method, headers);
+        expect(answer.status).toBe(403);
+        expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 403 });
+      }
+      expect(seen).toHaveLength(0);
+      const review = await send('/apis/authorization.k8s.io/v1/subjectaccessreviews', 'POST');
+      expect(review.status).toBe(200);
+      expect(seen[0]!['authorization']).toBe('Bearer agent-token');
+    },
+  );
+
   it('carries 32 concurrent requests on one connection to the API server', async () => {
     const client = new Agent({ keepAlive: true, maxSockets: 32 });
     cleanups.push(() => client.destroy());
     const burst = (): Promise<Answer[]> =>
-      Promise.all(Array.from({ length: 32 }, () => http1Request(client, '/api')));
+      Promise.all(Array.from({ length: 32 }, () => http1Request(client, '/api', AS_ALICE)));
     for (let i = 0; i < 3; i++) expect((await burst()).map((a) => a.status)).toEqual(Array(32).fill(200));
     expect(connections).toBe(1);
   });
@@ -160,11 +191,16 @@ describe("the agent's local proxy", () => {
     cleanups.push(() => client.destroy());
     for (let i = 0; i < 3; i++) {
       expect(
-        await http1Request(client, '/too-large', { 'content-length': String(body.length) }, body),
+        await http1Request(
+          client,
+          '/too-large',
+          { ...AS_ALICE, 'content-length': String(body.length) },
+          body,
+        ),
       ).toMatchObject({ status: 413 });
-      expect(await http1Request(client, '/api')).toMatchObject({ status: 200 });
+      expect(await http1Request(client, '/api', AS_ALICE)).toMatchObject({ status: 200 });
     }
-    const h2 = await http2Request({ ':path': '/too-large', ':method': 'POST' }, body);
+    const h2 = await http2Request({ ':path': '/too-large', ':method': 'POST', ...AS_ALICE }, body);
     expect(h2).toMatchObject({ status: 413, code: constants.NGHTTP2_NO_ERROR });
     expect(JSON.parse(h2.body)).toMatchObject({ code: 413 });
   });

@@ -45,6 +45,21 @@ function upstreamHeaders(rawHeaders: string[], token: string | undefined): Outgo
   return headers;
 }
 
+/**
+ * The one request the agent sends as itself, without impersonating anyone: a SubjectAccessReview, by which the hub
+ * asks this cluster whether a user may do something (it decides nothing about this cluster itself). Anything else
+ * must name whom it acts as, so the hub can never use the agent's own rights beyond reviews, whatever they are.
+ */
+const REVIEW_PATH = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
+const ONLY_IMPERSONATED =
+  'the agent forwards only requests that impersonate a user, and SubjectAccessReviews';
+
+function mayForward(method: string | undefined, url: string | undefined, rawHeaders: string[]): boolean {
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2)
+    if (rawHeaders[i]!.toLowerCase() === 'impersonate-user' && rawHeaders[i + 1] !== '') return true;
+  return method === 'POST' && url === REVIEW_PATH;
+}
+
 const unreachable = (err: Error & { code?: string }): string =>
   `this cluster's API server could not be reached through the agent: ${err.code ?? err.message}`;
 
@@ -55,6 +70,7 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
 
   /** Relays a plain request, however it came. The hub bounds its time; the agent follows the hub's cancel. */
   const forward = (req: Request, res: Response): void => {
+    if (!mayForward(req.method, req.url, req.rawHeaders)) return writeStatus(res, 403, ONLY_IMPERSONATED);
     const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
     headers[':method'] = req.method ?? 'GET';
     headers[':path'] = req.url ?? '/';
@@ -71,6 +87,8 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
   const agent = new Agent({ keepAlive: true, ...ca, ...identity });
   const server: Server = createServer(forward);
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (!mayForward(req.method, req.url, req.rawHeaders))
+      return void socket.end(rawStatusResponse(403, ONLY_IMPERSONATED));
     const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headers['upgrade'];

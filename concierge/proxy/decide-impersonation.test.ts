@@ -183,7 +183,12 @@ describe('decideImpersonation', () => {
     // The first refusal in the API server's order is user-info's, which applies and was not granted.
     expect(!refused.allowed && refused.message).toContain('cannot impersonate-on:user-info:list');
     expect(ask.asked).toContainEqual(
-      expect.objectContaining({ verb: 'impersonate', resource: 'userextras', subresource: 'team', name: 'x' }),
+      expect.objectContaining({
+        verb: 'impersonate',
+        resource: 'userextras',
+        subresource: 'team',
+        name: 'x',
+      }),
     );
   });
 

@@ -391,7 +391,7 @@ export function newTunnelForwarder(
                 release();
                 done(answer);
               },
-              (err: unknown) => {
+              (err: Error) => {
                 release();
                 fail(err);
               },
