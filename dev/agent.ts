@@ -1,5 +1,5 @@
-// Prepares a managed cluster for an agent, as the agent manifests would: an identity that may impersonate and
-// keep its credentials Secret, with a kubeconfig for it (out of cluster the agent runs with a client certificate),
+// Prepares a managed cluster for an agent, as the agent manifests would: an identity that may forward as its
+// policy allows, ask the cluster's decisions, and keep its credentials Secret, with a kubeconfig for it (out of cluster the agent runs with a client certificate),
 // and the real agent process.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { join } from 'node:path';
@@ -7,6 +7,8 @@ import type { Readable } from 'node:stream';
 import type { LocalUpstream } from '../agent/local-proxy.ts';
 import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { spkiPin } from '../lib/pki.ts';
+import { DEFAULT_POLICY, forwardingRules, type ForwardingPolicy } from '../manifests/forwarding-policy.ts';
+import { AGENT_REVIEW_RULES } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import type { Cluster } from './cluster.ts';
 import { waitForOutput } from './processes.ts';
@@ -23,46 +25,61 @@ export function agentUpstream(kubeconfigPath: string): LocalUpstream {
   };
 }
 
-/** Creates the agent's namespace and RBAC; returns the agent's kubeconfig path. */
-export async function prepareAgentCluster(cluster: Cluster, namespace: string): Promise<string> {
-  for (const args of [
-    ['create', 'namespace', namespace],
-    [
-      'create',
-      'clusterrole',
-      'sealion-agent-impersonator',
-      '--verb=impersonate',
-      '--resource=users,groups,serviceaccounts',
-    ],
-    [
-      'create',
-      'clusterrolebinding',
-      'sealion-agent-impersonator',
-      '--clusterrole=sealion-agent-impersonator',
-      `--user=${AGENT_USER}`,
-    ],
-    [
-      'create',
-      'role',
-      'sealion-agent-credentials',
-      '-n',
-      namespace,
-      '--verb=get,create,update',
-      '--resource=secrets',
-    ],
-    [
-      'create',
-      'rolebinding',
-      'sealion-agent-credentials',
-      '-n',
-      namespace,
-      '--role=sealion-agent-credentials',
-      `--user=${AGENT_USER}`,
-    ],
-  ]) {
-    const result = await cluster.kubectl(args);
-    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
-  }
+/**
+ * Creates the agent's namespace and RBAC as the agent manifests grant them, for the user AGENT_USER: forwarding as
+ * `policy` allows (default: the default policy), reviews, and its credentials Secret. Returns its kubeconfig path.
+ */
+export async function prepareAgentCluster(
+  cluster: Cluster,
+  namespace: string,
+  policy: ForwardingPolicy = DEFAULT_POLICY,
+): Promise<string> {
+  const rules = forwardingRules(policy);
+  if (!rules) throw new Error('the development agent takes a built-in policy');
+  const user = [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: AGENT_USER }];
+  const roleRef = (kind: string, name: string) => ({ apiGroup: 'rbac.authorization.k8s.io', kind, name });
+  const rbac = 'rbac.authorization.k8s.io/v1';
+  const objects = [
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } },
+    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: `${namespace}-forwarding` }, rules },
+    {
+      apiVersion: rbac,
+      kind: 'ClusterRoleBinding',
+      metadata: { name: `${namespace}-forwarding` },
+      roleRef: roleRef('ClusterRole', `${namespace}-forwarding`),
+      subjects: user,
+    },
+    {
+      apiVersion: rbac,
+      kind: 'ClusterRole',
+      metadata: { name: `${namespace}-reviews` },
+      rules: AGENT_REVIEW_RULES,
+    },
+    {
+      apiVersion: rbac,
+      kind: 'ClusterRoleBinding',
+      metadata: { name: `${namespace}-reviews` },
+      roleRef: roleRef('ClusterRole', `${namespace}-reviews`),
+      subjects: user,
+    },
+    {
+      apiVersion: rbac,
+      kind: 'Role',
+      metadata: { name: 'sealion-agent-credentials', namespace },
+      rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'update'] }],
+    },
+    {
+      apiVersion: rbac,
+      kind: 'RoleBinding',
+      metadata: { name: 'sealion-agent-credentials', namespace },
+      roleRef: roleRef('Role', 'sealion-agent-credentials'),
+      subjects: user,
+    },
+  ];
+  const result = await cluster.kubectl(['apply', '-f', '-'], {
+    input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }),
+  });
+  if (result.code !== 0) throw new Error(`applying the agent's RBAC: ${result.stderr}`);
   return cluster.userKubeconfig(AGENT_USER);
 }
 

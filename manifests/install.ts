@@ -3,6 +3,13 @@
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../apis/groups.ts';
 import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../concierge/config.ts';
+import {
+  DEFAULT_POLICY,
+  describePolicy,
+  forwardingRules,
+  type ForwardingPolicy,
+  type PolicyRule,
+} from './forwarding-policy.ts';
 
 export interface InstallOptions {
   /** API group suffix. Default: sealion.dev. */
@@ -13,6 +20,8 @@ export interface InstallOptions {
   agentNamespace: string;
   /** Container image for both processes. Default: DEFAULT_IMAGE. */
   image: string;
+  /** What the hub's forwarding identity may do on the hub (forwarding-policy.ts). Default: DEFAULT_POLICY. */
+  forwardingPolicy?: ForwardingPolicy;
 }
 
 export const DEFAULT_IMAGE = 'ghcr.io/sealion-dev/sealion:v0.1.0';
@@ -75,13 +84,36 @@ function binding(kind: 'ClusterRoleBinding' | 'RoleBinding', name: string, sa: s
   };
 }
 
-/** Impersonating is all the forwarding identity may do: a bug in the proxy cannot use the controllers' rights. */
-const IMPERSONATE_RULES = [
-  { apiGroups: [''], resources: ['users', 'groups', 'serviceaccounts'], verbs: ['impersonate'] },
-  // RBAC matches `*/subresource` but not `resource/*`, so userextras/<key> for every key needs `*` here; within
-  // authentication.k8s.io that adds only uids, and only for impersonation.
-  { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
-];
+/**
+ * The forwarding identity's ClusterRole and its binding: impersonating, as the policy allows, is all it may do, so a
+ * bug in the proxy cannot use the controllers' rights. A policy naming a ClusterRole of the admin's own binds that.
+ */
+function forwardingRBAC(role: string, policy: ForwardingPolicy, sa: string, ns: string): Obj[] {
+  const rules: PolicyRule[] | undefined = forwardingRules(policy);
+  const own = policy.name.startsWith('clusterrole:') ? policy.name.slice('clusterrole:'.length) : undefined;
+  const bound = binding('ClusterRoleBinding', role, sa, ns);
+  if (own) (bound['roleRef'] as { name: string }).name = own;
+  return [
+    ...(rules
+      ? [
+          {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'ClusterRole',
+            metadata: {
+              name: role,
+              labels: PART_OF,
+              annotations: { [POLICY_ANNOTATION]: describePolicy(policy) },
+            },
+            rules,
+          },
+        ]
+      : []),
+    bound,
+  ];
+}
+
+/** Says on the forwarding ClusterRole which policy it was rendered from. */
+export const POLICY_ANNOTATION = 'sealion.dev/forwarding-policy';
 
 /** Hardened pod and container settings; the image runs as a non-root user with a read-only root. */
 const POD_SECURITY = { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } };
@@ -124,13 +156,12 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     serviceAccount(CONCIERGE_NAME, ns, true),
     // Tokens for this account are requested by the concierge (TokenRequest API), never mounted.
     serviceAccount(IMPERSONATOR_SERVICE_ACCOUNT, ns, false),
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: impersonatorRole, labels: PART_OF },
-      rules: IMPERSONATE_RULES,
-    },
-    binding('ClusterRoleBinding', impersonatorRole, IMPERSONATOR_SERVICE_ACCOUNT, ns),
+    ...forwardingRBAC(
+      impersonatorRole,
+      opts.forwardingPolicy ?? DEFAULT_POLICY,
+      IMPERSONATOR_SERVICE_ACCOUNT,
+      ns,
+    ),
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRole',
@@ -304,7 +335,12 @@ export interface AgentSettings {
   /** SPKI pin of the hub's tunnel CA (`sha256:<hex>`). */
   caPin: string;
   bootstrapToken: string;
+  /** What the hub may do on that cluster through its agent. Default: DEFAULT_POLICY. */
+  policy?: ForwardingPolicy;
 }
+
+/** The agent's ConfigMap key that says which policy its RBAC was rendered from (it reports it to the hub). */
+export const AGENT_POLICY_KEY = 'policy';
 
 /**
  * The agent's ConfigMap and bootstrap Secret for one cluster (with the namespace they live in), which
@@ -316,13 +352,20 @@ export function agentSettingsManifests(
   opts: InstallOptions = DEFAULT_INSTALL,
 ): Obj[] {
   const ns = opts.agentNamespace;
+  const policy = settings.policy ?? DEFAULT_POLICY;
   return [
     namespace(ns),
+    ...forwardingRBAC(`${ns}-forwarding`, policy, AGENT_NAME, ns),
     {
       apiVersion: 'v1',
       kind: 'ConfigMap',
       metadata: { name: `${AGENT_NAME}-config`, namespace: ns, labels: PART_OF },
-      data: { clusterName: settings.clusterName, hubURL: settings.hubURL, caPin: settings.caPin },
+      data: {
+        clusterName: settings.clusterName,
+        hubURL: settings.hubURL,
+        caPin: settings.caPin,
+        [AGENT_POLICY_KEY]: describePolicy(policy),
+      },
     },
     {
       apiVersion: 'v1',
@@ -335,12 +378,21 @@ export function agentSettingsManifests(
 }
 
 /**
+ * The agent's own rights on its cluster, besides forwarding (whose RBAC comes with its settings, from the policy the
+ * cluster's admin picks): asking the cluster whether a user may do something, which is how the hub has every decision
+ * about this cluster made by it.
+ */
+export const AGENT_REVIEW_RULES: PolicyRule[] = [
+  { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
+];
+
+/**
  * The agent for a cluster the concierge cannot reach. Its ConfigMap and bootstrap token come from
  * `sealion cluster add --agent-manifests` (agentSettingsManifests).
  */
 export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   const ns = opts.agentNamespace;
-  const role = `${ns}-impersonator`;
+  const role = `${ns}-reviews`;
   return [
     namespace(ns),
     serviceAccount(AGENT_NAME, ns, true),
@@ -348,7 +400,7 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRole',
       metadata: { name: role, labels: PART_OF },
-      rules: IMPERSONATE_RULES,
+      rules: AGENT_REVIEW_RULES,
     },
     binding('ClusterRoleBinding', role, AGENT_NAME, ns),
     {
