@@ -21,6 +21,7 @@ import {
   directNotPassed,
   tlsContext,
   type Dialed,
+  type AgentForwarding,
   type TransportChoice,
   type TunnelTransport,
 } from '../lib/tunnel-dial.ts';
@@ -50,6 +51,8 @@ export interface AgentOptions {
   store: CredentialStore;
   upstream: LocalUpstream;
   version: string;
+  /** What the agent may forward as, reported to the hub at every dial. */
+  forwarding?: AgentForwarding;
   log: Logger;
   /** Clock, for tests. Default: Date.now. */
   now?: () => number;
@@ -229,7 +232,13 @@ export function startAgent(opts: AgentOptions): Agent {
     let tls = contexts.get(c);
     if (!tls) contexts.set(c, (tls = tlsContext(c.caPem, c.certPem, c.keyPem)));
     const avoid = slots.flatMap((s) => (s !== slot && s.connected && s.replica ? [s.replica] : []));
-    const options = { hub: opts.hub, tls, version: opts.version, avoid };
+    const options = {
+      hub: opts.hub,
+      tls,
+      version: opts.version,
+      avoid,
+      ...(opts.forwarding ? { forwarding: opts.forwarding } : {}),
+    };
     const attempt = async (): Promise<Dialed> => {
       const current = (transport === 'direct' ? dialDirect : dialWebSocket)(options);
       slot.cancelDial = () => current.cancel();

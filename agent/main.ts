@@ -3,10 +3,18 @@
 import { readFileSync } from 'node:fs';
 // Imported rather than read beside this file, so that a bundle of the CLI (dev/build-cli.ts) knows its version too.
 import packageJson from '../package.json' with { type: 'json' };
-import { clusterAccess, loadKubeConfig, newKubeClients, apiStatusCode } from '../lib/kube.ts';
-import { newLogger } from '../lib/log.ts';
+import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
+import {
+  clusterAccess,
+  loadKubeConfig,
+  newKubeClients,
+  apiStatusCode,
+  selfAllowed,
+  type KubeClients,
+} from '../lib/kube.ts';
+import { newLogger, type Logger } from '../lib/log.ts';
 import { startAgent } from './agent.ts';
-import type { TransportChoice } from '../lib/tunnel-dial.ts';
+import type { AgentForwarding, TransportChoice } from '../lib/tunnel-dial.ts';
 import { newSecretCredentialStore } from './credentials.ts';
 import type { LocalUpstream } from './local-proxy.ts';
 
@@ -35,6 +43,26 @@ const TOKEN_REREAD_MS = 60_000;
 
 const VERSION = packageJson.version;
 
+/**
+ * Which impersonation the agent holds on its cluster: constrained (impersonate:user-info, as its policies grant it),
+ * legacy (the `impersonate` verb, for clusters older than Kubernetes 1.36), or none. Asked of the cluster itself; a
+ * cluster that cannot answer yet leaves it unknown to the hub (`none`), and forwarding says why request by request.
+ */
+async function detectImpersonation(
+  clients: KubeClients,
+  log: Logger,
+): Promise<AgentForwarding['impersonation']> {
+  try {
+    const authn = 'authentication.k8s.io';
+    if (await selfAllowed(clients, { verb: 'impersonate:user-info', group: authn, resource: 'users' }))
+      return 'constrained';
+    if (await selfAllowed(clients, { verb: 'impersonate', group: '', resource: 'users' })) return 'legacy';
+  } catch (err) {
+    log.warn({ err: (err as Error).message }, 'could not ask this cluster what the agent may impersonate');
+  }
+  return 'none';
+}
+
 export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> {
   const log = newLogger({ level: flags.logLevel, buffered: true });
   const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
@@ -59,6 +87,10 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
   if (!cluster || !hub) throw new Error('the agent needs --cluster and --hub (or its ConfigMap)');
   if (!caBundle && !pin) throw new Error('the agent needs --ca-bundle-data or --ca-pin to trust the hub');
 
+  const forwarding = {
+    policy: defaults[AGENT_POLICY_KEY] || 'unknown',
+    impersonation: await detectImpersonation(clients, log),
+  };
   const access = clusterAccess(config);
   let token = access.token;
   let tokenRead = 0;
@@ -83,6 +115,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     store: newSecretCredentialStore(clients, namespace, flags.credentialsSecret),
     upstream,
     version: VERSION,
+    forwarding,
     transport: flags.tunnelTransport,
     ...(flags.tunnels ? { tunnels: flags.tunnels } : {}),
     log,

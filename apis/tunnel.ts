@@ -91,6 +91,14 @@ export interface TunnelHolder {
    * @format date-time
    */
   certificateExpiry?: string;
+  /**
+   * The forwarding policy the agent's RBAC was rendered from, as the agent reported it (`sealion cluster add
+   * --policy`). The cluster's API server enforces it; this says which one it is.
+   * @maxLength 256
+   */
+  policy?: string;
+  /** Which impersonation the agent holds, as it asked its cluster: constrained, legacy (before 1.36), or none. */
+  impersonation?: 'constrained' | 'legacy' | 'none';
 }
 
 /** Observed state, written by the concierge only. */
@@ -118,6 +126,13 @@ export interface ClusterStatus {
   /** The version the agent reported. */
   agentVersion?: string;
   /**
+   * The forwarding policy the agent reported (what its cluster lets the hub do there).
+   * @maxLength 256
+   */
+  policy?: string;
+  /** Which impersonation the agent holds on its cluster: constrained, legacy (before Kubernetes 1.36), or none. */
+  impersonation?: 'constrained' | 'legacy' | 'none';
+  /**
    * When the agent's client certificate expires; it renews at two thirds of its lifetime.
    * @format date-time
    */
@@ -137,3 +152,9 @@ export interface Cluster {
   spec: ClusterSpec;
   status?: ClusterStatus;
 }
+
+/**
+ * The agent's ConfigMap key that says which forwarding policy its RBAC was rendered from (`sealion cluster add
+ * --policy`); the agent reports it to the hub, which shows it in the Cluster's status.
+ */
+export const AGENT_POLICY_KEY = 'policy';

@@ -283,6 +283,21 @@ export interface Reviewer {
 
 export type { AccessQuestion };
 
+/** Whether this client's own identity may do one resource action (SelfSubjectAccessReview). */
+export async function selfAllowed(
+  clients: KubeClients,
+  attributes: { verb: string; group: string; resource: string; name?: string },
+): Promise<boolean> {
+  const review = await clients.authorization.createSelfSubjectAccessReview({
+    body: {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SelfSubjectAccessReview',
+      spec: { resourceAttributes: attributes },
+    },
+  });
+  return review.status?.allowed === true;
+}
+
 export function newReviewer(clients: KubeClients): Reviewer {
   return {
     async tokenReview(token) {

@@ -26,6 +26,12 @@ export interface DialOptions {
   tls: SecureContext;
   /** Sent as x-sealion-agent-version. */
   version: string;
+  /**
+   * What the agent may forward as, as it found on its cluster: the policy its RBAC was rendered from, and which
+   * impersonation it holds (`constrained`, `legacy`, `none`). Sent as x-sealion-agent-policy and
+   * x-sealion-agent-impersonation; the hub shows them in the Cluster's status.
+   */
+  forwarding?: AgentForwarding;
   /** Until the tunnel is up. Default: 10 s. */
   timeoutMs?: number;
   /** Replicas that already hold a tunnel of this agent: one of them refuses this dial (409) rather than take it. */
@@ -39,9 +45,24 @@ export const AVOID_REPLICAS_HEADER = 'x-sealion-avoid-replicas';
 /** Sent by the listener with its 101: the replica that took the tunnel, URI-encoded. */
 export const REPLICA_HEADER = 'x-sealion-replica';
 
+/** What an agent reports of what it may forward as (DialOptions.forwarding). */
+export interface AgentForwarding {
+  policy: string;
+  impersonation: 'constrained' | 'legacy' | 'none';
+}
+
+export const AGENT_POLICY_HEADER = 'x-sealion-agent-policy';
+export const AGENT_IMPERSONATION_HEADER = 'x-sealion-agent-impersonation';
+
 function dialHeaders(opts: DialOptions): Record<string, string> {
   return {
     'x-sealion-agent-version': opts.version,
+    ...(opts.forwarding
+      ? {
+          [AGENT_POLICY_HEADER]: encodeURIComponent(opts.forwarding.policy),
+          [AGENT_IMPERSONATION_HEADER]: opts.forwarding.impersonation,
+        }
+      : {}),
     [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL,
     ...(opts.avoid?.length ? { [AVOID_REPLICAS_HEADER]: opts.avoid.map(encodeURIComponent).join(',') } : {}),
   };

@@ -97,6 +97,8 @@ const SHAPES: Record<CrdKind, CrdShape> = {
       { name: 'Cert Expiry', type: 'string', jsonPath: '.status.certificateExpiry', priority: 1 },
       { name: 'Replicas', type: 'string', jsonPath: '.status.replicas', priority: 1 },
       { name: 'Transport', type: 'string', jsonPath: '.status.tunnels[*].transport', priority: 1 },
+      { name: 'Policy', type: 'string', jsonPath: '.status.policy', priority: 1 },
+      { name: 'Impersonation', type: 'string', jsonPath: '.status.impersonation', priority: 1 },
       AGE,
     ],
   },

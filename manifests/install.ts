@@ -2,6 +2,7 @@
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../apis/groups.ts';
+import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
 import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../concierge/config.ts';
 import {
   DEFAULT_POLICY,
@@ -338,9 +339,6 @@ export interface AgentSettings {
   /** What the hub may do on that cluster through its agent. Default: DEFAULT_POLICY. */
   policy?: ForwardingPolicy;
 }
-
-/** The agent's ConfigMap key that says which policy its RBAC was rendered from (it reports it to the hub). */
-export const AGENT_POLICY_KEY = 'policy';
 
 /**
  * The agent's ConfigMap and bootstrap Secret for one cluster (with the namespace they live in), which

@@ -157,6 +157,8 @@ describe('the cluster status publisher', () => {
     transport: 'direct',
     agentVersion: 'v1',
     certificateExpiry: T1,
+    policy: 'full',
+    impersonation: 'constrained',
   };
 
   async function replica(

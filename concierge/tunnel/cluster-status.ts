@@ -62,15 +62,27 @@ export function replicaFieldManager(identity: string): string {
 /** What this replica knows of a tunnel it holds. */
 export type HeldTunnel = Omit<Required<TunnelHolder>, 'replica'>;
 
+/** What the agent says of itself on a tunnel, taken into the status from its newest tunnel. */
+const AGENT_FACTS = ['agentVersion', 'certificateExpiry', 'policy', 'impersonation'] as const;
+type AgentFacts = Pick<ClusterStatus, (typeof AGENT_FACTS)[number]>;
+
 /** The fields every replica derives from the live entries. */
-type Derived = Pick<
-  ClusterStatus,
-  'connected' | 'replicas' | 'connectedSince' | 'agentVersion' | 'certificateExpiry'
->;
+type Derived = Pick<ClusterStatus, 'connected' | 'replicas' | 'connectedSince'> & AgentFacts;
+
+/** The agent's facts from `from`, each falling back to `fallback`'s; absent ones left out. */
+function agentFacts(from: AgentFacts, fallback: AgentFacts): AgentFacts {
+  const facts: Record<string, string> = {};
+  for (const key of AGENT_FACTS) {
+    const value = from[key] ?? fallback[key];
+    if (value) facts[key] = value;
+  }
+  return facts;
+}
 
 /**
- * The derived fields for `live` entries. A cluster that stays connected keeps its connectedSince; the agent's
- * version and expiry come from its newest tunnel, and stay as they were once it has none.
+ * The derived fields for `live` entries. A cluster that stays connected keeps its connectedSince; what the agent
+ * says of itself (version, certificate expiry, policy) comes from its newest tunnel, and stays as it was once it has
+ * none.
  */
 export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder[]): Derived {
   if (live.length === 0) {
@@ -79,14 +91,11 @@ export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder
       // Empty rather than absent: a field left out of an apply stays as another replica last wrote it.
       replicas: '',
       ...(current.connectedSince ? { connectedSince: current.connectedSince } : {}),
-      ...(current.agentVersion ? { agentVersion: current.agentVersion } : {}),
-      ...(current.certificateExpiry ? { certificateExpiry: current.certificateExpiry } : {}),
+      ...agentFacts(current, {}),
     };
   }
   const bySince = [...live].sort((a, b) => a.connectedSince.localeCompare(b.connectedSince));
   const newest = bySince[bySince.length - 1]!;
-  const agentVersion = newest.agentVersion ?? current.agentVersion;
-  const certificateExpiry = newest.certificateExpiry ?? current.certificateExpiry;
   return {
     connected: true,
     replicas: live
@@ -95,21 +104,20 @@ export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder
       .join(','),
     connectedSince:
       current.connected && current.connectedSince ? current.connectedSince : bySince[0]!.connectedSince,
-    ...(agentVersion ? { agentVersion } : {}),
-    ...(certificateExpiry ? { certificateExpiry } : {}),
+    ...agentFacts(newest, current),
   };
 }
 
+const entryKey = (a: TunnelHolder | undefined): string =>
+  JSON.stringify(a && [a.replica, a.connectedSince, a.transport, ...AGENT_FACTS.map((k) => a[k])]);
 const sameEntry = (a: TunnelHolder | undefined, b: TunnelHolder | undefined): boolean =>
-  JSON.stringify(a && [a.replica, a.connectedSince, a.transport, a.agentVersion, a.certificateExpiry]) ===
-  JSON.stringify(b && [b.replica, b.connectedSince, b.transport, b.agentVersion, b.certificateExpiry]);
+  entryKey(a) === entryKey(b);
 
 const sameDerived = (status: ClusterStatus, derived: Derived): boolean =>
   status.connected === derived.connected &&
   (status.replicas ?? '') === derived.replicas &&
   status.connectedSince === derived.connectedSince &&
-  status.agentVersion === derived.agentVersion &&
-  status.certificateExpiry === derived.certificateExpiry;
+  AGENT_FACTS.every((k) => status[k] === derived[k]);
 
 export interface ClusterStatusOptions {
   clusters: Informer<Cluster>;

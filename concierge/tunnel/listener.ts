@@ -29,7 +29,13 @@ import {
   TUNNEL_UPGRADE,
   type TunnelClient,
 } from '../../lib/tunnel.ts';
-import { ALREADY_HELD, AVOID_REPLICAS_HEADER, REPLICA_HEADER } from '../../lib/tunnel-dial.ts';
+import {
+  AGENT_IMPERSONATION_HEADER,
+  AGENT_POLICY_HEADER,
+  ALREADY_HELD,
+  AVOID_REPLICAS_HEADER,
+  REPLICA_HEADER,
+} from '../../lib/tunnel-dial.ts';
 import type { ClusterForwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
@@ -398,10 +404,16 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         rawStatusResponse(ALREADY_HELD, `replica ${opts.identity} already holds a tunnel of this agent`),
       );
     // What the agent says of itself goes into the status: printable, and short.
-    const agentVersion =
-      String(req.headers['x-sealion-agent-version'] ?? '')
-        .replace(/[^\x20-\x7e]/g, '')
-        .slice(0, 64) || 'unknown';
+    const printable = (value: string): string => value.replace(/[^\x20-\x7e]/g, '').slice(0, 64) || 'unknown';
+    const agentVersion = printable(String(req.headers['x-sealion-agent-version'] ?? ''));
+    let policy = 'unknown';
+    try {
+      policy = printable(decodeURIComponent(String(req.headers[AGENT_POLICY_HEADER] ?? '')));
+    } catch {
+      // Not percent-encoding: said to be unknown.
+    }
+    const reported = String(req.headers[AGENT_IMPERSONATION_HEADER] ?? '');
+    const impersonation = (['constrained', 'legacy', 'none'] as const).find((m) => m === reported) ?? 'none';
     const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
     const certificateExpiry = expires.toISOString();
     /** Makes `stream` the cluster's tunnel, in place of any it had; `drop` ends the connection instead. */
@@ -422,7 +434,14 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         binding,
         tunnel,
         forwarder: newTunnelForwarder(cluster, tunnel, { limits }),
-        held: { connectedSince: since.toISOString(), transport, agentVersion, certificateExpiry },
+        held: {
+          connectedSince: since.toISOString(),
+          transport,
+          agentVersion,
+          certificateExpiry,
+          policy,
+          impersonation,
+        },
       };
       connected.set(cluster, entry);
       previous?.tunnel.close();
