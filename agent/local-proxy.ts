@@ -46,18 +46,21 @@ function upstreamHeaders(rawHeaders: string[], token: string | undefined): Outgo
 }
 
 /**
- * The one request the agent sends as itself, without impersonating anyone: a SubjectAccessReview, by which the hub
- * asks this cluster whether a user may do something (it decides nothing about this cluster itself). Anything else
- * must name whom it acts as, so the hub can never use the agent's own rights beyond reviews, whatever they are.
+ * The requests the agent sends as itself, without impersonating anyone: reviews, by which the hub asks this cluster
+ * whether a user may do something (SubjectAccessReview) and whether this cluster lets the agent act for users at all
+ * (SelfSubjectAccessReview); the hub decides nothing about this cluster itself. Anything else must name whom it acts
+ * as, so the hub can never use the agent's own rights beyond reviews, whatever they are.
  */
-const REVIEW_PATH = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
-const ONLY_IMPERSONATED =
-  'the agent forwards only requests that impersonate a user, and SubjectAccessReviews';
+const REVIEW_PATHS = new Set([
+  '/apis/authorization.k8s.io/v1/subjectaccessreviews',
+  '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
+]);
+const ONLY_IMPERSONATED = 'the agent forwards only requests that impersonate a user, and access reviews';
 
 function mayForward(method: string | undefined, url: string | undefined, rawHeaders: string[]): boolean {
   for (let i = 0; i + 1 < rawHeaders.length; i += 2)
     if (rawHeaders[i]!.toLowerCase() === 'impersonate-user' && rawHeaders[i + 1] !== '') return true;
-  return method === 'POST' && url === REVIEW_PATH;
+  return method === 'POST' && REVIEW_PATHS.has(url ?? '');
 }
 
 const unreachable = (err: Error & { code?: string }): string =>

@@ -40,7 +40,6 @@ import {
   OWN_CALL_MAX_BYTES,
   OWN_CALL_TIMEOUT_MS,
   SHORT_REQUEST_TIMEOUT_MS,
-  type ClusterForwarder,
   type ForwardPlan,
   type Forwarder,
 } from './proxy/forward.ts';
@@ -103,7 +102,7 @@ export interface Peering {
   /** host:port other replicas reach this one at, for its Lease. */
   address: string;
   /** A forwarder through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
-  forwarder(cluster: string): ClusterForwarder | undefined;
+  forwarder(cluster: string): Forwarder | undefined;
   stop(): Promise<void>;
 }
 
@@ -406,7 +405,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     };
   };
 
-  const peerForwarder = (cluster: string, holders: RemoteHolder[]): ClusterForwarder => ({
+  const peerForwarder = (cluster: string, holders: RemoteHolder[]): Forwarder => ({
     async web(req, res, plan) {
       // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
       if (req.method === 'CONNECT') return writeStatus(res, 405, 'CONNECT is not served');

@@ -63,3 +63,22 @@ export function reviewAllowed(answer: unknown): boolean {
   const status = (answer as { status?: { allowed?: unknown } } | null)?.status;
   return status?.allowed === true;
 }
+
+/** A SelfSubjectAccessReview object, as sent: may the sender itself do what `q` asks (its subject is ignored)? */
+export interface SelfSubjectAccessReview {
+  apiVersion: 'authorization.k8s.io/v1';
+  kind: 'SelfSubjectAccessReview';
+  spec: Record<string, unknown>;
+}
+
+export function selfSubjectAccessReview(q: AccessQuestion): SelfSubjectAccessReview {
+  const { spec } = subjectAccessReview(q);
+  return {
+    apiVersion: 'authorization.k8s.io/v1',
+    kind: 'SelfSubjectAccessReview',
+    spec: {
+      ...(spec['resourceAttributes'] ? { resourceAttributes: spec['resourceAttributes'] } : {}),
+      ...(spec['nonResourceAttributes'] ? { nonResourceAttributes: spec['nonResourceAttributes'] } : {}),
+    },
+  };
+}

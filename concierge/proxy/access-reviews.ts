@@ -7,10 +7,15 @@
 // a successful impersonation), a refusal for REFUSED_TTL_MS (so a grant applies soon). Questions asked while the same
 // one is on its way wait for its answer instead of asking again.
 import { LRUCache } from 'lru-cache';
-import { reviewAllowed, subjectAccessReview, type AccessQuestion } from '../../lib/access-review.ts';
+import {
+  reviewAllowed,
+  selfSubjectAccessReview,
+  subjectAccessReview,
+  type AccessQuestion,
+} from '../../lib/access-review.ts';
 import { SealionError } from '../../lib/errors.ts';
 import type { Ask } from './decide-impersonation.ts';
-import type { ClusterForwarder } from './forward.ts';
+import type { Forwarder } from './forward.ts';
 
 /** How long an allowed answer is used: the API server keeps a successful impersonation as long. */
 export const ALLOWED_TTL_MS = 10_000;
@@ -31,32 +36,39 @@ export class ReviewUnavailable extends SealionError {
   }
 }
 
-/** Asks a cluster's API server through its forwarder, as its agent, on behalf of `user`. */
-export function askThrough(cluster: string, forwarder: ClusterForwarder, user: string): Ask {
+const SELF_REVIEW_PATH = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews';
+
+/**
+ * Asks a cluster's API server through its forwarder, with the forwarding identity's credential (the agent's, for a
+ * cluster reached through one), on behalf of `user`: whether the question's subject may (a SubjectAccessReview), or
+ * with `self`, whether the forwarding identity itself may (a SelfSubjectAccessReview; the subject is ignored).
+ */
+export function askThrough(cluster: string, forwarder: Forwarder, user: string, self = false): Ask {
+  const path = self ? SELF_REVIEW_PATH : REVIEW_PATH;
+  const kind = self ? 'SelfSubjectAccessReview' : 'SubjectAccessReview';
+  const where = cluster ? `cluster ${cluster}` : 'the API server';
   return async (question) => {
     let answer;
     try {
+      const review = self ? selfSubjectAccessReview(question) : subjectAccessReview(question);
       answer = await forwarder.call({
         method: 'POST',
-        path: REVIEW_PATH,
-        body: Buffer.from(JSON.stringify(subjectAccessReview(question))),
+        path,
+        body: Buffer.from(JSON.stringify(review)),
         user,
       });
     } catch (err) {
-      throw new ReviewUnavailable(`cluster ${cluster} could not be asked: ${(err as Error).message}`, err);
+      throw new ReviewUnavailable(`${where} could not be asked: ${(err as Error).message}`, err);
     }
     if (answer.status !== 201 && answer.status !== 200)
       throw new ReviewUnavailable(
-        `cluster ${cluster} answered a SubjectAccessReview with HTTP ${answer.status}` +
-          (answer.status === 403 ? " (may its agent's identity create SubjectAccessReviews?)" : ''),
+        `${where} answered a ${kind} with HTTP ${answer.status}` +
+          (answer.status === 403 ? " (may the agent's identity create SubjectAccessReviews there?)" : ''),
       );
     try {
       return reviewAllowed(JSON.parse(answer.body.toString('utf8')));
     } catch (err) {
-      throw new ReviewUnavailable(
-        `cluster ${cluster} answered a SubjectAccessReview with malformed JSON`,
-        err,
-      );
+      throw new ReviewUnavailable(`${where} answered a ${kind} with malformed JSON`, err);
     }
   };
 }

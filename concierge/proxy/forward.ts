@@ -5,7 +5,12 @@
 // or WebSocket) need HTTP/1.1 and are spliced through by lib/upgrade-forward.ts.
 import { Agent, request } from 'node:https';
 import { newH2Pool } from '../../lib/http2-pool.ts';
-import { forwardOverHttp2, UpstreamTimeout, type CallAnswer } from '../../lib/http2-forward.ts';
+import {
+  callOverHttp2,
+  forwardOverHttp2,
+  UpstreamTimeout,
+  type CallAnswer,
+} from '../../lib/http2-forward.ts';
 import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
@@ -65,6 +70,11 @@ function errorStatus(err: Error & { code?: string }): { code: number; message: s
 export interface Forwarder {
   web(req: Request, res: Response, plan: ForwardPlan): Promise<void>;
   upgrade(req: IncomingMessage, socket: Socket, head: Buffer, plan: ForwardPlan): void;
+  /**
+   * Sends one small request of the concierge's own to the cluster, as the forwarding identity itself (no
+   * impersonation): the questions about that cluster that only it may answer.
+   */
+  call(request: OwnCall): Promise<CallAnswer>;
   close(): void;
 }
 
@@ -81,14 +91,6 @@ export interface OwnCall {
 export const OWN_CALL_TIMEOUT_MS = 10_000;
 /** The largest answer to one of the concierge's own calls: a SubjectAccessReview's is well under a kilobyte. */
 export const OWN_CALL_MAX_BYTES = 64 * 1024;
-
-/**
- * A forwarder to another cluster (through its agent's tunnel, here or on a peer), which can also ask that cluster's
- * API server the concierge's own questions, as its agent: it is how every decision about that cluster is made there.
- */
-export interface ClusterForwarder extends Forwarder {
-  call(request: OwnCall): Promise<CallAnswer>;
-}
 
 export function newForwarder(upstream: Upstream): Forwarder {
   // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
@@ -164,6 +166,21 @@ export function newForwarder(upstream: Upstream): Forwarder {
           socket.end(rawStatusResponse(code, message));
         },
       });
+    },
+    call(own) {
+      const token = upstream.credentials.token?.();
+      return callOverHttp2(
+        (h, endStream) => pools.withIdentity.request(h, endStream),
+        {
+          ':method': own.method,
+          ':path': own.path,
+          'content-type': 'application/json',
+          accept: 'application/json',
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
+        own.body,
+        { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES },
+      );
     },
     close() {
       pools.withIdentity.close();

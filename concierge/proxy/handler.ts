@@ -7,15 +7,15 @@ import { VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { Reviewer } from '../../lib/kube.ts';
+import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
 import { flatLineLogger, type Logger } from '../../lib/log.ts';
 import type { RequestAuthenticator, Identity } from './authenticate.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import { askThrough, newReviewCache, ReviewUnavailable, type ReviewCache } from './access-reviews.ts';
-import { decideImpersonation, type Ask } from './decide-impersonation.ts';
-import type { ClusterForwarder, Forwarder, ForwardPlan } from './forward.ts';
+import { decideImpersonation, nodeOf, type Ask } from './decide-impersonation.ts';
+import type { Forwarder, ForwardPlan } from './forward.ts';
 import {
   AUTHENTICATED_GROUP,
   cleanHeaders,
@@ -26,7 +26,7 @@ import {
   type RequestedImpersonation,
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
-import { requestAttributes, requestInfo } from './request-info.ts';
+import { requestAttributes, requestInfo, type RequestAttributes } from './request-info.ts';
 import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from '../../lib/kube-status.ts';
 
 export interface ProxyDeps {
@@ -45,15 +45,40 @@ export interface ProxyDeps {
   /** How long a TokenCredentialRequest's body may take to arrive. Default: BODY_TIMEOUT_MS (login-apis.ts). */
   bodyTimeoutMs?: number;
   /** The forwarder for `/clusters/<name>/…`: through that cluster's agent tunnel, here or on a peer. */
-  clusters?: (name: string) => ClusterForwarder | undefined;
+  clusters?: (name: string) => Forwarder | undefined;
   /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
   reviews?: ReviewCache;
 }
 
 /** Where a request goes, and whom its authorization questions are asked of. */
 interface Target {
+  /** The cluster's name, or '' for the hub's own API server. */
+  cluster: string;
   forwarder: Forwarder;
+  /** Asks the cluster about a user (SubjectAccessReview). */
   ask: Ask;
+  /** Asks the cluster whether the forwarding identity itself may do something (SelfSubjectAccessReview). */
+  askSelf: Ask;
+}
+
+/** The constrained mode an identity is forwarded in, and what the forwarding policy calls such identities. */
+const FORWARDED_AS: Record<
+  'user' | 'serviceaccount' | 'node',
+  { mode: string; legacy: string; kind: string }
+> = {
+  user: { mode: 'user-info', legacy: 'users', kind: 'users' },
+  serviceaccount: { mode: 'serviceaccount', legacy: 'serviceaccounts', kind: 'service accounts' },
+  node: { mode: 'arbitrary-node', legacy: 'users', kind: 'nodes' },
+};
+
+/** A question about the forwarding identity alone (the subject of a self review is the sender). */
+const NOBODY = { user: '', groups: [], extra: {} };
+
+/** What a request does, in words: `create pods/exec` or `get /version`. */
+function doing(attributes: RequestAttributes): string {
+  if (!attributes.resourceRequest) return `${attributes.verb} ${attributes.path}`;
+  const { verb, group, resource, subresource } = attributes;
+  return `${verb} ${resource}${subresource ? `/${subresource}` : ''}${group ? ` in API group ${group}` : ''}`;
 }
 
 /** A Status to answer with instead of forwarding. */
@@ -154,6 +179,47 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   });
 
   /**
+   * Whether the cluster lets the forwarding identity act for this kind of identity on this request: its forwarding
+   * policy (the RBAC its admin gave the agent, or the hub's impersonator) is enforced by its API server anyway, and
+   * asking first turns that refusal into one that says so, instead of naming the forwarding identity. Asked broadly
+   * first (any namespace, any name), which a built-in policy always answers, so one answer serves many requests;
+   * then for this object; then for the legacy verb, which clusters before Kubernetes 1.36 know only.
+   */
+  async function forwardingRefusal(
+    target: Target,
+    attributes: RequestAttributes,
+    as: keyof typeof FORWARDED_AS,
+  ): Promise<Refusal | undefined> {
+    const { mode, legacy, kind } = FORWARDED_AS[as];
+    const verb = `impersonate-on:${mode}:${attributes.verb}`;
+    const exact: AccessQuestion = attributes.resourceRequest
+      ? {
+          ...NOBODY,
+          verb,
+          group: attributes.group,
+          version: attributes.version,
+          resource: attributes.resource,
+          ...(attributes.subresource ? { subresource: attributes.subresource } : {}),
+          ...(attributes.namespace ? { namespace: attributes.namespace } : {}),
+          ...(attributes.name ? { name: attributes.name } : {}),
+        }
+      : { ...NOBODY, verb, path: attributes.path };
+    const broad: AccessQuestion = { ...exact };
+    delete broad.namespace;
+    delete broad.name;
+    if (await target.askSelf(broad)) return undefined;
+    if ((exact.namespace !== undefined || exact.name !== undefined) && (await target.askSelf(exact)))
+      return undefined;
+    if (await target.askSelf({ ...NOBODY, verb: 'impersonate', group: '', resource: legacy }))
+      return undefined;
+    const where = target.cluster ? `cluster ${target.cluster}'s` : "this cluster's";
+    return {
+      status: 403,
+      message: `${where} policy for Sealion refuses this request: Sealion may not ${doing(attributes)} there for ${kind}; the cluster's admin chose what Sealion may do there`,
+    };
+  }
+
+  /**
    * Impersonated user for this request, or a Status to answer with. The caller's own Impersonate-* headers are
    * decided by the cluster the request is for (`target.ask`), mode by mode as the API server decides them.
    */
@@ -172,6 +238,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
     let impersonation = impersonationHeaders(identity.user);
+    let forwardedAs: keyof typeof FORWARDED_AS = 'user';
     let requested: RequestedImpersonation | undefined;
     try {
       requested = requestedImpersonation(req.rawHeaders);
@@ -179,30 +246,32 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       if (!(err instanceof MalformedImpersonationError)) throw err;
       return { status: 400, message: `malformed impersonation headers: ${err.message}` };
     }
-    if (requested) {
-      const attributes = requestAttributes(req.method ?? 'GET', req.url ?? '/');
-      let decision;
-      try {
-        decision = await decideImpersonation(identity.user, requested, attributes, target.ask);
-      } catch (err) {
-        if (!(err instanceof ReviewUnavailable)) throw err;
-        log.warn({ err: err.message }, 'an impersonation could not be decided');
-        return {
-          status: 503,
-          message: `whether you may impersonate could not be decided: ${err.message}; retry`,
-          retryAfterSeconds: RETRY_AFTER_SECONDS,
-        };
+    const attributes = requestAttributes(req.method ?? 'GET', req.url ?? '/');
+    try {
+      if (requested) {
+        const decision = await decideImpersonation(identity.user, requested, attributes, target.ask);
+        if (!decision.allowed) return { status: decision.status, message: decision.message };
+        const { user, usernameOnly } = decision.identity;
+        const problem = identityProblem(user);
+        if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
+        if (usernameOnly) {
+          impersonation = usernameOnlyHeaders(user.username);
+          forwardedAs = nodeOf(user.username) === undefined ? 'serviceaccount' : 'node';
+        } else {
+          const original = { [originalUserKey]: [originalUser(identity.user)] };
+          impersonation = impersonationHeaders({ ...user, extra: { ...user.extra, ...original } });
+        }
       }
-      if (!decision.allowed) return { status: decision.status, message: decision.message };
-      const { user, usernameOnly } = decision.identity;
-      const problem = identityProblem(user);
-      if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
-      impersonation = usernameOnly
-        ? usernameOnlyHeaders(user.username)
-        : impersonationHeaders({
-            ...user,
-            extra: { ...user.extra, [originalUserKey]: [originalUser(identity.user)] },
-          });
+      const refused = await forwardingRefusal(target, attributes, forwardedAs);
+      if (refused) return refused;
+    } catch (err) {
+      if (!(err instanceof ReviewUnavailable)) throw err;
+      log.warn({ err: err.message, cluster: target.cluster }, 'a request could not be decided');
+      return {
+        status: 503,
+        message: `the request could not be decided: ${err.message}; retry`,
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      };
     }
     const headers = { ...cleanHeaders(req.headers), ...impersonation };
     if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
@@ -246,7 +315,13 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     routed: { cluster: string } | undefined,
     identity: Exclude<Identity, { kind: 'anonymous' }>,
   ): Target | Refusal {
-    if (!routed) return { forwarder: deps.forwarder, ask: askHub };
+    if (!routed)
+      return {
+        cluster: '',
+        forwarder: deps.forwarder,
+        ask: askHub,
+        askSelf: reviews.asking('\nself', askThrough('', deps.forwarder, identity.user.username, true)),
+      };
     const { cluster } = routed;
     // A service-account token of this cluster means nothing to another one.
     if (identity.kind === 'serviceaccount')
@@ -261,8 +336,13 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         message: `cluster ${cluster} is not connected: its agent holds no tunnel to any concierge replica`,
       };
     return {
+      cluster,
       forwarder,
       ask: reviews.asking(cluster, askThrough(cluster, forwarder, identity.user.username)),
+      askSelf: reviews.asking(
+        `${cluster}\nself`,
+        askThrough(cluster, forwarder, identity.user.username, true),
+      ),
     };
   }
 

@@ -27,7 +27,7 @@ import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { newTunnelClient, serveTunnel } from '../../lib/tunnel.ts';
 import { newRequestAuthenticator } from '../proxy/authenticate.ts';
 import { newClientCertSigner } from '../proxy/credentials.ts';
-import type { ClusterForwarder, Forwarder } from '../proxy/forward.ts';
+import type { Forwarder } from '../proxy/forward.ts';
 import { newProxyHandler } from '../proxy/handler.ts';
 import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
@@ -111,7 +111,7 @@ function agentUpgrade(_req: IncomingMessage, socket: Duplex): void {
 }
 
 const cleanups: (() => void)[] = [];
-const forwarders: Record<string, ClusterForwarder> = {};
+const forwarders: Record<string, Forwarder> = {};
 let proxyCA: CertificateAuthority;
 let server: ProxyServer;
 let port: number;
@@ -214,6 +214,7 @@ beforeAll(async () => {
   const noHub: Forwarder = {
     web: () => Promise.reject(new Error('not for the hub')),
     upgrade: () => {},
+    call: () => Promise.reject(new Error('not for the hub')),
     close: () => {},
   };
   const handler = newProxyHandler({

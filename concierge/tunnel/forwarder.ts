@@ -20,7 +20,7 @@ import {
   OWN_CALL_MAX_BYTES,
   OWN_CALL_TIMEOUT_MS,
   SHORT_REQUEST_TIMEOUT_MS,
-  type ClusterForwarder,
+  type Forwarder,
   type ForwardPlan,
 } from '../proxy/forward.ts';
 import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
@@ -80,7 +80,7 @@ export interface TunnelForwarderOptions {
   clock?: Clock;
 }
 
-export interface TunnelForwarder extends ClusterForwarder {
+export interface TunnelForwarder extends Forwarder {
   /** Takes a Cluster's edited limits at once, without reconnecting; requests in flight keep their places. */
   configure(limits: TunnelLimits): void;
 }

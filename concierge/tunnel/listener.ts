@@ -36,7 +36,7 @@ import {
   AVOID_REPLICAS_HEADER,
   REPLICA_HEADER,
 } from '../../lib/tunnel-dial.ts';
-import type { ClusterForwarder } from '../proxy/forward.ts';
+import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
   BINDING_URI_PREFIX,
@@ -98,7 +98,7 @@ export interface TunnelListener {
   /** The CA agents trust and are issued from (PEM). */
   caPem: string;
   /** The forwarder of a connected cluster, or undefined. */
-  forwarder(cluster: string): ClusterForwarder | undefined;
+  forwarder(cluster: string): Forwarder | undefined;
   /** The tunnel to `cluster`'s agent this replica holds, if any. */
   held(cluster: string): HeldTunnel | undefined;
   /**
