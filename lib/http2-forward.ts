@@ -154,6 +154,13 @@ export interface CallAnswer {
 
 export class CallFailed extends Error {
   readonly code = 'SEALION_CALL_FAILED';
+  /** The status to answer the request the call served with, when the call was refused for a reason of its own. */
+  readonly status: number | undefined;
+
+  constructor(message: string, status?: number) {
+    super(message);
+    this.status = status;
+  }
 }
 
 /**

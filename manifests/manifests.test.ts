@@ -1,7 +1,15 @@
 import { describe, expect, it } from '@jest/globals';
 import { crds } from './crds.ts';
 import {
+  DEFAULT_POLICY,
+  forwardingRules,
+  policyProblem,
+  WORKLOAD_ACCESS,
+  type ForwardingPolicy,
+} from './forwarding-policy.ts';
+import {
   agentManifests,
+  agentSettingsManifests,
   conciergeManifests,
   DEFAULT_INSTALL,
   IMPERSONATOR_SERVICE_ACCOUNT,
@@ -13,7 +21,26 @@ type Obj = {
   metadata: { name: string; namespace?: string };
   [k: string]: unknown;
 };
-type Rule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
+type Rule = {
+  apiGroups?: string[];
+  resources?: string[];
+  verbs: string[];
+  resourceNames?: string[];
+  nonResourceURLs?: string[];
+};
+
+/** Whether `rules` grant `verb` on `resource` (with its subresource) in `group`, as RBAC matches them. */
+function grants(rules: Rule[], verb: string, group: string, resource: string): boolean {
+  const sub = resource.includes('/') ? resource.slice(resource.indexOf('/') + 1) : undefined;
+  return rules.some(
+    (r) =>
+      (r.verbs.includes(verb) || r.verbs.includes('*')) &&
+      (r.apiGroups ?? []).some((g) => g === '*' || g === group) &&
+      (r.resources ?? []).some((x) => x === '*' || x === resource || (sub !== undefined && x === `*/${sub}`)),
+  );
+}
+const isImpersonation = (verb: string): boolean =>
+  verb.startsWith('impersonate:') || verb.startsWith('impersonate-on:');
 
 describe('install manifests', () => {
   it("names Pinniped's exact groups under the pinniped.dev suffix", () => {
@@ -53,7 +80,9 @@ describe('install manifests', () => {
       (o) => o.kind === 'ClusterRole' && o.metadata.name === (binding?.['roleRef'] as { name: string }).name,
     );
     const verbs = new Set((role?.['rules'] as Rule[]).flatMap((r) => r.verbs));
-    expect([...verbs]).toEqual(['impersonate']);
+    // Constrained impersonation only: never the legacy verb, which could impersonate system:masters.
+    expect([...verbs].every(isImpersonation)).toBe(true);
+    expect(verbs).toContain('impersonate:user-info');
     // And it is bound nowhere else.
     const bound = objs.filter((o) =>
       (o['subjects'] as { name: string }[] | undefined)?.some((s) => s.name === IMPERSONATOR_SERVICE_ACCOUNT),
@@ -66,36 +95,127 @@ describe('install manifests', () => {
     const rules = objs
       .filter((o) => o.kind === 'Role' || o.kind === 'ClusterRole')
       .flatMap((o) => o['rules'] as Rule[]);
-    const tokenRule = rules.find((r) => r.resources.includes('serviceaccounts/token'));
+    const tokenRule = rules.find((r) => r.resources?.includes('serviceaccounts/token'));
     expect(tokenRule?.resourceNames).toEqual([IMPERSONATOR_SERVICE_ACCOUNT]);
     const clusterRules = objs.filter((o) => o.kind === 'ClusterRole').flatMap((o) => o['rules'] as Rule[]);
     expect(
       clusterRules.some(
         (r) =>
-          r.resources.includes('secrets') ||
+          r.resources?.includes('secrets') ||
           r.verbs.includes('*') ||
-          // The one wildcard: every userextras/<key> to impersonate, which RBAC cannot name otherwise.
-          (r.resources.includes('*') &&
-            !(r.verbs.join() === 'impersonate' && r.apiGroups.join() === 'authentication.k8s.io')),
+          // Wildcards only in impersonation: what the forwarding identity may impersonate, and do while it does.
+          ((r.resources?.includes('*') || r.nonResourceURLs?.includes('*')) &&
+            !r.verbs.every(isImpersonation)),
       ),
     ).toBe(false);
   });
 
-  it('runs the agent without rights outside impersonation, its settings and its own credentials Secret', () => {
+  it('runs the agent without rights outside reviews, its settings and its own credentials Secret', () => {
     const objs = agentManifests(DEFAULT_INSTALL) as Obj[];
     const rules = objs
       .filter((o) => o.kind === 'Role' || o.kind === 'ClusterRole')
       .flatMap((o) => o['rules'] as Rule[]);
     for (const rule of rules) {
-      if (rule.resources.includes('secrets')) {
+      if (rule.resources?.includes('secrets')) {
         expect(rule.verbs.includes('create') || rule.resourceNames?.length === 1).toBe(true);
         expect(rule.verbs).not.toContain('list');
-      } else if (rule.resources.includes('configmaps')) {
+      } else if (rule.resources?.includes('configmaps')) {
         // Its own ConfigMap, read only.
         expect(rule).toMatchObject({ verbs: ['get'], resourceNames: ['sealion-agent-config'] });
       } else {
-        expect(rule.verbs).toEqual(['impersonate']);
+        // Asking its cluster whether a user may do something; forwarding comes with its policy (its settings).
+        expect(rule).toEqual({
+          apiGroups: ['authorization.k8s.io'],
+          resources: ['subjectaccessreviews'],
+          verbs: ['create'],
+        });
       }
     }
+  });
+
+  const settings = { clusterName: 'edge', hubURL: 'https://hub', caPin: 'sha256:00', bootstrapToken: 't' };
+  const policy = (more: Partial<ForwardingPolicy>): ForwardingPolicy => ({ ...DEFAULT_POLICY, ...more });
+  const agentRules = (p: ForwardingPolicy): Rule[] =>
+    (agentSettingsManifests({ ...settings, policy: p }) as Obj[])
+      .filter((o) => o.kind === 'ClusterRole')
+      .flatMap((o) => o['rules'] as Rule[]);
+
+  it.each<[string, ForwardingPolicy, Record<string, boolean>]>([
+    [
+      'full',
+      policy({}),
+      { 'create pods/exec': true, 'get pods/exec': true, 'create configmaps': true, 'get widgets': true },
+    ],
+    [
+      'no-exec',
+      policy({ name: 'no-exec' }),
+      { 'create pods/exec': false, 'get pods/exec': false, 'create configmaps': true, 'list widgets': true },
+    ],
+    [
+      'read-only',
+      policy({ name: 'read-only' }),
+      {
+        'get pods': true,
+        'watch pods': true,
+        'get pods/exec': false,
+        'create configmaps': false,
+        'delete pods': false,
+      },
+    ],
+  ])("renders the agent's %s policy so that its cluster's RBAC enforces it", (_name, p, wanted) => {
+    const rules = agentRules(p);
+    for (const [what, allowed] of Object.entries(wanted)) {
+      const [verb, resource] = what.split(' ') as [string, string];
+      const group = resource === 'widgets' ? 'example.com' : '';
+      expect([what, grants(rules, `impersonate-on:user-info:${verb}`, group, resource)]).toEqual([
+        what,
+        allowed,
+      ]);
+    }
+    // Users only, in the constrained mode: service accounts, nodes and system:masters are refused by the API server.
+    expect(rules.flatMap((r) => r.verbs).every(isImpersonation)).toBe(true);
+    expect(rules.some((r) => r.verbs.some((v) => /serviceaccount|node/.test(v)))).toBe(false);
+  });
+
+  it('never grants what reaches into workloads under read-only or no-exec, for any verb', () => {
+    for (const name of ['read-only', 'no-exec'] as const) {
+      const rules = agentRules(policy({ name, apiGroups: ['example.com'] }));
+      for (const resource of WORKLOAD_ACCESS)
+        for (const verb of ['get', 'create', 'update', 'patch', 'delete'])
+          expect([
+            name,
+            resource,
+            verb,
+            grants(rules, `impersonate-on:user-info:${verb}`, '', resource),
+          ]).toEqual([name, resource, verb, false]);
+      expect(grants(rules, 'impersonate-on:user-info:get', 'example.com', 'widgets')).toBe(true);
+    }
+  });
+
+  it('adds service accounts and nodes only when the policy lists them', () => {
+    const rules = forwardingRules(policy({ identities: ['users', 'serviceaccounts'] }))!;
+    expect(grants(rules, 'impersonate:serviceaccount', 'authentication.k8s.io', 'serviceaccounts')).toBe(
+      true,
+    );
+    expect(grants(rules, 'impersonate-on:serviceaccount:get', '', 'pods')).toBe(true);
+    expect(grants(rules, 'impersonate:arbitrary-node', 'authentication.k8s.io', 'nodes')).toBe(false);
+  });
+
+  it("binds an admin's own ClusterRole as it is, and renders legacy impersonation for full only", () => {
+    const objs = agentSettingsManifests({
+      ...settings,
+      policy: policy({ name: 'clusterrole:edge-sealion' }),
+    }) as Obj[];
+    expect(objs.filter((o) => o.kind === 'ClusterRole')).toEqual([]);
+    expect(objs.find((o) => o.kind === 'ClusterRoleBinding')?.['roleRef']).toMatchObject({
+      kind: 'ClusterRole',
+      name: 'edge-sealion',
+    });
+    expect(policyProblem(policy({ name: 'read-only', legacy: true }))).toContain('only the full policy');
+    expect(policyProblem(policy({ name: 'clusterrole:' }))).toContain('must be one of');
+    expect(policyProblem(policy({ identities: ['serviceaccounts'] }))).toContain('users are always');
+    expect(
+      policyProblem(policy({ name: 'no-exec', identities: ['users', 'nodes'], apiGroups: ['example.com'] })),
+    ).toBeUndefined();
   });
 });

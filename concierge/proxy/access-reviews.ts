@@ -14,6 +14,7 @@ import {
   type AccessQuestion,
 } from '../../lib/access-review.ts';
 import { SealionError } from '../../lib/errors.ts';
+import { CallFailed } from '../../lib/http2-forward.ts';
 import type { Ask } from './decide-impersonation.ts';
 import type { Forwarder } from './forward.ts';
 
@@ -31,8 +32,12 @@ const REVIEW_PATH = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
 
 /** A question could not be answered: the request fails with 503 and Retry-After, never on another's say. */
 export class ReviewUnavailable extends SealionError {
+  /** The status to answer with: 503, or what refused the review (a user over their share of a tunnel: 429). */
+  readonly status: number;
+
   constructor(message: string, cause?: unknown) {
     super('SEALION_REVIEW_UNAVAILABLE', message, { cause });
+    this.status = cause instanceof CallFailed && cause.status !== undefined ? cause.status : 503;
   }
 }
 
@@ -58,6 +63,8 @@ export function askThrough(cluster: string, forwarder: Forwarder, user: string, 
         user,
       });
     } catch (err) {
+      if (err instanceof CallFailed && err.status !== undefined)
+        throw new ReviewUnavailable(err.message, err);
       throw new ReviewUnavailable(`${where} could not be asked: ${(err as Error).message}`, err);
     }
     if (answer.status !== 201 && answer.status !== 200)

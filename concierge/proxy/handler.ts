@@ -268,8 +268,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       if (!(err instanceof ReviewUnavailable)) throw err;
       log.warn({ err: err.message, cluster: target.cluster }, 'a request could not be decided');
       return {
-        status: 503,
-        message: `the request could not be decided: ${err.message}; retry`,
+        status: err.status,
+        message: err.status === 503 ? `the request could not be decided: ${err.message}; retry` : err.message,
         retryAfterSeconds: RETRY_AFTER_SECONDS,
       };
     }

@@ -113,6 +113,11 @@ const LARGE_BYTES = 16 << 20;
 const largeChunk = (index: number): Buffer =>
   Buffer.alloc(LARGE_CHUNK, `${index.toString(36).padStart(6, '0')}|`);
 const seen: IncomingHttpHeaders[] = [];
+const SELF_REVIEWS = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews';
+/** What the forwarding identity asked of the API server about itself. */
+const selfReviews: Record<string, unknown>[] = [];
+/** Verbs the forwarding identity's policy does not allow (`impersonate-on:user-info:create`, say). */
+const policyRefuses = new Set<string>();
 /** Each request's header fields as sent, repeated fields separate. */
 const seenRaw: string[][] = [];
 const valuesOf = (raw: string[], name: string): string[] =>
@@ -147,6 +152,22 @@ beforeAll(async () => {
     usage: 'server',
   });
   upstream = createSecureServer({ cert: upstreamCert.certPem, key: upstreamCert.keyPem }, (req, res) => {
+    if (req.url === SELF_REVIEWS) {
+      // The forwarding identity's policy: everything, but the verbs a test takes away.
+      let text = '';
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => (text += c));
+      req.on('end', () => {
+        const review = JSON.parse(text) as { spec: Record<string, { verb?: string } | undefined> };
+        const verb = review.spec['resourceAttributes']?.verb ?? review.spec['nonResourceAttributes']?.verb;
+        selfReviews.push(review.spec);
+        const allowed = !policyRefuses.has(verb ?? '');
+        res
+          .writeHead(201, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ ...review, status: { allowed } }));
+      });
+      return;
+    }
     seen.push(req.headers);
     seenRaw.push(req.rawHeaders);
     res.on('close', () => {
@@ -314,6 +335,49 @@ describe('what reaches the API server', () => {
       'namespaces is forbidden: User "alice" cannot impersonate-on:user-info:list resource "namespaces" in API group "" at the cluster scope',
     );
     expect(seen).toHaveLength(0);
+  });
+
+  it('refuses what the forwarding policy does not allow, saying so, and asks once for many requests', async () => {
+    policyRefuses.add('impersonate-on:user-info:create').add('impersonate');
+    try {
+      const created = await new Promise<{ status: number; body: string }>((done, fail) => {
+        const req = request(
+          {
+            host: '127.0.0.1',
+            port,
+            path: '/api/v1/namespaces/team/configmaps',
+            method: 'POST',
+            ca: proxyCA.certPem,
+            headers: { authorization: 'Bearer alice-token' },
+          },
+          (res) => {
+            let body = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => (body += c));
+            res.on('end', () => done({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on('error', fail);
+        req.end('{}');
+      });
+      expect(created.status).toBe(403);
+      expect(JSON.parse(created.body)).toMatchObject({
+        kind: 'Status',
+        reason: 'Forbidden',
+        message: expect.stringContaining(
+          "this cluster's policy for Sealion refuses this request: Sealion may not create configmaps there for users",
+        ) as unknown,
+      });
+      expect(seen.filter((h) => h[':method'] === 'POST')).toHaveLength(0);
+    } finally {
+      policyRefuses.clear();
+    }
+    const before = selfReviews.length;
+    for (let i = 0; i < 5; i++)
+      expect(
+        (await call('/api/v1/namespaces/other/configmaps', { authorization: 'Bearer alice-token' })).status,
+      ).toBe(200);
+    expect(selfReviews.length - before).toBeLessThanOrEqual(1);
   });
 
   it('forwards allowed nested impersonation with the original user as an extra', async () => {

@@ -397,7 +397,11 @@ export function newTunnelForwarder(
               },
             );
           },
-          (why) => fail(new CallFailed(refusalStatus(cluster, why, limits).message)),
+          (why) => {
+            // Refused by the fair queue as the user's own request would be: the same Status (429 for their share).
+            const { code, message } = refusalStatus(cluster, why, limits);
+            fail(new CallFailed(message, code));
+          },
         );
       });
     },
