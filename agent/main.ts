@@ -48,7 +48,7 @@ const VERSION = packageJson.version;
  * legacy (the `impersonate` verb, for clusters older than Kubernetes 1.36), or none. Asked of the cluster itself; a
  * cluster that cannot answer yet leaves it unknown to the hub (`none`), and forwarding says why request by request.
  */
-async function detectImpersonation(
+export async function detectImpersonation(
   clients: KubeClients,
   log: Logger,
 ): Promise<AgentForwarding['impersonation']> {

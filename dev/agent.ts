@@ -26,17 +26,19 @@ export function agentUpstream(kubeconfigPath: string): LocalUpstream {
 }
 
 /**
- * Creates the agent's namespace and RBAC as the agent manifests grant them, for the user AGENT_USER: forwarding as
- * `policy` allows (default: the default policy), reviews, and its credentials Secret. Returns its kubeconfig path.
+ * Creates the agent's namespace and RBAC as the agent manifests grant them, for the user `agentUser` (default
+ * AGENT_USER): forwarding as `policy` allows (default: the default policy), reviews, and its credentials Secrets.
+ * Returns its kubeconfig path. Agents with other policies on one cluster each need a user of their own.
  */
 export async function prepareAgentCluster(
   cluster: Cluster,
   namespace: string,
   policy: ForwardingPolicy = DEFAULT_POLICY,
+  agentUser: string = AGENT_USER,
 ): Promise<string> {
   const rules = forwardingRules(policy);
   if (!rules) throw new Error('the development agent takes a built-in policy');
-  const user = [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: AGENT_USER }];
+  const user = [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: agentUser }];
   const roleRef = (kind: string, name: string) => ({ apiGroup: 'rbac.authorization.k8s.io', kind, name });
   const rbac = 'rbac.authorization.k8s.io/v1';
   const objects = [
@@ -80,7 +82,7 @@ export async function prepareAgentCluster(
     input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }),
   });
   if (result.code !== 0) throw new Error(`applying the agent's RBAC: ${result.stderr}`);
-  return cluster.userKubeconfig(AGENT_USER);
+  return cluster.userKubeconfig(agentUser);
 }
 
 export interface AgentProcessOptions {

@@ -966,7 +966,7 @@ describe('hostile identities from a real authenticator reach the API server exac
       'a webhook user with an extra key that is not a domain-prefixed path',
       { username: 'scoped', groups: [READERS], extra: { scopes: ['read-only'] } },
       {
-        bearer: status(403, 'Forbidden', 'must be a domain-prefixed path'),
+        bearer: status(403, 'Forbidden', 'only the legacy impersonate verb can carry it'),
         certificate: { tcrFailed: WEBHOOK_REF },
       },
     ],

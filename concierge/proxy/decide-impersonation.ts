@@ -326,3 +326,21 @@ export async function decideImpersonation(
   }
   return { allowed: false, status: 403, message: first ?? 'all impersonation modes failed' };
 }
+
+/**
+ * How an identity can be forwarded, which decides what the forwarding identity needs on the cluster: `user` in the
+ * user-info mode, `serviceaccount` or `node` by username alone in their modes, or `legacy` for an identity no
+ * constrained mode can express (system:masters or an empty group, an extra key that is not a lower-case,
+ * domain-prefixed path, a service account with groups of its own, a node without its group), which only the legacy
+ * `impersonate` verb can carry. Forwarding identities hold the constrained modes, so such an identity is refused
+ * unless its cluster's admin granted the legacy verb.
+ */
+export type ForwardedAs = 'user' | 'serviceaccount' | 'node' | 'legacy';
+
+export function forwardedAs(user: UserInfo, usernameOnly: boolean): ForwardedAs {
+  if (nodeOf(user.username) !== undefined) return usernameOnly ? 'node' : 'legacy';
+  if (serviceAccountOf(user.username)) return usernameOnly ? 'serviceaccount' : 'legacy';
+  if (user.groups.includes(MASTERS) || user.groups.includes('')) return 'legacy';
+  const extra = Object.keys(user.extra).length > 0 ? extraProblem(user.extra) : undefined;
+  return extra === undefined ? 'user' : 'legacy';
+}

@@ -14,7 +14,7 @@ import type { Request, Response } from '../../lib/http2-request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import { askThrough, newReviewCache, ReviewUnavailable, type ReviewCache } from './access-reviews.ts';
-import { decideImpersonation, nodeOf, type Ask } from './decide-impersonation.ts';
+import { decideImpersonation, forwardedAs, type Ask, type ForwardedAs } from './decide-impersonation.ts';
 import type { Forwarder, ForwardPlan } from './forward.ts';
 import {
   AUTHENTICATED_GROUP,
@@ -62,13 +62,14 @@ interface Target {
 }
 
 /** The constrained mode an identity is forwarded in, and what the forwarding policy calls such identities. */
-const FORWARDED_AS: Record<
-  'user' | 'serviceaccount' | 'node',
-  { mode: string; legacy: string; kind: string }
-> = {
+const FORWARDED_AS: Record<ForwardedAs, { mode?: string; legacy: string; kind: string }> = {
   user: { mode: 'user-info', legacy: 'users', kind: 'users' },
   serviceaccount: { mode: 'serviceaccount', legacy: 'serviceaccounts', kind: 'service accounts' },
   node: { mode: 'arbitrary-node', legacy: 'users', kind: 'nodes' },
+  legacy: {
+    legacy: 'users',
+    kind: 'this identity (only the legacy impersonate verb can carry it: system:masters or an empty group, an extra key that is not a lower-case domain-prefixed path, a service account with groups, or a node without its group)',
+  },
 };
 
 /** A question about the forwarding identity alone (the subject of a self review is the sender). */
@@ -188,10 +189,10 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   async function forwardingRefusal(
     target: Target,
     attributes: RequestAttributes,
-    as: keyof typeof FORWARDED_AS,
+    as: ForwardedAs,
   ): Promise<Refusal | undefined> {
     const { mode, legacy, kind } = FORWARDED_AS[as];
-    const verb = `impersonate-on:${mode}:${attributes.verb}`;
+    const verb = `impersonate-on:${mode ?? 'legacy'}:${attributes.verb}`;
     const exact: AccessQuestion = attributes.resourceRequest
       ? {
           ...NOBODY,
@@ -207,9 +208,11 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const broad: AccessQuestion = { ...exact };
     delete broad.namespace;
     delete broad.name;
-    if (await target.askSelf(broad)) return undefined;
-    if ((exact.namespace !== undefined || exact.name !== undefined) && (await target.askSelf(exact)))
-      return undefined;
+    if (mode !== undefined) {
+      if (await target.askSelf(broad)) return undefined;
+      if ((exact.namespace !== undefined || exact.name !== undefined) && (await target.askSelf(exact)))
+        return undefined;
+    }
     if (await target.askSelf({ ...NOBODY, verb: 'impersonate', group: '', resource: legacy }))
       return undefined;
     const where = target.cluster ? `cluster ${target.cluster}'s` : "this cluster's";
@@ -238,7 +241,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
     let impersonation = impersonationHeaders(identity.user);
-    let forwardedAs: keyof typeof FORWARDED_AS = 'user';
+    let as = forwardedAs(identity.user, false);
     let requested: RequestedImpersonation | undefined;
     try {
       requested = requestedImpersonation(req.rawHeaders);
@@ -254,15 +257,14 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         const { user, usernameOnly } = decision.identity;
         const problem = identityProblem(user);
         if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
-        if (usernameOnly) {
-          impersonation = usernameOnlyHeaders(user.username);
-          forwardedAs = nodeOf(user.username) === undefined ? 'serviceaccount' : 'node';
-        } else {
+        as = forwardedAs(user, usernameOnly);
+        if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
+        else {
           const original = { [originalUserKey]: [originalUser(identity.user)] };
           impersonation = impersonationHeaders({ ...user, extra: { ...user.extra, ...original } });
         }
       }
-      const refused = await forwardingRefusal(target, attributes, forwardedAs);
+      const refused = await forwardingRefusal(target, attributes, as);
       if (refused) return refused;
     } catch (err) {
       if (!(err instanceof ReviewUnavailable)) throw err;
