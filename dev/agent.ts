@@ -43,38 +43,38 @@ export async function prepareAgentCluster(
   const rbac = 'rbac.authorization.k8s.io/v1';
   const objects = [
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } },
-    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: `${namespace}-forwarding` }, rules },
+    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: `${agentUser}-forwarding` }, rules },
     {
       apiVersion: rbac,
       kind: 'ClusterRoleBinding',
-      metadata: { name: `${namespace}-forwarding` },
-      roleRef: roleRef('ClusterRole', `${namespace}-forwarding`),
+      metadata: { name: `${agentUser}-forwarding` },
+      roleRef: roleRef('ClusterRole', `${agentUser}-forwarding`),
       subjects: user,
     },
     {
       apiVersion: rbac,
       kind: 'ClusterRole',
-      metadata: { name: `${namespace}-reviews` },
+      metadata: { name: `${agentUser}-reviews` },
       rules: AGENT_REVIEW_RULES,
     },
     {
       apiVersion: rbac,
       kind: 'ClusterRoleBinding',
-      metadata: { name: `${namespace}-reviews` },
-      roleRef: roleRef('ClusterRole', `${namespace}-reviews`),
+      metadata: { name: `${agentUser}-reviews` },
+      roleRef: roleRef('ClusterRole', `${agentUser}-reviews`),
       subjects: user,
     },
     {
       apiVersion: rbac,
       kind: 'Role',
-      metadata: { name: 'sealion-agent-credentials', namespace },
+      metadata: { name: `${agentUser}-credentials`, namespace },
       rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'update'] }],
     },
     {
       apiVersion: rbac,
       kind: 'RoleBinding',
-      metadata: { name: 'sealion-agent-credentials', namespace },
-      roleRef: roleRef('Role', 'sealion-agent-credentials'),
+      metadata: { name: `${agentUser}-credentials`, namespace },
+      roleRef: roleRef('Role', `${agentUser}-credentials`),
       subjects: user,
     },
   ];

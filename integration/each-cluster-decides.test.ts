@@ -63,6 +63,7 @@ const agentKubeconfigs: Record<string, string> = {};
 interface Answer {
   status: number;
   body: string;
+  retryAfter?: string | undefined;
 }
 
 interface Credential {
@@ -97,7 +98,9 @@ function send(
         let text = '';
         res.setEncoding('utf8');
         res.on('data', (c: string) => (text += c));
-        res.on('end', () => done({ status: res.statusCode ?? 0, body: text }));
+        res.on('end', () =>
+          done({ status: res.statusCode ?? 0, body: text, retryAfter: res.headers['retry-after'] }),
+        );
       },
     );
     req.on('error', fail);
@@ -505,16 +508,31 @@ describe('the escalations of a hub-only impersonator', () => {
     },
   );
 
-  it('fails with 503 and Retry-After when the edge cannot be asked, never forwarding on the hub’s say', async () => {
+  it('fails with 503 and Retry-After when the edge cannot answer, never forwarding on the hub’s say', async () => {
+    // The agent may no longer ask its cluster about users: its tunnel is up, its reviews are refused.
+    const removed = await edge.kubectl(['delete', 'clusterrolebinding', 'agent-plain-reviews']);
+    expect(removed.code).toBe(0);
+    const answer = await send(replica(holder, 'plain'), { cert: demo }, 'GET', 'api/v1/namespaces', {
+      'impersonate-user': 'anyone',
+    });
+    expect(answer).toMatchObject({ status: 503, retryAfter: '1' });
+    expect(JSON.parse(answer.body)).toMatchObject({
+      kind: 'Status',
+      code: 503,
+      message: expect.stringContaining(
+        'cluster plain answered a SubjectAccessReview with HTTP 403',
+      ) as unknown,
+    });
+    // Without the agent's tunnel, the same.
     await agents[AGENTS_INDEX('plain')]!.stop();
     await eventually(
       async () => expect(await clusterStatus('plain')).toMatchObject({ connected: false }),
       30_000,
     );
-    const answer = await send(replica(holder, 'plain'), { cert: demo }, 'GET', 'api/v1/namespaces', {
+    const gone = await send(replica(holder, 'plain'), { cert: demo }, 'GET', 'api/v1/namespaces', {
       'impersonate-user': 'anyone',
     });
-    expect(answer.status).toBe(503);
+    expect(gone.status).toBe(503);
   });
 });
 

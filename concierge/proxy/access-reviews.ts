@@ -69,8 +69,7 @@ export function askThrough(cluster: string, forwarder: Forwarder, user: string, 
     }
     if (answer.status !== 201 && answer.status !== 200)
       throw new ReviewUnavailable(
-        `${where} answered a ${kind} with HTTP ${answer.status}` +
-          (answer.status === 403 ? " (may the agent's identity create SubjectAccessReviews there?)" : ''),
+        `${where} answered a ${kind} with HTTP ${answer.status}: ${statusMessage(answer.body)}`,
       );
     try {
       return reviewAllowed(JSON.parse(answer.body.toString('utf8')));
@@ -78,6 +77,17 @@ export function askThrough(cluster: string, forwarder: Forwarder, user: string, 
       throw new ReviewUnavailable(`${where} answered a ${kind} with malformed JSON`, err);
     }
   };
+}
+
+/** The message of a Status answer, short and printable, for a refusal that explains itself. */
+function statusMessage(body: Buffer): string {
+  let message = '';
+  try {
+    message = String((JSON.parse(body.toString('utf8')) as { message?: unknown }).message ?? '');
+  } catch {
+    // Not a Status.
+  }
+  return message.replace(/[^\x20-\x7e]/g, '').slice(0, 300) || 'no message';
 }
 
 /** Answers kept per cluster and question. */
