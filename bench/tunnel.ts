@@ -164,8 +164,11 @@ export async function benchTunnel(): Promise<void> {
     const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
     const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
 
-    if (selected('GET') || selected('LIST'))
-      results['rows'] = await benchRequests(cluster, clients, concierge, hub, token, children, log);
+    if (selected('GET') || selected('LIST') || selected('as')) {
+      const measured = await benchRequests(cluster, clients, concierge, hub, token, children, log);
+      results['rows'] = measured.rows;
+      if (measured.impersonation) results['impersonation'] = measured.impersonation;
+    }
     if (selected('streams'))
       results['streams'] = await benchStreams(cluster, concierge, tunnelCA, token, stops, log);
     if (selected('agents'))
@@ -189,7 +192,7 @@ async function benchRequests(
   token: string,
   children: ChildProcess[],
   log: (line: string) => void,
-): Promise<Row[]> {
+): Promise<{ rows: Row[]; impersonation?: Record<string, number> }> {
   // The real agent process, onboarded as an admin would, pointing at the same API server, once per transport.
   const agentKubeconfig = await prepareAgentCluster(cluster, AGENT_NS);
   await applyClusters(cluster, Object.values(AGENT_CLUSTERS));
@@ -276,8 +279,67 @@ async function benchRequests(
       rows.push(...((await measureRounds(targets, measureOne)) as Row[]));
     }
   }
+  const impersonation = selected('as') ? await benchImpersonation(concierge, token, log) : undefined;
   for (const agent of Object.values(agents)) agent.kill();
-  return rows;
+  return { rows, ...(impersonation ? { impersonation } : {}) };
+}
+
+/** Samples of each kind the impersonation measurement takes. */
+const AS_SAMPLES = Number(process.env['BENCH_AS_SAMPLES'] ?? 200);
+
+/**
+ * What `kubectl --as` adds through a tunnel: the agent's cluster decides whether the caller may impersonate (its
+ * SubjectAccessReviews, through the tunnel) and whether its forwarding policy lets Sealion act for that identity. One
+ * HTTP/2 connection, one request at a time, interleaved: a GET without impersonation (the baseline), the same GET as
+ * an identity never seen before (every identity question asked anew: the first request of a `kubectl --as`), and the
+ * same again (answers from the cache: the requests after it). Medians and the added median against the baseline.
+ */
+async function benchImpersonation(
+  concierge: ConciergeProcess,
+  token: string,
+  log: (line: string) => void,
+): Promise<Record<string, number>> {
+  const session: ClientHttp2Session = http2Connect(concierge.url, { ca: concierge.servingCA });
+  const path = `/clusters/${AGENT_CLUSTERS.direct}/api/v1/namespaces/bench`;
+  const get = (headers: Record<string, string> = {}): Promise<number> =>
+    new Promise((done, fail) => {
+      const started = process.hrtime.bigint();
+      const stream = session.request({ ':path': path, authorization: `Bearer ${token}`, ...headers });
+      stream.on('response', (h) => {
+        if (h[':status'] !== 200)
+          fail(new Error(`${path} as ${JSON.stringify(headers)}: HTTP ${h[':status']}`));
+      });
+      stream.on('data', () => {});
+      stream.on('end', () => done(Number(process.hrtime.bigint() - started) / 1e6));
+      stream.on('error', fail);
+      stream.end();
+    });
+  try {
+    // The impersonated identity is in the bench's admin group, so the request is allowed once impersonating is.
+    const as = (i: number) => ({ 'impersonate-user': `bench-as-${i}`, 'impersonate-group': 'bench' });
+    for (let i = 0; i < 20; i++) await get();
+    await get(as(-1));
+    const baseline: number[] = [];
+    const first: number[] = [];
+    const repeated: number[] = [];
+    for (let i = 0; i < AS_SAMPLES; i++) {
+      baseline.push(await get());
+      first.push(await get(as(i)));
+      repeated.push(await get(as(i)));
+    }
+    const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    const result = {
+      baselineMs: median(baseline),
+      firstMs: median(first),
+      repeatedMs: median(repeated),
+      addedFirstMs: median(first.map((f, i) => f - baseline[i]!)),
+      addedRepeatedMs: median(repeated.map((r, i) => r - baseline[i]!)),
+    };
+    log(`kubectl --as through the tunnel: ${JSON.stringify(result)}`);
+    return result;
+  } finally {
+    session.close();
+  }
 }
 
 /**
@@ -541,6 +603,17 @@ function report(results: Record<string, unknown>): void {
       { header: 'proxy CPU µs/req', cell: cpu('proxyCpuUs') },
       { header: 'agent CPU µs/req', cell: cpu('agentCpuUs') },
     ]);
+  }
+  const as = results['impersonation'] as Record<string, number> | undefined;
+  if (as) {
+    console.log(`\nkubectl --as through the tunnel (median of ${AS_SAMPLES}, one request at a time)`);
+    console.log(`  without --as:             ${fmt(as['baselineMs']!, 2)} ms`);
+    console.log(
+      `  --as, first request:      ${fmt(as['firstMs']!, 2)} ms (+${fmt(as['addedFirstMs']!, 2)} ms: the edge's reviews)`,
+    );
+    console.log(
+      `  --as, repeated:           ${fmt(as['repeatedMs']!, 2)} ms (+${fmt(as['addedRepeatedMs']!, 2)} ms: cached answers)`,
+    );
   }
   const streams = results['streams'] as Record<string, number> | undefined;
   if (streams)

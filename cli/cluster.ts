@@ -5,6 +5,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { ClusterResource, KubeClients } from '../lib/kube.ts';
+import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 
 interface ClusterFlags {
@@ -14,6 +15,10 @@ interface ClusterFlags {
   hub: string;
   description: string;
   agentManifests?: boolean;
+  policy?: string;
+  identities?: string;
+  apiGroups?: string;
+  legacyImpersonation?: boolean;
 }
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -121,17 +126,45 @@ export function clusterCommand(): Command {
     .option('--description <text>', 'shown in kubectl get clusters', '')
     .option(
       '--agent-manifests',
-      "print the agent's ConfigMap and bootstrap Secret as YAML, to apply on that cluster before its agent manifests",
+      "print the agent's forwarding RBAC, ConfigMap and bootstrap Secret as YAML, to apply on that cluster before its agent manifests",
+    )
+    .option(
+      '--policy <name>',
+      `what the hub may do on that cluster, enforced by its API server: ${POLICY_NAMES.join(', ')}, or clusterrole:<name> (a ClusterRole of that cluster's admin)`,
+      'full',
+    )
+    .option(
+      '--identities <kinds>',
+      'whom the hub may act as there, comma-separated: users (always), serviceaccounts, nodes',
+      'users',
+    )
+    .option(
+      '--api-groups <groups>',
+      'API groups of custom resources that read-only and no-exec cover too',
+      '',
+    )
+    .option(
+      '--legacy-impersonation',
+      'grant the legacy impersonate verb instead (clusters before Kubernetes 1.36; full only, and it can act as anyone)',
     )
     .addHelpText(
       'after',
       `
+Policies (the cluster's API server enforces them, through constrained impersonation):
+  full        anything the users' own RBAC there allows
+  no-exec     everything but exec, attach, port-forward and proxy
+  read-only   get, list and watch, but not into workloads (exec, attach, port-forward, proxy)
+Whatever the policy, the hub can never act as system:masters there, nor as a service account or node unless
+--identities lists them.
+
 Examples:
   sealion cluster add edge-1 --hub https://hub.example.com:8444
-  sealion cluster add edge-1 --hub https://hub.example.com:8444 --agent-manifests | kubectl --context edge-1 apply -f -
+  sealion cluster add edge-1 --hub https://hub.example.com:8444 --policy no-exec --agent-manifests | kubectl --context edge-1 apply -f -
 `,
     )
     .action(async (name: string, flags: ClusterFlags) => {
+      // Checked before anything is created: a typo must not leave a Cluster and a token behind.
+      const policy = parsePolicy(flags);
       const added = await addCluster(name, flags);
       if (flags.agentManifests) {
         if (!flags.hub) throw new Error('--agent-manifests needs --hub: the agent must know where to dial');
@@ -141,6 +174,7 @@ Examples:
           hubURL: flags.hub,
           caPin: added.pin,
           bootstrapToken: added.token,
+          policy,
         });
         process.stdout.write(settings.map((o) => stringify(o)).join('---\n'));
         return;

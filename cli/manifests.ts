@@ -1,6 +1,7 @@
 // `sealion manifests`: the install manifests for any group suffix, namespace and image.
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { isValidGroupSuffix } from '../apis/groups.ts';
+import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { DEFAULT_INSTALL, type InstallOptions } from '../manifests/install.ts';
 import { componentObjects, toYaml, writeKustomize, type Component } from '../manifests/render.ts';
 
@@ -40,6 +41,16 @@ export function manifestsCommand(): Command {
     )
     .option('--image <ref>', 'container image of the concierge and the agent', DEFAULT_INSTALL.image)
     .option(
+      '--forwarding-policy <name>',
+      `what the hub's own forwarding identity may do on the hub: ${POLICY_NAMES.join(', ')}, or clusterrole:<name>`,
+      'full',
+    )
+    .option(
+      '--forwarding-identities <kinds>',
+      'whom it may act as: users (always), serviceaccounts, nodes',
+      'users',
+    )
+    .option(
       '--output-dir <dir>',
       'write crds/, concierge/ and agent/ kustomize folders here instead of printing',
     )
@@ -49,24 +60,38 @@ export function manifestsCommand(): Command {
 Examples:
   sealion manifests | kubectl apply -f -
   sealion manifests agent | kubectl --context managed apply -f -
+  sealion manifests concierge --forwarding-policy no-exec | kubectl apply -f -
   sealion manifests --group-suffix pinniped.dev --namespace pinniped-concierge --output-dir out
   kubectl apply -k out/concierge`,
     )
-    .action((components: string[], flags: InstallOptions & { outputDir?: string }) => {
-      const unknown = components.filter((c) => !COMPONENTS.includes(c as Component));
-      if (unknown.length > 0)
-        throw new Error(`unknown component ${unknown.join(', ')}: use ${COMPONENTS.join(', ')}`);
-      const opts: InstallOptions = {
-        groupSuffix: flags.groupSuffix,
-        namespace: flags.namespace,
-        agentNamespace: flags.agentNamespace,
-        image: flags.image,
-      };
-      if (flags.outputDir) {
-        writeKustomize(flags.outputDir, opts);
-        console.error(`wrote ${COMPONENTS.map((c) => `${flags.outputDir}/${c}`).join(', ')}`);
-        return;
-      }
-      process.stdout.write(toYaml(components.flatMap((c) => componentObjects(c as Component, opts))));
-    });
+    .action(
+      (
+        components: string[],
+        flags: InstallOptions & {
+          outputDir?: string;
+          forwardingPolicy: string;
+          forwardingIdentities: string;
+        },
+      ) => {
+        const unknown = components.filter((c) => !COMPONENTS.includes(c as Component));
+        if (unknown.length > 0)
+          throw new Error(`unknown component ${unknown.join(', ')}: use ${COMPONENTS.join(', ')}`);
+        const opts: InstallOptions = {
+          groupSuffix: flags.groupSuffix,
+          namespace: flags.namespace,
+          agentNamespace: flags.agentNamespace,
+          image: flags.image,
+          forwardingPolicy: parsePolicy({
+            policy: flags.forwardingPolicy,
+            identities: flags.forwardingIdentities,
+          }),
+        };
+        if (flags.outputDir) {
+          writeKustomize(flags.outputDir, opts);
+          console.error(`wrote ${COMPONENTS.map((c) => `${flags.outputDir}/${c}`).join(', ')}`);
+          return;
+        }
+        process.stdout.write(toYaml(components.flatMap((c) => componentObjects(c as Component, opts))));
+      },
+    );
 }

@@ -222,6 +222,30 @@ export function forwardingRules(policy: ForwardingPolicy): PolicyRule[] | undefi
   ]);
 }
 
+/** A policy from its flags (`--policy`, `--identities`, `--api-groups`, `--legacy-impersonation`); throws on a problem. */
+export function parsePolicy(flags: {
+  policy?: string;
+  identities?: string;
+  apiGroups?: string;
+  legacyImpersonation?: boolean;
+}): ForwardingPolicy {
+  const list = (text: string | undefined): string[] =>
+    (text ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+  const identities = list(flags.identities);
+  const policy: ForwardingPolicy = {
+    name: (flags.policy || DEFAULT_POLICY.name) as ForwardingPolicy['name'],
+    identities: (identities.length > 0 ? identities : DEFAULT_POLICY.identities) as IdentityKind[],
+    apiGroups: list(flags.apiGroups),
+    legacy: flags.legacyImpersonation === true,
+  };
+  const problem = policyProblem(policy);
+  if (problem) throw new Error(problem);
+  return policy;
+}
+
 /** The policy as one line of text, as the agent reports it and `kubectl get clusters -o wide` shows it. */
 export function describePolicy(policy: ForwardingPolicy): string {
   const more = [

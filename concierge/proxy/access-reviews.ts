@@ -83,7 +83,8 @@ export function askThrough(cluster: string, forwarder: Forwarder, user: string, 
 function statusMessage(body: Buffer): string {
   let message = '';
   try {
-    message = String((JSON.parse(body.toString('utf8')) as { message?: unknown }).message ?? '');
+    const said = (JSON.parse(body.toString('utf8')) as { message?: unknown }).message;
+    if (typeof said === 'string') message = said;
   } catch {
     // Not a Status.
   }
