@@ -116,7 +116,7 @@ export function newReviewCache(
   return {
     asking(cluster, ask) {
       return async (question) => {
-        const key = `${cluster}\n${JSON.stringify(question)}`;
+        const key = JSON.stringify([cluster, question]);
         const answer = await cache.fetch(key, { context: { question, ask } });
         return answer === true;
       };
