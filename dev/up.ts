@@ -73,10 +73,11 @@ Try it, as the demo user through the proxy:
 And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out, and ${EDGE}'s RBAC decides:
   kubectl --kubeconfig ${edgeRel} get namespaces                    # allowed
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # Forbidden, from ${EDGE}'s RBAC
-Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows the agent):
+  kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} --as=system:serviceaccount:${DEMO_NAMESPACE}:default get pods   # Forbidden: ${EDGE} decides who may impersonate there, not the hub
+Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows each agent and its policy):
   kubectl --kubeconfig ${cluster.kubeconfigPath} get pods -A -o wide
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
-  kubectl --kubeconfig ${cluster.kubeconfigPath} get clusters
+  kubectl --kubeconfig ${cluster.kubeconfigPath} get clusters -o wide
   kubectl --kubeconfig ${edge.kubeconfigPath} get pods -A -o wide
 An OIDC login instead of the fixed demo token, one kubeconfig with a context for each cluster (open the URL the
 login prints, where the local OIDC provider signs the demo user in; --oidc-device prints a code instead):
