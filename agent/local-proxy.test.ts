@@ -152,19 +152,22 @@ describe("the agent's local proxy", () => {
     async (protocol) => {
       const agent = new Agent();
       cleanups.push(() => agent.destroy());
-      const send = (path: string, method: string, headers: Record<string, string> = {}) =>
+      const send = (path: string, method: string, headers: Record<string, string | string[]> = {}) =>
         protocol === 'HTTP/2'
           ? http2Request(
               { ':path': path, ':method': method, ...headers },
               method === 'POST' ? Buffer.from('{}') : undefined,
             )
           : http1Request(agent, path, headers, method === 'POST' ? Buffer.from('{}') : undefined);
-      for (const [path, method, headers] of [
+      const cases: [string, string, Record<string, string | string[]>][] = [
         ['/api/v1/secrets', 'GET', {}],
         ['/api/v1/secrets', 'GET', { 'impersonate-user': '' }],
+        // The API server reads the first one: nobody.
+        ['/api/v1/secrets', 'GET', { 'impersonate-user': ['', 'alice'] }],
         ['/apis/authorization.k8s.io/v1/subjectaccessreviews', 'GET', {}],
         ['/apis/authorization.k8s.io/v1/subjectaccessreviews?x=1', 'POST', {}],
-      ] as const) {
+      ];
+      for (const [path, method, headers] of cases) {
         const answer = await send(path, method, headers);
         expect(answer.status).toBe(403);
         expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 403 });

@@ -58,8 +58,12 @@ const REVIEW_PATHS = new Set([
 const ONLY_IMPERSONATED = 'the agent forwards only requests that impersonate a user, and access reviews';
 
 function mayForward(method: string | undefined, url: string | undefined, rawHeaders: string[]): boolean {
+  // The first Impersonate-User is the one the API server reads (an empty one: nobody, whatever follows it).
   for (let i = 0; i + 1 < rawHeaders.length; i += 2)
-    if (rawHeaders[i]!.toLowerCase() === 'impersonate-user' && rawHeaders[i + 1] !== '') return true;
+    if (rawHeaders[i]!.toLowerCase() === 'impersonate-user') {
+      if (rawHeaders[i + 1] !== '') return true;
+      break;
+    }
   return method === 'POST' && REVIEW_PATHS.has(url ?? '');
 }
 

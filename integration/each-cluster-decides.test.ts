@@ -619,6 +619,16 @@ describe('forwarding policies the edge admin picks', () => {
     );
     expect(forgedCreate.status).toBe(403);
     expect(forgedCreate.body).toContain('impersonate-on:user-info:create');
+    // An exec disguised as a list (an empty name, the pod in a field selector) is refused as a list of pods/exec.
+    const disguised = await send(
+      edgeServer,
+      asAgent('ro'),
+      'GET',
+      '/api/v1/namespaces/policy/pods//exec?fieldSelector=metadata.name%3Dp&command=ls',
+      { 'impersonate-user': 'edge-admin', 'impersonate-group': 'edge-admins' },
+    );
+    expect(disguised.status).toBe(403);
+    expect(disguised.body).toContain('impersonate-on:user-info:list');
     // The default policy: users only. No service account, no node, never system:masters.
     const forgeries: Record<string, string>[] = [
       { 'impersonate-user': 'system:serviceaccount:kube-system:default' },

@@ -14,7 +14,8 @@
 // user), including groups an RBAC binding trusts; a ClusterRole of the admin's own (`clusterrole:NAME`) can name the
 // users and groups allowed instead (resourceNames on users and groups), an allowlist. And RBAC has no "every
 // resource but pods/exec": read-only and no-exec name the built-in resources of the pinned Kubernetes release one by
-// one, and grant custom resources only for the API groups they are given (`apiGroups`).
+// one, and grant custom resources only for the API groups they are given (`apiGroups`), for every verb: list and
+// watch reach subresources too.
 //
 // Clusters older than 1.36 (or with the feature gate off) know only the legacy `impersonate` verb: `legacy` renders
 // that, which can impersonate anyone, system:masters included, for anything; only `full` can be rendered so.
@@ -58,13 +59,8 @@ export interface PolicyRule {
 const RESOURCE_VERBS = ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete', 'deletecollection'];
 /** A non-resource request's verb is its lower-cased method. */
 const NON_RESOURCE_VERBS = ['get', 'head', 'post', 'put', 'patch', 'delete', 'options'];
+const READ_VERBS = ['get', 'list', 'watch'];
 const NON_RESOURCE_READ_VERBS = ['get', 'head'];
-/**
- * List and watch never name an object, so they never reach a subresource such as pods/exec: those two verbs can be
- * granted on every resource of every group, custom ones included.
- */
-const COLLECTION_VERBS = ['list', 'watch'];
-
 /** What reaches into workloads and nodes: a shell, a stream, a port, a proxy into the cluster's network. */
 export const WORKLOAD_ACCESS = [
   'pods/exec',
@@ -176,11 +172,12 @@ function scopeRules(name: PolicyName, mode: string, extraGroups: string[]): Poli
       { apiGroups: ['*'], resources: ['*'], verbs: on(RESOURCE_VERBS) },
       { nonResourceURLs: ['*'], verbs: on(NON_RESOURCE_VERBS) },
     ];
-  const named = name === 'read-only' ? ['get'] : RESOURCE_VERBS.filter((v) => !COLLECTION_VERBS.includes(v));
+  // Every verb by name, list and watch too: a list can name a subresource (`pods//exec` with a field selector
+  // naming the pod is a list of pods/exec to the API server's request parsing), so no verb is safe on `*`.
+  const verbs = on(name === 'read-only' ? READ_VERBS : RESOURCE_VERBS);
   return [
-    { apiGroups: ['*'], resources: ['*'], verbs: on(COLLECTION_VERBS) },
-    { apiGroups: [''], resources: CORE_RESOURCES, verbs: on(named) },
-    { apiGroups: [...BUILTIN_GROUPS, ...extraGroups], resources: ['*'], verbs: on(named) },
+    { apiGroups: [''], resources: CORE_RESOURCES, verbs },
+    { apiGroups: [...BUILTIN_GROUPS, ...extraGroups], resources: ['*'], verbs },
     {
       nonResourceURLs: ['*'],
       verbs: on(name === 'read-only' ? NON_RESOURCE_READ_VERBS : NON_RESOURCE_VERBS),

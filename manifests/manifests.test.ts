@@ -149,7 +149,7 @@ describe('install manifests', () => {
     [
       'no-exec',
       policy({ name: 'no-exec' }),
-      { 'create pods/exec': false, 'get pods/exec': false, 'create configmaps': true, 'list widgets': true },
+      { 'create pods/exec': false, 'get pods/exec': false, 'create configmaps': true, 'list widgets': false },
     ],
     [
       'read-only',
@@ -181,7 +181,8 @@ describe('install manifests', () => {
     for (const name of ['read-only', 'no-exec'] as const) {
       const rules = agentRules(policy({ name, apiGroups: ['example.com'] }));
       for (const resource of WORKLOAD_ACCESS)
-        for (const verb of ['get', 'create', 'update', 'patch', 'delete'])
+        // List and watch too: the API server reads `pods//exec?fieldSelector=metadata.name=x` as a list of pods/exec.
+        for (const verb of ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'])
           expect([
             name,
             resource,

@@ -58,7 +58,7 @@ describe('reviews asked through a cluster', () => {
       Promise.resolve({ status: 403, body: Buffer.from('{"kind":"Status","message":"no reviews for you"}') }),
     );
     await expect(askThrough('edge', refused, 'pat')(question('bob'))).rejects.toThrow(
-      'cluster edge answered a SubjectAccessReview with HTTP 403: no reviews for you',
+      'its API server answered a SubjectAccessReview with HTTP 403: no reviews for you',
     );
     const malformed = cluster(() => Promise.resolve({ status: 201, body: Buffer.from('<html>') }));
     await expect(askThrough('edge', malformed, 'pat')(question('bob'))).rejects.toBeInstanceOf(

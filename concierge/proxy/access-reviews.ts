@@ -6,6 +6,7 @@
 // question every few seconds, not per request: an allowed answer for ALLOWED_TTL_MS (as long as the API server keeps
 // a successful impersonation), a refusal for REFUSED_TTL_MS (so a grant applies soon). Questions asked while the same
 // one is on its way wait for its answer instead of asking again.
+import { createHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import {
   reviewAllowed,
@@ -24,7 +25,7 @@ export const ALLOWED_TTL_MS = 10_000;
 export const REFUSED_TTL_MS = 2_000;
 /**
  * Answers kept, all clusters and callers together. Each is a key of a few hundred bytes; 10,000 of them is a few
- * MiB at most, and a caller that asks new questions without end only pushes out older answers.
+ * MiB at most (keys are hashes), and a caller that asks new questions without end only pushes out older answers.
  */
 export const MAX_CACHED_ANSWERS = 10_000;
 
@@ -51,7 +52,7 @@ const SELF_REVIEW_PATH = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews
 export function askThrough(cluster: string, forwarder: Forwarder, user: string, self = false): Ask {
   const path = self ? SELF_REVIEW_PATH : REVIEW_PATH;
   const kind = self ? 'SelfSubjectAccessReview' : 'SubjectAccessReview';
-  const where = cluster ? `cluster ${cluster}` : 'the API server';
+  const where = cluster ? 'its API server' : 'the API server';
   return async (question) => {
     let answer;
     try {
@@ -116,7 +117,11 @@ export function newReviewCache(
   return {
     asking(cluster, ask) {
       return async (question) => {
-        const key = JSON.stringify([cluster, question]);
+        // Hashed: a question holds strings a caller chose (a name in a path, a user to impersonate), and 10,000 keys of
+        // tens of kilobytes each would be hundreds of MiB.
+        const key = createHash('sha256')
+          .update(JSON.stringify([cluster, question]))
+          .digest('base64');
         const answer = await cache.fetch(key, { context: { question, ask } });
         return answer === true;
       };

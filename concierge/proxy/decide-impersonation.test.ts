@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import type { AccessQuestion } from '../../lib/access-review.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { decideImpersonation, type Ask } from './decide-impersonation.ts';
-import type { RequestedImpersonation } from './impersonate.ts';
+import { impersonationHeaders, type RequestedImpersonation } from './impersonate.ts';
 import { requestAttributes } from './request-info.ts';
 
 /** A rule as RBAC matches one: verbs, group, resources (all, exact, or a subresource of any), names, namespace. */
@@ -223,6 +223,23 @@ describe('decideImpersonation', () => {
     expect(most).toBeGreaterThan(3);
   });
 
+  it('asks in order, a few at a time, when a caller names hundreds of groups', async () => {
+    const groups = Array.from({ length: 1500 }, (_, i) => `g${i}`);
+    const nothing = rbac([]);
+    expect(await decideImpersonation(caller, want('bob', { groups }), listConfigMaps, nothing)).toMatchObject(
+      {
+        allowed: false,
+      },
+    );
+    // user-info stops at the request, legacy at the user: two questions, not three thousand.
+    expect(nothing.asked).toHaveLength(2);
+    const legacy = rbac([{ verbs: ['impersonate'], group: '', resources: ['users', 'groups'] }]);
+    expect(await decideImpersonation(caller, want('bob', { groups }), listConfigMaps, legacy)).toMatchObject({
+      allowed: true,
+      identity: { mode: 'legacy' },
+    });
+  });
+
   it('fails, never refuses, when a question cannot be answered', async () => {
     const ask: Ask = () => Promise.reject(new Error('unreachable'));
     await expect(decideImpersonation(caller, want('bob'), listConfigMaps, ask)).rejects.toThrow(
@@ -258,6 +275,12 @@ describe('requestAttributes', () => {
       { verb: 'list', group: 'apps', version: 'v1', resource: 'deployments' },
     ],
     ['PATCH', '/apis/apps/v1/namespaces/t/deployments/d/scale', { verb: 'patch', subresource: 'scale' }],
+    // The query as Go reads it: pairs with `;` or a malformed escape dropped, false folded as EqualFold folds it.
+    ['GET', '/api/v1/pods?watch=;', { verb: 'list' }],
+    ['GET', '/api/v1/pods?watch=%zz&watch=false', { verb: 'list' }],
+    ['GET', '/api/v1/pods?watch=fal%C5%BFe', { verb: 'list' }],
+    ['GET', '/api/v1/pods?watch=%ff', { verb: 'watch' }],
+    ['GET', '/api/v1/pods?watch=FALSE', { verb: 'list' }],
   ])('%s %s', (method, url, wanted) => {
     expect(requestAttributes(method, url)).toMatchObject({ resourceRequest: true, ...wanted });
   });
@@ -268,5 +291,25 @@ describe('requestAttributes', () => {
     ['POST', '/api/v1', { verb: 'post', path: '/api/v1' }],
   ])('%s %s is a non-resource request', (method, url, wanted) => {
     expect(requestAttributes(method, url)).toEqual({ resourceRequest: false, ...wanted });
+  });
+});
+
+describe('impersonationHeaders', () => {
+  it('escapes upper-case letters of extra keys, which the API server would fold with the header name', () => {
+    const headers = impersonationHeaders({
+      username: 'bob',
+      groups: [],
+      extra: { 'example.com/Team': ['x'] },
+    });
+    expect(Object.keys(headers)).toContain('impersonate-extra-example.com%2F%54eam');
+    expect(decodeURIComponent('example.com%2F%54eam'.toLowerCase())).toBe('example.com/Team');
+  });
+
+  it('adds system:authenticated as the API server does: never to the anonymous or the unauthenticated', () => {
+    expect(
+      impersonationHeaders({ username: 'bob', groups: ['ops'], extra: {} })['impersonate-group'],
+    ).toEqual(['ops', 'system:authenticated']);
+    const anonymous = { username: 'system:anonymous', groups: ['system:unauthenticated'], extra: {} };
+    expect(impersonationHeaders(anonymous)['impersonate-group']).toEqual(['system:unauthenticated']);
   });
 });

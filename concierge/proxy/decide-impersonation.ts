@@ -59,9 +59,10 @@ const ASSOCIATED_NODE_KEYS_EXTRA = 'authentication.kubernetes.io/associated-node
 /** As many groups or extra values as this are first tried with one wildcard question (constrained modes only). */
 const MANY_CHECKS = 4;
 
+// As apimachinery checks them (IsDNS1123Subdomain, IsDNS1123Label): a subdomain's labels have no length of their own.
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const isDNSSubdomain = (name: string): boolean =>
-  name.length > 0 && name.length <= 253 && name.split('.').every((l) => l.length <= 63 && DNS_LABEL.test(l));
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const isDNSSubdomain = (name: string): boolean => name.length <= 253 && DNS_SUBDOMAIN.test(name);
 const isDNSLabel = (name: string): boolean => name.length <= 63 && DNS_LABEL.test(name);
 
 /** The node a username names (`system:node:<a DNS subdomain>`), or undefined. */
@@ -296,9 +297,40 @@ function verdict(plan: ModePlan, answers: Map<AccessQuestion, boolean>, caller: 
 }
 
 /**
- * Decides whether `caller` may act as `wanted` for a request with `attributes`. Questions are asked all at once
- * (the answer is the same as asking them in the API server's order, which stops at the first refusal, since
- * reviews have no effects); a review that cannot be had rejects the promise.
+ * Questions asked at once for one decision. A usual one asks a handful (a user, a few groups, the request, in two
+ * modes); asked together they cost one round trip to the cluster. A caller who names hundreds of groups or extras
+ * gets the API server's own order instead, a step at a time with this many in flight, stopping at the first refusal:
+ * so a caller with no rights costs a question or two however many groups they name.
+ */
+export const MAX_QUESTIONS_AT_ONCE = 64;
+
+/** Asks `questions` this many at a time; undefined when all are allowed, else the first refused in order. */
+async function firstRefused(questions: AccessQuestion[], ask: Ask): Promise<AccessQuestion | undefined> {
+  for (let i = 0; i < questions.length; i += MAX_QUESTIONS_AT_ONCE / 2) {
+    const chunk = questions.slice(i, i + MAX_QUESTIONS_AT_ONCE / 2);
+    const answers = await Promise.all(chunk.map(ask));
+    const refused = answers.indexOf(false);
+    if (refused !== -1) return chunk[refused];
+  }
+  return undefined;
+}
+
+/** A plan's verdict asked step by step, as the API server asks: the message of its first refusal, or undefined. */
+async function verdictInOrder(plan: ModePlan, ask: Ask, caller: string): Promise<string | undefined> {
+  for (const step of plan.steps) {
+    if ('refuse' in step) return forbiddenMessage({ ...step.refuse, user: caller }, step.reason);
+    if (step.wildcard && (await ask(step.wildcard))) continue;
+    const refused = await firstRefused(step.each, ask);
+    if (refused) return forbiddenMessage({ ...refused, user: caller });
+  }
+  return undefined;
+}
+
+/**
+ * Decides whether `caller` may act as `wanted` for a request with `attributes`. The answer is the API server's: the
+ * modes in its order, the first that allows wins, else the first refusal. Questions are asked all at once when there
+ * are few (reviews have no effects, so the answer is the same as asking in order and stopping at the first refusal),
+ * else in order (MAX_QUESTIONS_AT_ONCE). A review that cannot be had rejects the promise.
  */
 export async function decideImpersonation(
   caller: UserInfo,
@@ -315,11 +347,16 @@ export async function decideImpersonation(
   const named = { ...wanted, user: wanted.user };
   const plans = IMPERSONATION_MODES.map((mode) => [mode, planMode(mode, caller, named, attributes)] as const);
   const questions = plans.flatMap(([, plan]) => (plan ? questionsOf(plan) : []));
-  const answers = new Map(await Promise.all(questions.map(async (q) => [q, await ask(q)] as const)));
+  const answers =
+    questions.length <= MAX_QUESTIONS_AT_ONCE
+      ? new Map(await Promise.all(questions.map(async (q) => [q, await ask(q)] as const)))
+      : undefined;
   let first: string | undefined;
   for (const [mode, plan] of plans) {
     if (!plan) continue;
-    const refusal = verdict(plan, answers, caller.username);
+    const refusal = answers
+      ? verdict(plan, answers, caller.username)
+      : await verdictInOrder(plan, ask, caller.username);
     if (refusal === undefined)
       return { allowed: true, identity: { user: plan.user, mode, usernameOnly: plan.usernameOnly } };
     first ??= refusal;

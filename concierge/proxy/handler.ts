@@ -128,16 +128,27 @@ function pathOf(url: string): string {
   return q === -1 ? url : url.slice(0, q);
 }
 
-/** A path the API server could route: absolute, and every escape a valid one. */
+/**
+ * A path the API server could route: absolute, and every escape a valid one; and for the resource APIs, no empty
+ * segment. The API server reads `pods//exec?fieldSelector=metadata.name=x` as a list of pods/exec, which it then
+ * serves as an exec into x: what a forwarding policy allows for lists would reach into a pod. No client sends one.
+ */
 function isWellFormedPath(path: string): boolean {
   if (!path.startsWith('/')) return false;
+  let decoded: string;
   try {
-    decodeURIComponent(path);
-    return true;
+    decoded = decodeURIComponent(path);
   } catch {
     return false;
   }
+  return !((decoded.startsWith('/api/') || decoded.startsWith('/apis/')) && decoded.includes('//'));
 }
+
+/**
+ * Where the answers about the forwarding identity itself are kept: per cluster, and per user, since each is asked
+ * with the user's share of a tunnel (one user over their share must not fail another's request).
+ */
+const selfScope = (cluster: string, user: string): string => JSON.stringify([cluster, 'self', user]);
 
 /** Answers with a refusal's Status, and Retry-After when it mends by itself. */
 function refuseWith(res: Response, refusal: Refusal): void {
@@ -271,7 +282,11 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       log.warn({ err: err.message, cluster: target.cluster }, 'a request could not be decided');
       return {
         status: err.status,
-        message: err.status === 503 ? `the request could not be decided: ${err.message}; retry` : err.message,
+        // A remote cluster's refusals start with its name, as every other Status about it does.
+        message:
+          err.status === 503
+            ? `${target.cluster ? `cluster ${target.cluster}: ` : ''}the request could not be decided: ${err.message}; retry`
+            : err.message,
         retryAfterSeconds: RETRY_AFTER_SECONDS,
       };
     }
@@ -322,7 +337,10 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         cluster: '',
         forwarder: deps.forwarder,
         ask: askHub,
-        askSelf: reviews.asking('\nself', askThrough('', deps.forwarder, identity.user.username, true)),
+        askSelf: reviews.asking(
+          selfScope('', identity.user.username),
+          askThrough('', deps.forwarder, identity.user.username, true),
+        ),
       };
     const { cluster } = routed;
     // A service-account token of this cluster means nothing to another one.
@@ -440,6 +458,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       );
     };
     if (!deps.serving()) return refuse({ status: 503, message: NOT_SERVING });
+    if (!isWellFormedPath(pathOf(url))) return refuse({ status: 400, message: 'malformed request path' });
     const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
       log.info({ reason: identity.reason, path: pathOf(url) }, 'authentication failed');

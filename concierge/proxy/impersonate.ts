@@ -109,9 +109,15 @@ export function requestedImpersonation(rawHeaders: readonly string[]): Requested
   return found ? requested : undefined;
 }
 
-/** Percent-encodes an extra key into legal header-name characters (Kubernetes decodes it again). */
+/**
+ * Percent-encodes an extra key into legal header-name characters, which Kubernetes decodes again after it lower-cases
+ * the header's name: so upper-case letters are escaped too, or `example.com/A` would arrive as `example.com/a`.
+ */
 function encodeExtraKey(key: string): string {
-  return encodeURIComponent(key).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  // An escape encodeURIComponent made stays as it is; a letter or a character it leaves is escaped.
+  return encodeURIComponent(key).replace(/%[0-9A-F]{2}|[!'()*A-Z]/g, (c) =>
+    c.length === 3 ? c : `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
 }
 
 /** The caller's headers minus everything it may not send, minus per-hop headers. */
@@ -142,13 +148,20 @@ export function usernameOnlyHeaders(username: string): Readonly<OutgoingHttpHead
   return { 'impersonate-user': headerValue(username) };
 }
 
-/** Impersonate-* headers for a user, with system:authenticated among the groups. Frozen: copy before changing. */
+/**
+ * Impersonate-* headers for a user, with system:authenticated among the groups unless it is the anonymous user or in
+ * system:unauthenticated. Frozen: copy before changing.
+ */
 export function impersonationHeaders(user: UserInfo): Readonly<OutgoingHttpHeaders> {
   const known = builtHeaders.get(user);
   if (known) return known;
-  const groups = user.groups.includes(AUTHENTICATED_GROUP)
-    ? [...user.groups]
-    : [...user.groups, AUTHENTICATED_GROUP];
+  // As the API server completes an identity: everybody is authenticated but the anonymous and the unauthenticated.
+  const unauthenticated =
+    user.username === 'system:anonymous' || user.groups.includes('system:unauthenticated');
+  const groups =
+    user.groups.includes(AUTHENTICATED_GROUP) || unauthenticated
+      ? [...user.groups]
+      : [...user.groups, AUTHENTICATED_GROUP];
   const headers: OutgoingHttpHeaders = {
     'impersonate-user': headerValue(user.username),
     'impersonate-group': Object.freeze(groups.map(headerValue)) as string[],

@@ -46,7 +46,7 @@ const TOKENS: Record<string, AuthResult> = {
   'alice-token': {
     ok: true,
     authenticator: 'test',
-    user: { username: 'alice', groups: ['dev'], extra: { scopes: ['read'] } },
+    user: { username: 'alice', groups: ['dev'], extra: { 'example.com/scopes': ['read'] } },
   },
   // U+0173 (ų) has the low byte of `s`: a header written as Latin-1 would make this group system:masters.
   'unicode-token': {
@@ -301,7 +301,7 @@ describe('what reaches the API server', () => {
     expect(headers['impersonate-user']).toBe('alice');
     // Separate header fields, one group each: a joined value would be one group with a comma in its name.
     expect(valuesOf(seenRaw[0]!, 'impersonate-group')).toEqual(['dev', 'system:authenticated']);
-    expect(headers['impersonate-extra-scopes']).toBe('read');
+    expect(headers['impersonate-extra-example.com%2fscopes']).toBe('read');
     expect(headers['accept']).toBe('application/json');
     for (const name of [
       'x-forwarded-for',
@@ -395,7 +395,7 @@ describe('what reaches the API server', () => {
     expect(JSON.parse(original as string)).toEqual({
       username: 'alice',
       groups: ['dev'],
-      extra: { scopes: ['read'] },
+      extra: { 'example.com/scopes': ['read'] },
     });
     expect(headers['authorization']).toBe('Bearer forwarding-identity-token');
   });
@@ -448,6 +448,18 @@ describe('what reaches the API server', () => {
       expect(answer.status).toBe(400);
       expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 400 });
     }
+    expect(seen).toHaveLength(0);
+  });
+
+  it('refuses an empty segment in a resource path, which the API server would read as a list of a subresource', async () => {
+    // `pods//exec?fieldSelector=metadata.name=x` is a list of pods/exec to the API server, served as an exec into x.
+    const answer = await call(
+      '/api/v1/namespaces/team/pods//exec?fieldSelector=metadata.name%3Dx&command=sh',
+      {
+        authorization: 'Bearer alice-token',
+      },
+    );
+    expect(answer.status).toBe(400);
     expect(seen).toHaveLength(0);
   });
 

@@ -76,8 +76,43 @@ export type RequestAttributes =
 const SPECIAL_VERBS = new Set(['proxy', 'watch']);
 const NAMESPACE_SUBRESOURCES = new Set(['status', 'finalize']);
 
-/** Query values the API server reads as false; any other value, the empty one too, is true. */
-const isFalse = (value: string): boolean => value === '0' || value.toLowerCase() === 'false';
+/**
+ * Query values the API server reads as false (`0`, or `false` in any case, as Go's EqualFold folds it: ſ is an s);
+ * any other value, the empty one too, is true.
+ */
+const isFalse = (value: string): boolean =>
+  value === '0' || value.toLowerCase().replace(/\u017f/g, 's') === 'false';
+
+/**
+ * A query as Go's url.ParseQuery reads it, which the API server's request parsing uses: pairs split on `&`, a pair
+ * holding `;` or a malformed escape left out, `+` a space. URLSearchParams keeps what Go drops, so `?watch=;` would
+ * be a watch here and a list there.
+ */
+function goQuery(raw: string): Map<string, string[]> {
+  const query = new Map<string, string[]>();
+  for (const pair of raw.split('&')) {
+    if (pair === '' || pair.includes(';')) continue;
+    const eq = pair.indexOf('=');
+    // Go's QueryUnescape: a malformed escape fails the pair; bytes that are not UTF-8 do not.
+    const unescape = (text: string): string | undefined => {
+      if (/%(?![0-9a-fA-F]{2})/.test(text)) return undefined;
+      const bytes = Buffer.from(text.replace(/\+/g, ' '), 'latin1');
+      const out: number[] = [];
+      for (let i = 0; i < bytes.length; i++) {
+        if (bytes[i] === 0x25) {
+          out.push(parseInt(bytes.subarray(i + 1, i + 3).toString('latin1'), 16));
+          i += 2;
+        } else out.push(bytes[i]!);
+      }
+      return Buffer.from(out).toString('utf8');
+    };
+    const key = unescape(eq === -1 ? pair : pair.slice(0, eq));
+    const value = unescape(eq === -1 ? '' : pair.slice(eq + 1));
+    if (key === undefined || value === undefined) continue;
+    query.set(key, [...(query.get(key) ?? []), value]);
+  }
+  return query;
+}
 
 /**
  * The name a field selector pins exactly (`metadata.name=x` or `==`, among other terms), as the API server narrows a
@@ -110,7 +145,7 @@ function selectedName(selector: string): string | undefined {
 export function requestAttributes(method: string, url: string): RequestAttributes {
   const q = url.indexOf('?');
   const rawPath = q === -1 ? url : url.slice(0, q);
-  const query = new URLSearchParams(q === -1 ? '' : url.slice(q + 1));
+  const query = goQuery(q === -1 ? '' : url.slice(q + 1));
   let path = rawPath;
   try {
     path = decodeURIComponent(rawPath);
@@ -157,9 +192,9 @@ export function requestAttributes(method: string, url: string): RequestAttribute
   if (parts.length >= 2) name = parts[1]!;
   if (parts.length >= 1) resource = parts[0]!;
   if (name === '' && verb === 'get') {
-    const watch = query.getAll('watch');
+    const watch = query.get('watch') ?? [];
     verb = watch.length > 0 && !isFalse(watch[0]!) ? 'watch' : 'list';
-    const selector = query.getAll('fieldSelector')[0];
+    const selector = query.get('fieldSelector')?.[0];
     if (selector !== undefined) name = selectedName(selector) ?? '';
   }
   if (name === '' && verb === 'delete') verb = 'deletecollection';
