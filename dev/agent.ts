@@ -41,42 +41,27 @@ export async function prepareAgentCluster(
   const user = [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: agentUser }];
   const roleRef = (kind: string, name: string) => ({ apiGroup: 'rbac.authorization.k8s.io', kind, name });
   const rbac = 'rbac.authorization.k8s.io/v1';
+  /** A role of `kind` with `rules`, and its binding to the agent's user. */
+  const bound = (kind: 'ClusterRole' | 'Role', name: string, rules: object[]): object[] => {
+    const scope = kind === 'Role' ? { namespace } : {};
+    return [
+      { apiVersion: rbac, kind, metadata: { name, ...scope }, rules },
+      {
+        apiVersion: rbac,
+        kind: `${kind}Binding`,
+        metadata: { name, ...scope },
+        roleRef: roleRef(kind, name),
+        subjects: user,
+      },
+    ];
+  };
   const objects = [
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } },
-    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: `${agentUser}-forwarding` }, rules },
-    {
-      apiVersion: rbac,
-      kind: 'ClusterRoleBinding',
-      metadata: { name: `${agentUser}-forwarding` },
-      roleRef: roleRef('ClusterRole', `${agentUser}-forwarding`),
-      subjects: user,
-    },
-    {
-      apiVersion: rbac,
-      kind: 'ClusterRole',
-      metadata: { name: `${agentUser}-reviews` },
-      rules: AGENT_REVIEW_RULES,
-    },
-    {
-      apiVersion: rbac,
-      kind: 'ClusterRoleBinding',
-      metadata: { name: `${agentUser}-reviews` },
-      roleRef: roleRef('ClusterRole', `${agentUser}-reviews`),
-      subjects: user,
-    },
-    {
-      apiVersion: rbac,
-      kind: 'Role',
-      metadata: { name: `${agentUser}-credentials`, namespace },
-      rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'update'] }],
-    },
-    {
-      apiVersion: rbac,
-      kind: 'RoleBinding',
-      metadata: { name: `${agentUser}-credentials`, namespace },
-      roleRef: roleRef('Role', `${agentUser}-credentials`),
-      subjects: user,
-    },
+    ...bound('ClusterRole', `${agentUser}-forwarding`, rules),
+    ...bound('ClusterRole', `${agentUser}-reviews`, AGENT_REVIEW_RULES),
+    ...bound('Role', `${agentUser}-credentials`, [
+      { apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'update'] },
+    ]),
   ];
   const result = await cluster.kubectl(['apply', '-f', '-'], {
     input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }),

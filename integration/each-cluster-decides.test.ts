@@ -30,6 +30,7 @@ import {
   type ForwardingPolicy,
 } from '../manifests/forwarding-policy.ts';
 import { conciergeManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { clusterStatus as clusterStatusOf } from './harness/cluster-status.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
 const NS = 'sealion-concierge';
@@ -146,16 +147,7 @@ const grantTo = (name: string, rules: object[]): object[] => [
   ...clusterRole(name, rules, [{ kind: 'ServiceAccount', name, namespace: DIFF_NS }, user(name)]),
 ];
 
-async function clusterStatus(name: string): Promise<ClusterStatus> {
-  const out = await hub.kubectl([
-    'get',
-    'clusters.tunnel.concierge.sealion.dev',
-    name,
-    '-o',
-    'jsonpath={.status}',
-  ]);
-  return JSON.parse(out.stdout || '{}') as ClusterStatus;
-}
+const clusterStatus = (name: string): Promise<ClusterStatus> => clusterStatusOf(hub, name);
 
 // ---- The differential table ----
 
@@ -520,7 +512,7 @@ describe('the escalations of a hub-only impersonator', () => {
       kind: 'Status',
       code: 503,
       message: expect.stringContaining(
-        'cluster plain answered a SubjectAccessReview with HTTP 403',
+        'cluster plain: the request could not be decided: its API server answered a SubjectAccessReview with HTTP 403',
       ) as unknown,
     });
     // Without the agent's tunnel, the same.

@@ -21,6 +21,7 @@ import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startTcpBalancer, type TcpBalancer } from '../dev/tcp-balancer.ts';
+import { clusterStatus as clusterStatusOf } from './harness/cluster-status.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 import { podAtBackend, startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 
@@ -57,16 +58,7 @@ function kubeconfigFor(replica: string, cluster: string): string {
 const kubectl = (replica: string, cluster: string, args: string[], input?: string) =>
   managed.kubectl(args, { kubeconfig: kubeconfigFor(replica, cluster), ...(input ? { input } : {}) });
 
-async function clusterStatus(name: string): Promise<ClusterStatus> {
-  const out = await hub.kubectl([
-    'get',
-    'clusters.tunnel.concierge.sealion.dev',
-    name,
-    '-o',
-    'jsonpath={.status}',
-  ]);
-  return JSON.parse(out.stdout || '{}') as ClusterStatus;
-}
+const clusterStatus = (name: string): Promise<ClusterStatus> => clusterStatusOf(hub, name);
 
 const holdersOf = async (name: string): Promise<string[]> =>
   ((await clusterStatus(name)).tunnels ?? []).map((t) => t.replica).sort();

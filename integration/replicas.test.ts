@@ -19,6 +19,7 @@ import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { prepareConcierge, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
+import { clusterStatus as clusterStatusOf } from './harness/cluster-status.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
 const NS = 'sealion-concierge';
@@ -77,16 +78,7 @@ function agentFor(
   return agent;
 }
 
-async function clusterStatus(name: string): Promise<ClusterStatus> {
-  const out = await hub.kubectl([
-    'get',
-    'clusters.tunnel.concierge.sealion.dev',
-    name,
-    '-o',
-    'jsonpath={.status}',
-  ]);
-  return JSON.parse(out.stdout || '{}') as ClusterStatus;
-}
+const clusterStatus = (name: string): Promise<ClusterStatus> => clusterStatusOf(hub, name);
 
 const holders = (status: ClusterStatus): string[] => (status.tunnels ?? []).map((t) => t.replica).sort();
 

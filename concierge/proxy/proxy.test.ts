@@ -131,16 +131,21 @@ let logText = '';
 let switchedOn = true;
 let handler: ReturnType<typeof newProxyHandler>;
 
-function call(path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+function call(
+  path: string,
+  headers: Record<string, string> = {},
+  send: { method: string; body: string } = { method: 'GET', body: '' },
+): Promise<{ status: number; body: string }> {
   return new Promise((done, fail) => {
-    const req = request({ host: '127.0.0.1', port, path, ca: proxyCA.certPem, headers }, (res) => {
+    const { method } = send;
+    const req = request({ host: '127.0.0.1', port, path, method, ca: proxyCA.certPem, headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
       res.on('end', () => done({ status: res.statusCode ?? 0, body }));
     });
     req.on('error', fail);
-    req.end();
+    req.end(send.body || undefined);
   });
 }
 
@@ -340,26 +345,11 @@ describe('what reaches the API server', () => {
   it('refuses what the forwarding policy does not allow, saying so, and asks once for many requests', async () => {
     policyRefuses.add('impersonate-on:user-info:create').add('impersonate');
     try {
-      const created = await new Promise<{ status: number; body: string }>((done, fail) => {
-        const req = request(
-          {
-            host: '127.0.0.1',
-            port,
-            path: '/api/v1/namespaces/team/configmaps',
-            method: 'POST',
-            ca: proxyCA.certPem,
-            headers: { authorization: 'Bearer alice-token' },
-          },
-          (res) => {
-            let body = '';
-            res.setEncoding('utf8');
-            res.on('data', (c: string) => (body += c));
-            res.on('end', () => done({ status: res.statusCode ?? 0, body }));
-          },
-        );
-        req.on('error', fail);
-        req.end('{}');
-      });
+      const created = await call(
+        '/api/v1/namespaces/team/configmaps',
+        { authorization: 'Bearer alice-token' },
+        { method: 'POST', body: '{}' },
+      );
       expect(created.status).toBe(403);
       expect(JSON.parse(created.body)).toMatchObject({
         kind: 'Status',
