@@ -13,6 +13,7 @@ import type { RequestAuthenticator, Identity } from './authenticate.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
+import { newFairSemaphore, type FairLimits } from '../tunnel/fair-semaphore.ts';
 import { askThrough, newReviewCache, ReviewUnavailable, type ReviewCache } from './access-reviews.ts';
 import { decideImpersonation, forwardedAs, type Ask, type ForwardedAs } from './decide-impersonation.ts';
 import type { Forwarder, ForwardPlan } from './forward.ts';
@@ -88,6 +89,19 @@ interface Refusal {
   message: string;
   retryAfterSeconds?: number;
 }
+
+/**
+ * The hub's reviews in flight and waiting: 64 at once for all users, 16 for one, and up to 1,024 waiting (256 for
+ * one) at most 10 s. A decision asks a handful; one user with many requests in flight waits their turn, and a flood
+ * is refused with 503 and Retry-After instead of piling reviews onto the API server.
+ */
+export const HUB_REVIEW_LIMITS: FairLimits = {
+  capacity: 64,
+  perKey: 16,
+  maxQueued: 1024,
+  maxQueuedPerKey: 256,
+  maxWaitMs: 10_000,
+};
 
 /** What a refusal that mends by itself (a cluster that could not be asked) tells clients to wait. */
 const RETRY_AFTER_SECONDS = 1;
@@ -180,15 +194,38 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   // A domain-prefixed key, as constrained impersonation requires of every extra it passes on.
   const originalUserKey = `impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}/original-user-info`;
 
-  /** The hub's own questions, asked of its API server with the concierge's identity. */
   const reviews = deps.reviews ?? newReviewCache();
-  const askHub = reviews.asking('', async (question) => {
-    try {
-      return await deps.reviewer.allowed(question);
-    } catch (err) {
-      throw new ReviewUnavailable(`the API server could not be asked: ${(err as Error).message}`, err);
-    }
-  });
+  // The hub's own questions, asked of its API server with the concierge's identity: each user's in turn, a bounded
+  // number at once (HUB_REVIEW_LIMITS), as a tunnel's fair queue bounds those asked of another cluster.
+  const hubReviews = newFairSemaphore(HUB_REVIEW_LIMITS);
+  const askHub = (user: string): Ask =>
+    reviews.asking(
+      '',
+      (question) =>
+        new Promise<boolean>((done, fail) => {
+          hubReviews.acquire(
+            user,
+            (release) => {
+              deps.reviewer.allowed(question).then(
+                (allowed) => {
+                  release();
+                  done(allowed);
+                },
+                (err: unknown) => {
+                  release();
+                  fail(
+                    new ReviewUnavailable(
+                      `the API server could not be asked: ${(err as Error).message}`,
+                      err,
+                    ),
+                  );
+                },
+              );
+            },
+            (why) => fail(new ReviewUnavailable(`the API server could not be asked: ${why.message}`, why)),
+          );
+        }),
+    );
 
   /**
    * Whether the cluster lets the forwarding identity act for this kind of identity on this request: its forwarding
@@ -336,7 +373,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return {
         cluster: '',
         forwarder: deps.forwarder,
-        ask: askHub,
+        ask: askHub(identity.user.username),
         askSelf: reviews.asking(
           selfScope('', identity.user.username),
           askThrough('', deps.forwarder, identity.user.username, true),

@@ -30,7 +30,7 @@ import { newForwarder } from './forward.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
 import { UNAUTHORIZED } from '../../lib/kube-status.ts';
-import { MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
+import { HUB_REVIEW_LIMITS, MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
 
 /** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */
 const BODY_TIMEOUT_MS = 400;
@@ -78,13 +78,23 @@ const staticTokens: TokenAuthenticator = {
 /** alice may impersonate bob and the group ops (the legacy verb); nothing else. */
 const reviewer: Reviewer = {
   tokenReview: () => Promise.resolve({ authenticated: false }),
-  allowed: (q: AccessQuestion) =>
-    Promise.resolve(
-      q.user === 'alice' &&
+  allowed: async (q: AccessQuestion) => {
+    reviews.running++;
+    reviews.most = Math.max(reviews.most, reviews.running);
+    try {
+      await reviews.gate;
+      return (
+        q.user === 'alice' &&
         q.verb === 'impersonate' &&
-        ((q.resource === 'users' && q.name === 'bob') || (q.resource === 'groups' && q.name === 'ops')),
-    ),
+        ((q.resource === 'users' && q.name === 'bob') || (q.resource === 'groups' && q.name === 'ops'))
+      );
+    } finally {
+      reviews.running--;
+    }
+  },
 };
+/** The API server's reviews in flight now and at most, and what holds them (a test's gate). */
+const reviews = { running: 0, most: 0, gate: Promise.resolve() };
 
 // The API server speaks HTTP/2, as kube-apiserver does.
 let upstream: Http2SecureServer;
@@ -368,6 +378,24 @@ describe('what reaches the API server', () => {
         (await call('/api/v1/namespaces/other/configmaps', { authorization: 'Bearer alice-token' })).status,
       ).toBe(200);
     expect(selfReviews.length - before).toBeLessThanOrEqual(1);
+  });
+
+  it('asks the API server a bounded number of reviews at once for one user, however many requests they send', async () => {
+    let open = (): void => {};
+    reviews.gate = new Promise((done) => (open = done));
+    reviews.most = 0;
+    try {
+      const answers = Array.from({ length: 40 }, (_, i) =>
+        call('/api/v1/namespaces', { authorization: 'Bearer alice-token', 'impersonate-user': `many-${i}` }),
+      );
+      await eventually(() => expect(reviews.running).toBe(HUB_REVIEW_LIMITS.perKey));
+      open();
+      expect((await Promise.all(answers)).map((a) => a.status)).toEqual(Array(40).fill(403));
+      expect(reviews.most).toBe(HUB_REVIEW_LIMITS.perKey);
+    } finally {
+      open();
+      reviews.gate = Promise.resolve();
+    }
   });
 
   it('forwards allowed nested impersonation with the original user as an extra', async () => {
