@@ -3,6 +3,7 @@
 // a cluster whose agent holds no tunnel shows the proxy's reason, and a refused login shows as such.
 import { Command } from 'commander';
 import { closeHttpsPools, HttpsError } from '../lib/https-client.ts';
+import { statusMessageOf } from '../lib/kube-status.ts';
 import { printable } from './printable.ts';
 import { loginFirst, postAsKubeconfig } from './whoami.ts';
 
@@ -15,19 +16,9 @@ export interface ClusterState {
   detail: string;
 }
 
-/** The message of a Kubernetes Status in an error answer, when there is one. */
-function statusMessage(body: string | undefined): string | undefined {
-  try {
-    const status = JSON.parse(body ?? '') as { kind?: unknown; message?: unknown };
-    return status.kind === 'Status' && typeof status.message === 'string' ? status.message : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 function stateOf(err: unknown): Pick<ClusterState, 'state' | 'detail'> {
   if (err instanceof HttpsError && err.code === 'BadStatus') {
-    const detail = statusMessage(err.body) ?? err.message;
+    const detail = statusMessageOf(err.body) ?? err.message;
     if (err.status === 401) return { state: 'Unauthorized', detail };
     if (err.status === 403) return { state: 'Forbidden', detail };
     if (err.status === 503) return { state: 'NotConnected', detail };

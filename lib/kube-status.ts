@@ -21,6 +21,16 @@ const REASONS: Record<number, string> = {
 };
 
 /** A Status body for an HTTP status code. */
+/** The message of a Kubernetes Status in an answer's body, when it is one. */
+export function statusMessageOf(body: string | undefined): string | undefined {
+  try {
+    const status = JSON.parse(body ?? '') as { kind?: unknown; message?: unknown };
+    return status.kind === 'Status' && typeof status.message === 'string' ? status.message : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export function statusBody(code: number, message: string, details?: object): string {
   return JSON.stringify({
     kind: 'Status',

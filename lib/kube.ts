@@ -4,7 +4,7 @@ import { exponentialBackoff } from './backoff.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
-import { subjectAccessReview, type AccessQuestion } from './access-review.ts';
+import { selfSubjectAccessReview, subjectAccessReview, type AccessQuestion } from './access-review.ts';
 import type { Informer, KubeObject } from './informer.ts';
 import type { Logger } from './log.ts';
 import type { StatusWriter } from './status-writer.ts';
@@ -286,14 +286,10 @@ export type { AccessQuestion };
 /** Whether this client's own identity may do one resource action (SelfSubjectAccessReview). */
 export async function selfAllowed(
   clients: KubeClients,
-  attributes: { verb: string; group: string; resource: string; name?: string },
+  attributes: Omit<AccessQuestion, 'user' | 'groups' | 'extra'>,
 ): Promise<boolean> {
   const review = await clients.authorization.createSelfSubjectAccessReview({
-    body: {
-      apiVersion: 'authorization.k8s.io/v1',
-      kind: 'SelfSubjectAccessReview',
-      spec: { resourceAttributes: attributes },
-    },
+    body: selfSubjectAccessReview({ user: '', groups: [], extra: {}, ...attributes }),
   });
   return review.status?.allowed === true;
 }

@@ -15,6 +15,7 @@ import {
   type AccessQuestion,
 } from '../../lib/access-review.ts';
 import { SealionError } from '../../lib/errors.ts';
+import { statusMessageOf } from '../../lib/kube-status.ts';
 import { CallFailed } from '../../lib/http2-forward.ts';
 import type { Ask } from './decide-impersonation.ts';
 import type { Forwarder } from './forward.ts';
@@ -30,6 +31,8 @@ export const REFUSED_TTL_MS = 2_000;
 export const MAX_CACHED_ANSWERS = 10_000;
 
 const REVIEW_PATH = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
+/** Keys up to this long are kept as they are; longer ones as their sha256. */
+const MAX_PLAIN_KEY = 512;
 
 /** A question could not be answered: the request fails with 503 and Retry-After, never on another's say. */
 export class ReviewUnavailable extends SealionError {
@@ -81,16 +84,8 @@ export function askThrough(cluster: string, forwarder: Forwarder, user: string, 
 }
 
 /** The message of a Status answer, short and printable, for a refusal that explains itself. */
-function statusMessage(body: Buffer): string {
-  let message = '';
-  try {
-    const said = (JSON.parse(body.toString('utf8')) as { message?: unknown }).message;
-    if (typeof said === 'string') message = said;
-  } catch {
-    // Not a Status.
-  }
-  return message.replace(/[^\x20-\x7e]/g, '').slice(0, 300) || 'no message';
-}
+const statusMessage = (body: Buffer): string =>
+  (statusMessageOf(body.toString('utf8')) ?? '').replace(/[^\x20-\x7e]/g, '').slice(0, 300) || 'no message';
 
 /** Answers kept per cluster and question. */
 export interface ReviewCache {
@@ -117,11 +112,12 @@ export function newReviewCache(
   return {
     asking(cluster, ask) {
       return async (question) => {
-        // Hashed: a question holds strings a caller chose (a name in a path, a user to impersonate), and 10,000 keys of
-        // tens of kilobytes each would be hundreds of MiB.
-        const key = createHash('sha256')
-          .update(JSON.stringify([cluster, question]))
-          .digest('base64');
+        // A long key is hashed: a question holds strings a caller chose (a name in a path, a user to impersonate), and
+        // 10,000 keys of tens of kilobytes each would be hundreds of MiB. Most keys are short, and every request asks
+        // at least one question (its forwarding policy), so those skip the hash. A hash never starts with `[`, as a
+        // key kept as it is does.
+        const json = JSON.stringify([cluster, question]);
+        const key = json.length <= MAX_PLAIN_KEY ? json : createHash('sha256').update(json).digest('base64');
         const answer = await cache.fetch(key, { context: { question, ask } });
         return answer === true;
       };
