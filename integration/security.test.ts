@@ -1477,6 +1477,12 @@ describe('beyond the table: the tunnel’s own framing', () => {
   });
 });
 
+// Round 2 of the review: memory held per user across hops (finding 1), peer links (7), hop-by-hop headers (8).
+
+// Round 2 of the review: anonymous /register (finding 2) and certificates bound to what their trust depends on (5).
+
+// Round 2 of the review: what the CLI prints, opens, writes and forgets (findings 3, 4, 6 and 9).
+
 describe('what the concierge and the agent wrote down', () => {
   it('never logs a token, a key or a bootstrap secret', () => {
     expect(logLines.length).toBeGreaterThan(0);
