@@ -11,6 +11,12 @@ import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
 import { forwardOverHttp2 } from '../lib/http2-forward.ts';
 import { newH2Pool } from '../lib/http2-pool.ts';
+import {
+  AGENT_UNREAD_BYTES,
+  newMemoryBudget,
+  USER_UNREAD_BYTES,
+  type MemoryBudget,
+} from '../lib/memory-budget.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import { clientCertChain } from '../lib/pem.ts';
@@ -57,20 +63,29 @@ const REVIEW_PATHS = new Set([
 ]);
 const ONLY_IMPERSONATED = 'the agent forwards only requests that impersonate a user, and access reviews';
 
-function mayForward(method: string | undefined, url: string | undefined, rawHeaders: string[]): boolean {
-  // The first Impersonate-User is the one the API server reads (an empty one: nobody, whatever follows it).
+/** The user a request impersonates: the first Impersonate-User, the one the API server reads; '' when none. */
+function impersonated(rawHeaders: string[]): string {
   for (let i = 0; i + 1 < rawHeaders.length; i += 2)
-    if (rawHeaders[i]!.toLowerCase() === 'impersonate-user') {
-      if (rawHeaders[i + 1] !== '') return true;
-      break;
-    }
-  return method === 'POST' && REVIEW_PATHS.has(url ?? '');
+    if (rawHeaders[i]!.toLowerCase() === 'impersonate-user') return rawHeaders[i + 1]!;
+  return '';
+}
+
+function mayForward(method: string | undefined, url: string | undefined, rawHeaders: string[]): boolean {
+  // An empty Impersonate-User impersonates nobody, whatever follows it.
+  return impersonated(rawHeaders) !== '' || (method === 'POST' && REVIEW_PATHS.has(url ?? ''));
 }
 
 const unreachable = (err: Error & { code?: string }): string =>
   `this cluster's API server could not be reached through the agent: ${err.code ?? err.message}`;
 
-export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
+/**
+ * The agent's proxy for `upstream`. Answers left unread are charged to `budget` per impersonated user (the agent's
+ * own reviews to the empty name): one hub user's unread answers cannot take the agent's memory from the others.
+ */
+export function newLocalProxy(
+  upstream: LocalUpstream,
+  budget: MemoryBudget = newMemoryBudget({ perUserBytes: USER_UNREAD_BYTES, totalBytes: AGENT_UNREAD_BYTES }),
+): LocalProxy {
   const ca = upstream.caPem ? { ca: upstream.caPem } : {};
   const identity = upstream.certPem ? { cert: clientCertChain(upstream.certPem), key: upstream.keyPem } : {};
   const pool = newH2Pool(upstream.url.origin, { secureContext: createSecureContext({ ...ca, ...identity }) });
@@ -86,6 +101,7 @@ export function newLocalProxy(upstream: LocalUpstream): LocalProxy {
       fail: (err) => writeStatus(res, 502, unreachable(err)),
       // A watch with no events yet has nothing to write: its head goes at once, so the client sees it established.
       flushHeaders: true,
+      relay: { account: { budget, user: impersonated(req.rawHeaders) } },
     });
   };
 

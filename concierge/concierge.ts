@@ -28,7 +28,8 @@ import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
 import { newForwarder } from './proxy/forward.ts';
 import { newProxyHandler } from './proxy/handler.ts';
-import { newProxyMetrics, type ProxyMetrics } from './proxy/metrics.ts';
+import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
+import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
 import { startPeering, type Peering } from './peering.ts';
@@ -186,7 +187,13 @@ async function start(
   let serving = false;
   const reviewer = newReviewer(clients);
   const metrics = newProxyMetrics();
-  const forwarder = newForwarder(forwarding.upstream);
+  // One budget for every answer this replica relays: from its API server, its tunnels and its peers.
+  const budget = newMemoryBudget(
+    { perUserBytes: USER_UNREAD_BYTES, totalBytes: CONCIERGE_UNREAD_BYTES },
+    () => metrics.unreadCuts.inc(),
+  );
+  unreadBytesGauge(metrics.registry, () => budget.held());
+  const forwarder = newForwarder(forwarding.upstream, budget);
   onStop(() => forwarder.close());
   const handler = newProxyHandler({
     groups,
@@ -277,6 +284,7 @@ async function start(
         knownSource: (ip) => routes.knownSource(ip),
         registry: metrics.registry,
         log: log.child({ component: 'peering' }),
+        budget,
       });
       peering = started;
       onStop(() => started.stop());
@@ -313,6 +321,7 @@ async function start(
       onTunnelChange: (name) => publisher.changed(name),
       identity: opts.identity,
       log: log.child({ component: 'tunnel' }),
+      budget,
     });
     tunnels = listener;
     // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer

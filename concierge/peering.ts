@@ -32,6 +32,7 @@ import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2
 import type { KubeClients } from '../lib/kube.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
 import type { Logger } from '../lib/log.ts';
+import type { MemoryBudget } from '../lib/memory-budget.ts';
 import { certificateURIs, issueCert } from '../lib/pki.ts';
 import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel.ts';
 import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
@@ -96,6 +97,8 @@ export interface PeeringOptions {
   knownSource(address: string): boolean;
   registry: Registry;
   log: Logger;
+  /** Where answers left unread are charged, per user (lib/memory-budget.ts). */
+  budget?: MemoryBudget;
 }
 
 export interface Peering {
@@ -428,6 +431,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
         },
         // The holder bounds a short request's time and cuts stalled ones; this hop only must not outlive it.
         ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: SHORT_REQUEST_TIMEOUT_MS + 5_000 }),
+        ...(opts.budget ? { relay: { account: { budget: opts.budget, user: plan.user } } } : {}),
       });
       await new Promise<void>((done) => res.once('close', done));
     },

@@ -6,8 +6,8 @@
 // hop towards the client is told to stop sending too.
 import type { IncomingMessage } from 'node:http';
 import { constants, type ClientHttp2Stream, type OutgoingHttpHeaders } from 'node:http2';
-import type { Readable } from 'node:stream';
-import { H2Response, relayBody, type Request, type Response } from './http2-request.ts';
+import { H2Response, type Request, type Response } from './http2-request.ts';
+import { relay, type RelayOptions } from './memory-budget.ts';
 
 /** Hop-by-hop or HTTP/2-illegal headers never copied from an answer. */
 const RESPONSE_HOP_BY_HOP = new Set([
@@ -46,8 +46,8 @@ export interface Http2ForwardOptions {
   idleTimeoutMs?: number;
   /** Sends the answer's head at once, before any of its body (a watch with no events yet). */
   flushHeaders?: boolean;
-  /** Streams the answer's body to the client. Default: relayBody. */
-  relay?(from: Readable, res: Response): void;
+  /** How the answer's body is relayed: whom its unread bytes are charged to, and how long it may stall. */
+  relay?: RelayOptions;
 }
 
 /**
@@ -91,7 +91,7 @@ export function forwardOverHttp2(
     res.writeHead(status, out);
     // An HTTP/2 response sends its head in writeHead already; an HTTP/1.1 one waits for the first body chunk.
     if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();
-    (opts.relay ?? relayBody)(stream, res);
+    relay(stream, res, opts.relay);
   });
   stream.on('error', failed);
   // Closed while the body was still going up: the upstream answered early (NO_ERROR) or the stream broke (an error,

@@ -29,11 +29,13 @@ export const UNCOUNTED_SESSION_MEMORY_MB = 1e9;
 const DEFAULT_STREAM_LIMIT = 100;
 const MAX_STREAM_LIMIT = 1000;
 /**
- * Flow-control windows. HTTP/2's default (64 KiB for the whole connection) lets a few concurrent LISTs stall each
- * other; larger windows let the API server send ahead, bounded per stream so a slow client cannot make the
- * proxy hold more than this of its data.
+ * Flow-control windows, for every HTTP/2 connection Sealion opens (the API server's, the tunnels', the peer links').
+ * HTTP/2's default (64 KiB for the whole connection) lets a few concurrent LISTs stall each other; larger windows let
+ * the sender send ahead. A stream's window is also what the sender may push into a process for a client that has
+ * stopped reading (lib/memory-budget.ts charges it): 256 KiB keeps a loopback or LAN hop at full speed and a user's
+ * share of unread answers worth 64 streams.
  */
-const STREAM_WINDOW_BYTES = 1 << 20;
+export const STREAM_WINDOW_BYTES = 256 * 1024;
 const CONNECTION_WINDOW_BYTES = 32 << 20;
 /** A connection with no streams closes after this long. */
 const IDLE_CLOSE_MS = 30_000;

@@ -6,7 +6,6 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { constants, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
-import type { Readable } from 'node:stream';
 
 export class H2Request {
   /** The request target (the `:path` pseudo-header); the handler rewrites it for routed clusters. */
@@ -61,6 +60,11 @@ export class H2Response {
 
   get writableFinished(): boolean {
     return this.#stream.writableFinished;
+  }
+
+  /** Bytes written and not yet sent (the client's window closed on them). */
+  get writableLength(): number {
+    return this.#stream.writableLength;
   }
 
   /**
@@ -136,25 +140,6 @@ export function serveStream(
   // The body a client holds back for a 100 Continue (HTTP/1.1 habit, rare on HTTP/2) is wanted: ask for it.
   if (headers['expect'] === '100-continue') stream.additionalHeaders({ ':status': 100 });
   handle(new H2Request(stream, headers, rawHeaders), new H2Response(stream));
-}
-
-/**
- * Streams `from` into the response and ends it when `from` ends, holding `from` while the client is slow. What
- * pipe() does, minus its half-dozen listeners per request; closing and errors are the caller's to handle.
- */
-export function relayBody(from: Readable, res: Response): void {
-  let waiting = false;
-  const resume = (): void => {
-    waiting = false;
-    from.resume();
-  };
-  from.on('data', (chunk: Buffer) => {
-    if (res.write(chunk) || waiting) return;
-    waiting = true;
-    from.pause();
-    res.once('drain', resume);
-  });
-  from.on('end', () => res.end());
 }
 
 /**

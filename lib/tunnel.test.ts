@@ -10,13 +10,8 @@ import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket 
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
 import { eventually } from '../dev/eventually.ts';
 import { issueCert, newCA } from './pki.ts';
-import {
-  newTunnelClient,
-  serveTunnel,
-  STREAM_WINDOW_BYTES,
-  TunnelBusyError,
-  type TunnelClient,
-} from './tunnel.ts';
+import { STREAM_WINDOW_BYTES } from './http2-pool.ts';
+import { newTunnelClient, serveTunnel, TunnelBusyError, type TunnelClient } from './tunnel.ts';
 
 // Both ends on real sockets, the agent's end serving a plain HTTP/1.1 server on its streams: over a WebSocket (on
 // plain TCP, or TLS when asked), or `direct`, on a TLS connection itself as agents dial by default.

@@ -21,7 +21,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { UNCOUNTED_SESSION_MEMORY_MB } from './http2-pool.ts';
+import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from './http2-pool.ts';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
 export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
@@ -43,9 +43,7 @@ export function writesDone(socket: Duplex): Promise<void> {
   return new Promise((done) => socket.write(Buffer.alloc(0), () => done()));
 }
 
-/** Bytes a stream may have in flight: enough for fast transfers, small enough that 1,000 streams stay bounded. */
-export const STREAM_WINDOW_BYTES = 1024 * 1024;
-/** The connection's window, shared by all streams. */
+/** The connection's window, shared by all streams (each stream's is lib/http2-pool.ts STREAM_WINDOW_BYTES). */
 const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
 export const DEFAULT_MAX_STREAMS = 1000;

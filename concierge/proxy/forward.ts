@@ -3,6 +3,7 @@
 // by lib/http2-forward.ts. Bodies stream both ways (watch events reach the client as the API server writes them);
 // short requests are bounded by a deadline and long-running ones are not. Upgrades (exec, attach, port-forward; SPDY
 // or WebSocket) need HTTP/1.1 and are spliced through by lib/upgrade-forward.ts.
+import type { MemoryBudget } from '../../lib/memory-budget.ts';
 import { Agent, request } from 'node:https';
 import { newH2Pool } from '../../lib/http2-pool.ts';
 import {
@@ -92,7 +93,7 @@ export const OWN_CALL_TIMEOUT_MS = 10_000;
 /** The largest answer to one of the concierge's own calls: a SubjectAccessReview's is well under a kilobyte. */
 export const OWN_CALL_MAX_BYTES = 64 * 1024;
 
-export function newForwarder(upstream: Upstream): Forwarder {
+export function newForwarder(upstream: Upstream, budget?: MemoryBudget): Forwarder {
   // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
   const ca = upstream.credentials.caPem ? { ca: upstream.credentials.caPem } : {};
   const identity = upstream.credentials.certPem
@@ -145,6 +146,7 @@ export function newForwarder(upstream: Upstream): Forwarder {
           writeStatus(res, code, message);
         },
         ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: shortTimeout }),
+        ...(budget ? { relay: { account: { budget, user: plan.user } } } : {}),
       });
       return new Promise<void>((done) => res.on('close', done));
     },

@@ -7,6 +7,8 @@ export interface ProxyMetrics {
   duration: Histogram<'verb'>;
   inflight: Gauge;
   upstreamErrors: Counter<'code'>;
+  /** Answers cut because their user's unread answers were over their share (lib/memory-budget.ts). */
+  unreadCuts: Counter;
 }
 
 export function newProxyMetrics(): ProxyMetrics {
@@ -37,5 +39,22 @@ export function newProxyMetrics(): ProxyMetrics {
       labelNames: ['code'],
       registers: [registry],
     }),
+    unreadCuts: new Counter({
+      name: 'sealion_unread_answers_cut_total',
+      help: "Answers cut because the bytes their user left unread were over the user's share, or everyone's over the replica's.",
+      registers: [registry],
+    }),
   };
+}
+
+/** The bytes `budget` holds charged for answers left unread, as a gauge of `registry`. */
+export function unreadBytesGauge(registry: Registry, held: () => number): Gauge {
+  return new Gauge({
+    name: 'sealion_unread_answer_bytes',
+    help: 'Bytes of answers that clients leave unread, held by this replica (at most what its stream windows allow).',
+    registers: [registry],
+    collect() {
+      this.set(held());
+    },
+  });
 }

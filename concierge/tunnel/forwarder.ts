@@ -8,6 +8,7 @@
 // maxConcurrentStreams in all, and the rest wait, served user by user in turn. A request that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
 // read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
 import { systemClock, type Clock } from '../../lib/clock.ts';
+import type { MemoryBudget } from '../../lib/memory-budget.ts';
 import { request, type OutgoingHttpHeaders } from 'node:http';
 import { constants } from 'node:http2';
 import type { Socket } from 'node:net';
@@ -78,6 +79,8 @@ export interface TunnelForwarderOptions {
   limits?: TunnelLimits;
   /** Timers for the queue's deadline and the progress deadline. Default: the system's. */
   clock?: Clock;
+  /** Where answers left unread are charged, per user (lib/memory-budget.ts). Default: nowhere. */
+  budget?: MemoryBudget;
 }
 
 export interface TunnelForwarder extends Forwarder {
@@ -146,35 +149,6 @@ function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
 function releaseWhenGone(release: () => void, stream: Duplex | undefined): void {
   if (!stream || stream.destroyed) return release();
   stream.once('close', release);
-}
-
-/**
- * Streams `from` into the response as relayBody does, and cuts it (through `stalled`) when the client has not
- * taken what is buffered for `ms`. A response with nothing to send (a watch without events) never stalls.
- */
-function relayWithDeadline(
-  from: Readable,
-  res: Response,
-  ms: number,
-  clock: Clock,
-  stalled: () => void,
-): void {
-  let timer: unknown;
-  let waiting = false;
-  const resume = (): void => {
-    waiting = false;
-    clock.clearTimeout(timer);
-    from.resume();
-  };
-  from.on('data', (chunk: Buffer) => {
-    if (res.write(chunk) || waiting) return;
-    waiting = true;
-    from.pause();
-    timer = clock.setTimeout(stalled, ms);
-    res.once('drain', resume);
-  });
-  from.on('end', () => res.end());
-  res.once('close', () => clock.clearTimeout(timer));
 }
 
 /**
@@ -254,8 +228,13 @@ export function newTunnelForwarder(
           writeStatus(res, code, message);
         },
         ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: SHORT_REQUEST_TIMEOUT_MS }),
-        // A client that leaves the answer unread holds its place and its stream: cut, as any broken answer is.
-        relay: (from, to) => relayWithDeadline(from, to, progressMs, clock, () => to.destroy()),
+        // A client that leaves the answer unread holds its place, its stream and memory on every hop: cut, as any
+        // broken answer is, once it has read nothing for the progress timeout, or at once when the user's unread
+        // answers are over their share of this process's memory.
+        relay: {
+          deadline: { ms: progressMs, clock },
+          ...(opts.budget ? { account: { budget: opts.budget, user: plan.user } } : {}),
+        },
       });
       let stopWatchingBody = (): void => {};
       let finished = false;

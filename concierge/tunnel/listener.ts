@@ -19,6 +19,7 @@ import type { Informer } from '../../lib/informer.ts';
 import type { KubeClients } from '../../lib/kube.ts';
 import { ensureSecretCA } from '../../lib/ca-secret.ts';
 import type { Logger } from '../../lib/log.ts';
+import type { MemoryBudget } from '../../lib/memory-budget.ts';
 import { certificateURIs, issueCert, publicKeyFromCSR } from '../../lib/pki.ts';
 import { rawStatusResponse } from '../../lib/kube-status.ts';
 import type { HeldTunnel } from './cluster-status.ts';
@@ -91,6 +92,8 @@ export interface TunnelListenerOptions {
   /** This replica's name, told to each agent that connects (an agent holding several tunnels keeps them apart). */
   identity: string;
   log: Logger;
+  /** Where answers left unread are charged, per user (lib/memory-budget.ts). */
+  budget?: MemoryBudget;
 }
 
 export interface TunnelListener {
@@ -433,7 +436,10 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       const entry: Connected = {
         binding,
         tunnel,
-        forwarder: newTunnelForwarder(cluster, tunnel, { limits }),
+        forwarder: newTunnelForwarder(cluster, tunnel, {
+          limits,
+          ...(opts.budget ? { budget: opts.budget } : {}),
+        }),
         held: {
           connectedSince: since.toISOString(),
           transport,
