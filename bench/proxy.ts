@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Kind } from '../apis/groups.ts';
 import { exchange } from '../cli/login.ts';
-import { CONCIERGE_NODE_OPTIONS } from '../manifests/install.ts';
+import { PROXY_NODE_OPTIONS } from '../manifests/install.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { clientCertChain } from '../lib/pem.ts';
 import { impersonationHeaders } from '../concierge/proxy/impersonate.ts';
@@ -206,7 +206,7 @@ export async function benchProxy(): Promise<void> {
     const server = spawn(
       process.execPath,
       [
-        ...CONCIERGE_NODE_OPTIONS.split(' '),
+        ...PROXY_NODE_OPTIONS.split(' '),
         '--expose-gc',
         fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
         cluster.dir,

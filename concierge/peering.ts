@@ -54,6 +54,12 @@ export const PEER_URI_PREFIX = 'urn:sealion:peer:';
  * busier of them may send the other: 10,000 watches and more (Teleport's peer links stop at 1,000 per connection).
  */
 export const PEER_MAX_STREAMS = 65_536;
+/**
+ * Streams one user may hold on one peer link, requests and upgrades alike. The holder bounds what a user holds of
+ * each cluster's tunnel (a quarter of it, 250 streams by default), but one link carries every cluster the other
+ * replica holds: without a bound of its own, one user with requests for many clusters could fill it for everyone.
+ */
+export const PEER_USER_STREAMS = 1000;
 /** How long a dial (TCP and TLS) to a peer may take before the next holder is tried. */
 const DIAL_TIMEOUT_MS = 5_000;
 /** How long a failed dial is remembered: the next dial to that peer waits this long. */
@@ -212,6 +218,26 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   const links = new Map<string, Promise<TunnelClient>>();
   const open = new Set<TunnelClient>();
   const metrics = peerMetrics(opts.registry, () => open);
+  /** Streams each user holds on each outgoing link (PEER_USER_STREAMS). */
+  const held = new WeakMap<TunnelClient, Map<string, number>>();
+  /** Takes a place on `link` for `user`; returns its release, or undefined when the user holds all they may. */
+  const takePlace = (link: TunnelClient, user: string): (() => void) | undefined => {
+    let users = held.get(link);
+    if (!users) held.set(link, (users = new Map()));
+    const count = users.get(user) ?? 0;
+    if (count >= PEER_USER_STREAMS) return undefined;
+    users.set(user, count + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = users.get(user)! - 1;
+      if (left === 0) users.delete(user);
+      else users.set(user, left);
+    };
+  };
+  const overShare = (cluster: string, holder: RemoteHolder): string =>
+    `cluster ${cluster}: you already have as many requests in flight through replica ${holder.replica} as one user may (${PEER_USER_STREAMS}); retry later`;
 
   // The holder's side: each peer connection is an HTTP/2 session whose requests go into this replica's tunnels.
   const served = new Set<TunnelServer>();
@@ -415,6 +441,12 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       if (stopped) return writeStatus(res, 503, `cluster ${cluster}: this replica is stopping; retry`, RETRY);
       const found = await firstLink(cluster, holders);
       if ('status' in found) return writeStatus(res, found.status, found.message, RETRY);
+      const release = takePlace(found.link, plan.user);
+      if (!release) {
+        metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
+        return writeStatus(res, 429, overShare(cluster, found.holder), RETRY);
+      }
+      res.once('close', release);
       metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
       const headers = peerHeaders(plan);
       headers[':method'] = req.method ?? 'GET';
@@ -444,6 +476,12 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
         (found) => {
           if ('status' in found)
             return void socket.end(rawStatusResponse(found.status, found.message, RETRY_RAW));
+          const release = takePlace(found.link, plan.user);
+          if (!release) {
+            metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
+            return void socket.end(rawStatusResponse(429, overShare(cluster, found.holder), RETRY_RAW));
+          }
+          socket.once('close', release);
           metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
           const headers = {
             ...peerHeaders(plan),
@@ -478,6 +516,11 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       if (stopped) throw new CallFailed(`cluster ${cluster}: this replica is stopping`);
       const found = await firstLink(cluster, holders);
       if ('status' in found) throw new CallFailed(found.message);
+      const release = takePlace(found.link, own.user);
+      if (!release) {
+        metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
+        throw new CallFailed(overShare(cluster, found.holder), 429);
+      }
       metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
       // The holder takes it as any request of this user's: into its tunnel, as the agent, with no impersonation.
       const headers = peerHeaders({ headers: {}, longRunning: false, passthrough: false, user: own.user });
@@ -493,7 +536,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
         own.body,
         // The holder's own bound comes first; this hop only must not outlive it.
         { timeoutMs: OWN_CALL_TIMEOUT_MS + 5_000, maxBytes: OWN_CALL_MAX_BYTES },
-      );
+      ).finally(release);
     },
     close() {},
   });

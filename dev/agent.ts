@@ -8,7 +8,7 @@ import type { LocalUpstream } from '../agent/local-proxy.ts';
 import { clusterAccess, loadKubeConfig } from '../lib/kube.ts';
 import { spkiPin } from '../lib/pki.ts';
 import { DEFAULT_POLICY, forwardingRules, type ForwardingPolicy } from '../manifests/forwarding-policy.ts';
-import { AGENT_REVIEW_RULES } from '../manifests/install.ts';
+import { AGENT_REVIEW_RULES, PROXY_NODE_OPTIONS } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import type { Cluster } from './cluster.ts';
 import { waitForOutput } from './processes.ts';
@@ -94,6 +94,8 @@ export async function startAgentProcess(
   const child = spawn(
     process.execPath,
     [
+      // The Node options the install's Deployment gives the agent.
+      ...PROXY_NODE_OPTIONS.split(' '),
       join(REPO_ROOT, 'cli/main.ts'),
       'agent',
       ...['--cluster', opts.cluster, '--hub', opts.hub, '--ca-pin', spkiPin(opts.tunnelCAPem)],

@@ -124,14 +124,14 @@ const CONTAINER_SECURITY = {
   capabilities: { drop: ['ALL'] },
 };
 /**
- * Node options the concierge runs with. `--max-semi-space-size=8` fixes V8's young generation at 8 MiB per
+ * Node options the concierge and the agent run with (both are proxies). `--max-semi-space-size=8` fixes V8's young generation at 8 MiB per
  * semi-space instead of letting V8 size it from the node's memory (32 MiB on a large node). A proxy's garbage is
  * almost all per request; with the large young generation, the spare room V8 leaves in the old generation after
  * a full collection is smaller than the young generation, so V8 starts the next full collection at once: under a
  * LIST load in the benchmark, one every 250 ms, each marking the whole heap, with pauses that left the API server
  * waiting for requests. With 8 MiB, short scavenges take the garbage and a full collection comes every 2 s or so.
  */
-export const CONCIERGE_NODE_OPTIONS = '--max-semi-space-size=8';
+export const PROXY_NODE_OPTIONS = '--max-semi-space-size=8';
 const DOWNWARD_ENV = [
   { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
   { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
@@ -269,7 +269,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                 name: 'concierge',
                 image: opts.image,
                 args: ['concierge', `--group-suffix=${opts.groupSuffix}`, `--config-map=${CONFIG_MAP_NAME}`],
-                env: [...CONCIERGE_ENV, { name: 'NODE_OPTIONS', value: CONCIERGE_NODE_OPTIONS }],
+                env: [...CONCIERGE_ENV, { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS }],
                 ports: [
                   { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
                   { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
@@ -447,6 +447,7 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
                 ],
                 env: [
                   ...DOWNWARD_ENV,
+                  { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS },
                   {
                     name: 'SEALION_BOOTSTRAP_TOKEN',
                     valueFrom: {

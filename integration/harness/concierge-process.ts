@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
-import { CONCIERGE_NODE_OPTIONS } from '../../manifests/install.ts';
+import { PROXY_NODE_OPTIONS } from '../../manifests/install.ts';
 import type { Cluster } from '../../dev/cluster.ts';
 
 export interface ConciergeProcess {
@@ -49,7 +49,7 @@ export async function startConciergeProcess(
     process.execPath,
     [
       // The Node options the install's Deployment gives the concierge.
-      ...CONCIERGE_NODE_OPTIONS.split(' '),
+      ...PROXY_NODE_OPTIONS.split(' '),
       '--expose-gc',
       fileURLToPath(new URL('./serve-concierge.ts', import.meta.url)),
       cluster.dir,

@@ -1,0 +1,219 @@
+// One signed-in user with no rights at all opens hundreds of requests for a large answer (every authenticated user
+// may read /openapi/v2) and never reads: their HTTP/2 window is zero. Every process on the way would hold a stream
+// window of that answer per request; lib/memory-budget.ts bounds what they may hold per user. Real processes on
+// every path at once: two concierge replicas (the direct path on one, the tunnel on the other, the peer hop between
+// them) and the real `sealion agent`, each measured alone, while another user is served through all of them.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { ChildProcess } from 'node:child_process';
+import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
+import { addCluster } from '../cli/cluster.ts';
+import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
+import { USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
+import { issueCert, newCA } from '../lib/pki.ts';
+import { residentBytes, startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
+
+const NS = 'sealion-concierge';
+const AGENT_NS = 'sealion-agent';
+const EDGE = 'edge';
+/** Requests left unread on each path, on connections of 150 streams. */
+const UNREAD_PER_PATH = 300;
+const STREAMS_PER_CONNECTION = 150;
+/**
+ * What a concierge's Buffers (where answers are held) may grow by while the attack runs: the user's share of unread
+ * answers (16 MiB), and room for the other user's answers in flight. Without the budget, every stalled request held
+ * a stream window (1 MiB then) on each hop: these 900 requests pinned about 200 MiB in each process.
+ */
+const BUFFER_GROWTH_BYTES = USER_UNREAD_BYTES + 8 * 1024 * 1024;
+/** What a concierge's live memory may grow by: the Buffers, and the hundreds of requests' own state. */
+const LIVE_GROWTH_BYTES = 3 * USER_UNREAD_BYTES;
+/**
+ * The agent's resident memory, which also keeps heap the collector freed but has not given back. Its Deployment's
+ * memory limit is 256 MiB; before the budget, this attack took it from about 70 MiB to over 270 MiB.
+ */
+const AGENT_RSS_GROWTH_BYTES = 6 * USER_UNREAD_BYTES;
+const MiB = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+let hub: Cluster;
+/** replica-1 holds the edge's tunnel; replica-2 reaches it through replica-1. */
+let holder: ConciergeProcess;
+let lander: ConciergeProcess;
+const children: ChildProcess[] = [];
+let agentPid = 0;
+let mallory: { certPem: string; keyPem: string };
+let pat: { certPem: string; keyPem: string };
+const sessions: ClientHttp2Session[] = [];
+
+beforeAll(async () => {
+  hub = await startCluster({ name: 'unread', controllerManager: false });
+  await hub.kubectl(['create', 'namespace', NS]);
+  const agentKubeconfig = await prepareAgentCluster(hub, AGENT_NS);
+  const signer = await newCA('unread-answers users');
+  const issued = async (name: string) => {
+    const cert = await issueCert(signer, { commonName: name, usage: 'client' });
+    return { certPem: cert.certPem, keyPem: cert.keyPem };
+  };
+  // mallory has no rights beyond every signed-in user's; pat may read namespaces.
+  [mallory, pat] = await Promise.all([issued('mallory'), issued('pat')]);
+  await hub.kubectl(['create', 'clusterrole', 'ns-reader', '--verb=get,list', '--resource=namespaces']);
+  await hub.kubectl(['create', 'clusterrolebinding', 'pat', '--clusterrole=ns-reader', '--user=pat']);
+  const replica = (identity: string) =>
+    startConciergeProcess(hub, {
+      tunnel: { port: 0, namespace: NS },
+      identity,
+      signer: { certPem: signer.certPem, keyPem: signer.keyPem },
+    });
+  holder = await replica('replica-1');
+  lander = await replica('replica-2');
+  const added = await addCluster(EDGE, {
+    kubeconfig: hub.kubeconfigPath,
+    namespace: NS,
+    groupSuffix: 'sealion.dev',
+    hub: '',
+    description: '',
+  });
+  const agent = await startAgentProcess({
+    cluster: EDGE,
+    hub: `https://127.0.0.1:${holder.tunnel!.port}`,
+    tunnelCAPem: holder.tunnel!.caPem,
+    kubeconfig: agentKubeconfig,
+    namespace: AGENT_NS,
+    bootstrapToken: added.token,
+    transport: 'direct',
+    started: (child) => children.push(child),
+  });
+  agentPid = agent.pid!;
+  // The peer hop works once replica-2 has read replica-1's Lease.
+  await eventually(
+    async () => expect((await get(lander, pat, `/clusters/${EDGE}/api`)).status).toBe(200),
+    60_000,
+  );
+}, 240_000);
+
+afterAll(async () => {
+  for (const s of sessions) s.destroy();
+  for (const child of children) child.kill('SIGKILL');
+  await Promise.all([holder?.stop(), lander?.stop()]);
+  await hub?.stop();
+});
+
+function session(replica: ConciergeProcess, user: { certPem: string; keyPem: string }, window?: number) {
+  const s = http2Connect(replica.url, {
+    ca: replica.servingCA,
+    cert: user.certPem,
+    key: user.keyPem,
+    ...(window === undefined ? {} : { settings: { initialWindowSize: window } }),
+  });
+  s.on('error', () => {});
+  sessions.push(s);
+  return s;
+}
+
+/** A whole answer, read as a client reads it. */
+function get(
+  replica: ConciergeProcess,
+  user: { certPem: string; keyPem: string },
+  path: string,
+): Promise<{ status: number; bytes: number }> {
+  const s = session(replica, user);
+  return new Promise<{ status: number; bytes: number }>((done, fail) => {
+    let status = 0;
+    let bytes = 0;
+    const stream = s.request({ ':path': path });
+    stream.on('response', (h) => (status = Number(h[':status'])));
+    stream.on('data', (chunk: Buffer) => (bytes += chunk.length));
+    stream.on('end', () => done({ status, bytes }));
+    stream.on('error', fail);
+  }).finally(() => s.close());
+}
+
+/** Requests for `path` that are never read: the client's window is zero. Counts those the proxy cut. */
+function leaveUnread(replica: ConciergeProcess, path: string): { answered: () => number; cut: () => number } {
+  let answered = 0;
+  let cut = 0;
+  for (let i = 0; i < UNREAD_PER_PATH / STREAMS_PER_CONNECTION; i++) {
+    const s = session(replica, mallory, 0);
+    for (let j = 0; j < STREAMS_PER_CONNECTION; j++) {
+      const stream = s.request({ ':path': path });
+      stream.on('response', () => answered++);
+      stream.on('error', () => {});
+      stream.on('close', () => cut++);
+    }
+  }
+  return { answered: () => answered, cut: () => cut };
+}
+
+const live = (m: NodeJS.MemoryUsage): number => m.heapUsed + m.external;
+
+/** A concierge's live memory and its Buffers' share of it, after a full collection. */
+async function measure(replica: ConciergeProcess): Promise<{ live: number; buffers: number }> {
+  const m = await replica.memory();
+  return { live: live(m), buffers: m.arrayBuffers };
+}
+
+describe('a user who leaves answers unread on every path', () => {
+  it("costs each process at most the user's share, and the other user is served", async () => {
+    const openapi = await get(holder, pat, '/openapi/v2');
+    expect(openapi.status).toBe(200);
+    // Far more than a stream window, so every request left unread could pin a whole window on each hop.
+    expect(openapi.bytes).toBeGreaterThan(2 * 1024 * 1024);
+    const before = {
+      holder: await measure(holder),
+      lander: await measure(lander),
+      agent: residentBytes(agentPid),
+    };
+    const attacks = [
+      leaveUnread(lander, '/openapi/v2'),
+      leaveUnread(holder, `/clusters/${EDGE}/openapi/v2`),
+      leaveUnread(lander, `/clusters/${EDGE}/openapi/v2`),
+    ];
+    // Every request is answered, then the budget cuts what it must; the rest stay stalled.
+    await eventually(
+      () => expect(attacks.every((a) => a.answered() + a.cut() >= UNREAD_PER_PATH * 0.9)).toBe(true),
+      60_000,
+    );
+    const peak = { ...before, holder: { ...before.holder }, lander: { ...before.lander } };
+    const sample = async (): Promise<void> => {
+      for (const [name, replica] of [
+        ['holder', holder],
+        ['lander', lander],
+      ] as const) {
+        const now = await measure(replica);
+        peak[name].live = Math.max(peak[name].live, now.live);
+        peak[name].buffers = Math.max(peak[name].buffers, now.buffers);
+      }
+      peak.agent = Math.max(peak.agent, residentBytes(agentPid));
+    };
+    for (let round = 0; round < 5; round++) {
+      await new Promise((done) => setTimeout(done, 1000));
+      await sample();
+      // The other user, on every path, reading a whole large answer.
+      for (const [replica, path] of [
+        [lander, '/openapi/v2'],
+        [holder, `/clusters/${EDGE}/openapi/v2`],
+        [lander, `/clusters/${EDGE}/openapi/v2`],
+      ] as const) {
+        const answer = await get(replica, pat, path);
+        expect(answer).toEqual({ status: 200, bytes: openapi.bytes });
+      }
+    }
+    const grown = (name: 'holder' | 'lander', what: 'live' | 'buffers'): number =>
+      peak[name][what] - before[name][what];
+    process.stderr.write(
+      `[unread answers] ${3 * UNREAD_PER_PATH} answers left unread: ` +
+        `holder +${MiB(grown('holder', 'buffers'))} Buffers, +${MiB(grown('holder', 'live'))} live; ` +
+        `lander +${MiB(grown('lander', 'buffers'))} Buffers, +${MiB(grown('lander', 'live'))} live; ` +
+        `agent ${MiB(before.agent)} resident, +${MiB(peak.agent - before.agent)}; ` +
+        `cut (direct, tunnel, peer): ${attacks.map((a) => a.cut()).join(', ')}\n`,
+    );
+    expect(holder.alive() && lander.alive()).toBe(true);
+    for (const name of ['holder', 'lander'] as const) {
+      expect({ [name]: grown(name, 'buffers') < BUFFER_GROWTH_BYTES }).toEqual({ [name]: true });
+      expect({ [name]: grown(name, 'live') < LIVE_GROWTH_BYTES }).toEqual({ [name]: true });
+    }
+    expect(peak.agent - before.agent).toBeLessThan(AGENT_RSS_GROWTH_BYTES);
+    // The budget cut answers on every path rather than hold them all.
+    expect(attacks.every((a) => a.cut() > 0)).toBe(true);
+  }, 180_000);
+});
