@@ -1,5 +1,6 @@
 // The agent's local proxy against a stand-in API server (HTTPS with HTTP/2, as the real one), fed both ways the
 // tunnel hands it requests: HTTP/2 requests, and HTTP/1.1 on byte streams (plain TCP connections here).
+import { HOP_FIELDS } from '../lib/hop-by-hop.test.ts';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { Agent, request } from 'node:http';
 import {
@@ -127,6 +128,15 @@ const callerHeaders = {
 };
 
 describe("the agent's local proxy", () => {
+  it('sends on no field that belongs to the hub’s connection, nor any its Connection field names', async () => {
+    const agent = new Agent();
+    cleanups.push(() => agent.destroy());
+    const answer = await http1Request(agent, '/api', { ...callerHeaders, ...HOP_FIELDS });
+    expect(answer.status).toBe(200);
+    const sent = Object.keys(seen.at(-1)!).filter((name) => !name.startsWith(':'));
+    expect(sent.filter((name) => name in HOP_FIELDS)).toEqual([]);
+  });
+
   it.each(['HTTP/1.1', 'HTTP/2'])(
     'sends its own credential and the impersonation, each group apart, and nothing else of the caller’s (%s)',
     async (protocol) => {

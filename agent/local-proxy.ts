@@ -10,6 +10,7 @@ import { Agent, request } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
 import { forwardOverHttp2 } from '../lib/http2-forward.ts';
+import { hopByHop } from '../lib/hop-by-hop.ts';
 import { newH2Pool } from '../lib/http2-pool.ts';
 import {
   AGENT_UNREAD_BYTES,
@@ -40,13 +41,13 @@ export interface LocalProxy {
   close(): void;
 }
 
-/** Never sent on: hop-by-hop fields, the other end's credential and forwarding fields, and the host. */
-const DROPPED =
-  /^(?:connection|keep-alive|proxy-connection|transfer-encoding|te|upgrade|host|expect|authorization|forwarded|x-forwarded-.*)$/;
+/** Never sent on, beside what belongs to one hop (lib/hop-by-hop.ts): the other end's credential and forwarding fields. */
+const callerOnly = (name: string): boolean =>
+  name === 'authorization' || name === 'forwarded' || name.startsWith('x-forwarded-');
 
 /** The headers to send upstream, from a request's raw fields: repeated fields stay apart (Impersonate-Group: a, b). */
-function upstreamHeaders(rawHeaders: string[], token: string | undefined): OutgoingHttpHeaders {
-  const headers: OutgoingHttpHeaders = fieldsOf(rawHeaders, DROPPED);
+function upstreamHeaders(req: Request | IncomingMessage, token: string | undefined): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = fieldsOf(req.rawHeaders, hopByHop(req.headers, callerOnly));
   if (token) headers['authorization'] = `Bearer ${token}`;
   return headers;
 }
@@ -93,7 +94,7 @@ export function newLocalProxy(
   /** Relays a plain request, however it came. The hub bounds its time; the agent follows the hub's cancel. */
   const forward = (req: Request, res: Response): void => {
     if (!mayForward(req.method, req.url, req.rawHeaders)) return writeStatus(res, 403, ONLY_IMPERSONATED);
-    const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
+    const headers = upstreamHeaders(req, upstream.token?.());
     headers[':method'] = req.method ?? 'GET';
     headers[':path'] = req.url ?? '/';
     forwardOverHttp2(req, res, headers, {
@@ -112,7 +113,7 @@ export function newLocalProxy(
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (!mayForward(req.method, req.url, req.rawHeaders))
       return void socket.end(rawStatusResponse(403, ONLY_IMPERSONATED));
-    const headers = upstreamHeaders(req.rawHeaders, upstream.token?.());
+    const headers = upstreamHeaders(req, upstream.token?.());
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headers['upgrade'];
     forwardUpgrade(socket, head, {

@@ -28,6 +28,7 @@ import {
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { ensureSecretCA } from '../lib/ca-secret.ts';
 import { callOverHttp2, CallFailed, forwardOverHttp2 } from '../lib/http2-forward.ts';
+import { endToEnd, hopByHop } from '../lib/hop-by-hop.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
 import type { KubeClients } from '../lib/kube.ts';
 import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
@@ -82,9 +83,11 @@ const RETRY_RAW = { details: RETRY, headers: { 'retry-after': '1' } };
 /** The request's authenticated user and kind, as the replica it landed on decided them. */
 const USER_HEADER = 'x-sealion-peer-user';
 const LONG_RUNNING_HEADER = 'x-sealion-peer-long-running';
-/** Never sent to a peer nor taken from one as a request's own: hop-by-hop fields, and credentials. */
-const DROPPED =
-  /^(?:connection|keep-alive|proxy-connection|transfer-encoding|te|upgrade|host|authorization|x-sealion-peer-.*)$/;
+/**
+ * Never sent to a peer nor taken from one as a request's own, beside what belongs to one hop (lib/hop-by-hop.ts):
+ * credentials, and the peer hop's own fields.
+ */
+const peerOnly = (name: string): boolean => name === 'authorization' || name.startsWith('x-sealion-peer-');
 
 export interface PeeringOptions {
   clients: KubeClients;
@@ -157,11 +160,7 @@ function peerMetrics(registry: Registry, outgoing: () => Iterable<TunnelClient>)
 
 /** The plan's headers for the peer, with the facts the holder needs to forward the request as the user's. */
 function peerHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
-  const headers: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(plan.headers)) {
-    if (value === undefined || name.startsWith(':') || DROPPED.test(name)) continue;
-    headers[name] = value;
-  }
+  const headers = endToEnd(plan.headers, peerOnly);
   headers[USER_HEADER] = encodeURIComponent(plan.user);
   headers[LONG_RUNNING_HEADER] = plan.longRunning ? '1' : '0';
   return headers;
@@ -176,7 +175,7 @@ function planFrom(rawHeaders: string[], headers: IncomingHttpHeaders): ForwardPl
     // A malformed name counts as nobody's: it shares one fair-queue key with every other such request.
   }
   return {
-    headers: fieldsOf(rawHeaders, DROPPED),
+    headers: fieldsOf(rawHeaders, hopByHop(headers, peerOnly)),
     longRunning: headers[LONG_RUNNING_HEADER] === '1',
     passthrough: false,
     user,

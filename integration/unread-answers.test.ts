@@ -6,10 +6,15 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ChildProcess } from 'node:child_process';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
+import { startAgent, type Agent } from '../agent/agent.ts';
+import { newSecretCredentialStore } from '../agent/credentials.ts';
 import { addCluster } from '../cli/cluster.ts';
-import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
+import { PEER_USER_STREAMS } from '../concierge/peering.ts';
+import { agentUpstream, prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
+import { newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { silentLogger } from '../lib/log.ts';
 import { USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
 import { issueCert, newCA } from '../lib/pki.ts';
 import { residentBytes, startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
@@ -17,6 +22,8 @@ import { residentBytes, startConciergeProcess, type ConciergeProcess } from './h
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
 const EDGE = 'edge';
+/** More clusters replica-1 holds, each with an agent in this process: one peer link carries them all. */
+const MORE = ['north', 'south', 'west'];
 /** Requests left unread on each path, on connections of 150 streams. */
 const UNREAD_PER_PATH = 300;
 const STREAMS_PER_CONNECTION = 150;
@@ -44,9 +51,12 @@ let agentPid = 0;
 let mallory: { certPem: string; keyPem: string };
 let pat: { certPem: string; keyPem: string };
 const sessions: ClientHttp2Session[] = [];
+const agents: Agent[] = [];
+let hubClients: KubeClients;
 
 beforeAll(async () => {
   hub = await startCluster({ name: 'unread', controllerManager: false });
+  hubClients = newKubeClients({ path: hub.kubeconfigPath });
   await hub.kubectl(['create', 'namespace', NS]);
   const agentKubeconfig = await prepareAgentCluster(hub, AGENT_NS);
   const signer = await newCA('unread-answers users');
@@ -84,6 +94,27 @@ beforeAll(async () => {
     started: (child) => children.push(child),
   });
   agentPid = agent.pid!;
+  for (const name of MORE) {
+    const more = await addCluster(name, {
+      kubeconfig: hub.kubeconfigPath,
+      namespace: NS,
+      groupSuffix: 'sealion.dev',
+      hub: '',
+      description: '',
+    });
+    agents.push(
+      startAgent({
+        cluster: name,
+        hub: new URL(`https://127.0.0.1:${holder.tunnel!.port}`),
+        trust: { pin: more.pin },
+        bootstrapToken: () => more.token,
+        store: newSecretCredentialStore(hubClients, AGENT_NS, `${name}-credentials`),
+        upstream: agentUpstream(agentKubeconfig),
+        version: 'unread-answers-test',
+        log: silentLogger(),
+      }),
+    );
+  }
   // The peer hop works once replica-2 has read replica-1's Lease.
   await eventually(
     async () => expect((await get(lander, pat, `/clusters/${EDGE}/api`)).status).toBe(200),
@@ -93,6 +124,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const s of sessions) s.destroy();
+  await Promise.all(agents.map((a) => a.stop()));
   for (const child of children) child.kill('SIGKILL');
   await Promise.all([holder?.stop(), lander?.stop()]);
   await hub?.stop();
@@ -216,4 +248,34 @@ describe('a user who leaves answers unread on every path', () => {
     // The budget cut answers on every path rather than hold them all.
     expect(attacks.every((a) => a.cut() > 0)).toBe(true);
   }, 180_000);
+});
+
+describe("one user's requests for many clusters on one peer link", () => {
+  it('take at most their share of the link, and the other user is served', async () => {
+    // Watches that stay open, for every cluster replica-1 holds, all through replica-2: each cluster's tunnel takes
+    // 250 of them and queues 250 more, so together they would hold 2,000 streams on the one link.
+    const statuses = new Map<number, number>();
+    const bodies: string[] = [];
+    const watchers = [session(lander, pat), session(lander, pat)];
+    let n = 0;
+    for (const cluster of [EDGE, ...MORE])
+      for (let i = 0; i < 500; i++) {
+        const stream = watchers[n++ % 2]!.request({
+          ':path': `/clusters/${cluster}/api/v1/namespaces?watch=true&timeoutSeconds=120`,
+        });
+        stream.on('response', (h) => {
+          const status = Number(h[':status']);
+          statuses.set(status, (statuses.get(status) ?? 0) + 1);
+          if (status === 429) stream.on('data', (chunk: Buffer) => bodies.push(chunk.toString()));
+        });
+        stream.on('error', () => {});
+      }
+    await eventually(() => expect(statuses.get(429) ?? 0).toBeGreaterThan(0), 60_000);
+    await eventually(() =>
+      expect(bodies.some((b) => b.includes(`as one user may (${PEER_USER_STREAMS})`))).toBe(true),
+    );
+    // mallory's requests cross the same link meanwhile.
+    expect((await get(lander, mallory, `/clusters/${MORE[0]}/api`)).status).toBe(200);
+    for (const s of watchers) s.destroy();
+  }, 120_000);
 });

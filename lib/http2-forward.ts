@@ -7,16 +7,8 @@
 import type { IncomingMessage } from 'node:http';
 import { constants, type ClientHttp2Stream, type OutgoingHttpHeaders } from 'node:http2';
 import { H2Response, type Request, type Response } from './http2-request.ts';
+import { endToEnd } from './hop-by-hop.ts';
 import { relay, type RelayOptions } from './memory-budget.ts';
-
-/** Hop-by-hop or HTTP/2-illegal headers never copied from an answer. */
-const RESPONSE_HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'transfer-encoding',
-  'upgrade',
-  'proxy-connection',
-]);
 
 /**
  * How long an HTTP/1.1 client may go on sending a body nobody reads once the upstream has answered. HTTP/1.1 can stop
@@ -82,13 +74,8 @@ export function forwardOverHttp2(
       return opts.fail(new Error(`the upstream answered with status ${answer[':status']}`));
     }
     answered = true;
-    const out: OutgoingHttpHeaders = {};
-    for (const name in answer) {
-      const value = answer[name];
-      if (value !== undefined && name.charCodeAt(0) !== 58 /* ':' */ && !RESPONSE_HOP_BY_HOP.has(name))
-        out[name] = value;
-    }
-    res.writeHead(status, out);
+    // What belongs to the upstream's hop stays there (lib/hop-by-hop.ts).
+    res.writeHead(status, endToEnd(answer));
     // An HTTP/2 response sends its head in writeHead already; an HTTP/1.1 one waits for the first body chunk.
     if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();
     relay(stream, res, opts.relay);

@@ -146,11 +146,14 @@ export function serveStream(
  * A request's header fields from its raw list, lower-cased, repeated fields kept apart (two Impersonate-Group fields
  * stay two groups, never one joined with a comma), leaving out pseudo-headers and the names `dropped` matches.
  */
-export function fieldsOf(rawHeaders: string[], dropped: RegExp): Record<string, string | string[]> {
+export function fieldsOf(
+  rawHeaders: string[],
+  dropped: (name: string) => boolean,
+): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = {};
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!.toLowerCase();
-    if (name.charCodeAt(0) === 58 /* ':' */ || dropped.test(name)) continue;
+    if (name.charCodeAt(0) === 58 /* ':' */ || dropped(name)) continue;
     const value = rawHeaders[i + 1]!;
     const seen = headers[name];
     if (seen === undefined) headers[name] = value;

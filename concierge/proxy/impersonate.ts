@@ -4,28 +4,11 @@
 // (decide-impersonation.ts); then the original user travels along as an extra, so audit logs show who really asked.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { UserInfo } from '../../lib/authn/types.ts';
+import { endToEnd } from '../../lib/hop-by-hop.ts';
 
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
 const STRIPPED_NAMES = new Set(['authorization', 'proxy-authorization', 'forwarded', 'x-real-ip']);
-/**
- * HTTP/1 connection headers and HTTP/2 pseudo-headers are per hop; the upstream connection sets its own. So is
- * the authority (Host), and Expect is answered by the proxy's own server.
- */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  // Added back, with Connection, for the upgrades it asks for; on any other request it means nothing upstream.
-  'upgrade',
-  'http2-settings',
-  'host',
-  'expect',
-]);
-
 export const AUTHENTICATED_GROUP = 'system:authenticated';
 
 export function isCallerOnlyHeader(name: string): boolean {
@@ -120,17 +103,12 @@ function encodeExtraKey(key: string): string {
   );
 }
 
-/** The caller's headers minus everything it may not send, minus per-hop headers. */
+/** The caller's headers minus everything it may not send, minus per-hop headers (lib/hop-by-hop.ts). */
 export function cleanHeaders(headers: IncomingHttpHeaders, keepImpersonation = false): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
-  // for-in rather than Object.entries: no array per header on every request.
-  for (const name in headers) {
-    const value = headers[name];
-    if (value === undefined || name.charCodeAt(0) === 58 /* ':' */ || HOP_BY_HOP.has(name)) continue;
-    if (isCallerOnlyHeader(name) && !(keepImpersonation && name.startsWith('impersonate-'))) continue;
-    out[name] = value;
-  }
-  return out;
+  return endToEnd(
+    headers,
+    (name) => isCallerOnlyHeader(name) && !(keepImpersonation && name.startsWith('impersonate-')),
+  );
 }
 
 /**

@@ -1,5 +1,6 @@
 // The proxy against a capturing upstream: exactly which headers reach the API server, which never do, what the
 // log says (and never says), the metrics, and the Status answers for upstream failures.
+import { HOP_FIELDS } from '../../lib/hop-by-hop.test.ts';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
 import {
@@ -329,6 +330,13 @@ describe('what reaches the API server', () => {
       expect(headers[name]).toBeUndefined();
     }
     expect(JSON.stringify(headers)).not.toContain('alice-token');
+  });
+
+  it('sends on no field that belongs to the caller’s connection, nor any its Connection field names', async () => {
+    const answer = await call('/api/v1/namespaces', { authorization: 'Bearer alice-token', ...HOP_FIELDS });
+    expect(answer.status).toBe(200);
+    const sent = Object.keys(seen.at(-1)!).filter((name) => !name.startsWith(':'));
+    expect(sent.filter((name) => name in HOP_FIELDS)).toEqual([]);
   });
 
   it('forwards a plain request that names a protocol to upgrade to without asking for the upgrade', async () => {

@@ -15,6 +15,7 @@ import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { ClusterSpec } from '../../apis/tunnel.ts';
 import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel.ts';
+import { endToEnd } from '../../lib/hop-by-hop.ts';
 import { callOverHttp2, CallFailed, forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
 import type { Request, Response } from '../../lib/http2-request.ts';
 import {
@@ -88,16 +89,6 @@ export interface TunnelForwarder extends Forwarder {
   configure(limits: TunnelLimits): void;
 }
 
-/** Never copied either way: hop-by-hop, HTTP/2 pseudo-headers, and credentials. */
-const DROPPED = new Set([
-  'connection',
-  'keep-alive',
-  'transfer-encoding',
-  'upgrade',
-  'proxy-connection',
-  'te',
-  'host',
-]);
 const TUNNEL_HOST = 'cluster.tunnel';
 
 /** The Status for a request the fair queue turned away: 429 when the user's own share is used up, 503 otherwise. */
@@ -131,15 +122,12 @@ function failure(cluster: string, err: Error & { code?: string }): { code: numbe
   return { code: 502, message: `cluster ${cluster}: the agent's tunnel failed: ${err.code ?? err.message}` };
 }
 
-/** The request's headers for the agent; an upgrade's go on HTTP/1.1 and name the tunnel as their host. */
+/**
+ * The request's headers for the agent: never a credential, nor what belongs to one hop (lib/hop-by-hop.ts); an
+ * upgrade's go on HTTP/1.1 and name the tunnel as their host.
+ */
 function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
-  const headers: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(plan.headers)) {
-    if (value === undefined || name.startsWith(':') || DROPPED.has(name) || name === 'authorization')
-      continue;
-    headers[name] = value;
-  }
-  return headers;
+  return endToEnd(plan.headers, (name) => name === 'authorization');
 }
 
 /**
