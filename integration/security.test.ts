@@ -15,6 +15,7 @@ import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
 import { newLogger } from '../lib/log.ts';
+import { USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
 import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki.ts';
 import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
@@ -1478,6 +1479,69 @@ describe('beyond the table: the tunnel’s own framing', () => {
 });
 
 // Round 2 of the review: memory held per user across hops (finding 1), peer links (7), hop-by-hop headers (8).
+
+describe('round 2: what one user can pin, and what crosses a hop', () => {
+  /** A metric of the concierge's, summed over its series. */
+  const metric = async (name: string): Promise<number> => {
+    const text = await (await fetch(`http://127.0.0.1:${concierge.concierge.metricsPort!}/metrics`)).text();
+    return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'gm'))].reduce(
+      (sum, m) => sum + Number(m[1]),
+      0,
+    );
+  };
+
+  // Finding 1. A signed-in user opened hundreds of requests for a large answer with a zero window and never read: each
+  // pinned a stream window (1 MiB) in every process on the way. The same attack through separate processes, with
+  // every process measured, is integration/unread-answers.test.ts.
+  it('cuts what one user leaves unread at their share, directly and through the tunnel, and serves others', async () => {
+    const cutBefore = await metric('sealion_unread_answers_cut_total');
+    const session = http2Connect(`https://127.0.0.1:${proxyPort()}`, {
+      ca: concierge.servingCA.certPem,
+      settings: { initialWindowSize: 0 },
+    });
+    session.on('error', () => {});
+    let reset = 0;
+    try {
+      for (const path of ['/openapi/v2', `/clusters/${EDGE}/openapi/v2`])
+        for (let i = 0; i < 100; i++) {
+          const stream = session.request({ ':path': path, ...bearer(userToken) });
+          stream.on('error', () => {});
+          stream.on('close', () => reset++);
+        }
+      await eventually(
+        async () => expect(await metric('sealion_unread_answers_cut_total')).toBeGreaterThan(cutBefore + 50),
+        60_000,
+      );
+      expect(await metric('sealion_unread_answer_bytes')).toBeLessThanOrEqual(USER_UNREAD_BYTES);
+      expect(reset).toBeGreaterThan(50);
+      // Another user, on both paths, meanwhile.
+      const other = bearer(
+        await mint({ username: 'bob@example.com', groups: [READERS] }, { expiresIn: 600 }),
+      );
+      expect((await https1('/api/v1/namespaces', { headers: other })).status).toBe(200);
+      expect((await https1(`/clusters/${EDGE}/api/v1/namespaces`, { headers: other })).status).toBe(200);
+    } finally {
+      session.destroy();
+    }
+  }, 90_000);
+
+  // Finding 8. A field the caller's Connection field names belongs to the caller's connection (RFC 9110 7.6.1); it was
+  // sent on. Here it is Accept, so the API server's answer shows whether it arrived: protobuf if it did, JSON if not.
+  it.each([
+    ['directly', '/api/v1/namespaces'],
+    ['through the tunnel', `/clusters/${EDGE}/api/v1/namespaces`],
+  ])('keeps a field the Connection field names on the caller’s hop (%s)', async (_name, path) => {
+    const protobuf = 'application/vnd.kubernetes.protobuf';
+    const plain = await https1(path, { headers: { ...bearer(userToken), accept: protobuf } });
+    expect(plain.status).toBe(200);
+    expect(plain.body.startsWith('k8s')).toBe(true);
+    const named = await https1(path, {
+      headers: { ...bearer(userToken), accept: protobuf, connection: 'keep-alive, accept' },
+    });
+    expect(named.status).toBe(200);
+    expect(named.body.startsWith('{')).toBe(true);
+  });
+});
 
 // Round 2 of the review: anonymous /register (finding 2) and certificates bound to what their trust depends on (5).
 
