@@ -8,6 +8,7 @@ import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/grou
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION } from './login.ts';
+import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';
 
 const POLL_MS = 2_000;
@@ -84,14 +85,14 @@ function choose(all: Found[], flags: GetKubeconfigFlags): Found {
       (!flags.authenticatorType || a.type === flags.authenticatorType) &&
       (!flags.authenticatorName || a.name === flags.authenticatorName),
   );
-  const names = all.map((a) => `${a.type}/${a.name}`).join(', ') || 'none';
+  const names = all.map((a) => `${a.type}/${printable(a.name)}`).join(', ') || 'none';
   if (matching.length === 1) return matching[0]!;
   if (matching.length === 0) throw new Error(`no matching authenticator (the cluster has: ${names})`);
   throw new Error(`several authenticators match (${names}); choose one with --authenticator-name`);
 }
 
 /** The proxy's endpoint once its strategy is Success; waits while it is Pending and explains anything else. */
-async function proxyEndpoint(
+export async function proxyEndpoint(
   clients: KubeClients,
   flags: GetKubeconfigFlags,
   say: (line: string) => void,
@@ -106,11 +107,14 @@ async function proxyEndpoint(
     const pending = !strategy || strategy.reason === 'Pending';
     if (!pending)
       throw new Error(
-        `the impersonation proxy is ${strategy.status} (${strategy.reason}): ${strategy.message}`,
+        `the impersonation proxy is ${printable(String(strategy.status))} (${printable(String(strategy.reason))}): ${printable(String(strategy.message))}`,
       );
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for the impersonation proxy: ${strategy?.message ?? 'no status yet'}`);
-    const message = strategy?.message ?? 'the concierge has not published a status yet';
+    // The strategy's words are the cluster's text: whoever may write the authenticator's status wrote them.
+    const message =
+      strategy?.message === undefined
+        ? 'the concierge has not published a status yet'
+        : printable(String(strategy.message));
+    if (Date.now() > deadline) throw new Error(`gave up waiting for the impersonation proxy: ${message}`);
     if (message !== lastMessage) say(`waiting: ${message}`);
     lastMessage = message;
     await new Promise((r) => setTimeout(r, POLL_MS));
@@ -180,7 +184,7 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
       // that way is left out rather than made to point at another cluster.
       const context = `sealion-${cluster}` === name ? `sealion-cluster-${cluster}` : `sealion-${cluster}`;
       if (contexts.some((c) => c.name === context)) {
-        say(`left out: cluster ${cluster}, whose context name ${context} is taken`);
+        say(`left out: cluster ${printable(cluster)}, whose context name ${printable(context)} is taken`);
         continue;
       }
       contexts.push({ name: context, server: `${proxy}/clusters/${encodeURIComponent(cluster)}` });
@@ -230,7 +234,7 @@ async function connectedClusters(
   const names = list.items.flatMap((c) => (c.metadata.name ? [c.metadata.name] : [])).sort();
   const connected = new Set(list.items.filter((c) => c.status?.connected).map((c) => c.metadata.name));
   const left = names.filter((n) => !connected.has(n));
-  if (left.length > 0) say(`left out, not connected now: ${left.join(', ')}`);
+  if (left.length > 0) say(`left out, not connected now: ${left.map((n) => printable(n)).join(', ')}`);
   return names.filter((n) => connected.has(n));
 }
 

@@ -138,7 +138,7 @@ export function explain(
     { claim?: string; claims?: Record<string, unknown>; now?: number } | undefined;
   if (codes.includes('OAUTH_JWT_CLAIM_COMPARISON_FAILED') && cause?.claim === 'aud')
     return says(
-      `the issuer's ID token is for ${JSON.stringify(cause.claims?.['aud'])}, not for this client (${flags.clientId}): ` +
+      `the issuer's ID token is for ${printable(JSON.stringify(cause.claims?.['aud']) ?? 'nobody')}, not for this client (${flags.clientId}): ` +
         'check --client-id against the client registered at the issuer',
     );
   if (codes.includes('OAUTH_JWT_TIMESTAMP_CHECK_FAILED')) {
@@ -150,8 +150,10 @@ export function explain(
     return says(`the issuer's ID token is not valid at this machine's time${off}: check the system clock`);
   }
   if (codes.includes('OAUTH_RESPONSE_IS_NOT_CONFORM') || codes.includes('OAUTH_RESPONSE_IS_NOT_JSON'))
-    return says(`${flags.issuer} gave an unexpected answer during ${step}: ${(err as Error).message}`);
-  return says(`${step} with ${flags.issuer} failed: ${(err as Error).message}`);
+    return says(
+      `${flags.issuer} gave an unexpected answer during ${step}: ${printable((err as Error).message)}`,
+    );
+  return says(`${step} with ${flags.issuer} failed: ${printable((err as Error).message)}`);
 }
 
 function sessionOf(

@@ -11,6 +11,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
 import type * as HttpsClient from '../lib/https-client.ts';
+import { printable } from './printable.ts';
 
 /**
  * The HTTPS client (undici, dozens of modules) loads only when a request is made: kubectl runs this plugin for every
@@ -124,10 +125,26 @@ export async function exchange(
       ).httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) })
     ).json as TokenCredentialRequest;
   } catch (err) {
-    throw new Error(`exchange token: ${(err as Error).message}`, { cause: err });
+    throw new Error(`exchange token: ${await failureOf(err)}`, { cause: err });
   }
   if (answer.status?.credential) return answer.status.credential;
-  throw new Error(`exchange token: ${answer.status?.message ?? 'the answer has no credential'}`);
+  // The message is the server's text, shown on the terminal of whoever runs kubectl.
+  throw new Error(
+    `exchange token: ${answer.status?.message === undefined ? 'the answer has no credential' : printable(String(answer.status.message))}`,
+  );
+}
+
+/**
+ * A failed request in words: what the HTTPS client says, and for an error answer the message of the Kubernetes
+ * Status it carries (the server's text, so made printable). Exported for whoami.
+ */
+export async function failureOf(err: unknown): Promise<string> {
+  const body = (err as { body?: unknown }).body;
+  // Loaded only on failure: the path that answers from the cache never needs it.
+  const said =
+    typeof body === 'string' ? (await import('../lib/kube-status.ts')).statusMessageOf(body) : undefined;
+  const message = printable((err as Error).message);
+  return said === undefined ? message : `${message}: ${printable(said)}`;
 }
 
 /** Whether something expiring at `expires` (an RFC 3339 time or ms) is still good enough to hand out. */
