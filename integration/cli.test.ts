@@ -310,8 +310,8 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
         'kubeconfig',
         '--kubeconfig',
         cluster.kubeconfigPath,
-        '--static-token',
-        'x',
+        '--static-token-env',
+        'SEALION_TEST_TOKEN',
       ]);
       expect(answer.code).not.toBe(0);
       expect(answer.stderr).toMatch(
