@@ -32,19 +32,32 @@ const MAX_TRUSTED_SKEW_S = 15 * 60;
 /** No ID token is used longer than this, whatever it says. */
 const MAX_SESSION_S = 24 * 3600;
 
-interface Session {
+export interface Session {
   idToken: string;
   /** Milliseconds since the epoch. */
   idTokenExpiry: number;
   refreshToken?: string;
+  /**
+   * Whom the refresh token is for, so that `sealion logout --all` can revoke it without the kubeconfig (the cache
+   * file's name is a hash). Sessions cached before these were kept have none.
+   */
+  issuer?: string;
+  clientId?: string;
+  caBundleData?: string;
 }
+
+/** The cache file of the OIDC session for an issuer, client and scopes. */
+export const sessionFile = (
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'scopes'>,
+  env: NodeJS.ProcessEnv,
+): string => cacheFile(env, 'sessions', [flags.issuer, flags.clientId, flags.scopes]);
 
 /**
  * Discovery and token calls trust the given CA bundle (base64 PEM), or the system roots without one. `close`
  * ends their keep-alive connections, so the plugin exits as soon as it has answered.
  */
 async function configuration(
-  flags: OIDCLoginFlags,
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'caBundleData'>,
 ): Promise<{ config: oidc.Configuration; close: () => Promise<void> }> {
   const options: oidc.DiscoveryRequestOptions = {};
   let dispatcher: Agent | undefined;
@@ -367,6 +380,27 @@ async function deviceLogin(
   }
 }
 
+/**
+ * Revokes a refresh token at the issuer (RFC 7009), and with it the grant behind it, where the issuer's discovery
+ * document names a revocation endpoint. Answers false when it names none: the token then stays valid at the issuer
+ * until it expires, whatever is deleted here.
+ */
+export async function revokeRefreshToken(
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'caBundleData'>,
+  refreshToken: string,
+): Promise<boolean> {
+  const { config, close } = await configuration(flags);
+  try {
+    if (!config.serverMetadata().revocation_endpoint) return false;
+    await oidc.tokenRevocation(config, refreshToken, { token_type_hint: 'refresh_token' });
+    return true;
+  } catch (err) {
+    throw explain(err, flags, 'revocation');
+  } finally {
+    await close();
+  }
+}
+
 const scopesOf = (flags: OIDCLoginFlags): string =>
   flags.scopes
     .split(/[\s,]+/)
@@ -379,7 +413,7 @@ export async function oidcLogin(
   env: NodeJS.ProcessEnv,
   say: (line: string) => void,
 ): Promise<ExecCredential> {
-  const file = cacheFile(env, 'sessions', [flags.issuer, flags.clientId, flags.scopes]);
+  const file = sessionFile(flags, env);
   const usable = (s: Session | undefined): boolean => Boolean(s && freshUntil(s.idTokenExpiry));
   let session = readCache<Session>(file);
   if (!session || !usable(session)) {
@@ -405,6 +439,7 @@ export async function oidcLogin(
         next ??= flags.device
           ? await deviceLogin(config, flags, say)
           : await interactiveLogin(config, flags, env, say);
+        next = { ...next, issuer: flags.issuer, clientId: flags.clientId, caBundleData: flags.caBundleData };
         writeCache(file, next);
         return next;
       } finally {

@@ -110,7 +110,11 @@ export function readTokenFile(file: string): string {
   return token;
 }
 
-function tokenOf(flags: StaticLoginFlags, env: NodeJS.ProcessEnv, say: (line: string) => void): string {
+export function tokenOf(
+  flags: StaticLoginFlags,
+  env: NodeJS.ProcessEnv,
+  say: (line: string) => void,
+): string {
   const given = [
     flags.token && '--token',
     flags.tokenEnv && '--token-env',
@@ -247,6 +251,34 @@ const readCached = (file: string): ExecCredential | undefined => {
 };
 
 /**
+ * Where an exchange of `token` goes and where its certificate is cached; undefined when no endpoint is known.
+ * Exported for logout, which removes the cache file.
+ */
+export function exchangeTarget(
+  token: string,
+  flags: ExchangeFlags,
+  env: NodeJS.ProcessEnv,
+): { file: string; endpoint: string; caPem: string | undefined; kind: Kind } | undefined {
+  const info = env['KUBERNETES_EXEC_INFO']
+    ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
+    : undefined;
+  const endpoint = flags.conciergeEndpoint || info?.server;
+  if (!endpoint) return undefined;
+  const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
+  const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
+  const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
+  // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
+  const file = cacheFile(env, 'credentials', [
+    token,
+    kind,
+    flags.authenticatorName,
+    flags.groupSuffix,
+    endpoint,
+  ]);
+  return { file, endpoint, caPem, kind };
+}
+
+/**
  * The ExecCredential for a token: the token itself (with its expiry, when known, so kubectl asks again in time),
  * or a client certificate it was exchanged for.
  */
@@ -263,24 +295,10 @@ export async function credentialFor(
       status: { token, ...(tokenExpiry ? { expirationTimestamp: tokenExpiry } : {}) },
     };
 
-  const info = env['KUBERNETES_EXEC_INFO']
-    ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
-    : undefined;
-  const endpoint = flags.conciergeEndpoint || info?.server;
-  if (!endpoint)
+  const target = exchangeTarget(token, flags, env);
+  if (!target)
     throw new Error('--exchange needs --concierge-endpoint, or provideClusterInfo: true in the kubeconfig');
-  const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
-  const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
-  const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
-
-  // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
-  const file = cacheFile(env, 'credentials', [
-    token,
-    kind,
-    flags.authenticatorName,
-    flags.groupSuffix,
-    endpoint,
-  ]);
+  const { file, endpoint, caPem, kind } = target;
   const fresh = readCached(file);
   if (fresh) return fresh;
   return withFileLock(file, async () => {

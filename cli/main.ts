@@ -15,6 +15,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   manifests: async () => (await import('./manifests.ts')).manifestsCommand(),
   concierge: async () => (await import('./concierge.ts')).conciergeCommand(),
   login: async () => (await import('./login.ts')).loginCommand(),
+  logout: async () => (await import('./logout.ts')).logoutCommand(),
   get: async () => (await import('./get-kubeconfig.ts')).getCommand(),
   whoami: async () => (await import('./whoami.ts')).whoamiCommand(),
   clusters: async () => (await import('./clusters.ts')).clustersCommand(),
