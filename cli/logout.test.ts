@@ -146,15 +146,13 @@ describe('sealion logout', () => {
     const cert = await issueCert(ca, { commonName: 'issuer', hosts: ['127.0.0.1'], usage: 'server' });
     let url = '';
     const bare: Server = createServer({ cert: cert.certPem, key: cert.keyPem }, (_req, res) =>
-      res
-        .writeHead(200, { 'content-type': 'application/json' })
-        .end(
-          JSON.stringify({
-            issuer: url,
-            token_endpoint: `${url}/token`,
-            authorization_endpoint: `${url}/auth`,
-          }),
-        ),
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          issuer: url,
+          token_endpoint: `${url}/token`,
+          authorization_endpoint: `${url}/auth`,
+        }),
+      ),
     );
     await new Promise<void>((done) => bare.listen(0, '127.0.0.1', done));
     url = `https://127.0.0.1:${(bare.address() as AddressInfo).port}`;
