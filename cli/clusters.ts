@@ -4,7 +4,7 @@
 import { Command } from 'commander';
 import { closeHttpsPools, HttpsError } from '../lib/https-client.ts';
 import { statusMessageOf } from '../lib/kube-status.ts';
-import { printable } from './printable.ts';
+import { printable, printableJSON } from './printable.ts';
 import { loginFirst, postAsKubeconfig } from './whoami.ts';
 
 export interface ClusterState {
@@ -95,7 +95,7 @@ Examples:
     .action(async (flags: { kubeconfig: string; output: string }) => {
       const states = await listClusters(flags.kubeconfig);
       await closeHttpsPools();
-      if (flags.output === 'json') return void process.stdout.write(`${JSON.stringify(states, null, 2)}\n`);
+      if (flags.output === 'json') return void process.stdout.write(`${printableJSON(states)}\n`);
       process.stdout.write(
         table([
           ['CONTEXT', 'STATE', 'USER/DETAIL', 'SERVER'],

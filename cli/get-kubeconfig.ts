@@ -1,13 +1,15 @@
 // `sealion get kubeconfig`: from an admin's kubeconfig, finds the authenticator and where the impersonation
 // proxy is (its strategy status), and prints a kubeconfig whose user is the `sealion login` exec plugin.
 import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { Command } from 'commander';
 import { stringify } from 'yaml';
 import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube.ts';
-import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION } from './login.ts';
+import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './login.ts';
+import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';
 
 const POLL_MS = 2_000;
@@ -17,8 +19,11 @@ export interface GetKubeconfigFlags {
   groupSuffix: string;
   authenticatorType: '' | 'jwt' | 'webhook';
   authenticatorName: string;
+  /** Refused: a token in the kubeconfig's exec arguments is in the process list of every kubectl run. */
   staticToken: string;
   staticTokenEnv: string;
+  /** A token file only its owner may read; the kubeconfig names it by its absolute path. */
+  staticTokenFile: string;
   /** OIDC login (the default for a JWTAuthenticator without a static token). Empty: from the authenticator. */
   oidcIssuer: string;
   oidcClientId: string;
@@ -84,14 +89,14 @@ function choose(all: Found[], flags: GetKubeconfigFlags): Found {
       (!flags.authenticatorType || a.type === flags.authenticatorType) &&
       (!flags.authenticatorName || a.name === flags.authenticatorName),
   );
-  const names = all.map((a) => `${a.type}/${a.name}`).join(', ') || 'none';
+  const names = all.map((a) => `${a.type}/${printable(a.name)}`).join(', ') || 'none';
   if (matching.length === 1) return matching[0]!;
   if (matching.length === 0) throw new Error(`no matching authenticator (the cluster has: ${names})`);
   throw new Error(`several authenticators match (${names}); choose one with --authenticator-name`);
 }
 
 /** The proxy's endpoint once its strategy is Success; waits while it is Pending and explains anything else. */
-async function proxyEndpoint(
+export async function proxyEndpoint(
   clients: KubeClients,
   flags: GetKubeconfigFlags,
   say: (line: string) => void,
@@ -106,37 +111,58 @@ async function proxyEndpoint(
     const pending = !strategy || strategy.reason === 'Pending';
     if (!pending)
       throw new Error(
-        `the impersonation proxy is ${strategy.status} (${strategy.reason}): ${strategy.message}`,
+        `the impersonation proxy is ${printable(String(strategy.status))} (${printable(String(strategy.reason))}): ${printable(String(strategy.message))}`,
       );
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for the impersonation proxy: ${strategy?.message ?? 'no status yet'}`);
-    const message = strategy?.message ?? 'the concierge has not published a status yet';
+    // The strategy's words are the cluster's text: whoever may write the authenticator's status wrote them.
+    const message =
+      strategy?.message === undefined
+        ? 'the concierge has not published a status yet'
+        : printable(String(strategy.message));
+    if (Date.now() > deadline) throw new Error(`gave up waiting for the impersonation proxy: ${message}`);
     if (message !== lastMessage) say(`waiting: ${message}`);
     lastMessage = message;
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
 }
 
-export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: string) => void): Promise<string> {
+/** The kubeconfig `sealion get kubeconfig` prints. `given`: the admin kubeconfig's clients, made here by default. */
+export async function getKubeconfig(
+  flags: GetKubeconfigFlags,
+  say: (line: string) => void,
+  given?: KubeClients,
+): Promise<string> {
   if (!Number.isFinite(Number(flags.timeout))) throw new Error('--timeout must be a number of seconds');
   if (flags.cluster && flags.allClusters) throw new Error('give --cluster or --all-clusters, not both');
-  const { newKubeClients } = await import('../lib/kube.ts');
-  const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  // Checked before the cluster is asked anything. The exec plugin's arguments are public: every local user reads them
+  // in the process list (ps, /proc/<pid>/cmdline) each time kubectl runs it, so the token goes where only the user
+  // reads it, an environment variable or a private file, and the kubeconfig names where.
+  if (flags.staticToken)
+    throw new Error(
+      '--static-token would put the token in the arguments of every kubectl run, where other local users read it: give --static-token-env NAME (an environment variable holding it) or --static-token-file PATH (a file only you may read)',
+    );
+  if (flags.staticTokenEnv && flags.staticTokenFile)
+    throw new Error('give --static-token-env or --static-token-file, not both');
+  // Absolute, as kubectl runs the plugin from wherever kubectl runs; read now, so that a file others may read (or
+  // none at all) is found before a kubeconfig is written that fails on every run.
+  const tokenFile = flags.staticTokenFile ? resolve(flags.staticTokenFile) : '';
+  if (tokenFile) readTokenFile(tokenFile);
+  const clients =
+    given ??
+    (await import('../lib/kube.ts')).newKubeClients(
+      flags.kubeconfig ? { path: flags.kubeconfig } : { default: true },
+    );
   const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);
   const name = flags.cluster ? `sealion-${flags.cluster}` : `sealion-${authenticator.name}`;
-  const staticToken = Boolean(flags.staticToken || flags.staticTokenEnv);
+  const staticToken = Boolean(flags.staticTokenEnv || tokenFile);
   if (!staticToken && authenticator.type !== 'jwt')
     throw new Error(
-      `webhook authenticator ${authenticator.name} checks static tokens: give --static-token or --static-token-env`,
+      `webhook authenticator ${authenticator.name} checks static tokens: give --static-token-env or --static-token-file`,
     );
   const oidcIssuer = flags.oidcIssuer || authenticator.issuer;
   if (!staticToken && !oidcIssuer) throw new Error(`JWTAuthenticator ${authenticator.name} names no issuer`);
   const oidcCA = flags.oidcCaBundleData || authenticator.caData || '';
   const login = staticToken
-    ? [
-        'static',
-        ...(flags.staticToken ? ['--token', flags.staticToken] : ['--token-env', flags.staticTokenEnv]),
-      ]
+    ? ['static', ...(tokenFile ? ['--token-file', tokenFile] : ['--token-env', flags.staticTokenEnv])]
     : [
         'oidc',
         '--issuer',
@@ -180,7 +206,7 @@ export async function getKubeconfig(flags: GetKubeconfigFlags, say: (line: strin
       // that way is left out rather than made to point at another cluster.
       const context = `sealion-${cluster}` === name ? `sealion-cluster-${cluster}` : `sealion-${cluster}`;
       if (contexts.some((c) => c.name === context)) {
-        say(`left out: cluster ${cluster}, whose context name ${context} is taken`);
+        say(`left out: cluster ${printable(cluster)}, whose context name ${printable(context)} is taken`);
         continue;
       }
       contexts.push({ name: context, server: `${proxy}/clusters/${encodeURIComponent(cluster)}` });
@@ -230,7 +256,7 @@ async function connectedClusters(
   const names = list.items.flatMap((c) => (c.metadata.name ? [c.metadata.name] : [])).sort();
   const connected = new Set(list.items.filter((c) => c.status?.connected).map((c) => c.metadata.name));
   const left = names.filter((n) => !connected.has(n));
-  if (left.length > 0) say(`left out, not connected now: ${left.join(', ')}`);
+  if (left.length > 0) say(`left out, not connected now: ${left.map((n) => printable(n)).join(', ')}`);
   return names.filter((n) => connected.has(n));
 }
 
@@ -243,8 +269,17 @@ export function getCommand(): Command {
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .option('--authenticator-type <type>', 'jwt or webhook (default: whichever exists)', '')
     .option('--authenticator-name <name>', 'which authenticator (default: the only one)', '')
-    .option('--static-token <token>', 'the token, written into the kubeconfig', '')
     .option('--static-token-env <name>', 'the environment variable the plugin reads the token from', '')
+    .option(
+      '--static-token-file <path>',
+      'a file only you may read (chmod 600) that the plugin reads the token from',
+      '',
+    )
+    .option(
+      '--static-token <token>',
+      'refused: the token would be in the process list of every kubectl run; use --static-token-env or --static-token-file',
+      '',
+    )
     .option('--oidc-issuer <url>', "OIDC issuer (default: the JWTAuthenticator's)", '')
     .option('--oidc-client-id <id>', 'OAuth client ID of the CLI at the issuer', DEFAULT_OIDC_CLIENT_ID)
     .option('--oidc-scopes <list>', 'scopes to ask for', 'openid offline_access email profile groups')
@@ -272,6 +307,7 @@ With a JWTAuthenticator and no static token, the kubeconfig logs in with OIDC (s
 Examples:
   sealion get kubeconfig > me.kubeconfig                       # OIDC login with the only JWTAuthenticator
   sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
+  sealion get kubeconfig --static-token-file ~/.config/my-token > me.kubeconfig   # chmod 600 my-token
   sealion get kubeconfig --cluster edge-1 > edge-1.kubeconfig     # through that cluster's agent
   sealion get kubeconfig --all-clusters -o me.kubeconfig          # every cluster; see sealion clusters
   sealion get kubeconfig --kubeconfig admin.kubeconfig --authenticator-name corp \\

@@ -3,7 +3,8 @@
 // device prompt, the session cache (an ID token is reused until shortly before it expires, then refreshed without
 // a browser), and plain words for what went wrong.
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:http';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as oidc from 'openid-client';
 import { Agent, fetch as undiciFetch } from 'undici';
@@ -17,6 +18,7 @@ import {
   type ExecCredential,
   type OIDCLoginFlags,
 } from './login.ts';
+import { fromAnotherUser } from './loopback-peer.ts';
 import { printable } from './printable.ts';
 
 /** How long the localhost callback waits for the browser. */
@@ -30,19 +32,32 @@ const MAX_TRUSTED_SKEW_S = 15 * 60;
 /** No ID token is used longer than this, whatever it says. */
 const MAX_SESSION_S = 24 * 3600;
 
-interface Session {
+export interface Session {
   idToken: string;
   /** Milliseconds since the epoch. */
   idTokenExpiry: number;
   refreshToken?: string;
+  /**
+   * Whom the refresh token is for, so that `sealion logout --all` can revoke it without the kubeconfig (the cache
+   * file's name is a hash). Sessions cached before these were kept have none.
+   */
+  issuer?: string;
+  clientId?: string;
+  caBundleData?: string;
 }
+
+/** The cache file of the OIDC session for an issuer, client and scopes. */
+export const sessionFile = (
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'scopes'>,
+  env: NodeJS.ProcessEnv,
+): string => cacheFile(env, 'sessions', [flags.issuer, flags.clientId, flags.scopes]);
 
 /**
  * Discovery and token calls trust the given CA bundle (base64 PEM), or the system roots without one. `close`
  * ends their keep-alive connections, so the plugin exits as soon as it has answered.
  */
 async function configuration(
-  flags: OIDCLoginFlags,
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'caBundleData'>,
 ): Promise<{ config: oidc.Configuration; close: () => Promise<void> }> {
   const options: oidc.DiscoveryRequestOptions = {};
   let dispatcher: Agent | undefined;
@@ -138,7 +153,7 @@ export function explain(
     { claim?: string; claims?: Record<string, unknown>; now?: number } | undefined;
   if (codes.includes('OAUTH_JWT_CLAIM_COMPARISON_FAILED') && cause?.claim === 'aud')
     return says(
-      `the issuer's ID token is for ${JSON.stringify(cause.claims?.['aud'])}, not for this client (${flags.clientId}): ` +
+      `the issuer's ID token is for ${printable(JSON.stringify(cause.claims?.['aud']) ?? 'nobody')}, not for this client (${flags.clientId}): ` +
         'check --client-id against the client registered at the issuer',
     );
   if (codes.includes('OAUTH_JWT_TIMESTAMP_CHECK_FAILED')) {
@@ -150,8 +165,10 @@ export function explain(
     return says(`the issuer's ID token is not valid at this machine's time${off}: check the system clock`);
   }
   if (codes.includes('OAUTH_RESPONSE_IS_NOT_CONFORM') || codes.includes('OAUTH_RESPONSE_IS_NOT_JSON'))
-    return says(`${flags.issuer} gave an unexpected answer during ${step}: ${(err as Error).message}`);
-  return says(`${step} with ${flags.issuer} failed: ${(err as Error).message}`);
+    return says(
+      `${flags.issuer} gave an unexpected answer during ${step}: ${printable((err as Error).message)}`,
+    );
+  return says(`${step} with ${flags.issuer} failed: ${printable((err as Error).message)}`);
 }
 
 function sessionOf(
@@ -186,12 +203,12 @@ function sessionOf(
   };
 }
 
-/** Opens the default browser; when there is none the printed URL still works. */
-function openBrowser(url: string): void {
+/** Opens the default browser (found on `env`'s PATH); when there is none the printed URL still works. */
+function openBrowser(url: string, env: NodeJS.ProcessEnv): void {
   const opener =
     process.platform === 'darwin' ? 'open' : process.platform === 'win32' ? 'explorer' : 'xdg-open';
   try {
-    const child = spawn(opener, [url], { stdio: 'ignore', detached: true });
+    const child = spawn(opener, [url], { env, stdio: 'ignore', detached: true });
     child.on('error', () => {});
     child.unref();
   } catch {
@@ -199,10 +216,52 @@ function openBrowser(url: string): void {
   }
 }
 
-/** The authorization-code flow with PKCE, answered on a localhost callback. */
+/** Whether a callback's state is the login's own, compared in constant time. */
+const sameState = (given: string | null, state: string): boolean => {
+  const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
+  return given !== null && timingSafeEqual(digest(given), digest(state));
+};
+
+/** A short page for the browser. */
+const answer = (
+  res: ServerResponse,
+  status: number,
+  text: string,
+  headers: Record<string, string> = {},
+): void =>
+  void res
+    .writeHead(status, {
+      'content-type': 'text/plain; charset=utf-8',
+      'cache-control': 'no-store',
+      ...headers,
+    })
+    .end(`${text}\n`);
+
+/**
+ * The authorization-code flow with PKCE, answered on a localhost callback.
+ *
+ * The browser is opened at a local link, http://127.0.0.1:<port>/login/<random>, never at the authorization URL:
+ * a process's arguments are public (ps, /proc/<pid>/cmdline), and the authorization URL carries the state and the
+ * PKCE challenge, with which another local user could start a login of their own on the issuer and send their code
+ * to this callback: the user would then work as the attacker without knowing it (login CSRF). The local link
+ * redirects to the authorization URL once; the state and challenge exist nowhere else.
+ *
+ * Who may fetch the link: on Linux, only a connection of this user (or root) is answered, which the kernel's socket
+ * table tells (loopback-peer.ts). Elsewhere another user who reads the link in time could fetch it first; the
+ * user's own browser then finds it used, and the login stops at once, telling why, rather than wait for a callback
+ * that the other party could now forge. A login stopped that way costs a retry; a login completed for the wrong
+ * account would cost much more.
+ *
+ * What the callback takes: only the answer to this login (its state), from this user, after the link was followed,
+ * once. Anything else (a stray request, a wrong or missing state, a second answer) gets a 400 page and is ignored,
+ * and the login keeps waiting until its deadline: a stray request must not end the login of whoever is at the
+ * browser. The code itself is worth nothing to anyone who intercepts it (browser history, another listener, a log):
+ * redeeming it takes the PKCE verifier, which never leaves this process.
+ */
 async function interactiveLogin(
   config: oidc.Configuration,
   flags: OIDCLoginFlags,
+  env: NodeJS.ProcessEnv,
   say: (line: string) => void,
 ): Promise<Session> {
   const verifier = oidc.randomPKCECodeVerifier();
@@ -210,7 +269,11 @@ async function interactiveLogin(
   const state = oidc.randomState();
   const server = createServer();
   await new Promise<void>((done) => server.listen(Number(flags.listenPort), '127.0.0.1', done));
-  const redirectUri = `http://127.0.0.1:${(server.address() as AddressInfo).port}/callback`;
+  const port = (server.address() as AddressInfo).port;
+  const base = `http://127.0.0.1:${port}`;
+  const redirectUri = `${base}/callback`;
+  // Random, so that a user who only sees a new listening port cannot guess the link and fetch it first.
+  const entry = `/login/${randomBytes(16).toString('base64url')}`;
   try {
     const url = oidc.buildAuthorizationUrl(config, {
       redirect_uri: redirectUri,
@@ -219,33 +282,62 @@ async function interactiveLogin(
       code_challenge_method: 'S256',
       state,
     });
-    say(`Log in to ${flags.issuer} in a browser:\n  ${url.toString()}`);
-    if (!flags.skipBrowser) openBrowser(url.toString());
+    say(`Log in to ${flags.issuer} in a browser:\n  ${base}${entry}`);
+    if (!flags.skipBrowser) openBrowser(`${base}${entry}`, env);
     return await new Promise<Session>((done, fail) => {
       const timer = setTimeout(
         () => fail(new Error('login: no answer from the browser within 5 minutes')),
         LOGIN_TIMEOUT_MS,
       );
+      const stop = (err: Error): void => {
+        clearTimeout(timer);
+        fail(err);
+      };
+      /** The link was followed: the authorization URL has been handed out, once. */
+      let followed = false;
+      /** A callback with the right state is being redeemed: no other is taken. */
+      let redeeming = false;
       server.on('request', (req, res) => {
-        const here = new URL(req.url ?? '/', redirectUri);
-        if (here.pathname !== '/callback') return void res.writeHead(404).end();
+        const here = new URL(req.url ?? '/', base);
+        if (here.pathname !== entry && here.pathname !== '/callback') return answer(res, 404, 'Not found.');
+        if (fromAnotherUser(req.socket.remotePort ?? 0, port))
+          return answer(res, 403, 'This login belongs to another user of this machine.');
+        if (here.pathname === entry) {
+          if (!followed) {
+            followed = true;
+            // no-store: the redirect, which carries the state, is not kept; no-referrer: nor sent on.
+            return answer(res, 302, 'Continue at the issuer.', {
+              location: url.href,
+              'referrer-policy': 'no-referrer',
+            });
+          }
+          answer(res, 410, 'This login link was used already. Run the command again to log in.');
+          return stop(
+            new Error(
+              'login: the login link was opened twice; if you did not open it twice, someone else may have: run the command again',
+            ),
+          );
+        }
+        if (!followed || redeeming || !sameState(here.searchParams.get('state'), state))
+          return answer(
+            res,
+            400,
+            'This is not the answer the login in your terminal waits for; it was ignored.',
+          );
+        redeeming = true;
         oidc
           .authorizationCodeGrant(config, here, { pkceCodeVerifier: verifier, expectedState: state })
           .then((tokens) => {
             const session = sessionOf(tokens, undefined, say);
-            res
-              .writeHead(200, { 'content-type': 'text/plain' })
-              .end('Logged in. You can close this tab and return to the terminal.\n');
+            answer(res, 200, 'Logged in. You can close this tab and return to the terminal.');
             clearTimeout(timer);
             done(session);
           })
           .catch((err: unknown) => {
+            // The issuer's own answer to this login (its state matched): a refusal, or a code it would not redeem.
             const explained = explain(err, flags, 'login');
-            res
-              .writeHead(400, { 'content-type': 'text/plain' })
-              .end(`Login failed: ${explained.message.replace(/^login: /, '')}\n`);
-            clearTimeout(timer);
-            fail(explained);
+            answer(res, 400, `Login failed: ${explained.message.replace(/^login: /, '')}`);
+            stop(explained);
           });
       });
     });
@@ -288,6 +380,27 @@ async function deviceLogin(
   }
 }
 
+/**
+ * Revokes a refresh token at the issuer (RFC 7009), and with it the grant behind it, where the issuer's discovery
+ * document names a revocation endpoint. Answers false when it names none: the token then stays valid at the issuer
+ * until it expires, whatever is deleted here.
+ */
+export async function revokeRefreshToken(
+  flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'caBundleData'>,
+  refreshToken: string,
+): Promise<boolean> {
+  const { config, close } = await configuration(flags);
+  try {
+    if (!config.serverMetadata().revocation_endpoint) return false;
+    await oidc.tokenRevocation(config, refreshToken, { token_type_hint: 'refresh_token' });
+    return true;
+  } catch (err) {
+    throw explain(err, flags, 'revocation');
+  } finally {
+    await close();
+  }
+}
+
 const scopesOf = (flags: OIDCLoginFlags): string =>
   flags.scopes
     .split(/[\s,]+/)
@@ -300,7 +413,7 @@ export async function oidcLogin(
   env: NodeJS.ProcessEnv,
   say: (line: string) => void,
 ): Promise<ExecCredential> {
-  const file = cacheFile(env, 'sessions', [flags.issuer, flags.clientId, flags.scopes]);
+  const file = sessionFile(flags, env);
   const usable = (s: Session | undefined): boolean => Boolean(s && freshUntil(s.idTokenExpiry));
   let session = readCache<Session>(file);
   if (!session || !usable(session)) {
@@ -325,7 +438,8 @@ export async function oidcLogin(
         }
         next ??= flags.device
           ? await deviceLogin(config, flags, say)
-          : await interactiveLogin(config, flags, say);
+          : await interactiveLogin(config, flags, env, say);
+        next = { ...next, issuer: flags.issuer, clientId: flags.clientId, caBundleData: flags.caBundleData };
         writeCache(file, next);
         return next;
       } finally {

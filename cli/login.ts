@@ -4,13 +4,14 @@
 // user's config folder: 0600, written whole and renamed into place, under a file lock so that concurrent kubectl
 // processes exchange once, and reused until shortly before they expire.
 import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
 import type * as HttpsClient from '../lib/https-client.ts';
+import { printable } from './printable.ts';
 
 /**
  * The HTTPS client (undici, dozens of modules) loads only when a request is made: kubectl runs this plugin for every
@@ -73,8 +74,11 @@ export interface OIDCLoginFlags extends ExchangeFlags {
 }
 
 export interface StaticLoginFlags extends ExchangeFlags {
+  /** The token itself: seen by every local user in the process list, so only for a command typed once. */
   token: string;
   tokenEnv: string;
+  /** A file that only its owner may read or write, holding the token. */
+  tokenFile?: string;
 }
 
 /** The folder for cached credentials: $XDG_CONFIG_HOME/sealion or ~/.config/sealion. */
@@ -82,10 +86,56 @@ export function configDir(env: NodeJS.ProcessEnv): string {
   return join(env['XDG_CONFIG_HOME'] || join(homedir(), '.config'), 'sealion');
 }
 
-function tokenOf(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): string {
-  if (flags.token && flags.tokenEnv) throw new Error('give --token or --token-env, not both');
-  if (flags.token) return flags.token;
-  if (!flags.tokenEnv) throw new Error('give --token or --token-env');
+/**
+ * The token in `file`, which must be a regular file that only its owner may read or write (as ssh asks of a key):
+ * a token another local user can read is not the user's alone, and one they can write lets them choose whom this
+ * user becomes. Windows has no such mode bits to check.
+ */
+export function readTokenFile(file: string): string {
+  let stat;
+  try {
+    stat = statSync(file);
+  } catch (err) {
+    throw new Error(`token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, {
+      cause: err,
+    });
+  }
+  if (!stat.isFile()) throw new Error(`token file ${file} is not a regular file`);
+  if (process.platform !== 'win32' && (stat.mode & 0o077) !== 0)
+    throw new Error(
+      `token file ${file} is open to other users (mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')}): run chmod 600 on it`,
+    );
+  const token = readFileSync(file, 'utf8').trim();
+  if (!token) throw new Error(`token file ${file} is empty`);
+  return token;
+}
+
+export function tokenOf(
+  flags: StaticLoginFlags,
+  env: NodeJS.ProcessEnv,
+  say: (line: string) => void,
+): string {
+  const given = [
+    flags.token && '--token',
+    flags.tokenEnv && '--token-env',
+    flags.tokenFile && '--token-file',
+  ];
+  const named = given.filter(Boolean);
+  if (named.length > 1)
+    throw new Error(`give one of --token, --token-env and --token-file, not ${named.join(' and ')}`);
+  if (flags.token) {
+    // A process's arguments are public on most systems (ps, /proc/<pid>/cmdline): a kubeconfig that passes the token
+    // this way shows it to every local user each time kubectl runs. kubectl sets KUBERNETES_EXEC_INFO for its
+    // plugins, so this is said there, where it repeats, and not to someone typing the command once. Such
+    // kubeconfigs keep working (older versions of get kubeconfig wrote them).
+    if (env['KUBERNETES_EXEC_INFO'] !== undefined)
+      say(
+        'warning: this kubeconfig passes the token with --token, which shows it to every local user in the process list; write it again with sealion get kubeconfig --static-token-env or --static-token-file',
+      );
+    return flags.token;
+  }
+  if (flags.tokenFile) return readTokenFile(flags.tokenFile);
+  if (!flags.tokenEnv) throw new Error('give --token-env, --token-file or --token');
   const token = env[flags.tokenEnv];
   if (!token) throw new Error(`environment variable ${flags.tokenEnv} is empty or not set`);
   return token;
@@ -124,10 +174,26 @@ export async function exchange(
       ).httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) })
     ).json as TokenCredentialRequest;
   } catch (err) {
-    throw new Error(`exchange token: ${(err as Error).message}`, { cause: err });
+    throw new Error(`exchange token: ${await failureOf(err)}`, { cause: err });
   }
   if (answer.status?.credential) return answer.status.credential;
-  throw new Error(`exchange token: ${answer.status?.message ?? 'the answer has no credential'}`);
+  // The message is the server's text, shown on the terminal of whoever runs kubectl.
+  throw new Error(
+    `exchange token: ${answer.status?.message === undefined ? 'the answer has no credential' : printable(String(answer.status.message))}`,
+  );
+}
+
+/**
+ * A failed request in words: what the HTTPS client says, and for an error answer the message of the Kubernetes
+ * Status it carries (the server's text, so made printable). Exported for whoami.
+ */
+export async function failureOf(err: unknown): Promise<string> {
+  const body = (err as { body?: unknown }).body;
+  // Loaded only on failure: the path that answers from the cache never needs it.
+  const said =
+    typeof body === 'string' ? (await import('../lib/kube-status.ts')).statusMessageOf(body) : undefined;
+  const message = printable((err as Error).message);
+  return said === undefined ? message : `${message}: ${printable(said)}`;
 }
 
 /** Whether something expiring at `expires` (an RFC 3339 time or ms) is still good enough to hand out. */
@@ -185,6 +251,34 @@ const readCached = (file: string): ExecCredential | undefined => {
 };
 
 /**
+ * Where an exchange of `token` goes and where its certificate is cached; undefined when no endpoint is known.
+ * Exported for logout, which removes the cache file.
+ */
+export function exchangeTarget(
+  token: string,
+  flags: ExchangeFlags,
+  env: NodeJS.ProcessEnv,
+): { file: string; endpoint: string; caPem: string | undefined; kind: Kind } | undefined {
+  const info = env['KUBERNETES_EXEC_INFO']
+    ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
+    : undefined;
+  const endpoint = flags.conciergeEndpoint || info?.server;
+  if (!endpoint) return undefined;
+  const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
+  const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
+  const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
+  // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
+  const file = cacheFile(env, 'credentials', [
+    token,
+    kind,
+    flags.authenticatorName,
+    flags.groupSuffix,
+    endpoint,
+  ]);
+  return { file, endpoint, caPem, kind };
+}
+
+/**
  * The ExecCredential for a token: the token itself (with its expiry, when known, so kubectl asks again in time),
  * or a client certificate it was exchanged for.
  */
@@ -201,24 +295,10 @@ export async function credentialFor(
       status: { token, ...(tokenExpiry ? { expirationTimestamp: tokenExpiry } : {}) },
     };
 
-  const info = env['KUBERNETES_EXEC_INFO']
-    ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
-    : undefined;
-  const endpoint = flags.conciergeEndpoint || info?.server;
-  if (!endpoint)
+  const target = exchangeTarget(token, flags, env);
+  if (!target)
     throw new Error('--exchange needs --concierge-endpoint, or provideClusterInfo: true in the kubeconfig');
-  const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
-  const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
-  const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
-
-  // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
-  const file = cacheFile(env, 'credentials', [
-    token,
-    kind,
-    flags.authenticatorName,
-    flags.groupSuffix,
-    endpoint,
-  ]);
+  const { file, endpoint, caPem, kind } = target;
   const fresh = readCached(file);
   if (fresh) return fresh;
   return withFileLock(file, async () => {
@@ -281,9 +361,13 @@ function keyFor(credential: ClusterCredential, own: { keyPem: string } | undefin
   return keyPem;
 }
 
-/** What `sealion login static` prints. Exported for tests; `env` stands for process.env. */
-export async function staticLogin(flags: StaticLoginFlags, env: NodeJS.ProcessEnv): Promise<ExecCredential> {
-  return credentialFor(tokenOf(flags, env), flags, env);
+/** What `sealion login static` prints. Exported for tests; `env` stands for process.env, `say` for stderr. */
+export async function staticLogin(
+  flags: StaticLoginFlags,
+  env: NodeJS.ProcessEnv,
+  say: (line: string) => void = () => {},
+): Promise<ExecCredential> {
+  return credentialFor(tokenOf(flags, env, say), flags, env);
 }
 
 /** The --exchange options both plugins share. */
@@ -321,19 +405,26 @@ export function loginCommand(): Command {
       .description(
         'print an ExecCredential for a static token, optionally exchanged for a client certificate',
       )
-      .option('--token <token>', 'the token', '')
-      .option('--token-env <name>', 'read the token from this environment variable', ''),
+      .option('--token-env <name>', 'read the token from this environment variable', '')
+      .option('--token-file <path>', 'read the token from this file (readable by its owner only)', '')
+      .option(
+        '--token <token>',
+        'the token itself (every local user sees it in the process list: prefer --token-env or --token-file)',
+        '',
+      ),
   )
     .addHelpText(
       'after',
       `
 Examples (kubectl runs these from a kubeconfig; see sealion get kubeconfig):
   sealion login static --token-env MY_TOKEN
+  sealion login static --token-file ~/.config/my-token      # chmod 600
   sealion login static --token-env MY_TOKEN --exchange --authenticator-type webhook --authenticator-name corp`,
     )
     .action(async (flags: StaticLoginFlags) => {
       checkExchangeFlags(flags);
-      process.stdout.write(`${JSON.stringify(await staticLogin(flags, process.env))}\n`);
+      const credential = await staticLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`));
+      process.stdout.write(`${JSON.stringify(credential)}\n`);
       await closeHttpsPools();
     });
   exchangeOptions(

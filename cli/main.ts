@@ -8,12 +8,14 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { isSea } from 'node:sea';
 import type { Command } from 'commander';
+import { printable } from './printable.ts';
 
 /** Each subcommand's module, in the order help lists them. */
 const COMMANDS: Record<string, () => Promise<Command>> = {
   manifests: async () => (await import('./manifests.ts')).manifestsCommand(),
   concierge: async () => (await import('./concierge.ts')).conciergeCommand(),
   login: async () => (await import('./login.ts')).loginCommand(),
+  logout: async () => (await import('./logout.ts')).logoutCommand(),
   get: async () => (await import('./get-kubeconfig.ts')).getCommand(),
   whoami: async () => (await import('./whoami.ts')).whoamiCommand(),
   clusters: async () => (await import('./clusters.ts')).clustersCommand(),
@@ -44,8 +46,13 @@ if (!isSea())
     join(process.env['XDG_CACHE_HOME'] || join(homedir(), '.cache'), 'sealion', 'node-compile-cache'),
   );
 
+/** An error message longer than this is cut: a library may have put a whole answer's body in it. */
+const MAX_ERROR_LENGTH = 2000;
+
 runCli(process.argv).catch((err: unknown) => {
-  // Expected failures (bad flags, unreachable clusters) print one line, not a stack trace.
-  console.error(`sealion: ${err instanceof Error ? err.message : String(err)}`);
+  // Expected failures (bad flags, unreachable clusters) print one line, not a stack trace. The message may hold
+  // server text that no command escaped (a library's error quoting an answer), so it is made printable here too;
+  // text escaped already stays as it is.
+  console.error(`sealion: ${printable(err instanceof Error ? err.message : String(err), MAX_ERROR_LENGTH)}`);
   process.exitCode = 1;
 });

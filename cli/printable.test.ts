@@ -1,11 +1,36 @@
 import { describe, expect, it } from '@jest/globals';
-import { printable } from './printable.ts';
+import { printable, printableJSON } from './printable.ts';
+
+/** What a hostile server sends to take over a terminal, one trick each. */
+const HOSTILE: [string, string, string][] = [
+  ['an OSC title change ended by BEL', 'ok \u001b]0;owned\u0007', 'ok \\u001b]0;owned\\u0007'],
+  ['a CSI erasing the screen', '\u001b[2J\u001b[Hclean', '\\u001b[2J\\u001b[Hclean'],
+  ['a carriage return painting over the line', 'denied\rallowed', 'denied\\u000dallowed'],
+  ['a line break faking a second line', 'x\nsealion: logged in', 'x\\u000asealion: logged in'],
+  ['the 8-bit CSI of C1', '\u009b2J', '\\u009b2J'],
+  ['a bidi override reversing what follows', 'user\u202etxt.exe', 'user\\u202etxt.exe'],
+  ['bidi isolates', 'a\u2066b\u2069c', 'a\\u2066b\\u2069c'],
+  ['a zero-width space and a line separator', 'ad\u200bmin\u2028', 'ad\\u200bmin\\u2028'],
+  ['a tag character hiding ASCII', 'a\u{e0041}', 'a\\udb40\\udc41'],
+];
 
 describe('printable', () => {
-  it('shows control characters as escapes, so a server cannot rewrite the terminal, and cuts long text', () => {
-    expect(printable('ok \u001b]0;owned\u0007 \u009b2J')).toBe('ok \\u001b]0;owned\\u0007 \\u009b2J');
-    expect(printable('line\nbreak')).toBe('line\\u000abreak');
-    expect(printable('x'.repeat(400))).toBe(`${'x'.repeat(300)}…`);
-    expect(printable('plain text, ünïcode too')).toBe('plain text, ünïcode too');
+  it.each(HOSTILE)('escapes %s', (_name, text, shown) => {
+    expect(printable(text)).toBe(shown);
+  });
+
+  it('keeps plain text and other scripts, and cuts long text with ASCII dots', () => {
+    expect(printable('plain text, ünïcode too, 東京')).toBe('plain text, ünïcode too, 東京');
+    expect(printable('x'.repeat(400))).toBe(`${'x'.repeat(300)}...`);
+    expect(printable('x'.repeat(400), Infinity)).toBe('x'.repeat(400));
+    // Never half a surrogate pair.
+    expect(printable(`${'x'.repeat(299)}😀`)).toBe(`${'x'.repeat(299)}...`);
+  });
+
+  it('makes JSON printable without changing what it parses to', () => {
+    const value = { user: { username: HOSTILE.map(([, text]) => text).join('|'), groups: ['\u009b', 'ok'] } };
+    const shown = printableJSON(value);
+    expect(shown).not.toMatch(/[^\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}]/u);
+    expect(JSON.parse(shown)).toEqual(value);
   });
 });

@@ -5,6 +5,8 @@ import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/grou
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube.ts';
+import { failureOf } from './login.ts';
+import { printable, printableJSON } from './printable.ts';
 
 export interface WhoamiFlags {
   kubeconfig: string;
@@ -71,12 +73,28 @@ export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
     config,
     `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
     body,
-  ).catch((err: unknown) => {
-    throw new Error(`whoami: ${(err as Error).message}`, { cause: err });
+  ).catch(async (err: unknown) => {
+    throw new Error(`whoami: ${await failureOf(err)}`, { cause: err });
   })) as WhoAmIRequest;
   if (!answer.status?.kubernetesUserInfo)
     throw new Error('whoami: the answer names no user; is this a Sealion proxy?');
   return answer.status.kubernetesUserInfo;
+}
+
+/**
+ * What `sealion whoami` prints: every name is the server's text (an authenticator's username, groups or extras can
+ * hold anything but C0 controls), so each is made printable; JSON keeps its values, with the same escapes.
+ */
+export function whoamiOutput(info: KubernetesUserInfo, output: WhoamiFlags['output']): string {
+  if (output === 'json') return `${printableJSON(info)}\n`;
+  const p = (text: string): string => printable(text, Infinity);
+  const lines = [
+    `Username: ${p(info.user.username)}`,
+    `Groups:   ${(info.user.groups ?? []).map(p).join(', ')}`,
+  ];
+  for (const [key, values] of Object.entries(info.user.extra ?? {}))
+    lines.push(`Extra:    ${p(key)}=${values.map(p).join(',')}`);
+  return `${lines.join('\n')}\n`;
 }
 
 export function whoamiCommand(): Command {
@@ -92,10 +110,6 @@ export function whoamiCommand(): Command {
     .action(async (flags: WhoamiFlags) => {
       const info = await whoami(flags);
       await closeHttpsPools();
-      if (flags.output === 'json') return void process.stdout.write(`${JSON.stringify(info, null, 2)}\n`);
-      const lines = [`Username: ${info.user.username}`, `Groups:   ${(info.user.groups ?? []).join(', ')}`];
-      for (const [key, values] of Object.entries(info.user.extra ?? {}))
-        lines.push(`Extra:    ${key}=${values.join(',')}`);
-      process.stdout.write(`${lines.join('\n')}\n`);
+      process.stdout.write(whoamiOutput(info, flags.output));
     });
 }

@@ -123,8 +123,9 @@ class Browser {
 }
 
 /**
- * Opens an authorization URL, passes the issuer's login and consent, and requests the loopback callback it
- * redirects to (the CLI's localhost server, plain http). Resolves with the callback's answer; throws with the
+ * Opens a login link (the CLI's local one, which redirects to the authorization URL, or an authorization URL),
+ * passes the issuer's login and consent, and requests the loopback callback it redirects to (the CLI's localhost
+ * server, plain http). Resolves with the callback's answer; throws with the
  * issuer's page when the flow stops there.
  */
 export async function browse(url: string, opts: BrowserOptions): Promise<{ status: number; body: string }> {
@@ -225,7 +226,7 @@ export function runWithLogin(
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     child.stderr.on('data', (c: Buffer) => {
       stderr += c.toString();
-      const url = / in a browser:\n {2}(https:\/\/\S+)\n/.exec(stderr)?.[1];
+      const url = / in a browser:\n {2}(https?:\/\/\S+)\n/.exec(stderr)?.[1];
       const device = /\n {2}or open (https:\/\/\S+)\n/.exec(stderr)?.[1];
       if ((!url && !device) || browsed) return;
       browsed = true;

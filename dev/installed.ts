@@ -5,7 +5,8 @@
 // --agent-manifests` and config/agent. A demo user logs in with tokens from a local OIDC issuer and may work with
 // the demo pod on both clusters.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
@@ -289,16 +290,23 @@ export async function startInstalledSealion(
   }, 120_000);
 
   // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the
-  // authenticator's status), and its exec plugin trades the token for 5-minute client certificates.
-  const kubeconfig = (token: string, target = '', allClusters = false): Promise<string> =>
-    getKubeconfig(
+  // authenticator's status), and its exec plugin trades the token for 5-minute client certificates. The token
+  // waits in a 0600 file in the cluster's folder, which the kubeconfig names: never in the plugin's arguments.
+  const kubeconfig = (token: string, target = '', allClusters = false): Promise<string> => {
+    const tokenFile = join(
+      cluster.dir,
+      `token-${createHash('sha256').update(token).digest('hex').slice(0, 16)}`,
+    );
+    writeFileSync(tokenFile, token, { mode: 0o600 });
+    return getKubeconfig(
       {
         kubeconfig: cluster.kubeconfigPath,
         groupSuffix: DEFAULT_GROUP_SUFFIX,
         authenticatorType: 'jwt',
         authenticatorName: AUTHENTICATOR,
-        staticToken: token,
+        staticToken: '',
         staticTokenEnv: '',
+        staticTokenFile: tokenFile,
         oidcIssuer: '',
         oidcClientId: '',
         oidcScopes: '',
@@ -313,5 +321,6 @@ export async function startInstalledSealion(
       },
       log,
     );
+  };
   return { hub: cluster, edge, issuer, lb: running.lb, image, kubeconfig };
 }

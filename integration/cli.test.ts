@@ -209,7 +209,10 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(first.browserError).toBeUndefined();
     expect(first.code).toBe(0);
     // Nothing but the login prompt: no errors, no retries.
-    expect(first.stderr).toMatch(/^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n {2}https:\S+\n$/);
+    // The link is the CLI's own, local one: the authorization URL and its state are in no process's arguments.
+    expect(first.stderr).toMatch(
+      /^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n {2}http:\/\/127\.0\.0\.1:\d+\/login\/[\w-]+\n$/,
+    );
     expect(first.browsed).toBe(true);
     expect(first.stdout).toContain(`namespace/${NS}`);
     expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0, device_code: 0 });
@@ -310,8 +313,8 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
         'kubeconfig',
         '--kubeconfig',
         cluster.kubeconfigPath,
-        '--static-token',
-        'x',
+        '--static-token-env',
+        'SEALION_TEST_TOKEN',
       ]);
       expect(answer.code).not.toBe(0);
       expect(answer.stderr).toMatch(

@@ -1547,6 +1547,402 @@ describe('round 2: what one user can pin, and what crosses a hop', () => {
 
 // Round 2 of the review: what the CLI prints, opens, writes and forgets (findings 3, 4, 6 and 9).
 
+describe('the CLI: what it prints, opens, writes and forgets', () => {
+  // Everything this block uses is imported here, so that its rows sit in one place of the file.
+  const loadTools = async () => {
+    const { REPO_ROOT } = await import('../dev/build.ts');
+    const browser = await import('../dev/browser.ts');
+    const undici = await import('undici');
+    return {
+      fs: await import('node:fs'),
+      spawn: (await import('node:child_process')).spawn,
+      execFile: (await import('node:child_process')).execFile,
+      runSealion: (await import('../dev/processes.ts')).runSealion,
+      runKubectl: (await import('../dev/cluster.ts')).runKubectl,
+      browse: browser.browse,
+      runWithLogin: browser.runWithLogin,
+      fetch: undici.fetch,
+      Agent: undici.Agent,
+      main: join(REPO_ROOT, 'cli/main.ts'),
+    };
+  };
+  let tools: Awaited<ReturnType<typeof loadTools>>;
+  /** An issuer that logs a user in (the file's own logs nobody in), checked by the JWTAuthenticator cli-logins. */
+  let loginIssuer: TestIssuer;
+  let cliDir: string;
+  const CLI_USER = 'grace@example.com';
+  /** Escape sequences, CR, BEL, the 8-bit CSI, a bidi override: what a hostile server says. */
+  const HOSTILE = 'ok\u001b]0;owned\u0007\u001b[2J\rforged\u009b31m\u202eevil';
+  /** A control but a line break, or an invisible format character: none may reach the terminal. */
+  const UNSAFE = /[^\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}]/u;
+
+  beforeAll(async () => {
+    tools = await loadTools();
+    cliDir = mkdtempSync(join(dir, 'cli-'));
+    loginIssuer = await startOIDCIssuer({ login: { username: CLI_USER, groups: [READERS] } });
+    await applyJWTAuthenticator(hub, 'cli-logins', loginIssuer, loginIssuer.clientId);
+    await eventually(async () => {
+      const token = await loginIssuer.mint({ username: CLI_USER }, { audience: loginIssuer.clientId });
+      expect((await review({ headers: bearer(keep(token)) })).status).toBe(201);
+    }, 60_000);
+  }, 90_000);
+  afterAll(async () => {
+    await loginIssuer?.stop();
+  });
+
+  /** A kubeconfig for the proxy whose user is `user` (a token, or an exec entry). */
+  const kubeconfig = (name: string, user: object): string => {
+    const path = join(cliDir, `${name}.kubeconfig`);
+    tools.fs.writeFileSync(
+      path,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [
+          {
+            name,
+            cluster: {
+              server: `https://127.0.0.1:${proxyPort()}`,
+              'certificate-authority-data': Buffer.from(concierge.servingCA.certPem).toString('base64'),
+            },
+          },
+        ],
+        users: [{ name, user }],
+        contexts: [{ name, context: { cluster: name, user: name } }],
+        'current-context': name,
+      }),
+      { mode: 0o600 },
+    );
+    return path;
+  };
+  /** A folder of its own for the CLI's cache. */
+  const home = (): string => mkdtempSync(join(cliDir, 'home-'));
+  /** The exec entry of a kubeconfig running this CLI's `args`, through a wrapper that writes down its arguments. */
+  const recordedExec = (args: string[], argvFile: string, env: Record<string, string> = {}): object => {
+    const wrapper = join(cliDir, `plugin-${Math.random().toString(36).slice(2)}`);
+    tools.fs.writeFileSync(
+      wrapper,
+      `#!/bin/sh\nprintf '%s\\n' "$@" >> '${argvFile}'\nexec '${process.execPath}' '${tools.main}' "$@"\n`,
+      { mode: 0o755 },
+    );
+    return {
+      exec: {
+        apiVersion: 'client.authentication.k8s.io/v1',
+        command: wrapper,
+        args,
+        env: Object.entries(env).map(([name, value]) => ({ name, value })),
+        provideClusterInfo: true,
+        interactiveMode: 'Never',
+      },
+    };
+  };
+
+  // ---- Finding 3: server text reaches the terminal escaped ----
+
+  it('sealion whoami shows a webhook user’s C1 control, bidi override and zero-width space escaped, and its JSON parses to them', async () => {
+    const username = `ada\u009b2J\u202eexe.txt`;
+    const groups = [`ops\u200b`, READERS];
+    const path = kubeconfig('hostile-name', { token: keep(webhook.grant({ username, groups })) });
+    const text = await tools.runSealion(['whoami', '--kubeconfig', path]);
+    expect(text).toMatchObject({ code: 0, stderr: '' });
+    expect(text.stdout).toContain('Username: ada\\u009b2J\\u202eexe.txt\n');
+    expect(text.stdout).toContain('ops\\u200b');
+    expect(text.stdout).not.toMatch(UNSAFE);
+    const json = await tools.runSealion(['whoami', '--kubeconfig', path, '-o', 'json']);
+    expect(json.stdout).not.toMatch(UNSAFE);
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      user: { username, groups: expect.arrayContaining(groups) },
+    });
+  });
+
+  it('the exec plugin’s "exchange token:" failure shows a hostile concierge’s Status message escaped, through kubectl', async () => {
+    // A stand-in concierge: the real one never says such things, a hostile or compromised one might.
+    const { createServer } = await import('node:https');
+    const ca = await newCA('hostile-concierge-ca');
+    const serving = await issueCert(ca, { commonName: 'hostile', hosts: ['127.0.0.1'], usage: 'server' });
+    const answers = [
+      { status: 201, body: { status: { message: HOSTILE } } },
+      { status: 401, body: { kind: 'Status', code: 401, message: HOSTILE } },
+    ];
+    let next = 0;
+    const hostile = createServer({ cert: serving.certPem, key: serving.keyPem }, (req, res) => {
+      req.resume();
+      const answer = answers[next++ % answers.length]!;
+      res.writeHead(answer.status, { 'content-type': 'application/json' }).end(JSON.stringify(answer.body));
+    });
+    await new Promise<void>((done) => hostile.listen(0, '127.0.0.1', done));
+    try {
+      const endpoint = `https://127.0.0.1:${(hostile.address() as { port: number }).port}`;
+      const path = kubeconfig('hostile-concierge', {
+        exec: {
+          apiVersion: 'client.authentication.k8s.io/v1',
+          command: process.execPath,
+          args: [
+            tools.main,
+            'login',
+            'static',
+            '--token-env',
+            'HOSTILE_TOKEN',
+            '--exchange',
+            '--authenticator-name',
+            'hooks',
+            '--concierge-endpoint',
+            endpoint,
+            '--concierge-ca-bundle-data',
+            Buffer.from(ca.certPem).toString('base64'),
+          ],
+          interactiveMode: 'Never',
+        },
+      });
+      for (const expected of [
+        'exchange token: ok\\u001b]0;owned',
+        'exchange token: HTTP 401: ok\\u001b]0;owned',
+      ]) {
+        const run = await tools.runKubectl(hub.binaries.kubectl, path, ['get', 'namespaces'], {
+          env: { HOSTILE_TOKEN: 'anything', XDG_CONFIG_HOME: home() },
+        });
+        expect(run.code).not.toBe(0);
+        expect(run.stderr).toContain(expected);
+        expect(run.stderr).not.toMatch(UNSAFE);
+      }
+    } finally {
+      hostile.closeAllConnections();
+      await new Promise((done) => hostile.close(done));
+    }
+  });
+
+  // ---- Finding 4: the OIDC login's browser link and callback ----
+
+  it('sealion login oidc gives the browser only a local link; stray and other users’ requests neither end nor complete the login', async () => {
+    // A stand-in for xdg-open that writes down what it was given: what every local user reads in the process list.
+    const bin = mkdtempSync(join(cliDir, 'bin-'));
+    const opened = join(bin, 'opened');
+    tools.fs.writeFileSync(join(bin, 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$@" > '${opened}'\n`, {
+      mode: 0o755,
+    });
+    const child = tools.spawn(
+      process.execPath,
+      [
+        tools.main,
+        'login',
+        'oidc',
+        '--issuer',
+        loginIssuer.url,
+        '--ca-bundle-data',
+        loginIssuer.caData,
+        '--scopes',
+        'openid',
+      ],
+      { env: { ...process.env, PATH: `${bin}:${process.env['PATH']}`, XDG_CONFIG_HOME: home() } },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((done) => child.on('close', done));
+    try {
+      let link = '';
+      await eventually(() => {
+        link = / in a browser:\n {2}(\S+)\n/.exec(stderr)?.[1] ?? '';
+        expect(link).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/login\/[\w-]+$/);
+        expect(tools.fs.existsSync(opened)).toBe(true);
+      }, 20_000);
+      // What the opener got is the local link and nothing else: no state, no PKCE challenge.
+      expect(tools.fs.readFileSync(opened, 'utf8')).toBe(`${link}\n`);
+      const base = new URL(link).origin;
+      for (const stray of ['/callback', '/callback?code=forged&state=wrong', '/callback?error=access_denied'])
+        expect({ stray, status: (await fetch(`${base}${stray}`)).status }).toEqual({ stray, status: 400 });
+      // Another local user (nobody) who read the link in the process list is turned away, and the link stays unused.
+      const asNobody = await new Promise<string>((done) =>
+        tools.execFile(
+          'setpriv',
+          [
+            '--reuid=65534',
+            '--regid=65534',
+            '--clear-groups',
+            'curl',
+            '-s',
+            '-o',
+            '/dev/null',
+            '-w',
+            '%{http_code}',
+            link,
+          ],
+          (_err, out) => done(out),
+        ),
+      );
+      expect(asNobody).toBe('403');
+      expect(child.exitCode).toBeNull();
+      // The user's browser then completes the login.
+      expect(await tools.browse(link, { caPem: loginIssuer.caPem })).toMatchObject({ status: 200 });
+      expect(await exited).toBe(0);
+      expect(JSON.parse(stdout)).toMatchObject({
+        kind: 'ExecCredential',
+        status: { token: expect.any(String) },
+      });
+      keep((JSON.parse(stdout) as { status: { token: string } }).status.token);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  // ---- Finding 6: static tokens out of the process list ----
+
+  it('get kubeconfig refuses --static-token; a token file keeps it out of every plugin run’s arguments, through kubectl', async () => {
+    const secret = keep(webhook.grant({ username: 'file-user', groups: [READERS] }));
+    const refused = await tools.runSealion([
+      'get',
+      'kubeconfig',
+      '--kubeconfig',
+      hub.kubeconfigPath,
+      '--static-token',
+      secret,
+      '-o',
+      join(cliDir, 'refused.kubeconfig'),
+    ]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain(
+      '--static-token would put the token in the arguments of every kubectl run',
+    );
+    expect(tools.fs.existsSync(join(cliDir, 'refused.kubeconfig'))).toBe(false);
+
+    const tokenFile = join(cliDir, 'token');
+    tools.fs.writeFileSync(tokenFile, `${secret}\n`, { mode: 0o600 });
+    const argv = join(cliDir, 'file-argv');
+    const login = [
+      'login',
+      'static',
+      '--token-file',
+      tokenFile,
+      '--exchange',
+      '--authenticator-name',
+      'hooks',
+    ];
+    const path = kubeconfig('token-file', recordedExec(login, argv));
+    const run = await tools.runKubectl(
+      hub.binaries.kubectl,
+      path,
+      ['auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}'],
+      {
+        env: { XDG_CONFIG_HOME: home() },
+      },
+    );
+    expect(run).toMatchObject({ code: 0, stdout: 'file-user', stderr: '' });
+    expect(tools.fs.readFileSync(argv, 'utf8')).toContain(tokenFile);
+    expect(tools.fs.readFileSync(argv, 'utf8')).not.toContain(secret);
+
+    // A file other users may read is refused, and kubectl says why.
+    tools.fs.chmodSync(tokenFile, 0o644);
+    const open = await tools.runKubectl(hub.binaries.kubectl, path, ['get', 'namespaces'], {
+      env: { XDG_CONFIG_HOME: home() },
+    });
+    expect(open.code).not.toBe(0);
+    expect(open.stderr).toContain('is open to other users (mode 0644)');
+    expect(open.stderr).not.toContain(secret);
+
+    // A kubeconfig an older version wrote, with --token, still works, and warns on every run.
+    const legacy = kubeconfig(
+      'legacy-token',
+      recordedExec(['login', 'static', '--token', secret], join(cliDir, 'legacy-argv')),
+    );
+    const warned = await tools.runKubectl(
+      hub.binaries.kubectl,
+      legacy,
+      ['auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}'],
+      {
+        env: { XDG_CONFIG_HOME: home() },
+      },
+    );
+    expect(warned).toMatchObject({ code: 0, stdout: 'file-user' });
+    expect(warned.stderr).toContain('warning: this kubeconfig passes the token with --token');
+  });
+
+  // ---- Finding 9: logout ----
+
+  it('sealion logout revokes the refresh token at the issuer and forgets the session: the next kubectl run asks for a login', async () => {
+    const cache = home();
+    const env = { XDG_CONFIG_HOME: cache };
+    const path = kubeconfig('logout', {
+      exec: {
+        apiVersion: 'client.authentication.k8s.io/v1',
+        command: process.execPath,
+        args: [
+          tools.main,
+          'login',
+          'oidc',
+          '--issuer',
+          loginIssuer.url,
+          '--ca-bundle-data',
+          loginIssuer.caData,
+          '--scopes',
+          'openid',
+          '--skip-browser',
+          '--exchange',
+          '--authenticator-type',
+          'jwt',
+          '--authenticator-name',
+          'cli-logins',
+        ],
+        provideClusterInfo: true,
+        interactiveMode: 'IfAvailable',
+      },
+    });
+    const whoami = ['auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}'];
+    const kubectlWithBrowser = () =>
+      tools.runWithLogin(hub.binaries.kubectl, [`--kubeconfig=${path}`, ...whoami], {
+        caPem: loginIssuer.caPem,
+        env,
+      });
+    const first = await kubectlWithBrowser();
+    expect(first.browserError).toBeUndefined();
+    expect(first).toMatchObject({ code: 0, browsed: true, stdout: CLI_USER });
+    const sessions = join(cache, 'sealion', 'sessions');
+    const [file] = tools.fs.readdirSync(sessions).filter((f) => f.endsWith('.json'));
+    const session = JSON.parse(tools.fs.readFileSync(join(sessions, file!), 'utf8')) as {
+      refreshToken: string;
+    };
+    keep(session.refreshToken);
+    // Logged in: the next run answers from the cache, no browser.
+    expect(await tools.runKubectl(hub.binaries.kubectl, path, whoami, { env })).toMatchObject({
+      code: 0,
+      stdout: CLI_USER,
+      stderr: '',
+    });
+
+    const out = await tools.runSealion(['logout', '--kubeconfig', path], env);
+    expect(out).toMatchObject({ code: 0, stderr: '' });
+    expect(out.stdout).toContain(
+      `Logged out of ${loginIssuer.url} (client ${loginIssuer.clientId}): its refresh token is revoked.`,
+    );
+    expect(out.stdout).toContain('Deleted the cached client certificate.');
+    for (const kind of ['sessions', 'credentials'])
+      expect(tools.fs.readdirSync(join(cache, 'sealion', kind)).filter((f) => f.endsWith('.json'))).toEqual(
+        [],
+      );
+    // The issuer refuses the refresh token from now on.
+    const dispatcher = new tools.Agent({ connect: { ca: loginIssuer.caPem } });
+    const refreshed = await tools.fetch(`${loginIssuer.url}/token`, {
+      method: 'POST',
+      body: new URLSearchParams({
+        grant_type: 'refresh_token',
+        refresh_token: session.refreshToken,
+        client_id: loginIssuer.clientId,
+      }),
+      dispatcher,
+    });
+    expect({ status: refreshed.status, body: await refreshed.json() }).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_grant' },
+    });
+    await dispatcher.close();
+    // And kubectl asks for a login again.
+    const again = await kubectlWithBrowser();
+    expect(again.browserError).toBeUndefined();
+    expect(again).toMatchObject({ code: 0, browsed: true, stdout: CLI_USER });
+    expect(again.stderr).toMatch(/^Log in to https:\/\/127\.0\.0\.1:\d+ in a browser:\n/);
+  });
+});
+
 describe('what the concierge and the agent wrote down', () => {
   it('never logs a token, a key or a bootstrap secret', () => {
     expect(logLines.length).toBeGreaterThan(0);

@@ -1,0 +1,136 @@
+// Every path that prints a server's text escapes it (printable.ts): a concierge's Status message, a TokenCredentialRequest
+// failure, an issuer's error, an authenticator's status, and the identity whoami shows.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { KubernetesUserInfo } from '../apis/identity.ts';
+import type { KubeClients } from '../lib/kube.ts';
+import { issueCert, newCA } from '../lib/pki.ts';
+import { proxyEndpoint, type GetKubeconfigFlags } from './get-kubeconfig.ts';
+import { explain } from './login-oidc.ts';
+import { exchange } from './login.ts';
+import { whoamiOutput } from './whoami.ts';
+
+/** Escape sequences, a carriage return, BEL, the 8-bit CSI, a bidi override and a zero-width space at once. */
+const HOSTILE = 'ok\u001b]0;owned\u0007\u001b[2J\rforged\u009b31m\u202eevil\u200b';
+/** A control (but a line break, where lines are the output's own) or an invisible format character. */
+const UNSAFE = /[^\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}]/u;
+
+let server: Server;
+let endpoint: string;
+let caPem: string;
+/** What the stand-in concierge answers next: an HTTP status and a body. */
+let answer: { status: number; body: object } = { status: 201, body: {} };
+
+beforeAll(async () => {
+  const ca = await newCA('hostile-proxy-ca');
+  const cert = await issueCert(ca, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
+  caPem = ca.certPem;
+  server = createServer({ cert: cert.certPem, key: cert.keyPem }, (req, res) => {
+    req.resume();
+    req.on('end', () =>
+      res.writeHead(answer.status, { 'content-type': 'application/json' }).end(JSON.stringify(answer.body)),
+    );
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  endpoint = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((done) => server.close(done));
+  const { closeHttpsPools } = await import('../lib/https-client.ts');
+  await closeHttpsPools();
+});
+
+const failure = async (promise: Promise<unknown>): Promise<string> => {
+  try {
+    await promise;
+  } catch (err) {
+    return (err as Error).message;
+  }
+  throw new Error('it did not fail');
+};
+const exchangeFails = (): Promise<string> =>
+  failure(exchange(endpoint, caPem, 'token', { kind: 'WebhookAuthenticator', name: 'hooks' }));
+
+describe('server text reaches the terminal escaped', () => {
+  it('a TokenCredentialRequest refused with a hostile message', async () => {
+    answer = { status: 201, body: { status: { message: HOSTILE } } };
+    const message = await exchangeFails();
+    expect(message).toMatch(/^exchange token: ok\\u001b\]0;owned\\u0007/);
+    expect(message).not.toMatch(UNSAFE);
+  });
+
+  it('an error answer whose Status message is hostile, which is now shown', async () => {
+    answer = { status: 401, body: { kind: 'Status', code: 401, message: HOSTILE } };
+    const message = await exchangeFails();
+    expect(message).toMatch(/^exchange token: HTTP 401: ok\\u001b/);
+    expect(message).not.toMatch(UNSAFE);
+  });
+
+  it('an issuer error, its description, an audience and a library message that quote the server', () => {
+    const flags = { issuer: 'https://issuer.example.com', clientId: 'sealion-cli' };
+    const said = [
+      explain(Object.assign(new Error('x'), { error: HOSTILE, error_description: HOSTILE }), flags, 'login'),
+      explain(
+        Object.assign(new Error('openid-client says'), {
+          code: 'OAUTH_JWT_CLAIM_COMPARISON_FAILED',
+          cause: { claim: 'aud', claims: { aud: HOSTILE } },
+        }),
+        flags,
+        'login',
+      ),
+      explain(Object.assign(new Error(HOSTILE), { code: 'OAUTH_RESPONSE_IS_NOT_CONFORM' }), flags, 'refresh'),
+      explain(new Error(HOSTILE), flags, 'refresh'),
+    ].map((e) => e.message);
+    for (const message of said) {
+      expect(message).toContain('ok\\u001b]0;owned');
+      expect(message).not.toMatch(UNSAFE);
+    }
+  });
+
+  it("the identity whoami prints, as text and as JSON that still parses to the server's values", () => {
+    const info: KubernetesUserInfo = {
+      user: { username: HOSTILE, groups: [HOSTILE, 'readers'], extra: { [HOSTILE]: [HOSTILE] } },
+    };
+    const text = whoamiOutput(info, 'text');
+    expect(text).toMatch(
+      /^Username: ok\\u001b\]0;owned\\u0007\\u001b\[2J\\u000dforged\\u009b31m\\u202eevil\\u200b\n/,
+    );
+    expect(text).not.toMatch(UNSAFE);
+    const json = whoamiOutput(info, 'json');
+    expect(json).not.toMatch(UNSAFE);
+    expect(JSON.parse(json)).toEqual(info);
+  });
+
+  it("the impersonation proxy's strategy message, while waiting and when it failed", async () => {
+    const strategy = (reason: string, status: string) => ({
+      items: [
+        {
+          metadata: { name: `corp${HOSTILE}` },
+          status: { conciergeStrategies: [{ type: 'ImpersonationProxy', status, reason, message: HOSTILE }] },
+        },
+      ],
+    });
+    let list = strategy('Pending', 'Error');
+    const clients = {
+      customObjects: {
+        listClusterCustomObject: ({ plural }: { plural: string }) =>
+          Promise.resolve(plural === 'jwtauthenticators' ? list : { items: [] }),
+      },
+    } as unknown as KubeClients;
+    const flags = { groupSuffix: 'sealion.dev', authenticatorType: '', authenticatorName: '', timeout: '0' };
+    const said: string[] = [];
+    const waited = await failure(proxyEndpoint(clients, flags as GetKubeconfigFlags, (l) => said.push(l)));
+    list = strategy('ErrorDuringSetup', 'Error');
+    const failed = await failure(proxyEndpoint(clients, flags as GetKubeconfigFlags, () => {}));
+    const named = await failure(
+      proxyEndpoint(clients, { ...flags, authenticatorName: 'other' } as GetKubeconfigFlags, () => {}),
+    );
+    for (const message of [waited, failed, named, ...said]) {
+      expect(message).toContain('ok\\u001b]0;owned');
+      expect(message).not.toMatch(UNSAFE);
+    }
+  });
+});
