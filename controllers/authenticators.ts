@@ -6,6 +6,7 @@ import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from
 import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
 import { validateJWT, type Check, type JWTDependencies, type JWTSettings } from '../lib/authn/jwt.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE } from '../lib/authn/system-names.ts';
+import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
 import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
 import type { Logger } from '../lib/log.ts';
 import { decodeCABundle } from '../lib/pem.ts';
@@ -70,6 +71,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
   kind: AuthenticatorKind,
   deps: AuthenticatorControllerDeps<T>,
   validate: (obj: T) => Promise<Validated>,
+  trustDigest: (spec: T['spec']) => string,
 ): AuthenticatorControllers {
   /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
   const validated = new Map<string, { hash: string; checks: Check[] }>();
@@ -105,7 +107,8 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
             ...(obj.spec.credentialLifetimeSeconds === undefined
               ? {}
               : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
-            ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
+            // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
+            ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
           });
           validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.
@@ -166,28 +169,33 @@ export function newJWTAuthenticatorControllers(
   jwtDeps: JWTDependencies = {},
 ): AuthenticatorControllers {
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
-  return newAuthenticatorControllers('JWTAuthenticator', deps, async (obj) => {
-    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
-    const claims = obj.spec.claims;
-    const settings: JWTSettings = {
-      issuer: obj.spec.issuer,
-      audience: obj.spec.audience,
-      ...(claims?.username ? { usernameClaim: claims.username } : {}),
-      ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
-      ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
-      ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
-      ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
-      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-    };
-    const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
-    if (validation.authenticator) validation.authenticator.keys.startRefreshing();
-    return {
-      checks: validation.checks,
-      ...(validation.authenticator
-        ? { authenticator: validation.authenticator, issuer: obj.spec.issuer }
-        : {}),
-    };
-  });
+  return newAuthenticatorControllers(
+    'JWTAuthenticator',
+    deps,
+    async (obj) => {
+      const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+      const claims = obj.spec.claims;
+      const settings: JWTSettings = {
+        issuer: obj.spec.issuer,
+        audience: obj.spec.audience,
+        ...(claims?.username ? { usernameClaim: claims.username } : {}),
+        ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
+        ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
+        ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
+        ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
+        ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+      };
+      const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
+      if (validation.authenticator) validation.authenticator.keys.startRefreshing();
+      return {
+        checks: validation.checks,
+        ...(validation.authenticator
+          ? { authenticator: validation.authenticator, issuer: obj.spec.issuer }
+          : {}),
+      };
+    },
+    jwtTrustDigest,
+  );
 }
 
 function endpointProblem(endpoint: string): string | undefined {
@@ -201,80 +209,88 @@ function endpointProblem(endpoint: string): string | undefined {
 export function newWebhookAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
 ): AuthenticatorControllers {
-  return newAuthenticatorControllers('WebhookAuthenticator', deps, async (obj) => {
-    const checks: Check[] = [];
-    const unknown = (types: string[]): Check[] =>
-      types.map((type) => ({
-        type,
-        status: 'Unknown',
-        reason: 'UnableToValidate',
-        message: 'unable to validate; see other conditions for details',
-      }));
-    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
-    if (ca.problem) {
+  return newAuthenticatorControllers(
+    'WebhookAuthenticator',
+    deps,
+    async (obj) => {
+      const checks: Check[] = [];
+      const unknown = (types: string[]): Check[] =>
+        types.map((type) => ({
+          type,
+          status: 'Unknown',
+          reason: 'UnableToValidate',
+          message: 'unable to validate; see other conditions for details',
+        }));
+      const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+      if (ca.problem) {
+        checks.push({
+          type: 'TLSConfigurationValid',
+          status: 'False',
+          reason: 'InvalidTLSConfiguration',
+          message: `spec.tls.certificateAuthorityData: ${ca.problem}`,
+        });
+        return {
+          checks: [
+            ...checks,
+            ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid']),
+          ],
+        };
+      }
       checks.push({
         type: 'TLSConfigurationValid',
-        status: 'False',
-        reason: 'InvalidTLSConfiguration',
-        message: `spec.tls.certificateAuthorityData: ${ca.problem}`,
+        status: 'True',
+        reason: 'Success',
+        message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
       });
-      return {
-        checks: [...checks, ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid'])],
-      };
-    }
-    checks.push({
-      type: 'TLSConfigurationValid',
-      status: 'True',
-      reason: 'Success',
-      message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
-    });
-    const problem = endpointProblem(obj.spec.endpoint);
-    if (problem) {
+      const problem = endpointProblem(obj.spec.endpoint);
+      if (problem) {
+        checks.push({
+          type: 'EndpointURLValid',
+          status: 'False',
+          reason: 'InvalidEndpointURL',
+          message: problem,
+        });
+        return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
+      }
       checks.push({
         type: 'EndpointURLValid',
-        status: 'False',
-        reason: 'InvalidEndpointURL',
-        message: problem,
+        status: 'True',
+        reason: 'Success',
+        message: 'endpoint is a valid https URL',
       });
-      return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
-    }
-    checks.push({
-      type: 'EndpointURLValid',
-      status: 'True',
-      reason: 'Success',
-      message: 'endpoint is a valid https URL',
-    });
-    const allowSystemNames = obj.spec.allowSystemNames === true;
-    const client = new WebhookClient({
-      endpoint: obj.spec.endpoint,
-      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-      ...(allowSystemNames ? { allowSystemNames } : {}),
-    });
-    try {
-      await client.probe();
-    } catch (err) {
+      const allowSystemNames = obj.spec.allowSystemNames === true;
+      const client = new WebhookClient({
+        endpoint: obj.spec.endpoint,
+        ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+        ...(allowSystemNames ? { allowSystemNames } : {}),
+      });
+      try {
+        await client.probe();
+      } catch (err) {
+        checks.push({
+          type: 'WebhookConnectionValid',
+          status: 'False',
+          reason: 'UnableToDialServer',
+          message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
+        });
+        return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
+      }
       checks.push({
         type: 'WebhookConnectionValid',
-        status: 'False',
-        reason: 'UnableToDialServer',
-        message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
+        status: 'True',
+        reason: 'Success',
+        message: 'TLS connection to the webhook verified',
       });
-      return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
-    }
-    checks.push({
-      type: 'WebhookConnectionValid',
-      status: 'True',
-      reason: 'Success',
-      message: 'TLS connection to the webhook verified',
-    });
-    checks.push({
-      type: 'AuthenticatorValid',
-      status: 'True',
-      reason: 'Success',
-      message: allowSystemNames
-        ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
-        : 'authenticator initialized',
-    });
-    return { checks, authenticator: client };
-  });
+      checks.push({
+        type: 'AuthenticatorValid',
+        status: 'True',
+        reason: 'Success',
+        message: allowSystemNames
+          ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
+          : 'authenticator initialized',
+      });
+      return { checks, authenticator: client };
+    },
+    webhookTrustDigest,
+  );
 }

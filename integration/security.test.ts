@@ -1597,6 +1597,82 @@ describe('anonymous /register: one answer whatever exists, at a bounded rate, an
   });
 });
 
+describe('TokenCredentialRequest certificates end when their authenticator is edited to trust otherwise', () => {
+  /** Edits an authenticator with a JSON merge patch, as an admin would. */
+  const patch = async (resource: string, name: string, body: object): Promise<void> => {
+    const patched = await hub.kubectl(['patch', resource, name, '--type=merge', '-p', JSON.stringify(body)]);
+    if (patched.code !== 0) throw new Error(`kubectl patch ${resource} ${name}: ${patched.stderr}`);
+  };
+  /** A certificate through `ref`, once its authenticator is loaded. */
+  const certificateThrough = (token: string, ref: object): Promise<Credential> =>
+    eventually(async () => {
+      const credential = await credentialFor(token, ref);
+      if ('status' in credential)
+        throw new Error(`no certificate yet: ${credential.status} ${credential.body}`);
+      return credential;
+    }, 30_000);
+
+  // Until now a certificate was bound to its authenticator's uid alone: an edit of whom the authenticator trusts (here
+  // a username prefix, which makes every name it gives another) left certificates issued under the old spec valid for
+  // the rest of their life, up to a day.
+  it('a JWTAuthenticator: kept across a label, an annotation and a new lifetime; ended by a new username prefix', async () => {
+    const name = 'trust-edited';
+    const ref = { apiGroup: GROUP, kind: 'JWTAuthenticator', name };
+    await applyJWTAuthenticator(hub, name, issuer, AUDIENCE);
+    try {
+      const before = await certificateThrough(userToken, ref);
+      await expectAnswer(await review({ cert: before }), SEES_USER);
+
+      await patch('jwtauthenticators', name, {
+        metadata: { labels: { team: 'platform' }, annotations: { note: 'cosmetic' } },
+        spec: { credentialLifetimeSeconds: 900 },
+      });
+      // The new lifetime is in effect once a new certificate gets it: the edit has been loaded.
+      await eventually(async () => {
+        const answer = JSON.parse((await tcr(userToken, ref)).body) as {
+          status: { credential?: { expirationTimestamp: string; clientKeyData?: string } };
+        };
+        if (answer.status.credential?.clientKeyData) keep(answer.status.credential.clientKeyData);
+        expect(Date.parse(answer.status.credential!.expirationTimestamp) - Date.now()).toBeGreaterThan(
+          600_000,
+        );
+      }, 30_000);
+      await expectAnswer(await review({ cert: before }), SEES_USER);
+
+      await patch('jwtauthenticators', name, { spec: { claims: { usernamePrefix: 'oidc:' } } });
+      await eventually(async () => expectAnswer(await review({ cert: before }), UNAUTHORIZED), 30_000);
+      // What the authenticator says now holds for certificates issued now.
+      const after = await certificateThrough(userToken, ref);
+      await expectAnswer(await review({ cert: after }), sees(`oidc:${USER}`, [READERS]));
+    } finally {
+      await hub.kubectl(['delete', 'jwtauthenticator', name, '--ignore-not-found']);
+    }
+  });
+
+  it('a WebhookAuthenticator: ended by allowing system names', async () => {
+    const name = 'hooks-trust-edited';
+    const ref = { apiGroup: GROUP, kind: 'WebhookAuthenticator', name };
+    const applied = await hub.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: `${GROUP}/v1alpha1`,
+        kind: 'WebhookAuthenticator',
+        metadata: { name },
+        spec: { endpoint: webhook.url, tls: { certificateAuthorityData: webhook.caData } },
+      }),
+    });
+    expect(applied.code).toBe(0);
+    try {
+      const token = keep(webhook.grant({ username: 'grace', groups: [READERS] }));
+      const before = await certificateThrough(token, ref);
+      await expectAnswer(await review({ cert: before }), sees('grace', [READERS]));
+      await patch('webhookauthenticators', name, { spec: { allowSystemNames: true } });
+      await eventually(async () => expectAnswer(await review({ cert: before }), UNAUTHORIZED), 30_000);
+    } finally {
+      await hub.kubectl(['delete', 'webhookauthenticator', name, '--ignore-not-found']);
+    }
+  });
+});
+
 // Round 2 of the review: what the CLI prints, opens, writes and forgets (findings 3, 4, 6 and 9).
 
 describe('what the concierge and the agent wrote down', () => {
