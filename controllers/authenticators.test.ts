@@ -341,25 +341,25 @@ describe('certificates bound to what a JWTAuthenticator trusts', () => {
     metadata: { ...obj.metadata, uid: 'uid-corp', ...metadata },
   });
 
-  it.each<[string, (obj: JWTAuthenticator) => JWTAuthenticator, boolean]>([
-    ['another audience', (o) => ({ ...o, spec: { ...o.spec, audience: 'someone-else' } }), false],
-    ['another username claim', (o) => ({ ...o, spec: { ...o.spec, claims: { username: 'sub' } } }), false],
-    ['another groups claim', (o) => ({ ...o, spec: { ...o.spec, claims: { groups: 'teams' } } }), false],
-    ['a username prefix', (o) => ({ ...o, spec: { ...o.spec, claims: { usernamePrefix: 'oidc:' } } }), false],
-    ['a groups prefix', (o) => ({ ...o, spec: { ...o.spec, claims: { groupsPrefix: 'oidc:' } } }), false],
-    ['system names allowed', (o) => ({ ...o, spec: { ...o.spec, allowSystemNames: true } }), false],
+  it.each<[string, boolean, (obj: JWTAuthenticator) => JWTAuthenticator]>([
+    ['another audience', false, (o) => ({ ...o, spec: { ...o.spec, audience: 'someone-else' } })],
+    ['another username claim', false, (o) => ({ ...o, spec: { ...o.spec, claims: { username: 'sub' } } })],
+    ['another groups claim', false, (o) => ({ ...o, spec: { ...o.spec, claims: { groups: 'teams' } } })],
+    ['a username prefix', false, (o) => ({ ...o, spec: { ...o.spec, claims: { usernamePrefix: 'oidc:' } } })],
+    ['a groups prefix', false, (o) => ({ ...o, spec: { ...o.spec, claims: { groupsPrefix: 'oidc:' } } })],
+    ['system names allowed', false, (o) => ({ ...o, spec: { ...o.spec, allowSystemNames: true } })],
     [
       'a label and an annotation',
-      (o) => withUid(o, { labels: { team: 'a' }, annotations: { note: 'b' } }),
       true,
+      (o) => withUid(o, { labels: { team: 'a' }, annotations: { note: 'b' } }),
     ],
     [
       'another certificate lifetime',
-      (o) => ({ ...o, spec: { ...o.spec, credentialLifetimeSeconds: 3600 } }),
       true,
+      (o) => ({ ...o, spec: { ...o.spec, credentialLifetimeSeconds: 3600 } }),
     ],
-    ['a status written', (o) => ({ ...o, status: { phase: 'Ready' } }), true],
-  ])('after an edit of %s, certificates from before hold: %s', async (_edit, edit, holds) => {
+    ['a status written', true, (o) => ({ ...o, status: { phase: 'Ready' } })],
+  ])('after an edit of %s, certificates from before still hold: %s', async (_edit, holds, edit) => {
     const original = withUid(jwtObject());
     const { cache, informer, controller } = await runJWT(original, goodDocuments());
     const answer = await cache.authenticateWith(
