@@ -70,8 +70,9 @@ const SPEC_CHECKS = new Set([
 function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthenticator>(
   kind: AuthenticatorKind,
   deps: AuthenticatorControllerDeps<T>,
-  validate: (obj: T) => Promise<Validated>,
+  /** What certificates issued on its word are bound to besides its uid (lib/authn/trust.ts). */
   trustDigest: (spec: T['spec']) => string,
+  validate: (obj: T) => Promise<Validated>,
 ): AuthenticatorControllers {
   /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
   const validated = new Map<string, { hash: string; checks: Check[] }>();
@@ -169,33 +170,28 @@ export function newJWTAuthenticatorControllers(
   jwtDeps: JWTDependencies = {},
 ): AuthenticatorControllers {
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
-  return newAuthenticatorControllers(
-    'JWTAuthenticator',
-    deps,
-    async (obj) => {
-      const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
-      const claims = obj.spec.claims;
-      const settings: JWTSettings = {
-        issuer: obj.spec.issuer,
-        audience: obj.spec.audience,
-        ...(claims?.username ? { usernameClaim: claims.username } : {}),
-        ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
-        ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
-        ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
-        ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
-        ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-      };
-      const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
-      if (validation.authenticator) validation.authenticator.keys.startRefreshing();
-      return {
-        checks: validation.checks,
-        ...(validation.authenticator
-          ? { authenticator: validation.authenticator, issuer: obj.spec.issuer }
-          : {}),
-      };
-    },
-    jwtTrustDigest,
-  );
+  return newAuthenticatorControllers('JWTAuthenticator', deps, jwtTrustDigest, async (obj) => {
+    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+    const claims = obj.spec.claims;
+    const settings: JWTSettings = {
+      issuer: obj.spec.issuer,
+      audience: obj.spec.audience,
+      ...(claims?.username ? { usernameClaim: claims.username } : {}),
+      ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
+      ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
+      ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
+      ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
+      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+    };
+    const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
+    if (validation.authenticator) validation.authenticator.keys.startRefreshing();
+    return {
+      checks: validation.checks,
+      ...(validation.authenticator
+        ? { authenticator: validation.authenticator, issuer: obj.spec.issuer }
+        : {}),
+    };
+  });
 }
 
 function endpointProblem(endpoint: string): string | undefined {
@@ -209,88 +205,80 @@ function endpointProblem(endpoint: string): string | undefined {
 export function newWebhookAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
 ): AuthenticatorControllers {
-  return newAuthenticatorControllers(
-    'WebhookAuthenticator',
-    deps,
-    async (obj) => {
-      const checks: Check[] = [];
-      const unknown = (types: string[]): Check[] =>
-        types.map((type) => ({
-          type,
-          status: 'Unknown',
-          reason: 'UnableToValidate',
-          message: 'unable to validate; see other conditions for details',
-        }));
-      const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
-      if (ca.problem) {
-        checks.push({
-          type: 'TLSConfigurationValid',
-          status: 'False',
-          reason: 'InvalidTLSConfiguration',
-          message: `spec.tls.certificateAuthorityData: ${ca.problem}`,
-        });
-        return {
-          checks: [
-            ...checks,
-            ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid']),
-          ],
-        };
-      }
+  return newAuthenticatorControllers('WebhookAuthenticator', deps, webhookTrustDigest, async (obj) => {
+    const checks: Check[] = [];
+    const unknown = (types: string[]): Check[] =>
+      types.map((type) => ({
+        type,
+        status: 'Unknown',
+        reason: 'UnableToValidate',
+        message: 'unable to validate; see other conditions for details',
+      }));
+    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+    if (ca.problem) {
       checks.push({
         type: 'TLSConfigurationValid',
-        status: 'True',
-        reason: 'Success',
-        message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
+        status: 'False',
+        reason: 'InvalidTLSConfiguration',
+        message: `spec.tls.certificateAuthorityData: ${ca.problem}`,
       });
-      const problem = endpointProblem(obj.spec.endpoint);
-      if (problem) {
-        checks.push({
-          type: 'EndpointURLValid',
-          status: 'False',
-          reason: 'InvalidEndpointURL',
-          message: problem,
-        });
-        return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
-      }
+      return {
+        checks: [...checks, ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid'])],
+      };
+    }
+    checks.push({
+      type: 'TLSConfigurationValid',
+      status: 'True',
+      reason: 'Success',
+      message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
+    });
+    const problem = endpointProblem(obj.spec.endpoint);
+    if (problem) {
       checks.push({
         type: 'EndpointURLValid',
-        status: 'True',
-        reason: 'Success',
-        message: 'endpoint is a valid https URL',
+        status: 'False',
+        reason: 'InvalidEndpointURL',
+        message: problem,
       });
-      const allowSystemNames = obj.spec.allowSystemNames === true;
-      const client = new WebhookClient({
-        endpoint: obj.spec.endpoint,
-        ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-        ...(allowSystemNames ? { allowSystemNames } : {}),
-      });
-      try {
-        await client.probe();
-      } catch (err) {
-        checks.push({
-          type: 'WebhookConnectionValid',
-          status: 'False',
-          reason: 'UnableToDialServer',
-          message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
-        });
-        return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
-      }
+      return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
+    }
+    checks.push({
+      type: 'EndpointURLValid',
+      status: 'True',
+      reason: 'Success',
+      message: 'endpoint is a valid https URL',
+    });
+    const allowSystemNames = obj.spec.allowSystemNames === true;
+    const client = new WebhookClient({
+      endpoint: obj.spec.endpoint,
+      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+      ...(allowSystemNames ? { allowSystemNames } : {}),
+    });
+    try {
+      await client.probe();
+    } catch (err) {
       checks.push({
         type: 'WebhookConnectionValid',
-        status: 'True',
-        reason: 'Success',
-        message: 'TLS connection to the webhook verified',
+        status: 'False',
+        reason: 'UnableToDialServer',
+        message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
       });
-      checks.push({
-        type: 'AuthenticatorValid',
-        status: 'True',
-        reason: 'Success',
-        message: allowSystemNames
-          ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
-          : 'authenticator initialized',
-      });
-      return { checks, authenticator: client };
-    },
-    webhookTrustDigest,
-  );
+      return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
+    }
+    checks.push({
+      type: 'WebhookConnectionValid',
+      status: 'True',
+      reason: 'Success',
+      message: 'TLS connection to the webhook verified',
+    });
+    checks.push({
+      type: 'AuthenticatorValid',
+      status: 'True',
+      reason: 'Success',
+      message: allowSystemNames
+        ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
+        : 'authenticator initialized',
+    });
+    return { checks, authenticator: client };
+  });
 }

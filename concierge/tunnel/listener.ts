@@ -1,6 +1,7 @@
 // The agents' listener: TLS on its own port. POST /register trades a bootstrap token and a CSR for a client
-// certificate (anyone may ask, so at a bounded rate per source address and overall, with 429 beyond); GET /connect (mutual TLS, an Upgrade) is the tunnel; POST /renew (mutual TLS) re-issues the
-// certificate before it expires. The tunnel runs on the TLS connection itself after an Upgrade to TUNNEL_UPGRADE,
+// certificate (anyone may ask, so at a bounded rate per source address and overall, with 429 beyond); GET /connect
+// (mutual TLS, an Upgrade) is the tunnel; POST /renew (mutual TLS) re-issues the certificate before it expires. The
+// tunnel runs on the TLS connection itself after an Upgrade to TUNNEL_UPGRADE,
 // or inside a WebSocket for agents behind proxies that pass only those (lib/tunnel-dial.ts). A certificate is bound to one Cluster object and one generation of its agent
 // certificates (binding.ts), and that binding is checked against the Cluster registry on every connection and
 // renewal: a Cluster deleted from the registry, or deleted and created again, or whose agentGeneration was
