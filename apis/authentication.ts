@@ -82,8 +82,9 @@ export interface JWTAuthenticatorSpec {
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
    * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
    * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate outlives the token it
-   * was issued for, and only deleting this authenticator ends it early (for every user at once), so keep it as short
-   * as your users bear. Default: 300.
+   * was issued for, and ends early only when this authenticator is deleted or edited to trust otherwise (its issuer,
+   * audience, claims, CA bundle or allowSystemNames), for every user at once, so keep it as short as your users bear.
+   * Editing this field leaves certificates already issued as they are. Default: 300.
    * @asType integer
    * @minimum 120
    * @maximum 86400
@@ -114,8 +115,9 @@ export interface WebhookAuthenticatorSpec {
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
    * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
    * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate outlives the token it
-   * was issued for, and only deleting this authenticator ends it early (for every user at once), so keep it as short
-   * as your users bear. Default: 300.
+   * was issued for, and ends early only when this authenticator is deleted or edited to trust otherwise (its endpoint,
+   * CA bundle or allowSystemNames), for every user at once, so keep it as short as your users bear. Editing this
+   * field leaves certificates already issued as they are. Default: 300.
    * @asType integer
    * @minimum 120
    * @maximum 86400

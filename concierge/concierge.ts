@@ -5,6 +5,11 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster, ClusterStatus } from '../apis/tunnel.ts';
+import {
+  BOOTSTRAP_SECRET_SELECTORS,
+  newBootstrapTokenStore,
+  type BootstrapSecret,
+} from '../lib/bootstrap.ts';
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
   newCoreInformer,
@@ -310,9 +315,21 @@ async function start(
     let withdrawn: Promise<void> | undefined;
     const withdraw = (): Promise<void> => (withdrawn ??= publisher.stop());
     onStop(withdraw);
+    // The unredeemed bootstrap tokens, and only those: registration reads them here rather than asking the API server
+    // once per attempt, which anyone could make.
+    const tokens = newCoreInformer<BootstrapSecret>(
+      clients,
+      'secrets',
+      namespace,
+      log,
+      BOOTSTRAP_SECRET_SELECTORS,
+    );
+    onStop(() => tokens.stop());
+    await tokens.synced();
     const listener = await startTunnelListener({
       clients,
       namespace,
+      bootstrapTokens: newBootstrapTokenStore(clients, namespace, tokens),
       host: opts.tunnel.host,
       port: opts.tunnel.port,
       hosts: opts.tunnel.hosts,

@@ -5,6 +5,7 @@ import { Writable } from 'node:stream';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
+import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
 import { MemoryInformer } from '../lib/informer.ts';
 import { newLogger, silentLogger, type Logger } from '../lib/log.ts';
 import { RecordingStatusWriter } from '../lib/status-writer.ts';
@@ -331,6 +332,56 @@ describe('JWTAuthenticator controller', () => {
   });
 });
 
+describe('certificates bound to what a JWTAuthenticator trusts', () => {
+  const withUid = (
+    obj: JWTAuthenticator,
+    metadata: Partial<JWTAuthenticator['metadata']> = {},
+  ): JWTAuthenticator => ({
+    ...obj,
+    metadata: { ...obj.metadata, uid: 'uid-corp', ...metadata },
+  });
+
+  it.each<[string, boolean, (obj: JWTAuthenticator) => JWTAuthenticator]>([
+    ['another audience', false, (o) => ({ ...o, spec: { ...o.spec, audience: 'someone-else' } })],
+    ['another username claim', false, (o) => ({ ...o, spec: { ...o.spec, claims: { username: 'sub' } } })],
+    ['another groups claim', false, (o) => ({ ...o, spec: { ...o.spec, claims: { groups: 'teams' } } })],
+    ['a username prefix', false, (o) => ({ ...o, spec: { ...o.spec, claims: { usernamePrefix: 'oidc:' } } })],
+    ['a groups prefix', false, (o) => ({ ...o, spec: { ...o.spec, claims: { groupsPrefix: 'oidc:' } } })],
+    ['system names allowed', false, (o) => ({ ...o, spec: { ...o.spec, allowSystemNames: true } })],
+    [
+      'a label and an annotation',
+      true,
+      (o) => withUid(o, { labels: { team: 'a' }, annotations: { note: 'b' } }),
+    ],
+    [
+      'another certificate lifetime',
+      true,
+      (o) => ({ ...o, spec: { ...o.spec, credentialLifetimeSeconds: 3600 } }),
+    ],
+    ['a status written', true, (o) => ({ ...o, status: { phase: 'Ready' } })],
+  ])('after an edit of %s, certificates from before still hold: %s', async (_edit, holds, edit) => {
+    const original = withUid(jwtObject());
+    const { cache, informer, controller } = await runJWT(original, goodDocuments());
+    const answer = await cache.authenticateWith(
+      'JWTAuthenticator',
+      'corp',
+      await tokenWith({ username: 'alice' }),
+    );
+    expect(answer.ok).toBe(true);
+    const binding = answer.binding!;
+    expect(binding.uid).toBe('uid-corp');
+    expect(cache.holds(binding)).toBe(true);
+
+    informer.put(edit(original));
+    await controller.sync('corp');
+    // Still loaded either way: only what its certificates are bound to differs.
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(true);
+    expect(cache.holds(binding)).toBe(holds);
+    // Certificates issued after the edit are bound to the spec as it is now.
+    expect(cache.holds({ uid: 'uid-corp', trust: jwtTrustDigest(edit(original).spec) })).toBe(true);
+  });
+});
+
 describe('WebhookAuthenticator controller', () => {
   function webhookObject(spec: Partial<WebhookAuthenticator['spec']>): WebhookAuthenticator {
     return {
@@ -412,6 +463,50 @@ describe('WebhookAuthenticator controller', () => {
           expect(valid?.message).toBe('authenticator initialized');
           expect(warned).toEqual([]);
         }
+      }
+    } finally {
+      server.close();
+    }
+  });
+
+  it('ends the certificates of a webhook whose endpoint or system-name setting is edited, not of one whose lifetime is', async () => {
+    const ca = await newCA('webhook-ca');
+    const cert = await issueCert(ca, { commonName: 'hook', hosts: ['127.0.0.1'], usage: 'server' });
+    const server = createTLSServer({ cert: cert.certPem, key: cert.keyPem }, (socket) => socket.end());
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    try {
+      const endpoint = `https://127.0.0.1:${(server.address() as AddressInfo).port}/authenticate`;
+      const tls = { certificateAuthorityData: Buffer.from(ca.certPem).toString('base64') };
+      const original: WebhookAuthenticator = {
+        ...webhookObject({ endpoint, tls }),
+        metadata: { name: 'hook', uid: 'uid-hook' },
+      };
+      const informer = new MemoryInformer<WebhookAuthenticator>([original]);
+      const cache = new AuthenticatorCache();
+      caches.push(cache);
+      const controller = replica(
+        newWebhookAuthenticatorControllers({
+          informer,
+          cache,
+          status: new RecordingStatusWriter<AuthenticatorStatus>(),
+          log: silentLogger(),
+        }),
+      );
+      const edits: [string, WebhookAuthenticator['spec'], boolean][] = [
+        ['another certificate lifetime', { endpoint, tls, credentialLifetimeSeconds: 3600 }, true],
+        ['another endpoint', { endpoint: endpoint.replace('/authenticate', '/other'), tls }, false],
+        ['system names allowed', { endpoint, tls, allowSystemNames: true }, false],
+      ];
+      for (const [edit, spec, holds] of edits) {
+        informer.put(original);
+        await controller.sync('hook');
+        const before = { uid: 'uid-hook', trust: webhookTrustDigest(original.spec) };
+        expect(cache.holds(before)).toBe(true);
+        informer.put({ ...original, spec });
+        await controller.sync('hook');
+        expect(cache.has('WebhookAuthenticator', 'hook')).toBe(true);
+        expect({ edit, holds: cache.holds(before) }).toEqual({ edit, holds });
+        expect(cache.holds({ uid: 'uid-hook', trust: webhookTrustDigest(spec) })).toBe(true);
       }
     } finally {
       server.close();

@@ -6,6 +6,7 @@ import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from
 import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
 import { validateJWT, type Check, type JWTDependencies, type JWTSettings } from '../lib/authn/jwt.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE } from '../lib/authn/system-names.ts';
+import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
 import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
 import type { Logger } from '../lib/log.ts';
 import { decodeCABundle } from '../lib/pem.ts';
@@ -69,6 +70,8 @@ const SPEC_CHECKS = new Set([
 function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthenticator>(
   kind: AuthenticatorKind,
   deps: AuthenticatorControllerDeps<T>,
+  /** What certificates issued on its word are bound to besides its uid (lib/authn/trust.ts). */
+  trustDigest: (spec: T['spec']) => string,
   validate: (obj: T) => Promise<Validated>,
 ): AuthenticatorControllers {
   /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
@@ -105,7 +108,8 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
             ...(obj.spec.credentialLifetimeSeconds === undefined
               ? {}
               : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
-            ...(obj.metadata.uid ? { uid: obj.metadata.uid } : {}),
+            // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
+            ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
           });
           validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.
@@ -166,7 +170,7 @@ export function newJWTAuthenticatorControllers(
   jwtDeps: JWTDependencies = {},
 ): AuthenticatorControllers {
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
-  return newAuthenticatorControllers('JWTAuthenticator', deps, async (obj) => {
+  return newAuthenticatorControllers('JWTAuthenticator', deps, jwtTrustDigest, async (obj) => {
     const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
     const claims = obj.spec.claims;
     const settings: JWTSettings = {
@@ -201,7 +205,7 @@ function endpointProblem(endpoint: string): string | undefined {
 export function newWebhookAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
 ): AuthenticatorControllers {
-  return newAuthenticatorControllers('WebhookAuthenticator', deps, async (obj) => {
+  return newAuthenticatorControllers('WebhookAuthenticator', deps, webhookTrustDigest, async (obj) => {
     const checks: Check[] = [];
     const unknown = (types: string[]): Check[] =>
       types.map((type) => ({

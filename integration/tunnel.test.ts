@@ -427,10 +427,14 @@ describe('a cluster reached through its agent', () => {
       }),
     });
     const misnamed = await createBootstrapToken(hubClients, NS, CLUSTER);
+    const good = await createBootstrapToken(hubClients, NS, CLUSTER);
+    // The listener knows tokens from its watch of them, which brings them in the order they were made: once it takes
+    // the later one, it knows the earlier.
+    await eventually(async () =>
+      expect(await register({ cluster: CLUSTER, token: good.token, csr: csrPem })).toBe(200),
+    );
     expect(await register({ cluster: 'other', token: misnamed.token, csr: csrPem })).toBe(401);
     expect(await register({ cluster: CLUSTER, token: misnamed.token, csr: csrPem })).toBe(401);
-    const good = await createBootstrapToken(hubClients, NS, CLUSTER);
-    expect(await register({ cluster: CLUSTER, token: good.token, csr: csrPem })).toBe(200);
 
     expect(await dialStatus({})).toBe(401);
     const foreignCA = await newCA('not the tunnel CA');

@@ -501,31 +501,41 @@ export function newLeaseInformer(
 /** Core kinds the impersonation-proxy controllers watch. */
 export type CoreCollection = 'nodes' | 'services' | 'secrets' | 'configmaps';
 
-/** An informer over a core collection: nodes cluster-wide, the others in one namespace (all when it is ''). */
+/** Which objects of a collection an informer keeps (all when empty). */
+export interface Selectors {
+  labelSelector?: string;
+  fieldSelector?: string;
+}
+
+/**
+ * An informer over a core collection: nodes cluster-wide, the others in one namespace (all when it is ''), only the
+ * objects `selectors` select: the API server filters both the list and the watch, so the cache holds no more.
+ */
 export function newCoreInformer<T extends KubeObject>(
   clients: KubeClients,
   collection: CoreCollection,
   namespace: string,
   log: Logger,
+  selectors: Selectors = {},
 ): Informer<T> {
   const everywhere = collection === 'nodes' || namespace === '';
   const list = {
-    nodes: () => clients.core.listNode(),
+    nodes: () => clients.core.listNode(selectors),
     services: () =>
       everywhere
-        ? clients.core.listServiceForAllNamespaces()
-        : clients.core.listNamespacedService({ namespace }),
+        ? clients.core.listServiceForAllNamespaces(selectors)
+        : clients.core.listNamespacedService({ namespace, ...selectors }),
     secrets: () =>
       everywhere
-        ? clients.core.listSecretForAllNamespaces()
-        : clients.core.listNamespacedSecret({ namespace }),
+        ? clients.core.listSecretForAllNamespaces(selectors)
+        : clients.core.listNamespacedSecret({ namespace, ...selectors }),
     configmaps: () =>
       everywhere
-        ? clients.core.listConfigMapForAllNamespaces()
-        : clients.core.listNamespacedConfigMap({ namespace }),
+        ? clients.core.listConfigMapForAllNamespaces(selectors)
+        : clients.core.listNamespacedConfigMap({ namespace, ...selectors }),
   }[collection] as () => Promise<{ items: T[] }>;
   const path = everywhere ? `/api/v1/${collection}` : `/api/v1/namespaces/${namespace}/${collection}`;
-  return newInformer<T>(clients.config, { path, list }, log);
+  return newInformer<T>(clients.config, { path, list, ...selectors }, log);
 }
 
 /** Sets a Service's load-balancer status (what a cloud's controller writes). */

@@ -4,12 +4,12 @@
 import type { TLSSocket } from 'node:tls';
 import { decodeJwt } from 'jose';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
-import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import type { AuthenticatorBinding, AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube.ts';
 import { peerChain } from '../../lib/pem.ts';
 import { certificateURIs } from '../../lib/pki.ts';
-import { AUTHENTICATOR_URI_PREFIX } from './credentials.ts';
+import { AUTHENTICATOR_URI_PREFIX, parseAuthenticatorBinding } from './credentials.ts';
 import type { Request } from '../../lib/http2-request.ts';
 
 export type Identity =
@@ -46,21 +46,15 @@ interface CertificateIdentity {
   notBefore: number;
   notAfter: number;
   chain: string[];
-  /** The uid of the authenticator the certificate is bound to (TokenCredentialRequest's); none for others. */
-  authenticatorUid?: string;
+  /**
+   * What the certificate is bound to (TokenCredentialRequest's); none for others; null for one that names a binding
+   * no authenticator can hold (unreadable, from before bindings named the trust digest, or more than one).
+   */
+  binding?: AuthenticatorBinding | null;
 }
 
 /** Per connection, what its verified certificate says (null: none). getPeerCertificate is costly per request. */
 const certificateIdentities = new WeakMap<object, CertificateIdentity | null>();
-
-/** The uid an authenticator binding names; empty (matching nothing) when it cannot be read. */
-function uidOf(binding: string): string {
-  try {
-    return decodeURIComponent(binding.slice(AUTHENTICATOR_URI_PREFIX.length));
-  } catch {
-    return '';
-  }
-}
 
 function readCertificate(req: Request): CertificateIdentity | null {
   const socket = req.socket as TLSSocket | undefined;
@@ -77,11 +71,9 @@ function readCertificate(req: Request): CertificateIdentity | null {
     notBefore: Date.parse(cert.valid_from),
     notAfter: Date.parse(cert.valid_to),
     chain: peerChain(cert).map((c) => c.fingerprint256),
-    // Two bindings are one too many: such a certificate is bound to something no authenticator's uid can match.
+    // Two bindings are one too many: such a certificate is bound to nothing an authenticator can hold.
     ...(bindings.length > 0
-      ? {
-          authenticatorUid: bindings.length === 1 ? uidOf(bindings[0]!) : '',
-        }
+      ? { binding: bindings.length === 1 ? (parseAuthenticatorBinding(bindings[0]!) ?? null) : null }
       : {}),
   };
 }
@@ -90,7 +82,8 @@ function readCertificate(req: Request): CertificateIdentity | null {
 export const CERTIFICATE_EXPIRED = 'client certificate expired since the connection was made';
 export const CERTIFICATE_UNTRUSTED =
   'client certificate signer no longer trusted since the connection was made';
-export const CERTIFICATE_UNBOUND = 'the authenticator the client certificate was issued through is gone';
+export const CERTIFICATE_UNBOUND =
+  'the authenticator the client certificate was issued through is gone, or trusts otherwise since';
 
 /**
  * The user named by a verified client certificate (CN is the username, each O a group), or why a certificate that
@@ -101,7 +94,7 @@ export const CERTIFICATE_UNBOUND = 'the authenticator the client certificate was
 export function certificateUser(
   req: Request,
   trusted: ReadonlySet<string>,
-  authenticatorLoaded: (uid: string) => boolean = () => false,
+  bindingHolds: (binding: AuthenticatorBinding) => boolean = () => false,
 ): UserInfo | { refused: string } | undefined {
   // Keyed by the connection: the HTTP/2 session, or the HTTP/1.1 socket. Looked up before the socket is touched,
   // since an HTTP/2 session's socket is a stand-in that binds a new function on every property read.
@@ -116,7 +109,7 @@ export function certificateUser(
   // A date that could not be read compares false: such a certificate counts as expired.
   if (!(now >= known.notBefore && now <= known.notAfter)) return { refused: CERTIFICATE_EXPIRED };
   if (!known.chain.some((fingerprint) => trusted.has(fingerprint))) return { refused: CERTIFICATE_UNTRUSTED };
-  if (known.authenticatorUid !== undefined && !authenticatorLoaded(known.authenticatorUid))
+  if (known.binding !== undefined && (known.binding === null || !bindingHolds(known.binding)))
     return { refused: CERTIFICATE_UNBOUND };
   return known.user;
 }
@@ -190,7 +183,7 @@ export function newRequestAuthenticator(
 
   return {
     async authenticate(req) {
-      const fromCert = certificateUser(req, trustedClientCAs(), (uid) => cache.hasUid(uid));
+      const fromCert = certificateUser(req, trustedClientCAs(), (binding) => cache.holds(binding));
       if (fromCert !== undefined && !('refused' in fromCert))
         return { kind: 'user', user: fromCert, via: 'certificate' };
       const token = bearerToken(req);

@@ -2,6 +2,7 @@
 // proxy's current signer CA, which the proxy itself trusts for client authentication. The key is the client's own
 // when it sent a CSR, else one made here and handed back with the certificate.
 import type { webcrypto } from 'node:crypto';
+import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { issueCert, type CertificateAuthority } from '../../lib/pki.ts';
 
@@ -13,19 +14,21 @@ export interface IssuedCredential {
 }
 
 export interface ClientCertSigner {
-  /** Undefined when no signer CA is loaded yet (TokenCredentialRequest then fails closed). */
-  /** `authenticatorUid`: the authenticator the token was checked with, which the certificate is bound to. */
+  /**
+   * Undefined when no signer CA is loaded yet (TokenCredentialRequest then fails closed). `binding`: the
+   * authenticator the token was checked with, and what its spec trusted then, which the certificate is bound to.
+   */
   issue(
     user: UserInfo,
     lifetimeMs: number,
     publicKey?: webcrypto.CryptoKey,
-    authenticatorUid?: string,
+    binding?: AuthenticatorBinding,
   ): Promise<IssuedCredential | undefined>;
 }
 
 export function newClientCertSigner(currentCA: () => CertificateAuthority | undefined): ClientCertSigner {
   return {
-    async issue(user, lifetimeMs, publicKey, authenticatorUid) {
+    async issue(user, lifetimeMs, publicKey, binding) {
       const ca = currentCA();
       if (!ca) return undefined;
       const issued = await issueCert(ca, {
@@ -34,7 +37,7 @@ export function newClientCertSigner(currentCA: () => CertificateAuthority | unde
         usage: 'client',
         validityMs: lifetimeMs,
         ...(publicKey ? { publicKey } : {}),
-        ...(authenticatorUid ? { uris: [authenticatorBinding(authenticatorUid)] } : {}),
+        ...(binding ? { uris: [authenticatorBindingURI(binding)] } : {}),
       });
       return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.cert.notAfter };
     },
@@ -42,10 +45,35 @@ export function newClientCertSigner(currentCA: () => CertificateAuthority | unde
 }
 
 /**
- * The URI SAN that binds a certificate to the authenticator whose word it was issued on: the proxy honours the
- * certificate only while that very object (by uid) is loaded, so deleting an authenticator, or breaking it, ends the
- * certificates it vouched for at once instead of when they expire.
+ * The URI SAN that binds a certificate to the authenticator whose word it was issued on,
+ * urn:sealion:authenticator:<uid>:<trust>: the proxy honours the certificate only while that very object (by uid) is
+ * loaded with a spec that trusts what it trusted then (the digest, lib/authn/trust.ts), so deleting an authenticator,
+ * breaking it, or changing whom it trusts ends the certificates it vouched for at once instead of when they expire.
+ * The uid is percent-encoded and the digest is base64url, so neither holds a ':' and the URI splits back into exactly
+ * those two parts.
  */
 export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
-export const authenticatorBinding = (uid: string): string =>
-  `${AUTHENTICATOR_URI_PREFIX}${encodeURIComponent(uid)}`;
+const TRUST_DIGEST = /^[A-Za-z0-9_-]{43}$/;
+
+export function authenticatorBindingURI(binding: AuthenticatorBinding): string {
+  if (!TRUST_DIGEST.test(binding.trust)) throw new Error('an authenticator binding needs a SHA-256 digest');
+  return `${AUTHENTICATOR_URI_PREFIX}${encodeURIComponent(binding.uid)}:${binding.trust}`;
+}
+
+/**
+ * The binding a URI SAN names, or undefined when it is not exactly one of ours. A certificate from before bindings
+ * named the digest (`urn:sealion:authenticator:<uid>`) names none: it is bound to nothing that can hold.
+ */
+export function parseAuthenticatorBinding(uri: string): AuthenticatorBinding | undefined {
+  if (!uri.startsWith(AUTHENTICATOR_URI_PREFIX)) return undefined;
+  const parts = uri.slice(AUTHENTICATOR_URI_PREFIX.length).split(':');
+  if (parts.length !== 2) return undefined;
+  const [encoded, trust] = parts as [string, string];
+  if (!TRUST_DIGEST.test(trust)) return undefined;
+  try {
+    const uid = decodeURIComponent(encoded);
+    return uid === '' ? undefined : { uid, trust };
+  } catch {
+    return undefined;
+  }
+}

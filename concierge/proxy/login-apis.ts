@@ -238,7 +238,7 @@ export async function handleTokenCredentialRequest(
     result.user,
     credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
     publicKey,
-    result.authenticatorUid,
+    result.binding,
   );
   if (!issued) return failed('no signer CA is loaded');
   deps.log.info(

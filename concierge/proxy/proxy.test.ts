@@ -25,8 +25,13 @@ import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
 import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
 import { newLogger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
-import { CERTIFICATE_EXPIRED, CERTIFICATE_UNTRUSTED, newRequestAuthenticator } from './authenticate.ts';
-import { newClientCertSigner } from './credentials.ts';
+import {
+  CERTIFICATE_EXPIRED,
+  CERTIFICATE_UNBOUND,
+  CERTIFICATE_UNTRUSTED,
+  newRequestAuthenticator,
+} from './authenticate.ts';
+import { AUTHENTICATOR_URI_PREFIX, newClientCertSigner } from './credentials.ts';
 import { newForwarder } from './forward.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
@@ -141,6 +146,8 @@ let metrics: ProxyMetrics;
 let logText = '';
 let switchedOn = true;
 let handler: ReturnType<typeof newProxyHandler>;
+/** The authenticators the proxy asks: a static webhook, and whatever a test loads besides. */
+let cache: AuthenticatorCache;
 
 function call(
   path: string,
@@ -248,7 +255,7 @@ beforeAll(async () => {
     hosts: ['127.0.0.1'],
     usage: 'server',
   });
-  const cache = new AuthenticatorCache();
+  cache = new AuthenticatorCache();
   cache.set('WebhookAuthenticator', 'static', staticTokens);
   metrics = newProxyMetrics();
   const log = newLogger({
@@ -861,6 +868,62 @@ describe('TLS material', () => {
       expect(logText).toContain(CERTIFICATE_UNTRUSTED);
     } finally {
       session.destroy();
+    }
+  });
+
+  it('takes a TokenCredentialRequest certificate while its authenticator trusts what it did, and stops once it trusts otherwise', async () => {
+    const signer = await newCA('tcr-signer');
+    const before = 'a'.repeat(43);
+    const load = (trust: string): void =>
+      cache.set('JWTAuthenticator', 'bound', staticTokens, {
+        issuer: 'https://bound.example.com',
+        binding: { uid: 'uid-bound', trust },
+      });
+    load(before);
+    const issued = (await newClientCertSigner(() => signer).issue(
+      { username: 'erin', groups: ['devs'], extra: {} },
+      60_000,
+      undefined,
+      { uid: 'uid-bound', trust: before },
+    ))!;
+    const { session } = await connectWithCertificate([signer.certPem], {
+      certPem: issued.certPem,
+      keyPem: issued.keyPem,
+    });
+    try {
+      expect((await whoAmIOn(session)).status).toBe(201);
+      // Loaded again trusting the same (its certificates' lifetime edited, say): still erin.
+      load(before);
+      expect((await whoAmIOn(session)).status).toBe(201);
+      // Edited to trust otherwise: the same connection gets the uniform 401, the reason only in the log.
+      load('b'.repeat(43));
+      const refused = await whoAmIOn(session);
+      expect(refused.status).toBe(401);
+      expect(JSON.parse(refused.body)).toMatchObject({ kind: 'Status', code: 401, message: UNAUTHORIZED });
+      expect(logText).toContain(CERTIFICATE_UNBOUND);
+    } finally {
+      session.destroy();
+      cache.delete('JWTAuthenticator', 'bound');
+    }
+  });
+
+  it('refuses a certificate bound the way certificates were before bindings named the trust, its authenticator loaded', async () => {
+    const signer = await newCA('tcr-signer');
+    cache.set('JWTAuthenticator', 'bound', staticTokens, {
+      issuer: 'https://bound.example.com',
+      binding: { uid: 'uid-bound', trust: 'a'.repeat(43) },
+    });
+    const credential = await issueCert(signer, {
+      commonName: 'frank',
+      usage: 'client',
+      uris: [`${AUTHENTICATOR_URI_PREFIX}uid-bound`],
+    });
+    const { session } = await connectWithCertificate([signer.certPem], credential);
+    try {
+      expect((await whoAmIOn(session)).status).toBe(401);
+    } finally {
+      session.destroy();
+      cache.delete('JWTAuthenticator', 'bound');
     }
   });
 

@@ -1,7 +1,8 @@
-// The tunnel listener on real sockets, with the registry and the CA Secret in memory: its TLS (the proxy's AEAD
-// suites, no renegotiation) and the binding of agent certificates to one Cluster object and its agentGeneration.
+// The tunnel listener on real sockets, with the registry, the bootstrap tokens and the CA Secret in memory: its TLS
+// (the proxy's AEAD suites, no renegotiation), registration (one answer for every failure, a bounded rate) and the
+// binding of agent certificates to one Cluster object and its agentGeneration.
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
-import { randomUUID } from 'node:crypto';
+import { randomUUID, X509Certificate } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import { request as httpsRequest } from 'node:https';
 import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
@@ -15,13 +16,16 @@ import {
 } from '../../lib/tunnel-dial.ts';
 import type { Cluster } from '../../apis/tunnel.ts';
 import { eventually } from '../../dev/eventually.ts';
+import { fakeBootstrapToken, memoryTokenStore } from '../../lib/fake-bootstrap-tokens.ts';
 import { MemoryInformer } from '../../lib/informer.ts';
+import { statusBody } from '../../lib/kube-status.ts';
 import type { KubeClients } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
-import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki.ts';
 import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel.ts';
 import { bindingURI } from './binding.ts';
 import { MAX_HANDSHAKES, startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
+import { DEFAULT_REGISTRATION_LIMITS, type RateLimitOptions } from './rate-limit.ts';
 
 const NAME = 'edge';
 
@@ -34,14 +38,17 @@ const clusterObject = (uid: string, agentGeneration?: number): Cluster => ({
 
 let ca: CertificateAuthority;
 let clusters: MemoryInformer<Cluster>;
+let tokens: ReturnType<typeof memoryTokenStore>;
 let listener: TunnelListener;
 
 beforeAll(async () => {
   ca = await newCA('test tunnel CA');
 });
 
-beforeEach(async () => {
+/** Starts the listener under test, with the default registration limits unless told otherwise. */
+async function start(registrationLimits: RateLimitOptions = DEFAULT_REGISTRATION_LIMITS): Promise<void> {
   clusters = new MemoryInformer<Cluster>();
+  tokens = memoryTokenStore();
   // Only the CA Secret is read from the API server on start; nothing else here reaches it.
   const clients = {
     core: {
@@ -63,12 +70,16 @@ beforeEach(async () => {
     port: 0,
     hosts: ['127.0.0.1'],
     clusters,
+    bootstrapTokens: tokens,
+    registrationLimits,
     readCluster: (name) => Promise.resolve(clusters.get(name)),
     onTunnelChange: () => {},
     identity: 'replica-under-test',
     log: silentLogger(),
   });
-});
+}
+
+beforeEach(() => start());
 
 afterEach(async () => {
   await listener.stop();
@@ -129,6 +140,98 @@ describe('the tunnel listener’s TLS', () => {
     });
     socket.destroy();
     expect(outcome).toBeInstanceOf(Error);
+  });
+});
+
+/** POST /register with `body` (JSON unless a string); the answer's status, Retry-After and body. */
+const register = (body: object | string): Promise<{ status: number; retryAfter?: string; body: string }> =>
+  new Promise((done, fail) => {
+    const req = httpsRequest(
+      {
+        host: '127.0.0.1',
+        port: listener.port,
+        path: '/register',
+        method: 'POST',
+        ca: ca.certPem,
+        agent: false,
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () =>
+          done({
+            status: res.statusCode ?? 0,
+            ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}),
+            body: text,
+          }),
+        );
+      },
+    );
+    req.once('error', fail);
+    req.end(typeof body === 'string' ? body : JSON.stringify(body));
+  });
+
+describe('registration', () => {
+  it('answers an unknown cluster, an unknown token id, a wrong secret and a malformed token alike, asking the API server nothing', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const real = await fakeBootstrapToken(NAME);
+    tokens.put(real.secret);
+    const { csrPem } = await newCSR(NAME);
+    const id = real.token.split('.')[0]!;
+    const attempts: object[] = [
+      { cluster: 'nobody-has-this', token: 'abcdefgh.whatever', csr: csrPem },
+      { cluster: NAME, token: 'abcdefgh.whatever', csr: csrPem },
+      { cluster: 'nobody-has-this', token: `${id}.wrong`, csr: csrPem },
+      { cluster: NAME, token: `${id}.wrong`, csr: csrPem },
+      { cluster: NAME, token: 'not a token', csr: csrPem },
+      { cluster: NAME, csr: csrPem },
+    ];
+    for (const attempt of attempts) {
+      const gets = tokens.gets;
+      expect(await register(attempt)).toEqual({ status: 401, body: statusBody(401, 'Unauthorized') });
+      // The same work for each, known cluster or not: one look in the cache, then the one comparison.
+      expect(tokens.gets - gets).toBe(1);
+    }
+    expect(tokens.burns).toEqual([]);
+    // The real token was not spent by any of that.
+    const registered = await register({ cluster: NAME, token: real.token, csr: csrPem });
+    expect(registered.status).toBe(200);
+    const { certificate } = JSON.parse(registered.body) as { certificate: string };
+    expect(certificateURIs(new X509Certificate(certificate).raw)).toEqual([
+      bindingURI({ cluster: NAME, uid, generation: 0 }),
+    ]);
+    expect(tokens.burns).toEqual([real.secret.metadata!.name]);
+    // Once: burned, it is gone.
+    expect((await register({ cluster: NAME, token: real.token, csr: csrPem })).status).toBe(401);
+  });
+
+  it('refuses a stranger beyond their share with 429, Retry-After and a Status, before reading the request', async () => {
+    await listener.stop();
+    // No refill to speak of during the test: the burst is all there is.
+    await start({ ...DEFAULT_REGISTRATION_LIMITS, perAddressBurst: 3, perAddressPerSecond: 0.001 });
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => register({ cluster: NAME, token: 'abcdefgh.whatever' })),
+    );
+    expect(answers.filter((a) => a.status === 401)).toHaveLength(3);
+    const refused = answers.filter((a) => a.status === 429);
+    expect(refused).toHaveLength(17);
+    for (const answer of refused) {
+      expect(Number(answer.retryAfter)).toBeGreaterThanOrEqual(1);
+      expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 429, reason: 'TooManyRequests' });
+    }
+    // Only the three admitted ones were looked up.
+    expect(tokens.gets).toBe(3);
+  });
+
+  it('bounds all strangers together', async () => {
+    await listener.stop();
+    await start({ ...DEFAULT_REGISTRATION_LIMITS, overallBurst: 4, overallPerSecond: 0.001 });
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () => register({ cluster: NAME, token: 'abcdefgh.whatever' })),
+    );
+    expect(answers.map((a) => a.status).sort()).toEqual([401, 401, 401, 401, 429, 429, 429, 429, 429, 429]);
   });
 });
 

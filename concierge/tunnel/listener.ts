@@ -1,6 +1,7 @@
 // The agents' listener: TLS on its own port. POST /register trades a bootstrap token and a CSR for a client
-// certificate; GET /connect (mutual TLS, an Upgrade) is the tunnel; POST /renew (mutual TLS) re-issues the
-// certificate before it expires. The tunnel runs on the TLS connection itself after an Upgrade to TUNNEL_UPGRADE,
+// certificate (anyone may ask, so at a bounded rate per source address and overall, with 429 beyond); GET /connect
+// (mutual TLS, an Upgrade) is the tunnel; POST /renew (mutual TLS) re-issues the certificate before it expires. The
+// tunnel runs on the TLS connection itself after an Upgrade to TUNNEL_UPGRADE,
 // or inside a WebSocket for agents behind proxies that pass only those (lib/tunnel-dial.ts). A certificate is bound to one Cluster object and one generation of its agent
 // certificates (binding.ts), and that binding is checked against the Cluster registry on every connection and
 // renewal: a Cluster deleted from the registry, or deleted and created again, or whose agentGeneration was
@@ -14,14 +15,14 @@ import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocketServer } from 'ws';
 import type { Cluster } from '../../apis/tunnel.ts';
-import { redeemBootstrapToken, RedeemError } from '../../lib/bootstrap.ts';
+import { redeemBootstrapToken, RedeemError, type BootstrapTokenStore } from '../../lib/bootstrap.ts';
 import type { Informer } from '../../lib/informer.ts';
 import type { KubeClients } from '../../lib/kube.ts';
 import { ensureSecretCA } from '../../lib/ca-secret.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { MemoryBudget } from '../../lib/memory-budget.ts';
 import { certificateURIs, issueCert, publicKeyFromCSR } from '../../lib/pki.ts';
-import { rawStatusResponse } from '../../lib/kube-status.ts';
+import { rawStatusResponse, UNAUTHORIZED, writeStatus } from '../../lib/kube-status.ts';
 import type { HeldTunnel } from './cluster-status.ts';
 import {
   newTunnelClient,
@@ -48,6 +49,7 @@ import {
   type AgentBinding,
 } from './binding.ts';
 import { newTunnelForwarder, tunnelLimits, type TunnelForwarder } from './forwarder.ts';
+import { DEFAULT_REGISTRATION_LIMITS, newRateLimiter, type RateLimitOptions } from './rate-limit.ts';
 
 export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
 /** Agent certificates live 90 days and are renewed over the tunnel at two thirds of that. */
@@ -70,7 +72,7 @@ export const MAX_HANDSHAKES = 256;
  */
 export const MAX_WAITING = 8192;
 const MAX_WAIT_MS = 8_000;
-/** The one answer to every failed registration; the reason goes to the log. */
+/** What the log says of every failed registration; the caller gets the listener's one 401, whatever failed. */
 const REJECTED = 'registration rejected';
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
@@ -82,6 +84,10 @@ export interface TunnelListenerOptions {
   /** Names and addresses agents dial; they go into the listener's certificate. */
   hosts: string[];
   clusters: Informer<Cluster>;
+  /** The unredeemed bootstrap tokens, from a cache: registration asks the API server nothing before a token is proven. */
+  bootstrapTokens: BootstrapTokenStore;
+  /** How often strangers may ask to register, per address and all together. Default: DEFAULT_REGISTRATION_LIMITS. */
+  registrationLimits?: RateLimitOptions;
   /**
    * The Cluster as the API server has it now, undefined when there is none. Certificates are issued against this
    * rather than the cache, so one issued just after its agentGeneration was raised carries the new generation.
@@ -260,6 +266,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   const connected = new Map<string, Connected>();
   const wss = new WebSocketServer({ noServer: true, maxPayload: 4 * 1024 * 1024 });
   const replicaField = `${REPLICA_HEADER}: ${encodeURIComponent(opts.identity)}`;
+  const registrations = newRateLimiter(opts.registrationLimits ?? DEFAULT_REGISTRATION_LIMITS);
   wss.on('headers', (headers) => headers.push(replicaField));
 
   /** A certificate for the agent of `cluster` (read from the API server just before), bound to it as it is. */
@@ -306,6 +313,13 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     (req, res) => {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method === 'POST' && path === '/register') {
+        // Counted before the body is read, so that a refused request costs no more than its headers. Not logged: a
+        // flood would otherwise become a flood of log lines.
+        const wait = registrations.take(req.socket.remoteAddress ?? '');
+        if (wait !== undefined)
+          return writeStatus(res, 429, 'too many registrations; try again later', {
+            retryAfterSeconds: wait,
+          });
         void (async () => {
           let cluster = '';
           try {
@@ -313,11 +327,10 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
             if (typeof body.cluster !== 'string' || !DNS_LABEL.test(body.cluster))
               throw new RedeemError('Malformed', 'the body names no valid cluster');
             cluster = body.cluster;
-            if (!opts.clusters.get(cluster))
-              throw new RedeemError('Unknown', `no Cluster ${cluster} is registered`);
+            // Whether the cluster exists is not asked first: an unknown cluster's answer would then come sooner than
+            // a known one's. The token decides (it names its cluster), and the Cluster is read once it is redeemed.
             await redeemBootstrapToken(
-              opts.clients,
-              opts.namespace,
+              opts.bootstrapTokens,
               typeof body.token === 'string' ? body.token : '',
               cluster,
             );
@@ -327,7 +340,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
             log.info({ cluster }, 'agent registered');
           } catch (err) {
             log.warn({ cluster, reason: (err as RedeemError).reason, err: (err as Error).message }, REJECTED);
-            json(res, 401, { message: REJECTED });
+            writeStatus(res, 401, UNAUTHORIZED);
           }
         })();
         return;

@@ -128,7 +128,10 @@ describe('reused answers', () => {
 });
 
 describe('what a certificate is bound to', () => {
-  it('names the uid of the authenticator that answered, and knows that uid only while that object is loaded', async () => {
+  const A = 'a'.repeat(43);
+  const B = 'b'.repeat(43);
+
+  it('names the uid and trust of the authenticator that answered, and holds only while that object is loaded trusting that', async () => {
     const cache = new AuthenticatorCache();
     cache.set(
       'JWTAuthenticator',
@@ -136,27 +139,44 @@ describe('what a certificate is bound to', () => {
       countingAuthenticator(() => user('alice')),
       {
         issuer: ISSUER,
-        uid: 'uid-1',
+        binding: { uid: 'uid-1', trust: A },
         credentialLifetimeSeconds: 3600,
       },
     );
     expect(await cache.authenticateWith('JWTAuthenticator', 'corp', 'token')).toMatchObject({
       ok: true,
-      authenticatorUid: 'uid-1',
+      binding: { uid: 'uid-1', trust: A },
       credentialLifetimeSeconds: 3600,
     });
-    expect(cache.hasUid('uid-1')).toBe(true);
+    expect(cache.holds({ uid: 'uid-1', trust: A })).toBe(true);
+    // Loaded again trusting the same (another lifetime, say): still held.
+    cache.set(
+      'JWTAuthenticator',
+      'corp',
+      countingAuthenticator(() => user('alice')),
+      { issuer: ISSUER, binding: { uid: 'uid-1', trust: A } },
+    );
+    expect(cache.holds({ uid: 'uid-1', trust: A })).toBe(true);
+    // The same object, edited to trust otherwise: certificates from before no longer hold.
+    cache.set(
+      'JWTAuthenticator',
+      'corp',
+      countingAuthenticator(() => user('alice')),
+      { issuer: ISSUER, binding: { uid: 'uid-1', trust: B } },
+    );
+    expect(cache.holds({ uid: 'uid-1', trust: A })).toBe(false);
+    expect(cache.holds({ uid: 'uid-1', trust: B })).toBe(true);
     // Deleted and made again under the same name: another object, whose certificates are its own.
     cache.set(
       'JWTAuthenticator',
       'corp',
       countingAuthenticator(() => user('alice')),
-      { issuer: ISSUER, uid: 'uid-2' },
+      { issuer: ISSUER, binding: { uid: 'uid-2', trust: B } },
     );
-    expect(cache.hasUid('uid-1')).toBe(false);
-    expect(cache.hasUid('uid-2')).toBe(true);
+    expect(cache.holds({ uid: 'uid-1', trust: B })).toBe(false);
+    expect(cache.holds({ uid: 'uid-2', trust: B })).toBe(true);
     cache.delete('JWTAuthenticator', 'corp');
-    expect(cache.hasUid('uid-2')).toBe(false);
+    expect(cache.holds({ uid: 'uid-2', trust: B })).toBe(false);
   });
 });
 

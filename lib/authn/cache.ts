@@ -15,15 +15,25 @@ interface Entry {
   issuer?: string;
   /** The lifetime of client certificates issued on its word (its spec.credentialLifetimeSeconds). */
   credentialLifetimeSeconds?: number;
-  /** Its object's metadata.uid: certificates issued on its word name it, and hold only while it is loaded. */
-  uid?: string;
+  /** What certificates issued on its word are bound to; they hold only while this entry is loaded with it. */
+  binding?: AuthenticatorBinding;
+}
+
+/**
+ * What a TokenCredentialRequest certificate is bound to: the authenticator object (its metadata.uid, so one deleted
+ * and made again under its name is another) and the digest of what its spec trusts (trust.ts), so that an edit of
+ * whom it trusts ends the certificates issued before the edit.
+ */
+export interface AuthenticatorBinding {
+  uid: string;
+  trust: string;
 }
 
 /** What an authenticator is loaded with besides itself. */
 export interface AuthenticatorSettings {
   issuer?: string;
   credentialLifetimeSeconds?: number;
-  uid?: string;
+  binding?: AuthenticatorBinding;
 }
 
 /**
@@ -56,8 +66,8 @@ export class AuthenticatorCache {
   private readonly entries = new Map<string, Entry>();
   private byIssuer = new Map<string, Entry[]>();
   private webhooks: Entry[] = [];
-  /** The loaded authenticators' uids: asked on every request a bound certificate makes. */
-  private uids = new Set<string>();
+  /** The loaded authenticators' trust digests by uid: asked on every request a bound certificate makes. */
+  private bindings = new Map<string, string>();
   /** Answers that carry reusableUntil, each kept until then. Emptied whenever an authenticator changes. */
   private readonly reused = new LRUCache<string, AuthResult>({ max: REUSED_ANSWERS });
   /** Bumped by every change, so an answer from before a change is never remembered after it. */
@@ -94,9 +104,12 @@ export class AuthenticatorCache {
     return this.entries.has(AuthenticatorCache.key(kind, name));
   }
 
-  /** Whether the authenticator object with this metadata.uid is loaded now (not deleted, replaced or broken). */
-  hasUid(uid: string): boolean {
-    return this.uids.has(uid);
+  /**
+   * Whether a certificate bound to `binding` holds: the authenticator object with that uid is loaded now (not
+   * deleted, replaced or broken) with a spec that trusts what it trusted when the certificate was issued.
+   */
+  holds(binding: AuthenticatorBinding): boolean {
+    return this.bindings.get(binding.uid) === binding.trust;
   }
 
   get size(): number {
@@ -111,7 +124,9 @@ export class AuthenticatorCache {
       if (e.issuer !== undefined) byIssuer.set(e.issuer, [...(byIssuer.get(e.issuer) ?? []), e]);
     this.byIssuer = byIssuer;
     this.webhooks = all.filter((e) => e.kind === 'WebhookAuthenticator');
-    this.uids = new Set(all.flatMap((e) => (e.uid === undefined ? [] : [e.uid])));
+    this.bindings = new Map(
+      all.flatMap((e) => (e.binding ? [[e.binding.uid, e.binding.trust] as const] : [])),
+    );
     this.generation++;
     this.reused.clear();
   }
@@ -156,7 +171,7 @@ export class AuthenticatorCache {
     name: string,
     token: string,
     signal?: AbortSignal,
-  ): Promise<AuthResult & { credentialLifetimeSeconds?: number; authenticatorUid?: string }> {
+  ): Promise<AuthResult & { credentialLifetimeSeconds?: number; binding?: AuthenticatorBinding }> {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
     const tooLarge = oversized(token);
@@ -165,14 +180,16 @@ export class AuthenticatorCache {
     // token gets when several authenticators take it.
     const key = `${AuthenticatorCache.key(kind, name)}:${hash('sha256', token, 'base64url')}`;
     const reused = this.reused.get(key);
-    const uid = entry.uid === undefined ? {} : { authenticatorUid: entry.uid };
-    if (reused) return { ...reused, ...lifetimeOf(entry), ...uid };
+    // The binding of the entry that answers, read before the answer: if the spec is edited meanwhile, the certificate
+    // is bound to the spec that checked the token, and ends with it.
+    const binding = entry.binding ? { binding: entry.binding } : {};
+    if (reused) return { ...reused, ...lifetimeOf(entry), ...binding };
     const generation = this.generation;
     const result = await this.first([entry], token, signal);
     this.remember(key, result, generation);
     // The spec may have been edited while the token was checked: the shorter of the two lifetimes holds.
     const now = this.entries.get(AuthenticatorCache.key(kind, name));
-    return { ...result, ...lifetimeOf(entry, now), ...uid };
+    return { ...result, ...lifetimeOf(entry, now), ...binding };
   }
 
   /** Keeps a reusable answer until it says, unless an authenticator changed since it was asked for. */

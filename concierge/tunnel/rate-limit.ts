@@ -1,0 +1,104 @@
+// Token buckets for what anyone may ask of the tunnel listener before they hold a certificate (registration): one
+// bucket per source address, so that one stranger cannot take every turn, and one for all addresses, so that many
+// strangers together cannot either. A request takes a token from both or from neither, so an address refused for its
+// own excess leaves the shared bucket untouched for everyone else.
+import { isIPv6 } from 'node:net';
+import { LRUCache } from 'lru-cache';
+
+export interface RateLimitOptions {
+  /** Requests one address may make at once after a quiet spell (its bucket's size). */
+  perAddressBurst: number;
+  /** Requests per second one address is given back, up to its burst. */
+  perAddressPerSecond: number;
+  /** Requests all addresses together may make at once after a quiet spell. */
+  overallBurst: number;
+  /** Requests per second all addresses together are given back. */
+  overallPerSecond: number;
+  /**
+   * Addresses whose buckets are remembered; the least recently seen are forgotten beyond this, so memory stays
+   * bounded whatever addresses strangers come from. A forgotten address starts with a full bucket again, which the
+   * shared bucket still bounds.
+   */
+  addresses: number;
+}
+
+/**
+ * Registration is rare: each agent registers once, and again only when an admin hands it a new token. An address
+ * gets ten at once and one a second after (a script onboarding clusters through one NAT address is served at that
+ * pace, its agents retrying on their backoff); all addresses together, two hundred at once and fifty a second, far
+ * above what onboarding needs and far below what the listener can answer.
+ */
+export const DEFAULT_REGISTRATION_LIMITS: RateLimitOptions = {
+  perAddressBurst: 10,
+  perAddressPerSecond: 1,
+  overallBurst: 200,
+  overallPerSecond: 50,
+  addresses: 10_000,
+};
+
+/** Invariant: 0 <= tokens <= burst, as of `at` (ms since the epoch). */
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+export interface RateLimiter {
+  /** Takes a turn for `address`: undefined when granted, else how many whole seconds to wait before asking again. */
+  take(address: string): number | undefined;
+}
+
+/**
+ * The bucket key of an address: an IPv4 address as it is (also when it arrives IPv4-mapped, ::ffff:a.b.c.d), an IPv6
+ * address by its /64, the smallest block a site is given, since one host can use any address in it.
+ */
+export function addressKey(address: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  if (!isIPv6(address)) return address;
+  // Written out in full, eight groups, so that every spelling of one address gives one key. A zone (%eth0) names
+  // the interface, not the address; an IPv4 tail is two groups.
+  let text = address.toLowerCase().split('%')[0]!;
+  const v4 = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (v4) {
+    const [a, b, c, d] = v4.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, v4.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups =
+    tail === undefined
+      ? left
+      : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
+}
+
+export function newRateLimiter(opts: RateLimitOptions, now: () => number = Date.now): RateLimiter {
+  const perAddress = new LRUCache<string, Bucket>({ max: opts.addresses });
+  const overall: Bucket = { tokens: opts.overallBurst, at: now() };
+  /** Brings `bucket` up to `t`, refilling at `rate` per second up to `burst`. */
+  const refill = (bucket: Bucket, t: number, rate: number, burst: number): void => {
+    bucket.tokens = Math.min(burst, bucket.tokens + (Math.max(0, t - bucket.at) / 1000) * rate);
+    bucket.at = t;
+  };
+  /** Whole seconds until `bucket` holds one token, at least 1: what Retry-After says. */
+  const wait = (bucket: Bucket, rate: number): number => Math.max(1, Math.ceil((1 - bucket.tokens) / rate));
+  return {
+    take(address) {
+      const t = now();
+      const key = addressKey(address);
+      const own = perAddress.get(key) ?? { tokens: opts.perAddressBurst, at: t };
+      refill(own, t, opts.perAddressPerSecond, opts.perAddressBurst);
+      refill(overall, t, opts.overallPerSecond, opts.overallBurst);
+      perAddress.set(key, own);
+      if (own.tokens < 1) return wait(own, opts.perAddressPerSecond);
+      if (overall.tokens < 1) return wait(overall, opts.overallPerSecond);
+      own.tokens -= 1;
+      overall.tokens -= 1;
+      return undefined;
+    },
+  };
+}
