@@ -222,7 +222,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   /** Takes a place on `link` for `user`; returns its release, or undefined when the user holds all they may. */
   const takePlace = (link: TunnelClient, user: string): (() => void) | undefined => {
     let users = held.get(link);
-    if (!users) held.set(link, (users = new Map()));
+    if (!users) held.set(link, (users = new Map<string, number>()));
     const count = users.get(user) ?? 0;
     if (count >= PEER_USER_STREAMS) return undefined;
     users.set(user, count + 1);
