@@ -2,7 +2,7 @@
 // bucket per source address, so that one stranger cannot take every turn, and one for all addresses, so that many
 // strangers together cannot either. A request takes a token from both or from neither, so an address refused for its
 // own excess leaves the shared bucket untouched for everyone else.
-import { isIPv6 } from 'node:net';
+import ipaddr from 'ipaddr.js';
 import { LRUCache } from 'lru-cache';
 
 export interface RateLimitOptions {
@@ -49,31 +49,20 @@ export interface RateLimiter {
 
 /**
  * The bucket key of an address: an IPv4 address as it is (also when it arrives IPv4-mapped, ::ffff:a.b.c.d), an IPv6
- * address by its /64, the smallest block a site is given, since one host can use any address in it.
+ * address by its /64, the smallest block a site is given, since one host can use any address in it. ipaddr.js reads
+ * every spelling of an address (zeros left out, upper case, an IPv4 tail) as one; a zone (%eth0) names the interface,
+ * not the address.
  */
 export function addressKey(address: string): string {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return mapped[1]!;
-  if (!isIPv6(address)) return address;
-  // Written out in full, eight groups, so that every spelling of one address gives one key. A zone (%eth0) names
-  // the interface, not the address; an IPv4 tail is two groups.
-  let text = address.toLowerCase().split('%')[0]!;
-  const v4 = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
-  if (v4) {
-    const [a, b, c, d] = v4.slice(1).map(Number) as [number, number, number, number];
-    text = `${text.slice(0, v4.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  let parsed: ipaddr.IPv4 | ipaddr.IPv6;
+  try {
+    parsed = ipaddr.process(address.split('%')[0]!);
+  } catch {
+    return address;
   }
-  const [head = '', tail] = text.split('::');
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === undefined || tail === '' ? [] : tail.split(':');
-  const groups =
-    tail === undefined
-      ? left
-      : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
-  return `${groups
-    .slice(0, 4)
-    .map((g) => g.replace(/^0+(?=.)/, ''))
-    .join(':')}::/64`;
+  if (parsed.kind() === 'ipv4') return parsed.toString();
+  const groups = (parsed as ipaddr.IPv6).parts.slice(0, 4).map((part) => part.toString(16));
+  return `${groups.join(':')}::/64`;
 }
 
 export function newRateLimiter(opts: RateLimitOptions, now: () => number = Date.now): RateLimiter {
