@@ -9,6 +9,8 @@
 // as the authenticator reads it (defaults filled in, an empty string read as absent), so that writing out a default
 // changes nothing. It is computed from the parsed spec, never from text something else parses again.
 import { createHash } from 'node:crypto';
+// JSON with the keys of every object sorted, so that one value has one text whatever order it was built in.
+import canonicalJSON from 'safe-stable-stringify';
 import type { JWTAuthenticatorSpec, TLSSpec, WebhookAuthenticatorSpec } from '../../apis/authentication.ts';
 import { DEFAULT_GROUPS_CLAIM, DEFAULT_USERNAME_CLAIM } from './jwt.ts';
 
@@ -59,23 +61,12 @@ export const WEBHOOK_TRUST_FIELDS: TrustFields<WebhookAuthenticatorSpec> = {
   credentialLifetimeSeconds: LIFETIME,
 };
 
-/** JSON with the keys of every object sorted, so that one value has one text whatever order it was built in. */
-function canonicalJSON(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJSON).join(',')}]`;
-  if (value !== null && typeof value === 'object')
-    return `{${Object.keys(value)
-      .sort()
-      .map((key) => `${JSON.stringify(key)}:${canonicalJSON((value as Record<string, unknown>)[key])}`)
-      .join(',')}}`;
-  return JSON.stringify(value ?? null);
-}
-
 function digest<Spec>(kind: string, fields: TrustFields<Spec>, spec: Spec): string {
   const taken: Record<string, unknown> = {};
   for (const [field, read] of Object.entries<((spec: Spec) => unknown) | null>(fields))
     if (read) taken[field] = read(spec);
   return createHash('sha256')
-    .update(canonicalJSON({ kind, spec: taken }))
+    .update(canonicalJSON({ kind, spec: taken })!)
     .digest('base64url');
 }
 
