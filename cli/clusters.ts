@@ -99,7 +99,7 @@ Examples:
       process.stdout.write(
         table([
           ['CONTEXT', 'STATE', 'USER/DETAIL', 'SERVER'],
-          ...states.map((s) => [s.context, s.state, s.detail, s.server].map(printable)),
+          ...states.map((s) => [s.context, s.state, s.detail, s.server].map((cell) => printable(cell))),
         ]),
       );
     });
