@@ -9,6 +9,7 @@ import WebSocket, { createWebSocketStream } from 'ws';
 import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, type TunnelServer } from '../../lib/tunnel.ts';
 import { AUTHENTICATOR_URI_PREFIX } from '../../concierge/proxy/credentials.ts';
 import { BINDING_URI_PREFIX } from '../../concierge/tunnel/binding.ts';
+import { deleteBootstrapTokens } from '../../lib/bootstrap.ts';
 import { buildCSR, csrRecipe, issuedProblem, type CSRRecipe, type KeyCache } from './csr.ts';
 import {
   answerKind,
@@ -1424,7 +1425,7 @@ export interface RegisterCase {
     | { kind: 'fresh'; for: 'own' | 'another' }
     /** A real token's id with another secret. */
     | { kind: 'wrong secret'; secret: string }
-    /** A real token, redeemed already (by an earlier case of the lane, or burned by a wrong cluster). */
+    /** A real token, redeemed already. */
     | { kind: 'spent' }
     | { kind: 'shaped'; id: string; secret: string }
     | { kind: 'odd'; value: unknown };
@@ -1603,9 +1604,13 @@ export const registerFamily: Family<RegisterCase> = {
       case 'wrong secret':
         token = `${(await ctx.target.bootstrapToken(names.own)).split('.')[0]}.${c.token.secret}`;
         break;
-      case 'spent':
-        token = ctx.state['spent token'] ?? 'aaaaaaaa.spent';
+      case 'spent': {
+        // What a redemption leaves of a token: its Secret deleted. Made for the other cluster, whose tokens no other
+        // case of the lane waits on.
+        token = await ctx.target.bootstrapToken(names.another);
+        await deleteBootstrapTokens(ctx.target.clients, ctx.target.tunnelNamespace, names.another);
         break;
+      }
       case 'shaped':
         token = `${c.token.id}.${c.token.secret}`;
         break;
@@ -1626,8 +1631,6 @@ export const registerFamily: Family<RegisterCase> = {
             )
           : Buffer.from(json);
     const answer = await sendRegistration(ctx, body, { contentType: c.contentType, chunked: c.chunked });
-    // Whatever became of it, a fresh token has been tried once: later cases may try it again.
-    if (c.token.kind === 'fresh') ctx.state['spent token'] = token;
     ctx.count(answerKind(answer));
     const valid =
       c.body.kind !== 'text' &&

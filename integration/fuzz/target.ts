@@ -91,6 +91,8 @@ export interface FuzzTarget {
     forged: Record<Exclude<ForgedPeer, 'none'>, Credential>;
   };
   clients: KubeClients;
+  /** Where the tunnel listener keeps its CA and bootstrap tokens. */
+  tunnelNamespace: string;
   stop(): Promise<void>;
 }
 
@@ -215,6 +217,7 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       },
       peer,
       clients,
+      tunnelNamespace: TUNNEL_NAMESPACE,
       stop,
     } satisfies FuzzTarget;
   } catch (err) {
