@@ -95,5 +95,13 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     socket.off('close', abandon);
     if (!socket.destroyed) opts.fail(err);
   });
-  upstreamReq.end();
+  try {
+    upstreamReq.end();
+  } catch (err) {
+    // Node checks some headers only when it writes them (a Trailer on a request it does not send chunked): such a
+    // request fails as one Node would not create does, instead of throwing out of the caller.
+    socket.off('close', abandon);
+    upstreamReq.destroy();
+    if (!socket.destroyed) opts.fail(err as Error);
+  }
 }

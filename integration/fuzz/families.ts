@@ -1,14 +1,38 @@
-// The fuzzer's input families: each an arbitrary (what fast-check generates and shrinks) and how one case is sent
-// and judged. Credentials appear in cases as symbols ('token', 'cert'), resolved only when sent, so a printed
-// counterexample never carries a working credential.
+// The fuzzer's input families: each an arbitrary (what fast-check generates and shrinks), how one case is sent and
+// judged, and a positive control: a well-formed, authenticated request that must succeed, so that a target which
+// refuses or resets everything fails the family instead of passing it. Credentials appear in cases as symbols
+// ('token', 'cert', 'fresh'), resolved only when sent, so a printed counterexample never carries a working credential.
 import { createHmac } from 'node:crypto';
 import { constants, type OutgoingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, type TunnelServer } from '../../lib/tunnel.ts';
-import { expectClean, FindingError, TUNNEL_401_BODIES } from './oracle.ts';
-import { AGENT_CLUSTER_PREFIX, agentCluster, FUZZ_AUDIENCE, type FuzzTarget } from './target.ts';
-import { rawExchange, TLSSessions, type H2Client } from './wire.ts';
+import { AUTHENTICATOR_URI_PREFIX } from '../../concierge/proxy/credentials.ts';
+import { BINDING_URI_PREFIX } from '../../concierge/tunnel/binding.ts';
+import { deleteBootstrapTokens } from '../../lib/bootstrap.ts';
+import { buildCSR, csrRecipe, issuedProblem, type CSRRecipe, type KeyCache } from './csr.ts';
+import {
+  answerKind,
+  describeAnswer,
+  expectClean,
+  expectRegistration,
+  FindingError,
+  TUNNEL_401_BODIES,
+  type JudgeOptions,
+} from './oracle.ts';
+import {
+  AGENT_CLUSTER_PREFIX,
+  agentCluster,
+  FORGED_PEERS,
+  FUZZ_AUDIENCE,
+  FUZZ_GROUP,
+  FUZZ_USER,
+  PEER_NAMES,
+  type ForgedPeer,
+  type FuzzTarget,
+  type PeerName,
+} from './target.ts';
+import { H2Client, rawExchange, TLSSessions, type Answer } from './wire.ts';
 
 /** What one lane of one family holds while it runs its cases one after another. */
 export interface LaneContext {
@@ -20,6 +44,8 @@ export interface LaneContext {
   h2Cert: H2Client;
   /** State a family keeps per lane (the tunnel family's fake agent). */
   state: Record<string, unknown>;
+  /** Counts one of the lane's answers by kind (answerKind), or something else the family tallies. */
+  count(what: string): void;
 }
 
 /**
@@ -40,8 +66,55 @@ export interface Family<T> {
   weight: number;
   arbitrary: fc.Arbitrary<T>;
   run(input: T, ctx: LaneContext): Promise<void>;
+  /**
+   * The positive control: a well-formed, authenticated request that must succeed. Throws a FindingError (kind
+   * control-failed) when it does not; `undecided` when the target declined it with an answer the design gives to
+   * any request (a rate limit).
+   */
+  control(ctx: LaneContext): Promise<void | 'undecided'>;
+  /**
+   * What its cases must reach, as a key of its answer tally (the tunnel family's: answers relayed from its fake
+   * agent). Default: any HTTP answer.
+   */
+  reach?: string;
   /** Releases what a lane kept (sessions, tunnels). */
   closeLane?(ctx: LaneContext): Promise<void>;
+}
+
+/** Counts the answer by its kind, then judges it. */
+function check(ctx: LaneContext, answer: Answer, opts?: JudgeOptions): void {
+  ctx.count(answerKind(answer));
+  expectClean(answer, opts);
+}
+
+type Response = Extract<Answer, { kind: 'response' }>;
+
+/** Throws unless a control's answer has the status it must, and passes `ok`. */
+function expectSuccess(
+  what: string,
+  answer: Answer,
+  status: number,
+  ok: (response: Response) => boolean = () => true,
+): void {
+  if (answer.kind === 'response' && answer.status === status && ok(answer)) return;
+  throw new FindingError({
+    kind: 'control-failed',
+    message: `${what}: wanted ${status}, got ${describeAnswer(answer)}`,
+  });
+}
+
+/** A GET of the namespaces as the fuzz user, over HTTP/2, with its token or its client certificate. */
+async function getNamespaces(ctx: LaneContext, as: 'token' | 'cert'): Promise<Answer> {
+  return (as === 'cert' ? ctx.h2Cert : ctx.h2).request(
+    {
+      headers: {
+        ':method': 'GET',
+        ':path': '/api/v1/namespaces',
+        ...(as === 'token' ? { authorization: `Bearer ${ctx.target.token}` } : {}),
+      },
+    },
+    ctx.deadlineMs,
+  );
 }
 
 // ---------- building blocks ----------
@@ -337,7 +410,18 @@ export const rawFamily: Family<RawCase> = {
       deadlineMs: ctx.deadlineMs,
       head: c.method === 'HEAD',
     });
-    expectClean(answer, { head: c.method === 'HEAD' });
+    check(ctx, answer, { head: c.method === 'HEAD' });
+  },
+  async control(ctx) {
+    const request = `GET /api/v1/namespaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${ctx.target.token}\r\n\r\n`;
+    const answer = await rawExchange({
+      port: ctx.target.proxyPort,
+      ca: ctx.target.proxyCA,
+      sessions: sessionsFor(ctx, 'proxy false'),
+      pieces: [Buffer.from(request)],
+      deadlineMs: ctx.deadlineMs,
+    });
+    expectSuccess('GET /api/v1/namespaces over HTTP/1.1 with the fuzz token', answer, 200);
   },
 };
 
@@ -435,7 +519,19 @@ export const h2Family: Family<H2Case> = {
       },
       ctx.deadlineMs,
     );
-    expectClean(answer, { head: c.method === 'HEAD' });
+    check(ctx, answer, { head: c.method === 'HEAD' });
+  },
+  async control(ctx) {
+    expectSuccess(
+      'GET /api/v1/namespaces over HTTP/2 with the fuzz token',
+      await getNamespaces(ctx, 'token'),
+      200,
+    );
+    expectSuccess(
+      'GET /api/v1/namespaces over HTTP/2 with the fuzz client certificate',
+      await getNamespaces(ctx, 'cert'),
+      200,
+    );
   },
 };
 
@@ -684,13 +780,26 @@ export const tokenFamily: Family<TokenFuzzCase> = {
       { headers: { ':method': 'GET', ':path': c.path, authorization: `${c.scheme}${token}` } },
       ctx.deadlineMs,
     );
-    expectClean(answer);
+    check(ctx, answer);
     // Anything but a refusal means the proxy took the token for someone's.
     if (mustRefuse && answer.kind === 'response' && answer.status !== 401 && answer.status !== 431)
       throw new FindingError({
         kind: 'accepted-forgery',
         message: `a token that must be refused got ${answer.status}: ${answer.body.slice(0, 200)}`,
       });
+  },
+  async control(ctx) {
+    const answer = await ctx.h2.request(
+      {
+        headers: {
+          ':method': 'GET',
+          ':path': '/api/v1/namespaces/default',
+          authorization: `Bearer ${ctx.target.token}`,
+        },
+      },
+      ctx.deadlineMs,
+    );
+    expectSuccess('GET /api/v1/namespaces/default with the valid token', answer, 200);
   },
 };
 
@@ -805,6 +914,42 @@ export const tcrCase: fc.Arbitrary<TCRCase> = fc.record(
   { requiredKeys: ['method', 'path', 'body'] },
 );
 
+/** A TokenCredentialRequest of the fuzz user's valid token to the fuzz authenticator, with this CSR if any. */
+function sendTCR(ctx: LaneContext, csr?: unknown): Promise<Answer> {
+  const body = {
+    apiVersion: 'login.concierge.sealion.dev/v1alpha1',
+    kind: 'TokenCredentialRequest',
+    spec: {
+      token: ctx.target.token,
+      authenticator: { apiGroup: AUTHENTICATOR_GROUP, kind: 'JWTAuthenticator', name: 'fuzz' },
+      ...(csr === undefined ? {} : { certificateSigningRequest: csr }),
+    },
+  };
+  return ctx.h2.request(
+    {
+      headers: { ':method': 'POST', ':path': TCR_PATH, 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify(body)),
+    },
+    ctx.deadlineMs,
+  );
+}
+
+interface TCRCredential {
+  clientCertificateData?: unknown;
+  clientKeyData?: unknown;
+}
+
+/** The credential a TokenCredentialRequest's answer carries, if it is one that issued. */
+function tcrCredential(answer: Answer): TCRCredential | undefined {
+  if (answer.kind !== 'response' || answer.status !== 201) return undefined;
+  try {
+    const parsed = JSON.parse(answer.body) as { status?: { credential?: TCRCredential } };
+    return parsed.status?.credential;
+  } catch {
+    return undefined;
+  }
+}
+
 function tcrBody(c: TCRCase, token: string): string {
   if (c.body.kind === 'text') return c.body.text;
   const { fields, token: which, otherToken } = c.body;
@@ -835,13 +980,22 @@ export const tcrFamily: Family<TCRCase> = {
       },
       ctx.deadlineMs,
     );
-    expectClean(answer, { head: c.method === 'HEAD' });
+    check(ctx, answer, { head: c.method === 'HEAD' });
     const issued = answer.kind === 'response' && answer.body.includes('clientCertificateData');
     if (issued && !(c.body.kind === 'object' && c.body.token === 'valid'))
       throw new FindingError({
         kind: 'accepted-forgery',
         message: `a certificate for a request without the valid token: ${answer.body.slice(0, 200)}`,
       });
+  },
+  async control(ctx) {
+    const answer = await sendTCR(ctx);
+    expectSuccess(
+      'a TokenCredentialRequest with the valid token',
+      answer,
+      201,
+      () => typeof tcrCredential(answer)?.clientCertificateData === 'string',
+    );
   },
 };
 
@@ -857,7 +1011,15 @@ export type TunnelCase =
       trailer: string;
     }
   | { mode: 'agent garbage'; settingsFirst: boolean; frames: Array<H2Frame | { raw: string }> }
-  | { mode: 'agent answers'; answer: AgentAnswer };
+  | {
+      mode: 'agent answers';
+      answer: AgentAnswer;
+      /**
+       * What the agent answers the access reviews the hub asks its cluster before it forwards (whether the cluster's
+       * policy lets Sealion act for the user): allowed, or the case's answer, for the hub's own parser of them.
+       */
+      reviews: 'allowed' | 'the answer';
+    };
 
 export interface H2Frame {
   type: number;
@@ -992,12 +1154,21 @@ export const tunnelCase: fc.Arbitrary<TunnelCase> = fc.oneof(
   },
   {
     weight: 3,
-    arbitrary: fc.record({ mode: fc.constant('agent answers' as const), answer: agentAnswer }),
+    arbitrary: fc.record({
+      mode: fc.constant('agent answers' as const),
+      answer: agentAnswer,
+      reviews: fc.constantFrom(
+        'allowed' as const,
+        'allowed' as const,
+        'allowed' as const,
+        'the answer' as const,
+      ),
+    }),
   },
 );
 
 /** A WebSocket to the tunnel listener as lane's agent. */
-async function dialAsAgent(ctx: LaneContext, role: 'answers' | 'garbage'): Promise<WebSocket> {
+async function dialAsAgent(ctx: LaneContext, role: 'answers' | 'garbage' | 'peer'): Promise<WebSocket> {
   const cert = await ctx.target.agentCert(ctx.lane, role);
   const ws = new WebSocket(`wss://127.0.0.1:${ctx.target.tunnelPort}/connect`, {
     ca: ctx.target.tunnelCA,
@@ -1013,32 +1184,83 @@ async function dialAsAgent(ctx: LaneContext, role: 'answers' | 'garbage'): Promi
   return ws;
 }
 
+/**
+ * A field every fake agent's answer carries (after the case's own), so that a case can tell an answer relayed from
+ * the agent from one the proxy made.
+ */
+const AGENT_MARK = 'x-fuzz-agent';
+/** A field the fuzzer puts on requests that cross to a fake agent, under which the agent keeps what it was sent. */
+const CASE_MARK = 'x-fuzz-case';
+/** What a healthy agent answers; the positive controls' and the peer family's agent's answer. */
+const OK_ANSWER: AgentAnswer = {
+  status: '200',
+  reason: 'OK',
+  headers: [['content-type', 'application/json']],
+  body: '{"kind":"NamespaceList","apiVersion":"v1","items":[]}',
+  end: 'end',
+};
+
+/** An access review's answer that allows: all the hub reads of one. */
+const ALLOWED = JSON.stringify({
+  apiVersion: 'authorization.k8s.io/v1',
+  kind: 'SelfSubjectAccessReview',
+  status: { allowed: true },
+});
+
 interface FakeAgent {
   ws: WebSocket;
   server: TunnelServer;
   /** What the next stream gets. */
   answer?: AgentAnswer;
+  /** What the hub's access reviews get: allowed, or the answer above. */
+  reviews: 'allowed' | 'the answer';
+  /** The header names (or, for an upgrade, the request head) each marked request reached the agent with. */
+  seen: Map<string, string[]>;
 }
 
 /**
  * A tunnel that answers every stream with the lane's current answer. Each stream's request head is read first,
  * so the answer follows a request as a real agent's would.
  */
-async function fakeAgent(ctx: LaneContext): Promise<FakeAgent> {
-  const existing = ctx.state['agent'] as FakeAgent | undefined;
+async function fakeAgent(ctx: LaneContext, role: 'answers' | 'peer' = 'answers'): Promise<FakeAgent> {
+  const existing = ctx.state[`agent ${role}`] as FakeAgent | undefined;
   if (existing && existing.ws.readyState === WebSocket.OPEN) return existing;
-  const ws = await dialAsAgent(ctx, 'answers');
-  const agent: FakeAgent = { ws, server: undefined as unknown as TunnelServer };
+  const ws = await dialAsAgent(ctx, role);
+  const agent: FakeAgent = {
+    ws,
+    server: undefined as unknown as TunnelServer,
+    seen: new Map(),
+    reviews: 'allowed',
+  };
+  const remember = (id: unknown, names: string[]): void => {
+    if (typeof id !== 'string') return;
+    agent.seen.set(id, names);
+    // Only the current case's is read; a few are kept in case answers cross.
+    if (agent.seen.size > 16) agent.seen.delete(agent.seen.keys().next().value!);
+  };
   agent.server = serveTunnel(createWebSocketStream(ws), {
     // A plain request: the answer as HTTP/2 headers, as far as Node lets them be sent (it refuses what no HTTP/2
     // peer may send, and then the stream is reset as a broken agent's would be).
-    request(stream) {
+    request(stream, requestHeaders, rawHeaders) {
       const answer = agent.answer;
       stream.on('error', () => {});
+      remember(
+        requestHeaders[CASE_MARK],
+        rawHeaders.filter((_, i) => i % 2 === 0),
+      );
+      const review =
+        requestHeaders[':method'] === 'POST' &&
+        String(requestHeaders[':path']).startsWith('/apis/authorization.k8s.io/');
+      if (review && agent.reviews === 'allowed') {
+        stream.resume();
+        stream.respond({ ':status': 201, 'content-type': 'application/json' });
+        return void stream.end(ALLOWED);
+      }
       if (!answer) return;
       try {
         const headers: OutgoingHttpHeaders = { ':status': Number(answer.status) };
         for (const [name, value] of answer.headers) headers[name.toLowerCase()] = value;
+        headers[AGENT_MARK] = role;
         stream.respond(headers);
         stream.write(Buffer.from(answer.body, 'latin1'));
       } catch {
@@ -1057,8 +1279,15 @@ async function fakeAgent(ctx: LaneContext): Promise<FakeAgent> {
         if (head.includes('\r\n\r\n')) return;
         head += chunk.toString('latin1');
         if (!head.includes('\r\n\r\n') || !answer) return;
+        const fields = head.slice(0, head.indexOf('\r\n\r\n')).split('\r\n').slice(1);
+        const mark = fields.find((f) => f.toLowerCase().startsWith(`${CASE_MARK}:`));
+        remember(
+          mark?.slice(CASE_MARK.length + 1).trim(),
+          fields.map((f) => f.slice(0, f.indexOf(':')).toLowerCase()),
+        );
         const lines = [`HTTP/1.1 ${answer.status} ${answer.reason}`];
         for (const [name, value] of answer.headers) lines.push(`${name}: ${value}`);
+        lines.push(`${AGENT_MARK}: ${role}`);
         stream.write(Buffer.from(`${lines.join('\r\n')}\r\n\r\n${answer.body}`, 'latin1'));
         if (answer.end === 'end') stream.end();
         if (answer.end === 'destroy') stream.destroy();
@@ -1067,11 +1296,34 @@ async function fakeAgent(ctx: LaneContext): Promise<FakeAgent> {
       });
     },
   });
-  ctx.state['agent'] = agent;
+  ctx.state[`agent ${role}`] = agent;
   // The concierge learns of a tunnel asynchronously; the first request may still find it not connected (503,
   // which the oracle allows).
   return agent;
 }
+
+const NOT_CONNECTED_YET = / is not connected: /;
+
+/**
+ * Sends until the answer is not the 503 of a cluster whose tunnel the concierge has not taken in yet: a control
+ * that follows a fake agent's (re)connection must not fail for that moment.
+ */
+async function onceConnected(send: () => Promise<Answer>): Promise<Answer> {
+  for (let attempt = 0; ; attempt++) {
+    const answer = await send();
+    if (
+      attempt >= 50 ||
+      answer.kind !== 'response' ||
+      answer.status !== 503 ||
+      !NOT_CONNECTED_YET.test(answer.body)
+    )
+      return answer;
+    await new Promise((done) => setTimeout(done, 100));
+  }
+}
+
+/** Whether an answer was relayed from a fake agent. */
+const fromAgent = (answer: Answer): boolean => answer.kind === 'response' && AGENT_MARK in answer.headers;
 
 export const tunnelFamily: Family<TunnelCase> = {
   name: 'tunnel',
@@ -1088,7 +1340,7 @@ export const tunnelFamily: Family<TunnelCase> = {
         deadlineMs: ctx.deadlineMs,
         head: c.request.method === 'HEAD',
       });
-      expectClean(answer, { other401Bodies: TUNNEL_401_BODIES, head: c.request.method === 'HEAD' });
+      check(ctx, answer, { other401Bodies: TUNNEL_401_BODIES, head: c.request.method === 'HEAD' });
       if (answer.kind === 'response' && (answer.status === 101 || answer.status === 200))
         throw new FindingError({
           kind: 'accepted-forgery',
@@ -1098,6 +1350,7 @@ export const tunnelFamily: Family<TunnelCase> = {
     }
     if (c.mode === 'agent garbage') {
       const ws = await dialAsAgent(ctx, 'garbage');
+      ctx.count('garbage tunnel');
       const closed = new Promise<void>((done) => ws.once('close', () => done()));
       ws.on('error', () => {});
       if (c.settingsFirst) ws.send(frameBytes({ type: 4, flags: 0, stream: 0, payload: '' }));
@@ -1109,25 +1362,649 @@ export const tunnelFamily: Family<TunnelCase> = {
     }
     const agent = await fakeAgent(ctx);
     agent.answer = c.answer;
-    const cluster = agentCluster(ctx.lane, 'answers');
-    const answer = await ctx.h2.request(
-      {
-        headers: {
-          ':method': 'GET',
-          ':path': `/clusters/${cluster}/api/v1/namespaces`,
-          authorization: `Bearer ${ctx.target.token}`,
-        },
-      },
-      ctx.deadlineMs,
-    );
-    expectClean(answer, { brokenAgent: cluster, upstreamStatus: Number(c.answer.status) });
+    agent.reviews = c.reviews;
+    const answer = await throughAgent(ctx);
+    check(ctx, answer, {
+      brokenAgent: agentCluster(ctx.lane, 'answers'),
+      upstreamStatus: Number(c.answer.status),
+    });
+    if (fromAgent(answer)) ctx.count('from the agent');
   },
+  async control(ctx) {
+    const agent = await fakeAgent(ctx);
+    agent.answer = OK_ANSWER;
+    agent.reviews = 'allowed';
+    const answer = await onceConnected(() => throughAgent(ctx));
+    expectSuccess(
+      `GET through the fake agent of ${agentCluster(ctx.lane, 'answers')}`,
+      answer,
+      200,
+      fromAgent,
+    );
+  },
+  reach: 'from the agent',
   closeLane(ctx) {
-    const agent = ctx.state['agent'] as FakeAgent | undefined;
-    agent?.server.close();
-    agent?.ws.terminate();
+    closeAgents(ctx);
     return Promise.resolve();
   },
 };
 
-export const FAMILIES = [rawFamily, h2Family, tokenFamily, tcrFamily, tunnelFamily] as const;
+/** A GET of the namespaces through the lane's answering fake agent. */
+function throughAgent(ctx: LaneContext): Promise<Answer> {
+  return ctx.h2.request(
+    {
+      headers: {
+        ':method': 'GET',
+        ':path': `/clusters/${agentCluster(ctx.lane, 'answers')}/api/v1/namespaces`,
+        authorization: `Bearer ${ctx.target.token}`,
+      },
+    },
+    ctx.deadlineMs,
+  );
+}
+
+function closeAgents(ctx: LaneContext): void {
+  for (const role of ['answers', 'peer']) {
+    const agent = ctx.state[`agent ${role}`] as FakeAgent | undefined;
+    agent?.server.close();
+    agent?.ws.terminate();
+  }
+}
+
+// ---------- registration at the tunnel listener ----------
+
+/** The registration body's limit at the listener (64 KiB), less a margin: a body within it is owed an answer. */
+const REGISTRATION_OWED_BYTES = 60_000;
+/** A cluster name no Cluster object has. */
+const UNREGISTERED = 'fuzz-unregistered';
+
+export interface RegisterCase {
+  /** The lane's registration cluster, another registered one, one not registered, or not a name at all. */
+  cluster: 'own' | 'another' | 'unregistered' | { odd: unknown };
+  token:
+    | { kind: 'fresh'; for: 'own' | 'another' }
+    /** A real token's id with another secret. */
+    | { kind: 'wrong secret'; secret: string }
+    /** A real token, redeemed already. */
+    | { kind: 'spent' }
+    | { kind: 'shaped'; id: string; secret: string }
+    | { kind: 'odd'; value: unknown };
+  csr: CSRRecipe;
+  /** More fields, before the three the listener reads (which win). */
+  extra: Record<string, unknown>;
+  /** The body as JSON of the above, text of its own, or the JSON padded to this many bytes. */
+  body: { kind: 'json' } | { kind: 'text'; text: string } | { kind: 'padded'; size: number };
+  contentType: string | null;
+  chunked: boolean;
+}
+
+const tokenId = fc.oneof(
+  fc.stringMatching(/^[a-z0-9]{8}$/),
+  fc.constantFrom('', 'AAAAAAAA', '../../..', 'sealion-', '%00%00%00%00', '00000000'),
+  fc.string({ maxLength: 12 }),
+);
+
+export const registerCase: fc.Arbitrary<RegisterCase> = fc.record({
+  cluster: fc.oneof(
+    { weight: 6, arbitrary: fc.constantFrom('own' as const, 'another' as const, 'unregistered' as const) },
+    {
+      weight: 1,
+      arbitrary: fc.record({ odd: fc.oneof(oddValue, clusterName, fc.constant('fuzz-agent-r0 ')) }),
+    },
+  ),
+  token: fc.oneof(
+    {
+      weight: 3,
+      arbitrary: fc.record({
+        kind: fc.constant('fresh' as const),
+        for: fc.constantFrom('own' as const, 'another' as const),
+      }),
+    },
+    fc.record({
+      kind: fc.constant('wrong secret' as const),
+      secret: fc.oneof(fc.string({ maxLength: 50 }), fc.constant('')),
+    }),
+    fc.constant({ kind: 'spent' as const }),
+    fc.record({ kind: fc.constant('shaped' as const), id: tokenId, secret: fc.string({ maxLength: 50 }) }),
+    fc.record({ kind: fc.constant('odd' as const), value: oddValue }),
+  ),
+  csr: csrRecipe,
+  extra: fc.dictionary(
+    fc.constantFrom('__proto__', 'constructor', 'apiVersion', 'kind', 'generation', 'uid', 'x'),
+    fc.jsonValue({ maxDepth: 2 }),
+    { maxKeys: 2 },
+  ),
+  body: fc.oneof(
+    { weight: 8, arbitrary: fc.constant({ kind: 'json' as const }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('text' as const),
+        text: fc.oneof(
+          bytes(200),
+          fc.json(),
+          fc.integer({ min: 1, max: 30_000 }).map((n) => '['.repeat(n)),
+          fc.constantFrom('', 'null', '[]', '"x"', '{"cluster":"fuzz-agent-r0","cluster":{}}'),
+        ),
+      }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        kind: fc.constant('padded' as const),
+        size: fc.integer({ min: 50_000, max: 80_000 }),
+      }),
+    },
+  ),
+  contentType: fc.option(
+    fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded'),
+  ),
+  chunked: fc.boolean(),
+});
+
+/** The lane's key pairs for requests (see KeyCache). */
+function keysOf(ctx: LaneContext): KeyCache {
+  const existing = ctx.state['keys'];
+  if (existing instanceof Map) return existing as KeyCache;
+  const made: KeyCache = new Map();
+  ctx.state['keys'] = made;
+  return made;
+}
+
+/** A POST /register of this body to the tunnel listener, as a stranger (no client certificate). */
+function sendRegistration(
+  ctx: LaneContext,
+  body: Buffer,
+  opts: { contentType?: string | null; chunked?: boolean } = {},
+): Promise<Answer> {
+  const lines = ['POST /register HTTP/1.1', 'Host: 127.0.0.1'];
+  if (opts.contentType !== null) lines.push(`Content-Type: ${opts.contentType ?? 'application/json'}`);
+  lines.push(opts.chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${body.length}`);
+  return rawExchange({
+    port: ctx.target.tunnelPort,
+    ca: ctx.target.tunnelCA,
+    sessions: sessionsFor(ctx, 'tunnel none'),
+    pieces: [Buffer.from(`${lines.join('\r\n')}\r\n\r\n`), opts.chunked ? chunked(body) : body],
+    deadlineMs: ctx.deadlineMs,
+  });
+}
+
+/** Checks a registration's certificate: for the key that signed the request, bound to `cluster`, nothing more. */
+async function expectAgentCertificate(
+  ctx: LaneContext,
+  answer: Response,
+  cluster: string,
+  spki: Buffer | undefined,
+): Promise<void> {
+  let certificate: unknown;
+  try {
+    certificate = (JSON.parse(answer.body) as { certificate?: unknown }).certificate;
+  } catch {
+    // left undefined: reported below
+  }
+  if (typeof certificate !== 'string')
+    throw new FindingError({
+      kind: 'wrong-answer',
+      message: `a 200 to a registration without a certificate: ${answer.body.slice(0, 300)}`,
+    });
+  const problem = await issuedProblem(certificate, {
+    ...(spki ? { spki } : {}),
+    commonName: cluster,
+    organizations: [],
+    uriPrefix: BINDING_URI_PREFIX,
+    binding: cluster,
+    ca: ctx.target.tunnelCA,
+  });
+  if (problem) throw new FindingError(problem);
+}
+
+/**
+ * Sends a valid registration for the lane's registration cluster (a fresh token, a valid CSR) and checks its
+ * certificate. A 429 (registrations are rate-limited) is waited out a few times, as its Retry-After says; one that
+ * persists leaves the control undecided rather than failed: the limit is a legitimate answer.
+ */
+async function registerValidly(ctx: LaneContext): Promise<'passed' | 'limited'> {
+  const cluster = agentCluster(ctx.lane, 'register');
+  for (let attempt = 0; ; attempt++) {
+    const built = await buildCSR({ kind: 'valid', subject: [['CN', 'fuzz']], asks: [] }, keysOf(ctx));
+    const token = await ctx.target.bootstrapToken(cluster);
+    const answer = await sendRegistration(
+      ctx,
+      Buffer.from(JSON.stringify({ cluster, token, csr: built.csr })),
+    );
+    if (answer.kind === 'response' && answer.status === 429) {
+      if (attempt >= 3) return 'limited';
+      const wait = Math.min(10, Number(answer.headers['retry-after']) || 1);
+      await new Promise((done) => setTimeout(done, wait * 1000));
+      continue;
+    }
+    expectSuccess(`a registration of ${cluster} with a fresh bootstrap token and a valid CSR`, answer, 200);
+    await expectAgentCertificate(ctx, answer as Response, cluster, built.spki);
+    return 'passed';
+  }
+}
+
+export const registerFamily: Family<RegisterCase> = {
+  name: 'registration',
+  weight: 5,
+  arbitrary: registerCase,
+  async run(c, ctx) {
+    const names = { own: agentCluster(ctx.lane, 'register'), another: agentCluster(ctx.lane, 'peer') };
+    const cluster =
+      typeof c.cluster === 'object'
+        ? c.cluster.odd
+        : c.cluster === 'unregistered'
+          ? UNREGISTERED
+          : names[c.cluster];
+    let token: unknown;
+    switch (c.token.kind) {
+      case 'fresh':
+        token = await ctx.target.bootstrapToken(names[c.token.for]);
+        break;
+      case 'wrong secret':
+        token = `${(await ctx.target.bootstrapToken(names.own)).split('.')[0]}.${c.token.secret}`;
+        break;
+      case 'spent': {
+        // What a redemption leaves of a token: its Secret deleted. Made for the other cluster, whose tokens no other
+        // case of the lane waits on.
+        token = await ctx.target.bootstrapToken(names.another);
+        await deleteBootstrapTokens(ctx.target.clients, ctx.target.tunnelNamespace, names.another);
+        break;
+      }
+      case 'shaped':
+        token = `${c.token.id}.${c.token.secret}`;
+        break;
+      case 'odd':
+        token = c.token.value;
+    }
+    const built = await buildCSR(c.csr, keysOf(ctx));
+    const json = JSON.stringify({ ...c.extra, cluster, token, csr: built.csr });
+    const body =
+      c.body.kind === 'text'
+        ? Buffer.from(c.body.text, 'latin1')
+        : c.body.kind === 'padded'
+          ? Buffer.from(
+              JSON.stringify({
+                padding: 'p'.repeat(Math.max(0, c.body.size - json.length)),
+                ...JSON.parse(json),
+              }),
+            )
+          : Buffer.from(json);
+    const answer = await sendRegistration(ctx, body, { contentType: c.contentType, chunked: c.chunked });
+    ctx.count(answerKind(answer));
+    const valid =
+      c.body.kind !== 'text' &&
+      c.token.kind === 'fresh' &&
+      typeof c.cluster === 'string' &&
+      c.cluster === c.token.for;
+    expectRegistration(answer, {
+      issue: valid ? built.issue : 'never',
+      owed: body.length <= REGISTRATION_OWED_BYTES,
+    });
+    if (answer.kind === 'response' && answer.status === 200) {
+      await expectAgentCertificate(ctx, answer, cluster as string, built.spki);
+      ctx.count('registered');
+    }
+  },
+  async control(ctx) {
+    if ((await registerValidly(ctx)) === 'limited') return 'undecided';
+  },
+  reach: 'registered',
+};
+
+// ---------- certificate signing requests ----------
+
+export interface CSRCase {
+  /** Where the request goes: in a TokenCredentialRequest with the valid token, or a registration with a fresh one. */
+  to: 'TokenCredentialRequest' | 'registration';
+  csr: CSRRecipe;
+}
+
+export const csrCase: fc.Arbitrary<CSRCase> = fc.record({
+  to: fc.constantFrom('TokenCredentialRequest', 'registration'),
+  csr: csrRecipe,
+});
+
+/** Checks a TokenCredentialRequest's answer to a CSR: a certificate only for a valid one, for its key, for the user. */
+async function expectUserCertificate(
+  ctx: LaneContext,
+  answer: Answer,
+  csr: unknown,
+  spki: Buffer | undefined,
+  issue: 'must' | 'may' | 'never',
+) {
+  const credential = tcrCredential(answer);
+  const certificate = credential?.clientCertificateData;
+  if (typeof certificate !== 'string') {
+    if (issue === 'must')
+      throw new FindingError({
+        kind: 'wrong-answer',
+        message: `a valid CSR with the valid token got no certificate: ${describeAnswer(answer)}`,
+      });
+    return;
+  }
+  ctx.count('issued');
+  // Without a CSR (an empty one is none) the concierge makes the key and hands it back.
+  if (csr === '') return;
+  if (credential?.clientKeyData)
+    throw new FindingError({
+      kind: 'wrong-answer',
+      message: "a request with a CSR got a key of the concierge's making",
+    });
+  if (issue === 'never')
+    throw new FindingError({
+      kind: 'accepted-forgery',
+      message: `a certificate for a CSR that must be refused: ${describeAnswer(answer)}`,
+    });
+  const problem = await issuedProblem(certificate, {
+    ...(spki ? { spki } : {}),
+    commonName: FUZZ_USER,
+    organizations: [FUZZ_GROUP, 'system:authenticated'],
+    uriPrefix: AUTHENTICATOR_URI_PREFIX,
+    ca: ctx.target.concierge.signer.certPem,
+  });
+  if (problem) throw new FindingError(problem);
+}
+
+export const csrFamily: Family<CSRCase> = {
+  name: 'CSR',
+  weight: 5,
+  arbitrary: csrCase,
+  async run(c, ctx) {
+    const built = await buildCSR(c.csr, keysOf(ctx));
+    if (c.to === 'TokenCredentialRequest') {
+      const answer = await sendTCR(ctx, built.csr);
+      check(ctx, answer);
+      await expectUserCertificate(ctx, answer, built.csr, built.spki, built.issue);
+      return;
+    }
+    const cluster = agentCluster(ctx.lane, 'register');
+    const token = await ctx.target.bootstrapToken(cluster);
+    const body = Buffer.from(JSON.stringify({ cluster, token, csr: built.csr }));
+    const answer = await sendRegistration(ctx, body);
+    ctx.count(answerKind(answer));
+    expectRegistration(answer, { issue: built.issue, owed: body.length <= REGISTRATION_OWED_BYTES });
+    if (answer.kind === 'response' && answer.status === 200) {
+      await expectAgentCertificate(ctx, answer, cluster, built.spki);
+      ctx.count('issued');
+    }
+  },
+  async control(ctx) {
+    const built = await buildCSR({ kind: 'valid', subject: [['CN', 'fuzz']], asks: [] }, keysOf(ctx));
+    const answer = await sendTCR(ctx, built.csr);
+    expectSuccess(
+      'a TokenCredentialRequest with the valid token and a valid CSR',
+      answer,
+      201,
+      () => typeof tcrCredential(answer)?.clientCertificateData === 'string',
+    );
+    await expectUserCertificate(ctx, answer, built.csr, built.spki, 'must');
+    await registerValidly(ctx);
+  },
+  reach: 'issued',
+};
+
+// ---------- the peer link ----------
+
+/** Stands for the cluster whose tunnel the lane's peer agent holds, in a generated path. */
+const HELD = '{held}';
+/** Fields a replica never passes on to an agent: hop-by-hop ones, credentials, and the peer link's own. */
+const NEVER_TO_AGENT =
+  /^(?:connection|keep-alive|proxy-connection|transfer-encoding|te|upgrade|host|authorization|x-sealion-peer-.*)$/;
+
+const peerHeaderName = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc
+      .constantFrom(
+        'x-sealion-peer-user',
+        'x-sealion-peer-long-running',
+        'x-sealion-peer-other',
+        'x-sealion-peer-',
+      )
+      .chain((n) => fc.oneof(fc.constant(n), recased(n))),
+  },
+  { weight: 3, arbitrary: h2Name },
+);
+const peerHeaderValue = fc.oneof(
+  fc.constantFrom('1', '0', 'true', '', '%zz', '%00', '%E0%A4%A', 'system%3Amasters', 'system:masters', '%'),
+  headerValue,
+);
+const peerPath = fc.oneof(
+  { weight: 5, arbitrary: knownPath.map((p) => `/clusters/${HELD}${p}`) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(knownPath, percentJunk)
+      .map(([p, j]) => `/clusters/${HELD}${p.replace(/\?.*/, '')}${j}`),
+  },
+  { weight: 3, arbitrary: target },
+);
+
+export type PeerCase =
+  | {
+      mode: 'replica';
+      as: PeerName;
+      method: string;
+      path: string;
+      headers: Array<[string, string[]]>;
+      body?: string;
+      length: 'none' | 'exact' | 'wrong';
+    }
+  /** Raw HTTP/1.1 on a CONNECT stream, where a replica sends upgrades. */
+  | { mode: 'replica upgrade'; as: PeerName; request: RawCase }
+  /** A connection a replica never makes: an identity that is none, or a replica's on another protocol. */
+  | { mode: 'stranger'; as: ForgedPeer | PeerName; alpn: 'peer' | 'h2' | 'http/1.1' | 'none' };
+
+export const peerCase: fc.Arbitrary<PeerCase> = fc.oneof(
+  {
+    weight: 5,
+    arbitrary: fc.record(
+      {
+        mode: fc.constant('replica' as const),
+        as: fc.constantFrom(...PEER_NAMES),
+        method: fc.oneof(
+          {
+            weight: 6,
+            arbitrary: fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'),
+          },
+          { weight: 1, arbitrary: fc.oneof(fc.constantFrom('CONNECT', 'get', ''), tchar) },
+        ),
+        path: peerPath,
+        headers: fc.array(
+          fc.tuple(peerHeaderName, fc.array(peerHeaderValue, { minLength: 1, maxLength: 3 })),
+          {
+            maxLength: 6,
+          },
+        ),
+        body: bytes(300),
+        length: fc.constantFrom('none', 'exact', 'wrong'),
+      },
+      { requiredKeys: ['mode', 'as', 'method', 'path', 'headers', 'length'] },
+    ),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      mode: fc.constant('replica upgrade' as const),
+      as: fc.constantFrom(...PEER_NAMES),
+      request: fc
+        .tuple(
+          rawCase,
+          peerPath,
+          fc.boolean(),
+          fc.array(fc.tuple(peerHeaderName, peerHeaderValue), { maxLength: 4 }),
+        )
+        .map(([r, path, upgrade, peerHeaders]): RawCase => ({
+          ...r,
+          target: path,
+          auth: 'none',
+          headers: [...(upgrade ? wsHeaders : []), ...peerHeaders, ...r.headers],
+        })),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.oneof(
+      fc.record({
+        mode: fc.constant('stranger' as const),
+        as: fc.constantFrom(...FORGED_PEERS),
+        alpn: fc.constantFrom('peer' as const, 'peer' as const, 'h2' as const, 'none' as const),
+      }),
+      fc.record({
+        mode: fc.constant('stranger' as const),
+        as: fc.constantFrom(...PEER_NAMES),
+        alpn: fc.constantFrom('h2' as const, 'http/1.1' as const, 'none' as const),
+      }),
+    ),
+  },
+);
+
+const PEER_ALPN = 'sealion-peer/1';
+const ALPN_OFFERS = { peer: [PEER_ALPN], h2: ['h2'], 'http/1.1': ['http/1.1'], none: [] };
+
+/** The lane's peer-link session as replica `as`. */
+function peerSession(ctx: LaneContext, as: PeerName): H2Client {
+  const key = `peer ${as}`;
+  const existing = ctx.state[key];
+  if (existing instanceof H2Client) return existing;
+  const { peer } = ctx.target;
+  const made = new H2Client(`https://127.0.0.1:${peer.port}`, peer.ca, peer.replicas[as], [PEER_ALPN]);
+  ctx.state[key] = made;
+  return made;
+}
+
+/**
+ * The fields of an upgrade that its forwarder writes itself, for the HTTP/1.1 it sends into the tunnel (Node's client
+ * frames the request of a method that may carry a body as chunked).
+ */
+const UPGRADE_OWN = /^(?:connection|upgrade|host|transfer-encoding)$/;
+
+/** Throws when a marked request reached the peer agent with a field no replica may pass on. */
+function expectNoLeak(agent: FakeAgent, id: string, upgrade = false): void {
+  const leaked = (agent.seen.get(id) ?? []).filter(
+    (name) => NEVER_TO_AGENT.test(name.toLowerCase()) && !(upgrade && UPGRADE_OWN.test(name.toLowerCase())),
+  );
+  if (leaked.length > 0)
+    throw new FindingError({
+      kind: 'leak',
+      message: `a peer's request reached the agent with ${leaked.join(', ')}`,
+    });
+}
+
+let peerCases = 0;
+
+export const peerFamily: Family<PeerCase> = {
+  name: 'peer link',
+  weight: 5,
+  arbitrary: peerCase,
+  async run(c, ctx) {
+    const held = agentCluster(ctx.lane, 'peer');
+    if (c.mode === 'stranger') {
+      const { peer } = ctx.target;
+      const credential =
+        c.as === 'none'
+          ? undefined
+          : (PEER_NAMES as readonly string[]).includes(c.as)
+            ? peer.replicas[c.as as PeerName]
+            : peer.forged[c.as as Exclude<ForgedPeer, 'none'>];
+      const client = new H2Client(`https://127.0.0.1:${peer.port}`, peer.ca, credential, ALPN_OFFERS[c.alpn]);
+      try {
+        const answer = await client.request(
+          { headers: { ':method': 'GET', ':path': `/clusters/${held}/api/v1/namespaces` } },
+          ctx.deadlineMs,
+        );
+        ctx.count(answerKind(answer));
+        if (answer.kind === 'hang') throw new FindingError({ kind: 'hang', message: answer.detail });
+        if (answer.kind === 'response')
+          throw new FindingError({
+            kind: 'accepted-forgery',
+            message: `the peer port answered ${c.as} (ALPN ${c.alpn}): ${describeAnswer(answer)}`,
+          });
+      } finally {
+        client.close();
+      }
+      return;
+    }
+    const agent = await fakeAgent(ctx, 'peer');
+    agent.answer = OK_ANSWER;
+    const id = String(++peerCases);
+    const session = peerSession(ctx, c.as);
+    let answer: Answer;
+    if (c.mode === 'replica upgrade') {
+      const request: RawCase = {
+        ...c.request,
+        target: c.request.target.replace(HELD, held),
+        headers: [[CASE_MARK, id], ...c.request.headers],
+      };
+      answer = await session.connectExchange(
+        [rawBytes(request, '')],
+        ctx.deadlineMs,
+        request.method === 'HEAD',
+      );
+      check(ctx, answer, { peer: true, head: request.method === 'HEAD' });
+    } else {
+      const headers = h2Headers(
+        {
+          method: c.method,
+          path: c.path.replace(HELD, held),
+          pseudo: [],
+          auth: 'none',
+          headers: c.headers,
+          length: c.length,
+          ...(c.body === undefined ? {} : { body: c.body }),
+        },
+        '',
+      );
+      headers[CASE_MARK] = id;
+      answer = await session.request(
+        { headers, ...(c.body === undefined ? {} : { body: Buffer.from(c.body, 'latin1') }) },
+        ctx.deadlineMs,
+      );
+      check(ctx, answer, { peer: true, head: c.method === 'HEAD' });
+    }
+    ctx.count(`${c.mode}: ${answerKind(answer)}`);
+    if (fromAgent(answer)) {
+      ctx.count('from the agent');
+      expectNoLeak(agent, id, c.mode === 'replica upgrade');
+    }
+  },
+  async control(ctx) {
+    const agent = await fakeAgent(ctx, 'peer');
+    agent.answer = OK_ANSWER;
+    const id = String(++peerCases);
+    const cluster = agentCluster(ctx.lane, 'peer');
+    const answer = await onceConnected(() =>
+      peerSession(ctx, 'fuzz-peer').request(
+        {
+          headers: {
+            ':method': 'GET',
+            ':path': `/clusters/${cluster}/api/v1/namespaces`,
+            'x-sealion-peer-user': 'fuzzer%40example.com',
+            [CASE_MARK]: id,
+          },
+        },
+        ctx.deadlineMs,
+      ),
+    );
+    expectSuccess(`GET over the peer link through the fake agent of ${cluster}`, answer, 200, fromAgent);
+    expectNoLeak(agent, id);
+  },
+  reach: 'from the agent',
+  closeLane(ctx) {
+    closeAgents(ctx);
+    for (const as of PEER_NAMES) (ctx.state[`peer ${as}`] as H2Client | undefined)?.close();
+    return Promise.resolve();
+  },
+};
+
+export const FAMILIES = [
+  rawFamily,
+  h2Family,
+  tokenFamily,
+  tcrFamily,
+  tunnelFamily,
+  registerFamily,
+  csrFamily,
+  peerFamily,
+] as const;

@@ -5,8 +5,7 @@
 // FUZZ_CASES (100000), FUZZ_SEED (random; printed), FUZZ_LANES (4: lanes of a family of weight 20, the others in
 // proportion), FUZZ_DEADLINE_MS (5000),
 // FUZZ_FAMILIES (comma-separated family names; all by default).
-import { tunnelFamily } from './families.ts';
-import { familyLanes, formatReport, hasFindings, runFuzz } from './run.ts';
+import { formatReport, hasFindings, maxLanes, runFuzz } from './run.ts';
 import { startFuzzTarget } from './target.ts';
 
 const env = process.env;
@@ -51,7 +50,7 @@ process.on('uncaughtException', (err) => {
 
 async function main(): Promise<number> {
   try {
-    target = await startFuzzTarget({ log, agents: familyLanes(tunnelFamily, options.lanes) });
+    target = await startFuzzTarget({ log, agents: maxLanes(options.lanes) });
     if (interrupt.signal.aborted) return 130;
     const report = await runFuzz(target, { ...options, signal: interrupt.signal });
     console.log(formatReport(report));

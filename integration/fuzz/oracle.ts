@@ -7,8 +7,12 @@
 // cannot tell them apart, since both write the same Kubernetes Status shape.
 //
 // A proxy-made 5xx is a finding, except the answers the design gives on purpose when an upstream is genuinely not
-// there: 503 for a `/clusters/<name>/` whose agent holds no tunnel, and, only for cases that play a broken agent,
-// 502/503/504 naming that agent's cluster.
+// there: 503 for a `/clusters/<name>/` whose agent holds no tunnel (and, on the peer link, for one whose tunnel is not
+// on this replica), and, only for cases that play a broken agent, 502/503/504 naming that agent's cluster.
+//
+// The tunnel listener's registration has no API server behind it, so every answer there is the listener's own: a
+// refusal with one of a few 4xx codes as a Status (or its one 401 body), a certificate only for a valid bootstrap
+// token, and never a 5xx.
 import { statusBody } from '../../lib/kube-status.ts';
 import type { Answer } from './wire.ts';
 
@@ -25,8 +29,26 @@ export const TUNNEL_401_BODIES = [
 ];
 
 const NOT_CONNECTED = /^cluster .* is not connected: its agent holds no tunnel to any concierge replica$/s;
+/** What a replica answers a peer that sent a request for a tunnel it does not hold (a stale route). */
+const NOT_HELD = /^cluster .* is not connected: its agent's tunnel is no longer on replica .*; retry$/s;
 
-export type FindingKind = 'proxy-5xx' | 'other-401' | 'hang' | 'crash' | 'accepted-forgery' | 'other';
+export type FindingKind =
+  | 'proxy-5xx'
+  | 'other-401'
+  | 'hang'
+  | 'crash'
+  | 'accepted-forgery'
+  /** A positive control (a well-formed, authenticated request) did not get its success. */
+  | 'control-failed'
+  /** A request that is owed an answer got its connection closed instead. */
+  | 'unanswered'
+  /** A refusal in a shape or with a code the design does not give. */
+  | 'bad-refusal'
+  /** A request the design accepts was refused, or answered otherwise than it says. */
+  | 'wrong-answer'
+  /** Something the proxy must drop reached an agent. */
+  | 'leak'
+  | 'other';
 
 export interface Finding {
   kind: FindingKind;
@@ -39,6 +61,21 @@ export class FindingError extends Error {
     super(`${finding.kind}: ${finding.message}`);
     this.finding = finding;
   }
+}
+
+/**
+ * How an answer is counted in its family's tally: its status class, or what came instead of a response. A family
+ * whose answers are all `closed` or `unsendable` reached nothing, whatever the oracle said of each.
+ */
+export function answerKind(answer: Answer): string {
+  if (answer.kind !== 'response') return answer.kind;
+  return answer.status >= 100 && answer.status < 600 ? `${Math.floor(answer.status / 100)}xx` : 'not HTTP';
+}
+
+/** A one-line account of an answer, for a finding's message. */
+export function describeAnswer(answer: Answer): string {
+  if (answer.kind !== 'response') return `${answer.kind} (${answer.detail})`;
+  return `${answer.status} ${answer.body.slice(0, 300)}`;
 }
 
 export function madeByApiServer(headers: Record<string, string>): boolean {
@@ -63,6 +100,8 @@ export interface JudgeOptions {
   head?: boolean;
   /** The status a fake upstream answered with: the proxy relaying it (a 5xx, a 401) did not make it. */
   upstreamStatus?: number;
+  /** Sent over a peer link: a replica that does not hold the cluster's tunnel says so with a 503. */
+  peer?: boolean;
 }
 
 /** The finding in one answer, if any. Proxy liveness is checked by the runner, across all cases. */
@@ -83,6 +122,7 @@ export function judge(answer: Answer, opts: JudgeOptions = {}): Finding | undefi
   if (status >= 500 && !madeByApiServer(headers)) {
     const message = statusMessage(body) ?? '';
     if (status === 503 && NOT_CONNECTED.test(message)) return undefined;
+    if (status === 503 && opts.peer && NOT_HELD.test(message)) return undefined;
     // A HEAD answer has no body to read the message from; 503 is what a cluster not connected gets.
     if (status === 503 && opts.head && body === '') return undefined;
     if (status === opts.upstreamStatus && !message.startsWith('internal error')) return undefined;
@@ -100,5 +140,76 @@ export function judge(answer: Answer, opts: JudgeOptions = {}): Finding | undefi
 /** Throws the finding, for use inside a property. */
 export function expectClean(answer: Answer, opts?: JudgeOptions): void {
   const finding = judge(answer, opts);
+  if (finding) throw new FindingError(finding);
+}
+
+/** The codes a registration may be refused with: malformed, unauthenticated, forbidden, unknown, too large, too many. */
+export const REGISTRATION_REFUSALS = [400, 401, 403, 404, 413, 429];
+
+function statusCode(body: string): number | undefined {
+  try {
+    const parsed = JSON.parse(body) as { kind?: unknown; code?: unknown };
+    return parsed.kind === 'Status' && typeof parsed.code === 'number' ? parsed.code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export interface RegistrationJudgement {
+  /**
+   * Whether the request may get a certificate: `must` (a fresh bootstrap token for the cluster it names and a valid
+   * CSR), `may` (the CSR was mangled in ways a lenient parser may still read; the family checks the key), `never`.
+   */
+  issue: 'must' | 'may' | 'never';
+  /** Whether the request is owed an answer: a body within the listener's limit, framed as it says. */
+  owed: boolean;
+}
+
+/**
+ * The finding in an answer to POST /register, if any. The certificate of a 200 is the family's to check (its key,
+ * its name); here only whether one may be given at all.
+ */
+export function judgeRegistration(answer: Answer, opts: RegistrationJudgement): Finding | undefined {
+  if (answer.kind === 'hang') return { kind: 'hang', message: answer.detail };
+  if (answer.kind !== 'response')
+    return opts.owed
+      ? { kind: 'unanswered', message: `a registration within the limits got no answer: ${answer.detail}` }
+      : undefined;
+  const { status, headers, body } = answer;
+  if (status >= 500)
+    return {
+      kind: 'proxy-5xx',
+      message: `the tunnel listener answered a registration with ${status}: ${body}`,
+    };
+  if (status === 200) {
+    if (opts.issue === 'never')
+      return {
+        kind: 'accepted-forgery',
+        message: `a registration that must be refused got 200: ${body.slice(0, 300)}`,
+      };
+    return undefined;
+  }
+  if (!REGISTRATION_REFUSALS.includes(status))
+    return { kind: 'bad-refusal', message: `a registration answered ${status}: ${body.slice(0, 300)}` };
+  const canonical = statusCode(body) === status || (status === 401 && TUNNEL_401_BODIES.includes(body));
+  if (!canonical)
+    return {
+      kind: 'bad-refusal',
+      message: `a ${status} to a registration that is no Status of its code: ${body.slice(0, 300)}`,
+    };
+  if (status === 429 && !/^\d+$/.test(headers['retry-after'] ?? ''))
+    return { kind: 'bad-refusal', message: 'a 429 to a registration without a Retry-After in seconds' };
+  // A limit on registrations is a legitimate answer to any of them; anything else refuses what must be accepted.
+  if (opts.issue === 'must' && status !== 429)
+    return {
+      kind: 'wrong-answer',
+      message: `a valid registration was refused: ${status} ${body.slice(0, 300)}`,
+    };
+  return undefined;
+}
+
+/** Throws the finding in a registration's answer, for use inside a property. */
+export function expectRegistration(answer: Answer, opts: RegistrationJudgement): void {
+  const finding = judgeRegistration(answer, opts);
   if (finding) throw new FindingError(finding);
 }

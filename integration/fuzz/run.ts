@@ -1,10 +1,15 @@
 // Runs the families against a started target: each family in several lanes at once (fast-check runs one case at a
 // time, and a case mostly waits on sockets), every lane with its own seed derived from the run's, so a run replays
-// from FUZZ_SEED. A failing case is shrunk by fast-check and recorded, and its lane goes on with a fresh seed; the
-// first crash of the concierge ends the run.
+// from FUZZ_SEED. A failing case is shrunk by fast-check (the first few of a family) and recorded, every one of them,
+// and its lane goes on with a fresh seed; the first crash of the concierge ends the run.
+//
+// An oracle that passes every answer it cannot judge (a closed connection, a header Node would not send) passes a
+// target that answers nothing. So each family's answers are counted by kind, each lane runs its family's positive
+// control (a well-formed, authenticated request that must succeed) at its start, every CONTROL_EVERY cases and at its
+// end, and a family whose controls never passed, or whose cases never reached what it aims at, fails the run.
 import fc from 'fast-check';
 import { FAMILIES, type Family, type LaneContext } from './families.ts';
-import { FindingError, type Finding } from './oracle.ts';
+import { FindingError, type Finding, type FindingKind } from './oracle.ts';
 import type { FuzzTarget } from './target.ts';
 import { H2Client } from './wire.ts';
 
@@ -25,11 +30,16 @@ export interface FuzzOptions {
   signal?: AbortSignal;
 }
 
-export interface Counterexample {
+/** One failing case or control. */
+export interface Failure {
   finding: Finding;
-  /** fast-check's rendering of the (shrunk) input. */
+  /**
+   * fast-check's rendering of the input (shrunk for a family's first failures), or what a control sent. Kept for a
+   * family's first FAILURE_INPUTS failures only, so that a run where everything fails stays small.
+   */
   input: string;
-  seed: number;
+  /** The lane's seed and fast-check's path, which replay the case; null for a control. */
+  seed: number | null;
   path: string | null;
   shrinks: number;
 }
@@ -39,8 +49,18 @@ export interface FamilyReport {
   cases: number;
   /** Runs fast-check made while shrinking. */
   shrinkRuns: number;
-  failures: number;
-  counterexamples: Counterexample[];
+  /** Every failing case and control, hangs included: none is left out. */
+  failures: Failure[];
+  /**
+   * Its cases' answers by kind (status class, closed, unsendable, hang; and what the family counts besides, such as
+   * answers relayed from its fake agent), shrink runs left out.
+   */
+  answers: Record<string, number>;
+  /** Its positive controls' outcomes (undecided: the target declined for a reason of its own, a rate limit). */
+  controls: { passed: number; failed: number; undecided: number };
+  /** What its cases must reach (the answers tally's key), and how many did. */
+  reach: string;
+  reached: number;
   /** Time its cases took, summed over lanes (mean per case = busyMs / cases). */
   busyMs: number;
 }
@@ -65,6 +85,18 @@ export function familyLanes(family: { weight: number }, lanes: number): number {
   return Math.max(1, Math.round((lanes * family.weight) / 20));
 }
 
+/** The most lanes any family runs: the target makes that many of each fake agent's clusters. */
+export function maxLanes(lanes: number): number {
+  return Math.max(...FAMILIES.map((f) => familyLanes(f, lanes)));
+}
+
+/** A lane runs its family's positive control before its first case, after every this many, and after its last. */
+export const CONTROL_EVERY = 100;
+/** Failures whose inputs a family keeps; the rest are counted and kept without them. */
+const FAILURE_INPUTS = 50;
+/** The tally key of every answer that is an HTTP response, whatever its status: the default reach. */
+const ANY_RESPONSE = /^\dxx$/;
+
 /** A lane's seed: the run's seed, the family and the lane mixed (FNV-1a), so that lanes never share a stream. */
 function laneSeed(seed: number, family: string, lane: number, round: number): number {
   let h = 0x811c9dc5 ^ seed;
@@ -87,7 +119,17 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   const reports = new Map<string, FamilyReport>(
     families.map((f) => [
       f.name,
-      { name: f.name, cases: 0, shrinkRuns: 0, failures: 0, counterexamples: [], busyMs: 0 },
+      {
+        name: f.name,
+        cases: 0,
+        shrinkRuns: 0,
+        failures: [],
+        answers: {},
+        controls: { passed: 0, failed: 0, undecided: 0 },
+        reach: f.reach ?? 'an HTTP answer',
+        reached: 0,
+        busyMs: 0,
+      },
     ]),
   );
   const inFlight = new Map<string, unknown>();
@@ -125,9 +167,18 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     log(`${done}; rss ${Math.round(rssMax / 2 ** 20)} MiB max`);
   }, 15_000);
 
+  const record = (report: FamilyReport, failure: Failure): void => {
+    report.failures.push(report.failures.length < FAILURE_INPUTS ? failure : { ...failure, input: '' });
+    log(`${report.name}: ${failure.finding.kind}: ${failure.finding.message.slice(0, 200)}`);
+  };
+
   const runLane = async (family: Family<unknown>, lane: number, numRuns: number): Promise<void> => {
     const report = reports.get(family.name)!;
     const key = `${family.name}#${lane}`;
+    /** Whether fast-check is shrinking a failure: those runs are not counted among the answers. */
+    let shrinking = false;
+    /** Whether the lane's control is running: what it counts is kept apart from the cases' answers. */
+    let controlling = false;
     const ctx: LaneContext = {
       target,
       lane,
@@ -135,8 +186,38 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
       h2: new H2Client(target.concierge.url, target.proxyCA),
       h2Cert: new H2Client(target.concierge.url, target.proxyCA, target.userCert),
       state: {},
+      count(counted) {
+        if (shrinking) return;
+        const what = controlling ? `control: ${counted}` : counted;
+        report.answers[what] = (report.answers[what] ?? 0) + 1;
+        if (what === family.reach || (family.reach === undefined && ANY_RESPONSE.test(what)))
+          report.reached++;
+      },
+    };
+    const control = async (): Promise<void> => {
+      controlling = true;
+      try {
+        if ((await family.control(ctx)) === 'undecided') report.controls.undecided++;
+        else report.controls.passed++;
+      } catch (err) {
+        // A control cut short by a crash is not a finding of its own: the crash is.
+        if (!crash) await new Promise((done) => setTimeout(done, 250));
+        if (crash || !target.concierge.alive()) return;
+        report.controls.failed++;
+        const finding = toFinding(err);
+        record(report, {
+          finding: finding.kind === 'other' ? { ...finding, kind: 'control-failed' } : finding,
+          input: `${family.name}: positive control`,
+          seed: null,
+          path: null,
+          shrinks: 0,
+        });
+      } finally {
+        controlling = false;
+      }
     };
     let remaining = numRuns;
+    let laneCases = 0;
     try {
       for (let round = 0; remaining > 0 && !stop(); round++) {
         let failedOnce = false;
@@ -144,8 +225,12 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
         const details = await fc.check(
           fc.asyncProperty(family.arbitrary, async (input) => {
             if (stop()) return;
+            shrinking = failedOnce;
             if (failedOnce) report.shrinkRuns++;
-            else report.cases++;
+            else {
+              if (laneCases++ % CONTROL_EVERY === 0) await control();
+              report.cases++;
+            }
             inFlight.set(key, input);
             const began = Date.now();
             try {
@@ -169,23 +254,21 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
           {
             numRuns: remaining,
             seed,
-            endOnFailure: report.counterexamples.length >= opts.shrinkPerFamily,
+            endOnFailure: report.failures.length >= opts.shrinkPerFamily,
           },
         );
         remaining -= details.failed ? Math.max(1, details.numRuns) : remaining;
         if (!details.failed) continue;
-        report.failures++;
-        const finding = toFinding(details.errorInstance);
-        if (report.counterexamples.length < opts.shrinkPerFamily * 2)
-          report.counterexamples.push({
-            finding,
-            input: fc.stringify(details.counterexample?.[0]).slice(0, 4000),
-            seed,
-            path: details.counterexamplePath,
-            shrinks: details.numShrinks,
-          });
-        log(`${family.name}: ${finding.kind}: ${finding.message.slice(0, 200)}`);
+        record(report, {
+          finding: toFinding(details.errorInstance),
+          input: fc.stringify(details.counterexample?.[0]).slice(0, 4000),
+          seed,
+          path: details.counterexamplePath,
+          shrinks: details.numShrinks,
+        });
       }
+      // The last control comes after every hostile case of the lane: the target still serves what it must.
+      if (!stop()) await control();
     } finally {
       ctx.h2.close();
       ctx.h2Cert.close();
@@ -193,9 +276,16 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     }
   };
 
+  // Each family's share by weight, rounded down, and the cases left over to the largest remainders: the shares add
+  // up to the cases asked for.
+  const exact = families.map((f) => (opts.cases * f.weight) / totalWeight);
+  const shares = exact.map(Math.floor);
+  const byRemainder = exact.map((x, i) => [x - Math.floor(x), i] as const).sort((a, b) => b[0] - a[0]);
+  const leftOver = opts.cases - shares.reduce((sum, n) => sum + n, 0);
+  for (let k = 0; k < leftOver; k++) shares[byRemainder[k]![1]]!++;
   const lanes: Array<Promise<void>> = [];
-  for (const family of families) {
-    const cases = Math.round((opts.cases * family.weight) / totalWeight);
+  for (const [i, family] of families.entries()) {
+    const cases = shares[i]!;
     const count = familyLanes(family, opts.lanes);
     for (let lane = 0; lane < count; lane++) {
       const share = Math.floor(cases / count) + (lane < cases % count ? 1 : 0);
@@ -224,9 +314,38 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   };
 }
 
+/**
+ * What a family's tallies say it never did, though no single answer was wrong: a family whose positive controls
+ * never passed, or whose cases never reached what they aim at (the tunnel family's fake agent never answered, every
+ * request was reset), tested nothing. Empty for a family that ran no cases.
+ */
+export function familyProblems(f: FamilyReport): string[] {
+  if (f.cases === 0) return [];
+  const problems: string[] = [];
+  if (f.controls.passed === 0)
+    problems.push(`${f.name}: no positive control passed (${f.controls.failed} failed)`);
+  if (f.reached === 0) problems.push(`${f.name}: none of its ${f.cases} cases reached ${f.reach}`);
+  const responses = Object.entries(f.answers)
+    .filter(([kind]) => ANY_RESPONSE.test(kind))
+    .reduce((sum, [, n]) => sum + n, 0);
+  if (responses === 0) problems.push(`${f.name}: none of its ${f.cases} cases got an HTTP answer`);
+  return problems;
+}
+
+/** Every failure of the run by kind, across families. */
+export function failuresByKind(report: FuzzReport): Map<FindingKind, number> {
+  const byKind = new Map<FindingKind, number>();
+  for (const f of report.families)
+    for (const c of f.failures) byKind.set(c.finding.kind, (byKind.get(c.finding.kind) ?? 0) + 1);
+  return byKind;
+}
+
 /** Whether the report holds anything worth failing a run for. */
 export function hasFindings(report: FuzzReport): boolean {
-  return report.crash !== undefined || report.families.some((f) => f.failures > 0);
+  return (
+    report.crash !== undefined ||
+    report.families.some((f) => f.failures.length > 0 || familyProblems(f).length > 0)
+  );
 }
 
 const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
@@ -235,18 +354,26 @@ export function formatReport(report: FuzzReport): string {
   const lines: string[] = [];
   const total = report.families.reduce((sum, f) => sum + f.cases, 0);
   lines.push(`fuzz: ${total} cases in ${(report.elapsedMs / 1000).toFixed(1)} s, seed ${report.seed}`);
-  for (const f of report.families)
+  for (const f of report.families) {
     lines.push(
-      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures} failing, ` +
+      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures.length} failing, ` +
+        `controls ${f.controls.passed} passed ${f.controls.failed} failed` +
+        (f.controls.undecided ? ` ${f.controls.undecided} undecided` : '') +
+        `, ${f.reached} reached ${f.reach}, ` +
         `${(f.busyMs / Math.max(1, f.cases + f.shrinkRuns)).toFixed(0)} ms a case` +
         (f.shrinkRuns ? ` (${f.shrinkRuns} shrink runs)` : ''),
     );
-  const byKind = new Map<string, number>();
-  for (const f of report.families)
-    for (const c of f.counterexamples) byKind.set(c.finding.kind, (byKind.get(c.finding.kind) ?? 0) + 1);
+    const answers = Object.entries(f.answers).sort(([a], [b]) => a.localeCompare(b));
+    lines.push(
+      `  ${''.padEnd(24)} answers: ${answers.map(([kind, n]) => `${kind} ${n}`).join(', ') || 'none'}`,
+    );
+  }
+  const byKind = failuresByKind(report);
   lines.push(`crashes: ${report.crash ? 1 : 0}`);
-  lines.push(`proxy-made 5xx: ${byKind.get('proxy-5xx') ?? 0} counterexample(s)`);
-  for (const [kind, n] of byKind) if (kind !== 'proxy-5xx') lines.push(`${kind}: ${n} counterexample(s)`);
+  lines.push(`proxy-made 5xx: ${byKind.get('proxy-5xx') ?? 0}`);
+  for (const [kind, n] of byKind) if (kind !== 'proxy-5xx') lines.push(`${kind}: ${n}`);
+  for (const f of report.families)
+    for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
   lines.push(
     `concierge RSS: before ${MiB(report.rss.before)}, after ${MiB(report.rss.after)}, max ${MiB(report.rss.max)}` +
       ` (growth ${MiB(report.rss.after - report.rss.before)})`,
@@ -260,12 +387,14 @@ export function formatReport(report: FuzzReport): string {
         `${MiB(after.arrayBuffers)}`,
     );
   if (report.stoppedEarly) lines.push('stopped early (interrupted)');
-  for (const f of report.families)
-    for (const c of f.counterexamples.slice(0, 5)) {
+  for (const f of report.families) {
+    for (const c of f.failures.slice(0, 5)) {
       lines.push('', `[${f.name}] ${c.finding.kind}: ${c.finding.message}`);
       lines.push(`  input (${c.shrinks} shrinks): ${c.input}`);
-      lines.push(`  replay: seed ${c.seed}, path ${c.path ?? '-'}`);
+      if (c.seed !== null) lines.push(`  replay: seed ${c.seed}, path ${c.path ?? '-'}`);
     }
+    if (f.failures.length > 5) lines.push('', `[${f.name}] and ${f.failures.length - 5} more failures`);
+  }
   if (report.crash) {
     lines.push('', 'the concierge crashed; cases in flight then:');
     for (const c of report.crash.inFlight) lines.push(`  ${c.slice(0, 2000)}`);

@@ -1,10 +1,15 @@
 // What the fuzzer attacks: a real API server, a local OIDC issuer, and the concierge in a process of its own (so a
-// crash shows as a dead process, and its memory is its own), with its tunnel listener, a JWTAuthenticator, a user
-// who may only read, a client certificate from the proxy's signer, and agent identities from the tunnel CA.
+// crash shows as a dead process, and its memory is its own), with its tunnel listener and peer listener, a
+// JWTAuthenticator, a user who may only read, a client certificate from the proxy's signer, agent identities from
+// the tunnel CA, bootstrap tokens for registration, and a replica's identity from the peer CA (with identities
+// that only look like one).
+import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../../concierge/peering.ts';
 import { TUNNEL_CA_SECRET } from '../../concierge/tunnel/listener.ts';
 import { bindingURI } from '../../concierge/tunnel/binding.ts';
-import { newKubeClients, readSecretData } from '../../lib/kube.ts';
-import { issueCert, loadCA } from '../../lib/pki.ts';
+import { PEER_ADDRESS_ANNOTATION } from '../../concierge/tunnel/cluster-status.ts';
+import { createBootstrapToken } from '../../lib/bootstrap.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../../lib/kube.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki.ts';
 import { startCluster, type Cluster } from '../../dev/cluster.ts';
 import { applyJWTAuthenticator } from '../../dev/concierge.ts';
 import { startConciergeProcess, type ConciergeProcess } from '../harness/concierge-process.ts';
@@ -17,15 +22,42 @@ export const FUZZ_USER = 'fuzzer@example.com';
 export const FUZZ_GROUP = 'fuzzers';
 const TUNNEL_NAMESPACE = 'sealion-fuzz';
 /**
- * Clusters whose tunnels the fuzzer's own fake agents hold, two per lane (one that answers requests, one that sends
- * garbage; apart, so that a new garbage tunnel never replaces the answering one); generated paths never name them.
+ * Clusters of the fuzzer's own, four per lane: whose tunnels its fake agents hold (one that answers requests, one
+ * that sends garbage; apart, so that a new garbage tunnel never replaces the answering one; one that answers requests
+ * sent over the peer link), and one that agents register for, with nothing connected. Generated paths never name them.
  */
 export const AGENT_CLUSTER_PREFIX = 'fuzz-agent-';
 
-/** The agent cluster of a lane, for answering or for garbage. */
-export function agentCluster(lane: number, role: 'answers' | 'garbage'): string {
-  return `${AGENT_CLUSTER_PREFIX}${role === 'answers' ? '' : 'g'}${lane}`;
+export type AgentRole = 'answers' | 'garbage' | 'peer' | 'register';
+const ROLE_LETTER: Record<AgentRole, string> = { answers: '', garbage: 'g', peer: 'p', register: 'r' };
+
+/** The agent cluster of a lane, for its role. */
+export function agentCluster(lane: number, role: AgentRole): string {
+  return `${AGENT_CLUSTER_PREFIX}${ROLE_LETTER[role]}${lane}`;
 }
+
+/**
+ * Identities a stranger may show the peer port, none a replica's: certificates of other CAs (a user's, an agent's,
+ * the tunnel CA's own, another CA's with a replica's name), the peer CA's without a replica's name, with two, with an
+ * empty or undecodable one, expired, or for servers only.
+ */
+export const FORGED_PEERS = [
+  'none',
+  'user',
+  'agent',
+  'tunnel CA',
+  'another CA',
+  'unnamed',
+  'two names',
+  'empty name',
+  'undecodable name',
+  'expired',
+  'server only',
+] as const;
+export type ForgedPeer = (typeof FORGED_PEERS)[number];
+/** Replicas' names the fuzzer's peer certificates carry: its own, the replica's it attacks, and an odd one. */
+export const PEER_NAMES = ['fuzz-peer', 'local', '\u0000\n../replica'] as const;
+export type PeerName = (typeof PEER_NAMES)[number];
 
 export interface Credential {
   certPem: string;
@@ -48,7 +80,19 @@ export interface FuzzTarget {
   /** A client certificate of FUZZ_USER from the proxy's signer CA. */
   userCert: Credential;
   /** An agent certificate for agentCluster(lane, role). */
-  agentCert(lane: number, role: 'answers' | 'garbage'): Promise<Credential>;
+  agentCert(lane: number, role: 'answers' | 'garbage' | 'peer'): Promise<Credential>;
+  /** A fresh bootstrap token for `cluster`. */
+  bootstrapToken(cluster: string): Promise<string>;
+  /** The concierge's peer listener: where, its CA, certificates of replicas and identities that are none. */
+  peer: {
+    port: number;
+    ca: string;
+    replicas: Record<PeerName, Credential>;
+    forged: Record<Exclude<ForgedPeer, 'none'>, Credential>;
+  };
+  clients: KubeClients;
+  /** Where the tunnel listener keeps its CA and bootstrap tokens. */
+  tunnelNamespace: string;
   stop(): Promise<void>;
 }
 
@@ -110,7 +154,7 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
         apiVersion: 'v1',
         kind: 'List',
         items: Array.from({ length: agents }, (_, lane) =>
-          (['answers', 'garbage'] as const).map((role) => ({
+          (['answers', 'garbage', 'peer', 'register'] as const).map((role) => ({
             apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
             kind: 'Cluster',
             metadata: { name: agentCluster(lane, role) },
@@ -139,6 +183,24 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
     });
     const token = await issuer.mint({ username: FUZZ_USER, groups: [FUZZ_GROUP] }, { expiresIn: 3600 * 24 });
     const agentCerts = new Map<string, Promise<Credential>>();
+    const agentCert = (lane: number, role: 'answers' | 'garbage' | 'peer'): Promise<Credential> => {
+      const name = agentCluster(lane, role);
+      let cert = agentCerts.get(name);
+      if (!cert) {
+        cert = issueCert(tunnelCA, {
+          commonName: name,
+          usage: 'client',
+          validityMs: 24 * 3600_000,
+          uris: [bindingURI({ cluster: name, uid: uids.get(name)!, generation: 0 })],
+        }).then((c) => ({ certPem: c.certPem, keyPem: c.keyPem }));
+        agentCerts.set(name, cert);
+      }
+      return cert;
+    };
+    const peer = await peerIdentities(cluster, clients, tunnelCA, {
+      user: { certPem: userCert.certPem, keyPem: userCert.keyPem },
+      agent: await agentCert(0, 'answers'),
+    });
     return {
       cluster,
       issuer,
@@ -149,24 +211,79 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       tunnelCA: tunnelCA.certPem,
       token,
       userCert: { certPem: userCert.certPem, keyPem: userCert.keyPem },
-      agentCert(lane: number, role: 'answers' | 'garbage') {
-        const name = agentCluster(lane, role);
-        let cert = agentCerts.get(name);
-        if (!cert) {
-          cert = issueCert(tunnelCA, {
-            commonName: name,
-            usage: 'client',
-            validityMs: 24 * 3600_000,
-            uris: [bindingURI({ cluster: name, uid: uids.get(name)!, generation: 0 })],
-          }).then((c) => ({ certPem: c.certPem, keyPem: c.keyPem }));
-          agentCerts.set(name, cert);
-        }
-        return cert;
+      agentCert,
+      async bootstrapToken(name: string) {
+        return (await createBootstrapToken(clients, TUNNEL_NAMESPACE, name)).token;
       },
+      peer,
+      clients,
+      tunnelNamespace: TUNNEL_NAMESPACE,
       stop,
     } satisfies FuzzTarget;
   } catch (err) {
     await stop();
     throw err;
   }
+}
+
+/**
+ * Where the concierge's peer listener is (from its replica Lease, once its status publisher wrote it) and the
+ * identities the fuzzer shows it: replicas' certificates from the peer CA, and the forged ones of FORGED_PEERS.
+ */
+async function peerIdentities(
+  cluster: Cluster,
+  clients: KubeClients,
+  tunnelCA: CertificateAuthority,
+  others: { user: Credential; agent: Credential },
+): Promise<FuzzTarget['peer']> {
+  const address = await eventually(async () => {
+    const r = await cluster.kubectl([
+      'get',
+      'lease',
+      '-n',
+      TUNNEL_NAMESPACE,
+      '-o',
+      `jsonpath={.items[*].metadata.annotations.${PEER_ADDRESS_ANNOTATION.replace(/\./g, '\\.')}}`,
+    ]);
+    if (r.code !== 0 || !r.stdout.includes(':'))
+      throw new Error(`no peer address on a Lease yet: ${r.stderr}`);
+    return r.stdout.trim().split(' ')[0]!;
+  }, 60_000);
+  const secret = await eventually(async () => {
+    const data = await readSecretData(clients, TUNNEL_NAMESPACE, PEER_CA_SECRET);
+    if (!data) throw new Error('no peer CA yet');
+    return data;
+  });
+  const peerCA = await loadCA(secret['tls.crt'] ?? '', secret['tls.key'] ?? '');
+  const pair = (c: { certPem: string; keyPem: string }): Credential => ({
+    certPem: c.certPem,
+    keyPem: c.keyPem,
+  });
+  const replica = async (name: string, ca = peerCA, extra: { validityMs?: number; usage?: 'server' } = {}) =>
+    pair(
+      await issueCert(ca, {
+        commonName: 'sealion-peer',
+        uris: [`${PEER_URI_PREFIX}${encodeURIComponent(name)}`],
+        usage: extra.usage ?? 'server+client',
+        validityMs: extra.validityMs ?? 24 * 3600_000,
+      }),
+    );
+  const peerWith = async (uris: string[]) =>
+    pair(await issueCert(peerCA, { commonName: 'sealion-peer', uris, usage: 'server+client' }));
+  const replicas = Object.fromEntries(
+    await Promise.all(PEER_NAMES.map(async (name) => [name, await replica(name)] as const)),
+  ) as Record<PeerName, Credential>;
+  const forged: FuzzTarget['peer']['forged'] = {
+    user: others.user,
+    agent: others.agent,
+    'tunnel CA': pair(tunnelCA),
+    'another CA': await replica('fuzz-peer', await newCA('sealion peer CA')),
+    unnamed: pair(await issueCert(peerCA, { commonName: 'sealion-peer', usage: 'server+client' })),
+    'two names': await peerWith([`${PEER_URI_PREFIX}a`, `${PEER_URI_PREFIX}b`]),
+    'empty name': await peerWith([PEER_URI_PREFIX]),
+    'undecodable name': await peerWith([`${PEER_URI_PREFIX}%zz`]),
+    expired: await replica('fuzz-peer', peerCA, { validityMs: -60_000 }),
+    'server only': await replica('fuzz-peer', peerCA, { usage: 'server' }),
+  };
+  return { port: Number(address.slice(address.lastIndexOf(':') + 1)), ca: peerCA.certPem, replicas, forged };
 }

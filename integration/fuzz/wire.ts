@@ -182,20 +182,45 @@ export interface H2Request {
   body?: Buffer;
 }
 
-/** One HTTP/2 session to the proxy, opened again whenever a case (or the proxy) closed it. */
+/**
+ * One HTTP/2 session to the proxy, opened again whenever a case (or the proxy) closed it. With `alpn`, the TLS
+ * connection offers that protocol instead of h2 (a replica's peer link speaks HTTP/2 under its own name) and takes
+ * the server's certificate from the CA alone, whatever name it carries.
+ */
 export class H2Client {
   private session: ClientHttp2Session | undefined;
   private readonly url: string;
   private readonly options: { ca: string; cert?: string; key?: string };
+  private readonly alpn: string[] | undefined;
 
-  constructor(url: string, ca: string, cert?: { certPem: string; keyPem: string }) {
+  constructor(url: string, ca: string, cert?: { certPem: string; keyPem: string }, alpn?: string[]) {
     this.url = url;
     this.options = { ca, ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}) };
+    this.alpn = alpn;
+  }
+
+  private connect(): ClientHttp2Session {
+    if (!this.alpn) return http2Connect(this.url, this.options);
+    const { hostname, port } = new URL(this.url);
+    const alpn = this.alpn;
+    return http2Connect(this.url, {
+      createConnection: () => {
+        const socket = tlsConnect({
+          host: hostname,
+          port: Number(port),
+          ...this.options,
+          ALPNProtocols: alpn,
+          checkServerIdentity: () => undefined,
+        });
+        socket.on('error', () => {});
+        return socket;
+      },
+    });
   }
 
   private current(): ClientHttp2Session {
     if (!this.session || this.session.closed || this.session.destroyed) {
-      const session = http2Connect(this.url, this.options);
+      const session = this.connect();
       session.on('error', () => {});
       // Never keep the fuzzer alive for an idle session.
       session.unref();
@@ -264,6 +289,61 @@ export class H2Client {
         ),
       );
       if (req.body !== undefined) stream.end(req.body);
+    });
+  }
+
+  /**
+   * Opens a CONNECT stream (a byte stream, as a replica's peer link carries upgrades on) and sends raw HTTP/1.1 on
+   * it, reading one answer back as rawExchange does. A refused CONNECT is the answer itself.
+   */
+  connectExchange(pieces: Buffer[], deadlineMs: number, head = false): Promise<Answer> {
+    return new Promise((done) => {
+      let stream;
+      try {
+        stream = this.current().request({ ':method': 'CONNECT', ':authority': 'peer' }, { endStream: false });
+      } catch (err) {
+        return done({ kind: 'unsendable', detail: (err as Error & { code?: string }).code ?? String(err) });
+      }
+      const chunks: Buffer[] = [];
+      let finished = false;
+      const finish = (answer: Answer): void => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
+        if (!stream.closed) stream.close(constants.NGHTTP2_CANCEL);
+        done(answer);
+      };
+      const check = (closed: boolean): void => {
+        const parsed = parseResponse(Buffer.concat(chunks), closed, head);
+        if (parsed && (parsed.complete || closed))
+          return finish({
+            kind: 'response',
+            status: parsed.status,
+            headers: parsed.headers,
+            body: parsed.body,
+          });
+        if (closed) finish({ kind: 'closed', detail: chunks.length ? 'closed mid-answer' : 'closed' });
+      };
+      const timer = setTimeout(() => {
+        const parsed = parseResponse(Buffer.concat(chunks), false, head);
+        finish(
+          parsed
+            ? { kind: 'response', status: parsed.status, headers: parsed.headers, body: parsed.body }
+            : { kind: 'hang', detail: `no answer on the CONNECT stream within ${deadlineMs} ms` },
+        );
+      }, deadlineMs);
+      stream.on('response', (h) => {
+        const status = Number(h[':status']);
+        if (status !== 200) return finish({ kind: 'response', status, headers: {}, body: '' });
+        for (const piece of pieces) stream.write(piece);
+      });
+      stream.on('data', (chunk: Buffer) => {
+        chunks.push(chunk);
+        check(false);
+      });
+      stream.on('error', () => check(true));
+      stream.on('end', () => check(true));
+      stream.on('close', () => check(true));
     });
   }
 
