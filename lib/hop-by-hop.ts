@@ -4,7 +4,8 @@
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
 /**
- * The connection's own fields (RFC 9110 section 7.6.1, and Proxy-Connection, which clients still send), the fields
+ * The connection's own fields (RFC 9110 section 7.6.1, and Proxy-Connection, which clients still send), the
+ * credential a client gives the proxy it talks to (Proxy-Authorization, RFC 9110 section 11.7.2), the fields
  * HTTP/2 forbids (RFC 9113 section 8.2.2: HTTP2-Settings too), and those each hop sets for itself: Host (the
  * authority of the next connection) and Expect (answered by the hop's own server). Trailer announces trailers,
  * which no hop relays. An upgrade adds Connection and Upgrade back for the next hop itself.
@@ -12,6 +13,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection',
   'proxy-connection',
+  'proxy-authorization',
   'keep-alive',
   'te',
   'trailer',
