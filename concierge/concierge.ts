@@ -46,6 +46,7 @@ import {
   type ClusterStatusPublisher,
 } from './tunnel/cluster-status.ts';
 import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
+import type { RateLimitOptions } from './tunnel/rate-limit.ts';
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
 
 export interface ConciergeOptions {
@@ -70,7 +71,14 @@ export interface ConciergeOptions {
    * The agents' tunnel listener; `hosts` are the names and addresses agents dial (its certificate's SANs). The
    * addresses a load balancer gives the Service `service` in the concierge's namespace are added as they come.
    */
-  tunnel?: { host: string; port: number; hosts: string[]; service?: string };
+  tunnel?: {
+    host: string;
+    port: number;
+    hosts: string[];
+    service?: string;
+    /** How often strangers may ask to register. Default: DEFAULT_REGISTRATION_LIMITS. */
+    registrationLimits?: RateLimitOptions;
+  };
   /**
    * The peer listener (concierge/peering.ts), with the tunnel listener only: where it listens, and the host other
    * replicas dial it at (the pod's address).
@@ -339,6 +347,7 @@ async function start(
       identity: opts.identity,
       log: log.child({ component: 'tunnel' }),
       budget,
+      ...(opts.tunnel.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
     });
     tunnels = listener;
     // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer

@@ -14,6 +14,7 @@ import {
   DEFAULT_INSTALL,
   IMPERSONATOR_SERVICE_ACCOUNT,
 } from '../manifests/install.ts';
+import type { RateLimitOptions } from '../concierge/tunnel/rate-limit.ts';
 import { REPO_ROOT } from './build.ts';
 import { kubeconfigYaml, runKubectl, type Cluster } from './cluster.ts';
 
@@ -129,7 +130,14 @@ export async function prepareConcierge(cluster: ClusterForConcierge, namespace: 
 /** Options every harness concierge shares. */
 async function baseOptions(
   cluster: ClusterForConcierge,
-  opts: { namespace: string; identity: string; log?: Logger; port?: number; tunnelPort?: number },
+  opts: {
+    namespace: string;
+    identity: string;
+    log?: Logger;
+    port?: number;
+    tunnelPort?: number;
+    registrationLimits?: RateLimitOptions;
+  },
 ): Promise<Omit<ConciergeOptions, 'configMap'>> {
   return {
     kubeconfig: { yaml: await prepareConcierge(cluster, opts.namespace) },
@@ -143,7 +151,12 @@ async function baseOptions(
     ...(opts.tunnelPort === undefined
       ? {}
       : {
-          tunnel: { host: '127.0.0.1', port: opts.tunnelPort, hosts: ['127.0.0.1', 'localhost'] },
+          tunnel: {
+            host: '127.0.0.1',
+            port: opts.tunnelPort,
+            hosts: ['127.0.0.1', 'localhost'],
+            ...(opts.registrationLimits ? { registrationLimits: opts.registrationLimits } : {}),
+          },
           peer: { host: '127.0.0.1', port: 0, advertise: '127.0.0.1' },
         }),
     log: opts.log ?? silentLogger(),
@@ -160,8 +173,11 @@ export async function startLocalConcierge(
     log?: Logger;
     port?: number;
     metrics?: boolean;
-    /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace`. */
-    tunnel?: { port: number; namespace: string };
+    /**
+     * Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace`, with these limits on
+     * registration (default: the listener's).
+     */
+    tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
     /** This replica's name. Default: local. */
     identity?: string;
     /** The CA that signs users' client certificates. Default: a new one. */
@@ -187,6 +203,7 @@ export async function startLocalConcierge(
       ...(opts.log ? { log: opts.log } : {}),
       ...(opts.port === undefined ? {} : { port: opts.port }),
       ...(opts.tunnel ? { tunnelPort: opts.tunnel.port } : {}),
+      ...(opts.tunnel?.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
     })),
     configMap: '',
     tlsFiles: {

@@ -5,6 +5,7 @@
 // that only look like one).
 import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../../concierge/peering.ts';
 import { TUNNEL_CA_SECRET } from '../../concierge/tunnel/listener.ts';
+import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { bindingURI } from '../../concierge/tunnel/binding.ts';
 import { PEER_ADDRESS_ANNOTATION } from '../../concierge/tunnel/cluster-status.ts';
 import { createBootstrapToken } from '../../lib/bootstrap.ts';
@@ -21,6 +22,13 @@ export const FUZZ_USER = 'fuzzer@example.com';
 /** The fuzz user's group, bound to `view`: fuzzed methods and paths reach the API server but change nothing. */
 export const FUZZ_GROUP = 'fuzzers';
 const TUNNEL_NAMESPACE = 'sealion-fuzz';
+const FUZZ_REGISTRATION_LIMITS: RateLimitOptions = {
+  perAddressBurst: 1e9,
+  perAddressPerSecond: 1e9,
+  overallBurst: 1e9,
+  overallPerSecond: 1e9,
+  addresses: 100,
+};
 /**
  * Clusters of the fuzzer's own, four per lane: whose tunnels its fake agents hold (one that answers requests, one
  * that sends garbage; apart, so that a new garbage tunnel never replaces the answering one; one that answers requests
@@ -132,7 +140,9 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
 
     log('starting the concierge');
     const concierge = await startConciergeProcess(cluster, {
-      tunnel: { port: 0, namespace: TUNNEL_NAMESPACE },
+      // Registration's rate limits, raised so far that every case is judged by what it sends, never turned away for
+      // coming often from one address (the limits themselves have tests of their own).
+      tunnel: { port: 0, namespace: TUNNEL_NAMESPACE, registrationLimits: FUZZ_REGISTRATION_LIMITS },
     });
     stops.push(() => concierge.stop());
     await applyJWTAuthenticator(cluster, 'fuzz', issuer, FUZZ_AUDIENCE);

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { PROXY_NODE_OPTIONS } from '../../manifests/install.ts';
 import type { Cluster } from '../../dev/cluster.ts';
+import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 
 export interface ConciergeProcess {
   url: string;
@@ -37,8 +38,11 @@ export function residentBytes(pid: number): number {
 export async function startConciergeProcess(
   cluster: Pick<Cluster, 'dir' | 'url' | 'binaries'>,
   opts: {
-    /** Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace` (which must exist). */
-    tunnel?: { port: number; namespace: string };
+    /**
+     * Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace` (which must exist), with
+     * these limits on registration (default: the listener's).
+     */
+    tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
     /** The replica's name (in its Lease and the Clusters' status). Default: local. */
     identity?: string;
     /** The CA of users' client certificates (replicas of one hub share it). Default: a new one. */

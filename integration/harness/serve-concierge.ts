@@ -6,13 +6,14 @@
 // (ConciergeProcessInfo) when ready; answers "mem" on stdin with process.memoryUsage() after a GC. Exits when its
 // stdin closes, so it never outlives the test that started it.
 import { createInterface } from 'node:readline';
+import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { loadCA } from '../../lib/pki.ts';
 import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
 const { tunnel, identity, signer } = JSON.parse(options ?? '{}') as {
-  tunnel?: { port: number; namespace: string };
+  tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
   identity?: string;
   signer?: { certPem: string; keyPem: string };
 };
