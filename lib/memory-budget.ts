@@ -6,9 +6,9 @@
 // reads makes every process on the way hold a window of bytes per request. Node's HTTP/2 offers no way to size one
 // stream's window apart from the others' (only the connection's), so a window cannot be small for a stalled stream
 // and large for a fast one. The budget therefore works on what a stalled stream can hold at most: when a client stops
-// taking an answer, the answer is charged what is already buffered for it plus what its sender may still send (the
-// stream's remaining window), to the user who asked; the charge is dropped once the answer's buffers are empty again.
-// When a charge would take a user over their share, or the process over its total, an answer is cut: the user's
+// taking an answer, the answer is charged the most it can come to hold (a stream window: what is already buffered for
+// it plus what its sender may still send) and what waits for the client, to the user who asked; the charge is dropped
+// once the answer's buffers are empty again. When a charge would take a user over their share, or the process over its total, an answer is cut: the user's
 // answer that has gone unread longest (when the process is over its total, of the user who holds most). So the bytes
 // held for stalled answers never exceed the limits, and one user's unread answers cost nobody else anything.
 //
@@ -16,6 +16,7 @@
 // response's high-water mark, or it would have stalled); those bytes are not charged.
 import type { Readable } from 'node:stream';
 import type { Clock } from './clock.ts';
+import { STREAM_WINDOW_BYTES } from './http2-pool.ts';
 import type { Response } from './http2-request.ts';
 
 export interface MemoryLimits {
@@ -133,11 +134,12 @@ export interface RelayOptions {
   deadline?: { ms: number; clock: Clock };
 }
 
-/** What a paused stream may still be sent: an HTTP/2 stream's remaining window, else its buffer's high-water mark. */
-function stillComing(from: Readable): number {
-  const state = (from as { state?: { localWindowSize?: number } }).state;
-  return state?.localWindowSize ?? from.readableHighWaterMark;
-}
+/**
+ * The most a paused stream can come to hold: a stream window (every stream a hop reads from is an HTTP/2 stream with
+ * that window: what it has buffered and what its sender may still send add up to no more), or what it holds already
+ * if that is more. Cheaper than reading the stream's state from the HTTP/2 session, and never less.
+ */
+const mostHeld = (from: Readable): number => Math.max(from.readableLength, STREAM_WINDOW_BYTES);
 
 /**
  * Streams `from` into the response and ends it when `from` ends, taking from `from` no faster than the client takes
@@ -168,7 +170,7 @@ export function relay(from: Readable, res: Response, opts: RelayOptions = {}): v
     if (waiting) return;
     waiting = true;
     from.pause();
-    if (stall) account!.budget.charge(stall, from.readableLength + stillComing(from) + res.writableLength);
+    if (stall) account!.budget.charge(stall, mostHeld(from) + res.writableLength);
     if (res.destroyed) return;
     if (deadline) timer = deadline.clock.setTimeout(() => res.destroy(), deadline.ms);
     res.once('drain', resume);
