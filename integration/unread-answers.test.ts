@@ -76,13 +76,16 @@ beforeAll(async () => {
     });
   holder = await replica('replica-1');
   lander = await replica('replica-2');
-  const added = await addCluster(EDGE, {
-    kubeconfig: hub.kubeconfigPath,
-    namespace: NS,
-    groupSuffix: 'sealion.dev',
-    hub: '',
-    description: '',
-  });
+  /** A Cluster on the hub, with its agent's bootstrap token and the tunnel CA's pin. */
+  const register = (name: string) =>
+    addCluster(name, {
+      kubeconfig: hub.kubeconfigPath,
+      namespace: NS,
+      groupSuffix: 'sealion.dev',
+      hub: '',
+      description: '',
+    });
+  const added = await register(EDGE);
   const agent = await startAgentProcess({
     cluster: EDGE,
     hub: `https://127.0.0.1:${holder.tunnel!.port}`,
@@ -95,13 +98,7 @@ beforeAll(async () => {
   });
   agentPid = agent.pid!;
   for (const name of MORE) {
-    const more = await addCluster(name, {
-      kubeconfig: hub.kubeconfigPath,
-      namespace: NS,
-      groupSuffix: 'sealion.dev',
-      hub: '',
-      description: '',
-    });
+    const more = await register(name);
     agents.push(
       startAgent({
         cluster: name,
