@@ -34,6 +34,7 @@ import { newClientCertSigner } from './proxy/credentials.ts';
 import { newForwarder } from './proxy/forward.ts';
 import { newProxyHandler } from './proxy/handler.ts';
 import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
+import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
@@ -448,6 +449,9 @@ function servingSwitch(
 }
 
 async function serveMetrics(metrics: ProxyMetrics, at: { host: string; port: number }): Promise<Server> {
+  // The process's own health beside the proxy's: heap, garbage collection, event-loop lag, file descriptors. Only
+  // where /metrics is served, so that the many concierges a test process runs observe nothing they are not asked.
+  collectDefaultMetrics({ register: metrics.registry });
   const server = createServer((req, res) => {
     if (req.url !== '/metrics') return void res.writeHead(404).end();
     metrics.registry.metrics().then(

@@ -1450,6 +1450,18 @@ describe('beyond the table: holes found by attacking it', () => {
     expect([...verbs].filter((v) => v!.startsWith('probe'))).toHaveLength(0);
   });
 
+  it('serves the process’s own health beside the proxy’s metrics', async () => {
+    const scraped = await (
+      await fetch(`http://127.0.0.1:${concierge.concierge.metricsPort!}/metrics`)
+    ).text();
+    for (const name of [
+      'process_resident_memory_bytes',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_eventloop_lag_seconds',
+    ])
+      expect(scraped).toMatch(new RegExp(`^${name} `, 'm'));
+  });
+
   // A JWT whose issuer no JWTAuthenticator names once went to every WebhookAuthenticator before the API server's
   // TokenReview. The hub's own service-account tokens are such JWTs: each one used through the proxy was handed to
   // every webhook's operator, who could then act as that service account on the hub.
