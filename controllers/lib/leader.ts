@@ -1,5 +1,7 @@
 // Lease-based leader election: every replica serves the proxy, only the leader writes. The leader renews the
-// Lease every RENEW_MS; the others poll it and take over once it has gone unrenewed for its whole duration. A
+// Lease every RENEW_MS; the others poll it and take over once it has gone unrenewed for its whole duration, by their
+// own clocks: a follower times the Lease from when it last saw it change, never by the renewTime the leader wrote
+// (as client-go does), so clocks that disagree by any amount never make a follower take a Lease that is renewed. A
 // leader that cannot renew steps down before its Lease could expire, so two replicas never both believe they
 // lead; a leader that stops cleanly releases the Lease so the next one takes over at its next poll.
 import type { LeaseClient, LeaseRecord } from '../../lib/kube.ts';
@@ -43,6 +45,8 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
   let stopped = false;
   let timer: unknown;
   let round: Promise<void> = Promise.resolve();
+  /** The Lease as this replica last saw it, and when, by its own clock. */
+  let seen: { record: string; at: number } | undefined;
 
   const setLeading = (next: boolean): void => {
     if (next === leading) return;
@@ -59,13 +63,19 @@ export function startLeaderElection(opts: LeaderElectionOptions): LeaderElection
     ...(previous?.resourceVersion ? { resourceVersion: previous.resourceVersion } : {}),
   });
 
+  /** Whether `lease` has gone unchanged for its whole duration, timed from when this replica saw it change. */
+  const expired = (lease: LeaseRecord): boolean => {
+    const record = JSON.stringify([lease.holder, lease.renewTime, lease.transitions, lease.resourceVersion]);
+    if (seen?.record !== record) seen = { record, at: now() };
+    return seen.at + lease.leaseSeconds * 1000 < now();
+  };
+
   async function tryOnce(): Promise<void> {
     const lease = await opts.leases.get();
     let won: boolean;
     if (!lease) won = await opts.leases.create(mine(undefined));
     else if (lease.holder === opts.identity) won = await opts.leases.replace(mine(lease));
-    else if (lease.holder === '' || lease.renewTime + lease.leaseSeconds * 1000 < now())
-      won = await opts.leases.replace(mine(lease));
+    else if (lease.holder === '' || expired(lease)) won = await opts.leases.replace(mine(lease));
     else won = false;
     if (won) lastRenew = now();
     setLeading(won);
