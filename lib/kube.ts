@@ -94,14 +94,23 @@ export interface InformerSource<T> {
 
 /**
  * An informer over client-node's ListWatch that restarts itself: client-node stops a ListWatch on any watch
- * error but 410 Gone, so a dropped connection or a missing CRD would otherwise end the watch for good.
+ * error but 410 Gone, so a dropped connection or a missing CRD would otherwise end the watch for good. It is synced
+ * once a list has succeeded, not before.
  */
 export function newInformer<T extends KubeObject>(
   config: k8s.KubeConfig,
   source: InformerSource<T>,
   log: Logger,
 ): Informer<T> {
-  const listFn = source.list as unknown as k8s.ListPromise<k8s.KubernetesObject>;
+  // client-node's ListWatch reports a failed list as an 'error' event and still resolves its start(): synced must
+  // mean that a list succeeded, or a brief refusal at start-up (a 403 before RBAC lands) runs controllers on an empty
+  // cache. So the list is watched here.
+  let listed = false;
+  const listFn = (async () => {
+    const answer = await source.list();
+    listed = true;
+    return answer;
+  }) as unknown as k8s.ListPromise<k8s.KubernetesObject>;
   const watch = new k8s.ListWatch<k8s.KubernetesObject>(
     source.path,
     new k8s.Watch(config),
@@ -119,6 +128,7 @@ export function newInformer<T extends KubeObject>(
     if (stopped) return;
     watch.start().then(
       () => {
+        if (!listed) return;
         failures = 0;
         markSynced();
       },
