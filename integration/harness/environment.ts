@@ -1,6 +1,7 @@
 // The integration tests' Jest environment: Node's, plus a sweep when a test file is done. Whatever process the file
 // started and left running (a forgotten stop(), a beforeAll that failed midway, a test that timed out while its
-// cleanup waited) is named on stderr and stopped, so that it cannot outlive the file or keep Jest from exiting.
+// cleanup waited) is named on stderr and stopped, so that it cannot outlive the file or keep Jest from exiting; and
+// the file fails, so that a leak is fixed rather than swept up run after run.
 // It runs after all of the file's own afterAll hooks, which a hook in a setup file would not: those run in the
 // order they were declared, before the file's own.
 import { relative } from 'node:path';
@@ -34,6 +35,9 @@ export default class IntegrationEnvironment extends TestEnvironment {
             left.map((p) => `  ${p.pid} ${p.command.slice(0, 200)}\n`).join(''),
         );
         await stopLeftovers(left);
+        throw new Error(
+          `${this.testPath} left ${left.length} process(es) running: ${left.map((p) => p.command.slice(0, 100)).join('; ')}`,
+        );
       }
     } finally {
       await super.teardown();
