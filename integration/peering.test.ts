@@ -159,6 +159,15 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** Watches of ConfigMaps the managed cluster's API server holds open now, from its own metrics. */
+async function configMapWatches(): Promise<number> {
+  const metrics = await managed.kubectl(['get', '--raw', '/metrics']);
+  let open = 0;
+  for (const m of metrics.stdout.matchAll(/^apiserver_longrunning_requests\{([^}]*)\} (\d+)$/gm))
+    if (m[1]!.includes('resource="configmaps"') && m[1]!.includes('verb="WATCH"')) open += Number(m[2]);
+  return open;
+}
+
 describe('three replicas sharing agents', () => {
   it('serves every cluster from every replica, whichever holds its tunnel', async () => {
     await eventually(async () => {
@@ -180,7 +189,8 @@ describe('three replicas sharing agents', () => {
   it('carries watches, large bodies and upgrades through a replica that does not hold the tunnel', async () => {
     const [holder] = await holdersOf('east');
     const other = REPLICAS.find((r) => r !== holder)!;
-    // A watch through the peer hop sees an object created through the holder.
+    // A watch through the peer hop sees an object created through the holder, once the API server holds it open.
+    const watchesBefore = await configMapWatches();
     const watch = kubectl(other, 'east', [
       'get',
       'configmaps',
@@ -191,7 +201,7 @@ describe('three replicas sharing agents', () => {
       'name',
       '--request-timeout=10s',
     ]);
-    await new Promise((done) => setTimeout(done, 1500));
+    await eventually(async () => expect(await configMapWatches()).toBeGreaterThan(watchesBefore), 30_000);
     const created = await kubectl(holder!, 'east', ['create', 'configmap', 'watched', '-n', 'default']);
     expect(created.stderr).toBe('');
     // A body of 900 KiB, both ways through the hop; and one of 10 MiB, whose refusal by the API server comes back.

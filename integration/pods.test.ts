@@ -170,18 +170,20 @@ describe('concierge pods deleted under load', () => {
       ]);
       const child = spawn(command, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
       let stderr = '';
+      let stdout = '';
       child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
-      child.stdout.resume();
+      child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
       const exited = new Promise<{ code: number | null; stderr: string }>((done) =>
         child.once('exit', (code) => done({ code, stderr })),
       );
-      return { child, exited };
+      return { child, exited, stdout: () => stdout };
     };
     const watch = start(['get', 'configmaps', '--watch']);
-    const exec = start(['exec', DEMO_POD, '--', 'sh', '-c', 'sleep 600']);
+    const exec = start(['exec', DEMO_POD, '--', 'sh', '-c', 'echo running; exec sleep 600']);
     try {
-      // Both are established before the pods go.
-      await new Promise((done) => setTimeout(done, 3_000));
+      // Both are established before the pods go: the watch has printed what it lists first, and the command runs.
+      await eventually(() => expect(watch.stdout()).toMatch(/\S/), 30_000);
+      await eventually(() => expect(exec.stdout()).toContain('running'), 30_000);
       const deleted = await installed.hub.kubectl([
         'delete',
         'pods',

@@ -443,6 +443,7 @@ describe('a cluster reached through its agent', () => {
   });
 
   it('answers a clean Status to a request in flight when the agent dies, and while it is gone', async () => {
+    const heldBefore = backend.held();
     const inFlight = new Promise<{ status: number; body: string }>((done, fail) => {
       httpsRequest(
         {
@@ -461,8 +462,8 @@ describe('a cluster reached through its agent', () => {
         .on('error', fail)
         .end();
     });
-    // Time for the request to cross the hub, the tunnel and the API server to the backend, which holds it.
-    await new Promise((r) => setTimeout(r, 1000));
+    // The request has crossed the hub, the tunnel and the API server to the backend, which holds it.
+    await eventually(() => expect(backend.held()).toBeGreaterThan(heldBefore));
     await stopAgent('SIGKILL');
     const answer = await inFlight;
     expect(answer.status).toBe(502);

@@ -21,6 +21,8 @@ export interface NetnsBackend {
   netns: string;
   /** Name of the veth end in the root namespace. */
   hostInterface: string;
+  /** How many `GET /hang` requests have reached the backend (and are held, unanswered). */
+  held(): number;
   /** Removes the backend process, the veth pair and the namespace. Idempotent. */
   stop(): Promise<void>;
 }
@@ -51,8 +53,9 @@ const server = createServer((req, res) => {
     res.writeHead(200, { 'content-type': 'text/plain' }).end('hello from ' + ip);
     return;
   }
-  // Never answers: a request in flight for as long as the test needs one.
-  if (req.method === 'GET' && path.endsWith('/hang')) return;
+  // Never answers: a request in flight for as long as the test needs one. Said on stdout, so a test can wait for
+  // the request to arrive rather than guess how long that takes.
+  if (req.method === 'GET' && path.endsWith('/hang')) return void console.log('holding ' + path);
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
 });
 const wss = new WebSocketServer({ server });
@@ -73,6 +76,8 @@ interface Live {
   hostInterface?: string;
   child?: ChildProcess;
   dir?: string;
+  /** `GET /hang` requests the backend holds. */
+  held?: number;
 }
 
 /** Everything this process set up, for the last-resort cleanup when a test forgets stop(). */
@@ -220,9 +225,16 @@ function startServer(entry: Live, peerIp: string): Promise<void> {
   const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   entry.child = child;
   let output = '';
+  /** The part of stdout after its last line break, and the requests held so far. */
+  let partial = '';
   const collect = (chunk: Buffer): void => {
     output = (output + chunk.toString()).slice(-OUTPUT_LIMIT);
   };
+  child.stdout.on('data', (chunk: Buffer) => {
+    const lines = (partial + chunk.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) if (line.startsWith('holding ')) entry.held = (entry.held ?? 0) + 1;
+  });
   child.stdout.on('data', collect);
   child.stderr.on('data', collect);
   return new Promise((done, fail) => {
@@ -309,7 +321,7 @@ export async function startNetnsBackend(): Promise<NetnsBackend> {
     const { child } = entry;
     if (child)
       for (const handle of [child, child.stdout, child.stderr] as unknown as Unrefable[]) handle.unref();
-    return { ip: peerIp, port: PORT, netns, hostInterface, stop };
+    return { ip: peerIp, port: PORT, netns, hostInterface, held: () => entry.held ?? 0, stop };
   } catch (err) {
     await stop().catch(() => {});
     throw err;
