@@ -10,6 +10,7 @@
 //      agents come over (a herd would show there).
 import type { ChildProcess } from 'node:child_process';
 import { connect as http2Connect } from 'node:http2';
+import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData } from '../lib/kube.ts';
 import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
@@ -65,7 +66,7 @@ export async function benchPeering(): Promise<void> {
     const b = await startConcierge(cluster, 0, children, 'replica-b');
     const token = await prepareBenchData(cluster, issuer);
     const clients = newKubeClients({ path: cluster.kubeconfigPath });
-    const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
+    const caData = (await readSecretData(clients, NS, TUNNEL_CA_SECRET))!;
     const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
 
     if (selected('GET') || selected('LIST'))

@@ -11,12 +11,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
 import { fileURLToPath } from 'node:url';
+import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { createBootstrapToken } from '../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
 import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
 import { serveTunnel } from '../lib/tunnel.ts';
 import { dialDirect, tlsContext } from '../lib/tunnel-dial.ts';
-import { bindingURI } from '../concierge/tunnel/binding.ts';
+import { bindingURI } from '../apis/agent-binding.ts';
 import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
@@ -161,7 +162,7 @@ export async function benchTunnel(): Promise<void> {
     const hub = `https://127.0.0.1:${tunnelPort}`;
     const token = await prepareBenchData(cluster, issuer);
     const clients = newKubeClients({ path: cluster.kubeconfigPath });
-    const caData = (await readSecretData(clients, NS, 'sealion-tunnel-ca'))!;
+    const caData = (await readSecretData(clients, NS, TUNNEL_CA_SECRET))!;
     const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
 
     if (selected('GET') || selected('LIST') || selected('as')) {

@@ -4,6 +4,7 @@
 import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
+import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import type { ClusterResource, KubeClients } from '../lib/kube.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
@@ -78,7 +79,7 @@ export async function addCluster(
   const { createBootstrapToken, deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
   const { spkiPin } = await import('../lib/pki.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-  const caPem = (await readSecretData(clients, flags.namespace, 'sealion-tunnel-ca'))?.['tls.crt'];
+  const caPem = (await readSecretData(clients, flags.namespace, TUNNEL_CA_SECRET))?.['tls.crt'];
   if (!caPem)
     throw new Error(
       `no tunnel CA in namespace ${flags.namespace}: is the concierge running there with its tunnel listener?`,

@@ -1,6 +1,7 @@
 // The concierge's composition root: from its options (main.ts turns flags and environment into them; tests, the
 // development environment and the benchmarks write them directly) it builds the clients, informers, controllers,
 // the impersonation proxy, the agents' tunnel listener and the metrics listener, and starts and stops them in order.
+import { PEER_ADDRESS_ANNOTATION } from '../apis/install.ts';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
@@ -40,7 +41,6 @@ import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
 import { startPeering, type Peering } from './peering.ts';
 import {
-  PEER_ADDRESS_ANNOTATION,
   REPLICA_LEASE_LABEL,
   replicaLeaseName,
   startClusterStatus,

@@ -1,12 +1,6 @@
+import { DEFAULT_CONFIG_YAML } from '../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
-import {
-  ConfigError,
-  DEFAULT_CONFIG_YAML,
-  MAX_CONFIG_BYTES,
-  loadConfig,
-  newConfigSource,
-  type ConfigProblem,
-} from './config.ts';
+import { ConfigError, MAX_CONFIG_BYTES, loadConfig, newConfigSource, type ConfigProblem } from './config.ts';
 import { newCA } from '../lib/pki.ts';
 
 function problemsOf(text: string): ConfigProblem[] {

@@ -5,10 +5,9 @@ import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
+import { DEFAULT_KUBE_CERT_AGENT_MODE, DEFAULT_PROXY_MODE, DEFAULT_SERVICE_TYPE } from '../apis/install.ts';
 import { SealionError } from '../lib/errors.ts';
 
-/** The ConfigMap key that holds the configuration. */
-export const CONFIG_KEY = 'config.yaml';
 /**
  * A hand-written config is a few hundred bytes; 64 KiB leaves room for many annotations while keeping the YAML
  * parser (and anyone who can edit the ConfigMap) from spending much memory on it.
@@ -16,13 +15,6 @@ export const CONFIG_KEY = 'config.yaml';
 export const MAX_CONFIG_BYTES = 64 * 1024;
 /** YAML aliases can blow a small document up exponentially ("billion laughs"); a real config needs none. */
 const MAX_YAML_ALIASES = 50;
-
-/** Run the proxy only where it is needed: on clusters that look managed (no reachable control plane). */
-export const DEFAULT_PROXY_MODE = 'auto';
-/** A cloud load balancer is the one address that works for users outside the cluster without extra setup. */
-export const DEFAULT_SERVICE_TYPE = 'LoadBalancer';
-/** Use the cluster signing key where the concierge can reach it; otherwise the proxy's own signer. */
-export const DEFAULT_KUBE_CERT_AGENT_MODE = 'auto';
 
 export const ProxyModes = ['auto', 'enabled', 'disabled'] as const;
 export const ServiceTypes = ['LoadBalancer', 'ClusterIP', 'None'] as const;
@@ -297,30 +289,6 @@ export function configFromObject(raw: unknown): SealionConfig {
   if (problems.length > 0 || !result.success) throw new ConfigError(problems);
   return deepFreeze(result.data);
 }
-
-/** The default ConfigMap content: every setting at its default, documented. */
-export const DEFAULT_CONFIG_YAML = `# Sealion concierge configuration. Edits apply live; a bad edit is reported on the
-# authenticators' status and the last good configuration keeps serving.
-impersonationProxy:
-  # auto: run the proxy when the cluster looks managed (EKS, AKS, GKE, or no control-plane nodes)
-  # enabled: always run it; disabled: never (its Service goes; its CA is kept).
-  mode: ${DEFAULT_PROXY_MODE}
-  # host[:port] or https://host[:port] that users reach the proxy at. Empty: use the Service's address.
-  endpoint: ""
-  service:
-    # LoadBalancer, ClusterIP, or None (then set endpoint).
-    type: ${DEFAULT_SERVICE_TYPE}
-    annotations: {}
-    loadBalancerIP: ""
-  tls:
-    # Empty: Sealion generates a CA, keeps it in a Secret, and issues the serving certificate.
-    # Or name your own kubernetes.io/tls Secret, and optionally the CA to advertise for it.
-    secretName: ""
-    certificateAuthorityData: ""
-kubeCertAgent:
-  # auto | enabled | disabled: offer the TokenCredentialRequest API through the cluster's signing key.
-  mode: ${DEFAULT_KUBE_CERT_AGENT_MODE}
-`;
 
 /** The configuration in effect, and why the latest edit was rejected when it was. */
 export interface ConfigState {

@@ -2,6 +2,7 @@
 // the proxy's Service and Secrets, the CredentialIssuer, and the strategy publisher that writes how to reach
 // the proxy onto every authenticator. Which of them write, and only on the leader, is the controller manager's
 // business (controllers/lib/manager.ts).
+import { CONFIG_KEY } from '../apis/install.ts';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
 import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
@@ -30,7 +31,7 @@ import {
 } from '../lib/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import type { Authenticators } from './authenticators.ts';
-import { CONFIG_KEY, ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';
+import { ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';
 
 export interface ProxyControlOptions {
   clients: KubeClients;

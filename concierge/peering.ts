@@ -46,10 +46,8 @@ import {
   type Forwarder,
 } from './proxy/forward.ts';
 import type { RemoteHolder } from './tunnel/cluster-status.ts';
+import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../apis/install.ts';
 
-export const PEER_CA_SECRET = 'sealion-peer-ca';
-/** The URI SAN every peer certificate carries, the replica's name after it. */
-export const PEER_URI_PREFIX = 'urn:sealion:peer:';
 /**
  * Streams one peer link carries at once. Every request between two replicas shares their link, so this is what the
  * busier of them may send the other: 10,000 watches and more (Teleport's peer links stop at 1,000 per connection).

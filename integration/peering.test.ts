@@ -2,6 +2,7 @@
 // one load-balanced address: any replica serves any cluster, whichever replica holds its tunnel; watches, bodies
 // and upgrades cross the peer hop; a killed holder's clusters come back through the others; and the peer port
 // takes no certificate but a replica's.
+import { PEER_CA_SECRET, PEER_ADDRESS_ANNOTATION, TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,8 +13,8 @@ import { startAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
 import { addCluster } from '../cli/cluster.ts';
-import { PEER_CA_SECRET } from '../concierge/peering.ts';
-import { PEER_ADDRESS_ANNOTATION, replicaLeaseName } from '../concierge/tunnel/cluster-status.ts';
+
+import { replicaLeaseName } from '../concierge/tunnel/cluster-status.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
@@ -281,7 +282,7 @@ describe('three replicas sharing agents', () => {
     const peerData = await readSecretData(hubClients, NS, PEER_CA_SECRET);
     const peerCA = await loadCA(peerData!['tls.crt']!, peerData!['tls.key']!);
     const agentCredentials = await readSecretData(managedClients, AGENT_NS, 'east-credentials');
-    const tunnelCA = await readSecretData(hubClients, NS, 'sealion-tunnel-ca');
+    const tunnelCA = await readSecretData(hubClients, NS, TUNNEL_CA_SECRET);
     // A certificate of the peer CA that names no replica: a key taken from a replica would have its name.
     const unnamed = await issueCert(peerCA, { commonName: 'sealion-peer', usage: 'client' });
     /** What a TLS client with `cert` gets from the peer port: an HTTP/2 preface answered, or the connection closed. */

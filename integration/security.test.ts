@@ -2,6 +2,7 @@
 // answer each attack must get. Real API servers judge: a hub, where the concierge runs, and `edge`, reached only
 // through its agent. What the API server saw is read back from its own SelfSubjectReview answer (or its own refusal,
 // which names the user), never assumed. Every row names the attack and its expected answer.
+import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createHmac, createPublicKey } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -18,7 +19,7 @@ import { newLogger } from '../lib/log.ts';
 import { USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
 import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki.ts';
 import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
-import { TUNNEL_CA_SECRET } from '../concierge/tunnel/listener.ts';
+
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';

@@ -1,9 +1,10 @@
 // What an admin applies: the concierge (with its RBAC, Deployment, Services, default ConfigMap) and, for
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
+import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../apis/install.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../apis/groups.ts';
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
-import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../concierge/config.ts';
+
 import {
   DEFAULT_POLICY,
   describePolicy,

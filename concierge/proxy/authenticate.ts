@@ -1,6 +1,7 @@
 // Who is calling: a client certificate from our signer CA, else a bearer token through the authenticator cache
 // (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
 // as it came, not impersonated), else nobody.
+import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import type { TLSSocket } from 'node:tls';
 import { decodeJwt } from 'jose';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
@@ -9,7 +10,7 @@ import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn
 import type { Reviewer } from '../../lib/kube.ts';
 import { peerChain } from '../../lib/pem.ts';
 import { certificateURIs } from '../../lib/pki.ts';
-import { AUTHENTICATOR_URI_PREFIX, parseAuthenticatorBinding } from './credentials.ts';
+import { parseAuthenticatorBinding } from './credentials.ts';
 import type { Request } from '../../lib/http2-request.ts';
 
 export type Identity =

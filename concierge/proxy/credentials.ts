@@ -1,6 +1,7 @@
 // Client certificates for TokenCredentialRequest: ECDSA keys and signatures from native crypto, signed by the
 // proxy's current signer CA, which the proxy itself trusts for client authentication. The key is the client's own
 // when it sent a CSR, else one made here and handed back with the certificate.
+import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import type { webcrypto } from 'node:crypto';
 import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
@@ -52,7 +53,6 @@ export function newClientCertSigner(currentCA: () => CertificateAuthority | unde
  * The uid is percent-encoded and the digest is base64url, so neither holds a ':' and the URI splits back into exactly
  * those two parts.
  */
-export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
 const TRUST_DIGEST = /^[A-Za-z0-9_-]{43}$/;
 
 export function authenticatorBindingURI(binding: AuthenticatorBinding): string {

@@ -1,5 +1,6 @@
 // The proxy against a capturing upstream: exactly which headers reach the API server, which never do, what the
 // log says (and never says), the metrics, and the Status answers for upstream failures.
+import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import { HOP_FIELDS } from '../../lib/hop-by-hop.test.ts';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
@@ -31,7 +32,7 @@ import {
   CERTIFICATE_UNTRUSTED,
   newRequestAuthenticator,
 } from './authenticate.ts';
-import { AUTHENTICATOR_URI_PREFIX, newClientCertSigner } from './credentials.ts';
+import { newClientCertSigner } from './credentials.ts';
 import { newForwarder } from './forward.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import type { Cluster } from '../../apis/tunnel.ts';
-import { bindingProblem, bindingURI, currentBinding, parseBindingURI } from './binding.ts';
+import { bindingURI, parseBindingURI } from '../../apis/agent-binding.ts';
+import { bindingProblem, currentBinding } from './binding.ts';
 
 const UID = '0b6f9d3e-8a51-4c2e-9f0d-6a7b1c2d3e4f';
 const cluster = (uid: string, agentGeneration?: number): Cluster => ({

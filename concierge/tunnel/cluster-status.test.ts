@@ -1,3 +1,4 @@
+import { PEER_ADDRESS_ANNOTATION } from '../../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
@@ -6,7 +7,6 @@ import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../..
 import { silentLogger } from '../../lib/log.ts';
 import {
   deriveStatus,
-  PEER_ADDRESS_ANNOTATION,
   REPLICA_LEASE_SECONDS,
   replicaFieldManager,
   replicaLeaseName,

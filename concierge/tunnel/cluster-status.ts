@@ -7,6 +7,7 @@
 //
 // Liveness is judged by when this process last saw a Lease change, on its own clock, as client-go's leader election
 // does: the replicas' clocks need not agree.
+import { PEER_ADDRESS_ANNOTATION } from '../../apis/install.ts';
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
@@ -33,9 +34,6 @@ const CHECK_MS = 1_000;
 const WRITERS = 8;
 /** How long a clean stop waits for its entries to be removed. */
 const RELEASE_TIMEOUT_MS = 5_000;
-
-/** The annotation on a replica's Lease with the host:port its peers reach it at (concierge/peering.ts). */
-export const PEER_ADDRESS_ANNOTATION = 'sealion.dev/peer-address';
 
 /** A live replica that holds a cluster's tunnel, and where its peers reach it. */
 export interface RemoteHolder {

@@ -1,6 +1,7 @@
 // The tunnel listener on real sockets, with the registry, the bootstrap tokens and the CA Secret in memory: its TLS
 // (the proxy's AEAD suites, no renegotiation), registration (one answer for every failure, a bounded rate) and the
 // binding of agent certificates to one Cluster object and its agentGeneration.
+import { TUNNEL_CA_SECRET } from '../../apis/install.ts';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { randomUUID, X509Certificate } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
@@ -23,8 +24,8 @@ import type { KubeClients } from '../../lib/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki.ts';
 import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel.ts';
-import { bindingURI } from './binding.ts';
-import { MAX_HANDSHAKES, startTunnelListener, TUNNEL_CA_SECRET, type TunnelListener } from './listener.ts';
+import { bindingURI } from '../../apis/agent-binding.ts';
+import { MAX_HANDSHAKES, startTunnelListener, type TunnelListener } from './listener.ts';
 import { DEFAULT_REGISTRATION_LIMITS, type RateLimitOptions } from './rate-limit.ts';
 
 const NAME = 'edge';

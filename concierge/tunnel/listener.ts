@@ -42,16 +42,15 @@ import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
   BINDING_URI_PREFIX,
-  bindingProblem,
   bindingURI,
-  currentBinding,
   parseBindingURI,
   type AgentBinding,
-} from './binding.ts';
+} from '../../apis/agent-binding.ts';
+import { bindingProblem, currentBinding } from './binding.ts';
+import { TUNNEL_CA_SECRET } from '../../apis/install.ts';
 import { newTunnelForwarder, tunnelLimits, type TunnelForwarder } from './forwarder.ts';
 import { DEFAULT_REGISTRATION_LIMITS, newRateLimiter, type RateLimitOptions } from './rate-limit.ts';
 
-export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
 /** Agent certificates live 90 days and are renewed over the tunnel at two thirds of that. */
 export const AGENT_CERT_VALIDITY_MS = 90 * 24 * 3600 * 1000;
 /** Registration and renewal bodies are a CSR and a token: a few KiB. */

@@ -7,7 +7,7 @@ import 'reflect-metadata';
 import { webcrypto } from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import fc from 'fast-check';
-import { BINDING_URI_PREFIX, parseBindingURI } from '../../concierge/tunnel/binding.ts';
+import { BINDING_URI_PREFIX, parseBindingURI } from '../../apis/agent-binding.ts';
 import type { Finding } from './oracle.ts';
 
 const crypto = webcrypto;

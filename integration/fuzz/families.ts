@@ -2,13 +2,14 @@
 // judged, and a positive control: a well-formed, authenticated request that must succeed, so that a target which
 // refuses or resets everything fails the family instead of passing it. Credentials appear in cases as symbols
 // ('token', 'cert', 'fresh'), resolved only when sent, so a printed counterexample never carries a working credential.
+import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import { createHmac } from 'node:crypto';
 import { constants, type OutgoingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
 import WebSocket, { createWebSocketStream } from 'ws';
 import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, type TunnelServer } from '../../lib/tunnel.ts';
-import { AUTHENTICATOR_URI_PREFIX } from '../../concierge/proxy/credentials.ts';
-import { BINDING_URI_PREFIX } from '../../concierge/tunnel/binding.ts';
+
+import { BINDING_URI_PREFIX } from '../../apis/agent-binding.ts';
 import { deleteBootstrapTokens } from '../../lib/bootstrap.ts';
 import { buildCSR, csrRecipe, issuedProblem, type CSRRecipe, type KeyCache } from './csr.ts';
 import {

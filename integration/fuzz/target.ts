@@ -3,11 +3,16 @@
 // JWTAuthenticator, a user who may only read, a client certificate from the proxy's signer, agent identities from
 // the tunnel CA, bootstrap tokens for registration, and a replica's identity from the peer CA (with identities
 // that only look like one).
-import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../../concierge/peering.ts';
-import { TUNNEL_CA_SECRET } from '../../concierge/tunnel/listener.ts';
+
+import {
+  PEER_CA_SECRET,
+  PEER_URI_PREFIX,
+  TUNNEL_CA_SECRET,
+  PEER_ADDRESS_ANNOTATION,
+} from '../../apis/install.ts';
 import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
-import { bindingURI } from '../../concierge/tunnel/binding.ts';
-import { PEER_ADDRESS_ANNOTATION } from '../../concierge/tunnel/cluster-status.ts';
+import { bindingURI } from '../../apis/agent-binding.ts';
+
 import { createBootstrapToken } from '../../lib/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../../lib/kube.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki.ts';

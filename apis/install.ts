@@ -1,0 +1,50 @@
+// The install contract: the names, keys and formats that the concierge, the agent, the manifests, the CLI and
+// the tools around them (benchmarks, the fuzzer) agree on. A change here changes what a running install expects,
+// so each is written once, here, and every side reads it from here.
+
+/** The ConfigMap key that holds the concierge's configuration. */
+export const CONFIG_KEY = 'config.yaml';
+/** Run the proxy only where it is needed: on clusters that look managed (no reachable control plane). */
+export const DEFAULT_PROXY_MODE = 'auto';
+/** A cloud load balancer is the one address that works for users outside the cluster without extra setup. */
+export const DEFAULT_SERVICE_TYPE = 'LoadBalancer';
+/** Use the cluster signing key where the concierge can reach it; otherwise the proxy's own signer. */
+export const DEFAULT_KUBE_CERT_AGENT_MODE = 'auto';
+
+/** The default ConfigMap content: every setting at its default, documented. */
+export const DEFAULT_CONFIG_YAML = `# Sealion concierge configuration. Edits apply live; a bad edit is reported on the
+# authenticators' status and the last good configuration keeps serving.
+impersonationProxy:
+  # auto: run the proxy when the cluster looks managed (EKS, AKS, GKE, or no control-plane nodes)
+  # enabled: always run it; disabled: never (its Service goes; its CA is kept).
+  mode: ${DEFAULT_PROXY_MODE}
+  # host[:port] or https://host[:port] that users reach the proxy at. Empty: use the Service's address.
+  endpoint: ""
+  service:
+    # LoadBalancer, ClusterIP, or None (then set endpoint).
+    type: ${DEFAULT_SERVICE_TYPE}
+    annotations: {}
+    loadBalancerIP: ""
+  tls:
+    # Empty: Sealion generates a CA, keeps it in a Secret, and issues the serving certificate.
+    # Or name your own kubernetes.io/tls Secret, and optionally the CA to advertise for it.
+    secretName: ""
+    certificateAuthorityData: ""
+kubeCertAgent:
+  # auto | enabled | disabled: offer the TokenCredentialRequest API through the cluster's signing key.
+  mode: ${DEFAULT_KUBE_CERT_AGENT_MODE}
+`;
+
+/** The Secret, in the concierge's namespace, with the CA that agents pin and are issued from. */
+export const TUNNEL_CA_SECRET = 'sealion-tunnel-ca';
+/** The Secret, in the concierge's namespace, with the CA of the replicas' peer certificates. */
+export const PEER_CA_SECRET = 'sealion-peer-ca';
+/** The URI SAN every peer certificate carries, the replica's name (percent-encoded) after it. */
+export const PEER_URI_PREFIX = 'urn:sealion:peer:';
+/** The annotation on a replica's Lease with the host:port its peers reach it at. */
+export const PEER_ADDRESS_ANNOTATION = 'sealion.dev/peer-address';
+/**
+ * The URI SAN of a TokenCredentialRequest certificate: the authenticator's uid (percent-encoded) and the digest of
+ * what its spec trusts after it, `urn:sealion:authenticator:<uid>:<digest>` (concierge/proxy/credentials.ts).
+ */
+export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
