@@ -28,6 +28,7 @@ import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.
 import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
 import { newControllerManager } from '../controllers/lib/manager.ts';
 import type { ServiceLike, ServingMaterial } from '../controllers/impersonation-proxy.ts';
+import type { Informer } from '../lib/informer.ts';
 import { addAuthenticators } from './authenticators.ts';
 import { addProxyControllers } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
@@ -249,6 +250,15 @@ async function start(
   const server = newProxyServer(initialTLS, handler.request, handler.upgrade, (err) =>
     log.debug({ err: err.message }, 'TLS handshake failed'),
   );
+  // The Services of the namespace, watched once for everyone who reads them (the proxy's controllers and the tunnel's
+  // host follower), from their first reader on; stopped after all of them (stops run in reverse order).
+  let namespaceServices: Informer<ServiceLike> | undefined;
+  const servicesInNamespace = (): Informer<ServiceLike> => {
+    if (namespaceServices) return namespaceServices;
+    const made = newCoreInformer<ServiceLike>(clients, 'services', namespace, log);
+    onStop(() => made.stop());
+    return (namespaceServices = made);
+  };
   if (election) {
     const serve = servingSwitch(
       server,
@@ -263,6 +273,7 @@ async function start(
       configMap: opts.configMap,
       authenticators,
       serve,
+      services: servicesInNamespace(),
       log: log.child({ component: 'controllers' }),
     });
     onStop(() => proxyControllers.stop());
@@ -360,8 +371,7 @@ async function start(
     if (opts.tunnel.service) {
       const service = opts.tunnel.service;
       const configured = opts.tunnel.hosts;
-      const services = newCoreInformer<ServiceLike>(clients, 'services', namespace, log);
-      onStop(() => services.stop());
+      const services = servicesInNamespace();
       let current = configured.join(',');
       const follow = (): void => {
         const hosts = [...configured, ...loadBalancerAddresses(services.get(service, namespace))];

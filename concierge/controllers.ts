@@ -21,7 +21,7 @@ import {
   newStrategyPublisher,
   tokenCredentialRequestStrategy,
 } from '../controllers/strategies.ts';
-import type { KubeObject } from '../lib/informer.ts';
+import type { Informer, KubeObject } from '../lib/informer.ts';
 import {
   newClusterStatusWriter,
   newCoreInformer,
@@ -43,6 +43,8 @@ export interface ProxyControlOptions {
   authenticators: Authenticators;
   /** What the proxy should serve; undefined: switched off. */
   serve: (material: ServingMaterial | undefined) => void;
+  /** The Services of the namespace, watched once per process (the tunnel's host follower reads them too). */
+  services: Informer<ServiceLike>;
   log: Logger;
 }
 
@@ -137,10 +139,11 @@ export async function addProxyControllers(
   const authnGroup = apiGroups(opts.groupSuffix).authentication;
   const configMaps = newCoreInformer<ConfigMapLike>(clients, 'configmaps', ns, log);
   const nodes = newCoreInformer<NodeLike & KubeObject>(clients, 'nodes', '', log);
-  const services = newCoreInformer<ServiceLike>(clients, 'services', ns, log);
+  const { services } = opts;
   const secrets = newCoreInformer<SecretLike>(clients, 'secrets', ns, log);
   const issuers = newCustomResourceInformer<CredentialIssuer>(clients, issuerResource, log);
-  const informers = [configMaps, nodes, services, secrets, issuers];
+  /** The informers these controllers own and stop (the Services' belong to the process). */
+  const informers = [configMaps, nodes, secrets, issuers];
   const writes = manager.leaderOnly(newObjectWriter(clients));
 
   // The settings in effect before this process started, for a start while the ConfigMap holds a bad edit: without

@@ -123,7 +123,9 @@ export function newInformer<T extends KubeObject>(
   let stopped = false;
   let failures = 0;
   let markSynced: () => void = () => {};
-  const synced = new Promise<void>((done) => (markSynced = done));
+  let isSynced = false;
+  let restart: NodeJS.Timeout | undefined;
+  const synced = new Promise<void>((done) => (markSynced = done)).then(() => void (isSynced = true));
   const start = (): void => {
     if (stopped) return;
     watch.start().then(
@@ -151,7 +153,10 @@ export function newInformer<T extends KubeObject>(
       },
       'watch failed; restarting',
     );
-    setTimeout(start, delay).unref();
+    // Until a list has succeeded someone is waiting for synced(), and this timer is all that will end the wait:
+    // it keeps the process alive. After that, a restart must not keep a stopping process up.
+    restart = setTimeout(start, delay);
+    if (isSynced) restart.unref();
   });
   for (const verb of [k8s.ADD, k8s.UPDATE, k8s.DELETE] as const) {
     watch.on(verb, (obj) => {
@@ -166,6 +171,7 @@ export function newInformer<T extends KubeObject>(
     synced: () => synced,
     stop: async () => {
       stopped = true;
+      clearTimeout(restart);
       await watch.stop();
     },
   };
