@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -93,6 +93,8 @@ beforeEach(() => {
   exchanges = 0;
   issued.length = 0;
 });
+
+afterEach(() => rmSync(home, { recursive: true, force: true }));
 
 afterAll(async () => {
   await new Promise((done) => server.close(done));
