@@ -2,6 +2,24 @@
 // the tools around them (benchmarks, the fuzzer) agree on. A change here changes what a running install expects,
 // so each is written once, here, and every side reads it from here.
 
+/** The namespaces of an install, unless the installer names others. */
+export const DEFAULT_NAMESPACE = 'sealion-concierge';
+export const DEFAULT_AGENT_NAMESPACE = 'sealion-agent';
+/** The concierge's Deployment, its pods' service account, and the identity requests are forwarded with. */
+export const CONCIERGE_NAME = 'sealion-concierge';
+export const IMPERSONATOR_SERVICE_ACCOUNT = 'sealion-impersonator';
+/** The ConfigMap with the concierge's configuration (CONFIG_KEY), also the CredentialIssuer's name. */
+export const CONFIG_MAP_NAME = 'sealion-concierge-config';
+/** The Service in front of the replicas' tunnel listeners, which the concierge follows for its certificate's names. */
+export const TUNNEL_SERVICE = 'sealion-concierge-tunnel';
+/** The agent's Deployment, service account, ConfigMap and Secrets are named from this. */
+export const AGENT_NAME = 'sealion-agent';
+/** Container ports: the impersonation proxy (also health and metrics) and the agents' tunnel listener. */
+export const PROXY_PORT = 8443;
+export const TUNNEL_PORT = 8444;
+/** Where replicas send each other requests for the tunnels they hold (concierge/peering.ts). */
+export const PEER_PORT = 8445;
+
 /** The ConfigMap key that holds the concierge's configuration. */
 export const CONFIG_KEY = 'config.yaml';
 /** Run the proxy only where it is needed: on clusters that look managed (no reachable control plane). */

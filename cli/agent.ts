@@ -2,7 +2,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type { TransportChoice } from '../lib/tunnel-dial.ts';
 import type { AgentFlags } from '../agent/main.ts';
-import { AGENT_NAME } from '../manifests/install.ts';
+import { AGENT_NAME } from '../apis/install.ts';
 
 export function agentCommand(): Command {
   return new Command('agent')

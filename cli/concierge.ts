@@ -8,7 +8,7 @@ import {
   PROXY_PORT,
   TUNNEL_PORT,
   PEER_PORT,
-} from '../manifests/install.ts';
+} from '../apis/install.ts';
 
 export function conciergeCommand(): Command {
   return new Command('concierge')

@@ -1,5 +1,6 @@
 // Turns the concierge's flags and environment into its options (concierge.ts builds and runs everything from
 // them). Nothing else in concierge/ reads process.env.
+import { TUNNEL_SERVICE } from '../apis/install.ts';
 import { hostname } from 'node:os';
 import type { ConciergeOptions } from './concierge.ts';
 import { newLogger } from '../lib/log.ts';
@@ -34,9 +35,6 @@ export interface ConciergeFlags {
   peerAdvertise: string;
   logLevel: string;
 }
-
-/** The Service in front of the tunnel listener (see the install manifests). */
-const TUNNEL_SERVICE = 'sealion-concierge-tunnel';
 
 function hostPort(value: string): { host: string; port: number } {
   const i = value.lastIndexOf(':');

@@ -1,6 +1,7 @@
 // The impersonation-proxy controllers end to end on a real API server: the ConfigMap and the nodes decide
 // whether the proxy runs; the local load balancer gives its Service an address; the controllers issue
 // certificates and publish where the proxy is onto every authenticator; two replicas share one writer.
+import { CONFIG_MAP_NAME } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect } from 'node:tls';
@@ -17,7 +18,7 @@ import { startLocalLoadBalancer, type LocalLoadBalancer } from '../dev/local-lb.
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const NS = 'sealion-concierge';
-const CONFIG_MAP = 'sealion-concierge-config';
+const CONFIG_MAP = CONFIG_MAP_NAME;
 const SERVICE = 'sealion-impersonation-proxy';
 const GROUP = 'authentication.concierge.sealion.dev';
 

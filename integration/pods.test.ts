@@ -20,7 +20,8 @@ import {
 import { parse } from 'yaml';
 import { dieWithParent, runSealion, stopChild } from '../dev/processes.ts';
 import { LEADER_LEASE } from '../concierge/concierge.ts';
-import { CONCIERGE_NAME, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
+import { CONCIERGE_NAME } from '../apis/install.ts';
 import { demoTarget, podCommandCases, type PodTarget } from './harness/pod-commands.ts';
 
 const running: Running = {};

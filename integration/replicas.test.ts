@@ -2,6 +2,7 @@
 // replicas hold, neither replica's writes undo the other's, and the tunnels of a replica that is killed (no clean
 // stop, no last write) show disconnected within seconds. And a concierge that is still starting answers a
 // request for a cluster with a Status, never a 500.
+import { IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
@@ -211,7 +212,7 @@ describe('the identity the tests run the concierge as', () => {
       '-n',
       NS,
     ];
-    expect(await as(token('sealion-impersonator'))).toBe('yes');
+    expect(await as(token(IMPERSONATOR_SERVICE_ACCOUNT))).toBe('yes');
     expect(await as(token('default'))).toBe('no');
   }, 60_000);
 });

@@ -2,7 +2,7 @@
 // admin onboards the managed cluster with the CLI, the agent (the real `sealion agent` process) registers and
 // dials out, and real kubectl reaches the managed cluster through the hub as a user whom that cluster's RBAC
 // judges. Registration refusals, a killed agent and a restarted concierge are exercised too.
-import { TUNNEL_CA_SECRET } from '../apis/install.ts';
+import { AGENT_NAME, TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +20,6 @@ import { issueCert, loadCA, newCA, newCSR } from '../lib/pki.ts';
 import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
 
 import { bindingURI } from '../apis/agent-binding.ts';
-import { AGENT_NAME } from '../manifests/install.ts';
 import { REPO_ROOT } from '../dev/build.ts';
 import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';

@@ -1,7 +1,20 @@
 // What an admin applies: the concierge (with its RBAC, Deployment, Services, default ConfigMap) and, for
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
-import { DEFAULT_CONFIG_YAML, CONFIG_KEY } from '../apis/install.ts';
+import {
+  AGENT_NAME,
+  CONCIERGE_NAME,
+  CONFIG_KEY,
+  CONFIG_MAP_NAME,
+  DEFAULT_AGENT_NAMESPACE,
+  DEFAULT_CONFIG_YAML,
+  DEFAULT_NAMESPACE,
+  IMPERSONATOR_SERVICE_ACCOUNT,
+  PEER_PORT,
+  PROXY_PORT,
+  TUNNEL_PORT,
+  TUNNEL_SERVICE,
+} from '../apis/install.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../apis/groups.ts';
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
 
@@ -29,21 +42,10 @@ export interface InstallOptions {
 export const DEFAULT_IMAGE = 'ghcr.io/sealion-dev/sealion:v0.1.0';
 export const DEFAULT_INSTALL: InstallOptions = {
   groupSuffix: DEFAULT_GROUP_SUFFIX,
-  namespace: 'sealion-concierge',
-  agentNamespace: 'sealion-agent',
+  namespace: DEFAULT_NAMESPACE,
+  agentNamespace: DEFAULT_AGENT_NAMESPACE,
   image: DEFAULT_IMAGE,
 };
-
-/** The Deployment, its pods' service account, and the identity requests are forwarded with. */
-export const CONCIERGE_NAME = 'sealion-concierge';
-export const IMPERSONATOR_SERVICE_ACCOUNT = 'sealion-impersonator';
-export const CONFIG_MAP_NAME = 'sealion-concierge-config';
-export const AGENT_NAME = 'sealion-agent';
-/** Container ports: the impersonation proxy (also health and metrics) and the agents' tunnel listener. */
-export const PROXY_PORT = 8443;
-export const TUNNEL_PORT = 8444;
-/** Where replicas send each other requests for the tunnels they hold (concierge/peering.ts). */
-export const PEER_PORT = 8445;
 
 type Obj = Record<string, unknown>;
 const PART_OF = { 'app.kubernetes.io/part-of': 'sealion' };
@@ -300,7 +302,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       apiVersion: 'v1',
       kind: 'Service',
       // Agents dial in here; expose it (LoadBalancer, Ingress passthrough) where agents live outside the cluster.
-      metadata: { name: `${CONCIERGE_NAME}-tunnel`, namespace: ns, labels: PART_OF },
+      metadata: { name: TUNNEL_SERVICE, namespace: ns, labels: PART_OF },
       spec: {
         type: 'ClusterIP',
         selector,

@@ -7,13 +7,8 @@ import {
   WORKLOAD_ACCESS,
   type ForwardingPolicy,
 } from './forwarding-policy.ts';
-import {
-  agentManifests,
-  agentSettingsManifests,
-  conciergeManifests,
-  DEFAULT_INSTALL,
-  IMPERSONATOR_SERVICE_ACCOUNT,
-} from './install.ts';
+import { agentManifests, agentSettingsManifests, conciergeManifests, DEFAULT_INSTALL } from './install.ts';
+import { IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
 
 type Obj = {
   kind: string;
