@@ -166,6 +166,41 @@ function h2(
   });
 }
 
+interface RegisterAnswer {
+  status: number;
+  retryAfter?: string;
+  body: string;
+}
+/** POST /register at the tunnel listener, as anyone may. */
+function registerAt(body: object): Promise<RegisterAnswer> {
+  return new Promise((done, fail) => {
+    const req = httpsRequest(
+      {
+        host: '127.0.0.1',
+        port: tunnelPort,
+        path: '/register',
+        method: 'POST',
+        ca: tunnelCA.certPem,
+        agent: false,
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () =>
+          done({
+            status: res.statusCode ?? 0,
+            ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}),
+            body: text,
+          }),
+        );
+      },
+    );
+    req.on('error', fail);
+    req.end(JSON.stringify(body));
+  });
+}
+
 /** Reads the HTTP/1.1 responses in `data`, in order. */
 function parseResponses(data: Buffer): Answer | undefined {
   const answers: Answer[] = [];
@@ -1207,33 +1242,14 @@ describe('client certificates: only the signer CA’s, and only while valid', ()
     const register = async (): Promise<{ code: number; certificate?: string; keyPem: string }> => {
       const { token } = await createBootstrapToken(hubClients, NS, name);
       const { csrPem, keyPem } = await newCSR(name);
-      return new Promise((done, fail) => {
-        const req = httpsRequest(
-          {
-            host: '127.0.0.1',
-            port: tunnelPort,
-            path: '/register',
-            method: 'POST',
-            ca: tunnelCA.certPem,
-            agent: false,
-          },
-          (res) => {
-            let body = '';
-            res.on('data', (c: Buffer) => (body += c.toString()));
-            res.on('end', () =>
-              done({
-                code: res.statusCode ?? 0,
-                keyPem,
-                ...(res.statusCode === 200
-                  ? { certificate: (JSON.parse(body) as { certificate: string }).certificate }
-                  : {}),
-              }),
-            );
-          },
-        );
-        req.on('error', fail);
-        req.end(JSON.stringify({ cluster: name, token: keep(token), csr: csrPem }));
-      });
+      const answer = await registerAt({ cluster: name, token: keep(token), csr: csrPem });
+      return {
+        code: answer.status,
+        keyPem,
+        ...(answer.status === 200
+          ? { certificate: (JSON.parse(answer.body) as { certificate: string }).certificate }
+          : {}),
+      };
     };
     const old = await eventually(async () => {
       const registered = await register();
@@ -1559,39 +1575,6 @@ describe('round 2: what one user can pin, and what crosses a hop', () => {
 // Round 2 of the review: anonymous /register (finding 2) and certificates bound to what their trust depends on (5).
 
 describe('anonymous /register: one answer whatever exists, at a bounded rate, and no Secret read per attempt', () => {
-  interface RegisterAnswer {
-    status: number;
-    retryAfter?: string;
-    body: string;
-  }
-  /** POST /register at the tunnel listener, as anyone may. */
-  const registerAt = (body: object): Promise<RegisterAnswer> =>
-    new Promise((done, fail) => {
-      const req = httpsRequest(
-        {
-          host: '127.0.0.1',
-          port: tunnelPort,
-          path: '/register',
-          method: 'POST',
-          ca: tunnelCA.certPem,
-          agent: false,
-        },
-        (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => (text += c));
-          res.on('end', () =>
-            done({
-              status: res.statusCode ?? 0,
-              ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}),
-              body: text,
-            }),
-          );
-        },
-      );
-      req.on('error', fail);
-      req.end(JSON.stringify(body));
-    });
   /** The answer once the listener takes the request (this address may have used its share just before). */
   const admitted = (body: object): Promise<RegisterAnswer> =>
     eventually(async () => {

@@ -105,11 +105,11 @@ function encodeExtraKey(key: string): string {
 
 /** The caller's headers minus everything it may not send, minus per-hop headers (lib/hop-by-hop.ts). */
 export function cleanHeaders(headers: IncomingHttpHeaders, keepImpersonation = false): OutgoingHttpHeaders {
-  return endToEnd(
-    headers,
-    (name) => isCallerOnlyHeader(name) && !(keepImpersonation && name.startsWith('impersonate-')),
-  );
+  return endToEnd(headers, keepImpersonation ? callerOnlyButImpersonation : isCallerOnlyHeader);
 }
+
+const callerOnlyButImpersonation = (name: string): boolean =>
+  isCallerOnlyHeader(name) && !name.startsWith('impersonate-');
 
 /**
  * Built headers by user object. The authenticators hand out the same user object for every request with the

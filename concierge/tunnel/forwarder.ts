@@ -127,7 +127,11 @@ function failure(cluster: string, err: Error & { code?: string }): { code: numbe
  * upgrade's go on HTTP/1.1 and name the tunnel as their host.
  */
 function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
-  return endToEnd(plan.headers, (name) => name === 'authorization');
+  return endToEnd(plan.headers, isAuthorization);
+}
+
+function isAuthorization(name: string): boolean {
+  return name === 'authorization';
 }
 
 /**
