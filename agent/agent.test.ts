@@ -8,8 +8,8 @@ import type { AddressInfo, Socket } from 'node:net';
 import { createWebSocketStream, WebSocketServer } from 'ws';
 import { eventually } from '../dev/eventually.ts';
 import { silentLogger } from '../lib/log.ts';
-import { issueCert, newCA } from '../lib/pki.ts';
-import { newTunnelClient, TUNNEL_UPGRADE, writesDone, type TunnelClient } from '../lib/tunnel.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
+import { newTunnelClient, TUNNEL_UPGRADE, writesDone, type TunnelClient } from '../lib/tunnel/tunnel.ts';
 import { startAgent, type Agent } from './agent.ts';
 
 const cleanups: (() => unknown)[] = [];

@@ -1,5 +1,5 @@
 // The agent without its command line: registers once (bootstrap token + CSR → client certificate, persisted by
-// the caller's store), then holds a mutual-TLS connection to the hub's tunnel listener (lib/tunnel-dial.ts: HTTP/2
+// the caller's store), then holds a mutual-TLS connection to the hub's tunnel listener (lib/tunnel/dial.ts: HTTP/2
 // on the TLS socket, or inside a WebSocket where only that passes) and serves the tunnel's streams with its local
 // proxy. It reconnects on its own with jittered exponential backoff (1 s → 30 s) and renews its certificate over
 // mutual TLS once two thirds of its lifetime have passed. When the hub refuses its certificate
@@ -10,9 +10,9 @@ import { connect as tlsConnect, type SecureContext, type TLSSocket } from 'node:
 import { exponentialBackoff } from '../lib/backoff.ts';
 import { HttpsError, httpsJSON } from '../lib/https-client.ts';
 import type { Logger } from '../lib/log.ts';
-import { peerChain } from '../lib/pem.ts';
-import { newCSR, spkiPin } from '../lib/pki.ts';
-import { serveTunnel, type TunnelServer } from '../lib/tunnel.ts';
+import { peerChain } from '../lib/pki/pem.ts';
+import { newCSR, spkiPin } from '../lib/pki/pki.ts';
+import { serveTunnel, type TunnelServer } from '../lib/tunnel/tunnel.ts';
 import {
   ALREADY_HELD,
   dialDirect,
@@ -24,7 +24,7 @@ import {
   type AgentForwarding,
   type TransportChoice,
   type TunnelTransport,
-} from '../lib/tunnel-dial.ts';
+} from '../lib/tunnel/dial.ts';
 import { newLocalProxy, type LocalUpstream } from './local-proxy.ts';
 
 export interface AgentCredentials {
@@ -56,7 +56,7 @@ export interface AgentOptions {
   log: Logger;
   /** Clock, for tests. Default: Date.now. */
   now?: () => number;
-  /** Which tunnel transport to dial (lib/tunnel-dial.ts). Default: auto. */
+  /** Which tunnel transport to dial (lib/tunnel/dial.ts). Default: auto. */
   transport?: TransportChoice;
   /**
    * Tunnels to hold, each to another hub replica behind the one address (DEFAULT_TUNNELS). More than one lets the
@@ -370,7 +370,7 @@ export function startAgent(opts: AgentOptions): Agent {
       stopped = true;
       clearInterval(renewTimer);
       for (const slot of slots) {
-        // Through the tunnel's stream: see lib/tunnel.ts on closing.
+        // Through the tunnel's stream: see lib/tunnel/tunnel.ts on closing.
         if (slot.tunnel) slot.tunnel.close();
         else slot.cancelDial?.();
         slot.wake?.();

@@ -1,6 +1,6 @@
 // The agent's identity in a Secret of its own cluster: written on registration and renewal, read at start, so a
 // restarted agent reconnects without a new bootstrap token.
-import { apiStatusCode, readSecretData, type KubeClients } from '../lib/kube.ts';
+import { apiStatusCode, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import type { AgentCredentials, CredentialStore } from './agent.ts';
 
 export function newSecretCredentialStore(

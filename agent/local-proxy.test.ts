@@ -1,6 +1,6 @@
 // The agent's local proxy against a stand-in API server (HTTPS with HTTP/2, as the real one), fed both ways the
 // tunnel hands it requests: HTTP/2 requests, and HTTP/1.1 on byte streams (plain TCP connections here).
-import { HOP_FIELDS } from '../lib/hop-by-hop.test.ts';
+import { HOP_FIELDS } from '../lib/http2/hop-by-hop.test.ts';
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { Agent, request } from 'node:http';
 import {
@@ -12,7 +12,7 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { newLocalProxy, type LocalProxy } from './local-proxy.ts';
 
 const cleanups: (() => void)[] = [];

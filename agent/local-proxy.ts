@@ -1,7 +1,7 @@
 // The agent's local reverse proxy: it serves the tunnel's streams (it listens on no port) and forwards them to this
 // cluster's API server as the agent. A plain request arrives as an HTTP/2 request and goes on as one, over HTTP/2
-// connections to the API server (lib/http2-pool.ts, lib/http2-forward.ts). An upgrade (exec, port-forward) arrives
-// as HTTP/1.1 on a CONNECT stream and is spliced through by lib/upgrade-forward.ts. Either way the proxy overwrites
+// connections to the API server (lib/http2/pool.ts, lib/http2/forward.ts). An upgrade (exec, port-forward) arrives
+// as HTTP/1.1 on a CONNECT stream and is spliced through by lib/http2/upgrade.ts. Either way the proxy overwrites
 // Authorization with the agent's own credential (whatever the other end sent), keeps Impersonate-* (the hub's
 // impersonation is the point), strips X-Forwarded-*, and streams answers as they come (watches).
 import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type Server } from 'node:http';
@@ -9,19 +9,19 @@ import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { Agent, request } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
-import { forwardOverHttp2 } from '../lib/http2-forward.ts';
-import { hopByHop } from '../lib/hop-by-hop.ts';
-import { newH2Pool } from '../lib/http2-pool.ts';
+import { forwardOverHttp2 } from '../lib/http2/forward.ts';
+import { hopByHop } from '../lib/http2/hop-by-hop.ts';
+import { newH2Pool } from '../lib/http2/pool.ts';
 import {
   AGENT_UNREAD_BYTES,
   newMemoryBudget,
   USER_UNREAD_BYTES,
   type MemoryBudget,
-} from '../lib/memory-budget.ts';
-import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
-import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
-import { clientCertChain } from '../lib/pem.ts';
-import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
+} from '../lib/http2/memory-budget.ts';
+import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
+import { rawStatusResponse, writeStatus } from '../lib/kube/status.ts';
+import { clientCertChain } from '../lib/pki/pem.ts';
+import { forwardUpgrade, originForm } from '../lib/http2/upgrade.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -41,7 +41,7 @@ export interface LocalProxy {
   close(): void;
 }
 
-/** Never sent on, beside what belongs to one hop (lib/hop-by-hop.ts): the other end's credential and forwarding fields. */
+/** Never sent on, beside what belongs to one hop (lib/http2/hop-by-hop.ts): the other end's credential and forwarding fields. */
 const callerOnly = (name: string): boolean =>
   name === 'authorization' || name === 'forwarded' || name.startsWith('x-forwarded-');
 

@@ -11,10 +11,10 @@ import {
   apiStatusCode,
   selfAllowed,
   type KubeClients,
-} from '../lib/kube.ts';
+} from '../lib/kube/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
 import { startAgent } from './agent.ts';
-import type { AgentForwarding, TransportChoice } from '../lib/tunnel-dial.ts';
+import type { AgentForwarding, TransportChoice } from '../lib/tunnel/dial.ts';
 import { newSecretCredentialStore } from './credentials.ts';
 import type { LocalUpstream } from './local-proxy.ts';
 

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { validateJWT } from '../lib/authn/jwt.ts';
 import { WebhookAuthenticator } from '../lib/authn/webhook.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { startOIDCIssuer } from '../dev/oidc-issuer.ts';
 import { measure, printTable, saveResults, type Measurement } from './measure.ts';
 

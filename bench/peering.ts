@@ -11,9 +11,9 @@
 import type { ChildProcess } from 'node:child_process';
 import { connect as http2Connect } from 'node:http2';
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
-import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { newKubeClients, readSecretData } from '../lib/kube.ts';
-import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki.ts';
+import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
+import { newKubeClients, readSecretData } from '../lib/kube/kube.ts';
+import { issueCert, loadCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';

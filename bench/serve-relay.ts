@@ -11,8 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createSecureContext } from 'node:tls';
-import { newH2Pool } from '../lib/http2-pool.ts';
-import { issueCert, loadCA } from '../lib/pki.ts';
+import { newH2Pool } from '../lib/http2/pool.ts';
+import { issueCert, loadCA } from '../lib/pki/pki.ts';
 
 const [dir, url] = process.argv.slice(2) as [string, string];
 const input = createInterface({ input: process.stdin })[Symbol.asyncIterator]();

@@ -1,6 +1,6 @@
 // `sealion agent`: runs the agent (what the agent Deployment's container runs).
 import { Command, InvalidArgumentError, Option } from 'commander';
-import type { TransportChoice } from '../lib/tunnel-dial.ts';
+import type { TransportChoice } from '../lib/tunnel/dial.ts';
 import type { AgentFlags } from '../agent/main.ts';
 import { AGENT_NAME } from '../apis/install.ts';
 

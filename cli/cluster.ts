@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
-import type { ClusterResource, KubeClients } from '../lib/kube.ts';
+import type { ClusterResource, KubeClients } from '../lib/kube/kube.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 
@@ -49,8 +49,8 @@ async function revokeAgentCertificates(
   name: string,
 ): Promise<number> {
   const { apiStatusCode, mergePatchClusterCustomObject, readClusterCustomObject } =
-    await import('../lib/kube.ts');
-  const { deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
+    await import('../lib/kube/kube.ts');
+  const { deleteBootstrapTokens } = await import('../lib/kube/bootstrap.ts');
   for (let attempt = 1; ; attempt++) {
     const cluster = await readClusterCustomObject<Cluster>(clients, resource, name);
     if (!cluster) throw new Error(`no Cluster ${name}`);
@@ -75,9 +75,9 @@ export async function addCluster(
   flags: ClusterFlags,
 ): Promise<{ token: string; pin: string; command: string; expires: Date }> {
   checkName(name);
-  const { newKubeClients, apiStatusCode, readSecretData } = await import('../lib/kube.ts');
-  const { createBootstrapToken, deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
-  const { spkiPin } = await import('../lib/pki.ts');
+  const { newKubeClients, apiStatusCode, readSecretData } = await import('../lib/kube/kube.ts');
+  const { createBootstrapToken, deleteBootstrapTokens } = await import('../lib/kube/bootstrap.ts');
+  const { spkiPin } = await import('../lib/pki/pki.ts');
   const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
   const caPem = (await readSecretData(clients, flags.namespace, TUNNEL_CA_SECRET))?.['tls.crt'];
   if (!caPem)
@@ -191,7 +191,7 @@ Run the agent with access to that cluster (or install the agent manifests there 
     .addHelpText('after', '\nExample:\n  sealion cluster revoke edge-1\n')
     .action(async (name: string, flags: ClusterFlags) => {
       checkName(name);
-      const { newKubeClients } = await import('../lib/kube.ts');
+      const { newKubeClients } = await import('../lib/kube/kube.ts');
       const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
       const generation = await revokeAgentCertificates(
         clients,
@@ -207,8 +207,8 @@ Its open tunnel closes. To let its agent back in, run: sealion cluster add ${nam
     .addHelpText('after', '\nExample:\n  sealion cluster remove edge-1\n')
     .action(async (name: string, flags: ClusterFlags) => {
       checkName(name);
-      const { newKubeClients } = await import('../lib/kube.ts');
-      const { deleteBootstrapTokens } = await import('../lib/bootstrap.ts');
+      const { newKubeClients } = await import('../lib/kube/kube.ts');
+      const { deleteBootstrapTokens } = await import('../lib/kube/bootstrap.ts');
       const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
       await clients.customObjects.deleteClusterCustomObject({ ...clusterResource(flags.groupSuffix), name });
       await deleteBootstrapTokens(clients, flags.namespace, name);

@@ -3,7 +3,7 @@
 // a cluster whose agent holds no tunnel shows the proxy's reason, and a refused login shows as such.
 import { Command } from 'commander';
 import { closeHttpsPools, HttpsError } from '../lib/https-client.ts';
-import { statusMessageOf } from '../lib/kube-status.ts';
+import { statusMessageOf } from '../lib/kube/status.ts';
 import { printable, printableJSON } from './printable.ts';
 import { loginFirst, postAsKubeconfig } from './whoami.ts';
 
@@ -30,7 +30,7 @@ function stateOf(err: unknown): Pick<ClusterState, 'state' | 'detail'> {
 }
 
 export async function listClusters(kubeconfig: string): Promise<ClusterState[]> {
-  const { loadKubeConfig } = await import('../lib/kube.ts');
+  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
   const source = kubeconfig ? { path: kubeconfig } : { default: true as const };
   const all = loadKubeConfig(source);
   const contexts = all.getContexts();

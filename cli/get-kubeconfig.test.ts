@@ -5,7 +5,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import type { KubeClients } from '../lib/kube.ts';
+import type { KubeClients } from '../lib/kube/kube.ts';
 import { getKubeconfig, type GetKubeconfigFlags } from './get-kubeconfig.ts';
 import { readTokenFile, staticLogin, type StaticLoginFlags } from './login.ts';
 

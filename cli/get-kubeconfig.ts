@@ -7,7 +7,7 @@ import { stringify } from 'yaml';
 import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
-import type { KubeClients } from '../lib/kube.ts';
+import type { KubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './login.ts';
 import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';
@@ -148,7 +148,7 @@ export async function getKubeconfig(
   if (tokenFile) readTokenFile(tokenFile);
   const clients =
     given ??
-    (await import('../lib/kube.ts')).newKubeClients(
+    (await import('../lib/kube/kube.ts')).newKubeClients(
       flags.kubeconfig ? { path: flags.kubeconfig } : { default: true },
     );
   const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import type { OIDCLoginFlags } from './login.ts';
 import { explain, oidcLogin } from './login-oidc.ts';
 

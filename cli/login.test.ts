@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { X509Certificate } from 'node:crypto';
-import { issueCert, newCA, publicKeyFromCSR, type CertificateAuthority } from '../lib/pki.ts';
+import { issueCert, newCA, publicKeyFromCSR, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { configDir, staticLogin, type StaticLoginFlags } from './login.ts';
 
 // A stand-in for the proxy's TokenCredentialRequest endpoint: real TLS on port 0.

@@ -191,7 +191,7 @@ export async function failureOf(err: unknown): Promise<string> {
   const body = (err as { body?: unknown }).body;
   // Loaded only on failure: the path that answers from the cache never needs it.
   const said =
-    typeof body === 'string' ? (await import('../lib/kube-status.ts')).statusMessageOf(body) : undefined;
+    typeof body === 'string' ? (await import('../lib/kube/status.ts')).statusMessageOf(body) : undefined;
   const message = printable((err as Error).message);
   return said === undefined ? message : `${message}: ${printable(said)}`;
 }
@@ -331,7 +331,7 @@ export async function credentialFor(
 
 /** A fresh key pair and a CSR for it; the private key stays in this process and the 0600 cache. */
 async function ownKey(): Promise<{ csrPem: string; keyPem: string }> {
-  const { newCSR } = await import('../lib/pki.ts');
+  const { newCSR } = await import('../lib/pki/pki.ts');
   // The subject is the concierge's to decide (it takes only the key), so the CSR names nobody.
   return newCSR('sealion-login');
 }

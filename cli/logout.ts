@@ -69,7 +69,7 @@ async function pluginRunOf(args: string[]): Promise<Omit<PluginRun, 'env'> | und
  * entry's env, and the cluster (provideClusterInfo), where the exchange goes unless the flags name it.
  */
 async function currentPlugin(kubeconfig: string, env: NodeJS.ProcessEnv): Promise<PluginRun> {
-  const { loadKubeConfig } = await import('../lib/kube.ts');
+  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
   const config = loadKubeConfig(kubeconfig ? { path: kubeconfig } : { default: true });
   const user = config.getCurrentUser();
   const exec = user?.exec as { args?: string[]; env?: { name: string; value: string }[] | null } | undefined;

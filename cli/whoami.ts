@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
-import type { KubeConfig } from '../lib/kube.ts';
+import type { KubeConfig } from '../lib/kube/kube.ts';
 import { failureOf } from './login.ts';
 import { printable, printableJSON } from './printable.ts';
 
@@ -64,7 +64,7 @@ export async function postAsKubeconfig(config: KubeConfig, path: string, body: u
 }
 
 export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
-  const { loadKubeConfig } = await import('../lib/kube.ts');
+  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
   const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
   await loginFirst(config);
   const group = apiGroups(flags.groupSuffix).identity;

@@ -7,10 +7,10 @@ import {
   newWebhookAuthenticatorControllers,
   type AuthenticatorControllers,
 } from '../controllers/authenticators.ts';
-import type { ControllerManager } from '../controllers/lib/manager.ts';
+import type { ControllerManager } from '../lib/controller/manager.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
-import { newClusterStatusWriter, newCustomResourceInformer, type KubeClients } from '../lib/kube.ts';
-import type { Informer } from '../lib/informer.ts';
+import { newClusterStatusWriter, newCustomResourceInformer, type KubeClients } from '../lib/kube/kube.ts';
+import type { Informer } from '../lib/kube/informer.ts';
 import type { Logger } from '../lib/log.ts';
 
 export interface Authenticators {

@@ -10,7 +10,7 @@ import {
   BOOTSTRAP_SECRET_SELECTORS,
   newBootstrapTokenStore,
   type BootstrapSecret,
-} from '../lib/bootstrap.ts';
+} from '../lib/kube/bootstrap.ts';
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
   newCoreInformer,
@@ -22,20 +22,20 @@ import {
   newReviewer,
   readClusterCustomObject,
   type KubeconfigSource,
-} from '../lib/kube.ts';
+} from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
-import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
-import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
-import { newControllerManager } from '../controllers/lib/manager.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
+import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
+import { newControllerManager } from '../lib/controller/manager.ts';
 import type { ServiceLike, ServingMaterial } from '../controllers/impersonation-proxy.ts';
-import type { Informer } from '../lib/informer.ts';
+import type { Informer } from '../lib/kube/informer.ts';
 import { addAuthenticators } from './authenticators.ts';
 import { addProxyControllers } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
 import { newForwarder } from './proxy/forward.ts';
 import { newProxyHandler } from './proxy/handler.ts';
-import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
+import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
 import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';

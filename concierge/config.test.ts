@@ -1,7 +1,7 @@
 import { DEFAULT_CONFIG_YAML } from '../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
 import { ConfigError, MAX_CONFIG_BYTES, loadConfig, newConfigSource, type ConfigProblem } from './config.ts';
-import { newCA } from '../lib/pki.ts';
+import { newCA } from '../lib/pki/pki.ts';
 
 function problemsOf(text: string): ConfigProblem[] {
   try {

@@ -1,7 +1,7 @@
 // Wires the impersonation-proxy controllers to the API server: the ConfigMap (last good config kept), nodes,
 // the proxy's Service and Secrets, the CredentialIssuer, and the strategy publisher that writes how to reach
 // the proxy onto every authenticator. Which of them write, and only on the leader, is the controller manager's
-// business (controllers/lib/manager.ts).
+// business (lib/controller/manager.ts).
 import { CONFIG_KEY } from '../apis/install.ts';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
 import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
@@ -15,20 +15,20 @@ import {
   type ServiceLike,
   type ServingMaterial,
 } from '../controllers/impersonation-proxy.ts';
-import type { ControllerManager } from '../controllers/lib/manager.ts';
+import type { ControllerManager } from '../lib/controller/manager.ts';
 import {
   newStrategyBoard,
   newStrategyPublisher,
   tokenCredentialRequestStrategy,
 } from '../controllers/strategies.ts';
-import type { Informer, KubeObject } from '../lib/informer.ts';
+import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import {
   newClusterStatusWriter,
   newCoreInformer,
   newCustomResourceInformer,
   newObjectWriter,
   type KubeClients,
-} from '../lib/kube.ts';
+} from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import type { Authenticators } from './authenticators.ts';
 import { ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';

@@ -4,7 +4,7 @@
 // queue, its limits). The holder never sends a peer's request on to a third replica: a stale route ends in a Status.
 //
 // A peer link is one mutual-TLS connection per pair of replicas, dialed on demand and reused, carrying every request
-// between them on one HTTP/2 session: lib/tunnel.ts's multiplexer, the same one agents' tunnels run on (plain
+// between them on one HTTP/2 session: lib/tunnel/tunnel.ts's multiplexer, the same one agents' tunnels run on (plain
 // requests as HTTP/2 requests, upgrades as HTTP/1.1 on CONNECT streams, per-stream flow control, pings from the
 // listening end). Its certificates come from a peer CA of its own, kept in a Secret: the peer port refuses, at the
 // handshake, any certificate the peer CA did not issue (users' and agents' among them), and then any that does not
@@ -26,17 +26,17 @@ import {
   type TLSSocket,
 } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { ensureSecretCA } from '../lib/ca-secret.ts';
-import { callOverHttp2, CallFailed, forwardOverHttp2 } from '../lib/http2-forward.ts';
-import { endToEnd, hopByHop } from '../lib/hop-by-hop.ts';
-import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2-request.ts';
-import type { KubeClients } from '../lib/kube.ts';
-import { rawStatusResponse, writeStatus } from '../lib/kube-status.ts';
+import { ensureSecretCA } from '../lib/pki/ca-secret.ts';
+import { callOverHttp2, CallFailed, forwardOverHttp2 } from '../lib/http2/forward.ts';
+import { endToEnd, hopByHop } from '../lib/http2/hop-by-hop.ts';
+import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
+import type { KubeClients } from '../lib/kube/kube.ts';
+import { rawStatusResponse, writeStatus } from '../lib/kube/status.ts';
 import type { Logger } from '../lib/log.ts';
-import type { MemoryBudget } from '../lib/memory-budget.ts';
-import { certificateURIs, issueCert } from '../lib/pki.ts';
-import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel.ts';
-import { forwardUpgrade, originForm } from '../lib/upgrade-forward.ts';
+import type { MemoryBudget } from '../lib/http2/memory-budget.ts';
+import { certificateURIs, issueCert } from '../lib/pki/pki.ts';
+import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel/tunnel.ts';
+import { forwardUpgrade, originForm } from '../lib/http2/upgrade.ts';
 import { clusterRoute } from './proxy/handler.ts';
 import {
   OWN_CALL_MAX_BYTES,
@@ -82,7 +82,7 @@ const RETRY_RAW = { details: RETRY, headers: { 'retry-after': '1' } };
 const USER_HEADER = 'x-sealion-peer-user';
 const LONG_RUNNING_HEADER = 'x-sealion-peer-long-running';
 /**
- * Never sent to a peer nor taken from one as a request's own, beside what belongs to one hop (lib/hop-by-hop.ts):
+ * Never sent to a peer nor taken from one as a request's own, beside what belongs to one hop (lib/http2/hop-by-hop.ts):
  * credentials, and the peer hop's own fields.
  */
 const peerOnly = (name: string): boolean => name === 'authorization' || name.startsWith('x-sealion-peer-');
@@ -104,7 +104,7 @@ export interface PeeringOptions {
   knownSource(address: string): boolean;
   registry: Registry;
   log: Logger;
-  /** Where answers left unread are charged, per user (lib/memory-budget.ts). */
+  /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
   budget?: MemoryBudget;
 }
 

@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Clock } from '../lib/clock.ts';
 import type { Logger } from '../lib/log.ts';
-import { loadCA, type CertificateAuthority } from '../lib/pki.ts';
+import { loadCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import type { ProxyTLS } from './proxy/server.ts';
 
 export interface TLSFiles {

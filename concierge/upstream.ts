@@ -1,7 +1,12 @@
 // Who the impersonation proxy forwards requests as. In a cluster: TokenRequest tokens of a service account that may
 // only impersonate, renewed long before they expire. Outside one: the identity a kubeconfig names.
-import { clusterAccess, loadKubeConfig, requestServiceAccountToken, type KubeClients } from '../lib/kube.ts';
-import type { KubeconfigSource } from '../lib/kube.ts';
+import {
+  clusterAccess,
+  loadKubeConfig,
+  requestServiceAccountToken,
+  type KubeClients,
+} from '../lib/kube/kube.ts';
+import type { KubeconfigSource } from '../lib/kube/kube.ts';
 import type { Clock } from '../lib/clock.ts';
 import type { Logger } from '../lib/log.ts';
 import type { Upstream } from './proxy/forward.ts';

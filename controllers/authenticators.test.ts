@@ -6,16 +6,16 @@ import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'j
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
-import { MemoryInformer } from '../lib/informer.ts';
+import { MemoryInformer } from '../lib/kube/informer.ts';
 import { newLogger, silentLogger, type Logger } from '../lib/log.ts';
-import { RecordingStatusWriter } from '../lib/status-writer.ts';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { RecordingStatusWriter } from '../lib/kube/status-writer.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import {
   newJWTAuthenticatorControllers,
   newWebhookAuthenticatorControllers,
   type AuthenticatorControllers,
 } from './authenticators.ts';
-import type { SyncResult } from './lib/queue.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
 
 const ISSUER = 'https://issuer.example.com';
 const NOW = new Date('2026-01-02T03:04:05Z');

@@ -9,12 +9,12 @@ import { SYSTEM_NAMES_ALLOWED_NOTE } from '../lib/authn/system-names.ts';
 import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
 import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
 import type { Logger } from '../lib/log.ts';
-import { decodeCABundle } from '../lib/pem.ts';
-import { mergeConditions, readyCondition, sameIgnoringTimes } from './lib/conditions.ts';
-import type { Controller } from './lib/controller.ts';
-import type { Informer } from '../lib/informer.ts';
-import type { SyncResult } from './lib/queue.ts';
-import type { StatusWriter } from '../lib/status-writer.ts';
+import { decodeCABundle } from '../lib/pki/pem.ts';
+import { mergeConditions, readyCondition, sameIgnoringTimes } from '../lib/controller/conditions.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import type { Informer } from '../lib/kube/informer.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
+import type { StatusWriter } from '../lib/kube/status-writer.ts';
 
 export interface AuthenticatorControllerDeps<T> {
   informer: Informer<T & { metadata: { name?: string } }>;

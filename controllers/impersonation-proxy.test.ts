@@ -1,8 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
 import { X509Certificate } from 'node:crypto';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
-import { MemoryInformer } from '../lib/informer.ts';
-import type { ObjectWriter } from '../lib/kube.ts';
+import { MemoryInformer } from '../lib/kube/informer.ts';
+import type { ObjectWriter } from '../lib/kube/kube.ts';
 import { newLogger } from '../lib/log.ts';
 import { detectManaged, type NodeLike } from './detect.ts';
 import {
@@ -18,7 +18,7 @@ import {
   type ServiceLike,
   type ServingMaterial,
 } from './impersonation-proxy.ts';
-import type { SyncResult } from './lib/queue.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
 
 const node = (name: string, labels: Record<string, string> = {}, providerID?: string): NodeLike => ({
   metadata: { name, labels },

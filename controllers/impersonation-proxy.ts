@@ -2,7 +2,7 @@
 // runs; keeps its Service, CA, serving certificate and client-certificate signer in the concierge's namespace;
 // hands the TLS material to the local proxy; and publishes the ImpersonationProxy strategy. It is two controllers:
 // the server, on every replica, computes the decision and serves what the Secrets hold; the writer, on the leader
-// only (controllers/lib/manager.ts), keeps the Service and Secrets as the decision wants them.
+// only (lib/controller/manager.ts), keeps the Service and Secrets as the decision wants them.
 import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import {
@@ -13,13 +13,13 @@ import {
   type StrategyReason,
   type StrategyStatus,
 } from '../apis/authentication.ts';
-import type { Informer, KubeObject } from '../lib/informer.ts';
-import type { ObjectWriter } from '../lib/kube.ts';
+import type { Informer, KubeObject } from '../lib/kube/informer.ts';
+import type { ObjectWriter } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
-import { ensureStoredCA, storedCA, tlsSecret, type StoredCA } from '../lib/ca-secret.ts';
-import { issueCert, loadCA, newCA } from '../lib/pki.ts';
-import type { Controller } from './lib/controller.ts';
-import type { SyncResult } from './lib/queue.ts';
+import { ensureStoredCA, storedCA, tlsSecret, type StoredCA } from '../lib/pki/ca-secret.ts';
+import { issueCert, loadCA, newCA } from '../lib/pki/pki.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
 import { detectManaged, type NodeLike } from './detect.ts';
 
 export const SERVICE_NAME = 'sealion-impersonation-proxy';
@@ -78,7 +78,7 @@ export interface ProxyControllerDeps {
   nodes: Informer<NodeLike & KubeObject>;
   services: Informer<ServiceLike>;
   secrets: Informer<SecretLike>;
-  /** The writer's writes (leader-only: see controllers/lib/manager.ts). */
+  /** The writer's writes (leader-only: see lib/controller/manager.ts). */
   writes: ObjectWriter;
   /** Called on every sync with what the proxy should serve (undefined: stop listening). */
   serve: (material: ServingMaterial | undefined) => void;

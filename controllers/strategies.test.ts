@@ -6,9 +6,9 @@ import type {
   WebhookAuthenticator,
 } from '../apis/authentication.ts';
 import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
-import { MemoryInformer } from '../lib/informer.ts';
+import { MemoryInformer } from '../lib/kube/informer.ts';
 import { silentLogger } from '../lib/log.ts';
-import { RecordingStatusWriter } from '../lib/status-writer.ts';
+import { RecordingStatusWriter } from '../lib/kube/status-writer.ts';
 import {
   CREDENTIAL_ISSUER_KEY,
   newStrategyBoard,

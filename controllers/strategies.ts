@@ -16,12 +16,12 @@ import type {
   CredentialIssuerStatus,
   CredentialIssuerStrategy,
 } from '../apis/config.ts';
-import type { Informer } from '../lib/informer.ts';
+import type { Informer } from '../lib/kube/informer.ts';
 import type { Logger } from '../lib/log.ts';
-import type { StatusWriter } from '../lib/status-writer.ts';
-import { sameIgnoringTimes } from './lib/conditions.ts';
-import type { Controller } from './lib/controller.ts';
-import type { SyncResult } from './lib/queue.ts';
+import type { StatusWriter } from '../lib/kube/status-writer.ts';
+import { sameIgnoringTimes } from '../lib/controller/conditions.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
 
 /** The current strategies, one per type; set() notifies only when something but the time changed. */
 export interface StrategyBoard {

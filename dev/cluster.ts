@@ -14,7 +14,7 @@ import {
   newKeyPair,
   privateKeyToPem,
   type CertificateAuthority,
-} from '../lib/pki.ts';
+} from '../lib/pki/pki.ts';
 import { ensureBinaries, ensureNodeBinaries, type Binaries } from './build.ts';
 import { CLUSTER_DNS_IP, clusterDNSManifests, ensureCoreDNSImage } from './cluster-dns.ts';
 import {

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { newConcierge, type ConciergeEndpoints, type ConciergeOptions } from '../concierge/concierge.ts';
 import { silentLogger, type Logger } from '../lib/log.ts';
-import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { conciergeManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 import { CONCIERGE_NAME, IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
 import type { RateLimitOptions } from '../concierge/tunnel/rate-limit.ts';

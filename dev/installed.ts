@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
 import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
-import { newKubeClients } from '../lib/kube.ts';
+import { newKubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_INSTALL } from '../manifests/install.ts';
 import { CONCIERGE_NAME } from '../apis/install.ts';
 import { REPO_ROOT } from './build.ts';

@@ -8,9 +8,9 @@
 import { execFile } from 'node:child_process';
 import { createServer, connect, isIP, type Server, type Socket } from 'node:net';
 import { promisify } from 'node:util';
-import { newControllerManager } from '../controllers/lib/manager.ts';
-import type { KubeObject } from '../lib/informer.ts';
-import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../lib/kube.ts';
+import { newControllerManager } from '../lib/controller/manager.ts';
+import type { KubeObject } from '../lib/kube/informer.ts';
+import { newCoreInformer, patchServiceLoadBalancer, type KubeClients } from '../lib/kube/kube.ts';
 import { silentLogger, type Logger } from '../lib/log.ts';
 import { isAlive } from './processes.ts';
 

@@ -21,7 +21,7 @@ import Provider, {
   type KoaContextWithOIDC,
 } from 'oidc-provider';
 import { Agent, fetch } from 'undici';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 
 export type IssuerMode = 'ok' | 'down' | 'garbage' | 'hang';
 

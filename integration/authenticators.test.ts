@@ -2,10 +2,10 @@
 // The webhook is the real kube-apiserver's own TokenReview API; the JWT issuer is the local HTTPS issuer.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { addAuthenticators, type Authenticators } from '../concierge/authenticators.ts';
-import { newControllerManager, type ControllerManager } from '../controllers/lib/manager.ts';
-import { newKubeClients } from '../lib/kube.ts';
+import { newControllerManager, type ControllerManager } from '../lib/controller/manager.ts';
+import { newKubeClients } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
-import { newCA } from '../lib/pki.ts';
+import { newCA } from '../lib/pki/pki.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { installCRDs } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
-import { apiStatusCode, newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { apiStatusCode, newKubeClients, type KubeClients } from '../lib/kube/kube.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { pinnedVersions } from '../dev/build.ts';
 import { eventually } from '../dev/eventually.ts';

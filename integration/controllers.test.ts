@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect } from 'node:tls';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
-import { newKubeClients } from '../lib/kube.ts';
+import { newKubeClients } from '../lib/kube/kube.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   applyJWTAuthenticator,

@@ -18,9 +18,9 @@ import { addCluster } from '../cli/cluster.ts';
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
-import { clusterAccess, loadKubeConfig, newKubeClients } from '../lib/kube.ts';
+import { clusterAccess, loadKubeConfig, newKubeClients } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
-import { issueCert, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import {
   BUILTIN_GROUPS,
   CORE_RESOURCES,

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { request } from 'node:https';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
-import { loadCA, issueCert } from '../lib/pki.ts';
+import { loadCA, issueCert } from '../lib/pki/pki.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 

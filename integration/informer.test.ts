@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
-import { newCoreInformer, newKubeClients } from '../lib/kube.ts';
+import { newCoreInformer, newKubeClients } from '../lib/kube/kube.ts';
 import { newLogger } from '../lib/log.ts';
 
 let cluster: Cluster;

@@ -1,8 +1,8 @@
 // Lease-based leader election against a real API server: one leader at a time, a clean handover when the
 // leader stops, and a takeover when the leader can no longer renew.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { startLeaderElection, type LeaderElection } from '../controllers/lib/leader.ts';
-import { newKubeClients, newLeaseClient, type KubeClients, type LeaseClient } from '../lib/kube.ts';
+import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
+import { newKubeClients, newLeaseClient, type KubeClients, type LeaseClient } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';

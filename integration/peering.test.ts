@@ -15,9 +15,9 @@ import type { ClusterStatus } from '../apis/tunnel.ts';
 import { addCluster } from '../cli/cluster.ts';
 
 import { replicaLeaseName } from '../concierge/tunnel/cluster-status.ts';
-import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
-import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';

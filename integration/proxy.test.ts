@@ -330,7 +330,7 @@ describe('the impersonation proxy against a real API server', () => {
   });
 
   it('certifies the key of a CSR for the authenticator’s lifetime, and never sends a private key back', async () => {
-    const { newCSR } = await import('../lib/pki.ts');
+    const { newCSR } = await import('../lib/pki/pki.ts');
     const { X509Certificate } = await import('node:crypto');
     const tcr = (spec: object) => tokenCredentialRequest(userToken, 'demo', spec);
     type Answer = {

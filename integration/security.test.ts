@@ -13,12 +13,12 @@ import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
 import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
-import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
+import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import { newLogger } from '../lib/log.ts';
-import { USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
-import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki.ts';
-import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
+import { USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
+import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../lib/pki/pki.ts';
+import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel/tunnel.ts';
 
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
@@ -1600,7 +1600,7 @@ describe('anonymous /register: one answer whatever exists, at a bounded rate, an
   };
 
   // Which Cluster names exist, and which token ids, must not be learnt from /register: every failure is the one 401.
-  // (That they take the same time is made so by the code doing the same work for each, lib/bootstrap.ts; timing is
+  // (That they take the same time is made so by the code doing the same work for each, lib/kube/bootstrap.ts; timing is
   // not asserted here.)
   it('answers a known and an unknown cluster, an unknown token id, a wrong secret and a malformed token alike', async () => {
     const { csrPem } = await newCSR(EDGE);

@@ -7,9 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ChildProcess } from 'node:child_process';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import { createBootstrapToken } from '../lib/bootstrap.ts';
-import { UNCOUNTED_SESSION_MEMORY_MB } from '../lib/http2-pool.ts';
-import { newKubeClients } from '../lib/kube.ts';
+import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
+import { UNCOUNTED_SESSION_MEMORY_MB } from '../lib/http2/pool.ts';
+import { newKubeClients } from '../lib/kube/kube.ts';
 import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
@@ -274,7 +274,7 @@ describe.each(Object.entries(PATHS))('requests with a body, %s', (_path, prefix)
       });
       // Node's client refuses to hold more than maxSessionMemory of unsent data (10 MB by default), which eight
       // 10 MiB bodies at once are, and counts a body the API server refused early against it for good (see
-      // lib/http2-pool.ts); Go's client, kubectl's, has no such limit.
+      // lib/http2/pool.ts); Go's client, kubectl's, has no such limit.
       const session = http2Connect(concierge.url, {
         ca: concierge.servingCA.certPem,
         maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,

@@ -13,11 +13,11 @@ import { join } from 'node:path';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { X509Certificate } from 'node:crypto';
 import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
-import { createBootstrapToken } from '../lib/bootstrap.ts';
+import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
 import { silentLogger } from '../lib/log.ts';
-import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube.ts';
-import { issueCert, loadCA, newCA, newCSR } from '../lib/pki.ts';
-import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
+import { issueCert, loadCA, newCA, newCSR } from '../lib/pki/pki.ts';
+import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel/tunnel.ts';
 
 import { bindingURI } from '../apis/agent-binding.ts';
 import { REPO_ROOT } from '../dev/build.ts';

@@ -1,6 +1,6 @@
 // One signed-in user with no rights at all opens hundreds of requests for a large answer (every authenticated user
 // may read /openapi/v2) and never reads: their HTTP/2 window is zero. Every process on the way would hold a stream
-// window of that answer per request; lib/memory-budget.ts bounds what they may hold per user. Real processes on
+// window of that answer per request; lib/http2/memory-budget.ts bounds what they may hold per user. Real processes on
 // every path at once: two concierge replicas (the direct path on one, the tunnel on the other, the peer hop between
 // them) and the real `sealion agent`, each measured alone, while another user is served through all of them.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -13,10 +13,10 @@ import { PEER_USER_STREAMS } from '../concierge/peering.ts';
 import { agentUpstream, prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
-import { newKubeClients, type KubeClients } from '../lib/kube.ts';
+import { newKubeClients, type KubeClients } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
-import { USER_UNREAD_BYTES } from '../lib/memory-budget.ts';
-import { issueCert, newCA } from '../lib/pki.ts';
+import { USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { residentBytes, startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
 
 const NS = 'sealion-concierge';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import type { AccessQuestion } from '../../lib/access-review.ts';
-import type { CallAnswer } from '../../lib/http2-forward.ts';
-import { CallFailed } from '../../lib/http2-forward.ts';
+import type { AccessQuestion } from '../../lib/kube/access-review.ts';
+import type { CallAnswer } from '../../lib/http2/forward.ts';
+import { CallFailed } from '../../lib/http2/forward.ts';
 import { askThrough, newReviewCache, ReviewUnavailable } from './access-reviews.ts';
 import type { Forwarder, OwnCall } from './forward.ts';
 

@@ -13,10 +13,10 @@ import {
   selfSubjectAccessReview,
   subjectAccessReview,
   type AccessQuestion,
-} from '../../lib/access-review.ts';
+} from '../../lib/kube/access-review.ts';
 import { SealionError } from '../../lib/errors.ts';
-import { statusMessageOf } from '../../lib/kube-status.ts';
-import { CallFailed } from '../../lib/http2-forward.ts';
+import { statusMessageOf } from '../../lib/kube/status.ts';
+import { CallFailed } from '../../lib/http2/forward.ts';
 import type { Ask } from './decide-impersonation.ts';
 import type { Forwarder } from './forward.ts';
 

@@ -3,7 +3,7 @@
 // SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT at a time.
 import { describe, expect, it } from '@jest/globals';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
-import type { Reviewer, TokenReviewAnswer } from '../../lib/kube.ts';
+import type { Reviewer, TokenReviewAnswer } from '../../lib/kube/kube.ts';
 import {
   newRequestAuthenticator,
   notAServiceAccountToken,
@@ -11,7 +11,7 @@ import {
   SERVICE_ACCOUNT_REVIEWS_WAITING,
   type Identity,
 } from './authenticate.ts';
-import type { Request } from '../../lib/http2-request.ts';
+import type { Request } from '../../lib/http2/request.ts';
 
 const part = (o: unknown): string => Buffer.from(JSON.stringify(o)).toString('base64url');
 /** A JWT-shaped token with this payload; the signature is junk, as an attacker's would be. */

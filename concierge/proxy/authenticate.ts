@@ -7,11 +7,11 @@ import { decodeJwt } from 'jose';
 import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
 import type { AuthenticatorBinding, AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
-import type { Reviewer } from '../../lib/kube.ts';
-import { peerChain } from '../../lib/pem.ts';
-import { certificateURIs } from '../../lib/pki.ts';
+import type { Reviewer } from '../../lib/kube/kube.ts';
+import { peerChain } from '../../lib/pki/pem.ts';
+import { certificateURIs } from '../../lib/pki/pki.ts';
 import { parseAuthenticatorBinding } from './credentials.ts';
-import type { Request } from '../../lib/http2-request.ts';
+import type { Request } from '../../lib/http2/request.ts';
 
 export type Identity =
   /** Impersonated: the proxy forwards with its own credentials and Impersonate-* headers. */

@@ -5,7 +5,7 @@ import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import type { webcrypto } from 'node:crypto';
 import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import { issueCert, type CertificateAuthority } from '../../lib/pki.ts';
+import { issueCert, type CertificateAuthority } from '../../lib/pki/pki.ts';
 
 export interface IssuedCredential {
   certPem: string;

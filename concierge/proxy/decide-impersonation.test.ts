@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import type { AccessQuestion } from '../../lib/access-review.ts';
+import type { AccessQuestion } from '../../lib/kube/access-review.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { decideImpersonation, type Ask } from './decide-impersonation.ts';
 import { impersonationHeaders, type RequestedImpersonation } from './impersonate.ts';

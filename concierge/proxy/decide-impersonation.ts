@@ -11,7 +11,7 @@
 // part of the identity (in API group authentication.k8s.io); legacy needs `impersonate` on each part. When no mode
 // allows, the answer is the first refusal in that order. Every question is a SubjectAccessReview the caller passes
 // in (`ask`), so the cluster the request is for answers them: this module only knows the rules.
-import type { AccessQuestion } from '../../lib/access-review.ts';
+import type { AccessQuestion } from '../../lib/kube/access-review.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { RequestedImpersonation } from './impersonate.ts';
 import type { RequestAttributes } from './request-info.ts';

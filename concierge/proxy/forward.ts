@@ -1,24 +1,24 @@
 // Forwarding to the API server. Requests go over HTTP/2 connections that open another only when the API server's
-// stream limit is reached (lib/http2-pool.ts), so a thousand watches share a handful of connections, and are relayed
-// by lib/http2-forward.ts. Bodies stream both ways (watch events reach the client as the API server writes them);
+// stream limit is reached (lib/http2/pool.ts), so a thousand watches share a handful of connections, and are relayed
+// by lib/http2/forward.ts. Bodies stream both ways (watch events reach the client as the API server writes them);
 // short requests are bounded by a deadline and long-running ones are not. Upgrades (exec, attach, port-forward; SPDY
-// or WebSocket) need HTTP/1.1 and are spliced through by lib/upgrade-forward.ts.
-import type { MemoryBudget } from '../../lib/memory-budget.ts';
+// or WebSocket) need HTTP/1.1 and are spliced through by lib/http2/upgrade.ts.
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { Agent, request } from 'node:https';
-import { newH2Pool } from '../../lib/http2-pool.ts';
+import { newH2Pool } from '../../lib/http2/pool.ts';
 import {
   callOverHttp2,
   forwardOverHttp2,
   UpstreamTimeout,
   type CallAnswer,
-} from '../../lib/http2-forward.ts';
+} from '../../lib/http2/forward.ts';
 import { createSecureContext } from 'node:tls';
 import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Request, Response } from '../../lib/http2-request.ts';
-import { rawStatusResponse, writeStatus } from '../../lib/kube-status.ts';
-import { clientCertChain } from '../../lib/pem.ts';
-import { forwardUpgrade, originForm } from '../../lib/upgrade-forward.ts';
+import type { Request, Response } from '../../lib/http2/request.ts';
+import { rawStatusResponse, writeStatus } from '../../lib/kube/status.ts';
+import { clientCertChain } from '../../lib/pki/pem.ts';
+import { forwardUpgrade, originForm } from '../../lib/http2/upgrade.ts';
 
 /**
  * The API server ends its own short requests after 60 s; the proxy waits a little longer so the API server's

@@ -7,10 +7,10 @@ import { VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
+import type { AccessQuestion, Reviewer } from '../../lib/kube/kube.ts';
 import { flatLineLogger, type Logger } from '../../lib/log.ts';
 import type { RequestAuthenticator, Identity } from './authenticate.ts';
-import type { Request, Response } from '../../lib/http2-request.ts';
+import type { Request, Response } from '../../lib/http2/request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import { newFairSemaphore, type FairLimits } from '../tunnel/fair-semaphore.ts';
@@ -28,7 +28,7 @@ import {
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestAttributes, requestInfo, type RequestAttributes } from './request-info.ts';
-import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from '../../lib/kube-status.ts';
+import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;

@@ -4,7 +4,7 @@
 // (decide-impersonation.ts); then the original user travels along as an extra, so audit logs show who really asked.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import { endToEnd } from '../../lib/hop-by-hop.ts';
+import { endToEnd } from '../../lib/http2/hop-by-hop.ts';
 
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
@@ -103,7 +103,7 @@ function encodeExtraKey(key: string): string {
   );
 }
 
-/** The caller's headers minus everything it may not send, minus per-hop headers (lib/hop-by-hop.ts). */
+/** The caller's headers minus everything it may not send, minus per-hop headers (lib/http2/hop-by-hop.ts). */
 export function cleanHeaders(headers: IncomingHttpHeaders, keepImpersonation = false): OutgoingHttpHeaders {
   return endToEnd(headers, keepImpersonation ? callerOnlyButImpersonation : isCallerOnlyHeader);
 }

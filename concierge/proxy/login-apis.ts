@@ -9,16 +9,16 @@ import {
   DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
   MAX_CSR_BYTES,
 } from '../../apis/login.ts';
-import { publicKeyFromCSR } from '../../lib/pki.ts';
+import { publicKeyFromCSR } from '../../lib/pki/pki.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { webcrypto } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import { MAX_TOKEN_BYTES, type UserInfo } from '../../lib/authn/types.ts';
 import type { Logger } from '../../lib/log.ts';
-import type { Request, Response } from '../../lib/http2-request.ts';
+import type { Request, Response } from '../../lib/http2/request.ts';
 import type { ClientCertSigner } from './credentials.ts';
-import { send, writeStatus } from '../../lib/kube-status.ts';
+import { send, writeStatus } from '../../lib/kube/status.ts';
 
 /**
  * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES), an authenticator's name and perhaps a CSR; a

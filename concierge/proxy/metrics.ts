@@ -7,7 +7,7 @@ export interface ProxyMetrics {
   duration: Histogram<'verb'>;
   inflight: Gauge;
   upstreamErrors: Counter<'code'>;
-  /** Answers cut because their user's unread answers were over their share (lib/memory-budget.ts). */
+  /** Answers cut because their user's unread answers were over their share (lib/http2/memory-budget.ts). */
   unreadCuts: Counter;
 }
 

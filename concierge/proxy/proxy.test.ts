@@ -1,7 +1,7 @@
 // The proxy against a capturing upstream: exactly which headers reach the API server, which never do, what the
 // log says (and never says), the metrics, and the Status answers for upstream failures.
 import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
-import { HOP_FIELDS } from '../../lib/hop-by-hop.test.ts';
+import { HOP_FIELDS } from '../../lib/http2/hop-by-hop.test.ts';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
 import {
@@ -23,9 +23,9 @@ import { apiGroups } from '../../apis/groups.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
-import type { AccessQuestion, Reviewer } from '../../lib/kube.ts';
+import type { AccessQuestion, Reviewer } from '../../lib/kube/kube.ts';
 import { newLogger } from '../../lib/log.ts';
-import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import {
   CERTIFICATE_EXPIRED,
   CERTIFICATE_UNBOUND,
@@ -36,7 +36,7 @@ import { newClientCertSigner } from './credentials.ts';
 import { newForwarder } from './forward.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
-import { UNAUTHORIZED } from '../../lib/kube-status.ts';
+import { UNAUTHORIZED } from '../../lib/kube/status.ts';
 import { HUB_REVIEW_LIMITS, MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
 
 /** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */

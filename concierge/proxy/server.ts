@@ -9,9 +9,9 @@ import {
 } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
-import { serveStream, type H2Request, type H2Response } from '../../lib/http2-request.ts';
-import { rawStatusResponse } from '../../lib/kube-status.ts';
-import { certificateFingerprints } from '../../lib/pem.ts';
+import { serveStream, type H2Request, type H2Response } from '../../lib/http2/request.ts';
+import { rawStatusResponse } from '../../lib/kube/status.ts';
+import { certificateFingerprints } from '../../lib/pki/pem.ts';
 
 /** TLS 1.2 suites with forward secrecy and AEAD; TLS 1.3 suites are all AEAD. */
 export const CIPHERS = [

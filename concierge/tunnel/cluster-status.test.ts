@@ -2,8 +2,8 @@ import { PEER_ADDRESS_ANNOTATION } from '../../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
-import { MemoryInformer } from '../../lib/informer.ts';
-import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../../lib/kube.ts';
+import { MemoryInformer } from '../../lib/kube/informer.ts';
+import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
 import {
   deriveStatus,

@@ -12,16 +12,16 @@ import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import type { Clock } from '../../lib/clock.ts';
-import type { Informer } from '../../lib/informer.ts';
+import type { Informer } from '../../lib/kube/informer.ts';
 import {
   FIELD_MANAGER,
   type LeaseClient,
   type LeaseObject,
   type LeaseRecord,
   type StatusApplier,
-} from '../../lib/kube.ts';
+} from '../../lib/kube/kube.ts';
 import type { Logger } from '../../lib/log.ts';
-import { WorkQueue } from '../../controllers/lib/queue.ts';
+import { WorkQueue } from '../../lib/controller/queue.ts';
 
 /** The label every replica Lease carries, as a selector. */
 export const REPLICA_LEASE_LABEL = 'app.kubernetes.io/component=concierge-replica';

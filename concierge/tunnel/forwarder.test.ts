@@ -1,4 +1,4 @@
-// Clusters behind real tunnels (both ends of lib/tunnel.ts over a real WebSocket on port 0, the agent's end serving
+// Clusters behind real tunnels (both ends of lib/tunnel/tunnel.ts over a real WebSocket on port 0, the agent's end serving
 // a handler that stands in for its local proxy and the cluster's API server), reached through the real proxy
 // handler and server over HTTP/2, as kubectl connects. One user reading discovery documents slowly must not starve
 // another, and a request that makes no progress is cut.
@@ -21,10 +21,10 @@ import { apiGroups } from '../../apis/groups.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { AuthResult, TokenAuthenticator } from '../../lib/authn/types.ts';
-import type { Reviewer } from '../../lib/kube.ts';
+import type { Reviewer } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
-import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki.ts';
-import { newTunnelClient, serveTunnel } from '../../lib/tunnel.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.ts';
+import { newTunnelClient, serveTunnel } from '../../lib/tunnel/tunnel.ts';
 import { newRequestAuthenticator } from '../proxy/authenticate.ts';
 import { newClientCertSigner } from '../proxy/credentials.ts';
 import type { Forwarder } from '../proxy/forward.ts';

@@ -1,4 +1,4 @@
-// Forwarding to a cluster through its agent's tunnel (lib/tunnel.ts): a plain request as an HTTP/2 request, an
+// Forwarding to a cluster through its agent's tunnel (lib/tunnel/tunnel.ts): a plain request as an HTTP/2 request, an
 // upgrade as HTTP/1.1 on a CONNECT stream, to the agent's local proxy, which adds the agent's own credential. The
 // hub's forwarding credential never goes into a tunnel: the agent sees the impersonation headers and nothing else of
 // the hub's.
@@ -8,16 +8,16 @@
 // maxConcurrentStreams in all, and the rest wait, served user by user in turn. A request that makes no progress for progressTimeoutSeconds (an answer or an upgraded connection's data the client does not
 // read, a body that stopped arriving) is cut, so that nobody holds a place by reading slowly.
 import { systemClock, type Clock } from '../../lib/clock.ts';
-import type { MemoryBudget } from '../../lib/memory-budget.ts';
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { request, type OutgoingHttpHeaders } from 'node:http';
 import { constants } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { ClusterSpec } from '../../apis/tunnel.ts';
-import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel.ts';
-import { endToEnd } from '../../lib/hop-by-hop.ts';
-import { callOverHttp2, CallFailed, forwardOverHttp2, hasBody } from '../../lib/http2-forward.ts';
-import type { Request, Response } from '../../lib/http2-request.ts';
+import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel/tunnel.ts';
+import { endToEnd } from '../../lib/http2/hop-by-hop.ts';
+import { callOverHttp2, CallFailed, forwardOverHttp2, hasBody } from '../../lib/http2/forward.ts';
+import type { Request, Response } from '../../lib/http2/request.ts';
 import {
   OWN_CALL_MAX_BYTES,
   OWN_CALL_TIMEOUT_MS,
@@ -25,8 +25,8 @@ import {
   type Forwarder,
   type ForwardPlan,
 } from '../proxy/forward.ts';
-import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube-status.ts';
-import { forwardUpgrade, originForm } from '../../lib/upgrade-forward.ts';
+import { rawStatusResponse, statusBody, writeStatus } from '../../lib/kube/status.ts';
+import { forwardUpgrade, originForm } from '../../lib/http2/upgrade.ts';
 import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
 
 /** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
@@ -80,7 +80,7 @@ export interface TunnelForwarderOptions {
   limits?: TunnelLimits;
   /** Timers for the queue's deadline and the progress deadline. Default: the system's. */
   clock?: Clock;
-  /** Where answers left unread are charged, per user (lib/memory-budget.ts). Default: nowhere. */
+  /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). Default: nowhere. */
   budget?: MemoryBudget;
 }
 
@@ -123,7 +123,7 @@ function failure(cluster: string, err: Error & { code?: string }): { code: numbe
 }
 
 /**
- * The request's headers for the agent: never a credential, nor what belongs to one hop (lib/hop-by-hop.ts); an
+ * The request's headers for the agent: never a credential, nor what belongs to one hop (lib/http2/hop-by-hop.ts); an
  * upgrade's go on HTTP/1.1 and name the tunnel as their host.
  */
 function upstreamHeaders(plan: ForwardPlan): OutgoingHttpHeaders {
@@ -136,7 +136,7 @@ function isAuthorization(name: string): boolean {
 
 /**
  * Calls `release` once `stream` (a tunnel stream, if there is one) is destroyed: until then it counts against the
- * tunnel's limit (lib/tunnel.ts stops counting it at its destroy, which comes before its 'close').
+ * tunnel's limit (lib/tunnel/tunnel.ts stops counting it at its destroy, which comes before its 'close').
  */
 function releaseWhenGone(release: () => void, stream: Duplex | undefined): void {
   if (!stream || stream.destroyed) return release();
@@ -234,7 +234,7 @@ export function newTunnelForwarder(
         if (finished) return;
         finished = true;
         stopWatchingBody();
-        // Closing a tunnel stream frees its place in the tunnel at once (lib/tunnel.ts); one that has ended both ways
+        // Closing a tunnel stream frees its place in the tunnel at once (lib/tunnel/tunnel.ts); one that has ended both ways
         // is closed already.
         stream?.close(constants.NGHTTP2_CANCEL);
         release();

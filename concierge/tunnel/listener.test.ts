@@ -14,16 +14,16 @@ import {
   dialWebSocket,
   tlsContext,
   type TunnelTransport,
-} from '../../lib/tunnel-dial.ts';
+} from '../../lib/tunnel/dial.ts';
 import type { Cluster } from '../../apis/tunnel.ts';
 import { eventually } from '../../dev/eventually.ts';
-import { fakeBootstrapToken, memoryTokenStore } from '../../lib/fake-bootstrap-tokens.ts';
-import { MemoryInformer } from '../../lib/informer.ts';
-import { statusBody } from '../../lib/kube-status.ts';
-import type { KubeClients } from '../../lib/kube.ts';
+import { fakeBootstrapToken, memoryTokenStore } from '../../lib/kube/fake-bootstrap-tokens.ts';
+import { MemoryInformer } from '../../lib/kube/informer.ts';
+import { statusBody } from '../../lib/kube/status.ts';
+import type { KubeClients } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
-import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki.ts';
-import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel.ts';
+import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki/pki.ts';
+import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
 import { MAX_HANDSHAKES, startTunnelListener, type TunnelListener } from './listener.ts';
 import { DEFAULT_REGISTRATION_LIMITS, type RateLimitOptions } from './rate-limit.ts';

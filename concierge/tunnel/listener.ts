@@ -2,7 +2,7 @@
 // certificate (anyone may ask, so at a bounded rate per source address and overall, with 429 beyond); GET /connect
 // (mutual TLS, an Upgrade) is the tunnel; POST /renew (mutual TLS) re-issues the certificate before it expires. The
 // tunnel runs on the TLS connection itself after an Upgrade to TUNNEL_UPGRADE,
-// or inside a WebSocket for agents behind proxies that pass only those (lib/tunnel-dial.ts). A certificate is bound to one Cluster object and one generation of its agent
+// or inside a WebSocket for agents behind proxies that pass only those (lib/tunnel/dial.ts). A certificate is bound to one Cluster object and one generation of its agent
 // certificates (binding.ts), and that binding is checked against the Cluster registry on every connection and
 // renewal: a Cluster deleted from the registry, or deleted and created again, or whose agentGeneration was
 // raised, refuses the certificate, and its open tunnel is closed at once. A tunnel also closes when the
@@ -15,14 +15,14 @@ import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocketServer } from 'ws';
 import type { Cluster } from '../../apis/tunnel.ts';
-import { redeemBootstrapToken, RedeemError, type BootstrapTokenStore } from '../../lib/bootstrap.ts';
-import type { Informer } from '../../lib/informer.ts';
-import type { KubeClients } from '../../lib/kube.ts';
-import { ensureSecretCA } from '../../lib/ca-secret.ts';
+import { redeemBootstrapToken, RedeemError, type BootstrapTokenStore } from '../../lib/kube/bootstrap.ts';
+import type { Informer } from '../../lib/kube/informer.ts';
+import type { KubeClients } from '../../lib/kube/kube.ts';
+import { ensureSecretCA } from '../../lib/pki/ca-secret.ts';
 import type { Logger } from '../../lib/log.ts';
-import type { MemoryBudget } from '../../lib/memory-budget.ts';
-import { certificateURIs, issueCert, publicKeyFromCSR } from '../../lib/pki.ts';
-import { rawStatusResponse, UNAUTHORIZED, writeStatus } from '../../lib/kube-status.ts';
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
+import { certificateURIs, issueCert, publicKeyFromCSR } from '../../lib/pki/pki.ts';
+import { rawStatusResponse, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
 import type { HeldTunnel } from './cluster-status.ts';
 import {
   newTunnelClient,
@@ -30,14 +30,14 @@ import {
   TUNNEL_PROTOCOL_HEADER,
   TUNNEL_UPGRADE,
   type TunnelClient,
-} from '../../lib/tunnel.ts';
+} from '../../lib/tunnel/tunnel.ts';
 import {
   AGENT_IMPERSONATION_HEADER,
   AGENT_POLICY_HEADER,
   ALREADY_HELD,
   AVOID_REPLICAS_HEADER,
   REPLICA_HEADER,
-} from '../../lib/tunnel-dial.ts';
+} from '../../lib/tunnel/dial.ts';
 import type { Forwarder } from '../proxy/forward.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
@@ -97,7 +97,7 @@ export interface TunnelListenerOptions {
   /** This replica's name, told to each agent that connects (an agent holding several tunnels keeps them apart). */
   identity: string;
   log: Logger;
-  /** Where answers left unread are charged, per user (lib/memory-budget.ts). */
+  /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
   budget?: MemoryBudget;
 }
 

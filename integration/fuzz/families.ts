@@ -7,10 +7,15 @@ import { createHmac } from 'node:crypto';
 import { constants, type OutgoingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
 import WebSocket, { createWebSocketStream } from 'ws';
-import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, type TunnelServer } from '../../lib/tunnel.ts';
+import {
+  serveTunnel,
+  TUNNEL_PROTOCOL,
+  TUNNEL_PROTOCOL_HEADER,
+  type TunnelServer,
+} from '../../lib/tunnel/tunnel.ts';
 
 import { BINDING_URI_PREFIX } from '../../apis/agent-binding.ts';
-import { deleteBootstrapTokens } from '../../lib/bootstrap.ts';
+import { deleteBootstrapTokens } from '../../lib/kube/bootstrap.ts';
 import { buildCSR, csrRecipe, issuedProblem, type CSRRecipe, type KeyCache } from './csr.ts';
 import {
   answerKind,

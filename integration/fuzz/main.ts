@@ -42,7 +42,7 @@ process.on('SIGINT', () => {
   interrupt.abort();
 });
 process.on('SIGTERM', () => interrupt.abort());
-// A failure of the fuzzer's own (its fake agents run lib/tunnel.ts in this process): stop what it started, then exit.
+// A failure of the fuzzer's own (its fake agents run lib/tunnel/tunnel.ts in this process): stop what it started, then exit.
 process.on('uncaughtException', (err) => {
   console.error('[fuzz] the fuzzer itself failed:', err);
   void (target?.stop() ?? Promise.resolve()).finally(() => process.exit(2));

@@ -13,7 +13,7 @@
 // The tunnel listener's registration has no API server behind it, so every answer there is the listener's own: a
 // refusal with one of a few 4xx codes as a Status (or its one 401 body), a certificate only for a valid bootstrap
 // token, and never a 5xx.
-import { statusBody } from '../../lib/kube-status.ts';
+import { statusBody } from '../../lib/kube/status.ts';
 import type { Answer } from './wire.ts';
 
 /** The one body every failed authentication gets (the proxy's, and the tunnel listener's refusals). */

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { constants, createSecureServer, type Http2SecureServer } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
-import { issueCert, newCA } from '../../lib/pki.ts';
+import { issueCert, newCA } from '../../lib/pki/pki.ts';
 import { familyProblems, hasFindings, runFuzz, type FamilyReport, type FuzzReport } from './run.ts';
 import type { FuzzTarget } from './target.ts';
 

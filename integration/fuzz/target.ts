@@ -13,9 +13,9 @@ import {
 import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
 
-import { createBootstrapToken } from '../../lib/bootstrap.ts';
-import { newKubeClients, readSecretData, type KubeClients } from '../../lib/kube.ts';
-import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki.ts';
+import { createBootstrapToken } from '../../lib/kube/bootstrap.ts';
+import { newKubeClients, readSecretData, type KubeClients } from '../../lib/kube/kube.ts';
+import { issueCert, loadCA, newCA, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import { startCluster, type Cluster } from '../../dev/cluster.ts';
 import { applyJWTAuthenticator } from '../../dev/concierge.ts';
 import { startConciergeProcess, type ConciergeProcess } from '../harness/concierge-process.ts';

@@ -8,7 +8,7 @@
 import { createInterface } from 'node:readline';
 import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { silentLogger } from '../../lib/log.ts';
-import { loadCA } from '../../lib/pki.ts';
+import { loadCA } from '../../lib/pki/pki.ts';
 import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { issueCert, newCA } from '../../lib/pki.ts';
+import { issueCert, newCA } from '../../lib/pki/pki.ts';
 
 export interface WebhookUser {
   username: string;

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { issueCert, newCA } from '../pki.ts';
+import { issueCert, newCA } from '../pki/pki.ts';
 import { AuthenticatorCache } from './cache.ts';
 import { REVIEWS_IN_FLIGHT, REVIEWS_WAITING, WebhookAuthenticator } from './webhook.ts';
 import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';

@@ -1,7 +1,7 @@
 // A controller is a name, the informers it watches (each mapping an object to the keys it affects) and a
 // level-triggered sync(key). Events only enqueue keys; sync reads the caches and never learns which event woke it.
 import type { SyncResult } from './queue.ts';
-import type { Informer, KubeObject } from '../../lib/informer.ts';
+import type { Informer, KubeObject } from '../kube/informer.ts';
 
 export interface Watch<T extends KubeObject = KubeObject> {
   informer: Informer<T>;

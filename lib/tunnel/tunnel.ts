@@ -1,6 +1,6 @@
 // The reverse tunnel's multiplexer, both ends: HTTP/2 (node:http2, a well-tested multiplexer with per-stream flow
 // control, a stream limit and PING) over the one connection the agent dialed: its TLS socket itself after an HTTP
-// Upgrade to TUNNEL_UPGRADE, or a WebSocket stream where only WebSockets pass (lib/tunnel-dial.ts). The concierge is
+// Upgrade to TUNNEL_UPGRADE, or a WebSocket stream where only WebSockets pass (lib/tunnel/dial.ts). The concierge is
 // the HTTP/2 client. A plain request (watches included) is one HTTP/2 request, headers and body as the client's,
 // which the agent relays to its API server as one HTTP/2 request again: nothing is parsed or written as HTTP/1.1 on
 // the way. An upgrade (exec, port-forward) goes on a CONNECT stream, one byte stream to the agent's local proxy,
@@ -21,7 +21,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from './http2-pool.ts';
+import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
 export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
@@ -43,7 +43,7 @@ export function writesDone(socket: Duplex): Promise<void> {
   return new Promise((done) => socket.write(Buffer.alloc(0), () => done()));
 }
 
-/** The connection's window, shared by all streams (each stream's is lib/http2-pool.ts STREAM_WINDOW_BYTES). */
+/** The connection's window, shared by all streams (each stream's is lib/http2/pool.ts STREAM_WINDOW_BYTES). */
 const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
 export const DEFAULT_MAX_STREAMS = 1000;

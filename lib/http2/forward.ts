@@ -6,7 +6,7 @@
 // hop towards the client is told to stop sending too.
 import type { IncomingMessage } from 'node:http';
 import { constants, type ClientHttp2Stream, type OutgoingHttpHeaders } from 'node:http2';
-import { H2Response, type Request, type Response } from './http2-request.ts';
+import { H2Response, type Request, type Response } from './request.ts';
 import { endToEnd } from './hop-by-hop.ts';
 import { relay, type RelayOptions } from './memory-budget.ts';
 
@@ -74,7 +74,7 @@ export function forwardOverHttp2(
       return opts.fail(new Error(`the upstream answered with status ${answer[':status']}`));
     }
     answered = true;
-    // What belongs to the upstream's hop stays there (lib/hop-by-hop.ts).
+    // What belongs to the upstream's hop stays there (lib/http2/hop-by-hop.ts).
     res.writeHead(status, endToEnd(answer));
     // An HTTP/2 response sends its head in writeHead already; an HTTP/1.1 one waits for the first body chunk.
     if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();

@@ -1,7 +1,7 @@
 // A certificate authority kept in a kubernetes.io/tls Secret, as the concierge keeps three (the impersonation
 // proxy's CA, its client-certificate signer and the tunnel CA): `tls.crt` and `tls.key`, and `previous.crt` for the
 // one it replaced, which stays trusted until it expires. Created once, by whichever replica comes first.
-import { newObjectWriter, readSecret, type KubeClients } from './kube.ts';
+import { newObjectWriter, readSecret, type KubeClients } from '../kube/kube.ts';
 import { loadCA, newCA, type CertificateAuthority } from './pki.ts';
 
 export interface StoredCA {

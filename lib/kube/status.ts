@@ -1,7 +1,7 @@
 // The Kubernetes Status object that every error Sealion makes itself carries (the proxy's and the agent's), as
 // kubectl and client-go expect, and the answers that carry one.
 import { STATUS_CODES, type OutgoingHttpHeaders } from 'node:http';
-import { H2Response, type Response } from './http2-request.ts';
+import { H2Response, type Response } from '../http2/request.ts';
 
 const REASONS: Record<number, string> = {
   400: 'BadRequest',

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { request } from 'node:http';
 import { PassThrough } from 'node:stream';
-import { forwardUpgrade } from './upgrade-forward.ts';
+import { forwardUpgrade } from './upgrade.ts';
 
 describe('forwardUpgrade', () => {
   it('fails an upgrade whose headers Node refuses only when it writes them, instead of throwing', () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { fakeClock } from '../../lib/fake-clock.ts';
-import type { LeaseClient, LeaseRecord } from '../../lib/kube.ts';
-import { silentLogger } from '../../lib/log.ts';
+import { fakeClock } from '../fake-clock.ts';
+import type { LeaseClient, LeaseRecord } from '../kube/kube.ts';
+import { silentLogger } from '../log.ts';
 import { LEASE_SECONDS, startLeaderElection } from './leader.ts';
 
 /** A Lease kept in memory, with the API server's optimistic concurrency: a replace of a stale version loses. */

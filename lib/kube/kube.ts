@@ -1,12 +1,12 @@
 // The thin adapter over @kubernetes/client-node (ESM-only). Composition roots and tests build clients
 // here; everything else depends on the small interfaces they are passed.
-import { exponentialBackoff } from './backoff.ts';
+import { exponentialBackoff } from '../backoff.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
 import { selfSubjectAccessReview, subjectAccessReview, type AccessQuestion } from './access-review.ts';
 import type { Informer, KubeObject } from './informer.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '../log.ts';
 import type { StatusWriter } from './status-writer.ts';
 
 export { ApiException } from '@kubernetes/client-node';

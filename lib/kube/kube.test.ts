@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 // eslint-disable-next-line no-restricted-imports -- the test drives client-node's own request path
 import { HttpMethod, RequestContext } from '@kubernetes/client-node';
 import { loadKubeConfig } from './kube.ts';
-import { issueCert, newCA } from './pki.ts';
+import { issueCert, newCA } from '../pki/pki.ts';
 
 /** A kubeconfig for one cluster with a client certificate. */
 async function kubeconfig(): Promise<string> {

@@ -6,9 +6,9 @@
 // A sync reports a user's mistake (an invalid spec, a broken config edit) in the object's status or conditions and
 // returns; it throws only for failures that may pass (the API server, an issuer that is down), which the queue
 // retries with backoff. A write refused for want of leadership is not retried: the next leader syncs everything.
-import { systemClock, type Clock } from '../../lib/clock.ts';
-import type { KubeObject } from '../../lib/informer.ts';
-import type { Logger } from '../../lib/log.ts';
+import { systemClock, type Clock } from '../clock.ts';
+import type { KubeObject } from '../kube/informer.ts';
+import type { Logger } from '../log.ts';
 import type { LeaderElection } from './leader.ts';
 import type { Controller, Watch } from './controller.ts';
 import { WorkQueue } from './queue.ts';

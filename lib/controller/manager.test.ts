@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { fakeClock } from '../../lib/fake-clock.ts';
-import { MemoryInformer, type KubeObject } from '../../lib/informer.ts';
-import { silentLogger } from '../../lib/log.ts';
+import { fakeClock } from '../fake-clock.ts';
+import { MemoryInformer, type KubeObject } from '../kube/informer.ts';
+import { silentLogger } from '../log.ts';
 import type { Controller } from './controller.ts';
 import type { LeaderElection } from './leader.ts';
 import { newControllerManager, NotLeader } from './manager.ts';

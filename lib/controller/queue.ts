@@ -1,7 +1,7 @@
 // The per-key work queue under every controller: duplicates collapse, one key is never synced twice at once
 // (a key added while it syncs runs again afterwards), failures back off per key and successes forget.
-import { exponentialBackoff } from '../../lib/backoff.ts';
-import { systemClock, type Clock } from '../../lib/clock.ts';
+import { exponentialBackoff } from '../backoff.ts';
+import { systemClock, type Clock } from '../clock.ts';
 
 /** What a sync asks of the queue next. Nothing: done, forget the failures. */
 export type SyncResult = void | { retry: true } | { requeueAfterMs: number };

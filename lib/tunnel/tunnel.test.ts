@@ -8,9 +8,9 @@ import { constants, performServerHandshake } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
-import { eventually } from '../dev/eventually.ts';
-import { issueCert, newCA } from './pki.ts';
-import { STREAM_WINDOW_BYTES } from './http2-pool.ts';
+import { eventually } from '../../dev/eventually.ts';
+import { issueCert, newCA } from '../pki/pki.ts';
+import { STREAM_WINDOW_BYTES } from '../http2/pool.ts';
 import { newTunnelClient, serveTunnel, TunnelBusyError, type TunnelClient } from './tunnel.ts';
 
 // Both ends on real sockets, the agent's end serving a plain HTTP/1.1 server on its streams: over a WebSocket (on
@@ -27,7 +27,7 @@ async function serving(): Promise<{ caPem: string; cert: string; key: string }> 
   return { caPem: ca.certPem, cert: issued.certPem, key: issued.keyPem };
 }
 
-/** Both ends of a TLS connection, once each side's writes are done (lib/tunnel.ts writesDone). */
+/** Both ends of a TLS connection, once each side's writes are done (lib/tunnel/tunnel.ts writesDone). */
 async function directPair(): Promise<{ concierge: Duplex; agent: Duplex; close: () => void }> {
   const tls = await serving();
   const server = createTLSServer({ cert: tls.cert, key: tls.key });

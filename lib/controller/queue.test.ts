@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { fakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock } from '../fake-clock.ts';
 import { WorkQueue } from './queue.ts';
 
 const tick = (ms = 0): Promise<void> => new Promise((r) => setTimeout(r, ms));

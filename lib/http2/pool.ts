@@ -32,7 +32,7 @@ const MAX_STREAM_LIMIT = 1000;
  * Flow-control windows, for every HTTP/2 connection Sealion opens (the API server's, the tunnels', the peer links').
  * HTTP/2's default (64 KiB for the whole connection) lets a few concurrent LISTs stall each other; larger windows let
  * the sender send ahead. A stream's window is also what the sender may push into a process for a client that has
- * stopped reading (lib/memory-budget.ts charges it): 256 KiB keeps a loopback or LAN hop at full speed and a user's
+ * stopped reading (lib/http2/memory-budget.ts charges it): 256 KiB keeps a loopback or LAN hop at full speed and a user's
  * share of unread answers worth 64 streams.
  */
 export const STREAM_WINDOW_BYTES = 256 * 1024;

@@ -7,9 +7,9 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import { eventually } from '../dev/eventually.ts';
-import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from './http2-pool.ts';
-import { H2Response } from './http2-request.ts';
+import { eventually } from '../../dev/eventually.ts';
+import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from './pool.ts';
+import { H2Response } from './request.ts';
 import { newMemoryBudget, relay } from './memory-budget.ts';
 
 const KiB = 1024;

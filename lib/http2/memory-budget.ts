@@ -15,9 +15,9 @@
 // An answer that is being read holds at most what its client has not yet taken of the last chunk (below the
 // response's high-water mark, or it would have stalled); those bytes are not charged.
 import type { Readable } from 'node:stream';
-import type { Clock } from './clock.ts';
-import { STREAM_WINDOW_BYTES } from './http2-pool.ts';
-import type { Response } from './http2-request.ts';
+import type { Clock } from '../clock.ts';
+import { STREAM_WINDOW_BYTES } from './pool.ts';
+import type { Response } from './request.ts';
 
 export interface MemoryLimits {
   /** What one user's unread answers may hold in this process. */
@@ -27,7 +27,7 @@ export interface MemoryLimits {
 }
 
 /**
- * One user's share: 64 unread answers at a full stream window (lib/http2-pool.ts STREAM_WINDOW_BYTES), many more than
+ * One user's share: 64 unread answers at a full stream window (lib/http2/pool.ts STREAM_WINDOW_BYTES), many more than
  * kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory limit.
  */
 export const USER_UNREAD_BYTES = 16 * 1024 * 1024;

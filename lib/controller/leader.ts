@@ -4,9 +4,9 @@
 // (as client-go does), so clocks that disagree by any amount never make a follower take a Lease that is renewed. A
 // leader that cannot renew steps down before its Lease could expire, so two replicas never both believe they
 // lead; a leader that stops cleanly releases the Lease so the next one takes over at its next poll.
-import type { LeaseClient, LeaseRecord } from '../../lib/kube.ts';
-import { systemClock, type Clock } from '../../lib/clock.ts';
-import type { Logger } from '../../lib/log.ts';
+import type { LeaseClient, LeaseRecord } from '../kube/kube.ts';
+import { systemClock, type Clock } from '../clock.ts';
+import type { Logger } from '../log.ts';
 
 /** How long a Lease holds without renewal. With RETRY_MS, a crashed leader is replaced within ~17 s. */
 export const LEASE_SECONDS = 15;

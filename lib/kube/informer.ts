@@ -1,6 +1,6 @@
 // What controllers need from a watched collection: a cache to read and a signal that something changed.
-// lib/kube.ts implements it over the API server (restarting watches by itself); MemoryInformer serves tests.
-// It lives in lib/ because lib/kube.ts implements it; controllers depend only on this interface.
+// lib/kube/kube.ts implements it over the API server (restarting watches by itself); MemoryInformer serves tests.
+// It lives in lib/ because lib/kube/kube.ts implements it; controllers depend only on this interface.
 
 export interface KubeObject {
   metadata?: {
