@@ -33,7 +33,8 @@ import { addAuthenticators } from './authenticators.ts';
 import { addProxyControllers } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
-import { newForwarder } from './proxy/forward.ts';
+import { newHubRoute } from './proxy/hub-route.ts';
+import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
 import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
 import { collectDefaultMetrics } from 'prom-client';
@@ -208,8 +209,8 @@ async function start(
     () => metrics.unreadCuts.inc(),
   );
   unreadBytesGauge(metrics.registry, () => budget.held());
-  const forwarder = newForwarder(forwarding.upstream, budget);
-  onStop(() => forwarder.close());
+  const hub = newHubRoute(forwarding.upstream, budget);
+  onStop(() => hub.close());
   const handler = newProxyHandler({
     groups,
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
@@ -217,14 +218,17 @@ async function start(
     authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs()),
     cache: authenticators.cache,
     reviewer,
-    forwarder,
+    // The hub's own API server; a cluster through the replica's own tunnel, else a peer's.
+    router: newClusterRouter(
+      hub,
+      (name) => tunnels?.route(name),
+      (name) => peering?.route(name),
+    ),
     signer: newClientCertSigner(() => signer),
     metrics,
     log: log.child({ component: 'proxy' }),
     ready: () => true,
     serving: () => serving,
-    // The replica's own tunnel, else a peer's.
-    clusters: (name) => tunnels?.forwarder(name) ?? peering?.forwarder(name),
   });
 
   let initialTLS: ProxyTLS;
@@ -304,7 +308,7 @@ async function start(
         namespace,
         identity: opts.identity,
         ...opts.peer,
-        local: (name) => tunnels?.forwarder(name),
+        local: (name) => tunnels?.route(name),
         holders: (name) => routes.holders(name),
         knownSource: (ip) => routes.knownSource(ip),
         registry: metrics.registry,

@@ -26,25 +26,19 @@ import {
   type TLSSocket,
 } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { systemClock } from '../lib/clock.ts';
 import { ensureSecretCA } from '../lib/pki/ca-secret.ts';
-import { callOverHttp2, CallFailed, forwardOverHttp2 } from '../lib/http2/forward.ts';
+import { callOverHttp2, CallFailed } from '../lib/http2/forward.ts';
 import { endToEnd, hopByHop } from '../lib/http2/hop-by-hop.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
-import { rawStatusResponse, writeStatus } from '../lib/kube/status.ts';
 import type { Logger } from '../lib/log.ts';
 import type { MemoryBudget } from '../lib/http2/memory-budget.ts';
 import { certificateURIs, issueCert } from '../lib/pki/pki.ts';
 import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel/tunnel.ts';
-import { forwardUpgrade, originForm } from '../lib/http2/upgrade.ts';
-import { clusterRoute } from './proxy/handler.ts';
-import {
-  OWN_CALL_MAX_BYTES,
-  OWN_CALL_TIMEOUT_MS,
-  SHORT_REQUEST_TIMEOUT_MS,
-  type ForwardPlan,
-  type Forwarder,
-} from './proxy/forward.ts';
+import { newRequestContext, refuse, type Exchange, type Refusal } from './proxy/exchange.ts';
+import { clusterRoute, OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from './proxy/route.ts';
+import { SHORT_REQUEST_TIMEOUT_MS, transport, type ForwardPlan, type Hop } from './proxy/transport.ts';
 import type { RemoteHolder } from './tunnel/cluster-status.ts';
 import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../apis/install.ts';
 
@@ -76,8 +70,7 @@ const ALPN = 'sealion-peer/1';
  * What the passing refusals of a peer hop ask clients to wait before trying again (client-go does, up to ten times):
  * a route that just went stale, or a holder that just died, is mended within seconds.
  */
-const RETRY = { retryAfterSeconds: 1 };
-const RETRY_RAW = { details: RETRY, headers: { 'retry-after': '1' } };
+const RETRY_AFTER_SECONDS = 1;
 /** The request's authenticated user and kind, as the replica it landed on decided them. */
 const USER_HEADER = 'x-sealion-peer-user';
 const LONG_RUNNING_HEADER = 'x-sealion-peer-long-running';
@@ -96,8 +89,8 @@ export interface PeeringOptions {
   port: number;
   /** The host (an address, or a name in the certificate) other replicas dial; the listener's port is added. */
   advertise: string;
-  /** The forwarder of a tunnel this replica holds, if it holds `cluster`'s. */
-  local(cluster: string): Forwarder | undefined;
+  /** The route through a tunnel this replica holds, if it holds `cluster`'s. */
+  local(cluster: string): Route | undefined;
   /** The other replicas holding `cluster`'s tunnel, in the order to try them. */
   holders(cluster: string): RemoteHolder[];
   /** Whether `address` (an IP) is one a replica publishes: the only sources the peer port takes connections from. */
@@ -111,8 +104,8 @@ export interface PeeringOptions {
 export interface Peering {
   /** host:port other replicas reach this one at, for its Lease. */
   address: string;
-  /** A forwarder through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
-  forwarder(cluster: string): Forwarder | undefined;
+  /** The route through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
+  route(cluster: string): Route | undefined;
   stop(): Promise<void>;
 }
 
@@ -242,36 +235,35 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     res.writeHead(400).end();
   });
   upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
-  upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const target = routeOf(req.url);
-    if (!target) return void socket.end(rawStatusResponse(404, 'not a cluster route'));
+  upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+    servePeerExchange({ kind: 'upgrade', req, socket: socket as Socket, head, context: newRequestContext() }),
+  );
+  const notHeld = (cluster: string): string =>
+    `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
+  /** A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. */
+  const servePeerExchange = (exchange: Exchange): void => {
+    const { req } = exchange;
+    const target = req.url ? clusterRoute(req.url) : undefined;
+    if (!target || (exchange.kind === 'plain' && req.method === 'CONNECT'))
+      return refuse(exchange, { status: 404, message: 'not a cluster route' });
     req.url = target.url;
-    const forwarder = opts.local(target.cluster);
-    if (!forwarder) {
+    const route = opts.local(target.cluster);
+    if (!route) {
       metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
-      return void socket.end(rawStatusResponse(503, notHeld(target.cluster), RETRY_RAW));
+      return refuse(exchange, {
+        status: 503,
+        message: notHeld(target.cluster),
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      });
     }
     metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
     const plan = planFrom(req.rawHeaders, req.headers);
-    plan.headers['upgrade'] = req.headers['upgrade'];
-    forwarder.upgrade(req, socket as Socket, head, plan);
-  });
-  const routeOf = (url: string | undefined): { cluster: string; url: string } | undefined =>
-    url ? clusterRoute(url) : undefined;
-  const notHeld = (cluster: string): string =>
-    `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
-  const servePeerRequest = (req: Request, res: Response): void => {
-    const target = routeOf(req.url);
-    if (!target || req.method === 'CONNECT') return writeStatus(res, 404, 'not a cluster route');
-    req.url = target.url;
-    const forwarder = opts.local(target.cluster);
-    if (!forwarder) {
-      metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
-      return writeStatus(res, 503, notHeld(target.cluster), RETRY);
-    }
-    metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
-    void forwarder.web(req, res, planFrom(req.rawHeaders, (req as { headers: IncomingHttpHeaders }).headers));
+    exchange.context.user = plan.user;
+    exchange.context.cluster = target.cluster;
+    void route.forward(exchange, plan);
   };
+  const servePeerRequest = (req: Request, res: Response): void =>
+    servePeerExchange({ kind: 'plain', req, res, context: newRequestContext() });
 
   const server = createTlsServer({
     ...own,
@@ -431,98 +423,67 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     };
   };
 
-  const peerForwarder = (cluster: string, holders: RemoteHolder[]): Forwarder => ({
-    async web(req, res, plan) {
+  /** The hop over the link to `holder`, for requests to `cluster`. */
+  const peerHop = (cluster: string, link: TunnelClient, holder: RemoteHolder): Hop => ({
+    headers: peerHeaders,
+    pathPrefix: `/clusters/${cluster}`,
+    open: (headers, endStream) => link.request(headers, endStream),
+    send: (method, path, headers) => request({ host: 'peer', method, path, headers, agent: link.agent }),
+    statusPrefix: `cluster ${cluster}: `,
+    failure: (err) => ({
+      status: 502,
+      message: `cluster ${cluster}: the link to replica ${holder.replica}, which holds its tunnel, failed: ${err.code ?? err.message}`,
+    }),
+    // The holder bounds a short request's time and cuts stalled ones; this hop only must not outlive it.
+    shortTimeoutMs: SHORT_REQUEST_TIMEOUT_MS + 5_000,
+    clock: systemClock,
+    ...(opts.budget ? { budget: opts.budget } : {}),
+  });
+
+  /** A place for `user` on a link to one of `holders`, or the Status to answer with. */
+  const placeOnLink = async (
+    cluster: string,
+    holders: RemoteHolder[],
+    user: string,
+  ): Promise<{ link: TunnelClient; holder: RemoteHolder; release: () => void } | Refusal> => {
+    if (stopped)
+      return {
+        status: 503,
+        message: `cluster ${cluster}: this replica is stopping; retry`,
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      };
+    const found = await firstLink(cluster, holders);
+    if ('status' in found) return { ...found, retryAfterSeconds: RETRY_AFTER_SECONDS };
+    const release = takePlace(found.link, user);
+    if (!release) {
+      metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
+      return {
+        status: 429,
+        message: overShare(cluster, found.holder),
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      };
+    }
+    metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+    return { ...found, release };
+  };
+
+  const peerRoute = (cluster: string, holders: RemoteHolder[]): Route => ({
+    kind: 'peer',
+    async forward(exchange, plan) {
       // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
-      if (req.method === 'CONNECT') return writeStatus(res, 405, 'CONNECT is not served');
-      if (stopped) return writeStatus(res, 503, `cluster ${cluster}: this replica is stopping; retry`, RETRY);
-      const found = await firstLink(cluster, holders);
-      if ('status' in found) return writeStatus(res, found.status, found.message, RETRY);
-      const release = takePlace(found.link, plan.user);
-      if (!release) {
-        metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
-        return writeStatus(res, 429, overShare(cluster, found.holder), RETRY);
-      }
-      res.once('close', release);
-      metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
-      const headers = peerHeaders(plan);
-      headers[':method'] = req.method ?? 'GET';
-      headers[':path'] = `/clusters/${cluster}${originForm(req.url)}`;
-      forwardOverHttp2(req, res, headers, {
-        open: (h, endStream) => found.link.request(h, endStream),
-        fail(err) {
-          if (res.headersSent) return void (res.destroyed || res.destroy());
-          writeStatus(
-            res,
-            502,
-            `cluster ${cluster}: the link to replica ${found.holder.replica}, which holds its tunnel, failed: ${err.code ?? err.message}`,
-          );
-        },
-        // The holder bounds a short request's time and cuts stalled ones; this hop only must not outlive it.
-        ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: SHORT_REQUEST_TIMEOUT_MS + 5_000 }),
-        ...(opts.budget ? { relay: { account: { budget: opts.budget, user: plan.user } } } : {}),
-      });
-      await new Promise<void>((done) => res.once('close', done));
-    },
-    upgrade(req, socket, head, plan) {
-      if (stopped)
-        return void socket.end(
-          rawStatusResponse(503, `cluster ${cluster}: this replica is stopping`, RETRY_RAW),
-        );
-      firstLink(cluster, holders).then(
-        (found) => {
-          if ('status' in found)
-            return void socket.end(rawStatusResponse(found.status, found.message, RETRY_RAW));
-          const release = takePlace(found.link, plan.user);
-          if (!release) {
-            metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
-            return void socket.end(rawStatusResponse(429, overShare(cluster, found.holder), RETRY_RAW));
-          }
-          socket.once('close', release);
-          metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
-          const headers = {
-            ...peerHeaders(plan),
-            host: 'peer',
-            connection: 'Upgrade',
-            upgrade: plan.headers['upgrade'],
-          };
-          forwardUpgrade(socket, head, {
-            send: () =>
-              request({
-                host: 'peer',
-                method: req.method ?? 'GET',
-                path: `/clusters/${cluster}${originForm(req.url)}`,
-                headers,
-                agent: found.link.agent,
-              }),
-            fail(err: Error & { code?: string }) {
-              if (!socket.destroyed)
-                socket.end(
-                  rawStatusResponse(
-                    502,
-                    `cluster ${cluster}: the link to replica ${found.holder.replica} failed: ${err.code ?? err.message}`,
-                  ),
-                );
-            },
-          });
-        },
-        () => socket.destroy(),
-      );
+      if (exchange.kind === 'plain' && exchange.req.method === 'CONNECT')
+        return refuse(exchange, { status: 405, message: 'CONNECT is not served' });
+      const placed = await placeOnLink(cluster, holders, plan.user);
+      if ('status' in placed) return refuse(exchange, placed);
+      await transport(exchange, peerHop(cluster, placed.link, placed.holder), plan, placed.release);
     },
     async call(own) {
-      if (stopped) throw new CallFailed(`cluster ${cluster}: this replica is stopping`);
-      const found = await firstLink(cluster, holders);
-      if ('status' in found) throw new CallFailed(found.message);
-      const release = takePlace(found.link, own.user);
-      if (!release) {
-        metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
-        throw new CallFailed(overShare(cluster, found.holder), 429);
-      }
-      metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+      const placed = await placeOnLink(cluster, holders, own.user);
+      if ('status' in placed) throw new CallFailed(placed.message, placed.status === 429 ? 429 : undefined);
       // The holder takes it as any request of this user's: into its tunnel, as the agent, with no impersonation.
       const headers = peerHeaders({ headers: {}, longRunning: false, passthrough: false, user: own.user });
       return callOverHttp2(
-        (h, endStream) => found.link.request(h, endStream),
+        (h, endStream) => placed.link.request(h, endStream),
         {
           ...headers,
           ':method': own.method,
@@ -533,17 +494,16 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
         own.body,
         // The holder's own bound comes first; this hop only must not outlive it.
         { timeoutMs: OWN_CALL_TIMEOUT_MS + 5_000, maxBytes: OWN_CALL_MAX_BYTES },
-      ).finally(release);
+      ).finally(placed.release);
     },
-    close() {},
   });
 
   return {
     address,
-    forwarder(cluster) {
+    route(cluster) {
       if (stopped) return undefined;
       const holders = opts.holders(cluster);
-      return holders.length > 0 ? peerForwarder(cluster, holders) : undefined;
+      return holders.length > 0 ? peerRoute(cluster, holders) : undefined;
     },
     async stop() {
       stopped = true;

@@ -9,7 +9,7 @@ import {
 import type { KubeconfigSource } from '../lib/kube/kube.ts';
 import type { Clock } from '../lib/clock.ts';
 import type { Logger } from '../lib/log.ts';
-import type { Upstream } from './proxy/forward.ts';
+import type { Upstream } from './proxy/hub-route.ts';
 
 /** A kubeconfig's identity, or tokens of a service account in the concierge's namespace. */
 export type ForwardingIdentity = { kubeconfig: KubeconfigSource } | { serviceAccount: string };

@@ -3,7 +3,7 @@ import type { AccessQuestion } from '../../lib/kube/access-review.ts';
 import type { CallAnswer } from '../../lib/http2/forward.ts';
 import { CallFailed } from '../../lib/http2/forward.ts';
 import { askThrough, newReviewCache, ReviewUnavailable } from './access-reviews.ts';
-import type { Forwarder, OwnCall } from './forward.ts';
+import type { OwnCall, Route } from './route.ts';
 
 const question = (name: string): AccessQuestion => ({
   user: 'pat',
@@ -15,18 +15,17 @@ const question = (name: string): AccessQuestion => ({
 });
 const sleep = (ms: number): Promise<void> => new Promise((done) => setTimeout(done, ms));
 
-/** A forwarder whose cluster answers every call with `answer`, recording the calls. */
-function cluster(answer: (call: OwnCall) => Promise<CallAnswer>): Forwarder & { calls: OwnCall[] } {
+/** A route whose cluster answers every call with `answer`, recording the calls. */
+function cluster(answer: (call: OwnCall) => Promise<CallAnswer>): Route & { calls: OwnCall[] } {
   const calls: OwnCall[] = [];
   return {
+    kind: 'tunnel',
     calls,
-    web: () => Promise.resolve(),
-    upgrade: () => {},
+    forward: () => Promise.resolve(),
     call: (own) => {
       calls.push(own);
       return answer(own);
     },
-    close: () => {},
   };
 }
 const allowed = (yes: boolean): Promise<CallAnswer> =>

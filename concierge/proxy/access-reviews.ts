@@ -18,7 +18,7 @@ import { SealionError } from '../../lib/errors.ts';
 import { statusMessageOf } from '../../lib/kube/status.ts';
 import { CallFailed } from '../../lib/http2/forward.ts';
 import type { Ask } from './decide-impersonation.ts';
-import type { Forwarder } from './forward.ts';
+import type { Route } from './route.ts';
 
 /** How long an allowed answer is used: the API server keeps a successful impersonation as long. */
 export const ALLOWED_TTL_MS = 10_000;
@@ -48,11 +48,11 @@ export class ReviewUnavailable extends SealionError {
 const SELF_REVIEW_PATH = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews';
 
 /**
- * Asks a cluster's API server through its forwarder, with the forwarding identity's credential (the agent's, for a
+ * Asks a cluster's API server along its route, with the forwarding identity's credential (the agent's, for a
  * cluster reached through one), on behalf of `user`: whether the question's subject may (a SubjectAccessReview), or
  * with `self`, whether the forwarding identity itself may (a SelfSubjectAccessReview; the subject is ignored).
  */
-export function askThrough(cluster: string, forwarder: Forwarder, user: string, self = false): Ask {
+export function askThrough(cluster: string, route: Route, user: string, self = false): Ask {
   const path = self ? SELF_REVIEW_PATH : REVIEW_PATH;
   const kind = self ? 'SelfSubjectAccessReview' : 'SubjectAccessReview';
   const where = cluster ? 'its API server' : 'the API server';
@@ -60,7 +60,7 @@ export function askThrough(cluster: string, forwarder: Forwarder, user: string, 
     let answer;
     try {
       const review = self ? selfSubjectAccessReview(question) : subjectAccessReview(question);
-      answer = await forwarder.call({
+      answer = await route.call({
         method: 'POST',
         path,
         body: Buffer.from(JSON.stringify(review)),

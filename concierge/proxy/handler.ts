@@ -1,5 +1,8 @@
-// The request path: health → TokenCredentialRequest (anonymous) → authenticate → WhoAmIRequest → header
-// hygiene and impersonation → forward. One log line and one set of metrics per request, never a token.
+// The request pipeline, one for plain requests and upgrades alike: route (health, the anonymous
+// TokenCredentialRequest, which cluster) → authenticate → WhoAmIRequest → decide (header hygiene and the
+// impersonation plan, asked of the cluster the request is for) → the ClusterRouter's route (the hub's API server,
+// this replica's tunnel, a peer) → the transport, where plain requests and upgrades part. One request context
+// carries what the stages learn; one log line and one set of metrics per request, never a token.
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ApiGroups } from '../../apis/groups.ts';
@@ -16,7 +19,9 @@ import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from '.
 import { newFairSemaphore, type FairLimits } from '../tunnel/fair-semaphore.ts';
 import { askThrough, newReviewCache, ReviewUnavailable, type ReviewCache } from './access-reviews.ts';
 import { decideImpersonation, forwardedAs, type Ask, type ForwardedAs } from './decide-impersonation.ts';
-import type { Forwarder, ForwardPlan } from './forward.ts';
+import { newRequestContext, refuse, type Exchange, type Refusal, type RequestContext } from './exchange.ts';
+import { clusterRoute, type ClusterRouter, type Route } from './route.ts';
+import type { ForwardPlan } from './transport.ts';
 import {
   AUTHENTICATED_GROUP,
   cleanHeaders,
@@ -28,14 +33,15 @@ import {
 } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestAttributes, requestInfo, type RequestAttributes } from './request-info.ts';
-import { rawStatusResponse, send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
+import { send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;
   authenticator: RequestAuthenticator;
   cache: AuthenticatorCache;
   reviewer: Reviewer;
-  forwarder: Forwarder;
+  /** The route to the hub's API server, and to each cluster through its agent's tunnel, here or on a peer. */
+  router: ClusterRouter;
   signer: ClientCertSigner;
   metrics: ProxyMetrics;
   log: Logger;
@@ -45,8 +51,6 @@ export interface ProxyDeps {
   serving: () => boolean;
   /** How long a TokenCredentialRequest's body may take to arrive. Default: BODY_TIMEOUT_MS (login-apis.ts). */
   bodyTimeoutMs?: number;
-  /** The forwarder for `/clusters/<name>/…`: through that cluster's agent tunnel, here or on a peer. */
-  clusters?: (name: string) => Forwarder | undefined;
   /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
   reviews?: ReviewCache;
 }
@@ -55,7 +59,7 @@ export interface ProxyDeps {
 interface Target {
   /** The cluster's name, or '' for the hub's own API server. */
   cluster: string;
-  forwarder: Forwarder;
+  route: Route;
   /** Asks the cluster about a user (SubjectAccessReview). */
   ask: Ask;
   /** Asks the cluster whether the forwarding identity itself may do something (SelfSubjectAccessReview). */
@@ -83,13 +87,6 @@ function doing(attributes: RequestAttributes): string {
   return `${verb} ${resource}${subresource ? `/${subresource}` : ''}${group ? ` in API group ${group}` : ''}`;
 }
 
-/** A Status to answer with instead of forwarding. */
-interface Refusal {
-  status: number;
-  message: string;
-  retryAfterSeconds?: number;
-}
-
 /**
  * The hub's reviews in flight and waiting: 64 at once for all users, 16 for one, and up to 1,024 waiting (256 for
  * one) at most 10 s. A decision asks a handful; one user with many requests in flight waits their turn, and a flood
@@ -105,21 +102,6 @@ export const HUB_REVIEW_LIMITS: FairLimits = {
 
 /** What a refusal that mends by itself (a cluster that could not be asked) tells clients to wait. */
 const RETRY_AFTER_SECONDS = 1;
-
-const CLUSTERS_PREFIX = '/clusters/';
-
-/** `/clusters/<name>/<rest>` → the cluster and the URL on it; undefined for the hub's own URLs. */
-export function clusterRoute(url: string): { cluster: string; url: string } | undefined {
-  if (!url.startsWith(CLUSTERS_PREFIX)) return undefined;
-  const end = url.slice(CLUSTERS_PREFIX.length).search(/[/?]/);
-  const cluster =
-    end < 0
-      ? url.slice(CLUSTERS_PREFIX.length)
-      : url.slice(CLUSTERS_PREFIX.length, CLUSTERS_PREFIX.length + end);
-  if (!cluster) return undefined;
-  const rest = end < 0 ? '' : url.slice(CLUSTERS_PREFIX.length + end);
-  return { cluster, url: rest.startsWith('/') ? rest : `/${rest}` };
-}
 
 /**
  * TokenCredentialRequests in flight at once. It is the one API anybody may call, and each holds a body of up to
@@ -163,16 +145,6 @@ function isWellFormedPath(path: string): boolean {
  * with the user's share of a tunnel (one user over their share must not fail another's request).
  */
 const selfScope = (cluster: string, user: string): string => JSON.stringify([cluster, 'self', user]);
-
-/** Answers with a refusal's Status, and Retry-After when it mends by itself. */
-function refuseWith(res: Response, refusal: Refusal): void {
-  writeStatus(
-    res,
-    refusal.status,
-    refusal.message,
-    refusal.retryAfterSeconds === undefined ? undefined : { retryAfterSeconds: refusal.retryAfterSeconds },
-  );
-}
 
 /** The caller, as the extra that records who really asked for an impersonation. */
 function originalUser(caller: UserInfo): string {
@@ -278,14 +250,13 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     req: Request,
     identity: Exclude<Identity, { kind: 'anonymous' }>,
     longRunning: boolean,
-    upgrade: boolean,
     target: Target,
+    context: RequestContext,
   ): Promise<ForwardPlan | Refusal> {
     if (identity.kind === 'serviceaccount') {
       // The API server authenticates (and authorizes any impersonation of) its own service accounts.
       const headers = cleanHeaders(req.headers, true);
       headers['authorization'] = `Bearer ${identity.token}`;
-      if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
     let impersonation = impersonationHeaders(identity.user);
@@ -306,6 +277,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         const problem = identityProblem(user);
         if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
         as = forwardedAs(user, usernameOnly);
+        context.impersonated = user.username;
         if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
         else {
           const original = { [originalUserKey]: [originalUser(identity.user)] };
@@ -328,23 +300,36 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       };
     }
     const headers = { ...cleanHeaders(req.headers), ...impersonation };
-    if (upgrade) Object.assign(headers, { connection: 'Upgrade', upgrade: req.headers['upgrade'] });
     return { headers, longRunning, passthrough: false, user: identity.user.username };
   }
 
-  function observe(verb: string, longRunning: boolean, started: bigint, identity: () => string, url: string) {
+  /** Counts the request in flight; the returned function, called once it is over, logs it and records its metrics. */
+  function observe(exchange: Exchange, verb: string, longRunning: boolean, path: string): () => void {
+    const { context } = exchange;
     metrics.inflight.inc();
     let done = false;
-    return (code: number): void => {
+    return () => {
       if (done) return;
       done = true;
       metrics.inflight.dec();
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const code = exchange.kind === 'plain' ? exchange.res.statusCode : (context.status ?? 0);
+      const seconds = Number(process.hrtime.bigint() - context.started) / 1e9;
       metrics.requests.inc({ verb, code: String(code) });
       if (!longRunning) metrics.duration.observe({ verb }, seconds);
       if (code === 502 || code === 504) metrics.upstreamErrors.inc({ code: String(code) });
       requestLog.info(
-        { user: identity(), verb, path: pathOf(url), code, ms: Math.round(seconds * 1e4) / 10 },
+        {
+          id: context.id,
+          user: context.user || 'anonymous',
+          ...(context.impersonated === undefined ? {} : { as: context.impersonated }),
+          verb,
+          ...(context.cluster ? { cluster: context.cluster } : {}),
+          ...(context.route ? { route: context.route } : {}),
+          path,
+          code,
+          bytes: context.bytes,
+          ms: Math.round(seconds * 1e4) / 10,
+        },
         'request',
       );
     };
@@ -365,154 +350,143 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
    * Where a request goes and who decides about it: the hub's own API server, or for `/clusters/<name>/…` that
    * cluster, reached through its agent; or the Status that says why it cannot go.
    */
-  function targetOf(
-    routed: { cluster: string } | undefined,
-    identity: Exclude<Identity, { kind: 'anonymous' }>,
-  ): Target | Refusal {
-    if (!routed)
-      return {
-        cluster: '',
-        forwarder: deps.forwarder,
-        ask: askHub(identity.user.username),
-        askSelf: reviews.asking(
-          selfScope('', identity.user.username),
-          askThrough('', deps.forwarder, identity.user.username, true),
-        ),
-      };
-    const { cluster } = routed;
+  function targetOf(cluster: string, identity: Exclude<Identity, { kind: 'anonymous' }>): Target | Refusal {
+    const user = identity.user.username;
     // A service-account token of this cluster means nothing to another one.
-    if (identity.kind === 'serviceaccount')
+    if (cluster && identity.kind === 'serviceaccount')
       return {
         status: 403,
         message: `service-account tokens of this cluster cannot be used for cluster ${cluster}`,
       };
-    const forwarder = deps.clusters?.(cluster);
-    if (!forwarder)
+    const route = deps.router.route(cluster);
+    if (!route)
       return {
         status: 503,
         message: `cluster ${cluster} is not connected: its agent holds no tunnel to any concierge replica`,
       };
+    if (!cluster)
+      return {
+        cluster,
+        route,
+        ask: askHub(user),
+        askSelf: reviews.asking(selfScope('', user), askThrough('', route, user, true)),
+      };
     return {
       cluster,
-      forwarder,
-      ask: reviews.asking(cluster, askThrough(cluster, forwarder, identity.user.username)),
-      askSelf: reviews.asking(
-        `${cluster}\nself`,
-        askThrough(cluster, forwarder, identity.user.username, true),
-      ),
+      route,
+      ask: reviews.asking(cluster, askThrough(cluster, route, user)),
+      askSelf: reviews.asking(`${cluster}\nself`, askThrough(cluster, route, user, true)),
     };
   }
 
-  async function serve(req: Request, res: Response): Promise<void> {
-    const original = req.url ?? '/';
-    const routed = clusterRoute(original);
-    if (routed) req.url = routed.url;
-    const url = req.url ?? '/';
-    const path = pathOf(url);
-    const method = req.method ?? 'GET';
-    const info = requestInfo(method, url, false);
-    const started = process.hrtime.bigint();
-    let who = 'anonymous';
-    const finish = observe(info.verb, info.longRunning, started, () => who, original);
-    res.once('close', () => finish(res.statusCode));
-    if (!isWellFormedPath(path)) return writeStatus(res, 400, 'malformed request path');
-
+  /**
+   * What the proxy answers itself, before anyone is authenticated: health, and the anonymous TokenCredentialRequest
+   * API. Returns false for everything else.
+   */
+  async function serveAnonymous(req: Request, res: Response, path: string): Promise<boolean> {
     if (path === '/healthz' || path === '/livez') {
-      return send(res, 200, 'text/plain', 'ok');
+      send(res, 200, 'text/plain', 'ok');
+      return true;
     }
     if (path === '/readyz') {
       const ready = deps.ready();
-      return send(res, ready ? 200 : 503, 'text/plain', ready ? 'ok' : 'not ready');
+      send(res, ready ? 200 : 503, 'text/plain', ready ? 'ok' : 'not ready');
+      return true;
     }
-    if (!deps.serving()) return writeStatus(res, 503, NOT_SERVING);
-    if (path === loginPrefix || path === `${loginPrefix}/`)
-      return serveResourceList(res, groups.login, 'tokencredentialrequests', 'TokenCredentialRequest', [
+    if (!deps.serving()) {
+      writeStatus(res, 503, NOT_SERVING);
+      return true;
+    }
+    if (path === loginPrefix || path === `${loginPrefix}/`) {
+      serveResourceList(res, groups.login, 'tokencredentialrequests', 'TokenCredentialRequest', [
         'create',
         'list',
       ]);
-    if (path.startsWith(`${loginPrefix}/`)) {
-      // Anonymous by design: this is how a user without credentials gets some.
-      if (anonymousInFlight >= MAX_ANONYMOUS_IN_FLIGHT)
-        return writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
-          retryAfterSeconds: 1,
-        });
-      anonymousInFlight++;
-      try {
-        return await handleTokenCredentialRequest(req, res, path.slice(loginPrefix.length), {
-          groups,
-          cache: deps.cache,
-          signer: deps.signer,
-          log,
-          ...(deps.bodyTimeoutMs === undefined ? {} : { bodyTimeoutMs: deps.bodyTimeoutMs }),
-        });
-      } finally {
-        anonymousInFlight--;
-      }
+      return true;
     }
-
-    const identity = await authenticate(req);
-    if (identity.kind === 'anonymous') {
-      log.info({ reason: identity.reason, path }, 'authentication failed');
-      return writeStatus(res, 401, UNAUTHORIZED);
+    if (!path.startsWith(`${loginPrefix}/`)) return false;
+    // Anonymous by design: this is how a user without credentials gets some.
+    if (anonymousInFlight >= MAX_ANONYMOUS_IN_FLIGHT) {
+      writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
+        retryAfterSeconds: 1,
+      });
+      return true;
     }
-    who = identity.user.username;
-
-    if (path === identityPrefix || path === `${identityPrefix}/`)
-      return serveResourceList(res, groups.identity, 'whoamirequests', 'WhoAmIRequest', ['create']);
-    if (path.startsWith(`${identityPrefix}/`)) {
-      const user =
-        identity.kind === 'user' && !identity.user.groups.includes(AUTHENTICATED_GROUP)
-          ? { ...identity.user, groups: [...identity.user.groups, AUTHENTICATED_GROUP] }
-          : identity.user;
-      return handleWhoAmI(req, res, path.slice(identityPrefix.length), groups, user);
+    anonymousInFlight++;
+    try {
+      await handleTokenCredentialRequest(req, res, path.slice(loginPrefix.length), {
+        groups,
+        cache: deps.cache,
+        signer: deps.signer,
+        log,
+        ...(deps.bodyTimeoutMs === undefined ? {} : { bodyTimeoutMs: deps.bodyTimeoutMs }),
+      });
+    } finally {
+      anonymousInFlight--;
     }
-
-    const target = targetOf(routed, identity);
-    if ('status' in target) return refuseWith(res, target);
-    const plan = await forwardingPlan(req, identity, info.longRunning, false, target);
-    if ('status' in plan) return refuseWith(res, plan);
-    await target.forwarder.web(req, res, plan);
+    return true;
   }
 
-  async function serveUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
+  /** The WhoAmIRequest API: who the proxy takes the caller for. Returns false for every other path. */
+  async function serveIdentity(
+    req: Request,
+    res: Response,
+    path: string,
+    identity: Exclude<Identity, { kind: 'anonymous' }>,
+  ): Promise<boolean> {
+    if (path === identityPrefix || path === `${identityPrefix}/`) {
+      serveResourceList(res, groups.identity, 'whoamirequests', 'WhoAmIRequest', ['create']);
+      return true;
+    }
+    if (!path.startsWith(`${identityPrefix}/`)) return false;
+    const user =
+      identity.kind === 'user' && !identity.user.groups.includes(AUTHENTICATED_GROUP)
+        ? { ...identity.user, groups: [...identity.user.groups, AUTHENTICATED_GROUP] }
+        : identity.user;
+    await handleWhoAmI(req, res, path.slice(identityPrefix.length), groups, user);
+    return true;
+  }
+
+  /** The pipeline: route → authenticate → decide → a route → the transport. */
+  async function serve(exchange: Exchange): Promise<void> {
+    const { req, context } = exchange;
     const original = req.url ?? '/';
     const routed = clusterRoute(original);
-    if (routed) req.url = routed.url;
-    const url = req.url ?? '/';
-    const info = requestInfo(req.method ?? 'GET', url, true);
-    let who = 'anonymous';
-    const finish = observe(info.verb, true, process.hrtime.bigint(), () => who, original);
-    const refuse = ({ status, message, retryAfterSeconds }: Refusal): void => {
-      finish(status);
-      socket.end(
-        rawStatusResponse(
-          status,
-          message,
-          retryAfterSeconds === undefined
-            ? undefined
-            : { details: { retryAfterSeconds }, headers: { 'retry-after': String(retryAfterSeconds) } },
-        ),
-      );
-    };
-    if (!deps.serving()) return refuse({ status: 503, message: NOT_SERVING });
-    if (!isWellFormedPath(pathOf(url))) return refuse({ status: 400, message: 'malformed request path' });
+    if (routed) {
+      req.url = routed.url;
+      context.cluster = routed.cluster;
+    }
+    const path = pathOf(req.url ?? '/');
+    const upgrade = exchange.kind === 'upgrade';
+    const info = requestInfo(req.method ?? 'GET', req.url ?? '/', upgrade);
+    const finish = observe(exchange, info.verb, upgrade || info.longRunning, pathOf(original));
+    if (exchange.kind === 'plain') exchange.res.once('close', finish);
+    else exchange.socket.once('close', finish);
+    if (!isWellFormedPath(path)) return refuse(exchange, { status: 400, message: 'malformed request path' });
+    if (exchange.kind === 'plain') {
+      if (await serveAnonymous(exchange.req, exchange.res, path)) return;
+    } else if (!deps.serving()) return refuse(exchange, { status: 503, message: NOT_SERVING });
+
     const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
-      log.info({ reason: identity.reason, path: pathOf(url) }, 'authentication failed');
-      return refuse({ status: 401, message: UNAUTHORIZED });
+      log.info({ id: context.id, reason: identity.reason, path }, 'authentication failed');
+      return refuse(exchange, { status: 401, message: UNAUTHORIZED });
     }
-    who = identity.user.username;
-    const target = targetOf(routed, identity);
-    if ('status' in target) return refuse(target);
-    const plan = await forwardingPlan(req, identity, true, true, target);
-    if ('status' in plan) return refuse(plan);
-    socket.once('close', () => finish(101));
-    target.forwarder.upgrade(req, socket, head, plan);
+    context.user = identity.user.username;
+    if (exchange.kind === 'plain' && (await serveIdentity(exchange.req, exchange.res, path, identity)))
+      return;
+
+    const target = targetOf(context.cluster, identity);
+    if ('status' in target) return refuse(exchange, target);
+    const plan = await forwardingPlan(req, identity, upgrade || info.longRunning, target, context);
+    if ('status' in plan) return refuse(exchange, plan);
+    context.route = target.route.kind;
+    await target.route.forward(exchange, plan);
   }
 
   return {
     request(req, res) {
-      serve(req, res).catch((err: unknown) => {
+      serve({ kind: 'plain', req, res, context: newRequestContext() }).catch((err: unknown) => {
         log.error(
           { err: (err as Error).message, path: pathOf(req.url ?? '/') },
           'request failed inside the proxy',
@@ -522,7 +496,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     },
     upgrade(req, socket, head) {
       socket.on('error', () => socket.destroy());
-      serveUpgrade(req, socket, head).catch((err: unknown) => {
+      serve({ kind: 'upgrade', req, socket, head, context: newRequestContext() }).catch((err: unknown) => {
         log.error({ err: (err as Error).message }, 'upgrade failed inside the proxy');
         socket.destroy();
       });

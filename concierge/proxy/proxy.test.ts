@@ -33,7 +33,8 @@ import {
   newRequestAuthenticator,
 } from './authenticate.ts';
 import { newClientCertSigner } from './credentials.ts';
-import { newForwarder } from './forward.ts';
+import { newHubRoute } from './hub-route.ts';
+import { newClusterRouter } from './route.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
 import { UNAUTHORIZED } from '../../lib/kube/status.ts';
@@ -268,7 +269,7 @@ beforeAll(async () => {
       },
     }),
   });
-  const forwarder = newForwarder({
+  const hub = newHubRoute({
     url: new URL(`https://127.0.0.1:${(upstream.address() as AddressInfo).port}`),
     credentials: { caPem: upstreamCA.certPem, token: () => 'forwarding-identity-token' },
     shortRequestTimeoutMs: SHORT_REQUEST_TIMEOUT_MS,
@@ -278,7 +279,7 @@ beforeAll(async () => {
     authenticator: newRequestAuthenticator(cache, reviewer, () => server.trustedClientCAs()),
     cache,
     reviewer,
-    forwarder,
+    router: newClusterRouter(hub),
     signer: newClientCertSigner(() => undefined),
     metrics,
     log,

@@ -266,7 +266,7 @@ const dial = async (
 
 /** Resolves once the listener has dropped the cluster's tunnel (it notices the close a moment after the agent). */
 async function forgotten(): Promise<void> {
-  while (listener.forwarder(NAME)) await new Promise((r) => setTimeout(r, 10));
+  while (listener.route(NAME)) await new Promise((r) => setTimeout(r, 10));
 }
 
 describe.each(['direct', 'websocket'] as const)('agent certificates bound to a Cluster (%s)', (transport) => {
@@ -276,11 +276,11 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
     const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
     if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
     const agentEnd = serveTunnel(stream, { connect: (s) => s.destroy() });
-    await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
 
     // A change that keeps the binding (a new description) keeps the tunnel.
     clusters.put({ ...clusterObject(uid), spec: { description: 'renamed' } });
-    expect(listener.forwarder(NAME)).toBeDefined();
+    expect(listener.route(NAME)).toBeDefined();
 
     clusters.put(clusterObject(uid, 1));
     await agentEnd.closed;
@@ -301,7 +301,7 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
     const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
     if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
     const agentEnd = serveTunnel(stream, { connect: (s) => s.destroy() });
-    await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
     clusters.put(clusterObject(randomUUID()));
     await agentEnd.closed;
     await forgotten();
@@ -320,12 +320,12 @@ describe.each(['direct', 'websocket'] as const)('agents holding several tunnels 
     const dialed = await open(['another-replica']);
     expect(dialed.replica).toBe('replica-under-test');
     const agentEnd = serveTunnel(dialed.stream, { connect: (s) => s.destroy() });
-    await eventually(() => expect(listener.forwarder(NAME)).toBeDefined());
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
     const refusal = await open(['another-replica', 'replica-under-test']).catch((err: unknown) => err);
     expect(refusal).toBeInstanceOf(DialRefused);
     expect((refusal as DialRefused).status).toBe(409);
     // The tunnel it holds is untouched by the refused dial.
-    expect(listener.forwarder(NAME)).toBeDefined();
+    expect(listener.route(NAME)).toBeDefined();
     agentEnd.close();
     await forgotten();
   });
@@ -361,6 +361,6 @@ describe('agents older than the tunnel protocol', () => {
     const status = JSON.parse(answer.body) as { kind: string; code: number; message: string };
     expect(status).toMatchObject({ kind: 'Status', code: 426 });
     expect(status.message).toContain('upgrade the agent');
-    expect(listener.forwarder(NAME)).toBeUndefined();
+    expect(listener.route(NAME)).toBeUndefined();
   });
 });

@@ -38,7 +38,7 @@ import {
   AVOID_REPLICAS_HEADER,
   REPLICA_HEADER,
 } from '../../lib/tunnel/dial.ts';
-import type { Forwarder } from '../proxy/forward.ts';
+import type { Route } from '../proxy/route.ts';
 import { CIPHERS } from '../proxy/server.ts';
 import {
   BINDING_URI_PREFIX,
@@ -48,7 +48,7 @@ import {
 } from '../../apis/agent-binding.ts';
 import { bindingProblem, currentBinding } from './binding.ts';
 import { TUNNEL_CA_SECRET } from '../../apis/install.ts';
-import { newTunnelForwarder, tunnelLimits, type TunnelForwarder } from './forwarder.ts';
+import { newTunnelRoute, tunnelLimits, type TunnelRoute } from './route.ts';
 import { DEFAULT_REGISTRATION_LIMITS, newRateLimiter, type RateLimitOptions } from './rate-limit.ts';
 
 /** Agent certificates live 90 days and are renewed over the tunnel at two thirds of that. */
@@ -105,8 +105,8 @@ export interface TunnelListener {
   port: number;
   /** The CA agents trust and are issued from (PEM). */
   caPem: string;
-  /** The forwarder of a connected cluster, or undefined. */
-  forwarder(cluster: string): Forwarder | undefined;
+  /** The route through a connected cluster's tunnel, or undefined. */
+  route(cluster: string): Route | undefined;
   /** The tunnel to `cluster`'s agent this replica holds, if any. */
   held(cluster: string): HeldTunnel | undefined;
   /**
@@ -249,7 +249,7 @@ interface Connected {
   /** What the tunnel's certificate is bound to; the tunnel closes when the registry stops matching it. */
   binding: AgentBinding;
   tunnel: TunnelClient;
-  forwarder: TunnelForwarder;
+  route: TunnelRoute;
   held: HeldTunnel;
 }
 
@@ -448,7 +448,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       const entry: Connected = {
         binding,
         tunnel,
-        forwarder: newTunnelForwarder(cluster, tunnel, {
+        route: newTunnelRoute(cluster, tunnel, {
           limits,
           ...(opts.budget ? { budget: opts.budget } : {}),
         }),
@@ -506,7 +506,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     const name = obj.metadata.name ?? '';
     closeIfUnbound(name);
     const current = opts.clusters.get(name);
-    if (current) connected.get(name)?.forwarder.configure(tunnelLimits(current.spec ?? {}));
+    if (current) connected.get(name)?.route.configure(tunnelLimits(current.spec ?? {}));
   });
 
   // Each agent holds one connection; past this many, new ones are dropped at accept rather than exhausting memory.
@@ -520,7 +520,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   return {
     port,
     caPem: ca.certPem,
-    forwarder: (cluster) => connected.get(cluster)?.forwarder,
+    route: (cluster) => connected.get(cluster)?.route,
     held: (cluster) => connected.get(cluster)?.held,
     async setHosts(hosts) {
       server.setSecureContext({

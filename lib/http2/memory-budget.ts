@@ -132,6 +132,8 @@ export interface RelayOptions {
   account?: Account;
   /** Cuts the answer when the client has taken nothing of what is buffered for `ms`. */
   deadline?: { ms: number; clock: Clock };
+  /** Counts the answer's bytes as they are relayed. */
+  tally?: { bytes: number };
 }
 
 /**
@@ -148,7 +150,7 @@ const mostHeld = (from: Readable): number => Math.max(from.readableLength, STREA
  * destroys the response (the caller's 'close' handling then cancels `from`). Errors are the caller's to handle.
  */
 export function relay(from: Readable, res: Response, opts: RelayOptions = {}): void {
-  const { account, deadline } = opts;
+  const { account, deadline, tally } = opts;
   let waiting = false;
   let timer: unknown;
   const stall: Stall | undefined = account && {
@@ -162,6 +164,7 @@ export function relay(from: Readable, res: Response, opts: RelayOptions = {}): v
     from.resume();
   };
   from.on('data', (chunk: Buffer) => {
+    if (tally) tally.bytes += chunk.length;
     if (res.write(chunk)) {
       // Everything buffered for the client has gone: the answer holds nothing worth charging.
       if (stall?.bytes && from.readableLength === 0) account!.budget.discharge(stall);

@@ -15,6 +15,8 @@ export interface UpgradeForwardOptions {
   send(): ClientRequest;
   /** Answers the client when the upstream failed before it answered (nothing has been written to the client). */
   fail(err: Error): void;
+  /** Told the upstream's status: 101 when it switched protocols, else the refusal it relays. */
+  answered?(status: number): void;
 }
 
 /**
@@ -53,6 +55,7 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
 
   upstreamReq.on('upgrade', (res: IncomingMessage, upstream: Duplex, upstreamHead: Buffer) => {
     answered = true;
+    opts.answered?.(101);
     socket.off('close', abandon);
     const destroy = (): void => {
       socket.destroy();
@@ -73,6 +76,7 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
 
   upstreamReq.on('response', (res: IncomingMessage) => {
     answered = true;
+    opts.answered?.(res.statusCode ?? 502);
     // Not switched (a 403, a 400): the answer goes back whole, and the connection closes, since its framing was
     // the upstream connection's.
     const chunks: Buffer[] = [];

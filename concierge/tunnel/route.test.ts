@@ -27,12 +27,12 @@ import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.t
 import { newTunnelClient, serveTunnel } from '../../lib/tunnel/tunnel.ts';
 import { newRequestAuthenticator } from '../proxy/authenticate.ts';
 import { newClientCertSigner } from '../proxy/credentials.ts';
-import type { Forwarder } from '../proxy/forward.ts';
+import { newClusterRouter, type Route } from '../proxy/route.ts';
 import { newProxyHandler } from '../proxy/handler.ts';
 import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
 import type { Clock } from '../../lib/clock.ts';
-import { newTunnelForwarder, tunnelLimits, type TunnelLimits } from './forwarder.ts';
+import { newTunnelRoute, tunnelLimits, type TunnelLimits, type TunnelRoute } from './route.ts';
 import { fakeClock } from '../../lib/fake-clock.ts';
 
 const USERS = ['alice', 'bob', 'carol'];
@@ -117,7 +117,7 @@ function agentUpgrade(_req: IncomingMessage, socket: Duplex): void {
 }
 
 const cleanups: (() => void)[] = [];
-const forwarders: Record<string, Forwarder> = {};
+const routes: Record<string, TunnelRoute> = {};
 let proxyCA: CertificateAuthority;
 let server: ProxyServer;
 let port: number;
@@ -140,9 +140,9 @@ async function connectCluster(name: string, limits: TunnelLimits, withClock?: Cl
     request: agentRequest,
   });
   const tunnel = newTunnelClient(await accepted, { maxStreams: limits.capacity });
-  forwarders[name] = newTunnelForwarder(name, tunnel, { limits, ...(withClock ? { clock: withClock } : {}) });
+  routes[name] = newTunnelRoute(name, tunnel, { limits, ...(withClock ? { clock: withClock } : {}) });
   cleanups.push(() => {
-    forwarders[name]!.close();
+    routes[name]!.close();
     agentEnd.close();
     ws.terminate();
     wss.close();
@@ -217,24 +217,22 @@ beforeAll(async () => {
   const serving = await issueCert(proxyCA, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
   const cache = new AuthenticatorCache();
   cache.set('WebhookAuthenticator', 'static', staticTokens);
-  const noHub: Forwarder = {
-    web: () => Promise.reject(new Error('not for the hub')),
-    upgrade: () => {},
+  const noHub: Route = {
+    kind: 'local',
+    forward: () => Promise.reject(new Error('not for the hub')),
     call: () => Promise.reject(new Error('not for the hub')),
-    close: () => {},
   };
   const handler = newProxyHandler({
     groups: apiGroups(),
     authenticator: newRequestAuthenticator(cache, reviewer, () => server.trustedClientCAs()),
     cache,
     reviewer,
-    forwarder: noHub,
+    router: newClusterRouter(noHub, (name) => routes[name]),
     signer: newClientCertSigner(() => undefined),
     metrics: newProxyMetrics(),
     log: silentLogger(),
     ready: () => true,
     serving: () => true,
-    clusters: (name) => forwarders[name],
   });
   server = newProxyServer(
     { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },

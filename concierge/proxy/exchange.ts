@@ -1,0 +1,88 @@
+// One request as every stage of the pipeline sees it (handler.ts: route → authenticate → decide → a route → the
+// transport). A plain request and an upgrade (exec, attach, port-forward) differ in how they are answered and how
+// their bytes travel, and in nothing else: the stages take an Exchange, and only the transport (transport.ts) and
+// the few lines below look at which kind it is.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Request, Response } from '../../lib/http2/request.ts';
+import { rawStatusResponse, writeStatus } from '../../lib/kube/status.ts';
+
+/** Where a request went: the hub's own API server, a tunnel this replica holds, or a peer replica that holds one. */
+export type RouteKind = 'local' | 'tunnel' | 'peer';
+
+/** What the stages learn about a request, for the stages after them, the log line and the metrics. */
+export interface RequestContext {
+  /** Unique per request: in its log line. */
+  readonly id: string;
+  /** When it arrived (process.hrtime.bigint()). */
+  readonly started: bigint;
+  /** The cluster it is for, '' for the hub's own API server. */
+  cluster: string;
+  /** The authenticated user's name; '' until someone is authenticated. */
+  user: string;
+  /** Whom it is forwarded as, when the caller asked to impersonate someone. */
+  impersonated?: string;
+  route?: RouteKind;
+  /** The status of the answer: the upstream's, or that of the Status Sealion answered with. */
+  status?: number;
+  /** Bytes of the answer relayed to the client. */
+  bytes: number;
+}
+
+export function newRequestContext(): RequestContext {
+  return { id: randomUUID(), started: process.hrtime.bigint(), cluster: '', user: '', bytes: 0 };
+}
+
+export interface PlainExchange {
+  kind: 'plain';
+  req: Request;
+  res: Response;
+  context: RequestContext;
+}
+
+export interface UpgradeExchange {
+  kind: 'upgrade';
+  req: IncomingMessage;
+  socket: Socket;
+  /** What the client sent after the request's head. */
+  head: Buffer;
+  context: RequestContext;
+}
+
+export type Exchange = PlainExchange | UpgradeExchange;
+
+/** A Status to answer with instead of forwarding. */
+export interface Refusal {
+  status: number;
+  message: string;
+  /** Set when the refusal mends by itself: clients (client-go) wait this long and retry. */
+  retryAfterSeconds?: number;
+}
+
+/** Answers with a refusal's Status; an upgrade's connection closes after it. */
+export function refuse(exchange: Exchange, refusal: Refusal): void {
+  const { status, message, retryAfterSeconds } = refusal;
+  exchange.context.status = status;
+  const retry = retryAfterSeconds === undefined ? undefined : { retryAfterSeconds };
+  if (exchange.kind === 'plain') return writeStatus(exchange.res, status, message, retry);
+  if (exchange.socket.destroyed) return;
+  exchange.socket.end(
+    rawStatusResponse(
+      status,
+      message,
+      retry && { details: retry, headers: { 'retry-after': String(retryAfterSeconds) } },
+    ),
+  );
+}
+
+/** Whether the client has gone: nothing is worth doing for the exchange any more. */
+export function gone(exchange: Exchange): boolean {
+  return exchange.kind === 'plain' ? exchange.res.destroyed : exchange.socket.destroyed;
+}
+
+/** Calls `then` once the client's side of the exchange closes. */
+export function whenClosed(exchange: Exchange, then: () => void): void {
+  if (exchange.kind === 'plain') exchange.res.once('close', then);
+  else exchange.socket.once('close', then);
+}

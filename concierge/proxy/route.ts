@@ -1,0 +1,108 @@
+// Where a request goes once it is decided: the ClusterRouter picks a Route for the cluster it is for (the hub's own
+// API server, the tunnel this replica holds to the cluster's agent, or a peer replica that holds one), and the
+// route admits it (its fair share of a tunnel, its place on a peer link) and hands it to the transport.
+import type { CallAnswer } from '../../lib/http2/forward.ts';
+import type { FairRefusal, FairSemaphore } from '../tunnel/fair-semaphore.ts';
+import { gone, refuse, whenClosed, type Exchange, type Refusal, type RouteKind } from './exchange.ts';
+import type { ForwardPlan } from './transport.ts';
+
+export interface Route {
+  readonly kind: RouteKind;
+  /** Admits the exchange and carries it to the cluster; resolves when it is over (answered or refused). */
+  forward(exchange: Exchange, plan: ForwardPlan): Promise<void>;
+  /**
+   * Sends one small request of the concierge's own to the cluster, as the forwarding identity itself (no
+   * impersonation): the questions about that cluster that only it may answer.
+   */
+  call(request: OwnCall): Promise<CallAnswer>;
+}
+
+/** One small request the concierge itself sends to a cluster: no impersonation, the forwarder's identity. */
+export interface OwnCall {
+  method: string;
+  path: string;
+  body: Buffer;
+  /** Whose request it serves: it counts against that user's share of a tunnel, as their requests do. */
+  user: string;
+}
+
+/** How long a cluster has to answer one of the concierge's own calls (a SubjectAccessReview takes milliseconds). */
+export const OWN_CALL_TIMEOUT_MS = 10_000;
+/** The largest answer to one of the concierge's own calls: a SubjectAccessReview's is well under a kilobyte. */
+export const OWN_CALL_MAX_BYTES = 64 * 1024;
+
+/** The route to each cluster. */
+export interface ClusterRouter {
+  /** The route to `cluster` ('' for the hub's own API server), or undefined when nothing reaches it now. */
+  route(cluster: string): Route | undefined;
+}
+
+/**
+ * The hub's own API server for '', and for a cluster the first of `reach` that reaches it: a replica's own tunnel
+ * comes before a peer's.
+ */
+export function newClusterRouter(
+  hub: Route,
+  ...reach: ((cluster: string) => Route | undefined)[]
+): ClusterRouter {
+  return {
+    route(cluster) {
+      if (!cluster) return hub;
+      for (const through of reach) {
+        const route = through(cluster);
+        if (route) return route;
+      }
+      return undefined;
+    },
+  };
+}
+
+const CLUSTERS_PREFIX = '/clusters/';
+
+/** `/clusters/<name>/<rest>` → the cluster and the URL on it; undefined for the hub's own URLs. */
+export function clusterRoute(url: string): { cluster: string; url: string } | undefined {
+  if (!url.startsWith(CLUSTERS_PREFIX)) return undefined;
+  const end = url.slice(CLUSTERS_PREFIX.length).search(/[/?]/);
+  const cluster =
+    end < 0
+      ? url.slice(CLUSTERS_PREFIX.length)
+      : url.slice(CLUSTERS_PREFIX.length, CLUSTERS_PREFIX.length + end);
+  if (!cluster) return undefined;
+  const rest = end < 0 ? '' : url.slice(CLUSTERS_PREFIX.length + end);
+  return { cluster, url: rest.startsWith('/') ? rest : `/${rest}` };
+}
+
+/**
+ * Waits for the user's turn in `semaphore`. Resolves with the place's release; or with undefined when the semaphore
+ * refused (the exchange is answered with `refusal(why)`) or the client left while it waited (it leaves the queue).
+ */
+export function admitFairly(
+  semaphore: FairSemaphore,
+  exchange: Exchange,
+  user: string,
+  refusal: (why: FairRefusal) => Refusal,
+): Promise<(() => void) | undefined> {
+  if (gone(exchange)) return Promise.resolve(undefined);
+  return new Promise((done) => {
+    let settled = false;
+    const cancel = semaphore.acquire(
+      user,
+      (release) => {
+        settled = true;
+        done(release);
+      },
+      (why) => {
+        settled = true;
+        refuse(exchange, refusal(why));
+        done(undefined);
+      },
+    );
+    if (!settled)
+      whenClosed(exchange, () => {
+        if (settled) return;
+        settled = true;
+        cancel();
+        done(undefined);
+      });
+  });
+}

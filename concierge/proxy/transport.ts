@@ -1,0 +1,205 @@
+// The pipeline's last stage: an admitted request carried over one hop (the hub's API server, an agent's tunnel, a
+// peer replica) and its answer relayed back. This is the one place where a plain request and an upgrade part: a
+// plain request goes as an HTTP/2 request (lib/http2/forward.ts), an upgrade as HTTP/1.1 spliced through once the
+// upstream switches protocols (lib/http2/upgrade.ts). What differs between hops is only what a Hop says.
+//
+// A hop with a progress deadline (a tunnel, shared by everyone who reaches its cluster) cuts a request that makes no
+// progress for that long: an answer or an upgraded connection's data the client does not read, a body that stopped
+// arriving. So nobody holds a place in it by reading or writing slowly.
+import type { ClientRequest, OutgoingHttpHeaders } from 'node:http';
+import { constants, type ClientHttp2Stream } from 'node:http2';
+import type { Socket } from 'node:net';
+import type { Duplex, Readable } from 'node:stream';
+import type { Clock } from '../../lib/clock.ts';
+import { forwardOverHttp2, hasBody } from '../../lib/http2/forward.ts';
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
+import { forwardUpgrade, originForm } from '../../lib/http2/upgrade.ts';
+import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
+
+/**
+ * The API server ends its own short requests after 60 s; the proxy waits a little longer so the API server's
+ * timeout, with its own Status, is what clients normally see.
+ */
+export const SHORT_REQUEST_TIMEOUT_MS = 65_000;
+
+/** What the stages before the transport decided about a request. */
+export interface ForwardPlan {
+  /** The request's headers for the next hop: the caller's, cleaned, with the impersonation decided. */
+  headers: OutgoingHttpHeaders;
+  longRunning: boolean;
+  /**
+   * The request carries the caller's own token for the API server (a service account): it goes over connections
+   * without the proxy's client certificate, which the API server would otherwise prefer over the token.
+   */
+  passthrough: boolean;
+  /**
+   * The authenticated user's name, before any nested impersonation: whose request this is, for limits kept per
+   * user (a tunnel's fair share). Impersonating others does not give a caller more shares.
+   */
+  user: string;
+}
+
+/** One hop a request can take. */
+export interface Hop {
+  /** The plan's headers as this hop must carry them (a new object, or the plan's own when nobody reads it again). */
+  headers(plan: ForwardPlan): OutgoingHttpHeaders;
+  /** Put before the request's path on this hop (a peer's `/clusters/<name>`). */
+  pathPrefix: string;
+  /** Opens an HTTP/2 stream for a plain request, its end sent already when there is no body; may throw. */
+  open(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream;
+  /** Sends an upgrade as HTTP/1.1 over this hop. */
+  send(method: string, path: string, headers: OutgoingHttpHeaders): ClientRequest;
+  /** What the Status messages about this hop start with: `cluster <name>: `, or nothing for the hub's own. */
+  statusPrefix: string;
+  /** The Status for a failure of this hop. */
+  failure(err: Error & { code?: string }): Refusal;
+  /** How long a short (not long-running) request may be idle before it fails with 504. */
+  shortTimeoutMs: number;
+  /** Cuts a request that makes no progress for this long; never when undefined. */
+  progressMs?: number;
+  /** The progress deadline's timers. */
+  clock: Clock;
+  /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
+  budget?: MemoryBudget;
+}
+
+/**
+ * Carries an admitted exchange over `hop`; `release` gives back what admitting it took, once what it holds on the
+ * hop is gone. Resolves when the exchange is over.
+ */
+export function transport(
+  exchange: Exchange,
+  hop: Hop,
+  plan: ForwardPlan,
+  release: () => void,
+): Promise<void> {
+  // A client gone before its turn came (it left while it waited or was authenticated) would never close again.
+  if (exchange.kind === 'plain' ? exchange.res.destroyed : exchange.socket.destroyed) {
+    release();
+    return Promise.resolve();
+  }
+  return exchange.kind === 'plain'
+    ? plain(exchange, hop, plan, release)
+    : upgrade(exchange, hop, plan, release);
+}
+
+function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release: () => void): Promise<void> {
+  const { req, res, context } = exchange;
+  const headers = hop.headers(plan);
+  headers[':method'] = req.method ?? 'GET';
+  headers[':path'] = hop.pathPrefix + originForm(req.url);
+  const progressMs = hop.progressMs;
+  const stream = forwardOverHttp2(req, res, headers, {
+    open: (h, endStream) => hop.open(h, endStream),
+    fail: (err) => refuse(exchange, hop.failure(err)),
+    ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: hop.shortTimeoutMs }),
+    // A client that leaves the answer unread holds its stream and memory on every hop: cut, as any broken answer
+    // is, once it has read nothing for the progress timeout, or at once when the user's unread answers are over
+    // their share of this process's memory.
+    relay: {
+      tally: context,
+      ...(progressMs === undefined ? {} : { deadline: { ms: progressMs, clock: hop.clock } }),
+      ...(hop.budget ? { account: { budget: hop.budget, user: plan.user } } : {}),
+    },
+  });
+  return new Promise<void>((done) => {
+    let stopWatchingBody = (): void => {};
+    let finished = false;
+    const finish = (): void => {
+      if (finished) return;
+      finished = true;
+      stopWatchingBody();
+      release();
+      done();
+    };
+    res.once('close', finish);
+    if (progressMs !== undefined && stream && hasBody(req)) {
+      const from: Readable = 'stream' in req ? req.stream : req;
+      stopWatchingBody = watchBody(from, progressMs, hop.clock, () => {
+        refuse(exchange, { status: 408, message: `${hop.statusPrefix}the request body stopped arriving` });
+        // Closing the upstream stream frees its place at once (lib/tunnel/tunnel.ts). An HTTP/2 response that
+        // ended before its request did closes only when the client ends or resets it.
+        stream.close(constants.NGHTTP2_CANCEL);
+        finish();
+      });
+    }
+  });
+}
+
+function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release: () => void): Promise<void> {
+  const { req, socket, head, context } = exchange;
+  const headers = hop.headers(plan);
+  headers['connection'] = 'Upgrade';
+  headers['upgrade'] = req.headers['upgrade'];
+  /** The connection the upgrade goes out on: until it is gone, it holds its place on the hop. */
+  let carrier: Duplex | undefined;
+  socket.once('close', () => releaseWhenGone(release, carrier));
+  forwardUpgrade(socket, head, {
+    send() {
+      const sent = hop.send(req.method ?? 'GET', hop.pathPrefix + originForm(req.url), headers);
+      sent.once('socket', (s: Duplex) => {
+        carrier = s;
+        if (hop.progressMs !== undefined) watchUpgrade(s, socket, hop.progressMs, hop.clock);
+      });
+      return sent;
+    },
+    fail: (err) => refuse(exchange, hop.failure(err)),
+    answered: (status) => (context.status = status),
+  });
+  return new Promise<void>((done) => socket.once('close', done));
+}
+
+/** Calls `release` once `carrier` (if there is one) is destroyed: until then it counts against its hop's limit. */
+function releaseWhenGone(release: () => void, carrier: Duplex | undefined): void {
+  if (!carrier || carrier.destroyed) return release();
+  carrier.once('close', release);
+}
+
+/**
+ * Watches a request body: `stalled` is called when no chunk arrived for `ms` before its end (the client stopped
+ * sending, or the hop stopped taking it). One timer per body, checked and re-armed when it fires.
+ */
+function watchBody(body: Readable, ms: number, clock: Clock, stalled: () => void): () => void {
+  let chunks = 0;
+  let seen = -1;
+  let timer: unknown;
+  const check = (): void => {
+    if (chunks === seen) return stalled();
+    seen = chunks;
+    timer = clock.setTimeout(check, ms);
+  };
+  const count = (): void => void chunks++;
+  const stop = (): void => {
+    clock.clearTimeout(timer);
+    body.off('data', count);
+  };
+  body.on('data', count);
+  body.once('end', stop);
+  check();
+  return stop;
+}
+
+/**
+ * Cuts an upgraded connection whose client has not taken what the upstream sent for `ms`: the splice pauses the
+ * upstream while the client's socket is full, and the client's 'drain' lets it go on. An idle connection (an exec
+ * shell nobody types in) has nothing pending and is never cut.
+ */
+function watchUpgrade(upstream: Duplex, socket: Socket, ms: number, clock: Clock): void {
+  let timer: unknown;
+  const disarm = (): void => {
+    clock.clearTimeout(timer);
+    timer = undefined;
+  };
+  upstream.on('pause', () => {
+    if (timer !== undefined) return;
+    timer = clock.setTimeout(() => {
+      timer = undefined;
+      // Paused for another reason (the upgrade's own setup): only a client that leaves data unread stalls.
+      if (!socket.writableNeedDrain) return;
+      socket.destroy();
+      upstream.destroy();
+    }, ms);
+  });
+  socket.on('drain', disarm);
+  socket.once('close', disarm);
+}
