@@ -23,6 +23,12 @@ export interface RequestContext {
   user: string;
   /** Whom it is forwarded as, when the caller asked to impersonate someone. */
   impersonated?: string;
+  /**
+   * How the request was decided: `passthrough` (a service account's own token), or the mode the cluster lets the
+   * forwarding identity impersonate this kind of identity in (`user-info`, `serviceaccount`, `arbitrary-node`,
+   * `legacy`).
+   */
+  decision?: string;
   route?: RouteKind;
   /** The status of the answer: the upstream's, or that of the Status Sealion answered with. */
   status?: number;

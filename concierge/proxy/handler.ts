@@ -257,6 +257,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       // The API server authenticates (and authorizes any impersonation of) its own service accounts.
       const headers = cleanHeaders(req.headers, true);
       headers['authorization'] = `Bearer ${identity.token}`;
+      context.decision = 'passthrough';
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
     let impersonation = impersonationHeaders(identity.user);
@@ -299,6 +300,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         retryAfterSeconds: RETRY_AFTER_SECONDS,
       };
     }
+    context.decision = FORWARDED_AS[as].mode ?? 'legacy';
     const headers = { ...cleanHeaders(req.headers), ...impersonation };
     return { headers, longRunning, passthrough: false, user: identity.user.username };
   }
@@ -322,6 +324,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
           id: context.id,
           user: context.user || 'anonymous',
           ...(context.impersonated === undefined ? {} : { as: context.impersonated }),
+          ...(context.decision ? { decision: context.decision } : {}),
           verb,
           ...(context.cluster ? { cluster: context.cluster } : {}),
           ...(context.route ? { route: context.route } : {}),

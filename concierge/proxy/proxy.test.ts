@@ -731,7 +731,7 @@ describe('failures and observability', () => {
     await eventually(() => expect(logText).toMatch(/"verb":"watch".*"code":502|"code":502.*"verb":"watch"/));
   });
 
-  it('logs one line per request with user, verb, path, code and duration, and never a token', async () => {
+  it('logs one line per request with its id, user, decision, route, verb, path, code, bytes and duration, and never a token', async () => {
     logText = '';
     await call('/api/v1/namespaces/default/pods?labelSelector=a', { authorization: 'Bearer alice-token' });
     await call('/api/v1/namespaces', { authorization: 'Bearer not-a-valid-token-secret' });
@@ -746,9 +746,15 @@ describe('failures and observability', () => {
       verb: 'get',
       path: '/api/v1/namespaces/default/pods',
       code: 200,
+      route: 'local',
+      decision: 'user-info',
     });
     expect(typeof requests[0]!['ms']).toBe('number');
+    expect(requests[0]!['bytes']).toBeGreaterThan(0);
     expect(requests[1]).toMatchObject({ user: 'anonymous', code: 401 });
+    expect(requests[1]).not.toHaveProperty('route');
+    expect(requests[0]!['id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(requests[1]!['id']).not.toBe(requests[0]!['id']);
     expect(logText).not.toContain('alice-token');
     expect(logText).not.toContain('not-a-valid-token-secret');
     expect(logText).not.toContain('forwarding-identity-token');
