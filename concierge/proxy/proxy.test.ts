@@ -38,7 +38,8 @@ import { newClusterRouter } from './route.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
 import { UNAUTHORIZED } from '../../lib/kube/status.ts';
-import { HUB_REVIEW_LIMITS, MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
+import { MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
+import { HUB_REVIEW_LIMITS } from './decide.ts';
 
 /** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */
 const BODY_TIMEOUT_MS = 400;
