@@ -28,7 +28,7 @@ import {
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { systemClock } from '../lib/clock.ts';
 import { ensureSecretCA } from '../lib/pki/ca-secret.ts';
-import { callOverHttp2, CallFailed } from '../lib/http2/forward.ts';
+import { CallFailed } from '../lib/http2/forward.ts';
 import { endToEnd, hopByHop } from '../lib/http2/hop-by-hop.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
@@ -38,7 +38,13 @@ import { certificateURIs, issueCert } from '../lib/pki/pki.ts';
 import { newTunnelClient, serveTunnel, type TunnelClient, type TunnelServer } from '../lib/tunnel/tunnel.ts';
 import { newRequestContext, refuse, type Exchange, type Refusal } from './proxy/exchange.ts';
 import { clusterRoute, OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from './proxy/route.ts';
-import { SHORT_REQUEST_TIMEOUT_MS, transport, type ForwardPlan, type Hop } from './proxy/transport.ts';
+import {
+  callOver,
+  SHORT_REQUEST_TIMEOUT_MS,
+  transport,
+  type ForwardPlan,
+  type Hop,
+} from './proxy/transport.ts';
 import type { RemoteHolder } from './tunnel/cluster-status.ts';
 import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../apis/install.ts';
 
@@ -481,20 +487,11 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       const placed = await placeOnLink(cluster, holders, own.user);
       if ('status' in placed) throw new CallFailed(placed.message, placed.status === 429 ? 429 : undefined);
       // The holder takes it as any request of this user's: into its tunnel, as the agent, with no impersonation.
-      const headers = peerHeaders({ headers: {}, longRunning: false, passthrough: false, user: own.user });
-      return callOverHttp2(
-        (h, endStream) => placed.link.request(h, endStream),
-        {
-          ...headers,
-          ':method': own.method,
-          ':path': `/clusters/${cluster}${own.path}`,
-          'content-type': 'application/json',
-          accept: 'application/json',
-        },
-        own.body,
-        // The holder's own bound comes first; this hop only must not outlive it.
-        { timeoutMs: OWN_CALL_TIMEOUT_MS + 5_000, maxBytes: OWN_CALL_MAX_BYTES },
-      ).finally(placed.release);
+      // Its own bound comes first; this hop only must not outlive it.
+      return callOver(peerHop(cluster, placed.link, placed.holder), own, {
+        timeoutMs: OWN_CALL_TIMEOUT_MS + 5_000,
+        maxBytes: OWN_CALL_MAX_BYTES,
+      }).finally(placed.release);
     },
   });
 

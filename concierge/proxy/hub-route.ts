@@ -6,13 +6,13 @@
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { Agent, request } from 'node:https';
 import { newH2Pool, type H2Pool } from '../../lib/http2/pool.ts';
-import { callOverHttp2, UpstreamTimeout } from '../../lib/http2/forward.ts';
+import { UpstreamTimeout } from '../../lib/http2/forward.ts';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { clientCertChain } from '../../lib/pki/pem.ts';
 import { systemClock } from '../../lib/clock.ts';
 import type { Refusal } from './exchange.ts';
 import { OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from './route.ts';
-import { SHORT_REQUEST_TIMEOUT_MS, transport, type ForwardPlan, type Hop } from './transport.ts';
+import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type ForwardPlan, type Hop } from './transport.ts';
 
 /** Idle pooled HTTP/1.1 connections (upgrades) to the API server. */
 const MAX_FREE_SOCKETS = 16;
@@ -101,21 +101,8 @@ export function newHubRoute(upstream: Upstream, budget?: MemoryBudget): HubRoute
     kind: 'local',
     forward: (exchange, plan: ForwardPlan) =>
       transport(exchange, plan.passthrough ? anonymous : withIdentity, plan, nothingTaken),
-    call(own) {
-      const token = upstream.credentials.token?.();
-      return callOverHttp2(
-        (h, endStream) => withIdentity.open(h, endStream),
-        {
-          ':method': own.method,
-          ':path': own.path,
-          'content-type': 'application/json',
-          accept: 'application/json',
-          ...(token ? { authorization: `Bearer ${token}` } : {}),
-        },
-        own.body,
-        { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES },
-      );
-    },
+    call: (own) =>
+      callOver(withIdentity, own, { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES }),
     close() {
       withIdentity.close();
       anonymous.close();

@@ -11,7 +11,7 @@ import { constants, type ClientHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { Clock } from '../../lib/clock.ts';
-import { forwardOverHttp2, hasBody } from '../../lib/http2/forward.ts';
+import { callOverHttp2, forwardOverHttp2, hasBody, type CallAnswer } from '../../lib/http2/forward.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { forwardUpgrade, originForm } from '../../lib/http2/upgrade.ts';
 import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
@@ -147,6 +147,20 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
     answered: (status) => (context.status = status),
   });
   return new Promise<void>((done) => socket.once('close', done));
+}
+
+/** One small request of the concierge's own (route.ts OwnCall) over `hop`, as the hop's forwarding identity. */
+export function callOver(
+  hop: Hop,
+  own: { method: string; path: string; body: Buffer; user: string },
+  limits: { timeoutMs: number; maxBytes: number },
+): Promise<CallAnswer> {
+  const headers = hop.headers({ headers: {}, longRunning: false, passthrough: false, user: own.user });
+  headers[':method'] = own.method;
+  headers[':path'] = hop.pathPrefix + own.path;
+  headers['content-type'] = 'application/json';
+  headers['accept'] = 'application/json';
+  return callOverHttp2((h, endStream) => hop.open(h, endStream), headers, own.body, limits);
 }
 
 /** Calls `release` once `carrier` (if there is one) is destroyed: until then it counts against its hop's limit. */

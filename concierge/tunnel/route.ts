@@ -13,10 +13,10 @@ import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import type { ClusterSpec } from '../../apis/tunnel.ts';
 import { DEFAULT_MAX_STREAMS, type TunnelClient } from '../../lib/tunnel/tunnel.ts';
 import { endToEnd } from '../../lib/http2/hop-by-hop.ts';
-import { callOverHttp2, CallFailed } from '../../lib/http2/forward.ts';
+import { CallFailed } from '../../lib/http2/forward.ts';
 import type { Refusal } from '../proxy/exchange.ts';
 import { admitFairly, OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from '../proxy/route.ts';
-import { SHORT_REQUEST_TIMEOUT_MS, transport, type Hop } from '../proxy/transport.ts';
+import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type Hop } from '../proxy/transport.ts';
 import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
 
 /** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
@@ -161,17 +161,7 @@ export function newTunnelRoute(
         admission.acquire(
           own.user,
           (release) => {
-            callOverHttp2(
-              (h, endStream) => tunnel.request(h, endStream),
-              {
-                ':method': own.method,
-                ':path': own.path,
-                'content-type': 'application/json',
-                accept: 'application/json',
-              },
-              own.body,
-              { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES },
-            ).then(
+            callOver(hop, own, { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES }).then(
               (answer) => {
                 release();
                 done(answer);
