@@ -17,6 +17,9 @@ import {
 } from './authenticators.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 
+/** A signal that never aborts, for syncs called directly. */
+const never = new AbortController().signal;
+
 const ISSUER = 'https://issuer.example.com';
 const NOW = new Date('2026-01-02T03:04:05Z');
 let jwk: JWK;
@@ -89,8 +92,8 @@ function recordingLogger(): { log: Logger; lines: () => { level: number; msg: st
 function replica(controllers: AuthenticatorControllers, leading: () => boolean = () => true) {
   return {
     async sync(name: string): Promise<SyncResult> {
-      const result = await controllers.validator.sync(name);
-      if (leading()) await controllers.status.sync(name);
+      const result = await controllers.validator.sync(name, never);
+      if (leading()) await controllers.status.sync(name, never);
       return result;
     },
   };
