@@ -246,6 +246,32 @@ describe('JWTAuthenticator controller', () => {
     expect(status.writes.map((w) => w.status.phase)).toEqual(['Ready']);
   });
 
+  it('gives up a discovery when its signal aborts (the manager stopped), leaving the cache as it was', async () => {
+    const informer = new MemoryInformer<JWTAuthenticator>([jwtObject()]);
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    const cache = new AuthenticatorCache();
+    caches.push(cache);
+    let asked: AbortSignal | undefined;
+    const { validator } = newJWTAuthenticatorControllers(
+      { informer, cache, status, log: silentLogger(), now: () => NOW },
+      {
+        fetchJSON: (_url, _ca, signal) =>
+          new Promise((_done, fail) => {
+            asked = signal;
+            signal?.addEventListener('abort', () => fail(new Error('aborted')));
+          }),
+      },
+    );
+    const stopping = new AbortController();
+    const sync = validator.sync('corp', stopping.signal);
+    await new Promise((done) => setImmediate(done));
+    expect(asked).toBe(stopping.signal);
+    stopping.abort(new Error('stopped'));
+    await expect(sync).rejects.toThrow('stopped');
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
+    expect(status.writes).toHaveLength(0);
+  });
+
   it('removes a deleted authenticator from the cache without writing', async () => {
     const { cache, status, informer, controller } = await runJWT(jwtObject(), goodDocuments());
     informer.remove('corp');

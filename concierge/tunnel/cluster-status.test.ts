@@ -349,6 +349,43 @@ describe('the cluster status publisher', () => {
     expect(a.lease.deleted).toBe(true);
   });
 
+  it('keeps trying to renew its Lease every turn, however long the API server refuses (never dropped)', async () => {
+    const clusters = new MemoryInformer<Cluster>();
+    const leases = new MemoryInformer<LeaseObject>();
+    const clock = fakeClock();
+    let attempts = 0;
+    const refusing: LeaseClient = {
+      get: () => (attempts++, Promise.reject(new Error('unavailable'))),
+      create: () => Promise.reject(new Error('unavailable')),
+      replace: () => Promise.reject(new Error('unavailable')),
+      delete: () => Promise.resolve(),
+    };
+    const manager = newControllerManager({ log: silentLogger(), clock });
+    const publisher = newClusterStatus({
+      clusters,
+      leases,
+      lease: refusing,
+      deleteLease: () => Promise.resolve(),
+      status: fakeStatus(clusters),
+      identity: 'a',
+      held: () => undefined,
+      manager,
+      clock,
+      log: silentLogger(),
+    });
+    expect(publisher.entries.map((e) => [e.controller.name, e.runs])).toEqual([
+      ['cluster-status', 'every-replica'],
+      ['replica-lease', 'every-replica'],
+      ['lapsed-replicas', 'every-replica'],
+    ]);
+    manager.add(...publisher.entries);
+    await manager.start();
+    await tick(clock, 2000, 40);
+    expect(attempts).toBeGreaterThanOrEqual(40);
+    await publisher.withdraw();
+    await manager.stop();
+  });
+
   it('judges no other replica lapsed while its own watch does not show its renewals', async () => {
     const clusters = new MemoryInformer<Cluster>([
       cluster('edge', {
