@@ -26,6 +26,7 @@ import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/
 import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
 import { newControllerManager } from '../lib/controller/manager.ts';
 import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
+import { TUNNEL_HOSTS, TUNNEL_HOSTS_KEY } from '../controllers/tunnel-hosts.ts';
 import { conciergeControllers, newAuthenticators, type ConciergeControllerOptions } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
@@ -262,8 +263,12 @@ async function start(
       ),
     };
 
+  // The tunnel's parts that its controllers drive (the peer listener, the Cluster status facts) come before the
+  // manager starts; the agents' listener after the proxy listens, so that a request for a cluster that comes while it
+  // starts gets a Status.
+  const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
+  let publisher: ClusterStatusPublisher | undefined;
   if (opts.tunnel) {
-    const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
     const informer = informers.customResource<Cluster>(clusterResource);
     await informer.synced();
     const leases = informers.leases(namespace, REPLICA_LEASE_LABEL);
@@ -294,7 +299,7 @@ async function start(
         renewAfterMs: PEER_CERT_RENEW_MS,
       };
     }
-    const publisher = newClusterStatus({
+    publisher = newClusterStatus({
       clusters: informer,
       leases,
       deleteLease: (name) => newLeaseClient(clients, namespace, name).delete(),
@@ -314,38 +319,12 @@ async function start(
     });
     routes = publisher;
     controlled.clusterStatus = publisher;
-    // The unredeemed bootstrap tokens, and only those: registration reads them here rather than asking the API server
-    // once per attempt, which anyone could make.
-    const tokens = informers.core<BootstrapSecret>('secrets', namespace, BOOTSTRAP_SECRET_SELECTORS);
-    await tokens.synced();
-    const listener = await startTunnelListener({
-      clients,
-      namespace,
-      bootstrapTokens: newBootstrapTokenStore(clients, namespace, tokens),
-      host: opts.tunnel.host,
-      port: opts.tunnel.port,
-      hosts: opts.tunnel.hosts,
-      clusters: informer,
-      readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
-      onTunnelChange: (name) => publisher.changed(name),
-      identity: opts.identity,
-      log: log.child({ component: 'tunnel' }),
-      budget,
-      ...(opts.tunnel.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
-    });
-    tunnels = listener;
-    // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
-    // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
-    onStop(async () => {
-      await publisher.withdraw();
-      await listener.stop();
-    });
     if (opts.tunnel.service)
       controlled.tunnelHosts = {
         namespace,
         service: opts.tunnel.service,
         configured: opts.tunnel.hosts,
-        setHosts: (hosts) => listener.setHosts(hosts),
+        listener: () => tunnels,
       };
   }
 
@@ -362,9 +341,44 @@ async function start(
     })),
   );
   await manager.start();
+  // Should a later part fail to start: this replica's Lease goes (withdrawing twice is withdrawing once).
+  const withdraw = publisher?.withdraw;
+  if (withdraw) onStop(() => withdraw());
   const port = await server.listen(opts.proxy.port, opts.proxy.host);
   onStop(() => server.close());
   log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
+
+  if (opts.tunnel && publisher) {
+    const status = publisher;
+    // The unredeemed bootstrap tokens, and only those: registration reads them here rather than asking the API server
+    // once per attempt, which anyone could make.
+    const tokens = informers.core<BootstrapSecret>('secrets', namespace, BOOTSTRAP_SECRET_SELECTORS);
+    await tokens.synced();
+    const listener = await startTunnelListener({
+      clients,
+      namespace,
+      bootstrapTokens: newBootstrapTokenStore(clients, namespace, tokens),
+      host: opts.tunnel.host,
+      port: opts.tunnel.port,
+      hosts: opts.tunnel.hosts,
+      clusters: informers.customResource<Cluster>(clusterResource),
+      readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
+      onTunnelChange: (name) => status.changed(name),
+      identity: opts.identity,
+      log: log.child({ component: 'tunnel' }),
+      budget,
+      ...(opts.tunnel.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
+    });
+    tunnels = listener;
+    // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
+    // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
+    onStop(async () => {
+      await status.withdraw();
+      await listener.stop();
+    });
+    // The listener runs: its hosts follow the tunnel's Service from now on.
+    manager.enqueue(TUNNEL_HOSTS, TUNNEL_HOSTS_KEY);
+  }
 
   let metricsPort: number | undefined;
   if (opts.metrics) {

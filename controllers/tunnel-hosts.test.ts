@@ -22,11 +22,13 @@ function world(services: ServiceLike[], fail = 0) {
     namespace: 'ns',
     service: 'tunnel',
     configured: ['tunnel.example.com'],
-    setHosts: (hosts) => {
-      if (failures-- > 0) return Promise.reject(new Error('cannot issue'));
-      issued.push(hosts);
-      return Promise.resolve();
-    },
+    listener: () => ({
+      setHosts: (hosts: string[]) => {
+        if (failures-- > 0) return Promise.reject(new Error('cannot issue'));
+        issued.push(hosts);
+        return Promise.resolve();
+      },
+    }),
   });
   return { informer, issued, controller };
 }

@@ -5,7 +5,8 @@ import type { Controller } from '../lib/controller/controller.ts';
 import type { Informer } from '../lib/kube/informer.ts';
 import type { ServiceLike } from './impersonation-proxy.ts';
 
-/** The one key: the listener's hosts. */
+/** The controller's name, and its one key: the listener's hosts. */
+export const TUNNEL_HOSTS = 'tunnel-hosts';
 export const TUNNEL_HOSTS_KEY = 'tunnel-hosts';
 
 export interface TunnelHostsDeps {
@@ -16,8 +17,11 @@ export interface TunnelHostsDeps {
   service: string;
   /** The hosts the listener was started with (its first certificate's), always kept. */
   configured: readonly string[];
-  /** Issues the listener a certificate for `hosts` and serves it. */
-  setHosts(hosts: string[]): Promise<void>;
+  /**
+   * The listener, once it runs (it starts after the controllers do, and the key is queued then); `setHosts` issues
+   * it a certificate for `hosts` and serves it.
+   */
+  listener(): { setHosts(hosts: string[]): Promise<void> } | undefined;
 }
 
 /** The addresses and names a load balancer published for a Service. */
@@ -31,7 +35,7 @@ export function newTunnelHostsController(deps: TunnelHostsDeps): Controller {
   /** The hosts of the certificate the listener serves. */
   let served = deps.configured.join(',');
   return {
-    name: 'tunnel-hosts',
+    name: TUNNEL_HOSTS,
     watches: [
       {
         informer: deps.services,
@@ -42,12 +46,14 @@ export function newTunnelHostsController(deps: TunnelHostsDeps): Controller {
     initialKeys: [TUNNEL_HOSTS_KEY],
     // Nothing here is a user's to fix: a certificate that cannot be issued throws and is retried.
     async sync() {
+      const listener = deps.listener();
+      if (!listener) return;
       const hosts = [
         ...deps.configured,
         ...loadBalancerAddresses(deps.services.get(deps.service, deps.namespace)),
       ];
       if (hosts.join(',') === served) return;
-      await deps.setHosts(hosts);
+      await listener.setHosts(hosts);
       served = hosts.join(',');
     },
   };

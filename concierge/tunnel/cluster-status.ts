@@ -175,6 +175,7 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
   /** Replicas found lapsed, whose clusters were queued once. */
   const lapsed = new Set<string>();
   let stopped = false;
+  let withdrawn: Promise<void> | undefined;
 
   const leaseOf = (replica: string): LeaseObject | undefined =>
     opts.leases.list().find((l) => l.spec?.holderIdentity === replica);
@@ -395,25 +396,26 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
         .sort((a, b) => b.since.localeCompare(a.since))
         .map(({ replica, address }) => ({ replica, address }));
     },
-    async withdraw() {
-      if (stopped) return;
-      stopped = true;
-      // One deadline for all of it: a stop never waits on an API server that does not answer.
-      const release = (async () => {
-        for (const name of entriesOf.get(identity) ?? []) manager.enqueue(CLUSTER_STATUS, name);
-        await manager.idle(CLUSTER_STATUS);
-        // A renewal under way ends before the Lease goes; none starts after (stopped).
-        await manager.idle(REPLICA_LEASE);
-        await opts.lease.delete();
-      })().catch((err: unknown) =>
-        log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
-      );
-      let timer: unknown;
-      await Promise.race([
-        release,
-        new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
-      ]);
-      clock.clearTimeout(timer);
-    },
+    withdraw: () => (withdrawn ??= withdraw()),
   };
+
+  /** Removes this replica's entries and Lease, with one deadline for all of it: a stop never waits on an API server that does not answer. */
+  async function withdraw(): Promise<void> {
+    stopped = true;
+    const release = (async () => {
+      for (const name of entriesOf.get(identity) ?? []) manager.enqueue(CLUSTER_STATUS, name);
+      await manager.idle(CLUSTER_STATUS);
+      // A renewal under way ends before the Lease goes; none starts after (stopped).
+      await manager.idle(REPLICA_LEASE);
+      await opts.lease.delete();
+    })().catch((err: unknown) =>
+      log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
+    );
+    let timer: unknown;
+    await Promise.race([
+      release,
+      new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
+    ]);
+    clock.clearTimeout(timer);
+  }
 }
