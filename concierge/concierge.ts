@@ -342,8 +342,8 @@ async function start(
   );
   await manager.start();
   // Should a later part fail to start: this replica's Lease goes (withdrawing twice is withdrawing once).
-  const withdraw = publisher?.withdraw;
-  if (withdraw) onStop(() => withdraw());
+  const facts = publisher;
+  if (facts) onStop(() => facts.withdraw());
   const port = await server.listen(opts.proxy.port, opts.proxy.host);
   onStop(() => server.close());
   log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
