@@ -13,11 +13,9 @@ import {
 } from '../lib/kube/bootstrap.ts';
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
-  newCoreInformer,
-  newCustomResourceInformer,
   newKubeClients,
+  newKubeInformers,
   newLeaseClient,
-  newLeaseInformer,
   newStatusApplier,
   newReviewer,
   readClusterCustomObject,
@@ -27,10 +25,9 @@ import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
 import { newControllerManager } from '../lib/controller/manager.ts';
-import type { ServiceLike, ServingMaterial } from '../controllers/impersonation-proxy.ts';
-import type { Informer } from '../lib/kube/informer.ts';
-import { addAuthenticators } from './authenticators.ts';
-import { addProxyControllers } from './controllers.ts';
+import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
+import { TUNNEL_HOSTS, TUNNEL_HOSTS_KEY } from '../controllers/tunnel-hosts.ts';
+import { conciergeControllers, newAuthenticators, type ConciergeControllerOptions } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
 import { newHubRoute } from './proxy/hub-route.ts';
@@ -41,11 +38,11 @@ import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
-import { startPeering, type Peering } from './peering.ts';
+import { PEER_CERT_RENEW_MS, startPeering, type Peering } from './peering.ts';
 import {
+  newClusterStatus,
   REPLICA_LEASE_LABEL,
   replicaLeaseName,
-  startClusterStatus,
   type ClusterStatusPublisher,
 } from './tunnel/cluster-status.ts';
 import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
@@ -181,19 +178,12 @@ async function start(
     const elected = election;
     onStop(() => elected.stop());
   }
-  // The controllers: validators and the proxy server on every replica, writers on the leader only.
-  const manager = newControllerManager({
-    ...(election ? { election } : {}),
-    clock,
-    log: log.child({ component: 'controllers' }),
-  });
-  const authenticators = addAuthenticators(
-    manager,
-    clients,
-    opts.groupSuffix,
-    log.child({ component: 'authenticators' }),
-  );
-  onStop(() => authenticators.stop());
+  // The process's informers, each made once and shared by all who read its collection; stopped after everyone who
+  // reads them (stops run in reverse order).
+  const informers = newKubeInformers(clients, log);
+  onStop(() => informers.stop());
+  const authenticators = newAuthenticators(informers, opts.groupSuffix);
+  onStop(() => authenticators.cache.close());
 
   // Declared before the listener starts: a request for /clusters/<name>/… that comes while the rest starts gets
   // the handler's 503 (not connected), not a ReferenceError.
@@ -254,48 +244,38 @@ async function start(
   const server = newProxyServer(initialTLS, handler.request, handler.upgrade, (err) =>
     log.debug({ err: err.message }, 'TLS handshake failed'),
   );
-  // The Services of the namespace, watched once for everyone who reads them (the proxy's controllers and the tunnel's
-  // host follower), from their first reader on; stopped after all of them (stops run in reverse order).
-  let namespaceServices: Informer<ServiceLike> | undefined;
-  const servicesInNamespace = (): Informer<ServiceLike> => {
-    if (namespaceServices) return namespaceServices;
-    const made = newCoreInformer<ServiceLike>(clients, 'services', namespace, log);
-    onStop(() => made.stop());
-    return (namespaceServices = made);
-  };
-  if (election) {
-    const serve = servingSwitch(
-      server,
-      (on) => (serving = on),
-      (next) => (signer = next),
-      log,
-    );
-    const proxyControllers = await addProxyControllers(manager, {
-      clients,
-      groupSuffix: opts.groupSuffix,
+  // The controllers (concierge/controllers.ts), registered with one manager once the parts they drive run, and
+  // started before the proxy takes a request (the authenticators' cache is filled first). It stops after the tunnel
+  // parts below, whose Cluster status facts its controllers withdraw.
+  const manager = newControllerManager({
+    ...(election ? { election } : {}),
+    clock,
+    registry: metrics.registry,
+    log: log.child({ component: 'controllers' }),
+  });
+  onStop(() => manager.stop());
+  const controlled: Partial<ConciergeControllerOptions> = {};
+  if (election)
+    controlled.proxy = {
       namespace,
       configMap: opts.configMap,
-      authenticators,
-      serve,
-      services: servicesInNamespace(),
-      log: log.child({ component: 'controllers' }),
-    });
-    onStop(() => proxyControllers.stop());
-  }
-  // The authenticators' cache is filled before the proxy takes a request.
-  onStop(() => manager.stop());
-  await manager.start();
-  const port = await server.listen(opts.proxy.port, opts.proxy.host);
-  onStop(() => server.close());
-  log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
+      serve: servingSwitch(
+        server,
+        (on) => (serving = on),
+        (next) => (signer = next),
+        log,
+      ),
+    };
 
+  // The tunnel's parts that its controllers drive (the peer listener, the Cluster status facts) come before the
+  // manager starts; the agents' listener after the proxy listens, so that a request for a cluster that comes while it
+  // starts gets a Status.
+  const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
+  let publisher: ClusterStatusPublisher | undefined;
   if (opts.tunnel) {
-    const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
-    const informer = newCustomResourceInformer<Cluster>(clients, clusterResource, log);
-    onStop(() => informer.stop());
+    const informer = informers.customResource<Cluster>(clusterResource);
     await informer.synced();
-    const leases = newLeaseInformer(clients, namespace, REPLICA_LEASE_LABEL, log);
-    onStop(() => leases.stop());
+    const leases = informers.leases(namespace, REPLICA_LEASE_LABEL);
     const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
     // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.
     let routes: Pick<ClusterStatusPublisher, 'holders' | 'knownSource'> = {
@@ -317,8 +297,13 @@ async function start(
       });
       peering = started;
       onStop(() => started.stop());
+      controlled.peerCertificate = {
+        issuedAt: () => started.issuedAt(),
+        reissue: () => started.reissue(),
+        renewAfterMs: PEER_CERT_RENEW_MS,
+      };
     }
-    const publisher = await startClusterStatus({
+    publisher = newClusterStatus({
       clusters: informer,
       leases,
       deleteLease: (name) => newLeaseClient(clients, namespace, name).delete(),
@@ -332,23 +317,46 @@ async function start(
       status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
       identity: opts.identity,
       held: (name) => tunnels?.held(name),
+      manager,
       clock,
       log: log.child({ component: 'cluster-status' }),
     });
     routes = publisher;
-    let withdrawn: Promise<void> | undefined;
-    const withdraw = (): Promise<void> => (withdrawn ??= publisher.stop());
-    onStop(withdraw);
+    controlled.clusterStatus = publisher;
+    if (opts.tunnel.service)
+      controlled.tunnelHosts = {
+        namespace,
+        service: opts.tunnel.service,
+        configured: opts.tunnel.hosts,
+        listener: () => tunnels,
+      };
+  }
+
+  manager.add(
+    ...(await conciergeControllers({
+      ...controlled,
+      manager,
+      clients,
+      informers,
+      groupSuffix: opts.groupSuffix,
+      authenticators,
+      clock,
+      log,
+    })),
+  );
+  await manager.start();
+  // Should a later part fail to start: this replica's Lease goes (withdrawing twice is withdrawing once).
+  const facts = publisher;
+  if (facts) onStop(() => facts.withdraw());
+  const port = await server.listen(opts.proxy.port, opts.proxy.host);
+  onStop(() => server.close());
+  log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
+
+  if (opts.tunnel && publisher) {
+    const status = publisher;
     // The unredeemed bootstrap tokens, and only those: registration reads them here rather than asking the API server
     // once per attempt, which anyone could make.
-    const tokens = newCoreInformer<BootstrapSecret>(
-      clients,
-      'secrets',
-      namespace,
-      log,
-      BOOTSTRAP_SECRET_SELECTORS,
-    );
-    onStop(() => tokens.stop());
+    const tokens = informers.core<BootstrapSecret>('secrets', namespace, BOOTSTRAP_SECRET_SELECTORS);
     await tokens.synced();
     const listener = await startTunnelListener({
       clients,
@@ -357,9 +365,9 @@ async function start(
       host: opts.tunnel.host,
       port: opts.tunnel.port,
       hosts: opts.tunnel.hosts,
-      clusters: informer,
+      clusters: informers.customResource<Cluster>(clusterResource),
       readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
-      onTunnelChange: (name) => publisher.changed(name),
+      onTunnelChange: (name) => status.changed(name),
       identity: opts.identity,
       log: log.child({ component: 'tunnel' }),
       budget,
@@ -369,28 +377,11 @@ async function start(
     // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
     // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
     onStop(async () => {
-      await withdraw();
+      await status.withdraw();
       await listener.stop();
     });
-    if (opts.tunnel.service) {
-      const service = opts.tunnel.service;
-      const configured = opts.tunnel.hosts;
-      const services = servicesInNamespace();
-      let current = configured.join(',');
-      const follow = (): void => {
-        const hosts = [...configured, ...loadBalancerAddresses(services.get(service, namespace))];
-        if (hosts.join(',') === current) return;
-        current = hosts.join(',');
-        listener
-          .setHosts(hosts)
-          .catch((err: unknown) => log.error({ err }, 'cannot reissue the tunnel certificate'));
-      };
-      services.onChange((changed) => {
-        if (changed.metadata?.name === service) follow();
-      });
-      await services.synced();
-      follow();
-    }
+    // The listener runs: its hosts follow the tunnel's Service from now on.
+    manager.enqueue(TUNNEL_HOSTS, TUNNEL_HOSTS_KEY);
   }
 
   let metricsPort: number | undefined;
@@ -404,13 +395,6 @@ async function start(
     ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
   };
-}
-
-/** The addresses and names a load balancer published for a Service. */
-function loadBalancerAddresses(service: ServiceLike | undefined): string[] {
-  return (service?.status?.loadBalancer?.ingress ?? []).flatMap(
-    (i) => [i.ip, i.hostname].filter((h) => !!h) as string[],
-  );
 }
 
 /**

@@ -1,11 +1,27 @@
-// Wires the impersonation-proxy controllers to the API server: the ConfigMap (last good config kept), nodes,
-// the proxy's Service and Secrets, the CredentialIssuer, and the strategy publisher that writes how to reach
-// the proxy onto every authenticator. Which of them write, and only on the leader, is the controller manager's
-// business (lib/controller/manager.ts).
+// The concierge's controllers, in one list: each entry says what the controller is, whether it runs on every replica
+// or only on the leader, and (through its watches and reads) the informers it needs, all taken from the process's
+// one set of informers (lib/kube/kube.ts newKubeInformers), so that two controllers reading one collection share its
+// cache and its watch. concierge.ts registers the list with the manager, which starts and stops them together; which
+// of them write, and only on the leader, is the manager's business (lib/controller/manager.ts).
+//
+// On every replica: the authenticator validators (the cache the proxy asks), the proxy server (what this replica
+// serves), the Cluster status facts (cluster-status.ts: this replica's entries and Lease), the tunnel listener's
+// hosts and the peer certificate. On the leader: the authenticators' status, the proxy writer (Service, Secrets) and
+// the strategy publisher (authenticators' and the CredentialIssuer's status).
 import { CONFIG_KEY } from '../apis/install.ts';
-import type { ConciergeStrategy } from '../apis/authentication.ts';
+import type {
+  AuthenticatorStatus,
+  ConciergeStrategy,
+  JWTAuthenticator,
+  WebhookAuthenticator,
+} from '../apis/authentication.ts';
 import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
+import {
+  newJWTAuthenticatorControllers,
+  newWebhookAuthenticatorControllers,
+  type AuthenticatorControllers,
+} from '../controllers/authenticators.ts';
 import type { NodeLike } from '../controllers/detect.ts';
 import {
   newImpersonationProxyControllers,
@@ -15,37 +31,147 @@ import {
   type ServiceLike,
   type ServingMaterial,
 } from '../controllers/impersonation-proxy.ts';
-import type { ControllerManager } from '../lib/controller/manager.ts';
+import { newPeerCertificateController } from '../controllers/peer-certificate.ts';
 import {
   newStrategyBoard,
   newStrategyPublisher,
   tokenCredentialRequestStrategy,
 } from '../controllers/strategies.ts';
+import { newTunnelHostsController, type TunnelHostsDeps } from '../controllers/tunnel-hosts.ts';
+import { AuthenticatorCache } from '../lib/authn/cache.ts';
+import type { Clock } from '../lib/clock.ts';
+import type { ControllerEntry } from '../lib/controller/controller.ts';
+import type { ControllerManager } from '../lib/controller/manager.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import {
   newClusterStatusWriter,
-  newCoreInformer,
-  newCustomResourceInformer,
   newObjectWriter,
   type KubeClients,
+  type KubeInformers,
 } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
-import type { Authenticators } from './authenticators.ts';
 import { ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';
+import type { ClusterStatusPublisher } from './tunnel/cluster-status.ts';
 
-export interface ProxyControlOptions {
+/** The authenticators: informers on both kinds, and the one cache the proxy asks and the validators fill. */
+export interface Authenticators {
+  cache: AuthenticatorCache;
+  jwt: Informer<JWTAuthenticator>;
+  webhook: Informer<WebhookAuthenticator>;
+}
+
+export function newAuthenticators(informers: KubeInformers, groupSuffix: string): Authenticators {
+  const group = apiGroups(groupSuffix).authentication;
+  return {
+    cache: new AuthenticatorCache(),
+    jwt: informers.customResource<JWTAuthenticator>({
+      group,
+      version: VERSION,
+      plural: Resource.JWTAuthenticator,
+    }),
+    webhook: informers.customResource<WebhookAuthenticator>({
+      group,
+      version: VERSION,
+      plural: Resource.WebhookAuthenticator,
+    }),
+  };
+}
+
+export interface ConciergeControllerOptions {
+  /** Gives writers their leader-only form, and takes what no informer sees (a validation, a strategy change). */
+  manager: Pick<ControllerManager, 'leaderOnly' | 'enqueue' | 'resync'>;
   clients: KubeClients;
+  informers: KubeInformers;
   groupSuffix: string;
-  /** The concierge's namespace: its ConfigMap, the proxy's Service and Secrets. */
-  namespace: string;
-  /** The ConfigMap holding config.yaml; also the CredentialIssuer's name. */
-  configMap: string;
   authenticators: Authenticators;
-  /** What the proxy should serve; undefined: switched off. */
-  serve: (material: ServingMaterial | undefined) => void;
-  /** The Services of the namespace, watched once per process (the tunnel's host follower reads them too). */
-  services: Informer<ServiceLike>;
+  /** The impersonation proxy, when the controllers manage it (no fixed TLS files). Default: not managed. */
+  proxy?: {
+    /** The concierge's namespace: its ConfigMap, the proxy's Service and Secrets. */
+    namespace: string;
+    /** The ConfigMap holding config.yaml; also the CredentialIssuer's name. */
+    configMap: string;
+    /** What the proxy should serve; undefined: switched off. */
+    serve: (material: ServingMaterial | undefined) => void;
+  };
+  /** The Cluster status facts, with the tunnel listener. Default: none. */
+  clusterStatus?: ClusterStatusPublisher;
+  /** The tunnel listener's hosts, when a Service's load balancer adds to them. Default: fixed hosts. */
+  tunnelHosts?: Omit<TunnelHostsDeps, 'services'>;
+  /** The peer certificate, with the peer listener. Default: none. */
+  peerCertificate?: { issuedAt(): number; reissue(): Promise<void>; renewAfterMs: number };
+  clock: Clock;
   log: Logger;
+}
+
+/**
+ * The concierge's controllers. Resolves once the CredentialIssuer is known when the proxy is managed (for the
+ * settings in effect before this process started); the manager starts them.
+ */
+export async function conciergeControllers(opts: ConciergeControllerOptions): Promise<ControllerEntry[]> {
+  const { informers, log } = opts;
+  const entries: ControllerEntry[] = [...authenticatorControllers(opts)];
+  if (opts.proxy) entries.push(...(await proxyControllers(opts, opts.proxy)));
+  if (opts.clusterStatus) entries.push(...opts.clusterStatus.entries);
+  if (opts.tunnelHosts) {
+    const services = informers.core<ServiceLike>('services', opts.tunnelHosts.namespace);
+    entries.push({
+      controller: newTunnelHostsController({ ...opts.tunnelHosts, services }),
+      runs: 'every-replica',
+    });
+  }
+  if (opts.peerCertificate)
+    entries.push({
+      controller: newPeerCertificateController({ ...opts.peerCertificate, clock: opts.clock }),
+      runs: 'every-replica',
+      // A certificate that cannot be issued is tried again within seconds, then every few minutes.
+      queue: { baseDelayMs: 1000 },
+    });
+  log.debug({ controllers: entries.map((e) => e.controller.name) }, 'controllers declared');
+  return entries;
+}
+
+/** Per kind, the validator on every replica (it fills the cache) and the status writer on the leader. */
+function authenticatorControllers(opts: ConciergeControllerOptions): ControllerEntry[] {
+  const { manager, clients, authenticators } = opts;
+  const group = apiGroups(opts.groupSuffix).authentication;
+  const log = opts.log.child({ component: 'authenticators' });
+  const validated = (controller: string, name: string): void => manager.enqueue(controller, name);
+  const entries = (controllers: AuthenticatorControllers): ControllerEntry[] => [
+    { controller: controllers.validator, runs: 'every-replica' },
+    { controller: controllers.status, runs: 'leader' },
+  ];
+  return [
+    ...entries(
+      newJWTAuthenticatorControllers({
+        informer: authenticators.jwt,
+        cache: authenticators.cache,
+        status: manager.leaderOnly(
+          newClusterStatusWriter<AuthenticatorStatus>(clients, {
+            group,
+            version: VERSION,
+            plural: Resource.JWTAuthenticator,
+          }),
+        ),
+        validated,
+        log,
+      }),
+    ),
+    ...entries(
+      newWebhookAuthenticatorControllers({
+        informer: authenticators.webhook,
+        cache: authenticators.cache,
+        status: manager.leaderOnly(
+          newClusterStatusWriter<AuthenticatorStatus>(clients, {
+            group,
+            version: VERSION,
+            plural: Resource.WebhookAuthenticator,
+          }),
+        ),
+        validated,
+        log,
+      }),
+    ),
+  ];
 }
 
 interface ConfigMapLike extends KubeObject {
@@ -129,34 +255,38 @@ export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): Se
  * (Service, Secrets) and the strategy publisher (authenticators' and the CredentialIssuer's status). Resolves once
  * the CredentialIssuer is known, for the settings in effect before this process started; the manager starts them.
  */
-export async function addProxyControllers(
-  manager: ControllerManager,
-  opts: ProxyControlOptions,
-): Promise<{ stop(): Promise<void> }> {
-  const { clients, namespace: ns, log } = opts;
+/**
+ * The proxy's controllers: the proxy server on every replica, and on the leader the proxy writer (Service, Secrets)
+ * and the strategy publisher (authenticators' and the CredentialIssuer's status).
+ */
+async function proxyControllers(
+  opts: ConciergeControllerOptions,
+  proxyOpts: NonNullable<ConciergeControllerOptions['proxy']>,
+): Promise<ControllerEntry[]> {
+  const { clients, informers, manager } = opts;
+  const { namespace: ns, configMap } = proxyOpts;
+  const log = opts.log.child({ component: 'controllers' });
   const configGroup = apiGroups(opts.groupSuffix).config;
   const issuerResource = { group: configGroup, version: VERSION, plural: Resource.CredentialIssuer };
   const authnGroup = apiGroups(opts.groupSuffix).authentication;
-  const configMaps = newCoreInformer<ConfigMapLike>(clients, 'configmaps', ns, log);
-  const nodes = newCoreInformer<NodeLike & KubeObject>(clients, 'nodes', '', log);
-  const { services } = opts;
-  const secrets = newCoreInformer<SecretLike>(clients, 'secrets', ns, log);
-  const issuers = newCustomResourceInformer<CredentialIssuer>(clients, issuerResource, log);
-  /** The informers these controllers own and stop (the Services' belong to the process). */
-  const informers = [configMaps, nodes, secrets, issuers];
+  const configMaps = informers.core<ConfigMapLike>('configmaps', ns);
+  const nodes = informers.core<NodeLike & KubeObject>('nodes', '');
+  const services = informers.core<ServiceLike>('services', ns);
+  const secrets = informers.core<SecretLike>('secrets', ns);
+  const issuers = informers.customResource<CredentialIssuer>(issuerResource);
   const writes = manager.leaderOnly(newObjectWriter(clients));
 
   // The settings in effect before this process started, for a start while the ConfigMap holds a bad edit: without
   // them a restarted leader would fall back to the defaults and could take the proxy's Service away.
   await issuers.synced();
   const config = newConfigSource(
-    () => configMaps.get(opts.configMap, ns)?.data?.[CONFIG_KEY],
+    () => configMaps.get(configMap, ns)?.data?.[CONFIG_KEY],
     (problem) =>
       log.warn(
-        { configMap: `${ns}/${opts.configMap}`, problem },
+        { configMap: `${ns}/${configMap}`, problem },
         'configuration edit rejected; the last good configuration keeps serving',
       ),
-    configFromIssuerSpec(issuers.get(opts.configMap)?.spec),
+    configFromIssuerSpec(issuers.get(configMap)?.spec),
   );
   const board = newStrategyBoard();
   const proxy = newImpersonationProxyControllers({
@@ -166,14 +296,14 @@ export async function addProxyControllers(
       return { settings: proxySettings(state.config), ...(state.problem ? { problem: state.problem } : {}) };
     },
     owner: () => {
-      const uid = configMaps.get(opts.configMap, ns)?.metadata?.uid;
-      return uid ? { apiVersion: 'v1', kind: 'ConfigMap', name: opts.configMap, uid } : undefined;
+      const uid = configMaps.get(configMap, ns)?.metadata?.uid;
+      return uid ? { apiVersion: 'v1', kind: 'ConfigMap', name: configMap, uid } : undefined;
     },
     nodes,
     services,
     secrets,
     writes,
-    serve: opts.serve,
+    serve: proxyOpts.serve,
     publish: (strategy: ConciergeStrategy) => {
       board.set(strategy);
       // The proxy server syncs on every ConfigMap change, so the other strategy follows the config here.
@@ -183,11 +313,9 @@ export async function addProxyControllers(
   });
   const configMapWatch = {
     informer: configMaps,
-    filter: (c: ConfigMapLike) => c.metadata?.name === opts.configMap,
+    filter: (c: ConfigMapLike) => c.metadata?.name === configMap,
     key: () => PROXY_KEY,
   };
-  manager.run({ ...proxy.server, watches: [...proxy.server.watches, configMapWatch] });
-  manager.runWhileLeading({ ...proxy.writer, watches: [...proxy.writer.watches, configMapWatch] });
 
   const publisher = newStrategyPublisher({
     strategies: () => board.list(),
@@ -208,27 +336,32 @@ export async function addProxyControllers(
       }),
     ),
     credentialIssuer: {
-      name: opts.configMap,
+      name: configMap,
       informer: issuers,
       spec: () => issuerSpec(config().config),
       applySpec: (spec) =>
         writes.apply({
           apiVersion: `${configGroup}/${VERSION}`,
           kind: Kind.CredentialIssuer,
-          metadata: { name: opts.configMap },
+          metadata: { name: configMap },
           spec,
         } as never),
       status: manager.leaderOnly(newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource)),
     },
     log: log.child({ controller: 'strategy-publisher' }),
   });
-  manager.runWhileLeading(publisher);
   // A strategy changed: every authenticator and the CredentialIssuer show it.
   board.onChange(() => manager.resync(publisher.name));
 
-  return {
-    async stop() {
-      await Promise.all(informers.map((i) => i.stop()));
+  return [
+    {
+      controller: { ...proxy.server, watches: [...proxy.server.watches, configMapWatch] },
+      runs: 'every-replica',
     },
-  };
+    {
+      controller: { ...proxy.writer, watches: [...proxy.writer.watches, configMapWatch] },
+      runs: 'leader',
+    },
+    { controller: publisher, runs: 'leader' },
+  ];
 }

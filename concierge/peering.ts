@@ -67,9 +67,12 @@ const DIAL_RETRY_MS = 1_000;
 const HANDSHAKE_TIMEOUT_MS = 3_000;
 /** Peer links open at once towards this replica: one per other replica, with room for restarts. */
 const MAX_PEER_CONNECTIONS = 1024;
-/** Peer certificates live a week and are issued again every day (a replica's own, in memory). */
+/**
+ * Peer certificates live a week and are issued again every day (a replica's own, in memory), by the controller
+ * controllers/peer-certificate.ts, which calls reissue().
+ */
 const PEER_CERT_VALIDITY_MS = 7 * 24 * 3600 * 1000;
-const PEER_CERT_RENEW_MS = 24 * 3600 * 1000;
+export const PEER_CERT_RENEW_MS = 24 * 3600 * 1000;
 const ALPN = 'sealion-peer/1';
 
 /**
@@ -112,6 +115,10 @@ export interface Peering {
   address: string;
   /** The route through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
   route(cluster: string): Route | undefined;
+  /** When this replica's peer certificate was issued (ms since the epoch). */
+  issuedAt(): number;
+  /** Issues this replica a new peer certificate, served and dialed with from now on. */
+  reissue(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -209,6 +216,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     });
     return { cert: issued.certPem, key: issued.keyPem };
   };
+  let issuedAt = Date.now();
   let own = await issue();
   let stopped = false;
   const links = new Map<string, Promise<TunnelClient>>();
@@ -325,17 +333,6 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   const port = (server.address() as AddressInfo).port;
   const address = `${opts.advertise.includes(':') ? `[${opts.advertise}]` : opts.advertise}:${port}`;
   log.info({ host: opts.host, port, address }, 'peer listener listening');
-
-  const renewal = setInterval(() => {
-    issue().then(
-      (next) => {
-        own = next;
-        server.setSecureContext({ ...own, ca: ca.certPem, minVersion: 'TLSv1.3' });
-      },
-      (err: unknown) => log.warn({ err: (err as Error).message }, 'reissuing the peer certificate failed'),
-    );
-  }, PEER_CERT_RENEW_MS);
-  renewal.unref();
 
   /** A TLS connection to the replica `replica` at `address`, which must show that replica's peer certificate. */
   const dial = (holder: RemoteHolder): Promise<TunnelClient> =>
@@ -502,9 +499,15 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       const holders = opts.holders(cluster);
       return holders.length > 0 ? peerRoute(cluster, holders) : undefined;
     },
+    issuedAt: () => issuedAt,
+    async reissue() {
+      const at = Date.now();
+      own = await issue();
+      issuedAt = at;
+      server.setSecureContext({ ...own, ca: ca.certPem, minVersion: 'TLSv1.3' });
+    },
     async stop() {
       stopped = true;
-      clearInterval(renewal);
       for (const link of links.values())
         void link.then(
           (l) => l.close(),

@@ -17,6 +17,9 @@ import {
 } from './authenticators.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 
+/** A signal that never aborts, for syncs called directly. */
+const never = new AbortController().signal;
+
 const ISSUER = 'https://issuer.example.com';
 const NOW = new Date('2026-01-02T03:04:05Z');
 let jwk: JWK;
@@ -89,8 +92,8 @@ function recordingLogger(): { log: Logger; lines: () => { level: number; msg: st
 function replica(controllers: AuthenticatorControllers, leading: () => boolean = () => true) {
   return {
     async sync(name: string): Promise<SyncResult> {
-      const result = await controllers.validator.sync(name);
-      if (leading()) await controllers.status.sync(name);
+      const result = await controllers.validator.sync(name, never);
+      if (leading()) await controllers.status.sync(name, never);
       return result;
     },
   };
@@ -241,6 +244,32 @@ describe('JWTAuthenticator controller', () => {
     leading = true;
     await controller.sync('corp');
     expect(status.writes.map((w) => w.status.phase)).toEqual(['Ready']);
+  });
+
+  it('gives up a discovery when its signal aborts (the manager stopped), leaving the cache as it was', async () => {
+    const informer = new MemoryInformer<JWTAuthenticator>([jwtObject()]);
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    const cache = new AuthenticatorCache();
+    caches.push(cache);
+    let asked: AbortSignal | undefined;
+    const { validator } = newJWTAuthenticatorControllers(
+      { informer, cache, status, log: silentLogger(), now: () => NOW },
+      {
+        fetchJSON: (_url, _ca, signal) =>
+          new Promise((_done, fail) => {
+            asked = signal;
+            signal?.addEventListener('abort', () => fail(new Error('aborted')));
+          }),
+      },
+    );
+    const stopping = new AbortController();
+    const sync = validator.sync('corp', stopping.signal);
+    await new Promise((done) => setImmediate(done));
+    expect(asked).toBe(stopping.signal);
+    stopping.abort(new Error('stopped'));
+    await expect(sync).rejects.toThrow('stopped');
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
+    expect(status.writes).toHaveLength(0);
   });
 
   it('removes a deleted authenticator from the cache without writing', async () => {

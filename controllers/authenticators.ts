@@ -72,7 +72,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
   deps: AuthenticatorControllerDeps<T>,
   /** What certificates issued on its word are bound to besides its uid (lib/authn/trust.ts). */
   trustDigest: (spec: T['spec']) => string,
-  validate: (obj: T) => Promise<Validated>,
+  validate: (obj: T, signal: AbortSignal) => Promise<Validated>,
 ): AuthenticatorControllers {
   /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
   const validated = new Map<string, { hash: string; checks: Check[] }>();
@@ -86,7 +86,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
     watches: [{ informer: deps.informer }],
     // What is wrong with an authenticator becomes its conditions (the status writer's). A mistake in the spec is not
     // retried; a failure of the issuer or webhook is, with backoff, since it may come back.
-    async sync(name: string): Promise<SyncResult> {
+    async sync(name: string, signal: AbortSignal): Promise<SyncResult> {
       const obj = deps.informer.get(name);
       if (!obj) {
         deps.cache.delete(kind, name);
@@ -101,7 +101,9 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       const known = validated.get(name);
       const ready = known?.hash === hash && deps.cache.has(kind, name);
       if (!ready) {
-        result = await validate(obj);
+        result = await validate(obj, signal);
+        // Stopped meanwhile: what a cut-short validation found says nothing about the authenticator.
+        signal.throwIfAborted();
         if (result.authenticator) {
           deps.cache.set(kind, name, result.authenticator, {
             ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
@@ -170,7 +172,7 @@ export function newJWTAuthenticatorControllers(
   jwtDeps: JWTDependencies = {},
 ): AuthenticatorControllers {
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
-  return newAuthenticatorControllers('JWTAuthenticator', deps, jwtTrustDigest, async (obj) => {
+  return newAuthenticatorControllers('JWTAuthenticator', deps, jwtTrustDigest, async (obj, signal) => {
     const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
     const claims = obj.spec.claims;
     const settings: JWTSettings = {
@@ -183,7 +185,7 @@ export function newJWTAuthenticatorControllers(
       ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
       ...(ca.pem ? { caBundlePem: ca.pem } : {}),
     };
-    const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps });
+    const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps }, signal);
     if (validation.authenticator) validation.authenticator.keys.startRefreshing();
     return {
       checks: validation.checks,

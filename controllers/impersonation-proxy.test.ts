@@ -20,6 +20,9 @@ import {
 } from './impersonation-proxy.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 
+/** A signal that never aborts, for syncs called directly. */
+const never = new AbortController().signal;
+
 const node = (name: string, labels: Record<string, string> = {}, providerID?: string): NodeLike => ({
   metadata: { name, labels },
   ...(providerID ? { spec: { providerID } } : {}),
@@ -109,8 +112,8 @@ function world(settings: ProxySettings, nodes: NodeLike[] = [worker]) {
   // A replica's sync: the leader runs the writer before the server, a follower only the server (the manager runs
   // the writer only on the leader).
   const sync = async (): Promise<SyncResult> => {
-    if (state.leader) await leader.sync(PROXY_KEY);
-    return server.sync(PROXY_KEY);
+    if (state.leader) await leader.sync(PROXY_KEY, never);
+    return server.sync(PROXY_KEY, never);
   };
   return { services, secrets, writes, state, sync };
 }

@@ -16,6 +16,9 @@ import {
   tokenCredentialRequestStrategy,
 } from './strategies.ts';
 
+/** A signal that never aborts, for syncs called directly. */
+const never = new AbortController().signal;
+
 const T1 = '2026-01-01T00:00:00.000Z';
 const T2 = '2026-01-01T00:05:00.000Z';
 const listening = (time: string, endpoint = 'https://10.0.0.1'): ConciergeStrategy => ({
@@ -70,16 +73,16 @@ describe('strategy publisher', () => {
   it('writes the strategies onto an authenticator, then nothing while only the time changes', async () => {
     const w = world({ authenticators: [jwt('corp')] });
     w.board.set(listening(T1));
-    await w.controller.sync('JWTAuthenticator/corp');
+    await w.controller.sync('JWTAuthenticator/corp', never);
     expect(w.jwtStatus.writes).toEqual([{ name: 'corp', status: { conciergeStrategies: [listening(T1)] } }]);
 
     w.jwtInformer.put(jwt('corp', { conciergeStrategies: [listening(T1)] }));
     w.board.set(listening(T2));
-    await w.controller.sync('JWTAuthenticator/corp');
+    await w.controller.sync('JWTAuthenticator/corp', never);
     expect(w.jwtStatus.writes).toHaveLength(1);
 
     w.board.set(listening(T2, 'https://10.0.0.2'));
-    await w.controller.sync('JWTAuthenticator/corp');
+    await w.controller.sync('JWTAuthenticator/corp', never);
     expect(w.jwtStatus.writes.at(-1)?.status.conciergeStrategies).toEqual([
       listening(T2, 'https://10.0.0.2'),
     ]);
@@ -89,7 +92,7 @@ describe('strategy publisher', () => {
     const w = world();
     w.board.set(listening(T1));
     w.board.set(tokenCredentialRequestStrategy('auto', new Date(T1)));
-    await w.controller.sync(CREDENTIAL_ISSUER_KEY);
+    await w.controller.sync(CREDENTIAL_ISSUER_KEY, never);
     expect(w.specs).toEqual([{ impersonationProxy: { mode: 'auto' } }]);
     expect(w.issuerStatus.writes[0]?.status.strategies).toEqual([
       {

@@ -1,9 +1,10 @@
 // Both authenticator kinds on a real API server: statuses that follow reality, and tokens from real issuers.
 // The webhook is the real kube-apiserver's own TokenReview API; the JWT issuer is the local HTTPS issuer.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { addAuthenticators, type Authenticators } from '../concierge/authenticators.ts';
+import { conciergeControllers, newAuthenticators, type Authenticators } from '../concierge/controllers.ts';
+import { systemClock } from '../lib/clock.ts';
 import { newControllerManager, type ControllerManager } from '../lib/controller/manager.ts';
-import { newKubeClients } from '../lib/kube/kube.ts';
+import { newKubeClients, newKubeInformers, type KubeInformers } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newCA } from '../lib/pki/pki.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
@@ -22,6 +23,7 @@ describe('authenticators on a real API server', () => {
   let cluster: Cluster;
   let issuer: TestIssuer;
   let manager: ControllerManager;
+  let informers: KubeInformers;
   let authenticators: Authenticators;
   let otherCA: string;
 
@@ -59,18 +61,28 @@ describe('authenticators on a real API server', () => {
     otherCA = Buffer.from((await newCA('unrelated')).certPem).toString('base64');
     // A manager with no election: this process writes status, as a single replica does.
     manager = newControllerManager({ log: silentLogger() });
-    authenticators = addAuthenticators(
-      manager,
-      newKubeClients({ path: cluster.kubeconfigPath }),
-      'sealion.dev',
-      silentLogger(),
+    const clients = newKubeClients({ path: cluster.kubeconfigPath });
+    informers = newKubeInformers(clients, silentLogger());
+    authenticators = newAuthenticators(informers, 'sealion.dev');
+    // The concierge's list with no proxy and no tunnel: the authenticators' controllers alone.
+    manager.add(
+      ...(await conciergeControllers({
+        manager,
+        clients,
+        informers,
+        groupSuffix: 'sealion.dev',
+        authenticators,
+        clock: systemClock,
+        log: silentLogger(),
+      })),
     );
     await manager.start();
   });
 
   afterAll(async () => {
     await manager?.stop();
-    await authenticators?.stop();
+    await informers?.stop();
+    authenticators?.cache.close();
     await issuer?.stop();
     await cluster?.stop();
   });

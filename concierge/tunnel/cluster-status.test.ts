@@ -5,12 +5,13 @@ import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
 import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
+import { newControllerManager } from '../../lib/controller/manager.ts';
 import {
   deriveStatus,
+  newClusterStatus,
   REPLICA_LEASE_SECONDS,
   replicaFieldManager,
   replicaLeaseName,
-  startClusterStatus,
   type HeldTunnel,
 } from './cluster-status.ts';
 
@@ -172,7 +173,9 @@ describe('the cluster status publisher', () => {
   ) {
     const lease = recordingLease(leases, identity, ownWatch);
     const deletedLeases: string[] = [];
-    const publisher = await startClusterStatus({
+    // The manager that runs the publisher's controllers, as the concierge's does.
+    const manager = newControllerManager({ log: silentLogger(), clock });
+    const publisher = newClusterStatus({
       clusters,
       leases,
       lease,
@@ -180,10 +183,19 @@ describe('the cluster status publisher', () => {
       status,
       identity,
       held: (name) => tunnels.get(name),
+      manager,
       clock,
       log: silentLogger(),
     });
-    return { publisher, lease, clock, deletedLeases };
+    manager.add(...publisher.entries);
+    await manager.start();
+    await settle();
+    /** A clean stop: the entries and Lease withdrawn while the controllers run, then the manager stopped. */
+    const stop = async (): Promise<void> => {
+      await publisher.withdraw();
+      await manager.stop();
+    };
+    return { publisher, lease, clock, deletedLeases, stop };
   }
 
   it("publishes its own entry, keeps the other replicas' entries, and removes its own when the tunnel goes", async () => {
@@ -218,7 +230,7 @@ describe('the cluster status publisher', () => {
     await settle();
     expect(clusters.get('edge')!.status).toMatchObject({ connected: true, tunnels: [{ replica: 'b' }] });
     expect(a.lease.records.length).toBeGreaterThan(0);
-    await a.publisher.stop();
+    await a.stop();
     expect(a.lease.deleted).toBe(true);
   });
 
@@ -253,7 +265,7 @@ describe('the cluster status publisher', () => {
     expect(status.removed).toEqual(['edge/crashed']);
     expect(clusters.get('edge')!.status).toMatchObject({ connected: false, agentVersion: 'v1', tunnels: [] });
     expect(clusters.get('other')!.status).toMatchObject({ connected: true, tunnels: [{ replica: 'alive' }] });
-    await a.publisher.stop();
+    await a.stop();
   });
 
   it('routes to the live replicas that hold a tunnel and publish a peer address, newest tunnel first', async () => {
@@ -296,7 +308,7 @@ describe('the cluster status publisher', () => {
       { replica: 'old', address: '10.0.0.1:8445' },
     ]);
     expect(a.publisher.holders('nowhere')).toEqual([]);
-    await a.publisher.stop();
+    await a.stop();
   });
 
   it('leaves the removal to the first live replica by name, and takes it over once that one lapses too', async () => {
@@ -321,7 +333,7 @@ describe('the cluster status publisher', () => {
     await tick(zed.clock, 1000, REPLICA_LEASE_SECONDS + 2);
     expect(status.removed).toEqual(['edge/crashed']);
     expect(clusters.get('edge')!.status).toMatchObject({ connected: false, tunnels: [] });
-    await zed.publisher.stop();
+    await zed.stop();
   });
 
   it('renews its own Lease, naming the version it replaces', async () => {
@@ -333,8 +345,45 @@ describe('the cluster status publisher', () => {
     expect(leases.get(replicaLeaseName('a'), 'ns')?.metadata?.resourceVersion).toBe(
       String(a.lease.records.length),
     );
-    await a.publisher.stop();
+    await a.stop();
     expect(a.lease.deleted).toBe(true);
+  });
+
+  it('keeps trying to renew its Lease every turn, however long the API server refuses (never dropped)', async () => {
+    const clusters = new MemoryInformer<Cluster>();
+    const leases = new MemoryInformer<LeaseObject>();
+    const clock = fakeClock();
+    let attempts = 0;
+    const refusing: LeaseClient = {
+      get: () => (attempts++, Promise.reject(new Error('unavailable'))),
+      create: () => Promise.reject(new Error('unavailable')),
+      replace: () => Promise.reject(new Error('unavailable')),
+      delete: () => Promise.resolve(),
+    };
+    const manager = newControllerManager({ log: silentLogger(), clock });
+    const publisher = newClusterStatus({
+      clusters,
+      leases,
+      lease: refusing,
+      deleteLease: () => Promise.resolve(),
+      status: fakeStatus(clusters),
+      identity: 'a',
+      held: () => undefined,
+      manager,
+      clock,
+      log: silentLogger(),
+    });
+    expect(publisher.entries.map((e) => [e.controller.name, e.runs])).toEqual([
+      ['cluster-status', 'every-replica'],
+      ['replica-lease', 'every-replica'],
+      ['lapsed-replicas', 'every-replica'],
+    ]);
+    manager.add(...publisher.entries);
+    await manager.start();
+    await tick(clock, 2000, 40);
+    expect(attempts).toBeGreaterThanOrEqual(40);
+    await publisher.withdraw();
+    await manager.stop();
   });
 
   it('judges no other replica lapsed while its own watch does not show its renewals', async () => {
@@ -351,7 +400,7 @@ describe('the cluster status publisher', () => {
     await tick(a.clock, 1000, 20);
     expect(status.removed).toEqual([]);
     expect(a.deletedLeases).toEqual([]);
-    await a.publisher.stop();
+    await a.stop();
   });
 
   it('deletes the Lease of a replica gone for good, once its entries are gone', async () => {
@@ -368,7 +417,7 @@ describe('the cluster status publisher', () => {
     await tick(a.clock, 1000, 2 * REPLICA_LEASE_SECONDS + 2);
     expect(status.removed).toEqual(['edge/gone']);
     expect(a.deletedLeases).toContain(replicaLeaseName('gone'));
-    await a.publisher.stop();
+    await a.stop();
   });
 
   it('removes on start the entries an earlier process of the same replica left behind', async () => {
@@ -383,6 +432,6 @@ describe('the cluster status publisher', () => {
     const a = await replica('a', clusters, new MemoryInformer<LeaseObject>(), status, new Map());
     await settle();
     expect(clusters.get('edge')!.status).toMatchObject({ connected: false });
-    await a.publisher.stop();
+    await a.stop();
   });
 });

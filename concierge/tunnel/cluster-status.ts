@@ -7,6 +7,10 @@
 //
 // Liveness is judged by when this process last saw a Lease change, on its own clock, as client-go's leader election
 // does: the replicas' clocks need not agree.
+//
+// Three controllers of the manager keep it, on every replica: `cluster-status` (a Cluster's status from the facts),
+// `replica-lease` (this replica's Lease, renewed every 2 s) and `lapsed-replicas` (a look every second for Leases
+// that stopped changing, which make no event of their own). The manager starts and stops them with the rest.
 import { PEER_ADDRESS_ANNOTATION } from '../../apis/install.ts';
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
@@ -21,7 +25,8 @@ import {
   type StatusApplier,
 } from '../../lib/kube/kube.ts';
 import type { Logger } from '../../lib/log.ts';
-import { WorkQueue } from '../../lib/controller/queue.ts';
+import type { ControllerEntry } from '../../lib/controller/controller.ts';
+import type { ControllerManager } from '../../lib/controller/manager.ts';
 
 /** The label every replica Lease carries, as a selector. */
 export const REPLICA_LEASE_LABEL = 'app.kubernetes.io/component=concierge-replica';
@@ -34,6 +39,11 @@ const CHECK_MS = 1_000;
 const WRITERS = 8;
 /** How long a clean stop waits for its entries to be removed. */
 const RELEASE_TIMEOUT_MS = 5_000;
+
+/** The controllers' names. */
+export const CLUSTER_STATUS = 'cluster-status';
+export const REPLICA_LEASE = 'replica-lease';
+export const LAPSED_REPLICAS = 'lapsed-replicas';
 
 /** A live replica that holds a cluster's tunnel, and where its peers reach it. */
 export interface RemoteHolder {
@@ -129,11 +139,15 @@ export interface ClusterStatusOptions {
   identity: string;
   /** The tunnel this replica holds to a cluster's agent, if any. */
   held(cluster: string): HeldTunnel | undefined;
+  /** The manager that runs the controllers: clusters are queued on it, and a withdrawal waits for it. */
+  manager: Pick<ControllerManager, 'enqueue' | 'idle'>;
   clock: Clock;
   log: Logger;
 }
 
 export interface ClusterStatusPublisher {
+  /** The controllers, for the manager: every replica runs them. */
+  entries: ControllerEntry[];
   /** This replica's tunnel to `cluster` came or went. */
   changed(cluster: string): void;
   /**
@@ -143,12 +157,15 @@ export interface ClusterStatusPublisher {
   holders(cluster: string): RemoteHolder[];
   /** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
   knownSource(ip: string): boolean;
-  /** Removes this replica's entries and Lease (waiting a few seconds at most), then stops. */
-  stop(): Promise<void>;
+  /**
+   * Removes this replica's entries and Lease (waiting a few seconds at most) and publishes nothing more. The
+   * controllers must still run (the removals are their syncs): call it before the manager stops.
+   */
+  withdraw(): Promise<void>;
 }
 
-export async function startClusterStatus(opts: ClusterStatusOptions): Promise<ClusterStatusPublisher> {
-  const { clock, log, identity } = opts;
+export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPublisher {
+  const { clock, log, identity, manager } = opts;
   const fieldManager = replicaFieldManager(identity);
   /** When this process last saw each replica's Lease change, or first missed a Lease it looked for. */
   const seen = new Map<string, { version: string; at: number }>();
@@ -158,6 +175,7 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
   /** Replicas found lapsed, whose clusters were queued once. */
   const lapsed = new Set<string>();
   let stopped = false;
+  let withdrawn: Promise<void> | undefined;
 
   const leaseOf = (replica: string): LeaseObject | undefined =>
     opts.leases.list().find((l) => l.spec?.holderIdentity === replica);
@@ -178,8 +196,6 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
    * restarts would otherwise make every other replica look dead; then nothing is judged lapsed.
    */
   const viewFresh = (): boolean => unchangedFor(identity) < REPLICA_LEASE_SECONDS * 1000;
-  // From now on: a process whose watch never shows its own Lease never judges another replica lapsed.
-  unchangedFor(identity);
   const alive = (replica: string): boolean => {
     if (replica === identity) return !stopped;
     return unchangedFor(replica) < durationOf(replica) || !viewFresh();
@@ -200,7 +216,26 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
     return true;
   };
 
-  const sync = async (name: string): Promise<void> => {
+  /** Keeps entriesOf in step with the cache's view of cluster `name` (gone: no entries). */
+  const index = (name: string): void => {
+    for (const replica of replicasIn.get(name) ?? []) {
+      const set = entriesOf.get(replica);
+      set?.delete(name);
+      if (set?.size === 0) entriesOf.delete(replica);
+    }
+    const now = opts.clusters.get(name)?.status?.tunnels?.map((t) => t.replica) ?? [];
+    replicasIn.set(name, now);
+    if (now.length === 0) replicasIn.delete(name);
+    for (const replica of now) {
+      let set = entriesOf.get(replica);
+      if (!set) entriesOf.set(replica, (set = new Set()));
+      set.add(name);
+    }
+  };
+
+  // Transient failures (the API server, a `test` that found an entry moved) throw and are retried.
+  const syncCluster = async (name: string): Promise<void> => {
+    index(name);
     const cluster = opts.clusters.get(name);
     if (!cluster) return;
     const status = cluster.status ?? {};
@@ -226,47 +261,16 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
     // Then lapsed replicas' entries, each only if it is still where it was read (a `test` operation; one that moved
     // fails the patch, and the sync runs again on what the API server has now). The last goes first, so that the
     // places read for the others stay right.
-    for (const { index, replica } of lapsedEntries) {
+    for (const { index: at, replica } of lapsedEntries) {
       log.info({ cluster: name, replica }, 'removing the tunnel of a replica whose Lease lapsed');
       await opts.status.jsonPatch(name, [
-        { op: 'test', path: `/status/tunnels/${index}/replica`, value: replica },
-        { op: 'remove', path: `/status/tunnels/${index}` },
+        { op: 'test', path: `/status/tunnels/${at}/replica`, value: replica },
+        { op: 'remove', path: `/status/tunnels/${at}` },
       ]);
     }
   };
-  const queue = new WorkQueue(sync, {
-    workers: WRITERS,
-    baseDelayMs: 100,
-    maxDelayMs: 30_000,
-    clock,
-    onError: (key, err) =>
-      log.warn({ cluster: key, err: (err as Error).message }, 'writing the Cluster status failed; retrying'),
-  });
 
-  const index = (cluster: Cluster): void => {
-    const name = cluster.metadata.name ?? '';
-    for (const replica of replicasIn.get(name) ?? []) {
-      const set = entriesOf.get(replica);
-      set?.delete(name);
-      if (set?.size === 0) entriesOf.delete(replica);
-    }
-    const now = opts.clusters.get(name)?.status?.tunnels?.map((t) => t.replica) ?? [];
-    replicasIn.set(name, now);
-    if (now.length === 0) replicasIn.delete(name);
-    for (const replica of now) {
-      let set = entriesOf.get(replica);
-      if (!set) entriesOf.set(replica, (set = new Set()));
-      set.add(name);
-    }
-  };
-  opts.clusters.onChange((cluster) => {
-    index(cluster);
-    queue.add(cluster.metadata.name ?? '');
-  });
-  await Promise.all([opts.clusters.synced(), opts.leases.synced()]);
-  for (const cluster of opts.clusters.list()) index(cluster);
-
-  // This replica's Lease: created now, renewed while the process lives. An update must name the version it
+  // This replica's Lease: created at start, renewed while the process lives. An update must name the version it
   // replaces (the API server refuses an unconditional one for Leases): the cache's, else the API server's.
   const renew = async (): Promise<void> => {
     const record = (resourceVersion: string | undefined): LeaseRecord => ({
@@ -284,29 +288,10 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
       : await opts.lease.create(record(undefined));
     if (!written) throw new Error('the replica Lease changed while it was renewed');
   };
-  let renewing: Promise<void> = renew().catch((err: unknown) =>
-    log.warn({ err: (err as Error).message }, 'creating the replica Lease failed; retrying'),
-  );
-  await renewing;
-  let renewTimer: unknown;
-  const renewLoop = (): void => {
-    renewTimer = clock.setTimeout(() => {
-      renewing = renew()
-        .catch((err: unknown) =>
-          log.warn({ err: (err as Error).message }, 'renewing the replica Lease failed'),
-        )
-        .finally(() => {
-          if (!stopped) renewLoop();
-        });
-    }, RENEW_MS);
-  };
-  renewLoop();
 
-  // Lapsed Leases make no event of their own: look for them.
-  let checkTimer: unknown;
+  // A replica that has just become the remover (the one before it lapsed) takes up what is left to remove.
   let wasRemover = false;
   const check = (): void => {
-    // A replica that has just become the remover (the one before it lapsed) takes up what is left to remove.
     const remover = removesLapsed();
     const takeOver = remover && !wasRemover;
     wasRemover = remover;
@@ -315,7 +300,7 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
       if (alive(replica)) lapsed.delete(replica);
       else if (!lapsed.has(replica) || takeOver) {
         lapsed.add(replica);
-        for (const name of clusters) queue.add(name);
+        for (const name of clusters) manager.enqueue(CLUSTER_STATUS, name);
       }
     }
     // A Lease lapsed twice its duration, with no entries left, goes; so does what this process knew of it.
@@ -333,16 +318,63 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
         seen.delete(replica);
         lapsed.delete(replica);
       }
-    if (!stopped) checkTimer = clock.setTimeout(check, CHECK_MS);
   };
-  check();
 
-  // Every cluster once: entries a previous process of this replica left, and lapsed ones, go now.
-  for (const cluster of opts.clusters.list()) queue.add(cluster.metadata.name ?? '');
-  queue.start();
+  // From now on: a process whose watch never shows its own Lease never judges another replica lapsed.
+  unchangedFor(identity);
+
+  const entries: ControllerEntry[] = [
+    {
+      // Every cluster at start: entries a previous process of this replica left, and lapsed ones, go then.
+      controller: {
+        name: CLUSTER_STATUS,
+        watches: [{ informer: opts.clusters }],
+        reads: [opts.leases],
+        sync: (name) => syncCluster(name),
+      },
+      runs: 'every-replica',
+      // Enough writers to keep up with agents connecting after a restart; retries within half a minute.
+      queue: { workers: WRITERS, baseDelayMs: 100, maxDelayMs: 30_000 },
+    },
+    {
+      controller: {
+        name: REPLICA_LEASE,
+        watches: [],
+        reads: [opts.leases],
+        initialKeys: [REPLICA_LEASE],
+        // Never throws: a failed renewal is tried again at the next turn (a retry cap must never drop the Lease).
+        async sync() {
+          if (stopped) return;
+          try {
+            await renew();
+          } catch (err) {
+            log.warn({ err: (err as Error).message }, 'renewing the replica Lease failed');
+          }
+          return stopped ? undefined : { requeueAfterMs: RENEW_MS };
+        },
+      },
+      runs: 'every-replica',
+    },
+    {
+      controller: {
+        name: LAPSED_REPLICAS,
+        watches: [],
+        reads: [opts.leases, opts.clusters],
+        initialKeys: [LAPSED_REPLICAS],
+        // Lapsed Leases make no event of their own: this looks for them, every CHECK_MS. It only reads and queues.
+        sync() {
+          if (stopped) return Promise.resolve();
+          check();
+          return Promise.resolve({ requeueAfterMs: CHECK_MS });
+        },
+      },
+      runs: 'every-replica',
+    },
+  ];
 
   return {
-    changed: (cluster) => queue.add(cluster),
+    entries,
+    changed: (cluster) => manager.enqueue(CLUSTER_STATUS, cluster),
     knownSource(ip) {
       for (const lease of opts.leases.list()) {
         const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
@@ -364,27 +396,26 @@ export async function startClusterStatus(opts: ClusterStatusOptions): Promise<Cl
         .sort((a, b) => b.since.localeCompare(a.since))
         .map(({ replica, address }) => ({ replica, address }));
     },
-    async stop() {
-      stopped = true;
-      clock.clearTimeout(renewTimer);
-      clock.clearTimeout(checkTimer);
-      // One deadline for all of it: a stop never waits on an API server that does not answer.
-      const release = (async () => {
-        for (const name of entriesOf.get(identity) ?? []) queue.add(name);
-        await queue.idle();
-        await queue.stop();
-        await renewing;
-        await opts.lease.delete();
-      })().catch((err: unknown) =>
-        log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
-      );
-      let timer: unknown;
-      await Promise.race([
-        release,
-        new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
-      ]);
-      clock.clearTimeout(timer);
-      void queue.stop();
-    },
+    withdraw: () => (withdrawn ??= withdraw()),
   };
+
+  /** Removes this replica's entries and Lease, with one deadline for all of it: a stop never waits on an API server that does not answer. */
+  async function withdraw(): Promise<void> {
+    stopped = true;
+    const release = (async () => {
+      for (const name of entriesOf.get(identity) ?? []) manager.enqueue(CLUSTER_STATUS, name);
+      await manager.idle(CLUSTER_STATUS);
+      // A renewal under way ends before the Lease goes; none starts after (stopped).
+      await manager.idle(REPLICA_LEASE);
+      await opts.lease.delete();
+    })().catch((err: unknown) =>
+      log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
+    );
+    let timer: unknown;
+    await Promise.race([
+      release,
+      new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
+    ]);
+    clock.clearTimeout(timer);
+  }
 }

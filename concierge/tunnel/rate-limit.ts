@@ -4,6 +4,7 @@
 // own excess leaves the shared bucket untouched for everyone else.
 import ipaddr from 'ipaddr.js';
 import { LRUCache } from 'lru-cache';
+import { TokenBucket } from '../../lib/token-bucket.ts';
 
 export interface RateLimitOptions {
   /** Requests one address may make at once after a quiet spell (its bucket's size). */
@@ -36,12 +37,6 @@ export const DEFAULT_REGISTRATION_LIMITS: RateLimitOptions = {
   addresses: 10_000,
 };
 
-/** Invariant: 0 <= tokens <= burst, as of `at` (ms since the epoch). */
-interface Bucket {
-  tokens: number;
-  at: number;
-}
-
 export interface RateLimiter {
   /** Takes a turn for `address`: undefined when granted, else how many whole seconds to wait before asking again. */
   take(address: string): number | undefined;
@@ -66,27 +61,19 @@ export function addressKey(address: string): string {
 }
 
 export function newRateLimiter(opts: RateLimitOptions, now: () => number = Date.now): RateLimiter {
-  const perAddress = new LRUCache<string, Bucket>({ max: opts.addresses });
-  const overall: Bucket = { tokens: opts.overallBurst, at: now() };
-  /** Brings `bucket` up to `t`, refilling at `rate` per second up to `burst`. */
-  const refill = (bucket: Bucket, t: number, rate: number, burst: number): void => {
-    bucket.tokens = Math.min(burst, bucket.tokens + (Math.max(0, t - bucket.at) / 1000) * rate);
-    bucket.at = t;
-  };
-  /** Whole seconds until `bucket` holds one token, at least 1: what Retry-After says. */
-  const wait = (bucket: Bucket, rate: number): number => Math.max(1, Math.ceil((1 - bucket.tokens) / rate));
+  const perAddress = new LRUCache<string, TokenBucket>({ max: opts.addresses });
+  const overall = new TokenBucket(opts.overallBurst, opts.overallPerSecond, now);
+  /** Whole seconds until `bucket` holds a token, at least 1: what Retry-After says. */
+  const wait = (bucket: TokenBucket): number => Math.max(1, Math.ceil(bucket.waitMs() / 1000));
   return {
     take(address) {
-      const t = now();
       const key = addressKey(address);
-      const own = perAddress.get(key) ?? { tokens: opts.perAddressBurst, at: t };
-      refill(own, t, opts.perAddressPerSecond, opts.perAddressBurst);
-      refill(overall, t, opts.overallPerSecond, opts.overallBurst);
+      const own = perAddress.get(key) ?? new TokenBucket(opts.perAddressBurst, opts.perAddressPerSecond, now);
       perAddress.set(key, own);
-      if (own.tokens < 1) return wait(own, opts.perAddressPerSecond);
-      if (overall.tokens < 1) return wait(overall, opts.overallPerSecond);
-      own.tokens -= 1;
-      overall.tokens -= 1;
+      if (own.available() < 1) return wait(own);
+      if (overall.available() < 1) return wait(overall);
+      own.take();
+      overall.take();
       return undefined;
     },
   };

@@ -64,15 +64,24 @@ export interface JWTSettings {
 
 export interface JWTDependencies {
   /** Fetches JSON over HTTPS; replaceable in tests. Default: httpsJSON. */
-  fetchJSON?: (url: string, caBundlePem: string | undefined) => Promise<unknown>;
+  fetchJSON?: (url: string, caBundlePem: string | undefined, signal?: AbortSignal) => Promise<unknown>;
   /** Milliseconds since the epoch. Default: Date.now. */
   now?: () => number;
   /** Receives non-fatal problems (a failed background refresh). Default: ignore. */
   warn?: (message: string, fields: Record<string, unknown>) => void;
 }
 
-const defaultFetch = async (url: string, caBundlePem: string | undefined): Promise<unknown> =>
-  (await httpsJSON(url, caBundlePem === undefined ? {} : { caBundlePem })).json;
+const defaultFetch = async (
+  url: string,
+  caBundlePem: string | undefined,
+  signal?: AbortSignal,
+): Promise<unknown> =>
+  (
+    await httpsJSON(url, {
+      ...(caBundlePem === undefined ? {} : { caBundlePem }),
+      ...(signal ? { signal } : {}),
+    })
+  ).json;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
@@ -218,12 +227,14 @@ function claim(payload: JWTPayload, name: string): unknown {
 
 /**
  * Runs the checks of a JWTAuthenticator in order (issuer URL, discovery, JWKS URL, JWKS fetch) and builds the
- * authenticator when all pass. Checks after a failed one are Unknown. Never throws.
+ * authenticator when all pass. Checks after a failed one are Unknown. Never throws. `signal` cuts the first fetches
+ * short (the caller stopped); the key refreshes after are the authenticator's own.
  */
 export async function validateJWT(
   settings: JWTSettings,
   tlsProblem: string | undefined,
   deps: JWTDependencies = {},
+  signal?: AbortSignal,
 ): Promise<JWTValidation> {
   const fetchJSON = deps.fetchJSON ?? defaultFetch;
   const checks: Check[] = [];
@@ -269,7 +280,7 @@ export async function validateJWT(
   const discoveryURL = `${settings.issuer.replace(/\/$/, '')}/.well-known/openid-configuration`;
   let discovery: unknown;
   try {
-    discovery = await fetchJSON(discoveryURL, settings.caBundlePem);
+    discovery = await fetchJSON(discoveryURL, settings.caBundlePem, signal);
   } catch (err) {
     return failAt(
       'DiscoveryURLValid',
@@ -300,7 +311,7 @@ export async function validateJWT(
   const load = (): Promise<unknown> => fetchJSON(jwksURL, settings.caBundlePem);
   let keys: JSONWebKeySet;
   try {
-    keys = usableKeys(await load());
+    keys = usableKeys(await fetchJSON(jwksURL, settings.caBundlePem, signal));
   } catch (err) {
     return failAt(
       'JWKSFetchValid',

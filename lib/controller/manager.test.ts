@@ -1,4 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
+import { Registry } from 'prom-client';
 import { fakeClock } from '../fake-clock.ts';
 import { MemoryInformer, type KubeObject } from '../kube/informer.ts';
 import { silentLogger } from '../log.ts';
@@ -106,6 +107,85 @@ describe('the controller manager', () => {
     }
     expect(synced.filter((k) => k === 'flaky')).toHaveLength(3);
     expect(synced.filter((k) => k === 'demoted')).toHaveLength(1);
+    await manager.stop();
+  });
+
+  /** A controller whose syncs wait until their signal aborts, and say what aborted them. */
+  function blocking(name: string) {
+    const aborted: string[] = [];
+    let started = 0;
+    const controller: Controller = {
+      name,
+      watches: [],
+      initialKeys: ['k'],
+      sync: (_key, signal) =>
+        new Promise((_done, fail) => {
+          started++;
+          signal.addEventListener('abort', () => {
+            aborted.push((signal.reason as Error).constructor.name);
+            fail(signal.reason as Error);
+          });
+        }),
+    };
+    return { controller, aborted, started: () => started };
+  }
+
+  it("aborts a writer's sync when leadership is lost, and every sync when it stops", async () => {
+    const elected = election();
+    elected.set(true);
+    const manager = newControllerManager({ election: elected, log: silentLogger(), clock: fakeClock() });
+    const writer = blocking('writer');
+    const reader = blocking('reader');
+    manager.add(
+      { controller: writer.controller, runs: 'leader' },
+      { controller: reader.controller, runs: 'every-replica' },
+    );
+    await manager.start();
+    await settle();
+    expect([writer.started(), reader.started()]).toEqual([1, 1]);
+
+    elected.set(false);
+    await settle();
+    expect(writer.aborted).toEqual(['NotLeader']);
+    expect(reader.aborted).toEqual([]);
+
+    // A new term: the writer syncs everything again, with a signal of the new term.
+    elected.set(true);
+    await settle();
+    expect(writer.started()).toBe(2);
+    await manager.stop();
+    expect(writer.aborted).toHaveLength(2);
+    expect(reader.aborted).toHaveLength(1);
+  });
+
+  it('waits for the caches its controllers read as for those they watch, and counts by controller', async () => {
+    let synced: () => void = () => {};
+    const read = new MemoryInformer<KubeObject>();
+    read.synced = () => new Promise<void>((done) => (synced = done));
+    const registry = new Registry();
+    const manager = newControllerManager({ log: silentLogger(), clock: fakeClock(), registry });
+    const seen: string[] = [];
+    manager.add({
+      controller: {
+        name: 'reader',
+        watches: [],
+        reads: [read],
+        initialKeys: ['k'],
+        sync: (key) => (seen.push(key), Promise.resolve()),
+      },
+      runs: 'every-replica',
+    });
+    const starting = manager.start();
+    await settle();
+    expect(seen).toEqual([]);
+    synced();
+    await starting;
+    await manager.idle('reader');
+    expect(seen).toEqual(['k']);
+    expect(await registry.metrics()).toContain('sealion_controller_queue_adds_total{controller="reader"} 1');
+    expect(() => manager.run({ name: 'late', watches: [], sync: () => Promise.resolve() })).toThrow(
+      'added after the manager started',
+    );
     await manager.stop();
   });
 });

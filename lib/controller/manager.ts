@@ -6,12 +6,17 @@
 // A sync reports a user's mistake (an invalid spec, a broken config edit) in the object's status or conditions and
 // returns; it throws only for failures that may pass (the API server, an issuer that is down), which the queue
 // retries with backoff. A write refused for want of leadership is not retried: the next leader syncs everything.
+//
+// Every sync is given a signal that aborts when the manager stops; a writer's also aborts when this replica stops
+// leading, so that a long sync (an issuer's discovery, a certificate) gives up the moment its writes would be refused.
+import type { Registry } from 'prom-client';
 import { systemClock, type Clock } from '../clock.ts';
-import type { KubeObject } from '../kube/informer.ts';
+import type { Informer, KubeObject } from '../kube/informer.ts';
 import type { Logger } from '../log.ts';
 import type { LeaderElection } from './leader.ts';
-import type { Controller, Watch } from './controller.ts';
-import { WorkQueue } from './queue.ts';
+import type { Controller, ControllerEntry, Watch } from './controller.ts';
+import { newQueueMetrics } from './metrics.ts';
+import { WorkQueue, type QueueOptions } from './queue.ts';
 
 /** A write attempted by a replica that does not lead. */
 export class NotLeader extends Error {
@@ -27,13 +32,17 @@ export interface ControllerManagerOptions {
   clock?: Clock;
   /** Every key of every controller is synced again this often, to repair drift nobody announced. Default: 10 min. */
   resyncMs?: number;
+  /** Where the work queues' metrics go (lib/controller/metrics.ts). Default: nowhere. */
+  registry?: Registry;
 }
 
 export interface ControllerManager {
   isLeader(): boolean;
   /** `writer` with every method refusing (rejecting with NotLeader, writing nothing) unless this replica leads. */
   leaderOnly<W extends object>(writer: W): W;
-  /** Runs `controller` on every replica. It must write nothing (give it no writer). */
+  /** Adds controllers, before start(): each runs on every replica or only while this one leads, as it says. */
+  add(...entries: ControllerEntry[]): void;
+  /** Runs `controller` on every replica. It must write nothing shared (give it no leader-only writer). */
   run(controller: Controller): void;
   /** Runs `controller` only while this replica leads; give it writers through leaderOnly(). */
   runWhileLeading(controller: Controller): void;
@@ -41,8 +50,11 @@ export interface ControllerManager {
   resync(name: string): void;
   /** Enqueues `key` on controller `name`, for a change no informer sees. */
   enqueue(name: string, key: string): void;
+  /** Resolves when controller `name` has nothing queued or syncing (keys waiting for a delay not counted). */
+  idle(name: string): Promise<void>;
   /** Waits for every informer to sync, then starts every controller's workers. */
   start(): Promise<void>;
+  /** Aborts the syncs under way and waits for them; nothing syncs after. */
   stop(): Promise<void>;
 }
 
@@ -55,9 +67,13 @@ interface Running {
 export function newControllerManager(opts: ControllerManagerOptions): ControllerManager {
   const clock = opts.clock ?? systemClock;
   const isLeader = opts.election ? () => opts.election!.isLeader() : () => true;
+  const metrics = opts.registry ? newQueueMetrics(opts.registry) : undefined;
   const running = new Map<string, Running>();
   let resyncTimer: unknown;
+  let started = false;
   let stopped = false;
+  /** Aborted when this replica stops leading; a new one for each term. Writers' syncs are given its signal. */
+  let term = new AbortController();
 
   const enqueueAll = (r: Running): void => {
     for (const key of r.controller.initialKeys ?? []) r.queue.add(key);
@@ -70,32 +86,44 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
     for (const key of Array.isArray(keys) ? keys : [keys]) if (key) r.queue.add(key);
   };
 
-  const add = (controller: Controller, leading: boolean): void => {
+  const add = ({ controller, runs, queue: tuning }: ControllerEntry): void => {
+    if (started) throw new Error(`controller ${controller.name} added after the manager started`);
     if (running.has(controller.name)) throw new Error(`controller ${controller.name} added twice`);
+    const leading = runs === 'leader';
     const log = opts.log.child({ controller: controller.name });
-    const queue = new WorkQueue(
-      async (key) => {
-        if (leading && !isLeader()) return;
-        try {
-          return await controller.sync(key);
-        } catch (err) {
-          if (err instanceof NotLeader) return;
-          throw err;
-        }
-      },
-      {
-        clock,
-        onError: (key, err) =>
-          log.warn({ key, err: (err as Error).message }, 'sync failed; retrying with backoff'),
-      },
-    );
+    const options: QueueOptions = {
+      ...tuning,
+      clock,
+      onError: (key, err) =>
+        log.warn({ key, err: (err as Error).message }, 'sync failed; retrying with backoff'),
+      onDrop: (key, failures) =>
+        log.warn(
+          { key, failures },
+          'sync failed too many times in a row; dropped until the key is added again',
+        ),
+      ...(metrics ? { metrics: metrics(controller.name) } : {}),
+    };
+    const queue = new WorkQueue(async (key, stopping) => {
+      if (!leading) return controller.sync(key, stopping);
+      if (!isLeader()) return;
+      const signal = AbortSignal.any([stopping, term.signal]);
+      try {
+        return await controller.sync(key, signal);
+      } catch (err) {
+        // Refused or aborted for want of leadership: the next leader syncs everything.
+        if (err instanceof NotLeader || (signal.aborted && !stopping.aborted)) return;
+        throw err;
+      }
+    }, options);
     const r: Running = { controller, queue, leading };
     running.set(controller.name, r);
     for (const watch of controller.watches) watch.informer.onChange((obj) => enqueueFor(r, watch, obj));
   };
 
   opts.election?.onChange((leads) => {
-    if (!leads || stopped) return;
+    if (!leads) return void term.abort(new NotLeader());
+    if (term.signal.aborted) term = new AbortController();
+    if (stopped) return;
     for (const r of running.values()) if (r.leading) enqueueAll(r);
   });
 
@@ -113,8 +141,9 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
         },
       });
     },
-    run: (controller) => add(controller, false),
-    runWhileLeading: (controller) => add(controller, true),
+    add: (...entries) => entries.forEach(add),
+    run: (controller) => add({ controller, runs: 'every-replica' }),
+    runWhileLeading: (controller) => add({ controller, runs: 'leader' }),
     resync(name) {
       const r = running.get(name);
       if (r) enqueueAll(r);
@@ -122,9 +151,15 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
     enqueue(name, key) {
       running.get(name)?.queue.add(key);
     },
+    idle: (name) => running.get(name)?.queue.idle() ?? Promise.resolve(),
     async start() {
+      started = true;
       const all = [...running.values()];
-      await Promise.all(all.flatMap((r) => r.controller.watches.map((w) => w.informer.synced())));
+      const informers = new Set<Informer<KubeObject>>(
+        all.flatMap((r) => [...r.controller.watches.map((w) => w.informer), ...(r.controller.reads ?? [])]),
+      );
+      await Promise.all([...informers].map((i) => i.synced()));
+      if (stopped) return;
       for (const r of all) {
         enqueueAll(r);
         r.queue.start();

@@ -644,3 +644,48 @@ export async function readSecretData(
     ? Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]))
     : undefined;
 }
+
+/**
+ * A process's informers, made once each and shared by everyone who reads the same collection (by resource,
+ * namespace and selectors): two readers of one collection never hold two caches and two watches of it.
+ */
+export interface KubeInformers {
+  core<T extends KubeObject>(
+    collection: CoreCollection,
+    namespace: string,
+    selectors?: Selectors,
+  ): Informer<T>;
+  customResource<T extends KubeObject>(resource: ClusterResource): Informer<T>;
+  leases(namespace: string, label: string): Informer<LeaseObject>;
+  /** Stops every informer made; after all their readers have stopped. */
+  stop(): Promise<void>;
+}
+
+export function newKubeInformers(clients: KubeClients, log: Logger): KubeInformers {
+  const made = new Map<string, Informer<KubeObject>>();
+  const shared = <T extends KubeObject>(key: string, make: () => Informer<T>): Informer<T> => {
+    let informer = made.get(key);
+    if (!informer) made.set(key, (informer = make() as unknown as Informer<KubeObject>));
+    return informer as unknown as Informer<T>;
+  };
+  return {
+    core: (collection, namespace, selectors = {}) =>
+      shared(
+        `core/${collection}/${namespace}/${selectors.labelSelector ?? ''}/${selectors.fieldSelector ?? ''}`,
+        () => newCoreInformer(clients, collection, namespace, log, selectors),
+      ),
+    customResource: (resource) =>
+      shared(`${resource.group}/${resource.version}/${resource.plural}`, () =>
+        newCustomResourceInformer(clients, resource, log),
+      ),
+    leases: (namespace, label) =>
+      shared(`coordination.k8s.io/leases/${namespace}/${label}`, () =>
+        newLeaseInformer(clients, namespace, label, log),
+      ),
+    async stop() {
+      const all = [...made.values()];
+      made.clear();
+      await Promise.all(all.map((i) => i.stop()));
+    },
+  };
+}
