@@ -47,6 +47,9 @@ import {
 } from './tunnel/cluster-status.ts';
 import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import type { RateLimitOptions } from './tunnel/rate-limit.ts';
+
+/** How often strangers may ask the tunnel listener to register an agent. */
+export type RegistrationLimits = RateLimitOptions;
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
 
 export interface ConciergeOptions {
@@ -77,7 +80,7 @@ export interface ConciergeOptions {
     hosts: string[];
     service?: string;
     /** How often strangers may ask to register. Default: DEFAULT_REGISTRATION_LIMITS. */
-    registrationLimits?: RateLimitOptions;
+    registrationLimits?: RegistrationLimits;
   };
   /**
    * The peer listener (concierge/peering.ts), with the tunnel listener only: where it listens, and the host other

@@ -10,7 +10,7 @@ import { silentLogger, type Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { conciergeManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 import { CONCIERGE_NAME, IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
-import type { RateLimitOptions } from '../concierge/tunnel/rate-limit.ts';
+import type { RegistrationLimits } from '../concierge/concierge.ts';
 import { REPO_ROOT } from './build.ts';
 import { kubeconfigYaml, runKubectl, type Cluster } from './cluster.ts';
 
@@ -132,7 +132,7 @@ async function baseOptions(
     log?: Logger;
     port?: number;
     tunnelPort?: number;
-    registrationLimits?: RateLimitOptions;
+    registrationLimits?: RegistrationLimits;
   },
 ): Promise<Omit<ConciergeOptions, 'configMap'>> {
   return {
@@ -173,7 +173,7 @@ export async function startLocalConcierge(
      * Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace`, with these limits on
      * registration (default: the listener's).
      */
-    tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
+    tunnel?: { port: number; namespace: string; registrationLimits?: RegistrationLimits };
     /** This replica's name. Default: local. */
     identity?: string;
     /** The CA that signs users' client certificates. Default: a new one. */

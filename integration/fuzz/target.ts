@@ -10,7 +10,7 @@ import {
   TUNNEL_CA_SECRET,
   PEER_ADDRESS_ANNOTATION,
 } from '../../apis/install.ts';
-import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
+import type { RegistrationLimits } from '../../concierge/concierge.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
 
 import { createBootstrapToken } from '../../lib/kube/bootstrap.ts';
@@ -27,7 +27,7 @@ export const FUZZ_USER = 'fuzzer@example.com';
 /** The fuzz user's group, bound to `view`: fuzzed methods and paths reach the API server but change nothing. */
 export const FUZZ_GROUP = 'fuzzers';
 const TUNNEL_NAMESPACE = 'sealion-fuzz';
-const FUZZ_REGISTRATION_LIMITS: RateLimitOptions = {
+const FUZZ_REGISTRATION_LIMITS: RegistrationLimits = {
   perAddressBurst: 1e9,
   perAddressPerSecond: 1e9,
   overallBurst: 1e9,

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { PROXY_NODE_OPTIONS } from '../../manifests/install.ts';
 import type { Cluster } from '../../dev/cluster.ts';
-import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
+import type { RegistrationLimits } from '../../concierge/concierge.ts';
 
 export interface ConciergeProcess {
   url: string;
@@ -42,7 +42,7 @@ export async function startConciergeProcess(
      * Run the agents' tunnel listener on this port (0: any), keeping its CA in `namespace` (which must exist), with
      * these limits on registration (default: the listener's).
      */
-    tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
+    tunnel?: { port: number; namespace: string; registrationLimits?: RegistrationLimits };
     /** The replica's name (in its Lease and the Clusters' status). Default: local. */
     identity?: string;
     /** The CA of users' client certificates (replicas of one hub share it). Default: a new one. */
