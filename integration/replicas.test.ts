@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startAgent, type Agent } from '../agent/agent.ts';
+import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
 import { addCluster } from '../cli/cluster.ts';
@@ -55,15 +55,15 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** An agent of `cluster` on the managed cluster, dialing the tunnel listener on `port`. */
-function agentFor(
+/** An agent of `cluster` on the managed cluster, started, dialing the tunnel listener on `port`. */
+async function agentFor(
   cluster: string,
   port: number,
   trust: { pin: string },
   token: string,
   store: string,
-): Agent {
-  const agent = startAgent({
+): Promise<Agent> {
+  const agent = newAgent({
     // Each agent dials one replica's own port: one tunnel.
     tunnels: 1,
     cluster,
@@ -76,6 +76,7 @@ function agentFor(
     log: silentLogger(),
   });
   agents.push(agent);
+  await agent.start();
   return agent;
 }
 
@@ -111,9 +112,9 @@ describe('the Cluster status with two replicas', () => {
       description: '',
     });
     const second = await createBootstrapToken(hubClients, NS, 'shared');
-    const viaA = agentFor('shared', portA, shared, shared.token, 'shared-a');
-    const viaB = agentFor('shared', portB, shared, second.token, 'shared-b');
-    const onlyViaB = agentFor('only-b', portB, onlyB, onlyB.token, 'only-b');
+    const viaA = await agentFor('shared', portA, shared, shared.token, 'shared-a');
+    const viaB = await agentFor('shared', portB, shared, second.token, 'shared-b');
+    const onlyViaB = await agentFor('only-b', portB, onlyB, onlyB.token, 'only-b');
     await eventually(() =>
       expect([viaA, viaB, onlyViaB].map((a) => a.connected())).toEqual([true, true, true]),
     );

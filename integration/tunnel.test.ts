@@ -12,8 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { X509Certificate } from 'node:crypto';
-import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
+import { newAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
+import { systemClock, type Clock } from '../lib/clock.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, loadCA, newCA, newCSR } from '../lib/pki/pki.ts';
@@ -509,9 +510,11 @@ describe('a cluster reached through its agent', () => {
     });
     const { token } = await createBootstrapToken(hubClients, NS, 'edge-2');
     const saved: AgentCredentials[] = [];
-    let clock = Date.now();
-    const start = (): Agent =>
-      startAgent({
+    // The agent's own clock, ahead of the real one by `ahead`; its pauses take real time.
+    let ahead = 0;
+    const clock: Clock = { ...systemClock, now: () => Date.now() + ahead };
+    const start = async (): Promise<Agent> => {
+      const agent = newAgent({
         // One hub replica here: one tunnel.
         tunnels: 1,
         cluster: 'edge-2',
@@ -525,9 +528,12 @@ describe('a cluster reached through its agent', () => {
         upstream: agentUpstream(agentKubeconfig),
         version: 'test',
         log: silentLogger(),
-        now: () => clock,
+        clock,
       });
-    let edge2 = start();
+      await agent.start();
+      return agent;
+    };
+    let edge2 = await start();
     // An agent left running after a failure would keep redialling, and keep Jest from exiting.
     try {
       await eventually(() => expect(edge2.connected()).toBe(true));
@@ -535,8 +541,8 @@ describe('a cluster reached through its agent', () => {
       expect(saved).toHaveLength(1);
 
       // 61 of its 90 days later, the next start renews before it connects.
-      clock += 61 * 24 * 3600 * 1000;
-      edge2 = start();
+      ahead = 61 * 24 * 3600 * 1000;
+      edge2 = await start();
       await eventually(() => expect(edge2.connected()).toBe(true));
     } finally {
       await edge2.stop();
