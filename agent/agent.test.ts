@@ -7,10 +7,12 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { createWebSocketStream, WebSocketServer } from 'ws';
 import { eventually } from '../dev/eventually.ts';
+import { fakeClock } from '../lib/fake-clock.ts';
+import type { Clock } from '../lib/clock.ts';
 import { silentLogger } from '../lib/log.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { newTunnelClient, TUNNEL_UPGRADE, writesDone, type TunnelClient } from '../lib/tunnel/tunnel.ts';
-import { startAgent, type Agent } from './agent.ts';
+import { newAgent, type Agent } from './agent.ts';
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -20,6 +22,7 @@ afterEach(async () => {
 /** A hub that takes WebSocket tunnels, and direct ones too when `direct`, with an agent dialing it. */
 async function hub(
   direct: boolean,
+  clock?: Clock,
 ): Promise<{ tunnels: TunnelClient[]; transports: string[]; agent: Agent }> {
   const ca = await newCA('hub test CA');
   const serving = await issueCert(ca, { commonName: 'hub', hosts: ['127.0.0.1'], usage: 'server' });
@@ -51,7 +54,7 @@ async function hub(
   });
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   const url = new URL(`https://127.0.0.1:${(server.address() as AddressInfo).port}`);
-  const agent = startAgent({
+  const agent = newAgent({
     // One hub replica here: one tunnel.
     tunnels: 1,
     cluster: 'edge',
@@ -66,6 +69,7 @@ async function hub(
     upstream: { url: new URL('https://127.0.0.1:9') },
     version: 'test',
     log: silentLogger(),
+    ...(clock ? { clock } : {}),
   });
   cleanups.push(
     () => {
@@ -74,6 +78,7 @@ async function hub(
     },
     () => agent.stop(),
   );
+  await agent.start();
   return { tunnels, transports, agent };
 }
 
@@ -105,5 +110,31 @@ describe('the agent’s tunnel transport', () => {
     await eventually(() => expect(agent.connected()).toBe(true));
     await eventually(() => expect(transports).toEqual(['websocket']));
     expect(await throughTunnel(tunnels[0]!)).toBe(502);
+  });
+});
+
+describe('the agent’s pauses', () => {
+  it('dials again after a closed tunnel only once its clock has moved past the pause', async () => {
+    const clock = fakeClock();
+    const { tunnels, agent } = await hub(true, clock);
+    await eventually(() => expect(agent.connected()).toBe(true));
+    // Only the renewal check is armed while the tunnel is up.
+    expect(clock.pending()).toHaveLength(1);
+    tunnels[0]!.close();
+    await eventually(() => expect(agent.connected()).toBe(false));
+    // The pause before the next dial is armed, and nothing but the clock ends it.
+    await eventually(() => expect(clock.pending()).toHaveLength(2));
+    expect(tunnels).toHaveLength(1);
+    clock.advance(30_000);
+    await eventually(() => expect(agent.connected()).toBe(true));
+    expect(tunnels).toHaveLength(2);
+  });
+
+  it('stops at any time, more than once, and cannot be started again', async () => {
+    const { agent } = await hub(true, fakeClock());
+    await eventually(() => expect(agent.connected()).toBe(true));
+    await Promise.all([agent.stop(), agent.stop()]);
+    expect(agent.connected()).toBe(false);
+    await expect(agent.start()).rejects.toThrow('started already');
   });
 });

@@ -8,7 +8,9 @@
 import { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect, type SecureContext, type TLSSocket } from 'node:tls';
 import { exponentialBackoff } from '../lib/backoff.ts';
+import { systemClock, type Clock } from '../lib/clock.ts';
 import { HttpsError, httpsJSON } from '../lib/https-client.ts';
+import { newLifecycle, type Lifecycle } from '../lib/lifecycle.ts';
 import type { Logger } from '../lib/log.ts';
 import { peerChain } from '../lib/pki/pem.ts';
 import { newCSR, spkiPin } from '../lib/pki/pki.ts';
@@ -25,7 +27,7 @@ import {
   type TransportChoice,
   type TunnelTransport,
 } from '../lib/tunnel/dial.ts';
-import { newLocalProxy, type LocalUpstream } from './local-proxy.ts';
+import { newLocalProxy, type LocalProxy, type LocalUpstream } from './local-proxy.ts';
 
 export interface AgentCredentials {
   certPem: string;
@@ -54,8 +56,8 @@ export interface AgentOptions {
   /** What the agent may forward as, reported to the hub at every dial. */
   forwarding?: AgentForwarding;
   log: Logger;
-  /** Clock, for tests. Default: Date.now. */
-  now?: () => number;
+  /** Times the pauses between dials and the renewal checks, and says when renewal is due. Default: systemClock. */
+  clock?: Clock;
   /** Which tunnel transport to dial (lib/tunnel/dial.ts). Default: auto. */
   transport?: TransportChoice;
   /**
@@ -75,14 +77,17 @@ export interface AgentOptions {
 export const DEFAULT_TUNNELS = 2;
 export const MAX_TUNNELS = 8;
 
-export interface Agent {
+/**
+ * start() begins dialing and resolves at once: a hub that cannot be reached yet is dialed again and again, never a
+ * failed start. stop() closes the tunnels and waits for them.
+ */
+export interface Agent extends Lifecycle<void> {
   /** Whether at least one tunnel is up. */
   connected(): boolean;
   /** The replicas holding this agent's tunnels now. */
   replicas(): string[];
   /** Renews the certificate now (normally done at two thirds of its lifetime). */
   renew(): Promise<void>;
-  stop(): Promise<void>;
 }
 
 const MIN_BACKOFF_MS = 1_000;
@@ -150,10 +155,9 @@ function caMatchingPin(hub: URL, pin: string): Promise<string> {
   });
 }
 
-export function startAgent(opts: AgentOptions): Agent {
+export function newAgent(opts: AgentOptions): Agent {
   const log = opts.log;
-  const now = opts.now ?? Date.now;
-  const proxy = newLocalProxy(opts.upstream);
+  const clock = opts.clock ?? systemClock;
   let credentials: AgentCredentials | undefined;
   let stopped = false;
   const count = Math.min(Math.max(Math.trunc(opts.tunnels ?? DEFAULT_TUNNELS), 1), MAX_TUNNELS);
@@ -188,7 +192,7 @@ export function startAgent(opts: AgentOptions): Agent {
   const renewalDue = (c: AgentCredentials): boolean => {
     const cert = new X509Certificate(c.certPem);
     const from = Date.parse(cert.validFrom);
-    return now() >= from + (Date.parse(cert.validTo) - from) * RENEW_AT_FRACTION;
+    return clock.now() >= from + (Date.parse(cert.validTo) - from) * RENEW_AT_FRACTION;
   };
 
   async function renew(): Promise<void> {
@@ -264,7 +268,7 @@ export function startAgent(opts: AgentOptions): Agent {
   }
 
   /** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
-  async function connectOnce(c: AgentCredentials, slot: Slot): Promise<void> {
+  async function connectOnce(c: AgentCredentials, slot: Slot, local: LocalProxy): Promise<void> {
     const dialed = await dial(c, slot);
     if (stopped) return void dialed.stream.destroy();
     if (slot !== slots[0] && !dialed.replica) {
@@ -278,8 +282,8 @@ export function startAgent(opts: AgentOptions): Agent {
     slot.markDialed();
     log.info({ hub: opts.hub.origin, transport: dialed.transport, replica: dialed.replica }, 'tunnel up');
     const current = serveTunnel(dialed.stream, {
-      connect: (stream) => proxy.accept(stream),
-      request: (stream, headers, rawHeaders) => proxy.serve(stream, headers, rawHeaders),
+      connect: (stream) => local.accept(stream),
+      request: (stream, headers, rawHeaders) => local.serve(stream, headers, rawHeaders),
     });
     slot.tunnel = current;
     await current.closed;
@@ -307,26 +311,27 @@ export function startAgent(opts: AgentOptions): Agent {
     }
   }
 
+  // Between dials nothing else may keep the process up (no tunnel, no socket): the pause does, until stop wakes it.
   const sleep = (slot: Slot, ms: number): Promise<void> =>
     new Promise((done) => {
-      const timer = setTimeout(done, ms);
+      const timer = clock.setTimeout(done, ms, { keepAlive: true });
       slot.wake = () => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         done();
       };
     });
 
   /** Holds one tunnel: dials, serves it until it closes, and dials again after a jittered backoff. */
-  const hold = async (slot: Slot, index: number): Promise<void> => {
+  const hold = async (slot: Slot, index: number, local: LocalProxy): Promise<void> => {
     // Each slot dials once the one before it knows its replica, so that it can ask for another.
     if (index > 0) await Promise.race([slots[index - 1]!.dialedOnce, sleep(slot, FIRST_DIAL_WAIT_MS)]);
     let failures = 0;
     /** Dials in a row that landed on a replica holding another of our tunnels. */
     let landedTaken = 0;
     while (!stopped) {
-      const started = now();
+      const started = clock.now();
       try {
-        await connectOnce(await ensureCredentials(), slot);
+        await connectOnce(await ensureCredentials(), slot, local);
         landedTaken = 0;
       } catch (err) {
         slot.markDialed();
@@ -345,30 +350,39 @@ export function startAgent(opts: AgentOptions): Agent {
         if (isRefusal(err) && !stopped && (await registerAgain())) continue;
       }
       if (stopped) break;
-      failures = now() - started > STABLE_MS ? 0 : failures + 1;
+      failures = clock.now() - started > STABLE_MS ? 0 : failures + 1;
       const delay = exponentialBackoff(failures, MIN_BACKOFF_MS, MAX_BACKOFF_MS);
       // Full jitter: anywhere up to the delay, so that agents dropped together (a hub replica restarting) come back
       // spread over it rather than in waves.
       await sleep(slot, delay * Math.random());
     }
   };
-  const loop = Promise.all(slots.map(hold));
+  /** Checks every RENEW_CHECK_MS whether renewal is due, until `cancel`. */
+  const checkRenewal = (): { cancel(): void } => {
+    let timer: unknown;
+    const check = (): void => {
+      if (credentials && renewalDue(credentials))
+        renew().catch((err: unknown) =>
+          log.warn({ err: (err as Error).message }, 'renewal failed; retrying later'),
+        );
+      timer = clock.setTimeout(check, RENEW_CHECK_MS);
+    };
+    timer = clock.setTimeout(check, RENEW_CHECK_MS);
+    return { cancel: () => clock.clearTimeout(timer) };
+  };
 
-  const renewTimer = setInterval(() => {
-    if (credentials && renewalDue(credentials))
-      renew().catch((err: unknown) =>
-        log.warn({ err: (err as Error).message }, 'renewal failed; retrying later'),
-      );
-  }, RENEW_CHECK_MS);
-  renewTimer.unref();
-
-  return {
-    connected: () => slots.some((s) => s.connected),
-    replicas: () => slots.flatMap((s) => (s.connected && s.replica ? [s.replica] : [])),
-    renew,
-    async stop() {
+  let started = false;
+  const lifecycle = newLifecycle('agent', log, (onStop) => {
+    if (started) throw new Error('the agent was started already');
+    started = true;
+    // The local proxy serves the tunnels' streams; it is closed after they are.
+    const local = newLocalProxy(opts.upstream);
+    onStop(() => local.close());
+    const renewal = checkRenewal();
+    onStop(() => renewal.cancel());
+    const loop = Promise.all(slots.map((slot, index) => hold(slot, index, local)));
+    onStop(async () => {
       stopped = true;
-      clearInterval(renewTimer);
       for (const slot of slots) {
         // Through the tunnel's stream: see lib/tunnel/tunnel.ts on closing.
         if (slot.tunnel) slot.tunnel.close();
@@ -376,7 +390,14 @@ export function startAgent(opts: AgentOptions): Agent {
         slot.wake?.();
       }
       await loop;
-      proxy.close();
-    },
+    });
+    return Promise.resolve();
+  });
+
+  return {
+    ...lifecycle,
+    connected: () => slots.some((s) => s.connected),
+    replicas: () => slots.flatMap((s) => (s.connected && s.replica ? [s.replica] : [])),
+    renew,
   };
 }

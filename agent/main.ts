@@ -13,7 +13,7 @@ import {
   type KubeClients,
 } from '../lib/kube/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
-import { startAgent } from './agent.ts';
+import { newAgent } from './agent.ts';
 import type { AgentForwarding, TransportChoice } from '../lib/tunnel/dial.ts';
 import { newSecretCredentialStore } from './credentials.ts';
 import type { LocalUpstream } from './local-proxy.ts';
@@ -107,7 +107,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
       return token;
     },
   };
-  const agent = startAgent({
+  const agent = newAgent({
     cluster,
     hub: new URL(hub),
     trust: caBundle ? { caPem: Buffer.from(caBundle, 'base64').toString('utf8') } : { pin },
@@ -120,5 +120,6 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     ...(flags.tunnels ? { tunnels: flags.tunnels } : {}),
     log,
   });
+  await agent.start();
   return () => agent.stop();
 }

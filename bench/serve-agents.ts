@@ -1,9 +1,9 @@
 // Simulated agents for the tunnel benchmark, in a process of their own (several share the load, as real agents run
-// on machines of their own): each is the agent's own code (startAgent: its dialing, transport and backoff) with a
+// on machines of their own): each is the agent's own code (newAgent: its dialing, transport and backoff) with a
 // certificate of its own. Reads one JSON line {hub, caPem, agents: [{name, certPem, keyPem}], tunnels?}, then answers each
 // "count" line with how many are connected. Exits on SIGTERM and when its input closes (the benchmark is gone).
 import { createInterface } from 'node:readline';
-import { startAgent, type Agent } from '../agent/agent.ts';
+import { newAgent, type Agent } from '../agent/agent.ts';
 import { silentLogger } from '../lib/log.ts';
 
 interface Setup {
@@ -21,7 +21,7 @@ input.on('line', (line) => {
   if (line === 'count') return void console.log(agents.filter((a) => a.connected()).length);
   const setup = JSON.parse(line) as Setup;
   agents = setup.agents.map((cert) =>
-    startAgent({
+    newAgent({
       cluster: cert.name,
       hub: new URL(setup.hub),
       trust: { caPem: setup.caPem },
@@ -37,5 +37,7 @@ input.on('line', (line) => {
       ...(setup.tunnels ? { tunnels: setup.tunnels } : {}),
     }),
   );
+  // An agent's start only sets its dialing off; the count answers say when they are connected.
+  void Promise.all(agents.map((agent) => agent.start()));
 });
 process.once('SIGTERM', () => process.exit(0));

@@ -21,6 +21,7 @@ import {
   readClusterCustomObject,
   type KubeconfigSource,
 } from '../lib/kube/kube.ts';
+import { newLifecycle } from '../lib/lifecycle.ts';
 import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
@@ -117,42 +118,7 @@ function materialKey(m: ServingMaterial): string {
 }
 
 export function newConcierge(opts: ConciergeOptions): Concierge {
-  const stops: (() => unknown)[] = [];
-  let stopping: Promise<void> | undefined;
-  const stop = (): Promise<void> =>
-    (stopping ??= (async () => {
-      for (const step of stops.splice(0).reverse()) {
-        try {
-          await step();
-        } catch (err) {
-          opts.log.warn({ err: (err as Error).message }, 'stopping a part of the concierge failed');
-        }
-      }
-    })());
-  return {
-    async start() {
-      try {
-        return await start(opts, (step) => {
-          // Stopped while starting: what was just started stops after the rest, and the start goes no further.
-          if (stopping) {
-            void stopping.then(async () => {
-              try {
-                await step();
-              } catch (err) {
-                opts.log.warn({ err: (err as Error).message }, 'stopping a part of the concierge failed');
-              }
-            });
-            throw new Error('the concierge was stopped while it started');
-          }
-          stops.push(step);
-        });
-      } catch (err) {
-        await stop();
-        throw err;
-      }
-    },
-    stop,
-  };
+  return newLifecycle('concierge', opts.log, (onStop) => start(opts, onStop));
 }
 
 /** Starts the parts in order; `onStop` collects how to stop each one as soon as it runs. */
@@ -297,6 +263,7 @@ async function start(
         registry: metrics.registry,
         log: log.child({ component: 'peering' }),
         budget,
+        clock,
       });
       peering = started;
       onStop(() => started.stop());
@@ -374,6 +341,7 @@ async function start(
       identity: opts.identity,
       log: log.child({ component: 'tunnel' }),
       budget,
+      clock,
       ...(opts.tunnel.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
     });
     tunnels = listener;

@@ -26,12 +26,12 @@ import {
   type TLSSocket,
 } from 'node:tls';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { systemClock } from '../lib/clock.ts';
 import { ensureSecretCA } from '../lib/pki/ca-secret.ts';
 import { CallFailed } from '../lib/http2/forward.ts';
 import { endToEnd, hopByHop } from '../lib/http2/hop-by-hop.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
+import { systemClock, type Clock } from '../lib/clock.ts';
 import type { Logger } from '../lib/log.ts';
 import type { MemoryBudget } from '../lib/http2/memory-budget.ts';
 import { certificateURIs, issueCert } from '../lib/pki/pki.ts';
@@ -108,6 +108,8 @@ export interface PeeringOptions {
   log: Logger;
   /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
   budget?: MemoryBudget;
+  /** Times the dials, the links' certificate expiry and the memory of failed dials. Default: systemClock. */
+  clock?: Clock;
 }
 
 export interface Peering {
@@ -205,6 +207,7 @@ function splitAddress(address: string): { host: string; port: number } {
 
 export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   const { log, identity } = opts;
+  const clock = opts.clock ?? systemClock;
   const ca = await ensureSecretCA(opts.clients, opts.namespace, PEER_CA_SECRET, 'sealion peer CA');
   const issue = async (): Promise<{ cert: string; key: string }> => {
     const issued = await issueCert(ca, {
@@ -216,7 +219,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     });
     return { cert: issued.certPem, key: issued.keyPem };
   };
-  let issuedAt = Date.now();
+  let issuedAt = clock.now();
   let own = await issue();
   let stopped = false;
   const links = new Map<string, Promise<TunnelClient>>();
@@ -308,9 +311,8 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     metrics.links.inc({ direction: 'in' });
     // TLS checked the peer's certificate once: the link does not outlive it (the peer dials again with its next,
     // which it has a day before: certificates live a week and are issued daily).
-    const left = Date.parse(socket.getPeerX509Certificate()?.validTo ?? '') - Date.now();
-    const expiry = setTimeout(() => socket.destroy(), Number.isFinite(left) ? Math.max(0, left) : 0);
-    expiry.unref();
+    const left = Date.parse(socket.getPeerX509Certificate()?.validTo ?? '') - clock.now();
+    const expiry = clock.setTimeout(() => socket.destroy(), Number.isFinite(left) ? Math.max(0, left) : 0);
     const session = serveTunnel(socket, {
       connect: (stream) => void upgrades.emit('connection', stream),
       request: (stream: ServerHttp2Stream, headers, rawHeaders) =>
@@ -318,7 +320,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     });
     served.add(session);
     void session.closed.then(() => {
-      clearTimeout(expiry);
+      clock.clearTimeout(expiry);
       served.delete(session);
       metrics.links.dec({ direction: 'in' });
     });
@@ -351,16 +353,17 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
             ? undefined
             : new Error(`the peer at ${holder.address} is not replica ${holder.replica}`),
       });
-      const timer = setTimeout(
+      // The socket keeps the process alive while it dials; the timer need not.
+      const timer = clock.setTimeout(
         () => socket.destroy(new Error(`no answer from ${holder.address} in ${DIAL_TIMEOUT_MS / 1000} s`)),
         DIAL_TIMEOUT_MS,
       );
       socket.once('error', (err: Error) => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         fail(err);
       });
       socket.once('secureConnect', () => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         socket.setNoDelay(true);
         socket.on('error', () => socket.destroy());
         done(newTunnelClient(socket, { maxStreams: PEER_MAX_STREAMS }));
@@ -393,10 +396,9 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
           metrics.dials.inc({ outcome: 'failed' });
           // Requests in the next moment fail (or try the next holder) at once rather than dial again each: a
           // replica that just died would otherwise take a dial per request until its Lease lapses.
-          const forget = setTimeout(() => {
+          clock.setTimeout(() => {
             if (links.get(key) === current) links.delete(key);
           }, DIAL_RETRY_MS);
-          forget.unref();
           log.warn(
             { peer: holder.replica, address: holder.address, err: (err as Error).message },
             'peer dial failed',
@@ -439,7 +441,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     }),
     // The holder bounds a short request's time and cuts stalled ones; this hop only must not outlive it.
     shortTimeoutMs: SHORT_REQUEST_TIMEOUT_MS + 5_000,
-    clock: systemClock,
+    clock,
     ...(opts.budget ? { budget: opts.budget } : {}),
   });
 
@@ -501,7 +503,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     },
     issuedAt: () => issuedAt,
     async reissue() {
-      const at = Date.now();
+      const at = clock.now();
       own = await issue();
       issuedAt = at;
       server.setSecureContext({ ...own, ca: ca.certPem, minVersion: 'TLSv1.3' });

@@ -40,6 +40,23 @@ function kubectlWithBrowser(kubeconfig: string, args: string[], env: NodeJS.Proc
   });
 }
 
+/** The proxy's configuration: enabled. No load balancer here: the proxy is published at its own address. */
+const enabledConfig = (): string =>
+  `impersonationProxy: {mode: enabled, endpoint: "127.0.0.1:${concierge.port}", service: {type: None}}`;
+
+/** Replaces the proxy's configuration in its ConfigMap. */
+const setProxyConfig = (yaml: string): ReturnType<Cluster['kubectl']> =>
+  cluster.kubectl([
+    'patch',
+    'configmap',
+    'config',
+    '-n',
+    NS,
+    '--type=merge',
+    '-p',
+    JSON.stringify({ data: { 'config.yaml': yaml } }),
+  ]);
+
 beforeAll(async () => {
   cluster = await startCluster({ name: 'cli', controllerManager: false });
   // The audience is the CLI's client ID: the ID tokens the CLI logs in for are what the authenticator checks.
@@ -58,17 +75,20 @@ beforeAll(async () => {
     configMap: 'config',
     identity: 'cli',
   });
-  // No load balancer here: the proxy is published at its own address.
   await cluster.kubectl([
     'create',
     'configmap',
     'config',
     '-n',
     NS,
-    `--from-literal=config.yaml=impersonationProxy: {mode: enabled, endpoint: "127.0.0.1:${concierge.port}", service: {type: None}}`,
+    `--from-literal=config.yaml=${enabledConfig()}`,
   ]);
   await applyJWTAuthenticator(cluster, 'corp', issuer, 'sealion-cli');
   token = await issuer.mint({ username: USER, groups: [GROUP] });
+  // Every test starts once the authenticator's status says where the proxy is.
+  await eventually(async () => {
+    expect(await writeStaticKubeconfig(join(dir, 'ready.kubeconfig'), false)).toMatchObject({ code: 0 });
+  }, 30_000);
 });
 
 afterAll(async () => {
@@ -79,28 +99,43 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe('sealion get kubeconfig and sealion login static with real kubectl', () => {
-  let kubeconfig: string;
+/**
+ * Writes a kubeconfig whose plugin reads the user's token from SEALION_TEST_TOKEN (`sealion login static`) and, with
+ * `exchange`, trades it for a certificate; the result of `sealion get kubeconfig`.
+ */
+function writeStaticKubeconfig(path: string, exchange: boolean): ReturnType<typeof runSealion> {
+  return runSealion([
+    'get',
+    'kubeconfig',
+    '--kubeconfig',
+    cluster.kubeconfigPath,
+    '--static-token-env',
+    'SEALION_TEST_TOKEN',
+    ...(exchange ? ['--exchange-credential'] : []),
+    '-o',
+    path,
+  ]);
+}
 
+/** A kubeconfig written for this test, with the token exchange: its path. */
+async function exchangingKubeconfig(name: string): Promise<string> {
+  const path = join(dir, `${name}.kubeconfig`);
+  expect(await writeStaticKubeconfig(path, true)).toMatchObject({ code: 0 });
+  return path;
+}
+
+// Each test writes the kubeconfigs and credential caches it uses; the cluster, the issuer and the concierge are shared.
+describe('sealion get kubeconfig and sealion login static with real kubectl', () => {
   it('writes a kubeconfig from the authenticator’s status that kubectl uses as the user', async () => {
-    const written = await runSealion([
-      'get',
-      'kubeconfig',
-      '--kubeconfig',
-      cluster.kubeconfigPath,
-      '--static-token-env',
-      'SEALION_TEST_TOKEN',
-      '--exchange-credential',
-      '-o',
-      join(dir, 'user.kubeconfig'),
-    ]);
+    const kubeconfig = join(dir, 'user.kubeconfig');
+    const written = await writeStaticKubeconfig(kubeconfig, true);
     expect(written).toMatchObject({ code: 0 });
-    kubeconfig = join(dir, 'user.kubeconfig');
     // The admin sees the same endpoint the kubeconfig points at.
     const server = /server: (\S+)/.exec(readFileSync(kubeconfig, 'utf8'))?.[1];
     expect(server).toBe(`https://127.0.0.1:${concierge.port}`);
     expect((await cluster.kubectl(['get', 'jwtauthenticators'])).stdout).toContain(server);
-    const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: dir };
+    const home = mkdtempSync(join(tmpdir(), 'sealion-cli-user-'));
+    const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: home };
     const list = await runKubectl(cluster.binaries.kubectl, kubeconfig, ['get', 'namespaces', '-o', 'name'], {
       env,
     });
@@ -126,34 +161,37 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(mine.stdout).toContain(`Username: ${USER}`);
     expect(mine.stdout).toMatch(new RegExp(`Groups: .*${GROUP}.*system:authenticated`));
     // The exchanged certificate is cached for the next kubectl.
-    expect(readdirSync(join(dir, 'sealion', 'credentials')).some((f) => f.endsWith('.json'))).toBe(true);
+    expect(readdirSync(join(home, 'sealion', 'credentials')).some((f) => f.endsWith('.json'))).toBe(true);
+    rmSync(home, { recursive: true, force: true });
   });
 
   it('gives kubectl a clean Unauthorized for a wrong token, with or without the exchange', async () => {
+    const kubeconfig = await exchangingKubeconfig('wrong-token');
     const env = { SEALION_TEST_TOKEN: 'not-a-token', XDG_CONFIG_HOME: dir };
     const exchanged = await runKubectl(cluster.binaries.kubectl, kubeconfig, ['get', 'namespaces'], { env });
     expect(exchanged.code).not.toBe(0);
     expect(exchanged.stderr).toContain('exchange token: authentication failed');
 
     const bearerConfig = join(dir, 'bearer.kubeconfig');
-    const written = await runSealion([
-      'get',
-      'kubeconfig',
-      '--kubeconfig',
-      cluster.kubeconfigPath,
-      '--static-token-env',
-      'SEALION_TEST_TOKEN',
-      '-o',
-      bearerConfig,
-    ]);
+    const written = await writeStaticKubeconfig(bearerConfig, false);
     expect(written.code).toBe(0);
-    const bearer = await runKubectl(cluster.binaries.kubectl, bearerConfig, ['get', 'namespaces'], { env });
+    // kubectl shows the Status of a refused request only once it knows the server's API groups (a refused discovery
+    // gets a message of its own): they are learnt first, with the right token, into a cache of this test's.
+    const cache = ['--cache-dir', join(dir, 'wrong-token-cache')];
+    const known = await runKubectl(cluster.binaries.kubectl, bearerConfig, [...cache, 'get', 'namespaces'], {
+      env: { ...env, SEALION_TEST_TOKEN: token },
+    });
+    expect(known).toMatchObject({ code: 0 });
+    const bearer = await runKubectl(cluster.binaries.kubectl, bearerConfig, [...cache, 'get', 'namespaces'], {
+      env,
+    });
     expect(bearer.code).not.toBe(0);
     expect(bearer.stderr).toContain('You must be logged in to the server (Unauthorized)');
     for (const result of [exchanged, bearer]) expect(result.stderr).not.toContain('not-a-token');
   });
 
   it('serves two kubectl processes at once from one exchange', async () => {
+    const kubeconfig = await exchangingKubeconfig('two-at-once');
     const fresh = mkdtempSync(join(tmpdir(), 'sealion-cli-cache-'));
     const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: fresh };
     const both = await Promise.all(
@@ -203,6 +241,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
   it('logs in with OIDC in the browser once, then reuses and refreshes the session without it', async () => {
     const { path, home } = await oidcUser('oidc');
     const env = { XDG_CONFIG_HOME: home };
+    const before = issuer.grants();
 
     // The plugin prints the login URL; this test is the browser that follows it.
     const first = await kubectlWithBrowser(path, ['get', 'namespaces', '-o', 'name'], env);
@@ -215,7 +254,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     );
     expect(first.browsed).toBe(true);
     expect(first.stdout).toContain(`namespace/${NS}`);
-    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 0, device_code: 0 });
+    expect(issuer.grants()).toEqual({ ...before, authorization_code: before.authorization_code + 1 });
 
     const second = await runKubectl(cluster.binaries.kubectl, path, ['auth', 'whoami', '-o', 'json'], {
       env,
@@ -229,7 +268,11 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
       env,
     });
     expect(third).toMatchObject({ code: 0, stderr: '' });
-    expect(issuer.grants()).toEqual({ authorization_code: 1, refresh_token: 1, device_code: 0 });
+    expect(issuer.grants()).toEqual({
+      ...before,
+      authorization_code: before.authorization_code + 1,
+      refresh_token: before.refresh_token + 1,
+    });
     rmSync(home, { recursive: true, force: true });
   });
 
@@ -296,30 +339,31 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
   });
 
   it('explains why there is no kubeconfig to write while the proxy is disabled', async () => {
-    const patched = await cluster.kubectl([
-      'patch',
-      'configmap',
-      'config',
-      '-n',
-      NS,
-      '--type=merge',
-      '-p',
-      JSON.stringify({ data: { 'config.yaml': 'impersonationProxy: {mode: disabled}' } }),
-    ]);
+    const patched = await setProxyConfig('impersonationProxy: {mode: disabled}');
     expect(patched.code).toBe(0);
-    await eventually(async () => {
-      const answer = await runSealion([
-        'get',
-        'kubeconfig',
-        '--kubeconfig',
-        cluster.kubeconfigPath,
-        '--static-token-env',
-        'SEALION_TEST_TOKEN',
-      ]);
-      expect(answer.code).not.toBe(0);
-      expect(answer.stderr).toMatch(
-        /the impersonation proxy is NotAvailable \(Disabled\): .*disabled by configuration/,
-      );
-    }, 30_000);
+    try {
+      await eventually(async () => {
+        const answer = await runSealion([
+          'get',
+          'kubeconfig',
+          '--kubeconfig',
+          cluster.kubeconfigPath,
+          '--static-token-env',
+          'SEALION_TEST_TOKEN',
+        ]);
+        expect(answer.code).not.toBe(0);
+        expect(answer.stderr).toMatch(
+          /the impersonation proxy is NotAvailable \(Disabled\): .*disabled by configuration/,
+        );
+      }, 30_000);
+    } finally {
+      // Enabled again for the tests that may run after this one.
+      await setProxyConfig(enabledConfig());
+      await eventually(async () => {
+        expect(await writeStaticKubeconfig(join(dir, 'enabled-again.kubeconfig'), false)).toMatchObject({
+          code: 0,
+        });
+      }, 30_000);
+    }
   });
 });

@@ -2,7 +2,7 @@
 // whether the proxy runs; the local load balancer gives its Service an address; the controllers issue
 // certificates and publish where the proxy is onto every authenticator; two replicas share one writer.
 import { CONFIG_MAP_NAME } from '../apis/install.ts';
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import type { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect } from 'node:tls';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
@@ -27,9 +27,9 @@ let issuer: TestIssuer;
 let lb: LocalLoadBalancer | undefined;
 /** The replica the load balancer sends connections to. */
 let backendPort = 0;
-/** The load balancer's address for the proxy's Service, from the first test. */
-let balancedIP = '';
+/** The replicas running, and each one's identity. */
 const replicas: ControlledConcierge[] = [];
+const identities = new Map<ControlledConcierge, string>();
 
 async function kubectlOk(args: string[], input?: string): Promise<string> {
   const result = await cluster.kubectl(args, input === undefined ? {} : { input });
@@ -87,6 +87,7 @@ function handshake(host: string, port: number, caPem: string): Promise<X509Certi
 const caOf = (strategy: ConciergeStrategy | undefined): string =>
   Buffer.from(strategy?.impersonationProxyConfig?.certificateAuthorityData ?? '', 'base64').toString();
 
+/** Starts a replica; the first one started is where the load balancer sends connections. */
 async function startReplica(identity: string): Promise<ControlledConcierge> {
   const replica = await startControlledConcierge(cluster, {
     namespace: NS,
@@ -94,12 +95,68 @@ async function startReplica(identity: string): Promise<ControlledConcierge> {
     identity,
   });
   replicas.push(replica);
+  identities.set(replica, identity);
+  if (replicas.length === 1) backendPort = replica.port;
   return replica;
 }
 
 async function stopReplica(replica: ControlledConcierge): Promise<void> {
   replicas.splice(replicas.indexOf(replica), 1);
+  identities.delete(replica);
   await replica.stop();
+}
+
+/** The replica holding the controllers' Lease. */
+const leader = (): Promise<string> =>
+  kubectlOk([
+    'get',
+    'lease',
+    '-n',
+    NS,
+    'sealion-concierge-controllers',
+    '-o',
+    'jsonpath={.spec.holderIdentity}',
+  ]);
+
+/** Starts the load balancer unless it runs. */
+async function ensureLoadBalancer(): Promise<LocalLoadBalancer> {
+  return (lb ??= await startLocalLoadBalancer({
+    clients: newKubeClients({ path: cluster.kubeconfigPath }),
+    backend: (service) =>
+      service.spec?.selector?.['app'] === 'sealion-concierge'
+        ? { host: '127.0.0.1', port: backendPort }
+        : undefined,
+  }));
+}
+
+/** Starts the load balancer unless it runs; resolves with the address it gives the proxy's Service once it has one. */
+async function balancedAddress(): Promise<string> {
+  const running = await ensureLoadBalancer();
+  return eventually(() => {
+    const address = running.addressOf(NS, SERVICE);
+    expect(address).toBeDefined();
+    return address!;
+  });
+}
+
+/**
+ * Makes the proxy run on managed-looking nodes, enabled by configuration at 127.0.0.1 and `replica`'s port; resolves
+ * with the CA it publishes once it listens there.
+ */
+async function servingAt(replica: ControlledConcierge): Promise<string> {
+  const endpoint = `127.0.0.1:${replica.port}`;
+  await setNodes('managed');
+  await setConfig(`impersonationProxy: {mode: enabled, endpoint: "${endpoint}"}\n`);
+  const strategy = await eventually(async () => {
+    const s = await proxyStrategy();
+    expect(s).toMatchObject({
+      status: 'Success',
+      reason: 'Listening',
+      impersonationProxyConfig: { endpoint: `https://${endpoint}` },
+    });
+    return s!;
+  }, 30_000);
+  return caOf(strategy);
 }
 
 beforeAll(async () => {
@@ -108,6 +165,16 @@ beforeAll(async () => {
   await kubectlOk(['create', 'namespace', NS]);
   await setNodes('managed');
   await setConfig('impersonationProxy: {mode: auto}\n');
+  await startReplica('replica-a');
+  await applyJWTAuthenticator(cluster, 'corp', issuer, 'sealion-controllers');
+});
+
+// Every test starts with one replica, replica-a, holding the Lease; the handover test leaves replica-b instead.
+beforeEach(async () => {
+  if (replicas.length === 1 && identities.get(replicas[0]!) === 'replica-a') return;
+  for (const replica of [...replicas]) await stopReplica(replica);
+  await startReplica('replica-a');
+  await eventually(async () => expect(await leader()).toBe('replica-a'), 30_000);
 });
 
 afterAll(async () => {
@@ -119,26 +186,19 @@ afterAll(async () => {
 
 describe('the impersonation proxy, driven by its controllers', () => {
   it('stays Pending until the load balancer has an address, then publishes an endpoint that verifies', async () => {
-    const first = await startReplica('replica-a');
-    backendPort = first.port;
-    await applyJWTAuthenticator(cluster, 'corp', issuer, 'sealion-controllers');
+    // Pending is the state of a Service that no load balancer has given an address: none runs, and the Service is
+    // made anew.
+    await lb?.stop();
+    lb = undefined;
+    await kubectlOk(['delete', 'service', '-n', NS, SERVICE, '--ignore-not-found']);
+    await setNodes('managed');
+    await setConfig('impersonationProxy: {mode: auto}\n');
     await eventually(async () => {
       expect(await serviceExists()).toBe(true);
       expect(await proxyStrategy()).toMatchObject({ status: 'Error', reason: 'Pending' });
     }, 30_000);
 
-    lb = await startLocalLoadBalancer({
-      clients: newKubeClients({ path: cluster.kubeconfigPath }),
-      backend: (service) =>
-        service.spec?.selector?.['app'] === 'sealion-concierge'
-          ? { host: '127.0.0.1', port: backendPort }
-          : undefined,
-    });
-    const ip = (balancedIP = await eventually(() => {
-      const address = lb!.addressOf(NS, SERVICE);
-      expect(address).toBeDefined();
-      return address!;
-    }));
+    const ip = await balancedAddress();
     const strategy = await eventually(async () => {
       const s = await proxyStrategy();
       expect(s).toMatchObject({
@@ -176,6 +236,8 @@ describe('the impersonation proxy, driven by its controllers', () => {
   ] as const)(
     'on a %s-looking cluster with mode %s: Service %s, strategy %s/%s',
     async (look, mode, service, status, reason, message) => {
+      // Where the proxy runs, its endpoint is the load balancer's address.
+      await ensureLoadBalancer();
       await setNodes(look);
       await setConfig(`impersonationProxy: {mode: ${mode}}\n`);
       await eventually(async () => {
@@ -192,6 +254,13 @@ describe('the impersonation proxy, driven by its controllers', () => {
 
   it('issues a new serving certificate when the endpoint changes, and keeps the CA across a restart', async () => {
     const [first] = replicas;
+    // Published first at the load balancer's address.
+    await setNodes('managed');
+    await setConfig('impersonationProxy: {mode: auto}\n');
+    const balancedIP = await balancedAddress();
+    await eventually(async () => {
+      expect((await proxyStrategy())?.impersonationProxyConfig?.endpoint).toBe(`https://${balancedIP}`);
+    }, 30_000);
     const endpoint = `127.0.0.1:${first!.port}`;
     await setConfig(`impersonationProxy: {mode: enabled, endpoint: "${endpoint}"}\n`);
     const strategy = await eventually(async () => {
@@ -209,7 +278,6 @@ describe('the impersonation proxy, driven by its controllers', () => {
 
     await stopReplica(first!);
     const restarted = await startReplica('replica-a');
-    backendPort = restarted.port;
     await setConfig(`impersonationProxy: {mode: enabled, endpoint: "127.0.0.1:${restarted.port}"}\n`);
     // The restarted replica serves a certificate from the same CA the kubeconfigs already trust.
     await eventually(() => handshake('127.0.0.1', restarted.port, ca), 30_000);
@@ -219,7 +287,7 @@ describe('the impersonation proxy, driven by its controllers', () => {
   it('keeps the last good configuration serving through a broken edit, and clears the error once fixed', async () => {
     const [replica] = replicas;
     const endpoint = `127.0.0.1:${replica!.port}`;
-    const ca = caOf(await proxyStrategy());
+    const ca = await servingAt(replica!);
     await setConfig(`impersonationProxy: {mode: sometimes, endpoint: "${endpoint}"}\n`);
     await eventually(async () => {
       const strategy = await proxyStrategy();
@@ -240,14 +308,13 @@ describe('the impersonation proxy, driven by its controllers', () => {
 
   it('keeps the last good configuration and its Service through a restart during a broken edit', async () => {
     const [replica] = replicas;
-    const ca = caOf(await proxyStrategy());
+    const ca = await servingAt(replica!);
     // Under the defaults (mode auto) the proxy would not run on these nodes, and its Service would go.
     await setNodes('self-hosted');
     await setConfig('impersonationProxy: {mode: sometimes}\n');
     await eventually(async () => expect(await proxyStrategy()).toMatchObject({ status: 'Error' }), 30_000);
     await stopReplica(replica!);
     const restarted = await startReplica('replica-a');
-    backendPort = restarted.port;
     // The restarted replica serves the last good configuration's certificate: it runs the proxy.
     await eventually(() => handshake('127.0.0.1', restarted.port, ca), 30_000);
     expect(await serviceExists()).toBe(true);
@@ -263,20 +330,11 @@ describe('the impersonation proxy, driven by its controllers', () => {
 
   it('lets one of two replicas write, and hands over to the other when it stops', async () => {
     const [first] = replicas;
+    await servingAt(first!);
     const second = await startReplica('replica-b');
     const version = async (): Promise<string> =>
       kubectlOk(['get', `jwtauthenticators.${GROUP}`, 'corp', '-o', 'jsonpath={.metadata.resourceVersion}']);
-    const holder = async (): Promise<string> =>
-      kubectlOk([
-        'get',
-        'lease',
-        '-n',
-        NS,
-        'sealion-concierge-controllers',
-        '-o',
-        'jsonpath={.spec.holderIdentity}',
-      ]);
-    expect(await holder()).toBe('replica-a');
+    expect(await leader()).toBe('replica-a');
     // Both replicas see the same world; the follower writes nothing, so the status does not flap. A quiet
     // spell is the only way to observe that nothing happens.
     const before = await version();
@@ -284,7 +342,7 @@ describe('the impersonation proxy, driven by its controllers', () => {
     expect(await version()).toBe(before);
 
     await stopReplica(first!);
-    await eventually(async () => expect(await holder()).toBe('replica-b'), 20_000);
+    await eventually(async () => expect(await leader()).toBe('replica-b'), 20_000);
     // The new leader publishes, including onto authenticators created after the handover.
     await applyJWTAuthenticator(cluster, 'late', issuer, 'sealion-controllers');
     await eventually(async () => {

@@ -10,7 +10,7 @@
 //   requests with the agent's own credentials (a compromised hub) see them.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
-import { startAgent, type Agent } from '../agent/agent.ts';
+import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import { detectImpersonation } from '../agent/main.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
@@ -300,21 +300,21 @@ beforeAll(async () => {
       hub: '',
       description: '',
     });
-    agents.push(
-      startAgent({
-        cluster,
-        // Every agent dials the replica `holder`: the other one reaches them through a peer hop.
-        hub: new URL(`https://127.0.0.1:${holder.tunnel!.port}`),
-        trust: { pin: added.pin },
-        bootstrapToken: () => added.token,
-        store: newSecretCredentialStore(edgeClients, AGENT_NS, `${cluster}-credentials`),
-        upstream: agentUpstream(kubeconfig),
-        version: 'decides-test',
-        forwarding: { policy: describePolicy(policy), impersonation },
-        log: silentLogger(),
-        tunnels: 1,
-      }),
-    );
+    const agent = newAgent({
+      cluster,
+      // Every agent dials the replica `holder`: the other one reaches them through a peer hop.
+      hub: new URL(`https://127.0.0.1:${holder.tunnel!.port}`),
+      trust: { pin: added.pin },
+      bootstrapToken: () => added.token,
+      store: newSecretCredentialStore(edgeClients, AGENT_NS, `${cluster}-credentials`),
+      upstream: agentUpstream(kubeconfig),
+      version: 'decides-test',
+      forwarding: { policy: describePolicy(policy), impersonation },
+      log: silentLogger(),
+      tunnels: 1,
+    });
+    agents.push(agent);
+    await agent.start();
   }
   // The same grants on both clusters, for a service account (straight to the API server) and a user (through
   // Sealion); every impersonated identity may read configmaps of the namespace, so a list answers 200 once allowed.

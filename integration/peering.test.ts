@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
-import { startAgent, type Agent } from '../agent/agent.ts';
+import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
 import { addCluster } from '../cli/cluster.ts';
@@ -134,20 +134,19 @@ beforeAll(async () => {
       hub: '',
       description: '',
     });
-    agents.set(
+    const agent = newAgent({
       cluster,
-      startAgent({
-        cluster,
-        hub: new URL(`https://127.0.0.1:${port}`),
-        trust: { pin: added.pin },
-        bootstrapToken: () => added.token,
-        store: newSecretCredentialStore(managedClients, AGENT_NS, `${cluster}-credentials`),
-        upstream: agentUpstream(agentKubeconfig),
-        version: 'peering-test',
-        log: silentLogger(),
-        tunnels: cluster === 'twice' ? 2 : 1,
-      }),
-    );
+      hub: new URL(`https://127.0.0.1:${port}`),
+      trust: { pin: added.pin },
+      bootstrapToken: () => added.token,
+      store: newSecretCredentialStore(managedClients, AGENT_NS, `${cluster}-credentials`),
+      upstream: agentUpstream(agentKubeconfig),
+      version: 'peering-test',
+      log: silentLogger(),
+      tunnels: cluster === 'twice' ? 2 : 1,
+    });
+    agents.set(cluster, agent);
+    await agent.start();
   }
 }, 240_000);
 

@@ -3,12 +3,12 @@
 // stop, no last write) show disconnected within seconds. And a concierge that is still starting answers a
 // request for a cluster with a Status, never a 500.
 import { IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startAgent, type Agent } from '../agent/agent.ts';
+import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
 import { addCluster } from '../cli/cluster.ts';
@@ -32,9 +32,8 @@ let hubClients: KubeClients;
 let managedClients: KubeClients;
 let agentKubeconfig: string;
 let dir: string;
-let replicaA: LocalConcierge | undefined;
-let replicaB: ConciergeProcess | undefined;
-const agents: Agent[] = [];
+/** How to stop what the current test started (its replicas and agents), run in the reverse order after it. */
+const cleanups: (() => Promise<unknown>)[] = [];
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sealion-replicas-'));
@@ -47,23 +46,24 @@ beforeAll(async () => {
   agentKubeconfig = await prepareAgentCluster(managed, AGENT_NS);
 }, 180_000);
 
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
 afterAll(async () => {
-  await Promise.all(agents.map((a) => a.stop()));
-  await replicaB?.stop();
-  await replicaA?.stop();
   await Promise.all([hub?.stop(), managed?.stop()]);
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** An agent of `cluster` on the managed cluster, dialing the tunnel listener on `port`. */
-function agentFor(
+/** An agent of `cluster` on the managed cluster, started, dialing the tunnel listener on `port`. */
+async function agentFor(
   cluster: string,
   port: number,
   trust: { pin: string },
   token: string,
   store: string,
-): Agent {
-  const agent = startAgent({
+): Promise<Agent> {
+  const agent = newAgent({
     // Each agent dials one replica's own port: one tunnel.
     tunnels: 1,
     cluster,
@@ -75,9 +75,49 @@ function agentFor(
     version: 'replicas-test',
     log: silentLogger(),
   });
-  agents.push(agent);
+  cleanups.push(() => agent.stop());
+  await agent.start();
   return agent;
 }
+
+/** A replica of the concierge in this process, with a tunnel listener; stopped after the test. */
+async function localReplica(identity: string): Promise<LocalConcierge> {
+  const replica = await startLocalConcierge(hub, { tunnel: { port: 0, namespace: NS }, identity });
+  cleanups.push(() => replica.stop());
+  return replica;
+}
+
+/** A replica of the concierge in a process of its own (to be killed), with a tunnel listener; stopped after the test. */
+async function replicaProcess(identity: string): Promise<ConciergeProcess> {
+  const replica = await startConciergeProcess(hub, { tunnel: { port: 0, namespace: NS }, identity });
+  cleanups.push(() => replica.stop());
+  return replica;
+}
+
+/** Registers `cluster` with the hub, as `sealion cluster add` does: the pin of the tunnel CA and a bootstrap token. */
+const register = (cluster: string): ReturnType<typeof addCluster> =>
+  addCluster(cluster, {
+    kubeconfig: hub.kubeconfigPath,
+    namespace: NS,
+    groupSuffix: 'sealion.dev',
+    hub: '',
+    description: '',
+  });
+
+/** The replica Leases in the concierge's namespace, by name. */
+const replicaLeases = async (): Promise<string> =>
+  (
+    await hub.kubectl([
+      'get',
+      'leases',
+      '-n',
+      NS,
+      '-l',
+      'app.kubernetes.io/component=concierge-replica',
+      '-o',
+      'name',
+    ])
+  ).stdout;
 
 const clusterStatus = (name: string): Promise<ClusterStatus> => clusterStatusOf(hub, name);
 
@@ -85,35 +125,17 @@ const holders = (status: ClusterStatus): string[] => (status.tunnels ?? []).map(
 
 describe('the Cluster status with two replicas', () => {
   it("keeps each replica's tunnels, and shows a killed replica's tunnels disconnected within seconds", async () => {
-    replicaA = await startLocalConcierge(hub, {
-      tunnel: { port: 0, namespace: NS },
-      identity: 'replica-a',
-    });
-    replicaB = await startConciergeProcess(hub, {
-      tunnel: { port: 0, namespace: NS },
-      identity: 'replica-b',
-    });
+    const replicaA = await localReplica('replica-a');
+    const replicaB = await replicaProcess('replica-b');
     const portA = replicaA.concierge.tunnel!.port;
     const portB = replicaB.tunnel!.port;
     // `shared` has an agent on each replica; `only-b` only one, on the replica that will be killed.
-    const shared = await addCluster('shared', {
-      kubeconfig: hub.kubeconfigPath,
-      namespace: NS,
-      groupSuffix: 'sealion.dev',
-      hub: '',
-      description: '',
-    });
-    const onlyB = await addCluster('only-b', {
-      kubeconfig: hub.kubeconfigPath,
-      namespace: NS,
-      groupSuffix: 'sealion.dev',
-      hub: '',
-      description: '',
-    });
+    const shared = await register('shared');
+    const onlyB = await register('only-b');
     const second = await createBootstrapToken(hubClients, NS, 'shared');
-    const viaA = agentFor('shared', portA, shared, shared.token, 'shared-a');
-    const viaB = agentFor('shared', portB, shared, second.token, 'shared-b');
-    const onlyViaB = agentFor('only-b', portB, onlyB, onlyB.token, 'only-b');
+    const viaA = await agentFor('shared', portA, shared, shared.token, 'shared-a');
+    const viaB = await agentFor('shared', portB, shared, second.token, 'shared-b');
+    const onlyViaB = await agentFor('only-b', portB, onlyB, onlyB.token, 'only-b');
     await eventually(() =>
       expect([viaA, viaB, onlyViaB].map((a) => a.connected())).toEqual([true, true, true]),
     );
@@ -163,26 +185,30 @@ describe('the Cluster status with two replicas', () => {
   }, 120_000);
 
   it('removes its entries when a replica stops cleanly', async () => {
-    await replicaA!.stop();
-    replicaA = undefined;
+    const replica = await localReplica('replica-c');
+    const added = await register('clean-stop');
+    const agent = await agentFor(
+      'clean-stop',
+      replica.concierge.tunnel!.port,
+      added,
+      added.token,
+      'clean-stop',
+    );
+    await eventually(() => expect(agent.connected()).toBe(true));
     await eventually(async () => {
-      const status = await clusterStatus('shared');
+      expect(holders(await clusterStatus('clean-stop'))).toEqual(['replica-c']);
+      expect(await replicaLeases()).toContain('sealion-concierge-replica-replica-c');
+    });
+
+    await replica.stop();
+    await eventually(async () => {
+      const status = await clusterStatus('clean-stop');
       expect(status.connected).toBe(false);
       expect(holders(status)).toEqual([]);
     });
-    const leases = await hub.kubectl([
-      'get',
-      'leases',
-      '-n',
-      NS,
-      '-l',
-      'app.kubernetes.io/component=concierge-replica',
-      '-o',
-      'name',
-    ]);
-    // Replica A's Lease is gone. (Killed replica B's goes once a live replica has seen it lapse for twice its
-    // duration; none is left here to see it.)
-    expect(leases.stdout).not.toContain('sealion-concierge-replica-replica-a');
+    // The stopped replica's Lease is gone. (A killed replica's goes once a live replica has seen it lapse for twice
+    // its duration; none is left here to see it.)
+    expect(await replicaLeases()).not.toContain('sealion-concierge-replica-replica-c');
   }, 60_000);
 });
 

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
-import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
+import { newAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import { newLogger } from '../lib/log.ts';
@@ -655,7 +655,7 @@ beforeAll(async () => {
   const bootstrap = keep((await createBootstrapToken(hubClients, NS, EDGE)).token);
   const upstream = agentUpstream(agentKubeconfig);
   keep(upstream.keyPem!);
-  agent = startAgent({
+  agent = newAgent({
     // One hub replica here: one tunnel.
     tunnels: 1,
     cluster: EDGE,
@@ -674,6 +674,7 @@ beforeAll(async () => {
     version: 'security-test',
     log: log.child({ component: 'agent' }),
   });
+  await agent.start();
   const secret = (await readSecretData(hubClients, NS, TUNNEL_CA_SECRET))!;
   tunnelCA = await loadCA(secret['tls.crt']!, keep(secret['tls.key']!));
   keep(concierge.signerCA.keyPem);

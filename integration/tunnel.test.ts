@@ -2,8 +2,8 @@
 // admin onboards the managed cluster with the CLI, the agent (the real `sealion agent` process) registers and
 // dials out, and real kubectl reaches the managed cluster through the hub as a user whom that cluster's RBAC
 // judges. Registration refusals, a killed agent and a restarted concierge are exercised too.
-import { AGENT_NAME, TUNNEL_CA_SECRET } from '../apis/install.ts';
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { TUNNEL_CA_SECRET } from '../apis/install.ts';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
@@ -12,8 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createWebSocketStream, WebSocket } from 'ws';
 import { X509Certificate } from 'node:crypto';
-import { startAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
+import { newAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
+import { systemClock, type Clock } from '../lib/clock.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, loadCA, newCA, newCSR } from '../lib/pki/pki.ts';
@@ -42,44 +43,87 @@ let managedClients: KubeClients;
 let concierge: LocalConcierge;
 let tunnelPort: number;
 let dir: string;
-let agent: ChildProcess | undefined;
-let agentCommand: string[] = [];
-let agentToken = '';
+/** The agent processes the current test started; each test's are killed after it. */
+const agents = new Set<ChildProcess>();
 let agentKubeconfig: string;
 let backend: NetnsBackend;
 let issuer: TestIssuer;
 /** The user's OIDC token, which the hub's JWTAuthenticator accepts. */
 let TOKEN = '';
 
-/** Starts the agent as printed by `cluster add`, with this test's kubeconfig for the managed cluster. */
-async function startAgentProcess(): Promise<void> {
+/** A cluster onboarded with `cluster add`: its bootstrap token, and the agent command it printed. */
+interface Onboarded {
+  name: string;
+  token: string;
+  command: string[];
+}
+
+/** Onboards `name` with `sealion cluster add`, as an admin of the hub. */
+async function onboard(name: string): Promise<Onboarded> {
+  const added = await sealionOnHub(['cluster', 'add', name, '--hub', `https://127.0.0.1:${tunnelPort}`]);
+  expect(added).toMatchObject({ code: 0 });
+  const printed = /SEALION_BOOTSTRAP_TOKEN=(\S+) sealion (agent .+)$/m.exec(added.stdout);
+  expect(printed).not.toBeNull();
+  return { name, token: printed![1]!, command: printed![2]!.split(' ') };
+}
+
+/**
+ * Starts the agent as printed by `cluster add`, with this test's kubeconfig for the managed cluster and a credentials
+ * Secret of its cluster's own; resolves with it once its tunnel is up. `token` is the bootstrap token it is given
+ * (none: it is registered already).
+ */
+async function startAgentProcess(onboarded: Onboarded, token = onboarded.token): Promise<ChildProcess> {
   // An agent left by a test process that died would dial the next hub on this port: it dies with this process.
   const [command, args] = dieWithParent(process.execPath, [
     join(REPO_ROOT, 'cli/main.ts'),
-    ...agentCommand,
+    ...onboarded.command,
     '--kubeconfig',
     agentKubeconfig,
     '--namespace',
     AGENT_NS,
+    '--credentials-secret',
+    credentialsSecret(onboarded.name),
     '--log-level',
     'debug',
   ]);
   const child = spawn(command, args, {
-    env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: agentToken },
+    env: { ...process.env, SEALION_BOOTSTRAP_TOKEN: token },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  agent = child;
+  agents.add(child);
   await waitForOutput(child, /tunnel up/);
+  return child;
 }
 
-function stopAgent(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-  const child = agent;
-  agent = undefined;
-  return child ? stopChild(child, { signal }) : Promise.resolve();
+function stopAgent(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  agents.delete(child);
+  return stopChild(child, { signal });
 }
+
+/** A cluster onboarded and its agent connected, reached by kubectl through the hub as the user. */
+async function connectedCluster(name: string): Promise<{ onboarded: Onboarded; agent: ChildProcess }> {
+  const onboarded = await onboard(name);
+  const agent = await startAgentProcess(onboarded);
+  await untilReachable(name);
+  return { onboarded, agent };
+}
+
+/** Waits until kubectl through the hub lists the managed cluster's namespaces as the user. */
+const untilReachable = (cluster: string): Promise<void> =>
+  eventually(async () => {
+    const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(`/clusters/${cluster}`), [
+      'get',
+      'namespaces',
+      '-o',
+      'name',
+    ]);
+    expect(back).toMatchObject({ code: 0 });
+  });
+
+const credentialsSecret = (cluster: string): string => `${cluster}-credentials`;
 
 /** The user's kubeconfig for the managed cluster through the hub's proxy (or for the hub itself). */
-function userKubeconfig(path = `/clusters/${CLUSTER}`): string {
+function userKubeconfig(path: string): string {
   const file = join(dir, `user${path.replace(/\//g, '_')}.kubeconfig`);
   writeFileSync(
     file,
@@ -155,9 +199,9 @@ async function registerWith(cluster: string, token: string): Promise<ClientCert>
 const renewStatus = async (client: ClientCert): Promise<number> =>
   (await postTunnel('/renew', { csr: (await newCSR('renewal')).csrPem }, client)).status;
 
-/** The certificate the real agent process keeps in its Secret on the managed cluster. */
-const agentCertificate = async (): Promise<ClientCert> => {
-  const data = (await readSecretData(managedClients, AGENT_NS, `${AGENT_NAME}-credentials`))!;
+/** The certificate the real agent process of `cluster` keeps in its Secret on the managed cluster. */
+const agentCertificate = async (cluster: string): Promise<ClientCert> => {
+  const data = (await readSecretData(managedClients, AGENT_NS, credentialsSecret(cluster)))!;
   return { cert: data['tls.crt']!, key: data['tls.key']! };
 };
 
@@ -180,13 +224,16 @@ const sealionOnHub = (args: string[]): ReturnType<typeof runSealion> =>
   runSealion([...args, '--kubeconfig', hub.kubeconfigPath, '--namespace', NS]);
 
 /** Waits until the hub's proxy answers that the cluster's tunnel is gone. */
-const untilDisconnected = (): Promise<void> =>
+const untilDisconnected = (cluster: string): Promise<void> =>
   eventually(async () => {
-    const result = await runKubectl(hub.binaries.kubectl, userKubeconfig(), ['get', 'namespaces']);
-    expect(result.stderr).toContain(`cluster ${CLUSTER} is not connected`);
+    const result = await runKubectl(hub.binaries.kubectl, userKubeconfig(`/clusters/${cluster}`), [
+      'get',
+      'namespaces',
+    ]);
+    expect(result.stderr).toContain(`cluster ${cluster} is not connected`);
   });
 
-const clusterStatus = async (name = CLUSTER): Promise<Record<string, unknown>> => {
+const clusterStatus = async (name: string): Promise<Record<string, unknown>> => {
   const out = await hub.kubectl([
     'get',
     `clusters.tunnel.concierge.sealion.dev`,
@@ -238,8 +285,11 @@ beforeAll(async () => {
   await podAtBackend((args, opts) => managed.kubectl(args, opts), AGENT_NS, 'echo', backend);
 }, 180_000);
 
+afterEach(async () => {
+  await Promise.all([...agents].map((child) => stopAgent(child, 'SIGKILL')));
+});
+
 afterAll(async () => {
-  await stopAgent('SIGKILL');
   await backend?.stop();
   await concierge?.stop();
   await issuer?.stop();
@@ -247,6 +297,8 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+// Each test onboards a cluster (and starts an agent) of its own on the servers all tests share, so that it runs alone
+// as it runs among the others.
 describe('a cluster reached through its agent', () => {
   it('onboards with the CLI, and kubectl through the hub reaches it with that cluster’s RBAC', async () => {
     const added = await runSealion([
@@ -263,12 +315,11 @@ describe('a cluster reached through its agent', () => {
     expect(added).toMatchObject({ code: 0 });
     const printed = /SEALION_BOOTSTRAP_TOKEN=(\S+) sealion (agent .+)$/m.exec(added.stdout);
     expect(printed).not.toBeNull();
-    agentToken = printed![1]!;
-    agentCommand = printed![2]!.split(' ');
-    expect(agentCommand).toContain('--ca-pin');
-    await startAgentProcess();
+    const onboarded = { name: CLUSTER, token: printed![1]!, command: printed![2]!.split(' ') };
+    expect(onboarded.command).toContain('--ca-pin');
+    await startAgentProcess(onboarded);
 
-    const through = userKubeconfig();
+    const through = userKubeconfig(`/clusters/${CLUSTER}`);
     // The JWTAuthenticator becomes ready a moment after it is applied.
     const list = await eventually(async () => {
       const result = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces', '-o', 'name']);
@@ -284,7 +335,7 @@ describe('a cluster reached through its agent', () => {
     expect(onHub.stderr).toContain(`User "${USER}" cannot list resource "namespaces"`);
 
     const status = await eventually(async () => {
-      const s = await clusterStatus();
+      const s = await clusterStatus(CLUSTER);
       expect(s['connected']).toBe(true);
       return s;
     });
@@ -299,7 +350,9 @@ describe('a cluster reached through its agent', () => {
   });
 
   it('carries watches and an upgraded (WebSocket) connection', async () => {
-    const through = userKubeconfig();
+    const name = 'edge-watched';
+    await connectedCluster(name);
+    const through = userKubeconfig(`/clusters/${name}`);
     const watch = spawn(hub.binaries.kubectl, [
       `--kubeconfig=${through}`,
       'get',
@@ -318,7 +371,7 @@ describe('a cluster reached through its agent', () => {
       await stopChild(watch);
     }
 
-    const url = `wss://127.0.0.1:${concierge.concierge.port}/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/echo`;
+    const url = `wss://127.0.0.1:${concierge.concierge.port}/clusters/${name}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/echo`;
     const echoed = await eventually(
       () =>
         new Promise<string>((done, fail) => {
@@ -341,12 +394,14 @@ describe('a cluster reached through its agent', () => {
   });
 
   it('keeps serving one user while another, with no RBAC, holds slow discovery reads; its own share follows an edit', async () => {
+    const name = 'edge-shared';
+    await connectedCluster(name);
     // A small tunnel, edited while the agent stays connected: four requests in all, two per user.
     const patch = (spec: object): Promise<unknown> =>
       hub.kubectl([
         'patch',
         'clusters.tunnel.concierge.sealion.dev',
-        CLUSTER,
+        name,
         '--type=merge',
         '-p',
         JSON.stringify({ spec }),
@@ -364,7 +419,7 @@ describe('a cluster reached through its agent', () => {
         const statuses: number[] = [];
         for (let i = 0; i < 5; i++) {
           const stream = session.request({
-            ':path': `/clusters/${CLUSTER}/openapi/v2`,
+            ':path': `/clusters/${name}/openapi/v2`,
             authorization: `Bearer ${mallory}`,
             accept: 'application/json',
           });
@@ -383,7 +438,7 @@ describe('a cluster reached through its agent', () => {
         }
       }, 30_000);
 
-      const through = userKubeconfig();
+      const through = userKubeconfig(`/clusters/${name}`);
       const list = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces', '-o', 'name']);
       expect(list).toMatchObject({ code: 0 });
       expect(list.stdout).toContain('namespace/only-on-managed');
@@ -412,11 +467,17 @@ describe('a cluster reached through its agent', () => {
         req.on('error', fail);
         req.end(JSON.stringify(body));
       });
-    const { csrPem } = await newCSR(CLUSTER);
-    // The agent's token was redeemed when it registered.
-    expect(await register({ cluster: CLUSTER, token: agentToken, csr: csrPem })).toBe(401);
-    const expired = await createBootstrapToken(hubClients, NS, CLUSTER, new Date(Date.now() - 3600_000));
-    expect(await register({ cluster: CLUSTER, token: expired.token, csr: csrPem })).toBe(401);
+    const name = 'edge-tokens';
+    const onboarded = await onboard(name);
+    const { csrPem } = await newCSR(name);
+    // The token `cluster add` printed works once, as its agent's registration: the listener takes it as soon as its
+    // watch of tokens has brought it.
+    await eventually(async () =>
+      expect(await register({ cluster: name, token: onboarded.token, csr: csrPem })).toBe(200),
+    );
+    expect(await register({ cluster: name, token: onboarded.token, csr: csrPem })).toBe(401);
+    const expired = await createBootstrapToken(hubClients, NS, name, new Date(Date.now() - 3600_000));
+    expect(await register({ cluster: name, token: expired.token, csr: csrPem })).toBe(401);
     // A wrong cluster name burns the token: the right name fails afterwards too.
     await hub.kubectl(['apply', '-f', '-'], {
       input: JSON.stringify({
@@ -426,30 +487,32 @@ describe('a cluster reached through its agent', () => {
         spec: {},
       }),
     });
-    const misnamed = await createBootstrapToken(hubClients, NS, CLUSTER);
-    const good = await createBootstrapToken(hubClients, NS, CLUSTER);
+    const misnamed = await createBootstrapToken(hubClients, NS, name);
+    const good = await createBootstrapToken(hubClients, NS, name);
     // The listener knows tokens from its watch of them, which brings them in the order they were made: once it takes
     // the later one, it knows the earlier.
     await eventually(async () =>
-      expect(await register({ cluster: CLUSTER, token: good.token, csr: csrPem })).toBe(200),
+      expect(await register({ cluster: name, token: good.token, csr: csrPem })).toBe(200),
     );
     expect(await register({ cluster: 'other', token: misnamed.token, csr: csrPem })).toBe(401);
-    expect(await register({ cluster: CLUSTER, token: misnamed.token, csr: csrPem })).toBe(401);
+    expect(await register({ cluster: name, token: misnamed.token, csr: csrPem })).toBe(401);
 
     expect(await dialStatus({})).toBe(401);
     const foreignCA = await newCA('not the tunnel CA');
-    const foreign = await issueCert(foreignCA, { commonName: CLUSTER, usage: 'client' });
+    const foreign = await issueCert(foreignCA, { commonName: name, usage: 'client' });
     expect(await dialStatus({ cert: foreign.certPem, key: foreign.keyPem })).toBe(401);
   });
 
   it('answers a clean Status to a request in flight when the agent dies, and while it is gone', async () => {
+    const name = 'edge-killed';
+    const { onboarded, agent } = await connectedCluster(name);
     const heldBefore = backend.held();
     const inFlight = new Promise<{ status: number; body: string }>((done, fail) => {
       httpsRequest(
         {
           host: '127.0.0.1',
           port: concierge.concierge.port,
-          path: `/clusters/${CLUSTER}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/hang`,
+          path: `/clusters/${name}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend.port}/proxy/hang`,
           ca: concierge.servingCA.certPem,
           headers: { authorization: `Bearer ${TOKEN}` },
         },
@@ -464,20 +527,19 @@ describe('a cluster reached through its agent', () => {
     });
     // The request has crossed the hub, the tunnel and the API server to the backend, which holds it.
     await eventually(() => expect(backend.held()).toBeGreaterThan(heldBefore));
-    await stopAgent('SIGKILL');
+    await stopAgent(agent, 'SIGKILL');
     const answer = await inFlight;
     expect(answer.status).toBe(502);
     expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 502, reason: 'BadGateway' });
 
-    await eventually(async () => expect((await clusterStatus())['connected']).toBe(false));
-    const through = userKubeconfig();
+    await eventually(async () => expect((await clusterStatus(name))['connected']).toBe(false));
+    const through = userKubeconfig(`/clusters/${name}`);
     const gone = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces']);
     expect(gone.code).not.toBe(0);
-    expect(gone.stderr).toContain(`cluster ${CLUSTER} is not connected`);
+    expect(gone.stderr).toContain(`cluster ${name} is not connected`);
 
     // Registered already: the restarted agent needs no token, and it comes back within 10 s.
-    agentToken = '';
-    await startAgentProcess();
+    await startAgentProcess(onboarded, '');
     await eventually(async () => {
       const back = await runKubectl(hub.binaries.kubectl, through, ['get', 'namespaces', '-o', 'name']);
       expect(back).toMatchObject({ code: 0 });
@@ -485,10 +547,12 @@ describe('a cluster reached through its agent', () => {
   });
 
   it('reconnects on its own when the concierge restarts', async () => {
+    const name = 'edge-reconnects';
+    await connectedCluster(name);
     await concierge.stop();
     concierge = await startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } });
     await eventually(async () => {
-      const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(), [
+      const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(`/clusters/${name}`), [
         'get',
         'namespaces',
         '-o',
@@ -509,9 +573,11 @@ describe('a cluster reached through its agent', () => {
     });
     const { token } = await createBootstrapToken(hubClients, NS, 'edge-2');
     const saved: AgentCredentials[] = [];
-    let clock = Date.now();
-    const start = (): Agent =>
-      startAgent({
+    // The agent's own clock, ahead of the real one by `ahead`; its pauses take real time.
+    let ahead = 0;
+    const clock: Clock = { ...systemClock, now: () => Date.now() + ahead };
+    const start = async (): Promise<Agent> => {
+      const agent = newAgent({
         // One hub replica here: one tunnel.
         tunnels: 1,
         cluster: 'edge-2',
@@ -525,9 +591,12 @@ describe('a cluster reached through its agent', () => {
         upstream: agentUpstream(agentKubeconfig),
         version: 'test',
         log: silentLogger(),
-        now: () => clock,
+        clock,
       });
-    let edge2 = start();
+      await agent.start();
+      return agent;
+    };
+    let edge2 = await start();
     // An agent left running after a failure would keep redialling, and keep Jest from exiting.
     try {
       await eventually(() => expect(edge2.connected()).toBe(true));
@@ -535,8 +604,8 @@ describe('a cluster reached through its agent', () => {
       expect(saved).toHaveLength(1);
 
       // 61 of its 90 days later, the next start renews before it connects.
-      clock += 61 * 24 * 3600 * 1000;
-      edge2 = start();
+      ahead = 61 * 24 * 3600 * 1000;
+      edge2 = await start();
       await eventually(() => expect(edge2.connected()).toBe(true));
     } finally {
       await edge2.stop();
@@ -603,61 +672,45 @@ describe('a cluster reached through its agent', () => {
   });
 
   it('re-onboards with `cluster add` on an existing name: the earlier certificate is refused at once', async () => {
-    const earlier = await agentCertificate();
-    const added = await sealionOnHub(['cluster', 'add', CLUSTER, '--hub', `https://127.0.0.1:${tunnelPort}`]);
-    expect(added).toMatchObject({ code: 0 });
-    const token = /SEALION_BOOTSTRAP_TOKEN=(\S+) /.exec(added.stdout)![1]!;
+    const name = 'edge-again';
+    const { onboarded, agent } = await connectedCluster(name);
+    const earlier = await agentCertificate(name);
+    const again = await onboard(name);
     // The running agent's tunnel closes, and its certificate opens no other and renews no more.
-    await untilDisconnected();
+    await untilDisconnected(name);
     expect(await dialStatus(earlier)).toBe(401);
     expect(await renewStatus(earlier)).toBe(401);
 
     // The agent restarted with the new token: refused with its stored certificate, it registers again.
-    await stopAgent();
-    agentToken = token;
-    await startAgentProcess();
-    await eventually(async () => {
-      const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(), [
-        'get',
-        'namespaces',
-        '-o',
-        'name',
-      ]);
-      expect(back).toMatchObject({ code: 0 });
-    });
-    expect((await agentCertificate()).cert).not.toBe(earlier.cert);
+    await stopAgent(agent);
+    await startAgentProcess(onboarded, again.token);
+    await untilReachable(name);
+    expect((await agentCertificate(name)).cert).not.toBe(earlier.cert);
   });
 
   it('revokes a cluster’s certificates and unredeemed tokens with `cluster revoke`, closing its tunnel', async () => {
-    const current = await agentCertificate();
+    const name = 'edge-revoked';
+    await connectedCluster(name);
+    const current = await agentCertificate(name);
     expect(await renewStatus(current)).toBe(200);
-    const pending = await createBootstrapToken(hubClients, NS, CLUSTER);
+    const pending = await createBootstrapToken(hubClients, NS, name);
 
-    const revoked = await sealionOnHub(['cluster', 'revoke', CLUSTER]);
+    const revoked = await sealionOnHub(['cluster', 'revoke', name]);
     expect(revoked).toMatchObject({ code: 0 });
-    await untilDisconnected();
+    await untilDisconnected(name);
     expect(await renewStatus(current)).toBe(401);
     expect(await dialStatus(current)).toBe(401);
-    const { csrPem } = await newCSR(CLUSTER);
-    expect(
-      (await postTunnel('/register', { cluster: CLUSTER, token: pending.token, csr: csrPem })).status,
-    ).toBe(401);
+    const { csrPem } = await newCSR(name);
+    expect((await postTunnel('/register', { cluster: name, token: pending.token, csr: csrPem })).status).toBe(
+      401,
+    );
   });
 
   it('refuses a cluster removed from the registry, closing its tunnel', async () => {
-    const removed = await runSealion([
-      'cluster',
-      'remove',
-      CLUSTER,
-      '--kubeconfig',
-      hub.kubeconfigPath,
-      '--namespace',
-      NS,
-    ]);
+    const name = 'edge-removed';
+    await connectedCluster(name);
+    const removed = await sealionOnHub(['cluster', 'remove', name]);
     expect(removed).toMatchObject({ code: 0 });
-    await eventually(async () => {
-      const result = await runKubectl(hub.binaries.kubectl, userKubeconfig(), ['get', 'namespaces']);
-      expect(result.stderr).toContain(`cluster ${CLUSTER} is not connected`);
-    });
+    await untilDisconnected(name);
   });
 });

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ChildProcess } from 'node:child_process';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
-import { startAgent, type Agent } from '../agent/agent.ts';
+import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import { addCluster } from '../cli/cluster.ts';
 import { PEER_USER_STREAMS } from '../concierge/peering.ts';
@@ -99,18 +99,18 @@ beforeAll(async () => {
   agentPid = agent.pid!;
   for (const name of MORE) {
     const more = await register(name);
-    agents.push(
-      startAgent({
-        cluster: name,
-        hub: new URL(`https://127.0.0.1:${holder.tunnel!.port}`),
-        trust: { pin: more.pin },
-        bootstrapToken: () => more.token,
-        store: newSecretCredentialStore(hubClients, AGENT_NS, `${name}-credentials`),
-        upstream: agentUpstream(agentKubeconfig),
-        version: 'unread-answers-test',
-        log: silentLogger(),
-      }),
-    );
+    const moreAgent = newAgent({
+      cluster: name,
+      hub: new URL(`https://127.0.0.1:${holder.tunnel!.port}`),
+      trust: { pin: more.pin },
+      bootstrapToken: () => more.token,
+      store: newSecretCredentialStore(hubClients, AGENT_NS, `${name}-credentials`),
+      upstream: agentUpstream(agentKubeconfig),
+      version: 'unread-answers-test',
+      log: silentLogger(),
+    });
+    agents.push(moreAgent);
+    await moreAgent.start();
   }
   // The peer hop works once replica-2 has read replica-1's Lease.
   await eventually(

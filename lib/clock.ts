@@ -3,13 +3,19 @@
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
-  /** Calls `fire` after `ms`; the timer never keeps the process alive. */
-  setTimeout(fire: () => void, ms: number): unknown;
+  /**
+   * Calls `fire` after `ms`. The timer keeps the process alive only with `keepAlive` (default: false): for a wait
+   * that is all a process has left to do, such as an agent's pause before it dials again.
+   */
+  setTimeout(fire: () => void, ms: number, options?: { keepAlive?: boolean }): unknown;
   clearTimeout(timer: unknown): void;
 }
 
 export const systemClock: Clock = {
   now: () => Date.now(),
-  setTimeout: (fire, ms) => setTimeout(fire, ms).unref(),
+  setTimeout: (fire, ms, options) => {
+    const timer = setTimeout(fire, ms);
+    return options?.keepAlive ? timer : timer.unref();
+  },
   clearTimeout: (timer) => clearTimeout(timer as NodeJS.Timeout),
 };

@@ -21,6 +21,8 @@ import { fakeBootstrapToken, memoryTokenStore } from '../../lib/kube/fake-bootst
 import { MemoryInformer } from '../../lib/kube/informer.ts';
 import { statusBody } from '../../lib/kube/status.ts';
 import type { KubeClients } from '../../lib/kube/kube.ts';
+import type { Clock } from '../../lib/clock.ts';
+import { fakeClock } from '../../lib/fake-clock.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
@@ -46,8 +48,11 @@ beforeAll(async () => {
   ca = await newCA('test tunnel CA');
 });
 
-/** Starts the listener under test, with the default registration limits unless told otherwise. */
-async function start(registrationLimits: RateLimitOptions = DEFAULT_REGISTRATION_LIMITS): Promise<void> {
+/** Starts the listener under test, with the default registration limits and the system clock unless told otherwise. */
+async function start(
+  registrationLimits: RateLimitOptions = DEFAULT_REGISTRATION_LIMITS,
+  clock?: Clock,
+): Promise<void> {
   clusters = new MemoryInformer<Cluster>();
   tokens = memoryTokenStore();
   // Only the CA Secret is read from the API server on start; nothing else here reaches it.
@@ -77,6 +82,7 @@ async function start(registrationLimits: RateLimitOptions = DEFAULT_REGISTRATION
     onTunnelChange: () => {},
     identity: 'replica-under-test',
     log: silentLogger(),
+    ...(clock ? { clock } : {}),
   });
 }
 
@@ -114,6 +120,29 @@ describe('the tunnel listener’s TLS', () => {
 
     stalled[0]!.destroy();
     (await waiting).destroy();
+    stalled.forEach((socket) => socket.destroy());
+  });
+
+  it('closes a connection that waited for a handshake slot longer than its clock allows', async () => {
+    await listener.stop();
+    const clock = fakeClock();
+    await start(DEFAULT_REGISTRATION_LIMITS, clock);
+    const open = async (): Promise<Socket> => {
+      const socket = netConnect(listener.port, '127.0.0.1');
+      socket.on('error', () => {});
+      await new Promise((done) => socket.once('connect', done));
+      return socket;
+    };
+    const stalled = await Promise.all(Array.from({ length: MAX_HANDSHAKES }, open));
+    const waiting = await open();
+    let closed = false;
+    waiting.once('close', () => (closed = true));
+    // Eight seconds is the longest a connection waits; the sweep after that closes it though no slot freed. The
+    // clock moves on until then, since the listener may take the connection a moment after it connected here.
+    await eventually(() => {
+      clock.advance(9_000);
+      expect(closed).toBe(true);
+    });
     stalled.forEach((socket) => socket.destroy());
   });
 
@@ -303,6 +332,31 @@ describe.each(['direct', 'websocket'] as const)('agent certificates bound to a C
     const agentEnd = serveTunnel(stream, { connect: (s) => s.destroy() });
     await eventually(() => expect(listener.route(NAME)).toBeDefined());
     clusters.put(clusterObject(randomUUID()));
+    await agentEnd.closed;
+    await forgotten();
+  });
+});
+
+describe('a tunnel’s certificate', () => {
+  it('closes the tunnel when it expires by the listener’s clock', async () => {
+    await listener.stop();
+    const clock = fakeClock();
+    clock.advance(Date.now());
+    await start(DEFAULT_REGISTRATION_LIMITS, clock);
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const issued = await issueCert(ca, {
+      commonName: NAME,
+      usage: 'client',
+      uris: [bindingURI({ cluster: NAME, uid, generation: 0 })],
+      validityMs: 3_600_000,
+    });
+    const stream = await dial('direct', { cert: issued.certPem, key: issued.keyPem });
+    if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
+    const agentEnd = serveTunnel(stream, { connect: (s) => s.destroy() });
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    // Certificates count whole seconds: a minute past the hour is past its end, whatever the rounding.
+    clock.advance(3_660_000);
     await agentEnd.closed;
     await forgotten();
   });

@@ -19,6 +19,7 @@ import { redeemBootstrapToken, RedeemError, type BootstrapTokenStore } from '../
 import type { Informer } from '../../lib/kube/informer.ts';
 import type { KubeClients } from '../../lib/kube/kube.ts';
 import { ensureSecretCA } from '../../lib/pki/ca-secret.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { certificateURIs, issueCert, publicKeyFromCSR } from '../../lib/pki/pki.ts';
@@ -71,6 +72,8 @@ export const MAX_HANDSHAKES = 256;
  */
 export const MAX_WAITING = 8192;
 const MAX_WAIT_MS = 8_000;
+/** How often connections that have waited too long are looked for, when no finished handshake frees a slot. */
+const SWEEP_MS = 1_000;
 /** What the log says of every failed registration; the caller gets the listener's one 401, whatever failed. */
 const REJECTED = 'registration rejected';
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
@@ -99,6 +102,8 @@ export interface TunnelListenerOptions {
   log: Logger;
   /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
   budget?: MemoryBudget;
+  /** Times the handshake queue's waits and the tunnels' certificate expiry. Default: systemClock. */
+  clock?: Clock;
 }
 
 export interface TunnelListener {
@@ -168,6 +173,7 @@ function peerBinding(socket: TLSSocket): { binding: AgentBinding } | { problem: 
 function handshakeQueue(
   start: (socket: Socket) => void,
   limits: { max: number; maxWaiting: number; waitMs: number },
+  clock: Clock,
 ): { admit(socket: Socket): void; done(socket: Socket): void; close(): void } {
   const inProgress = new Map<string, () => void>();
   const waiting: { socket: Socket; since: number }[] = [];
@@ -191,7 +197,7 @@ function handshakeQueue(
     while (head < waiting.length && inProgress.size < limits.max) {
       const { socket, since } = waiting[head++]!;
       if (socket.destroyed) continue;
-      if (Date.now() - since > limits.waitMs) socket.destroy();
+      if (clock.now() - since > limits.waitMs) socket.destroy();
       else begin(socket);
     }
     // The queue's front is dropped now and then rather than shifted one by one.
@@ -200,26 +206,28 @@ function handshakeQueue(
       head = 0;
     }
   };
-  // Waiting connections whose time is up are closed even when no slot frees.
-  const sweep = setInterval(() => {
-    const now = Date.now();
+  // Waiting connections whose time is up are closed even when no slot frees: checked every second until close.
+  let sweep: unknown;
+  const sweepEverySecond = (): void => {
+    const now = clock.now();
     for (let i = head; i < waiting.length && now - waiting[i]!.since > limits.waitMs; i++)
       waiting[i]!.socket.destroy();
-  }, 1000);
-  sweep.unref();
+    sweep = clock.setTimeout(sweepEverySecond, SWEEP_MS);
+  };
+  sweep = clock.setTimeout(sweepEverySecond, SWEEP_MS);
 
   return {
     admit(socket) {
       socket.on('error', () => socket.destroy());
       if (inProgress.size < limits.max) return begin(socket);
       if (waiting.length - head >= limits.maxWaiting) return void socket.destroy();
-      waiting.push({ socket, since: Date.now() });
+      waiting.push({ socket, since: clock.now() });
     },
     done(socket) {
       inProgress.get(key(socket))?.();
     },
     close() {
-      clearInterval(sweep);
+      clock.clearTimeout(sweep);
       for (let i = head; i < waiting.length; i++) waiting[i]!.socket.destroy();
       waiting.length = head = 0;
     },
@@ -232,17 +240,16 @@ class Refused extends Error {}
 /** The longest delay a Node timer takes (about 24.8 days); agent certificates live longer. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** Calls `fire` at `when` (epoch ms), however far off that is. */
-function atTime(when: number, fire: () => void): { cancel(): void } {
-  let timer: NodeJS.Timeout | undefined;
+/** Calls `fire` at `when` (epoch ms, as `clock` tells it), however far off that is. */
+function atTime(clock: Clock, when: number, fire: () => void): { cancel(): void } {
+  let timer: unknown;
   const arm = (): void => {
-    const left = when - Date.now();
+    const left = when - clock.now();
     if (left <= 0) return fire();
-    timer = setTimeout(arm, Math.min(left, MAX_TIMER_MS));
-    timer.unref();
+    timer = clock.setTimeout(arm, Math.min(left, MAX_TIMER_MS));
   };
   arm();
-  return { cancel: () => clearTimeout(timer) };
+  return { cancel: () => clock.clearTimeout(timer) };
 }
 
 interface Connected {
@@ -255,6 +262,7 @@ interface Connected {
 
 export async function startTunnelListener(opts: TunnelListenerOptions): Promise<TunnelListener> {
   const log = opts.log;
+  const clock = opts.clock ?? systemClock;
   const ca = await ensureSecretCA(opts.clients, opts.namespace, TUNNEL_CA_SECRET, 'sealion tunnel CA');
   const servingContext = async (hosts: string[]): Promise<{ cert: string; key: string }> => {
     const serving = await issueCert(ca, { commonName: 'sealion-tunnel', hosts, usage: 'server' });
@@ -386,11 +394,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   });
 
   // Agents reach the TLS server through the handshake queue, which owns the listening socket.
-  const handshakes = handshakeQueue((socket) => server.emit('connection', socket), {
-    max: MAX_HANDSHAKES,
-    maxWaiting: MAX_WAITING,
-    waitMs: MAX_WAIT_MS,
-  });
+  const handshakes = handshakeQueue(
+    (socket) => server.emit('connection', socket),
+    { max: MAX_HANDSHAKES, maxWaiting: MAX_WAITING, waitMs: MAX_WAIT_MS },
+    clock,
+  );
   const door = createNetServer({ pauseOnConnect: true }, (socket) => handshakes.admit(socket));
 
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
@@ -444,7 +452,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       const limits = tunnelLimits(registered.spec ?? {});
       const tunnel = newTunnelClient(stream, { maxStreams: limits.capacity });
       const previous = connected.get(cluster);
-      const since = new Date();
+      const since = new Date(clock.now());
       const entry: Connected = {
         binding,
         tunnel,
@@ -466,7 +474,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       log.info({ cluster, agentVersion, transport }, 'agent connected');
       // TLS checked the certificate once, at the handshake; the tunnel must not outlive it. The agent renews its
       // certificate long before, and dials again with the new one when this tunnel closes.
-      const expiry = atTime(expires.getTime(), () => {
+      const expiry = atTime(clock, expires.getTime(), () => {
         log.info({ cluster, certificateExpiry }, 'tunnel closed: the certificate it was opened with expired');
         tunnel.close();
       });
