@@ -17,7 +17,7 @@ export const AGENT_NAME = 'sealion-agent';
 /** Container ports: the impersonation proxy (also health and metrics) and the agents' tunnel listener. */
 export const PROXY_PORT = 8443;
 export const TUNNEL_PORT = 8444;
-/** Where replicas send each other requests for the tunnels they hold (concierge/peering.ts). */
+/** Where replicas send each other requests for the tunnels they hold (concierge/peering/). */
 export const PEER_PORT = 8445;
 
 /** The ConfigMap key that holds the concierge's configuration. */

@@ -39,7 +39,7 @@ import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
 import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
-import { PEER_CERT_RENEW_MS, startPeering, type Peering } from './peering.ts';
+import { PEER_CERT_RENEW_MS, startPeering, type Peering } from './peering/peering.ts';
 import {
   newClusterStatus,
   REPLICA_LEASE_LABEL,
@@ -84,7 +84,7 @@ export interface ConciergeOptions {
     registrationLimits?: RegistrationLimits;
   };
   /**
-   * The peer listener (concierge/peering.ts), with the tunnel listener only: where it listens, and the host other
+   * The peer listener (concierge/peering/), with the tunnel listener only: where it listens, and the host other
    * replicas dial it at (the pod's address).
    */
   peer?: { host: string; port: number; advertise: string };

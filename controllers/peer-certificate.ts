@@ -1,4 +1,4 @@
-// A replica's peer certificate (concierge/peering.ts) lives a week and is issued again once it is a day old, in
+// A replica's peer certificate (concierge/peering/) lives a week and is issued again once it is a day old, in
 // memory: nothing is written to the API server. The sync reissues a certificate past its renewal point and asks to
 // come back when the next one is due, so one timer of the work queue stands in for an interval of its own.
 import type { Clock } from '../lib/clock.ts';

@@ -9,7 +9,7 @@ import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
 import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import { addCluster } from '../cli/cluster.ts';
-import { PEER_USER_STREAMS } from '../concierge/peering.ts';
+import { PEER_USER_STREAMS } from '../concierge/peering/peering.ts';
 import { agentUpstream, prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';

@@ -1,0 +1,151 @@
+// The holder's end of the peer links: the peer port. Each link a replica dials here is an HTTP/2 session whose
+// requests go into this replica's tunnels, as the user's, as the replica they landed on decided them. The port takes
+// connections only from the addresses replicas publish, and at the handshake only the peer CA's certificates that
+// name a replica; a link does not outlive its certificate.
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
+import type { ServerHttp2Stream } from 'node:http2';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
+import type { Clock } from '../../lib/clock.ts';
+import { serveStream, type Request, type Response } from '../../lib/http2/request.ts';
+import type { Logger } from '../../lib/log.ts';
+import { serveTunnel, type TunnelServer } from '../../lib/tunnel/tunnel.ts';
+import { newRequestContext, refuse, type Exchange } from '../proxy/exchange.ts';
+import { clusterRoute, type Route } from '../proxy/route.ts';
+import {
+  ALPN,
+  HANDSHAKE_TIMEOUT_MS,
+  MAX_PEER_CONNECTIONS,
+  planFrom,
+  replicaOf,
+  RETRY_AFTER_SECONDS,
+  type PeerCredentials,
+  type PeerMetrics,
+} from './link.ts';
+
+export interface PeerPortOptions {
+  host: string;
+  port: number;
+  /** This replica's name, in the Status of a request for a tunnel it no longer holds. */
+  identity: string;
+  credentials: PeerCredentials;
+  /** The route through a tunnel this replica holds, if it holds `cluster`'s. */
+  local(cluster: string): Route | undefined;
+  /** Whether `address` (an IP) is one a replica publishes: the only sources the peer port takes connections from. */
+  knownSource(address: string): boolean;
+  metrics: PeerMetrics;
+  clock: Clock;
+  log: Logger;
+}
+
+export interface PeerPort {
+  port: number;
+  /** Serves the credentials' current certificate to the next handshakes. */
+  reloadCredentials(): void;
+  stop(): Promise<void>;
+}
+
+export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
+  const { credentials, metrics, clock, log, identity } = opts;
+  let stopped = false;
+  const served = new Set<TunnelServer>();
+  const upgrades = createHttpServer((_req, res) => {
+    res.writeHead(400).end();
+  });
+  upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
+  upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+    servePeerExchange({ kind: 'upgrade', req, socket: socket as Socket, head, context: newRequestContext() }),
+  );
+  const notHeld = (cluster: string): string =>
+    `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
+  /** A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. */
+  const servePeerExchange = (exchange: Exchange): void => {
+    const { req } = exchange;
+    const target = req.url ? clusterRoute(req.url) : undefined;
+    if (!target || (exchange.kind === 'plain' && req.method === 'CONNECT'))
+      return refuse(exchange, { status: 404, message: 'not a cluster route' });
+    req.url = target.url;
+    const route = opts.local(target.cluster);
+    if (!route) {
+      metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
+      return refuse(exchange, {
+        status: 503,
+        message: notHeld(target.cluster),
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      });
+    }
+    metrics.hops.inc({ direction: 'in', outcome: 'forwarded' });
+    const plan = planFrom(req.rawHeaders, req.headers);
+    exchange.context.user = plan.user;
+    exchange.context.cluster = target.cluster;
+    void route.forward(exchange, plan);
+  };
+  const servePeerRequest = (req: Request, res: Response): void =>
+    servePeerExchange({ kind: 'plain', req, res, context: newRequestContext() });
+
+  const server = createTlsServer({
+    ...credentials.own(),
+    ca: credentials.caPem,
+    requestCert: true,
+    rejectUnauthorized: true,
+    minVersion: 'TLSv1.3',
+    ALPNProtocols: [ALPN],
+    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+  });
+  server.maxConnections = MAX_PEER_CONNECTIONS;
+  // Only replicas dial this port, from the addresses they publish: anyone else on the network is closed before a
+  // handshake, so nobody can fill the port's connections with handshakes that never finish.
+  server.on('connection', (socket: Socket) => {
+    const from = socket.remoteAddress?.replace(/^::ffff:/, '') ?? '';
+    if (stopped || !opts.knownSource(from)) socket.destroy();
+  });
+  server.on('tlsClientError', (err) => log.debug({ err: err.message }, 'peer handshake failed'));
+  server.on('secureConnection', (socket: TLSSocket) => {
+    socket.on('error', () => socket.destroy());
+    const peer = replicaOf(socket.getPeerX509Certificate());
+    if (!peer || socket.alpnProtocol !== ALPN) {
+      log.warn({ remote: socket.remoteAddress }, 'peer connection refused: not a replica certificate');
+      return void socket.destroy();
+    }
+    socket.setNoDelay(true);
+    if (stopped) return void socket.destroy();
+    metrics.links.inc({ direction: 'in' });
+    // TLS checked the peer's certificate once: the link does not outlive it (the peer dials again with its next,
+    // which it has a day before: certificates live a week and are issued daily).
+    const left = Date.parse(socket.getPeerX509Certificate()?.validTo ?? '') - clock.now();
+    const expiry = clock.setTimeout(() => socket.destroy(), Number.isFinite(left) ? Math.max(0, left) : 0);
+    const session = serveTunnel(socket, {
+      connect: (stream) => void upgrades.emit('connection', stream),
+      request: (stream: ServerHttp2Stream, headers, rawHeaders) =>
+        serveStream(stream, headers, rawHeaders, servePeerRequest),
+    });
+    served.add(session);
+    void session.closed.then(() => {
+      clock.clearTimeout(expiry);
+      served.delete(session);
+      metrics.links.dec({ direction: 'in' });
+    });
+  });
+  await new Promise<void>((done, fail) => {
+    server.once('error', fail);
+    server.listen(opts.port, opts.host, () => {
+      server.off('error', fail);
+      done();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  log.info({ host: opts.host, port }, 'peer listener listening');
+  return {
+    port,
+    reloadCredentials() {
+      server.setSecureContext({ ...credentials.own(), ca: credentials.caPem, minVersion: 'TLSv1.3' });
+    },
+    async stop() {
+      stopped = true;
+      for (const session of served) session.close();
+      upgrades.closeAllConnections();
+      await new Promise<void>((done) => server.close(() => done()));
+    },
+  };
+}

@@ -1,0 +1,133 @@
+// Proxy peering: any replica serves any cluster. An agent's tunnel lands on one replica (or a few); a request for
+// that cluster that reaches another replica is authenticated and its impersonation decided where it landed, then
+// sent over a peer link to a replica that holds the tunnel, which forwards it into the tunnel as its own (its fair
+// queue, its limits). The holder never sends a peer's request on to a third replica: a stale route ends in a Status.
+//
+// A peer link is one mutual-TLS connection per pair of replicas, dialed on demand and reused, carrying every request
+// between them on one HTTP/2 session: lib/tunnel/tunnel.ts's multiplexer, the same one agents' tunnels run on (plain
+// requests as HTTP/2 requests, upgrades as HTTP/1.1 on CONNECT streams, per-stream flow control, pings from the
+// listening end). Its certificates come from a peer CA of its own, kept in a Secret: the peer port refuses, at the
+// handshake, any certificate the peer CA did not issue (users' and agents' among them), and then any that does not
+// name a replica. Where a replica is reached is a fact it publishes on its Lease (cluster-status.ts), next to the
+// tunnels it holds.
+//
+// This module makes the peer CA's credentials and puts the two ends together: the peer port (holder.ts) and the
+// routes over links this replica dials (route.ts).
+import type { Registry } from 'prom-client';
+import { PEER_CA_SECRET, PEER_URI_PREFIX } from '../../apis/install.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
+import type { KubeClients } from '../../lib/kube/kube.ts';
+import type { Logger } from '../../lib/log.ts';
+import { ensureSecretCA } from '../../lib/pki/ca-secret.ts';
+import { issueCert } from '../../lib/pki/pki.ts';
+import type { Route } from '../proxy/route.ts';
+import type { RemoteHolder } from '../tunnel/cluster-status.ts';
+import { servePeerPort } from './holder.ts';
+import { peerMetrics } from './link.ts';
+import { newPeerRoutes } from './route.ts';
+
+export { PEER_USER_STREAMS } from './link.ts';
+
+/**
+ * Peer certificates live a week and are issued again every day (a replica's own, in memory), by the controller
+ * controllers/peer-certificate.ts, which calls reissue().
+ */
+const PEER_CERT_VALIDITY_MS = 7 * 24 * 3600 * 1000;
+export const PEER_CERT_RENEW_MS = 24 * 3600 * 1000;
+export interface PeeringOptions {
+  clients: KubeClients;
+  namespace: string;
+  identity: string;
+  /** Where the peer listener listens. */
+  host: string;
+  port: number;
+  /** The host (an address, or a name in the certificate) other replicas dial; the listener's port is added. */
+  advertise: string;
+  /** The route through a tunnel this replica holds, if it holds `cluster`'s. */
+  local(cluster: string): Route | undefined;
+  /** The other replicas holding `cluster`'s tunnel, in the order to try them. */
+  holders(cluster: string): RemoteHolder[];
+  /** Whether `address` (an IP) is one a replica publishes: the only sources the peer port takes connections from. */
+  knownSource(address: string): boolean;
+  registry: Registry;
+  log: Logger;
+  /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
+  budget?: MemoryBudget;
+  /** Times the dials, the links' certificate expiry and the memory of failed dials. Default: systemClock. */
+  clock?: Clock;
+}
+
+export interface Peering {
+  /** host:port other replicas reach this one at, for its Lease. */
+  address: string;
+  /** The route through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
+  route(cluster: string): Route | undefined;
+  /** When this replica's peer certificate was issued (ms since the epoch). */
+  issuedAt(): number;
+  /** Issues this replica a new peer certificate, served and dialed with from now on. */
+  reissue(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startPeering(opts: PeeringOptions): Promise<Peering> {
+  const { log, identity } = opts;
+  const clock = opts.clock ?? systemClock;
+  const ca = await ensureSecretCA(opts.clients, opts.namespace, PEER_CA_SECRET, 'sealion peer CA');
+  const issue = async (): Promise<{ cert: string; key: string }> => {
+    const issued = await issueCert(ca, {
+      commonName: 'sealion-peer',
+      hosts: [opts.advertise],
+      uris: [`${PEER_URI_PREFIX}${encodeURIComponent(identity)}`],
+      usage: 'server+client',
+      validityMs: PEER_CERT_VALIDITY_MS,
+    });
+    return { cert: issued.certPem, key: issued.keyPem };
+  };
+  let issuedAt = clock.now();
+  let own = await issue();
+  const credentials = { caPem: ca.certPem, own: () => own };
+  let stopped = false;
+  const metrics = peerMetrics(opts.registry, () => routes.links());
+  const routes = newPeerRoutes({
+    credentials,
+    metrics,
+    clock,
+    log,
+    ...(opts.budget ? { budget: opts.budget } : {}),
+  });
+  const port = await servePeerPort({
+    host: opts.host,
+    port: opts.port,
+    identity,
+    credentials,
+    local: (cluster) => opts.local(cluster),
+    knownSource: (address) => opts.knownSource(address),
+    metrics,
+    clock,
+    log,
+  });
+  const address = `${opts.advertise.includes(':') ? `[${opts.advertise}]` : opts.advertise}:${port.port}`;
+  log.info({ address }, 'peers reach this replica at its address');
+
+  return {
+    address,
+    route(cluster) {
+      if (stopped) return undefined;
+      const holders = opts.holders(cluster);
+      return holders.length > 0 ? routes.route(cluster, holders) : undefined;
+    },
+    issuedAt: () => issuedAt,
+    async reissue() {
+      const at = clock.now();
+      own = await issue();
+      issuedAt = at;
+      port.reloadCredentials();
+    },
+    async stop() {
+      stopped = true;
+      routes.stop();
+      await port.stop();
+    },
+  };
+}

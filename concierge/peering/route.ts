@@ -1,0 +1,243 @@
+// The dialing end of the peer links: a request for a cluster whose tunnel another replica holds goes over a link to
+// that replica, dialed on first use and reused (one dial at a time per peer, a failed dial remembered for a moment),
+// with a place for its user on the link (PEER_USER_STREAMS) and the holder's fair queue behind it.
+import { request } from 'node:http';
+import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
+import type { Clock } from '../../lib/clock.ts';
+import { CallFailed } from '../../lib/http2/forward.ts';
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
+import type { Logger } from '../../lib/log.ts';
+import { newTunnelClient, type TunnelClient } from '../../lib/tunnel/tunnel.ts';
+import { refuse, type Refusal } from '../proxy/exchange.ts';
+import { OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from '../proxy/route.ts';
+import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type Hop } from '../proxy/transport.ts';
+import type { RemoteHolder } from '../tunnel/cluster-status.ts';
+import {
+  ALPN,
+  DIAL_RETRY_MS,
+  DIAL_TIMEOUT_MS,
+  PEER_MAX_STREAMS,
+  PEER_USER_STREAMS,
+  peerHeaders,
+  replicaOf,
+  RETRY_AFTER_SECONDS,
+  splitAddress,
+  type PeerCredentials,
+  type PeerMetrics,
+} from './link.ts';
+
+export interface PeerRoutesOptions {
+  credentials: PeerCredentials;
+  metrics: PeerMetrics;
+  clock: Clock;
+  log: Logger;
+  /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
+  budget?: MemoryBudget;
+}
+
+export interface PeerRoutes {
+  /** The route to `cluster` through the first of `holders` that answers. */
+  route(cluster: string, holders: RemoteHolder[]): Route;
+  /** The links this replica dialed that are open. */
+  links(): Iterable<TunnelClient>;
+  stop(): void;
+}
+
+export function newPeerRoutes(opts: PeerRoutesOptions): PeerRoutes {
+  const { credentials, metrics, clock, log } = opts;
+  let stopped = false;
+  const links = new Map<string, Promise<TunnelClient>>();
+  const open = new Set<TunnelClient>();
+  /** Streams each user holds on each outgoing link (PEER_USER_STREAMS). */
+  const held = new WeakMap<TunnelClient, Map<string, number>>();
+  /** Takes a place on `link` for `user`; returns its release, or undefined when the user holds all they may. */
+  const takePlace = (link: TunnelClient, user: string): (() => void) | undefined => {
+    let users = held.get(link);
+    if (!users) held.set(link, (users = new Map<string, number>()));
+    const count = users.get(user) ?? 0;
+    if (count >= PEER_USER_STREAMS) return undefined;
+    users.set(user, count + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = users.get(user)! - 1;
+      if (left === 0) users.delete(user);
+      else users.set(user, left);
+    };
+  };
+  const overShare = (cluster: string, holder: RemoteHolder): string =>
+    `cluster ${cluster}: you already have as many requests in flight through replica ${holder.replica} as one user may (${PEER_USER_STREAMS}); retry later`;
+
+  /** A TLS connection to the replica `replica` at `address`, which must show that replica's peer certificate. */
+  const dial = (holder: RemoteHolder): Promise<TunnelClient> =>
+    new Promise((done, fail) => {
+      const { host, port: peerPort } = splitAddress(holder.address);
+      const socket = tlsConnect({
+        host,
+        port: peerPort,
+        ...credentials.own(),
+        ca: credentials.caPem,
+        minVersion: 'TLSv1.3',
+        ALPNProtocols: [ALPN],
+        // The peer CA issues nothing but replicas' certificates; the one that answers must be the replica we want.
+        checkServerIdentity: (_host: string, cert: PeerCertificate) =>
+          replicaOf(cert) === holder.replica
+            ? undefined
+            : new Error(`the peer at ${holder.address} is not replica ${holder.replica}`),
+      });
+      // The socket keeps the process alive while it dials; the timer need not.
+      const timer = clock.setTimeout(
+        () => socket.destroy(new Error(`no answer from ${holder.address} in ${DIAL_TIMEOUT_MS / 1000} s`)),
+        DIAL_TIMEOUT_MS,
+      );
+      socket.once('error', (err: Error) => {
+        clock.clearTimeout(timer);
+        fail(err);
+      });
+      socket.once('secureConnect', () => {
+        clock.clearTimeout(timer);
+        socket.setNoDelay(true);
+        socket.on('error', () => socket.destroy());
+        done(newTunnelClient(socket, { maxStreams: PEER_MAX_STREAMS }));
+      });
+    });
+
+  /** The link to `holder`, dialed now if there is none; one dial at a time per peer, shared by all who wait. */
+  const linkTo = (holder: RemoteHolder): Promise<TunnelClient> => {
+    if (stopped) return Promise.reject(new Error('this replica is stopping'));
+    const key = `${holder.replica}\0${holder.address}`;
+    let link = links.get(key);
+    if (!link) {
+      link = dial(holder);
+      links.set(key, link);
+      const current = link;
+      current.then(
+        (client) => {
+          metrics.dials.inc({ outcome: 'ok' });
+          metrics.links.inc({ direction: 'out' });
+          open.add(client);
+          log.info({ peer: holder.replica, address: holder.address }, 'peer link up');
+          void client.closed.then(() => {
+            open.delete(client);
+            metrics.links.dec({ direction: 'out' });
+            if (links.get(key) === current) links.delete(key);
+            log.info({ peer: holder.replica }, 'peer link down');
+          });
+        },
+        (err: unknown) => {
+          metrics.dials.inc({ outcome: 'failed' });
+          // Requests in the next moment fail (or try the next holder) at once rather than dial again each: a
+          // replica that just died would otherwise take a dial per request until its Lease lapses.
+          clock.setTimeout(() => {
+            if (links.get(key) === current) links.delete(key);
+          }, DIAL_RETRY_MS);
+          log.warn(
+            { peer: holder.replica, address: holder.address, err: (err as Error).message },
+            'peer dial failed',
+          );
+        },
+      );
+    }
+    return link;
+  };
+
+  /** A link to the first holder that answers, or the Status to send when none does. */
+  const firstLink = async (
+    cluster: string,
+    holders: RemoteHolder[],
+  ): Promise<{ link: TunnelClient; holder: RemoteHolder } | { status: number; message: string }> => {
+    for (const holder of holders) {
+      try {
+        return { link: await linkTo(holder), holder };
+      } catch {
+        // The next holder, if there is one; the dial's failure is logged once, by linkTo.
+      }
+    }
+    metrics.hops.inc({ direction: 'out', outcome: 'unreachable' });
+    return {
+      status: 503,
+      message: `cluster ${cluster}: the replica holding its tunnel (${holders.map((h) => h.replica).join(', ')}) cannot be reached; retry`,
+    };
+  };
+
+  /** The hop over the link to `holder`, for requests to `cluster`. */
+  const peerHop = (cluster: string, link: TunnelClient, holder: RemoteHolder): Hop => ({
+    headers: peerHeaders,
+    pathPrefix: `/clusters/${cluster}`,
+    open: (headers, endStream) => link.request(headers, endStream),
+    send: (method, path, headers) => request({ host: 'peer', method, path, headers, agent: link.agent }),
+    statusPrefix: `cluster ${cluster}: `,
+    failure: (err) => ({
+      status: 502,
+      message: `cluster ${cluster}: the link to replica ${holder.replica}, which holds its tunnel, failed: ${err.code ?? err.message}`,
+    }),
+    // The holder bounds a short request's time and cuts stalled ones; this hop only must not outlive it.
+    shortTimeoutMs: SHORT_REQUEST_TIMEOUT_MS + 5_000,
+    clock,
+    ...(opts.budget ? { budget: opts.budget } : {}),
+  });
+
+  /** A place for `user` on a link to one of `holders`, or the Status to answer with. */
+  const placeOnLink = async (
+    cluster: string,
+    holders: RemoteHolder[],
+    user: string,
+  ): Promise<{ link: TunnelClient; holder: RemoteHolder; release: () => void } | Refusal> => {
+    if (stopped)
+      return {
+        status: 503,
+        message: `cluster ${cluster}: this replica is stopping; retry`,
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      };
+    const found = await firstLink(cluster, holders);
+    if ('status' in found) return { ...found, retryAfterSeconds: RETRY_AFTER_SECONDS };
+    const release = takePlace(found.link, user);
+    if (!release) {
+      metrics.hops.inc({ direction: 'out', outcome: 'user-limit' });
+      return {
+        status: 429,
+        message: overShare(cluster, found.holder),
+        retryAfterSeconds: RETRY_AFTER_SECONDS,
+      };
+    }
+    metrics.hops.inc({ direction: 'out', outcome: 'forwarded' });
+    return { ...found, release };
+  };
+
+  const peerRoute = (cluster: string, holders: RemoteHolder[]): Route => ({
+    kind: 'peer',
+    async forward(exchange, plan) {
+      // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
+      if (exchange.kind === 'plain' && exchange.req.method === 'CONNECT')
+        return refuse(exchange, { status: 405, message: 'CONNECT is not served' });
+      const placed = await placeOnLink(cluster, holders, plan.user);
+      if ('status' in placed) return refuse(exchange, placed);
+      await transport(exchange, peerHop(cluster, placed.link, placed.holder), plan, placed.release);
+    },
+    async call(own) {
+      const placed = await placeOnLink(cluster, holders, own.user);
+      if ('status' in placed) throw new CallFailed(placed.message, placed.status === 429 ? 429 : undefined);
+      // The holder takes it as any request of this user's: into its tunnel, as the agent, with no impersonation.
+      // Its own bound comes first; this hop only must not outlive it.
+      return callOver(peerHop(cluster, placed.link, placed.holder), own, {
+        timeoutMs: OWN_CALL_TIMEOUT_MS + 5_000,
+        maxBytes: OWN_CALL_MAX_BYTES,
+      }).finally(placed.release);
+    },
+  });
+
+  return {
+    route: peerRoute,
+    links: () => open,
+    stop() {
+      stopped = true;
+      for (const link of links.values())
+        void link.then(
+          (l) => l.close(),
+          () => {},
+        );
+      links.clear();
+    },
+  };
+}
