@@ -199,6 +199,10 @@ export function newRequestAuthenticator(
                 : 'malformed Authorization header',
         };
       }
+      // A token a JWTAuthenticator has verified before, answered from the cache without decoding it: where the steps
+      // below would have sent it anyway.
+      const reused = cache.reusedAnswer(token);
+      if (reused?.ok) return { kind: 'user', user: reused.user, via: reused.authenticator };
       // A JWT that no JWTAuthenticator takes may be one of this cluster's own service-account tokens. The API server
       // is asked first, and only tokens it does not know as a service account's go on to the webhooks: a webhook
       // is someone else's server, and a service-account token sent there could be replayed as that account.
