@@ -132,12 +132,13 @@ export function notAServiceAccountToken(token: string): string | undefined {
   return typeof iss === 'string' && iss !== '' ? undefined : 'a JWT without an issuer';
 }
 
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
+
 /** The bearer token of a request, if it carries exactly one. */
 export function bearerToken(req: Request): string | undefined {
   const header = req.headers['authorization'];
   if (typeof header !== 'string') return undefined;
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return match?.[1];
+  return BEARER.exec(header)?.[1];
 }
 
 export interface RequestAuthenticator {
@@ -182,9 +183,10 @@ export function newRequestAuthenticator(
     },
   );
 
+  const bindingHolds = (binding: AuthenticatorBinding): boolean => cache.holds(binding);
   return {
     async authenticate(req) {
-      const fromCert = certificateUser(req, trustedClientCAs(), (binding) => cache.holds(binding));
+      const fromCert = certificateUser(req, trustedClientCAs(), bindingHolds);
       if (fromCert !== undefined && !('refused' in fromCert))
         return { kind: 'user', user: fromCert, via: 'certificate' };
       const token = bearerToken(req);
@@ -199,6 +201,10 @@ export function newRequestAuthenticator(
                 : 'malformed Authorization header',
         };
       }
+      // A token a JWTAuthenticator has verified before, answered from the cache without decoding it: where the steps
+      // below would have sent it anyway.
+      const reused = cache.reusedAnswer(token);
+      if (reused?.ok) return { kind: 'user', user: reused.user, via: reused.authenticator };
       // A JWT that no JWTAuthenticator takes may be one of this cluster's own service-account tokens. The API server
       // is asked first, and only tokens it does not know as a service account's go on to the webhooks: a webhook
       // is someone else's server, and a service-account token sent there could be replayed as that account.

@@ -114,6 +114,8 @@ function goQuery(raw: string): Map<string, string[]> {
   return query;
 }
 
+const NO_QUERY: ReadonlyMap<string, string[]> = new Map();
+
 /**
  * The name a field selector pins exactly (`metadata.name=x` or `==`, among other terms), as the API server narrows a
  * list or watch to one object for authorization. Undefined when the selector names none, or one that cannot be a
@@ -142,16 +144,27 @@ function selectedName(selector: string): string | undefined {
   return undefined;
 }
 
+/** The verb of a resource request by its method, unless its path names one. */
+const METHOD_VERBS: Readonly<Record<string, string>> = {
+  POST: 'create',
+  GET: 'get',
+  HEAD: 'get',
+  PUT: 'update',
+  PATCH: 'patch',
+  DELETE: 'delete',
+};
+
+/** Every request is decided by these: most have no escape in their path and no query, and skip that work. */
 export function requestAttributes(method: string, url: string): RequestAttributes {
   const q = url.indexOf('?');
   const rawPath = q === -1 ? url : url.slice(0, q);
-  const query = goQuery(q === -1 ? '' : url.slice(q + 1));
   let path = rawPath;
-  try {
-    path = decodeURIComponent(rawPath);
-  } catch {
-    // The handler refuses such paths before anything is decided; keep the raw form.
-  }
+  if (rawPath.includes('%'))
+    try {
+      path = decodeURIComponent(rawPath);
+    } catch {
+      // The handler refuses such paths before anything is decided; keep the raw form.
+    }
   const nonResource: RequestAttributes = { resourceRequest: false, verb: method.toLowerCase(), path };
   // splitPath: leading and trailing slashes trimmed, then split; an empty path has no parts.
   const trimmed = path.replace(/^\/+|\/+$/g, '');
@@ -174,9 +187,7 @@ export function requestAttributes(method: string, url: string): RequestAttribute
     verb = parts[0]!;
     parts = parts.slice(1);
   } else {
-    verb =
-      { POST: 'create', GET: 'get', HEAD: 'get', PUT: 'update', PATCH: 'patch', DELETE: 'delete' }[method] ??
-      '';
+    verb = Object.hasOwn(METHOD_VERBS, method) ? METHOD_VERBS[method]! : '';
   }
   let namespace = '';
   if (parts[0] === 'namespaces') {
@@ -192,6 +203,7 @@ export function requestAttributes(method: string, url: string): RequestAttribute
   if (parts.length >= 2) name = parts[1]!;
   if (parts.length >= 1) resource = parts[0]!;
   if (name === '' && verb === 'get') {
+    const query = q === -1 ? NO_QUERY : goQuery(url.slice(q + 1));
     const watch = query.get('watch') ?? [];
     verb = watch.length > 0 && !isFalse(watch[0]!) ? 'watch' : 'list';
     const selector = query.get('fieldSelector')?.[0];

@@ -120,12 +120,15 @@ function secureOptions(tls: ProxyTLS): object {
  */
 function closeWhenIdle(session: ServerHttp2Session, idleMs: number): void {
   let open = 0;
+  // One listener for all the session's streams (a stream closes once): a closure per stream would stay with every
+  // idle watch.
+  const closed = (): void => {
+    // A fired timer is not armed again by the quiet that follows: start the clock anew from the last stream's end.
+    if (--open === 0 && !session.closed) session.setTimeout(idleMs);
+  };
   session.on('stream', (stream: ServerHttp2Stream) => {
     open++;
-    stream.once('close', () => {
-      // A fired timer is not armed again by the quiet that follows: start the clock anew from the last stream's end.
-      if (--open === 0 && !session.closed) session.setTimeout(idleMs);
-    });
+    stream.on('close', closed);
   });
   // A lasting listener: the callback setTimeout takes is called once only.
   session.on('timeout', () => {

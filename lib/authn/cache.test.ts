@@ -106,6 +106,27 @@ describe('reused answers', () => {
     expect(await cache.authenticate(token)).toMatchObject({ ok: false });
   });
 
+  it('finds by the token alone only answers of the JWTAuthenticators that take its issuer, and only while they hold', async () => {
+    const cache = new AuthenticatorCache();
+    const reusable = (): AuthResult => ({ ...user('alice'), reusableUntil: Date.now() + 60_000 });
+    cache.set('JWTAuthenticator', 'corp', countingAuthenticator(reusable), { issuer: ISSUER });
+    cache.set('WebhookAuthenticator', 'hook', countingAuthenticator(reusable));
+    const token = tokenFor('alice');
+    expect(cache.reusedAnswer(token)).toBeUndefined();
+    const answer = await cache.authenticate(token);
+    expect(cache.reusedAnswer(token)).toBe(answer);
+    // A webhook's answer, even a reusable one, is not: another token could be a service account's first.
+    const opaque = 'not-a-jwt';
+    expect(await cache.authenticate(opaque)).toMatchObject({ ok: true });
+    expect(cache.reusedAnswer(opaque)).toBeUndefined();
+    // Nor one a named authenticator gave (TokenCredentialRequest's).
+    const other = tokenFor('bob');
+    await cache.authenticateWith('JWTAuthenticator', 'corp', other);
+    expect(cache.reusedAnswer(other)).toBeUndefined();
+    cache.delete('WebhookAuthenticator', 'hook');
+    expect(cache.reusedAnswer(token)).toBeUndefined();
+  });
+
   it('does not remember an answer that arrives after the authenticators changed', async () => {
     const cache = new AuthenticatorCache();
     let release: () => void = () => {};

@@ -84,16 +84,12 @@ export function forwardOverHttp2(
   // Closed while the body was still going up: the upstream answered early (NO_ERROR) or the stream broke (an error,
   // relayed above). Either way nothing takes the rest of the body. 'aborted' comes at once, before the pipe writes
   // into the closed stream again, but only while the stream's end is not written; 'close' comes after the answer.
-  let stopped = false;
-  const stopSending = (): void => {
-    if (stopped || !body || requestEnded(req)) return;
-    stopped = true;
-    stopBody(req, res, stream);
-  };
-  stream.on('aborted', stopSending);
+  // Without a body (every GET, every watch) there is nothing to stop, and no listener for it.
+  const stopSending = body ? bodyStopper(req, res, stream) : undefined;
+  if (stopSending) stream.on('aborted', stopSending);
   stream.on('close', () => {
     if (!answered) failed(new Error(`the upstream closed the stream (HTTP/2 code ${stream.rstCode})`));
-    stopSending();
+    stopSending?.();
   });
   if (opts.idleTimeoutMs !== undefined) {
     stream.setTimeout(opts.idleTimeoutMs, () => {
@@ -106,6 +102,19 @@ export function forwardOverHttp2(
   });
   if (body) req.pipe(stream);
   return stream;
+}
+
+/**
+ * Stops sending the rest of the body once (stopBody), unless it has all gone. Made apart from forwardOverHttp2's
+ * listeners, which would otherwise keep the request (its headers, raw and parsed) for as long as the answer lasts.
+ */
+function bodyStopper(req: Request, res: Response, upstream: ClientHttp2Stream): () => void {
+  let stopped = false;
+  return () => {
+    if (stopped || requestEnded(req)) return;
+    stopped = true;
+    stopBody(req, res, upstream);
+  };
 }
 
 const requestEnded = (req: Request): boolean => ('stream' in req ? req.stream.readableEnded : req.complete);

@@ -148,39 +148,56 @@ const mostHeld = (from: Readable): number => Math.max(from.readableLength, STREA
  * the response: what pipe() does, minus its half-dozen listeners per request. While the client does not take what
  * is written, the answer is charged to `account` (see above) and the deadline runs; either may cut the answer, which
  * destroys the response (the caller's 'close' handling then cancels `from`). Errors are the caller's to handle.
+ *
+ * What a stall needs (its charge, its timer, the listeners that end them) is made when the answer first stalls: most
+ * answers never do, and an idle watch, which writes nothing, would keep it for as long as it stays open.
  */
 export function relay(from: Readable, res: Response, opts: RelayOptions = {}): void {
-  const { account, deadline, tally } = opts;
+  let stalled: Stalled | undefined;
+  const { tally } = opts;
+  from.on('data', (chunk: Buffer) => {
+    if (tally) tally.bytes += chunk.length;
+    if (res.write(chunk)) {
+      // Everything buffered for the client has gone: the answer holds nothing worth charging.
+      if (stalled?.stall?.bytes && from.readableLength === 0) opts.account!.budget.discharge(stalled.stall);
+      return;
+    }
+    stalled ??= newStalled(from, res, opts);
+    stalled.wait();
+  });
+  from.on('end', () => res.end());
+}
+
+/** An answer whose client has stopped taking it, at least once: its charge and its deadline. */
+interface Stalled {
+  /** Pauses `from` until the client takes what is written, charging the answer and running its deadline meanwhile. */
+  wait(): void;
+  stall: Stall | undefined;
+}
+
+function newStalled(from: Readable, res: Response, { account, deadline }: RelayOptions): Stalled {
   let waiting = false;
   let timer: unknown;
-  const stall: Stall | undefined = account && {
-    user: account.user,
-    bytes: 0,
-    cut: () => res.destroy(),
-  };
+  const stall: Stall | undefined = account && { user: account.user, bytes: 0, cut: () => res.destroy() };
   const resume = (): void => {
     waiting = false;
     if (deadline) deadline.clock.clearTimeout(timer);
     from.resume();
   };
-  from.on('data', (chunk: Buffer) => {
-    if (tally) tally.bytes += chunk.length;
-    if (res.write(chunk)) {
-      // Everything buffered for the client has gone: the answer holds nothing worth charging.
-      if (stall?.bytes && from.readableLength === 0) account!.budget.discharge(stall);
-      return;
-    }
-    if (waiting) return;
-    waiting = true;
-    from.pause();
-    if (stall) account!.budget.charge(stall, mostHeld(from) + res.writableLength);
-    if (res.destroyed) return;
-    if (deadline) timer = deadline.clock.setTimeout(() => res.destroy(), deadline.ms);
-    res.once('drain', resume);
-  });
-  from.on('end', () => res.end());
   res.once('close', () => {
     if (deadline) deadline.clock.clearTimeout(timer);
     if (stall) account!.budget.discharge(stall);
   });
+  return {
+    stall,
+    wait() {
+      if (waiting) return;
+      waiting = true;
+      from.pause();
+      if (stall) account!.budget.charge(stall, mostHeld(from) + res.writableLength);
+      if (res.destroyed) return;
+      if (deadline) timer = deadline.clock.setTimeout(() => res.destroy(), deadline.ms);
+      res.once('drain', resume);
+    },
+  };
 }

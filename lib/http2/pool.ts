@@ -49,6 +49,8 @@ interface Connection {
   usable: boolean;
   /** The server's stream limit; assumed until its SETTINGS arrive (before them Node reports "unlimited"). */
   limit: number;
+  /** Listens for the end of each of its streams: one function per connection, not one per stream. */
+  streamClosed: () => void;
 }
 
 export interface H2Pool {
@@ -71,7 +73,16 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
       maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
     });
     session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
-    const c: Connection = { session, active: 0, usable: true, limit: DEFAULT_STREAM_LIMIT };
+    const c: Connection = {
+      session,
+      active: 0,
+      usable: true,
+      limit: DEFAULT_STREAM_LIMIT,
+      streamClosed: () => {
+        c.active--;
+        if (c.active === 0) c.session.unref();
+      },
+    };
     connections.add(c);
     // Streams beyond the limit would be queued inside the HTTP/2 library, behind watches that may never end.
     session.on('remoteSettings', (settings: Settings) => {
@@ -124,10 +135,7 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
       const stream = c.session.request(headers, { endStream });
       c.active++;
       if (c.active === 1) c.session.ref();
-      stream.on('close', () => {
-        c.active--;
-        if (c.active === 0) c.session.unref();
-      });
+      stream.on('close', c.streamClosed);
       return stream;
     },
     close() {

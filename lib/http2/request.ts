@@ -119,14 +119,22 @@ export class H2Response {
     return this;
   }
 
+  /**
+   * A stream emits 'close' once only, so that listener is added with on(): once() would wrap it in a closure and a
+   * record of its own, which an idle watch keeps for as long as it stays open.
+   */
   once(event: 'close' | 'drain', listener: () => void): this {
-    this.#stream.once(event, listener);
+    if (event === 'close') this.#stream.on(event, listener);
+    else this.#stream.once(event, listener);
     return this;
   }
 }
 
 export type Request = IncomingMessage | H2Request;
 export type Response = ServerResponse | H2Response;
+
+/** One listener for every stream's errors, rather than a function of its own per request. */
+const ignore = (): void => {};
 
 /** Serves each stream of an HTTP/2 server as a request and its response. */
 export function serveStream(
@@ -136,7 +144,7 @@ export function serveStream(
   handle: (req: H2Request, res: H2Response) => void,
 ): void {
   // A stream the client resets errors; the reset already ended the request, so there is nothing to do but not crash.
-  stream.on('error', () => {});
+  stream.on('error', ignore);
   // The body a client holds back for a 100 Continue (HTTP/1.1 habit, rare on HTTP/2) is wanted: ask for it.
   if (headers['expect'] === '100-continue') stream.additionalHeaders({ ':status': 100 });
   handle(new H2Request(stream, headers, rawHeaders), new H2Response(stream));
