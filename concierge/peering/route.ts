@@ -213,7 +213,7 @@ export function newPeerRoutes(opts: PeerRoutesOptions): PeerRoutes {
         return refuse(exchange, { status: 405, message: 'CONNECT is not served' });
       const placed = await placeOnLink(cluster, holders, plan.user);
       if ('status' in placed) return refuse(exchange, placed);
-      await transport(exchange, peerHop(cluster, placed.link, placed.holder), plan, placed.release);
+      return transport(exchange, peerHop(cluster, placed.link, placed.holder), plan, placed.release);
     },
     async call(own) {
       const placed = await placeOnLink(cluster, holders, own.user);

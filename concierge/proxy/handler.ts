@@ -235,7 +235,9 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const plan = await decider.plan(req, identity, upgrade || info.longRunning, target, context);
     if ('status' in plan) return refuse(exchange, plan);
     context.route = target.route.kind;
-    await target.route.forward(exchange, plan);
+    // Returned, not awaited: this stage's state (the identity, the target's review closures) goes as soon as the
+    // request is on its way, rather than live as long as a watch does.
+    return target.route.forward(exchange, plan);
   }
 
   return {

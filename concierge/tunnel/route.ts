@@ -153,7 +153,7 @@ export function newTunnelRoute(
       const release = await admitFairly(admission, exchange, plan.user, (why) =>
         refusalStatus(cluster, why, limits),
       );
-      if (release) await transport(exchange, hop, plan, release);
+      if (release) return transport(exchange, hop, plan, release);
     },
     call(own) {
       // A place in the fair queue, as the user's own requests take: asking on someone's behalf costs their share.
