@@ -118,6 +118,9 @@ export function newReviewCache(
         // key kept as it is does.
         const json = JSON.stringify([cluster, question]);
         const key = json.length <= MAX_PLAIN_KEY ? json : createHash('sha256').update(json).digest('base64');
+        // An answer kept is read at once; only a question not asked yet (or asked and still under way) waits.
+        const kept = cache.get(key);
+        if (kept !== undefined) return kept;
         const answer = await cache.fetch(key, { context: { question, ask } });
         return answer === true;
       };

@@ -165,7 +165,8 @@ export function newDecider(deps: DeciderDeps): Decider {
   ): Promise<Refusal | undefined> {
     const { mode, legacy, kind } = FORWARDED_AS[as];
     const verb = `impersonate-on:${mode ?? 'legacy'}:${attributes.verb}`;
-    const exact: AccessQuestion = attributes.resourceRequest
+    // Broad first (any namespace, any name), then this object.
+    const broad: AccessQuestion = attributes.resourceRequest
       ? {
           ...NOBODY,
           verb,
@@ -173,13 +174,15 @@ export function newDecider(deps: DeciderDeps): Decider {
           version: attributes.version,
           resource: attributes.resource,
           ...(attributes.subresource ? { subresource: attributes.subresource } : {}),
+        }
+      : { ...NOBODY, verb, path: attributes.path };
+    const exact: AccessQuestion = attributes.resourceRequest
+      ? {
+          ...broad,
           ...(attributes.namespace ? { namespace: attributes.namespace } : {}),
           ...(attributes.name ? { name: attributes.name } : {}),
         }
-      : { ...NOBODY, verb, path: attributes.path };
-    const broad: AccessQuestion = { ...exact };
-    delete broad.namespace;
-    delete broad.name;
+      : broad;
     if (mode !== undefined) {
       if (await target.askSelf(broad)) return undefined;
       if ((exact.namespace !== undefined || exact.name !== undefined) && (await target.askSelf(exact)))

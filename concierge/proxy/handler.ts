@@ -214,7 +214,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const upgrade = exchange.kind === 'upgrade';
     const info = requestInfo(req.method ?? 'GET', req.url ?? '/', upgrade);
     const finish = observe(exchange, info.verb, upgrade || info.longRunning, pathOf(original));
-    if (exchange.kind === 'plain') exchange.res.once('close', finish);
+    if (exchange.kind === 'plain') exchange.res.on('close', finish);
     else exchange.socket.once('close', finish);
     if (!isWellFormedPath(path)) return refuse(exchange, { status: 400, message: 'malformed request path' });
     if (exchange.kind === 'plain') {

@@ -49,9 +49,6 @@ export interface HubRoute extends Route {
   close(): void;
 }
 
-/** Nothing is taken to admit a request to the hub's own API server (it has its own priority and fairness). */
-const nothingTaken = (): void => {};
-
 export function newHubRoute(upstream: Upstream, budget?: MemoryBudget): HubRoute {
   // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
   const ca = upstream.credentials.caPem ? { ca: upstream.credentials.caPem } : {};
@@ -99,8 +96,11 @@ export function newHubRoute(upstream: Upstream, budget?: MemoryBudget): HubRoute
 
   return {
     kind: 'local',
-    forward: (exchange, plan: ForwardPlan) =>
-      transport(exchange, plan.passthrough ? anonymous : withIdentity, plan, nothingTaken),
+    // Nothing is taken to admit a request to the hub's own API server (it has its own priority and fairness).
+    forward(exchange, plan: ForwardPlan) {
+      transport(exchange, plan.passthrough ? anonymous : withIdentity, plan);
+      return Promise.resolve();
+    },
     call: (own) =>
       callOver(withIdentity, own, { timeoutMs: OWN_CALL_TIMEOUT_MS, maxBytes: OWN_CALL_MAX_BYTES }),
     close() {

@@ -8,7 +8,7 @@ import type { ForwardPlan } from './transport.ts';
 
 export interface Route {
   readonly kind: RouteKind;
-  /** Admits the exchange and carries it to the cluster; resolves when it is over (answered or refused). */
+  /** Admits the exchange and sends it on to the cluster; resolves once it is on its way, or refused. */
   forward(exchange: Exchange, plan: ForwardPlan): Promise<void>;
   /**
    * Sends one small request of the concierge's own to the cluster, as the forwarding identity itself (no

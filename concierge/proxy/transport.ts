@@ -64,26 +64,18 @@ export interface Hop {
 }
 
 /**
- * Carries an admitted exchange over `hop`; `release` gives back what admitting it took, once what it holds on the
- * hop is gone. Resolves when the exchange is over.
+ * Carries an admitted exchange over `hop`; `release`, if given, gives back what admitting it took, once what it holds
+ * on the hop is gone. Returns as soon as the exchange is on its way: nothing is kept for the caller while it lasts
+ * (a watch may last hours).
  */
-export function transport(
-  exchange: Exchange,
-  hop: Hop,
-  plan: ForwardPlan,
-  release: () => void,
-): Promise<void> {
+export function transport(exchange: Exchange, hop: Hop, plan: ForwardPlan, release?: () => void): void {
   // A client gone before its turn came (it left while it waited or was authenticated) would never close again.
-  if (exchange.kind === 'plain' ? exchange.res.destroyed : exchange.socket.destroyed) {
-    release();
-    return Promise.resolve();
-  }
-  return exchange.kind === 'plain'
-    ? plain(exchange, hop, plan, release)
-    : upgrade(exchange, hop, plan, release);
+  if (exchange.kind === 'plain' ? exchange.res.destroyed : exchange.socket.destroyed) return release?.();
+  if (exchange.kind === 'plain') plain(exchange, hop, plan, release);
+  else upgrade(exchange, hop, plan, release);
 }
 
-function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release: () => void): Promise<void> {
+function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: () => void): void {
   const { req, res, context } = exchange;
   const headers = hop.headers(plan);
   headers[':method'] = req.method ?? 'GET';
@@ -102,38 +94,37 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release: ()
       ...(hop.budget ? { account: { budget: hop.budget, user: plan.user } } : {}),
     },
   });
-  return new Promise<void>((done) => {
-    let stopWatchingBody = (): void => {};
-    let finished = false;
-    const finish = (): void => {
-      if (finished) return;
-      finished = true;
-      stopWatchingBody();
-      release();
-      done();
-    };
-    res.once('close', finish);
-    if (progressMs !== undefined && stream && hasBody(req)) {
-      const from: Readable = 'stream' in req ? req.stream : req;
-      stopWatchingBody = watchBody(from, progressMs, hop.clock, () => {
-        refuse(exchange, { status: 408, message: `${hop.statusPrefix}the request body stopped arriving` });
-        // Closing the upstream stream frees its place at once (lib/tunnel/tunnel.ts). An HTTP/2 response that
-        // ended before its request did closes only when the client ends or resets it.
-        stream.close(constants.NGHTTP2_CANCEL);
-        finish();
-      });
-    }
-  });
+  const watchingBody = progressMs !== undefined && stream !== undefined && hasBody(req);
+  if (!release && !watchingBody) return;
+  let stopWatchingBody = (): void => {};
+  let finished = false;
+  const finish = (): void => {
+    if (finished) return;
+    finished = true;
+    stopWatchingBody();
+    release?.();
+  };
+  res.on('close', finish);
+  if (watchingBody) {
+    const from: Readable = 'stream' in req ? req.stream : req;
+    stopWatchingBody = watchBody(from, progressMs, hop.clock, () => {
+      refuse(exchange, { status: 408, message: `${hop.statusPrefix}the request body stopped arriving` });
+      // Closing the upstream stream frees its place at once (lib/tunnel/tunnel.ts). An HTTP/2 response that
+      // ended before its request did closes only when the client ends or resets it.
+      stream.close(constants.NGHTTP2_CANCEL);
+      finish();
+    });
+  }
 }
 
-function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release: () => void): Promise<void> {
+function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release?: () => void): void {
   const { req, socket, head, context } = exchange;
   const headers = hop.headers(plan);
   headers['connection'] = 'Upgrade';
   headers['upgrade'] = req.headers['upgrade'];
   /** The connection the upgrade goes out on: until it is gone, it holds its place on the hop. */
   let carrier: Duplex | undefined;
-  socket.once('close', () => releaseWhenGone(release, carrier));
+  if (release) socket.once('close', () => releaseWhenGone(release, carrier));
   forwardUpgrade(socket, head, {
     send() {
       const sent = hop.send(req.method ?? 'GET', hop.pathPrefix + originForm(req.url), headers);
@@ -146,7 +137,6 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
     fail: (err) => refuse(exchange, hop.failure(err)),
     answered: (status) => (context.status = status),
   });
-  return new Promise<void>((done) => socket.once('close', done));
 }
 
 /** One small request of the concierge's own (route.ts OwnCall) over `hop`, as the hop's forwarding identity. */
