@@ -366,7 +366,9 @@ export async function benchStreams(
   });
   const [cert] = await agentCertificates(tunnelCA, uids);
   await sleep(2000); // until the concierge's registry has the Cluster
-  // The agent's end: each request gets a watch's headers and no end.
+  // The agent's end: each watch gets its headers and no end. The one question the proxy asks first (whether the
+  // cluster's forwarding policy lets Sealion act there, a SelfSubjectAccessReview) is answered yes, as the API server
+  // behind a real agent with the default policy answers it.
   const dial = dialDirect({
     hub: new URL(`https://127.0.0.1:${concierge.tunnelPort}`),
     tls: tlsContext(concierge.tunnelCA, cert!.certPem, cert!.keyPem),
@@ -374,8 +376,13 @@ export async function benchStreams(
   });
   const agentEnd = serveTunnel((await dial.done).stream, {
     connect: (stream) => stream.destroy(),
-    request: (stream) => {
+    request: (stream, headers) => {
       stream.on('error', () => {});
+      if (String(headers[':path']).endsWith('/selfsubjectaccessreviews')) {
+        stream.respond({ ':status': 201, 'content-type': 'application/json' });
+        stream.end(JSON.stringify({ status: { allowed: true } }));
+        return;
+      }
       stream.respond({ ':status': 200, 'content-type': 'application/json' });
     },
   });
