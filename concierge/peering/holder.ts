@@ -79,7 +79,10 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     const plan = planFrom(req.rawHeaders, req.headers);
     exchange.context.user = plan.user;
     exchange.context.cluster = target.cluster;
-    void route.forward(exchange, plan);
+    route.forward(exchange, plan).catch((err: unknown) => {
+      log.error({ err: (err as Error).message }, "a peer's request failed inside this replica");
+      refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
+    });
   };
   const servePeerRequest = (req: Request, res: Response): void =>
     servePeerExchange({ kind: 'plain', req, res, context: newRequestContext() });

@@ -30,7 +30,10 @@ export interface RequestContext {
    */
   decision?: string;
   route?: RouteKind;
-  /** The status of the answer: the upstream's, or that of the Status Sealion answered with. */
+  /**
+   * The status of an upgrade's answer: the upstream's (101 when it switched protocols), or that of the Status Sealion
+   * answered with; unset (logged as 0) when the client left before any answer. A plain request's is its response's.
+   */
   status?: number;
   /** Bytes of the answer relayed to the client. */
   bytes: number;
@@ -80,6 +83,9 @@ export function refuse(exchange: Exchange, refusal: Refusal): void {
       retry && { details: retry, headers: { 'retry-after': String(retryAfterSeconds) } },
     ),
   );
+  // Closed once the Status is written, whether or not the client closes its end: a client that never does would
+  // otherwise hold the connection, and the request in flight, for as long as it likes.
+  exchange.socket.destroySoon();
 }
 
 /** Whether the client has gone: nothing is worth doing for the exchange any more. */
@@ -87,8 +93,9 @@ export function gone(exchange: Exchange): boolean {
   return exchange.kind === 'plain' ? exchange.res.destroyed : exchange.socket.destroyed;
 }
 
-/** Calls `then` once the client's side of the exchange closes. */
-export function whenClosed(exchange: Exchange, then: () => void): void {
-  if (exchange.kind === 'plain') exchange.res.once('close', then);
-  else exchange.socket.once('close', then);
+/** Calls `then` once the client's side of the exchange closes; the returned function cancels that. */
+export function whenClosed(exchange: Exchange, then: () => void): () => void {
+  const emitter = exchange.kind === 'plain' ? exchange.res : exchange.socket;
+  emitter.once('close', then);
+  return () => void emitter.off('close', then);
 }

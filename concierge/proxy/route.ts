@@ -85,20 +85,24 @@ export function admitFairly(
   if (gone(exchange)) return Promise.resolve(undefined);
   return new Promise((done) => {
     let settled = false;
+    /** Stops watching for the client leaving: a request admitted or refused no longer waits. */
+    let stopWatching = (): void => {};
     const cancel = semaphore.acquire(
       user,
       (release) => {
         settled = true;
+        stopWatching();
         done(release);
       },
       (why) => {
         settled = true;
+        stopWatching();
         refuse(exchange, refusal(why));
         done(undefined);
       },
     );
     if (!settled)
-      whenClosed(exchange, () => {
+      stopWatching = whenClosed(exchange, () => {
         if (settled) return;
         settled = true;
         cancel();

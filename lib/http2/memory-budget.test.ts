@@ -7,9 +7,10 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
+import { PassThrough, Writable } from 'node:stream';
 import { eventually } from '../../dev/eventually.ts';
 import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from './pool.ts';
-import { H2Response } from './request.ts';
+import { H2Response, type Response } from './request.ts';
 import { newMemoryBudget, relay } from './memory-budget.ts';
 
 const KiB = 1024;
@@ -64,6 +65,19 @@ describe('the budget', () => {
     expect(budget.held()).toBe(0);
     budget.charge(stall('a', cut, 'huge'), 200 * KiB);
     expect(cut).toEqual(['huge']);
+    expect(budget.held()).toBe(0);
+  });
+});
+
+describe('relaying to a client that left', () => {
+  it('charges nothing: the response closed before the answer stalled on it', () => {
+    const budget = newMemoryBudget({ perUserBytes: 1024 * KiB, totalBytes: 4096 * KiB });
+    // An HTTP/1.1 response whose client dropped: destroyed, its 'close' emitted, every write refused.
+    const gone = new Writable({ write: (_chunk, _encoding, next) => next() });
+    gone.destroy();
+    const answer = new PassThrough();
+    relay(answer, gone as unknown as Response, { account: { budget, user: 'pat' } });
+    answer.write(Buffer.alloc(64 * KiB));
     expect(budget.held()).toBe(0);
   });
 });

@@ -191,11 +191,11 @@ function newStalled(from: Readable, res: Response, { account, deadline }: RelayO
   return {
     stall,
     wait() {
-      if (waiting) return;
+      // A response already gone (its client left) stalls nothing: its 'close', which discharges, has come.
+      if (waiting || res.destroyed) return;
       waiting = true;
       from.pause();
       if (stall) account!.budget.charge(stall, mostHeld(from) + res.writableLength);
-      if (res.destroyed) return;
       if (deadline) timer = deadline.clock.setTimeout(() => res.destroy(), deadline.ms);
       res.once('drain', resume);
     },

@@ -119,6 +119,11 @@ export class H2Response {
     return this;
   }
 
+  off(event: 'close' | 'drain', listener: () => void): this {
+    this.#stream.off(event, listener);
+    return this;
+  }
+
   /**
    * A stream emits 'close' once only, so that listener is added with on(): once() would wrap it in a closure and a
    * record of its own, which an idle watch keeps for as long as it stays open.
