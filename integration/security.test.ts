@@ -23,6 +23,7 @@ import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel/tunnel.ts
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
+import { postRegister, type RegisterAnswer } from '../dev/register.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { startTokenWebhook, type TokenWebhook } from './harness/token-webhook.ts';
@@ -166,40 +167,9 @@ function h2(
   });
 }
 
-interface RegisterAnswer {
-  status: number;
-  retryAfter?: string;
-  body: string;
-}
 /** POST /register at the tunnel listener, as anyone may. */
-function registerAt(body: object): Promise<RegisterAnswer> {
-  return new Promise((done, fail) => {
-    const req = httpsRequest(
-      {
-        host: '127.0.0.1',
-        port: tunnelPort,
-        path: '/register',
-        method: 'POST',
-        ca: tunnelCA.certPem,
-        agent: false,
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (text += c));
-        res.on('end', () =>
-          done({
-            status: res.statusCode ?? 0,
-            ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}),
-            body: text,
-          }),
-        );
-      },
-    );
-    req.on('error', fail);
-    req.end(JSON.stringify(body));
-  });
-}
+const registerAt = (body: object): Promise<RegisterAnswer> =>
+  postRegister(tunnelPort, tunnelCA.certPem, body);
 
 /** Reads the HTTP/1.1 responses in `data`, in order. */
 function parseResponses(data: Buffer): Answer | undefined {

@@ -16,6 +16,7 @@ import {
   type TunnelTransport,
 } from '../../lib/tunnel/dial.ts';
 import type { Cluster } from '../../apis/tunnel.ts';
+import { postRegister, type RegisterAnswer } from '../../dev/register.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { fakeBootstrapToken, memoryTokenStore } from '../../lib/kube/fake-bootstrap-tokens.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
@@ -174,33 +175,8 @@ describe('the tunnel listener’s TLS', () => {
 });
 
 /** POST /register with `body` (JSON unless a string); the answer's status, Retry-After and body. */
-const register = (body: object | string): Promise<{ status: number; retryAfter?: string; body: string }> =>
-  new Promise((done, fail) => {
-    const req = httpsRequest(
-      {
-        host: '127.0.0.1',
-        port: listener.port,
-        path: '/register',
-        method: 'POST',
-        ca: ca.certPem,
-        agent: false,
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (text += c));
-        res.on('end', () =>
-          done({
-            status: res.statusCode ?? 0,
-            ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}),
-            body: text,
-          }),
-        );
-      },
-    );
-    req.once('error', fail);
-    req.end(typeof body === 'string' ? body : JSON.stringify(body));
-  });
+const register = (body: object | string): Promise<RegisterAnswer> =>
+  postRegister(listener.port, ca.certPem, body);
 
 describe('registration', () => {
   it('answers an unknown cluster, an unknown token id, a wrong secret and a malformed token alike, asking the API server nothing', async () => {
