@@ -10,6 +10,28 @@ export const CONCIERGE_NAME = 'sealion-concierge';
 export const IMPERSONATOR_SERVICE_ACCOUNT = 'sealion-impersonator';
 /** The ConfigMap with the concierge's configuration (CONFIG_KEY), also the CredentialIssuer's name. */
 export const CONFIG_MAP_NAME = 'sealion-concierge-config';
+/** The ConfigMap with the concierge's audit Policy (key AUDIT_POLICY_KEY); without it, audit is off. */
+export const AUDIT_CONFIG_MAP_NAME = 'sealion-concierge-audit';
+export const AUDIT_POLICY_KEY = 'policy.yaml';
+/** Where the concierge's pods keep recorded exec and attach sessions. */
+export const RECORDINGS_DIR = '/var/lib/sealion/recordings';
+/**
+ * The audit policy the install starts with: who did what, on which cluster, through which path; no bodies, which can
+ * hold secrets. The same schema as kube-apiserver's --audit-policy-file.
+ */
+export const DEFAULT_AUDIT_POLICY_YAML = `# Sealion's audit policy (audit.k8s.io/v1, as kube-apiserver reads it). Read when a concierge starts:
+# after an edit, \`kubectl -n sealion-concierge rollout restart deployment/sealion-concierge\`.
+apiVersion: audit.k8s.io/v1
+kind: Policy
+# ResponseComplete says all that RequestReceived would, and more.
+omitStages: [RequestReceived]
+rules:
+  # The kubelet's probes, every few seconds: nothing to account for.
+  - level: None
+    nonResourceURLs: [/healthz, /livez, /readyz]
+  # Everything else at Metadata: who, what, where, the answer; never a body.
+  - level: Metadata
+`;
 /** The Service in front of the replicas' tunnel listeners, which the concierge follows for its certificate's names. */
 export const TUNNEL_SERVICE = 'sealion-concierge-tunnel';
 /** The agent's Deployment, service account, ConfigMap and Secrets are named from this. */

@@ -65,6 +65,18 @@ export function conciergeCommand(): Command {
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .option('--namespace <name>', "the concierge's namespace (default: $POD_NAMESPACE)", '')
     .option('--config-map <name>', 'ConfigMap with config.yaml (read by the controllers)', CONFIG_MAP_NAME)
+    .option('--audit-policy-file <path>', 'audit.k8s.io/v1 Policy; no file there: audit off', '')
+    .option('--audit-log-path <path>', "audit events as JSON lines to this file ('-': standard output)", '')
+    .option('--audit-log-maxsize <MiB>', 'rotate the audit log at this size', '100')
+    .option('--audit-log-maxbackup <n>', 'rotated audit logs kept', '10')
+    .option('--audit-log-maxage <days>', 'days a rotated audit log is kept (0: no limit)', '0')
+    .option('--audit-webhook-config-file <path>', 'kubeconfig-format file naming the audit webhook', '')
+    .option(
+      '--audit-mode <mode>',
+      'batch: a slow sink never slows requests (full buffer: dropped, counted); blocking: refuse what cannot be audited',
+      'batch',
+    )
+    .option('--no-log-usernames', 'keep usernames and groups out of operational logs (audit keeps them)')
     .addHelpText(
       'after',
       `

@@ -34,6 +34,7 @@ import { newClientCertSigner } from './proxy/credentials.ts';
 import { newHubRoute } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
+import { startAudit, type AuditOptions } from './audit/setup.ts';
 import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
 import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
@@ -90,6 +91,10 @@ export interface ConciergeOptions {
   peer?: { host: string; port: number; advertise: string };
   /** Plain-HTTP listener for /metrics. */
   metrics?: { host: string; port: number };
+  /** Audit events for every request served (concierge/audit/). Default: none. */
+  audit?: AuditOptions;
+  /** Whether operational log lines name users; audit events always do. Default: true. */
+  logUsernames?: boolean;
   log: Logger;
   clock?: Clock;
 }
@@ -170,6 +175,11 @@ async function start(
   unreadBytesGauge(metrics.registry, () => budget.held());
   const hub = newHubRoute(forwarding.upstream, budget);
   onStop(() => hub.close());
+  // Stopped after the listeners (stops run in reverse order), so the last requests' events are written.
+  const audit = opts.audit
+    ? await startAudit(opts.audit, opts.identity, metrics.registry, log.child({ component: 'audit' }))
+    : undefined;
+  if (audit) onStop(() => audit.close());
   const handler = newProxyHandler({
     groups,
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
@@ -188,6 +198,8 @@ async function start(
     log: log.child({ component: 'proxy' }),
     ready: () => true,
     serving: () => serving,
+    ...(audit ? { auditor: audit.auditor } : {}),
+    ...(opts.logUsernames === undefined ? {} : { logUsernames: opts.logUsernames }),
   });
 
   let initialTLS: ProxyTLS;
@@ -342,6 +354,7 @@ async function start(
       log: log.child({ component: 'tunnel' }),
       budget,
       clock,
+      ...(audit ? { auditor: audit.auditor } : {}),
       ...(opts.tunnel.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
     });
     tunnels = listener;

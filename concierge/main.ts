@@ -3,7 +3,9 @@
 import { TUNNEL_SERVICE } from '../apis/install.ts';
 import { hostname } from 'node:os';
 import type { ConciergeOptions } from './concierge.ts';
-import { newLogger } from '../lib/log.ts';
+import { existsSync, readFileSync } from 'node:fs';
+import { newLogger, type Logger } from '../lib/log.ts';
+import { loadPolicy } from './audit/policy.ts';
 
 export interface ConciergeFlags {
   groupSuffix: string;
@@ -34,6 +36,54 @@ export interface ConciergeFlags {
   /** The host other replicas dial the peer listener at; empty: POD_IP, else the listen host. */
   peerAdvertise: string;
   logLevel: string;
+  /** The audit Policy file; empty, or a file that is not there: no audit. */
+  auditPolicyFile: string;
+  /** Where the audit log goes: a file, '-' for standard output; empty: none. */
+  auditLogPath: string;
+  auditLogMaxsize: string;
+  auditLogMaxbackup: string;
+  auditLogMaxage: string;
+  /** A kubeconfig-format file naming the audit webhook; empty: none. */
+  auditWebhookConfigFile: string;
+  auditMode: string;
+  /** Whether operational log lines name users (audit events always do). */
+  logUsernames: boolean;
+}
+
+function count(flag: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0)
+    throw new Error(`--${flag}: ${JSON.stringify(value)} is not a whole number`);
+  return n;
+}
+
+/**
+ * The audit options from the flags. The install mounts the policy from an optional ConfigMap, so a missing file means
+ * audit is off (said in the log); a file that is there but wrong stops the start: an admin who wrote a policy wants it.
+ */
+function auditOptions(flags: ConciergeFlags, log: Logger): ConciergeOptions['audit'] {
+  if (!flags.auditPolicyFile) return undefined;
+  if (!existsSync(flags.auditPolicyFile)) {
+    log.warn({ file: flags.auditPolicyFile }, 'no audit policy file: audit is off');
+    return undefined;
+  }
+  if (flags.auditMode !== 'batch' && flags.auditMode !== 'blocking')
+    throw new Error(`--audit-mode: must be batch or blocking, not ${JSON.stringify(flags.auditMode)}`);
+  return {
+    policy: loadPolicy(readFileSync(flags.auditPolicyFile, 'utf8')),
+    mode: flags.auditMode,
+    ...(flags.auditLogPath
+      ? {
+          log: {
+            path: flags.auditLogPath,
+            maxSizeMiB: count('audit-log-maxsize', flags.auditLogMaxsize),
+            maxBackups: count('audit-log-maxbackup', flags.auditLogMaxbackup),
+            maxAgeDays: count('audit-log-maxage', flags.auditLogMaxage),
+          },
+        }
+      : {}),
+    ...(flags.auditWebhookConfigFile ? { webhook: { kubeconfigPath: flags.auditWebhookConfigFile } } : {}),
+  };
 }
 
 function hostPort(value: string): { host: string; port: number } {
@@ -68,6 +118,8 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
     throw new Error(
       'the tunnel listener needs a namespace for its CA: pass --namespace or set POD_NAMESPACE',
     );
+  const log = newLogger({ level: flags.logLevel, buffered: true });
+  const audit = auditOptions(flags, log);
   return {
     kubeconfig: flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true },
     forwardAs: flags.upstreamKubeconfig
@@ -109,6 +161,8 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
       : {}),
     ...(flags.tunnelListen && flags.peerListen ? { peer: peerOptions(flags, env) } : {}),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
-    log: newLogger({ level: flags.logLevel, buffered: true }),
+    ...(audit ? { audit } : {}),
+    logUsernames: flags.logUsernames,
+    log,
   };
 }

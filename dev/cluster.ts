@@ -71,6 +71,8 @@ export interface Cluster {
   binaries: Binaries;
   /** The cluster's node, when it was started with one. */
   node?: KubeNode;
+  /** The API server's audit log (JSON lines, audit.k8s.io/v1 Events; policy: DEV_AUDIT_POLICY). */
+  auditLogPath: string;
   /** A kubeconfig for a user with a client certificate from the cluster CA (no rights until RBAC grants some). */
   userKubeconfig(user: string, groups?: string[]): Promise<string>;
   /** Runs the real kubectl against this cluster (admin unless `kubeconfig` is given). Never throws on exit codes. */
@@ -79,6 +81,25 @@ export interface Cluster {
 }
 
 const SERVICE_CIDR = '10.0.0.0/24';
+
+/**
+ * The development clusters' audit policy: what people and Sealion do, at Metadata, once per request (ResponseComplete,
+ * and ResponseStarted for watches and upgrades); the control plane's own chatter left out.
+ */
+export const DEV_AUDIT_POLICY = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    userGroups: [system:nodes]
+  - level: None
+    users: [system:kube-controller-manager, system:kube-scheduler, system:kube-proxy, system:apiserver]
+  - level: None
+    resources: [{group: coordination.k8s.io, resources: [leases]}, {group: '', resources: [events]}]
+  - level: None
+    nonResourceURLs: [/healthz*, /livez*, /readyz*]
+  - level: Metadata
+`;
 const SERVICE_ACCOUNT_ISSUER = 'https://kubernetes.default.svc.cluster.local';
 const DIR_PREFIX = 'sealion-cluster-';
 const STOP_GRACE_MS = 3_000;
@@ -454,6 +475,10 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
       `--proxy-client-key-file=${write('front-proxy-client.key', frontProxyClient.keyPem)}`,
       '--allow-privileged=true',
       '--profiling=false',
+      `--audit-policy-file=${write('audit-policy.yaml', DEV_AUDIT_POLICY)}`,
+      `--audit-log-path=${join(dir, 'audit.log')}`,
+      // Each event written before the request is answered: a test that reads the log after an answer finds it.
+      '--audit-log-mode=blocking',
       ...(opts.apiserverArgs ?? []),
     ]);
     children.push(apiserver);
@@ -524,6 +549,7 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
       dir,
       binaries,
       ...(node ? { node } : {}),
+      auditLogPath: join(dir, 'audit.log'),
       async userKubeconfig(user, groups = []) {
         const cert = await issueCert(ca, { commonName: user, organizations: groups, usage: 'client' });
         const file = `user-${user.replace(/[^a-zA-Z0-9_.-]/g, '_')}.kubeconfig`;

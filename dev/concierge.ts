@@ -5,6 +5,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { AuditOptions } from '../concierge/audit/setup.ts';
 import { newConcierge, type ConciergeEndpoints, type ConciergeOptions } from '../concierge/concierge.ts';
 import { silentLogger, type Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
@@ -178,6 +179,8 @@ export async function startLocalConcierge(
     identity?: string;
     /** The CA that signs users' client certificates. Default: a new one. */
     signerCA?: CertificateAuthority;
+    /** Audit events (concierge/audit/). Default: none. */
+    audit?: AuditOptions;
   } = {},
 ): Promise<LocalConcierge> {
   const servingCA = await newCA('sealion-proxy-serving-ca');
@@ -210,6 +213,7 @@ export async function startLocalConcierge(
       clientCAFiles: [],
     },
     ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
+    ...(opts.audit ? { audit: opts.audit } : {}),
   });
   const stop = async (): Promise<void> => {
     await concierge.stop();

@@ -6,6 +6,10 @@ import {
   CONCIERGE_NAME,
   CONFIG_KEY,
   CONFIG_MAP_NAME,
+  AUDIT_CONFIG_MAP_NAME,
+  AUDIT_POLICY_KEY,
+  DEFAULT_AUDIT_POLICY_YAML,
+  RECORDINGS_DIR,
   DEFAULT_AGENT_NAMESPACE,
   DEFAULT_CONFIG_YAML,
   DEFAULT_NAMESPACE,
@@ -121,6 +125,11 @@ export const POLICY_ANNOTATION = 'sealion.dev/forwarding-policy';
 
 /** Hardened pod and container settings; the image runs as a non-root user with a read-only root. */
 const POD_SECURITY = { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } };
+/** Where the audit ConfigMap is mounted in the concierge's pods. */
+const AUDIT_MOUNT = '/etc/sealion/audit';
+/** Room for recordings on each concierge pod: a session's recording stops at its own limit, well below. */
+const RECORDINGS_VOLUME_SIZE = '1Gi';
+
 const CONTAINER_SECURITY = {
   allowPrivilegeEscalation: false,
   readOnlyRootFilesystem: true,
@@ -242,6 +251,12 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       data: { [CONFIG_KEY]: DEFAULT_CONFIG_YAML },
     },
     {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: AUDIT_CONFIG_MAP_NAME, namespace: ns, labels: PART_OF },
+      data: { [AUDIT_POLICY_KEY]: DEFAULT_AUDIT_POLICY_YAML },
+    },
+    {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
       metadata: { name: CONCIERGE_NAME, namespace: ns, labels: labels(CONCIERGE_NAME) },
@@ -271,7 +286,20 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
               {
                 name: 'concierge',
                 image: opts.image,
-                args: ['concierge', `--group-suffix=${opts.groupSuffix}`, `--config-map=${CONFIG_MAP_NAME}`],
+                args: [
+                  'concierge',
+                  `--group-suffix=${opts.groupSuffix}`,
+                  `--config-map=${CONFIG_MAP_NAME}`,
+                  // Audit events go to standard output, beside the log lines (they have kind: Event); the policy
+                  // comes from its ConfigMap, and deleting that turns audit off.
+                  `--audit-policy-file=${AUDIT_MOUNT}/${AUDIT_POLICY_KEY}`,
+                  '--audit-log-path=-',
+                  `--recordings-dir=${RECORDINGS_DIR}`,
+                ],
+                volumeMounts: [
+                  { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },
+                  { name: 'recordings', mountPath: RECORDINGS_DIR },
+                ],
                 env: [...CONCIERGE_ENV, { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS }],
                 ports: [
                   { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
@@ -283,6 +311,12 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                 resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
                 securityContext: CONTAINER_SECURITY,
               },
+            ],
+            volumes: [
+              { name: 'audit', configMap: { name: AUDIT_CONFIG_MAP_NAME, optional: true } },
+              // Recordings live as long as the pod: keep them longer with a persistent volume here, or send them
+              // to the audit webhook.
+              { name: 'recordings', emptyDir: { sizeLimit: RECORDINGS_VOLUME_SIZE } },
             ],
           },
         },

@@ -2,7 +2,7 @@
 // requests go into this replica's tunnels, as the user's, as the replica they landed on decided them. The port takes
 // connections only from the addresses replicas publish, and at the handshake only the peer CA's certificates that
 // name a replica; a link does not outlive its certificate.
-import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
+import { createServer as createHttpServer, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import type { ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -23,6 +23,15 @@ import {
   type PeerCredentials,
   type PeerMetrics,
 } from './link.ts';
+
+/**
+ * The audit ID the replica a request landed on gave it (only a replica can send here), kept so this hop's lines and
+ * the target cluster's audit events name the same request.
+ */
+function auditIdOf(headers: IncomingHttpHeaders): string | undefined {
+  const id = headers['audit-id'];
+  return typeof id === 'string' && id !== '' ? id : undefined;
+}
 
 export interface PeerPortOptions {
   host: string;
@@ -55,7 +64,13 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   });
   upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
   upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
-    servePeerExchange({ kind: 'upgrade', req, socket: socket as Socket, head, context: newRequestContext() }),
+    servePeerExchange({
+      kind: 'upgrade',
+      req,
+      socket: socket as Socket,
+      head,
+      context: newRequestContext(auditIdOf(req.headers)),
+    }),
   );
   const notHeld = (cluster: string): string =>
     `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
@@ -85,7 +100,7 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     });
   };
   const servePeerRequest = (req: Request, res: Response): void =>
-    servePeerExchange({ kind: 'plain', req, res, context: newRequestContext() });
+    servePeerExchange({ kind: 'plain', req, res, context: newRequestContext(auditIdOf(req.headers)) });
 
   const server = createTlsServer({
     ...credentials.own(),

@@ -212,6 +212,7 @@ export function newDecider(deps: DeciderDeps): Decider {
       // The API server authenticates (and authorizes any impersonation of) its own service accounts.
       const headers = cleanHeaders(req.headers, true);
       headers['authorization'] = `Bearer ${identity.token}`;
+      headers['audit-id'] = context.id;
       context.decision = 'passthrough';
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
@@ -233,7 +234,7 @@ export function newDecider(deps: DeciderDeps): Decider {
         const problem = identityProblem(user);
         if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
         as = forwardedAs(user, usernameOnly);
-        context.impersonated = user.username;
+        context.impersonated = user;
         if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
         else {
           const original = { [originalUserKey]: [originalUser(identity.user)] };
@@ -256,7 +257,7 @@ export function newDecider(deps: DeciderDeps): Decider {
       };
     }
     context.decision = FORWARDED_AS[as].mode ?? 'legacy';
-    const headers = { ...cleanHeaders(req.headers), ...impersonation };
+    const headers = { ...cleanHeaders(req.headers), ...impersonation, 'audit-id': context.id };
     return { headers, longRunning, passthrough: false, user: identity.user.username };
   }
 

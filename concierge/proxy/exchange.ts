@@ -5,15 +5,20 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
+import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
 import { rawStatusResponse, writeStatus } from '../../lib/kube/status.ts';
+import type { RequestAudit } from '../audit/audit.ts';
 
 /** Where a request went: the hub's own API server, a tunnel this replica holds, or a peer replica that holds one. */
 export type RouteKind = 'local' | 'tunnel' | 'peer';
 
 /** What the stages learn about a request, for the stages after them, the log line and the metrics. */
 export interface RequestContext {
-  /** Unique per request: in its log line. */
+  /**
+   * Unique per request: its audit ID, set as the Audit-ID of what is forwarded (so the target API server's audit
+   * events carry it too), and in its log line.
+   */
   readonly id: string;
   /** When it arrived (process.hrtime.bigint()). */
   readonly started: bigint;
@@ -22,7 +27,7 @@ export interface RequestContext {
   /** The authenticated user's name; '' until someone is authenticated. */
   user: string;
   /** Whom it is forwarded as, when the caller asked to impersonate someone. */
-  impersonated?: string;
+  impersonated?: UserInfo;
   /**
    * How the request was decided: `passthrough` (a service account's own token), or the mode the cluster lets the
    * forwarding identity impersonate this kind of identity in (`user-info`, `serviceaccount`, `arbitrary-node`,
@@ -37,10 +42,15 @@ export interface RequestContext {
   status?: number;
   /** Bytes of the answer relayed to the client. */
   bytes: number;
+  /** The message of the Status Sealion answered with itself, if it did. */
+  message?: string;
+  /** The request's audit, when the policy audits it. */
+  audit?: RequestAudit;
 }
 
-export function newRequestContext(): RequestContext {
-  return { id: randomUUID(), started: process.hrtime.bigint(), cluster: '', user: '', bytes: 0 };
+/** A new request's context; `id` is the audit ID a peer replica already gave it, if any. */
+export function newRequestContext(id?: string): RequestContext {
+  return { id: id ?? randomUUID(), started: process.hrtime.bigint(), cluster: '', user: '', bytes: 0 };
 }
 
 export interface PlainExchange {
@@ -73,6 +83,7 @@ export interface Refusal {
 export function refuse(exchange: Exchange, refusal: Refusal): void {
   const { status, message, retryAfterSeconds } = refusal;
   exchange.context.status = status;
+  exchange.context.message = message;
   const retry = retryAfterSeconds === undefined ? undefined : { retryAfterSeconds };
   if (exchange.kind === 'plain') return writeStatus(exchange.res, status, message, retry);
   if (exchange.socket.destroyed) return;

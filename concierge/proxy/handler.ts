@@ -21,7 +21,9 @@ import { clusterRoute, type ClusterRouter } from './route.ts';
 import { newDecider, type Authenticated } from './decide.ts';
 import { AUTHENTICATED_GROUP } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
-import { requestInfo } from './request-info.ts';
+import { requestAttributes, requestInfo } from './request-info.ts';
+import { ANNOTATIONS, preciseNow, type Auditor, type RequestFacts } from '../audit/audit.ts';
+import type { UserInfo } from '../../lib/authn/types.ts';
 import { send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
 
 export interface ProxyDeps {
@@ -42,7 +44,19 @@ export interface ProxyDeps {
   bodyTimeoutMs?: number;
   /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
   reviews?: ReviewCache;
+  /** Audit events for the requests served. Default: none. */
+  auditor?: Auditor;
+  /**
+   * Whether the request log line names the user (and whom they impersonate). Audit events always do; an operator who
+   * keeps personal data out of operational logs turns this off. Default: true.
+   */
+  logUsernames?: boolean;
 }
+
+/** The anonymous user, as the API server names the sender of an unauthenticated request. */
+const ANONYMOUS: UserInfo = { username: 'system:anonymous', groups: ['system:unauthenticated'], extra: {} };
+
+const NOT_AUDITED = "the request could not be audited, and this proxy's audit is blocking; retry later";
 
 /**
  * TokenCredentialRequests in flight at once. It is the one API anybody may call, and each holds a body of up to
@@ -86,7 +100,36 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const requestLog = flatLineLogger(log);
   const loginPrefix = `/apis/${groups.login}/${VERSION}`;
   const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
+  const isHealthPath = (path: string): boolean =>
+    path === '/healthz' || path === '/livez' || path === '/readyz';
+  /** What is served before anyone is authenticated: health, and the TokenCredentialRequest API. */
+  const isAnonymousPath = (path: string): boolean =>
+    isHealthPath(path) || path === loginPrefix || path.startsWith(`${loginPrefix}/`);
   const decider = newDecider(deps);
+  const { auditor } = deps;
+  const logUsernames = deps.logUsernames ?? true;
+  /**
+   * Starts the exchange's audit once it is known who sent it (undefined: nobody). In blocking mode, resolves false
+   * when its first event could not be written: the request has been refused then.
+   */
+  async function audited(
+    exchange: Exchange,
+    facts: RequestFacts | undefined,
+    user: UserInfo | undefined,
+    annotations?: Record<string, string>,
+  ): Promise<boolean> {
+    if (!auditor || !facts) return true;
+    const audit = auditor.begin(facts, user, annotations);
+    if (!audit) return true;
+    exchange.context.audit = audit;
+    try {
+      await audit.received();
+      return true;
+    } catch {
+      refuse(exchange, { status: 503, message: NOT_AUDITED, retryAfterSeconds: 1 });
+      return false;
+    }
+  }
   /** TokenCredentialRequests being served now (MAX_ANONYMOUS_IN_FLIGHT). */
   let anonymousInFlight = 0;
   /** Counts the request in flight; the returned function, called once it is over, logs it and records its metrics. */
@@ -103,11 +146,16 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       metrics.requests.inc({ verb, code: String(code) });
       if (!longRunning) metrics.duration.observe({ verb }, seconds);
       if (code === 502 || code === 504) metrics.upstreamErrors.inc({ code: String(code) });
+      context.audit?.complete(code, context.message);
       requestLog.info(
         {
           id: context.id,
-          user: context.user || 'anonymous',
-          ...(context.impersonated === undefined ? {} : { as: context.impersonated }),
+          ...(logUsernames
+            ? {
+                user: context.user || 'anonymous',
+                ...(context.impersonated === undefined ? {} : { as: context.impersonated.username }),
+              }
+            : {}),
           ...(context.decision ? { decision: context.decision } : {}),
           verb,
           ...(context.cluster ? { cluster: context.cluster } : {}),
@@ -216,25 +264,66 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const finish = observe(exchange, info.verb, upgrade || info.longRunning, pathOf(original));
     if (exchange.kind === 'plain') exchange.res.on('close', finish);
     else exchange.socket.once('close', finish);
-    if (!isWellFormedPath(path)) return refuse(exchange, { status: 400, message: 'malformed request path' });
-    if (exchange.kind === 'plain') {
+    const facts: RequestFacts | undefined = auditor && {
+      auditID: context.id,
+      requestURI: original,
+      attributes: requestAttributes(req.method ?? 'GET', req.url ?? '/'),
+      ...(req.socket?.remoteAddress ? { sourceIP: req.socket.remoteAddress.replace(/^::ffff:/, '') } : {}),
+      ...(typeof req.headers['user-agent'] === 'string' ? { userAgent: req.headers['user-agent'] } : {}),
+      receivedMs: preciseNow(),
+    };
+    const where: Record<string, string> = context.cluster ? { [ANNOTATIONS.cluster]: context.cluster } : {};
+    if (!isWellFormedPath(path)) {
+      await audited(exchange, facts, undefined, where);
+      return refuse(exchange, { status: 400, message: 'malformed request path' });
+    }
+    if (exchange.kind === 'plain' && isAnonymousPath(path)) {
+      // Health checks are answered whatever the audit's state: a blocked audit must not restart the pod.
+      if (!(await audited(exchange, facts, ANONYMOUS, where)) && !isHealthPath(path)) return;
       if (await serveAnonymous(exchange.req, exchange.res, path)) return;
-    } else if (!deps.serving()) return refuse(exchange, { status: 503, message: NOT_SERVING });
+    } else if (!deps.serving()) {
+      await audited(exchange, facts, undefined, where);
+      return refuse(exchange, { status: 503, message: NOT_SERVING });
+    }
 
     const identity = await authenticate(req);
     if (identity.kind === 'anonymous') {
       log.info({ id: context.id, reason: identity.reason, path }, 'authentication failed');
+      await audited(exchange, facts, undefined, where);
       return refuse(exchange, { status: 401, message: UNAUTHORIZED });
     }
     context.user = identity.user.username;
+    if (
+      !(await audited(exchange, facts, identity.user, {
+        ...where,
+        [ANNOTATIONS.authenticator]: identity.kind === 'user' ? identity.via : 'serviceaccount',
+      }))
+    )
+      return;
     if (exchange.kind === 'plain' && (await serveIdentity(exchange.req, exchange.res, path, identity)))
       return;
 
     const target = decider.target(context.cluster, identity);
     if ('status' in target) return refuse(exchange, target);
     const plan = await decider.plan(req, identity, upgrade || info.longRunning, target, context);
-    if ('status' in plan) return refuse(exchange, plan);
+    const { audit } = context;
+    if ('status' in plan) {
+      audit?.annotate(ANNOTATIONS.decision, 'refused');
+      audit?.annotate(ANNOTATIONS.reason, plan.message);
+      return refuse(exchange, plan);
+    }
     context.route = target.route.kind;
+    if (audit) {
+      audit.annotate(ANNOTATIONS.route, context.route);
+      audit.annotate(ANNOTATIONS.decision, context.decision ?? 'forwarded');
+      audit.annotate(
+        ANNOTATIONS.reason,
+        context.decision === 'passthrough'
+          ? 'a service account of this cluster, forwarded with its own token; the API server decides'
+          : `forwarded by impersonation (${context.decision ?? 'legacy'} mode); ${context.cluster ? `cluster ${context.cluster}'s` : "the hub's"} API server decides`,
+      );
+      if (context.impersonated) audit.impersonating(context.impersonated);
+    }
     // Returned, not awaited: this stage's state (the identity, the target's review closures) goes as soon as the
     // request is on its way, rather than live as long as a watch does.
     return target.route.forward(exchange, plan);

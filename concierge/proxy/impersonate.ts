@@ -8,7 +8,14 @@ import { endToEnd } from '../../lib/http2/hop-by-hop.ts';
 
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
-const STRIPPED_NAMES = new Set(['authorization', 'proxy-authorization', 'forwarded', 'x-real-ip']);
+/** A caller's Audit-ID is replaced by the request's own, so one ID joins Sealion's audit events to the cluster's. */
+const STRIPPED_NAMES = new Set([
+  'authorization',
+  'proxy-authorization',
+  'forwarded',
+  'x-real-ip',
+  'audit-id',
+]);
 export const AUTHENTICATED_GROUP = 'system:authenticated';
 
 export function isCallerOnlyHeader(name: string): boolean {

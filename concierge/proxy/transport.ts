@@ -7,13 +7,20 @@
 // progress for that long: an answer or an upgraded connection's data the client does not read, a body that stopped
 // arriving. So nobody holds a place in it by reading or writing slowly.
 import type { ClientRequest, OutgoingHttpHeaders } from 'node:http';
-import { constants, type ClientHttp2Stream } from 'node:http2';
+import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { Clock } from '../../lib/clock.ts';
-import { callOverHttp2, forwardOverHttp2, hasBody, type CallAnswer } from '../../lib/http2/forward.ts';
+import {
+  callOverHttp2,
+  forwardOverHttp2,
+  hasBody,
+  type AnswerObserver,
+  type CallAnswer,
+} from '../../lib/http2/forward.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { forwardUpgrade, originForm } from '../../lib/http2/upgrade.ts';
+import { ANNOTATIONS, type RequestAudit } from '../audit/audit.ts';
 import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 
 /**
@@ -85,6 +92,7 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: (
     open: (h, endStream) => hop.open(h, endStream),
     fail: (err) => refuse(exchange, hop.failure(err)),
     ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: hop.shortTimeoutMs }),
+    ...(context.audit ? { onAnswer: auditAnswer(context.audit, plan.longRunning) } : {}),
     // A client that leaves the answer unread holds its stream and memory on every hop: cut, as any broken answer
     // is, once it has read nothing for the progress timeout, or at once when the user's unread answers are over
     // their share of this process's memory.
@@ -94,6 +102,8 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: (
       ...(hop.budget ? { account: { budget: hop.budget, user: plan.user } } : {}),
     },
   });
+  if (context.audit?.keepsRequest && stream !== undefined && hasBody(req))
+    keepBody('stream' in req ? req.stream : req, context.audit);
   const watchingBody = progressMs !== undefined && stream !== undefined && hasBody(req);
   if (!release && !watchingBody) return;
   let stopWatchingBody = (): void => {};
@@ -135,7 +145,10 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
       return sent;
     },
     fail: (err) => refuse(exchange, hop.failure(err)),
-    answered: (status) => (context.status = status),
+    answered(status) {
+      context.status = status;
+      if (status === 101) context.audit?.responseStarted(status);
+    },
   });
 }
 
@@ -151,6 +164,78 @@ export function callOver(
   headers['content-type'] = 'application/json';
   headers['accept'] = 'application/json';
   return callOverHttp2((h, endStream) => hop.open(h, endStream), headers, own.body, limits);
+}
+
+/**
+ * The largest request body an audit event keeps (the API server takes up to 3 MiB): a bigger one is left out and
+ * the event says so, rather than hold megabytes per request in memory until it completes.
+ */
+export const MAX_AUDITED_BODY = 256 * 1024;
+
+/**
+ * What an answer tells its audit event: a long-running one's start (its body is a stream of events, never kept); a
+ * short one's Status when it failed (its message and reason, as the API server's own event has them), and its
+ * object when the policy keeps answers.
+ */
+function auditAnswer(
+  audit: RequestAudit,
+  longRunning: boolean,
+): (status: number, headers: IncomingHttpHeaders) => AnswerObserver | undefined {
+  return (status, headers) => {
+    if (longRunning) {
+      audit.responseStarted(status);
+      return undefined;
+    }
+    if (!(audit.keepsResponse || status >= 300)) return undefined;
+    if (!String(headers['content-type'] ?? '').startsWith('application/json')) return undefined;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    return {
+      data(chunk) {
+        size += chunk.length;
+        if (size <= MAX_AUDITED_BODY) chunks.push(chunk);
+        else chunks.length = 0;
+      },
+      end() {
+        if (size > MAX_AUDITED_BODY) {
+          if (audit.keepsResponse)
+            audit.annotate(ANNOTATIONS.objects, `response body over ${MAX_AUDITED_BODY} bytes, not kept`);
+          return;
+        }
+        let answer: unknown;
+        try {
+          answer = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        } catch {
+          return;
+        }
+        audit.answered(answer);
+      },
+    };
+  };
+}
+
+/** Keeps a copy of the request body for its audit event, as JSON when it is JSON (a patch, an object). */
+function keepBody(body: Readable, audit: RequestAudit): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const take = (chunk: Buffer): void => {
+    size += chunk.length;
+    if (size <= MAX_AUDITED_BODY) chunks.push(chunk);
+    else {
+      chunks.length = 0;
+      body.off('data', take);
+      audit.annotate(ANNOTATIONS.objects, `request body over ${MAX_AUDITED_BODY} bytes, not kept`);
+    }
+  };
+  body.on('data', take);
+  body.once('end', () => {
+    if (size > MAX_AUDITED_BODY) return;
+    try {
+      audit.requestObject(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+    } catch {
+      audit.annotate(ANNOTATIONS.objects, 'request body is not JSON, not kept');
+    }
+  });
 }
 
 /** Calls `release` once `carrier` (if there is one) is destroyed: until then it counts against its hop's limit. */

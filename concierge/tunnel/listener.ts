@@ -40,6 +40,9 @@ import {
   REPLICA_HEADER,
 } from '../../lib/tunnel/dial.ts';
 import type { Route } from '../proxy/route.ts';
+import { ANNOTATIONS, preciseNow, type Auditor, type RequestAudit } from '../audit/audit.ts';
+import type { UserInfo } from '../../lib/authn/types.ts';
+import { randomUUID } from 'node:crypto';
 import { CIPHERS } from '../proxy/server.ts';
 import {
   BINDING_URI_PREFIX,
@@ -104,6 +107,8 @@ export interface TunnelListenerOptions {
   budget?: MemoryBudget;
   /** Times the handshake queue's waits and the tunnels' certificate expiry. Default: systemClock. */
   clock?: Clock;
+  /** Audit events for /register, /renew and /connect. Default: none. */
+  auditor?: Auditor;
 }
 
 export interface TunnelListener {
@@ -144,6 +149,38 @@ function readBody(req: IncomingMessage): Promise<unknown> {
 
 const json = (res: ServerResponse, code: number, body: object): void =>
   void res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+
+/** How an agent appears in audit events: the cluster its certificate is bound to. */
+export const agentUser = (cluster: string): UserInfo => ({
+  username: `sealion:agent:${cluster}`,
+  groups: ['sealion:agents'],
+  extra: {},
+});
+
+/**
+ * The audit of one request to the listener: by the agent its certificate names, or by nobody yet (registration, a
+ * refused certificate).
+ */
+function auditListenerRequest(
+  auditor: Auditor | undefined,
+  req: IncomingMessage,
+  binding: AgentBinding | undefined,
+): RequestAudit | undefined {
+  if (!auditor) return undefined;
+  const path = (req.url ?? '/').split('?')[0]!;
+  return auditor.begin(
+    {
+      auditID: randomUUID(),
+      requestURI: req.url ?? '/',
+      attributes: { resourceRequest: false, verb: (req.method ?? 'GET').toLowerCase(), path },
+      ...(req.socket.remoteAddress ? { sourceIP: req.socket.remoteAddress.replace(/^::ffff:/, '') } : {}),
+      ...(typeof req.headers['user-agent'] === 'string' ? { userAgent: req.headers['user-agent'] } : {}),
+      receivedMs: preciseNow(),
+    },
+    binding ? agentUser(binding.cluster) : undefined,
+    binding ? { [ANNOTATIONS.cluster]: binding.cluster } : {},
+  );
+}
 
 /** The binding a verified client certificate carries, or why there is none. */
 function peerBinding(socket: TLSSocket): { binding: AgentBinding } | { problem: string } {
@@ -319,6 +356,16 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     },
     (req, res) => {
       const path = (req.url ?? '/').split('?')[0];
+      const verified = peerBinding(req.socket as TLSSocket);
+      const audit = auditListenerRequest(
+        opts.auditor,
+        req,
+        'binding' in verified ? verified.binding : undefined,
+      );
+      if (audit) {
+        void audit.received().catch(() => {});
+        res.once('close', () => audit.complete(res.statusCode));
+      }
       if (req.method === 'POST' && path === '/register') {
         // Counted before the body is read, so that a refused request costs no more than its headers. Not logged: a
         // flood would otherwise become a flood of log lines.
@@ -334,6 +381,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
             if (typeof body.cluster !== 'string' || !DNS_LABEL.test(body.cluster))
               throw new RedeemError('Malformed', 'the body names no valid cluster');
             cluster = body.cluster;
+            audit?.annotate(ANNOTATIONS.cluster, cluster);
             // Whether the cluster exists is not asked first: an unknown cluster's answer would then come sooner than
             // a known one's. The token decides (it names its cluster), and the Cluster is read once it is redeemed.
             await redeemBootstrapToken(
@@ -357,7 +405,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
           log.warn({ cluster, problem }, 'renewal refused');
           json(res, 401, { message: 'renewal rejected' });
         };
-        const peer = peerBinding(req.socket as TLSSocket);
+        const peer = verified;
         if (!('binding' in peer)) return refuse(peer.problem);
         const { binding } = peer;
         // The cache turns away most stale certificates without a call to the API server.
@@ -403,13 +451,26 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
 
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     socket.on('error', () => socket.destroy());
+    const verified = peerBinding(socket as TLSSocket);
+    const audit = auditListenerRequest(
+      opts.auditor,
+      req,
+      'binding' in verified ? verified.binding : undefined,
+    );
+    /** The status the connection was answered with: 101 once it is a tunnel. */
+    let answered = 0;
+    if (audit) {
+      void audit.received().catch(() => {});
+      socket.once('close', () => audit.complete(answered));
+    }
     const refuse = (code: number, problem: string): void => {
+      answered = code;
       log.warn({ problem }, 'tunnel refused');
       // The same answer for every refusal; the reason goes to the log.
       socket.end(rawStatusResponse(code, code === 404 ? 'not found' : 'Unauthorized'));
     };
     if ((req.url ?? '').split('?')[0] !== '/connect') return refuse(404, `no tunnel at ${req.url}`);
-    const peer = peerBinding(socket as TLSSocket);
+    const peer = verified;
     if (!('binding' in peer)) return refuse(401, peer.problem);
     const { binding } = peer;
     const cluster = binding.cluster;
@@ -418,14 +479,17 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     if (req.headers[TUNNEL_PROTOCOL_HEADER] !== TUNNEL_PROTOCOL) {
       log.warn({ cluster }, 'tunnel refused: the agent is too old for this hub');
       const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
+      answered = 426;
       return void socket.end(rawStatusResponse(426, message));
     }
     // An agent that holds tunnels to several replicas wants each on another one.
     const avoid = String(req.headers[AVOID_REPLICAS_HEADER] ?? '').split(',');
-    if (avoid.includes(encodeURIComponent(opts.identity)))
+    if (avoid.includes(encodeURIComponent(opts.identity))) {
+      answered = ALREADY_HELD;
       return void socket.end(
         rawStatusResponse(ALREADY_HELD, `replica ${opts.identity} already holds a tunnel of this agent`),
       );
+    }
     // What the agent says of itself goes into the status: printable, and short.
     const printable = (value: string): string => value.replace(/[^\x20-\x7e]/g, '').slice(0, 64) || 'unknown';
     const agentVersion = printable(String(req.headers['x-sealion-agent-version'] ?? ''));
@@ -494,6 +558,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       if (head.length > 0) socket.unshift(head);
       socket.setTimeout(0);
       socket.setNoDelay(true);
+      answered = 101;
+      audit?.responseStarted(101);
       socket.write(
         `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${replicaField}\r\n\r\n`,
         (err) => {
@@ -503,9 +569,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       );
       return;
     }
-    wss.handleUpgrade(req, socket, head, (ws) =>
-      accept(createWebSocketStream(ws), 'websocket', () => ws.terminate()),
-    );
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      answered = 101;
+      audit?.responseStarted(101);
+      accept(createWebSocketStream(ws), 'websocket', () => ws.terminate());
+    });
   });
 
   // A Cluster removed from the registry, created again, or with its agentGeneration raised loses its tunnel at

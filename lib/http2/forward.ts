@@ -5,7 +5,12 @@
 // more of the body (RFC 9113, section 8.1). The answer is relayed, the rest of the body goes nowhere, and the next
 // hop towards the client is told to stop sending too.
 import type { IncomingMessage } from 'node:http';
-import { constants, type ClientHttp2Stream, type OutgoingHttpHeaders } from 'node:http2';
+import {
+  constants,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+} from 'node:http2';
 import { H2Response, type Request, type Response } from './request.ts';
 import { endToEnd } from './hop-by-hop.ts';
 import { relay, type RelayOptions } from './memory-budget.ts';
@@ -40,6 +45,17 @@ export interface Http2ForwardOptions {
   flushHeaders?: boolean;
   /** How the answer's body is relayed: whom its unread bytes are charged to, and how long it may stall. */
   relay?: RelayOptions;
+  /**
+   * Told the answer's status and head once the head is written to the client; may return an observer of the answer's
+   * body, which sees each chunk as it is relayed (and never holds it up).
+   */
+  onAnswer?(status: number, headers: IncomingHttpHeaders): AnswerObserver | undefined;
+}
+
+/** Sees an answer's body go by. */
+export interface AnswerObserver {
+  data(chunk: Buffer): void;
+  end(): void;
 }
 
 /**
@@ -78,6 +94,11 @@ export function forwardOverHttp2(
     res.writeHead(status, endToEnd(answer));
     // An HTTP/2 response sends its head in writeHead already; an HTTP/1.1 one waits for the first body chunk.
     if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();
+    const observer = opts.onAnswer?.(status, answer);
+    if (observer) {
+      stream.on('data', observer.data);
+      stream.once('end', observer.end);
+    }
     relay(stream, res, opts.relay);
   });
   stream.on('error', failed);

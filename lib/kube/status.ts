@@ -20,7 +20,9 @@ const REASONS: Record<number, string> = {
   504: 'Timeout',
 };
 
-/** A Status body for an HTTP status code. */
+/** The reason a Status with this code carries. */
+export const reasonOf = (code: number): string => REASONS[code] ?? 'Unknown';
+
 /** The message of a Kubernetes Status in an answer's body, when it is one. */
 export function statusMessageOf(body: string | undefined): string | undefined {
   try {
@@ -38,7 +40,7 @@ export function statusBody(code: number, message: string, details?: object): str
     metadata: {},
     status: 'Failure',
     message,
-    reason: REASONS[code] ?? 'Unknown',
+    reason: reasonOf(code),
     ...(details ? { details } : {}),
     code,
   });

@@ -1,0 +1,282 @@
+// Audit events for the requests Sealion serves, in the API server's own format and by its own policy rules: one
+// audit ID per request (the request context's id, which Sealion also sets as the Audit-ID of what it forwards, so
+// the target API server's events carry the same ID), the authenticated caller as `user`, whom it acts as as
+// `impersonatedUser`, and Sealion's own facts (cluster, authenticator, replica, route, decision) as annotations.
+import type { UserInfo as Identity } from '../../lib/authn/types.ts';
+import { reasonOf } from '../../lib/kube/status.ts';
+import type { RequestAttributes } from '../proxy/request-info.ts';
+import type { AuditBackend } from './backend.ts';
+import type { AuditPolicy } from './policy.ts';
+import type { AuditEvent, Level, ObjectReference, ResponseStatus, Stage, UserInfo } from './types.ts';
+import { AUDIT_API_VERSION } from './types.ts';
+
+/** The API server cuts a longer User-Agent and says so (k8s.io/apiserver/pkg/audit/request.go): so does Sealion. */
+const MAX_USER_AGENT = 1024;
+const USER_AGENT_TRUNCATED = '...TRUNCATED';
+
+const AUTHENTICATED = 'system:authenticated';
+
+/** Annotation keys: Sealion's facts about a request, which no API server event has. */
+export const ANNOTATIONS = {
+  cluster: 'sealion.dev/cluster',
+  authenticator: 'sealion.dev/authenticator',
+  replica: 'sealion.dev/replica',
+  route: 'sealion.dev/route',
+  decision: 'sealion.dev/decision',
+  reason: 'sealion.dev/reason',
+  recording: 'sealion.dev/recording',
+  objects: 'sealion.dev/objects',
+} as const;
+
+/** What is known of a request when it arrives. */
+export interface RequestFacts {
+  auditID: string;
+  /** The URI the client sent (with `/clusters/<name>` for a cluster's). */
+  requestURI: string;
+  attributes: RequestAttributes;
+  sourceIP?: string;
+  userAgent?: string;
+  /** When it arrived, in milliseconds since the epoch (fractions kept: events carry microseconds). */
+  receivedMs: number;
+}
+
+/** The audit of one request, started once it is known who sent it. */
+export interface RequestAudit {
+  readonly level: Exclude<Level, 'None'>;
+  /** Whether the policy keeps request bodies (Request and RequestResponse) or answers too (RequestResponse). */
+  readonly keepsRequest: boolean;
+  readonly keepsResponse: boolean;
+  annotate(key: string, value: string): void;
+  /** The identity the request is forwarded as, when the caller impersonates someone. */
+  impersonating(user: Identity): void;
+  requestObject(object: unknown): void;
+  /** The answer's body (JSON): its Status, if it is one, goes into responseStatus; the object is kept if the level keeps answers. */
+  answered(object: unknown): void;
+  /**
+   * The RequestReceived event (unless the policy leaves it out). In blocking mode it settles once written, and
+   * rejects when it could not be: the request must then be refused. In batch mode it resolves at once.
+   */
+  received(): Promise<void>;
+  /** The ResponseStarted event of a long-running request (a watch, an upgrade), once its answer's head went out. */
+  responseStarted(code: number): void;
+  /** The ResponseComplete event; `message` is that of the Status Sealion answered with, if it answered itself. */
+  complete(code: number, message?: string): void;
+}
+
+export interface Auditor {
+  /**
+   * The audit of a request by `user` (undefined: nobody was authenticated), or undefined when the policy does not
+   * audit it. `annotations` are Sealion's facts known so far.
+   */
+  begin(
+    facts: RequestFacts,
+    user: Identity | undefined,
+    annotations?: Record<string, string>,
+  ): RequestAudit | undefined;
+  /** The backend, in blocking mode or not. */
+  readonly backend: AuditBackend;
+}
+
+export interface AuditorOptions {
+  policy: AuditPolicy;
+  backend: AuditBackend;
+  /** This replica's name: each event says which replica wrote it. */
+  replica: string;
+  /** The time now, in milliseconds since the epoch, with fractions. Default: performance's clock. */
+  now?: () => number;
+}
+
+/** metav1.MicroTime as JSON: RFC 3339 in UTC with six fractional digits. */
+export function microTime(ms: number): string {
+  const whole = Math.floor(ms);
+  const micros = Math.floor((ms - whole) * 1000);
+  const iso = new Date(whole).toISOString(); // ...:SS.mmmZ
+  return `${iso.slice(0, -1)}${String(micros).padStart(3, '0')}Z`;
+}
+
+export const preciseNow = (): number => performance.timeOrigin + performance.now();
+
+/**
+ * An identity as the API server's events show it: an authenticated user is in system:authenticated, as the API
+ * server puts everyone but the anonymous.
+ */
+function userOf(identity: Identity): UserInfo {
+  const groups =
+    identity.username === 'system:anonymous' ||
+    identity.groups.includes('system:unauthenticated') ||
+    identity.groups.includes(AUTHENTICATED)
+      ? [...identity.groups]
+      : [...identity.groups, AUTHENTICATED];
+  return {
+    username: identity.username,
+    ...(identity.uid ? { uid: identity.uid } : {}),
+    groups,
+    ...(Object.keys(identity.extra).length > 0 ? { extra: identity.extra } : {}),
+  };
+}
+
+/** Kinds whose bodies carry a credential in the clear: the credential is left out of every event. */
+const CREDENTIAL_KINDS = new Set(['TokenReview', 'TokenRequest', 'TokenCredentialRequest']);
+
+/**
+ * An object as an event may keep it: a token or key a credential API carries is replaced, whatever the policy's
+ * level (an API server's own policies usually keep these at Metadata; a policy that forgets must still leak nothing).
+ */
+export function withoutCredentials(object: unknown): unknown {
+  if (typeof object !== 'object' || object === null) return object;
+  const kind = (object as { kind?: unknown }).kind;
+  if (typeof kind !== 'string' || !CREDENTIAL_KINDS.has(kind)) return object;
+  const copy = structuredClone(object) as {
+    spec?: Record<string, unknown>;
+    status?: Record<string, unknown>;
+  };
+  if (copy.spec && 'token' in copy.spec) copy.spec['token'] = REDACTED;
+  if (copy.status && 'token' in copy.status) copy.status['token'] = REDACTED;
+  const credential = copy.status?.['credential'] as Record<string, unknown> | undefined;
+  if (credential && typeof credential === 'object')
+    for (const key of ['token', 'clientKeyData']) if (key in credential) credential[key] = REDACTED;
+  return copy;
+}
+
+const REDACTED = '[redacted]';
+
+function objectRefOf(attributes: RequestAttributes): ObjectReference | undefined {
+  if (!attributes.resourceRequest) return undefined;
+  const { resource, namespace, name, group, version, subresource } = attributes;
+  return {
+    resource,
+    ...(namespace ? { namespace } : {}),
+    ...(name ? { name } : {}),
+    ...(group ? { apiGroup: group } : {}),
+    apiVersion: version,
+    ...(subresource ? { subresource } : {}),
+  };
+}
+
+interface StatusObject {
+  kind: 'Status';
+  status?: string;
+  message?: string;
+  reason?: string;
+  details?: unknown;
+  code?: number;
+}
+
+const isStatus = (object: unknown): object is StatusObject =>
+  typeof object === 'object' && object !== null && (object as { kind?: unknown }).kind === 'Status';
+
+/** The failure fields of a Status, as the API server copies them into its event's responseStatus. */
+function statusFrom(status: StatusObject, code: number): ResponseStatus {
+  return {
+    metadata: {},
+    ...(status.status === 'Success' || status.status === 'Failure' ? { status: status.status } : {}),
+    ...(typeof status.message === 'string' ? { message: status.message } : {}),
+    ...(typeof status.reason === 'string' ? { reason: status.reason } : {}),
+    ...(status.details !== undefined ? { details: status.details } : {}),
+    code,
+  };
+}
+
+function responseStatusOf(code: number, message?: string): ResponseStatus {
+  if (code < 400 && message === undefined) return { metadata: {}, code };
+  return {
+    metadata: {},
+    status: code < 400 ? 'Success' : 'Failure',
+    ...(message === undefined ? {} : { message, reason: reasonOf(code) }),
+    code,
+  };
+}
+
+export function newAuditor(opts: AuditorOptions): Auditor {
+  const { policy, backend, replica } = opts;
+  const now = opts.now ?? preciseNow;
+  const emit = (event: AuditEvent): Promise<void> => backend.emit(event);
+  return {
+    backend,
+    begin(facts, identity, annotations = {}) {
+      const config = policy.evaluate(facts.attributes, identity);
+      if (config.level === 'None') return undefined;
+      const level = config.level;
+      const userAgent =
+        facts.userAgent && facts.userAgent.length > MAX_USER_AGENT
+          ? facts.userAgent.slice(0, MAX_USER_AGENT) + USER_AGENT_TRUNCATED
+          : facts.userAgent;
+      const objectRef = objectRefOf(facts.attributes);
+      const base: AuditEvent = {
+        kind: 'Event',
+        apiVersion: AUDIT_API_VERSION,
+        level,
+        auditID: facts.auditID,
+        stage: 'RequestReceived',
+        requestURI: facts.requestURI,
+        verb: facts.attributes.verb,
+        user: identity ? userOf(identity) : {},
+        ...(facts.sourceIP ? { sourceIPs: [facts.sourceIP] } : {}),
+        ...(userAgent ? { userAgent } : {}),
+        ...(objectRef ? { objectRef } : {}),
+        requestReceivedTimestamp: microTime(facts.receivedMs),
+        stageTimestamp: '',
+        annotations: { [ANNOTATIONS.replica]: replica, ...annotations },
+      };
+      let completed = false;
+      /** The Status the answer carried, if it was one. */
+      let answerStatus: StatusObject | undefined;
+      let started = false;
+      const event = (stage: Stage, extra?: Partial<AuditEvent>): AuditEvent => ({
+        ...base,
+        annotations: { ...base.annotations },
+        ...extra,
+        stage,
+        stageTimestamp: microTime(now()),
+      });
+      const keepsRequest = level === 'Request' || level === 'RequestResponse';
+      return {
+        level,
+        keepsRequest,
+        keepsResponse: level === 'RequestResponse',
+        annotate(key, value) {
+          base.annotations![key] = value;
+        },
+        impersonating(user) {
+          base.impersonatedUser = userOf(user);
+        },
+        requestObject(object) {
+          if (keepsRequest) base.requestObject = withoutCredentials(object);
+        },
+        answered(object) {
+          if (isStatus(object)) answerStatus = object;
+          if (level === 'RequestResponse') base.responseObject = withoutCredentials(object);
+        },
+        received() {
+          if (config.omitStages.has('RequestReceived')) return Promise.resolve();
+          // The request's body is not read yet at this stage, as with the API server.
+          const { requestObject: _r, responseObject: _s, ...head } = base;
+          return emit({ ...head, annotations: { ...base.annotations }, stageTimestamp: microTime(now()) });
+        },
+        responseStarted(code) {
+          if (started || completed) return;
+          started = true;
+          if (config.omitStages.has('ResponseStarted')) return;
+          const { responseObject: _s, ...head } = base;
+          void emit({
+            ...head,
+            annotations: { ...base.annotations },
+            stage: 'ResponseStarted',
+            responseStatus: responseStatusOf(code),
+            stageTimestamp: microTime(now()),
+          }).catch(() => {});
+        },
+        complete(code, message) {
+          if (completed) return;
+          completed = true;
+          if (config.omitStages.has('ResponseComplete')) return;
+          const responseStatus =
+            answerStatus && message === undefined
+              ? statusFrom(answerStatus, code)
+              : responseStatusOf(code, message);
+          void emit(event('ResponseComplete', { responseStatus })).catch(() => {});
+        },
+      };
+    },
+  };
+}
