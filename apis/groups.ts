@@ -17,6 +17,8 @@ export interface ApiGroups {
   identity: string;
   /** Cluster (clusters reached through an agent). */
   tunnel: string;
+  /** SessionRecording (recorded exec and attach sessions, served by the impersonation proxy). */
+  recordings: string;
 }
 
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$/;
@@ -37,6 +39,7 @@ export function apiGroups(suffix: string = DEFAULT_GROUP_SUFFIX): ApiGroups {
     login: `login.concierge.${suffix}`,
     identity: `identity.concierge.${suffix}`,
     tunnel: `tunnel.concierge.${suffix}`,
+    recordings: `recordings.concierge.${suffix}`,
   };
 }
 
@@ -47,6 +50,7 @@ export const Kind = {
   TokenCredentialRequest: 'TokenCredentialRequest',
   WhoAmIRequest: 'WhoAmIRequest',
   Cluster: 'Cluster',
+  SessionRecording: 'SessionRecording',
 } as const;
 export type Kind = (typeof Kind)[keyof typeof Kind];
 
@@ -58,6 +62,7 @@ export const Resource = {
   TokenCredentialRequest: 'tokencredentialrequests',
   WhoAmIRequest: 'whoamirequests',
   Cluster: 'clusters',
+  SessionRecording: 'sessionrecordings',
 } as const satisfies Record<Kind, string>;
 
 /** `apiVersion` of a kind under a suffix, e.g. `authentication.concierge.sealion.dev/v1alpha1`. */
@@ -70,6 +75,7 @@ export function apiVersionOf(kind: Kind, suffix: string = DEFAULT_GROUP_SUFFIX):
     TokenCredentialRequest: groups.login,
     WhoAmIRequest: groups.identity,
     Cluster: groups.tunnel,
+    SessionRecording: groups.recordings,
   };
   return `${group[kind]}/${VERSION}`;
 }

@@ -76,6 +76,14 @@ export function conciergeCommand(): Command {
       'batch: a slow sink never slows requests (full buffer: dropped, counted); blocking: refuse what cannot be audited',
       'batch',
     )
+    .option('--recordings-dir <path>', 'record exec and attach sessions (asciicast v2) here; empty: off', '')
+    .option(
+      '--recording-stdin',
+      'record what users type, too (off: passwords typed at a prompt stay out)',
+      false,
+    )
+    .option('--recording-required', 'refuse an exec or attach that cannot be recorded', false)
+    .option('--recording-max-size <MiB>', "one session's recording stops at this size", '32')
     .option('--no-log-usernames', 'keep usernames and groups out of operational logs (audit keeps them)')
     .addHelpText(
       'after',

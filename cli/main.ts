@@ -21,6 +21,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   clusters: async () => (await import('./clusters.ts')).clustersCommand(),
   cluster: async () => (await import('./cluster.ts')).clusterCommand(),
   agent: async () => (await import('./agent.ts')).agentCommand(),
+  recordings: async () => (await import('./recordings.ts')).recordingsCommand(),
 };
 
 /** Runs the command line `argv` (as process.argv: node, script, then the arguments). */

@@ -3,7 +3,7 @@
 import { Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
-import { closeHttpsPools, httpsJSON } from '../lib/https-client.ts';
+import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { failureOf } from './login.ts';
 import { printable, printableJSON } from './printable.ts';
@@ -40,10 +40,20 @@ export async function loginFirst(config: KubeConfig): Promise<void> {
 }
 
 /**
- * POSTs `body` to `path` on the current cluster of `config` with the credentials it gives: its CA, and a client
- * certificate or token, running the exec plugin when it names one.
+ * Sends a request to `path` on the current cluster of `config` with the credentials it gives: its CA, and a client
+ * certificate or token, running the exec plugin when it names one. Returns the answer's body as text.
  */
-export async function postAsKubeconfig(config: KubeConfig, path: string, body: unknown): Promise<unknown> {
+export async function requestAsKubeconfig(
+  config: KubeConfig,
+  path: string,
+  opts: {
+    method?: 'GET' | 'POST';
+    body?: unknown;
+    maxBytes?: number;
+    timeoutMs?: number;
+    accept?: string;
+  } = {},
+): Promise<string> {
   const server = config.getCurrentCluster()?.server;
   if (!server) throw new Error('the kubeconfig has no current cluster');
   const url = new URL(path, server.endsWith('/') ? server : `${server}/`);
@@ -53,14 +63,30 @@ export async function postAsKubeconfig(config: KubeConfig, path: string, body: u
   const pem = (v: unknown): string | undefined =>
     Buffer.isBuffer(v) ? v.toString('utf8') : typeof v === 'string' ? v : undefined;
   return (
-    await httpsJSON(url.toString(), {
-      method: 'POST',
-      body,
-      ...(tls.ca ? { caBundlePem: pem(tls.ca)! } : {}),
-      ...(tls.cert && tls.key ? { clientCert: { certPem: pem(tls.cert)!, keyPem: pem(tls.key)! } } : {}),
-      ...(tls.headers ? { headers: tls.headers } : {}),
-    })
-  ).json;
+    await httpsText(
+      url.toString(),
+      {
+        method: opts.method ?? 'GET',
+        ...(opts.body === undefined ? {} : { body: opts.body }),
+        ...(opts.maxBytes === undefined ? {} : { maxBytes: opts.maxBytes }),
+        ...(opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs }),
+        ...(tls.ca ? { caBundlePem: pem(tls.ca)! } : {}),
+        ...(tls.cert && tls.key ? { clientCert: { certPem: pem(tls.cert)!, keyPem: pem(tls.key)! } } : {}),
+        ...(tls.headers ? { headers: tls.headers } : {}),
+      },
+      opts.accept ?? 'application/json',
+    )
+  ).text;
+}
+
+/** POSTs `body` to `path` on the current cluster of `config` (see requestAsKubeconfig) and parses the JSON answer. */
+export async function postAsKubeconfig(config: KubeConfig, path: string, body: unknown): Promise<unknown> {
+  const text = await requestAsKubeconfig(config, path, { method: 'POST', body });
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new HttpsError('BadJSON', 'response is not valid JSON', undefined, err);
+  }
 }
 
 export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {

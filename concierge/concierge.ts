@@ -35,6 +35,7 @@ import { newHubRoute } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
 import { startAudit, type AuditOptions } from './audit/setup.ts';
+import { newRecordings, sharedRecordings, type RecordingOptions } from './recording/session.ts';
 import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
 import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
@@ -93,6 +94,8 @@ export interface ConciergeOptions {
   metrics?: { host: string; port: number };
   /** Audit events for every request served (concierge/audit/). Default: none. */
   audit?: AuditOptions;
+  /** Where exec and attach sessions are recorded (concierge/recording/). Default: not recorded. */
+  recording?: Omit<RecordingOptions, 'log' | 'clock'>;
   /** Whether operational log lines name users; audit events always do. Default: true. */
   logUsernames?: boolean;
   log: Logger;
@@ -180,6 +183,9 @@ async function start(
     ? await startAudit(opts.audit, opts.identity, metrics.registry, log.child({ component: 'audit' }))
     : undefined;
   if (audit) onStop(() => audit.close());
+  const recordings = opts.recording
+    ? newRecordings({ ...opts.recording, clock, log: log.child({ component: 'recording' }) })
+    : undefined;
   const handler = newProxyHandler({
     groups,
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
@@ -199,6 +205,9 @@ async function start(
     ready: () => true,
     serving: () => serving,
     ...(audit ? { auditor: audit.auditor } : {}),
+    ...(recordings
+      ? { recordings, recordingStore: sharedRecordings(recordings, opts.identity, () => peering) }
+      : {}),
     ...(opts.logUsernames === undefined ? {} : { logUsernames: opts.logUsernames }),
   });
 
@@ -259,9 +268,10 @@ async function start(
     const leases = informers.leases(namespace, REPLICA_LEASE_LABEL);
     const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
     // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.
-    let routes: Pick<ClusterStatusPublisher, 'holders' | 'knownSource'> = {
+    let routes: Pick<ClusterStatusPublisher, 'holders' | 'knownSource' | 'replicas'> = {
       holders: () => [],
       knownSource: () => false,
+      replicas: () => [],
     };
     if (opts.peer) {
       const started = await startPeering({
@@ -272,6 +282,8 @@ async function start(
         local: (name) => tunnels?.route(name),
         holders: (name) => routes.holders(name),
         knownSource: (ip) => routes.knownSource(ip),
+        replicas: () => routes.replicas(),
+        ...(recordings ? { recordings } : {}),
         registry: metrics.registry,
         log: log.child({ component: 'peering' }),
         budget,

@@ -48,6 +48,11 @@ export interface ConciergeFlags {
   auditMode: string;
   /** Whether operational log lines name users (audit events always do). */
   logUsernames: boolean;
+  /** Where exec and attach sessions are recorded; empty: not recorded. */
+  recordingsDir: string;
+  recordingStdin: boolean;
+  recordingRequired: boolean;
+  recordingMaxSize: string;
 }
 
 function count(flag: string, value: string): number {
@@ -162,6 +167,16 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
     ...(flags.tunnelListen && flags.peerListen ? { peer: peerOptions(flags, env) } : {}),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
     ...(audit ? { audit } : {}),
+    ...(flags.recordingsDir
+      ? {
+          recording: {
+            dir: flags.recordingsDir,
+            stdin: flags.recordingStdin,
+            required: flags.recordingRequired,
+            maxBytes: count('recording-max-size', flags.recordingMaxSize) * 1024 * 1024,
+          },
+        }
+      : {}),
     logUsernames: flags.logUsernames,
     log,
   };

@@ -181,6 +181,8 @@ export async function startLocalConcierge(
     signerCA?: CertificateAuthority;
     /** Audit events (concierge/audit/). Default: none. */
     audit?: AuditOptions;
+    /** Record exec and attach sessions (concierge/recording/). Default: not recorded. */
+    recording?: ConciergeOptions['recording'];
   } = {},
 ): Promise<LocalConcierge> {
   const servingCA = await newCA('sealion-proxy-serving-ca');
@@ -214,6 +216,7 @@ export async function startLocalConcierge(
     },
     ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
     ...(opts.audit ? { audit: opts.audit } : {}),
+    ...(opts.recording ? { recording: opts.recording } : {}),
   });
   const stop = async (): Promise<void> => {
     await concierge.stop();

@@ -65,6 +65,20 @@ export async function httpsJSON(
   url: string,
   req: HttpsRequest = {},
 ): Promise<{ status: number; json: unknown }> {
+  const { status, text } = await httpsText(url, req, 'application/json');
+  try {
+    return { status, json: JSON.parse(text) as unknown };
+  } catch (err) {
+    throw new HttpsError('BadJSON', 'response is not valid JSON', status, err);
+  }
+}
+
+/** Performs the request and returns a successful response's body as text. Throws HttpsError on anything else. */
+export async function httpsText(
+  url: string,
+  req: HttpsRequest = {},
+  accept = '*/*',
+): Promise<{ status: number; text: string }> {
   if (!url.startsWith('https://')) throw new HttpsError('Network', `refusing non-https URL ${url}`);
   const timeoutMs = req.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const maxBytes = req.maxBytes ?? DEFAULT_MAX_BYTES;
@@ -77,7 +91,7 @@ export async function httpsJSON(
       signal,
       headers: {
         ...req.headers,
-        accept: 'application/json',
+        accept,
         ...(req.body === undefined ? {} : { 'content-type': 'application/json' }),
       },
       ...(req.body === undefined ? {} : { body: JSON.stringify(req.body) }),
@@ -107,11 +121,7 @@ export async function httpsJSON(
       failed.body = text;
       throw failed;
     }
-    try {
-      return { status: res.statusCode, json: JSON.parse(text) as unknown };
-    } catch (err) {
-      throw new HttpsError('BadJSON', 'response is not valid JSON', res.statusCode, err);
-    }
+    return { status: res.statusCode, text };
   } catch (err) {
     if (err instanceof HttpsError) throw err;
     if (deadline.aborted)

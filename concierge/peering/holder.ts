@@ -12,6 +12,10 @@ import { serveStream, type Request, type Response } from '../../lib/http2/reques
 import type { Logger } from '../../lib/log.ts';
 import { serveTunnel, type TunnelServer } from '../../lib/tunnel/tunnel.ts';
 import { newRequestContext, refuse, type Exchange } from '../proxy/exchange.ts';
+import { send, writeStatus } from '../../lib/kube/status.ts';
+import type { Recordings } from '../recording/session.ts';
+import { RECORDINGS_PATH } from './link.ts';
+import { relay } from '../../lib/http2/memory-budget.ts';
 import { clusterRoute, type Route } from '../proxy/route.ts';
 import {
   ALPN,
@@ -43,6 +47,8 @@ export interface PeerPortOptions {
   local(cluster: string): Route | undefined;
   /** Whether `address` (an IP) is one a replica publishes: the only sources the peer port takes connections from. */
   knownSource(address: string): boolean;
+  /** This replica's recorded sessions, which the other replicas list and read for their users. */
+  recordings?: Recordings;
   metrics: PeerMetrics;
   clock: Clock;
   log: Logger;
@@ -99,8 +105,22 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
       refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
     });
   };
-  const servePeerRequest = (req: Request, res: Response): void =>
+  const servePeerRequest = (req: Request, res: Response): void => {
+    if (req.url?.startsWith(RECORDINGS_PATH) && req.method === 'GET') return serveRecordings(req.url, res);
     servePeerExchange({ kind: 'plain', req, res, context: newRequestContext(auditIdOf(req.headers)) });
+  };
+  /** A peer asks for this replica's recordings, for a user the peer has authorized: the list, or one recording. */
+  const serveRecordings = (url: string, res: Response): void => {
+    const recordings = opts.recordings;
+    if (!recordings) return writeStatus(res, 404, 'this replica records no sessions');
+    const id = url.slice(RECORDINGS_PATH.length).replace(/^\//, '');
+    if (!id) return send(res, 200, 'application/json', JSON.stringify(recordings.list()));
+    const content = recordings.read(id);
+    if (!content) return writeStatus(res, 404, 'no such recording');
+    res.writeHead(200, { 'content-type': 'application/x-asciicast' });
+    content.on('error', () => res.destroy());
+    relay(content, res);
+  };
 
   const server = createTlsServer({
     ...credentials.own(),

@@ -30,6 +30,8 @@ export const HANDSHAKE_TIMEOUT_MS = 3_000;
 /** Peer links open at once towards this replica: one per other replica, with room for restarts. */
 export const MAX_PEER_CONNECTIONS = 1024;
 export const ALPN = 'sealion-peer/1';
+/** Where a replica serves its recorded sessions to the other replicas (never a cluster route: those start /clusters/). */
+export const RECORDINGS_PATH = '/recordings';
 
 /**
  * What the passing refusals of a peer hop ask clients to wait before trying again (client-go does, up to ten times):

@@ -26,6 +26,27 @@ import type { RemoteHolder } from '../tunnel/cluster-status.ts';
 import { servePeerPort } from './holder.ts';
 import { peerMetrics } from './link.ts';
 import { newPeerRoutes } from './route.ts';
+import type { Readable } from 'node:stream';
+import type { RecordingInfo, Recordings } from '../recording/session.ts';
+import { RECORDINGS_PATH } from './link.ts';
+
+/** A replica's list of recordings: a line each, a few thousand sessions. */
+const MAX_LIST_BYTES = 4 * 1024 * 1024;
+
+/** A body read whole, up to `max` bytes. */
+function readAll(body: Readable, max: number): Promise<string> {
+  return new Promise((done, fail) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    body.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > max) return void body.destroy(new Error('the answer is too large'));
+      chunks.push(chunk);
+    });
+    body.once('end', () => done(Buffer.concat(chunks).toString('utf8')));
+    body.once('error', fail);
+  });
+}
 
 export { PEER_USER_STREAMS } from './link.ts';
 
@@ -50,6 +71,10 @@ export interface PeeringOptions {
   holders(cluster: string): RemoteHolder[];
   /** Whether `address` (an IP) is one a replica publishes: the only sources the peer port takes connections from. */
   knownSource(address: string): boolean;
+  /** The other live replicas. */
+  replicas(): RemoteHolder[];
+  /** This replica's recorded sessions, served to the others. */
+  recordings?: Recordings;
   registry: Registry;
   log: Logger;
   /** Where answers left unread are charged, per user (lib/http2/memory-budget.ts). */
@@ -63,6 +88,12 @@ export interface Peering {
   address: string;
   /** The route through a peer that holds `cluster`'s tunnel, or undefined when no live replica does. */
   route(cluster: string): Route | undefined;
+  /**
+   * The recordings every other live replica holds (a replica that does not answer is left out, and named in
+   * `unreachable`), and one recording, from whichever replica has it.
+   */
+  peerRecordings(): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }>;
+  peerRecording(id: string): Promise<Readable | undefined>;
   /** When this replica's peer certificate was issued (ms since the epoch). */
   issuedAt(): number;
   /** Issues this replica a new peer certificate, served and dialed with from now on. */
@@ -103,6 +134,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
     credentials,
     local: (cluster) => opts.local(cluster),
     knownSource: (address) => opts.knownSource(address),
+    ...(opts.recordings ? { recordings: opts.recordings } : {}),
     metrics,
     clock,
     log,
@@ -116,6 +148,41 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       if (stopped) return undefined;
       const holders = opts.holders(cluster);
       return holders.length > 0 ? routes.route(cluster, holders) : undefined;
+    },
+    async peerRecordings() {
+      const found: (RecordingInfo & { replica: string })[] = [];
+      const unreachable: string[] = [];
+      await Promise.all(
+        opts.replicas().map(async (holder) => {
+          try {
+            const answer = await routes.get(holder, RECORDINGS_PATH);
+            const text = await readAll(answer.body, MAX_LIST_BYTES);
+            if (answer.status === 404) return;
+            if (answer.status !== 200) throw new Error(`status ${answer.status}`);
+            for (const r of JSON.parse(text) as RecordingInfo[])
+              found.push({ ...r, replica: holder.replica });
+          } catch (err) {
+            log.warn(
+              { peer: holder.replica, err: (err as Error).message },
+              'a peer did not list its recordings',
+            );
+            unreachable.push(holder.replica);
+          }
+        }),
+      );
+      return { found, unreachable };
+    },
+    async peerRecording(id) {
+      for (const holder of opts.replicas()) {
+        try {
+          const answer = await routes.get(holder, `${RECORDINGS_PATH}/${encodeURIComponent(id)}`);
+          if (answer.status === 200) return answer.body;
+          answer.body.resume();
+        } catch {
+          // The next replica.
+        }
+      }
+      return undefined;
     },
     issuedAt: () => issuedAt,
     async reissue() {

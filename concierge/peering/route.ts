@@ -2,6 +2,8 @@
 // that replica, dialed on first use and reused (one dial at a time per peer, a failed dial remembered for a moment),
 // with a place for its user on the link (PEER_USER_STREAMS) and the holder's fair queue behind it.
 import { request } from 'node:http';
+import { constants } from 'node:http2';
+import type { Readable } from 'node:stream';
 import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import type { Clock } from '../../lib/clock.ts';
 import { CallFailed } from '../../lib/http2/forward.ts';
@@ -40,6 +42,11 @@ export interface PeerRoutes {
   route(cluster: string, holders: RemoteHolder[]): Route;
   /** The links this replica dialed that are open. */
   links(): Iterable<TunnelClient>;
+  /**
+   * A GET of the replica's own (not a cluster's: its recordings) over the link to `holder`: the answer's status and
+   * body, streamed. Rejects when the replica cannot be reached.
+   */
+  get(holder: RemoteHolder, path: string): Promise<{ status: number; body: Readable }>;
   stop(): void;
 }
 
@@ -230,6 +237,22 @@ export function newPeerRoutes(opts: PeerRoutesOptions): PeerRoutes {
   return {
     route: peerRoute,
     links: () => open,
+    async get(holder, path) {
+      const link = await linkTo(holder);
+      const stream = link.request({ ':method': 'GET', ':path': path }, true);
+      return new Promise((done, fail) => {
+        const timer = clock.setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), OWN_CALL_TIMEOUT_MS);
+        stream.once('response', (headers) => {
+          clock.clearTimeout(timer);
+          done({ status: Number(headers[':status']), body: stream });
+        });
+        stream.once('error', fail);
+        stream.once('close', () => {
+          clock.clearTimeout(timer);
+          fail(new Error(`replica ${holder.replica} did not answer`));
+        });
+      });
+    },
     stop() {
       stopped = true;
       for (const link of links.values())

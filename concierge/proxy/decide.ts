@@ -225,7 +225,7 @@ export function newDecider(deps: DeciderDeps): Decider {
       if (!(err instanceof MalformedImpersonationError)) throw err;
       return { status: 400, message: `malformed impersonation headers: ${err.message}` };
     }
-    const attributes = requestAttributes(req.method ?? 'GET', req.url ?? '/');
+    const attributes = context.attributes ?? requestAttributes(req.method ?? 'GET', req.url ?? '/');
     try {
       if (requested) {
         const decision = await decideImpersonation(identity.user, requested, attributes, target.ask);

@@ -9,6 +9,8 @@ import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
 import { rawStatusResponse, writeStatus } from '../../lib/kube/status.ts';
 import type { RequestAudit } from '../audit/audit.ts';
+import type { SessionRecording } from '../recording/session.ts';
+import type { RequestAttributes } from './request-info.ts';
 
 /** Where a request went: the hub's own API server, a tunnel this replica holds, or a peer replica that holds one. */
 export type RouteKind = 'local' | 'tunnel' | 'peer';
@@ -46,6 +48,10 @@ export interface RequestContext {
   message?: string;
   /** The request's audit, when the policy audits it. */
   audit?: RequestAudit;
+  /** The recording of an exec or attach session, when sessions are recorded. */
+  recording?: SessionRecording;
+  /** What the request does, as the API server authorizes it (set by the pipeline's first stage). */
+  attributes?: RequestAttributes;
 }
 
 /** A new request's context; `id` is the audit ID a peer replica already gave it, if any. */

@@ -6,7 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ApiGroups } from '../../apis/groups.ts';
-import { VERSION } from '../../apis/groups.ts';
+import { Resource, VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
@@ -16,12 +16,14 @@ import type { Request, Response } from '../../lib/http2/request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import type { ReviewCache } from './access-reviews.ts';
-import { newRequestContext, refuse, type Exchange } from './exchange.ts';
+import { newRequestContext, refuse, type Exchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 import { clusterRoute, type ClusterRouter } from './route.ts';
 import { newDecider, type Authenticated } from './decide.ts';
 import { AUTHENTICATED_GROUP } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
-import { requestAttributes, requestInfo } from './request-info.ts';
+import { requestAttributes, requestInfo, type RequestAttributes } from './request-info.ts';
+import type { RecordingStore, Recordings } from '../recording/session.ts';
+import { relay } from '../../lib/http2/memory-budget.ts';
 import { ANNOTATIONS, preciseNow, type Auditor, type RequestFacts } from '../audit/audit.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
@@ -46,6 +48,10 @@ export interface ProxyDeps {
   reviews?: ReviewCache;
   /** Audit events for the requests served. Default: none. */
   auditor?: Auditor;
+  /** Where exec and attach sessions are recorded. Default: nowhere. */
+  recordings?: Recordings;
+  /** Every replica's recordings, for the SessionRecording API. Default: none (the API answers 404). */
+  recordingStore?: RecordingStore;
   /**
    * Whether the request log line names the user (and whom they impersonate). Audit events always do; an operator who
    * keeps personal data out of operational logs turns this off. Default: true.
@@ -55,6 +61,16 @@ export interface ProxyDeps {
 
 /** The anonymous user, as the API server names the sender of an unauthenticated request. */
 const ANONYMOUS: UserInfo = { username: 'system:anonymous', groups: ['system:unauthenticated'], extra: {} };
+
+/** An exec or attach: a terminal session, which can be recorded. */
+const isSession = (
+  attributes: RequestAttributes,
+): attributes is RequestAttributes & { resourceRequest: true } =>
+  attributes.resourceRequest &&
+  attributes.resource === 'pods' &&
+  (attributes.subresource === 'exec' || attributes.subresource === 'attach');
+
+const RECORDINGS_RESOURCE = Resource.SessionRecording;
 
 const NOT_AUDITED = "the request could not be audited, and this proxy's audit is blocking; retry later";
 
@@ -100,6 +116,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const requestLog = flatLineLogger(log);
   const loginPrefix = `/apis/${groups.login}/${VERSION}`;
   const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
+  const recordingsPrefix = `/apis/${groups.recordings}/${VERSION}`;
   const isHealthPath = (path: string): boolean =>
     path === '/healthz' || path === '/livez' || path === '/readyz';
   /** What is served before anyone is authenticated: health, and the TokenCredentialRequest API. */
@@ -229,6 +246,98 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     return true;
   }
 
+  /**
+   * The SessionRecording API: the recorded sessions of every replica, listed and read by those the hub's RBAC lets
+   * (verbs list and get on sessionrecordings in Sealion's recordings group). Returns false for every other path.
+   */
+  async function serveRecordings(
+    req: Request,
+    res: Response,
+    path: string,
+    identity: Authenticated,
+  ): Promise<boolean> {
+    if (path === recordingsPrefix || path === `${recordingsPrefix}/`) {
+      serveResourceList(res, groups.recordings, RECORDINGS_RESOURCE, 'SessionRecording', ['get', 'list']);
+      return true;
+    }
+    const collection = `${recordingsPrefix}/${RECORDINGS_RESOURCE}`;
+    if (path !== collection && !path.startsWith(`${collection}/`)) return false;
+    if (req.method !== 'GET') {
+      writeStatus(res, 405, 'session recordings are only read');
+      return true;
+    }
+    const store = deps.recordingStore;
+    if (!store) {
+      writeStatus(res, 404, 'this concierge records no sessions');
+      return true;
+    }
+    let name = '';
+    try {
+      name = decodeURIComponent(path.slice(collection.length + 1));
+    } catch {
+      writeStatus(res, 400, 'malformed recording name');
+      return true;
+    }
+    const user = identity.user;
+    const allowed = await deps.reviewer
+      .allowed({
+        user: user.username,
+        groups: user.groups,
+        extra: user.extra,
+        ...(user.uid ? { uid: user.uid } : {}),
+        verb: name ? 'get' : 'list',
+        group: groups.recordings,
+        version: VERSION,
+        resource: RECORDINGS_RESOURCE,
+        ...(name ? { name } : {}),
+      })
+      .catch(() => undefined);
+    if (allowed === undefined) {
+      writeStatus(res, 503, 'the API server could not be asked whether you may read recordings; retry', {
+        retryAfterSeconds: 1,
+      });
+      return true;
+    }
+    if (!allowed) {
+      writeStatus(
+        res,
+        403,
+        `${RECORDINGS_RESOURCE}.${groups.recordings}${name ? ` "${name}"` : ''} is forbidden: User "${user.username}" cannot ${name ? 'get' : 'list'} it`,
+      );
+      return true;
+    }
+    if (!name) {
+      const { found, unreachable } = await store.list();
+      send(
+        res,
+        200,
+        'application/json',
+        JSON.stringify({
+          apiVersion: `${groups.recordings}/${VERSION}`,
+          kind: 'SessionRecordingList',
+          metadata: unreachable.length > 0 ? { unreachableReplicas: unreachable } : {},
+          items: found.map((r) => ({
+            apiVersion: `${groups.recordings}/${VERSION}`,
+            kind: 'SessionRecording',
+            metadata: { name: r.id, creationTimestamp: r.modified },
+            status: { replica: r.replica, bytes: r.bytes },
+          })),
+        }),
+      );
+      return true;
+    }
+    const content = await store.read(name);
+    if (!content) {
+      writeStatus(res, 404, `${RECORDINGS_RESOURCE}.${groups.recordings} "${name}" not found`);
+      return true;
+    }
+    res.writeHead(200, { 'content-type': 'application/x-asciicast' });
+    content.on('error', () => res.destroy());
+    res.on('close', () => content.destroy());
+    relay(content, res);
+    return true;
+  }
+
   /** The WhoAmIRequest API: who the proxy takes the caller for. Returns false for every other path. */
   async function serveIdentity(
     req: Request,
@@ -249,6 +358,42 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     return true;
   }
 
+  /**
+   * Opens the recording of an exec or attach. Returns the refusal when it cannot be opened and sessions must be
+   * recorded; otherwise the session goes on, and its audit event says whether it is recorded.
+   */
+  async function record(
+    exchange: UpgradeExchange,
+    attributes: RequestAttributes & { resourceRequest: true },
+  ): Promise<Refusal | undefined> {
+    const { context } = exchange;
+    const recordings = deps.recordings!;
+    try {
+      context.recording = await recordings.open({
+        auditID: context.id,
+        user: context.user,
+        cluster: context.cluster,
+        namespace: attributes.namespace,
+        pod: attributes.name,
+        subresource: attributes.subresource,
+        query: new URLSearchParams((exchange.req.url ?? '').split('?')[1] ?? ''),
+      });
+      context.audit?.annotate(ANNOTATIONS.recording, context.recording.id);
+      const recording = context.recording;
+      exchange.socket.once('close', () => void recording.close());
+      return undefined;
+    } catch (err) {
+      log.warn({ id: context.id, err: (err as Error).message }, 'a session could not be recorded');
+      context.audit?.annotate(ANNOTATIONS.recording, `not recorded: ${(err as Error).message}`);
+      if (!recordings.required) return undefined;
+      return {
+        status: 503,
+        message: 'this session cannot be recorded now, and sessions must be recorded here; retry later',
+        retryAfterSeconds: 1,
+      };
+    }
+  }
+
   /** The pipeline: route → authenticate → decide → a route → the transport. */
   async function serve(exchange: Exchange): Promise<void> {
     const { req, context } = exchange;
@@ -264,10 +409,12 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const finish = observe(exchange, info.verb, upgrade || info.longRunning, pathOf(original));
     if (exchange.kind === 'plain') exchange.res.on('close', finish);
     else exchange.socket.once('close', finish);
+    const attributes = requestAttributes(req.method ?? 'GET', req.url ?? '/');
+    context.attributes = attributes;
     const facts: RequestFacts | undefined = auditor && {
       auditID: context.id,
       requestURI: original,
-      attributes: requestAttributes(req.method ?? 'GET', req.url ?? '/'),
+      attributes,
       ...(req.socket?.remoteAddress ? { sourceIP: req.socket.remoteAddress.replace(/^::ffff:/, '') } : {}),
       ...(typeof req.headers['user-agent'] === 'string' ? { userAgent: req.headers['user-agent'] } : {}),
       receivedMs: preciseNow(),
@@ -302,6 +449,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return;
     if (exchange.kind === 'plain' && (await serveIdentity(exchange.req, exchange.res, path, identity)))
       return;
+    if (exchange.kind === 'plain' && (await serveRecordings(exchange.req, exchange.res, path, identity)))
+      return;
 
     const target = decider.target(context.cluster, identity);
     if ('status' in target) return refuse(exchange, target);
@@ -323,6 +472,10 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
           : `forwarded by impersonation (${context.decision ?? 'legacy'} mode); ${context.cluster ? `cluster ${context.cluster}'s` : "the hub's"} API server decides`,
       );
       if (context.impersonated) audit.impersonating(context.impersonated);
+    }
+    if (exchange.kind === 'upgrade' && deps.recordings && isSession(attributes)) {
+      const refused = await record(exchange, attributes);
+      if (refused) return refuse(exchange, refused);
     }
     // Returned, not awaited: this stage's state (the identity, the target's review closures) goes as soon as the
     // request is on its way, rather than live as long as a watch does.

@@ -6,7 +6,7 @@
 // A hop with a progress deadline (a tunnel, shared by everyone who reaches its cluster) cuts a request that makes no
 // progress for that long: an answer or an upgraded connection's data the client does not read, a body that stopped
 // arriving. So nobody holds a place in it by reading or writing slowly.
-import type { ClientRequest, OutgoingHttpHeaders } from 'node:http';
+import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
@@ -19,7 +19,8 @@ import {
   type CallAnswer,
 } from '../../lib/http2/forward.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
-import { forwardUpgrade, originForm } from '../../lib/http2/upgrade.ts';
+import { forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
+import { Unrecordable } from '../recording/session.ts';
 import { ANNOTATIONS, type RequestAudit } from '../audit/audit.ts';
 import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 
@@ -144,12 +145,34 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
       });
       return sent;
     },
-    fail: (err) => refuse(exchange, hop.failure(err)),
+    fail: (err) =>
+      refuse(
+        exchange,
+        err instanceof Unrecordable
+          ? { status: 403, message: `${err.message}, and sessions must be recorded here` }
+          : hop.failure(err),
+      ),
+    ...(context.recording ? { tap: recordingTap(exchange) } : {}),
     answered(status) {
       context.status = status;
       if (status === 101) context.audit?.responseStarted(status);
     },
   });
+}
+
+/**
+ * The tap that records an exec or attach: a session whose protocol cannot be recorded is refused where recording is
+ * required, and goes on unrecorded (its audit event says why) where it is not.
+ */
+function recordingTap(exchange: UpgradeExchange): (res: IncomingMessage) => UpgradeTap | Error | undefined {
+  const { context } = exchange;
+  return (res) => {
+    const recording = context.recording!;
+    const tap = recording.tap(res);
+    if (!(tap instanceof Unrecordable)) return tap;
+    context.audit?.annotate(ANNOTATIONS.recording, `not recorded: ${tap.message}`);
+    return recording.required ? tap : undefined;
+  };
 }
 
 /** One small request of the concierge's own (route.ts OwnCall) over `hop`, as the hop's forwarding identity. */

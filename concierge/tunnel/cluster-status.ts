@@ -157,6 +157,8 @@ export interface ClusterStatusPublisher {
   holders(cluster: string): RemoteHolder[];
   /** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
   knownSource(ip: string): boolean;
+  /** The other live replicas, where their peer listeners are. */
+  replicas(): RemoteHolder[];
   /**
    * Removes this replica's entries and Lease (waiting a few seconds at most) and publishes nothing more. The
    * controllers must still run (the removals are their syncs): call it before the manager stops.
@@ -383,6 +385,15 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
         if (host === ip || !isIP(host)) return true;
       }
       return false;
+    },
+    replicas() {
+      const found: RemoteHolder[] = [];
+      for (const lease of opts.leases.list()) {
+        const replica = lease.spec?.holderIdentity;
+        const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
+        if (replica && address && replica !== identity && alive(replica)) found.push({ replica, address });
+      }
+      return found;
     },
     holders(cluster) {
       const entries = opts.clusters.get(cluster)?.status?.tunnels ?? [];

@@ -17,6 +17,20 @@ export interface UpgradeForwardOptions {
   fail(err: Error): void;
   /** Told the upstream's status: 101 when it switched protocols, else the refusal it relays. */
   answered?(status: number): void;
+  /**
+   * Asked once the upstream has switched protocols, before the client is told: an observer of the bytes both ways
+   * (which never holds them up), or an Error to refuse the upgrade with instead (`fail` answers it; the upstream
+   * connection is closed). Default: nothing observes.
+   */
+  tap?(res: IncomingMessage): UpgradeTap | Error | undefined;
+}
+
+/** Sees the bytes of a spliced connection go by, in each direction, in order. */
+export interface UpgradeTap {
+  fromClient(chunk: Buffer): void;
+  fromServer(chunk: Buffer): void;
+  /** Both sides are gone. */
+  end(): void;
 }
 
 /**
@@ -55,6 +69,13 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
 
   upstreamReq.on('upgrade', (res: IncomingMessage, upstream: Duplex, upstreamHead: Buffer) => {
     answered = true;
+    const tap = opts.tap?.(res);
+    if (tap instanceof Error) {
+      upstream.destroy();
+      socket.off('close', abandon);
+      if (!socket.destroyed) opts.fail(tap);
+      return;
+    }
     opts.answered?.(101);
     socket.off('close', abandon);
     const destroy = (): void => {
@@ -69,6 +90,17 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     socket.on('close', () => upstream.end());
     if (socket.destroyed) return destroy();
     socket.write(statusHead(res));
+    if (tap) {
+      // Listeners beside the pipes': they see every chunk the pipes move, and pause with them.
+      if (upstreamHead.length > 0) tap.fromServer(upstreamHead);
+      if (head.length > 0) tap.fromClient(head);
+      upstream.on('data', (chunk: Buffer) => tap.fromServer(chunk));
+      socket.on('data', (chunk: Buffer) => tap.fromClient(chunk));
+      let open = 2;
+      const closed = (): void => void (--open === 0 && tap.end());
+      upstream.once('close', closed);
+      socket.once('close', closed);
+    }
     if (upstreamHead.length > 0) socket.write(upstreamHead);
     if (head.length > 0) upstream.write(head);
     upstream.pipe(socket).pipe(upstream);

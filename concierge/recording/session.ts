@@ -1,0 +1,215 @@
+// Recorded exec and attach sessions. The replica a session lands on splices it (whether it goes to the hub's API
+// server, a tunnel or a peer), so it records it there: what the terminal showed (stdout and stderr; stdin when the
+// admin asks) as asciicast v2, named by the request's audit ID so the recording joins the audit events of every hop.
+// A session whose bytes cannot be decoded, or whose recording cannot be opened, is refused where recording is
+// required, and goes on unrecorded (said in its audit event) where it is not.
+import { mkdirSync, readdirSync, statSync, createReadStream, type ReadStream } from 'node:fs';
+import type { IncomingMessage } from 'node:http';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import type { Clock } from '../../lib/clock.ts';
+import { systemClock } from '../../lib/clock.ts';
+import type { UpgradeTap } from '../../lib/http2/upgrade.ts';
+import type { Logger } from '../../lib/log.ts';
+import { newRecorder, type Recorder } from './asciicast.ts';
+import { newStreamDecoder } from './terminal-streams.ts';
+
+/**
+ * The most one session's recording may take: an hour of a busy build log is a few MiB; a session that prints more
+ * (a `cat` of a big file) has its recording cut there, with a marker, rather than fill the volume.
+ */
+export const DEFAULT_MAX_SESSION_BYTES = 32 * 1024 * 1024;
+/** Recording files: the audit ID (a UUID) and the asciicast extension; nothing else is ever read or listed. */
+const RECORDING_NAME = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.cast$/;
+
+export interface RecordingOptions {
+  /** The folder recordings go to (created if missing). */
+  dir: string;
+  /** The most one session's recording may take. Default: DEFAULT_MAX_SESSION_BYTES. */
+  maxBytes?: number;
+  /** Record what the user typed, too. Default: false (passwords typed at a prompt would be kept). */
+  stdin?: boolean;
+  /** Refuse an exec or attach that cannot be recorded. Default: false (it goes on, unrecorded, and its audit event says so). */
+  required?: boolean;
+  clock?: Clock;
+  log: Logger;
+}
+
+/** What is known of a session when it is opened. */
+export interface SessionFacts {
+  auditID: string;
+  user: string;
+  cluster: string;
+  namespace: string;
+  pod: string;
+  /** exec or attach */
+  subresource: string;
+  /** The request's query: its command, container, tty. */
+  query: URLSearchParams;
+}
+
+export interface SessionRecording {
+  readonly id: string;
+  /** Whether the session must be refused when it cannot be recorded. */
+  readonly required: boolean;
+  /** The observer of the spliced bytes, for the upstream's 101 answer; an Error when its protocol cannot be decoded. */
+  tap(res: IncomingMessage): UpgradeTap | Unrecordable;
+  /** Closes the file (also once the session ends). */
+  close(reason?: string): Promise<void>;
+}
+
+export interface RecordingInfo {
+  id: string;
+  bytes: number;
+  modified: string;
+}
+
+export interface Recordings {
+  readonly required: boolean;
+  /** Opens the recording of a session; rejects when it cannot be opened. */
+  open(facts: SessionFacts): Promise<SessionRecording>;
+  /** The recordings in the folder, newest first. */
+  list(): RecordingInfo[];
+  /** A recording's contents, or undefined when there is none by that ID. */
+  read(id: string): ReadStream | undefined;
+}
+
+/** A session that cannot be recorded, where recording is required. */
+export class Unrecordable extends Error {
+  readonly code = 'SEALION_UNRECORDABLE';
+}
+
+export function newRecordings(opts: RecordingOptions): Recordings {
+  const clock = opts.clock ?? systemClock;
+  const maxBytes = opts.maxBytes ?? DEFAULT_MAX_SESSION_BYTES;
+  const stdin = opts.stdin ?? false;
+  mkdirSync(opts.dir, { recursive: true, mode: 0o700 });
+  const pathOf = (id: string): string | undefined =>
+    RECORDING_NAME.test(`${id}.cast`) ? join(opts.dir, `${id}.cast`) : undefined;
+
+  return {
+    required: opts.required ?? false,
+    async open(facts) {
+      const path = pathOf(facts.auditID);
+      if (!path) throw new Unrecordable('the session has no audit ID a recording can be named by');
+      const tty = facts.query.get('tty');
+      const recorder: Recorder = await newRecorder({
+        path,
+        maxBytes,
+        stdin,
+        clock,
+        header: {
+          title: `${facts.subresource} ${facts.namespace}/${facts.pod}`,
+          sealion: {
+            auditID: facts.auditID,
+            user: facts.user,
+            cluster: facts.cluster,
+            namespace: facts.namespace,
+            pod: facts.pod,
+            container: facts.query.get('container') ?? '',
+            command: facts.query.getAll('command'),
+            subresource: facts.subresource,
+            tty: tty === 'true' || tty === '1',
+          },
+        },
+      });
+      let closed: Promise<void> | undefined;
+      const close = (reason?: string): Promise<void> => (closed ??= recorder.close(reason));
+      return {
+        id: facts.auditID,
+        required: opts.required ?? false,
+        tap(res) {
+          const protocol = String(
+            res.headers['sec-websocket-protocol'] ?? res.headers['x-stream-protocol-version'] ?? '',
+          );
+          const decoder = newStreamDecoder(
+            { upgrade: String(res.headers['upgrade'] ?? ''), protocol },
+            { data: (channel, bytes) => recorder.event(channel, bytes) },
+          );
+          if (!decoder) {
+            void close(`the session's protocol (${protocol || 'none'}) cannot be recorded`);
+            return new Unrecordable(`the session's protocol (${protocol || 'none'}) cannot be recorded`);
+          }
+          let reported = false;
+          const check = (): void => {
+            if (reported || !decoder.failure) return;
+            reported = true;
+            opts.log.warn(
+              { id: facts.auditID, problem: decoder.failure },
+              'a session stopped being recorded',
+            );
+          };
+          return {
+            fromClient(chunk) {
+              decoder.fromClient(chunk);
+              check();
+            },
+            fromServer(chunk) {
+              decoder.fromServer(chunk);
+              check();
+            },
+            end: () => void close(),
+          };
+        },
+        close,
+      };
+    },
+    list() {
+      const found: RecordingInfo[] = [];
+      for (const name of readdirSync(opts.dir)) {
+        const match = RECORDING_NAME.exec(name);
+        if (!match) continue;
+        try {
+          const stat = statSync(join(opts.dir, name));
+          found.push({ id: match[1]!, bytes: stat.size, modified: stat.mtime.toISOString() });
+        } catch {
+          // Removed meanwhile.
+        }
+      }
+      return found.sort((a, b) => b.modified.localeCompare(a.modified));
+    },
+    read(id) {
+      const path = pathOf(id);
+      if (!path) return undefined;
+      try {
+        statSync(path);
+      } catch {
+        return undefined;
+      }
+      return createReadStream(path);
+    },
+  };
+}
+
+/** The recordings of every replica, as a user asks for them through any one. */
+export interface RecordingStore {
+  /** Every live replica's recordings, newest first; replicas that did not answer are named in `unreachable`. */
+  list(): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }>;
+  /** One recording, from whichever replica has it; undefined when none does. */
+  read(id: string): Promise<Readable | undefined>;
+}
+
+/** What the other replicas hold, over the peer links (concierge/peering/). */
+export interface PeerRecordings {
+  peerRecordings(): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }>;
+  peerRecording(id: string): Promise<Readable | undefined>;
+}
+
+/** This replica's recordings (named `replica`) and the peers' (when there are peers). */
+export function sharedRecordings(
+  local: Recordings,
+  replica: string,
+  peers: () => PeerRecordings | undefined,
+): RecordingStore {
+  return {
+    async list() {
+      const own = local.list().map((r) => ({ ...r, replica }));
+      const others = (await peers()?.peerRecordings()) ?? { found: [], unreachable: [] };
+      const found = [...own, ...others.found].sort((a, b) => b.modified.localeCompare(a.modified));
+      return { found, unreachable: others.unreachable };
+    },
+    async read(id) {
+      return local.read(id) ?? (await peers()?.peerRecording(id));
+    },
+  };
+}
