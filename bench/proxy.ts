@@ -50,6 +50,10 @@ const TARGETS = {
 };
 /** The bench's targets that are Sealion, judged against TARGETS. */
 const SEALION = ['sealion (JWT)', 'sealion (certificate)'];
+/** Sealion with audit on (Metadata, to a file), beside the same without. */
+const AUDITED = 'sealion (JWT, audit)';
+/** Audit at Metadata may cost at most this share of the rate at concurrency 32. */
+const AUDIT_COST = 0.05;
 const CONFIGMAPS = 100;
 /** Who the bench token names; cluster-admin through its group. */
 const BENCH_USER = { username: 'bench-user', groups: ['bench'], extra: {} };
@@ -203,21 +207,25 @@ export async function benchProxy(): Promise<void> {
   try {
     // The concierge in its own process, so the load generator does not share its event loop, with the Node
     // options its Deployment gives it.
-    const server = spawn(
-      process.execPath,
-      [
-        ...PROXY_NODE_OPTIONS.split(' '),
-        '--expose-gc',
-        fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
-        cluster.dir,
-        cluster.url,
-        cluster.binaries.kubectl,
-      ],
-      {
-        stdio: ['pipe', 'pipe', 'inherit'],
-      },
-    );
+    const serveProxy = (...extra: string[]): ChildProcess =>
+      spawn(
+        process.execPath,
+        [
+          ...PROXY_NODE_OPTIONS.split(' '),
+          '--expose-gc',
+          fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
+          cluster.dir,
+          cluster.url,
+          cluster.binaries.kubectl,
+          ...extra,
+        ],
+        { stdio: ['pipe', 'pipe', 'inherit'] },
+      );
+    const server = serveProxy();
     children.push(server);
+    // The same concierge auditing every request at Metadata (the install's default policy): audit on against off.
+    const auditedServer = serveProxy('audit');
+    children.push(auditedServer);
     const serverLines = lines(server);
     log('waiting for the concierge');
     const { url: proxyURL, servingCA } = JSON.parse((await serverLines.next()).value as string) as {
@@ -230,6 +238,10 @@ export async function benchProxy(): Promise<void> {
     };
     const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
 
+    const audited = JSON.parse((await lines(auditedServer).next()).value as string) as {
+      url: string;
+      servingCA: string;
+    };
     const token = await prepareBenchData(cluster, issuer);
 
     // kubectl proxy, the peer: plain HTTP on loopback, forwarding with the admin's credentials.
@@ -288,6 +300,10 @@ export async function benchProxy(): Promise<void> {
       {
         ...(await loadgen.target('sealion (JWT)', { url: proxyURL, ca: servingCA, token })),
         pid: server.pid!,
+      },
+      {
+        ...(await loadgen.target(AUDITED, { url: audited.url, ca: audited.servingCA, token })),
+        pid: auditedServer.pid!,
       },
     ];
     // A TokenCredentialRequest certificate lasts 5 minutes, and the proxy refuses it after that even on a
@@ -493,6 +509,7 @@ export async function benchProxy(): Promise<void> {
       process.pid,
       loadgen.process.pid!,
       server.pid!,
+      auditedServer.pid!,
       kubectlProxy.pid!,
       relay.pid!,
     ]);
@@ -574,6 +591,17 @@ export function printTargets(rows: Row[], watchMemory: Record<string, number>): 
       share.map((x) => `${x.toFixed(2)}×`),
       share.every((x) => x >= TARGETS.timesDirect),
     );
+    const withAudit = named(AUDITED);
+    const withoutAudit = named('sealion (JWT)');
+    if (withAudit && withoutAudit) {
+      const ratio = paired(withAudit, withoutAudit, rate);
+      judge(
+        `audit on: rate within ${AUDIT_COST * 100}% of audit off`,
+        group,
+        [`${ratio.toFixed(3)}×`],
+        ratio >= 1 - AUDIT_COST,
+      );
+    }
     const peer = named('kubectl proxy');
     if (!peer) continue;
     const versusPeer = sealion.map((r) => paired(r, peer, rate));

@@ -1,5 +1,7 @@
 // Runs a concierge in its own process for the proxy benchmark, so the load generator does not share its event
-// loop. Arguments: the harness cluster's folder, its URL, the kubectl binary. Prints one JSON line
+// loop. Arguments: the harness cluster's folder, its URL, the kubectl binary, and `audit` for one that audits every
+// request at Metadata (the install's default policy) into a file, as a concierge in a cluster writes its audit
+// events to its standard output. Prints one JSON line
 // {url, servingCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC, and
 // "profile <file>" ... "profile-end" with a CPU profile of what happened in between, written to <file>.
 import { writeFileSync } from 'node:fs';
@@ -7,13 +9,24 @@ import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { newLogger } from '../lib/log.ts';
+import { DEFAULT_AUDIT_POLICY_YAML } from '../apis/install.ts';
+import { loadPolicy } from '../concierge/audit/policy.ts';
 import { clusterInDir, startLocalConcierge } from '../dev/concierge.ts';
 
-const [dir, url, kubectl] = process.argv.slice(2) as [string, string, string];
+const [dir, url, kubectl, mode] = process.argv.slice(2) as [string, string, string, string?];
+const audited = mode === 'audit';
 // Forwarding with a service-account token and logging a line per request (to a file here, stdout being taken),
 // as a concierge in a cluster does.
 const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
-  log: newLogger({ buffered: true, file: join(dir, 'concierge.log') }),
+  log: newLogger({ buffered: true, file: join(dir, audited ? 'concierge-audited.log' : 'concierge.log') }),
+  ...(audited
+    ? {
+        audit: {
+          policy: loadPolicy(DEFAULT_AUDIT_POLICY_YAML),
+          log: { path: join(dir, 'sealion-audit.log'), maxSizeMiB: 100, maxBackups: 1 },
+        },
+      }
+    : {}),
 });
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
 const inspector = new Session();
