@@ -1,0 +1,415 @@
+// Carries audit events to their sinks. Each sink has its own bounded queue and at most one write under way, so a slow
+// or failing sink holds up neither the requests (batch mode) nor the other sinks. Blocking mode goes through the same
+// queues: an event is written with whatever gathered while the sink's previous write ran, and emit() settles once
+// every sink has written it.
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { systemClock, type Clock } from '../../lib/clock.ts';
+import { SealionError } from '../../lib/errors.ts';
+import type { Logger } from '../../lib/log.ts';
+import type { AuditEvent } from './types.ts';
+
+export type AuditMode = 'batch' | 'blocking';
+
+export interface AuditSink {
+  /** The metrics' `sink` label and the logs' `sink` field: 'log', 'webhook'. Unique within a backend. */
+  readonly name: string;
+  /** Rejects when the events could not be written, after the sink's own retries. */
+  write(events: AuditEvent[]): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface AuditBackendOptions {
+  sinks: AuditSink[];
+  /**
+   * batch (default): events are queued and written in the background; a full queue drops them (counted, warned).
+   * blocking: emit() settles once every sink wrote the event, and rejects when one could not (the caller refuses
+   * the request). Default: batch.
+   */
+  mode?: AuditMode;
+  /**
+   * Events queued per sink. In batch mode a full queue drops what comes next; in blocking mode it refuses it (emit()
+   * rejects) rather than let requests pile up behind a sink that stopped. Default: DEFAULT_BUFFER_SIZE (10,000).
+   */
+  bufferSize?: number;
+  /** The most events one write() carries. Default: DEFAULT_BATCH_MAX_SIZE (400). */
+  batchMaxSize?: number;
+  /**
+   * Batch mode: the longest an event waits for its batch to fill before a smaller batch is written. Blocking mode
+   * never waits (a request would). Default: per sink, DEFAULT_BATCH_MAX_WAIT_MS (log: 0, webhook: 5 s), else
+   * FALLBACK_BATCH_MAX_WAIT_MS (1 s).
+   */
+  batchMaxWaitMs?: number;
+  /** The prom-client registry the metrics are registered on. */
+  registry: Registry;
+  log: Logger;
+  /** Default: systemClock. */
+  clock?: Clock;
+}
+
+export interface AuditBackend {
+  readonly mode: AuditMode;
+  /**
+   * Hands `event` to every sink. Batch mode: resolves at once and never rejects. Blocking mode: resolves once every
+   * sink wrote it, rejects (AuditError) when one could not. The event is the backend's from then on: it may be
+   * written later, so the caller must not change it (each stage of a request is a new event object).
+   */
+  emit(event: AuditEvent): Promise<void>;
+  /** Writes what is queued (for at most CLOSE_TIMEOUT_MS), then closes the sinks. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Error codes of AuditError. */
+export const AUDIT_CONFIG = 'SEALION_AUDIT_CONFIG';
+/** Blocking mode: the sink's queue is full (it has stopped, or cannot keep up). */
+export const AUDIT_QUEUE_FULL = 'SEALION_AUDIT_QUEUE_FULL';
+/** Blocking mode: a sink's write() rejected; the cause is its error. */
+export const AUDIT_WRITE_FAILED = 'SEALION_AUDIT_WRITE_FAILED';
+/** The backend or sink is closed. */
+export const AUDIT_CLOSED = 'SEALION_AUDIT_CLOSED';
+/** A webhook answered 4xx (other than 429): retrying the same batch would get the same answer. */
+export const AUDIT_REJECTED = 'SEALION_AUDIT_REJECTED';
+/** A webhook could not be reached, or answered 429 or 5xx, on every attempt. */
+export const AUDIT_UNAVAILABLE = 'SEALION_AUDIT_UNAVAILABLE';
+
+export class AuditError extends SealionError {
+  /** A webhook's answer, when there was one. */
+  readonly status: number | undefined;
+
+  constructor(code: string, message: string, options?: { cause?: unknown; status?: number }) {
+    super(code, message, options);
+    this.name = 'AuditError';
+    this.status = options?.status;
+  }
+}
+
+/**
+ * kube-apiserver's --audit-*-batch-buffer-size. At the Metadata level an event is 1–2 KB, so a full queue holds
+ * 10–20 MB per sink; at RequestResponse level with large objects it can hold far more, and a smaller one fits better.
+ */
+export const DEFAULT_BUFFER_SIZE = 10_000;
+/** kube-apiserver's webhook batch default: an EventList of 400 Metadata events is under 1 MB. */
+export const DEFAULT_BATCH_MAX_SIZE = 400;
+/**
+ * log: 0. An append to a local file is cheap, so an event is written as soon as the sink is free; under load, the
+ * events that arrive while one write runs go together in the next, so batches grow exactly when they help.
+ * webhook: 5 s, instead of kube-apiserver's 30 s. A quiet replica then sends at most 12 POSTs a minute, and a busy
+ * one fills batches of 400 long before; 30 s would leave the receiver (a SIEM) half a minute behind during an
+ * incident and lose that much more in a crash.
+ */
+export const DEFAULT_BATCH_MAX_WAIT_MS: Readonly<Record<string, number>> = { log: 0, webhook: 5_000 };
+/** Sinks with no default of their own: a second bounds how late an event is without a write per event. */
+export const FALLBACK_BATCH_MAX_WAIT_MS = 1_000;
+/**
+ * How long close() writes what is queued. Kubernetes gives a pod 30 s between SIGTERM and SIGKILL by default, and
+ * the rest of the concierge needs some of it to stop.
+ */
+export const CLOSE_TIMEOUT_MS = 10_000;
+/** Drops are logged at most once per sink per interval: a full queue drops thousands of events a second. */
+export const DROP_WARNING_INTERVAL_MS = 10_000;
+
+/** One write of a local file takes microseconds; a webhook's, with its retries, up to a minute or more. */
+const LATENCY_BUCKETS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+];
+
+interface Queued {
+  event: AuditEvent;
+  /** When it was queued (clock time), for batchMaxWaitMs. */
+  at: number;
+  /** Blocking mode: told whether the sink wrote it. */
+  settle?: (err?: Error) => void;
+}
+
+/** A sink with its queue. */
+interface Lane {
+  readonly sink: AuditSink;
+  readonly maxWaitMs: number;
+  /** Events not yet handed to the sink, oldest first; never more than bufferSize. */
+  queue: Queued[];
+  /** Whether a write() of this sink is under way (or about to start); at most one is. */
+  writing: boolean;
+  /** Writes a partial batch once its oldest event has waited maxWaitMs. Armed only while events wait and no write is under way. */
+  batchTimer: unknown;
+  /** Told when the queue is empty and no write is under way (close() waits for that). */
+  drained: (() => void)[];
+  /** Dropped since the last warning, by reason. */
+  unreported: { queueFull: number; writeFailed: number; closed: number };
+  /** The last failed write's error message, for the next warning. */
+  lastError: string | undefined;
+  lastWarningAt: number | undefined;
+  /** Logs the drops of an interval that already had its warning, at its end. */
+  warningTimer: unknown;
+}
+
+type DropReason = keyof Lane['unreported'];
+
+export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
+  const problems = validateAuditBackendOptions(opts);
+  if (problems.length > 0) throw new AuditError(AUDIT_CONFIG, `audit backend: ${problems.join('; ')}`);
+  const mode = opts.mode ?? 'batch';
+  const bufferSize = opts.bufferSize ?? DEFAULT_BUFFER_SIZE;
+  const batchMaxSize = opts.batchMaxSize ?? DEFAULT_BATCH_MAX_SIZE;
+  const clock = opts.clock ?? systemClock;
+  const log = opts.log.child({ component: 'audit' });
+
+  const lanes: Lane[] = opts.sinks.map((sink) => ({
+    sink,
+    maxWaitMs:
+      mode === 'blocking'
+        ? 0
+        : (opts.batchMaxWaitMs ??
+          (Object.hasOwn(DEFAULT_BATCH_MAX_WAIT_MS, sink.name)
+            ? DEFAULT_BATCH_MAX_WAIT_MS[sink.name]!
+            : FALLBACK_BATCH_MAX_WAIT_MS)),
+    queue: [],
+    writing: false,
+    batchTimer: undefined,
+    drained: [],
+    unreported: { queueFull: 0, writeFailed: 0, closed: 0 },
+    lastError: undefined,
+    lastWarningAt: undefined,
+    warningTimer: undefined,
+  }));
+
+  const written = new Counter({
+    name: 'sealion_audit_events_total',
+    help: 'Audit events written, by sink.',
+    labelNames: ['sink'],
+    registers: [opts.registry],
+  });
+  const dropped = new Counter({
+    name: 'sealion_audit_events_dropped_total',
+    help: 'Audit events a sink did not write: its queue was full, its write failed after its retries, or the backend had closed.',
+    labelNames: ['sink'],
+    registers: [opts.registry],
+  });
+  const latency = new Histogram({
+    name: 'sealion_audit_sink_latency_seconds',
+    help: "Time of one sink's write of a batch of audit events, retries included.",
+    labelNames: ['sink'],
+    buckets: LATENCY_BUCKETS,
+    registers: [opts.registry],
+  });
+  new Gauge({
+    name: 'sealion_audit_queue_events',
+    help: 'Audit events waiting for their sink.',
+    labelNames: ['sink'],
+    registers: [opts.registry],
+    collect() {
+      for (const lane of lanes) this.set({ sink: lane.sink.name }, lane.queue.length);
+    },
+  });
+  for (const lane of lanes) {
+    // Every series exists from the start, so a rate() over them sees the first drop.
+    written.inc({ sink: lane.sink.name }, 0);
+    dropped.inc({ sink: lane.sink.name }, 0);
+  }
+
+  /** open → closing (close() writes what is queued; emit() still queues) → closed (emit() drops or rejects). */
+  let state: 'open' | 'closing' | 'closed' = 'open';
+  let closing: Promise<void> | undefined;
+
+  function enqueue(lane: Lane, event: AuditEvent, settle?: (err?: Error) => void): void {
+    if (state === 'closed') {
+      drop(lane, 1, 'closed');
+      settle?.(new AuditError(AUDIT_CLOSED, 'audit backend is closed'));
+      return;
+    }
+    if (lane.queue.length >= bufferSize) {
+      drop(lane, 1, 'queueFull');
+      settle?.(
+        new AuditError(AUDIT_QUEUE_FULL, `audit sink ${lane.sink.name}: ${bufferSize} events wait already`),
+      );
+      return;
+    }
+    lane.queue.push(settle ? { event, at: clock.now(), settle } : { event, at: clock.now() });
+    pump(lane);
+  }
+
+  /** Starts a write when the sink is free and a batch is full, due, or wanted now (closing). */
+  function pump(lane: Lane): void {
+    if (lane.writing) return;
+    const oldest = lane.queue[0];
+    if (!oldest) {
+      for (const done of lane.drained.splice(0)) done();
+      return;
+    }
+    const now = clock.now();
+    const due = oldest.at + lane.maxWaitMs;
+    if (lane.queue.length >= batchMaxSize || now >= due || state !== 'open') {
+      if (lane.batchTimer !== undefined) clock.clearTimeout(lane.batchTimer);
+      lane.batchTimer = undefined;
+      lane.writing = true;
+      // A microtask later: emit() never runs a sink's code, and the events emitted in the same turn share a batch.
+      queueMicrotask(() => void write(lane));
+    } else if (lane.batchTimer === undefined) {
+      lane.batchTimer = clock.setTimeout(() => {
+        lane.batchTimer = undefined;
+        pump(lane);
+      }, due - now);
+    }
+  }
+
+  async function write(lane: Lane): Promise<void> {
+    const batch = lane.queue.splice(0, batchMaxSize);
+    const sink = lane.sink.name;
+    // Real elapsed time, not the injected clock's: this measures the sink, and nothing waits on it.
+    const started = performance.now();
+    try {
+      await lane.sink.write(batch.map((q) => q.event));
+      written.inc({ sink }, batch.length);
+      for (const q of batch) q.settle?.();
+    } catch (err) {
+      lane.lastError = messageOf(err);
+      drop(lane, batch.length, 'writeFailed');
+      const failure = new AuditError(AUDIT_WRITE_FAILED, `audit sink ${sink}: ${lane.lastError}`, {
+        cause: err,
+      });
+      for (const q of batch) q.settle?.(failure);
+    }
+    latency.observe({ sink }, (performance.now() - started) / 1000);
+    lane.writing = false;
+    pump(lane);
+  }
+
+  function drop(lane: Lane, count: number, reason: DropReason): void {
+    dropped.inc({ sink: lane.sink.name }, count);
+    lane.unreported[reason] += count;
+    if (lane.warningTimer !== undefined) return;
+    const now = clock.now();
+    const next = lane.lastWarningAt === undefined ? now : lane.lastWarningAt + DROP_WARNING_INTERVAL_MS;
+    if (next <= now) {
+      warnDropped(lane);
+      return;
+    }
+    lane.warningTimer = clock.setTimeout(() => {
+      lane.warningTimer = undefined;
+      warnDropped(lane);
+    }, next - now);
+  }
+
+  /** One line for what was dropped since the last: counts and the sink's last error, never an event. */
+  function warnDropped(lane: Lane): void {
+    const { queueFull, writeFailed, closed } = lane.unreported;
+    const count = queueFull + writeFailed + closed;
+    if (count === 0) return;
+    log.warn(
+      {
+        sink: lane.sink.name,
+        dropped: count,
+        queueFull,
+        writeFailed,
+        closed,
+        ...(writeFailed > 0 ? { error: lane.lastError } : {}),
+      },
+      'audit events dropped',
+    );
+    lane.unreported = { queueFull: 0, writeFailed: 0, closed: 0 };
+    lane.lastWarningAt = clock.now();
+  }
+
+  async function shutdown(): Promise<void> {
+    state = 'closing';
+    let deadlineTimer: unknown;
+    const deadline = new Promise<'late'>((resolve) => {
+      deadlineTimer = clock.setTimeout(() => resolve('late'), CLOSE_TIMEOUT_MS);
+    });
+    const drained = lanes.map(
+      (lane) =>
+        new Promise<void>((resolve) => {
+          lane.drained.push(resolve);
+          pump(lane);
+        }),
+    );
+    const flushed = await Promise.race([Promise.all(drained).then(() => 'drained' as const), deadline]);
+    state = 'closed';
+    for (const lane of lanes) {
+      const left = lane.queue.splice(0);
+      if (left.length === 0) continue;
+      drop(lane, left.length, 'closed');
+      const failure = new AuditError(AUDIT_CLOSED, 'audit backend closed before the event was written');
+      for (const q of left) q.settle?.(failure);
+    }
+    if (flushed === 'late')
+      log.warn({ timeoutMs: CLOSE_TIMEOUT_MS }, 'audit sinks did not finish writing in time');
+    // A write still under way is the sink's to end: closing it aborts the write, which then counts as dropped.
+    const closed = await Promise.race([
+      Promise.allSettled(lanes.map((lane) => Promise.resolve().then(() => lane.sink.close()))),
+      deadline,
+    ]);
+    clock.clearTimeout(deadlineTimer);
+    if (closed === 'late') log.warn({ timeoutMs: CLOSE_TIMEOUT_MS }, 'audit sinks did not close in time');
+    else
+      closed.forEach((result, i) => {
+        if (result.status === 'rejected')
+          log.warn(
+            { sink: lanes[i]!.sink.name, error: messageOf(result.reason) },
+            'audit sink did not close cleanly',
+          );
+      });
+    // The last report is written now, whatever the rate limit: nothing comes after it.
+    for (const lane of lanes) {
+      if (lane.batchTimer !== undefined) clock.clearTimeout(lane.batchTimer);
+      if (lane.warningTimer !== undefined) clock.clearTimeout(lane.warningTimer);
+      lane.batchTimer = lane.warningTimer = undefined;
+      warnDropped(lane);
+    }
+  }
+
+  return {
+    mode,
+    emit(event) {
+      if (mode === 'batch') {
+        for (const lane of lanes) enqueue(lane, event);
+        return RESOLVED;
+      }
+      return new Promise((resolve, reject) => {
+        let left = lanes.length;
+        let failure: Error | undefined;
+        const settle = (err?: Error): void => {
+          failure ??= err;
+          if (--left > 0) return;
+          if (failure) reject(failure);
+          else resolve();
+        };
+        for (const lane of lanes) enqueue(lane, event, settle);
+      });
+    },
+    close() {
+      closing ??= shutdown();
+      return closing;
+    },
+  };
+}
+
+const RESOLVED = Promise.resolve();
+
+/** Every problem with `opts`, each a phrase; empty when there is none. */
+function validateAuditBackendOptions(opts: AuditBackendOptions): string[] {
+  const problems: string[] = [];
+  if (opts.sinks.length === 0) problems.push('sinks: at least one is needed');
+  const names = new Set<string>();
+  for (const sink of opts.sinks) {
+    if (sink.name === '') problems.push('sinks: a sink has an empty name');
+    else if (names.has(sink.name)) problems.push(`sinks: two are named ${JSON.stringify(sink.name)}`);
+    names.add(sink.name);
+  }
+  if (opts.mode !== undefined && opts.mode !== 'batch' && opts.mode !== 'blocking')
+    problems.push(`mode: must be one of batch, blocking`);
+  const positiveInteger = (field: string, value: number | undefined): void => {
+    if (value !== undefined && !(Number.isSafeInteger(value) && value >= 1))
+      problems.push(`${field}: must be a whole number of at least 1`);
+  };
+  positiveInteger('bufferSize', opts.bufferSize);
+  positiveInteger('batchMaxSize', opts.batchMaxSize);
+  if (
+    opts.batchMaxWaitMs !== undefined &&
+    !(Number.isFinite(opts.batchMaxWaitMs) && opts.batchMaxWaitMs >= 0)
+  )
+    problems.push('batchMaxWaitMs: must be a number of at least 0');
+  return problems;
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
