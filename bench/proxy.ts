@@ -233,7 +233,7 @@ export async function benchProxy(): Promise<void> {
       servingCA: string;
     };
     const ask = async <T>(command: string): Promise<T> => {
-      server.stdin.write(`${command}\n`);
+      server.stdin!.write(`${command}\n`);
       return JSON.parse((await serverLines.next()).value as string) as T;
     };
     const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
