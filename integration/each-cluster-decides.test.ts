@@ -7,9 +7,16 @@
 // - the escalations a hub-only impersonator had (any group on every edge, a namespace's service accounts on every
 //   edge) are refused by the edge;
 // - policies: read-only, no-exec and full, as a user the edge's RBAC allows everything sees them, and as raw
-//   requests with the agent's own credentials (a compromised hub) see them.
+//   requests with the agent's own credentials (a compromised hub) see them;
+// - audit joins across every hop: each request's audit event on the replica it landed on, and the target API
+//   server's own, share one audit ID.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DEFAULT_AUDIT_POLICY_YAML } from '../apis/install.ts';
+import type { AuditEvent } from '../concierge/audit/types.ts';
 import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import { detectImpersonation } from '../agent/main.ts';
@@ -57,6 +64,8 @@ let hub: Cluster;
 let edge: Cluster;
 let signer: CertificateAuthority;
 let holder: ConciergeProcess;
+/** The replicas' audit policy and logs. */
+let auditDir: string;
 let other: ConciergeProcess;
 const agents: Agent[] = [];
 const agentKubeconfigs: Record<string, string> = {};
@@ -270,15 +279,20 @@ beforeAll(async () => {
   ]);
   signer = await newCA('each-cluster-decides users');
   const signerPems = { certPem: signer.certPem, keyPem: signer.keyPem };
+  auditDir = mkdtempSync(join(tmpdir(), 'sealion-decides-audit-'));
+  const policyFile = join(auditDir, 'policy.yaml');
+  writeFileSync(policyFile, DEFAULT_AUDIT_POLICY_YAML);
   holder = await startConciergeProcess(hub, {
     tunnel: { port: 0, namespace: NS },
     identity: 'holder',
     signer: signerPems,
+    audit: { policyFile, logPath: join(auditDir, 'holder.log') },
   });
   other = await startConciergeProcess(hub, {
     tunnel: { port: 0, namespace: NS },
     identity: 'other',
     signer: signerPems,
+    audit: { policyFile, logPath: join(auditDir, 'other.log') },
   });
   // The hub's forwarding identity with every identity kind, for the differential.
   await apply(
@@ -326,7 +340,7 @@ beforeAll(async () => {
         apiVersion: rbac,
         kind: 'Role',
         metadata: { name: 'read', namespace: DIFF_NS },
-        rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['list'] }],
+        rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['list', 'watch'] }],
       },
       {
         apiVersion: rbac,
@@ -347,6 +361,7 @@ afterAll(async () => {
   await Promise.all(agents.map((a) => a.stop()));
   await Promise.all([holder?.stop(), other?.stop()]);
   await Promise.all([hub?.stop(), edge?.stop()]);
+  if (auditDir) rmSync(auditDir, { recursive: true, force: true });
 });
 
 describe('the differential table: the API server and Sealion answer every case alike', () => {
@@ -672,3 +687,102 @@ async function adminCert(): Promise<{ certPem: string; keyPem: string }> {
   const access = clusterAccess(loadKubeConfig({ path: edge.kubeconfigPath }));
   return { certPem: access.certPem!, keyPem: access.keyPem! };
 }
+
+describe('audit joins across every hop', () => {
+  /** The audit events in a JSON-lines file. */
+  const eventsIn = (path: string): AuditEvent[] =>
+    existsSync(path)
+      ? readFileSync(path, 'utf8')
+          .split('\n')
+          .filter((line) => line.startsWith('{'))
+          .map((line) => JSON.parse(line) as AuditEvent)
+          .filter((e) => e.kind === 'Event')
+      : [];
+  /** One request; its status and the Audit-ID the answer carries. */
+  const audited = (
+    base: { url: string; ca: string },
+    cert: { certPem: string; keyPem: string },
+    method: string,
+    path: string,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; auditID: string }> =>
+    new Promise((done, fail) => {
+      const req = request(
+        new URL(path, base.url),
+        { method, ca: base.ca, agent: false, cert: cert.certPem, key: cert.keyPem, headers },
+        (res) => {
+          res.resume();
+          res.on('end', () =>
+            done({ status: res.statusCode ?? 0, auditID: String(res.headers['audit-id'] ?? '') }),
+          );
+        },
+      );
+      req.on('error', fail);
+      req.end();
+    });
+  const exec = {
+    connection: 'Upgrade',
+    upgrade: 'SPDY/3.1',
+    'x-stream-protocol-version': 'v4.channel.k8s.io',
+  };
+  const CASES: [string, string, string, Record<string, string>, number][] = [
+    ['an allowed list', 'GET', `api/v1/namespaces/${DIFF_NS}/configmaps`, {}, 200],
+    ['a 403', 'GET', `api/v1/namespaces/${DIFF_NS}/secrets`, {}, 403],
+    ['a watch', 'GET', `api/v1/namespaces/${DIFF_NS}/configmaps?watch=1&timeoutSeconds=1`, {}, 200],
+    ['an exec', 'POST', `api/v1/namespaces/${DIFF_NS}/pods/nowhere/exec?command=true&stdout=true`, exec, 403],
+    [
+      'a nested impersonation',
+      'GET',
+      `api/v1/namespaces/${DIFF_NS}/configmaps`,
+      { 'impersonate-user': 'bob' },
+      200,
+    ],
+  ];
+  const WAYS: [string, () => Cluster, () => { url: string; ca: string }, string, string][] = [
+    ['the hub', () => hub, () => replica(holder), 'local', 'holder'],
+    ['the edge through the tunnel', () => edge, () => replica(holder, 'edge'), 'tunnel', 'holder'],
+    ['the edge through a peer hop', () => edge, () => replica(other, 'edge'), 'peer', 'other'],
+  ];
+
+  it.each(WAYS.flatMap((way) => CASES.map((c) => [way[0], c[0], way, c] as const)))(
+    '%s: %s gives one Sealion event that joins one API server event',
+    async (_way, _case, [, target, sealion, route, landed], [, method, path, headers, status]) => {
+      // A caller the grant lets impersonate bob, on both clusters.
+      const caller = callerOf('legacy: users bob');
+      const answer = await audited(sealion(), await userCert(caller), method, path, {
+        ...headers,
+        // A client's own Audit-ID is replaced.
+        'audit-id': 'chosen-by-the-client',
+      });
+      expect(answer.status).toBe(status);
+      expect(answer.auditID).toMatch(/^[0-9a-f-]{36}$/);
+      await eventually(() => {
+        const ours = eventsIn(join(auditDir, `${landed}.log`)).filter(
+          (e) => e.auditID === answer.auditID && e.stage === 'ResponseComplete',
+        );
+        const theirs = eventsIn(target().auditLogPath).filter(
+          (e) => e.auditID === answer.auditID && e.stage === 'ResponseComplete',
+        );
+        expect(ours).toHaveLength(1);
+        expect(theirs).toHaveLength(1);
+        const [event, apiserver] = [ours[0]!, theirs[0]!];
+        expect(event.user.username).toBe(caller);
+        expect(event.responseStatus?.code).toBe(status);
+        expect(apiserver.responseStatus?.code).toBe(status);
+        expect(event.annotations).toMatchObject({
+          'sealion.dev/route': route,
+          'sealion.dev/replica': landed,
+          ...(target() === edge ? { 'sealion.dev/cluster': 'edge' } : {}),
+        });
+        // The API server saw the forwarding identity acting for the user, with Sealion's extra when the user
+        // impersonated someone.
+        expect(apiserver.user.username).not.toBe(caller);
+        const as = headers['impersonate-user'] ?? caller;
+        expect(apiserver.impersonatedUser?.username).toBe(as);
+        expect(event.impersonatedUser?.username).toBe(headers['impersonate-user']);
+        if (headers['impersonate-user'])
+          expect(Object.keys(apiserver.impersonatedUser?.extra ?? {})).toContain(ORIGINAL_USER_KEY);
+      }, 15_000);
+    },
+  );
+});

@@ -47,6 +47,8 @@ export async function startConciergeProcess(
     identity?: string;
     /** The CA of users' client certificates (replicas of one hub share it). Default: a new one. */
     signer?: { certPem: string; keyPem: string };
+    /** Audit every request by the policy in `policyFile`, as JSON lines into `logPath`. Default: no audit. */
+    audit?: { policyFile: string; logPath: string };
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(

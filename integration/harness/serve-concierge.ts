@@ -1,27 +1,34 @@
 // A concierge in a process of its own, for tests that must see it as users do: whether it crashes, and what it
 // costs in memory. Arguments: the harness cluster's folder, its URL, the kubectl binary, and optionally a JSON
 // object of options (`{"tunnel": {"port": 0, "namespace": "..."}}` runs the agents' tunnel listener; `identity`
-// names the replica; `signer` is the CA of users' client certificates, so that replicas can share it). Prints one
+// names the replica; `signer` is the CA of users' client certificates, so that replicas can share it; `audit`, a
+// policy file and where its events go). Prints one
 // JSON line
 // (ConciergeProcessInfo) when ready; answers "mem" on stdin with process.memoryUsage() after a GC. Exits when its
 // stdin closes, so it never outlives the test that started it.
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+import { loadPolicy } from '../../concierge/audit/policy.ts';
 import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { loadCA } from '../../lib/pki/pki.ts';
 import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
-const { tunnel, identity, signer } = JSON.parse(options ?? '{}') as {
+const { tunnel, identity, signer, audit } = JSON.parse(options ?? '{}') as {
   tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
   identity?: string;
   signer?: { certPem: string; keyPem: string };
+  audit?: { policyFile: string; logPath: string };
 };
 const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
   log: silentLogger(),
   ...(tunnel ? { tunnel } : {}),
   ...(identity ? { identity } : {}),
   ...(signer ? { signerCA: await loadCA(signer.certPem, signer.keyPem) } : {}),
+  ...(audit
+    ? { audit: { policy: loadPolicy(readFileSync(audit.policyFile, 'utf8')), log: { path: audit.logPath } } }
+    : {}),
 });
 console.log(
   JSON.stringify({
