@@ -19,12 +19,15 @@ import {
   DEMO_USER,
   type InstalledSealion,
 } from '../../dev/installed.ts';
-import { dieWithParent, stopChild, waitForOutput } from '../../dev/processes.ts';
+import { dieWithParent, runSealion, stopChild, waitForOutput } from '../../dev/processes.ts';
+import { apiGroups } from '../../apis/groups.ts';
 
 export interface PodTarget {
   kubectl: string;
   /** The demo user's kubeconfig for this way in. */
   kubeconfig: string;
+  /** The demo user's kubeconfig for the hub, where the recordings are read (its RBAC lets the demo user). */
+  hubKubeconfig: string;
   /** A user whose RBAC has no pods/exec in the demo namespace, same way in. */
   refusedKubeconfig: string;
 }
@@ -88,8 +91,14 @@ export function podCommandCases(way: string, target: () => PodTarget): void {
         '--',
         'sh',
       ];
-      const result = await runInTerminal(command, 'echo $((6*7)); exit\n', env);
-      expect(result).toContain('42');
+      const marker = `recorded-${randomBytes(4).toString('hex')}`;
+      const result = await runInTerminal(command, `echo ${marker} $((6*7)); exit\n`, env);
+      expect(result).toContain(`${marker} 42`);
+      // The session was recorded where it landed, and its replay, through any replica, shows what the terminal
+      // showed, byte for byte.
+      const replay = await recordedSession(t, marker);
+      expect(replay.length).toBeGreaterThan(0);
+      expect(result).toContain(replay);
     });
 
     it('attach and logs -f follow the pod as it writes', async () => {
@@ -192,10 +201,32 @@ export async function demoTarget(
   ]);
   if (bound.code !== 0) throw new Error(bound.stderr);
   writeFileSync(join(dir, 'demo.kubeconfig'), await installed.kubeconfig(token, cluster));
+  writeFileSync(join(dir, 'hub.kubeconfig'), await installed.kubeconfig(token));
+  // The demo user may read the recorded sessions, as the README's session-auditor role grants.
+  for (const args of [
+    [
+      'create',
+      'clusterrole',
+      'session-auditor',
+      '--verb=list,get',
+      `--resource=sessionrecordings.${apiGroups().recordings}`,
+    ],
+    [
+      'create',
+      'clusterrolebinding',
+      'demo-session-auditors',
+      '--clusterrole=session-auditor',
+      `--group=${DEMO_GROUP}`,
+    ],
+  ]) {
+    const granted = await installed.hub.kubectl(args);
+    if (granted.code !== 0 && !granted.stderr.includes('AlreadyExists')) throw new Error(granted.stderr);
+  }
   writeFileSync(join(dir, 'viewer.kubeconfig'), await installed.kubeconfig(viewer, cluster));
   const target = {
     kubectl: where.binaries.kubectl,
     kubeconfig: join(dir, 'demo.kubeconfig'),
+    hubKubeconfig: join(dir, 'hub.kubeconfig'),
     refusedKubeconfig: join(dir, 'viewer.kubeconfig'),
   };
   await serveHttpInDemoPod(target);
@@ -235,6 +266,32 @@ function httpGet(port: number, path: string): Promise<string> {
  * Runs a command in a pseudo-terminal (script from util-linux), typing `input` once it shows its first output (a
  * prompt); returns what the terminal showed. The words of `command` must need no shell quoting.
  */
+/**
+ * What the recording of the session that printed `marker` shows when played back (`sealion recordings play`), found
+ * with `sealion recordings list` as the demo user: the newest recording whose file holds the marker.
+ */
+async function recordedSession(t: PodTarget, marker: string): Promise<string> {
+  const sealion = async (...args: string[]): Promise<string> => {
+    const result = await runSealion([...args, '--kubeconfig', t.hubKubeconfig]);
+    if (result.code !== 0) throw new Error(`sealion ${args.join(' ')}: ${result.stderr}`);
+    return result.stdout;
+  };
+  return eventually(async () => {
+    const ids = (await sealion('recordings', 'list'))
+      .split('\n')
+      .slice(1)
+      .map((line) => line.split(/\s+/)[0]!)
+      .filter((id) => /^[0-9a-f-]{36}$/.test(id));
+    for (const id of ids) {
+      const raw = await sealion('recordings', 'play', id, '--raw');
+      if (!raw.includes(marker)) continue;
+      // Played back as fast as it goes: the bytes the terminal was sent, in order.
+      return sealion('recordings', 'play', id, '--speed', '1000');
+    }
+    throw new Error(`no recording holds ${marker} among ${ids.length}`);
+  }, 20_000);
+}
+
 export function runInTerminal(
   command: string[],
   input: string,
