@@ -140,6 +140,14 @@ export function withoutCredentials(object: unknown): unknown {
 
 const REDACTED = '[redacted]';
 
+/** A copy of `event` with `changes`, and neither body (a stage before they are known). */
+function withoutBodies(event: AuditEvent, changes: Partial<AuditEvent>): AuditEvent {
+  const copy = { ...event, ...changes };
+  delete copy.requestObject;
+  delete copy.responseObject;
+  return copy;
+}
+
 function objectRefOf(attributes: RequestAttributes): ObjectReference | undefined {
   if (!attributes.resourceRequest) return undefined;
   const { resource, namespace, name, group, version, subresource } = attributes;
@@ -250,21 +258,23 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         received() {
           if (config.omitStages.has('RequestReceived')) return Promise.resolve();
           // The request's body is not read yet at this stage, as with the API server.
-          const { requestObject: _r, responseObject: _s, ...head } = base;
-          return emit({ ...head, annotations: { ...base.annotations }, stageTimestamp: microTime(now()) });
+          return emit(
+            withoutBodies(base, { annotations: { ...base.annotations }, stageTimestamp: microTime(now()) }),
+          );
         },
         responseStarted(code) {
           if (started || completed) return;
           started = true;
           if (config.omitStages.has('ResponseStarted')) return;
-          const { responseObject: _s, ...head } = base;
-          void emit({
-            ...head,
+          // An answer's body is not known when it starts.
+          const startedEvent = withoutBodies(base, {
             annotations: { ...base.annotations },
             stage: 'ResponseStarted',
             responseStatus: responseStatusOf(code),
             stageTimestamp: microTime(now()),
-          }).catch(() => {});
+          });
+          if (base.requestObject !== undefined) startedEvent.requestObject = base.requestObject;
+          void emit(startedEvent).catch(() => {});
         },
         complete(code, message) {
           if (completed) return;

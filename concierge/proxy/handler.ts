@@ -271,7 +271,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       writeStatus(res, 404, 'this concierge records no sessions');
       return true;
     }
-    let name = '';
+    let name: string;
     try {
       name = decodeURIComponent(path.slice(collection.length + 1));
     } catch {

@@ -92,7 +92,8 @@ export function newRecordings(opts: RecordingOptions): Recordings {
     async open(facts) {
       const path = pathOf(facts.auditID);
       if (!path) throw new Unrecordable('the session has no audit ID a recording can be named by');
-      const tty = facts.query.get('tty');
+      const container = facts.query.get('container');
+      const command = facts.query.getAll('command');
       const recorder: Recorder = await newRecorder({
         path,
         maxBytes,
@@ -106,15 +107,20 @@ export function newRecordings(opts: RecordingOptions): Recordings {
             cluster: facts.cluster,
             namespace: facts.namespace,
             pod: facts.pod,
-            container: facts.query.get('container') ?? '',
-            command: facts.query.getAll('command'),
-            subresource: facts.subresource,
-            tty: tty === 'true' || tty === '1',
+            ...(container ? { container } : {}),
+            ...(facts.subresource === 'exec' ? { command } : {}),
           },
         },
       });
       let closed: Promise<void> | undefined;
-      const close = (reason?: string): Promise<void> => (closed ??= recorder.close(reason));
+      // A failed last write is logged, never thrown at whoever ends the session.
+      const close = (reason?: string): Promise<void> =>
+        (closed ??= recorder.close(reason).catch((err: unknown) => {
+          opts.log.warn(
+            { id: facts.auditID, err: (err as Error).message },
+            'a recording could not be finished',
+          );
+        }));
       return {
         id: facts.auditID,
         required: opts.required ?? false,

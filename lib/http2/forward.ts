@@ -96,8 +96,8 @@ export function forwardOverHttp2(
     if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();
     const observer = opts.onAnswer?.(status, answer);
     if (observer) {
-      stream.on('data', observer.data);
-      stream.once('end', observer.end);
+      stream.on('data', (chunk: Buffer) => observer.data(chunk));
+      stream.once('end', () => observer.end());
     }
     relay(stream, res, opts.relay);
   });
