@@ -9,6 +9,7 @@ describe('api groups', () => {
       login: 'login.concierge.sealion.dev',
       identity: 'identity.concierge.sealion.dev',
       tunnel: 'tunnel.concierge.sealion.dev',
+      recordings: 'recordings.concierge.sealion.dev',
     });
   });
 

@@ -1,7 +1,11 @@
 // Enough of Kubernetes' request-info parsing for logs, metrics and timeouts: the verb, and whether the request
-// may legitimately stay open (watches, exec/attach/port-forward, log follow, proxy), which gets no timeout.
+// may legitimately stay open (watches, exec/attach/port-forward, logs, proxy), which gets no timeout.
 
-const LONG_RUNNING_SUBRESOURCES = new Set(['exec', 'attach', 'portforward', 'proxy']);
+/**
+ * The API server's own list (kube-apiserver's LongRunningFunc): a pod's log is long-running whether or not it
+ * follows, so its audit events have a ResponseStarted stage and no request timeout applies.
+ */
+const LONG_RUNNING_SUBRESOURCES = new Set(['exec', 'attach', 'portforward', 'proxy', 'log']);
 
 export interface RequestInfo {
   verb: string;
@@ -21,7 +25,6 @@ export function requestInfo(method: string, url: string, upgrade: boolean): Requ
   const last = parts.at(-1) ?? '';
   const subresource =
     isResourcePath && parts.length >= 5 && LONG_RUNNING_SUBRESOURCES.has(last) ? last : undefined;
-  const follow = last === 'log' && params?.get('follow') === 'true';
   const proxying = parts.includes('proxy');
   let verb: string;
   switch (method) {
@@ -51,7 +54,7 @@ export function requestInfo(method: string, url: string, upgrade: boolean): Requ
       // add a series for good.
       verb = 'unknown';
   }
-  return { verb, longRunning: upgrade || watch || follow || proxying || subresource !== undefined };
+  return { verb, longRunning: upgrade || watch || proxying || subresource !== undefined };
 }
 
 /**
