@@ -19,6 +19,8 @@ import { issueCert, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { IMPERSONATOR_SERVICE_ACCOUNT, DEFAULT_NAMESPACE } from '../apis/install.ts';
 
 const NS = 'audited';
+/** A token sent to the TokenCredentialRequest API, which no sink or log may ever hold. */
+const SECRET_TOKEN = 'eyJhbGciOiJSUzI1NiJ9.never-in-any-sink.c2VjcmV0';
 
 /** Exercises every kind of rule: users, groups, verbs, resources (with subresources and names), namespaces, URLs. */
 const POLICY = `apiVersion: audit.k8s.io/v1
@@ -281,8 +283,74 @@ describe('audit, as the API server audits', () => {
     },
   );
 
+  it("audits Sealion's own APIs: a TokenCredentialRequest (anonymous) and a WhoAmIRequest", async () => {
+    const post = (path: string, body: object, cert?: { certPem: string; keyPem: string }) =>
+      new Promise<Answer>((done, fail) => {
+        const text = JSON.stringify(body);
+        const req = request(
+          new URL(path, proxy.url),
+          {
+            method: 'POST',
+            ca: proxy.servingCA.certPem,
+            ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+            headers: { 'content-type': 'application/json' },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', () => done({ status: res.statusCode ?? 0, auditID: '' }));
+          },
+        );
+        req.on('error', fail);
+        req.end(text);
+      });
+    const login = '/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests';
+    const whoami = '/apis/identity.concierge.sealion.dev/v1alpha1/whoamirequests';
+    expect(
+      (
+        await post(login, {
+          apiVersion: 'login.concierge.sealion.dev/v1alpha1',
+          kind: 'TokenCredentialRequest',
+          spec: {
+            token: SECRET_TOKEN,
+            authenticator: {
+              apiGroup: 'authentication.concierge.sealion.dev',
+              kind: 'JWTAuthenticator',
+              name: 'x',
+            },
+          },
+        })
+      ).status,
+    ).toBe(201);
+    const cert = await certFor(proxy.signerCA, { name: 'whoami', user: 'dana', groups: ['devs'], path: '' });
+    expect(
+      (
+        await post(
+          whoami,
+          { apiVersion: 'identity.concierge.sealion.dev/v1alpha1', kind: 'WhoAmIRequest' },
+          cert,
+        )
+      ).status,
+    ).toBe(201);
+    await eventually(() => {
+      const all = events(sealionLog);
+      expect(all.find((e) => e.requestURI === login)).toMatchObject({
+        user: { username: 'system:anonymous', groups: ['system:unauthenticated'] },
+        objectRef: { resource: 'tokencredentialrequests', apiGroup: 'login.concierge.sealion.dev' },
+        responseStatus: { code: 201 },
+      });
+      expect(all.find((e) => e.requestURI === whoami)).toMatchObject({
+        user: { username: 'dana' },
+        objectRef: { resource: 'whoamirequests', apiGroup: 'identity.concierge.sealion.dev' },
+        responseStatus: { code: 201 },
+        annotations: { 'sealion.dev/authenticator': 'certificate' },
+      });
+    });
+  });
+
   it('keeps keys and tokens out of the audit log and the operational log', async () => {
     const audit = readFileSync(sealionLog, 'utf8');
+    expect(audit).not.toContain(SECRET_TOKEN);
+    expect(operational.join('')).not.toContain(SECRET_TOKEN);
     const logs = operational.join('');
     for (const key of keys) {
       const body = key.split('\n').slice(1, 3).join('');

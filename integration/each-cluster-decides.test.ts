@@ -66,6 +66,8 @@ let signer: CertificateAuthority;
 let holder: ConciergeProcess;
 /** The replicas' audit policy and logs. */
 let auditDir: string;
+/** The agents' one-time tokens, which no audit event or log may hold. */
+const bootstrapTokens: string[] = [];
 let other: ConciergeProcess;
 const agents: Agent[] = [];
 const agentKubeconfigs: Record<string, string> = {};
@@ -328,6 +330,7 @@ beforeAll(async () => {
       tunnels: 1,
     });
     agents.push(agent);
+    bootstrapTokens.push(added.token);
     await agent.start();
   }
   // The same grants on both clusters, for a service account (straight to the API server) and a user (through
@@ -743,6 +746,27 @@ describe('audit joins across every hop', () => {
     ['the edge through the tunnel', () => edge, () => replica(holder, 'edge'), 'tunnel', 'holder'],
     ['the edge through a peer hop', () => edge, () => replica(other, 'edge'), 'peer', 'other'],
   ];
+
+  it("audits the agents' registrations and tunnels, and keeps their tokens out", async () => {
+    await eventually(() => {
+      const events = eventsIn(join(auditDir, 'holder.log'));
+      for (const cluster of Object.keys(AGENTS)) {
+        expect(
+          events.find(
+            (e) => e.requestURI === '/register' && e.annotations?.['sealion.dev/cluster'] === cluster,
+          ),
+        ).toMatchObject({ verb: 'post', responseStatus: { code: 200 } });
+        // The tunnel is audited as it opens; its ResponseComplete comes when it closes.
+        expect(
+          events.find(
+            (e) => e.requestURI.startsWith('/connect') && e.user.username === `sealion:agent:${cluster}`,
+          ),
+        ).toMatchObject({ stage: 'ResponseStarted', responseStatus: { code: 101 } });
+      }
+    });
+    const written = readFileSync(join(auditDir, 'holder.log'), 'utf8');
+    for (const token of bootstrapTokens) expect(written).not.toContain(token);
+  });
 
   it.each(WAYS.flatMap((way) => CASES.map((c) => [way[0], c[0], way, c] as const)))(
     '%s: %s gives one Sealion event that joins one API server event',
