@@ -449,7 +449,12 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return;
     if (exchange.kind === 'plain' && (await serveIdentity(exchange.req, exchange.res, path, identity)))
       return;
-    if (exchange.kind === 'plain' && (await serveRecordings(exchange.req, exchange.res, path, identity)))
+    // The hub's own API: a path for a cluster (/clusters/<name>/apis/…) is that cluster's to answer.
+    if (
+      exchange.kind === 'plain' &&
+      !context.cluster &&
+      (await serveRecordings(exchange.req, exchange.res, path, identity))
+    )
       return;
 
     const target = decider.target(context.cluster, identity);
