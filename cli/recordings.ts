@@ -111,7 +111,7 @@ Examples:
   sealion recordings list --kubeconfig me.kubeconfig
   sealion recordings play 0b8f0c1e-5d7a-4c1e-9a57-3f2f5f7c9e11 --speed 4
 The hub's RBAC decides who may: verbs list and get on ${Resource.SessionRecording} in API group
-recordings.concierge.<suffix>, for example
-  kubectl create clusterrole session-auditor --verb=list,get --resource=${Resource.SessionRecording}.recordings.concierge.sealion.dev`,
+recordings.concierge.<suffix>, as the install's ClusterRole sealion-concierge-session-auditor grants:
+  kubectl create clusterrolebinding session-auditors --clusterrole=sealion-concierge-session-auditor --group=auditors`,
   );
 }

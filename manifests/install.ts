@@ -125,6 +125,9 @@ export const POLICY_ANNOTATION = 'sealion.dev/forwarding-policy';
 
 /** Hardened pod and container settings; the image runs as a non-root user with a read-only root. */
 const POD_SECURITY = { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } };
+/** The ClusterRole that lets its subjects list and read recorded sessions, for an installation in `namespace`. */
+export const sessionAuditorRole = (namespace: string): string => `${namespace}-session-auditor`;
+
 /** Where the audit ConfigMap is mounted in the concierge's pods. */
 const AUDIT_MOUNT = '/etc/sealion/audit';
 /** Room for recordings on each concierge pod: a session's recording stops at its own limit, well below. */
@@ -167,6 +170,16 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
   return [
     namespace(ns),
     serviceAccount(CONCIERGE_NAME, ns, true),
+    {
+      // Bound by the admin to whoever may read recorded sessions (the SessionRecording API, which the proxy serves and
+      // the API server does not know: kubectl create clusterrole would refuse the resource).
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: sessionAuditorRole(ns), labels: PART_OF },
+      rules: [
+        { apiGroups: [groups.recordings], resources: [Resource.SessionRecording], verbs: ['get', 'list'] },
+      ],
+    },
     // Tokens for this account are requested by the concierge (TokenRequest API), never mounted.
     serviceAccount(IMPERSONATOR_SERVICE_ACCOUNT, ns, false),
     ...forwardingRBAC(

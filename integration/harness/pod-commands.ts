@@ -20,7 +20,7 @@ import {
   type InstalledSealion,
 } from '../../dev/installed.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../../dev/processes.ts';
-import { apiGroups } from '../../apis/groups.ts';
+import { DEFAULT_INSTALL, sessionAuditorRole } from '../../manifests/install.ts';
 
 export interface PodTarget {
   kubectl: string;
@@ -202,26 +202,15 @@ export async function demoTarget(
   if (bound.code !== 0) throw new Error(bound.stderr);
   writeFileSync(join(dir, 'demo.kubeconfig'), await installed.kubeconfig(token, cluster));
   writeFileSync(join(dir, 'hub.kubeconfig'), await installed.kubeconfig(token));
-  // The demo user may read the recorded sessions, as the README's session-auditor role grants.
-  for (const args of [
-    [
-      'create',
-      'clusterrole',
-      'session-auditor',
-      '--verb=list,get',
-      `--resource=sessionrecordings.${apiGroups().recordings}`,
-    ],
-    [
-      'create',
-      'clusterrolebinding',
-      'demo-session-auditors',
-      '--clusterrole=session-auditor',
-      `--group=${DEMO_GROUP}`,
-    ],
-  ]) {
-    const granted = await installed.hub.kubectl(args);
-    if (granted.code !== 0 && !granted.stderr.includes('AlreadyExists')) throw new Error(granted.stderr);
-  }
+  // The demo user may read the recorded sessions, as the README binds the install's session-auditor role.
+  const granted = await installed.hub.kubectl([
+    'create',
+    'clusterrolebinding',
+    'demo-session-auditors',
+    `--clusterrole=${sessionAuditorRole(DEFAULT_INSTALL.namespace)}`,
+    `--group=${DEMO_GROUP}`,
+  ]);
+  if (granted.code !== 0 && !granted.stderr.includes('AlreadyExists')) throw new Error(granted.stderr);
   writeFileSync(join(dir, 'viewer.kubeconfig'), await installed.kubeconfig(viewer, cluster));
   const target = {
     kubectl: where.binaries.kubectl,
