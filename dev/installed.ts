@@ -12,7 +12,7 @@ import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
 import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
-import { DEFAULT_INSTALL } from '../manifests/install.ts';
+import { DEFAULT_INSTALL, sessionAuditorRole } from '../manifests/install.ts';
 import { CONCIERGE_NAME } from '../apis/install.ts';
 import { REPO_ROOT } from './build.ts';
 import { startCluster, type Cluster } from './cluster.ts';
@@ -221,6 +221,14 @@ export async function startInstalledSealion(
   ];
   await kubectlAll(cluster, [
     ...readNamespaces,
+    // The demo user may read every replica's recorded sessions, as the README binds the install's role.
+    [
+      'create',
+      'clusterrolebinding',
+      'demo-session-auditors',
+      `--clusterrole=${sessionAuditorRole(namespace)}`,
+      `--group=${DEMO_GROUP}`,
+    ],
     [
       'create',
       'rolebinding',

@@ -84,6 +84,9 @@ login prints, where the local OIDC provider signs the demo user in; --oidc-devic
   npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
   npx sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
   kubectl --kubeconfig .sealion/oidc.kubeconfig --context sealion-${EDGE} get namespaces
+Every request above is audited (audit.k8s.io/v1 events in the concierge pods' logs, joined to each API server's
+own by audit ID), and every exec -it recorded; the demo user may read the recordings of every replica:
+  npx sealion recordings list --kubeconfig .sealion/oidc.kubeconfig   # then: npx sealion recordings play <ID> --kubeconfig …
 
 Press Ctrl-C to stop; everything started here is removed.`);
 }

@@ -20,13 +20,12 @@ import {
   type InstalledSealion,
 } from '../../dev/installed.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../../dev/processes.ts';
-import { DEFAULT_INSTALL, sessionAuditorRole } from '../../manifests/install.ts';
 
 export interface PodTarget {
   kubectl: string;
   /** The demo user's kubeconfig for this way in. */
   kubeconfig: string;
-  /** The demo user's kubeconfig for the hub, where the recordings are read (its RBAC lets the demo user). */
+  /** The demo user's kubeconfig for the hub, where the recordings are read (dev/installed.ts lets the demo user). */
   hubKubeconfig: string;
   /** A user whose RBAC has no pods/exec in the demo namespace, same way in. */
   refusedKubeconfig: string;
@@ -202,15 +201,6 @@ export async function demoTarget(
   if (bound.code !== 0) throw new Error(bound.stderr);
   writeFileSync(join(dir, 'demo.kubeconfig'), await installed.kubeconfig(token, cluster));
   writeFileSync(join(dir, 'hub.kubeconfig'), await installed.kubeconfig(token));
-  // The demo user may read the recorded sessions, as the README binds the install's session-auditor role.
-  const granted = await installed.hub.kubectl([
-    'create',
-    'clusterrolebinding',
-    'demo-session-auditors',
-    `--clusterrole=${sessionAuditorRole(DEFAULT_INSTALL.namespace)}`,
-    `--group=${DEMO_GROUP}`,
-  ]);
-  if (granted.code !== 0 && !granted.stderr.includes('AlreadyExists')) throw new Error(granted.stderr);
   writeFileSync(join(dir, 'viewer.kubeconfig'), await installed.kubeconfig(viewer, cluster));
   const target = {
     kubectl: where.binaries.kubectl,
