@@ -48,7 +48,7 @@ export function recordingsTable(list: SessionRecordingList): string {
     printable(r.metadata.name, 64),
     printable(r.metadata.creationTimestamp, 40),
     printable(r.status.replica, 64),
-    String(r.status.bytes),
+    printable(String(r.status.bytes), 20),
   ]);
   const header = ['ID', 'MODIFIED', 'REPLICA', 'BYTES'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
@@ -65,6 +65,16 @@ export function recordingsTable(list: SessionRecordingList): string {
       ? [`(replicas that did not answer: ${unreachable.map((r) => printable(r, 64)).join(', ')})`]
       : []),
   ].join('\n');
+}
+
+/**
+ * Terminal output without the control strings that act on the viewer's terminal rather than show something: OSC 52
+ * (writes the clipboard), device control strings (DCS), and other application commands (APC, PM, SOS).
+ */
+export function harmless(output: string): string {
+  return output
+    .replace(/\x1b\]52;[^\x07\x1b]*(?:\x07|\x1b\\)?/g, '')
+    .replace(/\x1b[P_^X][^\x1b]*(?:\x1b\\)?/g, '');
 }
 
 export function recordingsCommand(): Command {
@@ -100,7 +110,10 @@ export function recordingsCommand(): Command {
           const text = await fetchFromProxy(flags, `/${encodeURIComponent(id)}`, 'application/x-asciicast');
           if (flags.raw) return void process.stdout.write(text);
           const { parseAsciicast, play } = await import('../concierge/recording/playback.ts');
-          await play(parseAsciicast(text), process.stdout, { speed, maxIdleSeconds: maxIdle });
+          const cast = parseAsciicast(text);
+          // What the recorded session printed must not command this terminal: no clipboard writes, no device controls.
+          for (const event of cast.events) if (event[1] === 'o') event[2] = harmless(event[2]);
+          await play(cast, process.stdout, { speed, maxIdleSeconds: maxIdle });
         },
       ),
   );

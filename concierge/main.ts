@@ -123,7 +123,10 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
     throw new Error(
       'the tunnel listener needs a namespace for its CA: pass --namespace or set POD_NAMESPACE',
     );
-  const log = newLogger({ level: flags.logLevel, buffered: true });
+  // Audit events on standard output take it for themselves: the log goes to standard error then. Two writers of one
+  // pipe interleave what they write past the pipe's atomic size, which would break lines of both.
+  const auditToStdout = flags.auditLogPath === '-' && !!flags.auditPolicyFile && existsSync(flags.auditPolicyFile);
+  const log = newLogger({ level: flags.logLevel, buffered: true, ...(auditToStdout ? { fd: 2 } : {}) });
   const audit = auditOptions(flags, log);
   return {
     kubeconfig: flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true },

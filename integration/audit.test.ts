@@ -34,6 +34,10 @@ rules:
     verbs: [create]
   - level: None
     nonResourceURLs: [/version, /healthz*]
+  - level: RequestResponse
+    userGroups: [system:authenticated]
+    namespaces: [default]
+    verbs: [list]
   - level: Request
     resources: [{group: '', resources: [configmaps]}]
     verbs: [create, update]
@@ -82,6 +86,12 @@ const CASES: Case[] = [
     body: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { generateName: 'c-' } },
   },
   { name: 'a refused get: 403', user: 'bob', path: `/api/v1/namespaces/${NS}/pods` },
+  {
+    name: 'a rule for system:authenticated, which every user is in',
+    user: 'alice',
+    groups: ['devs'],
+    path: '/api/v1/namespaces/default/pods',
+  },
   { name: 'a refused secret', user: 'bob', path: `/api/v1/namespaces/${NS}/secrets/s` },
   {
     name: 'a watch',

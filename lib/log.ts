@@ -40,6 +40,8 @@ export interface LogOptions {
   buffered?: boolean;
   /** With `buffered`: write to this file instead of stdout. Default: stdout. */
   file?: string;
+  /** With `buffered`: write to this file descriptor (2: stderr) instead of stdout. Default: 1. */
+  fd?: number;
 }
 
 /** Buffered logs: bytes gathered before a write. */
@@ -53,7 +55,7 @@ export function newLogger(opts: LogOptions = {}): Logger {
     opts.destination ??
       (opts.buffered
         ? pino.destination({
-            dest: opts.file ?? 1,
+            dest: opts.file ?? opts.fd ?? 1,
             sync: false,
             minLength: BATCH_BYTES,
             periodicFlush: FLUSH_INTERVAL_MS,

@@ -52,19 +52,22 @@ describe('audit events', () => {
     expect(audit.level).toBe('Request');
     await audit.received();
     audit.impersonating({ username: 'bob', groups: [], extra: {} });
-    audit.requestObject({ kind: 'ConfigMap', data: { k: 'v' } });
-    audit.answered({
-      kind: 'Status',
-      status: 'Failure',
-      message: 'exists',
-      reason: 'AlreadyExists',
-      code: 409,
-    });
+    audit.requestBody(JSON.stringify({ kind: 'ConfigMap', data: { k: 'v' } }));
+    audit.answered(
+      JSON.stringify({
+        kind: 'Status',
+        status: 'Failure',
+        message: 'exists',
+        reason: 'AlreadyExists',
+        code: 409,
+      }),
+    );
     now += 2.5;
     audit.complete(409);
     audit.complete(409);
     expect(backend.events.map((e) => e.stage)).toEqual(['RequestReceived', 'ResponseComplete']);
-    const [received, complete] = backend.events as [AuditEvent, AuditEvent];
+    // As a sink writes them.
+    const [received, complete] = JSON.parse(JSON.stringify(backend.events)) as [AuditEvent, AuditEvent];
     expect(received.requestObject).toBeUndefined();
     expect(received.impersonatedUser).toBeUndefined();
     expect(complete).toMatchObject({
@@ -124,8 +127,9 @@ describe('audit events', () => {
     const auditor = newAuditor({ policy: loadPolicy(POLICY), backend, replica: 'r1' });
     const review = auditor.begin(facts('POST', '/apis/authentication.k8s.io/v1/tokenreviews'), alice)!;
     expect(review.level).toBe('RequestResponse');
-    review.requestObject({ kind: 'TokenReview', spec: { token: 'secret-token' } });
-    review.answered({ kind: 'TokenReview', status: { authenticated: true, token: 'x' } });
+    // Without its kind, as the API server takes it: the URL says it is a token review.
+    review.requestBody(JSON.stringify({ spec: { token: 'secret-token' } }));
+    review.answered(JSON.stringify({ kind: 'TokenReview', status: { authenticated: true, token: 'x' } }));
     review.complete(201);
     const text = JSON.stringify(backend.events);
     expect(text).not.toContain('secret-token');
@@ -139,5 +143,42 @@ describe('audit events', () => {
 
   it('formats times as the API server does, with microseconds', () => {
     expect(microTime(Date.UTC(2026, 0, 2, 3, 4, 5, 6) + 0.789)).toBe('2026-01-02T03:04:05.006789Z');
+  });
+});
+
+describe('the memory events hold while they wait', () => {
+  it('drops events past the queue bound in bytes, counting each body as its text', async () => {
+    const { Registry } = await import('prom-client');
+    const { newAuditBackend } = await import('./backend.ts');
+    const { silentLogger } = await import('../../lib/log.ts');
+    const { JSONBody } = await import('./types.ts');
+    const hung = { name: 'log', write: () => new Promise<void>(() => {}), close: () => Promise.resolve() };
+    const registry = new Registry();
+    const backend = newAuditBackend({
+      sinks: [hung],
+      registry,
+      log: silentLogger(),
+      maxQueueBytes: 1024 * 1024,
+    });
+    const body = JSON.stringify({ data: 'x'.repeat(100 * 1024) });
+    const event = (): AuditEvent => ({
+      kind: 'Event',
+      apiVersion: 'audit.k8s.io/v1',
+      level: 'Request',
+      auditID: 'a',
+      stage: 'ResponseComplete',
+      requestURI: '/',
+      verb: 'create',
+      user: {},
+      requestObject: new JSONBody(body),
+      requestReceivedTimestamp: '',
+      stageTimestamp: '',
+    });
+    for (let i = 0; i < 20; i++) await backend.emit(event());
+    const dropped = (await registry.getSingleMetric('sealion_audit_events_dropped_total')!.get()).values[0]!
+      .value;
+    // About 200 KiB each (UTF-16): a 1 MiB bound holds 5.
+    expect(dropped).toBe(15);
+    void backend.close();
   });
 });

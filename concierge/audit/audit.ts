@@ -8,7 +8,7 @@ import type { RequestAttributes } from '../proxy/request-info.ts';
 import type { AuditBackend } from './backend.ts';
 import type { AuditPolicy } from './policy.ts';
 import type { AuditEvent, Level, ObjectReference, ResponseStatus, Stage, UserInfo } from './types.ts';
-import { AUDIT_API_VERSION } from './types.ts';
+import { AUDIT_API_VERSION, JSONBody } from './types.ts';
 
 /** The API server cuts a longer User-Agent and says so (k8s.io/apiserver/pkg/audit/request.go): so does Sealion. */
 const MAX_USER_AGENT = 1024;
@@ -49,9 +49,13 @@ export interface RequestAudit {
   annotate(key: string, value: string): void;
   /** The identity the request is forwarded as, when the caller impersonates someone. */
   impersonating(user: Identity): void;
-  requestObject(object: unknown): void;
-  /** The answer's body (JSON): its Status, if it is one, goes into responseStatus; the object is kept if the level keeps answers. */
-  answered(object: unknown): void;
+  /** The request's body, JSON text (kept at Request and RequestResponse). */
+  requestBody(text: string): void;
+  /**
+   * The answer's body, JSON text: its Status, if it is one, goes into responseStatus; the text is kept at
+   * RequestResponse.
+   */
+  answered(text: string): void;
   /**
    * The RequestReceived event (unless the policy leaves it out). In blocking mode it settles once written, and
    * rejects when it could not be: the request must then be refused. In batch mode it resolves at once.
@@ -122,10 +126,11 @@ const CREDENTIAL_KINDS = new Set(['TokenReview', 'TokenRequest', 'TokenCredentia
  * An object as an event may keep it: a token or key a credential API carries is replaced, whatever the policy's
  * level (an API server's own policies usually keep these at Metadata; a policy that forgets must still leak nothing).
  */
-export function withoutCredentials(object: unknown): unknown {
+export function withoutCredentials(object: unknown, credentialAPI = false): unknown {
   if (typeof object !== 'object' || object === null) return object;
   const kind = (object as { kind?: unknown }).kind;
-  if (typeof kind !== 'string' || !CREDENTIAL_KINDS.has(kind)) return object;
+  // The API server takes a body without its kind, from its URL: what the URL names counts as much as the kind.
+  if (!credentialAPI && (typeof kind !== 'string' || !CREDENTIAL_KINDS.has(kind))) return object;
   const copy = structuredClone(object) as {
     spec?: Record<string, unknown>;
     status?: Record<string, unknown>;
@@ -139,6 +144,32 @@ export function withoutCredentials(object: unknown): unknown {
 }
 
 const REDACTED = '[redacted]';
+
+/** The APIs whose bodies carry credentials: token reviews, token requests, TokenCredentialRequests. */
+function credentialResource(attributes: RequestAttributes): boolean {
+  if (!attributes.resourceRequest) return false;
+  return (
+    attributes.resource === 'tokenreviews' ||
+    attributes.resource === 'tokencredentialrequests' ||
+    attributes.subresource === 'token'
+  );
+}
+
+/** An object (or a list's items) without metadata.managedFields, as the policy's omitManagedFields asks. */
+function withoutManagedFields(object: unknown, omit: boolean): unknown {
+  if (!omit || typeof object !== 'object' || object === null) return object;
+  const strip = (o: unknown): void => {
+    const metadata = (o as { metadata?: Record<string, unknown> } | null)?.metadata;
+    if (metadata && typeof metadata === 'object') delete metadata['managedFields'];
+  };
+  strip(object);
+  const items = (object as { items?: unknown }).items;
+  if (Array.isArray(items)) items.forEach(strip);
+  return object;
+}
+
+/** An answer longer than this is no Status (whose message the API server caps far below). */
+const MAX_STATUS_TEXT = 64 * 1024;
 
 /** A copy of `event` with `changes`, and neither body (a stage before they are known). */
 function withoutBodies(event: AuditEvent, changes: Partial<AuditEvent>): AuditEvent {
@@ -202,7 +233,12 @@ export function newAuditor(opts: AuditorOptions): Auditor {
   return {
     backend,
     begin(facts, identity, annotations = {}) {
-      const config = policy.evaluate(facts.attributes, identity);
+      // As the API server evaluates its policy: after authentication, which puts everyone in system:authenticated.
+      const user = identity ? userOf(identity) : undefined;
+      const config = policy.evaluate(
+        facts.attributes,
+        user && { username: user.username ?? '', groups: user.groups ?? [] },
+      );
       if (config.level === 'None') return undefined;
       const level = config.level;
       const userAgent =
@@ -218,7 +254,7 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         stage: 'RequestReceived',
         requestURI: facts.requestURI,
         verb: facts.attributes.verb,
-        user: identity ? userOf(identity) : {},
+        user: user ?? {},
         ...(facts.sourceIP ? { sourceIPs: [facts.sourceIP] } : {}),
         ...(userAgent ? { userAgent } : {}),
         ...(objectRef ? { objectRef } : {}),
@@ -238,6 +274,12 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         stageTimestamp: microTime(now()),
       });
       const keepsRequest = level === 'Request' || level === 'RequestResponse';
+      /** How a kept body is written: no credential in it, and no managed fields if the policy says so. */
+      const shape = (object: unknown): unknown =>
+        withoutManagedFields(
+          withoutCredentials(object, credentialResource(facts.attributes)),
+          config.omitManagedFields,
+        );
       return {
         level,
         keepsRequest,
@@ -248,12 +290,20 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         impersonating(user) {
           base.impersonatedUser = userOf(user);
         },
-        requestObject(object) {
-          if (keepsRequest) base.requestObject = withoutCredentials(object);
+        requestBody(text) {
+          if (keepsRequest) base.requestObject = new JSONBody(text, shape);
         },
-        answered(object) {
-          if (isStatus(object)) answerStatus = object;
-          if (level === 'RequestResponse') base.responseObject = withoutCredentials(object);
+        answered(text) {
+          // A Status is small; only an answer that may be one is parsed here.
+          if (text.length <= MAX_STATUS_TEXT && text.includes('"Status"')) {
+            try {
+              const object: unknown = JSON.parse(text);
+              if (isStatus(object)) answerStatus = object;
+            } catch {
+              // Not JSON: no Status to tell.
+            }
+          }
+          if (level === 'RequestResponse') base.responseObject = new JSONBody(text, shape);
         },
         received() {
           if (config.omitStages.has('RequestReceived')) return Promise.resolve();

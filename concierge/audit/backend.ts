@@ -6,7 +6,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { systemClock, type Clock } from '../../lib/clock.ts';
 import { SealionError } from '../../lib/errors.ts';
 import type { Logger } from '../../lib/log.ts';
-import type { AuditEvent } from './types.ts';
+import { eventBytes, type AuditEvent } from './types.ts';
 
 export type AuditMode = 'batch' | 'blocking';
 
@@ -31,6 +31,11 @@ export interface AuditBackendOptions {
    * rejects) rather than let requests pile up behind a sink that stopped. Default: DEFAULT_BUFFER_SIZE (10,000).
    */
   bufferSize?: number;
+  /**
+   * The memory the events queued per sink may hold (bodies kept at the Request levels make events large), past which
+   * they are dropped (or refused) as when the queue is full. Default: DEFAULT_MAX_QUEUE_BYTES.
+   */
+  maxQueueBytes?: number;
   /** The most events one write() carries. Default: DEFAULT_BATCH_MAX_SIZE (400). */
   batchMaxSize?: number;
   /**
@@ -87,6 +92,11 @@ export class AuditError extends SealionError {
  * 10–20 MB per sink; at RequestResponse level with large objects it can hold far more, and a smaller one fits better.
  */
 export const DEFAULT_BUFFER_SIZE = 10_000;
+/**
+ * 64 MiB per sink: ten thousand Metadata events are about 20 MiB; events that keep bodies (up to 256 KiB each) reach
+ * the bound with a few hundred, and the rest are dropped and counted rather than grow the process past its limit.
+ */
+export const DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024;
 /** kube-apiserver's webhook batch default: an EventList of 400 Metadata events is under 1 MB. */
 export const DEFAULT_BATCH_MAX_SIZE = 400;
 /**
@@ -114,6 +124,8 @@ const LATENCY_BUCKETS = [
 
 interface Queued {
   event: AuditEvent;
+  /** About how much memory it holds (eventBytes). */
+  bytes: number;
   /** When it was queued (clock time), for batchMaxWaitMs. */
   at: number;
   /** Blocking mode: told whether the sink wrote it. */
@@ -126,6 +138,8 @@ interface Lane {
   readonly maxWaitMs: number;
   /** Events not yet handed to the sink, oldest first; never more than bufferSize. */
   queue: Queued[];
+  /** The memory the queue and the write under way hold; never more than maxQueueBytes. */
+  bytes: number;
   /** Whether a write() of this sink is under way (or about to start); at most one is. */
   writing: boolean;
   /** Writes a partial batch once its oldest event has waited maxWaitMs. Armed only while events wait and no write is under way. */
@@ -148,6 +162,7 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
   if (problems.length > 0) throw new AuditError(AUDIT_CONFIG, `audit backend: ${problems.join('; ')}`);
   const mode = opts.mode ?? 'batch';
   const bufferSize = opts.bufferSize ?? DEFAULT_BUFFER_SIZE;
+  const maxQueueBytes = opts.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES;
   const batchMaxSize = opts.batchMaxSize ?? DEFAULT_BATCH_MAX_SIZE;
   const clock = opts.clock ?? systemClock;
   const log = opts.log.child({ component: 'audit' });
@@ -162,6 +177,7 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
             ? DEFAULT_BATCH_MAX_WAIT_MS[sink.name]!
             : FALLBACK_BATCH_MAX_WAIT_MS)),
     queue: [],
+    bytes: 0,
     writing: false,
     batchTimer: undefined,
     drained: [],
@@ -215,14 +231,19 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
       settle?.(new AuditError(AUDIT_CLOSED, 'audit backend is closed'));
       return;
     }
-    if (lane.queue.length >= bufferSize) {
+    const bytes = eventBytes(event);
+    if (lane.queue.length >= bufferSize || lane.bytes + bytes > maxQueueBytes) {
       drop(lane, 1, 'queueFull');
       settle?.(
-        new AuditError(AUDIT_QUEUE_FULL, `audit sink ${lane.sink.name}: ${bufferSize} events wait already`),
+        new AuditError(
+          AUDIT_QUEUE_FULL,
+          `audit sink ${lane.sink.name}: ${lane.queue.length} events (${lane.bytes} bytes) wait already`,
+        ),
       );
       return;
     }
-    lane.queue.push(settle ? { event, at: clock.now(), settle } : { event, at: clock.now() });
+    lane.bytes += bytes;
+    lane.queue.push(settle ? { event, bytes, at: clock.now(), settle } : { event, bytes, at: clock.now() });
     pump(lane);
   }
 
@@ -253,6 +274,9 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
   async function write(lane: Lane): Promise<void> {
     const batch = lane.queue.splice(0, batchMaxSize);
     const sink = lane.sink.name;
+    const release = (): void => {
+      for (const q of batch) lane.bytes -= q.bytes;
+    };
     // Real elapsed time, not the injected clock's: this measures the sink, and nothing waits on it.
     const started = performance.now();
     try {
@@ -268,6 +292,7 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
       for (const q of batch) q.settle?.(failure);
     }
     latency.observe({ sink }, (performance.now() - started) / 1000);
+    release();
     lane.writing = false;
     pump(lane);
   }
@@ -325,6 +350,7 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
     state = 'closed';
     for (const lane of lanes) {
       const left = lane.queue.splice(0);
+      for (const q of left) lane.bytes -= q.bytes;
       if (left.length === 0) continue;
       drop(lane, left.length, 'closed');
       const failure = new AuditError(AUDIT_CLOSED, 'audit backend closed before the event was written');
@@ -401,6 +427,7 @@ function validateAuditBackendOptions(opts: AuditBackendOptions): string[] {
       problems.push(`${field}: must be a whole number of at least 1`);
   };
   positiveInteger('bufferSize', opts.bufferSize);
+  positiveInteger('maxQueueBytes', opts.maxQueueBytes);
   positiveInteger('batchMaxSize', opts.batchMaxSize);
   if (
     opts.batchMaxWaitMs !== undefined &&

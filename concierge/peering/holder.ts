@@ -114,11 +114,22 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     const recordings = opts.recordings;
     if (!recordings) return writeStatus(res, 404, 'this replica records no sessions');
     const id = url.slice(RECORDINGS_PATH.length).replace(/^\//, '');
-    if (!id) return send(res, 200, 'application/json', JSON.stringify(recordings.list()));
+    if (!id) {
+      recordings.list().then(
+        (list) => send(res, 200, 'application/json', JSON.stringify(list)),
+        (err: unknown) => {
+          log.warn({ err: (err as Error).message }, 'the recordings could not be listed');
+          writeStatus(res, 500, 'the recordings could not be listed');
+        },
+      );
+      return;
+    }
     const content = recordings.read(id);
     if (!content) return writeStatus(res, 404, 'no such recording');
     res.writeHead(200, { 'content-type': 'application/x-asciicast' });
     content.on('error', () => res.destroy());
+    // A peer that resets the stream while the file is read: the file closes too.
+    res.on('close', () => content.destroy());
     relay(content, res);
   };
 

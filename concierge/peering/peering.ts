@@ -30,6 +30,8 @@ import type { Readable } from 'node:stream';
 import type { RecordingInfo, Recordings } from '../recording/session.ts';
 import { RECORDINGS_PATH } from './link.ts';
 
+/** How long a replica has to send its list of recordings. */
+const LIST_TIMEOUT_MS = 10_000;
 /** A replica's list of recordings: a line each, a few thousand sessions. */
 const MAX_LIST_BYTES = 4 * 1024 * 1024;
 
@@ -43,8 +45,14 @@ function readAll(body: Readable, max: number): Promise<string> {
       if (size > max) return void body.destroy(new Error('the answer is too large'));
       chunks.push(chunk);
     });
+    // A peer that sends its answer slowly is given up on, as one that sends too much is.
+    const timer = setTimeout(() => body.destroy(new Error('the answer took too long')), LIST_TIMEOUT_MS);
     body.once('end', () => done(Buffer.concat(chunks).toString('utf8')));
     body.once('error', fail);
+    body.once('close', () => {
+      clearTimeout(timer);
+      fail(new Error('the answer was cut short'));
+    });
   });
 }
 
@@ -159,8 +167,16 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
             const text = await readAll(answer.body, MAX_LIST_BYTES);
             if (answer.status === 404) return;
             if (answer.status !== 200) throw new Error(`status ${answer.status}`);
-            for (const r of JSON.parse(text) as RecordingInfo[])
-              found.push({ ...r, replica: holder.replica });
+            const items: unknown = JSON.parse(text);
+            if (!Array.isArray(items)) throw new Error('the answer is not a list');
+            for (const r of items as Partial<RecordingInfo>[])
+              if (
+                typeof r?.id === 'string' &&
+                typeof r.modified === 'string' &&
+                typeof r.bytes === 'number' &&
+                Number.isFinite(r.bytes)
+              )
+                found.push({ id: r.id, modified: r.modified, bytes: r.bytes, replica: holder.replica });
           } catch (err) {
             log.warn(
               { peer: holder.replica, err: (err as Error).message },

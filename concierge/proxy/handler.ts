@@ -72,6 +72,12 @@ const isSession = (
 
 const RECORDINGS_RESOURCE = Resource.SessionRecording;
 
+/** A request through a node's proxy: to the kubelet's own API, where exec and attach are reached another way. */
+const reachesKubelet = (attributes: RequestAttributes): boolean =>
+  attributes.resourceRequest &&
+  attributes.resource === 'nodes' &&
+  (attributes.subresource === 'proxy' || attributes.verb === 'proxy');
+
 const NOT_AUDITED = "the request could not be audited, and this proxy's audit is blocking; retry later";
 
 /**
@@ -134,11 +140,16 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     facts: RequestFacts | undefined,
     user: UserInfo | undefined,
     annotations?: Record<string, string>,
+    mayRefuse = true,
   ): Promise<boolean> {
     if (!auditor || !facts) return true;
     const audit = auditor.begin(facts, user, annotations);
     if (!audit) return true;
     exchange.context.audit = audit;
+    if (!mayRefuse) {
+      void audit.received().catch(() => {});
+      return true;
+    }
     try {
       await audit.received();
       return true;
@@ -282,7 +293,10 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const allowed = await deps.reviewer
       .allowed({
         user: user.username,
-        groups: user.groups,
+        // As the API server would see the user: authenticated.
+        groups: user.groups.includes(AUTHENTICATED_GROUP)
+          ? user.groups
+          : [...user.groups, AUTHENTICATED_GROUP],
         extra: user.extra,
         ...(user.uid ? { uid: user.uid } : {}),
         verb: name ? 'get' : 'list',
@@ -426,7 +440,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     }
     if (exchange.kind === 'plain' && isAnonymousPath(path)) {
       // Health checks are answered whatever the audit's state: a blocked audit must not restart the pod.
-      if (!(await audited(exchange, facts, ANONYMOUS, where)) && !isHealthPath(path)) return;
+      if (!(await audited(exchange, facts, ANONYMOUS, where, !isHealthPath(path)))) return;
       if (await serveAnonymous(exchange.req, exchange.res, path)) return;
     } else if (!deps.serving()) {
       await audited(exchange, facts, undefined, where);
@@ -478,6 +492,12 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       );
       if (context.impersonated) audit.impersonating(context.impersonated);
     }
+    if (exchange.kind === 'upgrade' && deps.recordings?.required && reachesKubelet(attributes))
+      return refuse(exchange, {
+        status: 403,
+        message:
+          "sessions must be recorded here, and an upgrade through a node's proxy (the kubelet's own API) cannot be: use kubectl exec or attach",
+      });
     if (exchange.kind === 'upgrade' && deps.recordings && isSession(attributes)) {
       const refused = await record(exchange, attributes);
       if (refused) return refuse(exchange, refused);

@@ -104,7 +104,7 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: (
     },
   });
   if (context.audit?.keepsRequest && stream !== undefined && hasBody(req))
-    keepBody('stream' in req ? req.stream : req, context.audit);
+    keepBody('stream' in req ? req.stream : req, req.headers['content-type'], context.audit);
   const watchingBody = progressMs !== undefined && stream !== undefined && hasBody(req);
   if (!release && !watchingBody) return;
   let stopWatchingBody = (): void => {};
@@ -168,7 +168,9 @@ function recordingTap(exchange: UpgradeExchange): (res: IncomingMessage) => Upgr
   const { context } = exchange;
   return (res) => {
     const recording = context.recording!;
-    const tap = recording.tap(res);
+    // Where recording is required, a session whose recording stops ends: the client's side closes, and the splice
+    // closes the upstream's.
+    const tap = recording.tap(res, () => exchange.socket.destroy());
     if (!(tap instanceof Unrecordable)) return tap;
     context.audit?.annotate(ANNOTATIONS.recording, `not recorded: ${tap.message}`);
     return recording.required ? tap : undefined;
@@ -210,7 +212,11 @@ function auditAnswer(
       return undefined;
     }
     if (!(audit.keepsResponse || status >= 300)) return undefined;
-    if (!String(headers['content-type'] ?? '').startsWith('application/json')) return undefined;
+    if (!isJSON(headers['content-type']) || headers['content-encoding'] !== undefined) {
+      if (audit.keepsResponse)
+        audit.annotate(ANNOTATIONS.objects, 'the answer is not plain JSON (ask for JSON to have it kept)');
+      return undefined;
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     return {
@@ -225,20 +231,22 @@ function auditAnswer(
             audit.annotate(ANNOTATIONS.objects, `response body over ${MAX_AUDITED_BODY} bytes, not kept`);
           return;
         }
-        let answer: unknown;
-        try {
-          answer = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-        } catch {
-          return;
-        }
-        audit.answered(answer);
+        audit.answered(Buffer.concat(chunks).toString('utf8'));
       },
     };
   };
 }
 
-/** Keeps a copy of the request body for its audit event, as JSON when it is JSON (a patch, an object). */
-function keepBody(body: Readable, audit: RequestAudit): void {
+/** JSON and the patch types that are JSON (merge, strategic merge, JSON patch); not YAML, protobuf or CBOR. */
+const isJSON = (type: string | string[] | undefined): boolean =>
+  typeof type === 'string' && /^application\/(?:[a-z-]+-patch\+)?json\b/.test(type);
+
+/** Keeps a copy of the request body for its audit event, when it is JSON (an object, a patch). */
+function keepBody(body: Readable, contentType: string | string[] | undefined, audit: RequestAudit): void {
+  if (!isJSON(contentType)) {
+    audit.annotate(ANNOTATIONS.objects, 'the request body is not JSON, not kept');
+    return;
+  }
   const chunks: Buffer[] = [];
   let size = 0;
   const take = (chunk: Buffer): void => {
@@ -252,12 +260,7 @@ function keepBody(body: Readable, audit: RequestAudit): void {
   };
   body.on('data', take);
   body.once('end', () => {
-    if (size > MAX_AUDITED_BODY) return;
-    try {
-      audit.requestObject(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-    } catch {
-      audit.annotate(ANNOTATIONS.objects, 'request body is not JSON, not kept');
-    }
+    if (size <= MAX_AUDITED_BODY) audit.requestBody(Buffer.concat(chunks).toString('utf8'));
   });
 }
 

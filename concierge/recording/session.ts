@@ -3,7 +3,8 @@
 // admin asks) as asciicast v2, named by the request's audit ID so the recording joins the audit events of every hop.
 // A session whose bytes cannot be decoded, or whose recording cannot be opened, is refused where recording is
 // required, and goes on unrecorded (said in its audit event) where it is not.
-import { mkdirSync, readdirSync, statSync, createReadStream, type ReadStream } from 'node:fs';
+import { createReadStream, mkdirSync, statSync, type ReadStream } from 'node:fs';
+import { readdir, stat, unlink } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -19,6 +20,13 @@ import { newStreamDecoder } from './terminal-streams.ts';
  * (a `cat` of a big file) has its recording cut there, with a marker, rather than fill the volume.
  */
 export const DEFAULT_MAX_SESSION_BYTES = 32 * 1024 * 1024;
+/**
+ * The most all recordings may take on one replica: three quarters of the install's 1 GiB volume, so that what is being
+ * written (each session counted at its whole limit) never fills it.
+ */
+export const DEFAULT_MAX_TOTAL_BYTES = 768 * 1024 * 1024;
+/** Below this a session's recording holds hardly more than its header: a limit that small is a mistake. */
+const MIN_SESSION_BYTES = 64 * 1024;
 /** Recording files: the audit ID (a UUID) and the asciicast extension; nothing else is ever read or listed. */
 const RECORDING_NAME = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.cast$/;
 
@@ -29,7 +37,12 @@ export interface RecordingOptions {
   maxBytes?: number;
   /** Record what the user typed, too. Default: false (passwords typed at a prompt would be kept). */
   stdin?: boolean;
-  /** Refuse an exec or attach that cannot be recorded. Default: false (it goes on, unrecorded, and its audit event says so). */
+  /** The most all recordings in the folder may take; the oldest go to make room. Default: DEFAULT_MAX_TOTAL_BYTES. */
+  maxTotalBytes?: number;
+  /**
+   * Refuse an exec or attach that cannot be recorded, and end one whose recording stops. Default: false (it goes on,
+   * unrecorded, and its audit event or the log says so).
+   */
   required?: boolean;
   clock?: Clock;
   log: Logger;
@@ -52,8 +65,11 @@ export interface SessionRecording {
   readonly id: string;
   /** Whether the session must be refused when it cannot be recorded. */
   readonly required: boolean;
-  /** The observer of the spliced bytes, for the upstream's 101 answer; an Error when its protocol cannot be decoded. */
-  tap(res: IncomingMessage): UpgradeTap | Unrecordable;
+  /**
+   * The observer of the spliced bytes, for the upstream's 101 answer; an Error when its protocol cannot be decoded.
+   * `abort` ends the session: called where recording is required and the recording stops.
+   */
+  tap(res: IncomingMessage, abort: () => void): UpgradeTap | Unrecordable;
   /** Closes the file (also once the session ends). */
   close(reason?: string): Promise<void>;
 }
@@ -69,7 +85,7 @@ export interface Recordings {
   /** Opens the recording of a session; rejects when it cannot be opened. */
   open(facts: SessionFacts): Promise<SessionRecording>;
   /** The recordings in the folder, newest first. */
-  list(): RecordingInfo[];
+  list(): Promise<RecordingInfo[]>;
   /** A recording's contents, or undefined when there is none by that ID. */
   read(id: string): ReadStream | undefined;
 }
@@ -82,49 +98,108 @@ export class Unrecordable extends Error {
 export function newRecordings(opts: RecordingOptions): Recordings {
   const clock = opts.clock ?? systemClock;
   const maxBytes = opts.maxBytes ?? DEFAULT_MAX_SESSION_BYTES;
+  const maxTotalBytes = opts.maxTotalBytes ?? DEFAULT_MAX_TOTAL_BYTES;
+  if (!(maxBytes >= MIN_SESSION_BYTES))
+    throw new Error(`recording: a session may not take less than ${MIN_SESSION_BYTES} bytes`);
+  if (!(maxTotalBytes >= maxBytes))
+    throw new Error('recording: the folder may not take less than one session');
   const stdin = opts.stdin ?? false;
+  const required = opts.required ?? false;
   mkdirSync(opts.dir, { recursive: true, mode: 0o700 });
   const pathOf = (id: string): string | undefined =>
     RECORDING_NAME.test(`${id}.cast`) ? join(opts.dir, `${id}.cast`) : undefined;
+  /** Recordings being written: each counts as its whole limit until it is closed. */
+  const open = new Set<string>();
+
+  /** The recordings in the folder, oldest first (the open ones too). */
+  const listed = async (): Promise<RecordingInfo[]> => {
+    const found: RecordingInfo[] = [];
+    for (const name of await readdir(opts.dir)) {
+      const match = RECORDING_NAME.exec(name);
+      if (!match) continue;
+      try {
+        const info = await stat(join(opts.dir, name));
+        found.push({ id: match[1]!, bytes: info.size, modified: info.mtime.toISOString() });
+      } catch {
+        // Removed meanwhile.
+      }
+    }
+    return found.sort((a, b) => a.modified.localeCompare(b.modified));
+  };
+
+  /**
+   * Room for one more session within maxTotalBytes, the oldest closed recordings removed to make it: the volume never
+   * fills (a kubelet evicts a pod whose emptyDir does, and the eviction would take every recording with it). Rejects
+   * when the sessions being recorded leave no room.
+   */
+  const makeRoom = async (): Promise<void> => {
+    const all = await listed();
+    let used = open.size * maxBytes;
+    for (const r of all) if (!open.has(r.id)) used += r.bytes;
+    for (const r of all) {
+      if (used + maxBytes <= maxTotalBytes) return;
+      if (open.has(r.id)) continue;
+      await unlink(join(opts.dir, `${r.id}.cast`)).catch(() => {});
+      used -= r.bytes;
+      opts.log.info({ id: r.id, bytes: r.bytes }, 'an old recording was removed to make room');
+    }
+    if (used + maxBytes > maxTotalBytes)
+      throw new Unrecordable('the sessions being recorded leave no room for another recording');
+  };
 
   return {
-    required: opts.required ?? false,
+    required,
     async open(facts) {
       const path = pathOf(facts.auditID);
       if (!path) throw new Unrecordable('the session has no audit ID a recording can be named by');
+      await makeRoom();
       const container = facts.query.get('container');
       const command = facts.query.getAll('command');
-      const recorder: Recorder = await newRecorder({
-        path,
-        maxBytes,
-        stdin,
-        clock,
-        header: {
-          title: `${facts.subresource} ${facts.namespace}/${facts.pod}`,
-          sealion: {
-            auditID: facts.auditID,
-            user: facts.user,
-            cluster: facts.cluster,
-            namespace: facts.namespace,
-            pod: facts.pod,
-            ...(container ? { container } : {}),
-            ...(facts.subresource === 'exec' ? { command } : {}),
+      open.add(facts.auditID);
+      let recorder: Recorder;
+      try {
+        recorder = await newRecorder({
+          path,
+          maxBytes,
+          stdin,
+          clock,
+          header: {
+            title: `${facts.subresource} ${facts.namespace}/${facts.pod}`,
+            sealion: {
+              auditID: facts.auditID,
+              user: facts.user,
+              cluster: facts.cluster,
+              namespace: facts.namespace,
+              pod: facts.pod,
+              ...(container ? { container } : {}),
+              ...(facts.subresource === 'exec' ? { command } : {}),
+            },
           },
-        },
-      });
+        });
+      } catch (err) {
+        open.delete(facts.auditID);
+        throw err;
+      }
+      /** Whether the upstream switched protocols: a session refused before that recorded nothing worth keeping. */
+      let started = false;
       let closed: Promise<void> | undefined;
       // A failed last write is logged, never thrown at whoever ends the session.
       const close = (reason?: string): Promise<void> =>
-        (closed ??= recorder.close(reason).catch((err: unknown) => {
-          opts.log.warn(
-            { id: facts.auditID, err: (err as Error).message },
-            'a recording could not be finished',
-          );
-        }));
+        (closed ??= recorder
+          .close(reason)
+          .then(() => (started ? undefined : unlink(path)))
+          .catch((err: unknown) => {
+            opts.log.warn(
+              { id: facts.auditID, err: (err as Error).message },
+              'a recording could not be finished',
+            );
+          })
+          .finally(() => open.delete(facts.auditID)));
       return {
         id: facts.auditID,
-        required: opts.required ?? false,
-        tap(res) {
+        required,
+        tap(res, abort) {
+          started = true;
           const protocol = String(
             res.headers['sec-websocket-protocol'] ?? res.headers['x-stream-protocol-version'] ?? '',
           );
@@ -133,17 +208,24 @@ export function newRecordings(opts: RecordingOptions): Recordings {
             { data: (channel, bytes) => recorder.event(channel, bytes) },
           );
           if (!decoder) {
-            void close(`the session's protocol (${protocol || 'none'}) cannot be recorded`);
-            return new Unrecordable(`the session's protocol (${protocol || 'none'}) cannot be recorded`);
+            const why = `the session's protocol (${protocol || 'none'}) cannot be recorded`;
+            void close(why);
+            return new Unrecordable(why);
           }
-          let reported = false;
+          let stopped = false;
+          /**
+           * A session whose recording stopped (its bytes could not be decoded, or it reached its size limit) goes on
+           * unrecorded, said in the log; where recording is required it ends there.
+           */
           const check = (): void => {
-            if (reported || !decoder.failure) return;
-            reported = true;
-            opts.log.warn(
-              { id: facts.auditID, problem: decoder.failure },
-              'a session stopped being recorded',
-            );
+            if (stopped) return;
+            const problem =
+              decoder.failure ?? (recorder.truncated ? 'the recording reached its size limit' : undefined);
+            if (!problem) return;
+            stopped = true;
+            opts.log.warn({ id: facts.auditID, problem, required }, 'a session stopped being recorded');
+            void close(`recording stopped: ${problem}`);
+            if (required) abort();
           };
           return {
             fromClient(chunk) {
@@ -160,19 +242,8 @@ export function newRecordings(opts: RecordingOptions): Recordings {
         close,
       };
     },
-    list() {
-      const found: RecordingInfo[] = [];
-      for (const name of readdirSync(opts.dir)) {
-        const match = RECORDING_NAME.exec(name);
-        if (!match) continue;
-        try {
-          const stat = statSync(join(opts.dir, name));
-          found.push({ id: match[1]!, bytes: stat.size, modified: stat.mtime.toISOString() });
-        } catch {
-          // Removed meanwhile.
-        }
-      }
-      return found.sort((a, b) => b.modified.localeCompare(a.modified));
+    async list() {
+      return (await listed()).reverse();
     },
     read(id) {
       const path = pathOf(id);
@@ -209,7 +280,7 @@ export function sharedRecordings(
 ): RecordingStore {
   return {
     async list() {
-      const own = local.list().map((r) => ({ ...r, replica }));
+      const own = (await local.list()).map((r) => ({ ...r, replica }));
       const others = (await peers()?.peerRecordings()) ?? { found: [], unreachable: [] };
       const found = [...own, ...others.found].sort((a, b) => b.modified.localeCompare(a.modified));
       return { found, unreachable: others.unreachable };

@@ -412,7 +412,12 @@ function headerValue(block: Buffer, wanted: string): string | undefined {
   for (let i = 0; i < pairs; i++) {
     const name = field().toString('latin1').toLowerCase();
     const value = field().toString('latin1');
-    if (name === wanted) found = value;
+    if (name !== wanted) continue;
+    // The kubelet reads the first of repeated fields, and spdystream splits a value at NUL into several: a stream
+    // whose type is not one plain value could be read as another type here than there, so it is undecodable.
+    if (found !== undefined || value.includes('\0'))
+      throw new Undecodable(`spdy: a stream's ${wanted} is not one plain value`);
+    found = value;
   }
   return found;
 }

@@ -150,6 +150,8 @@ function readBody(req: IncomingMessage): Promise<unknown> {
 const json = (res: ServerResponse, code: number, body: object): void =>
   void res.writeHead(code, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 
+const NOT_AUDITED = "the request could not be audited, and this concierge's audit is blocking; retry later";
+
 /** How an agent appears in audit events: the cluster its certificate is bound to. */
 export const agentUser = (cluster: string): UserInfo => ({
   username: `sealion:agent:${cluster}`,
@@ -362,10 +364,26 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         req,
         'binding' in verified ? verified.binding : undefined,
       );
-      if (audit) {
-        void audit.received().catch(() => {});
-        res.once('close', () => audit.complete(res.statusCode));
-      }
+      if (audit) res.once('close', () => audit.complete(res.statusCode));
+      // In blocking mode nothing goes on before its event is written.
+      if (audit && opts.auditor?.backend.mode === 'blocking')
+        return void audit.received().then(
+          () => serveListenerRequest(req, res, path, verified, audit),
+          () => writeStatus(res, 503, NOT_AUDITED, { retryAfterSeconds: 1 }),
+        );
+      if (audit) void audit.received().catch(() => {});
+      serveListenerRequest(req, res, path, verified, audit);
+    },
+  );
+
+  function serveListenerRequest(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string | undefined,
+    verified: ReturnType<typeof peerBinding>,
+    audit: RequestAudit | undefined,
+  ): void {
+    {
       if (req.method === 'POST' && path === '/register') {
         // Counted before the body is read, so that a refused request costs no more than its headers. Not logged: a
         // flood would otherwise become a flood of log lines.
@@ -432,8 +450,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         return;
       }
       json(res, 404, { message: 'not found' });
-    },
-  );
+    }
+  }
 
   // Renegotiation is a client-driven, expensive handshake that nothing here needs.
   server.on('secureConnection', (socket: TLSSocket) => {
@@ -459,12 +477,29 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     );
     /** The status the connection was answered with: 101 once it is a tunnel. */
     let answered = 0;
-    if (audit) {
-      void audit.received().catch(() => {});
-      socket.once('close', () => audit.complete(answered));
-    }
+    if (audit) socket.once('close', () => audit.complete(answered));
+    if (audit && opts.auditor?.backend.mode === 'blocking')
+      return void audit.received().then(
+        () => serveConnect(req, socket, head, verified, audit, (code) => (answered = code)),
+        () => {
+          answered = 503;
+          socket.end(rawStatusResponse(503, NOT_AUDITED));
+        },
+      );
+    if (audit) void audit.received().catch(() => {});
+    serveConnect(req, socket, head, verified, audit, (code) => (answered = code));
+  });
+
+  function serveConnect(
+    req: IncomingMessage,
+    socket: Socket,
+    head: Buffer,
+    verified: ReturnType<typeof peerBinding>,
+    audit: RequestAudit | undefined,
+    answer: (code: number) => void,
+  ): void {
     const refuse = (code: number, problem: string): void => {
-      answered = code;
+      answer(code);
       log.warn({ problem }, 'tunnel refused');
       // The same answer for every refusal; the reason goes to the log.
       socket.end(rawStatusResponse(code, code === 404 ? 'not found' : 'Unauthorized'));
@@ -479,13 +514,13 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     if (req.headers[TUNNEL_PROTOCOL_HEADER] !== TUNNEL_PROTOCOL) {
       log.warn({ cluster }, 'tunnel refused: the agent is too old for this hub');
       const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
-      answered = 426;
+      answer(426);
       return void socket.end(rawStatusResponse(426, message));
     }
     // An agent that holds tunnels to several replicas wants each on another one.
     const avoid = String(req.headers[AVOID_REPLICAS_HEADER] ?? '').split(',');
     if (avoid.includes(encodeURIComponent(opts.identity))) {
-      answered = ALREADY_HELD;
+      answer(ALREADY_HELD);
       return void socket.end(
         rawStatusResponse(ALREADY_HELD, `replica ${opts.identity} already holds a tunnel of this agent`),
       );
@@ -558,7 +593,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       if (head.length > 0) socket.unshift(head);
       socket.setTimeout(0);
       socket.setNoDelay(true);
-      answered = 101;
+      answer(101);
       audit?.responseStarted(101);
       socket.write(
         `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${replicaField}\r\n\r\n`,
@@ -570,11 +605,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       return;
     }
     wss.handleUpgrade(req, socket, head, (ws) => {
-      answered = 101;
+      answer(101);
       audit?.responseStarted(101);
       accept(createWebSocketStream(ws), 'websocket', () => ws.terminate());
     });
-  });
+  }
 
   // A Cluster removed from the registry, created again, or with its agentGeneration raised loses its tunnel at
   // once, not at the agent's next reconnect; an edited one has its limits applied to the open tunnel.
