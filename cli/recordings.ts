@@ -72,9 +72,12 @@ export function recordingsTable(list: SessionRecordingList): string {
  * (writes the clipboard), device control strings (DCS), and other application commands (APC, PM, SOS).
  */
 export function harmless(output: string): string {
+  // Control characters are what these expressions are about.
+  /* eslint-disable no-control-regex */
   return output
     .replace(/\x1b\]52;[^\x07\x1b]*(?:\x07|\x1b\\)?/g, '')
     .replace(/\x1b[P_^X][^\x1b]*(?:\x1b\\)?/g, '');
+  /* eslint-enable no-control-regex */
 }
 
 export function recordingsCommand(): Command {

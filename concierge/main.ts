@@ -125,7 +125,8 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
     );
   // Audit events on standard output take it for themselves: the log goes to standard error then. Two writers of one
   // pipe interleave what they write past the pipe's atomic size, which would break lines of both.
-  const auditToStdout = flags.auditLogPath === '-' && !!flags.auditPolicyFile && existsSync(flags.auditPolicyFile);
+  const auditToStdout =
+    flags.auditLogPath === '-' && !!flags.auditPolicyFile && existsSync(flags.auditPolicyFile);
   const log = newLogger({ level: flags.logLevel, buffered: true, ...(auditToStdout ? { fd: 2 } : {}) });
   const audit = auditOptions(flags, log);
   return {
