@@ -4,6 +4,7 @@ import { microTime, newAuditor, withoutCredentials } from './audit.ts';
 import type { AuditBackend } from './backend.ts';
 import { loadPolicy } from './policy.ts';
 import type { AuditEvent } from './types.ts';
+import { sampleEvent } from './sample-event.ts';
 
 const POLICY = `apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -161,19 +162,7 @@ describe('the memory events hold while they wait', () => {
       maxQueueBytes: 1024 * 1024,
     });
     const body = JSON.stringify({ data: 'x'.repeat(100 * 1024) });
-    const event = (): AuditEvent => ({
-      kind: 'Event',
-      apiVersion: 'audit.k8s.io/v1',
-      level: 'Request',
-      auditID: 'a',
-      stage: 'ResponseComplete',
-      requestURI: '/',
-      verb: 'create',
-      user: {},
-      requestObject: new JSONBody(body),
-      requestReceivedTimestamp: '',
-      stageTimestamp: '',
-    });
+    const event = (): AuditEvent => sampleEvent(0, { level: 'Request', requestObject: new JSONBody(body) });
     for (let i = 0; i < 20; i++) await backend.emit(event());
     const dropped = (await registry.getSingleMetric('sealion_audit_events_dropped_total')!.get()).values[0]!
       .value;

@@ -17,25 +17,10 @@ import {
   type AuditBackendOptions,
   type AuditSink,
 } from './backend.ts';
-import { AUDIT_API_VERSION, type AuditEvent } from './types.ts';
+import type { AuditEvent } from './types.ts';
+import { sampleEvent } from './sample-event.ts';
 
-/** An event whose every field a leak into the logs would show. */
-function auditEvent(i: number): AuditEvent {
-  return {
-    kind: 'Event',
-    apiVersion: AUDIT_API_VERSION,
-    level: 'Metadata',
-    auditID: `audit-id-${i}`,
-    stage: 'ResponseComplete',
-    requestURI: `/api/v1/namespaces/secret-ns/secrets/s${i}`,
-    verb: 'get',
-    user: { username: 'alice@example.com', groups: ['dev'] },
-    sourceIPs: ['192.0.2.7'],
-    responseStatus: { metadata: {}, code: 200 },
-    requestReceivedTimestamp: '2025-01-02T03:04:05.000000Z',
-    stageTimestamp: '2025-01-02T03:04:05.100000Z',
-  };
-}
+const auditEvent = (i: number): AuditEvent => sampleEvent(i);
 
 /** Leave every write, the first the backend queued in a microtask included, the turns it needs to settle. */
 async function settle(): Promise<void> {

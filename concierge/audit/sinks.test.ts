@@ -23,24 +23,11 @@ import {
   type AuditSink,
 } from './backend.ts';
 import { newLogSink, newWebhookSink } from './sinks.ts';
-import { AUDIT_API_VERSION, type AuditEvent } from './types.ts';
+import type { AuditEvent } from './types.ts';
+import { sampleEvent } from './sample-event.ts';
 
-function auditEvent(i: number, padding = ''): AuditEvent {
-  return {
-    kind: 'Event',
-    apiVersion: AUDIT_API_VERSION,
-    level: 'Metadata',
-    auditID: `audit-id-${i}`,
-    stage: 'ResponseComplete',
-    requestURI: `/api/v1/namespaces/default/pods/p${i}`,
-    verb: 'get',
-    user: { username: 'alice@example.com', groups: ['dev'] },
-    responseStatus: { metadata: {}, code: 200 },
-    requestReceivedTimestamp: '2025-01-02T03:04:05.000000Z',
-    stageTimestamp: '2025-01-02T03:04:05.100000Z',
-    ...(padding ? { annotations: { padding } } : {}),
-  };
-}
+const auditEvent = (i: number, padding = ''): AuditEvent =>
+  sampleEvent(i, padding ? { annotations: { padding } } : {});
 
 const events = (from: number, to: number, padding = ''): AuditEvent[] =>
   Array.from({ length: to - from }, (_, i) => auditEvent(from + i, padding));
