@@ -84,6 +84,11 @@ export function conciergeCommand(): Command {
     )
     .option('--recording-required', 'refuse an exec or attach that cannot be recorded', false)
     .option('--recording-max-size <MiB>', "one session's recording stops at this size", '32')
+    .option(
+      '--recording-webhook-config-file <path>',
+      'kubeconfig-format file naming a receiver that finished recordings are also POSTed to',
+      '',
+    )
     .option('--no-log-usernames', 'keep usernames and groups out of operational logs (audit keeps them)')
     .addHelpText(
       'after',

@@ -36,6 +36,8 @@ import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
 import { startAudit, type AuditOptions } from './audit/setup.ts';
 import { newRecordings, sharedRecordings, type RecordingOptions } from './recording/session.ts';
+import { newRecordingUploader, type RecordingUploader } from './recording/upload.ts';
+import { newWebhookClient } from './audit/sinks.ts';
 import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
 import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
@@ -94,8 +96,11 @@ export interface ConciergeOptions {
   metrics?: { host: string; port: number };
   /** Audit events for every request served (concierge/audit/). Default: none. */
   audit?: AuditOptions;
-  /** Where exec and attach sessions are recorded (concierge/recording/). Default: not recorded. */
-  recording?: Omit<RecordingOptions, 'log' | 'clock'>;
+  /**
+   * Where exec and attach sessions are recorded (concierge/recording/), and the kubeconfig-format file of a receiver
+   * finished recordings are also sent to. Default: not recorded.
+   */
+  recording?: Omit<RecordingOptions, 'log' | 'clock' | 'uploader'> & { webhookConfigFile?: string };
   /** Whether operational log lines name users; audit events always do. Default: true. */
   logUsernames?: boolean;
   log: Logger;
@@ -183,8 +188,22 @@ async function start(
     ? await startAudit(opts.audit, opts.identity, metrics.registry, log.child({ component: 'audit' }))
     : undefined;
   if (audit) onStop(() => audit.close());
+  let uploader: RecordingUploader | undefined;
+  if (opts.recording?.webhookConfigFile) {
+    const sending = newRecordingUploader(
+      await newWebhookClient({ kubeconfigPath: opts.recording.webhookConfigFile }, 'recording webhook'),
+      log.child({ component: 'recording' }),
+    );
+    uploader = sending;
+    onStop(() => sending.close());
+  }
   const recordings = opts.recording
-    ? newRecordings({ ...opts.recording, clock, log: log.child({ component: 'recording' }) })
+    ? newRecordings({
+        ...opts.recording,
+        clock,
+        log: log.child({ component: 'recording' }),
+        ...(uploader ? { uploader } : {}),
+      })
     : undefined;
   const handler = newProxyHandler({
     groups,

@@ -53,6 +53,8 @@ export interface ConciergeFlags {
   recordingStdin: boolean;
   recordingRequired: boolean;
   recordingMaxSize: string;
+  /** A kubeconfig-format file naming where finished recordings are also sent; empty: nowhere. */
+  recordingWebhookConfigFile: string;
 }
 
 function count(flag: string, value: string): number {
@@ -178,6 +180,9 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
             stdin: flags.recordingStdin,
             required: flags.recordingRequired,
             maxBytes: count('recording-max-size', flags.recordingMaxSize) * 1024 * 1024,
+            ...(flags.recordingWebhookConfigFile
+              ? { webhookConfigFile: flags.recordingWebhookConfigFile }
+              : {}),
           },
         }
       : {}),

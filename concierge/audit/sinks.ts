@@ -263,22 +263,32 @@ interface WebhookTarget {
 }
 
 /**
- * POSTs each batch as an audit.k8s.io/v1 EventList, as kube-apiserver's webhook backend. Connection errors,
- * timeouts, 429 and 5xx are retried with backoff; other answers are not (AUDIT_REJECTED), and a batch still
- * failing after the retries rejects with AUDIT_UNAVAILABLE. close() aborts a write under way.
+ * A receiver named by a kubeconfig-format file, as kube-apiserver's webhooks are: POSTs retried with backoff on
+ * connection errors, timeouts, 429 and 5xx; other answers are not retried (AUDIT_REJECTED), and a body still failing
+ * after the retries rejects with AUDIT_UNAVAILABLE. close() aborts a POST under way.
  */
-export async function newWebhookSink(opts: WebhookSinkOptions): Promise<AuditSink> {
+export interface WebhookClient {
+  /** `webhook <host>`, for messages. */
+  readonly where: string;
+  send(body: string | Buffer, headers: Record<string, string>): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function newWebhookClient(
+  opts: WebhookSinkOptions,
+  what = 'audit webhook',
+): Promise<WebhookClient> {
   const problems = [
     ...atLeast('initialBackoffMs', opts.initialBackoffMs, 0),
     ...atLeast('maxRetries', opts.maxRetries, 0, { integer: true }),
     ...atLeast('timeoutMs', opts.timeoutMs, 0, { exclusive: true }),
   ];
-  if (problems.length > 0) throw new AuditError(AUDIT_CONFIG, `audit webhook: ${problems.join('; ')}`);
+  if (problems.length > 0) throw new AuditError(AUDIT_CONFIG, `${what}: ${problems.join('; ')}`);
   const initialBackoffMs = opts.initialBackoffMs ?? DEFAULT_WEBHOOK_INITIAL_BACKOFF_MS;
   const maxRetries = opts.maxRetries ?? DEFAULT_WEBHOOK_MAX_RETRIES;
   const timeoutMs = opts.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS;
   const target = await loadWebhookTarget(opts.kubeconfigPath);
-  const where = `audit webhook ${target.url.host}`;
+  const where = `${what} ${target.url.host}`;
 
   const agent = new Agent({
     connect: {
@@ -289,30 +299,29 @@ export async function newWebhookSink(opts: WebhookSinkOptions): Promise<AuditSin
     },
     keepAliveTimeout: KEEP_ALIVE_MS,
   });
-  const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    accept: 'application/json',
-    ...(target.token ? { authorization: `Bearer ${target.token}` } : {}),
-  };
+  const authorization: Record<string, string> = target.token
+    ? { authorization: `Bearer ${target.token}` }
+    : {};
   const closing = new AbortController();
   let closed: Promise<void> | undefined;
   const closedError = (): AuditError => new AuditError(AUDIT_CLOSED, `${where}: closed`);
 
-  /** One POST: undefined when the receiver took the batch, else why not and whether to try again. */
+  /** One POST: undefined when the receiver took the body, else why not and whether to try again. */
   async function post(
-    body: string,
+    body: string | Buffer,
+    headers: Record<string, string>,
   ): Promise<{ retry: boolean; reason: string; status?: number } | undefined> {
     const deadline = AbortSignal.timeout(timeoutMs);
     try {
       const res = await request(target.url, {
         method: 'POST',
         dispatcher: agent,
-        headers,
+        headers: { ...headers, ...authorization },
         body,
         signal: AbortSignal.any([deadline, closing.signal]),
       });
-      // The answer's body is not used, and never logged (a receiver may echo events); it is read so that the
-      // connection can carry the next batch.
+      // The answer's body is not used, and never logged (a receiver may echo what it got); it is read so that the
+      // connection can carry the next body.
       await res.body.dump().catch(() => undefined);
       const status = res.statusCode;
       if (status >= 200 && status < 300) return undefined;
@@ -325,19 +334,11 @@ export async function newWebhookSink(opts: WebhookSinkOptions): Promise<AuditSin
   }
 
   return {
-    name: 'webhook',
-    async write(events) {
+    where,
+    async send(body, headers) {
       if (closing.signal.aborted) throw closedError();
-      if (events.length === 0) return;
-      const list: EventList = {
-        kind: 'EventList',
-        apiVersion: AUDIT_API_VERSION,
-        metadata: {},
-        items: events,
-      };
-      const body = JSON.stringify(list);
       for (let attempt = 1; ; attempt++) {
-        const failure = await post(body);
+        const failure = await post(body, headers);
         if (!failure) return;
         const status = failure.status === undefined ? {} : { status: failure.status };
         if (!failure.retry) throw new AuditError(AUDIT_REJECTED, `${where}: ${failure.reason}`, status);
@@ -364,6 +365,26 @@ export async function newWebhookSink(opts: WebhookSinkOptions): Promise<AuditSin
       })();
       return closed;
     },
+  };
+}
+
+/** POSTs each batch as an audit.k8s.io/v1 EventList, as kube-apiserver's webhook backend (see WebhookClient). */
+export async function newWebhookSink(opts: WebhookSinkOptions): Promise<AuditSink> {
+  const client = await newWebhookClient(opts);
+  const headers = { 'content-type': 'application/json', accept: 'application/json' };
+  return {
+    name: 'webhook',
+    async write(events) {
+      if (events.length === 0) return;
+      const list: EventList = {
+        kind: 'EventList',
+        apiVersion: AUDIT_API_VERSION,
+        metadata: {},
+        items: events,
+      };
+      await client.send(JSON.stringify(list), headers);
+    },
+    close: () => client.close(),
   };
 }
 

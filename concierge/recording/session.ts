@@ -14,6 +14,7 @@ import type { UpgradeTap } from '../../lib/http2/upgrade.ts';
 import type { Logger } from '../../lib/log.ts';
 import { newRecorder, type Recorder } from './asciicast.ts';
 import { newStreamDecoder } from './terminal-streams.ts';
+import type { RecordingUploader } from './upload.ts';
 
 /**
  * The most one session's recording may take: an hour of a busy build log is a few MiB; a session that prints more
@@ -46,6 +47,8 @@ export interface RecordingOptions {
   required?: boolean;
   clock?: Clock;
   log: Logger;
+  /** Where finished recordings are also sent. Default: nowhere. */
+  uploader?: Pick<RecordingUploader, 'add'>;
 }
 
 /** What is known of a session when it is opened. */
@@ -187,7 +190,7 @@ export function newRecordings(opts: RecordingOptions): Recordings {
       const close = (reason?: string): Promise<void> =>
         (closed ??= recorder
           .close(reason)
-          .then(() => (started ? undefined : unlink(path)))
+          .then(() => (started ? opts.uploader?.add(facts.auditID, path) : unlink(path)))
           .catch((err: unknown) => {
             opts.log.warn(
               { id: facts.auditID, err: (err as Error).message },
