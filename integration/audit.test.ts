@@ -85,6 +85,26 @@ const CASES: Case[] = [
     path: `/api/v1/namespaces/${NS}/configmaps`,
     body: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { generateName: 'c-' } },
   },
+  {
+    name: 'a create that names its object (Metadata: the name comes from the body)',
+    user: 'alice',
+    groups: ['devs'],
+    method: 'POST',
+    path: `/api/v1/namespaces/${NS}/services?dryRun=All`,
+    body: {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: 'named' },
+      spec: { ports: [{ port: 80 }] },
+    },
+  },
+  {
+    name: 'a refused create that names its object (never decoded: no name)',
+    user: 'bob',
+    method: 'POST',
+    path: `/api/v1/namespaces/${NS}/services?dryRun=All`,
+    body: { apiVersion: 'v1', kind: 'Service', metadata: { name: 'named' }, spec: { ports: [{ port: 80 }] } },
+  },
   { name: 'a refused get: 403', user: 'bob', path: `/api/v1/namespaces/${NS}/pods` },
   {
     name: 'a rule for system:authenticated, which every user is in',
@@ -228,7 +248,7 @@ describe('audit, as the API server audits', () => {
       'clusterrole',
       'devs',
       '--verb=get,list,watch,create',
-      '--resource=pods,pods/log,configmaps',
+      '--resource=pods,pods/log,configmaps,services',
     ]);
     await apply(['create', 'clusterrolebinding', 'devs', '--clusterrole=devs', '--group=devs']);
     await apply([

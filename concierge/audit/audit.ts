@@ -46,6 +46,8 @@ export interface RequestAudit {
   /** Whether the policy keeps request bodies (Request and RequestResponse) or answers too (RequestResponse). */
   readonly keepsRequest: boolean;
   readonly keepsResponse: boolean;
+  /** Whether the request's body names its object (a create or an update), as the API server's events say. */
+  readonly namesObject: boolean;
   annotate(key: string, value: string): void;
   /** The identity the request is forwarded as, when the caller impersonates someone. */
   impersonating(user: Identity): void;
@@ -179,6 +181,29 @@ function withoutBodies(event: AuditEvent, changes: Partial<AuditEvent>): AuditEv
   return copy;
 }
 
+/**
+ * The object a create's or an update's body names, into the event's objectRef where the URL left a field empty, as
+ * the API server fills it from the object it decoded (k8s.io/apiserver/pkg/audit/request.go LogRequestObject).
+ */
+function fillFromBody(ref: ObjectReference, text: string): ObjectReference {
+  let metadata: Record<string, unknown> | undefined;
+  try {
+    metadata = (JSON.parse(text) as { metadata?: Record<string, unknown> } | null)?.metadata;
+  } catch {
+    return ref;
+  }
+  if (!metadata || typeof metadata !== 'object') return ref;
+  const take = (field: 'namespace' | 'name' | 'uid' | 'resourceVersion'): void => {
+    const value = metadata[field];
+    if (!ref[field] && typeof value === 'string' && value !== '') ref[field] = value;
+  };
+  take('namespace');
+  take('name');
+  take('uid');
+  take('resourceVersion');
+  return ref;
+}
+
 function objectRefOf(attributes: RequestAttributes): ObjectReference | undefined {
   if (!attributes.resourceRequest) return undefined;
   const { resource, namespace, name, group, version, subresource } = attributes;
@@ -263,6 +288,11 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         annotations: { [ANNOTATIONS.replica]: replica, ...annotations },
       };
       let completed = false;
+      /**
+       * The objectRef as the body names it, for a ResponseComplete that reached the API server's handler: one refused
+       * by authentication or authorization was never decoded there, and its event names no more than the URL.
+       */
+      let named: ObjectReference | undefined;
       /** The Status the answer carried, if it was one. */
       let answerStatus: StatusObject | undefined;
       let started = false;
@@ -274,6 +304,9 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         stageTimestamp: microTime(now()),
       });
       const keepsRequest = level === 'Request' || level === 'RequestResponse';
+      const namesObject =
+        facts.attributes.resourceRequest &&
+        (facts.attributes.verb === 'create' || facts.attributes.verb === 'update');
       /** How a kept body is written: no credential in it, and no managed fields if the policy says so. */
       const shape = (object: unknown): unknown =>
         withoutManagedFields(
@@ -284,6 +317,7 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         level,
         keepsRequest,
         keepsResponse: level === 'RequestResponse',
+        namesObject,
         annotate(key, value) {
           base.annotations![key] = value;
         },
@@ -292,6 +326,7 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         },
         requestBody(text) {
           if (keepsRequest) base.requestObject = new JSONBody(text, shape);
+          if (namesObject && base.objectRef) named = fillFromBody({ ...base.objectRef }, text);
         },
         answered(text) {
           // A Status is small; only an answer that may be one is parsed here.
@@ -334,7 +369,8 @@ export function newAuditor(opts: AuditorOptions): Auditor {
             answerStatus && message === undefined
               ? statusFrom(answerStatus, code)
               : responseStatusOf(code, message);
-          void emit(event('ResponseComplete', { responseStatus })).catch(() => {});
+          const objectRef = named && code !== 401 && code !== 403 ? { objectRef: named } : {};
+          void emit(event('ResponseComplete', { responseStatus, ...objectRef })).catch(() => {});
         },
       };
     },

@@ -103,7 +103,13 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: (
       ...(hop.budget ? { account: { budget: hop.budget, user: plan.user } } : {}),
     },
   });
-  if (context.audit?.keepsRequest && stream !== undefined && hasBody(req))
+  // A create's or an update's body names its object, which the API server's events name at every level.
+  if (
+    context.audit &&
+    (context.audit.keepsRequest || context.audit.namesObject) &&
+    stream !== undefined &&
+    hasBody(req)
+  )
     keepBody('stream' in req ? req.stream : req, req.headers['content-type'], context.audit);
   const watchingBody = progressMs !== undefined && stream !== undefined && hasBody(req);
   if (!release && !watchingBody) return;
@@ -244,7 +250,7 @@ const isJSON = (type: string | string[] | undefined): boolean =>
 /** Keeps a copy of the request body for its audit event, when it is JSON (an object, a patch). */
 function keepBody(body: Readable, contentType: string | string[] | undefined, audit: RequestAudit): void {
   if (!isJSON(contentType)) {
-    audit.annotate(ANNOTATIONS.objects, 'the request body is not JSON, not kept');
+    if (audit.keepsRequest) audit.annotate(ANNOTATIONS.objects, 'the request body is not JSON, not kept');
     return;
   }
   const chunks: Buffer[] = [];
@@ -255,7 +261,8 @@ function keepBody(body: Readable, contentType: string | string[] | undefined, au
     else {
       chunks.length = 0;
       body.off('data', take);
-      audit.annotate(ANNOTATIONS.objects, `request body over ${MAX_AUDITED_BODY} bytes, not kept`);
+      if (audit.keepsRequest)
+        audit.annotate(ANNOTATIONS.objects, `request body over ${MAX_AUDITED_BODY} bytes, not kept`);
     }
   };
   body.on('data', take);
