@@ -171,3 +171,43 @@ describe('the memory events hold while they wait', () => {
     void backend.close();
   });
 });
+
+describe("strangers' events", () => {
+  it('fill at most a quarter of a queue, so people who signed in keep their place', async () => {
+    const { Registry } = await import('prom-client');
+    const { newAuditBackend } = await import('./backend.ts');
+    const { silentLogger } = await import('../../lib/log.ts');
+    const written: AuditEvent[][] = [];
+    let release = (): void => {};
+    const slow = {
+      name: 'log',
+      write: (events: AuditEvent[]) =>
+        new Promise<void>((done) => {
+          written.push(events);
+          release = done;
+        }),
+      close: () => Promise.resolve(),
+    };
+    const backend = newAuditBackend({
+      sinks: [slow],
+      registry: new Registry(),
+      log: silentLogger(),
+      bufferSize: 8,
+    });
+    // The first event goes to the sink at once; the queue then fills behind it.
+    await backend.emit(sampleEvent(0));
+    await new Promise((r) => setImmediate(r));
+    for (let i = 1; i <= 20; i++) await backend.emit(sampleEvent(i, { user: {} }));
+    for (let i = 21; i <= 26; i++) await backend.emit(sampleEvent(i));
+    release();
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    const next = written[1] ?? [];
+    expect(next.filter((e) => !e.user.username)).toHaveLength(2);
+    expect(next.filter((e) => e.user.username).map((e) => e.auditID)).toEqual(
+      [21, 22, 23, 24, 25, 26].map((i) => `audit-id-${i}`),
+    );
+    release();
+    void backend.close();
+  });
+});

@@ -97,6 +97,12 @@ export const DEFAULT_BUFFER_SIZE = 10_000;
  * the bound with a few hundred, and the rest are dropped and counted rather than grow the process past its limit.
  */
 export const DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024;
+/** Strangers' events may fill at most one part in this many of a queue. */
+const STRANGER_SHARE = 4;
+
+/** An event of a request nobody authenticated sent: anyone who can reach the proxy or the tunnel listener. */
+const isStranger = (event: AuditEvent): boolean =>
+  !event.user.username || event.user.username === 'system:anonymous';
 /** kube-apiserver's webhook batch default: an EventList of 400 Metadata events is under 1 MB. */
 export const DEFAULT_BATCH_MAX_SIZE = 400;
 /**
@@ -126,6 +132,8 @@ interface Queued {
   event: AuditEvent;
   /** About how much memory it holds (eventBytes). */
   bytes: number;
+  /** Whether nobody authenticated sent its request (isStranger). */
+  stranger: boolean;
   /** When it was queued (clock time), for batchMaxWaitMs. */
   at: number;
   /** Blocking mode: told whether the sink wrote it. */
@@ -140,6 +148,8 @@ interface Lane {
   queue: Queued[];
   /** The memory the queue and the write under way hold; never more than maxQueueBytes. */
   bytes: number;
+  /** Strangers' events in the queue and the write under way; never more than a STRANGER_SHARE-th of bufferSize. */
+  strangers: number;
   /** Whether a write() of this sink is under way (or about to start); at most one is. */
   writing: boolean;
   /** Writes a partial batch once its oldest event has waited maxWaitMs. Armed only while events wait and no write is under way. */
@@ -178,6 +188,7 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
             : FALLBACK_BATCH_MAX_WAIT_MS)),
     queue: [],
     bytes: 0,
+    strangers: 0,
     writing: false,
     batchTimer: undefined,
     drained: [],
@@ -232,7 +243,11 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
       return;
     }
     const bytes = eventBytes(event);
-    if (lane.queue.length >= bufferSize || lane.bytes + bytes > maxQueueBytes) {
+    const stranger = isStranger(event);
+    // Strangers (nobody authenticated: 401s, registrations, health checks) share a quarter of the queue, so a flood
+    // of them never costs the events of people who signed in.
+    const strangersFull = stranger && lane.strangers >= Math.ceil(bufferSize / STRANGER_SHARE);
+    if (strangersFull || lane.queue.length >= bufferSize || lane.bytes + bytes > maxQueueBytes) {
       drop(lane, 1, 'queueFull');
       settle?.(
         new AuditError(
@@ -243,7 +258,12 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
       return;
     }
     lane.bytes += bytes;
-    lane.queue.push(settle ? { event, bytes, at: clock.now(), settle } : { event, bytes, at: clock.now() });
+    if (stranger) lane.strangers++;
+    lane.queue.push(
+      settle
+        ? { event, bytes, stranger, at: clock.now(), settle }
+        : { event, bytes, stranger, at: clock.now() },
+    );
     pump(lane);
   }
 
@@ -275,7 +295,10 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
     const batch = lane.queue.splice(0, batchMaxSize);
     const sink = lane.sink.name;
     const release = (): void => {
-      for (const q of batch) lane.bytes -= q.bytes;
+      for (const q of batch) {
+        lane.bytes -= q.bytes;
+        if (q.stranger) lane.strangers--;
+      }
     };
     // Real elapsed time, not the injected clock's: this measures the sink, and nothing waits on it.
     const started = performance.now();
@@ -350,7 +373,10 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
     state = 'closed';
     for (const lane of lanes) {
       const left = lane.queue.splice(0);
-      for (const q of left) lane.bytes -= q.bytes;
+      for (const q of left) {
+        lane.bytes -= q.bytes;
+        if (q.stranger) lane.strangers--;
+      }
       if (left.length === 0) continue;
       drop(lane, left.length, 'closed');
       const failure = new AuditError(AUDIT_CLOSED, 'audit backend closed before the event was written');
