@@ -160,6 +160,13 @@ export const StrategyReasons = {
   CouldNotGetClusterInfo: 'CouldNotGetClusterInfo',
 } as const satisfies Record<StrategyReason, StrategyReason>;
 
+/**
+ * What a strategy's message says when the ConfigMap's latest edit was rejected while the last good configuration keeps
+ * the frontend serving: the strategy reports what serves (Success), and clients warn with the message.
+ */
+export const REJECTED_EDIT =
+  'the latest configuration edit was rejected, and the last good configuration stays in effect';
+
 /** Where a client connects, and which CA it trusts there. */
 export interface EndpointConfig {
   /**

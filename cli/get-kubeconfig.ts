@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import { stringify } from 'yaml';
-import type { ConciergeStrategy, EndpointConfig } from '../apis/authentication.ts';
+import { REJECTED_EDIT, type ConciergeStrategy, type EndpointConfig } from '../apis/authentication.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
@@ -106,8 +106,12 @@ export async function proxyEndpoint(
   for (;;) {
     const authenticator = choose(await listAuthenticators(clients, flags.groupSuffix), flags);
     const strategy = authenticator.strategies.find((s) => s.type === 'ImpersonationProxy');
-    if (strategy?.status === 'Success' && strategy.impersonationProxyConfig)
+    if (strategy?.status === 'Success' && strategy.impersonationProxyConfig) {
+      // The proxy serves, by the last good configuration: usable, and the admin's broken edit worth a word.
+      if (String(strategy.message).includes(REJECTED_EDIT))
+        say(`warning: the impersonation proxy serves, but ${printable(String(strategy.message))}`);
       return { authenticator, endpoint: strategy.impersonationProxyConfig };
+    }
     const pending = !strategy || strategy.reason === 'Pending';
     if (!pending)
       throw new Error(

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { X509Certificate } from 'node:crypto';
-import type { ConciergeStrategy } from '../apis/authentication.ts';
+import { REJECTED_EDIT, type ConciergeStrategy } from '../apis/authentication.ts';
 import { MemoryInformer } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
 import { newLogger } from '../lib/log.ts';
@@ -200,12 +200,15 @@ describe('the impersonation-proxy controller', () => {
     expect(w.state.strategy).toMatchObject({ status: 'NotAvailable', reason: 'Disabled' });
   });
 
-  it('reports a rejected config edit as an Error naming the field while the last good settings keep serving', async () => {
+  it('reports a rejected config edit, naming the field, beside the fact that the last good settings keep serving', async () => {
     const w = world(settingsOf({ endpoint: 'proxy.example.com' }));
     w.state.problem = 'impersonationProxy.mode: must be one of auto, enabled, disabled';
     await w.sync();
     expect(w.state.served).toBeDefined();
-    expect(w.state.strategy).toMatchObject({ status: 'Error', reason: 'ErrorDuringSetup' });
+    // It serves: Success, with where; the message says what is wrong with the edit.
+    expect(w.state.strategy).toMatchObject({ status: 'Success', reason: 'Listening' });
+    expect(w.state.strategy?.impersonationProxyConfig?.endpoint).toBe('https://proxy.example.com');
+    expect(w.state.strategy?.message).toContain(REJECTED_EDIT);
     expect(w.state.strategy?.message).toContain('impersonationProxy.mode');
     w.state.problem = undefined;
     await w.sync();

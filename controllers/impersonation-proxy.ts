@@ -6,6 +6,7 @@
 import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import {
+  REJECTED_EDIT,
   StrategyReasons,
   StrategyStatuses,
   StrategyTypes,
@@ -241,16 +242,15 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
     // Configuration problems, a pending load balancer and certificates not issued yet are reported in the strategy.
     sync(): Promise<SyncResult> {
       const { settings, problem } = deps.settings();
-      const note = problem
-        ? `; the last good configuration keeps serving because the latest edit is invalid: ${problem}`
-        : '';
+      const note = problem ? `; ${REJECTED_EDIT}: ${problem}` : '';
       const decision = decide(settings.mode, deps.nodes.list());
-      if (problem) {
-        // A broken edit is an error an admin must see, whatever the proxy is doing meanwhile.
-        decision.status = StrategyStatuses.Error;
-        decision.reason = StrategyReasons.ErrorDuringSetup;
-      }
       if (!decision.run) {
+        // Not serving: the broken edit is the error an admin must see. Serving (below), the status says so, and the
+        // message says what is wrong with the edit; clients use the proxy and warn.
+        if (problem) {
+          decision.status = StrategyStatuses.Error;
+          decision.reason = StrategyReasons.ErrorDuringSetup;
+        }
         deps.serve(undefined);
         deps.publish(strategy(decision.status, decision.reason, decision.message + note));
         return Promise.resolve();
