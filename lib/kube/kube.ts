@@ -25,6 +25,7 @@ export interface KubeClients {
   customObjects: k8s.CustomObjectsApi;
   authentication: k8s.AuthenticationV1Api;
   authorization: k8s.AuthorizationV1Api;
+  certificates: k8s.CertificatesV1Api;
 }
 
 export function loadKubeConfig(source: KubeconfigSource): k8s.KubeConfig {
@@ -72,6 +73,7 @@ export function newKubeClients(source: KubeconfigSource): KubeClients {
     customObjects: config.makeApiClient(k8s.CustomObjectsApi),
     authentication: config.makeApiClient(k8s.AuthenticationV1Api),
     authorization: config.makeApiClient(k8s.AuthorizationV1Api),
+    certificates: config.makeApiClient(k8s.CertificatesV1Api),
   };
 }
 

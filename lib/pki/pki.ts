@@ -209,10 +209,13 @@ export function fingerprint(certPem: string): string {
 }
 
 /** A certificate signing request for a fresh key pair; the private key never leaves the caller. */
-export async function newCSR(commonName: string): Promise<{ csrPem: string; keyPem: string }> {
+export async function newCSR(
+  commonName: string,
+  organizations: readonly string[] = [],
+): Promise<{ csrPem: string; keyPem: string }> {
   const keys = await newKeyPair();
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({
-    name: subjectName(commonName),
+    name: subjectName(commonName, organizations),
     keys,
     signingAlgorithm: KEY_ALGORITHM,
   });
