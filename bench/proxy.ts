@@ -223,9 +223,7 @@ export async function benchProxy(): Promise<void> {
       );
     const server = serveProxy();
     children.push(server);
-    // The same concierge auditing every request at Metadata (the install's default policy): audit on against off.
-    const auditedServer = serveProxy('audit');
-    children.push(auditedServer);
+
     const serverLines = lines(server);
     log('waiting for the concierge');
     const { url: proxyURL, servingCA } = JSON.parse((await serverLines.next()).value as string) as {
@@ -237,8 +235,17 @@ export async function benchProxy(): Promise<void> {
       return JSON.parse((await serverLines.next()).value as string) as T;
     };
     const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
+    const askAudited = async (command: string): Promise<void> => {
+      auditedServer.stdin!.write(`${command}\n`);
+      await auditedLines.next();
+    };
 
-    const audited = JSON.parse((await lines(auditedServer).next()).value as string) as {
+    // The same concierge auditing every request at Metadata (the install's default policy): audit on against off.
+    // Started once the first is ready: each prepares the cluster (its CRDs, its identity), which two at once race.
+    const auditedServer = serveProxy('audit');
+    children.push(auditedServer);
+    const auditedLines = lines(auditedServer);
+    const audited = JSON.parse((await auditedLines.next()).value as string) as {
       url: string;
       servingCA: string;
     };
@@ -399,9 +406,12 @@ export async function benchProxy(): Promise<void> {
     const startProfiles = async (name: string, concierge: boolean): Promise<() => Promise<void>> => {
       if (!profileDir) return async () => {};
       if (concierge) await ask(`profile ${join(profileDir, `${name}.cpuprofile`)}`);
+      // And the audited concierge's, beside it.
+      if (concierge) await askAudited(`profile ${join(profileDir, `${name}.audited.cpuprofile`)}`);
       const apiserver = fetchPprof(cluster, admin, join(profileDir, `${name}.apiserver.pprof`));
       return async () => {
         if (concierge) await ask('profile-end');
+        if (concierge) await askAudited('profile-end');
         await apiserver;
       };
     };

@@ -193,6 +193,7 @@ describe("strangers' events", () => {
       registry: new Registry(),
       log: silentLogger(),
       bufferSize: 8,
+      batchMaxWaitMs: 0,
     });
     // The first event goes to the sink at once; the queue then fills behind it.
     await backend.emit(sampleEvent(0));

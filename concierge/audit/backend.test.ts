@@ -157,7 +157,7 @@ describe('batch mode', () => {
 
   it('has one write under way per sink; what comes meanwhile goes in the next batch', async () => {
     const sink = heldSink('log');
-    const h = harness({ sinks: [sink] });
+    const h = harness({ sinks: [sink], batchMaxWaitMs: 0 });
     void h.backend.emit(auditEvent(0));
     await settle();
     for (let i = 1; i <= 3; i++) void h.backend.emit(auditEvent(i));
@@ -194,16 +194,19 @@ describe('batch mode', () => {
     expect(h.clock.pending()).toEqual([]);
   });
 
-  it('by default writes the log at once and lets the webhook gather a batch', async () => {
+  it('by default writes the log within a moment and lets the webhook gather a batch', async () => {
     const log = recordingSink('log');
     const webhook = recordingSink('webhook');
     const h = harness({ sinks: [log, webhook] });
     void h.backend.emit(auditEvent(0));
     await settle();
+    expect(log.batches).toHaveLength(0);
+    h.clock.advance(DEFAULT_BATCH_MAX_WAIT_MS.log!);
+    await settle();
     expect(log.batches).toHaveLength(1);
     expect(webhook.batches).toHaveLength(0);
 
-    h.clock.advance(DEFAULT_BATCH_MAX_WAIT_MS.webhook!);
+    h.clock.advance(DEFAULT_BATCH_MAX_WAIT_MS.webhook! - DEFAULT_BATCH_MAX_WAIT_MS.log!);
     await settle();
     expect(webhook.batches).toHaveLength(1);
   });
