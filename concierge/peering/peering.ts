@@ -35,27 +35,6 @@ const LIST_TIMEOUT_MS = 10_000;
 /** A replica's list of recordings: a line each, a few thousand sessions. */
 const MAX_LIST_BYTES = 4 * 1024 * 1024;
 
-/** A body read whole, up to `max` bytes. */
-function readAll(body: Readable, max: number): Promise<string> {
-  return new Promise((done, fail) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    body.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > max) return void body.destroy(new Error('the answer is too large'));
-      chunks.push(chunk);
-    });
-    // A peer that sends its answer slowly is given up on, as one that sends too much is.
-    const timer = setTimeout(() => body.destroy(new Error('the answer took too long')), LIST_TIMEOUT_MS);
-    body.once('end', () => done(Buffer.concat(chunks).toString('utf8')));
-    body.once('error', fail);
-    body.once('close', () => {
-      clearTimeout(timer);
-      fail(new Error('the answer was cut short'));
-    });
-  });
-}
-
 export { PEER_USER_STREAMS } from './link.ts';
 
 /**
@@ -163,11 +142,14 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       await Promise.all(
         opts.replicas().map(async (holder) => {
           try {
-            const answer = await routes.get(holder, RECORDINGS_PATH);
-            const text = await readAll(answer.body, MAX_LIST_BYTES);
+            // A small answer, bounded in size and time, as the concierge's own calls over any hop are.
+            const answer = await routes.call(holder, RECORDINGS_PATH, {
+              timeoutMs: LIST_TIMEOUT_MS,
+              maxBytes: MAX_LIST_BYTES,
+            });
             if (answer.status === 404) return;
             if (answer.status !== 200) throw new Error(`status ${answer.status}`);
-            const items: unknown = JSON.parse(text);
+            const items: unknown = JSON.parse(answer.body.toString('utf8'));
             if (!Array.isArray(items)) throw new Error('the answer is not a list');
             for (const r of items as Partial<RecordingInfo>[])
               if (

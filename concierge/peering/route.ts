@@ -6,7 +6,7 @@ import { constants } from 'node:http2';
 import type { Readable } from 'node:stream';
 import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import type { Clock } from '../../lib/clock.ts';
-import { CallFailed } from '../../lib/http2/forward.ts';
+import { callOverHttp2, CallFailed, type CallAnswer } from '../../lib/http2/forward.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import type { Logger } from '../../lib/log.ts';
 import { newTunnelClient, type TunnelClient } from '../../lib/tunnel/tunnel.ts';
@@ -47,6 +47,12 @@ export interface PeerRoutes {
    * body, streamed. Rejects when the replica cannot be reached.
    */
   get(holder: RemoteHolder, path: string): Promise<{ status: number; body: Readable }>;
+  /** The same for a small answer, read whole within `limits`. */
+  call(
+    holder: RemoteHolder,
+    path: string,
+    limits: { timeoutMs: number; maxBytes: number },
+  ): Promise<CallAnswer>;
   stop(): void;
 }
 
@@ -237,6 +243,15 @@ export function newPeerRoutes(opts: PeerRoutesOptions): PeerRoutes {
   return {
     route: peerRoute,
     links: () => open,
+    async call(holder, path, limits) {
+      const link = await linkTo(holder);
+      return callOverHttp2(
+        (h, endStream) => link.request(h, endStream),
+        { ':method': 'GET', ':path': path },
+        undefined,
+        limits,
+      );
+    },
     async get(holder, path) {
       const link = await linkTo(holder);
       const stream = link.request({ ':method': 'GET', ':path': path }, true);

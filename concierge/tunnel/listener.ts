@@ -383,74 +383,72 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     verified: ReturnType<typeof peerBinding>,
     audit: RequestAudit | undefined,
   ): void {
-    {
-      if (req.method === 'POST' && path === '/register') {
-        // Counted before the body is read, so that a refused request costs no more than its headers. Not logged: a
-        // flood would otherwise become a flood of log lines.
-        const wait = registrations.take(req.socket.remoteAddress ?? '');
-        if (wait !== undefined)
-          return writeStatus(res, 429, 'too many registrations; try again later', {
-            retryAfterSeconds: wait,
-          });
-        void (async () => {
-          let cluster = '';
-          try {
-            const body = (await readBody(req)) as { cluster?: unknown; token?: unknown; csr?: unknown };
-            if (typeof body.cluster !== 'string' || !DNS_LABEL.test(body.cluster))
-              throw new RedeemError('Malformed', 'the body names no valid cluster');
-            cluster = body.cluster;
-            audit?.annotate(ANNOTATIONS.cluster, cluster);
-            // Whether the cluster exists is not asked first: an unknown cluster's answer would then come sooner than
-            // a known one's. The token decides (it names its cluster), and the Cluster is read once it is redeemed.
-            await redeemBootstrapToken(
-              opts.bootstrapTokens,
-              typeof body.token === 'string' ? body.token : '',
-              cluster,
-            );
-            const current = await opts.readCluster(cluster);
-            if (!current) throw new RedeemError('Unknown', `Cluster ${cluster} was removed`);
-            json(res, 200, await issue(current, body.csr));
-            log.info({ cluster }, 'agent registered');
-          } catch (err) {
-            log.warn({ cluster, reason: (err as RedeemError).reason, err: (err as Error).message }, REJECTED);
-            writeStatus(res, 401, UNAUTHORIZED);
-          }
-        })();
-        return;
-      }
-      if (req.method === 'POST' && path === '/renew') {
-        const refuse = (problem: string, cluster?: string): void => {
-          log.warn({ cluster, problem }, 'renewal refused');
-          json(res, 401, { message: 'renewal rejected' });
-        };
-        const peer = verified;
-        if (!('binding' in peer)) return refuse(peer.problem);
-        const { binding } = peer;
-        // The cache turns away most stale certificates without a call to the API server.
-        const cached = bindingProblem(binding, opts.clusters.get(binding.cluster));
-        if (cached) return refuse(cached, binding.cluster);
-        readBody(req)
-          .then(async (body) => {
-            const current = await opts.readCluster(binding.cluster);
-            const problem = bindingProblem(binding, current);
-            if (problem) throw new Refused(problem);
-            return issue(current!, (body as { csr?: unknown }).csr);
-          })
-          .then(
-            (answer) => {
-              json(res, 200, answer);
-              log.info({ cluster: binding.cluster }, 'agent certificate renewed');
-            },
-            (err: unknown) => {
-              if (err instanceof Refused) return refuse(err.message, binding.cluster);
-              log.warn({ cluster: binding.cluster, err: (err as Error).message }, 'renewal refused');
-              json(res, 400, { message: (err as Error).message });
-            },
+    if (req.method === 'POST' && path === '/register') {
+      // Counted before the body is read, so that a refused request costs no more than its headers. Not logged: a
+      // flood would otherwise become a flood of log lines.
+      const wait = registrations.take(req.socket.remoteAddress ?? '');
+      if (wait !== undefined)
+        return writeStatus(res, 429, 'too many registrations; try again later', {
+          retryAfterSeconds: wait,
+        });
+      void (async () => {
+        let cluster = '';
+        try {
+          const body = (await readBody(req)) as { cluster?: unknown; token?: unknown; csr?: unknown };
+          if (typeof body.cluster !== 'string' || !DNS_LABEL.test(body.cluster))
+            throw new RedeemError('Malformed', 'the body names no valid cluster');
+          cluster = body.cluster;
+          audit?.annotate(ANNOTATIONS.cluster, cluster);
+          // Whether the cluster exists is not asked first: an unknown cluster's answer would then come sooner than
+          // a known one's. The token decides (it names its cluster), and the Cluster is read once it is redeemed.
+          await redeemBootstrapToken(
+            opts.bootstrapTokens,
+            typeof body.token === 'string' ? body.token : '',
+            cluster,
           );
-        return;
-      }
-      json(res, 404, { message: 'not found' });
+          const current = await opts.readCluster(cluster);
+          if (!current) throw new RedeemError('Unknown', `Cluster ${cluster} was removed`);
+          json(res, 200, await issue(current, body.csr));
+          log.info({ cluster }, 'agent registered');
+        } catch (err) {
+          log.warn({ cluster, reason: (err as RedeemError).reason, err: (err as Error).message }, REJECTED);
+          writeStatus(res, 401, UNAUTHORIZED);
+        }
+      })();
+      return;
     }
+    if (req.method === 'POST' && path === '/renew') {
+      const refuse = (problem: string, cluster?: string): void => {
+        log.warn({ cluster, problem }, 'renewal refused');
+        json(res, 401, { message: 'renewal rejected' });
+      };
+      const peer = verified;
+      if (!('binding' in peer)) return refuse(peer.problem);
+      const { binding } = peer;
+      // The cache turns away most stale certificates without a call to the API server.
+      const cached = bindingProblem(binding, opts.clusters.get(binding.cluster));
+      if (cached) return refuse(cached, binding.cluster);
+      readBody(req)
+        .then(async (body) => {
+          const current = await opts.readCluster(binding.cluster);
+          const problem = bindingProblem(binding, current);
+          if (problem) throw new Refused(problem);
+          return issue(current!, (body as { csr?: unknown }).csr);
+        })
+        .then(
+          (answer) => {
+            json(res, 200, answer);
+            log.info({ cluster: binding.cluster }, 'agent certificate renewed');
+          },
+          (err: unknown) => {
+            if (err instanceof Refused) return refuse(err.message, binding.cluster);
+            log.warn({ cluster: binding.cluster, err: (err as Error).message }, 'renewal refused');
+            json(res, 400, { message: (err as Error).message });
+          },
+        );
+      return;
+    }
+    json(res, 404, { message: 'not found' });
   }
 
   // Renegotiation is a client-driven, expensive handshake that nothing here needs.
