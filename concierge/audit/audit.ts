@@ -4,8 +4,10 @@
 // `impersonatedUser`, and Sealion's own facts (cluster, authenticator, replica, route, decision) as annotations.
 import type { UserInfo as Identity } from '../../lib/authn/types.ts';
 import { reasonOf } from '../../lib/kube/status.ts';
+import { authenticatedGroups } from '../proxy/impersonate.ts';
 import type { RequestAttributes } from '../proxy/request-info.ts';
 import type { AuditBackend } from './backend.ts';
+import type { ObjectMetaNames } from './protobuf-meta.ts';
 import type { AuditPolicy } from './policy.ts';
 import type { AuditEvent, Level, ObjectReference, ResponseStatus, Stage, UserInfo } from './types.ts';
 import { AUDIT_API_VERSION, JSONBody } from './types.ts';
@@ -13,8 +15,6 @@ import { AUDIT_API_VERSION, JSONBody } from './types.ts';
 /** The API server cuts a longer User-Agent and says so (k8s.io/apiserver/pkg/audit/request.go): so does Sealion. */
 const MAX_USER_AGENT = 1024;
 const USER_AGENT_TRUNCATED = '...TRUNCATED';
-
-const AUTHENTICATED = 'system:authenticated';
 
 /** Annotation keys: Sealion's facts about a request, which no API server event has. */
 export const ANNOTATIONS = {
@@ -53,6 +53,8 @@ export interface RequestAudit {
   impersonating(user: Identity): void;
   /** The request's body, JSON text (kept at Request and RequestResponse). */
   requestBody(text: string): void;
+  /** The names a body the event cannot keep (protobuf) gives its object, as the API server's events name it. */
+  requestNames(names: ObjectMetaNames): void;
   /**
    * The answer's body, JSON text: its Status, if it is one, goes into responseStatus; the text is kept at
    * RequestResponse.
@@ -107,16 +109,10 @@ export const preciseNow = (): number => performance.timeOrigin + performance.now
  * server puts everyone but the anonymous.
  */
 function userOf(identity: Identity): UserInfo {
-  const groups =
-    identity.username === 'system:anonymous' ||
-    identity.groups.includes('system:unauthenticated') ||
-    identity.groups.includes(AUTHENTICATED)
-      ? [...identity.groups]
-      : [...identity.groups, AUTHENTICATED];
   return {
     username: identity.username,
     ...(identity.uid ? { uid: identity.uid } : {}),
-    groups,
+    groups: authenticatedGroups(identity),
     ...(Object.keys(identity.extra).length > 0 ? { extra: identity.extra } : {}),
   };
 }
@@ -185,13 +181,7 @@ function withoutBodies(event: AuditEvent, changes: Partial<AuditEvent>): AuditEv
  * The object a create's or an update's body names, into the event's objectRef where the URL left a field empty, as
  * the API server fills it from the object it decoded (k8s.io/apiserver/pkg/audit/request.go LogRequestObject).
  */
-function fillFromBody(ref: ObjectReference, text: string): ObjectReference {
-  let metadata: Record<string, unknown> | undefined;
-  try {
-    metadata = (JSON.parse(text) as { metadata?: Record<string, unknown> } | null)?.metadata;
-  } catch {
-    return ref;
-  }
+function fillFromBody(ref: ObjectReference, metadata: Record<string, unknown> | undefined): ObjectReference {
   if (!metadata || typeof metadata !== 'object') return ref;
   const take = (field: 'namespace' | 'name' | 'uid' | 'resourceVersion'): void => {
     const value = metadata[field];
@@ -202,6 +192,15 @@ function fillFromBody(ref: ObjectReference, text: string): ObjectReference {
   take('uid');
   take('resourceVersion');
   return ref;
+}
+
+/** A JSON body's metadata, or undefined. */
+function metadataOf(text: string): Record<string, unknown> | undefined {
+  try {
+    return (JSON.parse(text) as { metadata?: Record<string, unknown> } | null)?.metadata;
+  } catch {
+    return undefined;
+  }
 }
 
 function objectRefOf(attributes: RequestAttributes): ObjectReference | undefined {
@@ -326,7 +325,10 @@ export function newAuditor(opts: AuditorOptions): Auditor {
         },
         requestBody(text) {
           if (keepsRequest) base.requestObject = new JSONBody(text, shape);
-          if (namesObject && base.objectRef) named = fillFromBody({ ...base.objectRef }, text);
+          if (namesObject && base.objectRef) named = fillFromBody({ ...base.objectRef }, metadataOf(text));
+        },
+        requestNames(names) {
+          if (namesObject && base.objectRef) named = fillFromBody({ ...base.objectRef }, { ...names });
         },
         answered(text) {
           // A Status is small; only an answer that may be one is parsed here.

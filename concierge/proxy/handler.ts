@@ -19,7 +19,7 @@ import type { ReviewCache } from './access-reviews.ts';
 import { newRequestContext, refuse, type Exchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 import { clusterRoute, type ClusterRouter } from './route.ts';
 import { newDecider, type Authenticated } from './decide.ts';
-import { AUTHENTICATED_GROUP } from './impersonate.ts';
+import { authenticatedGroups } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { requestAttributes, requestInfo, type RequestAttributes } from './request-info.ts';
 import type { RecordingStore, Recordings } from '../recording/session.ts';
@@ -294,9 +294,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       .allowed({
         user: user.username,
         // As the API server would see the user: authenticated.
-        groups: user.groups.includes(AUTHENTICATED_GROUP)
-          ? user.groups
-          : [...user.groups, AUTHENTICATED_GROUP],
+        groups: authenticatedGroups(user),
         extra: user.extra,
         ...(user.uid ? { uid: user.uid } : {}),
         verb: name ? 'get' : 'list',
@@ -365,8 +363,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     }
     if (!path.startsWith(`${identityPrefix}/`)) return false;
     const user =
-      identity.kind === 'user' && !identity.user.groups.includes(AUTHENTICATED_GROUP)
-        ? { ...identity.user, groups: [...identity.user.groups, AUTHENTICATED_GROUP] }
+      identity.kind === 'user'
+        ? { ...identity.user, groups: authenticatedGroups(identity.user) }
         : identity.user;
     await handleWhoAmI(req, res, path.slice(identityPrefix.length), groups, user);
     return true;

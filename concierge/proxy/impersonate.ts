@@ -134,19 +134,25 @@ export function usernameOnlyHeaders(username: string): Readonly<OutgoingHttpHead
 }
 
 /**
+ * A user's groups as the API server completes an authenticated identity: everybody is in system:authenticated but
+ * the anonymous user and those in system:unauthenticated. A new array.
+ */
+export function authenticatedGroups(user: { username: string; groups: readonly string[] }): string[] {
+  const unauthenticated =
+    user.username === 'system:anonymous' || user.groups.includes('system:unauthenticated');
+  return user.groups.includes(AUTHENTICATED_GROUP) || unauthenticated
+    ? [...user.groups]
+    : [...user.groups, AUTHENTICATED_GROUP];
+}
+
+/**
  * Impersonate-* headers for a user, with system:authenticated among the groups unless it is the anonymous user or in
  * system:unauthenticated. Frozen: copy before changing.
  */
 export function impersonationHeaders(user: UserInfo): Readonly<OutgoingHttpHeaders> {
   const known = builtHeaders.get(user);
   if (known) return known;
-  // As the API server completes an identity: everybody is authenticated but the anonymous and the unauthenticated.
-  const unauthenticated =
-    user.username === 'system:anonymous' || user.groups.includes('system:unauthenticated');
-  const groups =
-    user.groups.includes(AUTHENTICATED_GROUP) || unauthenticated
-      ? [...user.groups]
-      : [...user.groups, AUTHENTICATED_GROUP];
+  const groups = authenticatedGroups(user);
   const headers: OutgoingHttpHeaders = {
     'impersonate-user': headerValue(user.username),
     'impersonate-group': Object.freeze(groups.map(headerValue)) as string[],

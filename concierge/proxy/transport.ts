@@ -22,6 +22,7 @@ import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
 import { Unrecordable } from '../recording/session.ts';
 import { ANNOTATIONS, type RequestAudit } from '../audit/audit.ts';
+import { protobufObjectMeta } from '../audit/protobuf-meta.ts';
 import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 
 /**
@@ -243,15 +244,20 @@ function auditAnswer(
   };
 }
 
+/** Kubernetes' protobuf encoding (the built-in kinds only). */
+const PROTOBUF = 'application/vnd.kubernetes.protobuf';
+
 /** JSON and the patch types that are JSON (merge, strategic merge, JSON patch); not YAML, protobuf or CBOR. */
 const isJSON = (type: string | string[] | undefined): boolean =>
   typeof type === 'string' && /^application\/(?:[a-z-]+-patch\+)?json\b/.test(type);
 
 /** Keeps a copy of the request body for its audit event, when it is JSON (an object, a patch). */
 function keepBody(body: Readable, contentType: string | string[] | undefined, audit: RequestAudit): void {
+  const protobuf = contentType === PROTOBUF;
   if (!isJSON(contentType)) {
     if (audit.keepsRequest) audit.annotate(ANNOTATIONS.objects, 'the request body is not JSON, not kept');
-    return;
+    // kubectl sends the built-in kinds as protobuf: their names are read from it, as the API server reads them.
+    if (!protobuf || !audit.namesObject) return;
   }
   const chunks: Buffer[] = [];
   let size = 0;
@@ -267,7 +273,11 @@ function keepBody(body: Readable, contentType: string | string[] | undefined, au
   };
   body.on('data', take);
   body.once('end', () => {
-    if (size <= MAX_AUDITED_BODY) audit.requestBody(Buffer.concat(chunks).toString('utf8'));
+    if (size > MAX_AUDITED_BODY) return;
+    const bytes = Buffer.concat(chunks);
+    if (!protobuf) return audit.requestBody(bytes.toString('utf8'));
+    const names = protobufObjectMeta(bytes);
+    if (names) audit.requestNames(names);
   });
 }
 
