@@ -136,7 +136,10 @@ export type StrategyReason =
   | 'ErrorDuringSetup'
   | 'FetchedKey'
   | 'CouldNotFetchKey'
-  | 'CouldNotGetClusterInfo';
+  | 'CouldNotGetClusterInfo'
+  | 'ClusterSigns'
+  | 'ClusterDoesNotSign'
+  | 'APIServiceUnavailable';
 
 export const StrategyTypes = {
   ImpersonationProxy: 'ImpersonationProxy',
@@ -158,6 +161,9 @@ export const StrategyReasons = {
   FetchedKey: 'FetchedKey',
   CouldNotFetchKey: 'CouldNotFetchKey',
   CouldNotGetClusterInfo: 'CouldNotGetClusterInfo',
+  ClusterSigns: 'ClusterSigns',
+  ClusterDoesNotSign: 'ClusterDoesNotSign',
+  APIServiceUnavailable: 'APIServiceUnavailable',
 } as const satisfies Record<StrategyReason, StrategyReason>;
 
 /**

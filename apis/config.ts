@@ -52,7 +52,11 @@ export interface ImpersonationProxyTLSSpec {
 
 /** Sealion's own setting beyond Pinniped's shape: whether to offer the TokenCredentialRequest API. */
 export interface KubeCertAgentSpec {
-  /** auto: where the cluster's signing key can be reached; enabled; disabled. */
+  /**
+   * The TokenCredentialRequest API on the cluster's own API server, with certificates the cluster signs. auto: on
+   * self-hosted-looking clusters (a control-plane node, no managed provider's marks); enabled; disabled. Pinniped's
+   * name, kept so that its settings carry over; Sealion runs no agent for it.
+   */
   mode: KubeCertAgentMode;
 }
 
@@ -108,11 +112,16 @@ export interface CredentialIssuerFrontend {
   impersonationProxyInfo?: ImpersonationProxyInfo;
 }
 
-export type IssuerStrategyType = 'KubeClusterSigningCertificate' | 'ImpersonationProxy';
+/**
+ * CertificateSigningRequest is Sealion's: certificates the cluster signs through its CSR API (Pinniped's
+ * KubeClusterSigningCertificate copies the signing key out of the controller-manager instead), served by the
+ * TokenCredentialRequestAPI frontend.
+ */
+export type IssuerStrategyType = 'CertificateSigningRequest' | 'ImpersonationProxy';
 
 /** One way the concierge can issue credentials, in Pinniped's shape. */
 export interface CredentialIssuerStrategy {
-  /** KubeClusterSigningCertificate or ImpersonationProxy. */
+  /** CertificateSigningRequest or ImpersonationProxy. */
   type: IssuerStrategyType;
   /** Success, Error or NotAvailable. */
   status: StrategyStatus;

@@ -32,11 +32,16 @@ import {
   type ServingMaterial,
 } from '../controllers/impersonation-proxy.ts';
 import { newPeerCertificateController } from '../controllers/peer-certificate.ts';
+import { newStrategyBoard, newStrategyPublisher } from '../controllers/strategies.ts';
 import {
-  newStrategyBoard,
-  newStrategyPublisher,
-  tokenCredentialRequestStrategy,
-} from '../controllers/strategies.ts';
+  newDirectLoginControllers,
+  DIRECT_KEY,
+  type APIServiceLike,
+  type DirectServingMaterial,
+} from '../controllers/direct-login.ts';
+import { EXTENSION_AUTH_CONFIGMAP } from './direct/front-proxy.ts';
+import type { ClusterCertificateIssuer } from '../lib/kube/cluster-certificates.ts';
+import { apiStatusCode } from '../lib/kube/kube.ts';
 import { newTunnelHostsController, type TunnelHostsDeps } from '../controllers/tunnel-hosts.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import type { Clock } from '../lib/clock.ts';
@@ -92,6 +97,15 @@ export interface ConciergeControllerOptions {
     configMap: string;
     /** What the proxy should serve; undefined: switched off. */
     serve: (material: ServingMaterial | undefined) => void;
+    /**
+     * The direct path (concierge/direct/): the aggregated APIs' Service in the namespace, what their listener should
+     * serve, and the issuer of the cluster's certificates. Default: off.
+     */
+    direct?: {
+      service: { name: string; port: number };
+      serve: (material: DirectServingMaterial | undefined) => void;
+      issuer: ClusterCertificateIssuer;
+    };
   };
   /** The Cluster status facts, with the tunnel listener. Default: none. */
   clusterStatus?: ClusterStatusPublisher;
@@ -176,6 +190,75 @@ function authenticatorControllers(opts: ConciergeControllerOptions): ControllerE
 
 interface ConfigMapLike extends KubeObject {
   data?: Record<string, string>;
+}
+
+/** The identity the signer probe asks a certificate for; its key is thrown away at once. */
+const PROBE_IDENTITY = { username: 'sealion-signer-probe', groups: [] };
+
+/** The direct path's controllers: its listener's material on every replica, the rest on the leader. */
+function directControllers(
+  opts: ConciergeControllerOptions,
+  direct: NonNullable<NonNullable<ConciergeControllerOptions['proxy']>['direct']>,
+  mode: () => 'auto' | 'enabled' | 'disabled',
+  board: { set(strategy: ConciergeStrategy): void },
+): ControllerEntry[] {
+  const { clients, informers, manager } = opts;
+  const ns = opts.proxy!.namespace;
+  const log = opts.log.child({ component: 'controllers', controller: 'direct-login' });
+  const controllers = newDirectLoginControllers({
+    namespace: ns,
+    groups: apiGroups(opts.groupSuffix),
+    service: direct.service,
+    mode,
+    nodes: informers.core<NodeLike & KubeObject>('nodes', ''),
+    secrets: informers.core<SecretLike>('secrets', ns),
+    configMaps: {
+      extensionAuth: informers.core<ConfigMapLike>('configmaps', EXTENSION_AUTH_CONFIGMAP.namespace, {
+        fieldSelector: `metadata.name=${EXTENSION_AUTH_CONFIGMAP.name}`,
+      }),
+      clusterInfo: async () => {
+        try {
+          return await clients.core.readNamespacedConfigMap({
+            name: 'cluster-info',
+            namespace: 'kube-public',
+          });
+        } catch (err) {
+          if (apiStatusCode(err) === 404) return undefined;
+          throw err;
+        }
+      },
+    },
+    apiServices: informers.customResource<APIServiceLike>({
+      group: 'apiregistration.k8s.io',
+      version: 'v1',
+      plural: 'apiservices',
+    }),
+    probe: async () => {
+      await direct.issuer.issue(PROBE_IDENTITY, 0);
+    },
+    writes: manager.leaderOnly(newObjectWriter(clients)),
+    serve: direct.serve,
+    publish: (strategy) => board.set(strategy),
+    log,
+  });
+  return [
+    { controller: controllers.server, runs: 'every-replica' },
+    // The config decides the mode: its changes reach the writer as the proxy's do.
+    {
+      controller: {
+        ...controllers.writer,
+        watches: [
+          ...controllers.writer.watches,
+          {
+            informer: informers.core<ConfigMapLike>('configmaps', ns),
+            filter: (c: ConfigMapLike) => c.metadata?.name === opts.proxy!.configMap,
+            key: () => DIRECT_KEY,
+          },
+        ],
+      },
+      runs: 'leader',
+    },
+  ];
 }
 
 const withoutScheme = (endpoint: string): string => endpoint.replace(/^https:\/\//, '');
@@ -304,16 +387,25 @@ async function proxyControllers(
     secrets,
     writes,
     serve: proxyOpts.serve,
-    publish: (strategy: ConciergeStrategy) => {
-      board.set(strategy);
-      // The proxy server syncs on every ConfigMap change, so the other strategy follows the config here.
-      board.set(tokenCredentialRequestStrategy(config().config.kubeCertAgent.mode, new Date()));
+    publish: (strategy: ConciergeStrategy) => board.set(strategy),
+    directFailure: () => {
+      // Read from the CredentialIssuer, which every replica sees: the leader's probe found it.
+      const direct = issuers
+        .get(configMap)
+        ?.status?.strategies?.find((s) => s.type === 'CertificateSigningRequest');
+      return direct?.reason === 'ClusterDoesNotSign' ? direct.message : undefined;
     },
     log: log.child({ controller: 'impersonation-proxy' }),
   });
   const configMapWatch = {
     informer: configMaps,
     filter: (c: ConfigMapLike) => c.metadata?.name === configMap,
+    key: () => PROXY_KEY,
+  };
+  // The direct path's status decides the proxy's in mode auto (decide's directFailure).
+  const issuerWatch = {
+    informer: issuers,
+    filter: (c: CredentialIssuer) => c.metadata?.name === configMap,
     key: () => PROXY_KEY,
   };
 
@@ -355,13 +447,16 @@ async function proxyControllers(
 
   return [
     {
-      controller: { ...proxy.server, watches: [...proxy.server.watches, configMapWatch] },
+      controller: { ...proxy.server, watches: [...proxy.server.watches, configMapWatch, issuerWatch] },
       runs: 'every-replica',
     },
     {
-      controller: { ...proxy.writer, watches: [...proxy.writer.watches, configMapWatch] },
+      controller: { ...proxy.writer, watches: [...proxy.writer.watches, configMapWatch, issuerWatch] },
       runs: 'leader',
     },
     { controller: publisher, runs: 'leader' },
+    ...(proxyOpts.direct
+      ? directControllers(opts, proxyOpts.direct, () => config().config.kubeCertAgent.mode, board)
+      : []),
   ];
 }

@@ -112,6 +112,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
               : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
             // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
             ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
+            ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
           });
           validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.

@@ -77,6 +77,8 @@ export interface ProxyControllerDeps {
   /** The object that owns the Service and serving Secret (the ConfigMap), once known. */
   owner: () => { apiVersion: string; kind: string; name: string; uid: string } | undefined;
   nodes: Informer<NodeLike & KubeObject>;
+  /** Why the direct path does not work on this cluster, if it does not (the CredentialIssuer's status says). */
+  directFailure?: () => string | undefined;
   services: Informer<ServiceLike>;
   secrets: Informer<SecretLike>;
   /** The writer's writes (leader-only: see lib/controller/manager.ts). */
@@ -96,7 +98,16 @@ interface Decision {
 }
 
 /** Whether the proxy runs, from the mode and what the nodes look like. */
-export function decide(mode: ProxySettings['mode'], nodes: readonly NodeLike[]): Decision {
+/**
+ * Whether the proxy runs, from the mode and what the nodes look like. `directFailure`: why the direct path (the
+ * cluster's own API server with certificates it signs) does not work here, if it does not; in mode auto a
+ * self-hosted cluster then gets the proxy, so its users are not left without a way in.
+ */
+export function decide(
+  mode: ProxySettings['mode'],
+  nodes: readonly NodeLike[],
+  directFailure?: string,
+): Decision {
   if (mode === 'disabled')
     return {
       run: false,
@@ -119,6 +130,13 @@ export function decide(mode: ProxySettings['mode'], nodes: readonly NodeLike[]):
       reason: 'CouldNotGetClusterInfo',
       message:
         'mode auto: no nodes found to tell whether the cluster is managed; set mode enabled or disabled',
+    };
+  if (!detection.managed && directFailure)
+    return {
+      run: true,
+      status: 'Success',
+      reason: 'Listening',
+      message: `automatically enabled: ${detection.evidence}, but the direct path does not work (${directFailure})`,
     };
   return detection.managed
     ? {
@@ -243,7 +261,7 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
     sync(): Promise<SyncResult> {
       const { settings, problem } = deps.settings();
       const note = problem ? `; ${REJECTED_EDIT}: ${problem}` : '';
-      const decision = decide(settings.mode, deps.nodes.list());
+      const decision = decide(settings.mode, deps.nodes.list(), deps.directFailure?.());
       if (!decision.run) {
         // Not serving: the broken edit is the error an admin must see. Serving (below), the status says so, and the
         // message says what is wrong with the edit; clients use the proxy and warn.
@@ -336,7 +354,7 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
     initialKeys: INITIAL_KEYS,
     async sync(): Promise<SyncResult> {
       const { settings } = deps.settings();
-      const decision = decide(settings.mode, deps.nodes.list());
+      const decision = decide(settings.mode, deps.nodes.list(), deps.directFailure?.());
       if (!decision.run) {
         await deps.writes.delete('Service', ns, SERVICE_NAME);
         await deps.writes.delete('Secret', ns, TLS_SECRET);

@@ -9,12 +9,7 @@ import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } f
 import { MemoryInformer } from '../lib/kube/informer.ts';
 import { silentLogger } from '../lib/log.ts';
 import { RecordingStatusWriter } from '../lib/kube/status-writer.ts';
-import {
-  CREDENTIAL_ISSUER_KEY,
-  newStrategyBoard,
-  newStrategyPublisher,
-  tokenCredentialRequestStrategy,
-} from './strategies.ts';
+import { CREDENTIAL_ISSUER_KEY, newStrategyBoard, newStrategyPublisher } from './strategies.ts';
 
 /** A signal that never aborts, for syncs called directly. */
 const never = new AbortController().signal;
@@ -88,13 +83,37 @@ describe('strategy publisher', () => {
     ]);
   });
 
-  it('creates the CredentialIssuer and mirrors the strategies in Pinniped’s shape', async () => {
+  it('creates the CredentialIssuer and mirrors the strategies in Pinniped’s shape, the direct path first', async () => {
     const w = world();
     w.board.set(listening(T1));
-    w.board.set(tokenCredentialRequestStrategy('auto', new Date(T1)));
+    w.board.set({
+      type: 'TokenCredentialRequestAPI',
+      status: 'Success',
+      reason: 'ClusterSigns',
+      message: 'signs',
+      lastUpdateTime: T1,
+      tokenCredentialRequestConfig: {
+        endpoint: 'https://api.example.com:6443',
+        certificateAuthorityData: 'S0E=',
+      },
+    });
     await w.controller.sync(CREDENTIAL_ISSUER_KEY, never);
     expect(w.specs).toEqual([{ impersonationProxy: { mode: 'auto' } }]);
     expect(w.issuerStatus.writes[0]?.status.strategies).toEqual([
+      {
+        type: 'CertificateSigningRequest',
+        status: 'Success',
+        reason: 'ClusterSigns',
+        message: 'signs',
+        lastUpdateTime: T1,
+        frontend: {
+          type: 'TokenCredentialRequestAPI',
+          tokenCredentialRequestInfo: {
+            server: 'https://api.example.com:6443',
+            certificateAuthorityData: 'S0E=',
+          },
+        },
+      },
       {
         type: 'ImpersonationProxy',
         status: 'Success',
@@ -106,26 +125,6 @@ describe('strategy publisher', () => {
           impersonationProxyInfo: { endpoint: 'https://10.0.0.1', certificateAuthorityData: 'Q0E=' },
         },
       },
-      expect.objectContaining({
-        type: 'KubeClusterSigningCertificate',
-        status: 'NotAvailable',
-        reason: 'CouldNotFetchKey',
-      }),
     ]);
   });
-
-  it.each([
-    ['disabled', 'NotAvailable', 'Disabled'],
-    ['auto', 'NotAvailable', 'CouldNotFetchKey'],
-    ['enabled', 'Error', 'CouldNotFetchKey'],
-  ] as const)(
-    'reports the TokenCredentialRequest API with kubeCertAgent %s as %s/%s',
-    (mode, status, reason) => {
-      expect(tokenCredentialRequestStrategy(mode, new Date(T1))).toMatchObject({
-        type: 'TokenCredentialRequestAPI',
-        status,
-        reason,
-      });
-    },
-  );
 });

@@ -1,5 +1,5 @@
 // Publishes how clients reach the concierge. The strategies (ImpersonationProxy from the proxy controller,
-// TokenCredentialRequestAPI from the configuration) are written onto every JWTAuthenticator and
+// TokenCredentialRequestAPI from the direct-login controller) are written onto every JWTAuthenticator and
 // WebhookAuthenticator, including ones created later, and mirrored onto the CredentialIssuer in Pinniped's
 // shape. Only the leader writes. An entry keeps its lastUpdateTime while nothing else in it changes, so
 // repeated syncs, and a new leader, write nothing when nothing changed.
@@ -77,7 +77,7 @@ export function issuerStrategy(strategy: ConciergeStrategy): CredentialIssuerStr
     };
   }
   return {
-    type: 'KubeClusterSigningCertificate',
+    type: 'CertificateSigningRequest',
     ...base,
     ...(strategy.tokenCredentialRequestConfig
       ? {
@@ -91,40 +91,6 @@ export function issuerStrategy(strategy: ConciergeStrategy): CredentialIssuerStr
         }
       : {}),
   };
-}
-
-/**
- * The TokenCredentialRequestAPI strategy. It needs the cluster's signing key, which this concierge has no way to
- * read (Pinniped's kube cert agent copies it out of the kube-controller-manager pod); until it does, clients
- * use the impersonation proxy, and the status says so rather than promising what does not exist.
- */
-export function tokenCredentialRequestStrategy(
-  mode: 'auto' | 'enabled' | 'disabled',
-  now: Date,
-): ConciergeStrategy {
-  const base = { type: 'TokenCredentialRequestAPI' as const, lastUpdateTime: now.toISOString() };
-  if (mode === 'disabled')
-    return {
-      ...base,
-      status: 'NotAvailable',
-      reason: 'Disabled',
-      message: 'kubeCertAgent is disabled by configuration; clients use the impersonation proxy',
-    };
-  const missing =
-    "the cluster's signing key is not available to this concierge (it has no kube cert agent to read it)";
-  return mode === 'enabled'
-    ? {
-        ...base,
-        status: 'Error',
-        reason: 'CouldNotFetchKey',
-        message: `kubeCertAgent is enabled, but ${missing}; set it to auto or disabled and use the impersonation proxy`,
-      }
-    : {
-        ...base,
-        status: 'NotAvailable',
-        reason: 'CouldNotFetchKey',
-        message: `${missing}; clients use the impersonation proxy`,
-      };
 }
 
 export const CREDENTIAL_ISSUER_KEY = 'CredentialIssuer';
@@ -174,7 +140,11 @@ export function newStrategyPublisher(deps: StrategyPublisherDeps): Controller {
         const spec = issuer.spec();
         if (!current || !isDeepStrictEqual(current.spec, spec)) await issuer.applySpec(spec);
         if (strategies.length === 0) return;
-        const wanted = keepTimes(current?.status?.strategies, strategies.map(issuerStrategy));
+        // The direct path first, as Pinniped lists its strategies: its CLI takes the first that works.
+        const ordered = [...strategies].sort(
+          (a, b) => Number(a.type === 'ImpersonationProxy') - Number(b.type === 'ImpersonationProxy'),
+        );
+        const wanted = keepTimes(current?.status?.strategies, ordered.map(issuerStrategy));
         if (!isDeepStrictEqual(current?.status?.strategies, wanted)) {
           await issuer.status.patchStatus(issuer.name, { strategies: wanted });
           deps.log.info({ name: issuer.name }, 'CredentialIssuer status written');

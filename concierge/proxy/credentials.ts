@@ -14,22 +14,28 @@ export interface IssuedCredential {
   notAfter: Date;
 }
 
+/** What a certificate is issued with besides its user. */
+export interface IssueOptions {
+  lifetimeMs: number;
+  /** The client's own key (from its CSR); a signer that cannot use it makes a key and hands it back instead. */
+  publicKey?: webcrypto.CryptoKey;
+  /** The authenticator the token was checked with, and what its spec trusted then, which the certificate is bound to. */
+  binding?: AuthenticatorBinding;
+  /** The authenticator opted in to `system:` names (spec.allowSystemNames). */
+  allowSystemNames?: boolean;
+}
+
 export interface ClientCertSigner {
   /**
-   * Undefined when no signer CA is loaded yet (TokenCredentialRequest then fails closed). `binding`: the
-   * authenticator the token was checked with, and what its spec trusted then, which the certificate is bound to.
+   * Undefined when no signer is ready (TokenCredentialRequest then fails closed); rejects when this user's certificate
+   * is refused.
    */
-  issue(
-    user: UserInfo,
-    lifetimeMs: number,
-    publicKey?: webcrypto.CryptoKey,
-    binding?: AuthenticatorBinding,
-  ): Promise<IssuedCredential | undefined>;
+  issue(user: UserInfo, opts: IssueOptions): Promise<IssuedCredential | undefined>;
 }
 
 export function newClientCertSigner(currentCA: () => CertificateAuthority | undefined): ClientCertSigner {
   return {
-    async issue(user, lifetimeMs, publicKey, binding) {
+    async issue(user, { lifetimeMs, publicKey, binding }) {
       const ca = currentCA();
       if (!ca) return undefined;
       const issued = await issueCert(ca, {

@@ -46,7 +46,7 @@ export function headerValue(name: string): string {
 }
 
 /** A name from header bytes (UTF-8), or undefined when the bytes are not UTF-8. */
-function nameFromHeader(value: string): string | undefined {
+export function nameFromHeader(value: string): string | undefined {
   if (isASCII(value)) return value;
   const bytes = Buffer.from(value, 'latin1');
   const name = bytes.toString('utf8');

@@ -234,19 +234,27 @@ export async function handleTokenCredentialRequest(
     return failed('users with extra attributes cannot be expressed in a client certificate');
   const problem = identityProblem(result.user);
   if (problem) return failed(`${result.authenticator}: ${problem}`);
-  const issued = await deps.signer.issue(
-    result.user,
-    credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
-    publicKey,
-    result.binding,
-  );
-  if (!issued) return failed('no signer CA is loaded');
+  let issued;
+  try {
+    issued = await deps.signer.issue(result.user, {
+      lifetimeMs: credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
+      ...(publicKey ? { publicKey } : {}),
+      ...(result.binding ? { binding: result.binding } : {}),
+      ...(result.allowSystemNames ? { allowSystemNames: true } : {}),
+    });
+  } catch (err) {
+    return failed(`${result.authenticator}: no certificate issued: ${(err as Error).message}`);
+  }
+  if (!issued) return failed('no signer is ready');
+  // A signer that cannot certify the client's key (the cluster's, which signs only a request made with the key it
+  // certifies) made one and hands it back.
+  const keyFrom = issued.keyPem ? 'concierge' : 'client';
   deps.log.info(
     {
       user: result.user.username,
       authenticator: result.authenticator,
       expires: issued.notAfter.toISOString(),
-      keyFrom: publicKey ? 'client' : 'concierge',
+      keyFrom,
     },
     'issued client certificate',
   );
@@ -254,7 +262,7 @@ export async function handleTokenCredentialRequest(
     credential: {
       expirationTimestamp: issued.notAfter.toISOString(),
       clientCertificateData: issued.certPem,
-      ...(publicKey ? {} : { clientKeyData: issued.keyPem }),
+      ...(issued.keyPem ? { clientKeyData: issued.keyPem } : {}),
     },
   });
 }

@@ -891,9 +891,7 @@ describe('TLS material', () => {
     load(before);
     const issued = (await newClientCertSigner(() => signer).issue(
       { username: 'erin', groups: ['devs'], extra: {} },
-      60_000,
-      undefined,
-      { uid: 'uid-bound', trust: before },
+      { lifetimeMs: 60_000, binding: { uid: 'uid-bound', trust: before } },
     ))!;
     const { session } = await connectWithCertificate([signer.certPem], {
       certPem: issued.certPem,

@@ -17,6 +17,8 @@ interface Entry {
   credentialLifetimeSeconds?: number;
   /** What certificates issued on its word are bound to; they hold only while this entry is loaded with it. */
   binding?: AuthenticatorBinding;
+  /** Its spec accepts `system:` names (spec.allowSystemNames), so certificates may carry them. */
+  allowSystemNames?: boolean;
 }
 
 /**
@@ -34,6 +36,7 @@ export interface AuthenticatorSettings {
   issuer?: string;
   credentialLifetimeSeconds?: number;
   binding?: AuthenticatorBinding;
+  allowSystemNames?: boolean;
 }
 
 /**
@@ -194,7 +197,9 @@ export class AuthenticatorCache {
     name: string,
     token: string,
     signal?: AbortSignal,
-  ): Promise<AuthResult & { credentialLifetimeSeconds?: number; binding?: AuthenticatorBinding }> {
+  ): Promise<
+    AuthResult & { credentialLifetimeSeconds?: number; binding?: AuthenticatorBinding; allowSystemNames?: boolean }
+  > {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
     const tooLarge = oversized(token);
@@ -205,7 +210,10 @@ export class AuthenticatorCache {
     const reused = this.reused.get(key);
     // The binding of the entry that answers, read before the answer: if the spec is edited meanwhile, the certificate
     // is bound to the spec that checked the token, and ends with it.
-    const binding = entry.binding ? { binding: entry.binding } : {};
+    const binding = {
+      ...(entry.binding ? { binding: entry.binding } : {}),
+      ...(entry.allowSystemNames ? { allowSystemNames: true } : {}),
+    };
     if (reused) return { ...reused.result, ...lifetimeOf(entry), ...binding };
     const generation = this.generation;
     const result = await this.first([entry], token, signal);

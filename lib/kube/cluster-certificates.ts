@@ -62,7 +62,11 @@ export interface ClusterCertificateIssuer {
    * approved and collected, and the request deleted. Rejects with IssueRefused for a forbidden identity (nothing is
    * created then) or a request the cluster did not sign.
    */
-  issue(identity: CertificateIdentity, expirationSeconds: number): Promise<IssuedCertificate>;
+  issue(
+    identity: CertificateIdentity,
+    expirationSeconds: number,
+    opts?: { allowSystemNames?: boolean },
+  ): Promise<IssuedCertificate>;
   /**
    * Approves the request `name` if, and only if, it is one this issuer created in this process and is still as it
    * created it. Exported so tests can show what it refuses.
@@ -94,7 +98,10 @@ export function newClusterCertificateIssuer(
   const clock = opts.clock ?? systemClock;
   const allowSystemNames = opts.allowSystemNames ?? false;
   /** The requests this process created and has not finished with: name → the request's bytes and identity. */
-  const pending = new Map<string, { request: string; identity: CertificateIdentity }>();
+  const pending = new Map<
+    string,
+    { request: string; identity: CertificateIdentity; allowSystemNames: boolean }
+  >();
 
   async function approveOwn(name: string): Promise<void> {
     const mine = pending.get(name);
@@ -117,7 +124,7 @@ export function newClusterCertificateIssuer(
         'NotOwnRequest',
         `CertificateSigningRequest ${name} is not as this issuer created it`,
       );
-    const problem = identityRefusal(mine.identity, allowSystemNames);
+    const problem = identityRefusal(mine.identity, mine.allowSystemNames);
     if (problem) throw new IssueRefused('ForbiddenIdentity', problem);
     await clients.certificates.replaceCertificateSigningRequestApproval({
       name,
@@ -168,13 +175,14 @@ export function newClusterCertificateIssuer(
 
   return {
     approveOwn,
-    async issue(identity, expirationSeconds) {
-      const problem = identityRefusal(identity, allowSystemNames);
+    async issue(identity, expirationSeconds, issueOpts = {}) {
+      const systemNames = issueOpts.allowSystemNames ?? allowSystemNames;
+      const problem = identityRefusal(identity, systemNames);
       if (problem) throw new IssueRefused('ForbiddenIdentity', problem);
       const { csrPem, keyPem } = await newCSR(identity.username, identity.groups);
       const name = `sealion-${randomBytes(8).toString('hex')}`;
       const request = b64(csrPem);
-      pending.set(name, { request, identity });
+      pending.set(name, { request, identity, allowSystemNames: systemNames });
       try {
         await clients.certificates.createCertificateSigningRequest({
           body: {

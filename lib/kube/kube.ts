@@ -583,8 +583,8 @@ export interface ObjectWriter {
     kind: string;
     metadata: { name: string; namespace: string };
   }): Promise<boolean>;
-  /** Deletes if present. */
-  delete(kind: 'Service' | 'Secret', namespace: string, name: string): Promise<void>;
+  /** Deletes if present (an APIService is cluster-scoped: its namespace is ''). */
+  delete(kind: 'Service' | 'Secret' | 'APIService', namespace: string, name: string): Promise<void>;
 }
 
 /** The field manager of what the concierge applies. */
@@ -613,7 +613,11 @@ export function newObjectWriter(clients: KubeClients, fieldManager: string = FIE
     },
     async delete(kind, namespace, name) {
       try {
-        await clients.objects.delete({ apiVersion: 'v1', kind, metadata: { name, namespace } });
+        await clients.objects.delete(
+          kind === 'APIService'
+            ? { apiVersion: 'apiregistration.k8s.io/v1', kind, metadata: { name } }
+            : { apiVersion: 'v1', kind, metadata: { name, namespace } },
+        );
       } catch (err) {
         if (apiStatusCode(err) !== 404) throw err;
       }

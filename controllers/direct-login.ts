@@ -1,0 +1,357 @@
+// The direct path: TokenCredentialRequest and WhoAmIRequest served as aggregated APIs of the cluster's own API
+// server, whose users then talk to it directly with certificates it signs itself (concierge/direct/). Two
+// controllers, as the impersonation proxy's: the server, on every replica, hands the aggregated listener its serving
+// certificate and the front proxy's CA; the writer, on the leader, decides whether the path is on (the mode and, in
+// auto, the nodes), keeps the serving CA and certificate, checks that the cluster signs client certificates (a probe
+// request), registers the APIServices, and publishes the strategy with its evidence.
+import { X509Certificate } from 'node:crypto';
+import { parse } from 'yaml';
+import {
+  StrategyTypes,
+  type ConciergeStrategy,
+  type StrategyReason,
+  type StrategyStatus,
+} from '../apis/authentication.ts';
+import { VERSION, type ApiGroups } from '../apis/groups.ts';
+import type { Informer, KubeObject } from '../lib/kube/informer.ts';
+import type { ObjectWriter } from '../lib/kube/kube.ts';
+import type { Logger } from '../lib/log.ts';
+import { ensureStoredCA, storedCA, tlsSecret } from '../lib/pki/ca-secret.ts';
+import { issueCert, loadCA } from '../lib/pki/pki.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
+import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
+import { requestHeaderConfig } from '../concierge/direct/front-proxy.ts';
+import { detectManaged, type NodeLike } from './detect.ts';
+import type { SecretLike } from './impersonation-proxy.ts';
+
+export const API_CA_SECRET = 'sealion-concierge-api-ca';
+export const API_TLS_SECRET = 'sealion-concierge-api-tls';
+export const DIRECT_KEY = 'direct-login';
+/** Where aggregated API servers usually sit among the groups: after the built-in ones (Pinniped's values too). */
+const GROUP_PRIORITY_MINIMUM = 9900;
+const VERSION_PRIORITY = 15;
+
+const DAY_MS = 24 * 3600 * 1000;
+const SERVING_VALIDITY_MS = 365 * DAY_MS;
+const CA_VALIDITY_MS = 10 * 365 * DAY_MS;
+const RENEW_FRACTION_LEFT = 1 / 3;
+/** A working signer is checked again this often; a failing one sooner, so a fix shows within a minute. */
+export const PROBE_AGAIN_MS = 6 * 3600 * 1000;
+export const PROBE_RETRY_MS = 60_000;
+
+export interface APIServiceLike extends KubeObject {
+  spec?: { caBundle?: string; service?: { namespace?: string; name?: string; port?: number } };
+  status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] };
+}
+
+export interface ConfigMapLike extends KubeObject {
+  data?: Record<string, string>;
+}
+
+/** Where users reach the cluster's API server, as kubeadm publishes it in kube-public/cluster-info. */
+export interface ClusterInfo {
+  server: string;
+  /** Base64 PEM. */
+  certificateAuthorityData: string;
+}
+
+/** The server and CA of a kube-public/cluster-info ConfigMap's kubeconfig, or why there are none. */
+export function clusterInfoFrom(data: Record<string, string> | undefined): ClusterInfo | string {
+  const text = data?.['kubeconfig'];
+  if (!text) return 'ConfigMap kube-public/cluster-info holds no kubeconfig';
+  try {
+    const config = parse(text) as {
+      clusters?: { cluster?: { server?: unknown; 'certificate-authority-data'?: unknown } }[];
+    };
+    const cluster = config.clusters?.[0]?.cluster;
+    const server = cluster?.server;
+    const ca = cluster?.['certificate-authority-data'];
+    if (typeof server !== 'string' || !server.startsWith('https://'))
+      return 'the kubeconfig in kube-public/cluster-info names no https server';
+    if (typeof ca !== 'string' || ca === '') return 'the kubeconfig in kube-public/cluster-info names no CA';
+    return { server, certificateAuthorityData: ca };
+  } catch {
+    return 'the kubeconfig in kube-public/cluster-info is not YAML';
+  }
+}
+
+/** What the aggregated listener serves: its certificate, and the CA of the front proxy whose headers it believes. */
+export interface DirectServingMaterial {
+  certPem: string;
+  keyPem: string;
+  frontProxyCAPem: string;
+}
+
+/** The outcome of the last probe of the signer. */
+interface Probe {
+  ok: boolean;
+  at: Date;
+  message: string;
+}
+
+export interface DirectLoginDeps {
+  namespace: string;
+  groups: ApiGroups;
+  /** The Service (in `namespace`) the APIServices send requests to, and its port. */
+  service: { name: string; port: number };
+  mode: () => 'auto' | 'enabled' | 'disabled';
+  nodes: Informer<NodeLike & KubeObject>;
+  secrets: Informer<SecretLike>;
+  /** kube-system/extension-apiserver-authentication and kube-public/cluster-info, by namespace/name. */
+  configMaps: {
+    extensionAuth: Informer<ConfigMapLike>;
+    clusterInfo: () => Promise<ConfigMapLike | undefined>;
+  };
+  apiServices: Informer<APIServiceLike>;
+  /** Asks the cluster to sign one certificate; rejects with what went wrong. */
+  probe: () => Promise<void>;
+  writes: ObjectWriter;
+  /** On every replica: what the aggregated listener serves (undefined: nothing yet). */
+  serve: (material: DirectServingMaterial | undefined) => void;
+  publish: (strategy: ConciergeStrategy) => void;
+  log: Logger;
+  now?: () => Date;
+}
+
+const b64 = (text: string): string => Buffer.from(text).toString('base64');
+const unb64 = (text: string): string => Buffer.from(text, 'base64').toString('utf8');
+
+/** The name the API server checks the aggregated listener's certificate against. */
+export const serviceHost = (namespace: string, service: string): string => `${service}.${namespace}.svc`;
+
+/** Whether the direct path is on, and why (for the strategy when it is not). */
+export function decideDirect(
+  mode: 'auto' | 'enabled' | 'disabled',
+  nodes: readonly NodeLike[],
+): { on: true; why: string } | { on: false; why: string } {
+  if (mode === 'disabled') return { on: false, why: 'disabled by configuration (kubeCertAgent.mode)' };
+  if (mode === 'enabled') return { on: true, why: 'enabled by configuration' };
+  const detection = detectManaged(nodes);
+  if (!detection)
+    return { on: false, why: 'automatically disabled: no nodes found to tell a self-hosted cluster by' };
+  return detection.managed
+    ? { on: false, why: `automatically disabled: ${detection.evidence}; clients use the impersonation proxy` }
+    : { on: true, why: `automatically enabled: ${detection.evidence}` };
+}
+
+function certificateLeft(certPem: string, caPem: string, host: string, now: Date): number {
+  try {
+    const cert = new X509Certificate(certPem);
+    if (!cert.verify(new X509Certificate(caPem).publicKey) || cert.checkHost(host) === undefined) return -1;
+    return new Date(cert.validTo).getTime() - now.getTime();
+  } catch {
+    return -1;
+  }
+}
+
+export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Controller; writer: Controller } {
+  const now = deps.now ?? (() => new Date());
+  const ns = deps.namespace;
+  const host = serviceHost(ns, deps.service.name);
+  const apiServiceNames = [deps.groups.login, deps.groups.identity].map((g) => `${VERSION}.${g}`);
+  const ours = new Set(apiServiceNames);
+  const watches = [
+    { informer: deps.nodes, key: () => DIRECT_KEY },
+    {
+      informer: deps.secrets,
+      filter: (s: SecretLike) => s.metadata?.name === API_TLS_SECRET || s.metadata?.name === API_CA_SECRET,
+      key: () => DIRECT_KEY,
+    },
+    { informer: deps.configMaps.extensionAuth, key: () => DIRECT_KEY },
+  ];
+
+  const server: Controller = {
+    name: 'direct-login-server',
+    watches,
+    initialKeys: [DIRECT_KEY],
+    sync(): Promise<SyncResult> {
+      const tls = deps.secrets.get(API_TLS_SECRET, ns);
+      const certPem = tls?.data?.['tls.crt'] ? unb64(tls.data['tls.crt']) : '';
+      const caPem = tls?.data?.['ca.crt'] ? unb64(tls.data['ca.crt']) : '';
+      let frontProxy;
+      try {
+        frontProxy = requestHeaderConfig(
+          deps.configMaps.extensionAuth.get('extension-apiserver-authentication', 'kube-system')?.data,
+        );
+      } catch (err) {
+        deps.log.warn(
+          { err: (err as Error).message },
+          'the API server publishes request-header settings that cannot be read',
+        );
+      }
+      if (!certPem || !frontProxy || certificateLeft(certPem, caPem, host, now()) <= 0) {
+        deps.serve(undefined);
+        return Promise.resolve({ requeueAfterMs: 10_000 });
+      }
+      deps.serve({ certPem, keyPem: unb64(tls?.data?.['tls.key'] ?? ''), frontProxyCAPem: frontProxy.caPem });
+      return Promise.resolve();
+    },
+  };
+
+  let lastProbe: Probe | undefined;
+  async function probeIfDue(): Promise<Probe> {
+    const due =
+      !lastProbe ||
+      now().getTime() - lastProbe.at.getTime() >= (lastProbe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS);
+    if (!due) return lastProbe!;
+    const started = now();
+    try {
+      await deps.probe();
+      const ms = now().getTime() - started.getTime();
+      lastProbe = {
+        ok: true,
+        at: started,
+        message: `the cluster signed a probe request for ${KUBE_APISERVER_CLIENT_SIGNER} in ${(ms / 1000).toFixed(1)} s at ${started.toISOString()}`,
+      };
+    } catch (err) {
+      lastProbe = {
+        ok: false,
+        at: started,
+        message: `a probe request for ${KUBE_APISERVER_CLIENT_SIGNER} at ${started.toISOString()} failed: ${(err as Error).message}`,
+      };
+    }
+    deps.log.info({ ok: lastProbe.ok, message: lastProbe.message }, 'signer probed');
+    return lastProbe;
+  }
+
+  const strategy = (
+    status: StrategyStatus,
+    reason: StrategyReason,
+    message: string,
+    extra = {},
+  ): ConciergeStrategy => ({
+    type: StrategyTypes.TokenCredentialRequestAPI,
+    status,
+    reason,
+    message,
+    lastUpdateTime: now().toISOString(),
+    ...extra,
+  });
+
+  async function ensureServing(): Promise<string> {
+    const ca = await ensureStoredCA(
+      () => Promise.resolve(storedCA(deps.secrets.get(API_CA_SECRET, ns)?.data)),
+      (made) => deps.writes.create(tlsSecret(ns, API_CA_SECRET, made)),
+      'sealion concierge aggregated API CA',
+      CA_VALIDITY_MS,
+    );
+    const tls = deps.secrets.get(API_TLS_SECRET, ns);
+    const certPem = tls?.data?.['tls.crt'] ? unb64(tls.data['tls.crt']) : '';
+    if (
+      certPem &&
+      certificateLeft(certPem, ca.certPem, host, now()) > SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT
+    )
+      return ca.certPem;
+    const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
+      commonName: host,
+      hosts: [host, `${host}.cluster.local`, deps.service.name, `${deps.service.name}.${ns}`],
+      usage: 'server',
+      validityMs: SERVING_VALIDITY_MS,
+    });
+    await deps.writes.apply(
+      tlsSecret(ns, API_TLS_SECRET, { certPem: issued.certPem, keyPem: issued.keyPem, caPem: ca.certPem }),
+    );
+    deps.log.info({ host }, 'aggregated API serving certificate issued');
+    return ca.certPem;
+  }
+
+  const writer: Controller = {
+    name: 'direct-login-writer',
+    watches: [
+      ...watches,
+      {
+        informer: deps.apiServices,
+        filter: (a: APIServiceLike) => ours.has(a.metadata?.name ?? ''),
+        key: () => DIRECT_KEY,
+      },
+    ],
+    initialKeys: [DIRECT_KEY],
+    async sync(): Promise<SyncResult> {
+      const decision = decideDirect(deps.mode(), deps.nodes.list());
+      if (!decision.on) {
+        for (const name of apiServiceNames)
+          if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+        deps.publish(
+          strategy('NotAvailable', 'Disabled', `the TokenCredentialRequest API is ${decision.why}`),
+        );
+        return;
+      }
+      const info = clusterInfoFrom((await deps.configMaps.clusterInfo())?.data);
+      if (typeof info === 'string') {
+        deps.publish(
+          strategy(
+            'Error',
+            'CouldNotGetClusterInfo',
+            `${decision.why}, but users would not know where the API server is: ${info} (kubeadm writes it; create it so, with the server users reach)`,
+          ),
+        );
+        return { requeueAfterMs: PROBE_RETRY_MS };
+      }
+      const probe = await probeIfDue();
+      const nextProbe = (probe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS) - (now().getTime() - probe.at.getTime());
+      if (!probe.ok) {
+        // The APIServices stay away: a login that cannot be signed is no way in.
+        for (const name of apiServiceNames)
+          if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+        deps.publish(
+          strategy(
+            'Error',
+            'ClusterDoesNotSign',
+            `${decision.why}, but ${probe.message}; clients use the impersonation proxy (in mode auto it serves on such a cluster)`,
+          ),
+        );
+        return { requeueAfterMs: Math.max(1_000, nextProbe) };
+      }
+      const caPem = await ensureServing();
+      for (const group of [deps.groups.login, deps.groups.identity]) {
+        await deps.writes.apply({
+          apiVersion: 'apiregistration.k8s.io/v1',
+          kind: 'APIService',
+          metadata: { name: `${VERSION}.${group}`, labels: { 'app.kubernetes.io/part-of': 'sealion' } },
+          spec: {
+            group,
+            version: VERSION,
+            service: { namespace: ns, name: deps.service.name, port: deps.service.port },
+            caBundle: b64(caPem),
+            groupPriorityMinimum: GROUP_PRIORITY_MINIMUM,
+            versionPriority: VERSION_PRIORITY,
+          },
+        } as never);
+      }
+      const unavailable = apiServiceNames.flatMap((name) => {
+        const available = deps.apiServices.get(name)?.status?.conditions?.find((c) => c.type === 'Available');
+        return available?.status === 'True'
+          ? []
+          : [
+              `${name} is not Available yet${available?.message ? ` (${available.reason}: ${available.message})` : ''}`,
+            ];
+      });
+      if (unavailable.length > 0) {
+        deps.publish(
+          strategy(
+            'Error',
+            'APIServiceUnavailable',
+            `${decision.why}; ${probe.message}; but ${unavailable.join('; ')}`,
+          ),
+        );
+        return { requeueAfterMs: 5_000 };
+      }
+      deps.publish(
+        strategy(
+          'Success',
+          'ClusterSigns',
+          `${decision.why}; ${probe.message}; the API server serves ${apiServiceNames.join(' and ')}; users log in at ${info.server}`,
+          {
+            tokenCredentialRequestConfig: {
+              endpoint: info.server,
+              certificateAuthorityData: info.certificateAuthorityData,
+            },
+          },
+        ),
+      );
+      return { requeueAfterMs: Math.max(1_000, nextProbe) };
+    },
+  };
+  return { server, writer };
+}
