@@ -41,6 +41,10 @@ export const PROXY_PORT = 8443;
 export const TUNNEL_PORT = 8444;
 /** Where replicas send each other requests for the tunnels they hold (concierge/peering/). */
 export const PEER_PORT = 8445;
+/** The aggregated APIs (TokenCredentialRequest, WhoAmIRequest) the cluster's API server proxies to (concierge/direct/). */
+export const API_PORT = 10250;
+/** The Service the aggregated APIs' APIServices name. */
+export const API_SERVICE = 'sealion-concierge-api';
 
 /** The ConfigMap key that holds the concierge's configuration. */
 export const CONFIG_KEY = 'config.yaml';

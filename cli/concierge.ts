@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import type { ConciergeFlags } from '../concierge/main.ts';
 import {
+  API_SERVICE,
   CONFIG_MAP_NAME,
   IMPERSONATOR_SERVICE_ACCOUNT,
   PROXY_PORT,
@@ -16,6 +17,16 @@ export function conciergeCommand(): Command {
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .option('--listen <host:port>', 'impersonation proxy listener', `0.0.0.0:${PROXY_PORT}`)
     .option('--metrics-listen <host:port>', 'plain-HTTP /metrics listener (off when empty)', '')
+    .option(
+      '--aggregated-api-listen <host:port>',
+      "the aggregated APIs' listener, which the cluster's API server reaches through --aggregated-api-service (off when empty)",
+      '',
+    )
+    .option(
+      '--aggregated-api-service <name>',
+      "the Service in the concierge's namespace that the APIServices name (port 443)",
+      API_SERVICE,
+    )
     .option('--kubeconfig <path>', "the concierge's own identity (default: in-cluster)", '')
     .option(
       '--upstream-kubeconfig <path>',

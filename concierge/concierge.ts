@@ -31,6 +31,12 @@ import { TUNNEL_HOSTS, TUNNEL_HOSTS_KEY } from '../controllers/tunnel-hosts.ts';
 import { conciergeControllers, newAuthenticators, type ConciergeControllerOptions } from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
+import { newDirectAPIHandler } from './direct/handler.ts';
+import { newClusterCertSigner } from './direct/signer.ts';
+import type { RequestHeaderConfig } from '../lib/kube/request-header.ts';
+import type { DirectServingMaterial } from '../controllers/direct-login.ts';
+import { rawStatusResponse } from '../lib/kube/status.ts';
+import { newClusterCertificateIssuer } from '../lib/kube/cluster-certificates.ts';
 import { newHubRoute } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
@@ -92,6 +98,12 @@ export interface ConciergeOptions {
    * replicas dial it at (the pod's address).
    */
   peer?: { host: string; port: number; advertise: string };
+  /**
+   * The aggregated APIs' listener (concierge/direct/): TokenCredentialRequest and WhoAmIRequest served through the
+   * cluster's own API server, which reaches it through the Service `service` (port `servicePort`, default 443) in
+   * the namespace. With the controllers only. Default: none.
+   */
+  aggregatedApi?: { host: string; port: number; service: string; servicePort?: number };
   /** Plain-HTTP listener for /metrics. */
   metrics?: { host: string; port: number };
   /** Audit events for every request served (concierge/audit/). Default: none. */
@@ -110,6 +122,8 @@ export interface ConciergeOptions {
 /** Where a started concierge listens. */
 export interface ConciergeEndpoints {
   port: number;
+  /** The aggregated APIs' listener's port, when it runs. */
+  aggregatedApiPort?: number;
   /** The tunnel listener's port and CA, when it runs. */
   tunnel?: { port: number; caPem: string };
   metricsPort?: number;
@@ -253,6 +267,11 @@ async function start(
   const server = newProxyServer(initialTLS, handler.request, handler.upgrade, (err) =>
     log.debug({ err: err.message }, 'TLS handshake failed'),
   );
+  const direct =
+    opts.aggregatedApi && election
+      ? await directAPI(opts, opts.aggregatedApi, clients, reviewer, authenticators.cache, groups, log)
+      : undefined;
+  if (direct) onStop(() => direct.server.close());
   // The controllers (concierge/controllers.ts), registered with one manager once the parts they drive run, and
   // started before the proxy takes a request (the authenticators' cache is filled first). It stops after the tunnel
   // parts below, whose Cluster status facts its controllers withdraw.
@@ -274,6 +293,15 @@ async function start(
         (next) => (signer = next),
         log,
       ),
+      ...(direct
+        ? {
+            direct: {
+              service: { name: direct.service, port: direct.servicePort },
+              serve: direct.serve,
+              issuer: direct.issuer,
+            },
+          }
+        : {}),
     };
 
   // The tunnel's parts that its controllers drive (the peer listener, the Cluster status facts) come before the
@@ -364,6 +392,11 @@ async function start(
   const port = await server.listen(opts.proxy.port, opts.proxy.host);
   onStop(() => server.close());
   log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
+  const aggregatedApiPort = direct
+    ? await direct.server.listen(opts.aggregatedApi!.port, opts.aggregatedApi!.host)
+    : undefined;
+  if (aggregatedApiPort !== undefined)
+    log.info({ host: opts.aggregatedApi!.host, port: aggregatedApiPort }, 'aggregated APIs listening');
 
   if (opts.tunnel && publisher) {
     const status = publisher;
@@ -407,8 +440,86 @@ async function start(
   }
   return {
     port,
+    ...(aggregatedApiPort === undefined ? {} : { aggregatedApiPort }),
     ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
+  };
+}
+
+/**
+ * The aggregated APIs' listener (not listening yet) and what the direct-login controllers hand it: its serving
+ * certificate and the front proxy's CA, whose request headers it believes.
+ */
+async function directAPI(
+  opts: ConciergeOptions,
+  at: NonNullable<ConciergeOptions['aggregatedApi']>,
+  clients: ReturnType<typeof newKubeClients>,
+  reviewer: ReturnType<typeof newReviewer>,
+  cache: Parameters<typeof newDirectAPIHandler>[0]['login']['cache'],
+  groups: ReturnType<typeof apiGroups>,
+  log: Logger,
+): Promise<{
+  server: ProxyServer;
+  service: string;
+  servicePort: number;
+  serve: (material: DirectServingMaterial | undefined) => void;
+  issuer: ReturnType<typeof newClusterCertificateIssuer>;
+}> {
+  // Who the API server records as the creator of this process's CertificateSigningRequests, so that approval can
+  // check the request it approves is its own.
+  const review = await clients.authentication.createSelfSubjectReview({
+    body: { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+  });
+  const me = review.status?.userInfo;
+  if (!me?.username) throw new Error('the API server did not say who this concierge is (SelfSubjectReview)');
+  const issuer = newClusterCertificateIssuer(clients, {
+    self: { username: me.username, ...(me.uid ? { uid: me.uid } : {}) },
+  });
+  let requestHeader: RequestHeaderConfig | undefined;
+  let on = false;
+  const handler = newDirectAPIHandler({
+    groups,
+    groupSuffix: opts.groupSuffix,
+    requestHeader: () => (on ? requestHeader : undefined),
+    trusted: () => server.trustedClientCAs(),
+    login: {
+      groups,
+      cache,
+      signer: newClusterCertSigner(() => (on ? issuer : undefined)),
+      log: log.child({ component: 'aggregated-api' }),
+    },
+    reviewer,
+    log: log.child({ component: 'aggregated-api' }),
+  });
+  const server = newProxyServer(
+    await placeholderTLS(),
+    handler,
+    (_req, socket) => socket.end(rawStatusResponse(404, 'the aggregated APIs serve no upgrades')),
+    (err) => log.debug({ err: err.message }, 'aggregated API TLS handshake failed'),
+  );
+  let applied = '';
+  return {
+    server,
+    service: at.service,
+    servicePort: at.servicePort ?? 443,
+    issuer,
+    serve(material) {
+      if (!material) {
+        on = false;
+        return;
+      }
+      const key = [material.certPem, material.keyPem, JSON.stringify(material.requestHeader)].join('\0');
+      if (key !== applied) {
+        server.updateTLS({
+          certPem: material.certPem,
+          keyPem: material.keyPem,
+          clientCAPems: [material.requestHeader.caPem],
+        });
+        requestHeader = material.requestHeader;
+        applied = key;
+      }
+      on = true;
+    },
   };
 }
 

@@ -39,7 +39,7 @@ import {
   type APIServiceLike,
   type DirectServingMaterial,
 } from '../controllers/direct-login.ts';
-import { EXTENSION_AUTH_CONFIGMAP } from './direct/front-proxy.ts';
+import { EXTENSION_AUTH_CONFIGMAP } from '../lib/kube/request-header.ts';
 import type { ClusterCertificateIssuer } from '../lib/kube/cluster-certificates.ts';
 import { apiStatusCode } from '../lib/kube/kube.ts';
 import { newTunnelHostsController, type TunnelHostsDeps } from '../controllers/tunnel-hosts.ts';
@@ -201,6 +201,7 @@ function directControllers(
   direct: NonNullable<NonNullable<ConciergeControllerOptions['proxy']>['direct']>,
   mode: () => 'auto' | 'enabled' | 'disabled',
   board: { set(strategy: ConciergeStrategy): void },
+  owner: () => { apiVersion: string; kind: string; name: string; uid: string } | undefined,
 ): ControllerEntry[] {
   const { clients, informers, manager } = opts;
   const ns = opts.proxy!.namespace;
@@ -237,6 +238,7 @@ function directControllers(
       await direct.issuer.issue(PROBE_IDENTITY, 0);
     },
     writes: manager.leaderOnly(newObjectWriter(clients)),
+    owner,
     serve: direct.serve,
     publish: (strategy) => board.set(strategy),
     log,
@@ -456,7 +458,19 @@ async function proxyControllers(
     },
     { controller: publisher, runs: 'leader' },
     ...(proxyOpts.direct
-      ? directControllers(opts, proxyOpts.direct, () => config().config.kubeCertAgent.mode, board)
+      ? directControllers(
+          opts,
+          proxyOpts.direct,
+          () => config().config.kubeCertAgent.mode,
+          board,
+          () => {
+            const issuer = issuers.get(configMap);
+            const uid = issuer?.metadata?.uid;
+            return uid
+              ? { apiVersion: `${configGroup}/${VERSION}`, kind: Kind.CredentialIssuer, name: configMap, uid }
+              : undefined;
+          },
+        )
       : []),
   ];
 }

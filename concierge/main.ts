@@ -13,6 +13,8 @@ export interface ConciergeFlags {
   listen: string;
   /** host:port of /metrics; empty: off. */
   metricsListen: string;
+  aggregatedApiListen: string;
+  aggregatedApiService: string;
   /** Kubeconfig of the concierge's own identity; empty: in-cluster. */
   kubeconfig: string;
   /** Kubeconfig of the forwarding identity; empty: TokenRequest tokens for impersonatorServiceAccount. */
@@ -172,6 +174,9 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
       : {}),
     ...(flags.tunnelListen && flags.peerListen ? { peer: peerOptions(flags, env) } : {}),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
+    ...(flags.aggregatedApiListen && !flags.tlsCertFile
+      ? { aggregatedApi: { ...hostPort(flags.aggregatedApiListen), service: flags.aggregatedApiService } }
+      : {}),
     ...(audit ? { audit } : {}),
     ...(flags.recordingsDir
       ? {

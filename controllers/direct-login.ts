@@ -21,7 +21,7 @@ import { issueCert, loadCA } from '../lib/pki/pki.ts';
 import type { Controller } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
-import { requestHeaderConfig } from '../concierge/direct/front-proxy.ts';
+import { requestHeaderConfig, type RequestHeaderConfig } from '../lib/kube/request-header.ts';
 import { detectManaged, type NodeLike } from './detect.ts';
 import type { SecretLike } from './impersonation-proxy.ts';
 
@@ -76,11 +76,11 @@ export function clusterInfoFrom(data: Record<string, string> | undefined): Clust
   }
 }
 
-/** What the aggregated listener serves: its certificate, and the CA of the front proxy whose headers it believes. */
+/** What the aggregated listener serves: its certificate, and the front proxy's settings (whose headers it believes). */
 export interface DirectServingMaterial {
   certPem: string;
   keyPem: string;
-  frontProxyCAPem: string;
+  requestHeader: RequestHeaderConfig;
 }
 
 /** The outcome of the last probe of the signer. */
@@ -107,6 +107,11 @@ export interface DirectLoginDeps {
   /** Asks the cluster to sign one certificate; rejects with what went wrong. */
   probe: () => Promise<void>;
   writes: ObjectWriter;
+  /**
+   * The cluster-scoped object the APIServices belong to (the CredentialIssuer), so that uninstalling takes them
+   * away: an APIService left naming a Service that is gone breaks the cluster's discovery for everyone.
+   */
+  owner: () => { apiVersion: string; kind: string; name: string; uid: string } | undefined;
   /** On every replica: what the aggregated listener serves (undefined: nothing yet). */
   serve: (material: DirectServingMaterial | undefined) => void;
   publish: (strategy: ConciergeStrategy) => void;
@@ -184,7 +189,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
         deps.serve(undefined);
         return Promise.resolve({ requeueAfterMs: 10_000 });
       }
-      deps.serve({ certPem, keyPem: unb64(tls?.data?.['tls.key'] ?? ''), frontProxyCAPem: frontProxy.caPem });
+      deps.serve({ certPem, keyPem: unb64(tls?.data?.['tls.key'] ?? ''), requestHeader: frontProxy });
       return Promise.resolve();
     },
   };
@@ -304,11 +309,18 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
         return { requeueAfterMs: Math.max(1_000, nextProbe) };
       }
       const caPem = await ensureServing();
+      const owner = deps.owner();
+      // The CredentialIssuer is the strategy publisher's to create, which it does at once.
+      if (!owner) return { requeueAfterMs: 1_000 };
       for (const group of [deps.groups.login, deps.groups.identity]) {
         await deps.writes.apply({
           apiVersion: 'apiregistration.k8s.io/v1',
           kind: 'APIService',
-          metadata: { name: `${VERSION}.${group}`, labels: { 'app.kubernetes.io/part-of': 'sealion' } },
+          metadata: {
+            name: `${VERSION}.${group}`,
+            labels: { 'app.kubernetes.io/part-of': 'sealion' },
+            ownerReferences: [owner],
+          },
           spec: {
             group,
             version: VERSION,

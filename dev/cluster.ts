@@ -335,6 +335,59 @@ export function runKubectl(
   });
 }
 
+/**
+ * kube-public/cluster-info as kubeadm writes it: a kubeconfig naming the API server users reach and its CA, which
+ * anyone may read (kubeadm's Role and RoleBinding for system:anonymous).
+ */
+export function clusterInfoManifests(url: string, caPem: string): object {
+  const kubeconfig = stringify({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [
+      {
+        name: '',
+        cluster: { server: url, 'certificate-authority-data': Buffer.from(caPem).toString('base64') },
+      },
+    ],
+    contexts: [],
+    users: [],
+    preferences: {},
+  });
+  return {
+    apiVersion: 'v1',
+    kind: 'List',
+    items: [
+      // The API server makes kube-public soon after it is ready, maybe not before this.
+      { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kube-public' } },
+      {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'cluster-info', namespace: 'kube-public' },
+        data: { kubeconfig },
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata: { name: 'kubeadm:bootstrap-signer-clusterinfo', namespace: 'kube-public' },
+        rules: [
+          { apiGroups: [''], resources: ['configmaps'], resourceNames: ['cluster-info'], verbs: ['get'] },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'kubeadm:bootstrap-signer-clusterinfo', namespace: 'kube-public' },
+        roleRef: {
+          apiGroup: 'rbac.authorization.k8s.io',
+          kind: 'Role',
+          name: 'kubeadm:bootstrap-signer-clusterinfo',
+        },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: 'system:anonymous' }],
+      },
+    ],
+  };
+}
+
 /** Starts one independent cluster. Call `stop()` when done; process exit also cleans up. */
 /** Start-up attempts: a free port found by listening on 0 can be taken by another process before etcd binds it. */
 const START_ATTEMPTS = 3;
@@ -413,6 +466,8 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
 
     const caFile = write('ca.crt', ca.certPem);
     write('ca.key', ca.keyPem);
+    // For tests that play a front proxy of their own (the real one's certificate is front-proxy-client.crt).
+    write('front-proxy-ca.key', frontProxyCA.keyPem);
     const saKey = write('sa.key', await privateKeyToPem(saKeys.privateKey));
     const saPub = write('sa.pub', await publicKeyToPem(saKeys.publicKey));
     const kubeconfigPath = write(
@@ -471,6 +526,10 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
       '--requestheader-username-headers=X-Remote-User',
       '--requestheader-group-headers=X-Remote-Group',
       '--requestheader-extra-headers-prefix=X-Remote-Extra-',
+      '--requestheader-uid-headers=X-Remote-Uid',
+      // Aggregated API servers are reached at their endpoints' addresses: this API server runs on the machine, where
+      // pods' addresses route (through the nodes' veth pairs) and Services' cluster IPs do not.
+      '--enable-aggregator-routing=true',
       `--proxy-client-cert-file=${write('front-proxy-client.crt', frontProxyClient.certPem)}`,
       `--proxy-client-key-file=${write('front-proxy-client.key', frontProxyClient.keyPem)}`,
       '--allow-privileged=true',
@@ -486,6 +545,11 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
     const creds = { ca: ca.certPem, cert: admin.certPem, key: admin.keyPem };
     log(`starting cluster ${name} at ${url}`);
     await waitReady(url, creds, { etcd, 'kube-apiserver': apiserver }, dir, opts.readyTimeoutMs ?? 90_000);
+    // Where users reach this API server, published as kubeadm publishes it (and lets anyone read it).
+    const info = await runKubectl(binaries.kubectl, kubeconfigPath, ['apply', '-f', '-'], {
+      input: JSON.stringify(clusterInfoManifests(url, ca.certPem)),
+    });
+    if (info.code !== 0) throw new Error(`publishing kube-public/cluster-info: ${info.stderr}`);
 
     if (opts.controllerManager ?? true) {
       children.push(

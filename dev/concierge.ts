@@ -262,9 +262,15 @@ export async function startControlledConcierge(
     port?: number;
     /** Run the agents' tunnel listener on this port (0: any). */
     tunnelPort?: number;
+    /** Serve the aggregated APIs (concierge/direct/) here, for the cluster's API server. Default: not served. */
+    aggregatedApi?: ConciergeOptions['aggregatedApi'];
   },
 ): Promise<ControlledConcierge> {
-  const concierge = newConcierge({ ...(await baseOptions(cluster, opts)), configMap: opts.configMap });
+  const concierge = newConcierge({
+    ...(await baseOptions(cluster, opts)),
+    configMap: opts.configMap,
+    ...(opts.aggregatedApi ? { aggregatedApi: opts.aggregatedApi } : {}),
+  });
   const endpoints = await concierge.start();
   return { concierge: endpoints, port: endpoints.port, stop: () => concierge.stop() };
 }

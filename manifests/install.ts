@@ -3,6 +3,8 @@
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
 import {
   AGENT_NAME,
+  API_PORT,
+  API_SERVICE,
   CONCIERGE_NAME,
   CONFIG_KEY,
   CONFIG_MAP_NAME,
@@ -19,7 +21,8 @@ import {
   TUNNEL_PORT,
   TUNNEL_SERVICE,
 } from '../apis/install.ts';
-import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource } from '../apis/groups.ts';
+import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
 
 import {
@@ -224,9 +227,94 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         // Service-account tokens through the proxy, and nested impersonation checks.
         { apiGroups: ['authentication.k8s.io'], resources: ['tokenreviews'], verbs: ['create'] },
         { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
+        // The direct path (concierge/direct/): client certificates the cluster signs. Approving for this signer lets
+        // the concierge mint any identity, which RBAC cannot narrow by subject; the concierge approves only requests it
+        // created itself, for users it authenticated, never system:masters (lib/kube/cluster-certificates.ts).
+        {
+          apiGroups: ['certificates.k8s.io'],
+          resources: ['certificatesigningrequests'],
+          verbs: ['create', 'get', 'delete'],
+        },
+        {
+          apiGroups: ['certificates.k8s.io'],
+          resources: ['certificatesigningrequests/approval'],
+          verbs: ['update'],
+        },
+        {
+          apiGroups: ['certificates.k8s.io'],
+          resources: ['signers'],
+          verbs: ['approve'],
+          resourceNames: [KUBE_APISERVER_CLIENT_SIGNER],
+        },
+        // Its two APIServices, and no other: a create cannot be narrowed by name (an existing group's APIService cannot
+        // be created again), the rest is.
+        {
+          apiGroups: ['apiregistration.k8s.io'],
+          resources: ['apiservices'],
+          verbs: ['get', 'list', 'watch', 'create'],
+        },
+        {
+          apiGroups: ['apiregistration.k8s.io'],
+          resources: ['apiservices'],
+          verbs: ['update', 'patch', 'delete'],
+          resourceNames: [`${VERSION}.${groups.login}`, `${VERSION}.${groups.identity}`],
+        },
       ],
     },
     binding('ClusterRoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    {
+      // The front proxy's CA and headers, which the API server publishes for aggregated API servers (a Role it makes).
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: `${ns}-concierge-auth-reader`, namespace: 'kube-system', labels: PART_OF },
+      roleRef: {
+        apiGroup: 'rbac.authorization.k8s.io',
+        kind: 'Role',
+        name: 'extension-apiserver-authentication-reader',
+      },
+      subjects: [{ kind: 'ServiceAccount', name: CONCIERGE_NAME, namespace: ns }],
+    },
+    {
+      // Where users reach the API server (kubeadm publishes it there, readable by anyone; elsewhere, by this Role).
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: `${ns}-concierge-cluster-info`, namespace: 'kube-public', labels: PART_OF },
+      rules: [
+        { apiGroups: [''], resources: ['configmaps'], verbs: ['get'], resourceNames: ['cluster-info'] },
+      ],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: `${ns}-concierge-cluster-info`, namespace: 'kube-public', labels: PART_OF },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${ns}-concierge-cluster-info` },
+      subjects: [{ kind: 'ServiceAccount', name: CONCIERGE_NAME, namespace: ns }],
+    },
+    {
+      // Logging in through the API server: anyone may trade a token (that is how people without credentials get
+      // some), and anyone signed in may ask who they are.
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: `${ns}-login`, labels: PART_OF },
+      rules: [
+        {
+          apiGroups: [groups.login],
+          resources: [Resource.TokenCredentialRequest],
+          verbs: ['create', 'list'],
+        },
+        { apiGroups: [groups.identity], resources: [Resource.WhoAmIRequest], verbs: ['create'] },
+      ],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: `${ns}-login`, labels: PART_OF },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: `${ns}-login` },
+      subjects: [
+        { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:authenticated' },
+        { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:unauthenticated' },
+      ],
+    },
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',
@@ -308,6 +396,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                   `--audit-policy-file=${AUDIT_MOUNT}/${AUDIT_POLICY_KEY}`,
                   '--audit-log-path=-',
                   `--recordings-dir=${RECORDINGS_DIR}`,
+                  `--aggregated-api-listen=0.0.0.0:${API_PORT}`,
                 ],
                 volumeMounts: [
                   { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },
@@ -318,6 +407,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                   { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
                   { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
                   { name: 'peer', containerPort: PEER_PORT, protocol: 'TCP' },
+                  { name: 'api', containerPort: API_PORT, protocol: 'TCP' },
                 ],
                 readinessProbe: probe('/readyz'),
                 livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
@@ -348,6 +438,17 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     {
       apiVersion: 'v1',
       kind: 'Service',
+      // The cluster's API server reaches the aggregated APIs here (the APIServices the controllers register name it).
+      metadata: { name: API_SERVICE, namespace: ns, labels: PART_OF },
+      spec: {
+        type: 'ClusterIP',
+        selector,
+        ports: [{ name: 'https', port: 443, targetPort: 'api', protocol: 'TCP' }],
+      },
+    },
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
       // Agents dial in here; expose it (LoadBalancer, Ingress passthrough) where agents live outside the cluster.
       metadata: { name: TUNNEL_SERVICE, namespace: ns, labels: PART_OF },
       spec: {
@@ -367,9 +468,11 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         policyTypes: ['Ingress'],
         ingress: [
           {
+            // The api port only believes the API server's front proxy (by its client certificate).
             ports: [
               { port: 'proxy', protocol: 'TCP' },
               { port: 'tunnel', protocol: 'TCP' },
+              { port: 'api', protocol: 'TCP' },
             ],
           },
           { from: [{ podSelector: { matchLabels: selector } }], ports: [{ port: 'peer', protocol: 'TCP' }] },

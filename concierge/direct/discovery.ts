@@ -124,6 +124,15 @@ function openAPIDocument(s: Served): Record<string, unknown> {
         post: {
           description: `create a ${s.kind}`,
           operationId: `create${s.kind}`,
+          // Field validation as the API server's own creates take it (concierge/proxy/login-apis.ts).
+          parameters: [
+            {
+              name: 'fieldValidation',
+              in: 'query',
+              description: 'Ignore, Warn or Strict: what to do with fields the kind does not have.',
+              schema: { type: 'string', uniqueItems: true },
+            },
+          ],
           requestBody: { content: json, required: true },
           responses: { '201': { description: 'Created', content: json } },
           'x-kubernetes-action': 'post',

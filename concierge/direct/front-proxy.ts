@@ -8,55 +8,7 @@ import type { Request } from '../../lib/http2/request.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { certificateUser } from '../proxy/authenticate.ts';
 import { nameFromHeader } from '../proxy/impersonate.ts';
-
-/** Where the API server publishes its front proxy's CA and the headers it writes. */
-export const EXTENSION_AUTH_CONFIGMAP = {
-  namespace: 'kube-system',
-  name: 'extension-apiserver-authentication',
-};
-
-/** The request-header settings of the cluster's API server, read from its ConfigMap. */
-export interface RequestHeaderConfig {
-  /** PEM certificates of the CA the front proxy's client certificate must verify against. */
-  caPem: string;
-  /** Common names the front proxy's certificate may have; empty: any the CA signed. */
-  allowedNames: string[];
-  usernameHeaders: string[];
-  uidHeaders: string[];
-  groupHeaders: string[];
-  extraHeaderPrefixes: string[];
-}
-
-/** A JSON array of strings from the ConfigMap, or a problem. */
-function stringList(data: Record<string, string>, key: string): string[] {
-  const text = data[key];
-  if (text === undefined || text === '') return [];
-  const parsed: unknown = JSON.parse(text);
-  if (!Array.isArray(parsed) || !parsed.every((v) => typeof v === 'string'))
-    throw new Error(`${key} is not a JSON array of strings`);
-  return parsed;
-}
-
-/**
- * The request-header settings the ConfigMap's data holds, or undefined when it configures no front proxy (the API
- * server runs without --requestheader-client-ca-file). Throws for data that cannot be read.
- */
-export function requestHeaderConfig(
-  data: Record<string, string> | undefined,
-): RequestHeaderConfig | undefined {
-  const caPem = data?.['requestheader-client-ca-file'];
-  if (!data || !caPem?.includes('-----BEGIN CERTIFICATE-----')) return undefined;
-  const config: RequestHeaderConfig = {
-    caPem,
-    allowedNames: stringList(data, 'requestheader-allowed-names'),
-    usernameHeaders: stringList(data, 'requestheader-username-headers').map((h) => h.toLowerCase()),
-    uidHeaders: stringList(data, 'requestheader-uid-headers').map((h) => h.toLowerCase()),
-    groupHeaders: stringList(data, 'requestheader-group-headers').map((h) => h.toLowerCase()),
-    extraHeaderPrefixes: stringList(data, 'requestheader-extra-headers-prefix').map((h) => h.toLowerCase()),
-  };
-  if (config.usernameHeaders.length === 0) throw new Error('requestheader-username-headers names no header');
-  return config;
-}
+import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
 
 /** Why a request is refused; the client is told only 401. */
 export type FrontProxyRefusal =

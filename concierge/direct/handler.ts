@@ -11,7 +11,8 @@ import { send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, type LoginDeps } from '../proxy/login-apis.ts';
 import { DISCOVERY_V2, discoveryDocuments } from './discovery.ts';
-import { frontProxyUser, type RequestHeaderConfig } from './front-proxy.ts';
+import { frontProxyUser } from './front-proxy.ts';
+import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
 
 /**
  * TokenCredentialRequests in flight at once. Each costs the cluster a CertificateSigningRequest's create, approval,

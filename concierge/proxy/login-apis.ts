@@ -81,6 +81,46 @@ function readJSON(req: Request, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
 const isRecord = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
 
+/** The fields each kind knows, for field validation; metadata is taken as it is (nothing in it is kept). */
+const KNOWN_FIELDS: Record<string, string[]> = {
+  '': ['apiVersion', 'kind', 'metadata', 'spec', 'status'],
+  TokenCredentialRequest: ['token', 'authenticator', 'certificateSigningRequest'],
+  WhoAmIRequest: [],
+};
+
+/**
+ * Field validation as the API server does it for a create (the fieldValidation parameter): Strict refuses unknown fields with 400, Warn names them in Warning headers, Ignore
+ * (or none) lets them be. Answers and returns undefined when the request was refused, else the headers to answer with.
+ */
+function validateFields(
+  req: Request,
+  res: Response,
+  body: unknown,
+  kind: string,
+): Record<string, string> | undefined {
+  const mode = new URLSearchParams((req.url ?? '').split('?')[1] ?? '').get('fieldValidation') ?? 'Ignore';
+  if (mode === 'Ignore' || !isRecord(body)) return {};
+  const unknown = [
+    ...Object.keys(body).filter((k) => !KNOWN_FIELDS['']!.includes(k)),
+    ...(isRecord(body['spec'])
+      ? Object.keys(body['spec'])
+          .filter((k) => !(KNOWN_FIELDS[kind] ?? []).includes(k))
+          .map((k) => `spec.${k}`)
+      : []),
+  ];
+  if (mode !== 'Strict' && mode !== 'Warn') {
+    writeStatus(res, 400, `fieldValidation must be Ignore, Warn or Strict, not ${JSON.stringify(mode)}`);
+    return undefined;
+  }
+  if (unknown.length === 0) return {};
+  const words = unknown.map((f) => `unknown field ${JSON.stringify(f)}`);
+  if (mode === 'Strict') {
+    writeStatus(res, 400, `strict decoding error: ${words.join(', ')}`);
+    return undefined;
+  }
+  return { warning: words.map((w) => `299 - ${JSON.stringify(w)}`).join(', ') };
+}
+
 export function serveResourceList(
   res: Response,
   group: string,
@@ -149,6 +189,8 @@ export async function handleTokenCredentialRequest(
   } catch (err) {
     return writeStatus(res, err instanceof BodyError ? err.status : 400, (err as Error).message);
   }
+  const warnings = validateFields(req, res, body, 'TokenCredentialRequest');
+  if (!warnings) return;
   const spec = isRecord(body) ? body['spec'] : undefined;
   const token = isRecord(spec) ? spec['token'] : undefined;
   const ref = isRecord(spec) ? spec['authenticator'] : undefined;
@@ -208,6 +250,7 @@ export async function handleTokenCredentialRequest(
         spec: { authenticator: ref ?? {} },
         status,
       }),
+      warnings,
     );
   const failed = (reason: string): void => {
     deps.log.info({ reason }, 'token credential request failed');
@@ -277,11 +320,14 @@ export async function handleWhoAmI(
   if (rest !== '/whoamirequests')
     return writeStatus(res, 404, 'the server could not find the requested resource');
   if (req.method !== 'POST') return writeStatus(res, 405, `${req.method} is not supported on whoamirequests`);
+  let body: unknown;
   try {
-    await readJSON(req);
+    body = await readJSON(req);
   } catch (err) {
     return writeStatus(res, err instanceof BodyError ? err.status : 400, (err as Error).message);
   }
+  const warnings = validateFields(req, res, body, 'WhoAmIRequest');
+  if (!warnings) return;
   send(
     res,
     201,
@@ -302,5 +348,6 @@ export async function handleWhoAmI(
         },
       },
     }),
+    warnings,
   );
 }
