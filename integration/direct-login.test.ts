@@ -359,8 +359,11 @@ describe('the direct path on a self-hosted cluster in mode auto', () => {
     const body = JSON.stringify({ apiVersion: `${IDENTITY}/v1alpha1`, kind: 'WhoAmIRequest', spec: {} });
     const forged = { 'x-remote-user': 'admin', 'x-remote-group': 'system:masters' };
     const caPem = Buffer.from(
-      JSON.parse(await kubectlOk(['get', 'apiservice', `v1alpha1.${IDENTITY}`, '-o', 'json'])).spec
-        .caBundle as string,
+      (
+        JSON.parse(await kubectlOk(['get', 'apiservice', `v1alpha1.${IDENTITY}`, '-o', 'json'])) as {
+          spec: { caBundle: string };
+        }
+      ).spec.caBundle,
       'base64',
     ).toString();
     const frontProxyCA = await loadCA(
@@ -389,7 +392,10 @@ describe('the direct path on a self-hosted cluster in mode auto', () => {
     // The front proxy itself is believed.
     const believed = await send(realProxy);
     expect(believed.status).toBe(201);
-    expect(JSON.parse(believed.body).status.kubernetesUserInfo.user.username).toBe('admin');
+    const who = JSON.parse(believed.body) as {
+      status: { kubernetesUserInfo: { user: { username: string } } };
+    };
+    expect(who.status.kubernetesUserInfo.user.username).toBe('admin');
   });
 
   it('never approves a request someone else created', async () => {
