@@ -54,6 +54,16 @@ describe('managed-cluster detection', () => {
   ] as const)('mode %s with %j → run %s, %s/%s', (mode, nodes, run, status, reason) => {
     expect(decide(mode, nodes)).toMatchObject({ run, status, reason });
   });
+
+  it('runs on a self-hosted cluster in auto when the direct path does not work there', () => {
+    const decision = decide('auto', [controlPlane], 'the cluster did not sign a probe request');
+    expect(decision).toMatchObject({ run: true, status: 'Success', reason: 'Listening' });
+    expect(decision.message).toContain(
+      'the direct path does not work (the cluster did not sign a probe request)',
+    );
+    // A managed cluster has the proxy anyway; disabled stays disabled.
+    expect(decide('disabled', [controlPlane], 'no').run).toBe(false);
+  });
 });
 
 const NS = 'sealion-concierge';
