@@ -2,7 +2,6 @@
 // the one 401 everyone else gets.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { request } from 'node:https';
-import type { AddressInfo } from 'node:net';
 import { apiGroups } from '../../apis/groups.ts';
 import { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { AccessQuestion } from '../../lib/kube/kube.ts';
