@@ -75,7 +75,10 @@ impersonationProxy:
     secretName: ""
     certificateAuthorityData: ""
 kubeCertAgent:
-  # auto | enabled | disabled: offer the TokenCredentialRequest API through the cluster's signing key.
+  # The direct path: TokenCredentialRequest served through the cluster's own API server, with client certificates the
+  # cluster signs (its CSR API), so users talk to the API server itself. (Pinniped's name; no agent runs for it.)
+  # auto: on where the cluster looks self-hosted (a control-plane node, no managed provider's marks);
+  # enabled: always (beside the proxy, if that runs too); disabled: never.
   mode: ${DEFAULT_KUBE_CERT_AGENT_MODE}
 `;
 
