@@ -41,6 +41,7 @@ import { newHubRoute } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
 import { startAudit, type AuditOptions } from './audit/setup.ts';
+import type { Auditor } from './audit/audit.ts';
 import { newRecordings, sharedRecordings, type RecordingOptions } from './recording/session.ts';
 import { newRecordingUploader, type RecordingUploader } from './recording/upload.ts';
 import { newWebhookClient } from './audit/sinks.ts';
@@ -269,7 +270,16 @@ async function start(
   );
   const direct =
     opts.aggregatedApi && election
-      ? await directAPI(opts, opts.aggregatedApi, clients, reviewer, authenticators.cache, groups, log)
+      ? await directAPI(
+          opts,
+          opts.aggregatedApi,
+          clients,
+          reviewer,
+          authenticators.cache,
+          groups,
+          log,
+          audit?.auditor,
+        )
       : undefined;
   if (direct) onStop(() => direct.server.close());
   // The controllers (concierge/controllers.ts), registered with one manager once the parts they drive run, and
@@ -458,6 +468,7 @@ async function directAPI(
   cache: Parameters<typeof newDirectAPIHandler>[0]['login']['cache'],
   groups: ReturnType<typeof apiGroups>,
   log: Logger,
+  auditor: Auditor | undefined,
 ): Promise<{
   server: ProxyServer;
   service: string;
@@ -489,6 +500,7 @@ async function directAPI(
       log: log.child({ component: 'aggregated-api' }),
     },
     reviewer,
+    ...(auditor ? { auditor } : {}),
     log: log.child({ component: 'aggregated-api' }),
   });
   const server = newProxyServer(

@@ -15,6 +15,27 @@ import { newDirectAPIHandler } from './handler.ts';
 const groups = apiGroups('sealion.dev');
 const log = newLogger({ level: 'silent' });
 const asked: AccessQuestion[] = [];
+/** What the fake auditor was told: each request's ID, user, route and final code. */
+const audited: { id: string; user?: string; route?: string; code?: number }[] = [];
+const auditor = {
+  backend: {} as never,
+  begin(
+    facts: { auditID: string },
+    user: { username: string } | undefined,
+    annotations?: Record<string, string>,
+  ) {
+    const entry: (typeof audited)[number] = {
+      id: facts.auditID,
+      ...(user ? { user: user.username } : {}),
+      ...(annotations?.['sealion.dev/route'] ? { route: annotations['sealion.dev/route'] } : {}),
+    };
+    audited.push(entry);
+    return {
+      received: () => Promise.resolve(),
+      complete: (code: number) => void (entry.code = code),
+    } as never;
+  },
+};
 let server: ProxyServer;
 let port = 0;
 let servingCA: CertificateAuthority;
@@ -55,6 +76,7 @@ beforeAll(async () => {
         return Promise.resolve(q.user !== 'denied');
       },
     },
+    auditor,
     log,
   });
   server = newProxyServer(
@@ -225,6 +247,18 @@ describe('the aggregated APIs', () => {
         expect.objectContaining({ kind: 'Status', code: 401, message: 'Unauthorized' }),
       ]);
     }
+  });
+
+  it('audit each request under the API server’s Audit-ID, and replace a stranger’s', async () => {
+    audited.length = 0;
+    const id = '6f1c2b1e-0c4e-4b8e-9a57-3d1d1f0e9a10';
+    await call('/apis', { client: frontProxy, headers: [...asUser, ['Audit-ID', id]] });
+    await call('/apis', { headers: [...asUser, ['Audit-ID', id]] });
+    await call('/readyz');
+    expect(audited).toEqual([
+      { id, user: 'alice', route: 'aggregated', code: 200 },
+      { id: expect.not.stringMatching(id) as unknown as string, route: 'aggregated', code: 401 },
+    ]);
   });
 
   it('know nothing else', async () => {

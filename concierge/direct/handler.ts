@@ -10,6 +10,9 @@ import type { Request, Response } from '../../lib/http2/request.ts';
 import { send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, type LoginDeps } from '../proxy/login-apis.ts';
+import { randomUUID } from 'node:crypto';
+import { ANNOTATIONS, preciseNow, type Auditor, type RequestAudit } from '../audit/audit.ts';
+import { requestAttributes } from '../proxy/request-info.ts';
 import { DISCOVERY_V2, discoveryDocuments } from './discovery.ts';
 import { frontProxyUser } from './front-proxy.ts';
 import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
@@ -31,8 +34,15 @@ export interface DirectAPIDeps {
   login: LoginDeps;
   /** Asks the cluster whether the front proxy's user may do what it asks (delegated authorization). */
   reviewer: Reviewer;
+  /** Audit events for every request but health checks, joined to the API server's by its Audit-ID. Default: none. */
+  auditor?: Auditor;
   log: Logger;
 }
+
+/** The route annotation of what the API server proxies here. */
+export const AGGREGATED_ROUTE = 'aggregated';
+/** An Audit-ID the front proxy sends is kept (it is the API server's own event's); anything odd is replaced. */
+const AUDIT_ID = /^[A-Za-z0-9-]{1,64}$/;
 
 const JSON_TYPE = 'application/json';
 
@@ -80,6 +90,25 @@ export function newDirectAPIHandler(deps: DirectAPIDeps): (req: Request, res: Re
     const user = config
       ? frontProxyUser(req, config, deps.trusted())
       : { refused: 'no request-header settings' };
+    const refused = 'refused' in user;
+    // Only the front proxy's Audit-ID is its API server's: anyone else's is replaced.
+    const sent = req.headers['audit-id'];
+    const audit = deps.auditor?.begin(
+      {
+        auditID: !refused && typeof sent === 'string' && AUDIT_ID.test(sent) ? sent : randomUUID(),
+        requestURI: url,
+        attributes: requestAttributes(req.method ?? 'GET', url),
+        ...(req.socket?.remoteAddress ? { sourceIP: req.socket.remoteAddress.replace(/^::ffff:/, '') } : {}),
+        ...(typeof req.headers['user-agent'] === 'string' ? { userAgent: req.headers['user-agent'] } : {}),
+        receivedMs: preciseNow(),
+      },
+      refused ? undefined : user,
+      {
+        [ANNOTATIONS.route]: AGGREGATED_ROUTE,
+        ...(refused ? {} : { [ANNOTATIONS.authenticator]: 'front-proxy' }),
+      },
+    );
+    if (audit && !(await auditStarted(audit, res))) return;
     if ('refused' in user) {
       deps.log.info({ reason: user.refused, path }, 'aggregated API request refused');
       return writeStatus(res, 401, UNAUTHORIZED);
@@ -125,6 +154,18 @@ export function newDirectAPIHandler(deps: DirectAPIDeps): (req: Request, res: Re
       return handleWhoAmI(req, res, path.slice(identityPrefix.length), deps.groups, user);
     }
     return writeStatus(res, 404, 'the server could not find the requested resource');
+  }
+
+  /** The request's first event is written (or, in batch mode, queued); its last follows the answer. */
+  async function auditStarted(audit: RequestAudit, res: Response): Promise<boolean> {
+    res.on('close', () => audit.complete(res.statusCode));
+    try {
+      await audit.received();
+      return true;
+    } catch {
+      writeStatus(res, 503, 'the request could not be audited; retry shortly', { retryAfterSeconds: 1 });
+      return false;
+    }
   }
 
   return (req, res) => {
