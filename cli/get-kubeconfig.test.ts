@@ -1,13 +1,18 @@
 // Tokens stay out of the process list: the kubeconfig `sealion get kubeconfig` writes names where the token is,
-// never the token, and the plugin reads it from there.
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+// never the token, and the plugin reads it from there. Which way in it writes (the cluster's API server or the
+// impersonation proxy), what it refuses, and that the plugin it names does what that way in needs.
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse } from 'yaml';
+import type { ConciergeStrategy } from '../apis/authentication.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { getKubeconfig, type GetKubeconfigFlags } from './get-kubeconfig.ts';
-import { readTokenFile, staticLogin, type StaticLoginFlags } from './login.ts';
+import { loginCommand, readTokenFile, staticLogin, type StaticLoginFlags } from './login.ts';
 
 const TOKEN = 'the-secret-token';
 let dir: string;
@@ -139,5 +144,376 @@ describe('sealion login static reads the token from where the kubeconfig says', 
     said.length = 0;
     await staticLogin(login({ token: TOKEN }), {}, (l) => said.push(l));
     expect(said).toEqual([]);
+  });
+});
+
+const PROXY = { endpoint: 'https://proxy.example.com', certificateAuthorityData: 'UFJPWFkgQ0E=' };
+const API_SERVER = { endpoint: 'https://api.example.com:6443', certificateAuthorityData: 'QVBJIENB' };
+const T = '2026-01-01T00:00:00.000Z';
+const proxyOk: ConciergeStrategy = {
+  type: 'ImpersonationProxy',
+  status: 'Success',
+  reason: 'Listening',
+  message: 'serving',
+  lastUpdateTime: T,
+  impersonationProxyConfig: PROXY,
+};
+const proxyOff: ConciergeStrategy = {
+  type: 'ImpersonationProxy',
+  status: 'NotAvailable',
+  reason: 'Disabled',
+  message: 'automatically disabled: node cp-1 is a control-plane node',
+  lastUpdateTime: T,
+};
+const directOk = (at = API_SERVER): ConciergeStrategy => ({
+  type: 'TokenCredentialRequestAPI',
+  status: 'Success',
+  reason: 'ClusterSigns',
+  message: 'the cluster signs',
+  lastUpdateTime: T,
+  tokenCredentialRequestConfig: at,
+});
+const directOff: ConciergeStrategy = {
+  type: 'TokenCredentialRequestAPI',
+  status: 'NotAvailable',
+  reason: 'Disabled',
+  message: 'automatically disabled: EKS',
+  lastUpdateTime: T,
+};
+const directBroken: ConciergeStrategy = {
+  type: 'TokenCredentialRequestAPI',
+  status: 'Error',
+  reason: 'ClusterDoesNotSign',
+  message: 'a probe request failed',
+  lastUpdateTime: T,
+};
+
+/** An admin's view of one webhook authenticator `hooks` with these strategies, and two agent-backed clusters. */
+function clientsWith(strategies: ConciergeStrategy[]): KubeClients & { asked: string[] } {
+  const asked: string[] = [];
+  return {
+    asked,
+    customObjects: {
+      listClusterCustomObject: ({ plural }: { plural: string }) => {
+        asked.push(plural);
+        if (plural === 'clusters')
+          return Promise.resolve({
+            items: [
+              { metadata: { name: 'edge-1' }, status: { connected: true } },
+              { metadata: { name: 'edge-2' }, status: { connected: true } },
+            ],
+          });
+        return Promise.resolve({
+          items:
+            plural === 'webhookauthenticators'
+              ? [{ metadata: { name: 'hooks' }, status: { conciergeStrategies: strategies } }]
+              : [],
+        });
+      },
+    },
+  } as unknown as KubeClients & { asked: string[] };
+}
+
+interface Written {
+  servers: string[];
+  cas: string[];
+  contexts: string[];
+  args: string[];
+}
+function written(yaml: string): Written {
+  const config = parse(yaml) as {
+    clusters: { cluster: { server: string; 'certificate-authority-data': string } }[];
+    contexts: { name: string }[];
+    users: { user: { exec: { args: string[] } } }[];
+  };
+  return {
+    servers: config.clusters.map((c) => c.cluster.server),
+    cas: config.clusters.map((c) => c.cluster['certificate-authority-data']),
+    contexts: config.contexts.map((c) => c.name),
+    args: config.users[0]!.user.exec.args,
+  };
+}
+/** The value after `flag` in the plugin's arguments. */
+const after = (args: string[], flag: string): string | undefined => args[args.indexOf(flag) + 1];
+
+describe('sealion get kubeconfig chooses the way in', () => {
+  it.each([
+    ['direct where it works', [directOk(), proxyOk], {}, 'direct'],
+    ['direct where only it works', [directOk(), proxyOff], {}, 'direct'],
+    ['the proxy when asked, even where direct works', [directOk(), proxyOk], { mode: 'proxy' }, 'proxy'],
+    ['the proxy for an agent-backed cluster', [directOk(), proxyOk], { cluster: 'edge-1' }, 'proxy'],
+    ['the proxy for every cluster', [directOk(), proxyOk], { allClusters: true }, 'proxy'],
+    ['the proxy where direct is off', [directOff, proxyOk], {}, 'proxy'],
+    ['the proxy where direct is broken', [directBroken, proxyOk], {}, 'proxy'],
+    ['the proxy from a concierge that knows no direct path', [proxyOk], {}, 'proxy'],
+    ['direct when asked', [directOk(), proxyOk], { mode: 'direct' }, 'direct'],
+  ] as const)('%s', async (_, strategies, over, wanted) => {
+    const yaml = await getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN', exchangeCredential: false, ...over }),
+      () => {},
+      clientsWith([...strategies]),
+    );
+    const { servers, args } = written(yaml);
+    const at = wanted === 'direct' ? API_SERVER.endpoint : PROXY.endpoint;
+    expect(servers[0]!.startsWith(at)).toBe(true);
+    // The direct path always exchanges; the proxy only when asked to (here not).
+    expect(args.includes('--exchange')).toBe(wanted === 'direct');
+  });
+
+  it('waits for a Pending proxy when direct does not work, and takes direct once it does', async () => {
+    let strategies: ConciergeStrategy[] = [
+      directBroken,
+      { ...proxyOff, status: 'Error', reason: 'Pending', message: 'waiting for a load balancer' },
+    ];
+    const clients = {
+      customObjects: {
+        listClusterCustomObject: ({ plural }: { plural: string }) =>
+          Promise.resolve({
+            items:
+              plural === 'webhookauthenticators'
+                ? [{ metadata: { name: 'hooks' }, status: { conciergeStrategies: strategies } }]
+                : [],
+          }),
+      },
+    } as unknown as KubeClients;
+    const said: string[] = [];
+    const waiting = getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN', timeout: '60' }),
+      (line) => {
+        said.push(line);
+        // Seen waiting: the next poll finds the direct path working.
+        strategies = [directOk(), strategies[1]!];
+      },
+      clients,
+    );
+    expect(written(await waiting).servers).toEqual([API_SERVER.endpoint]);
+    expect(said).toEqual(['waiting: waiting for a load balancer']);
+  }, 10_000);
+});
+
+describe('sealion get kubeconfig refuses what cannot work', () => {
+  const nothingAsked = (): KubeClients =>
+    ({
+      customObjects: { listClusterCustomObject: () => Promise.reject(new Error('asked')) },
+    }) as unknown as KubeClients;
+
+  it.each([
+    [{ mode: 'direct', cluster: 'edge-1' }, /^--cluster needs the impersonation proxy.*--mode direct/],
+    [{ mode: 'direct', allClusters: true }, /^--all-clusters needs the impersonation proxy.*--mode direct/],
+    [{ mode: 'both' }, /^--mode must be direct or proxy, not "both"/],
+  ] as const)('%j, before asking the cluster anything', async (over, message) => {
+    await expect(
+      getKubeconfig(
+        flags({ staticTokenEnv: 'MY_TOKEN', ...(over as Partial<GetKubeconfigFlags>) }),
+        () => {},
+        nothingAsked(),
+      ),
+    ).rejects.toThrow(message);
+  });
+
+  it('--mode direct where the direct path does not work, saying what its strategy says', async () => {
+    await expect(
+      getKubeconfig(
+        flags({ staticTokenEnv: 'MY_TOKEN', mode: 'direct' }),
+        () => {},
+        clientsWith([directBroken, proxyOk]),
+      ),
+    ).rejects.toThrow('the TokenCredentialRequest API is Error (ClusterDoesNotSign): a probe request failed');
+    await expect(
+      getKubeconfig(flags({ staticTokenEnv: 'MY_TOKEN', mode: 'direct' }), () => {}, clientsWith([proxyOk])),
+    ).rejects.toThrow(/^the concierge publishes no TokenCredentialRequestAPI strategy for webhook\/hooks/);
+  });
+
+  it('no --mode where neither works: both strategies in the message', async () => {
+    await expect(
+      getKubeconfig(flags({ staticTokenEnv: 'MY_TOKEN' }), () => {}, clientsWith([directBroken, proxyOff])),
+    ).rejects.toThrow(
+      'the impersonation proxy is NotAvailable (Disabled): automatically disabled: node cp-1 is a control-plane node; the TokenCredentialRequest API is Error (ClusterDoesNotSign): a probe request failed',
+    );
+  });
+
+  it('warns of a rejected edit on the proxy, not on the direct path', async () => {
+    const rejected = {
+      ...proxyOk,
+      message:
+        'serving; the latest configuration edit was rejected, and the last good configuration stays in effect: x',
+    };
+    const said: string[] = [];
+    await getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN' }),
+      (l) => said.push(l),
+      clientsWith([directOk(), rejected]),
+    );
+    expect(said).toEqual([]);
+    await getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN', mode: 'proxy' }),
+      (l) => said.push(l),
+      clientsWith([directOk(), rejected]),
+    );
+    expect(said).toEqual([
+      expect.stringMatching(/^warning: the impersonation proxy serves, but serving; the latest/),
+    ]);
+  });
+});
+
+describe('the direct kubeconfig', () => {
+  it('points at the API server with its CA, one context, and a plugin that exchanges there and sends no CSR', async () => {
+    const yaml = await getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN', exchangeCredential: false }),
+      () => {},
+      clientsWith([directOk(), proxyOk]),
+    );
+    const { servers, cas, contexts, args } = written(yaml);
+    expect(servers).toEqual([API_SERVER.endpoint]);
+    expect(cas).toEqual([API_SERVER.certificateAuthorityData]);
+    expect(contexts).toEqual(['sealion-hooks']);
+    expect(args.slice(args.indexOf('login'))).toEqual([
+      'login',
+      'static',
+      '--token-env',
+      'MY_TOKEN',
+      '--exchange',
+      '--no-proof-of-possession',
+      '--authenticator-type',
+      'webhook',
+      '--authenticator-name',
+      'hooks',
+      '--concierge-endpoint',
+      API_SERVER.endpoint,
+      '--concierge-ca-bundle-data',
+      API_SERVER.certificateAuthorityData,
+    ]);
+    expect((parse(yaml) as { 'current-context': string })['current-context']).toBe('sealion-hooks');
+  });
+
+  it('keeps the OIDC login and the group suffix', async () => {
+    const clients = {
+      customObjects: {
+        listClusterCustomObject: ({ plural }: { plural: string }) =>
+          Promise.resolve({
+            items:
+              plural === 'jwtauthenticators'
+                ? [
+                    {
+                      metadata: { name: 'corp' },
+                      spec: { issuer: 'https://issuer.example.com' },
+                      status: { conciergeStrategies: [directOk(), proxyOff] },
+                    },
+                  ]
+                : [],
+          }),
+      },
+    } as unknown as KubeClients;
+    const { args } = written(await getKubeconfig(flags({ groupSuffix: 'example.org' }), () => {}, clients));
+    expect(args.slice(args.indexOf('login'), args.indexOf('login') + 3)).toEqual([
+      'login',
+      'oidc',
+      '--issuer',
+    ]);
+    expect(args).toEqual(expect.arrayContaining(['--exchange', '--no-proof-of-possession']));
+    expect(after(args, '--authenticator-type')).toBe('jwt');
+    expect(after(args, '--concierge-endpoint')).toBe(API_SERVER.endpoint);
+    expect(after(args, '--group-suffix')).toBe('example.org');
+  });
+
+  it("the proxy's kubeconfig still sends a CSR for the plugin's own key", async () => {
+    const { args } = written(
+      await getKubeconfig(
+        flags({ staticTokenEnv: 'MY_TOKEN', mode: 'proxy' }),
+        () => {},
+        clientsWith([directOk(), proxyOk]),
+      ),
+    );
+    expect(args).toContain('--exchange');
+    expect(args).not.toContain('--no-proof-of-possession');
+    expect(after(args, '--concierge-endpoint')).toBe(PROXY.endpoint);
+  });
+});
+
+describe("the direct kubeconfig's plugin, run as kubectl would run it", () => {
+  let server: Server;
+  let at: { endpoint: string; certificateAuthorityData: string };
+  const bodies: { url: string; body: { spec?: Record<string, unknown> } }[] = [];
+  let credential: { clientCertificateData: string; clientKeyData: string };
+
+  beforeAll(async () => {
+    const ca = await newCA('stand-in-api-server-ca');
+    const serving = await issueCert(ca, { commonName: 'api', hosts: ['127.0.0.1'], usage: 'server' });
+    // The concierge makes the key and returns it with the certificate, as on the direct path.
+    const client = await issueCert(ca, { commonName: 'dana', organizations: ['demo'], usage: 'client' });
+    credential = { clientCertificateData: client.certPem, clientKeyData: client.keyPem };
+    server = createServer({ cert: serving.certPem, key: serving.keyPem }, (req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        bodies.push({ url: req.url ?? '', body: JSON.parse(Buffer.concat(chunks).toString()) as never });
+        res.writeHead(201, { 'content-type': 'application/json' }).end(
+          JSON.stringify({
+            kind: 'TokenCredentialRequest',
+            apiVersion: 'login.concierge.sealion.dev/v1alpha1',
+            status: {
+              credential: {
+                expirationTimestamp: new Date(Date.now() + 600_000).toISOString(),
+                ...credential,
+              },
+            },
+          }),
+        );
+      });
+    });
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    at = {
+      endpoint: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      certificateAuthorityData: Buffer.from(ca.certPem).toString('base64'),
+    };
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((done) => server.close(done));
+    const { closeHttpsPools } = await import('../lib/https-client.ts');
+    await closeHttpsPools();
+  });
+
+  it('sends no CSR, takes the key it is given, and warns of nothing', async () => {
+    const { args } = written(
+      await getKubeconfig(
+        flags({ staticTokenEnv: 'MY_TOKEN' }),
+        () => {},
+        clientsWith([directOk(at), proxyOff]),
+      ),
+    );
+    // The plugin's own option parsing, on the kubeconfig's arguments.
+    let parsed: StaticLoginFlags | undefined;
+    const login = loginCommand().exitOverride();
+    login.commands
+      .find((c) => c.name() === 'static')!
+      .exitOverride()
+      .action((f: StaticLoginFlags) => void (parsed = f));
+    await login.parseAsync(args.slice(args.indexOf('login') + 1), { from: 'user' });
+    expect(parsed).toMatchObject({
+      exchange: true,
+      proofOfPossession: false,
+      conciergeEndpoint: at.endpoint,
+    });
+
+    const stderr = jest.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      const home = mkdtempSync(join(dir, 'home-'));
+      const answer = await staticLogin(parsed!, { MY_TOKEN: TOKEN, XDG_CONFIG_HOME: home });
+      expect(answer.status).toMatchObject(credential);
+      expect(stderr).not.toHaveBeenCalled();
+    } finally {
+      stderr.mockRestore();
+    }
+    expect(bodies).toHaveLength(1);
+    expect(bodies[0]!.url).toBe('/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests');
+    expect(bodies[0]!.body.spec).toEqual({
+      token: TOKEN,
+      authenticator: {
+        apiGroup: 'authentication.concierge.sealion.dev',
+        kind: 'WebhookAuthenticator',
+        name: 'hooks',
+      },
+    });
   });
 });

@@ -1,5 +1,7 @@
-// `sealion get kubeconfig`: from an admin's kubeconfig, finds the authenticator and where the impersonation
-// proxy is (its strategy status), and prints a kubeconfig whose user is the `sealion login` exec plugin.
+// `sealion get kubeconfig`: from an admin's kubeconfig, finds the authenticator and how users reach the cluster (its
+// strategies' status): the cluster's own API server, which serves TokenCredentialRequest as an aggregated API and
+// trusts certificates the cluster signs (direct), or the impersonation proxy. Prints a kubeconfig whose user is the
+// `sealion login` exec plugin.
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command } from 'commander';
@@ -13,6 +15,10 @@ import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';
 
 const POLL_MS = 2_000;
+
+/** direct: the cluster's API server with certificates the cluster signs; proxy: the impersonation proxy. */
+export type KubeconfigMode = 'direct' | 'proxy';
+const MODES: readonly KubeconfigMode[] = ['direct', 'proxy'];
 
 export interface GetKubeconfigFlags {
   kubeconfig: string;
@@ -40,6 +46,12 @@ export interface GetKubeconfigFlags {
   allClusters: boolean;
   /** The OIDC login uses the device authorization grant. */
   oidcDevice: boolean;
+  /**
+   * Where kubectl goes. Default (empty or absent): direct when the authenticator's TokenCredentialRequestAPI strategy
+   * is Success and neither --cluster nor --all-clusters is given (agent-backed clusters are reached only through the
+   * proxy), else proxy.
+   */
+  mode?: '' | KubeconfigMode;
 }
 
 interface Found {
@@ -95,36 +107,75 @@ function choose(all: Found[], flags: GetKubeconfigFlags): Found {
   throw new Error(`several authenticators match (${names}); choose one with --authenticator-name`);
 }
 
-/** The proxy's endpoint once its strategy is Success; waits while it is Pending and explains anything else. */
-export async function proxyEndpoint(
+/** What the kubeconfig points kubectl at, and the authenticator its plugin names. */
+export interface Frontend {
+  authenticator: Found;
+  mode: KubeconfigMode;
+  endpoint: EndpointConfig;
+}
+
+/** A strategy in words for a message; its status, reason and message are the cluster's text. */
+const described = (s: ConciergeStrategy): string =>
+  `${printable(String(s.status))} (${printable(String(s.reason))}): ${printable(String(s.message))}`;
+
+/**
+ * Where the kubeconfig sends kubectl, once the chosen way in is usable: the mode asked for, or without one the direct
+ * path when it works, else the proxy. Waits while the proxy is Pending (or nothing is published yet) and explains
+ * anything else.
+ */
+export async function findFrontend(
   clients: KubeClients,
   flags: GetKubeconfigFlags,
   say: (line: string) => void,
-): Promise<{ authenticator: Found; endpoint: EndpointConfig }> {
+): Promise<Frontend> {
   const deadline = Date.now() + Number(flags.timeout) * 1000;
+  // Agent-backed clusters are routes of the proxy: the cluster's own API server knows nothing of them.
+  const throughAgents = Boolean(flags.cluster || flags.allClusters);
   let lastMessage = '';
   for (;;) {
     const authenticator = choose(await listAuthenticators(clients, flags.groupSuffix), flags);
-    const strategy = authenticator.strategies.find((s) => s.type === 'ImpersonationProxy');
-    if (strategy?.status === 'Success' && strategy.impersonationProxyConfig) {
-      // The proxy serves, by the last good configuration: usable, and the admin's broken edit worth a word.
-      if (String(strategy.message).includes(REJECTED_EDIT))
-        say(`warning: the impersonation proxy serves, but ${printable(String(strategy.message))}`);
-      return { authenticator, endpoint: strategy.impersonationProxyConfig };
+    const direct = authenticator.strategies.find((s) => s.type === 'TokenCredentialRequestAPI');
+    const directConfig = direct?.status === 'Success' ? direct.tokenCredentialRequestConfig : undefined;
+    let waitingFor: string;
+    if (flags.mode === 'direct' || (!flags.mode && !throughAgents && directConfig)) {
+      if (directConfig) return { authenticator, mode: 'direct', endpoint: directConfig };
+      if (direct) throw new Error(`the TokenCredentialRequest API is ${described(direct)}`);
+      // A concierge that publishes strategies but not this one does not know the direct path; one that publishes
+      // none has not decided yet.
+      if (authenticator.strategies.length > 0)
+        throw new Error(
+          `the concierge publishes no TokenCredentialRequestAPI strategy for ${authenticator.type}/${printable(authenticator.name)}: it offers no direct path (try --mode proxy)`,
+        );
+      waitingFor = 'the concierge has not published a status yet';
+    } else {
+      const strategy = authenticator.strategies.find((s) => s.type === 'ImpersonationProxy');
+      if (strategy?.status === 'Success' && strategy.impersonationProxyConfig) {
+        // The proxy serves, by the last good configuration: usable, and the admin's broken edit worth a word.
+        if (String(strategy.message).includes(REJECTED_EDIT))
+          say(`warning: the impersonation proxy serves, but ${printable(String(strategy.message))}`);
+        return { authenticator, mode: 'proxy', endpoint: strategy.impersonationProxyConfig };
+      }
+      const pending = !strategy || strategy.reason === 'Pending';
+      if (!pending) {
+        // Chosen for want of a working direct path: why that one does not work either belongs in the same message.
+        const alsoDirect =
+          !flags.mode && !throughAgents && direct
+            ? `; the TokenCredentialRequest API is ${described(direct)}`
+            : '';
+        throw new Error(`the impersonation proxy is ${described(strategy)}${alsoDirect}`);
+      }
+      // The strategy's words are the cluster's text: whoever may write the authenticator's status wrote them.
+      waitingFor =
+        strategy?.message === undefined
+          ? 'the concierge has not published a status yet'
+          : printable(String(strategy.message));
     }
-    const pending = !strategy || strategy.reason === 'Pending';
-    if (!pending)
+    if (Date.now() > deadline)
       throw new Error(
-        `the impersonation proxy is ${printable(String(strategy.status))} (${printable(String(strategy.reason))}): ${printable(String(strategy.message))}`,
+        `gave up waiting for ${flags.mode === 'direct' ? 'the TokenCredentialRequest API' : 'the impersonation proxy'}: ${waitingFor}`,
       );
-    // The strategy's words are the cluster's text: whoever may write the authenticator's status wrote them.
-    const message =
-      strategy?.message === undefined
-        ? 'the concierge has not published a status yet'
-        : printable(String(strategy.message));
-    if (Date.now() > deadline) throw new Error(`gave up waiting for the impersonation proxy: ${message}`);
-    if (message !== lastMessage) say(`waiting: ${message}`);
-    lastMessage = message;
+    if (waitingFor !== lastMessage) say(`waiting: ${waitingFor}`);
+    lastMessage = waitingFor;
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
 }
@@ -137,6 +188,12 @@ export async function getKubeconfig(
 ): Promise<string> {
   if (!Number.isFinite(Number(flags.timeout))) throw new Error('--timeout must be a number of seconds');
   if (flags.cluster && flags.allClusters) throw new Error('give --cluster or --all-clusters, not both');
+  if (flags.mode && !MODES.includes(flags.mode))
+    throw new Error(`--mode must be direct or proxy, not ${JSON.stringify(flags.mode)}`);
+  if (flags.mode === 'direct' && (flags.cluster || flags.allClusters))
+    throw new Error(
+      `${flags.cluster ? '--cluster' : '--all-clusters'} needs the impersonation proxy, which reaches agent-backed clusters; the cluster's own API server (--mode direct) knows none: leave out --mode or give --mode proxy`,
+    );
   // Checked before the cluster is asked anything. The exec plugin's arguments are public: every local user reads them
   // in the process list (ps, /proc/<pid>/cmdline) each time kubectl runs it, so the token goes where only the user
   // reads it, an environment variable or a private file, and the kubeconfig names where.
@@ -155,7 +212,8 @@ export async function getKubeconfig(
     (await import('../lib/kube/kube.ts')).newKubeClients(
       flags.kubeconfig ? { path: flags.kubeconfig } : { default: true },
     );
-  const { authenticator, endpoint } = await proxyEndpoint(clients, flags, say);
+  const { authenticator, mode, endpoint } = await findFrontend(clients, flags, say);
+  const direct = mode === 'direct';
   const name = flags.cluster ? `sealion-${flags.cluster}` : `sealion-${authenticator.name}`;
   const staticToken = Boolean(flags.staticTokenEnv || tokenFile);
   if (!staticToken && authenticator.type !== 'jwt')
@@ -184,10 +242,16 @@ export async function getKubeconfig(
     ...self.args,
     'login',
     ...login,
-    // The proxy is named explicitly too: not every client passes KUBERNETES_EXEC_INFO (client-node does not).
-    ...(flags.exchangeCredential
+    // The endpoint is named explicitly too: not every client passes KUBERNETES_EXEC_INFO (client-node does not).
+    // The API server knows the certificates its cluster signs, never the token, so the direct path always exchanges.
+    ...(direct || flags.exchangeCredential
       ? [
           '--exchange',
+          // The cluster's CSR API signs only a request made with the key it certifies, for the subject in it, and the
+          // subject is the concierge's to choose: a key of the plugin's own cannot be certified there, so the
+          // concierge makes one and returns it with the certificate (said up front, so the plugin sends no CSR and
+          // warns of nothing).
+          ...(direct ? ['--no-proof-of-possession'] : []),
           '--authenticator-type',
           authenticator.type,
           '--authenticator-name',
@@ -216,7 +280,7 @@ export async function getKubeconfig(
       contexts.push({ name: context, server: `${proxy}/clusters/${encodeURIComponent(cluster)}` });
     }
   // One user for every context: the same plugin command, so one login (and one certificate, which the proxy's
-  // endpoint issues for all its clusters) serves them all.
+  // endpoint issues for all its clusters) serves them all. The direct path has one context, the API server's.
   return stringify({
     apiVersion: 'v1',
     kind: 'Config',
@@ -268,7 +332,9 @@ export function getCommand(): Command {
   const get = new Command('get').description('read what the concierge publishes');
   get
     .command('kubeconfig')
-    .description('write a kubeconfig that reaches the cluster through the impersonation proxy')
+    .description(
+      'write a kubeconfig for the cluster: its own API server with certificates the cluster signs, or the impersonation proxy',
+    )
     .option('--kubeconfig <path>', "the admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)", '')
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .option('--authenticator-type <type>', 'jwt or webhook (default: whichever exists)', '')
@@ -291,14 +357,27 @@ export function getCommand(): Command {
     .option('--oidc-skip-browser', 'have the plugin print the login URL instead of opening a browser', false)
     .option(
       '--exchange-credential',
-      "have the plugin trade the token for short-lived client certificates for a key it keeps (the authenticator's spec.credentialLifetimeSeconds)",
+      "through the proxy, have the plugin trade the token for short-lived client certificates for a key it keeps (the authenticator's spec.credentialLifetimeSeconds); the direct path always exchanges",
       false,
     )
-    .option('--timeout <seconds>', 'how long to wait while the proxy is Pending', '300')
-    .option('--cluster <name>', 'a cluster reached through its agent (see sealion cluster add)', '')
+    .option(
+      '--mode <mode>',
+      "direct (the cluster's API server) or proxy (the impersonation proxy); default: direct when the authenticator's status says it works, else proxy",
+      '',
+    )
+    .option(
+      '--timeout <seconds>',
+      'how long to wait while the proxy is Pending, or while the concierge has published nothing',
+      '300',
+    )
+    .option(
+      '--cluster <name>',
+      'a cluster reached through its agent (see sealion cluster add); proxy only',
+      '',
+    )
     .option(
       '--all-clusters',
-      "a context for the proxy's own cluster and for each connected agent-backed cluster, sharing one login",
+      "a context for the proxy's own cluster and for each connected agent-backed cluster, sharing one login; proxy only",
       false,
     )
     .option('--oidc-device', 'have the plugin log in with a code on another device (no browser here)', false)
@@ -306,10 +385,21 @@ export function getCommand(): Command {
     .addHelpText(
       'after',
       `
+Two ways in (--mode):
+  direct  kubectl talks to the cluster's own API server, whose RBAC answers it. The concierge serves the token
+          exchange there (TokenCredentialRequest as an aggregated API) and the cluster signs short-lived client
+          certificates, so the plugin always exchanges the token, and the concierge makes the certificate's key.
+          Offered on self-hosted clusters (the authenticator's TokenCredentialRequestAPI strategy).
+  proxy   kubectl talks to the impersonation proxy; the only way to agent-backed clusters (--cluster, --all-clusters).
+Without --mode: direct when the authenticator's status says it works (Success), else the proxy, waiting while it is
+Pending; with --cluster or --all-clusters, the proxy.
+
 With a JWTAuthenticator and no static token, the kubeconfig logs in with OIDC (sealion login oidc).
 
 Examples:
   sealion get kubeconfig > me.kubeconfig                       # OIDC login with the only JWTAuthenticator
+  sealion get kubeconfig --mode direct > me.kubeconfig         # the API server itself, or an error saying why not
+  sealion get kubeconfig --mode proxy > me.kubeconfig          # the impersonation proxy even where direct works
   sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
   sealion get kubeconfig --static-token-file ~/.config/my-token > me.kubeconfig   # chmod 600 my-token
   sealion get kubeconfig --cluster edge-1 > edge-1.kubeconfig     # through that cluster's agent

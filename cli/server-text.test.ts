@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import type { KubernetesUserInfo } from '../apis/identity.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import { proxyEndpoint, type GetKubeconfigFlags } from './get-kubeconfig.ts';
+import { findFrontend, type GetKubeconfigFlags } from './get-kubeconfig.ts';
 import { explain } from './login-oidc.ts';
 import { exchange } from './login.ts';
 import { whoamiOutput } from './whoami.ts';
@@ -104,16 +104,17 @@ describe('server text reaches the terminal escaped', () => {
     expect(JSON.parse(json)).toEqual(info);
   });
 
-  it("the impersonation proxy's strategy message, while waiting and when it failed", async () => {
-    const strategy = (reason: string, status: string) => ({
-      items: [
-        {
-          metadata: { name: `corp${HOSTILE}` },
-          status: { conciergeStrategies: [{ type: 'ImpersonationProxy', status, reason, message: HOSTILE }] },
-        },
-      ],
+  it("the strategies' messages, while waiting and when the proxy or the direct path failed", async () => {
+    const entry = (type: string, reason: string, status: string) => ({
+      type,
+      status,
+      reason,
+      message: HOSTILE,
     });
-    let list = strategy('Pending', 'Error');
+    const authenticator = (...conciergeStrategies: object[]) => ({
+      items: [{ metadata: { name: `corp${HOSTILE}` }, status: { conciergeStrategies } }],
+    });
+    let list = authenticator(entry('ImpersonationProxy', 'Pending', 'Error'));
     const clients = {
       customObjects: {
         listClusterCustomObject: ({ plural }: { plural: string }) =>
@@ -122,13 +123,25 @@ describe('server text reaches the terminal escaped', () => {
     } as unknown as KubeClients;
     const flags = { groupSuffix: 'sealion.dev', authenticatorType: '', authenticatorName: '', timeout: '0' };
     const said: string[] = [];
-    const waited = await failure(proxyEndpoint(clients, flags as GetKubeconfigFlags, (l) => said.push(l)));
-    list = strategy('ErrorDuringSetup', 'Error');
-    const failed = await failure(proxyEndpoint(clients, flags as GetKubeconfigFlags, () => {}));
+    const waited = await failure(findFrontend(clients, flags as GetKubeconfigFlags, (l) => said.push(l)));
+    list = authenticator(entry('ImpersonationProxy', 'ErrorDuringSetup', 'Error'));
+    const failed = await failure(findFrontend(clients, flags as GetKubeconfigFlags, () => {}));
     const named = await failure(
-      proxyEndpoint(clients, { ...flags, authenticatorName: 'other' } as GetKubeconfigFlags, () => {}),
+      findFrontend(clients, { ...flags, authenticatorName: 'other' } as GetKubeconfigFlags, () => {}),
     );
-    for (const message of [waited, failed, named, ...said]) {
+    list = authenticator(
+      entry('ImpersonationProxy', 'Disabled', 'NotAvailable'),
+      entry('TokenCredentialRequestAPI', `APIServiceUnavailable${HOSTILE}`, `Error${HOSTILE}`),
+    );
+    const neither = await failure(findFrontend(clients, flags as GetKubeconfigFlags, () => {}));
+    const direct = await failure(
+      findFrontend(clients, { ...flags, mode: 'direct' } as GetKubeconfigFlags, () => {}),
+    );
+    expect(direct).toMatch(/^the TokenCredentialRequest API is Error/);
+    expect(neither).toMatch(
+      /^the impersonation proxy is NotAvailable .*; the TokenCredentialRequest API is Error/,
+    );
+    for (const message of [waited, failed, named, neither, direct, ...said]) {
       expect(message).toContain('ok\\u001b]0;owned');
       expect(message).not.toMatch(UNSAFE);
     }

@@ -5,16 +5,17 @@
 // and its RBAC answers them.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { X509Certificate } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { CONFIG_MAP_NAME } from '../apis/install.ts';
 import type { CredentialIssuerStrategy } from '../apis/config.ts';
-import { kubeconfigYaml, startCluster, type Cluster } from '../dev/cluster.ts';
+import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import { startControlledConcierge, type ControlledConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
+import { runSealion } from '../dev/processes.ts';
 import { issueCert, loadCA } from '../lib/pki/pki.ts';
 import { startTokenWebhook, type TokenWebhook } from './harness/token-webhook.ts';
 
@@ -420,6 +421,54 @@ describe('the direct path on a self-hosted cluster in mode auto', () => {
     expect(csr.status?.conditions ?? []).toEqual([]);
     expect(csr.status?.certificate).toBeUndefined();
   });
+
+  it('sealion get kubeconfig writes a kubeconfig for the API server itself, whose plugin kubectl runs', async () => {
+    const path = join(cluster.dir, 'cli-direct.kubeconfig');
+    const written = await runSealion([
+      'get',
+      'kubeconfig',
+      '--kubeconfig',
+      cluster.kubeconfigPath,
+      '--authenticator-name',
+      'corp',
+      '--static-token-env',
+      'DIRECT_TOKEN',
+      '-o',
+      path,
+    ]);
+    expect(written).toMatchObject({ code: 0, stderr: '' });
+    // No --mode: the direct path works here, so the kubeconfig points at the API server, with its CA.
+    const config = parse(readFileSync(path, 'utf8')) as {
+      clusters: { cluster: { server: string; 'certificate-authority-data': string } }[];
+    };
+    expect(config.clusters.map((c) => c.cluster.server)).toEqual([cluster.url]);
+    expect(config.clusters[0]!.cluster['certificate-authority-data']).toBe(
+      Buffer.from(cluster.ca.certPem).toString('base64'),
+    );
+
+    const env = {
+      DIRECT_TOKEN: webhook.grant({ username: 'gail@example.com', groups: ['demo'] }),
+      XDG_CONFIG_HOME: mkdtempSync(join(cluster.dir, 'cli-home-')),
+    };
+    const listed = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
+      env,
+    });
+    // Nothing on stderr: the plugin asked the concierge for the key and warns of nothing.
+    expect(listed).toMatchObject({ code: 0, stderr: '' });
+    expect(listed.stdout).toContain(`namespace/${NS}`);
+    const refused = await runKubectl(
+      cluster.binaries.kubectl,
+      path,
+      ['get', 'secrets', '-n', 'kube-system'],
+      {
+        env,
+      },
+    );
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain(
+      'secrets is forbidden: User "gail@example.com" cannot list resource "secrets"',
+    );
+  }, 60_000);
 
   it('takes its APIServices away when disabled', async () => {
     await apply({
