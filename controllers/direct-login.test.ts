@@ -10,6 +10,7 @@ import { newCA } from '../lib/pki/pki.ts';
 import type { NodeLike } from './detect.ts';
 import {
   API_TLS_SECRET,
+  APISERVICE_SETTLE_MS,
   clusterInfoFrom,
   decideDirect,
   DIRECT_KEY,
@@ -153,6 +154,10 @@ describe('the direct path', () => {
   it('registers the APIServices once the probe is signed, and says Success with evidence once they are Available', async () => {
     const w = await world();
     expect(await w.sync()).toEqual({ requeueAfterMs: 5_000 });
+    // Clients wait while the API server checks the new APIServices; an error only if they stay unavailable.
+    expect(w.state.strategy).toMatchObject({ status: 'Error', reason: 'Pending' });
+    w.state.now = new Date(w.state.now.getTime() + APISERVICE_SETTLE_MS);
+    await w.sync();
     expect(w.state.strategy).toMatchObject({ status: 'Error', reason: 'APIServiceUnavailable' });
     const registered = w.apiServices.get(NAMES[0]!)!;
     expect(registered.spec).toMatchObject({
@@ -170,7 +175,7 @@ describe('the direct path', () => {
     expect(cert.verify(bundle.publicKey)).toBe(true);
 
     w.available();
-    expect(await w.sync()).toEqual({ requeueAfterMs: PROBE_AGAIN_MS });
+    expect(await w.sync()).toEqual({ requeueAfterMs: PROBE_AGAIN_MS - APISERVICE_SETTLE_MS });
     expect(w.state.strategy).toMatchObject({
       type: 'TokenCredentialRequestAPI',
       status: 'Success',
@@ -185,7 +190,7 @@ describe('the direct path', () => {
     );
     // One probe serves until it is due again.
     expect(w.state.probes).toBe(1);
-    w.state.now = new Date(w.state.now.getTime() + PROBE_AGAIN_MS);
+    w.state.now = new Date(w.state.now.getTime() + PROBE_AGAIN_MS - APISERVICE_SETTLE_MS);
     await w.sync();
     expect(w.state.probes).toBe(2);
   });

@@ -39,6 +39,8 @@ const RENEW_FRACTION_LEFT = 1 / 3;
 /** A working signer is checked again this often; a failing one sooner, so a fix shows within a minute. */
 export const PROBE_AGAIN_MS = 6 * 3600 * 1000;
 export const PROBE_RETRY_MS = 60_000;
+/** How long registered APIServices may take to become Available before the strategy says they are not. */
+export const APISERVICE_SETTLE_MS = 60_000;
 
 export interface APIServiceLike extends KubeObject {
   spec?: { caBundle?: string; service?: { namespace?: string; name?: string; port?: number } };
@@ -195,6 +197,8 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
   };
 
   let lastProbe: Probe | undefined;
+  /** When this leader first registered the APIServices: the API server needs a few seconds to find them Available. */
+  let registeredAt: Date | undefined;
   async function probeIfDue(): Promise<Probe> {
     const due =
       !lastProbe ||
@@ -275,6 +279,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     async sync(): Promise<SyncResult> {
       const decision = decideDirect(deps.mode(), deps.nodes.list());
       if (!decision.on) {
+        registeredAt = undefined;
         for (const name of apiServiceNames)
           if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
         deps.publish(
@@ -297,6 +302,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       const nextProbe = (probe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS) - (now().getTime() - probe.at.getTime());
       if (!probe.ok) {
         // The APIServices stay away: a login that cannot be signed is no way in.
+        registeredAt = undefined;
         for (const name of apiServiceNames)
           if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
         deps.publish(
@@ -339,11 +345,14 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
               `${name} is not Available yet${available?.message ? ` (${available.reason}: ${available.message})` : ''}`,
             ];
       });
+      registeredAt ??= now();
       if (unavailable.length > 0) {
+        // Pending while the API server is likely still checking them (clients wait on Pending), an error after.
+        const settling = now().getTime() - registeredAt.getTime() < APISERVICE_SETTLE_MS;
         deps.publish(
           strategy(
             'Error',
-            'APIServiceUnavailable',
+            settling ? 'Pending' : 'APIServiceUnavailable',
             `${decision.why}; ${probe.message}; but ${unavailable.join('; ')}`,
           ),
         );

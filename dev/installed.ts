@@ -100,7 +100,12 @@ export interface InstalledSealion {
    * A kubeconfig (YAML) as `sealion get kubeconfig` writes it, for a user with this OIDC token: to the hub through
    * the proxy, or (cluster `edge`) through edge's tunnel; with `allClusters`, a context for each.
    */
-  kubeconfig: (token: string, cluster?: string, allClusters?: boolean) => Promise<string>;
+  kubeconfig: (
+    token: string,
+    cluster?: string,
+    allClusters?: boolean,
+    mode?: 'direct' | 'proxy',
+  ) => Promise<string>;
 }
 
 /**
@@ -301,7 +306,12 @@ export async function startInstalledSealion(
   // What a user of the cluster runs: the kubeconfig says where the proxy is and which CA to trust (from the
   // authenticator's status), and its exec plugin trades the token for 5-minute client certificates. The token
   // waits in a 0600 file in the cluster's folder, which the kubeconfig names: never in the plugin's arguments.
-  const kubeconfig = (token: string, target = '', allClusters = false): Promise<string> => {
+  const kubeconfig = (
+    token: string,
+    target = '',
+    allClusters = false,
+    mode: 'direct' | 'proxy' = 'proxy',
+  ): Promise<string> => {
     const tokenFile = join(
       cluster.dir,
       `token-${createHash('sha256').update(token).digest('hex').slice(0, 16)}`,
@@ -327,6 +337,7 @@ export async function startInstalledSealion(
         timeout: '60',
         output: '',
         cluster: target,
+        mode,
       },
       log,
     );

@@ -51,6 +51,9 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
   const kubeconfig = await kubeconfigFor(token);
   writeFileSync(join(dir, 'demo.kubeconfig'), kubeconfig, { mode: 0o600 });
   writeFileSync(join(dir, `${EDGE}.kubeconfig`), await kubeconfigFor(token, EDGE), { mode: 0o600 });
+  writeFileSync(join(dir, 'direct.kubeconfig'), await kubeconfigFor(token, '', false, 'direct'), {
+    mode: 0o600,
+  });
   const edgeRel = `.sealion/${EDGE}.kubeconfig`;
   const endpoint = (parse(kubeconfig) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster
     .server;
@@ -70,6 +73,11 @@ Try it, as the demo user through the proxy:
   kubectl --kubeconfig ${rel} auth whoami
   kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} exec -it ${DEMO_POD} -- sh       # a shell in a pod, through the proxy
   kubectl --kubeconfig ${rel} -n ${DEMO_NAMESPACE} logs -f ${DEMO_POD}
+Or straight to the hub's API server, the direct path (the hub's concierge serves TokenCredentialRequest through the
+API server's own aggregated API, and the cluster signs the certificates; mode auto picks it on self-hosted clusters):
+  kubectl --kubeconfig .sealion/direct.kubeconfig get namespaces                 # allowed, answered by the API server itself
+  kubectl --kubeconfig .sealion/direct.kubeconfig create namespace not-allowed   # Forbidden, from the cluster's RBAC
+  kubectl --kubeconfig ${cluster.kubeconfigPath} get credentialissuers -o yaml        # both ways in, with their evidence
 And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out, and ${EDGE}'s RBAC decides:
   kubectl --kubeconfig ${edgeRel} get namespaces                    # allowed
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # Forbidden, from ${EDGE}'s RBAC
