@@ -139,6 +139,7 @@ export type StrategyReason =
   | 'CouldNotGetClusterInfo'
   | 'ClusterSigns'
   | 'ClusterDoesNotSign'
+  | 'SharedFrontProxyCA'
   | 'APIServiceUnavailable';
 
 export const StrategyTypes = {
@@ -163,6 +164,7 @@ export const StrategyReasons = {
   CouldNotGetClusterInfo: 'CouldNotGetClusterInfo',
   ClusterSigns: 'ClusterSigns',
   ClusterDoesNotSign: 'ClusterDoesNotSign',
+  SharedFrontProxyCA: 'SharedFrontProxyCA',
   APIServiceUnavailable: 'APIServiceUnavailable',
 } as const satisfies Record<StrategyReason, StrategyReason>;
 

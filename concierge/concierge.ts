@@ -496,7 +496,10 @@ async function directAPI(
     login: {
       groups,
       cache,
-      signer: newClusterCertSigner(() => (on ? issuer : undefined)),
+      signer: newClusterCertSigner(
+        () => (on ? issuer : undefined),
+        () => (on ? requestHeader : undefined),
+      ),
       log: log.child({ component: 'aggregated-api' }),
     },
     reviewer,
@@ -504,7 +507,7 @@ async function directAPI(
     log: log.child({ component: 'aggregated-api' }),
   });
   const server = newProxyServer(
-    await placeholderTLS(),
+    { ...(await placeholderTLS()), requireClientCertificate: true },
     handler,
     (_req, socket) => socket.end(rawStatusResponse(404, 'the aggregated APIs serve no upgrades')),
     (err) => log.debug({ err: err.message }, 'aggregated API TLS handshake failed'),
@@ -526,6 +529,7 @@ async function directAPI(
           certPem: material.certPem,
           keyPem: material.keyPem,
           clientCAPems: [material.requestHeader.caPem],
+          requireClientCertificate: true,
         });
         requestHeader = material.requestHeader;
         applied = key;

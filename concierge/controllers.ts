@@ -234,9 +234,7 @@ function directControllers(
       version: 'v1',
       plural: 'apiservices',
     }),
-    probe: async () => {
-      await direct.issuer.issue(PROBE_IDENTITY, 0);
-    },
+    probe: async () => (await direct.issuer.issue(PROBE_IDENTITY, 0)).certPem,
     writes: manager.leaderOnly(newObjectWriter(clients)),
     owner,
     serve: direct.serve,
@@ -395,7 +393,9 @@ async function proxyControllers(
       const direct = issuers
         .get(configMap)
         ?.status?.strategies?.find((s) => s.type === 'CertificateSigningRequest');
-      return direct?.reason === 'ClusterDoesNotSign' ? direct.message : undefined;
+      return direct?.reason === 'ClusterDoesNotSign' || direct?.reason === 'SharedFrontProxyCA'
+        ? direct.message
+        : undefined;
     },
     log: log.child({ controller: 'impersonation-proxy' }),
   });

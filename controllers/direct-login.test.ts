@@ -6,7 +6,7 @@ import { apiGroups } from '../apis/groups.ts';
 import { MemoryInformer } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
 import { newLogger } from '../lib/log.ts';
-import { newCA } from '../lib/pki/pki.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import type { NodeLike } from './detect.ts';
 import {
   API_TLS_SECRET,
@@ -82,6 +82,7 @@ async function world(opts: { nodes?: NodeLike[]; mode?: 'auto' | 'enabled' | 'di
     info: clusterInfo() as ConfigMapLike | undefined,
     probeFails: undefined as string | undefined,
     probes: 0,
+    probeCert: '',
     now: new Date('2026-01-01T00:00:00Z'),
     served: undefined as DirectServingMaterial | undefined,
     strategy: undefined as ConciergeStrategy | undefined,
@@ -97,7 +98,9 @@ async function world(opts: { nodes?: NodeLike[]; mode?: 'auto' | 'enabled' | 'di
     apiServices,
     probe: () => {
       state.probes++;
-      return state.probeFails ? Promise.reject(new Error(state.probeFails)) : Promise.resolve();
+      return state.probeFails
+        ? Promise.reject(new Error(state.probeFails))
+        : Promise.resolve(state.probeCert);
     },
     writes: writer,
     owner: () => ({
@@ -215,6 +218,17 @@ describe('the direct path', () => {
     expect(await w.sync()).toEqual({ requeueAfterMs: PROBE_RETRY_MS });
     expect(w.state.strategy).toMatchObject({ status: 'Error', reason: 'ClusterDoesNotSign' });
     expect(w.state.strategy?.message).toContain('not signed within 30 s');
+    expect(w.apiServices.list()).toEqual([]);
+  });
+
+  it('keeps the path off where the cluster signs with its front proxy’s CA', async () => {
+    const w = await world();
+    // The probe's certificate comes from the CA the API server trusts for its front proxy.
+    w.state.probeCert = (
+      await issueCert(w.frontProxyCA, { commonName: 'sealion-signer-probe', usage: 'client' })
+    ).certPem;
+    await w.sync();
+    expect(w.state.strategy).toMatchObject({ status: 'Error', reason: 'SharedFrontProxyCA' });
     expect(w.apiServices.list()).toEqual([]);
   });
 

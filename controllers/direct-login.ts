@@ -21,7 +21,12 @@ import { issueCert, loadCA } from '../lib/pki/pki.ts';
 import type { Controller } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
-import { requestHeaderConfig, type RequestHeaderConfig } from '../lib/kube/request-header.ts';
+import {
+  EXTENSION_AUTH_CONFIGMAP,
+  requestHeaderConfig,
+  type RequestHeaderConfig,
+} from '../lib/kube/request-header.ts';
+import { signedByAny } from '../lib/pki/pem.ts';
 import { detectManaged, type NodeLike } from './detect.ts';
 import type { SecretLike } from './impersonation-proxy.ts';
 
@@ -90,6 +95,8 @@ interface Probe {
   ok: boolean;
   at: Date;
   message: string;
+  /** The certificate it signed, when it signed one. */
+  certPem?: string;
 }
 
 export interface DirectLoginDeps {
@@ -106,8 +113,8 @@ export interface DirectLoginDeps {
     clusterInfo: () => Promise<ConfigMapLike | undefined>;
   };
   apiServices: Informer<APIServiceLike>;
-  /** Asks the cluster to sign one certificate; rejects with what went wrong. */
-  probe: () => Promise<void>;
+  /** Asks the cluster to sign one certificate: its PEM, or a rejection with what went wrong. */
+  probe: () => Promise<string>;
   writes: ObjectWriter;
   /**
    * The cluster-scoped object the APIServices belong to (the CredentialIssuer), so that uninstalling takes them
@@ -168,6 +175,22 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     { informer: deps.configMaps.extensionAuth, key: () => DIRECT_KEY },
   ];
 
+  /** The API server's request-header settings, or undefined when there are none or they cannot be read. */
+  function frontProxySettings(): RequestHeaderConfig | undefined {
+    try {
+      return requestHeaderConfig(
+        deps.configMaps.extensionAuth.get(EXTENSION_AUTH_CONFIGMAP.name, EXTENSION_AUTH_CONFIGMAP.namespace)
+          ?.data,
+      );
+    } catch (err) {
+      deps.log.warn(
+        { err: (err as Error).message },
+        'the API server publishes request-header settings that cannot be read',
+      );
+      return undefined;
+    }
+  }
+
   const server: Controller = {
     name: 'direct-login-server',
     watches,
@@ -176,17 +199,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       const tls = deps.secrets.get(API_TLS_SECRET, ns);
       const certPem = tls?.data?.['tls.crt'] ? unb64(tls.data['tls.crt']) : '';
       const caPem = tls?.data?.['ca.crt'] ? unb64(tls.data['ca.crt']) : '';
-      let frontProxy;
-      try {
-        frontProxy = requestHeaderConfig(
-          deps.configMaps.extensionAuth.get('extension-apiserver-authentication', 'kube-system')?.data,
-        );
-      } catch (err) {
-        deps.log.warn(
-          { err: (err as Error).message },
-          'the API server publishes request-header settings that cannot be read',
-        );
-      }
+      const frontProxy = frontProxySettings();
       if (!certPem || !frontProxy || certificateLeft(certPem, caPem, host, now()) <= 0) {
         deps.serve(undefined);
         return Promise.resolve({ requeueAfterMs: 10_000 });
@@ -206,11 +219,12 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     if (!due) return lastProbe!;
     const started = now();
     try {
-      await deps.probe();
+      const certPem = await deps.probe();
       const ms = now().getTime() - started.getTime();
       lastProbe = {
         ok: true,
         at: started,
+        certPem,
         message: `the cluster signed a probe request for ${KUBE_APISERVER_CLIENT_SIGNER} in ${(ms / 1000).toFixed(1)} s at ${started.toISOString()}`,
       };
     } catch (err) {
@@ -299,6 +313,23 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
         return { requeueAfterMs: PROBE_RETRY_MS };
       }
       const probe = await probeIfDue();
+      // A cluster whose client certificates come from the CA its API server trusts for the front proxy is one where a
+      // certificate for a user named like the front proxy (any, when it allows every name) could claim any identity
+      // in X-Remote-* headers, system:masters included: no certificate may be handed out there.
+      const frontProxy = frontProxySettings();
+      if (probe.ok && probe.certPem && frontProxy && signedByAny(probe.certPem, frontProxy.caPem)) {
+        registeredAt = undefined;
+        for (const name of apiServiceNames)
+          if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+        deps.publish(
+          strategy(
+            'Error',
+            'SharedFrontProxyCA',
+            `${decision.why}, but the cluster signs client certificates with the CA its API server trusts for the front proxy (requestheader-client-ca-file in kube-system/extension-apiserver-authentication): a certificate for a user named like the front proxy could claim any identity, so the direct path stays off; give the front proxy a CA of its own (as kubeadm does), or use the impersonation proxy (in mode auto it serves on such a cluster)`,
+          ),
+        );
+        return { requeueAfterMs: PROBE_RETRY_MS };
+      }
       const nextProbe = (probe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS) - (now().getTime() - probe.at.getTime());
       if (!probe.ok) {
         // The APIServices stay away: a login that cannot be signed is no way in.

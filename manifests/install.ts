@@ -227,6 +227,23 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         // Service-account tokens through the proxy, and nested impersonation checks.
         { apiGroups: ['authentication.k8s.io'], resources: ['tokenreviews'], verbs: ['create'] },
         { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
+        // Whether its APIServices are Available (the direct path's evidence); writing them is the direct role's.
+        {
+          apiGroups: ['apiregistration.k8s.io'],
+          resources: ['apiservices'],
+          verbs: ['get', 'list', 'watch'],
+        },
+      ],
+    },
+    binding('ClusterRoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    {
+      // The direct path's rights, apart: with them the concierge can mint any identity the cluster trusts (it approves
+      // only its own requests, but RBAC cannot say so). Deleting this ClusterRoleBinding takes the direct path away for
+      // good, whatever the ConfigMap says.
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: `${conciergeRole}-direct`, labels: PART_OF },
+      rules: [
         // The direct path (concierge/direct/): client certificates the cluster signs. Approving for this signer lets
         // the concierge mint any identity, which RBAC cannot narrow by subject; the concierge approves only requests it
         // created itself, for users it authenticated, never system:masters (lib/kube/cluster-certificates.ts).
@@ -248,11 +265,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         },
         // Its two APIServices, and no other: a create cannot be narrowed by name (an existing group's APIService cannot
         // be created again), the rest is.
-        {
-          apiGroups: ['apiregistration.k8s.io'],
-          resources: ['apiservices'],
-          verbs: ['get', 'list', 'watch', 'create'],
-        },
+        { apiGroups: ['apiregistration.k8s.io'], resources: ['apiservices'], verbs: ['create'] },
         {
           apiGroups: ['apiregistration.k8s.io'],
           resources: ['apiservices'],
@@ -261,7 +274,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         },
       ],
     },
-    binding('ClusterRoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    binding('ClusterRoleBinding', `${conciergeRole}-direct`, CONCIERGE_NAME, ns),
     {
       // The front proxy's CA and headers, which the API server publishes for aggregated API servers (a Role it makes).
       apiVersion: 'rbac.authorization.k8s.io/v1',

@@ -64,7 +64,9 @@ export function frontProxyUser(
       break;
     }
   }
-  for (const header of config.groupHeaders) groups.push(...(byName.get(header) ?? []));
+  // Empty values are no groups, as the API server's reader has it.
+  for (const header of config.groupHeaders)
+    groups.push(...(byName.get(header) ?? []).filter((g) => g !== ''));
   for (const [name, values] of byName) {
     const prefix = config.extraHeaderPrefixes.find((p) => name.startsWith(p));
     if (!prefix) continue;

@@ -18,9 +18,10 @@ import { frontProxyUser } from './front-proxy.ts';
 import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
 
 /**
- * TokenCredentialRequests in flight at once. Each costs the cluster a CertificateSigningRequest's create, approval,
- * signing and delete; more get 429 with Retry-After, which client-go waits out. They all come through the API
- * server's front proxy, so this one bound is every caller's.
+ * TokenCredentialRequests being checked and signed at once (their bodies in). Each costs the cluster a
+ * CertificateSigningRequest's create, approval, signing and delete; more get 429 with Retry-After, which client-go waits
+ * out. They all come through the API server's front proxy, whose own limits on requests in flight bound how many
+ * bodies are being read.
  */
 export const MAX_LOGINS_IN_FLIGHT = 32;
 
@@ -65,6 +66,15 @@ export function newDirectAPIHandler(deps: DirectAPIDeps): (req: Request, res: Re
   const loginPrefix = `/apis/${deps.groups.login}/${VERSION}`;
   const identityPrefix = `/apis/${deps.groups.identity}/${VERSION}`;
   let loginsInFlight = 0;
+  const admit = (): (() => void) | undefined => {
+    if (loginsInFlight >= MAX_LOGINS_IN_FLIGHT) return undefined;
+    loginsInFlight++;
+    let released = false;
+    return () => {
+      if (!released) loginsInFlight--;
+      released = true;
+    };
+  };
 
   /** Delegated authorization: the cluster's own answer for this user creating `resource` in `group`. */
   async function allowed(user: UserInfo, group: string, resource: string): Promise<boolean> {
@@ -137,16 +147,9 @@ export function newDirectAPIHandler(deps: DirectAPIDeps): (req: Request, res: Re
       const rest = path.slice(loginPrefix.length);
       if (method === 'POST' && !(await allowed(user, deps.groups.login, 'tokencredentialrequests')))
         return writeStatus(res, 403, `${user.username} may not create tokencredentialrequests`);
-      if (loginsInFlight >= MAX_LOGINS_IN_FLIGHT)
-        return writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
-          retryAfterSeconds: 1,
-        });
-      loginsInFlight++;
-      try {
-        return await handleTokenCredentialRequest(req, res, rest, deps.login);
-      } finally {
-        loginsInFlight--;
-      }
+      // Counted from the moment the body is in: a caller that sends its body slowly holds only its connection (the
+      // body must come within its deadline), never a place a login needs.
+      return handleTokenCredentialRequest(req, res, rest, { ...deps.login, admit });
     }
     if (path.startsWith(`${identityPrefix}/`)) {
       if (method === 'POST' && !(await allowed(user, deps.groups.identity, 'whoamirequests')))

@@ -146,29 +146,33 @@ describe("a TokenCredentialRequest exactly as Pinniped's CLI sends it, through t
       },
     } as unknown as Reviewer;
     // The cluster's CSR API, as it answers: a certificate from the cluster's CA for a key made for it.
-    const signer = newClusterCertSigner(() => ({
-      issue: async (identity, seconds) => {
-        const issued = await issueCert(clusterCA, {
-          commonName: identity.username,
-          organizations: identity.groups,
-          usage: 'client',
-          validityMs: seconds * 1000,
-        });
-        return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.cert.notAfter };
-      },
-      approveOwn: () => Promise.resolve(),
-    }));
+    const settings = {
+      caPem: frontProxyCA.certPem,
+      allowedNames: ['front-proxy-client'],
+      usernameHeaders: ['x-remote-user'],
+      uidHeaders: ['x-remote-uid'],
+      groupHeaders: ['x-remote-group'],
+      extraHeaderPrefixes: ['x-remote-extra-'],
+    };
+    const signer = newClusterCertSigner(
+      () => ({
+        issue: async (identity, seconds) => {
+          const issued = await issueCert(clusterCA, {
+            commonName: identity.username,
+            organizations: identity.groups,
+            usage: 'client',
+            validityMs: seconds * 1000,
+          });
+          return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.cert.notAfter };
+        },
+        approveOwn: () => Promise.resolve(),
+      }),
+      () => settings,
+    );
     const handler = newDirectAPIHandler({
       groups,
       groupSuffix: suffix,
-      requestHeader: () => ({
-        caPem: frontProxyCA.certPem,
-        allowedNames: ['front-proxy-client'],
-        usernameHeaders: ['x-remote-user'],
-        uidHeaders: ['x-remote-uid'],
-        groupHeaders: ['x-remote-group'],
-        extraHeaderPrefixes: ['x-remote-extra-'],
-      }),
+      requestHeader: () => settings,
       trusted: () => new Set([fingerprint(frontProxyCA.certPem)]),
       login: { groups, cache, signer, log: silentLogger() },
       reviewer,

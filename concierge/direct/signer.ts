@@ -8,13 +8,27 @@ import {
   MIN_EXPIRATION_SECONDS,
   type ClusterCertificateIssuer,
 } from '../../lib/kube/cluster-certificates.ts';
+import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
+import { signedByAny } from '../../lib/pki/pem.ts';
 import type { ClientCertSigner } from '../proxy/credentials.ts';
 
-export function newClusterCertSigner(issuer: () => ClusterCertificateIssuer | undefined): ClientCertSigner {
+/**
+ * `frontProxy`: the API server's request-header settings. A certificate the API server would also take as its front
+ * proxy's (a name it allows, from the CA it trusts for that) could claim any identity in X-Remote-* headers: none is
+ * asked for such a name, and none signed by that CA is handed out (the direct-login controller also keeps the path
+ * off on such a cluster, from its probe).
+ */
+export function newClusterCertSigner(
+  issuer: () => ClusterCertificateIssuer | undefined,
+  frontProxy: () => RequestHeaderConfig | undefined,
+): ClientCertSigner {
   return {
     async issue(user, { lifetimeMs, allowSystemNames }) {
       const current = issuer();
-      if (!current) return undefined;
+      const settings = frontProxy();
+      if (!current || !settings) return undefined;
+      if (settings.allowedNames.includes(user.username))
+        throw new Error(`${user.username} is a name the API server allows its front proxy`);
       // The API server adds system:authenticated to every user it authenticates; the certificate need not say it.
       const groups = user.groups.filter((g) => g !== ALLOWED_SYSTEM_GROUP);
       const issued = await current.issue(
@@ -22,6 +36,8 @@ export function newClusterCertSigner(issuer: () => ClusterCertificateIssuer | un
         Math.max(MIN_EXPIRATION_SECONDS, Math.ceil(lifetimeMs / 1000)),
         { allowSystemNames: allowSystemNames === true },
       );
+      if (signedByAny(issued.certPem, settings.caPem))
+        throw new Error("the cluster signed it with its front proxy's CA: not handed out");
       return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.notAfter };
     },
   };

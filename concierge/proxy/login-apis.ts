@@ -71,10 +71,13 @@ function readJSON(req: Request, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
         fail(new BodyError(400, 'request body is not valid JSON'));
       }
     };
+    // A client gone mid-body (closed, reset, errored) ends the read too: the request settles, and whatever it held
+    // (its timer, a place among the requests in flight) is let go. After 'end' the promise has settled already.
+    const gone = (): void => stop(new BodyError(400, 'the client went away before its request body ended'));
     body.on('data', onData);
     body.once('end', onEnd);
-    // A client gone mid-body gets no answer; the timer must not outlive it.
-    body.once('close', () => clearTimeout(timer));
+    body.once('close', gone);
+    body.once('error', gone);
   });
 }
 
@@ -148,6 +151,11 @@ export interface LoginDeps {
   log: Logger;
   /** Default: BODY_TIMEOUT_MS. */
   bodyTimeoutMs?: number;
+  /**
+   * A place for the costly part (the token's check and the certificate), taken once the whole body is in: its release,
+   * or undefined when there is none now (answered 429). Default: no bound here.
+   */
+  admit?: () => (() => void) | undefined;
 }
 
 /**
@@ -269,45 +277,62 @@ export async function handleTokenCredentialRequest(
       `spec.authenticator does not name a JWTAuthenticator or WebhookAuthenticator of ${deps.groups.authentication}`,
     );
   }
-  const result = await deps.cache.authenticateWith(kind, name, token);
-  if (!result.ok) return failed(result.reason);
-  // A certificate says a username and groups, nothing more: an identity that carries more would lose it silently.
-  if (result.user.uid) return failed('users with a uid cannot be expressed in a client certificate');
-  if (Object.keys(result.user.extra).length > 0)
-    return failed('users with extra attributes cannot be expressed in a client certificate');
-  const problem = identityProblem(result.user);
-  if (problem) return failed(`${result.authenticator}: ${problem}`);
-  let issued;
-  try {
-    issued = await deps.signer.issue(result.user, {
-      lifetimeMs: credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
-      ...(publicKey ? { publicKey } : {}),
-      ...(result.binding ? { binding: result.binding } : {}),
-      ...(result.allowSystemNames ? { allowSystemNames: true } : {}),
+  const release = deps.admit ? deps.admit() : () => {};
+  if (!release)
+    return writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
+      retryAfterSeconds: 1,
     });
-  } catch (err) {
-    return failed(`${result.authenticator}: no certificate issued: ${(err as Error).message}`);
+  try {
+    await issueFor(kind, name, token);
+  } finally {
+    release();
   }
-  if (!issued) return failed('no signer is ready');
-  // A signer that cannot certify the client's key (the cluster's, which signs only a request made with the key it
-  // certifies) made one and hands it back.
-  const keyFrom = issued.keyPem ? 'concierge' : 'client';
-  deps.log.info(
-    {
-      user: result.user.username,
-      authenticator: result.authenticator,
-      expires: issued.notAfter.toISOString(),
-      keyFrom,
-    },
-    'issued client certificate',
-  );
-  answer({
-    credential: {
-      expirationTimestamp: issued.notAfter.toISOString(),
-      clientCertificateData: issued.certPem,
-      ...(issued.keyPem ? { clientKeyData: issued.keyPem } : {}),
-    },
-  });
+
+  async function issueFor(
+    kind: 'JWTAuthenticator' | 'WebhookAuthenticator',
+    name: string,
+    token: string,
+  ): Promise<void> {
+    const result = await deps.cache.authenticateWith(kind, name, token);
+    if (!result.ok) return failed(result.reason);
+    // A certificate says a username and groups, nothing more: an identity that carries more would lose it silently.
+    if (result.user.uid) return failed('users with a uid cannot be expressed in a client certificate');
+    if (Object.keys(result.user.extra).length > 0)
+      return failed('users with extra attributes cannot be expressed in a client certificate');
+    const problem = identityProblem(result.user);
+    if (problem) return failed(`${result.authenticator}: ${problem}`);
+    let issued;
+    try {
+      issued = await deps.signer.issue(result.user, {
+        lifetimeMs: credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
+        ...(publicKey ? { publicKey } : {}),
+        ...(result.binding ? { binding: result.binding } : {}),
+        ...(result.allowSystemNames ? { allowSystemNames: true } : {}),
+      });
+    } catch (err) {
+      return failed(`${result.authenticator}: no certificate issued: ${(err as Error).message}`);
+    }
+    if (!issued) return failed('no signer is ready');
+    // A signer that cannot certify the client's key (the cluster's, which signs only a request made with the key it
+    // certifies) made one and hands it back.
+    const keyFrom = issued.keyPem ? 'concierge' : 'client';
+    deps.log.info(
+      {
+        user: result.user.username,
+        authenticator: result.authenticator,
+        expires: issued.notAfter.toISOString(),
+        keyFrom,
+      },
+      'issued client certificate',
+    );
+    answer({
+      credential: {
+        expirationTimestamp: issued.notAfter.toISOString(),
+        clientCertificateData: issued.certPem,
+        ...(issued.keyPem ? { clientKeyData: issued.keyPem } : {}),
+      },
+    });
+  }
 }
 
 export async function handleWhoAmI(

@@ -1129,6 +1129,47 @@ describe('what a stranger can hold', () => {
       for (const s of held) s.close();
       session.destroy();
     });
+
+    it('lets go of the places of clients gone mid-body, over HTTP/2 and HTTP/1.1', async () => {
+      const session = h2();
+      // The limited listener takes 8 connections: most go as HTTP/2 streams, a few over HTTP/1.1 connections.
+      const gone = Array.from({ length: MAX_ANONYMOUS_IN_FLIGHT - 4 }, () => {
+        const s = post(session);
+        s.write('{');
+        s.on('error', () => {});
+        return s;
+      });
+      const sockets = Array.from({ length: 4 }, () => {
+        const socket = tlsConnect({
+          host: '127.0.0.1',
+          port: limitedPort,
+          ca: proxyCA.certPem,
+          ALPNProtocols: ['http/1.1'],
+        });
+        socket.on('error', () => {});
+        socket.write(
+          `POST ${TCR_PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`,
+        );
+        return socket;
+      });
+      // Every one is in (a place taken) well within the body deadline; then every client goes away mid-body.
+      await new Promise((r) => setTimeout(r, BODY_TIMEOUT_MS / 4));
+      for (const s of gone) s.close(constants.NGHTTP2_CANCEL);
+      for (const socket of sockets) socket.destroy();
+      // Past the body deadline, which a request whose client left never reaches: their places are free again.
+      await new Promise((r) => setTimeout(r, BODY_TIMEOUT_MS * 2));
+      session.destroy();
+      // A new connection (the old one has been idle past its timeout): every place is free again, so as many new
+      // requests as there are places all get in, and each waits for its body until the deadline (408), none refused.
+      const fresh = h2();
+      const again = Array.from({ length: MAX_ANONYMOUS_IN_FLIGHT }, () => {
+        const s = post(fresh);
+        s.write('{');
+        return answer(s);
+      });
+      expect(new Set((await Promise.all(again)).map((a) => a.status))).toEqual(new Set([408]));
+      fresh.destroy();
+    });
   });
 
   it('answers 401 to a request whose body it will not read, and stops the client sending it', async () => {

@@ -83,6 +83,13 @@ export interface ProxyTLS {
   keyPem: string;
   /** CAs whose client certificates identify users (the signer CAs, current and previous). */
   clientCAPems: string[];
+  /**
+   * Refuse, at the handshake, clients without a certificate from those CAs: for a listener only one party dials (the
+   * aggregated APIs, which the API server's front proxy alone calls), so strangers cannot hold its connections. Fixed
+   * when the server is made (updateTLS changes the CAs, not this). Default: false (certificates are optional, bearer
+   * tokens are the other way in).
+   */
+  requireClientCertificate?: boolean;
 }
 
 export type RequestHandler = (req: IncomingMessage | H2Request, res: ServerResponse | H2Response) => void;
@@ -103,9 +110,9 @@ function secureOptions(tls: ProxyTLS): object {
   return {
     cert: tls.certPem,
     key: tls.keyPem,
-    // Client certificates are optional (bearer tokens are the other way in) but verified when sent.
+    // Client certificates are optional (bearer tokens are the other way in) but verified when sent, unless required.
     requestCert: true,
-    rejectUnauthorized: false,
+    rejectUnauthorized: tls.requireClientCertificate === true,
     ...(tls.clientCAPems.length > 0 ? { ca: tls.clientCAPems } : {}),
     minVersion: 'TLSv1.2',
     ciphers: CIPHERS,

@@ -8,7 +8,7 @@
 // that passed its checks, and checks both again on the object the API server holds before it approves: who created
 // it (the API server records that), the signer, and the request's bytes.
 import { randomBytes } from 'node:crypto';
-import { X509Certificate } from 'node:crypto';
+import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { systemClock, type Clock } from '../clock.ts';
 import { SealionError } from '../errors.ts';
 import { newCSR } from '../pki/pki.ts';
@@ -20,6 +20,8 @@ export const MIN_EXPIRATION_SECONDS = 600;
 /** How long the controller-manager has to sign an approved request (it signs in well under a second). */
 export const SIGN_TIMEOUT_MS = 30_000;
 const POLL_MS = 200;
+/** Clocks differ: a certificate may end this much later than asked (the controller-manager's clock, not ours). */
+const EXPIRY_SLACK_SECONDS = 60;
 /** The group that is every permission on a cluster: never in a certificate this issuer asks for. */
 const MASTERS = 'system:masters';
 
@@ -180,6 +182,7 @@ export function newClusterCertificateIssuer(
       const problem = identityRefusal(identity, systemNames);
       if (problem) throw new IssueRefused('ForbiddenIdentity', problem);
       const { csrPem, keyPem } = await newCSR(identity.username, identity.groups);
+      const seconds = Math.max(MIN_EXPIRATION_SECONDS, Math.ceil(expirationSeconds));
       const name = `sealion-${randomBytes(8).toString('hex')}`;
       const request = b64(csrPem);
       pending.set(name, { request, identity, allowSystemNames: systemNames });
@@ -192,14 +195,26 @@ export function newClusterCertificateIssuer(
             spec: {
               request,
               signerName: KUBE_APISERVER_CLIENT_SIGNER,
-              expirationSeconds: Math.max(MIN_EXPIRATION_SECONDS, Math.ceil(expirationSeconds)),
+              expirationSeconds: seconds,
               usages: ['client auth'],
             },
           },
         });
+        const asked = clock.now();
         await approveOwn(name);
         const certPem = await signed(name);
-        return { certPem, keyPem, notAfter: new Date(new X509Certificate(certPem).validTo) };
+        // What comes back must be for this key and live no longer than asked: a certificate cannot be revoked.
+        const cert = new X509Certificate(certPem);
+        const spki = (key: KeyObject): Buffer => key.export({ type: 'spki', format: 'der' });
+        if (!spki(cert.publicKey).equals(spki(createPublicKey(keyPem))))
+          throw new IssueRefused('NotSigned', 'the cluster returned a certificate for another key');
+        const notAfter = new Date(cert.validTo);
+        if (notAfter.getTime() > asked + (seconds + EXPIRY_SLACK_SECONDS) * 1000)
+          throw new IssueRefused(
+            'NotSigned',
+            `the cluster signed a certificate valid until ${notAfter.toISOString()}, longer than the ${seconds} s asked`,
+          );
+        return { certPem, keyPem, notAfter };
       } finally {
         pending.delete(name);
         // Nothing is left behind: the certificate is the caller's now, and a request nobody signed is worth nothing.

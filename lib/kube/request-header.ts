@@ -27,7 +27,14 @@ function stringList(data: Record<string, string>, key: string): string[] {
   const parsed: unknown = JSON.parse(text);
   if (!Array.isArray(parsed) || !parsed.every((v) => typeof v === 'string'))
     throw new Error(`${key} is not a JSON array of strings`);
-  return parsed;
+  return parsed.map((v) => v.trim());
+}
+
+/** Header names (trimmed and lower-cased, as the API server compares them); an empty one is refused, as there. */
+function headerNames(data: Record<string, string>, key: string): string[] {
+  const names = stringList(data, key).map((h) => h.toLowerCase());
+  if (names.includes('')) throw new Error(`${key} names an empty header`);
+  return names;
 }
 
 /**
@@ -42,10 +49,10 @@ export function requestHeaderConfig(
   const config: RequestHeaderConfig = {
     caPem,
     allowedNames: stringList(data, 'requestheader-allowed-names'),
-    usernameHeaders: stringList(data, 'requestheader-username-headers').map((h) => h.toLowerCase()),
-    uidHeaders: stringList(data, 'requestheader-uid-headers').map((h) => h.toLowerCase()),
-    groupHeaders: stringList(data, 'requestheader-group-headers').map((h) => h.toLowerCase()),
-    extraHeaderPrefixes: stringList(data, 'requestheader-extra-headers-prefix').map((h) => h.toLowerCase()),
+    usernameHeaders: headerNames(data, 'requestheader-username-headers'),
+    uidHeaders: headerNames(data, 'requestheader-uid-headers'),
+    groupHeaders: headerNames(data, 'requestheader-group-headers'),
+    extraHeaderPrefixes: headerNames(data, 'requestheader-extra-headers-prefix'),
   };
   if (config.usernameHeaders.length === 0) throw new Error('requestheader-username-headers names no header');
   return config;

@@ -59,3 +59,19 @@ export function peerChain(leaf: PeerCertificate | undefined): DetailedPeerCertif
   }
   return chain;
 }
+
+/**
+ * Whether `certPem` was signed by one of the CAs in the PEM bundle `bundlePem` (named as its issuer, and its signature
+ * checks with that CA's key). Certificates in the bundle that do not parse are passed over.
+ */
+export function signedByAny(certPem: string, bundlePem: string): boolean {
+  const cert = new X509Certificate(certPem);
+  return (bundlePem.match(PEM_BLOCK) ?? []).some((block) => {
+    try {
+      const ca = new X509Certificate(block);
+      return cert.checkIssued(ca) && cert.verify(ca.publicKey);
+    } catch {
+      return false;
+    }
+  });
+}
