@@ -279,6 +279,13 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     return ca.certPem;
   }
 
+  /** The APIServices gone: the API server stops sending the path anything. */
+  async function withdraw(): Promise<void> {
+    registeredAt = undefined;
+    for (const name of apiServiceNames)
+      if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+  }
+
   const writer: Controller = {
     name: 'direct-login-writer',
     watches: [
@@ -293,9 +300,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     async sync(): Promise<SyncResult> {
       const decision = decideDirect(deps.mode(), deps.nodes.list());
       if (!decision.on) {
-        registeredAt = undefined;
-        for (const name of apiServiceNames)
-          if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+        await withdraw();
         deps.publish(
           strategy('NotAvailable', 'Disabled', `the TokenCredentialRequest API is ${decision.why}`),
         );
@@ -318,9 +323,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       // in X-Remote-* headers, system:masters included: no certificate may be handed out there.
       const frontProxy = frontProxySettings();
       if (probe.ok && probe.certPem && frontProxy && signedByAny(probe.certPem, frontProxy.caPem)) {
-        registeredAt = undefined;
-        for (const name of apiServiceNames)
-          if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+        await withdraw();
         deps.publish(
           strategy(
             'Error',
@@ -333,9 +336,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       const nextProbe = (probe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS) - (now().getTime() - probe.at.getTime());
       if (!probe.ok) {
         // The APIServices stay away: a login that cannot be signed is no way in.
-        registeredAt = undefined;
-        for (const name of apiServiceNames)
-          if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
+        await withdraw();
         deps.publish(
           strategy(
             'Error',

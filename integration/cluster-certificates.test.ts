@@ -15,6 +15,7 @@ import {
 } from '../lib/kube/cluster-certificates.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
 import { newCSR } from '../lib/pki/pki.ts';
+import { conciergeManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 
 const NS = 'issuer';
 const SA = 'sealion-issuer';
@@ -40,7 +41,15 @@ describe('certificates issued through the CSR API', () => {
     cluster = await startCluster({ name: 'csr' });
     await kubectlOk(['create', 'namespace', NS]);
     await kubectlOk(['create', 'serviceaccount', SA, '-n', NS]);
-    // The narrowest RBAC that lets it work: its own requests, their approval, and approving for this one signer.
+    // The narrowest RBAC that lets it work, as the install grants it: its own requests, their approval, and approving
+    // for this one signer (and its APIServices, unused here).
+    const directRules = (
+      conciergeManifests(DEFAULT_INSTALL).find(
+        (o) =>
+          o['kind'] === 'ClusterRole' &&
+          (o['metadata'] as { name: string }).name.endsWith('-concierge-direct'),
+      ) as { rules: object[] }
+    ).rules;
     await kubectlOk(['apply', '-f', '-'], {
       input: JSON.stringify({
         apiVersion: 'v1',
@@ -50,24 +59,7 @@ describe('certificates issued through the CSR API', () => {
             apiVersion: 'rbac.authorization.k8s.io/v1',
             kind: 'ClusterRole',
             metadata: { name: SA },
-            rules: [
-              {
-                apiGroups: ['certificates.k8s.io'],
-                resources: ['certificatesigningrequests'],
-                verbs: ['create', 'get', 'delete'],
-              },
-              {
-                apiGroups: ['certificates.k8s.io'],
-                resources: ['certificatesigningrequests/approval'],
-                verbs: ['update'],
-              },
-              {
-                apiGroups: ['certificates.k8s.io'],
-                resources: ['signers'],
-                resourceNames: [KUBE_APISERVER_CLIENT_SIGNER],
-                verbs: ['approve'],
-              },
-            ],
+            rules: directRules,
           },
           {
             apiVersion: 'rbac.authorization.k8s.io/v1',
