@@ -198,7 +198,11 @@ export class AuthenticatorCache {
     token: string,
     signal?: AbortSignal,
   ): Promise<
-    AuthResult & { credentialLifetimeSeconds?: number; binding?: AuthenticatorBinding; allowSystemNames?: boolean }
+    AuthResult & {
+      credentialLifetimeSeconds?: number;
+      binding?: AuthenticatorBinding;
+      allowSystemNames?: boolean;
+    }
   > {
     const entry = this.entries.get(AuthenticatorCache.key(kind, name));
     if (!entry) return fail(`no ready ${kind} named ${name}`);
