@@ -1,0 +1,73 @@
+import { describe, expect, it } from '@jest/globals';
+import { compileExpression, evaluateAll, evaluationProblem, ExpressionError, stringsResult } from './cel.ts';
+
+const run = (kind: Parameters<typeof compileExpression>[0], expression: string, variables: object): unknown =>
+  evaluateAll([compileExpression(kind, expression)], variables as Record<string, unknown>)[0];
+
+describe('CEL for structured authentication', () => {
+  it('maps claims as the API server does', () => {
+    const claims = {
+      email: 'dana@example.com',
+      groups: ['dev', 'ops'],
+      exp: 1700000000,
+      nested: { team: 'blue' },
+    };
+    expect(run('username', "claims.email.split('@')[0]", { claims })).toBe('dana');
+    expect(run('groups', "claims.groups.map(g, 'oidc:' + g)", { claims })).toEqual(['oidc:dev', 'oidc:ops']);
+    expect(run('uid', 'claims.nested.team', { claims })).toBe('blue');
+    expect(run('extra', 'claims.?missing.orValue("none")', { claims })).toBe('none');
+    // JSON numbers are doubles, as cel-go decodes them.
+    expect(run('claimValidation', 'claims.exp == 1700000000', { claims })).toBe(true);
+    expect(run('claimValidation', 'has(claims.missing)', { claims })).toBe(false);
+    expect(
+      run('userValidation', "!user.username.startsWith('system:') && 'dev' in user.groups", {
+        user: { username: 'dana', uid: '', groups: ['dev'], extra: {} },
+      }),
+    ).toBe(true);
+  });
+
+  it('gives a missing claim as an error in its place, with where in the expression', () => {
+    const e = compileExpression('username', 'claims.email');
+    const [result] = evaluateAll([e], { claims: {} });
+    expect(result).toBeInstanceOf(Error);
+    expect(evaluationProblem(e, result as Error)).toMatch(/^expression "claims\.email" at 1:\d+: /);
+  });
+
+  it.each([
+    ['username', 'claims.sub == 1 ? 1 : 2', /must evaluate to string or dyn, not int/],
+    ['claimValidation', 'claims.hd', /must evaluate to bool, not dyn/],
+    ['username', 'claims +', /^1:\d+: /],
+    ['groups', 'claims.groups.map(g,\n  g +)', /^2:\d+: /],
+    ['userValidation', 'claims.sub == "x"', /claims/],
+    ['username', 'cel.bind(x, claims.sub, x)', /cel.bind is not available|bind/],
+    ['username', '   ', /empty/],
+  ] as const)('refuses %s %j, saying where', (kind, expression, problem) => {
+    let thrown: unknown;
+    try {
+      compileExpression(kind, expression);
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(ExpressionError);
+    expect((thrown as Error).message).toMatch(problem);
+  });
+
+  it('ends a pathological expression at the deadline instead of pinning the CPU', () => {
+    const list = '[0,1,2,3,4,5,6,7,8,9]';
+    let heavy = 'true';
+    for (let i = 0; i < 9; i++) heavy = `${list}.all(x${i}, ${heavy})`;
+    const e = compileExpression('claimValidation', heavy);
+    expect(() => evaluateAll([e], { claims: {} }, 50)).toThrow(/took more than 50 ms/);
+    // The guard is ready for the next token.
+    expect(evaluateAll([compileExpression('claimValidation', 'true')], { claims: {} })).toEqual([true]);
+  });
+
+  it('takes groups and extra values as the API server does', () => {
+    expect(stringsResult('a')).toEqual(['a']);
+    expect(stringsResult(['a', '', 'b'])).toEqual(['a', 'b']);
+    expect(stringsResult(null)).toEqual([]);
+    expect(stringsResult('')).toEqual([]);
+    expect(stringsResult([1])).toBeUndefined();
+    expect(stringsResult(1)).toBeUndefined();
+  });
+});
