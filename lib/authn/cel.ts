@@ -9,7 +9,7 @@
 // expression (nested comprehensions over claims) ends there as an error rather than pinning the CPU, and the parser's
 // structural limits bound an expression's size.
 import { runInContext, createContext } from 'node:vm';
-import { Environment, EvaluationError, type ASTNode } from '@marcbachmann/cel-js';
+import { Environment, EvaluationError } from '@marcbachmann/cel-js';
 
 /** Where an expression stands in the configuration, which decides its variable and the result it must have. */
 export type ExpressionKind = 'username' | 'uid' | 'groups' | 'extra' | 'claimValidation' | 'userValidation';
@@ -83,7 +83,7 @@ export interface CompiledExpression {
 }
 
 /** Whether the AST uses `cel.bind`, which the API server's environment does not have. */
-function usesBind(node: ASTNode | unknown): boolean {
+function usesBind(node: unknown): boolean {
   if (Array.isArray(node)) return node.some(usesBind);
   if (!node || typeof node !== 'object') return false;
   const n = node as { op?: unknown; args?: unknown };
@@ -128,9 +128,9 @@ export function evaluateAll(
   expressions: readonly CompiledExpression[],
   variables: Record<string, unknown>,
   deadlineMs: number = EVALUATION_DEADLINE_MS,
-): (unknown | Error)[] {
+): unknown[] {
   if (expressions.length === 0) return [];
-  const results: (unknown | Error)[] = [];
+  const results: unknown[] = [];
   (guard as { run?: () => void }).run = () => {
     for (const e of expressions) {
       try {
