@@ -51,7 +51,107 @@ export interface JWTClaims {
   groupsPrefix?: string;
 }
 
-/** Trust OIDC ID tokens (JWTs) from one issuer with one audience. */
+/**
+ * Kubernetes' structured authentication, a `jwt` entry of AuthenticationConfiguration (apiserver.config.k8s.io/v1) as
+ * kube-apiserver reads it from --authentication-config: paste one here as it is, and Sealion takes it as the API
+ * server would (integration/structured-authn.test.ts compares the two).
+ */
+export interface JWTConfiguration {
+  /** Where tokens come from and whom they are for. */
+  issuer: JWTIssuer;
+  /**
+   * Checks on the token's claims, each a claim that must hold a value or a CEL expression over `claims` that must be
+   * true; a token failing one is refused.
+   */
+  claimValidationRules?: ClaimValidationRule[];
+  /** How the claims become the user: username, groups, uid and extra, each a claim or a CEL expression. */
+  claimMappings: ClaimMappings;
+  /** Checks on the mapped user, CEL expressions over `user` that must be true; a user failing one is refused. */
+  userValidationRules?: UserValidationRule[];
+}
+
+export interface JWTIssuer {
+  /**
+   * The issuer URL: https, equal to the tokens' iss claim.
+   * @pattern ^https://[^?#]+$
+   * @maxLength 2048
+   */
+  url: string;
+  /**
+   * Where the discovery document is fetched from, when not at <url>/.well-known/openid-configuration (its issuer must
+   * still be url). Must differ from url.
+   * @pattern ^https://[^?#]+$
+   * @maxLength 2048
+   */
+  discoveryURL?: string;
+  /**
+   * The audiences, at least one; a token must name one of them (MatchAny).
+   * @minItems 1
+   */
+  audiences: string[];
+  /** MatchAny; required with more than one audience. */
+  audienceMatchPolicy?: 'MatchAny';
+  /** PEM CA bundle to trust for the issuer. Default: the system's roots. */
+  certificateAuthority?: string;
+}
+
+export interface ClaimValidationRule {
+  /** A claim that must be present and a string equal to requiredValue. Give claim or expression. */
+  claim?: string;
+  /** The value claim must hold. */
+  requiredValue?: string;
+  /** A CEL expression over `claims` that must evaluate to true. */
+  expression?: string;
+  /** What a failed expression means, for the log. */
+  message?: string;
+}
+
+export interface PrefixedClaimOrExpression {
+  /** A claim holding the value. Give claim (with prefix) or expression. */
+  claim?: string;
+  /** Put before the claim's value; required with claim (it may be ""). */
+  prefix?: string;
+  /** A CEL expression over `claims`. */
+  expression?: string;
+}
+
+export interface ClaimOrExpression {
+  /** A claim holding the value. Give claim or expression. */
+  claim?: string;
+  /** A CEL expression over `claims`. */
+  expression?: string;
+}
+
+export interface ExtraMapping {
+  /** The extra attribute's key: a domain-prefixed path in lower case, such as example.com/team. */
+  key: string;
+  /** A CEL expression over `claims` giving a string or a list of strings (null or empty: none). */
+  valueExpression: string;
+}
+
+export interface ClaimMappings {
+  username: PrefixedClaimOrExpression;
+  groups?: PrefixedClaimOrExpression;
+  uid?: ClaimOrExpression;
+  /**
+   * @listType map
+   * @listMapKeys key
+   */
+  extra?: ExtraMapping[];
+}
+
+export interface UserValidationRule {
+  /** A CEL expression over `user` (username, uid, groups, extra) that must evaluate to true. */
+  expression: string;
+  /** What a failure means, for the log. */
+  message?: string;
+}
+
+/**
+ * Trust OIDC ID tokens (JWTs) from one issuer: either `issuer` and `audience` (with `claims` and `tls`), or `jwt`, the
+ * structured form Kubernetes' own --authentication-config takes, never both.
+ * @validation has(self.jwt) ? !has(self.issuer) && !has(self.audience) && !has(self.claims) && !has(self.tls) : has(self.issuer) && has(self.audience) :: give either jwt or issuer and audience (with claims and tls), not both
+ */
 export interface JWTAuthenticatorSpec {
   /**
    * The issuer URL. It must use https, match the iss claim of tokens exactly, and serve OIDC discovery at
@@ -60,13 +160,15 @@ export interface JWTAuthenticatorSpec {
    * @minLength 9
    * @maxLength 2048
    */
-  issuer: string;
+  issuer?: string;
   /**
    * The audience that tokens must name in their aud claim, usually the OIDC client ID.
    * @minLength 1
    * @maxLength 1024
    */
-  audience: string;
+  audience?: string;
+  /** Kubernetes' structured authentication for this issuer, instead of issuer, audience, claims and tls. */
+  jwt?: JWTConfiguration;
   /** Which claims name the user and their groups, and the prefixes put before those names. */
   claims?: JWTClaims;
   /** How to trust the issuer's TLS certificate. */

@@ -14,6 +14,14 @@ export const SCHEMAS_FILE = fileURLToPath(new URL('schemas.generated.json', impo
 /** JSDoc tags (camelCase, as TypeScript parses them) that become Kubernetes schema extensions. */
 const EXTENSION_TAGS: Record<string, (value: unknown) => [string, unknown]> = {
   listType: (v) => ['x-kubernetes-list-type', v],
+  // `@validation <CEL rule> :: <message>`: a CRD validation rule the API server enforces on every write.
+  validation: (v) => {
+    const [rule, message] = String(v).split(' :: ');
+    return [
+      'x-kubernetes-validations',
+      [{ rule: rule!.trim(), ...(message ? { message: message.trim() } : {}) }],
+    ];
+  },
   listMapKeys: (v) => [
     'x-kubernetes-list-map-keys',
     String(v)

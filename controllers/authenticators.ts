@@ -1,6 +1,7 @@
 // The JWTAuthenticator and WebhookAuthenticator controllers: validate each authenticator and keep the
 // authenticator cache in step (every replica), and write phase and conditions (the leader). An authenticator that turns invalid leaves the
 // cache before its status says so; a valid one is validated again only when its spec (or CA) changes.
+import { compileJWTConfiguration } from '../lib/authn/jwt-mapping.ts';
 import { createHash } from 'node:crypto';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
@@ -174,27 +175,51 @@ export function newJWTAuthenticatorControllers(
 ): AuthenticatorControllers {
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
   return newAuthenticatorControllers('JWTAuthenticator', deps, jwtTrustDigest, async (obj, signal) => {
-    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
-    const claims = obj.spec.claims;
-    const settings: JWTSettings = {
-      issuer: obj.spec.issuer,
-      audience: obj.spec.audience,
-      ...(claims?.username ? { usernameClaim: claims.username } : {}),
-      ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
-      ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
-      ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
-      ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
-      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-    };
+    const settings = jwtSettings(obj.spec);
+    const ca = obj.spec.jwt
+      ? caProblem(
+          obj.spec.jwt.issuer.certificateAuthority
+            ? Buffer.from(obj.spec.jwt.issuer.certificateAuthority).toString('base64')
+            : undefined,
+        )
+      : caProblem(obj.spec.tls?.certificateAuthorityData);
+    if (ca.pem) settings.caBundlePem = ca.pem;
     const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps }, signal);
     if (validation.authenticator) validation.authenticator.keys.startRefreshing();
     return {
       checks: validation.checks,
       ...(validation.authenticator
-        ? { authenticator: validation.authenticator, issuer: obj.spec.issuer }
+        ? { authenticator: validation.authenticator, issuer: settings.issuer }
         : {}),
     };
   });
+}
+
+/**
+ * The JWT authenticator's settings from its spec: the structured form (spec.jwt) compiled, or the claims and prefixes
+ * of the older fields. Either way the spec says each thing once: the CRD refuses both at once.
+ */
+function jwtSettings(spec: JWTAuthenticator['spec']): JWTSettings {
+  const common = { ...(spec.allowSystemNames === true ? { allowSystemNames: true } : {}) };
+  if (spec.jwt) {
+    const mapping = compileJWTConfiguration(spec.jwt);
+    return {
+      issuer: spec.jwt.issuer?.url ?? '',
+      audience: spec.jwt.issuer?.audiences?.[0] ?? '',
+      ...common,
+      ...('problems' in mapping ? { mappingProblem: mapping.problems.join('; ') } : { mapping }),
+    };
+  }
+  const claims = spec.claims;
+  return {
+    issuer: spec.issuer ?? '',
+    audience: spec.audience ?? '',
+    ...(claims?.username ? { usernameClaim: claims.username } : {}),
+    ...(claims?.groups ? { groupsClaim: claims.groups } : {}),
+    ...(claims?.usernamePrefix ? { usernamePrefix: claims.usernamePrefix } : {}),
+    ...(claims?.groupsPrefix ? { groupsPrefix: claims.groupsPrefix } : {}),
+    ...common,
+  };
 }
 
 function endpointProblem(endpoint: string): string | undefined {

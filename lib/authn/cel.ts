@@ -46,8 +46,8 @@ const userEnvironment = base.clone().registerVariable({
 const RESULT_TYPES: Record<ExpressionKind, readonly string[]> = {
   username: ['string', 'dyn'],
   uid: ['string', 'dyn'],
-  groups: ['string', 'list<string>', 'list<dyn>', 'dyn'],
-  extra: ['string', 'list<string>', 'list<dyn>', 'dyn'],
+  groups: ['string', 'list<string>', 'list<dyn>', 'dyn', 'null'],
+  extra: ['string', 'list<string>', 'list<dyn>', 'dyn', 'null'],
   claimValidation: ['bool'],
   userValidation: ['bool'],
 };

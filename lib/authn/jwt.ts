@@ -10,7 +10,8 @@ import {
 } from 'jose';
 import { httpsJSON } from '../https-client.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE, SYSTEM_PREFIX, systemNameProblem } from './system-names.ts';
-import { fail, oversized, type AuthResult, type TokenAuthenticator } from './types.ts';
+import { fail, oversized, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
+import { mapClaims, type JWTMapping } from './jwt-mapping.ts';
 
 /**
  * Asymmetric algorithms only: `none` proves nothing, and an HMAC "signed" with the public key is the classic
@@ -60,6 +61,13 @@ export interface JWTSettings {
   allowSystemNames?: boolean;
   /** PEM CA bundle for the issuer. Default: system roots. */
   caBundlePem?: string;
+  /**
+   * Kubernetes' structured authentication for this issuer (jwt-mapping.ts): its audiences, discovery URL, rules and
+   * mappings, which take the place of audience, the claims and the prefixes above.
+   */
+  mapping?: JWTMapping;
+  /** What is wrong with the structured configuration, when it could not be compiled into a mapping. */
+  mappingProblem?: string;
 }
 
 export interface JWTDependencies {
@@ -277,7 +285,9 @@ export async function validateJWT(
   if (urlProblem) return failAt('IssuerURLValid', 'InvalidIssuerURL', urlProblem);
   pass('IssuerURLValid', 'issuer is a valid https URL');
 
-  const discoveryURL = `${settings.issuer.replace(/\/$/, '')}/.well-known/openid-configuration`;
+  const discoveryURL =
+    settings.mapping?.discoveryURL ??
+    `${settings.issuer.replace(/\/$/, '')}/.well-known/openid-configuration`;
   let discovery: unknown;
   try {
     discovery = await fetchJSON(discoveryURL, settings.caBundlePem, signal);
@@ -321,7 +331,7 @@ export async function validateJWT(
   }
   pass('JWKSFetchValid', `fetched ${keys.keys.length} signing key(s)`);
 
-  const prefixProblem = systemPrefixProblem(settings);
+  const prefixProblem = settings.mappingProblem ?? systemPrefixProblem(settings);
   if (prefixProblem) return failAt('AuthenticatorValid', 'InvalidAuthenticator', prefixProblem);
   const issuerKeys = new IssuerKeys(jwksURL, keys, load, deps.now ?? Date.now, deps.warn ?? (() => {}));
   pass(
@@ -367,7 +377,7 @@ export class JWTAuthenticator implements TokenAuthenticator {
     try {
       ({ payload } = await jwtVerify(token, this.keys.getKey, {
         issuer: this.settings.issuer,
-        audience: this.settings.audience,
+        audience: this.settings.mapping?.audiences ?? this.settings.audience,
         algorithms: ALLOWED_ALGORITHMS,
         clockTolerance: CLOCK_LEEWAY_SECONDS,
         requiredClaims: ['exp'],
@@ -376,15 +386,30 @@ export class JWTAuthenticator implements TokenAuthenticator {
       const code = (err as { code?: string }).code ?? 'ERR_UNKNOWN';
       return fail(`jwt rejected: ${code}: ${(err as Error).message}`);
     }
+    const mapped = this.settings.mapping
+      ? mapClaims(this.settings.mapping, payload)
+      : this.legacyUser(payload);
+    if ('reason' in mapped) return fail(mapped.reason);
+    const user = mapped;
+    if (!this.settings.allowSystemNames) {
+      const problem = systemNameProblem(user);
+      if (problem) return fail(`${problem}; refused unless spec.allowSystemNames is true`);
+    }
+    return { ok: true, user, authenticator: this.settings.issuer };
+  }
+
+  /** The user by the claims and prefixes the spec names (the structured form's claim mappings, said the old way). */
+  private legacyUser(payload: JWTPayload): UserInfo | { reason: string } {
     const claimed = claim(payload, this.usernameClaim);
     if (typeof claimed !== 'string' || claimed === '')
-      return fail(`claim ${this.usernameClaim} is missing or not a string`);
+      return { reason: `claim ${this.usernameClaim} is missing or not a string` };
     // As Kubernetes does: an email username counts only when email_verified, if the token has it, is the boolean
     // true. Anything else there (false, "false", 0, "yes", null) is a provider saying something we cannot trust.
     if (this.usernameClaim === 'email' && Object.hasOwn(payload, 'email_verified')) {
       const verified = payload['email_verified'];
-      if (typeof verified !== 'boolean') return fail('claim email_verified is present but not a boolean');
-      if (!verified) return fail('email is not verified');
+      if (typeof verified !== 'boolean')
+        return { reason: 'claim email_verified is present but not a boolean' };
+      if (!verified) return { reason: 'email is not verified' };
     }
     const rawGroups = claim(payload, this.groupsClaim);
     let claimedGroups: string[];
@@ -392,18 +417,13 @@ export class JWTAuthenticator implements TokenAuthenticator {
     else if (typeof rawGroups === 'string') claimedGroups = [rawGroups];
     else if (Array.isArray(rawGroups) && rawGroups.every((g) => typeof g === 'string'))
       claimedGroups = rawGroups;
-    else return fail(`claim ${this.groupsClaim} is neither a string nor a list of strings`);
+    else return { reason: `claim ${this.groupsClaim} is neither a string nor a list of strings` };
     // Prefixes first, so that a prefix such as `oidc:` makes a claimed `system:masters` harmless.
-    const user = {
+    return {
       username: (this.settings.usernamePrefix ?? '') + claimed,
       groups: claimedGroups.map((g) => (this.settings.groupsPrefix ?? '') + g),
       extra: {},
     };
-    if (!this.settings.allowSystemNames) {
-      const problem = systemNameProblem(user);
-      if (problem) return fail(`${problem}; refused unless spec.allowSystemNames is true`);
-    }
-    return { ok: true, user, authenticator: this.settings.issuer };
   }
 
   close(): void {

@@ -45,6 +45,9 @@ export const JWT_TRUST_FIELDS: TrustFields<JWTAuthenticatorSpec> = {
   }),
   // Which servers may serve the discovery document and the keys.
   tls: caBundle,
+  // The structured form says all of the above and the rules and mappings: all of it decides trust. Absent (the older
+  // fields) it adds nothing, so those specs' digests are what they were.
+  jwt: (spec) => spec.jwt,
   // Whether names Kubernetes reserves may come out.
   allowSystemNames: systemNames,
   credentialLifetimeSeconds: LIFETIME,
