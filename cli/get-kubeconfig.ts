@@ -77,20 +77,29 @@ async function listAuthenticators(clients: KubeClients, suffix: string): Promise
     })) as {
       items: {
         metadata: { name: string };
-        spec?: { issuer?: string; tls?: { certificateAuthorityData?: string } };
+        spec?: {
+          issuer?: string;
+          tls?: { certificateAuthorityData?: string };
+          jwt?: { issuer?: { url?: string; certificateAuthority?: string } };
+        };
         status?: { conciergeStrategies?: ConciergeStrategy[] };
       }[];
     };
-    for (const item of list.items)
+    for (const item of list.items) {
+      // The issuer and its CA, said the older way or in the structured form (spec.jwt, whose CA is PEM).
+      const issuer = item.spec?.jwt?.issuer?.url ?? item.spec?.issuer;
+      const structuredCA = item.spec?.jwt?.issuer?.certificateAuthority;
+      const caData = structuredCA
+        ? Buffer.from(structuredCA).toString('base64')
+        : item.spec?.tls?.certificateAuthorityData;
       found.push({
         type,
         name: item.metadata.name,
-        ...(item.spec?.issuer ? { issuer: item.spec.issuer } : {}),
-        ...(item.spec?.tls?.certificateAuthorityData
-          ? { caData: item.spec.tls.certificateAuthorityData }
-          : {}),
+        ...(issuer ? { issuer } : {}),
+        ...(caData ? { caData } : {}),
         strategies: item.status?.conciergeStrategies ?? [],
       });
+    }
   }
   return found;
 }
