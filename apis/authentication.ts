@@ -214,6 +214,11 @@ export interface WebhookAuthenticatorSpec {
    */
   allowSystemNames?: boolean;
   /**
+   * Checks on the user the webhook answers with, CEL expressions over `user` (username, uid, groups, extra) that must
+   * all be true, as Kubernetes' structured authentication has them for JWTs; a user failing one is refused.
+   */
+  userValidationRules?: UserValidationRule[];
+  /**
    * How long client certificates from TokenCredentialRequest last when this authenticator checked the token, in
    * seconds: from 2 minutes (the CLI renews a certificate a minute before it expires) to 1 day. A longer life spares
    * tools that hold connections open (k9s, IDEs) a login every few minutes, but a certificate outlives the token it

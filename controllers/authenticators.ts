@@ -1,7 +1,7 @@
 // The JWTAuthenticator and WebhookAuthenticator controllers: validate each authenticator and keep the
 // authenticator cache in step (every replica), and write phase and conditions (the leader). An authenticator that turns invalid leaves the
 // cache before its status says so; a valid one is validated again only when its spec (or CA) changes.
-import { compileJWTConfiguration } from '../lib/authn/jwt-mapping.ts';
+import { compileJWTConfiguration, compileUserRules } from '../lib/authn/jwt-mapping.ts';
 import { createHash } from 'node:crypto';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
@@ -277,10 +277,17 @@ export function newWebhookAuthenticatorControllers(
       message: 'endpoint is a valid https URL',
     });
     const allowSystemNames = obj.spec.allowSystemNames === true;
+    const ruleProblems: string[] = [];
+    const userRules = compileUserRules(
+      obj.spec.userValidationRules,
+      'spec.userValidationRules',
+      ruleProblems,
+    );
     const client = new WebhookClient({
       endpoint: obj.spec.endpoint,
       ...(ca.pem ? { caBundlePem: ca.pem } : {}),
       ...(allowSystemNames ? { allowSystemNames } : {}),
+      ...(userRules.length > 0 ? { userRules } : {}),
     });
     try {
       await client.probe();
@@ -299,6 +306,15 @@ export function newWebhookAuthenticatorControllers(
       reason: 'Success',
       message: 'TLS connection to the webhook verified',
     });
+    if (ruleProblems.length > 0) {
+      checks.push({
+        type: 'AuthenticatorValid',
+        status: 'False',
+        reason: 'InvalidAuthenticator',
+        message: ruleProblems.join('; '),
+      });
+      return { checks };
+    }
     checks.push({
       type: 'AuthenticatorValid',
       status: 'True',

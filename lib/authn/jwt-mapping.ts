@@ -2,7 +2,7 @@
 // as the API server checks it when it loads --authentication-config, its expressions compiled once (cel.ts), and a
 // verified token's claims turned into a user as the API server turns them (k8s.io/apiserver's oidc authenticator):
 // claim validation rules, then username, uid, groups and extra, then user validation rules.
-import type { JWTConfiguration } from '../../apis/authentication.ts';
+import type { JWTConfiguration, UserValidationRule } from '../../apis/authentication.ts';
 import {
   compileExpression,
   evaluateAll,
@@ -29,7 +29,7 @@ export interface JWTMapping {
   groups?: Source;
   uid?: { claim: string } | { expression: CompiledExpression };
   extra: { key: string; expression: CompiledExpression }[];
-  userRules: { expression: CompiledExpression; message: string }[];
+  userRules: UserRules;
 }
 
 const FIELD = 'spec.jwt';
@@ -168,13 +168,7 @@ export function compileJWTConfiguration(config: JWTConfiguration): JWTMapping | 
     if (expression) extra.push({ key: mapping.key, expression });
   });
 
-  const userRules: JWTMapping['userRules'] = [];
-  (config.userValidationRules ?? []).forEach((rule, i) => {
-    const field = `${FIELD}.userValidationRules[${i}]`;
-    if (!rule.expression) return void problems.push(`${field}.expression: required`);
-    const expression = compile('userValidation', rule.expression, `${field}.expression`);
-    if (expression) userRules.push({ expression, message: rule.message ?? '' });
-  });
+  const userRules = compileUserRules(config.userValidationRules, `${FIELD}.userValidationRules`, problems);
 
   if (problems.length > 0 || !username) return { problems };
   return {
@@ -292,22 +286,50 @@ export function mapClaims(
   }
 
   const user: UserInfo = { username, ...(uid ? { uid } : {}), groups, extra };
-  if (mapping.userRules.length > 0) {
-    let checked: unknown[];
-    try {
-      checked = evaluateAll(
-        mapping.userRules.map((r) => r.expression),
-        { user: { username, uid: uid ?? '', groups, extra } },
-      );
-    } catch (err) {
-      return { reason: (err as Error).message };
-    }
-    for (const [i, rule] of mapping.userRules.entries()) {
-      const got = checked[i];
-      if (got instanceof Error) return { reason: evaluationProblem(rule.expression, got) };
-      if (got !== true)
-        return { reason: `user validation rule failed: ${rule.message || rule.expression.expression}` };
-    }
-  }
+  const refused = userRulesProblem(mapping.userRules, user);
+  if (refused) return { reason: refused };
   return user;
+}
+
+export type UserRules = { expression: CompiledExpression; message: string }[];
+
+/** userValidationRules compiled, each problem (naming `field`[i]) pushed onto `problems`. */
+export function compileUserRules(
+  rules: readonly UserValidationRule[] | undefined,
+  field: string,
+  problems: string[],
+): UserRules {
+  const compiled: UserRules = [];
+  (rules ?? []).forEach((rule, i) => {
+    if (!rule.expression) return void problems.push(`${field}[${i}].expression: required`);
+    try {
+      compiled.push({
+        expression: compileExpression('userValidation', rule.expression),
+        message: rule.message ?? '',
+      });
+    } catch (err) {
+      problems.push(`${field}[${i}].expression: ${(err as Error).message}`);
+    }
+  });
+  return compiled;
+}
+
+/** Why `user` fails one of `rules` (each must be true), or undefined when it passes them all. */
+export function userRulesProblem(rules: UserRules, user: UserInfo): string | undefined {
+  if (rules.length === 0) return undefined;
+  let checked: unknown[];
+  try {
+    checked = evaluateAll(
+      rules.map((r) => r.expression),
+      { user: { username: user.username, uid: user.uid ?? '', groups: user.groups, extra: user.extra } },
+    );
+  } catch (err) {
+    return (err as Error).message;
+  }
+  for (const [i, rule] of rules.entries()) {
+    const got = checked[i];
+    if (got instanceof Error) return evaluationProblem(rule.expression, got);
+    if (got !== true) return `user validation rule failed: ${rule.message || rule.expression.expression}`;
+  }
+  return undefined;
 }

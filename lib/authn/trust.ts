@@ -57,6 +57,8 @@ export const JWT_TRUST_FIELDS: TrustFields<JWTAuthenticatorSpec> = {
 export const WEBHOOK_TRUST_FIELDS: TrustFields<WebhookAuthenticatorSpec> = {
   // Who is asked, and so whose answers are believed.
   endpoint: (spec) => spec.endpoint,
+  // Which of its answers are taken (absent: every one, and the digest is what it was).
+  userValidationRules: (spec) => spec.userValidationRules,
   // Which servers may answer at that endpoint.
   tls: caBundle,
   // Whether names Kubernetes reserves may come out.

@@ -1,3 +1,4 @@
+import { compileUserRules } from './jwt-mapping.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -194,6 +195,33 @@ describe('webhook identities with system names', () => {
       ok: true,
       user: { groups: ['team', 'system:masters'] },
     });
+  });
+
+  it('refuses a user that fails a userValidationRule, saying which', async () => {
+    const problems: string[] = [];
+    const userRules = compileUserRules(
+      [{ expression: "!('system:masters' in user.groups)", message: 'no cluster admins by webhook' }],
+      'spec.userValidationRules',
+      problems,
+    );
+    expect(problems).toEqual([]);
+    const webhook = new WebhookAuthenticator({
+      endpoint: url,
+      caBundlePem: caPem,
+      allowSystemNames: true,
+      userRules,
+    });
+    expect(await webhook.authenticate('sys-group')).toEqual(
+      expect.objectContaining({
+        ok: false,
+        reason: 'user validation rule failed: no cluster admins by webhook',
+      }),
+    );
+    expect(await webhook.authenticate('sys-user')).toMatchObject({ ok: true });
+    compileUserRules([{ expression: 'user.groups' }], 'spec.userValidationRules', problems);
+    expect(problems).toEqual([
+      expect.stringMatching(/^spec\.userValidationRules\[0\]\.expression: must evaluate to bool/),
+    ]);
   });
 });
 

@@ -5,6 +5,7 @@ import { connect } from 'node:tls';
 import { httpsJSON } from '../https-client.ts';
 import { AnswerCache, transientFailure } from './answer-cache.ts';
 import { systemNameProblem } from './system-names.ts';
+import { userRulesProblem, type UserRules } from './jwt-mapping.ts';
 import { fail, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
 
 /** A webhook that has not answered by then counts as a "no"; kubectl's own default request timeout is longer. */
@@ -44,6 +45,8 @@ export interface WebhookSettings {
   cacheEntries?: number;
   /** Accept usernames and groups that start with `system:` (see system-names.ts). Default: false. */
   allowSystemNames?: boolean;
+  /** The spec's userValidationRules, compiled: each must hold for the answer's user. Default: none. */
+  userRules?: UserRules;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -126,6 +129,8 @@ export class WebhookAuthenticator implements TokenAuthenticator {
       const problem = systemNameProblem(parsed.user);
       if (problem) return fail(`${problem}; refused unless spec.allowSystemNames is true`);
     }
+    const refused = userRulesProblem(this.settings.userRules ?? [], parsed.user);
+    if (refused) return fail(refused);
     return { ok: true, user: parsed.user, authenticator: this.settings.endpoint };
   }
 
