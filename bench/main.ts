@@ -12,7 +12,9 @@ const suites: Record<string, () => Promise<void>> = {
   peering: benchPeering,
   startup: benchStartup,
 };
-const wanted = process.argv.slice(2);
+/** Other names for a suite. */
+const aliases: Record<string, string> = { authn: 'auth' };
+const wanted = process.argv.slice(2).map((s) => aliases[s] ?? s);
 const unknown = wanted.filter((s) => !(s in suites));
 if (unknown.length > 0) {
   console.error(`unknown suite ${unknown.join(', ')}; suites: ${Object.keys(suites).join(', ')}`);

@@ -62,6 +62,14 @@ describe('CEL for structured authentication', () => {
     expect(evaluateAll([compileExpression('claimValidation', 'true')], { claims: {} })).toEqual([true]);
   });
 
+  it('guards only what can cost more than a pass over the claims', () => {
+    const guarded = (e: string): boolean => compileExpression('claimValidation', e).guarded;
+    expect(guarded("claims.email.endsWith('@example.com')")).toBe(false);
+    expect(guarded("claims.groups.exists(g, g == 'dev')")).toBe(false);
+    expect(guarded('claims.groups.exists(g, claims.groups.all(h, h != g))')).toBe(true);
+    expect(guarded("claims.email.matches('^(a+)+$')")).toBe(true);
+  });
+
   it('takes groups and extra values as the API server does', () => {
     expect(stringsResult('a')).toEqual(['a']);
     expect(stringsResult(['a', '', 'b'])).toEqual(['a', 'b']);

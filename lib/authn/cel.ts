@@ -5,9 +5,10 @@
 //
 // Compiled once per spec (parsed and type-checked; an error names the expression and its line and column), evaluated
 // per token. The library has no cost budget, as cel-go's is in the API server (1,000,000 per call, "roughly 0.1
-// second"): all of a token's expressions run inside one `node:vm` call with that deadline, so a pathological
-// expression (nested comprehensions over claims) ends there as an error rather than pinning the CPU, and the parser's
-// structural limits bound an expression's size.
+// second"): a token's expressions that could cost more than a pass over its claims (nested comprehensions, regular
+// expressions) run inside one `node:vm` call with that deadline, so a pathological one ends there as an error rather
+// than pinning the CPU; the parser's structural limits bound an expression's size, and the token's size bounds the
+// rest.
 import { runInContext, createContext } from 'node:vm';
 import { Environment, EvaluationError } from '@marcbachmann/cel-js';
 
@@ -78,8 +79,37 @@ function lineColumn(text: string, offset: number): { line: number; column: numbe
 export interface CompiledExpression {
   readonly kind: ExpressionKind;
   readonly expression: string;
+  /**
+   * Whether it can cost more than a pass over the token's claims: comprehensions nested in comprehensions (each level
+   * multiplies the work) or a regular expression (JavaScript's can backtrack exponentially). Only such expressions pay
+   * for the deadline's guard, about 0.25 ms a call; the rest are linear in the token's size, which is bounded.
+   */
+  readonly guarded: boolean;
   /** Evaluates with `claims` or `user`; throws what the expression's evaluation throws. Call through evaluateAll. */
   readonly run: (variables: Record<string, unknown>) => unknown;
+}
+
+const COMPREHENSIONS = new Set(['all', 'exists', 'exists_one', 'map', 'filter']);
+
+/** The deepest nesting of comprehensions in the AST, and whether it matches a regular expression. */
+function costShape(node: unknown): { depth: number; regex: boolean } {
+  if (Array.isArray(node))
+    return node.reduce<{ depth: number; regex: boolean }>(
+      (acc, n) => {
+        const shape = costShape(n);
+        return { depth: Math.max(acc.depth, shape.depth), regex: acc.regex || shape.regex };
+      },
+      { depth: 0, regex: false },
+    );
+  if (!node || typeof node !== 'object') return { depth: 0, regex: false };
+  const n = node as { op?: unknown; args?: unknown };
+  const inner = costShape(n.args);
+  const name: unknown =
+    (n.op === 'rcall' || n.op === 'call') && Array.isArray(n.args) ? (n.args as unknown[])[0] : undefined;
+  return {
+    depth: inner.depth + (typeof name === 'string' && COMPREHENSIONS.has(name) ? 1 : 0),
+    regex: inner.regex || name === 'matches',
+  };
 }
 
 /** Whether the AST uses `cel.bind`, which the API server's environment does not have. */
@@ -115,7 +145,13 @@ export function compileExpression(kind: ExpressionKind, expression: string): Com
     throw new ExpressionError(expression, `must evaluate to ${RESULT_TYPES[kind].join(' or ')}, not ${type}`);
   const program = environment.parse(expression);
   if (usesBind(program.ast)) throw new ExpressionError(expression, 'cel.bind is not available');
-  return { kind, expression, run: (variables) => program(variables) as unknown };
+  const shape = costShape(program.ast);
+  return {
+    kind,
+    expression,
+    guarded: shape.depth >= 2 || shape.regex,
+    run: (variables) => program(variables) as unknown,
+  };
 }
 
 const guard = createContext({});
@@ -131,7 +167,7 @@ export function evaluateAll(
 ): unknown[] {
   if (expressions.length === 0) return [];
   const results: unknown[] = [];
-  (guard as { run?: () => void }).run = () => {
+  const runAll = (): void => {
     for (const e of expressions) {
       try {
         results.push(e.run(variables));
@@ -140,6 +176,11 @@ export function evaluateAll(
       }
     }
   };
+  if (!expressions.some((e) => e.guarded)) {
+    runAll();
+    return results;
+  }
+  (guard as { run?: () => void }).run = runAll;
   try {
     runInContext('run()', guard, { timeout: deadlineMs });
   } catch (err) {
