@@ -11,13 +11,35 @@ export const Phase = {
   Error: 'Error',
 } as const satisfies Record<AuthenticatorPhase, AuthenticatorPhase>;
 
-/** How to trust a TLS server. */
+/** A Secret or ConfigMap, in the concierge's namespace, that holds a PEM CA bundle under a key. */
+export interface CertificateAuthorityDataSource {
+  /** Secret or ConfigMap. */
+  kind: 'Secret' | 'ConfigMap';
+  /**
+   * Its name.
+   * @minLength 1
+   */
+  name: string;
+  /**
+   * The key whose value is the PEM bundle.
+   * @minLength 1
+   */
+  key: string;
+}
+
+/**
+ * How to trust a TLS server: a CA bundle given inline, or read from a Secret or ConfigMap (watched, so a rotation
+ * applies at once), not both.
+ * @validation !(has(self.certificateAuthorityData) && has(self.certificateAuthorityDataSource)) :: give certificateAuthorityData or certificateAuthorityDataSource, not both
+ */
 export interface TLSSpec {
   /**
    * Base64-encoded PEM bundle of the CA certificates to trust. Empty: the system's trusted roots.
    * @format byte
    */
   certificateAuthorityData?: string;
+  /** Where the PEM bundle of the CA certificates to trust is kept, instead of certificateAuthorityData. */
+  certificateAuthorityDataSource?: CertificateAuthorityDataSource;
 }
 
 /**
@@ -150,7 +172,9 @@ export interface UserValidationRule {
 /**
  * Trust OIDC ID tokens (JWTs) from one issuer: either `issuer` and `audience` (with `claims` and `tls`), or `jwt`, the
  * structured form Kubernetes' own --authentication-config takes, never both.
- * @validation has(self.jwt) ? !has(self.issuer) && !has(self.audience) && !has(self.claims) && !has(self.tls) : has(self.issuer) && has(self.audience) :: give either jwt or issuer and audience (with claims and tls), not both
+ * With jwt, tls may only name where the CA is kept (certificateAuthorityDataSource), in place of
+ * jwt.issuer.certificateAuthority.
+ * @validation has(self.jwt) ? !has(self.issuer) && !has(self.audience) && !has(self.claims) && (!has(self.tls) || !has(self.tls.certificateAuthorityData) && !has(self.jwt.issuer.certificateAuthority)) : has(self.issuer) && has(self.audience) :: give either jwt or issuer and audience (with claims and tls), not both; with jwt, the CA inline (jwt.issuer.certificateAuthority) or from tls.certificateAuthorityDataSource
  */
 export interface JWTAuthenticatorSpec {
   /**

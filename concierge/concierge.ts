@@ -390,6 +390,7 @@ async function start(
       clients,
       informers,
       groupSuffix: opts.groupSuffix,
+      ...(namespace ? { namespace } : {}),
       authenticators,
       clock,
       log,

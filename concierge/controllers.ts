@@ -88,6 +88,8 @@ export interface ConciergeControllerOptions {
   clients: KubeClients;
   informers: KubeInformers;
   groupSuffix: string;
+  /** The concierge's namespace: where authenticators' CA bundles may be kept (tls.certificateAuthorityDataSource). */
+  namespace?: string;
   authenticators: Authenticators;
   /** The impersonation proxy, when the controllers manage it (no fixed TLS files). Default: not managed. */
   proxy?: {
@@ -150,6 +152,16 @@ function authenticatorControllers(opts: ConciergeControllerOptions): ControllerE
   const group = apiGroups(opts.groupSuffix).authentication;
   const log = opts.log.child({ component: 'authenticators' });
   const validated = (controller: string, name: string): void => manager.enqueue(controller, name);
+  const ns = opts.namespace;
+  const caSources = ns
+    ? {
+        caSources: {
+          namespace: ns,
+          secrets: opts.informers.core<SecretLike>('secrets', ns),
+          configMaps: opts.informers.core<ConfigMapLike>('configmaps', ns),
+        },
+      }
+    : {};
   const entries = (controllers: AuthenticatorControllers): ControllerEntry[] => [
     { controller: controllers.validator, runs: 'every-replica' },
     { controller: controllers.status, runs: 'leader' },
@@ -168,6 +180,7 @@ function authenticatorControllers(opts: ConciergeControllerOptions): ControllerE
         ),
         validated,
         log,
+        ...caSources,
       }),
     ),
     ...entries(
@@ -183,6 +196,7 @@ function authenticatorControllers(opts: ConciergeControllerOptions): ControllerE
         ),
         validated,
         log,
+        ...caSources,
       }),
     ),
   ];

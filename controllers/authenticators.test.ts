@@ -188,6 +188,88 @@ describe('JWTAuthenticator controller', () => {
     expect(result).toEqual(phase === 'Ready' || specMistake ? undefined : { retry: true });
   });
 
+  it('takes a jwt entry of AuthenticationConfiguration, and says where one is wrong', async () => {
+    const jwt = {
+      issuer: { url: ISSUER, audiences: ['other', 'aud'], audienceMatchPolicy: 'MatchAny' as const },
+      claimMappings: {
+        username: { expression: "'u:' + claims.sub" },
+        groups: { claim: 'groups', prefix: 'g:' },
+      },
+    };
+    const ok = await runJWT({ ...jwtObject(), spec: { jwt } }, goodDocuments());
+    expect(ok.status.writes[0]!.status.phase).toBe('Ready');
+    expect(await ok.cache.authenticate(await tokenWith({ sub: 's1', groups: ['dev'] }))).toMatchObject({
+      ok: true,
+      user: { username: 'u:s1', groups: ['g:dev'] },
+    });
+    const broken = await runJWT(
+      {
+        ...jwtObject(),
+        spec: { jwt: { ...jwt, claimMappings: { username: { expression: 'claims.sub +' } } } },
+      },
+      goodDocuments(),
+    );
+    const condition = broken.status.writes[0]!.status.conditions?.find(
+      (c) => c.type === 'AuthenticatorValid',
+    );
+    expect(condition).toMatchObject({ status: 'False' });
+    expect(condition?.message).toMatch(/^spec\.jwt\.claimMappings\.username\.expression: 1:\d+: /);
+  });
+
+  it('reads its CA from a ConfigMap, and validates again when it is rotated', async () => {
+    const ca = await newCA('issuer-ca');
+    const configMaps = new MemoryInformer<{
+      metadata: { name: string; namespace: string };
+      data?: Record<string, string>;
+    }>([{ metadata: { name: 'issuer-ca', namespace: 'sealion' }, data: { 'ca.crt': ca.certPem } }]);
+    const informer = new MemoryInformer<JWTAuthenticator>([
+      jwtObject({
+        tls: { certificateAuthorityDataSource: { kind: 'ConfigMap', name: 'issuer-ca', key: 'ca.crt' } },
+      }),
+    ]);
+    const cache = new AuthenticatorCache();
+    caches.push(cache);
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    const seen: (string | undefined)[] = [];
+    const documents = goodDocuments();
+    const controllers = newJWTAuthenticatorControllers(
+      {
+        informer,
+        cache,
+        status,
+        log: silentLogger(),
+        now: () => NOW,
+        caSources: { namespace: 'sealion', secrets: new MemoryInformer(), configMaps },
+      },
+      {
+        fetchJSON: (url, caBundlePem) => {
+          seen.push(caBundlePem);
+          return Promise.resolve(documents[url]);
+        },
+      },
+    );
+    await controllers.validator.sync('corp', never);
+    expect(seen.at(-1)).toContain(ca.certPem.trim().split('\n')[1]);
+    // Rotated: the ConfigMap's watch names the authenticator, which is validated again with the new bundle.
+    const next = await newCA('issuer-ca-2');
+    const rotated = {
+      metadata: { name: 'issuer-ca', namespace: 'sealion' },
+      data: { 'ca.crt': next.certPem },
+    };
+    configMaps.put(rotated);
+    const watch = controllers.validator.watches.find((w) => w.informer === configMaps)!;
+    expect(watch.key!(rotated as never)).toEqual(['corp']);
+    await controllers.validator.sync('corp', never);
+    expect(seen.at(-1)).toContain(next.certPem.trim().split('\n')[1]);
+    // Gone: the TLS check says where it looked.
+    configMaps.remove('issuer-ca', 'sealion');
+    await controllers.validator.sync('corp', never);
+    await controllers.status.sync('corp', never);
+    expect(
+      status.writes.at(-1)!.status.conditions?.find((c) => c.type === 'TLSConfigurationValid')?.message,
+    ).toBe('spec.tls.certificateAuthorityDataSource: ConfigMap sealion/issuer-ca does not exist');
+  });
+
   it('skips the write when the status is already what it would write', async () => {
     const first = await runJWT(jwtObject(), goodDocuments());
     const second = await runJWT(jwtObject({}, first.status.writes[0]!.status), goodDocuments());

@@ -3,7 +3,13 @@
 // cache before its status says so; a valid one is validated again only when its spec (or CA) changes.
 import { compileJWTConfiguration, compileUserRules } from '../lib/authn/jwt-mapping.ts';
 import { createHash } from 'node:crypto';
-import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
+import type {
+  AuthenticatorStatus,
+  CertificateAuthorityDataSource,
+  JWTAuthenticator,
+  TLSSpec,
+  WebhookAuthenticator,
+} from '../apis/authentication.ts';
 import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
 import { validateJWT, type Check, type JWTDependencies, type JWTSettings } from '../lib/authn/jwt.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE } from '../lib/authn/system-names.ts';
@@ -13,7 +19,7 @@ import type { Logger } from '../lib/log.ts';
 import { decodeCABundle } from '../lib/pki/pem.ts';
 import { mergeConditions, readyCondition, sameIgnoringTimes } from '../lib/controller/conditions.ts';
 import type { Controller } from '../lib/controller/controller.ts';
-import type { Informer } from '../lib/kube/informer.ts';
+import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import type { StatusWriter } from '../lib/kube/status-writer.ts';
 
@@ -26,6 +32,67 @@ export interface AuthenticatorControllerDeps<T> {
   validated?: (controller: string, name: string) => void;
   /** Default: () => new Date(). */
   now?: () => Date;
+  /**
+   * The Secrets and ConfigMaps of the concierge's namespace, where tls.certificateAuthorityDataSource points: watched,
+   * so that a rotated CA applies at once. Default: none (such a spec fails its TLS check).
+   */
+  caSources?: CASources;
+}
+
+export interface CASources {
+  namespace: string;
+  secrets: Informer<KubeObject & { data?: Record<string, string> }>;
+  configMaps: Informer<KubeObject & { data?: Record<string, string> }>;
+}
+
+/**
+ * The PEM bundle a tls.certificateAuthorityDataSource names, or why there is none. A Secret's data is base64, a
+ * ConfigMap's the text itself.
+ */
+function sourcedCA(
+  source: CertificateAuthorityDataSource,
+  sources: CASources | undefined,
+): { pem?: string; problem?: string } {
+  const where = `${source.kind} ${sources?.namespace ?? ''}/${source.name}`;
+  if (!sources) return { problem: `${where} cannot be read here` };
+  const informer = source.kind === 'Secret' ? sources.secrets : sources.configMaps;
+  const obj = informer.get(source.name, sources.namespace);
+  const value = obj?.data?.[source.key];
+  if (!obj) return { problem: `${where} does not exist` };
+  if (value === undefined || value === '') return { problem: `${where} has no key ${source.key}` };
+  const pem = source.kind === 'Secret' ? Buffer.from(value, 'base64').toString('utf8') : value;
+  return caProblem(Buffer.from(pem).toString('base64'));
+}
+
+/**
+ * The CA bundle a spec trusts, inline (`inlineBase64`, at `inlineField`) or from its source, or why it cannot be used
+ * (naming the field).
+ */
+function specCA(
+  tls: TLSSpec | undefined,
+  inlineBase64: string | undefined,
+  sources: CASources | undefined,
+  inlineField = 'spec.tls.certificateAuthorityData',
+): { pem?: string; problem?: string } {
+  const source = tls?.certificateAuthorityDataSource;
+  const found = source ? sourcedCA(source, sources) : caProblem(inlineBase64);
+  const field = source ? 'spec.tls.certificateAuthorityDataSource' : inlineField;
+  return found.problem ? { problem: `${field}: ${found.problem}` } : found;
+}
+
+/** The names of the authenticators whose CA is kept in `obj` (a Secret or ConfigMap of `kind`). */
+function referringTo<T extends JWTAuthenticator | WebhookAuthenticator>(
+  informer: Informer<T>,
+  kind: 'Secret' | 'ConfigMap',
+  name: string | undefined,
+): string[] {
+  return informer
+    .list()
+    .filter((a) => {
+      const source = a.spec.tls?.certificateAuthorityDataSource;
+      return source?.kind === kind && source.name === name;
+    })
+    .map((a) => a.metadata.name ?? '');
 }
 
 type Validated = {
@@ -82,9 +149,20 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
   const now = deps.now ?? (() => new Date());
   const log = deps.log.child({ kind });
   const statusName = `${kind}-status`;
+  const sources = deps.caSources;
   const validator: Controller = {
     name: `${kind}-cache-filler`,
-    watches: [{ informer: deps.informer }],
+    watches: [
+      { informer: deps.informer },
+      // A rotated CA in a Secret or ConfigMap that an authenticator names: that authenticator is validated again.
+      ...(sources
+        ? (['Secret', 'ConfigMap'] as const).map((sourceKind) => ({
+            informer: sourceKind === 'Secret' ? sources.secrets : sources.configMaps,
+            filter: (o: KubeObject) => o.metadata?.namespace === sources.namespace,
+            key: (o: KubeObject) => referringTo(deps.informer as Informer<T>, sourceKind, o.metadata?.name),
+          }))
+        : []),
+    ],
     // What is wrong with an authenticator becomes its conditions (the status writer's). A mistake in the spec is not
     // retried; a failure of the issuer or webhook is, with backoff, since it may come back.
     async sync(name: string, signal: AbortSignal): Promise<SyncResult> {
@@ -97,7 +175,10 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       }
       // The object's uid with its spec: one deleted and made again under the same name between two looks is
       // another authenticator, and certificates issued on the old one's word must not pass for the new one's.
-      const hash = `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}`;
+      // The CA a source holds is part of what was validated: a rotation makes it another authenticator.
+      const source = obj.spec.tls?.certificateAuthorityDataSource;
+      const sourced = source ? specHash(sourcedCA(source, sources)) : '';
+      const hash = `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}/${sourced}`;
       let result: Validated | undefined;
       const known = validated.get(name);
       const ready = known?.hash === hash && deps.cache.has(kind, name);
@@ -176,13 +257,16 @@ export function newJWTAuthenticatorControllers(
   const warn = (message: string, fields: Record<string, unknown>): void => deps.log.warn(fields, message);
   return newAuthenticatorControllers('JWTAuthenticator', deps, jwtTrustDigest, async (obj, signal) => {
     const settings = jwtSettings(obj.spec);
-    const ca = obj.spec.jwt
-      ? caProblem(
-          obj.spec.jwt.issuer.certificateAuthority
-            ? Buffer.from(obj.spec.jwt.issuer.certificateAuthority).toString('base64')
-            : undefined,
-        )
-      : caProblem(obj.spec.tls?.certificateAuthorityData);
+    const inline = obj.spec.jwt
+      ? obj.spec.jwt.issuer.certificateAuthority &&
+        Buffer.from(obj.spec.jwt.issuer.certificateAuthority).toString('base64')
+      : obj.spec.tls?.certificateAuthorityData;
+    const ca = specCA(
+      obj.spec.tls,
+      inline || undefined,
+      deps.caSources,
+      obj.spec.jwt ? 'spec.jwt.issuer.certificateAuthority' : undefined,
+    );
     if (ca.pem) settings.caBundlePem = ca.pem;
     const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps }, signal);
     if (validation.authenticator) validation.authenticator.keys.startRefreshing();
@@ -242,13 +326,13 @@ export function newWebhookAuthenticatorControllers(
         reason: 'UnableToValidate',
         message: 'unable to validate; see other conditions for details',
       }));
-    const ca = caProblem(obj.spec.tls?.certificateAuthorityData);
+    const ca = specCA(obj.spec.tls, obj.spec.tls?.certificateAuthorityData, deps.caSources);
     if (ca.problem) {
       checks.push({
         type: 'TLSConfigurationValid',
         status: 'False',
         reason: 'InvalidTLSConfiguration',
-        message: `spec.tls.certificateAuthorityData: ${ca.problem}`,
+        message: ca.problem,
       });
       return {
         checks: [...checks, ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid'])],

@@ -270,12 +270,7 @@ export async function validateJWT(
     checks.push({ type, status: 'True', reason: 'Success', message });
   };
 
-  if (tlsProblem)
-    return failAt(
-      'TLSConfigurationValid',
-      'InvalidTLSConfiguration',
-      `spec.tls.certificateAuthorityData: ${tlsProblem}`,
-    );
+  if (tlsProblem) return failAt('TLSConfigurationValid', 'InvalidTLSConfiguration', tlsProblem);
   pass(
     'TLSConfigurationValid',
     settings.caBundlePem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',

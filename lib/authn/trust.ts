@@ -17,8 +17,16 @@ import { DEFAULT_GROUPS_CLAIM, DEFAULT_USERNAME_CLAIM } from './jwt.ts';
 /** For each field of a spec: its value as the digest takes it, or null when the field is not in the digest. */
 type TrustFields<Spec> = { [Field in keyof Required<Spec>]: ((spec: Spec) => unknown) | null };
 
-/** The CA bundle an authenticator trusts, as the controllers read it: empty (or absent) is the system's roots. */
-const caBundle = (spec: { tls?: TLSSpec }): string => spec.tls?.certificateAuthorityData || '';
+/**
+ * The CA bundle an authenticator trusts, as the controllers read it: empty (or absent) is the system's roots; or the
+ * Secret or ConfigMap it is kept in (the bundle there may rotate: the same place is the same trust).
+ */
+const caBundle = (spec: { tls?: TLSSpec }): unknown => {
+  const source = spec.tls?.certificateAuthorityDataSource;
+  return source
+    ? { kind: source.kind, name: source.name, key: source.key }
+    : spec.tls?.certificateAuthorityData || '';
+};
 /** Read as the controllers read it: only `true` allows system names. */
 const systemNames = (spec: { allowSystemNames?: boolean }): boolean => spec.allowSystemNames === true;
 /**
