@@ -14,6 +14,7 @@ import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { webcrypto } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { identityProblem } from '../../lib/authn/identity.ts';
+import { CREDENTIAL_ID_EXTRA } from '../../lib/authn/jwt.ts';
 import { MAX_TOKEN_BYTES, type UserInfo } from '../../lib/authn/types.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
@@ -297,7 +298,8 @@ export async function handleTokenCredentialRequest(
     if (!result.ok) return failed(result.reason);
     // A certificate says a username and groups, nothing more: an identity that carries more would lose it silently.
     if (result.user.uid) return failed('users with a uid cannot be expressed in a client certificate');
-    if (Object.keys(result.user.extra).length > 0)
+    // The credential's id names the token, not the user: a certificate is another credential.
+    if (Object.keys(result.user.extra).some((key) => key !== CREDENTIAL_ID_EXTRA))
       return failed('users with extra attributes cannot be expressed in a client certificate');
     const problem = identityProblem(result.user);
     if (problem) return failed(`${result.authenticator}: ${problem}`);

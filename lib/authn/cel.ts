@@ -40,18 +40,11 @@ const userEnvironment = base.clone().registerVariable({
 });
 
 /**
- * The static result types each kind accepts. Validation rules must be bool when compiled, as the API server checks
- * them (a `dyn` result is refused there too); mappings are checked when they run, as there, but a result type that can
- * never do (an int for a username) is refused at once rather than failing every token.
+ * Validation rules must be bool when compiled, as the API server checks them (a `dyn` result is refused there too).
+ * Mappings are checked when they run, as there: the API server takes `1` as a username expression and refuses every
+ * token, and so does this.
  */
-const RESULT_TYPES: Record<ExpressionKind, readonly string[]> = {
-  username: ['string', 'dyn'],
-  uid: ['string', 'dyn'],
-  groups: ['string', 'list<string>', 'list<dyn>', 'dyn', 'null'],
-  extra: ['string', 'list<string>', 'list<dyn>', 'dyn', 'null'],
-  claimValidation: ['bool'],
-  userValidation: ['bool'],
-};
+const BOOLEAN_KINDS = new Set<ExpressionKind>(['claimValidation', 'userValidation']);
 
 /** An expression that cannot be used, with where in it the problem is. */
 export class ExpressionError extends Error {
@@ -141,8 +134,8 @@ export function compileExpression(kind: ExpressionKind, expression: string): Com
     );
   }
   const type = String(checked.type).replace(/\s+/g, '');
-  if (!RESULT_TYPES[kind].includes(type))
-    throw new ExpressionError(expression, `must evaluate to ${RESULT_TYPES[kind].join(' or ')}, not ${type}`);
+  if (BOOLEAN_KINDS.has(kind) && type !== 'bool')
+    throw new ExpressionError(expression, `must evaluate to bool, not ${type}`);
   const program = environment.parse(expression);
   if (usesBind(program.ast)) throw new ExpressionError(expression, 'cel.bind is not available');
   const shape = costShape(program.ast);

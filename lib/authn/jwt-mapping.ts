@@ -249,8 +249,10 @@ export function mapClaims(
   let uid: string | undefined;
   if (mapping.uid) {
     let got: unknown;
-    if ('claim' in mapping.uid) got = claims[mapping.uid.claim];
-    else {
+    if ('claim' in mapping.uid) {
+      got = claims[mapping.uid.claim];
+      if (got === undefined) return { reason: `claim ${mapping.uid.claim} is missing` };
+    } else {
       const problem = failed(uidSlot);
       if (problem) return { reason: problem };
       got = value(uidSlot);

@@ -30,8 +30,12 @@ export const ALLOWED_ALGORITHMS = [
   'EdDSA',
   'Ed25519',
 ];
-/** Clock skew tolerated on exp, nbf and iat: small enough that an expired token dies within a minute. */
-export const CLOCK_LEEWAY_SECONDS = 30;
+/**
+ * Clock skew tolerated, as the API server's OIDC authenticator tolerates it: none on exp (an expired token is
+ * refused the moment it expires), five minutes on nbf (an issuer whose clock runs ahead).
+ */
+export const EXPIRY_LEEWAY_SECONDS = 0;
+export const NOT_BEFORE_LEEWAY_SECONDS = 300;
 /** Providers rotate keys rarely and publish new ones ahead of use; five minutes picks them up in time. */
 export const JWKS_REFRESH_INTERVAL_MS = 5 * 60_000;
 /** A token with an unknown `kid` triggers a refresh at most this often, so garbage tokens cannot hammer the issuer. */
@@ -43,6 +47,8 @@ export const UNKNOWN_KID_COOLDOWN_MS = 30_000;
  */
 export const VERIFIED_TOKEN_TTL_MS = 60_000;
 export const DEFAULT_USERNAME_CLAIM = 'username';
+/** The extra the API server gives a user whose token has a jti: `JTI=<jti>`, naming the credential, not the user. */
+export const CREDENTIAL_ID_EXTRA = 'authentication.kubernetes.io/credential-id';
 export const DEFAULT_GROUPS_CLAIM = 'groups';
 
 export interface JWTSettings {
@@ -363,29 +369,60 @@ export class JWTAuthenticator implements TokenAuthenticator {
     const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number })
       .exp;
     const now = Date.now();
-    const until = Math.min(now + VERIFIED_TOKEN_TTL_MS, exp * 1000 + CLOCK_LEEWAY_SECONDS * 1000);
+    const until = Math.min(now + VERIFIED_TOKEN_TTL_MS, exp * 1000 + EXPIRY_LEEWAY_SECONDS * 1000);
     return until <= now ? result : { ...result, reusableUntil: until };
   }
 
   private async verify(token: string): Promise<AuthResult> {
+    const options = {
+      issuer: this.settings.issuer,
+      audience: this.settings.mapping?.audiences ?? this.settings.audience,
+      algorithms: ALLOWED_ALGORITHMS,
+      clockTolerance: NOT_BEFORE_LEEWAY_SECONDS,
+      requiredClaims: ['exp'],
+    };
     let payload: JWTPayload;
     try {
-      ({ payload } = await jwtVerify(token, this.keys.getKey, {
-        issuer: this.settings.issuer,
-        audience: this.settings.mapping?.audiences ?? this.settings.audience,
-        algorithms: ALLOWED_ALGORITHMS,
-        clockTolerance: CLOCK_LEEWAY_SECONDS,
-        requiredClaims: ['exp'],
-      }));
+      ({ payload } = await jwtVerify(token, this.keys.getKey, options));
     } catch (err) {
-      const code = (err as { code?: string }).code ?? 'ERR_UNKNOWN';
-      return fail(`jwt rejected: ${code}: ${(err as Error).message}`);
+      // A token without a kid, and several keys it could be signed with (during a rotation): each is tried, as the
+      // API server tries them.
+      let found: JWTPayload | undefined;
+      if ((err as { code?: string }).code === joseErrors.JWKSMultipleMatchingKeys.code) {
+        for await (const key of err as AsyncIterable<Parameters<typeof jwtVerify>[1]>) {
+          try {
+            ({ payload: found } = await jwtVerify(token, key, options));
+            break;
+          } catch (inner) {
+            if ((inner as { code?: string }).code !== joseErrors.JWSSignatureVerificationFailed.code) {
+              err = inner;
+              break;
+            }
+          }
+        }
+      }
+      if (!found) {
+        const code = (err as { code?: string }).code ?? 'ERR_UNKNOWN';
+        return fail(`jwt rejected: ${code}: ${(err as Error).message}`);
+      }
+      payload = found;
     }
+    // The leeway above is nbf's; exp has none.
+    if ((payload.exp ?? 0) + EXPIRY_LEEWAY_SECONDS <= Date.now() / 1000)
+      return fail('jwt rejected: ERR_JWT_EXPIRED: the token expired');
+    // The API server reads sub as a string, and refuses a token whose sub is anything else.
+    if (payload.sub !== undefined && typeof payload.sub !== 'string')
+      return fail('claim sub is not a string');
     const mapped = this.settings.mapping
       ? mapClaims(this.settings.mapping, payload)
       : this.legacyUser(payload);
     if ('reason' in mapped) return fail(mapped.reason);
-    const user = mapped;
+    // As the API server: a token with a jti is named in the user's extra, so audit can tell its uses apart.
+    const jti = payload.jti;
+    const user =
+      typeof jti === 'string' && jti !== ''
+        ? { ...mapped, extra: { ...mapped.extra, [CREDENTIAL_ID_EXTRA]: [`JTI=${jti}`] } }
+        : mapped;
     if (!this.settings.allowSystemNames) {
       const problem = systemNameProblem(user);
       if (problem) return fail(`${problem}; refused unless spec.allowSystemNames is true`);
