@@ -20,7 +20,7 @@ import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
-import { startOIDCIssuer, type MintOptions, type TestIssuer } from '../dev/oidc-issuer.ts';
+import { startOIDCIssuer, type MintOptions, type SigningKey, type TestIssuer } from '../dev/oidc-issuer.ts';
 
 const GROUP = 'authentication.concierge.sealion.dev';
 const SSR_PATH = '/apis/authentication.k8s.io/v1/selfsubjectreviews';
@@ -381,6 +381,46 @@ interface TokenCase {
   claims: Record<string, unknown>;
   /** Given this configuration's issuer and the others, how to mint it. Default: the issuer's key, iss and AUDIENCE. */
   mint?: (issuer: TestIssuer, ctx: { otherIssuer: TestIssuer }) => Promise<MintOptions> | MintOptions;
+  /**
+   * Sign this instead, with the issuer's current key: a header and a payload text, made from what `mint` would sign
+   * (`standard`: iss, aud, iat, exp) and the claims. For what `mint` cannot make: claims it sets itself, odd headers,
+   * payloads that are not what JSON.stringify writes.
+   */
+  raw?: (standard: Record<string, unknown>, claims: JWTPayload, issuer: TestIssuer) => RawToken;
+}
+
+interface RawToken {
+  /** Default: alg ES256, typ JWT, the key's kid. */
+  header?: Record<string, unknown>;
+  payload: string;
+}
+
+/** Standard claims and the rest, with `changes` (undefined removes a claim), as a payload text. */
+const payload = (
+  standard: Record<string, unknown>,
+  claims: JWTPayload,
+  changes: Record<string, unknown> = {},
+): RawToken => {
+  const all: Record<string, unknown> = { ...claims, ...standard };
+  for (const [key, value] of Object.entries(changes)) {
+    if (value === undefined) delete all[key];
+    else all[key] = value;
+  }
+  return { payload: JSON.stringify(all) };
+};
+
+/** A compact JWS over `token` with an ES256 key, built by hand so that header and payload are exactly as given. */
+async function signRaw(key: SigningKey, token: RawToken): Promise<string> {
+  const b64 = (text: string): string => Buffer.from(text).toString('base64url');
+  const header = token.header ?? { alg: 'ES256', typ: 'JWT', kid: key.kid };
+  const input = `${b64(JSON.stringify(header))}.${b64(token.payload)}`;
+  if (header['alg'] === 'none') return `${input}.`;
+  const signature = await crypto.subtle.sign(
+    { name: 'ECDSA', hash: 'SHA-256' },
+    key.privateKey,
+    Buffer.from(input),
+  );
+  return `${input}.${Buffer.from(signature).toString('base64url')}`;
 }
 
 const TOKENS: TokenCase[] = [
@@ -442,49 +482,180 @@ const TOKENS: TokenCase[] = [
   // Another configured issuer's iss, signed with this issuer's key: routed to that issuer, whose keys refuse it.
   { name: 'issuer-other', claims: {}, mint: (_issuer, ctx) => ({ issuer: ctx.otherIssuer.url }) },
   { name: 'key-unpublished', claims: {}, mint: async (issuer) => ({ signingKey: await issuer.newKey() }) },
+  { name: 'sub-number', claims: { sub: 5 } },
+  // HTTP trims a header value's ends and cannot carry a line break: what impersonation headers do to such names.
+  { name: 'username-padded', claims: { username: ' pat ', groups: [' dev '] } },
+  { name: 'username-tab', claims: { username: 'pat\tx' } },
+  { name: 'username-newline', claims: { username: 'pat\nx', groups: ['a\r\nb'] } },
+  { name: 'groups-nested', claims: { groups: [['dev']] } },
+  {
+    name: 'exp-missing',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { exp: undefined }),
+  },
+  {
+    name: 'exp-string',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { exp: String(standard['exp']) }),
+  },
+  {
+    name: 'exp-fraction',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { exp: Number(standard['exp']) + 0.5 }),
+  },
+  {
+    name: 'iat-future',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { iat: Number(standard['iat']) + 3600 }),
+  },
+  { name: 'iat-string', claims: {}, raw: (standard, claims) => payload(standard, claims, { iat: 'now' }) },
+  {
+    name: 'nbf-string',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { nbf: String(standard['iat']) }),
+  },
+  {
+    name: 'aud-missing',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { aud: undefined }),
+  },
+  { name: 'aud-number', claims: {}, raw: (standard, claims) => payload(standard, claims, { aud: 7 }) },
+  {
+    name: 'iss-missing',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { iss: undefined }),
+  },
+  {
+    name: 'iss-trailing-slash',
+    claims: {},
+    raw: (standard, claims) => payload(standard, claims, { iss: `${String(standard['iss'])}/` }),
+  },
+  {
+    name: 'kid-missing',
+    claims: {},
+    raw: (standard, claims) => ({ header: { alg: 'ES256', typ: 'JWT' }, ...payload(standard, claims) }),
+  },
+  {
+    name: 'typ-access-token',
+    claims: {},
+    raw: (standard, claims, issuer) => ({
+      header: { alg: 'ES256', typ: 'at+jwt', kid: issuer.currentJWK().kid },
+      ...payload(standard, claims),
+    }),
+  },
+  {
+    name: 'crit-header',
+    claims: {},
+    raw: (standard, claims, issuer) => ({
+      header: { alg: 'ES256', kid: issuer.currentJWK().kid, crit: ['x-policy'], 'x-policy': 1 },
+      ...payload(standard, claims),
+    }),
+  },
+  {
+    name: 'alg-none',
+    claims: {},
+    raw: (standard, claims) => ({ header: { alg: 'none' }, ...payload(standard, claims) }),
+  },
+  {
+    // Two username members: JSON parsers keep the last one, Go's and JavaScript's alike.
+    name: 'duplicate-username',
+    claims: {},
+    raw: (standard, claims) => ({
+      payload: `{"username":"pat",${payload(standard, claims).payload.slice(1, -1)},"username":"sam"}`,
+    }),
+  },
+  {
+    name: 'duplicate-iss',
+    claims: {},
+    raw: (standard, claims) => ({
+      payload: `{"iss":"https://127.0.0.1:1/nobody",${payload(standard, claims).payload.slice(1)}`,
+    }),
+  },
+  { name: 'payload-array', claims: {}, raw: () => ({ payload: '[1,2]' }) },
 ];
 
+/** A name the API server makes of a token and Sealion refuses. */
+type RefusedName = { username: string } | { group: string };
+
 /**
- * The rows where Sealion answers otherwise on purpose, each with what the API server makes of the token (`username X`
- * or `group X`); Sealion refuses them with the 401 any bad token gets. Two reasons:
- * - `system:` names: the API server takes them from a JWT issuer (unless a userValidationRule refuses them), Sealion
- *   refuses them unless the JWTAuthenticator sets spec.allowSystemNames, which these do not;
- * - the empty username, which the API server takes from a claim (it refuses it from an expression only): the proxy
- *   acts for a user by impersonating them, and an empty Impersonate-User impersonates nobody.
+ * The rows where Sealion answers otherwise on purpose, each with the name the API server makes of the token and
+ * Sealion refuses (with the 401 any bad token gets), by reason.
  */
-const REFUSED_ON_PURPOSE: Record<string, string> = {
-  'username/username-system': 'username system:admin',
-  'username/groups-system': 'group system:masters',
-  'email/username-system-email': 'username system:admin@example.com',
-  'email/groups-system': 'group system:masters',
-  'email-prefixed/groups-system': 'group system:masters',
-  'sub/sub-system': 'username system:node:n1',
-  'groups-map/username-system': 'username system:admin',
-  'string-group/username-system': 'username system:admin',
-  'uid-claim/username-system': 'username system:admin',
-  'uid-claim/groups-system': 'group system:masters',
-  'uid-expression/username-system': 'username system:admin',
-  'uid-expression/groups-system': 'group system:masters',
-  'extra/username-system': 'username system:admin',
-  'extra/groups-system': 'group system:masters',
-  'email-local-part/username-system-email': 'username system:admin',
-  'nick-or-sub/groups-system': 'group system:masters',
-  'nick-or-sub/nick-system': 'username system:kube-scheduler',
-  'claim-rules/username-system': 'username system:admin',
-  'claim-rules/groups-system': 'group system:masters',
-  'nested-rule/username-system': 'username system:admin@lyon',
-  'audiences/username-system': 'username system:admin',
-  'audiences/groups-system': 'group system:masters',
-  'discovery-url/groups-system': 'group system:masters',
-  'username/username-empty': 'username ',
-  'groups-map/username-empty': 'username ',
-  'string-group/username-empty': 'username ',
-  'uid-claim/username-empty': 'username ',
-  'uid-expression/username-empty': 'username ',
-  'extra/username-empty': 'username ',
-  'claim-rules/username-empty': 'username ',
-  'user-rules/username-empty': 'username ',
-  'audiences/username-empty': 'username ',
+const REFUSED_ON_PURPOSE: Record<string, RefusedName> = {
+  // `system:` names: the API server takes them from a JWT issuer (unless a userValidationRule refuses them); Sealion
+  // refuses them unless the JWTAuthenticator sets spec.allowSystemNames, which these do not.
+  'username/username-system': { username: 'system:admin' },
+  'username/groups-system': { group: 'system:masters' },
+  'email/username-system-email': { username: 'system:admin@example.com' },
+  'email/groups-system': { group: 'system:masters' },
+  'email-prefixed/groups-system': { group: 'system:masters' },
+  'sub/sub-system': { username: 'system:node:n1' },
+  'groups-map/username-system': { username: 'system:admin' },
+  'string-group/username-system': { username: 'system:admin' },
+  'uid-claim/username-system': { username: 'system:admin' },
+  'uid-claim/groups-system': { group: 'system:masters' },
+  'uid-expression/username-system': { username: 'system:admin' },
+  'uid-expression/groups-system': { group: 'system:masters' },
+  'extra/username-system': { username: 'system:admin' },
+  'extra/groups-system': { group: 'system:masters' },
+  'email-local-part/username-system-email': { username: 'system:admin' },
+  'nick-or-sub/groups-system': { group: 'system:masters' },
+  'nick-or-sub/nick-system': { username: 'system:kube-scheduler' },
+  'claim-rules/username-system': { username: 'system:admin' },
+  'claim-rules/groups-system': { group: 'system:masters' },
+  'nested-rule/username-system': { username: 'system:admin@lyon' },
+  'audiences/username-system': { username: 'system:admin' },
+  'audiences/groups-system': { group: 'system:masters' },
+  'discovery-url/groups-system': { group: 'system:masters' },
+  'extra-empty/username-system': { username: 'system:admin' },
+  'extra-empty/groups-system': { group: 'system:masters' },
+  // The empty username, which the API server takes from a claim (it refuses it from an expression only): the proxy acts
+  // for a user by impersonating them, and an empty Impersonate-User impersonates nobody.
+  'username/username-empty': { username: '' },
+  'groups-map/username-empty': { username: '' },
+  'string-group/username-empty': { username: '' },
+  'uid-claim/username-empty': { username: '' },
+  'uid-expression/username-empty': { username: '' },
+  'extra/username-empty': { username: '' },
+  'claim-rules/username-empty': { username: '' },
+  'user-rules/username-empty': { username: '' },
+  'audiences/username-empty': { username: '' },
+  'extra-empty/username-empty': { username: '' },
+  // Names that an impersonation header cannot carry as they are: HTTP trims a value's ends and has no line breaks.
+  'username/username-padded': { username: ' pat ' },
+  'username/username-newline': { username: 'pat\nx' },
+  'prefixed/username-padded': { username: 'oidc: pat ' },
+  'prefixed/username-newline': { username: 'oidc:pat\nx' },
+  'email/username-padded': { group: ' dev ' },
+  'email/username-newline': { group: 'a\r\nb' },
+  'email-prefixed/username-padded': { group: ' dev ' },
+  'email-prefixed/username-newline': { group: 'a\r\nb' },
+  'groups-map/username-padded': { username: ' pat ' },
+  'groups-map/username-newline': { username: 'pat\nx' },
+  'string-group/username-padded': { username: ' pat ' },
+  'string-group/username-newline': { username: 'pat\nx' },
+  'uid-claim/username-padded': { username: ' pat ' },
+  'uid-claim/username-newline': { username: 'pat\nx' },
+  'uid-expression/username-padded': { username: ' pat ' },
+  'uid-expression/username-newline': { username: 'pat\nx' },
+  'extra/username-padded': { username: ' pat ' },
+  'extra/username-newline': { username: 'pat\nx' },
+  'extra-empty/username-padded': { username: ' pat ' },
+  'extra-empty/username-newline': { username: 'pat\nx' },
+  'username-expression/username-padded': { group: 'g: dev ' },
+  'username-expression/username-newline': { group: 'g:a\r\nb' },
+  'nick-or-sub/username-padded': { group: ' dev ' },
+  'nick-or-sub/username-newline': { group: 'a\r\nb' },
+  'claim-rules/username-padded': { username: ' pat ' },
+  'claim-rules/username-newline': { username: 'pat\nx' },
+  'nested-rule/username-padded': { username: ' pat @lyon' },
+  'nested-rule/username-newline': { username: 'pat\nx@lyon' },
+  'user-rules/username-padded': { username: ' pat ' },
+  'user-rules/username-newline': { username: 'pat\nx' },
+  'audiences/username-padded': { username: ' pat ' },
+  'audiences/username-newline': { username: 'pat\nx' },
+  'discovery-url/username-padded': { username: 'd: pat ' },
+  'discovery-url/username-newline': { username: 'd:pat\nx' },
 };
 
 type Answer =
@@ -618,6 +789,8 @@ describe('structured JWT authentication, Sealion against the API server', () => 
   const issuers = new Map<string, TestIssuer>();
   const mirrors: { stop(): Promise<void> }[] = [];
   const jwtEntries = new Map<string, object>();
+  /** Each configuration's issuer signs with this key, which mint() uses too. */
+  const keys = new Map<string, SigningKey>();
   const agents: Agent[] = [];
   let logText = '';
   let authenticationConfig: string;
@@ -629,6 +802,10 @@ describe('structured JWT authentication, Sealion against the API server', () => 
     for (const configuration of CONFIGURATIONS) {
       const issuer = await startOIDCIssuer({ audience: AUDIENCE });
       issuers.set(configuration.name, issuer);
+      // A key of our own, published before anyone fetches the keys, so that raw tokens can be signed with it.
+      const key = await issuer.newKey();
+      issuer.rotate(key);
+      keys.set(configuration.name, key);
       let certificateAuthority = issuer.caPem;
       let discoveryURL: string | undefined;
       if (configuration.discoveryElsewhere) {
@@ -749,7 +926,13 @@ describe('structured JWT authentication, Sealion against the API server', () => 
       ) as TestIssuer;
       for (const token of TOKENS) {
         const claims = claimsOf(token);
-        const jwt = await issuer.mint(claims, await token.mint?.(issuer, { otherIssuer }));
+        const now = Math.floor(Date.now() / 1000);
+        const jwt = token.raw
+          ? await signRaw(
+              keys.get(configuration.name) as SigningKey,
+              token.raw({ iss: issuer.url, aud: AUDIENCE, iat: now, exp: now + 300 }, claims, issuer),
+            )
+          : await issuer.mint(claims, await token.mint?.(issuer, { otherIssuer }));
         rows.push({ name: `${configuration.name}/${token.name}`, configuration, token, claims, jwt });
       }
     }
@@ -763,26 +946,34 @@ describe('structured JWT authentication, Sealion against the API server', () => 
     const comparable = (answer: Answer): object =>
       answer.kind === 'user' ? answer : { kind: 'refused', unauthorized: answer.status === 401 };
     const differences: string[] = [];
+    /** Differing rows by token, for a summary before the details. */
+    const byToken = new Map<string, string[]>();
     const intended: string[] = [];
     let accepted = 0;
     for (const { row, api, sealion } of answers) {
       if (api.kind === 'user') accepted++;
       const same = JSON.stringify(comparable(api)) === JSON.stringify(comparable(sealion));
-      const why = REFUSED_ON_PURPOSE[row.name];
-      if (why !== undefined) {
-        // The API server lets the system name through; Sealion refuses it with the 401 any bad token gets.
+      const refused = REFUSED_ON_PURPOSE[row.name];
+      if (refused !== undefined) {
+        // The API server makes the user with that name; Sealion refuses the token with the 401 any bad token gets.
         const named =
           api.kind === 'user' &&
-          (why === `username ${api.username}` || api.groups.some((group) => why === `group ${group}`));
+          ('username' in refused ? api.username === refused.username : api.groups.includes(refused.group));
         if (named && sealion.kind === 'refused' && sealion.status === 401) intended.push(row.name);
         else
-          differences.push(describe_(row, api, sealion, `expected: Sealion refuses ${JSON.stringify(why)}`));
-      } else if (!same) differences.push(describe_(row, api, sealion));
+          differences.push(
+            describe_(row, api, sealion, `expected: Sealion refuses ${JSON.stringify(refused)}`),
+          );
+      } else if (!same) {
+        differences.push(describe_(row, api, sealion));
+        byToken.set(row.token.name, [...(byToken.get(row.token.name) ?? []), row.configuration.name]);
+      }
     }
     console.log(
       `structured authentication: ${rows.length} rows (${CONFIGURATIONS.length} configurations × ${TOKENS.length} tokens), ` +
         `${accepted} accepted by the API server, ${intended.length} refused by Sealion on purpose, ` +
         `${differences.length} differing` +
+        [...byToken].map(([token, configurations]) => `\n  ${token}: ${configurations.join(' ')}`).join('') +
         (applyProblems.length ? `\nJWTAuthenticators not applied:\n${applyProblems.join('\n')}` : '') +
         (notReady.length ? `\nJWTAuthenticators in Error:\n${notReady.join('\n')}` : '') +
         (differences.length ? `\n\n${differences.join('\n\n')}` : ''),
@@ -1010,7 +1201,9 @@ function describe_(row: Row, api: Answer, sealion: Answer, note = ''): string {
   return [
     `${row.name}${note ? ` (${note})` : ''}`,
     `  claims:     ${JSON.stringify(row.claims)}`,
-    ...(row.token.mint ? [`  minted:     ${row.token.name}`] : []),
+    ...(row.token.mint || row.token.raw
+      ? [`  signed:     ${row.token.name} (${row.jwt.split('.')[0]})`]
+      : []),
     `  rules:      ${JSON.stringify(row.configuration.rules)}`,
     `  API server: ${show(api)}`,
     `  Sealion:    ${show(sealion)}`,
