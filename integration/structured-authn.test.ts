@@ -50,6 +50,8 @@ interface Configuration {
   audiences?: string[];
   /** Serve discovery from another server and name it in issuer.discoveryURL. */
   discoveryElsewhere?: boolean;
+  /** The JWTAuthenticator's spec.allowSystemNames (Sealion's own field, beside spec.jwt). Default: false. */
+  allowSystemNames?: boolean;
   rules: JWTRules;
 }
 
@@ -205,6 +207,12 @@ const CONFIGURATIONS: Configuration[] = [
   {
     name: 'audiences',
     audiences: ['other-client', AUDIENCE],
+    rules: { claimMappings: claimUser('username') },
+  },
+  {
+    // Where Sealion lets system: names through as the API server does: its one deliberate difference switched off.
+    name: 'system-names-allowed',
+    allowSystemNames: true,
     rules: { claimMappings: claimUser('username') },
   },
   {
@@ -574,8 +582,8 @@ const TOKENS: TokenCase[] = [
   { name: 'payload-array', claims: {}, raw: () => ({ payload: '[1,2]' }) },
 ];
 
-/** A name the API server makes of a token and Sealion refuses. */
-type RefusedName = { username: string } | { group: string };
+/** A name the API server makes of a token and Sealion refuses, with the status of its refusal (default: 401). */
+type RefusedName = ({ username: string } | { group: string }) & { status?: number };
 
 /**
  * The rows where Sealion answers otherwise on purpose, each with the name the API server makes of the token and
@@ -609,6 +617,9 @@ const REFUSED_ON_PURPOSE: Record<string, RefusedName> = {
   'discovery-url/groups-system': { group: 'system:masters' },
   'extra-empty/username-system': { username: 'system:admin' },
   'extra-empty/groups-system': { group: 'system:masters' },
+  // With spec.allowSystemNames, Sealion takes system:masters from the token, and the cluster refuses its forwarding
+  // identity to impersonate that group: only the legacy impersonate verb can, which Sealion's policy does not grant.
+  'system-names-allowed/groups-system': { group: 'system:masters', status: 403 },
   // The empty username, which the API server takes from a claim (it refuses it from an expression only): the proxy acts
   // for a user by impersonating them, and an empty Impersonate-User impersonates nobody.
   'username/username-empty': { username: '' },
@@ -621,6 +632,7 @@ const REFUSED_ON_PURPOSE: Record<string, RefusedName> = {
   'user-rules/username-empty': { username: '' },
   'audiences/username-empty': { username: '' },
   'extra-empty/username-empty': { username: '' },
+  'system-names-allowed/username-empty': { username: '' },
   // Names that an impersonation header cannot carry as they are: HTTP trims a value's ends and has no line breaks.
   'username/username-padded': { username: ' pat ' },
   'username/username-newline': { username: 'pat\nx' },
@@ -654,6 +666,8 @@ const REFUSED_ON_PURPOSE: Record<string, RefusedName> = {
   'user-rules/username-newline': { username: 'pat\nx' },
   'audiences/username-padded': { username: ' pat ' },
   'audiences/username-newline': { username: 'pat\nx' },
+  'system-names-allowed/username-padded': { username: ' pat ' },
+  'system-names-allowed/username-newline': { username: 'pat\nx' },
   'discovery-url/username-padded': { username: 'd: pat ' },
   'discovery-url/username-newline': { username: 'd:pat\nx' },
 };
@@ -871,7 +885,10 @@ describe('structured JWT authentication, Sealion against the API server', () => 
           apiVersion: `${GROUP}/v1alpha1`,
           kind: 'JWTAuthenticator',
           metadata: { name: configuration.name },
-          spec: { jwt: jwtEntries.get(configuration.name) },
+          spec: {
+            jwt: jwtEntries.get(configuration.name),
+            ...(configuration.allowSystemNames ? { allowSystemNames: true } : {}),
+          },
         }),
       });
       if (applied.code !== 0) applyProblems.push(`${configuration.name}: ${applied.stderr.trim()}`);
@@ -955,11 +972,12 @@ describe('structured JWT authentication, Sealion against the API server', () => 
       const same = JSON.stringify(comparable(api)) === JSON.stringify(comparable(sealion));
       const refused = REFUSED_ON_PURPOSE[row.name];
       if (refused !== undefined) {
-        // The API server makes the user with that name; Sealion refuses the token with the 401 any bad token gets.
+        // The API server makes the user with that name; Sealion refuses the token (with the 401 any bad token gets).
         const named =
           api.kind === 'user' &&
           ('username' in refused ? api.username === refused.username : api.groups.includes(refused.group));
-        if (named && sealion.kind === 'refused' && sealion.status === 401) intended.push(row.name);
+        if (named && sealion.kind === 'refused' && sealion.status === (refused.status ?? 401))
+          intended.push(row.name);
         else
           differences.push(
             describe_(row, api, sealion, `expected: Sealion refuses ${JSON.stringify(refused)}`),
