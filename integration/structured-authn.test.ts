@@ -1,12 +1,13 @@
 // Structured JWT authentication, differentially: the real kube-apiserver is the oracle. It runs with
 // --authentication-config holding one `jwt` entry per configuration below (each its own local issuer, since the API
 // server routes a token by its iss claim and wants every issuer URL once), and the concierge holds one
-// JWTAuthenticator per configuration whose spec.jwt is the very same entry. Each token of the corpus, minted by each
-// configuration's issuer, is sent to both as a SelfSubjectReview: the API server answers who the token makes the user,
-// the proxy answers who it impersonated. Both must name the same user (username, uid, groups, extra), or both refuse.
-// Where Sealion differs on purpose (it refuses `system:` names unless spec.allowSystemNames) the row is named below
-// with the difference it must show; any other difference fails the test and is printed with the token's claims,
-// the configuration and both answers.
+// JWTAuthenticator per configuration whose spec.jwt is the very same entry. Each token of the corpus, minted or signed
+// by each configuration's issuer, is sent to both as a SelfSubjectReview: the API server answers who the token makes
+// the user, the proxy answers who it impersonated. Both must name the same user (username, uid, groups, extra), or
+// both refuse. Where Sealion differs on purpose (system: names unless spec.allowSystemNames; names an impersonation
+// header cannot carry) the row is named below with the difference it must show; any other difference fails the test
+// and is printed with the token's claims, the configuration and both answers. A second test does the same for
+// configurations: which entries the API server's reload takes, and which Sealion takes.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, createServer, request, type Server } from 'node:https';
@@ -996,7 +997,12 @@ describe('structured JWT authentication, Sealion against the API server', () => 
         (notReady.length ? `\nJWTAuthenticators in Error:\n${notReady.join('\n')}` : '') +
         (differences.length ? `\n\n${differences.join('\n\n')}` : ''),
     );
-    if (differences.length > 0) writeFileSync(join(tmpdir(), 'sealion-structured-authn.log'), logText);
+    if (differences.length > 0) {
+      // Why Sealion refused each token is in its log only (the 401 says nothing): kept for whoever reads the failure.
+      const kept = join(tmpdir(), 'sealion-structured-authn.log');
+      writeFileSync(kept, logText);
+      console.log(`the concierge's log: ${kept}`);
+    }
     expect(applyProblems).toEqual([]);
     expect(notReady).toEqual([]);
     expect(differences).toEqual([]);
