@@ -384,9 +384,10 @@ export class JWTAuthenticator implements TokenAuthenticator {
     let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, this.keys.getKey, options));
-    } catch (err) {
+    } catch (thrown) {
       // A token without a kid, and several keys it could be signed with (during a rotation): each is tried, as the
       // API server tries them.
+      let err: unknown = thrown;
       let found: JWTPayload | undefined;
       if ((err as { code?: string }).code === joseErrors.JWKSMultipleMatchingKeys.code) {
         for await (const key of err as AsyncIterable<Parameters<typeof jwtVerify>[1]>) {
