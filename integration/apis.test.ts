@@ -104,7 +104,20 @@ describe('CRDs and install manifests on a real API server', () => {
     [
       'a missing audience',
       jwtAuthenticator('no-audience', { issuer: 'https://issuer.example.com' }),
-      /spec\.audience: Required value/,
+      /spec: Invalid value: give either jwt or issuer and audience/,
+    ],
+    [
+      // Each thing said one way: the structured form, or the older fields, never both.
+      'jwt beside issuer',
+      jwtAuthenticator('jwt-and-issuer', {
+        issuer: 'https://issuer.example.com',
+        audience: 'a',
+        jwt: {
+          issuer: { url: 'https://issuer.example.com', audiences: ['a'] },
+          claimMappings: { username: { claim: 'sub', prefix: '' } },
+        },
+      }),
+      /spec: Invalid value: give either jwt or issuer and audience/,
     ],
     [
       'a bad mode enum',
