@@ -714,14 +714,12 @@ const TOKENS_ON_PURPOSE: Record<string, { why: string; holds: (api: Answer, seal
 
 /**
  * Configurations Sealion judges otherwise, by name, with why: CEL libraries of the API server's environment that
- * Sealion's CEL has not (yet), and one type check Sealion's checker does not make.
+ * Sealion's CEL has not (yet), and one type check Sealion's checker does not make. (Its strings, regex and lists
+ * functions, which the candidates strings-replace, regex-find and lists-is-sorted use, it has.)
  */
 const CONFIGURATIONS_OTHERWISE: Record<string, string> = {
   'map-over-dyn-claim':
     "taken: Sealion's checker lets a comprehension range over a claim of type dyn, cel-go's not",
-  'strings-replace': "refused: string.replace is not in Sealion's CEL yet",
-  'regex-find': "refused: the Kubernetes regex library (find) is not in Sealion's CEL yet",
-  'lists-is-sorted': "refused: the Kubernetes lists library (isSorted) is not in Sealion's CEL yet",
   'sets-contains': "refused: the sets extension is not in Sealion's CEL yet",
   'url-host': "refused: the Kubernetes URL library is not in Sealion's CEL yet",
   'ip-family': "refused: the Kubernetes IP library is not in Sealion's CEL yet",

@@ -26,6 +26,25 @@ describe('CEL for structured authentication', () => {
     ).toBe(true);
   });
 
+  it.each([
+    ["claims.sub.replace('-', '_')", 'u_10_01'],
+    ["claims.sub.replace('-', '_', 1)", 'u_10-01'],
+    ["claims.sub.replace('-', '_', 0)", 'u-10-01'],
+    ['claims.sub.charAt(2)', '1'],
+    ["claims.sub.find('[0-9]+')", '10'],
+    ["claims.sub.find('x')", ''],
+    ["claims.sub.findAll('[0-9]+')", ['10', '01']],
+    ["claims.sub.findAll('[0-9]+', 1)", ['10']],
+    ['dyn(claims.groups).isSorted()', true],
+    ['[3, 1].isSorted()', false],
+    ['[1, 2, 3].sum()', 6n],
+    ['[2, 1, 3].min()', 1n],
+    ["['b', 'c', 'a'].max()", 'c'],
+    ["dyn(claims.groups).indexOf('ops')", 1n],
+  ] as const)('has the API server’s library functions: %s', (expression, value) => {
+    expect(run('extra', expression, { claims: { sub: 'u-10-01', groups: ['dev', 'ops'] } })).toEqual(value);
+  });
+
   it('checks a mapping’s result when it runs, as the API server does', () => {
     // An int username compiles (the API server takes it) and gives an int, which the mapping refuses per token.
     expect(run('username', 'claims.sub == 1 ? 1 : 2', { claims: { sub: 'x' } })).toBe(2n);

@@ -27,11 +27,75 @@ const LIMITS = {
   maxMapEntries: 1000,
   maxCallArguments: 32,
 };
-const base = new Environment({
-  enableOptionalTypes: true,
-  homogeneousAggregateLiterals: true,
-  limits: LIMITS,
-});
+/** A CEL int (a BigInt here) as a JavaScript index. */
+const index = (n: bigint | number): number => Number(n);
+/** Whether `a` sorts after `b` (CEL values of one kind: int, uint, double or string), for isSorted, min and max. */
+const greater = (a: unknown, b: unknown): boolean => (a as number) > (b as number);
+
+/** string.replace(from, to, n): the first n replacements (all when n is negative), as cel-go's strings extension. */
+function replaceN(s: string, from: string, to: string, n: bigint): string {
+  if (index(n) < 0) return s.split(from).join(to);
+  const parts = s.split(from);
+  const replaced = Math.min(index(n), parts.length - 1);
+  return (
+    parts.slice(0, replaced + 1).join(to) +
+    (replaced < parts.length - 1 ? from + parts.slice(replaced + 1).join(from) : '')
+  );
+}
+
+/**
+ * What the API server's CEL environment has beyond the library's (cel-go's strings extension and Kubernetes' regex and
+ * lists libraries), as far as authentication expressions use them. Not yet: the sets extension and Kubernetes' url,
+ * ip, cidr, quantity and semver libraries (an expression using them is refused when compiled, naming the function).
+ */
+function withKubernetesLibraries(environment: Environment): Environment {
+  return (
+    environment
+      // Strings.
+      .registerFunction('string.charAt(int): string', (s: string, i: bigint) => {
+        const chars = [...s];
+        if (index(i) < 0 || index(i) > chars.length) throw new Error(`index out of range: ${index(i)}`);
+        return chars[index(i)] ?? '';
+      })
+      .registerFunction('string.replace(string, string): string', (s: string, from: string, to: string) =>
+        s.split(from).join(to),
+      )
+      .registerFunction('string.replace(string, string, int): string', replaceN)
+      // Regular expressions (Kubernetes' regex library): costly, so guarded, as matches is.
+      .registerFunction(
+        'string.find(string): string',
+        (s: string, re: string) => new RegExp(re, 'u').exec(s)?.[0] ?? '',
+      )
+      .registerFunction('string.findAll(string): list<string>', (s: string, re: string) =>
+        [...s.matchAll(new RegExp(re, 'gu'))].map((m) => m[0]),
+      )
+      .registerFunction('string.findAll(string, int): list<string>', (s: string, re: string, n: bigint) => {
+        const all = [...s.matchAll(new RegExp(re, 'gu'))].map((m) => m[0]);
+        return index(n) < 0 ? all : all.slice(0, index(n));
+      })
+      // Lists (Kubernetes' lists library).
+      .registerFunction('list.isSorted(): bool', (l: unknown[]) =>
+        l.every((v, i) => i === 0 || !greater(l[i - 1], v)),
+      )
+      .registerFunction('list.sum(): dyn', (l: unknown[]) =>
+        l.reduce<unknown>((a, v) => (a as number) + (v as number), typeof l[0] === 'bigint' ? 0n : 0),
+      )
+      .registerFunction('list.min(): dyn', (l: unknown[]) => {
+        if (l.length === 0) throw new Error('min called on an empty list');
+        return l.reduce((a, v) => (greater(a, v) ? v : a));
+      })
+      .registerFunction('list.max(): dyn', (l: unknown[]) => {
+        if (l.length === 0) throw new Error('max called on an empty list');
+        return l.reduce((a, v) => (greater(v, a) ? v : a));
+      })
+      .registerFunction('list.indexOf(dyn): int', (l: unknown[], v: unknown) => BigInt(l.indexOf(v)))
+      .registerFunction('list.lastIndexOf(dyn): int', (l: unknown[], v: unknown) => BigInt(l.lastIndexOf(v)))
+  );
+}
+
+const base = withKubernetesLibraries(
+  new Environment({ enableOptionalTypes: true, homogeneousAggregateLiterals: true, limits: LIMITS }),
+);
 /** `claims`: the token's payload, a map of anything; `user`: the mapped identity, for userValidationRules. */
 const claimsEnvironment = base.clone().registerVariable('claims', 'map<string, dyn>');
 const userEnvironment = base.clone().registerVariable({
@@ -101,7 +165,7 @@ function costShape(node: unknown): { depth: number; regex: boolean } {
     (n.op === 'rcall' || n.op === 'call') && Array.isArray(n.args) ? (n.args as unknown[])[0] : undefined;
   return {
     depth: inner.depth + (typeof name === 'string' && COMPREHENSIONS.has(name) ? 1 : 0),
-    regex: inner.regex || name === 'matches',
+    regex: inner.regex || name === 'matches' || name === 'find' || name === 'findAll',
   };
 }
 
