@@ -202,17 +202,21 @@ describe('a user who leaves answers unread on every path', () => {
       () => expect(attacks.every((a) => a.answered() + a.cut() >= UNREAD_PER_PATH * 0.9)).toBe(true),
       60_000,
     );
-    const peak = { ...before, holder: { ...before.holder }, lander: { ...before.lander } };
+    // What each process holds, sampled five times while the attack stands: the steady state is what a user can pin, and
+    // the median of the samples is it. A single sample can catch a transient (an answer the budget is about to cut, the
+    // collector's timing on a machine busy with other suites) that a peak would take for what is held.
+    const samples = {
+      holder: [] as { live: number; buffers: number }[],
+      lander: [] as { live: number; buffers: number }[],
+    };
+    let agentPeak = before.agent;
     const sample = async (): Promise<void> => {
       for (const [name, replica] of [
         ['holder', holder],
         ['lander', lander],
-      ] as const) {
-        const now = await measure(replica);
-        peak[name].live = Math.max(peak[name].live, now.live);
-        peak[name].buffers = Math.max(peak[name].buffers, now.buffers);
-      }
-      peak.agent = Math.max(peak.agent, residentBytes(agentPid));
+      ] as const)
+        samples[name].push(await measure(replica));
+      agentPeak = Math.max(agentPeak, residentBytes(agentPid));
     };
     for (let round = 0; round < 5; round++) {
       await new Promise((done) => setTimeout(done, 1000));
@@ -227,13 +231,26 @@ describe('a user who leaves answers unread on every path', () => {
         expect(answer).toEqual({ status: 200, bytes: openapi.bytes });
       }
     }
+    const median = (values: number[]): number => values.sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+    const held = {
+      ...before,
+      agent: agentPeak,
+      holder: {
+        live: median(samples.holder.map((s) => s.live)),
+        buffers: median(samples.holder.map((s) => s.buffers)),
+      },
+      lander: {
+        live: median(samples.lander.map((s) => s.live)),
+        buffers: median(samples.lander.map((s) => s.buffers)),
+      },
+    };
     const grown = (name: 'holder' | 'lander', what: 'live' | 'buffers'): number =>
-      peak[name][what] - before[name][what];
+      held[name][what] - before[name][what];
     process.stderr.write(
       `[unread answers] ${3 * UNREAD_PER_PATH} answers left unread: ` +
         `holder +${MiB(grown('holder', 'buffers'))} Buffers, +${MiB(grown('holder', 'live'))} live; ` +
         `lander +${MiB(grown('lander', 'buffers'))} Buffers, +${MiB(grown('lander', 'live'))} live; ` +
-        `agent ${MiB(before.agent)} resident, +${MiB(peak.agent - before.agent)}; ` +
+        `agent ${MiB(before.agent)} resident, +${MiB(held.agent - before.agent)}; ` +
         `cut (direct, tunnel, peer): ${attacks.map((a) => a.cut()).join(', ')}\n`,
     );
     expect(holder.alive() && lander.alive()).toBe(true);
@@ -241,7 +258,7 @@ describe('a user who leaves answers unread on every path', () => {
       expect({ [name]: grown(name, 'buffers') < BUFFER_GROWTH_BYTES }).toEqual({ [name]: true });
       expect({ [name]: grown(name, 'live') < LIVE_GROWTH_BYTES }).toEqual({ [name]: true });
     }
-    expect(peak.agent - before.agent).toBeLessThan(AGENT_RSS_GROWTH_BYTES);
+    expect(held.agent - before.agent).toBeLessThan(AGENT_RSS_GROWTH_BYTES);
     // The budget cut answers on every path rather than hold them all.
     expect(attacks.every((a) => a.cut() > 0)).toBe(true);
   }, 180_000);
