@@ -91,6 +91,24 @@ function nodePackage(target: string): string {
 }
 
 /**
+ * esbuild's charset option escapes strings and identifiers, not regular-expression literals: a dependency's regex with
+ * a non-ASCII character (cel-js's duration pattern has µ) would reach the bundle as it is. Those sources are read with
+ * every character past ASCII written as a \u escape, which means the same in a string, a template and a regex.
+ */
+const asciiRegexes: esbuild.Plugin = {
+  name: 'ascii-regexes',
+  setup(build) {
+    build.onLoad({ filter: /[\\/]node_modules[\\/]@marcbachmann[\\/]cel-js[\\/].*\.js$/ }, (args) => ({
+      contents: readFileSync(args.path, 'utf8').replace(
+        /[\u0080-\uffff]/g,
+        (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+      ),
+      loader: 'js',
+    }));
+  },
+};
+
+/**
  * esbuild options both bundles share: everything bundled (a Node built-in stays a require), for the Node that
  * builds them, which is the one the executables carry.
  */
@@ -108,6 +126,7 @@ const common: esbuild.BuildOptions = {
   keepNames: true,
   // The executable decodes the bundle as Latin-1 (cli/executable.ts): esbuild escapes anything else.
   charset: 'ascii',
+  plugins: [asciiRegexes],
   metafile: true,
   // The metafile's input paths are then relative to the repository, wherever the build is started from.
   absWorkingDir: REPO_ROOT,
