@@ -43,6 +43,9 @@ export function apiGroups(suffix: string = DEFAULT_GROUP_SUFFIX): ApiGroups {
   };
 }
 
+/** The suffix `groups` were made from (apiGroups' inverse). */
+export const groupSuffixOf = (groups: ApiGroups): string => groups.login.slice('login.concierge.'.length);
+
 export const Kind = {
   JWTAuthenticator: 'JWTAuthenticator',
   WebhookAuthenticator: 'WebhookAuthenticator',

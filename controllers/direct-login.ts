@@ -6,12 +6,7 @@
 // request), registers the APIServices, and publishes the strategy with its evidence.
 import { X509Certificate } from 'node:crypto';
 import { parse } from 'yaml';
-import {
-  StrategyTypes,
-  type ConciergeStrategy,
-  type StrategyReason,
-  type StrategyStatus,
-} from '../apis/authentication.ts';
+import { StrategyTypes, type ConciergeStrategy } from '../apis/authentication.ts';
 import { VERSION, type ApiGroups } from '../apis/groups.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
@@ -20,6 +15,7 @@ import { ensureStoredCA, storedCA, tlsSecret } from '../lib/pki/ca-secret.ts';
 import { issueCert, loadCA } from '../lib/pki/pki.ts';
 import type { Controller } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
+import { strategyOf } from './strategies.ts';
 import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
 import {
   EXTENSION_AUTH_CONFIGMAP,
@@ -238,19 +234,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     return lastProbe;
   }
 
-  const strategy = (
-    status: StrategyStatus,
-    reason: StrategyReason,
-    message: string,
-    extra = {},
-  ): ConciergeStrategy => ({
-    type: StrategyTypes.TokenCredentialRequestAPI,
-    status,
-    reason,
-    message,
-    lastUpdateTime: now().toISOString(),
-    ...extra,
-  });
+  const strategy = strategyOf(StrategyTypes.TokenCredentialRequestAPI, now);
 
   async function ensureServing(): Promise<string> {
     const ca = await ensureStoredCA(

@@ -21,6 +21,7 @@ import { ensureStoredCA, storedCA, tlsSecret, type StoredCA } from '../lib/pki/c
 import { issueCert, loadCA, newCA } from '../lib/pki/pki.ts';
 import type { Controller } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
+import { strategyOf } from './strategies.ts';
 import { detectManaged, type NodeLike } from './detect.ts';
 
 export const SERVICE_NAME = 'sealion-impersonation-proxy';
@@ -201,19 +202,7 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
 } {
   const now = deps.now ?? (() => new Date());
   const ns = deps.namespace;
-  const strategy = (
-    status: StrategyStatus,
-    reason: StrategyReason,
-    message: string,
-    extra = {},
-  ): ConciergeStrategy => ({
-    type: StrategyTypes.ImpersonationProxy,
-    status,
-    reason,
-    message,
-    lastUpdateTime: now().toISOString(),
-    ...extra,
-  });
+  const strategy = strategyOf(StrategyTypes.ImpersonationProxy, now);
   const pem = (secret: SecretLike | undefined, key: string): string | undefined =>
     secret?.data?.[key] ? unb64(secret.data[key]) : undefined;
   const watches = [

@@ -23,6 +23,29 @@ import { sameIgnoringTimes } from '../lib/controller/conditions.ts';
 import type { Controller } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 
+/**
+ * A maker of one type's strategy entries, stamped with the time now: what the proxy and direct-login controllers
+ * publish.
+ */
+export function strategyOf(
+  type: ConciergeStrategy['type'],
+  now: () => Date,
+): (
+  status: ConciergeStrategy['status'],
+  reason: ConciergeStrategy['reason'],
+  message: string,
+  extra?: Partial<ConciergeStrategy>,
+) => ConciergeStrategy {
+  return (status, reason, message, extra = {}) => ({
+    type,
+    status,
+    reason,
+    message,
+    lastUpdateTime: now().toISOString(),
+    ...extra,
+  });
+}
+
 /** The current strategies, one per type; set() notifies only when something but the time changed. */
 export interface StrategyBoard {
   set(strategy: ConciergeStrategy): void;

@@ -6,7 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ApiGroups } from '../../apis/groups.ts';
-import { Resource, VERSION } from '../../apis/groups.ts';
+import { groupSuffixOf, Resource, VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
@@ -15,6 +15,7 @@ import type { RequestAuthenticator, Identity } from './authenticate.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
+import { discoveryDocuments } from '../direct/discovery.ts';
 import type { ReviewCache } from './access-reviews.ts';
 import { newRequestContext, refuse, type Exchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 import { clusterRoute, type ClusterRouter } from './route.ts';
@@ -121,6 +122,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const { groups, log, metrics } = deps;
   const requestLog = flatLineLogger(log);
   const loginPrefix = `/apis/${groups.login}/${VERSION}`;
+  // TokenCredentialRequest's and WhoAmIRequest's resource lists, as the aggregated APIs serve them too.
+  const kinds = discoveryDocuments(groupSuffixOf(groups));
   const identityPrefix = `/apis/${groups.identity}/${VERSION}`;
   const recordingsPrefix = `/apis/${groups.recordings}/${VERSION}`;
   const isHealthPath = (path: string): boolean =>
@@ -228,10 +231,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return true;
     }
     if (path === loginPrefix || path === `${loginPrefix}/`) {
-      serveResourceList(res, groups.login, 'tokencredentialrequests', 'TokenCredentialRequest', [
-        'create',
-        'list',
-      ]);
+      send(res, 200, 'application/json', kinds.resourceList.get(groups.login)!);
       return true;
     }
     if (!path.startsWith(`${loginPrefix}/`)) return false;
@@ -358,7 +358,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     identity: Authenticated,
   ): Promise<boolean> {
     if (path === identityPrefix || path === `${identityPrefix}/`) {
-      serveResourceList(res, groups.identity, 'whoamirequests', 'WhoAmIRequest', ['create']);
+      send(res, 200, 'application/json', kinds.resourceList.get(groups.identity)!);
       return true;
     }
     if (!path.startsWith(`${identityPrefix}/`)) return false;
