@@ -303,10 +303,10 @@ async function stopProcesses(children: ChildProcess[]): Promise<void> {
   );
 }
 
-/** Runs the real kubectl with a kubeconfig (and extra environment). Never throws on exit codes. */
 /** How long one kubectl or sealion command may run before it is killed: a hung command must not hang a test. */
 export const COMMAND_TIMEOUT_MS = 120_000;
 
+/** Runs the real kubectl with a kubeconfig (and extra environment). Never throws on exit codes. */
 export function runKubectl(
   kubectl: string,
   kubeconfig: string,

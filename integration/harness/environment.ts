@@ -4,7 +4,9 @@
 // the file fails, so that a leak is fixed rather than swept up run after run.
 // It runs after all of the file's own afterAll hooks, which a hook in a setup file would not: those run in the
 // order they were declared, before the file's own.
-import { relative } from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
 import { TestEnvironment } from 'jest-environment-node';
 import { REPO_ROOT } from '../../dev/build.ts';
 import { descendants, stopLeftovers, type ProcessInfo } from '../../dev/processes.ts';
@@ -15,6 +17,12 @@ export default class IntegrationEnvironment extends TestEnvironment {
   private readonly testPath: string;
   /** Processes that were running before the file started: not the file's to stop. */
   private before = new Set<string>();
+  /**
+   * kubectl's discovery cache for this file alone. kubectl keys its cache by host and port and trusts it for ten
+   * minutes, so a port that another file's API server (or proxy) held a moment ago would otherwise answer with that
+   * server's resources: a group this file never installed, or none of the ones it did.
+   */
+  private kubectlCache = '';
 
   constructor(...args: ConstructorParameters<typeof TestEnvironment>) {
     super(...args);
@@ -23,6 +31,10 @@ export default class IntegrationEnvironment extends TestEnvironment {
 
   override async setup(): Promise<void> {
     await super.setup();
+    this.kubectlCache = mkdtempSync(join(tmpdir(), 'sealion-kubectl-cache-'));
+    // The worker's own environment, which the processes a test starts inherit, and the copy the test sees.
+    process.env['KUBECACHEDIR'] = this.kubectlCache;
+    this.global.process.env['KUBECACHEDIR'] = this.kubectlCache;
     this.before = new Set(descendants().map(key));
   }
 
@@ -40,6 +52,8 @@ export default class IntegrationEnvironment extends TestEnvironment {
         );
       }
     } finally {
+      delete process.env['KUBECACHEDIR'];
+      rmSync(this.kubectlCache, { recursive: true, force: true });
       await super.teardown();
     }
   }
