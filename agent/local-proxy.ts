@@ -9,7 +9,7 @@ import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import { Agent, request } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
-import { forwardOverHttp2 } from '../lib/http2/forward.ts';
+import { callOverHttp2, forwardOverHttp2 } from '../lib/http2/forward.ts';
 import { hopByHop } from '../lib/http2/hop-by-hop.ts';
 import { newH2Pool } from '../lib/http2/pool.ts';
 import {
@@ -22,6 +22,9 @@ import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2
 import { rawStatusResponse, writeStatus } from '../lib/kube/status.ts';
 import { clientCertChain } from '../lib/pki/pem.ts';
 import { forwardUpgrade, originForm } from '../lib/http2/upgrade.ts';
+import type { Logger } from '../lib/log.ts';
+import { newReacher, reachRequestOf, SELF_REVIEW_PATH, type ReachReads } from '../lib/reach/dialer.ts';
+import { isReachPath } from '../lib/reach/target.ts';
 
 export interface LocalUpstream {
   url: URL;
@@ -31,6 +34,8 @@ export interface LocalUpstream {
   keyPem?: string;
   /** The agent's bearer token, read per request (projected service-account tokens rotate). */
   token?: () => string | undefined;
+  /** This cluster's objects, read as the agent, for the reach connections it dials. Default: it dials none. */
+  reach?: { reads: ReachReads; log: Logger };
 }
 
 export interface LocalProxy {
@@ -76,6 +81,12 @@ function mayForward(method: string | undefined, url: string | undefined, rawHead
   return impersonated(rawHeaders) !== '' || (method === 'POST' && REVIEW_PATHS.has(url ?? ''));
 }
 
+/** A review takes milliseconds, and its answer is well under a kilobyte. */
+const REVIEW_LIMITS = { timeoutMs: 10_000, maxBytes: 64 * 1024 };
+
+const bearer = (token: string | undefined): Record<string, string> =>
+  token ? { authorization: `Bearer ${token}` } : {};
+
 const unreachable = (err: Error & { code?: string }): string =>
   `this cluster's API server could not be reached through the agent: ${err.code ?? err.message}`;
 
@@ -110,7 +121,33 @@ export function newLocalProxy(
   // identity. Keep-alive, with Node's default of 256 idle connections.
   const agent = new Agent({ keepAlive: true, ...ca, ...identity });
   const server: Server = createServer(forward);
+  // Reach connections (`sealion port-forward --cluster`), dialed here after this cluster's API server allowed them.
+  const reacher = upstream.reach
+    ? newReacher({
+        reads: upstream.reach.reads,
+        review: (body, impersonation) =>
+          callOverHttp2(
+            (h, endStream) => pool.request(h, endStream),
+            {
+              ...impersonation,
+              ':method': 'POST',
+              ':path': SELF_REVIEW_PATH,
+              'content-type': 'application/json',
+              accept: 'application/json',
+              ...bearer(upstream.token?.()),
+            },
+            body,
+            REVIEW_LIMITS,
+          ),
+        checkPolicy: true,
+        log: upstream.reach.log,
+      })
+    : undefined;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (isReachPath(req.url ?? '/')) {
+      if (!reacher) return void socket.end(rawStatusResponse(503, 'this agent dials no reach connections'));
+      return reacher.serve(reachRequestOf(req), socket, head);
+    }
     if (!mayForward(req.method, req.url, req.rawHeaders))
       return void socket.end(rawStatusResponse(403, ONLY_IMPERSONATED));
     const headers = upstreamHeaders(req, upstream.token?.());
@@ -137,6 +174,7 @@ export function newLocalProxy(
     accept: (stream) => void server.emit('connection', stream),
     serve: (stream, headers, rawHeaders) => serveStream(stream, headers, rawHeaders, forward),
     close() {
+      reacher?.close();
       server.closeAllConnections();
       agent.destroy();
       pool.close();

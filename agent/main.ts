@@ -14,6 +14,7 @@ import {
 } from '../lib/kube/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
 import { newAgent } from './agent.ts';
+import { kubeReachReads } from '../lib/reach/dialer.ts';
 import type { AgentForwarding, TransportChoice } from '../lib/tunnel/dial.ts';
 import { newSecretCredentialStore } from './credentials.ts';
 import type { LocalUpstream } from './local-proxy.ts';
@@ -106,6 +107,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
       }
       return token;
     },
+    reach: { reads: kubeReachReads(clients.objects), log: log.child({ component: 'reach' }) },
   };
   const agent = newAgent({
     cluster,

@@ -40,6 +40,7 @@ import { newClusterCertificateIssuer } from '../lib/kube/cluster-certificates.ts
 import { newHubRoute } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
+import { kubeReachReads, newReacher, SELF_REVIEW_PATH } from '../lib/reach/dialer.ts';
 import { startAudit, type AuditOptions } from './audit/setup.ts';
 import type { Auditor } from './audit/audit.ts';
 import { newRecordings, sharedRecordings, type RecordingOptions } from './recording/session.ts';
@@ -220,6 +221,23 @@ async function start(
         ...(uploader ? { uploader } : {}),
       })
     : undefined;
+  // The hub's reach connections: objects read as the concierge, reviews sent as the forwarding identity (whose
+  // impersonation the API server checks).
+  const reacher = newReacher({
+    reads: kubeReachReads(clients.objects),
+    review: (body, headers) =>
+      hub.call({
+        method: 'POST',
+        path: SELF_REVIEW_PATH,
+        body,
+        user: '',
+        headers,
+      }),
+    // Asked already, in the handler's decide stage, of this same cluster.
+    checkPolicy: false,
+    log: log.child({ component: 'reach' }),
+  });
+  onStop(() => reacher.close());
   const handler = newProxyHandler({
     groups,
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
@@ -234,6 +252,7 @@ async function start(
       (name) => peering?.route(name),
     ),
     signer: newClientCertSigner(() => signer),
+    reacher,
     metrics,
     log: log.child({ component: 'proxy' }),
     ready: () => true,

@@ -8,7 +8,7 @@ import type { LocalUpstream } from '../agent/local-proxy.ts';
 import { clusterAccess, loadKubeConfig } from '../lib/kube/kube.ts';
 import { spkiPin } from '../lib/pki/pki.ts';
 import { DEFAULT_POLICY, forwardingRules, type ForwardingPolicy } from '../manifests/forwarding-policy.ts';
-import { AGENT_REVIEW_RULES, PROXY_NODE_OPTIONS } from '../manifests/install.ts';
+import { AGENT_REVIEW_RULES, PROXY_NODE_OPTIONS, REACH_READ_RULES } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import type { Cluster } from './cluster.ts';
 import { waitForOutput } from './processes.ts';
@@ -59,6 +59,7 @@ export async function prepareAgentCluster(
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } },
     ...bound('ClusterRole', `${agentUser}-forwarding`, rules),
     ...bound('ClusterRole', `${agentUser}-reviews`, AGENT_REVIEW_RULES),
+    ...bound('ClusterRole', `${agentUser}-reach`, REACH_READ_RULES),
     ...bound('Role', `${agentUser}-credentials`, [
       { apiGroups: [''], resources: ['secrets'], verbs: ['get', 'create', 'update'] },
     ]),

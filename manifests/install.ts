@@ -276,6 +276,13 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     },
     binding('ClusterRoleBinding', `${conciergeRole}-direct`, CONCIERGE_NAME, ns),
     {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: `${conciergeRole}-reach`, labels: PART_OF },
+      rules: REACH_READ_RULES,
+    },
+    binding('ClusterRoleBinding', `${conciergeRole}-reach`, CONCIERGE_NAME, ns),
+    {
       // The front proxy's CA and headers, which the API server publishes for aggregated API servers (a Role it makes).
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'RoleBinding',
@@ -551,6 +558,17 @@ export const AGENT_REVIEW_RULES: PolicyRule[] = [
 ];
 
 /**
+ * What whoever dials reach connections (concierge/reach/) reads, as itself, to find the one address a user's named
+ * object has: the pod, or the Service, its EndpointSlices and the pods they name (and the API server's own, which it
+ * never dials). Whether the user may reach it is asked of the cluster as the user; this role only finds addresses.
+ * Its own ClusterRole: deleting its binding takes reach connections away on that cluster.
+ */
+export const REACH_READ_RULES: PolicyRule[] = [
+  { apiGroups: [''], resources: ['pods', 'services'], verbs: ['get'] },
+  { apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['list'] },
+];
+
+/**
  * The agent for a cluster the concierge cannot reach. Its ConfigMap and bootstrap token come from
  * `sealion cluster add --agent-manifests` (agentSettingsManifests).
  */
@@ -567,6 +585,13 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       rules: AGENT_REVIEW_RULES,
     },
     binding('ClusterRoleBinding', role, AGENT_NAME, ns),
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: `${ns}-reach`, labels: PART_OF },
+      rules: REACH_READ_RULES,
+    },
+    binding('ClusterRoleBinding', `${ns}-reach`, AGENT_NAME, ns),
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',

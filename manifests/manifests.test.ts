@@ -7,7 +7,13 @@ import {
   WORKLOAD_ACCESS,
   type ForwardingPolicy,
 } from './forwarding-policy.ts';
-import { agentManifests, agentSettingsManifests, conciergeManifests, DEFAULT_INSTALL } from './install.ts';
+import {
+  agentManifests,
+  agentSettingsManifests,
+  conciergeManifests,
+  DEFAULT_INSTALL,
+  REACH_READ_RULES,
+} from './install.ts';
 import { IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
 
 type Obj = {
@@ -116,7 +122,7 @@ describe('install manifests', () => {
     ).toBe(false);
   });
 
-  it('runs the agent without rights outside reviews, its settings and its own credentials Secret', () => {
+  it('runs the agent without rights outside reviews, reading what reach dials, its settings and its credentials Secret', () => {
     const objs = agentManifests(DEFAULT_INSTALL) as Obj[];
     const rules = objs
       .filter((o) => o.kind === 'Role' || o.kind === 'ClusterRole')
@@ -128,13 +134,17 @@ describe('install manifests', () => {
       } else if (rule.resources?.includes('configmaps')) {
         // Its own ConfigMap, read only.
         expect(rule).toMatchObject({ verbs: ['get'], resourceNames: ['sealion-agent-config'] });
-      } else {
+      } else if (rule.apiGroups?.includes('authorization.k8s.io')) {
         // Asking its cluster whether a user may do something; forwarding comes with its policy (its settings).
         expect(rule).toEqual({
           apiGroups: ['authorization.k8s.io'],
           resources: ['subjectaccessreviews'],
           verbs: ['create'],
         });
+      } else {
+        // Finding the address of what a reach connection names: reads, never a list of pods or Services.
+        expect(REACH_READ_RULES).toContainEqual(rule);
+        expect(rule.verbs).not.toContain('watch');
       }
     }
   });

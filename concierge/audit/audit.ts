@@ -26,6 +26,8 @@ export const ANNOTATIONS = {
   reason: 'sealion.dev/reason',
   recording: 'sealion.dev/recording',
   objects: 'sealion.dev/objects',
+  /** A reach connection's bytes: sent to the target, received from it. */
+  bytes: 'sealion.dev/bytes',
 } as const;
 
 /** What is known of a request when it arrives. */

@@ -7,7 +7,7 @@
 import type { Request } from '../../lib/http2/request.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { certificateUser } from '../proxy/authenticate.ts';
-import { nameFromHeader } from '../proxy/impersonate.ts';
+import { nameFromHeader } from '../../lib/kube/impersonation.ts';
 import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
 
 /** Why a request is refused; the client is told only 401. */

@@ -2,7 +2,8 @@ import { describe, expect, it } from '@jest/globals';
 import type { AccessQuestion } from '../../lib/kube/access-review.ts';
 import type { CallAnswer } from '../../lib/http2/forward.ts';
 import { CallFailed } from '../../lib/http2/forward.ts';
-import { askThrough, newReviewCache, ReviewUnavailable } from './access-reviews.ts';
+import { newReviewCache, ReviewUnavailable } from '../../lib/kube/review-cache.ts';
+import { askThrough } from './access-reviews.ts';
 import type { OwnCall, Route } from './route.ts';
 
 const question = (name: string): AccessQuestion => ({

@@ -1,8 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
 import type { AccessQuestion } from '../../lib/kube/access-review.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import { decideImpersonation, type Ask } from './decide-impersonation.ts';
-import { impersonationHeaders, type RequestedImpersonation } from './impersonate.ts';
+import type { Ask, RequestedImpersonation } from '../../lib/kube/impersonation.ts';
+import { decideImpersonation } from './decide-impersonation.ts';
+import { impersonationHeaders } from './impersonate.ts';
 import { requestAttributes } from './request-info.ts';
 
 /** A rule as RBAC matches one: verbs, group, resources (all, exact, or a subresource of any), names, namespace. */

@@ -13,7 +13,14 @@
 // in (`ask`), so the cluster the request is for answers them: this module only knows the rules.
 import type { AccessQuestion } from '../../lib/kube/access-review.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { RequestedImpersonation } from './impersonate.ts';
+import {
+  extraProblem,
+  MASTERS,
+  nodeOf,
+  serviceAccountOf,
+  type Ask,
+  type RequestedImpersonation,
+} from '../../lib/kube/impersonation.ts';
 import type { RequestAttributes } from './request-info.ts';
 
 export type ImpersonationMode =
@@ -27,9 +34,6 @@ export const IMPERSONATION_MODES: readonly ImpersonationMode[] = [
   'user-info',
   'legacy',
 ];
-
-/** Asks one SubjectAccessReview; rejects when no answer can be had (never read as a refusal). */
-export type Ask = (question: AccessQuestion) => Promise<boolean>;
 
 /** Whom the request acts as once allowed, and the mode that allowed it. */
 export interface ImpersonatedIdentity {
@@ -50,36 +54,11 @@ const AUTHENTICATION_GROUP = 'authentication.k8s.io';
 const AUTHENTICATED = 'system:authenticated';
 const UNAUTHENTICATED = 'system:unauthenticated';
 const ANONYMOUS = 'system:anonymous';
-const MASTERS = 'system:masters';
 const NODES_GROUP = 'system:nodes';
-const NODE_PREFIX = 'system:node:';
-const SERVICE_ACCOUNT_PREFIX = 'system:serviceaccount:';
 const NODE_NAME_EXTRA = 'authentication.kubernetes.io/node-name';
 const ASSOCIATED_NODE_KEYS_EXTRA = 'authentication.kubernetes.io/associated-node-keys';
 /** As many groups or extra values as this are first tried with one wildcard question (constrained modes only). */
 const MANY_CHECKS = 4;
-
-// As apimachinery checks them (IsDNS1123Subdomain, IsDNS1123Label): a subdomain's labels have no length of their own.
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const isDNSSubdomain = (name: string): boolean => name.length <= 253 && DNS_SUBDOMAIN.test(name);
-const isDNSLabel = (name: string): boolean => name.length <= 63 && DNS_LABEL.test(name);
-
-/** The node a username names (`system:node:<a DNS subdomain>`), or undefined. */
-export function nodeOf(username: string): string | undefined {
-  if (!username.startsWith(NODE_PREFIX)) return undefined;
-  const name = username.slice(NODE_PREFIX.length);
-  return isDNSSubdomain(name) ? name : undefined;
-}
-
-/** The namespace and name a service-account username names, or undefined. */
-export function serviceAccountOf(username: string): { namespace: string; name: string } | undefined {
-  if (!username.startsWith(SERVICE_ACCOUNT_PREFIX)) return undefined;
-  const parts = username.slice(SERVICE_ACCOUNT_PREFIX.length).split(':');
-  if (parts.length !== 2) return undefined;
-  const [namespace, name] = parts as [string, string];
-  return isDNSLabel(namespace) && isDNSSubdomain(name) ? { namespace, name } : undefined;
-}
 
 /** The groups every service account of `namespace` is in. */
 const serviceAccountGroups = (namespace: string): string[] => [
@@ -89,23 +68,6 @@ const serviceAccountGroups = (namespace: string): string[] => [
 
 const onlyUsername = (w: RequestedImpersonation): boolean =>
   !w.uid && w.groups.length === 0 && Object.keys(w.extra).length === 0;
-
-/** Why an extra may not be impersonated in a constrained mode, or undefined (validateExtra). */
-function extraProblem(extra: Record<string, string[]>): string | undefined {
-  for (const [key, values] of Object.entries(extra)) {
-    if (key === '') return 'impersonating the empty string key in extra is not allowed';
-    const slash = key.indexOf('/');
-    const host = slash === -1 ? '' : key.slice(0, slash);
-    const path = slash === -1 ? '' : key.slice(slash + 1);
-    if (!host || !path || !isDNSSubdomain(host) || !/^[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$/.test(path))
-      return `impersonating an invalid key in extra is not allowed: extra.key: Invalid value: ${JSON.stringify(key)}: must be a domain-prefixed path (such as "acme.io/foo")`;
-    if (key !== key.toLowerCase())
-      return `impersonating a non-lowercase key in extra is not allowed: ${JSON.stringify(key)}`;
-    if (values.length === 0) return 'impersonating empty values in extra is not allowed';
-    if (values.includes('')) return 'impersonating the empty string value in extra is not allowed';
-  }
-  return undefined;
-}
 
 /** The API server's Forbidden message for a question it refused (ForbiddenStatusError, then NewForbidden). */
 export function forbiddenMessage(q: AccessQuestion, reason = ''): string {
@@ -362,22 +324,4 @@ export async function decideImpersonation(
     first ??= refusal;
   }
   return { allowed: false, status: 403, message: first ?? 'all impersonation modes failed' };
-}
-
-/**
- * How an identity can be forwarded, which decides what the forwarding identity needs on the cluster: `user` in the
- * user-info mode, `serviceaccount` or `node` by username alone in their modes, or `legacy` for an identity no
- * constrained mode can express (system:masters or an empty group, an extra key that is not a lower-case,
- * domain-prefixed path, a service account with groups of its own, a node without its group), which only the legacy
- * `impersonate` verb can carry. Forwarding identities hold the constrained modes, so such an identity is refused
- * unless its cluster's admin granted the legacy verb.
- */
-export type ForwardedAs = 'user' | 'serviceaccount' | 'node' | 'legacy';
-
-export function forwardedAs(user: UserInfo, usernameOnly: boolean): ForwardedAs {
-  if (nodeOf(user.username) !== undefined) return usernameOnly ? 'node' : 'legacy';
-  if (serviceAccountOf(user.username)) return usernameOnly ? 'serviceaccount' : 'legacy';
-  if (user.groups.includes(MASTERS) || user.groups.includes('')) return 'legacy';
-  const extra = Object.keys(user.extra).length > 0 ? extraProblem(user.extra) : undefined;
-  return extra === undefined ? 'user' : 'legacy';
 }

@@ -4,23 +4,26 @@
 import type { ApiGroups } from '../../apis/groups.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { AccessQuestion, Reviewer } from '../../lib/kube/kube.ts';
+import type { Reviewer } from '../../lib/kube/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { Request } from '../../lib/http2/request.ts';
 import { newFairSemaphore, type FairLimits } from '../tunnel/fair-semaphore.ts';
-import { askThrough, newReviewCache, ReviewUnavailable, type ReviewCache } from './access-reviews.ts';
-import type { Identity } from './authenticate.ts';
-import { decideImpersonation, forwardedAs, type Ask, type ForwardedAs } from './decide-impersonation.ts';
-import type { Refusal, RequestContext } from './exchange.ts';
 import {
-  cleanHeaders,
-  impersonationHeaders,
+  FORWARDED_AS,
+  forwardedAs,
+  forwardingRefusal,
   MalformedImpersonationError,
   requestedImpersonation,
-  usernameOnlyHeaders,
+  type Ask,
   type RequestedImpersonation,
-} from './impersonate.ts';
-import { requestAttributes, type RequestAttributes } from './request-info.ts';
+} from '../../lib/kube/impersonation.ts';
+import { newReviewCache, ReviewUnavailable, type ReviewCache } from '../../lib/kube/review-cache.ts';
+import { askThrough } from './access-reviews.ts';
+import type { Identity } from './authenticate.ts';
+import { decideImpersonation } from './decide-impersonation.ts';
+import type { Refusal, RequestContext } from './exchange.ts';
+import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
+import { requestAttributes } from './request-info.ts';
 import type { ClusterRouter, Route } from './route.ts';
 import type { ForwardPlan } from './transport.ts';
 
@@ -33,27 +36,6 @@ export interface Target {
   ask: Ask;
   /** Asks the cluster whether the forwarding identity itself may do something (SelfSubjectAccessReview). */
   askSelf: Ask;
-}
-
-/** The constrained mode an identity is forwarded in, and what the forwarding policy calls such identities. */
-const FORWARDED_AS: Record<ForwardedAs, { mode?: string; legacy: string; kind: string }> = {
-  user: { mode: 'user-info', legacy: 'users', kind: 'users' },
-  serviceaccount: { mode: 'serviceaccount', legacy: 'serviceaccounts', kind: 'service accounts' },
-  node: { mode: 'arbitrary-node', legacy: 'users', kind: 'nodes' },
-  legacy: {
-    legacy: 'users',
-    kind: 'this identity (only the legacy impersonate verb can carry it: system:masters or an empty group, an extra key that is not a lower-case domain-prefixed path, a service account with groups, or a node without its group)',
-  },
-};
-
-/** A question about the forwarding identity alone (the subject of a self review is the sender). */
-const NOBODY = { user: '', groups: [], extra: {} };
-
-/** What a request does, in words: `create pods/exec` or `get /version`. */
-function doing(attributes: RequestAttributes): string {
-  if (!attributes.resourceRequest) return `${attributes.verb} ${attributes.path}`;
-  const { verb, group, resource, subresource } = attributes;
-  return `${verb} ${resource}${subresource ? `/${subresource}` : ''}${group ? ` in API group ${group}` : ''}`;
 }
 
 /**
@@ -150,52 +132,6 @@ export function newDecider(deps: DeciderDeps): Decider {
           );
         }),
     );
-
-  /**
-   * Whether the cluster lets the forwarding identity act for this kind of identity on this request: its forwarding
-   * policy (the RBAC its admin gave the agent, or the hub's impersonator) is enforced by its API server anyway, and
-   * asking first turns that refusal into one that says so, instead of naming the forwarding identity. Asked broadly
-   * first (any namespace, any name), which a built-in policy always answers, so one answer serves many requests;
-   * then for this object; then for the legacy verb, which clusters before Kubernetes 1.36 know only.
-   */
-  async function forwardingRefusal(
-    target: Target,
-    attributes: RequestAttributes,
-    as: ForwardedAs,
-  ): Promise<Refusal | undefined> {
-    const { mode, legacy, kind } = FORWARDED_AS[as];
-    const verb = `impersonate-on:${mode ?? 'legacy'}:${attributes.verb}`;
-    // Broad first (any namespace, any name), then this object.
-    const broad: AccessQuestion = attributes.resourceRequest
-      ? {
-          ...NOBODY,
-          verb,
-          group: attributes.group,
-          version: attributes.version,
-          resource: attributes.resource,
-          ...(attributes.subresource ? { subresource: attributes.subresource } : {}),
-        }
-      : { ...NOBODY, verb, path: attributes.path };
-    const exact: AccessQuestion = attributes.resourceRequest
-      ? {
-          ...broad,
-          ...(attributes.namespace ? { namespace: attributes.namespace } : {}),
-          ...(attributes.name ? { name: attributes.name } : {}),
-        }
-      : broad;
-    if (mode !== undefined) {
-      if (await target.askSelf(broad)) return undefined;
-      if ((exact.namespace !== undefined || exact.name !== undefined) && (await target.askSelf(exact)))
-        return undefined;
-    }
-    if (await target.askSelf({ ...NOBODY, verb: 'impersonate', group: '', resource: legacy }))
-      return undefined;
-    const where = target.cluster ? `cluster ${target.cluster}'s` : "this cluster's";
-    return {
-      status: 403,
-      message: `${where} policy for Sealion refuses this request: Sealion may not ${doing(attributes)} there for ${kind}; the cluster's admin chose what Sealion may do there`,
-    };
-  }
 
   /**
    * Impersonated user for this request, or a Status to answer with. The caller's own Impersonate-* headers are

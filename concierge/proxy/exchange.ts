@@ -7,8 +7,9 @@ import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
-import { rawStatusResponse, writeStatus } from '../../lib/kube/status.ts';
+import { rawStatusResponse, writeStatus, type Refusal } from '../../lib/kube/status.ts';
 import type { RequestAudit } from '../audit/audit.ts';
+import type { ReachTally } from '../../lib/reach/dialer.ts';
 import type { SessionRecording } from '../recording/session.ts';
 import type { RequestAttributes } from './request-info.ts';
 
@@ -50,6 +51,8 @@ export interface RequestContext {
   audit?: RequestAudit;
   /** The recording of an exec or attach session, when sessions are recorded. */
   recording?: SessionRecording;
+  /** A reach connection's status and bytes both ways, while it lasts (concierge/reach). */
+  reach?: ReachTally;
   /** What the request does, as the API server authorizes it (set by the pipeline's first stage). */
   attributes?: RequestAttributes;
 }
@@ -58,6 +61,8 @@ export interface RequestContext {
 export function newRequestContext(id?: string): RequestContext {
   return { id: id ?? randomUUID(), started: process.hrtime.bigint(), cluster: '', user: '', bytes: 0 };
 }
+
+export type { Refusal };
 
 export interface PlainExchange {
   kind: 'plain';
@@ -76,14 +81,6 @@ export interface UpgradeExchange {
 }
 
 export type Exchange = PlainExchange | UpgradeExchange;
-
-/** A Status to answer with instead of forwarding. */
-export interface Refusal {
-  status: number;
-  message: string;
-  /** Set when the refusal mends by itself: clients (client-go) wait this long and retry. */
-  retryAfterSeconds?: number;
-}
 
 /** Answers with a refusal's Status; an upgrade's connection closes after it. */
 export function refuse(exchange: Exchange, refusal: Refusal): void {

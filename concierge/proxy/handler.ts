@@ -16,7 +16,7 @@ import type { Request, Response } from '../../lib/http2/request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, serveResourceList } from './login-apis.ts';
 import { discoveryDocuments } from '../direct/discovery.ts';
-import type { ReviewCache } from './access-reviews.ts';
+import type { ReviewCache } from '../../lib/kube/review-cache.ts';
 import { newRequestContext, refuse, type Exchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 import { clusterRoute, type ClusterRouter } from './route.ts';
 import { newDecider, type Authenticated } from './decide.ts';
@@ -28,6 +28,8 @@ import { relay } from '../../lib/http2/memory-budget.ts';
 import { ANNOTATIONS, preciseNow, type Auditor, type RequestFacts } from '../audit/audit.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { send, UNAUTHORIZED, writeStatus } from '../../lib/kube/status.ts';
+import type { Reacher } from '../../lib/reach/dialer.ts';
+import { isReachPath, parseReach, reachAttributes, REACH_UPGRADE } from '../../lib/reach/target.ts';
 
 export interface ProxyDeps {
   groups: ApiGroups;
@@ -53,6 +55,11 @@ export interface ProxyDeps {
   recordings?: Recordings;
   /** Every replica's recordings, for the SessionRecording API. Default: none (the API answers 404). */
   recordingStore?: RecordingStore;
+  /**
+   * Dials the reach connections for the hub's own cluster (`sealion port-forward` without `--cluster`); another
+   * cluster's are its agent's to dial. Default: none (they are refused).
+   */
+  reacher?: Reacher;
   /**
    * Whether the request log line names the user (and whom they impersonate). Audit events always do; an operator who
    * keeps personal data out of operational logs turns this off. Default: true.
@@ -172,7 +179,15 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       if (done) return;
       done = true;
       metrics.inflight.dec();
-      const code = exchange.kind === 'plain' ? exchange.res.statusCode : (context.status ?? 0);
+      const code =
+        exchange.kind === 'plain' ? exchange.res.statusCode : (context.status ?? context.reach?.status ?? 0);
+      if (context.reach) {
+        context.bytes = context.reach.received;
+        context.audit?.annotate(
+          ANNOTATIONS.bytes,
+          `${context.reach.sent} sent, ${context.reach.received} received`,
+        );
+      }
       const seconds = Number(process.hrtime.bigint() - context.started) / 1e9;
       metrics.requests.inc({ verb, code: String(code) });
       if (!longRunning) metrics.duration.observe({ verb }, seconds);
@@ -421,7 +436,12 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const finish = observe(exchange, info.verb, upgrade || info.longRunning, pathOf(original));
     if (exchange.kind === 'plain') exchange.res.on('close', finish);
     else exchange.socket.once('close', finish);
-    const attributes = requestAttributes(req.method ?? 'GET', req.url ?? '/');
+    // A reach connection is authorized as what reaching its object takes (reach/target.ts), not as its path.
+    const reach = isReachPath(path) ? parseReach(req.url ?? '/') : undefined;
+    const attributes =
+      reach && !('problem' in reach)
+        ? reachAttributes(reach)
+        : requestAttributes(req.method ?? 'GET', req.url ?? '/');
     context.attributes = attributes;
     const facts: RequestFacts | undefined = auditor && {
       auditID: context.id,
@@ -435,6 +455,19 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     if (!isWellFormedPath(path)) {
       await audited(exchange, facts, undefined, where);
       return refuse(exchange, { status: 400, message: 'malformed request path' });
+    }
+    if (reach) {
+      const problem =
+        'problem' in reach
+          ? reach.problem
+          : exchange.kind === 'plain' || String(req.headers['upgrade']).toLowerCase() !== REACH_UPGRADE
+            ? `a reach connection is an HTTP/1.1 upgrade to ${REACH_UPGRADE} (sealion port-forward)`
+            : undefined;
+      if (problem) {
+        await audited(exchange, facts, undefined, where);
+        return refuse(exchange, { status: 400, message: problem });
+      }
+      context.reach = { sent: 0, received: 0 };
     }
     if (exchange.kind === 'plain' && isAnonymousPath(path)) {
       // Health checks are answered whatever the audit's state: a blocked audit must not restart the pod.
@@ -499,6 +532,28 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     if (exchange.kind === 'upgrade' && deps.recordings && isSession(attributes)) {
       const refused = await record(exchange, attributes);
       if (refused) return refuse(exchange, refused);
+    }
+    if (exchange.kind === 'upgrade' && context.reach && target.route.kind === 'local') {
+      // The hub's own cluster: this process dials, as its agent does for another cluster.
+      if (!deps.reacher)
+        return refuse(exchange, { status: 503, message: 'this concierge does not dial reach connections' });
+      if (plan.passthrough)
+        return refuse(exchange, {
+          status: 403,
+          message:
+            'reach connections are for the users Sealion authenticates; a service account of this cluster can use kubectl port-forward',
+        });
+      const rawImpersonation = Object.entries(plan.headers).flatMap(([name, value]) =>
+        !name.startsWith('impersonate-') || value === undefined
+          ? []
+          : (Array.isArray(value) ? value : [String(value)]).flatMap((v) => [name, v]),
+      );
+      return deps.reacher.serve(
+        { url: req.url ?? '/', upgrade: REACH_UPGRADE, rawImpersonation },
+        exchange.socket,
+        exchange.head,
+        context.reach,
+      );
     }
     // Returned, not awaited: this stage's state (the identity, the target's review closures) goes as soon as the
     // request is on its way, rather than live as long as a watch does.

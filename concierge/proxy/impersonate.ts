@@ -5,6 +5,7 @@
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { endToEnd } from '../../lib/http2/hop-by-hop.ts';
+import { headerValue } from '../../lib/kube/impersonation.ts';
 
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
@@ -22,81 +23,6 @@ export function isCallerOnlyHeader(name: string): boolean {
   if (STRIPPED_NAMES.has(name)) return true;
   for (const prefix of STRIPPED_PREFIXES) if (name.startsWith(prefix)) return true;
   return false;
-}
-
-/** What the caller asked to impersonate, read from the raw headers so repeated headers stay separate values. */
-export interface RequestedImpersonation {
-  user?: string;
-  uid?: string;
-  groups: string[];
-  extra: Record<string, string[]>;
-}
-
-/**
- * Node hands header values over as Latin-1: one character per byte. Clients (client-go, kubectl) send names as
- * UTF-8 bytes, and the API server reads them so, so a name is UTF-8 bytes on the wire in both directions. Writing a
- * JavaScript string as a header instead would keep only the low byte of each character: `ų` (U+0173) would reach
- * the API server as `s`, and an identity provider's group `ųystem:masters` as `system:masters`.
- */
-const isASCII = (text: string): boolean => Buffer.byteLength(text, 'utf8') === text.length;
-
-/** A name as header bytes: its UTF-8 encoding, one Latin-1 character per byte. */
-export function headerValue(name: string): string {
-  return isASCII(name) ? name : Buffer.from(name, 'utf8').toString('latin1');
-}
-
-/** A name from header bytes (UTF-8), or undefined when the bytes are not UTF-8. */
-export function nameFromHeader(value: string): string | undefined {
-  if (isASCII(value)) return value;
-  const bytes = Buffer.from(value, 'latin1');
-  const name = bytes.toString('utf8');
-  return Buffer.from(name, 'utf8').equals(bytes) ? name : undefined;
-}
-
-/** A caller's impersonation headers that cannot be read; answered 400. */
-export class MalformedImpersonationError extends Error {
-  readonly code = 'SEALION_MALFORMED_IMPERSONATION';
-}
-
-/**
- * Reads the caller's Impersonate-* headers as the API server does: the first Impersonate-User and Impersonate-Uid,
- * every Impersonate-Group, and every Impersonate-Extra-<key> (the key lower-cased, then percent-decoded where that
- * works). Undefined when the caller impersonates nobody (no user, nor anything else); a user left out while
- * anything else is asked for is the decision's to refuse. Throws MalformedImpersonationError for values that are
- * not UTF-8.
- */
-export function requestedImpersonation(rawHeaders: readonly string[]): RequestedImpersonation | undefined {
-  let found = false;
-  const requested: RequestedImpersonation = { groups: [], extra: {} };
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!.toLowerCase();
-    if (!name.startsWith('impersonate-')) continue;
-    const value = nameFromHeader(rawHeaders[i + 1]!);
-    if (value === undefined) throw new MalformedImpersonationError(`${name} is not UTF-8`);
-    if (name === 'impersonate-user') {
-      requested.user ??= value;
-      found ||= value !== '';
-    } else if (name === 'impersonate-uid') {
-      requested.uid ??= value;
-      found ||= value !== '';
-    } else if (name === 'impersonate-group') {
-      requested.groups.push(value);
-      found = true;
-    } else if (name.startsWith('impersonate-extra-')) {
-      const encoded = name.slice('impersonate-extra-'.length);
-      let key = encoded;
-      try {
-        key = decodeURIComponent(encoded);
-      } catch {
-        // Kept as sent, as the API server keeps a key it cannot decode.
-      }
-      (requested.extra[key] ??= []).push(value);
-      found = true;
-    }
-  }
-  if (requested.user === '') delete requested.user;
-  if (requested.uid === '') delete requested.uid;
-  return found ? requested : undefined;
 }
 
 /**

@@ -1,5 +1,8 @@
 // Enough of Kubernetes' request-info parsing for logs, metrics and timeouts: the verb, and whether the request
 // may legitimately stay open (watches, exec/attach/port-forward, logs, proxy), which gets no timeout.
+import type { RequestAttributes } from '../../lib/kube/access-review.ts';
+
+export type { RequestAttributes };
 
 /**
  * The API server's own list (kube-apiserver's LongRunningFunc): a pod's log is long-running whether or not it
@@ -56,24 +59,6 @@ export function requestInfo(method: string, url: string, upgrade: boolean): Requ
   }
   return { verb, longRunning: upgrade || watch || proxying || subresource !== undefined };
 }
-
-/**
- * What the API server authorizes a request as (its RequestInfo, k8s.io/apiserver/pkg/endpoints/request): a resource
- * request names its verb, group, version, resource, subresource, namespace and name; anything else is a
- * non-resource request, decided by path and the lower-cased method.
- */
-export type RequestAttributes =
-  | {
-      resourceRequest: true;
-      verb: string;
-      group: string;
-      version: string;
-      resource: string;
-      subresource: string;
-      namespace: string;
-      name: string;
-    }
-  | { resourceRequest: false; verb: string; path: string };
 
 /** Path segments the API server reads as verbs (`/api/v1/watch/…`), and the one of them that takes no subresource. */
 const SPECIAL_VERBS = new Set(['proxy', 'watch']);

@@ -22,7 +22,9 @@ import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
 import { Unrecordable } from '../recording/session.ts';
 import { ANNOTATIONS, type RequestAudit } from '../audit/audit.ts';
+import type { ReachTally } from '../../lib/reach/dialer.ts';
 import { protobufObjectMeta } from '../audit/protobuf-meta.ts';
+import type { OwnCall } from './route.ts';
 import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 
 /**
@@ -159,12 +161,25 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
           ? { status: 403, message: `${err.message}, and sessions must be recorded here` }
           : hop.failure(err),
       ),
-    ...(context.recording ? { tap: recordingTap(exchange) } : {}),
+    ...(context.recording
+      ? { tap: recordingTap(exchange) }
+      : context.reach
+        ? { tap: () => countingTap(context.reach!) }
+        : {}),
     answered(status) {
       context.status = status;
       if (status === 101) context.audit?.responseStarted(status);
     },
   });
+}
+
+/** Counts a reach connection's bytes both ways, for its log line and audit event. */
+function countingTap(tally: ReachTally): UpgradeTap {
+  return {
+    fromClient: (chunk) => void (tally.sent += chunk.length),
+    fromServer: (chunk) => void (tally.received += chunk.length),
+    end() {},
+  };
 }
 
 /**
@@ -187,10 +202,15 @@ function recordingTap(exchange: UpgradeExchange): (res: IncomingMessage) => Upgr
 /** One small request of the concierge's own (route.ts OwnCall) over `hop`, as the hop's forwarding identity. */
 export function callOver(
   hop: Hop,
-  own: { method: string; path: string; body: Buffer; user: string },
+  own: OwnCall,
   limits: { timeoutMs: number; maxBytes: number },
 ): Promise<CallAnswer> {
-  const headers = hop.headers({ headers: {}, longRunning: false, passthrough: false, user: own.user });
+  const headers = hop.headers({
+    headers: { ...own.headers },
+    longRunning: false,
+    passthrough: false,
+    user: own.user,
+  });
   headers[':method'] = own.method;
   headers[':path'] = hop.pathPrefix + own.path;
   headers['content-type'] = 'application/json';

@@ -3,6 +3,24 @@
 // the cluster the question is about.
 
 /**
+ * What the API server authorizes a request as (its RequestInfo, k8s.io/apiserver/pkg/endpoints/request): a resource
+ * request names its verb, group, version, resource, subresource, namespace and name; anything else is a
+ * non-resource request, decided by path and the lower-cased method.
+ */
+export type RequestAttributes =
+  | {
+      resourceRequest: true;
+      verb: string;
+      group: string;
+      version: string;
+      resource: string;
+      subresource: string;
+      namespace: string;
+      name: string;
+    }
+  | { resourceRequest: false; verb: string; path: string };
+
+/**
  * Who may do what (SubjectAccessReview): the subject, and one resource action or, with `path`, one non-resource
  * request.
  */

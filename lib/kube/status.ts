@@ -114,4 +114,12 @@ export function writeStatus(
 }
 
 /** The one answer to every failed authentication, whatever failed; the reason goes to the log only. */
+/** A Status to answer with instead of forwarding. */
+export interface Refusal {
+  status: number;
+  message: string;
+  /** Set when the refusal mends by itself: clients (client-go) wait this long and retry. */
+  retryAfterSeconds?: number;
+}
+
 export const UNAUTHORIZED = 'Unauthorized';

@@ -1,0 +1,649 @@
+// The end of a reach connection: inside the cluster it is for (the concierge for the hub, the agent for every other
+// cluster), where the cluster's own API server decides and the connection is dialed.
+//
+// - Decided here, by this cluster: a SelfSubjectAccessReview sent with the request's Impersonate-* headers, so the
+//   API server answers for the user Sealion forwards as, and refuses at once if the forwarding identity may not act
+//   as that user (the constrained impersonation its admin granted). The agent also asks whether the cluster's
+//   forwarding policy lets it act for that kind of identity on this object at all (decide.ts forwardingRefusal), as
+//   the hub did: a hub that skipped it gets no further.
+// - Dialed here: only an address of the object named, read from this cluster's API server: a pod's own address, or
+//   for a Service one of its ready endpoints, each checked against the pod it names. Never an address a user wrote:
+//   a Service's ClusterIP would let kube-proxy pick an endpoint a hand-made EndpointSlice names (the API server's, a
+//   node's, anything), an ExternalName any host. Pods on their node's network, loopback, link-local and multicast
+//   addresses, and the API server's own addresses are refused.
+// - Bounded: connections at once, per user and in all; the time to connect; an idle connection is closed.
+import { createHash } from 'node:crypto';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import { BlockList, connect as netConnect, isIP, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { CallAnswer } from '../http2/forward.ts';
+import { selfSubjectAccessReview, reviewAllowed, type AccessQuestion } from '../kube/access-review.ts';
+import {
+  forwardedAs,
+  forwardingRefusal,
+  MalformedImpersonationError,
+  NOBODY,
+  requestedImpersonation,
+} from '../kube/impersonation.ts';
+import { apiStatusCode, type KubeClients } from '../kube/kube.ts';
+import { newReviewCache, ReviewUnavailable } from '../kube/review-cache.ts';
+import { rawStatusResponse, statusMessageOf, type Refusal } from '../kube/status.ts';
+import type { Logger } from '../log.ts';
+import { describeTarget, parseReach, reachAttributes, REACH_UPGRADE, type ReachTarget } from './target.ts';
+
+/** This cluster's objects a reach connection reads, as the dialer itself; each read throws a Refused when it fails. */
+export interface ReachReads {
+  pod(namespace: string, name: string): Promise<PodObject>;
+  service(namespace: string, name: string): Promise<ServiceObject>;
+  /** The EndpointSlices of a Service. */
+  endpointSlices(namespace: string, service: string): Promise<EndpointSliceObject[]>;
+}
+
+/** Sends a SelfSubjectAccessReview to this cluster's API server as the forwarding identity, with `headers` added. */
+export type ReachReview = (body: Buffer, headers: OutgoingHttpHeaders) => Promise<CallAnswer>;
+
+export interface ReachLimits {
+  /** Connections open at once, all users together. */
+  total: number;
+  /** Connections one user holds at once. */
+  perUser: number;
+  /** A connection with no byte either way for this long is closed. */
+  idleMs: number;
+  /** How long a dial may take. */
+  connectMs: number;
+}
+
+/**
+ * 4,096 connections at once, 512 for one user (a browser behind a forward opens dozens); an hour without a byte
+ * closes one (the kubelet's streaming idle timeout is four); ten seconds to connect.
+ */
+export const DEFAULT_REACH_LIMITS: ReachLimits = {
+  total: 4096,
+  perUser: 512,
+  idleMs: 60 * 60_000,
+  connectMs: 10_000,
+};
+
+/** What one connection carried, when it ends. */
+export interface ReachFacts {
+  user: string;
+  target: string;
+  /** Bytes from the client to the target, and back. */
+  sent: number;
+  received: number;
+  ms: number;
+}
+
+export interface ReacherDeps {
+  reads: ReachReads;
+  review: ReachReview;
+  /**
+   * Ask the forwarding policy too (decide.ts forwardingRefusal): the agent does, since the hub's answer is not this
+   * cluster's; the hub's concierge asked it already in its decide stage.
+   */
+  checkPolicy: boolean;
+  log: Logger;
+  limits?: Partial<ReachLimits>;
+  /** Opens a TCP connection (tests). Default: net.connect. */
+  connect?: (host: string, port: number) => Socket;
+  /** Told what each connection carried once it ends. */
+  ended?: (facts: ReachFacts) => void;
+}
+
+/** One reach upgrade, as whoever dials reads it. */
+export interface ReachRequest {
+  /** Path and query. */
+  url: string;
+  /** The Upgrade header's value. */
+  upgrade: string;
+  /** The Impersonate-* fields that name whom it is for, as name/value pairs in order (repeated ones kept apart). */
+  rawImpersonation: string[];
+}
+
+/** What is known of a reach connection while it lasts, for its request's log line and audit event. */
+export interface ReachTally {
+  /** 101 once connected, or the status of the Status it was refused with. */
+  status?: number;
+  sent: number;
+  received: number;
+}
+
+/** The reach request an upgrade to this process carries: the Impersonate-* headers it was sent with. */
+export function reachRequestOf(req: IncomingMessage): ReachRequest {
+  const rawImpersonation: string[] = [];
+  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
+    if (req.rawHeaders[i]!.toLowerCase().startsWith('impersonate-'))
+      rawImpersonation.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
+  return { url: req.url ?? '/', upgrade: String(req.headers['upgrade'] ?? ''), rawImpersonation };
+}
+
+export interface Reacher {
+  /** Serves one reach upgrade on `socket`, keeping `tally` up to date. */
+  serve(request: ReachRequest, socket: Duplex, head: Buffer, tally?: ReachTally): void;
+  /** Connections open now. */
+  open(): number;
+  /** Closes every connection. */
+  close(): void;
+}
+
+export const SELF_REVIEW_PATH = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews';
+
+/** How long the API server's own addresses are kept before they are read again. */
+const APISERVER_ADDRESSES_TTL_MS = 30_000;
+/** Endpoints tried for one connection to a Service before it fails. */
+const MAX_ENDPOINT_TRIES = 3;
+
+/** Addresses never dialed: this host, link-local (cloud metadata among them), unspecified, multicast, broadcast. */
+const NEVER = new BlockList();
+for (const [net, prefix] of [
+  ['0.0.0.0', 8],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['224.0.0.0', 4],
+  ['255.255.255.255', 32],
+] as const)
+  NEVER.addSubnet(net, prefix, 'ipv4');
+for (const [net, prefix] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fe80::', 10],
+  ['ff00::', 8],
+] as const)
+  NEVER.addSubnet(net, prefix, 'ipv6');
+
+/** An address as the dial sees it: an IPv4-mapped IPv6 address is its IPv4 one. */
+function plainAddress(ip: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  return mapped ? mapped[1]! : ip.toLowerCase();
+}
+
+/** Why `ip` is never dialed; undefined when it may be. */
+export function addressProblem(ip: string): string | undefined {
+  const plain = plainAddress(ip);
+  const family = isIP(plain);
+  if (family === 0) return `"${ip.slice(0, 64)}" is not an IP address`;
+  if (NEVER.check(plain, family === 4 ? 'ipv4' : 'ipv6'))
+    return `${plain} is a loopback, link-local, unspecified or multicast address`;
+  return undefined;
+}
+
+/** Impersonate-* fields as headers to send on (repeated fields kept apart, in order). */
+function impersonationOf(rawHeaders: string[]): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {};
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    const seen = headers[name];
+    const value = rawHeaders[i + 1]!;
+    headers[name] = seen === undefined ? value : [...(typeof seen === 'string' ? [seen] : seen), value];
+  }
+  return headers;
+}
+
+interface Endpoint {
+  ip: string;
+  port: number;
+  /** The pod the address must belong to (a Service's endpoint): checked before it is dialed. */
+  pod?: { name: string; uid?: string };
+}
+
+export interface PodObject {
+  metadata?: { uid?: string };
+  spec?: {
+    hostNetwork?: boolean;
+    containers?: { ports?: { name?: string; containerPort?: number; protocol?: string }[] }[];
+  };
+  status?: {
+    phase?: string;
+    podIPs?: { ip?: string }[];
+    podIP?: string;
+    hostIPs?: { ip?: string }[];
+    hostIP?: string;
+  };
+}
+
+export interface ServiceObject {
+  spec?: {
+    type?: string;
+    clusterIPs?: string[];
+    ports?: { name?: string; port?: number; protocol?: string }[];
+  };
+}
+
+export interface EndpointSliceObject {
+  addressType?: string;
+  ports?: { name?: string; port?: number; protocol?: string }[] | null;
+  endpoints?: {
+    addresses?: string[];
+    conditions?: { ready?: boolean };
+    targetRef?: { kind?: string; name?: string; uid?: string };
+  }[];
+}
+
+/** Why a reach connection is refused: its Status. */
+export class Refused extends Error {
+  readonly refusal: Refusal;
+
+  constructor(refusal: Refusal) {
+    super(refusal.message);
+    this.refusal = refusal;
+  }
+}
+
+export const refused = (status: number, message: string, retryAfterSeconds?: number): Refused =>
+  new Refused({ status, message, ...(retryAfterSeconds === undefined ? {} : { retryAfterSeconds }) });
+
+/**
+ * Reads through client-node's generic object API, as the identity `objects` was made with; each failure is the
+ * Status the connection is refused with (not found, not allowed, or unavailable: retry).
+ */
+export function kubeReachReads(objects: KubeClients['objects']): ReachReads {
+  const failed =
+    (what: string) =>
+    (err: unknown): never => {
+      const code = apiStatusCode(err);
+      if (code === 404) throw refused(404, `${what} not found`);
+      if (code === 403)
+        throw refused(403, `${what} could not be read: Sealion may not read it in this cluster`);
+      throw refused(503, `${what} could not be read: ${(err as Error).message.slice(0, 200)}`, 1);
+    };
+  const read = <T>(
+    apiVersion: string,
+    kind: string,
+    namespace: string,
+    name: string,
+    what: string,
+  ): Promise<T> =>
+    objects.read({ apiVersion, kind, metadata: { namespace, name } }).then((o) => o as T, failed(what));
+  return {
+    pod: (namespace, name) => read('v1', 'Pod', namespace, name, `pods "${name}"`),
+    service: (namespace, name) => read('v1', 'Service', namespace, name, `services "${name}"`),
+    endpointSlices: (namespace, service) =>
+      objects
+        .list(
+          'discovery.k8s.io/v1',
+          'EndpointSlice',
+          namespace,
+          undefined,
+          undefined,
+          undefined,
+          undefined,
+          `kubernetes.io/service-name=${service}`,
+        )
+        .then(
+          (list) => list.items as EndpointSliceObject[],
+          failed(`the endpoints of service ${namespace}/${service}`),
+        ),
+  };
+}
+
+export function newReacher(deps: ReacherDeps): Reacher {
+  const limits = { ...DEFAULT_REACH_LIMITS, ...deps.limits };
+  const { log } = deps;
+  const connect = deps.connect ?? ((host, port) => netConnect({ host, port, allowHalfOpen: true }));
+  const reviews = newReviewCache();
+  const perUser = new Map<string, number>();
+  const live = new Set<Duplex>();
+  let apiserver: { at: number; addresses: Promise<Set<string>> } | undefined;
+
+  /** The addresses of the API server itself: its Service's cluster IPs and its endpoints, read at most every 30 s. */
+  function apiserverAddresses(): Promise<Set<string>> {
+    if (apiserver && Date.now() - apiserver.at < APISERVER_ADDRESSES_TTL_MS) return apiserver.addresses;
+    const addresses = (async () => {
+      const service = await deps.reads.service('default', 'kubernetes');
+      const slices = await deps.reads.endpointSlices('default', 'kubernetes');
+      const all = new Set((service.spec?.clusterIPs ?? []).map(plainAddress));
+      for (const slice of slices)
+        for (const endpoint of slice.endpoints ?? [])
+          for (const ip of endpoint.addresses ?? []) all.add(plainAddress(ip));
+      return all;
+    })();
+    apiserver = { at: Date.now(), addresses };
+    // A failure is not kept: the next connection asks again.
+    addresses.catch(() => {
+      if (apiserver?.addresses === addresses) apiserver = undefined;
+    });
+    return addresses;
+  }
+
+  /** Whether this cluster lets the user reach `target`, asked as the request's impersonation; the refusal if not. */
+  async function authorize(target: ReachTarget, request: ReachRequest): Promise<void> {
+    const impersonation = impersonationOf(request.rawImpersonation);
+    const attributes = reachAttributes(target);
+    const question: AccessQuestion = { ...NOBODY, ...attributes };
+    const scope = createHash('sha256').update(JSON.stringify(impersonation)).digest('base64');
+    const asSelf = reviews.asking('self', (q) => selfReview(q, {}));
+    try {
+      if (deps.checkPolicy) {
+        const requested = requestedImpersonation(request.rawImpersonation);
+        const user = {
+          username: requested?.user ?? '',
+          groups: requested?.groups ?? [],
+          extra: requested?.extra ?? {},
+          ...(requested?.uid ? { uid: requested.uid } : {}),
+        };
+        const usernameOnly = user.groups.length === 0 && Object.keys(user.extra).length === 0 && !user.uid;
+        const policy = await forwardingRefusal(
+          { cluster: '', askSelf: asSelf },
+          attributes,
+          forwardedAs(user, usernameOnly),
+        );
+        if (policy) throw new Refused(policy);
+      }
+      const allowed = await reviews.asking(scope, (q) => selfReview(q, impersonation))(question);
+      if (!allowed)
+        throw refused(
+          403,
+          `${target.kind} "${target.name}" is forbidden: User "${String(impersonation['impersonate-user'])}" cannot create resource "${attributes.resource}/${attributes.subresource}" in API group "" in the namespace "${target.namespace}"`,
+        );
+    } catch (err) {
+      if (err instanceof ReviewUnavailable) throw refused(err.status, err.message, 1);
+      if (err instanceof MalformedImpersonationError)
+        throw refused(400, `malformed impersonation headers: ${err.message}`);
+      throw err;
+    }
+  }
+
+  /** A SelfSubjectAccessReview, sent with `headers`: the API server answers for whom they impersonate. */
+  async function selfReview(question: AccessQuestion, headers: OutgoingHttpHeaders): Promise<boolean> {
+    let answer: CallAnswer;
+    try {
+      answer = await deps.review(Buffer.from(JSON.stringify(selfSubjectAccessReview(question))), headers);
+    } catch (err) {
+      throw new ReviewUnavailable(`the API server could not be asked: ${(err as Error).message}`, err);
+    }
+    const message = (): string =>
+      statusMessageOf(answer.body.toString('utf8'))?.slice(0, 300) ?? `HTTP ${answer.status}`;
+    // The impersonation itself was refused: the forwarding identity may not act as this user here.
+    if (answer.status === 403)
+      throw refused(403, `this cluster's policy for Sealion refuses acting as this user: ${message()}`);
+    if (answer.status !== 201 && answer.status !== 200)
+      throw new ReviewUnavailable(`the API server answered a SelfSubjectAccessReview with ${message()}`);
+    try {
+      return reviewAllowed(JSON.parse(answer.body.toString('utf8')));
+    } catch (err) {
+      throw new ReviewUnavailable(
+        'the API server answered a SelfSubjectAccessReview with malformed JSON',
+        err,
+      );
+    }
+  }
+
+  /** A pod's container port by name, or the number given. */
+  function podPort(pod: PodObject, port: number | string): number {
+    if (typeof port === 'number') return port;
+    for (const container of pod.spec?.containers ?? [])
+      for (const p of container.ports ?? [])
+        if (p.name === port && (p.protocol ?? 'TCP') === 'TCP' && p.containerPort) return p.containerPort;
+    throw refused(400, `the pod has no TCP container port named "${port}"`);
+  }
+
+  /** Why a pod's address must not be dialed: not its own, or its node's. */
+  function podAddressProblem(pod: PodObject, ip: string): string | undefined {
+    if (pod.spec?.hostNetwork) return "it uses its node's network, and a node's addresses are never dialed";
+    if (pod.status?.phase !== 'Running') return `it is ${pod.status?.phase ?? 'not running'}`;
+    const own = new Set(
+      [...(pod.status?.podIPs ?? []).map((p) => p.ip), pod.status?.podIP]
+        .filter(Boolean)
+        .map((a) => plainAddress(a!)),
+    );
+    if (!own.has(plainAddress(ip))) return `${ip} is not its address`;
+    const host = new Set(
+      [...(pod.status?.hostIPs ?? []).map((p) => p.ip), pod.status?.hostIP]
+        .filter(Boolean)
+        .map((a) => plainAddress(a!)),
+    );
+    if (host.has(plainAddress(ip))) return `${ip} is its node's address`;
+    return undefined;
+  }
+
+  /** The addresses to try for `target`, in order. */
+  async function endpoints(target: ReachTarget): Promise<Endpoint[]> {
+    if (target.kind === 'pods') {
+      const pod = await deps.reads.pod(target.namespace, target.name);
+      const ip = pod.status?.podIPs?.[0]?.ip ?? pod.status?.podIP;
+      if (!ip) throw refused(503, `pod ${target.namespace}/${target.name} has no address yet`, 1);
+      const problem = podAddressProblem(pod, ip);
+      if (problem) throw refused(403, `pod ${target.namespace}/${target.name} cannot be reached: ${problem}`);
+      return [{ ip, port: podPort(pod, target.port) }];
+    }
+    const service = await deps.reads.service(target.namespace, target.name);
+    if (service.spec?.type === 'ExternalName')
+      throw refused(
+        403,
+        `service ${target.namespace}/${target.name} is an ExternalName, a host outside the cluster, which is never dialed`,
+      );
+    const port = (service.spec?.ports ?? []).find(
+      (p) =>
+        (p.protocol ?? 'TCP') === 'TCP' &&
+        (typeof target.port === 'number' ? p.port === target.port : p.name === target.port),
+    );
+    if (!port)
+      throw refused(404, `service ${target.namespace}/${target.name} has no TCP port ${target.port}`);
+    const slices = await deps.reads.endpointSlices(target.namespace, target.name);
+    const found: Endpoint[] = [];
+    for (const slice of slices) {
+      if (slice.addressType !== 'IPv4' && slice.addressType !== 'IPv6') continue;
+      const slicePort = (slice.ports ?? []).find(
+        (p) => (p.name ?? '') === (port.name ?? '') && (p.protocol ?? 'TCP') === 'TCP',
+      );
+      if (!slicePort?.port) continue;
+      for (const endpoint of slice.endpoints ?? []) {
+        const ip = endpoint.addresses?.[0];
+        // Ready unless it says otherwise, as kube-proxy reads it; and only a pod's, which is checked before a dial.
+        if (
+          !ip ||
+          endpoint.conditions?.ready === false ||
+          endpoint.targetRef?.kind !== 'Pod' ||
+          !endpoint.targetRef.name
+        )
+          continue;
+        found.push({
+          ip,
+          port: slicePort.port,
+          pod: {
+            name: endpoint.targetRef.name,
+            ...(endpoint.targetRef.uid ? { uid: endpoint.targetRef.uid } : {}),
+          },
+        });
+      }
+    }
+    if (found.length === 0)
+      throw refused(
+        503,
+        `service ${target.namespace}/${target.name} has no ready pod behind port ${target.port}`,
+        1,
+      );
+    // A connection per endpoint in turn, as kube-proxy spreads them: shuffled.
+    for (let i = found.length - 1; i > 0; i--) {
+      const j = Math.floor(Math.random() * (i + 1));
+      [found[i], found[j]] = [found[j]!, found[i]!];
+    }
+    return found.slice(0, MAX_ENDPOINT_TRIES);
+  }
+
+  /** Checks an endpoint and dials it; the connected socket, or why not. */
+  async function dial(target: ReachTarget, endpoint: Endpoint): Promise<Socket> {
+    const problem = addressProblem(endpoint.ip);
+    if (problem) throw refused(403, `${describeTarget(target)}: ${problem}`);
+    if ((await apiserverAddresses()).has(plainAddress(endpoint.ip)))
+      throw refused(
+        403,
+        `${describeTarget(target)}: ${endpoint.ip} is the API server's address, which is never dialed`,
+      );
+    if (endpoint.pod) {
+      const pod = await deps.reads.pod(target.namespace, endpoint.pod.name);
+      if (endpoint.pod.uid && pod.metadata?.uid !== endpoint.pod.uid)
+        throw refused(503, `${describeTarget(target)}: the endpoint's pod was replaced`, 1);
+      const bad = podAddressProblem(pod, endpoint.ip);
+      if (bad)
+        throw refused(403, `${describeTarget(target)}: pod ${endpoint.pod.name} cannot be reached: ${bad}`);
+    }
+    return new Promise((done, fail) => {
+      const conn = connect(endpoint.ip, endpoint.port);
+      const timer = setTimeout(() => {
+        conn.destroy();
+        fail(
+          refused(
+            504,
+            `${describeTarget(target)}: ${endpoint.ip}:${endpoint.port} did not accept within ${limits.connectMs} ms`,
+          ),
+        );
+      }, limits.connectMs);
+      conn.once('connect', () => {
+        clearTimeout(timer);
+        done(conn);
+      });
+      conn.once('error', (err: Error & { code?: string }) => {
+        clearTimeout(timer);
+        fail(
+          refused(
+            502,
+            `${describeTarget(target)}: ${endpoint.ip}:${endpoint.port}: ${err.code ?? err.message}`,
+          ),
+        );
+      });
+    });
+  }
+
+  /** Joins the client's connection and the target's, each side's end passed on as a half-close. */
+  function splice(
+    socket: Duplex,
+    conn: Socket,
+    head: Buffer,
+    about: { user: string; target: string; tally: ReachTally; started: number },
+  ): void {
+    const { tally } = about;
+    tally.sent += head.length;
+    conn.setNoDelay(true);
+    // Half-closes pass through: the side that ends its writing still reads.
+    (socket as Duplex & { allowHalfOpen: boolean }).allowHalfOpen = true;
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${REACH_UPGRADE}\r\n\r\n`,
+    );
+    if (head.length > 0) conn.write(head);
+    const idle = setTimeout(() => {
+      socket.destroy();
+      conn.destroy();
+    }, limits.idleMs);
+    idle.unref();
+    const touch = (): void => void idle.refresh();
+    socket.on('data', (chunk: Buffer) => {
+      tally.sent += chunk.length;
+      touch();
+    });
+    conn.on('data', (chunk: Buffer) => {
+      tally.received += chunk.length;
+      touch();
+    });
+    const destroy = (): void => {
+      socket.destroy();
+      conn.destroy();
+    };
+    socket.on('error', destroy);
+    conn.on('error', destroy);
+    let open = 2;
+    const closed = (): void => {
+      if (--open > 0) return;
+      clearTimeout(idle);
+      deps.ended?.({
+        user: about.user,
+        target: about.target,
+        sent: tally.sent,
+        received: tally.received,
+        ms: Date.now() - about.started,
+      });
+    };
+    socket.once('close', () => {
+      conn.destroy();
+      closed();
+    });
+    conn.once('close', () => {
+      // What the target sent is written before the client's side closes.
+      socket.end();
+      closed();
+    });
+    conn.pipe(socket);
+    socket.pipe(conn);
+  }
+
+  function answer(socket: Duplex, r: Refusal): void {
+    if (socket.destroyed) return;
+    const retry = r.retryAfterSeconds;
+    socket.end(
+      rawStatusResponse(
+        r.status,
+        r.message,
+        retry === undefined
+          ? undefined
+          : { details: { retryAfterSeconds: retry }, headers: { 'retry-after': String(retry) } },
+      ),
+    );
+  }
+
+  return {
+    serve(request, socket, head, tally = { sent: 0, received: 0 }) {
+      socket.on('error', () => socket.destroy());
+      const refuse = (r: Refusal): void => {
+        tally.status = r.status;
+        answer(socket, r);
+      };
+      const target = parseReach(request.url);
+      if ('problem' in target) return refuse({ status: 400, message: target.problem });
+      if (request.upgrade.toLowerCase() !== REACH_UPGRADE)
+        return refuse({ status: 400, message: `a reach connection is an upgrade to ${REACH_UPGRADE}` });
+      const user = impersonationOf(request.rawImpersonation)['impersonate-user'];
+      if (typeof user !== 'string' || user === '')
+        return refuse({ status: 403, message: 'a reach connection must name the one user it is for' });
+      if (live.size >= limits.total)
+        return refuse({
+          status: 503,
+          message: `${limits.total} reach connections are open here; retry later`,
+          retryAfterSeconds: 1,
+        });
+      const held = perUser.get(user) ?? 0;
+      if (held >= limits.perUser)
+        return refuse({
+          status: 429,
+          message: `you hold ${limits.perUser} reach connections here, the most one user may`,
+          retryAfterSeconds: 1,
+        });
+      perUser.set(user, held + 1);
+      live.add(socket);
+      socket.once('close', () => {
+        live.delete(socket);
+        const n = (perUser.get(user) ?? 1) - 1;
+        if (n > 0) perUser.set(user, n);
+        else perUser.delete(user);
+      });
+      const started = Date.now();
+      void (async () => {
+        await authorize(target, request);
+        const candidates = await endpoints(target);
+        let last: Refused | undefined;
+        for (const endpoint of candidates) {
+          if (socket.destroyed) return;
+          try {
+            const conn = await dial(target, endpoint);
+            if (socket.destroyed) return void conn.destroy();
+            tally.status = 101;
+            return splice(socket, conn, head, { user, target: describeTarget(target), tally, started });
+          } catch (err) {
+            if (!(err instanceof Refused)) throw err;
+            last = err;
+            // A refusal of the address itself is final; a dial that failed tries the next endpoint.
+            if (![502, 503, 504].includes(err.refusal.status)) break;
+          }
+        }
+        throw last ?? refused(503, `${describeTarget(target)} could not be reached`, 1);
+      })().catch((err: unknown) => {
+        if (err instanceof Refused) return refuse(err.refusal);
+        log.error({ err: (err as Error).message }, 'a reach connection failed');
+        refuse({ status: 500, message: 'internal error while reaching the target' });
+      });
+    },
+    open: () => live.size,
+    close() {
+      for (const socket of live) socket.destroy();
+    },
+  };
+}
