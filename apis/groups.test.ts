@@ -10,6 +10,7 @@ describe('api groups', () => {
       identity: 'identity.concierge.sealion.dev',
       tunnel: 'tunnel.concierge.sealion.dev',
       recordings: 'recordings.concierge.sealion.dev',
+      reach: 'reach.concierge.sealion.dev',
     });
   });
 

@@ -19,6 +19,8 @@ export interface ApiGroups {
   tunnel: string;
   /** SessionRecording (recorded exec and attach sessions, served by the impersonation proxy). */
   recordings: string;
+  /** The connect subresource of pods and services, a TCP stream to them (`sealion port-forward`). */
+  reach: string;
 }
 
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$/;
@@ -40,6 +42,7 @@ export function apiGroups(suffix: string = DEFAULT_GROUP_SUFFIX): ApiGroups {
     identity: `identity.concierge.${suffix}`,
     tunnel: `tunnel.concierge.${suffix}`,
     recordings: `recordings.concierge.${suffix}`,
+    reach: `reach.concierge.${suffix}`,
   };
 }
 

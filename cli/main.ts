@@ -18,6 +18,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   logout: async () => (await import('./logout.ts')).logoutCommand(),
   get: async () => (await import('./get-kubeconfig.ts')).getCommand(),
   whoami: async () => (await import('./whoami.ts')).whoamiCommand(),
+  'port-forward': async () => (await import('./port-forward.ts')).portForwardCommand(),
   clusters: async () => (await import('./clusters.ts')).clustersCommand(),
   cluster: async () => (await import('./cluster.ts')).clusterCommand(),
   agent: async () => (await import('./agent.ts')).agentCommand(),

@@ -39,9 +39,44 @@ export async function loginFirst(config: KubeConfig): Promise<void> {
   });
 }
 
+/** Where the current cluster of a kubeconfig is, and what a request to it carries. */
+export interface KubeconfigAccess {
+  /** The cluster's server URL, ending in '/' so that a relative path joins under it (a `/clusters/<name>` too). */
+  base: string;
+  /** The CA to trust instead of the system roots, when the kubeconfig names one. */
+  caPem?: string;
+  /** The client certificate, from the kubeconfig or its exec plugin. */
+  clientCert?: { certPem: string; keyPem: string };
+  /** The credentials' headers: a bearer token, Impersonate-User. */
+  headers: Record<string, string>;
+}
+
 /**
- * Sends a request to `path` on the current cluster of `config` with the credentials it gives: its CA, and a client
- * certificate or token, running the exec plugin when it names one. Returns the answer's body as text.
+ * The current cluster of `config` and the credentials it gives: its CA, and a client certificate or token, running
+ * the exec plugin when it names one (client-node keeps the plugin's credential until it expires).
+ */
+export async function kubeconfigAccess(config: KubeConfig): Promise<KubeconfigAccess> {
+  const server = config.getCurrentCluster()?.server;
+  if (!server) throw new Error('the kubeconfig has no current cluster');
+  const tls: { ca?: unknown; cert?: unknown; key?: unknown; headers?: Record<string, string> } = {};
+  await config.applyToHTTPSOptions(tls as never);
+  // client-node hands PEM over as strings or Buffers.
+  const pem = (v: unknown): string | undefined =>
+    Buffer.isBuffer(v) ? v.toString('utf8') : typeof v === 'string' ? v : undefined;
+  const caPem = pem(tls.ca);
+  const certPem = pem(tls.cert);
+  const keyPem = pem(tls.key);
+  return {
+    base: server.endsWith('/') ? server : `${server}/`,
+    ...(caPem ? { caPem } : {}),
+    ...(certPem && keyPem ? { clientCert: { certPem, keyPem } } : {}),
+    headers: tls.headers ?? {},
+  };
+}
+
+/**
+ * Sends a request to `path` on the current cluster of `config` with the credentials it gives (kubeconfigAccess).
+ * Returns the answer's body as text.
  */
 export async function requestAsKubeconfig(
   config: KubeConfig,
@@ -54,25 +89,18 @@ export async function requestAsKubeconfig(
     accept?: string;
   } = {},
 ): Promise<string> {
-  const server = config.getCurrentCluster()?.server;
-  if (!server) throw new Error('the kubeconfig has no current cluster');
-  const url = new URL(path, server.endsWith('/') ? server : `${server}/`);
-  const tls: { ca?: unknown; cert?: unknown; key?: unknown; headers?: Record<string, string> } = {};
-  await config.applyToHTTPSOptions(tls as never);
-  // client-node hands PEM over as strings or Buffers.
-  const pem = (v: unknown): string | undefined =>
-    Buffer.isBuffer(v) ? v.toString('utf8') : typeof v === 'string' ? v : undefined;
+  const access = await kubeconfigAccess(config);
   return (
     await httpsText(
-      url.toString(),
+      new URL(path, access.base).toString(),
       {
         method: opts.method ?? 'GET',
         ...(opts.body === undefined ? {} : { body: opts.body }),
         ...(opts.maxBytes === undefined ? {} : { maxBytes: opts.maxBytes }),
         ...(opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs }),
-        ...(tls.ca ? { caBundlePem: pem(tls.ca)! } : {}),
-        ...(tls.cert && tls.key ? { clientCert: { certPem: pem(tls.cert)!, keyPem: pem(tls.key)! } } : {}),
-        ...(tls.headers ? { headers: tls.headers } : {}),
+        ...(access.caPem ? { caBundlePem: access.caPem } : {}),
+        ...(access.clientCert ? { clientCert: access.clientCert } : {}),
+        headers: access.headers,
       },
       opts.accept ?? 'application/json',
     )
