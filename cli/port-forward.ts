@@ -8,7 +8,9 @@ import { STATUS_CODES } from 'node:http';
 import { Agent, request, type RequestOptions } from 'node:https';
 import { createServer, isIP, type Server, type Socket } from 'node:net';
 import { Command } from 'commander';
-import { apiGroups, DEFAULT_GROUP_SUFFIX, isValidGroupSuffix, VERSION } from '../apis/groups.ts';
+import { DEFAULT_GROUP_SUFFIX, isValidGroupSuffix } from '../apis/groups.ts';
+import { isDNSLabel, isDNSSubdomain, isPortName } from '../apis/names.ts';
+import { reachPath as serverReachPath, REACH_UPGRADE } from '../lib/reach/target.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { printable } from './printable.ts';
@@ -62,14 +64,6 @@ export const REACH_TIMEOUT_MS = 30_000;
 const MAX_REFUSAL_BYTES = 64 * 1024;
 /** A reported error is cut after this many characters. */
 const MAX_MESSAGE_LENGTH = 1000;
-
-// As apimachinery checks them (IsDNS1123Label, IsDNS1123Subdomain, IsValidPortName).
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const isDNSLabel = (name: string): boolean => name.length <= 63 && DNS_LABEL.test(name);
-const isDNSSubdomain = (name: string): boolean => name.length <= 253 && DNS_SUBDOMAIN.test(name);
-const isPortName = (name: string): boolean =>
-  name.length <= 15 && DNS_LABEL.test(name) && /[a-z]/.test(name) && !name.includes('--');
 
 /** The resource types kubectl takes for port-forward, by every name it takes them. */
 const RESOURCE_TYPES: Record<string, ReachResource> = {
@@ -160,12 +154,9 @@ export function parseAddresses(value: string): ListenAddress[] {
 
 /** The request's path, relative to the server's URL (kubeconfigAccess' `base`). */
 export function reachPath(target: ReachTarget): string {
-  const e = encodeURIComponent;
-  const prefix = target.cluster ? `clusters/${e(target.cluster)}/` : '';
-  return (
-    `${prefix}apis/${apiGroups(target.groupSuffix).reach}/${VERSION}/namespaces/${e(target.namespace)}/` +
-    `${target.resource}/${e(target.name)}/connect?port=${e(target.port)}`
-  );
+  const prefix = target.cluster ? `clusters/${encodeURIComponent(target.cluster)}/` : '';
+  const { namespace, resource, name, port } = target;
+  return prefix + serverReachPath(target.groupSuffix, { namespace, kind: resource, name, port }).slice(1);
 }
 
 /** Why a connection could not be opened; `status` is the server's HTTP status when it answered. */
@@ -224,7 +215,7 @@ export function openReach(
       headers: {
         ...access.headers,
         connection: 'Upgrade',
-        upgrade: 'tcp',
+        upgrade: REACH_UPGRADE,
         // No body: after the headers, every byte is the target's. (Node says so too for a POST ended empty.)
         'content-length': '0',
       },
@@ -252,7 +243,7 @@ export function openReach(
     req.on('upgrade', (res, socket: Socket, head: Buffer) => {
       if (settled) return void socket.destroy();
       const protocol = res.headers.upgrade ?? '';
-      if (protocol.toLowerCase() !== 'tcp') {
+      if (protocol.toLowerCase() !== REACH_UPGRADE) {
         socket.destroy();
         return fail(new ReachError(`the server switched to ${JSON.stringify(printable(protocol))}, not tcp`));
       }

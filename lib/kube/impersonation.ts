@@ -2,6 +2,7 @@
 // the Impersonate-* headers read as it reads them, the constrained mode (KEP-5284) that carries an identity, and
 // whether a cluster's forwarding policy lets the forwarding identity act in that mode on a request. Every question is
 // asked of the cluster in question (`Ask`); this module only knows the rules.
+import { isDNSLabel, isDNSSubdomain } from '../../apis/names.ts';
 import type { UserInfo } from '../authn/types.ts';
 import type { AccessQuestion, RequestAttributes } from './access-review.ts';
 import type { Refusal } from './status.ts';
@@ -87,12 +88,6 @@ export function requestedImpersonation(rawHeaders: readonly string[]): Requested
   if (requested.uid === '') delete requested.uid;
   return found ? requested : undefined;
 }
-
-// As apimachinery checks them (IsDNS1123Subdomain, IsDNS1123Label): a subdomain's labels have no length of their own.
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const isDNSSubdomain = (name: string): boolean => name.length <= 253 && DNS_SUBDOMAIN.test(name);
-const isDNSLabel = (name: string): boolean => name.length <= 63 && DNS_LABEL.test(name);
 
 /** The node a username names (`system:node:<a DNS subdomain>`), or undefined. */
 export function nodeOf(username: string): string | undefined {

@@ -4,11 +4,12 @@
 // and whoever dials (the concierge for the hub, the cluster's agent for any other) answers 101 once its connection to
 // the target is open, and a Status otherwise. The path is read the same way at every hop, so what the hub decided
 // about is what the agent dials.
+import { apiGroups, VERSION } from '../../apis/groups.ts';
+import { isDNSLabel, isDNSSubdomain, isPortName } from '../../apis/names.ts';
 import type { RequestAttributes } from '../kube/access-review.ts';
 
 /** The upgrade token of a reach connection: after the 101, the bytes are the TCP connection's, both ways. */
 export const REACH_UPGRADE = 'tcp';
-export const REACH_VERSION = 'v1alpha1';
 
 export type ReachKind = 'services' | 'pods';
 
@@ -26,19 +27,11 @@ const REACH_PATH =
 /** The start of every reach path: a path that has it and is not one is refused, never forwarded. */
 const REACH_PREFIX = /^\/apis\/reach\.concierge\./;
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-/** A port's name (IANA_SVC_NAME): up to 15 lower-case letters, digits and single inner hyphens, one letter at least. */
-const PORT_NAME = /^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]+(-[a-z0-9]+)*$/;
-
-/** The group a reach path names, for the CLI. */
-export const reachGroup = (suffix: string): string => `reach.concierge.${suffix}`;
-
 /** The path (and query) that asks for `target`. */
 export function reachPath(suffix: string, target: ReachTarget): string {
   const e = encodeURIComponent;
   return (
-    `/apis/${reachGroup(suffix)}/${REACH_VERSION}/namespaces/${e(target.namespace)}/${target.kind}/` +
+    `/apis/${apiGroups(suffix).reach}/${VERSION}/namespaces/${e(target.namespace)}/${target.kind}/` +
     `${e(target.name)}/connect?port=${e(String(target.port))}`
   );
 }
@@ -52,15 +45,13 @@ export function portProblem(port: string): string | undefined {
     const n = Number(port);
     return n >= 1 && n <= 65535 ? undefined : `port ${port} is not between 1 and 65535`;
   }
-  return PORT_NAME.test(port)
-    ? undefined
-    : `"${port.slice(0, 64)}" is neither a port number nor a port's name`;
+  return isPortName(port) ? undefined : `"${port.slice(0, 64)}" is neither a port number nor a port's name`;
 }
 
 /** Why `name` is no name of this kind: undefined when it is one. */
 export function nameProblem(kind: ReachKind, name: string): string | undefined {
   // Service names are DNS labels; pod names DNS subdomains.
-  const ok = kind === 'services' ? DNS_LABEL.test(name) : DNS_SUBDOMAIN.test(name);
+  const ok = kind === 'services' ? isDNSLabel(name) : isDNSSubdomain(name);
   return ok
     ? undefined
     : `"${name.slice(0, 64)}" is not a valid ${kind === 'services' ? 'Service' : 'pod'} name`;
@@ -80,8 +71,7 @@ export function parseReach(url: string): ReachTarget | { problem: string } {
         'a reach path is /apis/reach.concierge.<suffix>/v1alpha1/namespaces/<namespace>/services|pods/<name>/connect',
     };
   const [, , namespace, kind, name] = match as unknown as [string, string, string, ReachKind, string];
-  if (!DNS_LABEL.test(namespace))
-    return { problem: `"${namespace.slice(0, 64)}" is not a valid namespace name` };
+  if (!isDNSLabel(namespace)) return { problem: `"${namespace.slice(0, 64)}" is not a valid namespace name` };
   const problem = nameProblem(kind, name);
   if (problem) return { problem };
   const ports = new URLSearchParams(q === -1 ? '' : url.slice(q + 1)).getAll('port');
