@@ -2,6 +2,7 @@
 import { benchAuth } from './auth.ts';
 import { benchPeering } from './peering.ts';
 import { benchProxy } from './proxy.ts';
+import { benchReach } from './reach.ts';
 import { benchStartup } from './startup.ts';
 import { benchTunnel } from './tunnel.ts';
 
@@ -10,6 +11,7 @@ const suites: Record<string, () => Promise<void>> = {
   proxy: benchProxy,
   tunnel: benchTunnel,
   peering: benchPeering,
+  reach: benchReach,
   startup: benchStartup,
 };
 /** Other names for a suite. */

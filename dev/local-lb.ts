@@ -196,7 +196,8 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
 
   function serverFor(namespace: string, name: string, port: number): Server {
     const open = new Set<Socket>();
-    const server = createServer((socket) => {
+    // Half-open, as a cloud's TCP load balancer is: a client that ends its side still reads the answer.
+    const server = createServer({ allowHalfOpen: true }, (socket) => {
       open.add(socket);
       socket.on('close', () => open.delete(socket));
       socket.on('error', () => socket.destroy());
@@ -210,7 +211,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
         })
         .then((target) => {
           if (!target || socket.destroyed) return void socket.destroy();
-          const upstream = connect(target.port, target.host);
+          const upstream = connect({ port: target.port, host: target.host, allowHalfOpen: true });
           socket.pipe(upstream).pipe(socket);
           socket.resume();
           const end = (): void => {

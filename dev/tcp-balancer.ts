@@ -12,7 +12,8 @@ export interface TcpBalancer {
 export async function startTcpBalancer(backends: () => number[]): Promise<TcpBalancer> {
   let next = 0;
   const open = new Set<Socket>();
-  const server = createServer((client: Socket) => {
+  // Half-open: a client that ends its side still reads the answer.
+  const server = createServer({ allowHalfOpen: true }, (client: Socket) => {
     client.pause();
     client.on('error', () => client.destroy());
     open.add(client);
@@ -20,7 +21,11 @@ export async function startTcpBalancer(backends: () => number[]): Promise<TcpBal
     const ports = backends();
     const attempt = (tried: number): void => {
       if (tried >= ports.length || client.destroyed) return void client.destroy();
-      const upstream = connect(ports[next++ % ports.length]!, '127.0.0.1');
+      const upstream = connect({
+        port: ports[next++ % ports.length]!,
+        host: '127.0.0.1',
+        allowHalfOpen: true,
+      });
       upstream.once('error', () => attempt(tried + 1));
       upstream.once('connect', () => {
         upstream.removeAllListeners('error');

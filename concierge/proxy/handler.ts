@@ -468,6 +468,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         return refuse(exchange, { status: 400, message: problem });
       }
       context.reach = { sent: 0, received: 0 };
+      // A client that ends its side still reads the target's answer: the end passes on as a half-close.
+      if (exchange.kind === 'upgrade') exchange.socket.allowHalfOpen = true;
     }
     if (exchange.kind === 'plain' && isAnonymousPath(path)) {
       // Health checks are answered whatever the audit's state: a blocked audit must not restart the pod.

@@ -1,0 +1,174 @@
+// `sealion port-forward` to Services and pods on real nodes, on the hub (the concierge dials) and on a cluster reached
+// only through its agent (the agent dials): bytes both ways, a 1 GiB stream, half-close, 100 connections at once,
+// and what the cluster refuses (a user without services/proxy, an ExternalName, a Service whose endpoint is the API
+// server, a pod on its node's network, a name that is not there), each a Status the user reads.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { REPO_ROOT } from '../dev/build.ts';
+import {
+  DEMO_GROUP,
+  DEMO_NAMESPACE,
+  DEMO_USER,
+  EDGE,
+  startInstalledSealion,
+  stopInstalled,
+  type InstalledSealion,
+  type Running,
+} from '../dev/installed.ts';
+import { eventually } from '../dev/eventually.ts';
+import { deployReachWorkload } from '../dev/reach-workload.ts';
+import { dieWithParent, stopChild, waitForOutput } from '../dev/processes.ts';
+
+const running: Running = {};
+let dir: string;
+let installed: InstalledSealion;
+const children: ChildProcess[] = [];
+
+/** Starts `sealion port-forward` with `args` and returns its local port once it listens, and its output so far. */
+async function forward(
+  kubeconfig: string,
+  args: string[],
+): Promise<{ port: number; child: ChildProcess; stderr: () => string }> {
+  const [command, argv] = dieWithParent(process.execPath, [
+    join(REPO_ROOT, 'bin/sealion.js'),
+    'port-forward',
+    `--kubeconfig=${kubeconfig}`,
+    '-n',
+    DEMO_NAMESPACE,
+    ...args,
+  ]);
+  const child = spawn(command, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let stderr = '';
+  child.stderr.on('data', (c: Buffer | string) => (stderr += String(c)));
+  const { output } = await waitForOutput(child, /Forwarding from 127\.0\.0\.1:(\d+)/);
+  return { port: Number(/127\.0\.0\.1:(\d+)/.exec(output)![1]), child, stderr: () => stderr };
+}
+
+/** Sends `data` on a new connection to `port`, ends it, and resolves with all that came back before the end. */
+function exchange(port: number, data: Buffer | string): Promise<Buffer> {
+  return new Promise((done, fail) => {
+    const socket: Socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.once('end', () => {
+      socket.end();
+      done(Buffer.concat(chunks));
+    });
+    socket.once('error', fail);
+    socket.end(data);
+  });
+}
+
+/** Streams `total` bytes in 1 MiB pieces, then ends; resolves with what came back. */
+function stream(port: number, total: number): Promise<string> {
+  return new Promise((done, fail) => {
+    const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    const piece = randomBytes(1 << 20);
+    let sent = 0;
+    const pump = (): void => {
+      while (sent < total) {
+        sent += piece.length;
+        if (!socket.write(piece)) return void socket.once('drain', pump);
+      }
+      socket.end();
+    };
+    let answer = '';
+    socket.on('data', (c: Buffer) => (answer += c.toString('utf8')));
+    socket.once('end', () => {
+      socket.end();
+      done(answer);
+    });
+    socket.once('error', fail);
+    socket.once('connect', pump);
+  });
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sealion-reach-'));
+  installed = await startInstalledSealion(running, () => {});
+  await Promise.all([
+    deployReachWorkload(installed.hub, installed.image.name, 'hub'),
+    deployReachWorkload(installed.edge, installed.image.name, EDGE),
+  ]);
+  const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
+  const viewer = await installed.issuer.mint({ username: 'viewer@sealion.dev', groups: ['demo-viewers'] });
+  writeFileSync(join(dir, 'hub.kubeconfig'), await installed.kubeconfig(token));
+  writeFileSync(join(dir, 'edge.kubeconfig'), await installed.kubeconfig(token, EDGE));
+  writeFileSync(join(dir, 'viewer-hub.kubeconfig'), await installed.kubeconfig(viewer));
+  writeFileSync(join(dir, 'viewer-edge.kubeconfig'), await installed.kubeconfig(viewer, EDGE));
+}, 420_000);
+
+afterAll(async () => {
+  await Promise.all(children.map((c) => stopChild(c)));
+  await stopInstalled(running);
+  rmSync(dir, { recursive: true, force: true });
+}, 120_000);
+
+describe.each([
+  ['the hub, where the concierge dials', 'hub', ''],
+  [`${EDGE}, where its agent dials`, EDGE, 'edge'],
+])('sealion port-forward on %s', (_title, where, file) => {
+  const kubeconfig = (who = ''): string => join(dir, `${who}${file || 'hub'}.kubeconfig`);
+
+  it('reaches a Service: bytes both ways, a named port, an HTTP server, a pod by name', async () => {
+    const echo = await forward(kubeconfig(), ['svc/reach-echo', ':echo', ':80']);
+    const mib = randomBytes(1 << 20);
+    // What was sent comes back whole, and the server's end follows the client's: a half-close both ways.
+    const back = await exchange(echo.port, mib);
+    expect({ length: back.length, stderr: echo.stderr() }).toEqual({ length: mib.length, stderr: '' });
+    expect(back.equals(mib)).toBe(true);
+    await stopChild(echo.child);
+
+    const http = await forward(kubeconfig(), ['service/reach-echo', ':http']);
+    const answer = (await exchange(http.port, 'GET / HTTP/1.0\r\n\r\n')).toString('utf8');
+    expect(answer).toMatch(/^HTTP\/1\.1 200/);
+    expect(answer).toContain(`hello from ${where}\n`);
+    await stopChild(http.child);
+
+    const pod = await forward(kubeconfig(), ['pod/reach-echo', ':9000']);
+    expect((await exchange(pod.port, 'to the pod')).toString('utf8')).toBe('to the pod');
+    await stopChild(pod.child);
+  });
+
+  it('carries a 1 GiB stream, and the answer that follows the client ending its side', async () => {
+    const counter = await forward(kubeconfig(), ['svc/reach-echo', ':count']);
+    expect(await stream(counter.port, 1 << 30)).toBe(String(1 << 30));
+    await stopChild(counter.child);
+  }, 300_000);
+
+  it('serves 100 connections at once', async () => {
+    const echo = await forward(kubeconfig(), ['svc/reach-echo', ':echo']);
+    const payloads = Array.from({ length: 100 }, (_, i) =>
+      Buffer.from(`${i}:${randomBytes(8 * 1024).toString('hex')}`),
+    );
+    const answers = await Promise.all(payloads.map((p) => exchange(echo.port, p)));
+    expect(answers.filter((a, i) => a.equals(payloads[i]!)).length).toBe(100);
+    expect(echo.stderr()).not.toContain('error');
+    await stopChild(echo.child);
+  });
+
+  it.each([
+    [
+      'a user without services/proxy',
+      'viewer-',
+      ['svc/reach-echo', ':echo'],
+      /forbidden: User \\?"viewer@sealion\.dev\\?" cannot create resource \\?"services\/proxy\\?"/,
+    ],
+    ['an ExternalName Service', '', ['svc/outside', ':443'], /ExternalName/],
+    ["a Service whose only endpoint is the API server's address", '', ['svc/bare', ':443'], /no ready pod/],
+    ["a pod on its node's network", '', ['pod/on-node', ':10250'], /node's network/],
+    ['a Service that is not there', '', ['svc/nowhere', ':80'], /services "nowhere" not found/],
+  ])('refuses %s with a Status the user reads', async (_what, who, args, message) => {
+    const refused = await forward(kubeconfig(who), args);
+    // The connection is closed without a byte of the target's, and the forward says why.
+    expect((await exchange(refused.port, 'anything')).length).toBe(0);
+    await eventually(async () => expect(refused.stderr()).toMatch(message));
+    await stopChild(refused.child);
+  });
+});
