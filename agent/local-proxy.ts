@@ -141,6 +141,8 @@ export function newLocalProxy(
           ),
         checkPolicy: true,
         log: upstream.reach.log,
+        // This cluster's own record of who reached what (the hub's audit has the connection too).
+        ended: (facts) => upstream.reach?.log.info(facts, 'reach connection'),
       })
     : undefined;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {

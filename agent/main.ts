@@ -8,6 +8,7 @@ import {
   clusterAccess,
   loadKubeConfig,
   newKubeClients,
+  newRawReader,
   apiStatusCode,
   selfAllowed,
   type KubeClients,
@@ -93,6 +94,8 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     impersonation: await detectImpersonation(clients, log),
   };
   const access = clusterAccess(config);
+  // The reach connections' reads, as the agent, over connections kept open.
+  const reader = newRawReader(config);
   let token = access.token;
   let tokenRead = 0;
   const upstream: LocalUpstream = {
@@ -107,7 +110,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
       }
       return token;
     },
-    reach: { reads: kubeReachReads(clients.objects), log: log.child({ component: 'reach' }) },
+    reach: { reads: kubeReachReads(reader), log: log.child({ component: 'reach' }) },
   };
   const agent = newAgent({
     cluster,
@@ -123,5 +126,8 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     log,
   });
   await agent.start();
-  return () => agent.stop();
+  return async () => {
+    await agent.stop();
+    reader.close();
+  };
 }

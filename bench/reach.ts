@@ -2,8 +2,8 @@
 // server and the kubelet's streaming path) and the pod's own address from this machine, in one run on the installed
 // Sealion (its image on real nodes, two concierge replicas, an agent). Each round measures every way in, in another
 // order each round:
-//   - throughput: BENCH_REACH_MIB (1,024) MiB sent on one connection to a port that counts it and answers the count
-//     once the client ends its side;
+//   - throughput: BENCH_REACH_MIB (1,024) MiB sent on one connection, its length first, to a port that counts it and
+//     answers the count once all of it is in (kubectl port-forward passes no half-close on);
 //   - connections per second: BENCH_SECONDS (3) of connections opened, echoed one byte and closed, 8 at a time.
 // Target: sealion port-forward to the hub's Service at least 0.8× kubectl port-forward's throughput.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -23,7 +23,7 @@ import {
   type Running,
 } from '../dev/installed.ts';
 import { stopChild, waitForOutput } from '../dev/processes.ts';
-import { COUNT_PORT, deployReachWorkload, ECHO_PORT, REACH_WORKLOAD } from '../dev/reach-workload.ts';
+import { deployReachWorkload, ECHO_PORT, REACH_WORKLOAD, SIZED_PORT } from '../dev/reach-workload.ts';
 import { formatNumber, printColumns, saveResults } from './measure.ts';
 
 const MIB = Number(process.env['BENCH_REACH_MIB'] ?? 1024);
@@ -40,7 +40,7 @@ interface Way {
   count: number;
 }
 
-/** Sends `bytes` on one connection and waits for the count; MiB/s. */
+/** Sends `bytes` on one connection, its length first, and waits for the count; MiB/s. */
 function throughput(host: string, port: number, bytes: number): Promise<number> {
   return new Promise((done, fail) => {
     const started = process.hrtime.bigint();
@@ -52,8 +52,9 @@ function throughput(host: string, port: number, bytes: number): Promise<number> 
         sent += piece.length;
         if (!socket.write(piece)) return void socket.once('drain', pump);
       }
-      socket.end();
     };
+    const length = Buffer.alloc(8);
+    length.writeBigUInt64BE(BigInt(bytes));
     let answer = '';
     socket.on('data', (c: Buffer) => (answer += c.toString('utf8')));
     socket.once('end', () => {
@@ -63,21 +64,24 @@ function throughput(host: string, port: number, bytes: number): Promise<number> 
       done(bytes / (1 << 20) / (Number(process.hrtime.bigint() - started) / 1e9));
     });
     socket.once('error', fail);
-    socket.once('connect', pump);
+    socket.once('connect', () => {
+      socket.write(length);
+      pump();
+    });
   });
 }
 
-/** One connection: a byte out, the byte back, both ends closed. */
+/** One connection: a byte out, the byte back, closed. */
 function oneConnection(host: string, port: number): Promise<void> {
   return new Promise((done, fail) => {
-    const socket = connect({ host, port, allowHalfOpen: true });
+    const socket = connect({ host, port });
     socket.once('error', fail);
-    socket.once('data', () => undefined);
-    socket.once('end', () => {
+    socket.once('data', () => {
       socket.destroy();
       done();
     });
-    socket.end('x');
+    socket.once('end', () => fail(new Error(`${host}:${port} closed before its echo`)));
+    socket.write('x');
   });
 }
 
@@ -152,7 +156,7 @@ export async function benchReach(): Promise<void> {
       process.execPath,
       [join(REPO_ROOT, 'bin/sealion.js'), 'port-forward', `--kubeconfig=${kubeconfig}`, '-n', DEMO_NAMESPACE],
     ];
-    const remotes = [String(ECHO_PORT), String(COUNT_PORT)];
+    const remotes = [String(ECHO_PORT), String(SIZED_PORT)];
     const [kubectlEcho, kubectlCount] = await startForward(
       hub.binaries.kubectl,
       [`--kubeconfig=${hub.kubeconfigPath}`, '-n', DEMO_NAMESPACE, 'port-forward', `pod/${REACH_WORKLOAD}`],
@@ -160,7 +164,7 @@ export async function benchReach(): Promise<void> {
       children,
     );
     const ways: Way[] = [
-      { name: 'pod address (direct)', host: podIP, echo: ECHO_PORT, count: COUNT_PORT },
+      { name: 'pod address (direct)', host: podIP, echo: ECHO_PORT, count: SIZED_PORT },
       { name: 'kubectl port-forward', host: '127.0.0.1', echo: kubectlEcho!, count: kubectlCount! },
     ];
     for (const [name, kubeconfig] of [

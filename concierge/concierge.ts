@@ -14,6 +14,7 @@ import {
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
   newKubeClients,
+  newRawReader,
   newKubeInformers,
   newLeaseClient,
   newStatusApplier,
@@ -223,8 +224,10 @@ async function start(
     : undefined;
   // The hub's reach connections: objects read as the concierge, reviews sent as the forwarding identity (whose
   // impersonation the API server checks).
+  const reader = newRawReader(clients.config);
+  onStop(() => reader.close());
   const reacher = newReacher({
-    reads: kubeReachReads(clients.objects),
+    reads: kubeReachReads(reader),
     review: (body, headers) =>
       hub.call({
         method: 'POST',

@@ -8,10 +8,16 @@ import { DEMO_GROUP, DEMO_NAMESPACE } from './installed.ts';
 export const REACH_WORKLOAD = 'reach-echo';
 export const ECHO_PORT = 9000;
 export const COUNT_PORT = 9001;
+/**
+ * Counts a stream whose length its first 8 bytes give (big-endian) and answers the count once it is all in, without
+ * waiting for the client's end: for ways in that do not pass a half-close on (kubectl port-forward ends the whole
+ * stream when its local client ends its side).
+ */
+export const SIZED_PORT = 9002;
 
 /**
  * The server every case reaches: an echo port (9000), a port that counts what it got and answers the count once the
- * client ends its side (9001), and HTTP (8080).
+ * client ends its side (9001), one that counts a stream of a length given first (9002), and HTTP (8080).
  */
 const SERVER = `
 const net = require('node:net');
@@ -21,6 +27,20 @@ net.createServer({ allowHalfOpen: true }, (s) => {
   s.on('data', (c) => (n += c.length));
   s.on('end', () => s.end(String(n)));
 }).listen(9001);
+net.createServer((s) => {
+  let want = -1;
+  let n = 0;
+  let head = Buffer.alloc(0);
+  s.on('data', (c) => {
+    if (want < 0) {
+      head = Buffer.concat([head, c]);
+      if (head.length < 8) return;
+      want = Number(head.readBigUInt64BE(0));
+      n = head.length - 8;
+    } else n += c.length;
+    if (n >= want) s.end(String(n));
+  });
+}).listen(9002);
 require('node:http').createServer((q, r) => r.end('hello from ' + process.env.WHERE + '\\n')).listen(8080);
 `;
 
@@ -59,6 +79,7 @@ function workload(image: string, where: string, apiserver: string): object[] {
       ports: [
         { name: 'echo', port: 9000, targetPort: 9000 },
         { name: 'count', port: 9001, targetPort: 9001 },
+        { name: 'sized', port: 9002, targetPort: 9002 },
         { name: 'http', port: 80, targetPort: 8080 },
       ],
     }),

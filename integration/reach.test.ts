@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { AuditEvent } from '../concierge/audit/types.ts';
 import { REPO_ROOT } from '../dev/build.ts';
 import {
   DEMO_GROUP,
@@ -134,6 +135,47 @@ describe.each([
     const pod = await forward(kubeconfig(), ['pod/reach-echo', ':9000']);
     expect((await exchange(pod.port, 'to the pod')).toString('utf8')).toBe('to the pod');
     await stopChild(pod.child);
+  });
+
+  it('audits each connection where it landed: who, what, its bytes both ways and when it ended', async () => {
+    const echo = await forward(kubeconfig(), ['svc/reach-echo', ':echo']);
+    const marker = randomBytes(3000);
+    expect((await exchange(echo.port, marker)).equals(marker)).toBe(true);
+    await stopChild(echo.child);
+    const bytes = `${marker.length} sent, ${marker.length} received`;
+    const event = await eventually(async () => {
+      const logs = await installed.hub.kubectl([
+        'logs',
+        '-n',
+        'sealion-concierge',
+        '-l',
+        'app=sealion-concierge',
+        '--tail=-1',
+        '--max-log-requests=10',
+      ]);
+      const found = logs.stdout
+        .split('\n')
+        .filter((line) => line.startsWith('{"kind":"Event"'))
+        .map((line) => JSON.parse(line) as AuditEvent)
+        .find((e) => e.annotations?.['sealion.dev/bytes'] === bytes);
+      expect(found).toBeDefined();
+      return found!;
+    });
+    expect(event).toMatchObject({
+      stage: 'ResponseComplete',
+      verb: 'create',
+      user: { username: DEMO_USER },
+      objectRef: {
+        resource: 'services',
+        subresource: 'proxy',
+        namespace: DEMO_NAMESPACE,
+        name: 'reach-echo',
+      },
+      responseStatus: { code: 101 },
+      annotations: {
+        'sealion.dev/route': where === 'hub' ? 'local' : expect.stringMatching(/^(tunnel|peer)$/),
+      },
+    });
   });
 
   it('carries a 1 GiB stream, and the answer that follows the client ending its side', async () => {

@@ -28,6 +28,8 @@ export const ANNOTATIONS = {
   objects: 'sealion.dev/objects',
   /** A reach connection's bytes: sent to the target, received from it. */
   bytes: 'sealion.dev/bytes',
+  /** The address a reach connection dialed, where the concierge dialed it. */
+  endpoint: 'sealion.dev/endpoint',
 } as const;
 
 /** What is known of a request when it arrives. */

@@ -182,11 +182,11 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       const code =
         exchange.kind === 'plain' ? exchange.res.statusCode : (context.status ?? context.reach?.status ?? 0);
       if (context.reach) {
-        context.bytes = context.reach.received;
-        context.audit?.annotate(
-          ANNOTATIONS.bytes,
-          `${context.reach.sent} sent, ${context.reach.received} received`,
-        );
+        const { reach } = context;
+        context.bytes = reach.received;
+        context.message ??= reach.message;
+        context.audit?.annotate(ANNOTATIONS.bytes, `${reach.sent} sent, ${reach.received} received`);
+        if (reach.endpoint) context.audit?.annotate(ANNOTATIONS.endpoint, reach.endpoint);
       }
       const seconds = Number(process.hrtime.bigint() - context.started) / 1e9;
       metrics.requests.inc({ verb, code: String(code) });
@@ -519,9 +519,11 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       audit.annotate(ANNOTATIONS.decision, context.decision ?? 'forwarded');
       audit.annotate(
         ANNOTATIONS.reason,
-        context.decision === 'passthrough'
-          ? 'a service account of this cluster, forwarded with its own token; the API server decides'
-          : `forwarded by impersonation (${context.decision ?? 'legacy'} mode); ${context.cluster ? `cluster ${context.cluster}'s` : "the hub's"} API server decides`,
+        context.reach
+          ? `a reach connection, dialed by ${context.cluster ? `cluster ${context.cluster}'s agent` : 'this concierge'} once that cluster's API server allows it (impersonation in ${context.decision ?? 'legacy'} mode)`
+          : context.decision === 'passthrough'
+            ? 'a service account of this cluster, forwarded with its own token; the API server decides'
+            : `forwarded by impersonation (${context.decision ?? 'legacy'} mode); ${context.cluster ? `cluster ${context.cluster}'s` : "the hub's"} API server decides`,
       );
       if (context.impersonated) audit.impersonating(context.impersonated);
     }
@@ -550,8 +552,9 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
           ? []
           : (Array.isArray(value) ? value : [String(value)]).flatMap((v) => [name, v]),
       );
+      if (audit) context.reach.connected = () => audit.responseStarted(101);
       return deps.reacher.serve(
-        { url: req.url ?? '/', upgrade: REACH_UPGRADE, rawImpersonation },
+        { url: req.url ?? '/', upgrade: REACH_UPGRADE, rawImpersonation, holder: plan.user },
         exchange.socket,
         exchange.head,
         context.reach,

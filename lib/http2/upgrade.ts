@@ -121,8 +121,11 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     res.on('end', () => {
       const body = Buffer.concat(chunks);
       const framing = [`Content-Length: ${body.length}`, 'Connection: close'];
-      if (!socket.destroyed)
-        socket.end(Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
+      if (socket.destroyed) return;
+      socket.end(Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
+      // Closed once written, whether or not the client ends its side: one that never does would hold the connection,
+      // and whatever place it took on the way, for good.
+      (socket as Duplex & { destroySoon?: () => void }).destroySoon?.();
     });
   });
 

@@ -4,6 +4,9 @@ import { exponentialBackoff } from '../backoff.ts';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as k8s from '@kubernetes/client-node';
+import { createSecureContext } from 'node:tls';
+import { callOverHttp2 } from '../http2/forward.ts';
+import { newH2Pool, type H2Pool } from '../http2/pool.ts';
 import { selfSubjectAccessReview, subjectAccessReview, type AccessQuestion } from './access-review.ts';
 import type { Informer, KubeObject } from './informer.ts';
 import type { Logger } from '../log.ts';
@@ -695,3 +698,53 @@ export function newKubeInformers(clients: KubeClients, log: Logger): KubeInforme
     },
   };
 }
+
+/** GETs of raw API paths over kept-alive HTTP/2 connections (reads on a hot path, where a new TLS connection per call costs more than the call). */
+export interface RawReader {
+  /** The status and body of GET `path` (with its query), as the kubeconfig's identity. */
+  get(path: string): Promise<{ status: number; body: Buffer }>;
+  close(): void;
+}
+
+/** The longest answer a raw read takes: an object or a short list, not a cluster's worth. */
+const RAW_READ_MAX_BYTES = 4 * 1024 * 1024;
+const RAW_READ_TIMEOUT_MS = 10_000;
+
+/**
+ * A RawReader for the kubeconfig's current context: its CA and client certificate in one secure context, and its
+ * Authorization asked of client-node at every call (in-cluster tokens rotate, exec plugins renew).
+ */
+export function newRawReader(config: k8s.KubeConfig): RawReader {
+  const server = config.getCurrentCluster()?.server;
+  if (!server) throw new Error('kubeconfig has no current cluster');
+  let pool: H2Pool | undefined;
+  const tls = async (): Promise<{ headers: Record<string, string>; pool: H2Pool }> => {
+    const opts: { ca?: unknown; cert?: unknown; key?: unknown; headers?: Record<string, string> } = {};
+    await config.applyToHTTPSOptions(opts as never);
+    pool ??= newH2Pool(new URL(server).origin, {
+      secureContext: createSecureContext({
+        ...(opts.ca ? { ca: opts.ca as string | Buffer } : {}),
+        ...(opts.cert ? { cert: opts.cert as string | Buffer, key: opts.key as string | Buffer } : {}),
+      }),
+    });
+    return { headers: opts.headers ?? {}, pool };
+  };
+  return {
+    async get(path) {
+      const { headers, pool: p } = await tls();
+      const answer = await callOverHttp2(
+        (h, endStream) => p.request(h, endStream),
+        { ...lowerCased(headers), ':method': 'GET', ':path': path, accept: 'application/json' },
+        undefined,
+        { timeoutMs: RAW_READ_TIMEOUT_MS, maxBytes: RAW_READ_MAX_BYTES },
+      );
+      return answer;
+    },
+    close() {
+      pool?.close();
+    },
+  };
+}
+
+const lowerCased = (headers: Record<string, string>): Record<string, string> =>
+  Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));

@@ -166,7 +166,7 @@ describe('the reach dialer', () => {
     const answer = await readAll(client);
     expect(answer).toMatch(/^HTTP\/1\.1 403/);
     expect(answer).toContain(
-      'services \\"web\\" is forbidden: User \\"alice\\" cannot create resource \\"services/proxy\\"',
+      'services \\"web:echo\\" is forbidden: User \\"alice\\" cannot create resource \\"services/proxy\\"',
     );
     expect(asked).toEqual([
       {
@@ -180,7 +180,7 @@ describe('the reach dialer', () => {
               resource: 'services',
               subresource: 'proxy',
               namespace: 'demo',
-              name: 'web',
+              name: 'web:echo',
             },
           },
         }),
@@ -356,6 +356,59 @@ describe('the reach dialer', () => {
   });
 });
 
+describe('connections that end', () => {
+  it('closes a refused connection once its Status is written, though the client keeps its side open', async () => {
+    const { client, reacher, close } = await reach({ review: async () => allowed(false) }, pod());
+    client.on('data', () => undefined);
+    // The client reads the Status and never ends its side; the dialer's side closes anyway, so it holds no place.
+    await once(client, 'end');
+    while (reacher.open() > 0) await new Promise((r) => setTimeout(r, 10));
+    expect(client.destroyed).toBe(false);
+    close();
+  });
+
+  it('takes no place for a client that left before its turn', async () => {
+    const reacher = newReacher({
+      reads: reads({}),
+      review: async () => allowed(true),
+      checkPolicy: false,
+      log: newLogger({ level: 'silent' }),
+    });
+    const server = createServer((socket) => {
+      socket.destroy();
+      reacher.serve(
+        {
+          url: reachPath('sealion.dev', pod()),
+          upgrade: 'tcp',
+          rawImpersonation: ['Impersonate-User', 'alice'],
+        },
+        socket,
+        Buffer.alloc(0),
+      );
+    }).listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const client = connect({ port: (server.address() as AddressInfo).port, host: '127.0.0.1' });
+    client.on('error', () => undefined);
+    await once(client, 'close');
+    expect(reacher.open()).toBe(0);
+    server.close();
+  });
+
+  it("compares the API server's addresses as addresses, whatever their spelling", async () => {
+    const { client, close } = await reach(
+      {
+        reads: reads({
+          pods: { echo: runningPod({ status: { phase: 'Running', podIPs: [{ ip: 'fd00:10::1' }] } }) },
+          services: { kubernetes: { spec: { clusterIPs: ['fd00:0010:0:0::1'] } } },
+        }),
+      },
+      pod(),
+    );
+    expect(await readAll(client)).toMatch(/the API server's address/);
+    close();
+  });
+});
+
 describe('addresses never dialed', () => {
   it.each([
     ['127.0.0.1', true],
@@ -365,6 +418,12 @@ describe('addresses never dialed', () => {
     ['fe80::1', true],
     ['0.0.0.0', true],
     ['224.0.0.1', true],
+    ['::ffff:a00:1', true],
+    ['64:ff9b::a00:1', true],
+    ['::10.0.0.1', true],
+    ['2002:a00:1::1', true],
+    ['100.100.100.200', true],
+    ['fd00:ec2::254', true],
     ['10.244.0.5', false],
     ['fd00::5', false],
     ['not-an-ip', true],

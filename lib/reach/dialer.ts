@@ -25,7 +25,7 @@ import {
   NOBODY,
   requestedImpersonation,
 } from '../kube/impersonation.ts';
-import { apiStatusCode, type KubeClients } from '../kube/kube.ts';
+import type { RawReader } from '../kube/kube.ts';
 import { newReviewCache, ReviewUnavailable } from '../kube/review-cache.ts';
 import { rawStatusResponse, statusMessageOf, type Refusal } from '../kube/status.ts';
 import type { Logger } from '../log.ts';
@@ -54,11 +54,12 @@ export interface ReachLimits {
 }
 
 /**
- * 4,096 connections at once, 512 for one user (a browser behind a forward opens dozens); an hour without a byte
+ * 2,048 connections at once (half of what the concierge's listener takes, so reach cannot starve kubectl), 512 for one
+ * user (a browser behind a forward opens dozens); an hour without a byte
  * closes one (the kubelet's streaming idle timeout is four); ten seconds to connect.
  */
 export const DEFAULT_REACH_LIMITS: ReachLimits = {
-  total: 4096,
+  total: 2048,
   perUser: 512,
   idleMs: 60 * 60_000,
   connectMs: 10_000,
@@ -68,6 +69,8 @@ export const DEFAULT_REACH_LIMITS: ReachLimits = {
 export interface ReachFacts {
   user: string;
   target: string;
+  /** The address dialed: `ip:port`. */
+  endpoint: string;
   /** Bytes from the client to the target, and back. */
   sent: number;
   received: number;
@@ -98,14 +101,26 @@ export interface ReachRequest {
   upgrade: string;
   /** The Impersonate-* fields that name whom it is for, as name/value pairs in order (repeated ones kept apart). */
   rawImpersonation: string[];
+  /**
+   * Whose connections these count as, for the per-user bound: the user who authenticated (where that is known, the
+   * concierge), not whom they act as, so `--as` does not multiply a share. Default: the impersonated user (the agent,
+   * behind the hub's fair share per authenticated user).
+   */
+  holder?: string;
 }
 
 /** What is known of a reach connection while it lasts, for its request's log line and audit event. */
 export interface ReachTally {
   /** 101 once connected, or the status of the Status it was refused with. */
   status?: number;
+  /** The message of the Status it was refused with. */
+  message?: string;
   sent: number;
   received: number;
+  /** The address dialed, once connected: `ip:port`. */
+  endpoint?: string;
+  /** Told when the target accepted and the 101 was sent. */
+  connected?: () => void;
 }
 
 /** The reach request an upgrade to this process carries: the Impersonate-* headers it was sent with. */
@@ -133,23 +148,47 @@ const APISERVER_ADDRESSES_TTL_MS = 30_000;
 /** Endpoints tried for one connection to a Service before it fails. */
 const MAX_ENDPOINT_TRIES = 3;
 
-/** Addresses never dialed: this host, link-local (cloud metadata among them), unspecified, multicast, broadcast. */
-const NEVER = new BlockList();
+/**
+ * Addresses never dialed: this host, link-local and the clouds' metadata services, unspecified, multicast, broadcast;
+ * and the IPv6 forms that carry an IPv4 address another way (mapped in hex, compatible, NAT64, 6to4), which a pod's
+ * address never takes, so that no IPv4 address is reached under a form the checks above would not recognise.
+ */
+const NEVER_V4 = new BlockList();
 for (const [net, prefix] of [
   ['0.0.0.0', 8],
   ['127.0.0.0', 8],
   ['169.254.0.0', 16],
+  ['100.100.100.200', 32],
   ['224.0.0.0', 4],
   ['255.255.255.255', 32],
 ] as const)
-  NEVER.addSubnet(net, prefix, 'ipv4');
+  NEVER_V4.addSubnet(net, prefix, 'ipv4');
+// Apart: a BlockList matches IPv4 addresses against IPv6 rules for the forms that carry them.
+const NEVER_V6 = new BlockList();
 for (const [net, prefix] of [
-  ['::', 128],
+  ['::', 96],
   ['::1', 128],
+  ['::ffff:0:0', 96],
+  ['64:ff9b::', 96],
+  ['2002::', 16],
   ['fe80::', 10],
+  ['fd00:ec2::254', 128],
   ['ff00::', 8],
 ] as const)
-  NEVER.addSubnet(net, prefix, 'ipv6');
+  NEVER_V6.addSubnet(net, prefix, 'ipv6');
+
+/** Whether `ip` is one of `addresses`, compared as addresses (any spelling of an IPv6 one), not as text. */
+function isOneOf(ip: string, addresses: Iterable<string | undefined>): boolean {
+  const list = new BlockList();
+  for (const a of addresses) {
+    const plain = a && plainAddress(a);
+    const family = plain ? isIP(plain) : 0;
+    if (family) list.addAddress(plain!, family === 4 ? 'ipv4' : 'ipv6');
+  }
+  const plain = plainAddress(ip);
+  const family = isIP(plain);
+  return family !== 0 && list.check(plain, family === 4 ? 'ipv4' : 'ipv6');
+}
 
 /** An address as the dial sees it: an IPv4-mapped IPv6 address is its IPv4 one. */
 function plainAddress(ip: string): string {
@@ -157,13 +196,28 @@ function plainAddress(ip: string): string {
   return mapped ? mapped[1]! : ip.toLowerCase();
 }
 
+/** How long a refused connection's Status may take to be written before the connection is cut. */
+const REFUSAL_WRITE_MS = 5_000;
+
+/** Destroys `socket` once what was written to it is flushed (or after REFUSAL_WRITE_MS, for a client that reads nothing). */
+function closeSoon(socket: Duplex): void {
+  const soon = (socket as Duplex & { destroySoon?: () => void }).destroySoon;
+  if (soon) return soon.call(socket);
+  const timer = setTimeout(() => socket.destroy(), REFUSAL_WRITE_MS);
+  timer.unref();
+  socket.once('finish', () => {
+    clearTimeout(timer);
+    socket.destroy();
+  });
+}
+
 /** Why `ip` is never dialed; undefined when it may be. */
 export function addressProblem(ip: string): string | undefined {
   const plain = plainAddress(ip);
   const family = isIP(plain);
   if (family === 0) return `"${ip.slice(0, 64)}" is not an IP address`;
-  if (NEVER.check(plain, family === 4 ? 'ipv4' : 'ipv6'))
-    return `${plain} is a loopback, link-local, unspecified or multicast address`;
+  if (family === 4 ? NEVER_V4.check(plain, 'ipv4') : NEVER_V6.check(plain, 'ipv6'))
+    return `${plain} is a loopback, link-local, metadata, unspecified, multicast or IPv4-in-IPv6 address`;
   return undefined;
 }
 
@@ -233,46 +287,39 @@ export const refused = (status: number, message: string, retryAfterSeconds?: num
   new Refused({ status, message, ...(retryAfterSeconds === undefined ? {} : { retryAfterSeconds }) });
 
 /**
- * Reads through client-node's generic object API, as the identity `objects` was made with; each failure is the
- * Status the connection is refused with (not found, not allowed, or unavailable: retry).
+ * Reads as `reader`'s identity (kept-alive HTTP/2 connections: a connection's reads are three calls); each failure is
+ * the Status the connection is refused with (not found, not allowed, or unavailable: retry).
  */
-export function kubeReachReads(objects: KubeClients['objects']): ReachReads {
-  const failed =
-    (what: string) =>
-    (err: unknown): never => {
-      const code = apiStatusCode(err);
-      if (code === 404) throw refused(404, `${what} not found`);
-      if (code === 403)
-        throw refused(403, `${what} could not be read: Sealion may not read it in this cluster`);
+export function kubeReachReads(reader: RawReader): ReachReads {
+  const read = async <T>(path: string, what: string): Promise<T> => {
+    let answer: { status: number; body: Buffer };
+    try {
+      answer = await reader.get(path);
+    } catch (err) {
       throw refused(503, `${what} could not be read: ${(err as Error).message.slice(0, 200)}`, 1);
-    };
-  const read = <T>(
-    apiVersion: string,
-    kind: string,
-    namespace: string,
-    name: string,
-    what: string,
-  ): Promise<T> =>
-    objects.read({ apiVersion, kind, metadata: { namespace, name } }).then((o) => o as T, failed(what));
+    }
+    if (answer.status === 404) throw refused(404, `${what} not found`);
+    if (answer.status === 403)
+      throw refused(403, `${what} could not be read: Sealion may not read it in this cluster`);
+    if (answer.status !== 200) throw refused(503, `${what} could not be read: HTTP ${answer.status}`, 1);
+    try {
+      return JSON.parse(answer.body.toString('utf8')) as T;
+    } catch {
+      throw refused(503, `${what} could not be read: the answer is not JSON`, 1);
+    }
+  };
+  const e = encodeURIComponent;
   return {
-    pod: (namespace, name) => read('v1', 'Pod', namespace, name, `pods "${name}"`),
-    service: (namespace, name) => read('v1', 'Service', namespace, name, `services "${name}"`),
-    endpointSlices: (namespace, service) =>
-      objects
-        .list(
-          'discovery.k8s.io/v1',
-          'EndpointSlice',
-          namespace,
-          undefined,
-          undefined,
-          undefined,
-          undefined,
-          `kubernetes.io/service-name=${service}`,
+    pod: (namespace, name) => read(`/api/v1/namespaces/${e(namespace)}/pods/${e(name)}`, `pods "${name}"`),
+    service: (namespace, name) =>
+      read(`/api/v1/namespaces/${e(namespace)}/services/${e(name)}`, `services "${name}"`),
+    endpointSlices: async (namespace, service) =>
+      (
+        await read<{ items?: EndpointSliceObject[] }>(
+          `/apis/discovery.k8s.io/v1/namespaces/${e(namespace)}/endpointslices?labelSelector=${e(`kubernetes.io/service-name=${service}`)}`,
+          `the endpoints of service ${namespace}/${service}`,
         )
-        .then(
-          (list) => list.items as EndpointSliceObject[],
-          failed(`the endpoints of service ${namespace}/${service}`),
-        ),
+      ).items ?? [],
   };
 }
 
@@ -283,18 +330,17 @@ export function newReacher(deps: ReacherDeps): Reacher {
   const reviews = newReviewCache();
   const perUser = new Map<string, number>();
   const live = new Set<Duplex>();
-  let apiserver: { at: number; addresses: Promise<Set<string>> } | undefined;
+  let apiserver: { at: number; addresses: Promise<string[]> } | undefined;
 
   /** The addresses of the API server itself: its Service's cluster IPs and its endpoints, read at most every 30 s. */
-  function apiserverAddresses(): Promise<Set<string>> {
+  function apiserverAddresses(): Promise<string[]> {
     if (apiserver && Date.now() - apiserver.at < APISERVER_ADDRESSES_TTL_MS) return apiserver.addresses;
     const addresses = (async () => {
       const service = await deps.reads.service('default', 'kubernetes');
       const slices = await deps.reads.endpointSlices('default', 'kubernetes');
-      const all = new Set((service.spec?.clusterIPs ?? []).map(plainAddress));
+      const all = [...(service.spec?.clusterIPs ?? [])];
       for (const slice of slices)
-        for (const endpoint of slice.endpoints ?? [])
-          for (const ip of endpoint.addresses ?? []) all.add(plainAddress(ip));
+        for (const endpoint of slice.endpoints ?? []) all.push(...(endpoint.addresses ?? []));
       return all;
     })();
     apiserver = { at: Date.now(), addresses };
@@ -333,7 +379,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
       if (!allowed)
         throw refused(
           403,
-          `${target.kind} "${target.name}" is forbidden: User "${String(impersonation['impersonate-user'])}" cannot create resource "${attributes.resource}/${attributes.subresource}" in API group "" in the namespace "${target.namespace}"`,
+          `${target.kind} "${attributes.name}" is forbidden: User "${String(impersonation['impersonate-user'])}" cannot create resource "${attributes.resource}/${attributes.subresource}" in API group "" in the namespace "${target.namespace}"`,
         );
     } catch (err) {
       if (err instanceof ReviewUnavailable) throw refused(err.status, err.message, 1);
@@ -381,18 +427,10 @@ export function newReacher(deps: ReacherDeps): Reacher {
   function podAddressProblem(pod: PodObject, ip: string): string | undefined {
     if (pod.spec?.hostNetwork) return "it uses its node's network, and a node's addresses are never dialed";
     if (pod.status?.phase !== 'Running') return `it is ${pod.status?.phase ?? 'not running'}`;
-    const own = new Set(
-      [...(pod.status?.podIPs ?? []).map((p) => p.ip), pod.status?.podIP]
-        .filter(Boolean)
-        .map((a) => plainAddress(a!)),
-    );
-    if (!own.has(plainAddress(ip))) return `${ip} is not its address`;
-    const host = new Set(
-      [...(pod.status?.hostIPs ?? []).map((p) => p.ip), pod.status?.hostIP]
-        .filter(Boolean)
-        .map((a) => plainAddress(a!)),
-    );
-    if (host.has(plainAddress(ip))) return `${ip} is its node's address`;
+    if (!isOneOf(ip, [...(pod.status?.podIPs ?? []).map((p) => p.ip), pod.status?.podIP]))
+      return `${ip} is not its address`;
+    if (isOneOf(ip, [...(pod.status?.hostIPs ?? []).map((p) => p.ip), pod.status?.hostIP]))
+      return `${ip} is its node's address`;
     return undefined;
   }
 
@@ -465,7 +503,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
   async function dial(target: ReachTarget, endpoint: Endpoint): Promise<Socket> {
     const problem = addressProblem(endpoint.ip);
     if (problem) throw refused(403, `${describeTarget(target)}: ${problem}`);
-    if ((await apiserverAddresses()).has(plainAddress(endpoint.ip)))
+    if (isOneOf(endpoint.ip, await apiserverAddresses()))
       throw refused(
         403,
         `${describeTarget(target)}: ${endpoint.ip} is the API server's address, which is never dialed`,
@@ -548,6 +586,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
       deps.ended?.({
         user: about.user,
         target: about.target,
+        endpoint: tally.endpoint ?? '',
         sent: tally.sent,
         received: tally.received,
         ms: Date.now() - about.started,
@@ -578,22 +617,29 @@ export function newReacher(deps: ReacherDeps): Reacher {
           : { details: { retryAfterSeconds: retry }, headers: { 'retry-after': String(retry) } },
       ),
     );
+    // Closed once the Status is written, whether or not the client ends its side: a client that never does would
+    // otherwise hold the connection (and its place) for good.
+    closeSoon(socket);
   }
 
   return {
     serve(request, socket, head, tally = { sent: 0, received: 0 }) {
+      // A client gone while it was authenticated and decided would never close again.
+      if (socket.destroyed) return;
       socket.on('error', () => socket.destroy());
       const refuse = (r: Refusal): void => {
         tally.status = r.status;
+        tally.message = r.message;
         answer(socket, r);
       };
       const target = parseReach(request.url);
       if ('problem' in target) return refuse({ status: 400, message: target.problem });
       if (request.upgrade.toLowerCase() !== REACH_UPGRADE)
         return refuse({ status: 400, message: `a reach connection is an upgrade to ${REACH_UPGRADE}` });
-      const user = impersonationOf(request.rawImpersonation)['impersonate-user'];
-      if (typeof user !== 'string' || user === '')
+      const impersonated = impersonationOf(request.rawImpersonation)['impersonate-user'];
+      if (typeof impersonated !== 'string' || impersonated === '')
         return refuse({ status: 403, message: 'a reach connection must name the one user it is for' });
+      const user = request.holder ?? impersonated;
       if (live.size >= limits.total)
         return refuse({
           status: 503,
@@ -626,6 +672,8 @@ export function newReacher(deps: ReacherDeps): Reacher {
             const conn = await dial(target, endpoint);
             if (socket.destroyed) return void conn.destroy();
             tally.status = 101;
+            tally.endpoint = `${endpoint.ip}:${endpoint.port}`;
+            tally.connected?.();
             return splice(socket, conn, head, { user, target: describeTarget(target), tally, started });
           } catch (err) {
             if (!(err instanceof Refused)) throw err;

@@ -56,7 +56,8 @@ describe('reach paths', () => {
       resource: 'services',
       subresource: 'proxy',
       namespace: 'n',
-      name: 's',
+      // As the API server's proxy to that port names it.
+      name: 's:80',
     });
     expect(reachAttributes({ namespace: 'n', kind: 'pods', name: 'p', port: 80 })).toMatchObject({
       verb: 'create',

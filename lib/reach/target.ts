@@ -83,9 +83,10 @@ export function parseReach(url: string): ReachTarget | { problem: string } {
 }
 
 /**
- * What reaching `target` is authorized as, on the cluster it is in: for a Service, `create services/proxy` (what the
- * API server's own proxy to that Service asks: whoever may send it requests through the API server may open
- * connections to it); for a pod, `create pods/portforward` (what `kubectl port-forward` to that pod asks).
+ * What reaching `target` is authorized as, on the cluster it is in: for a Service, `create services/proxy` named
+ * `<service>:<port>`, as the API server's own proxy to that port of the Service is (whoever may send it requests
+ * through the API server may open connections to it, and RBAC that names `web:http` allows that port alone); for a
+ * pod, `create pods/portforward` (what `kubectl port-forward` to that pod asks).
  */
 export function reachAttributes(target: ReachTarget): RequestAttributes & { resourceRequest: true } {
   return {
@@ -96,7 +97,7 @@ export function reachAttributes(target: ReachTarget): RequestAttributes & { reso
     resource: target.kind,
     subresource: target.kind === 'services' ? 'proxy' : 'portforward',
     namespace: target.namespace,
-    name: target.name,
+    name: target.kind === 'services' ? `${target.name}:${target.port}` : target.name,
   };
 }
 
