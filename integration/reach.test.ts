@@ -139,7 +139,8 @@ describe.each([
 
   it('audits each connection where it landed: who, what, its bytes both ways and when it ended', async () => {
     const echo = await forward(kubeconfig(), ['svc/reach-echo', ':echo']);
-    const marker = randomBytes(3000);
+    // A length of its own, so the event found is this connection's.
+    const marker = randomBytes(where === 'hub' ? 3000 : 3001);
     expect((await exchange(echo.port, marker)).equals(marker)).toBe(true);
     await stopChild(echo.child);
     const bytes = `${marker.length} sent, ${marker.length} received`;
@@ -169,7 +170,7 @@ describe.each([
         resource: 'services',
         subresource: 'proxy',
         namespace: DEMO_NAMESPACE,
-        name: 'reach-echo',
+        name: 'reach-echo:echo',
       },
       responseStatus: { code: 101 },
       annotations: {
