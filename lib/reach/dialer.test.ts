@@ -118,6 +118,29 @@ async function reach(
   return { client, reacher, close: () => server.close() };
 }
 
+/** A server whose every connection `reacher` serves as a request for `target` by alice; its port. */
+async function serving(
+  reacher: ReturnType<typeof newReacher>,
+  target: ReachTarget,
+  before: (socket: Socket) => void = () => {},
+): Promise<{ port: number; server: Server }> {
+  const server = createServer((socket) => {
+    open.push(socket);
+    before(socket);
+    reacher.serve(
+      {
+        url: reachPath('sealion.dev', target),
+        upgrade: 'tcp',
+        rawImpersonation: ['Impersonate-User', 'alice'],
+      },
+      socket,
+      Buffer.alloc(0),
+    );
+  }).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return { port: (server.address() as AddressInfo).port, server };
+}
+
 /** Everything the client reads until the other side ends. */
 async function readAll(client: Socket): Promise<string> {
   const chunks: Buffer[] = [];
@@ -334,20 +357,8 @@ describe('the reach dialer', () => {
     const first = await reach({ limits: { perUser: 1 } }, pod());
     await once(first.client, 'data');
     // The same reacher, the same user, a second connection.
-    const server = createServer((socket) => {
-      open.push(socket);
-      first.reacher.serve(
-        {
-          url: reachPath('sealion.dev', pod()),
-          upgrade: 'tcp',
-          rawImpersonation: ['Impersonate-User', 'alice'],
-        },
-        socket,
-        Buffer.alloc(0),
-      );
-    }).listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const second = connect({ port: (server.address() as AddressInfo).port, host: '127.0.0.1' });
+    const { port, server } = await serving(first.reacher, pod());
+    const second = connect({ port, host: '127.0.0.1' });
     open.push(second);
     expect(await readAll(second)).toMatch(/^HTTP\/1\.1 429/);
     expect(first.reacher.open()).toBe(1);
@@ -374,20 +385,8 @@ describe('connections that end', () => {
       checkPolicy: false,
       log: newLogger({ level: 'silent' }),
     });
-    const server = createServer((socket) => {
-      socket.destroy();
-      reacher.serve(
-        {
-          url: reachPath('sealion.dev', pod()),
-          upgrade: 'tcp',
-          rawImpersonation: ['Impersonate-User', 'alice'],
-        },
-        socket,
-        Buffer.alloc(0),
-      );
-    }).listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    const client = connect({ port: (server.address() as AddressInfo).port, host: '127.0.0.1' });
+    const { port, server } = await serving(reacher, pod(), (socket) => socket.destroy());
+    const client = connect({ port, host: '127.0.0.1' });
     client.on('error', () => undefined);
     await once(client, 'close');
     expect(reacher.open()).toBe(0);
