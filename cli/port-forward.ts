@@ -221,6 +221,8 @@ export function openReach(
       },
     };
     const req = request(url, requestOptions);
+    // The handshake's and the request's small writes go at once, not after the next ACK.
+    req.setNoDelay(true);
     const settle = (): void => {
       settled = true;
       clearTimeout(timer);

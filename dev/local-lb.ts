@@ -197,7 +197,7 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
   function serverFor(namespace: string, name: string, port: number): Server {
     const open = new Set<Socket>();
     // Half-open, as a cloud's TCP load balancer is: a client that ends its side still reads the answer.
-    const server = createServer({ allowHalfOpen: true }, (socket) => {
+    const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
       open.add(socket);
       socket.on('close', () => open.delete(socket));
       socket.on('error', () => socket.destroy());
@@ -211,7 +211,12 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
         })
         .then((target) => {
           if (!target || socket.destroyed) return void socket.destroy();
-          const upstream = connect({ port: target.port, host: target.host, allowHalfOpen: true });
+          const upstream = connect({
+            port: target.port,
+            host: target.host,
+            allowHalfOpen: true,
+            noDelay: true,
+          });
           socket.pipe(upstream).pipe(socket);
           socket.resume();
           const end = (): void => {

@@ -13,7 +13,7 @@ export async function startTcpBalancer(backends: () => number[]): Promise<TcpBal
   let next = 0;
   const open = new Set<Socket>();
   // Half-open: a client that ends its side still reads the answer.
-  const server = createServer({ allowHalfOpen: true }, (client: Socket) => {
+  const server = createServer({ allowHalfOpen: true, noDelay: true }, (client: Socket) => {
     client.pause();
     client.on('error', () => client.destroy());
     open.add(client);
@@ -25,6 +25,7 @@ export async function startTcpBalancer(backends: () => number[]): Promise<TcpBal
         port: ports[next++ % ports.length]!,
         host: '127.0.0.1',
         allowHalfOpen: true,
+        noDelay: true,
       });
       upstream.once('error', () => attempt(tried + 1));
       upstream.once('connect', () => {

@@ -143,6 +143,42 @@ export interface Reacher {
 
 export const SELF_REVIEW_PATH = '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews';
 
+/**
+ * How long one read of a pod, a Service or its EndpointSlices serves further connections: a burst of connections to
+ * one object (a browser's, a pool's) costs its reads once, not per connection. Kept short, as kube-proxy's own view
+ * of endpoints lags: a pod that went away is dialed for at most this long, and fails to connect.
+ */
+const READ_TTL_MS = 1_000;
+/** Objects whose reads are kept: the targets of a burst, not a cluster's worth. */
+const MAX_KEPT_READS = 1_000;
+
+/** `reads`, each answer (or refusal) kept READ_TTL_MS, and reads under way shared. */
+function keptReads(reads: ReachReads): ReachReads {
+  const kept = new Map<string, { at: number; answer: Promise<unknown> }>();
+  const keep = <T>(key: string, read: () => Promise<T>): Promise<T> => {
+    const now = Date.now();
+    const found = kept.get(key);
+    if (found && now - found.at < READ_TTL_MS) return found.answer as Promise<T>;
+    if (kept.size >= MAX_KEPT_READS)
+      for (const [k, v] of kept) if (now - v.at >= READ_TTL_MS || kept.size >= MAX_KEPT_READS) kept.delete(k);
+    const answer = read();
+    kept.set(key, { at: now, answer });
+    // A read that could not be made is not kept: the next connection asks again.
+    answer.catch((err: unknown) => {
+      if (!(err instanceof Refused) || err.refusal.status >= 500) kept.delete(key);
+    });
+    return answer;
+  };
+  return {
+    pod: (namespace, name) =>
+      keep(JSON.stringify(['pod', namespace, name]), () => reads.pod(namespace, name)),
+    service: (namespace, name) =>
+      keep(JSON.stringify(['service', namespace, name]), () => reads.service(namespace, name)),
+    endpointSlices: (namespace, service) =>
+      keep(JSON.stringify(['slices', namespace, service]), () => reads.endpointSlices(namespace, service)),
+  };
+}
+
 /** How long the API server's own addresses are kept before they are read again. */
 const APISERVER_ADDRESSES_TTL_MS = 30_000;
 /** Endpoints tried for one connection to a Service before it fails. */
@@ -328,6 +364,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
   const { log } = deps;
   const connect = deps.connect ?? ((host, port) => netConnect({ host, port, allowHalfOpen: true }));
   const reviews = newReviewCache();
+  const reads = keptReads(deps.reads);
   const perUser = new Map<string, number>();
   const live = new Set<Duplex>();
   let apiserver: { at: number; addresses: Promise<string[]> } | undefined;
@@ -336,8 +373,8 @@ export function newReacher(deps: ReacherDeps): Reacher {
   function apiserverAddresses(): Promise<string[]> {
     if (apiserver && Date.now() - apiserver.at < APISERVER_ADDRESSES_TTL_MS) return apiserver.addresses;
     const addresses = (async () => {
-      const service = await deps.reads.service('default', 'kubernetes');
-      const slices = await deps.reads.endpointSlices('default', 'kubernetes');
+      const service = await reads.service('default', 'kubernetes');
+      const slices = await reads.endpointSlices('default', 'kubernetes');
       const all = [...(service.spec?.clusterIPs ?? [])];
       for (const slice of slices)
         for (const endpoint of slice.endpoints ?? []) all.push(...(endpoint.addresses ?? []));
@@ -437,14 +474,14 @@ export function newReacher(deps: ReacherDeps): Reacher {
   /** The addresses to try for `target`, in order. */
   async function endpoints(target: ReachTarget): Promise<Endpoint[]> {
     if (target.kind === 'pods') {
-      const pod = await deps.reads.pod(target.namespace, target.name);
+      const pod = await reads.pod(target.namespace, target.name);
       const ip = pod.status?.podIPs?.[0]?.ip ?? pod.status?.podIP;
       if (!ip) throw refused(503, `pod ${target.namespace}/${target.name} has no address yet`, 1);
       const problem = podAddressProblem(pod, ip);
       if (problem) throw refused(403, `pod ${target.namespace}/${target.name} cannot be reached: ${problem}`);
       return [{ ip, port: podPort(pod, target.port) }];
     }
-    const service = await deps.reads.service(target.namespace, target.name);
+    const service = await reads.service(target.namespace, target.name);
     if (service.spec?.type === 'ExternalName')
       throw refused(
         403,
@@ -457,7 +494,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
     );
     if (!port)
       throw refused(404, `service ${target.namespace}/${target.name} has no TCP port ${target.port}`);
-    const slices = await deps.reads.endpointSlices(target.namespace, target.name);
+    const slices = await reads.endpointSlices(target.namespace, target.name);
     const found: Endpoint[] = [];
     for (const slice of slices) {
       if (slice.addressType !== 'IPv4' && slice.addressType !== 'IPv6') continue;
@@ -509,7 +546,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
         `${describeTarget(target)}: ${endpoint.ip} is the API server's address, which is never dialed`,
       );
     if (endpoint.pod) {
-      const pod = await deps.reads.pod(target.namespace, endpoint.pod.name);
+      const pod = await reads.pod(target.namespace, endpoint.pod.name);
       if (endpoint.pod.uid && pod.metadata?.uid !== endpoint.pod.uid)
         throw refused(503, `${describeTarget(target)}: the endpoint's pod was replaced`, 1);
       const bad = podAddressProblem(pod, endpoint.ip);
