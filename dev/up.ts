@@ -15,6 +15,7 @@ import {
   type Running,
 } from './installed.ts';
 import { stopOnSignal } from './processes.ts';
+import { deployReachWorkload, REACH_WORKLOAD } from './reach-workload.ts';
 
 /** The demo token lives as long as a working day; the exec plugin trades it for short-lived certificates. */
 const DEMO_TOKEN_SECONDS = 12 * 3600;
@@ -42,6 +43,11 @@ async function start(running: Running, log: (line: string) => void): Promise<voi
   const started = Date.now();
   const installed = await startInstalledSealion(running, log);
   const { hub: cluster, edge, issuer, image, kubeconfig: kubeconfigFor } = installed;
+  // A Service on each cluster to reach with sealion port-forward.
+  await Promise.all([
+    deployReachWorkload(cluster, image.name, 'hub'),
+    deployReachWorkload(edge, image.name, EDGE),
+  ]);
   const dir = join(REPO_ROOT, '.sealion');
   mkdirSync(dir, { recursive: true });
   const token = await issuer.mint(
@@ -82,6 +88,10 @@ And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out
   kubectl --kubeconfig ${edgeRel} get namespaces                    # allowed
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # Forbidden, from ${EDGE}'s RBAC
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} --as=system:serviceaccount:${DEMO_NAMESPACE}:default get pods   # Forbidden: ${EDGE} decides who may impersonate there, not the hub
+A Service inside each cluster, from this machine (each prints its local port: curl it; that cluster's RBAC decides,
+and the hub's concierge or ${EDGE}'s agent dials the Service's pod):
+  npx sealion port-forward --kubeconfig ${rel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
+  npx sealion port-forward --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
 Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows each agent and its policy):
   kubectl --kubeconfig ${cluster.kubeconfigPath} get pods -A -o wide
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators

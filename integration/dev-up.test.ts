@@ -2,6 +2,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parse } from 'yaml';
@@ -48,6 +49,26 @@ describe('npm start', () => {
     }));
     expect(printed.filter((c) => c.kubeconfig).length).toBeGreaterThanOrEqual(3);
     for (const c of printed) {
+      if (c.args[0] === 'port-forward') {
+        // Runs until stopped: the port it prints answers with the Service's HTTP server on that cluster.
+        const [pfCommand, pfArgs] = dieWithParent(process.execPath, [
+          join(REPO_ROOT, 'bin/sealion.js'),
+          ...c.args,
+        ]);
+        const forward = spawn(pfCommand, pfArgs, {
+          cwd: REPO_ROOT,
+          stdio: ['ignore', 'pipe', 'pipe'],
+          env: { ...process.env, ...env },
+        });
+        try {
+          const { match } = await waitForOutput(forward, /Forwarding from 127\.0\.0\.1:(\d+)/);
+          const where = c.args.some((a) => a.includes('edge')) ? 'edge' : 'hub';
+          expect(await httpGet(Number(match[1]))).toBe(`hello from ${where}\n`);
+        } finally {
+          await stopChild(forward);
+        }
+        continue;
+      }
       if (!c.kubeconfig) {
         // The CLI; its OIDC login prints a URL, which this test opens as the person would.
         const result = await sealionWithBrowser(c.args, env);
@@ -114,6 +135,18 @@ function sealionWithBrowser(args: string[], env: NodeJS.ProcessEnv): Promise<Log
     caPem,
     env,
     cwd: REPO_ROOT,
+  });
+}
+
+/** The body of GET / on a local port. */
+function httpGet(port: number): Promise<string> {
+  return new Promise((done, fail) => {
+    get({ host: '127.0.0.1', port, path: '/' }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => done(body));
+    }).on('error', fail);
   });
 }
 
