@@ -4,6 +4,7 @@
 // The binding travels in the certificate as one URI SAN, urn:sealion:cluster:<name>:<uid>:<generation>, built
 // from parts that are each checked against a strict alphabet without ':', so the URI splits back into exactly
 // those parts. Part of the install contract (install.ts): the concierge writes it, and tools outside it read it.
+import { isDNSLabel } from './names.ts';
 
 export interface AgentBinding {
   cluster: string;
@@ -13,7 +14,6 @@ export interface AgentBinding {
 
 export const BINDING_URI_PREFIX = 'urn:sealion:cluster:';
 
-export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 /** Kubernetes UIDs are RFC 4122 UUIDs in their lowercase text form. */
 export const UID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** The CRD caps agentGeneration at 2^31-1; no leading zeros, so one number has one spelling. */
@@ -23,7 +23,7 @@ const MAX_GENERATION = 2 ** 31 - 1;
 export const validGeneration = (n: number): boolean => Number.isInteger(n) && n >= 0 && n <= MAX_GENERATION;
 
 export function bindingURI(binding: AgentBinding): string {
-  if (!DNS_LABEL.test(binding.cluster) || !UID.test(binding.uid) || !validGeneration(binding.generation))
+  if (!isDNSLabel(binding.cluster) || !UID.test(binding.uid) || !validGeneration(binding.generation))
     throw new Error('an agent binding needs a DNS-label name, a UUID and a generation in 0..2^31-1');
   return `${BINDING_URI_PREFIX}${binding.cluster}:${binding.uid}:${binding.generation}`;
 }
@@ -34,7 +34,7 @@ export function parseBindingURI(uri: string): AgentBinding | undefined {
   const parts = uri.slice(BINDING_URI_PREFIX.length).split(':');
   if (parts.length !== 3) return undefined;
   const [cluster, uid, generation] = parts as [string, string, string];
-  if (!DNS_LABEL.test(cluster) || !UID.test(uid) || !GENERATION.test(generation)) return undefined;
+  if (!isDNSLabel(cluster) || !UID.test(uid) || !GENERATION.test(generation)) return undefined;
   const n = Number(generation);
   return validGeneration(n) ? { cluster, uid, generation: n } : undefined;
 }

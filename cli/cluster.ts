@@ -8,6 +8,7 @@ import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import type { ClusterResource, KubeClients } from '../lib/kube/kube.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
+import { isDNSLabel } from '../apis/names.ts';
 
 interface ClusterFlags {
   kubeconfig: string;
@@ -22,13 +23,11 @@ interface ClusterFlags {
   legacyImpersonation?: boolean;
 }
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 /** Raising the generation races only with another admin doing the same; a few tries settle it. */
 const ROTATE_ATTEMPTS = 5;
 
 const checkName = (name: string): void => {
-  if (!DNS_LABEL.test(name))
-    throw new Error(`${JSON.stringify(name)} is not a valid cluster name (a DNS label)`);
+  if (!isDNSLabel(name)) throw new Error(`${JSON.stringify(name)} is not a valid cluster name (a DNS label)`);
 };
 
 const clusterResource = (groupSuffix: string): ClusterResource => ({

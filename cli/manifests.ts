@@ -4,13 +4,12 @@ import { isValidGroupSuffix } from '../apis/groups.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { DEFAULT_INSTALL, type InstallOptions } from '../manifests/install.ts';
 import { componentObjects, toYaml, writeKustomize, type Component } from '../manifests/render.ts';
+import { isDNSLabel } from '../apis/names.ts';
 
 const COMPONENTS: readonly Component[] = ['crds', 'concierge', 'agent'];
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 
 function namespaceName(value: string): string {
-  if (!DNS_LABEL.test(value) || value.length > 63)
-    throw new InvalidArgumentError(`${JSON.stringify(value)} is not a namespace name`);
+  if (!isDNSLabel(value)) throw new InvalidArgumentError(`${JSON.stringify(value)} is not a namespace name`);
   return value;
 }
 

@@ -7,6 +7,7 @@ import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_KUBE_CERT_AGENT_MODE, DEFAULT_PROXY_MODE, DEFAULT_SERVICE_TYPE } from '../apis/install.ts';
 import { SealionError } from '../lib/errors.ts';
+import { isDNSSubdomain } from '../apis/names.ts';
 
 /**
  * A hand-written config is a few hundred bytes; 64 KiB leaves room for many annotations while keeping the YAML
@@ -51,7 +52,6 @@ export class ConfigError extends SealionError {
   }
 }
 
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$/;
 
 function custom(ctx: z.RefinementCtx, code: ConfigProblemCode, message: string): void {
@@ -90,7 +90,7 @@ const annotationKey = z.string().refine(
     const [prefix, name, extra] = key.includes('/') ? key.split('/') : [undefined, key];
     return (
       extra === undefined &&
-      (prefix === undefined || DNS_SUBDOMAIN.test(prefix)) &&
+      (prefix === undefined || isDNSSubdomain(prefix)) &&
       QUALIFIED_NAME.test(name ?? '')
     );
   },
@@ -134,7 +134,7 @@ const tlsSchema = z
     secretName: z
       .string()
       .default('')
-      .refine((name) => name === '' || DNS_SUBDOMAIN.test(name), {
+      .refine((name) => name === '' || isDNSSubdomain(name), {
         message: 'must be a Secret name (a DNS subdomain)',
         params: { code: 'InvalidValue' },
       }),

@@ -2,7 +2,8 @@
 // registry's current object; the binding's format is the install contract's (apis/agent-binding.ts). The
 // certificate's subject is for people; nothing reads an identity from it.
 import type { Cluster } from '../../apis/tunnel.ts';
-import { DNS_LABEL, UID, validGeneration, type AgentBinding } from '../../apis/agent-binding.ts';
+import { UID, validGeneration, type AgentBinding } from '../../apis/agent-binding.ts';
+import { isDNSLabel } from '../../apis/names.ts';
 
 /** The binding a certificate issued now for `cluster` gets. Throws when the object lacks a valid name or UID. */
 export function currentBinding(cluster: Cluster): AgentBinding {
@@ -11,7 +12,7 @@ export function currentBinding(cluster: Cluster): AgentBinding {
     uid: cluster.metadata.uid ?? '',
     generation: cluster.spec.agentGeneration ?? 0,
   };
-  if (!DNS_LABEL.test(binding.cluster)) throw new Error('the Cluster has no valid name');
+  if (!isDNSLabel(binding.cluster)) throw new Error('the Cluster has no valid name');
   if (!UID.test(binding.uid)) throw new Error(`Cluster ${binding.cluster} has no valid uid`);
   if (!validGeneration(binding.generation))
     throw new Error(`Cluster ${binding.cluster} has an invalid spec.agentGeneration`);

@@ -54,6 +54,7 @@ import { bindingProblem, currentBinding } from './binding.ts';
 import { TUNNEL_CA_SECRET } from '../../apis/install.ts';
 import { newTunnelRoute, tunnelLimits, type TunnelRoute } from './route.ts';
 import { DEFAULT_REGISTRATION_LIMITS, newRateLimiter, type RateLimitOptions } from './rate-limit.ts';
+import { isDNSLabel } from '../../apis/names.ts';
 
 /** Agent certificates live 90 days and are renewed over the tunnel at two thirds of that. */
 export const AGENT_CERT_VALIDITY_MS = 90 * 24 * 3600 * 1000;
@@ -79,7 +80,6 @@ const MAX_WAIT_MS = 8_000;
 const SWEEP_MS = 1_000;
 /** What the log says of every failed registration; the caller gets the listener's one 401, whatever failed. */
 const REJECTED = 'registration rejected';
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
 export interface TunnelListenerOptions {
   clients: KubeClients;
@@ -395,7 +395,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         let cluster = '';
         try {
           const body = (await readBody(req)) as { cluster?: unknown; token?: unknown; csr?: unknown };
-          if (typeof body.cluster !== 'string' || !DNS_LABEL.test(body.cluster))
+          if (typeof body.cluster !== 'string' || !isDNSLabel(body.cluster))
             throw new RedeemError('Malformed', 'the body names no valid cluster');
           cluster = body.cluster;
           audit?.annotate(ANNOTATIONS.cluster, cluster);
