@@ -23,6 +23,7 @@ import {
 } from '../dev/installed.ts';
 import { eventually } from '../dev/eventually.ts';
 import { deployReachWorkload } from '../dev/reach-workload.ts';
+import { runKubectl } from '../dev/cluster.ts';
 import { dieWithParent, stopChild, waitForOutput } from '../dev/processes.ts';
 
 const running: Running = {};
@@ -214,4 +215,89 @@ describe.each([
     await eventually(async () => expect(refused.stderr()).toMatch(message));
     await stopChild(refused.child);
   });
+});
+
+describe('the API server as the oracle', () => {
+  it("allows and refuses each port of a Service as the API server's own proxy to that port does", async () => {
+    // A third user may reach one named port of the Service, and no other.
+    const onePort = 'one-port@sealion.dev';
+    const grant = await installed.hub.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'List',
+        items: [
+          {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'Role',
+            metadata: { name: 'reach-http-only', namespace: DEMO_NAMESPACE },
+            rules: [
+              {
+                apiGroups: [''],
+                resources: ['services/proxy'],
+                verbs: ['create'],
+                resourceNames: ['reach-echo:http'],
+              },
+            ],
+          },
+          {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'RoleBinding',
+            metadata: { name: 'one-port', namespace: DEMO_NAMESPACE },
+            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'reach-http-only' },
+            subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: onePort }],
+          },
+        ],
+      }),
+    });
+    expect(grant.stderr).toBe('');
+    const rows: { user: string; port: string; apiserver: boolean; sealion: boolean }[] = [];
+    for (const [user, groups] of [
+      [DEMO_USER, [DEMO_GROUP]],
+      [onePort, []],
+      ['viewer@sealion.dev', ['demo-viewers']],
+    ] as const) {
+      const token = await installed.issuer.mint({ username: user, groups: [...groups] });
+      const direct = join(dir, `${user}-direct.kubeconfig`);
+      const proxied = join(dir, `${user}-proxy.kubeconfig`);
+      writeFileSync(direct, await installed.kubeconfig(token, '', false, 'direct'));
+      writeFileSync(proxied, await installed.kubeconfig(token));
+      for (const port of ['http', '80']) {
+        // Straight to the API server, which proxies a POST to that port of the Service (create services/proxy).
+        const straight = await runKubectl(
+          installed.hub.binaries.kubectl,
+          direct,
+          [
+            'create',
+            '--raw',
+            `/api/v1/namespaces/${DEMO_NAMESPACE}/services/reach-echo:${port}/proxy/`,
+            '-f',
+            '-',
+          ],
+          { input: '' },
+        );
+        if (straight.code !== 0) expect(straight.stderr).toMatch(/forbidden|Forbidden/);
+        const through = await forward(proxied, ['svc/reach-echo', `:${port}`]);
+        const answer = (await exchange(through.port, 'GET / HTTP/1.0\r\n\r\n')).toString('utf8');
+        if (!answer.includes('hello from hub'))
+          await eventually(async () => expect(through.stderr()).toMatch(/forbidden/));
+        await stopChild(through.child);
+        rows.push({
+          user,
+          port,
+          apiserver: straight.code === 0 && straight.stdout.includes('hello from hub'),
+          sealion: answer.includes('hello from hub'),
+        });
+      }
+    }
+    expect(rows.filter((r) => r.apiserver !== r.sealion)).toEqual([]);
+    // Each kind of answer is there: both ports, one port, none.
+    expect(rows.map((r) => `${r.user} ${r.port} ${r.sealion}`)).toEqual([
+      `${DEMO_USER} http true`,
+      `${DEMO_USER} 80 true`,
+      `${onePort} http true`,
+      `${onePort} 80 false`,
+      'viewer@sealion.dev http false',
+      'viewer@sealion.dev 80 false',
+    ]);
+  }, 180_000);
 });
