@@ -128,8 +128,13 @@ describe("the node's pod network", () => {
         throw new Error(`nslookup: ${lookup.stdout}${lookup.stderr}`);
       webIp = addresses[1];
     }, 60_000);
-    const fetched = await inPod(`wget -qO- http://${webIp}/index.html`);
-    expect(fetched.stdout).toBe(`hello from ${DEMO_POD}\n`);
+    // kube-proxy programs the Service's address a moment after the Service exists (later on a busy machine): until
+    // then a connection to it goes nowhere, so each try has a deadline and is made again, as a client would.
+    await eventually(async () => {
+      // busybox's own timeout, as this build's wget -T crashes.
+      const fetched = await inPod(`timeout 5 wget -qO- http://${webIp}/index.html`);
+      expect(fetched.stdout).toBe(`hello from ${DEMO_POD}\n`);
+    }, 60_000);
     // Sealion's image resolves short names through the search path, as its pods do.
     const resolved = await hub.kubectl([
       'exec',
