@@ -17,6 +17,7 @@ import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { BlockList, connect as netConnect, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { CallAnswer } from '../http2/forward.ts';
+import { fieldsOf } from '../http2/request.ts';
 import { selfSubjectAccessReview, reviewAllowed, type AccessQuestion } from '../kube/access-review.ts';
 import {
   forwardedAs,
@@ -259,14 +260,7 @@ export function addressProblem(ip: string): string | undefined {
 
 /** Impersonate-* fields as headers to send on (repeated fields kept apart, in order). */
 function impersonationOf(rawHeaders: string[]): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {};
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!.toLowerCase();
-    const seen = headers[name];
-    const value = rawHeaders[i + 1]!;
-    headers[name] = seen === undefined ? value : [...(typeof seen === 'string' ? [seen] : seen), value];
-  }
-  return headers;
+  return fieldsOf(rawHeaders, (name) => !name.startsWith('impersonate-'));
 }
 
 interface Endpoint {
@@ -389,8 +383,11 @@ export function newReacher(deps: ReacherDeps): Reacher {
   }
 
   /** Whether this cluster lets the user reach `target`, asked as the request's impersonation; the refusal if not. */
-  async function authorize(target: ReachTarget, request: ReachRequest): Promise<void> {
-    const impersonation = impersonationOf(request.rawImpersonation);
+  async function authorize(
+    target: ReachTarget,
+    request: ReachRequest,
+    impersonation: Record<string, string | string[]>,
+  ): Promise<void> {
     const attributes = reachAttributes(target);
     const question: AccessQuestion = { ...NOBODY, ...attributes };
     const scope = createHash('sha256').update(JSON.stringify(impersonation)).digest('base64');
@@ -673,7 +670,8 @@ export function newReacher(deps: ReacherDeps): Reacher {
       if ('problem' in target) return refuse({ status: 400, message: target.problem });
       if (request.upgrade.toLowerCase() !== REACH_UPGRADE)
         return refuse({ status: 400, message: `a reach connection is an upgrade to ${REACH_UPGRADE}` });
-      const impersonated = impersonationOf(request.rawImpersonation)['impersonate-user'];
+      const impersonation = impersonationOf(request.rawImpersonation);
+      const impersonated = impersonation['impersonate-user'];
       if (typeof impersonated !== 'string' || impersonated === '')
         return refuse({ status: 403, message: 'a reach connection must name the one user it is for' });
       const user = request.holder ?? impersonated;
@@ -700,7 +698,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
       });
       const started = Date.now();
       void (async () => {
-        await authorize(target, request);
+        await authorize(target, request, impersonation);
         const candidates = await endpoints(target);
         let last: Refused | undefined;
         for (const endpoint of candidates) {
