@@ -60,6 +60,54 @@ export interface KubeCertAgentSpec {
   mode: KubeCertAgentMode;
 }
 
+/** Sealion's own setting beyond Pinniped's shape: the SSH door (off unless enabled). */
+export interface SSHSpec {
+  /** enabled or disabled. */
+  mode: 'enabled' | 'disabled';
+  /**
+   * The port of the proxy's Service that SSH clients connect to.
+   * @minimum 1
+   * @maximum 65535
+   */
+  port?: number;
+  /**
+   * What SSH targets call the hub's own cluster.
+   * @maxLength 63
+   */
+  hubName?: string;
+  /** The device login at a JWTAuthenticator's issuer; absent: only bound keys and certificates sign in. */
+  login?: SSHLoginSpec;
+  /**
+   * The SSH CAs whose user certificates sign in, one public key each as in authorized_keys.
+   * @maxItems 32
+   */
+  certificateAuthorities?: string[];
+  /**
+   * The certificate extension whose value is the user's groups, comma-separated.
+   * @maxLength 128
+   */
+  groupsExtension?: string;
+}
+
+/** The SSH door's device login. */
+export interface SSHLoginSpec {
+  /**
+   * The JWTAuthenticator whose issuer runs the device authorization grant, and which authenticates its ID tokens.
+   * @maxLength 253
+   */
+  authenticator: string;
+  /**
+   * The OAuth client the door asks as; empty: the authenticator's audience.
+   * @maxLength 256
+   */
+  clientID?: string;
+  /**
+   * The scopes asked for.
+   * @maxItems 20
+   */
+  scopes?: string[];
+}
+
 /**
  * The concierge's settings in effect. Sealion reads its configuration from the concierge ConfigMap and mirrors
  * it here, for clients written against Pinniped and for itself: a concierge that starts while the ConfigMap holds
@@ -70,6 +118,8 @@ export interface CredentialIssuerSpec {
   impersonationProxy?: ImpersonationProxySpec;
   /** The TokenCredentialRequest API's setting in effect. */
   kubeCertAgent?: KubeCertAgentSpec;
+  /** The SSH door's settings in effect. */
+  ssh?: SSHSpec;
 }
 
 export type FrontendType = 'TokenCredentialRequestAPI' | 'ImpersonationProxy';
@@ -138,10 +188,37 @@ export interface CredentialIssuerStrategy {
   frontend?: CredentialIssuerFrontend;
 }
 
+/** A host key of the SSH door, for clients to pin. */
+export interface SSHHostKey {
+  /** The key's algorithm, e.g. ssh-ed25519. */
+  algorithm: string;
+  /** The public key as a known_hosts line has it after the host: `<algorithm> <base64>`. */
+  publicKey: string;
+  /** OpenSSH's fingerprint of it: `SHA256:<base64>`, as `ssh` prints it on first contact. */
+  fingerprint: string;
+}
+
+/** The SSH door as clients reach it. */
+export interface SSHStatus {
+  /** Success when it serves, Error when it should and cannot. */
+  status: StrategyStatus;
+  /** What it is doing, or why not. */
+  message: string;
+  /**
+   * host:port SSH clients connect to, once the Service has an address.
+   * @maxLength 300
+   */
+  endpoint?: string;
+  /** Its host keys. */
+  hostKeys?: SSHHostKey[];
+}
+
 /** Observed state, written by the concierge only. */
 export interface CredentialIssuerStatus {
   /** The strategies the concierge offers, best first. */
   strategies?: CredentialIssuerStrategy[];
+  /** The SSH door, when it is enabled. */
+  ssh?: SSHStatus;
 }
 
 /** Describes how clients obtain credentials for this cluster (deprecated: read the authenticators' status). */

@@ -23,6 +23,11 @@ export function conciergeCommand(): Command {
       '',
     )
     .option(
+      '--ssh-listen <host:port>',
+      "where the SSH door listens when the ConfigMap's ssh.mode is enabled (no door when empty)",
+      '',
+    )
+    .option(
       '--aggregated-api-service <name>',
       "the Service in the concierge's namespace that the APIServices name (port 443)",
       API_SERVICE,

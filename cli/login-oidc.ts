@@ -7,7 +7,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as oidc from 'openid-client';
-import { Agent, fetch as undiciFetch } from 'undici';
+import { issuerConfiguration } from '../lib/oidc/client.ts';
 import {
   cacheFile,
   credentialFor,
@@ -23,8 +23,6 @@ import { printable } from './printable.ts';
 
 /** How long the localhost callback waits for the browser. */
 const LOGIN_TIMEOUT_MS = 5 * 60_000;
-/** Each call to the issuer (discovery, token endpoint) must answer within this. */
-const ISSUER_TIMEOUT_S = 15;
 /** An ID token issued further than this from this machine's clock is reported: one of the two clocks is wrong. */
 const CLOCK_SKEW_WARN_S = 60;
 /** A skew up to this is corrected for; beyond it the token's own times are not believed. */
@@ -52,32 +50,15 @@ export const sessionFile = (
   env: NodeJS.ProcessEnv,
 ): string => cacheFile(env, 'sessions', [flags.issuer, flags.clientId, flags.scopes]);
 
-/**
- * Discovery and token calls trust the given CA bundle (base64 PEM), or the system roots without one. `close`
- * ends their keep-alive connections, so the plugin exits as soon as it has answered.
- */
+/** The issuer's configuration, with what went wrong in plain words. */
 async function configuration(
   flags: Pick<OIDCLoginFlags, 'issuer' | 'clientId' | 'caBundleData'>,
 ): Promise<{ config: oidc.Configuration; close: () => Promise<void> }> {
-  const options: oidc.DiscoveryRequestOptions = {};
-  let dispatcher: Agent | undefined;
-  if (flags.caBundleData) {
-    dispatcher = new Agent({
-      connect: { ca: Buffer.from(flags.caBundleData, 'base64').toString('utf8') },
-    });
-    const through = dispatcher;
-    options[oidc.customFetch] = (url, init) => undiciFetch(url, { ...(init as object), dispatcher: through });
-  }
-  options.timeout = ISSUER_TIMEOUT_S;
-  let config: oidc.Configuration;
   try {
-    config = await oidc.discovery(new URL(flags.issuer), flags.clientId, undefined, oidc.None(), options);
+    return await issuerConfiguration(flags);
   } catch (err) {
-    await dispatcher?.close();
     throw explain(err, flags, 'discovery');
   }
-  config.timeout = ISSUER_TIMEOUT_S;
-  return { config, close: async () => dispatcher?.close() };
 }
 
 /** Network failures that mean the issuer could not be reached, and TLS failures that mean it is not trusted. */

@@ -14,6 +14,7 @@ import {
 import { systemClock, type Clock } from '../lib/clock.ts';
 import {
   newKubeClients,
+  newObjectWriter,
   newRawReader,
   newKubeInformers,
   newLeaseClient,
@@ -65,6 +66,10 @@ import type { RateLimitOptions } from './tunnel/rate-limit.ts';
 /** How often strangers may ask the tunnel listener to register an agent. */
 export type RegistrationLimits = RateLimitOptions;
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
+import { newInProcessDoor } from './ssh/in-process.ts';
+import { newSshServer, type SshServer, type SshServerOptions, type SshSettings } from './ssh/server.ts';
+import { BINDING_SELECTORS, newKeyBindings, type BindingSecret } from './ssh/bindings.ts';
+import type { SshMaterial } from '../controllers/ssh-door.ts';
 
 export interface ConciergeOptions {
   /** The concierge's own identity: watches, reviews, status writes (in a cluster, its pods' service account). */
@@ -109,6 +114,11 @@ export interface ConciergeOptions {
   aggregatedApi?: { host: string; port: number; service: string; servicePort?: number };
   /** Plain-HTTP listener for /metrics. */
   metrics?: { host: string; port: number };
+  /**
+   * Where the SSH door (concierge/ssh/) listens when the config turns it on; with the controllers only. Default: no
+   * door.
+   */
+  ssh?: { host: string; port: number };
   /** Audit events for every request served (concierge/audit/). Default: none. */
   audit?: AuditOptions;
   /**
@@ -241,8 +251,12 @@ async function start(
     log: log.child({ component: 'reach' }),
   });
   onStop(() => reacher.close());
+  // SSH sessions enter the pipeline through this door, each request as the identity its session signed in as.
+  const door = newInProcessDoor();
+  onStop(() => door.close());
   const handler = newProxyHandler({
     groups,
+    signedIn: (req) => door.signedIn(req),
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
     // watcher's callback below updates it only after the first poll.
     authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs()),
@@ -266,6 +280,8 @@ async function start(
       : {}),
     ...(opts.logUsernames === undefined ? {} : { logUsernames: opts.logUsernames }),
   });
+
+  door.serve(handler.request, handler.upgrade);
 
   let initialTLS: ProxyTLS;
   if (opts.tlsFiles) {
@@ -315,8 +331,35 @@ async function start(
   });
   onStop(() => manager.stop());
   const controlled: Partial<ConciergeControllerOptions> = {};
+  const ssh =
+    election && opts.ssh
+      ? sshDoor(opts.ssh, {
+          door,
+          cache: authenticators.cache,
+          bindings: newKeyBindings({
+            namespace,
+            secrets: informers.core<BindingSecret>('secrets', namespace, BINDING_SELECTORS),
+            writes: newObjectWriter(clients, 'sealion-ssh'),
+          }),
+          groupSuffix: opts.groupSuffix,
+          clusterNames: opts.tunnel
+            ? () =>
+                informers
+                  .customResource<Cluster>({
+                    group: groups.tunnel,
+                    version: VERSION,
+                    plural: Resource.Cluster,
+                  })
+                  .list()
+                  .map((c) => c.metadata.name ?? '')
+                  .filter(Boolean)
+            : () => [],
+          log: log.child({ component: 'ssh' }),
+        })
+      : undefined;
   if (election)
     controlled.proxy = {
+      ...(ssh ? { ssh } : {}),
       namespace,
       configMap: opts.configMap,
       serve: servingSwitch(
@@ -419,6 +462,8 @@ async function start(
     })),
   );
   await manager.start();
+  // Stopped before the controllers (stops run in reverse order), which could otherwise start it again.
+  if (ssh) onStop(() => ssh.close());
   // Should a later part fail to start: this replica's Lease goes (withdrawing twice is withdrawing once).
   const facts = publisher;
   if (facts) onStop(() => facts.withdraw());
@@ -558,6 +603,58 @@ async function directAPI(
         applied = key;
       }
       on = true;
+    },
+  };
+}
+
+/**
+ * The SSH door as the controllers switch it: listening with the host key they hand over (a new key, a new server),
+ * closed when they hand nothing. Settings are read per connection, so edits apply without a restart.
+ */
+function sshDoor(
+  at: { host: string; port: number },
+  deps: Omit<SshServerOptions, 'hostKeys' | 'settings'>,
+): {
+  serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void;
+  close: () => Promise<void>;
+} {
+  let settings: SshSettings | undefined;
+  let current: { key: string; server: SshServer } | undefined;
+  let wanted = '';
+  let closed = false;
+  let switching = Promise.resolve();
+  const switchTo = (material: SshMaterial | undefined): Promise<void> =>
+    (switching = switching.then(async () => {
+      const key = material ? material.hostKeys.join('\0') : '';
+      if (closed || key !== wanted || key === (current?.key ?? '')) return;
+      const previous = current;
+      current = undefined;
+      await previous?.server.close();
+      if (!material) return void deps.log.info('ssh door closed');
+      const server = newSshServer({ ...deps, hostKeys: material.hostKeys, settings: () => settings! });
+      try {
+        const port = await server.listen(at.port, at.host);
+        current = { key, server };
+        deps.log.info({ host: at.host, port }, 'ssh door listening');
+      } catch (err) {
+        wanted = '';
+        deps.log.error({ err: (err as Error).message }, 'the ssh door could not listen');
+      }
+    }));
+  return {
+    serve(material) {
+      if (closed) return;
+      if (material) settings = material.settings;
+      const key = material ? material.hostKeys.join('\0') : '';
+      if (key === wanted) return;
+      wanted = key;
+      void switchTo(material);
+    },
+    async close() {
+      closed = true;
+      await switching;
+      await current?.server.close();
+      current = undefined;
     },
   };
 }

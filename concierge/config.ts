@@ -7,7 +7,8 @@ import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_KUBE_CERT_AGENT_MODE, DEFAULT_PROXY_MODE, DEFAULT_SERVICE_TYPE } from '../apis/install.ts';
 import { SealionError } from '../lib/errors.ts';
-import { isDNSSubdomain } from '../apis/names.ts';
+import { isDNSLabel, isDNSSubdomain } from '../apis/names.ts';
+import { parseTrustedCAKeys } from './ssh/keys.ts';
 
 /**
  * A hand-written config is a few hundred bytes; 64 KiB leaves room for many annotations while keeping the YAML
@@ -20,6 +21,12 @@ const MAX_YAML_ALIASES = 50;
 export const ProxyModes = ['auto', 'enabled', 'disabled'] as const;
 export const ServiceTypes = ['LoadBalancer', 'ClusterIP', 'None'] as const;
 export const KubeCertAgentModes = ['auto', 'enabled', 'disabled'] as const;
+export const SshModes = ['enabled', 'disabled'] as const;
+/** The port SSH clients connect to unless the config names another. */
+export const DEFAULT_SSH_SERVICE_PORT = 22;
+/** What the device login asks the issuer for: an ID token with the claims JWTAuthenticators usually map. */
+export const DEFAULT_SSH_SCOPES = ['openid', 'email', 'profile', 'groups'] as const;
+export const DEFAULT_GROUPS_EXTENSION = 'groups@sealion.dev';
 
 export type ConfigProblemCode =
   | 'TooLarge'
@@ -141,6 +148,47 @@ const tlsSchema = z
   })
   .prefault({});
 
+const nameSchema = (what: string, valid: (name: string) => boolean) =>
+  z.string().refine(valid, { message: `must be ${what}`, params: { code: 'InvalidValue' } });
+
+/** The SSH door (concierge/ssh/): off unless turned on. */
+const sshSchema = z
+  .strictObject({
+    mode: z.enum(SshModes).default('disabled'),
+    /** The port of the proxy's Service that SSH clients connect to. */
+    port: z.number().int().min(1).max(65535).default(DEFAULT_SSH_SERVICE_PORT),
+    /** What targets call the hub's own cluster. */
+    hubName: nameSchema('a DNS label', isDNSLabel).default('hub'),
+    /** The device login at a JWTAuthenticator's issuer; absent: only bound keys and certificates sign in. */
+    login: z
+      .strictObject({
+        authenticator: nameSchema('a JWTAuthenticator name', isDNSSubdomain),
+        clientID: z.string().max(256).default(''),
+        scopes: z
+          .array(
+            z
+              .string()
+              .regex(/^[\x21\x23-\x5b\x5d-\x7e]+$/)
+              .max(128),
+          )
+          .max(20)
+          .default([...DEFAULT_SSH_SCOPES]),
+      })
+      .optional(),
+    /** Trusted user-certificate CAs, one public key each, as in authorized_keys. */
+    certificateAuthorities: z
+      .array(z.string().max(16 * 1024))
+      .max(32)
+      .default([])
+      .superRefine((lines, ctx) => {
+        const { problems } = parseTrustedCAKeys(lines);
+        for (const { line, problem } of problems) custom(ctx, 'InvalidValue', `entry ${line}: ${problem}`);
+      }),
+    /** The certificate extension whose value is the user's groups, comma-separated. */
+    groupsExtension: z.string().min(1).max(128).default(DEFAULT_GROUPS_EXTENSION),
+  })
+  .prefault({});
+
 const configSchema = z
   .strictObject({
     impersonationProxy: z
@@ -154,6 +202,7 @@ const configSchema = z
     kubeCertAgent: z
       .strictObject({ mode: z.enum(KubeCertAgentModes).default(DEFAULT_KUBE_CERT_AGENT_MODE) })
       .prefault({}),
+    ssh: sshSchema,
   })
   .prefault({});
 

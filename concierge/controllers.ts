@@ -15,7 +15,12 @@ import type {
   JWTAuthenticator,
   WebhookAuthenticator,
 } from '../apis/authentication.ts';
-import type { CredentialIssuer, CredentialIssuerSpec, CredentialIssuerStatus } from '../apis/config.ts';
+import type {
+  CredentialIssuer,
+  CredentialIssuerSpec,
+  CredentialIssuerStatus,
+  SSHStatus,
+} from '../apis/config.ts';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
 import {
   newJWTAuthenticatorControllers,
@@ -24,14 +29,20 @@ import {
 } from '../controllers/authenticators.ts';
 import type { NodeLike } from '../controllers/detect.ts';
 import {
+  endpointHost,
+  hostOnly,
   newImpersonationProxyControllers,
   PROXY_KEY,
+  SERVICE_NAME,
   type ProxySettings,
   type SecretLike,
   type ServiceLike,
   type ServingMaterial,
 } from '../controllers/impersonation-proxy.ts';
 import { newPeerCertificateController } from '../controllers/peer-certificate.ts';
+import { newSshDoorControllers, SSH_KEY, type SshMaterial } from '../controllers/ssh-door.ts';
+import type { SshSettings } from './ssh/server.ts';
+import { parseTrustedCAKeys } from './ssh/keys.ts';
 import { newStrategyBoard, newStrategyPublisher } from '../controllers/strategies.ts';
 import {
   newDirectLoginControllers,
@@ -108,6 +119,8 @@ export interface ConciergeControllerOptions {
       serve: (material: DirectServingMaterial | undefined) => void;
       issuer: ClusterCertificateIssuer;
     };
+    /** The SSH door: what it should serve (undefined: not listening). Default: none. */
+    ssh?: { serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void };
   };
   /** The Cluster status facts, with the tunnel listener. Default: none. */
   clusterStatus?: ClusterStatusPublisher;
@@ -275,6 +288,82 @@ function directControllers(
   ];
 }
 
+/** The door's settings from the config: the CA keys parsed (the config was checked, so they parse). */
+export function sshSettings(config: SealionConfig): SshSettings {
+  const ssh = config.ssh;
+  return {
+    hubName: ssh.hubName,
+    ...(ssh.login
+      ? {
+          login: {
+            authenticator: ssh.login.authenticator,
+            clientId: ssh.login.clientID,
+            scopes: [...ssh.login.scopes],
+          },
+        }
+      : {}),
+    certificateAuthorities: parseTrustedCAKeys([...ssh.certificateAuthorities]).keys,
+    groupsExtension: ssh.groupsExtension,
+  };
+}
+
+/** The SSH door's controllers: its server on every replica, its host key and status on the leader. */
+function sshControllers(
+  door: NonNullable<NonNullable<ConciergeControllerOptions['proxy']>['ssh']>,
+  deps: {
+    namespace: string;
+    config: () => { config: SealionConfig; problem?: string };
+    host: () => string | undefined;
+    secrets: Informer<SecretLike>;
+    services: Informer<ServiceLike>;
+    configMapWatch: {
+      informer: Informer<ConfigMapLike>;
+      filter: (c: ConfigMapLike) => boolean;
+      key: () => string;
+    };
+    writes: ReturnType<typeof newObjectWriter>;
+    publish: (status: SSHStatus | null) => Promise<void>;
+    log: Logger;
+  },
+): ControllerEntry[] {
+  const controllers = newSshDoorControllers<SshSettings>({
+    namespace: deps.namespace,
+    settings: () => {
+      const { config, problem } = deps.config();
+      return {
+        enabled: config.ssh.mode === 'enabled',
+        port: config.ssh.port,
+        settings: sshSettings(config),
+        ...(problem ? { problem } : {}),
+      };
+    },
+    host: deps.host,
+    secrets: deps.secrets,
+    writes: deps.writes,
+    serve: door.serve,
+    publish: deps.publish,
+    log: deps.log,
+  });
+  const serviceWatch = {
+    informer: deps.services,
+    filter: (s: ServiceLike) => s.metadata?.name === SERVICE_NAME,
+    key: () => SSH_KEY,
+  };
+  return [
+    {
+      controller: { ...controllers.server, watches: [...controllers.server.watches, deps.configMapWatch] },
+      runs: 'every-replica',
+    },
+    {
+      controller: {
+        ...controllers.writer,
+        watches: [...controllers.writer.watches, deps.configMapWatch, serviceWatch],
+      },
+      runs: 'leader',
+    },
+  ];
+}
+
 const withoutScheme = (endpoint: string): string => endpoint.replace(/^https:\/\//, '');
 
 /** The proxy controller's view of the configuration. */
@@ -285,6 +374,7 @@ function proxySettings(config: SealionConfig): ProxySettings {
     endpoint: withoutScheme(proxy.endpoint),
     service: { ...proxy.service, annotations: { ...proxy.service.annotations } },
     tls: { ...proxy.tls },
+    ...(config.ssh.mode === 'enabled' ? { sshPort: config.ssh.port } : {}),
   };
 }
 
@@ -313,6 +403,14 @@ export function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
         : {}),
     },
     kubeCertAgent: { mode: config.kubeCertAgent.mode },
+    ssh: {
+      mode: config.ssh.mode,
+      port: config.ssh.port,
+      hubName: config.ssh.hubName,
+      ...(config.ssh.login ? { login: { ...config.ssh.login, scopes: [...config.ssh.login.scopes] } } : {}),
+      certificateAuthorities: [...config.ssh.certificateAuthorities],
+      groupsExtension: config.ssh.groupsExtension,
+    },
   };
 }
 
@@ -340,6 +438,7 @@ export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): Se
         },
       },
       ...(spec.kubeCertAgent ? { kubeCertAgent: { mode: spec.kubeCertAgent.mode } } : {}),
+      ...(spec.ssh ? { ssh: spec.ssh } : {}),
     });
   } catch (err) {
     if (err instanceof ConfigError) return undefined;
@@ -461,7 +560,28 @@ async function proxyControllers(
   // A strategy changed: every authenticator and the CredentialIssuer show it.
   board.onChange(() => manager.resync(publisher.name));
 
+  const ssh = proxyOpts.ssh
+    ? sshControllers(proxyOpts.ssh, {
+        namespace: ns,
+        config: () => config(),
+        host: () => {
+          const endpoint = endpointHost(proxySettings(config().config), services.get(SERVICE_NAME, ns));
+          return endpoint ? hostOnly(endpoint) : undefined;
+        },
+        secrets,
+        services,
+        configMapWatch: { ...configMapWatch, key: () => SSH_KEY },
+        writes,
+        publish: (status) =>
+          manager
+            .leaderOnly(newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource))
+            .patchStatus(configMap, { ssh: status } as never),
+        log: log.child({ controller: 'ssh-door' }),
+      })
+    : [];
+
   return [
+    ...ssh,
     {
       controller: { ...proxy.server, watches: [...proxy.server.watches, configMapWatch, issuerWatch] },
       runs: 'every-replica',

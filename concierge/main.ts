@@ -14,6 +14,8 @@ export interface ConciergeFlags {
   /** host:port of /metrics; empty: off. */
   metricsListen: string;
   aggregatedApiListen: string;
+  /** host:port of the SSH door (when the config turns it on); empty: no door. */
+  sshListen: string;
   aggregatedApiService: string;
   /** Kubeconfig of the concierge's own identity; empty: in-cluster. */
   kubeconfig: string;
@@ -174,6 +176,7 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
       : {}),
     ...(flags.tunnelListen && flags.peerListen ? { peer: peerOptions(flags, env) } : {}),
     ...(flags.metricsListen ? { metrics: hostPort(flags.metricsListen) } : {}),
+    ...(flags.sshListen && !flags.tlsCertFile ? { ssh: hostPort(flags.sshListen) } : {}),
     ...(flags.aggregatedApiListen && !flags.tlsCertFile
       ? { aggregatedApi: { ...hostPort(flags.aggregatedApiListen), service: flags.aggregatedApiService } }
       : {}),

@@ -10,7 +10,7 @@ import type {
   TLSSpec,
   WebhookAuthenticator,
 } from '../apis/authentication.ts';
-import type { AuthenticatorCache, AuthenticatorKind } from '../lib/authn/cache.ts';
+import type { AuthenticatorCache, AuthenticatorKind, IssuerProvider } from '../lib/authn/cache.ts';
 import { validateJWT, type Check, type JWTDependencies, type JWTSettings } from '../lib/authn/jwt.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE } from '../lib/authn/system-names.ts';
 import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
@@ -99,6 +99,7 @@ type Validated = {
   checks: Check[];
   authenticator?: { authenticate: WebhookClient['authenticate']; close?: () => void };
   issuer?: string;
+  provider?: IssuerProvider;
 };
 
 function caProblem(data: string | undefined): { pem?: string; problem?: string } {
@@ -189,6 +190,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
         if (result.authenticator) {
           deps.cache.set(kind, name, result.authenticator, {
             ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
+            ...(result.provider ? { provider: result.provider } : {}),
             ...(obj.spec.credentialLifetimeSeconds === undefined
               ? {}
               : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
@@ -273,7 +275,15 @@ export function newJWTAuthenticatorControllers(
     return {
       checks: validation.checks,
       ...(validation.authenticator
-        ? { authenticator: validation.authenticator, issuer: settings.issuer }
+        ? {
+            authenticator: validation.authenticator,
+            issuer: settings.issuer,
+            provider: {
+              issuer: settings.issuer,
+              audience: settings.audience,
+              ...(settings.caBundlePem ? { caBundlePem: settings.caBundlePem } : {}),
+            },
+          }
         : {}),
     };
   });

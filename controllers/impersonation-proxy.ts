@@ -33,6 +33,8 @@ export const PROXY_KEY = 'impersonation-proxy';
 /** Pods the Service selects (the concierge Deployment's label). */
 const POD_SELECTOR = { app: 'sealion-concierge' };
 const PROXY_PORT_NAME = 'proxy';
+/** The concierge container's port the SSH door listens on. */
+const SSH_PORT_NAME = 'ssh';
 
 const DAY_MS = 24 * 3600 * 1000;
 /** Serving certificates live a year and are re-issued when a third of that is left. */
@@ -52,6 +54,8 @@ export interface ProxySettings {
     loadBalancerIP: string;
   };
   tls: { certificateAuthorityData: string; secretName: string };
+  /** The SSH door's port on the Service, when the door is enabled. */
+  sshPort?: number;
 }
 
 export interface ServiceLike extends KubeObject {
@@ -165,7 +169,7 @@ export function endpointHost(settings: ProxySettings, service: ServiceLike | und
   return ingress?.hostname || ingress?.ip || undefined;
 }
 
-function hostOnly(endpoint: string): string {
+export function hostOnly(endpoint: string): string {
   const bracketed = /^\[([^\]]+)\](?::\d+)?$/.exec(endpoint);
   if (bracketed) return bracketed[1]!;
   return isIP(endpoint) ? endpoint : endpoint.replace(/:\d+$/, '');
@@ -365,7 +369,12 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
           spec: {
             type: settings.service.type,
             selector: POD_SELECTOR,
-            ports: [{ name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' }],
+            ports: [
+              { name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' },
+              ...(settings.sshPort
+                ? [{ name: 'ssh', port: settings.sshPort, targetPort: SSH_PORT_NAME, protocol: 'TCP' }]
+                : []),
+            ],
             ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
           },
         } as never);

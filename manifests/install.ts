@@ -18,6 +18,7 @@ import {
   IMPERSONATOR_SERVICE_ACCOUNT,
   PEER_PORT,
   PROXY_PORT,
+  SSH_PORT,
   TUNNEL_PORT,
   TUNNEL_SERVICE,
 } from '../apis/install.ts';
@@ -417,6 +418,8 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                   '--audit-log-path=-',
                   `--recordings-dir=${RECORDINGS_DIR}`,
                   `--aggregated-api-listen=0.0.0.0:${API_PORT}`,
+                  // Listens only while the ConfigMap's ssh.mode is enabled.
+                  `--ssh-listen=0.0.0.0:${SSH_PORT}`,
                 ],
                 volumeMounts: [
                   { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },
@@ -428,6 +431,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                   { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
                   { name: 'peer', containerPort: PEER_PORT, protocol: 'TCP' },
                   { name: 'api', containerPort: API_PORT, protocol: 'TCP' },
+                  { name: 'ssh', containerPort: SSH_PORT, protocol: 'TCP' },
                 ],
                 readinessProbe: probe('/readyz'),
                 livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
@@ -493,6 +497,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
               { port: 'proxy', protocol: 'TCP' },
               { port: 'tunnel', protocol: 'TCP' },
               { port: 'api', protocol: 'TCP' },
+              { port: 'ssh', protocol: 'TCP' },
             ],
           },
           { from: [{ podSelector: { matchLabels: selector } }], ports: [{ port: 'peer', protocol: 'TCP' }] },

@@ -61,6 +61,11 @@ export interface ProxyDeps {
    */
   reacher?: Reacher;
   /**
+   * Who a request made inside this process signed in as (an SSH session's, concierge/ssh/in-process.ts): such a
+   * request skips authentication and goes through every other stage. Default: none is.
+   */
+  signedIn?: (req: Request) => Authenticated | undefined;
+  /**
    * Whether the request log line names the user (and whom they impersonate). Audit events always do; an operator who
    * keeps personal data out of operational logs turns this off. Default: true.
    */
@@ -221,7 +226,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
    * exactly as its authenticator gave it (identity.ts) is refused like any failed authentication.
    */
   async function authenticate(req: Request): Promise<Identity> {
-    const identity = await deps.authenticator.authenticate(req);
+    const identity = deps.signedIn?.(req) ?? (await deps.authenticator.authenticate(req));
     if (identity.kind !== 'user') return identity;
     const problem = identityProblem(identity.user);
     return problem ? { kind: 'anonymous', reason: `${identity.via}: ${problem}` } : identity;

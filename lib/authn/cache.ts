@@ -19,6 +19,15 @@ interface Entry {
   binding?: AuthenticatorBinding;
   /** Its spec accepts `system:` names (spec.allowSystemNames), so certificates may carry them. */
   allowSystemNames?: boolean;
+  /** For JWT authenticators: where its issuer is and how to trust it, for logins (the SSH door's device login). */
+  provider?: IssuerProvider;
+}
+
+/** A JWT authenticator's issuer as a login reaches it: its URL, the audience its tokens name, the CA it trusts. */
+export interface IssuerProvider {
+  issuer: string;
+  audience: string;
+  caBundlePem?: string;
 }
 
 /**
@@ -34,6 +43,7 @@ export interface AuthenticatorBinding {
 /** What an authenticator is loaded with besides itself. */
 export interface AuthenticatorSettings {
   issuer?: string;
+  provider?: IssuerProvider;
   credentialLifetimeSeconds?: number;
   binding?: AuthenticatorBinding;
   allowSystemNames?: boolean;
@@ -107,6 +117,11 @@ export class AuthenticatorCache {
     this.entries.delete(key);
     this.reindex();
     previous.authenticator.close?.();
+  }
+
+  /** The issuer of the JWTAuthenticator `name`, when it is loaded (validated and in use) now. */
+  providerOf(name: string): IssuerProvider | undefined {
+    return this.entries.get(AuthenticatorCache.key('JWTAuthenticator', name))?.provider;
   }
 
   has(kind: AuthenticatorKind, name: string): boolean {

@@ -1,0 +1,311 @@
+// What one signed-in SSH session does in the clusters, always as its user and always through the proxy's pipeline
+// (in-process.ts): commands in containers are execs over WebSocket (the v5 channel protocol kubectl speaks), the
+// menu's lists are plain GETs and SelfSubjectAccessReviews, and `-L` forwards are reach upgrades. Each is a request
+// of its own, so each is decided by the cluster it is for, routed, audited and (an exec) recorded like kubectl's.
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { PassThrough, Readable, Writable } from 'node:stream';
+import WebSocket from 'ws';
+import { statusMessageOf } from '../../lib/kube/status.ts';
+import { reachPath, REACH_UPGRADE, type ReachTarget } from '../../lib/reach/target.ts';
+import type { Containers, ContainerRef, Running, Terminal } from './containers.ts';
+
+/** The exec protocols offered, newest first: v5 can close stdin alone, which sftp's uploads need. */
+const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
+const STDIN = 0;
+const STDOUT = 1;
+const STDERR = 2;
+const ERROR = 3;
+const RESIZE = 4;
+const CLOSE = 255;
+
+/** A list's answers, and the namespaces asked about for the menu: enough to choose from, bounded per session. */
+const MAX_LISTED = 500;
+/** SelfSubjectAccessReviews under way at once for one menu. */
+const REVIEWS_AT_ONCE = 8;
+/** A list or review that takes longer than this is given up. */
+const CALL_TIMEOUT_MS = 15_000;
+/** Bytes of a Status or list body read at most. */
+const MAX_BODY_BYTES = 8 << 20;
+
+export interface ClusterAccessOptions {
+  /** A new connection into the pipeline as the session's user. */
+  connect: () => Duplex;
+  /** The name the hub's own cluster goes by in targets. */
+  hubName: string;
+  /** The other clusters' names (the Cluster objects'). */
+  clusterNames: () => string[];
+  /** Sealion's API group suffix, for reach paths. */
+  groupSuffix: string;
+  /** The SSH client's software, sent as the requests' User-Agent (for audit). */
+  userAgent: string;
+}
+
+export interface ClusterAccess extends Containers {
+  /** Opens a reach connection (what `-L` forwards through); rejects with the Status's message when refused. */
+  reach(cluster: string, target: ReachTarget): Promise<Duplex>;
+}
+
+/** A user's word for why a call failed: the Status's message when there is one. */
+export class Refused extends Error {
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.name = 'Refused';
+    this.status = status;
+  }
+}
+
+function readBody(res: IncomingMessage): Promise<string> {
+  return new Promise((done, fail) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) return void res.destroy(new Error('answer too large'));
+      chunks.push(chunk);
+    });
+    res.once('end', () => done(Buffer.concat(chunks).toString('utf8')));
+    res.once('error', fail);
+  });
+}
+
+const refusedBy = (status: number, body: string): Refused =>
+  new Refused(status, statusMessageOf(body) ?? `the cluster answered ${status}`);
+
+/** The exit status an exec's closing Status gives: 0 on Success, the command's code on NonZeroExitCode. */
+export function exitCodeOf(status: string): number | Refused {
+  let parsed: {
+    status?: string;
+    message?: string;
+    code?: number;
+    reason?: string;
+    details?: { causes?: { reason?: string; message?: string }[] };
+  };
+  try {
+    parsed = JSON.parse(status) as typeof parsed;
+  } catch {
+    return new Refused(500, 'the exec ended with an unreadable status');
+  }
+  if (parsed.status === 'Success') return 0;
+  const cause = parsed.details?.causes?.find((c) => c.reason === 'ExitCode');
+  if (parsed.reason === 'NonZeroExitCode' && cause?.message && /^[0-9]{1,3}$/.test(cause.message))
+    return Number(cause.message);
+  return new Refused(parsed.code ?? 500, parsed.message ?? 'the exec failed');
+}
+
+export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
+  const prefix = (cluster: string): string =>
+    cluster === opts.hubName ? '' : `/clusters/${encodeURIComponent(cluster)}`;
+  const baseHeaders = { host: 'sealion', 'user-agent': opts.userAgent };
+
+  function call(method: string, path: string, body?: object): Promise<{ status: number; body: string }> {
+    return new Promise((done, fail) => {
+      const payload = body ? JSON.stringify(body) : undefined;
+      const req = httpRequest(
+        {
+          method,
+          path,
+          createConnection: () => opts.connect(),
+          headers: {
+            ...baseHeaders,
+            accept: 'application/json',
+            ...(payload ? { 'content-type': 'application/json' } : {}),
+          },
+          timeout: CALL_TIMEOUT_MS,
+        },
+        (res) => void readBody(res).then((text) => done({ status: res.statusCode ?? 0, body: text }), fail),
+      );
+      req.once('timeout', () => req.destroy(new Error(`${method} ${path} took too long`)));
+      req.once('error', fail);
+      req.end(payload);
+    });
+  }
+
+  async function list(cluster: string, path: string): Promise<{ metadata: { name: string } }[]> {
+    const answer = await call('GET', `${prefix(cluster)}${path}`);
+    if (answer.status !== 200) throw refusedBy(answer.status, answer.body);
+    const items = (JSON.parse(answer.body) as { items?: { metadata: { name: string } }[] }).items ?? [];
+    return items.slice(0, MAX_LISTED);
+  }
+
+  /** Whether the cluster lets the user exec into pods of `namespace` (a SelfSubjectAccessReview, answered there). */
+  async function mayExec(cluster: string, namespace: string): Promise<boolean> {
+    const answer = await call(
+      'POST',
+      `${prefix(cluster)}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews`,
+      {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SelfSubjectAccessReview',
+        spec: { resourceAttributes: { namespace, verb: 'create', resource: 'pods', subresource: 'exec' } },
+      },
+    );
+    if (answer.status !== 201 && answer.status !== 200) return false;
+    return (JSON.parse(answer.body) as { status?: { allowed?: boolean } }).status?.allowed === true;
+  }
+
+  function run(ref: ContainerRef, argv: readonly string[], tty?: Terminal): Running {
+    const query = new URLSearchParams();
+    for (const arg of argv) query.append('command', arg);
+    if (ref.container) query.set('container', ref.container);
+    query.set('stdin', 'true');
+    query.set('stdout', 'true');
+    if (tty) query.set('tty', 'true');
+    else query.set('stderr', 'true');
+    const path =
+      `${prefix(ref.cluster)}/api/v1/namespaces/${encodeURIComponent(ref.namespace)}/pods/` +
+      `${encodeURIComponent(ref.pod)}/exec?${query.toString()}`;
+    const ws = new WebSocket(`ws://sealion${path}`, EXEC_PROTOCOLS, {
+      createConnection: () => opts.connect(),
+      headers: { 'user-agent': opts.userAgent },
+      perMessageDeflate: false,
+      handshakeTimeout: CALL_TIMEOUT_MS,
+    });
+    let opened = false;
+    const whenOpen = new Promise<void>((done) => ws.once('open', () => ((opened = true), done())));
+    const send = (channel: number, data: Buffer | string, done?: (err?: Error) => void): void => {
+      const frame = Buffer.concat([Buffer.of(channel), Buffer.from(data)]);
+      whenOpen.then(
+        () =>
+          ws.readyState === WebSocket.OPEN
+            ? ws.send(frame, (err) => done?.(err ?? undefined))
+            : done?.(new Error('the exec has ended')),
+        () => {},
+      );
+    };
+    // Reads the cluster sends faster than the SSH client takes them pause the WebSocket.
+    const readable = (): Readable => new Readable({ read: () => void ws.resume() });
+    const stdout = readable();
+    const stderr = readable();
+    const stdin = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        send(STDIN, chunk, done);
+      },
+      final(done) {
+        // v4 cannot close stdin alone: the command then reads until the exec ends.
+        if (ws.protocol === 'v5.channel.k8s.io' || !opened) send(CLOSE, Buffer.of(STDIN));
+        done();
+      },
+    });
+    stdin.on('error', () => {});
+    let statusText: string | undefined;
+    const exit = new Promise<number>((done, fail) => {
+      ws.on('message', (data: Buffer, isBinary) => {
+        if (!isBinary || data.length === 0) return;
+        const channel = data[0];
+        const payload = data.subarray(1);
+        if (channel === STDOUT) {
+          if (!stdout.push(payload)) ws.pause();
+        } else if (channel === STDERR) {
+          if (!stderr.push(payload)) ws.pause();
+        } else if (channel === ERROR) statusText = (statusText ?? '') + payload.toString('utf8');
+      });
+      ws.once('unexpected-response', (_req, res: IncomingMessage) => {
+        readBody(res).then(
+          (body) => fail(refusedBy(res.statusCode ?? 0, body)),
+          () => fail(new Refused(res.statusCode ?? 0, `the cluster answered ${res.statusCode}`)),
+        );
+      });
+      ws.once('error', (err) => fail(new Refused(502, `the exec failed: ${err.message}`)));
+      ws.once('close', () => {
+        stdout.push(null);
+        stderr.push(null);
+        if (statusText === undefined) {
+          if (opened) fail(new Refused(502, 'the exec ended without an exit status'));
+          return;
+        }
+        const code = exitCodeOf(statusText);
+        if (typeof code === 'number') done(code);
+        else fail(code);
+      });
+    });
+    exit.catch(() => {
+      stdout.push(null);
+      stderr.push(null);
+    });
+    return {
+      stdin,
+      stdout,
+      stderr,
+      exit,
+      resize: ({ cols, rows }) => {
+        if (tty) send(RESIZE, JSON.stringify({ Width: cols, Height: rows }));
+      },
+      kill: () => ws.terminate(),
+    };
+  }
+
+  return {
+    run,
+    clusters: () =>
+      Promise.resolve([
+        opts.hubName,
+        ...opts
+          .clusterNames()
+          .filter((n) => n !== opts.hubName)
+          .sort(),
+      ]),
+    async namespaces(cluster) {
+      const names = (await list(cluster, '/api/v1/namespaces')).map((n) => n.metadata.name);
+      const allowed: string[] = [];
+      for (let i = 0; i < names.length; i += REVIEWS_AT_ONCE) {
+        const batch = names.slice(i, i + REVIEWS_AT_ONCE);
+        const answers = await Promise.all(batch.map((ns) => mayExec(cluster, ns).catch(() => false)));
+        batch.forEach((ns, j) => answers[j] && allowed.push(ns));
+      }
+      return allowed;
+    },
+    async pods(cluster, namespace) {
+      const items = await list(
+        cluster,
+        `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods?fieldSelector=status.phase%3DRunning`,
+      );
+      return items.map((p) => p.metadata.name).sort();
+    },
+    async containers(cluster, namespace, pod) {
+      const answer = await call(
+        'GET',
+        `${prefix(cluster)}/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(pod)}`,
+      );
+      if (answer.status !== 200) throw refusedBy(answer.status, answer.body);
+      const parsed = JSON.parse(answer.body) as {
+        metadata?: { annotations?: Record<string, string> };
+        spec?: { containers?: { name: string }[] };
+      };
+      const names = (parsed.spec?.containers ?? []).map((c) => c.name);
+      const preferred = parsed.metadata?.annotations?.['kubectl.kubernetes.io/default-container'];
+      return preferred && names.includes(preferred)
+        ? [preferred, ...names.filter((n) => n !== preferred)]
+        : names;
+    },
+    reach(cluster, target) {
+      return new Promise((done, fail) => {
+        const req = httpRequest({
+          method: 'GET',
+          path: `${prefix(cluster)}${reachPath(opts.groupSuffix, target)}`,
+          createConnection: () => opts.connect(),
+          headers: { ...baseHeaders, connection: 'Upgrade', upgrade: REACH_UPGRADE },
+        });
+        req.once('upgrade', (_res, socket: Duplex, head: Buffer) => {
+          if (head.length > 0) socket.unshift(head);
+          done(socket);
+        });
+        req.once('response', (res) => {
+          readBody(res).then(
+            (body) => fail(refusedBy(res.statusCode ?? 0, body)),
+            () => fail(new Refused(res.statusCode ?? 0, `the cluster answered ${res.statusCode}`)),
+          );
+        });
+        req.once('error', fail);
+        req.end();
+      });
+    },
+  };
+}
+
+/** A stream that is empty and ended, for a terminal session's stderr. */
+export const emptyStream = (): Readable => {
+  const s = new PassThrough();
+  s.end();
+  return s;
+};

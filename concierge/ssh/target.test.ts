@@ -1,0 +1,104 @@
+import { describe, expect, it } from '@jest/globals';
+import { parseContainer, parseExecCommand, parseForward } from './target.ts';
+import { exitCodeOf, Refused } from './cluster-access.ts';
+
+describe('parseExecCommand', () => {
+  it('reads the target, then the command by the shell quoting rules, without a shell', () => {
+    expect(parseExecCommand(`edge/demo/web-1/app -- ls -l '/tmp/a b' "$HOME"`)).toEqual({
+      target: { cluster: 'edge', namespace: 'demo', pod: 'web-1', container: 'app' },
+      argv: ['ls', '-l', '/tmp/a b', '$HOME'],
+    });
+    expect(parseExecCommand('hub/demo/web-1')).toEqual({
+      target: { cluster: 'hub', namespace: 'demo', pod: 'web-1', container: '' },
+      argv: [],
+    });
+    expect(parseExecCommand('hub/demo/web-1 date')).toMatchObject({ argv: ['date'] });
+  });
+
+  it.each([
+    ['hub/demo/web | cat', '"|" needs a shell'],
+    ['hub/demo/web -- ls *.c', '"*.c" needs a shell'],
+    ['hub/demo/web -- echo x > /etc/passwd', '">" needs a shell'],
+    ["hub/demo/web -- echo 'open", 'never closed'],
+    ['hub/demo/web -- echo "a\\"', 'never closed'],
+    ['hub/demo', 'is not <cluster>/<namespace>/<pod>[/<container>]'],
+    ['hub/demo/web/app/extra', 'is not <cluster>'],
+    ['Hub/demo/web', 'not a cluster name'],
+    ['hub/../web', 'not a namespace name'],
+    ['hub/demo/web%2Fx', 'not a pod name'],
+    ['hub/demo/web/App', 'not a container name'],
+    ['', 'is not <cluster>'],
+  ])('refuses %j', (command, problem) => {
+    const parsed = parseExecCommand(command);
+    expect(parsed).toHaveProperty('problem');
+    expect((parsed as { problem: string }).problem).toContain(problem);
+  });
+
+  it('refuses a command line longer than any URL would carry', () => {
+    expect(parseExecCommand(`hub/demo/web -- echo ${'x'.repeat(20_000)}`)).toEqual({
+      problem: 'the command is too long',
+    });
+  });
+});
+
+describe('parseContainer', () => {
+  it('names a pod by a DNS subdomain and the rest by DNS labels', () => {
+    expect(parseContainer('edge/kube-system/coredns-5d78c9869d-abcde.x')).toMatchObject({
+      pod: 'coredns-5d78c9869d-abcde.x',
+    });
+  });
+});
+
+describe('parseForward', () => {
+  it.each([
+    [
+      'edge/db/svc/postgres',
+      5432,
+      { cluster: 'edge', target: { namespace: 'db', kind: 'services', name: 'postgres', port: 5432 } },
+    ],
+    [
+      'hub/demo/pod/web-1.x',
+      80,
+      { cluster: 'hub', target: { namespace: 'demo', kind: 'pods', name: 'web-1.x', port: 80 } },
+    ],
+    [
+      'hub/demo/service/web',
+      1,
+      { cluster: 'hub', target: { namespace: 'demo', kind: 'services', name: 'web', port: 1 } },
+    ],
+  ])('reads %s port %d', (host, port, expected) => {
+    expect(parseForward(host, port)).toEqual(expected);
+  });
+
+  it.each([
+    ['localhost', 80],
+    ['10.0.0.1', 80],
+    ['hub/demo/deploy/web', 80],
+    ['hub/demo/svc/web.x', 80],
+    ['hub/demo/svc/web', 0],
+    ['hub/demo/svc/web', 70000],
+    ['hub/demo/svc/web/extra', 80],
+  ])('refuses %s port %d', (host, port) => {
+    expect(parseForward(host, port)).toHaveProperty('problem');
+  });
+});
+
+describe('exitCodeOf', () => {
+  it('reads the exec protocol’s closing Status', () => {
+    expect(exitCodeOf('{"metadata":{},"status":"Success"}')).toBe(0);
+    expect(
+      exitCodeOf(
+        '{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"7"}]}}',
+      ),
+    ).toBe(7);
+    const refused = exitCodeOf('{"status":"Failure","code":500,"message":"container not found (\\"x\\")"}');
+    expect(refused).toBeInstanceOf(Refused);
+    expect((refused as Refused).message).toContain('container not found');
+    expect(exitCodeOf('not json')).toBeInstanceOf(Refused);
+    expect(
+      exitCodeOf(
+        '{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"-1; rm"}]}}',
+      ),
+    ).toBeInstanceOf(Refused);
+  });
+});

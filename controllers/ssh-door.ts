@@ -1,0 +1,136 @@
+// The SSH door's controllers: the server, on every replica, hands the door its host key and settings when the config
+// turns it on (and nothing when off); the writer, on the leader, makes the host key once and keeps it in a Secret (so
+// every replica, and every restart, shows clients the same key), and publishes how to reach the door and the key's
+// fingerprint in the CredentialIssuer's status, where clients pin it.
+import { createHash } from 'node:crypto';
+import ssh2 from 'ssh2';
+import type { SSHStatus } from '../apis/config.ts';
+import type { Informer, KubeObject } from '../lib/kube/informer.ts';
+import type { ObjectWriter } from '../lib/kube/kube.ts';
+import type { Logger } from '../lib/log.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import type { SyncResult } from '../lib/controller/queue.ts';
+
+export const SSH_HOST_KEY_SECRET = 'sealion-ssh-host-key';
+/** The private key in OpenSSH's format, and the public key as `<algorithm> <base64>`. */
+const PRIVATE_KEY = 'ssh_host_ed25519_key';
+const PUBLIC_KEY = 'ssh_host_ed25519_key.pub';
+export const SSH_KEY = 'ssh-door';
+
+interface SecretLike extends KubeObject {
+  data?: Record<string, string>;
+}
+
+/** What the door serves with. */
+export interface SshMaterial {
+  hostKeys: string[];
+}
+
+export interface SshDoorDeps<S> {
+  namespace: string;
+  /** Whether the config turns the door on, its settings, the port clients use, and a rejected edit's problem. */
+  settings: () => { enabled: boolean; port: number; settings: S; problem?: string };
+  /** The host clients reach the proxy's Service at, once it has one; undefined while the proxy does not run. */
+  host: () => string | undefined;
+  secrets: Informer<SecretLike>;
+  /** The writer's writes (leader-only). */
+  writes: ObjectWriter;
+  /** Called on every sync with what the door should serve (undefined: stop listening). */
+  serve: (material: (SshMaterial & { settings: S }) | undefined) => void;
+  /** Writes status.ssh of the CredentialIssuer (null removes it). Leader-only. */
+  publish: (status: SSHStatus | null) => Promise<void>;
+  log: Logger;
+}
+
+/** The OpenSSH fingerprint of a public key line's blob. */
+export function fingerprintOf(publicKey: string): string {
+  const blob = Buffer.from(publicKey.split(' ')[1] ?? '', 'base64');
+  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
+}
+
+export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Controller; writer: Controller } {
+  const ns = deps.namespace;
+  const stored = (): { privateKey: string; publicKey: string } | undefined => {
+    const data = deps.secrets.get(SSH_HOST_KEY_SECRET, ns)?.data;
+    const privateKey = data?.[PRIVATE_KEY] && Buffer.from(data[PRIVATE_KEY], 'base64').toString('utf8');
+    const publicKey = data?.[PUBLIC_KEY] && Buffer.from(data[PUBLIC_KEY], 'base64').toString('utf8').trim();
+    return privateKey && publicKey ? { privateKey, publicKey } : undefined;
+  };
+  const watches = [
+    {
+      informer: deps.secrets,
+      filter: (s: SecretLike) => s.metadata?.name === SSH_HOST_KEY_SECRET,
+      key: () => SSH_KEY,
+    },
+  ];
+  let published = '';
+
+  const server: Controller = {
+    name: 'ssh-door-server',
+    watches,
+    initialKeys: [SSH_KEY],
+    sync(): Promise<SyncResult> {
+      const { enabled, settings } = deps.settings();
+      const key = enabled ? stored() : undefined;
+      deps.serve(key ? { hostKeys: [key.privateKey], settings } : undefined);
+      // The leader makes the key; it arrives through the informer.
+      return Promise.resolve(enabled && !key ? { requeueAfterMs: 5_000 } : undefined);
+    },
+  };
+
+  const writer: Controller = {
+    name: 'ssh-door-writer',
+    watches,
+    initialKeys: [SSH_KEY],
+    async sync(): Promise<SyncResult> {
+      const { enabled, port, problem } = deps.settings();
+      const note = problem ? `; the latest config edit was rejected: ${problem}` : '';
+      let status: SSHStatus | null = null;
+      let again: SyncResult = undefined;
+      if (enabled) {
+        let key = stored();
+        if (!key) {
+          const made = ssh2.utils.generateKeyPairSync('ed25519');
+          // Created, never replaced: a key clients have pinned must not change under them. Another leader's key, not
+          // in the cache yet, makes this create fail and the sync retry.
+          await deps.writes.create({
+            apiVersion: 'v1',
+            kind: 'Secret',
+            metadata: {
+              name: SSH_HOST_KEY_SECRET,
+              namespace: ns,
+              labels: { 'app.kubernetes.io/part-of': 'sealion' },
+            },
+            type: 'Opaque',
+            data: {
+              [PRIVATE_KEY]: Buffer.from(made.private).toString('base64'),
+              [PUBLIC_KEY]: Buffer.from(made.public).toString('base64'),
+            },
+          } as never);
+          deps.log.info('ssh host key made');
+          key = { privateKey: made.private, publicKey: made.public.trim() };
+        }
+        const [algorithm = '', base64 = ''] = key.publicKey.split(' ');
+        const host = deps.host();
+        status = {
+          status: host ? 'Success' : 'Error',
+          message: host
+            ? `the SSH door is enabled by configuration; ssh -p ${port} <user>@${host}${note}`
+            : `the SSH door is enabled by configuration and waits for the impersonation proxy's Service to get an address${note}`,
+          ...(host ? { endpoint: `${host}:${port}` } : {}),
+          hostKeys: [
+            { algorithm, publicKey: `${algorithm} ${base64}`, fingerprint: fingerprintOf(key.publicKey) },
+          ],
+        };
+        if (!host) again = { requeueAfterMs: 10_000 };
+      }
+      const text = JSON.stringify(status);
+      if (text !== published) {
+        await deps.publish(status);
+        published = text;
+      }
+      return again;
+    },
+  };
+  return { server, writer };
+}

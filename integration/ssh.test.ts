@@ -1,0 +1,527 @@
+// The SSH door with the real OpenSSH client against Sealion installed on real nodes (a hub and an edge reached through
+// its agent's tunnel): turned on by the ConfigMap, its host key pinned from the CredentialIssuer's status; sign-in by
+// an SSH certificate and by the device login at the development OpenID Provider (the scripted browser approves the
+// code), after which the key needs no login until its binding expires; shells through a PTY, commands and their exit
+// statuses, the menu, sftp and scp with checksums, `-L` to a Service, and what the clusters refuse.
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse as parseYAML, stringify as toYAML } from 'yaml';
+import ssh2 from 'ssh2';
+import type { AuditEvent } from '../concierge/audit/types.ts';
+import { CONFIG_KEY, CONFIG_MAP_NAME } from '../apis/install.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
+import { approveDevice } from '../dev/browser.ts';
+import {
+  DEMO_GROUP,
+  DEMO_NAMESPACE,
+  DEMO_POD,
+  DEMO_USER,
+  EDGE,
+  startInstalledSealion,
+  stopInstalled,
+  type InstalledSealion,
+  type Running,
+} from '../dev/installed.ts';
+import { eventually } from '../dev/eventually.ts';
+import { deployReachWorkload, ECHO_PORT, REACH_WORKLOAD } from '../dev/reach-workload.ts';
+import { dieWithParent, stopChild } from '../dev/processes.ts';
+
+const running: Running = {};
+let dir: string;
+let installed: InstalledSealion;
+let host: string;
+let port: number;
+const children: ChildProcess[] = [];
+const VIEWER = 'viewer@sealion.dev';
+/** Each ssh run is ended after this: a red test must not hang. */
+const SSH_TIMEOUT_MS = 90_000;
+
+interface Result {
+  code: number | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+/** The ssh options every run shares: no user config, the pinned host key only, no agent. */
+const common = (): string[] => [
+  '-F',
+  '/dev/null',
+  '-o',
+  `UserKnownHostsFile=${join(dir, 'known_hosts')}`,
+  '-o',
+  'StrictHostKeyChecking=yes',
+  '-o',
+  'IdentitiesOnly=yes',
+  '-o',
+  'IdentityAgent=none',
+  '-o',
+  'ConnectTimeout=20',
+];
+
+/** Runs an OpenSSH program with `args`, feeding `input`; `onStderr` sees its error output as it comes. */
+function run(
+  program: string,
+  args: string[],
+  input?: Buffer | string,
+  onStderr?: (text: string) => void,
+): Promise<Result> {
+  return new Promise((done, fail) => {
+    const [command, argv] = dieWithParent(program, args);
+    const child = spawn(command, argv, { stdio: ['pipe', 'pipe', 'pipe'] });
+    children.push(child);
+    const out: Buffer[] = [];
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => out.push(c));
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString('utf8');
+      onStderr?.(stderr);
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), SSH_TIMEOUT_MS);
+    child.once('error', fail);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      done({ code, stdout: Buffer.concat(out), stderr });
+    });
+    child.stdin.on('error', () => {});
+    child.stdin.end(input);
+  });
+}
+
+/** `ssh` as `user` with the key `key` (and its certificate, if made), batch mode unless told otherwise. */
+function ssh(key: string, user: string, args: string[], opts: { input?: string; batch?: boolean } = {}) {
+  return run(
+    'ssh',
+    [
+      ...common(),
+      '-o',
+      `BatchMode=${opts.batch === false ? 'no' : 'yes'}`,
+      '-i',
+      join(dir, key),
+      '-p',
+      String(port),
+      '-l',
+      user,
+      host,
+      ...args,
+    ],
+    opts.input,
+  );
+}
+
+/** A new ed25519 key in the test's directory. */
+async function keygen(name: string): Promise<void> {
+  const made = await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]);
+  if (made.code !== 0) throw new Error(`ssh-keygen: ${made.stderr}`);
+}
+
+/** Signs `key`'s public key with the test CA: `principal`, the groups extension, valid for `validity`. */
+async function certify(key: string, principal: string, groups: string, validity = '+1h'): Promise<void> {
+  const signed = await run('ssh-keygen', [
+    '-q',
+    '-s',
+    join(dir, 'ca'),
+    '-I',
+    `${key}-id`,
+    '-n',
+    principal,
+    '-V',
+    validity,
+    '-O',
+    `extension:groups@sealion.dev=${groups}`,
+    join(dir, `${key}.pub`),
+  ]);
+  if (signed.code !== 0) throw new Error(`ssh-keygen -s: ${signed.stderr}`);
+}
+
+const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
+
+/** The concierge's ConfigMap's config with `ssh` set. */
+async function configureSsh(ssh: object): Promise<void> {
+  const ns = DEFAULT_INSTALL.namespace;
+  const current = await installed.hub.kubectl([
+    'get',
+    'configmap',
+    CONFIG_MAP_NAME,
+    '-n',
+    ns,
+    '-o',
+    `jsonpath={.data.config\\.yaml}`,
+  ]);
+  const config = (parseYAML(current.stdout) as Record<string, unknown> | null) ?? {};
+  const patch = { data: { [CONFIG_KEY]: toYAML({ ...config, ssh }) } };
+  const patched = await installed.hub.kubectl([
+    'patch',
+    'configmap',
+    CONFIG_MAP_NAME,
+    '-n',
+    ns,
+    '--type=merge',
+    '-p',
+    JSON.stringify(patch),
+  ]);
+  if (patched.code !== 0) throw new Error(`kubectl patch: ${patched.stderr}`);
+}
+
+/**
+ * Opens a shell with a 24x80 terminal as the holder of `key`, asks its size, changes it to 33x99 and asks again;
+ * resolves with the two answers.
+ */
+function resized(target: string, key: string): Promise<string[]> {
+  const client = new ssh2.Client();
+  return new Promise<string[]>((done, fail) => {
+    const timer = setTimeout(() => fail(new Error('no answer from the shell')), SSH_TIMEOUT_MS);
+    client.once('error', fail);
+    client.once('ready', () => {
+      client.exec(target, { pty: { rows: 24, cols: 80, term: 'xterm' } }, (err, stream) => {
+        if (err) return fail(err);
+        let out = '';
+        const sizes = (): string[] => [...out.matchAll(/^SIZE ([0-9]+ [0-9]+)\r?$/gm)].map((m) => m[1]!);
+        stream.on('data', (c: Buffer) => {
+          out += c.toString('utf8');
+          if (sizes().length === 1 && !out.includes('#resized')) {
+            out += '#resized';
+            stream.setWindow(33, 99, 0, 0);
+            setTimeout(() => stream.write('echo SIZE $(stty size)\n'), 500);
+          }
+          if (sizes().length === 2) {
+            clearTimeout(timer);
+            stream.end('exit\n');
+            done(sizes());
+          }
+        });
+        stream.write('echo SIZE $(stty size)\n');
+      });
+    });
+    client.connect({
+      host,
+      port,
+      username: 'anyone',
+      privateKey: readFileSync(join(dir, key), 'utf8'),
+      hostVerifier: (key: Buffer) =>
+        readFileSync(join(dir, 'known_hosts'), 'utf8').includes(key.toString('base64')),
+      readyTimeout: 20_000,
+    });
+  }).finally(() => client.end());
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'sealion-ssh-'));
+  installed = await startInstalledSealion(running, () => {});
+  await deployReachWorkload(installed.edge, installed.image.name, EDGE);
+  await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'test-ca', '-f', join(dir, 'ca')]);
+  await Promise.all(['demo', 'viewer', 'device', 'stranger', 'late'].map(keygen));
+  await certify('demo', DEMO_USER, DEMO_GROUP);
+  await certify('viewer', VIEWER, 'demo-viewers');
+  await certify('late', DEMO_USER, DEMO_GROUP, '20200101:20200102');
+  await configureSsh({
+    mode: 'enabled',
+    login: { authenticator: 'my-oidc' },
+    certificateAuthorities: [readFileSync(join(dir, 'ca.pub'), 'utf8').trim()],
+  });
+  // The door's address and host key, as a client pins them: from the CredentialIssuer's status.
+  const status = await eventually(
+    async () => {
+      const got = await installed.hub.kubectl([
+        'get',
+        'credentialissuer',
+        CONFIG_MAP_NAME,
+        '-o',
+        'jsonpath={.status.ssh}',
+      ]);
+      const parsed = JSON.parse(got.stdout || '{}') as {
+        endpoint?: string;
+        hostKeys?: { publicKey: string; fingerprint: string }[];
+      };
+      if (!parsed.endpoint || !parsed.hostKeys?.length) throw new Error(`status.ssh is ${got.stdout}`);
+      return parsed;
+    },
+    120_000,
+    500,
+  );
+  const [h, p] = status.endpoint!.split(/:(?=[0-9]+$)/) as [string, string];
+  host = h;
+  port = Number(p);
+  writeFileSync(
+    join(dir, 'known_hosts'),
+    `${port === 22 ? host : `[${host}]:${port}`} ${status.hostKeys![0]!.publicKey}\n`,
+  );
+  // Both replicas listen once they have the key; a command through each is what the tests below need.
+  await eventually(
+    async () => {
+      const r = await ssh('demo', DEMO_USER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+      if (r.code !== 0) throw new Error(`ssh: ${r.code} ${r.stderr}`);
+    },
+    120_000,
+    1000,
+  );
+}, 600_000);
+
+afterAll(async () => {
+  await Promise.all(children.map((c) => stopChild(c)));
+  await stopInstalled(running);
+  rmSync(dir, { recursive: true, force: true });
+}, 120_000);
+
+describe.each([
+  ['the hub', 'hub'],
+  [`${EDGE}, through its agent's tunnel`, EDGE],
+])('ssh into pods of %s', (_title, cluster) => {
+  const target = `${cluster}/${DEMO_NAMESPACE}/${DEMO_POD}`;
+
+  it('runs a command and returns its exit status and its stdout and stderr apart', async () => {
+    const r = await ssh('demo', DEMO_USER, [target, '--', 'sh', '-c', "'echo out; echo err >&2; exit 7'"]);
+    expect(r.stdout.toString()).toBe('out\n');
+    expect(r.stderr).toContain('err');
+    expect(r.code).toBe(7);
+  });
+
+  it('opens a shell with a terminal: what is typed runs, and its exit status comes back', async () => {
+    const r = await ssh('demo', DEMO_USER, ['-tt', target], { input: 'echo $((6*7)); tty\nexit 3\n' });
+    const out = r.stdout.toString();
+    expect(out).toContain('42');
+    expect(out).toMatch(/\/dev\/pts\/[0-9]+/);
+    expect(r.code).toBe(3);
+  });
+
+  it('puts and gets a file with sftp, and copies with scp, byte for byte', async () => {
+    const data = randomBytes(3 << 20);
+    writeFileSync(join(dir, `up-${cluster}`), data);
+    const remote = `/${cluster}/${DEMO_NAMESPACE}/${DEMO_POD}/${DEMO_POD}/tmp/up-${cluster}`;
+    const batch = [
+      `put ${join(dir, `up-${cluster}`)} ${remote}`,
+      `get ${remote} ${join(dir, `down-${cluster}`)}`,
+    ];
+    writeFileSync(join(dir, `batch-${cluster}`), batch.join('\n') + '\n');
+    const sftp = await run('sftp', [
+      ...common(),
+      '-o',
+      'BatchMode=yes',
+      '-i',
+      join(dir, 'demo'),
+      '-P',
+      String(port),
+      '-b',
+      join(dir, `batch-${cluster}`),
+      `${DEMO_USER}@${host}`,
+    ]);
+    expect(sftp.stderr).not.toMatch(/denied|failure|error/i);
+    expect(sftp.code).toBe(0);
+    expect(sha256(readFileSync(join(dir, `down-${cluster}`)))).toBe(sha256(data));
+    const inPod = await ssh('demo', DEMO_USER, [target, '--', 'sha256sum', `/tmp/up-${cluster}`]);
+    expect(inPod.stdout.toString()).toContain(sha256(data));
+
+    const scp = await run('scp', [
+      ...common(),
+      '-o',
+      'BatchMode=yes',
+      '-i',
+      join(dir, 'demo'),
+      '-P',
+      String(port),
+      `${DEMO_USER}@${host}:${remote}`,
+      join(dir, `scp-${cluster}`),
+    ]);
+    expect(scp.code).toBe(0);
+    expect(sha256(readFileSync(join(dir, `scp-${cluster}`)))).toBe(sha256(data));
+  });
+
+  it("refuses what the cluster's RBAC refuses, with its message", async () => {
+    const r = await ssh('viewer', VIEWER, [target, '--', 'true']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/forbidden/);
+    expect(r.stderr).toContain(VIEWER);
+  });
+});
+
+describe('ssh -L', () => {
+  it("forwards a local port to a Service on the edge, through the cluster's decision and its agent", async () => {
+    const local = 20_000 + Math.floor(Math.random() * 20_000);
+    const [command, argv] = dieWithParent('ssh', [
+      ...common(),
+      '-o',
+      'BatchMode=yes',
+      '-o',
+      'ExitOnForwardFailure=yes',
+      '-i',
+      join(dir, 'demo'),
+      '-p',
+      String(port),
+      '-l',
+      DEMO_USER,
+      '-N',
+      '-L',
+      `127.0.0.1:${local}:${EDGE}/${DEMO_NAMESPACE}/svc/${REACH_WORKLOAD}:${ECHO_PORT}`,
+      host,
+    ]);
+    const child = spawn(command, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+    children.push(child);
+    const payload = randomBytes(64 * 1024);
+    const echoed = await eventually(
+      () =>
+        new Promise<Buffer>((done, fail) => {
+          const socket = connect({ port: local, host: '127.0.0.1', allowHalfOpen: true });
+          const chunks: Buffer[] = [];
+          socket.on('data', (c: Buffer) => chunks.push(c));
+          socket.once('end', () => {
+            socket.end();
+            const all = Buffer.concat(chunks);
+            if (all.length === 0) fail(new Error('nothing came back'));
+            else done(all);
+          });
+          socket.once('error', fail);
+          socket.end(payload);
+        }),
+      30_000,
+      500,
+    );
+    expect(echoed.equals(payload)).toBe(true);
+    await stopChild(child);
+  });
+});
+
+describe('signing in', () => {
+  it('refuses a key nobody bound and an expired certificate as SSH refuses any', async () => {
+    for (const key of ['stranger', 'late']) {
+      const r = await ssh(key, DEMO_USER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+      expect(r.code).toBe(255);
+      expect(r.stderr).toContain('Permission denied');
+    }
+  });
+
+  it('refuses a certificate for another login name than its principals', async () => {
+    const r = await ssh('demo', VIEWER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+    expect(r.code).toBe(255);
+  });
+
+  it('logs in with the device code at the OpenID Provider, then the key needs no login until its binding ends', async () => {
+    let approving: Promise<void> | undefined;
+    const r = await run(
+      'ssh',
+      [
+        ...common(),
+        '-o',
+        'BatchMode=no',
+        '-o',
+        'PreferredAuthentications=publickey,keyboard-interactive',
+        '-i',
+        join(dir, 'device'),
+        '-p',
+        String(port),
+        '-l',
+        'anyone',
+        host,
+        `${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}`,
+        '--',
+        'echo',
+        'signed-in',
+      ],
+      '',
+      (stderr) => {
+        const url = /or open (https:\/\/\S+)/.exec(stderr)?.[1];
+        if (url && !approving) approving = approveDevice(url, { caPem: installed.issuer.caPem });
+      },
+    );
+    await approving;
+    expect(r.stdout.toString()).toBe('signed-in\n');
+    expect(r.code).toBe(0);
+
+    // Bound: batch mode (no login possible) works with the key alone, as the demo user.
+    const again = await ssh('device', 'anyone', [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'echo', 'again']);
+    expect(again.stdout.toString()).toBe('again\n');
+
+    // A terminal that changes size: OpenSSH sends a new size only from a real terminal, so the ssh2 client does.
+    expect(await resized(`${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}`, 'device')).toEqual(['24 80', '33 99']);
+
+    // The binding's end, as the Secret says it: then the key is a stranger's again.
+    const ns = DEFAULT_INSTALL.namespace;
+    const secrets = await installed.hub.kubectl([
+      'get',
+      'secrets',
+      '-n',
+      ns,
+      '-l',
+      'sealion.dev/ssh-key-binding=true',
+      '-o',
+      'json',
+    ]);
+    const bindings = (
+      JSON.parse(secrets.stdout) as { items: { metadata: { name: string }; data: Record<string, string> }[] }
+    ).items;
+    expect(bindings).toHaveLength(1);
+    const stored = JSON.parse(Buffer.from(bindings[0]!.data['binding.json']!, 'base64').toString('utf8')) as {
+      user: { username: string };
+      expires: number;
+    };
+    expect(stored.user.username).toBe(DEMO_USER);
+    const expired = Buffer.from(JSON.stringify({ ...stored, expires: Date.now() - 1000 })).toString('base64');
+    await installed.hub.kubectl([
+      'patch',
+      'secret',
+      bindings[0]!.metadata.name,
+      '-n',
+      ns,
+      '--type=merge',
+      '-p',
+      JSON.stringify({ data: { 'binding.json': expired } }),
+    ]);
+    await eventually(
+      async () => {
+        const late = await ssh('device', 'anyone', [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+        expect(late.code).toBe(255);
+      },
+      30_000,
+      1000,
+    );
+  }, 180_000);
+});
+
+describe('the menu', () => {
+  it('lists what the user may exec into and opens a shell in the one picked', async () => {
+    const picked = await ssh('demo', DEMO_USER, ['-tt'], {
+      input: `${EDGE}\n${DEMO_NAMESPACE}\n${DEMO_POD}\necho picked-$((1+1))\nexit 4\n`,
+    });
+    const out = picked.stdout.toString();
+    expect(out).toContain('Clusters:');
+    expect(out).toContain(EDGE);
+    expect(out).toContain(`Namespaces of ${EDGE}`);
+    expect(out).toContain('picked-2');
+    expect(picked.code).toBe(4);
+  });
+});
+
+describe('accountability', () => {
+  it('audits an SSH command as an exec by the certificate user, through the pipeline', async () => {
+    const marker = `marker-${randomBytes(6).toString('hex')}`;
+    const r = await ssh('demo', DEMO_USER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'echo', marker]);
+    expect(r.code).toBe(0);
+    const event = await eventually(async () => {
+      const logs = await installed.hub.kubectl([
+        'logs',
+        '-n',
+        DEFAULT_INSTALL.namespace,
+        '-l',
+        'app=sealion-concierge',
+        '--tail=-1',
+        '--max-log-requests=10',
+      ]);
+      const found = logs.stdout
+        .split('\n')
+        .filter((line) => line.startsWith('{"kind":"Event"'))
+        .map((line) => JSON.parse(line) as AuditEvent)
+        .find((e) => e.requestURI.includes(marker) && e.stage === 'ResponseComplete');
+      expect(found).toBeDefined();
+      return found!;
+    });
+    expect(event).toMatchObject({
+      user: { username: DEMO_USER },
+      objectRef: { resource: 'pods', subresource: 'exec', namespace: DEMO_NAMESPACE, name: DEMO_POD },
+      annotations: { 'sealion.dev/authenticator': 'ssh/certificate' },
+    });
+    expect(event.userAgent).toMatch(/^sealion-ssh \(OpenSSH/);
+  });
+});
