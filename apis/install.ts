@@ -58,6 +58,13 @@ export const DEFAULT_SERVICE_TYPE = 'LoadBalancer';
 export const DEFAULT_KUBE_CERT_AGENT_MODE = 'auto';
 
 /** The default ConfigMap content: every setting at its default, documented. */
+/** The SSH door's defaults (the config's ssh section). */
+export const DEFAULT_SSH_SERVICE_PORT = 22;
+export const DEFAULT_SSH_HUB_NAME = 'hub';
+/** What the device login asks the issuer for: an ID token with the claims JWTAuthenticators usually map. */
+export const DEFAULT_SSH_SCOPES = ['openid', 'email', 'profile', 'groups'] as const;
+export const DEFAULT_GROUPS_EXTENSION = 'groups@sealion.dev';
+
 export const DEFAULT_CONFIG_YAML = `# Sealion concierge configuration. Edits apply live; a bad edit is reported on the
 # authenticators' status and the last good configuration keeps serving.
 impersonationProxy:
@@ -82,6 +89,20 @@ kubeCertAgent:
   # auto: on where the cluster looks self-hosted (a control-plane node, no managed provider's marks);
   # enabled: always (beside the proxy, if that runs too); disabled: never.
   mode: ${DEFAULT_KUBE_CERT_AGENT_MODE}
+ssh:
+  # The SSH door: ssh, sftp and -L into every cluster's pods and Services, on a port of the proxy's Service.
+  # enabled or disabled.
+  mode: disabled
+  port: ${DEFAULT_SSH_SERVICE_PORT}
+  # What targets call this (the hub's) cluster: ssh <user>@<host> ${DEFAULT_SSH_HUB_NAME}/<namespace>/<pod>
+  hubName: ${DEFAULT_SSH_HUB_NAME}
+  # The device login at a JWTAuthenticator's issuer, e.g. {authenticator: my-oidc}; without it only SSH
+  # certificates (and keys an earlier login bound) sign in.
+  # login: {authenticator: my-oidc, clientID: "", scopes: [${DEFAULT_SSH_SCOPES.join(', ')}]}
+  # User-certificate CAs, one public key each as in authorized_keys.
+  certificateAuthorities: []
+  # The certificate extension listing the user's groups.
+  groupsExtension: ${DEFAULT_GROUPS_EXTENSION}
 `;
 
 /** The Secret, in the concierge's namespace, with the CA that agents pin and are issued from. */

@@ -25,6 +25,13 @@ describe('loadConfig', () => {
         tls: { certificateAuthorityData: '', secretName: '' },
       },
       kubeCertAgent: { mode: 'auto' },
+      ssh: {
+        mode: 'disabled',
+        port: 22,
+        hubName: 'hub',
+        certificateAuthorities: [],
+        groupsExtension: 'groups@sealion.dev',
+      },
     };
     expect(loadConfig('')).toEqual(defaults);
     expect(loadConfig('# only a comment\n')).toEqual(defaults);
@@ -190,6 +197,28 @@ kubeCertAgent:
       'impersonationProxy: {endpoint: p.example.com, service: {type: None, annotations: {a: b}}}',
       'Conflict',
       'impersonationProxy.service.annotations',
+    ],
+    ['an ssh mode that is not one', 'ssh: {mode: auto}', 'InvalidEnum', 'ssh.mode'],
+    ['an ssh port out of range', 'ssh: {port: 70000}', 'InvalidValue', 'ssh.port'],
+    ['an ssh hub name that is no DNS label', 'ssh: {hubName: Hub_1}', 'InvalidValue', 'ssh.hubName'],
+    ['a login without its authenticator', 'ssh: {login: {}}', 'InvalidType', 'ssh.login.authenticator'],
+    [
+      'a scope with a space',
+      'ssh: {login: {authenticator: a, scopes: ["open id"]}}',
+      'InvalidValue',
+      'ssh.login.scopes.0',
+    ],
+    [
+      'an SSH CA that is a certificate',
+      'ssh: {certificateAuthorities: ["ssh-ed25519-cert-v01@openssh.com AAAA"]}',
+      'InvalidValue',
+      'ssh.certificateAuthorities',
+    ],
+    [
+      'an SSH CA that is not base64',
+      'ssh: {certificateAuthorities: ["ssh-ed25519 %%%"]}',
+      'InvalidValue',
+      'ssh.certificateAuthorities',
     ],
     ['document is a list', '- a\n- b', 'InvalidType', ''],
     ['document is a scalar', 'hello', 'InvalidType', ''],

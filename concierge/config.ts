@@ -5,7 +5,15 @@ import { X509Certificate } from 'node:crypto';
 import { isIP } from 'node:net';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
-import { DEFAULT_KUBE_CERT_AGENT_MODE, DEFAULT_PROXY_MODE, DEFAULT_SERVICE_TYPE } from '../apis/install.ts';
+import {
+  DEFAULT_GROUPS_EXTENSION,
+  DEFAULT_KUBE_CERT_AGENT_MODE,
+  DEFAULT_PROXY_MODE,
+  DEFAULT_SERVICE_TYPE,
+  DEFAULT_SSH_HUB_NAME,
+  DEFAULT_SSH_SCOPES,
+  DEFAULT_SSH_SERVICE_PORT,
+} from '../apis/install.ts';
 import { SealionError } from '../lib/errors.ts';
 import { isDNSLabel, isDNSSubdomain } from '../apis/names.ts';
 import { parseTrustedCAKeys } from './ssh/keys.ts';
@@ -22,11 +30,6 @@ export const ProxyModes = ['auto', 'enabled', 'disabled'] as const;
 export const ServiceTypes = ['LoadBalancer', 'ClusterIP', 'None'] as const;
 export const KubeCertAgentModes = ['auto', 'enabled', 'disabled'] as const;
 export const SshModes = ['enabled', 'disabled'] as const;
-/** The port SSH clients connect to unless the config names another. */
-export const DEFAULT_SSH_SERVICE_PORT = 22;
-/** What the device login asks the issuer for: an ID token with the claims JWTAuthenticators usually map. */
-export const DEFAULT_SSH_SCOPES = ['openid', 'email', 'profile', 'groups'] as const;
-export const DEFAULT_GROUPS_EXTENSION = 'groups@sealion.dev';
 
 export type ConfigProblemCode =
   | 'TooLarge'
@@ -158,7 +161,7 @@ const sshSchema = z
     /** The port of the proxy's Service that SSH clients connect to. */
     port: z.number().int().min(1).max(65535).default(DEFAULT_SSH_SERVICE_PORT),
     /** What targets call the hub's own cluster. */
-    hubName: nameSchema('a DNS label', isDNSLabel).default('hub'),
+    hubName: nameSchema('a DNS label', isDNSLabel).default(DEFAULT_SSH_HUB_NAME),
     /** The device login at a JWTAuthenticator's issuer; absent: only bound keys and certificates sign in. */
     login: z
       .strictObject({

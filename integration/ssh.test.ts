@@ -67,7 +67,7 @@ const common = (): string[] => [
 function run(
   program: string,
   args: string[],
-  input?: Buffer | string,
+  input?: Buffer | string | Conversation,
   onStderr?: (text: string) => void,
 ): Promise<Result> {
   return new Promise((done, fail) => {
@@ -76,7 +76,11 @@ function run(
     children.push(child);
     const out: Buffer[] = [];
     let stderr = '';
-    child.stdout.on('data', (c: Buffer) => out.push(c));
+    const talk = typeof input === 'function' ? input : undefined;
+    child.stdout.on('data', (c: Buffer) => {
+      out.push(c);
+      talk?.(Buffer.concat(out).toString('utf8'), (text) => child.stdin.write(text));
+    });
     child.stderr.on('data', (c: Buffer) => {
       stderr += c.toString('utf8');
       onStderr?.(stderr);
@@ -88,12 +92,36 @@ function run(
       done({ code, stdout: Buffer.concat(out), stderr });
     });
     child.stdin.on('error', () => {});
-    child.stdin.end(input);
+    if (!talk) child.stdin.end(input);
   });
 }
 
+/** Sees all the output so far each time more comes, and may type. */
+type Conversation = (output: string, type: (text: string) => void) => void;
+
+/**
+ * A terminal's side of a conversation: each line is typed once the output shows `prompt` one more time than when the
+ * line before was typed, and cursor-position queries (busybox's shell asks one per prompt) are answered as a
+ * terminal answers them.
+ */
+function typing(prompt: RegExp, lines: string[]): Conversation {
+  let answered = 0;
+  let typed = 0;
+  return (output, type) => {
+    const queries = output.split('\x1b[6n').length - 1;
+    for (; answered < queries; answered++) type('\x1b[1;1R');
+    const prompts = output.split(prompt).length - 1;
+    if (prompts > typed && typed < lines.length) type(`${lines[typed++]!}\n`);
+  };
+}
+
 /** `ssh` as `user` with the key `key` (and its certificate, if made), batch mode unless told otherwise. */
-function ssh(key: string, user: string, args: string[], opts: { input?: string; batch?: boolean } = {}) {
+function ssh(
+  key: string,
+  user: string,
+  args: string[],
+  opts: { input?: string | Conversation; batch?: boolean } = {},
+) {
   return run(
     'ssh',
     [
@@ -258,7 +286,22 @@ beforeAll(async () => {
     },
     120_000,
     1000,
-  );
+  ).catch(async (err: unknown) => {
+    // What the door said about it, for whoever reads the failure.
+    const logs = await installed.hub.kubectl([
+      'logs',
+      '-n',
+      DEFAULT_INSTALL.namespace,
+      '-l',
+      'app=sealion-concierge',
+      '--tail=-1',
+    ]);
+    const verbose = await ssh('demo', DEMO_USER, ['-v', `hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+    const said = logs.stdout.split('\n').filter((line) => line.includes('"component":"ssh"'));
+    throw new Error(
+      `${(err as Error).message}\nthe door's log:\n${said.slice(-20).join('\n')}\nssh -v:\n${verbose.stderr}`,
+    );
+  });
 }, 600_000);
 
 afterAll(async () => {
@@ -281,7 +324,9 @@ describe.each([
   });
 
   it('opens a shell with a terminal: what is typed runs, and its exit status comes back', async () => {
-    const r = await ssh('demo', DEMO_USER, ['-tt', target], { input: 'echo $((6*7)); tty\nexit 3\n' });
+    const r = await ssh('demo', DEMO_USER, ['-tt', target], {
+      input: typing(/\$ /, ['echo $((6*7)); tty', 'exit 3']),
+    });
     const out = r.stdout.toString();
     expect(out).toContain('42');
     expect(out).toMatch(/\/dev\/pts\/[0-9]+/);
@@ -483,7 +528,13 @@ describe('signing in', () => {
 describe('the menu', () => {
   it('lists what the user may exec into and opens a shell in the one picked', async () => {
     const picked = await ssh('demo', DEMO_USER, ['-tt'], {
-      input: `${EDGE}\n${DEMO_NAMESPACE}\n${DEMO_POD}\necho picked-$((1+1))\nexit 4\n`,
+      input: typing(/Choose by number or name[^\n]*: |\$ /, [
+        EDGE,
+        DEMO_NAMESPACE,
+        DEMO_POD,
+        'echo picked-$((1+1))',
+        'exit 4',
+      ]),
     });
     const out = picked.stdout.toString();
     expect(out).toContain('Clusters:');

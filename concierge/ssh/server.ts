@@ -233,9 +233,10 @@ export function newSshServer(opts: SshServerOptions): SshServer {
         return ctx.accept();
       }
       if (!settings.login) return ctx.reject(methods);
+      // Proven but not enough: the client goes on to its other keys (a certificate may follow), then the login, which
+      // binds the first key proven here.
       state.provenKey ??= { blob: key.data, fingerprint: print };
-      // Partly done: the key is proven; a login makes it bound.
-      return ctx.reject(['keyboard-interactive'], true);
+      return ctx.reject(methods);
     }
     if (ctx.method === 'keyboard-interactive' && settings.login) {
       if (!deviceLogins.take('', limits.deviceLogins)) return ctx.reject(methods);
