@@ -13,7 +13,8 @@ import { getKubeconfig } from '../cli/get-kubeconfig.ts';
 import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_INSTALL, sessionAuditorRole } from '../manifests/install.ts';
-import { CONCIERGE_NAME } from '../apis/install.ts';
+import { CONCIERGE_NAME, CONFIG_KEY, CONFIG_MAP_NAME } from '../apis/install.ts';
+import { parse as parseYAML, stringify as toYAML } from 'yaml';
 import { REPO_ROOT } from './build.ts';
 import { startCluster, type Cluster } from './cluster.ts';
 import { eventually } from './eventually.ts';
@@ -343,4 +344,55 @@ export async function startInstalledSealion(
     );
   };
   return { hub: cluster, edge, issuer, lb: running.lb, image, kubeconfig };
+}
+
+/** Where the SSH door answers, and the known_hosts line that pins its host key (from the CredentialIssuer's status). */
+export interface SshDoor {
+  host: string;
+  port: number;
+  knownHosts: string;
+}
+
+/**
+ * Turns the hub's SSH door on with `ssh` (the config's ssh section, mode enabled added) by editing the concierge's
+ * ConfigMap as an admin would, and resolves once its status says where it is and which host key it has.
+ */
+export async function enableSsh(cluster: Cluster, ssh: object): Promise<SshDoor> {
+  const ns = DEFAULT_INSTALL.namespace;
+  const current = await kubectlOk(cluster, ['get', 'configmap', CONFIG_MAP_NAME, '-n', ns, '-o', 'json']);
+  const text = (JSON.parse(current) as { data?: Record<string, string> }).data?.[CONFIG_KEY] ?? '';
+  const config = (parseYAML(text) as Record<string, unknown> | null) ?? {};
+  const patch = { data: { [CONFIG_KEY]: toYAML({ ...config, ssh: { ...ssh, mode: 'enabled' } }) } };
+  await kubectlOk(cluster, [
+    'patch',
+    'configmap',
+    CONFIG_MAP_NAME,
+    '-n',
+    ns,
+    '--type=merge',
+    '-p',
+    JSON.stringify(patch),
+  ]);
+  return eventually(
+    async () => {
+      const got = await kubectlOk(cluster, [
+        'get',
+        'credentialissuer',
+        CONFIG_MAP_NAME,
+        '-o',
+        'jsonpath={.status.ssh}',
+      ]);
+      const status = JSON.parse(got || '{}') as { endpoint?: string; hostKeys?: { publicKey: string }[] };
+      if (!status.endpoint || !status.hostKeys?.length) throw new Error(`status.ssh is ${got || 'empty'}`);
+      const [host, port] = status.endpoint.split(/:(?=[0-9]+$)/) as [string, string];
+      const where = port === '22' ? host : `[${host}]:${port}`;
+      return {
+        host,
+        port: Number(port),
+        knownHosts: status.hostKeys.map((k) => `${where} ${k.publicKey}\n`).join(''),
+      };
+    },
+    120_000,
+    500,
+  );
 }

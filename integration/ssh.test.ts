@@ -10,10 +10,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse as parseYAML, stringify as toYAML } from 'yaml';
 import ssh2 from 'ssh2';
 import type { AuditEvent } from '../concierge/audit/types.ts';
-import { CONFIG_KEY, CONFIG_MAP_NAME } from '../apis/install.ts';
 import { DEFAULT_INSTALL } from '../manifests/install.ts';
 import { approveDevice } from '../dev/browser.ts';
 import {
@@ -22,6 +20,7 @@ import {
   DEMO_POD,
   DEMO_USER,
   EDGE,
+  enableSsh,
   startInstalledSealion,
   stopInstalled,
   type InstalledSealion,
@@ -168,33 +167,6 @@ async function certify(key: string, principal: string, groups: string, validity 
 
 const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
 
-/** The concierge's ConfigMap's config with `ssh` set. */
-async function configureSsh(ssh: object): Promise<void> {
-  const ns = DEFAULT_INSTALL.namespace;
-  const current = await installed.hub.kubectl([
-    'get',
-    'configmap',
-    CONFIG_MAP_NAME,
-    '-n',
-    ns,
-    '-o',
-    `jsonpath={.data.config\\.yaml}`,
-  ]);
-  const config = (parseYAML(current.stdout) as Record<string, unknown> | null) ?? {};
-  const patch = { data: { [CONFIG_KEY]: toYAML({ ...config, ssh }) } };
-  const patched = await installed.hub.kubectl([
-    'patch',
-    'configmap',
-    CONFIG_MAP_NAME,
-    '-n',
-    ns,
-    '--type=merge',
-    '-p',
-    JSON.stringify(patch),
-  ]);
-  if (patched.code !== 0) throw new Error(`kubectl patch: ${patched.stderr}`);
-}
-
 /**
  * Opens a shell with a 24x80 terminal as the holder of `key`, asks its size, changes it to 33x99 and asks again;
  * resolves with the two answers.
@@ -246,38 +218,13 @@ beforeAll(async () => {
   await certify('demo', DEMO_USER, DEMO_GROUP);
   await certify('viewer', VIEWER, 'demo-viewers');
   await certify('late', DEMO_USER, DEMO_GROUP, '20200101:20200102');
-  await configureSsh({
-    mode: 'enabled',
+  const door = await enableSsh(installed.hub, {
     login: { authenticator: 'my-oidc' },
     certificateAuthorities: [readFileSync(join(dir, 'ca.pub'), 'utf8').trim()],
   });
-  // The door's address and host key, as a client pins them: from the CredentialIssuer's status.
-  const status = await eventually(
-    async () => {
-      const got = await installed.hub.kubectl([
-        'get',
-        'credentialissuer',
-        CONFIG_MAP_NAME,
-        '-o',
-        'jsonpath={.status.ssh}',
-      ]);
-      const parsed = JSON.parse(got.stdout || '{}') as {
-        endpoint?: string;
-        hostKeys?: { publicKey: string; fingerprint: string }[];
-      };
-      if (!parsed.endpoint || !parsed.hostKeys?.length) throw new Error(`status.ssh is ${got.stdout}`);
-      return parsed;
-    },
-    120_000,
-    500,
-  );
-  const [h, p] = status.endpoint!.split(/:(?=[0-9]+$)/) as [string, string];
-  host = h;
-  port = Number(p);
-  writeFileSync(
-    join(dir, 'known_hosts'),
-    `${port === 22 ? host : `[${host}]:${port}`} ${status.hostKeys![0]!.publicKey}\n`,
-  );
+  host = door.host;
+  port = door.port;
+  writeFileSync(join(dir, 'known_hosts'), door.knownHosts);
   // Both replicas listen once they have the key; a command through each is what the tests below need.
   await eventually(
     async () => {
