@@ -72,7 +72,7 @@ export async function openReader(
   const read = async (offset: number, length: number): Promise<Buffer | undefined> => {
     const skip = offset - source.offset;
     if (skip < 0 || skip > source.heldBytes) {
-      source.running.kill();
+      discard(source.running);
       source = await startSource(commands, ref, path, offset, readAhead);
     } else {
       take(source, skip);
@@ -91,7 +91,14 @@ export async function openReader(
     return data;
   };
 
-  return { read, close: () => source.running.kill() };
+  return { read, close: () => discard(source.running) };
+}
+
+/** Ends a reader's command, and lets what it already sent drain away, so that its streams can end. */
+function discard(running: Running): void {
+  running.kill();
+  running.stdout.removeAllListeners('data');
+  running.stdout.resume();
 }
 
 /** Removes and gives the first `n` held bytes. */

@@ -150,6 +150,8 @@ interface Spawned {
   /** Set when the process has ended: its exit code, or the signal that ended it. */
   ended?: number | NodeJS.Signals;
   killed: boolean;
+  /** The bytes its stdout has handed on: what the reader took, and no more than its pipes hold. */
+  read: number;
 }
 
 /** A Running whose exec the cluster refused. */
@@ -206,16 +208,20 @@ function localContainers(busyboxPath: string): Containers & { spawned: Spawned[]
       const env =
         ref.container === 'busybox' ? { PATH: busyboxPath, LC_ALL: 'C' } : { ...process.env, LC_ALL: 'C' };
       const child = spawn(argv[0]!, argv.slice(1), { stdio: 'pipe', env });
-      const entry: Spawned = { ref, argv, child, killed: false };
+      const entry: Spawned = { ref, argv, child, killed: false, read: 0 };
       spawned.push(entry);
       const exit = new Promise<number>((resolve, reject) => {
         child.once('error', reject);
-        child.once('close', (code, signal) => {
-          entry.ended = code ?? signal ?? -1;
-          resolve(code ?? 128 + 9);
-        });
+        child.once('exit', (code, signal) => (entry.ended = code ?? signal ?? -1));
+        child.once('close', (code) => resolve(code ?? 128 + 9));
       });
-      const stdout = ref.pod === 'slow-0' ? child.stdout.pipe(slowly()) : child.stdout;
+      const counted = new Transform({
+        transform(chunk: Buffer, _encoding, done) {
+          entry.read += chunk.length;
+          done(null, chunk);
+        },
+      });
+      const stdout = (ref.pod === 'slow-0' ? child.stdout.pipe(slowly()) : child.stdout).pipe(counted);
       return {
         stdin: child.stdin,
         stdout,
@@ -563,13 +569,34 @@ describe('SFTP through OpenSSH', () => {
     });
   }, 30_000);
 
-  it('holds a bounded number of handles', async () => {
+  it('holds a bounded number of handles, opened one by one or all at once', async () => {
     const d = dir('handles');
     writeFileSync(join(d, 'f'), 'x');
     await withClient('tight', async (client) => {
-      for (let i = 0; i < 4; i++) await call<Buffer>((done) => client.open(`${inside(d)}/f`, 'r', done));
-      const err = await failureOf((done) => client.open(`${inside(d)}/f`, 'r', done));
-      expect(err.message).toMatch(/at most 4 files/);
+      const opens = Array.from({ length: 6 }, () =>
+        call<Buffer>((done) => client.open(`${inside(d)}/f`, 'r', done)).then(
+          () => 'ok',
+          (err: Error) => err.message,
+        ),
+      );
+      const results = await Promise.all(opens);
+      expect(results.filter((r) => r === 'ok')).toHaveLength(4);
+      expect(results.filter((r) => /at most 4 files/.test(r))).toHaveLength(2);
+    });
+  }, 30_000);
+
+  it('reads no further ahead than its bound while the client does not ask', async () => {
+    await withClient('alice', async (client) => {
+      const handle = await call<Buffer>((done) => client.open(inside('/dev/zero'), 'r', done));
+      const zero = containers.spawned.findLast((s) => s.argv.includes('/dev/zero'))!;
+      const got = await call<number>((done) => client.read(handle, Buffer.alloc(32768), 0, 32768, 0, done));
+      expect(got).toBe(32768);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      // 1 MiB of read-ahead, and what the streams between hold; unpaused, cat would have sent gigabytes.
+      expect(zero.read).toBeGreaterThanOrEqual(1024 * 1024);
+      expect(zero.read).toBeLessThan(2 * 1024 * 1024);
+      await call((done) => client.close(handle, done));
+      await eventually(() => expect(zero.ended).toBeDefined());
     });
   }, 30_000);
 

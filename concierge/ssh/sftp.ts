@@ -162,18 +162,32 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
   };
 
   const addHandle = (handle: Handle): Answer => {
+    if (closed) {
+      // The session ended while this one opened; its command has been ended with the others.
+      if (handle.kind === 'read') handle.reader.close();
+      if (handle.kind === 'write') handle.writer.abort();
+    }
     const id = nextHandle++ >>> 0;
     handles.set(id, handle);
     const buf = Buffer.alloc(4);
     buf.writeUInt32BE(id);
     return { handle: buf };
   };
-  const roomForHandle = (): void => {
-    if (handles.size >= limits.maxHandles) {
+  /** Handles being opened: counted with the open ones, so that OPENs sent at once cannot pass the limit together. */
+  let opening = 0;
+  /** Holds a place for a handle while `open` makes it; FAILURE when every place is taken. */
+  const withPlace = async (open: () => Promise<Handle>): Promise<Answer> => {
+    if (handles.size + opening >= limits.maxHandles) {
       throw new SftpFailure(
         STATUS.FAILURE,
         `at most ${limits.maxHandles} files and directories open at once`,
       );
+    }
+    opening++;
+    try {
+      return addHandle(await open());
+    } finally {
+      opening--;
     }
   };
   const handleOf = (raw: Buffer): [number, Handle] => {
@@ -222,10 +236,11 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
 
   sftp.on('OPENDIR', (id: number, path: string) =>
     serve(id, 'OPENDIR', path, async () => {
-      roomForHandle();
-      const entries = await tree.list(where(path));
-      roomForHandle();
-      return addHandle({ kind: 'dir', path: resolvePath(path), entries, next: 0, serial: newSerial() });
+      const loc = where(path);
+      return withPlace(async () => {
+        const entries = await tree.list(loc);
+        return { kind: 'dir', path: resolvePath(path), entries, next: 0, serial: newSerial() };
+      });
     }),
   );
 
@@ -242,28 +257,21 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
   sftp.on('OPEN', (id: number, path: string, flags: number, attrs: Attributes) =>
     serve(id, 'OPEN', path, async () => {
       const at = fileAt(where(path), flags & OPEN_MODE.WRITE ? 'write' : 'read');
-      roomForHandle();
-      if (!(flags & OPEN_MODE.WRITE)) {
-        const reader = await openReader(commands, at.ref, at.path, limits.readAheadBytes);
-        if (closed) reader.close();
-        return addHandle({ kind: 'read', at, reader, serial: newSerial() });
-      }
-      const createMode = typeof attrs.mode === 'number' ? attrs.mode & 0o7777 : undefined;
-      const writer = await openWriter(
-        commands,
-        at.ref,
-        at.path,
-        {
+      return withPlace(async (): Promise<Handle> => {
+        if (!(flags & OPEN_MODE.WRITE)) {
+          const reader = await openReader(commands, at.ref, at.path, limits.readAheadBytes);
+          return { kind: 'read', at, reader, serial: newSerial() };
+        }
+        const mode = {
           create: !!(flags & OPEN_MODE.CREAT),
           exclusive: !!(flags & OPEN_MODE.EXCL),
           truncate: !!(flags & OPEN_MODE.TRUNC),
           append: !!(flags & OPEN_MODE.APPEND),
-          createMode,
-        },
-        limits.writeBufferBytes,
-      );
-      if (closed) writer.abort();
-      return addHandle({ kind: 'write', at, writer, serial: newSerial(), later: {} });
+          createMode: typeof attrs.mode === 'number' ? attrs.mode & 0o7777 : undefined,
+        };
+        const writer = await openWriter(commands, at.ref, at.path, mode, limits.writeBufferBytes);
+        return { kind: 'write', at, writer, serial: newSerial(), later: {} };
+      });
     }),
   );
 
