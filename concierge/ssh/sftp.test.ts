@@ -500,6 +500,19 @@ describe('SFTP through OpenSSH', () => {
     });
   }, 30_000);
 
+  it('answers CLOSE with how the write ended', async () => {
+    await withClient('alice', async (client) => {
+      const missing = await failureOf((done) => client.open(inside('/no-such-dir/f'), 'w', done));
+      expect(missing.code).toBe(ssh2.utils.sftp.STATUS_CODE.NO_SUCH_FILE);
+      // /dev/full takes the open and the data, and cat's write fails: the CLOSE says so.
+      const full = await call<Buffer>((done) => client.open(inside('/dev/full'), 'w', done));
+      await call((done) => client.write(full, Buffer.from('data'), 0, 4, 0, done));
+      const err = await failureOf((done) => client.close(full, done));
+      expect(err.code).toBe(ssh2.utils.sftp.STATUS_CODE.FAILURE);
+      expect(err.message).toMatch(/No space left on device/);
+    });
+  }, 30_000);
+
   it('refuses the tree itself: it is read-only', async () => {
     const result = await sftp('mkdir /hub/new-namespace');
     expect(result.code).not.toBe(0);
@@ -710,11 +723,8 @@ function call<T = void>(start: (done: Done<T>) => void): Promise<T> {
 }
 
 /** The error a callback API fails with, with SFTP's status code. */
-async function failureOf(start: (done: Done<unknown>) => void): Promise<Error & { code?: number }> {
-  try {
-    await call(start);
-  } catch (err) {
-    return err as Error & { code?: number };
-  }
-  throw new Error('expected a failure');
+function failureOf(start: (done: (err?: Error | null) => void) => void): Promise<Error & { code?: number }> {
+  return new Promise((resolve, reject) =>
+    start((err) => (err ? resolve(err) : reject(new Error('expected a failure')))),
+  );
 }
