@@ -391,6 +391,9 @@ describe('SFTP through OpenSSH', () => {
     const d = dir('listing');
     writeFileSync(join(d, 'a file.txt'), 'hello\n');
     mkdirSync(join(d, 'sub'));
+    // Whatever the machine's umask.
+    chmodSync(join(d, 'a file.txt'), 0o644);
+    chmodSync(join(d, 'sub'), 0o755);
     // `ls` of a path prints the path with each name; `ls` of the working directory the names alone.
     const root = await sftp('ls -1');
     expect(root.code).toBe(0);
