@@ -181,10 +181,13 @@ function resized(target: string, key: string): Promise<string[]> {
         if (err) return fail(err);
         let out = '';
         const sizes = (): string[] => [...out.matchAll(/^SIZE ([0-9]+ [0-9]+)\r?$/gm)].map((m) => m[1]!);
+        const answer = typing(/\$ /, ['echo SIZE $(stty size)']);
+        let resizedAt = -1;
         stream.on('data', (c: Buffer) => {
           out += c.toString('utf8');
-          if (sizes().length === 1 && !out.includes('#resized')) {
-            out += '#resized';
+          answer(out, (text) => stream.write(text));
+          if (sizes().length === 1 && resizedAt < 0) {
+            resizedAt = out.length;
             stream.setWindow(33, 99, 0, 0);
             setTimeout(() => stream.write('echo SIZE $(stty size)\n'), 500);
           }
@@ -194,7 +197,6 @@ function resized(target: string, key: string): Promise<string[]> {
             done(sizes());
           }
         });
-        stream.write('echo SIZE $(stty size)\n');
       });
     });
     client.connect({

@@ -142,6 +142,9 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       }
       connections++;
       clients.add(client);
+      // Interactive keystrokes and sftp's many small replies go out at once, not after the peer's delayed ACK.
+      // (ssh2's Connection has setNoDelay; its types do not say so.)
+      (client as Connection & { setNoDelay(on: boolean): void }).setNoDelay(true);
       let signedInAs: string | undefined;
       const state: Connecting = {
         ip,
