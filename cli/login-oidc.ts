@@ -7,7 +7,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as oidc from 'openid-client';
-import { issuerConfiguration } from '../lib/oidc/client.ts';
+import { issuerConfiguration } from '../lib/authn/oidc-client.ts';
 import {
   cacheFile,
   credentialFor,

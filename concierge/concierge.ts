@@ -631,16 +631,18 @@ function sshDoor(
       current = undefined;
       await previous?.server.close();
       if (!material) return void deps.log.info('ssh door closed');
-      const server = newSshServer({ ...deps, hostKeys: material.hostKeys, settings: () => settings! });
       try {
+        const server = newSshServer({ ...deps, hostKeys: material.hostKeys, settings: () => settings! });
         const port = await server.listen(at.port, at.host);
         current = { key, server };
         deps.log.info({ host: at.host, port }, 'ssh door listening');
       } catch (err) {
         wanted = '';
-        deps.log.error({ err: (err as Error).message }, 'the ssh door could not listen');
+        deps.log.error({ err: (err as Error).message }, 'the ssh door could not start');
       }
-    }));
+    })).catch((err: unknown) =>
+      deps.log.error({ err: (err as Error).message }, 'the ssh door could not switch'),
+    );
   return {
     serve(material) {
       if (closed) return;

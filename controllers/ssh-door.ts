@@ -42,6 +42,26 @@ export interface SshDoorDeps<S> {
   log: Logger;
 }
 
+/** The public key (`<algorithm> <base64>`) of an OpenSSH private key the door can serve with; undefined if none. */
+export function publicKeyOf(privateKey: string): string | undefined {
+  const parsed = privateKey ? ssh2.utils.parseKey(privateKey) : undefined;
+  if (!parsed || parsed instanceof Error || Array.isArray(parsed) || !parsed.isPrivateKey()) return undefined;
+  return `${parsed.type} ${parsed.getPublicSSH().toString('base64')}`;
+}
+
+/**
+ * A new ed25519 host key. ssh2's generator now and then makes a key its own parser refuses (about one in two
+ * hundred), and a stored key is never replaced: only one that reads back is kept.
+ */
+function newHostKey(): { private: string; public: string } {
+  for (let i = 0; i < 20; i++) {
+    const made = ssh2.utils.generateKeyPairSync('ed25519');
+    const publicKey = publicKeyOf(made.private);
+    if (publicKey) return { private: made.private, public: publicKey };
+  }
+  throw new Error('no usable ed25519 host key could be made');
+}
+
 /** The OpenSSH fingerprint of a public key line's blob. */
 export function fingerprintOf(publicKey: string): string {
   const blob = Buffer.from(publicKey.split(' ')[1] ?? '', 'base64');
@@ -50,11 +70,17 @@ export function fingerprintOf(publicKey: string): string {
 
 export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Controller; writer: Controller } {
   const ns = deps.namespace;
-  const stored = (): { privateKey: string; publicKey: string } | undefined => {
+  /** The stored key, when it is one the door can serve with; its public half is derived from it, never read. */
+  const stored = (): { privateKey: string; publicKey: string } | { problem: string } | undefined => {
     const data = deps.secrets.get(SSH_HOST_KEY_SECRET, ns)?.data;
-    const privateKey = data?.[PRIVATE_KEY] && Buffer.from(data[PRIVATE_KEY], 'base64').toString('utf8');
-    const publicKey = data?.[PUBLIC_KEY] && Buffer.from(data[PUBLIC_KEY], 'base64').toString('utf8').trim();
-    return privateKey && publicKey ? { privateKey, publicKey } : undefined;
+    if (!data) return undefined;
+    const privateKey = Buffer.from(data[PRIVATE_KEY] ?? '', 'base64').toString('utf8');
+    const publicKey = publicKeyOf(privateKey);
+    return publicKey
+      ? { privateKey, publicKey }
+      : {
+          problem: `Secret ${ns}/${SSH_HOST_KEY_SECRET} holds no usable ${PRIVATE_KEY}; delete it to have a new one made`,
+        };
   };
   const watches = [
     {
@@ -71,7 +97,8 @@ export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Contro
     initialKeys: [SSH_KEY],
     sync(): Promise<SyncResult> {
       const { enabled, settings } = deps.settings();
-      const key = enabled ? stored() : undefined;
+      const found = enabled ? stored() : undefined;
+      const key = found && 'privateKey' in found ? found : undefined;
       deps.serve(key ? { hostKeys: [key.privateKey], settings } : undefined);
       // The leader makes the key; it arrives through the informer.
       return Promise.resolve(enabled && !key ? { requeueAfterMs: 5_000 } : undefined);
@@ -90,7 +117,7 @@ export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Contro
       if (enabled) {
         let key = stored();
         if (!key) {
-          const made = ssh2.utils.generateKeyPairSync('ed25519');
+          const made = newHostKey();
           // Created, never replaced: a key clients have pinned must not change under them. Another leader's key, not
           // in the cache yet, makes this create fail and the sync retry.
           await deps.writes.create({
@@ -109,6 +136,13 @@ export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Contro
           } as never);
           deps.log.info('ssh host key made');
           key = { privateKey: made.private, publicKey: made.public.trim() };
+        }
+        if ('problem' in key) {
+          status = { status: 'Error', message: key.problem };
+          const text = JSON.stringify(status);
+          if (text !== published) await deps.publish(status);
+          published = text;
+          return { requeueAfterMs: 30_000 };
         }
         const [algorithm = '', base64 = ''] = key.publicKey.split(' ');
         const host = deps.host();

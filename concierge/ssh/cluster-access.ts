@@ -29,6 +29,8 @@ const CALL_TIMEOUT_MS = 15_000;
 const MAX_BODY_BYTES = 8 << 20;
 
 export interface ClusterAccessOptions {
+  /** Aborts when the SSH connection ends: every exec and reach connection it started ends with it. */
+  signal: AbortSignal;
   /** A new connection into the pipeline as the session's user. */
   connect: () => Duplex;
   /** The name the hub's own cluster goes by in targets. */
@@ -163,6 +165,10 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
     });
     let opened = false;
     const whenOpen = new Promise<void>((done) => ws.once('open', () => ((opened = true), done())));
+    const end = (): void => ws.terminate();
+    opts.signal.addEventListener('abort', end, { once: true });
+    ws.once('close', () => opts.signal.removeEventListener('abort', end));
+    if (opts.signal.aborted) end();
     const send = (channel: number, data: Buffer | string, done?: (err?: Error) => void): void => {
       const frame = Buffer.concat([Buffer.of(channel), Buffer.from(data)]);
       whenOpen.then(
@@ -175,6 +181,8 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
     };
     // Reads the cluster sends faster than the SSH client takes them pause the WebSocket.
     const readable = (): Readable => new Readable({ read: () => void ws.resume() });
+    // The terminal's size from the start: full-screen programs read it before any window change.
+    if (tty) send(RESIZE, JSON.stringify({ Width: tty.cols, Height: tty.rows }));
     const stdout = readable();
     const stderr = readable();
     const stdin = new Writable({
@@ -249,6 +257,7 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
       const names = (await list(cluster, '/api/v1/namespaces')).map((n) => n.metadata.name);
       const allowed: string[] = [];
       for (let i = 0; i < names.length; i += REVIEWS_AT_ONCE) {
+        if (opts.signal.aborted) throw new Refused(499, 'the connection ended');
         const batch = names.slice(i, i + REVIEWS_AT_ONCE);
         const answers = await Promise.all(batch.map((ns) => mayExec(cluster, ns).catch(() => false)));
         batch.forEach((ns, j) => answers[j] && allowed.push(ns));
@@ -288,6 +297,10 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
         });
         req.once('upgrade', (_res, socket: Duplex, head: Buffer) => {
           if (head.length > 0) socket.unshift(head);
+          const end = (): void => void socket.destroy();
+          opts.signal.addEventListener('abort', end, { once: true });
+          socket.once('close', () => opts.signal.removeEventListener('abort', end));
+          if (opts.signal.aborted) end();
           done(socket);
         });
         req.once('response', (res) => {

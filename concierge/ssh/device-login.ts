@@ -6,7 +6,7 @@ import { decodeJwt } from 'jose';
 import * as oidc from 'openid-client';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
-import { issuerConfiguration } from '../../lib/oidc/client.ts';
+import { issuerConfiguration } from '../../lib/authn/oidc-client.ts';
 import type { SignedIn } from './in-process.ts';
 
 export interface DeviceLoginSettings {

@@ -53,7 +53,14 @@ export function newInProcessDoor(): InProcessDoor {
       Object.defineProperty(inside, 'remoteAddress', { value: remoteAddress });
       identities.set(inside, identity);
       open.add(inside);
-      inside.once('close', () => open.delete(inside));
+      // A stream pair ends each half only when the other is ended; a destroyed half (an exec killed, a forward's
+      // channel gone) must take the pipeline's half with it, or the request it carries never finishes (its audit event,
+      // its recording, its place in a tunnel's fair share).
+      inside.once('close', () => {
+        open.delete(inside);
+        client.destroy();
+      });
+      client.once('close', () => inside.destroy());
       server.emit('connection', inside);
       return client;
     },

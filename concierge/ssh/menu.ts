@@ -116,6 +116,7 @@ export async function chooseContainer(
     try {
       terminal.write(`\r\n(asking ${cluster ?? 'the hub'}…)`);
       choices = await listing;
+      if (terminal.destroyed) return undefined;
       terminal.write('\r\x1b[K');
     } catch (err) {
       terminal.write(`\r\x1b[K${title} ${(err as Error).message}\r\n`);

@@ -4,7 +4,9 @@
 // CA the admin trusts (keys.ts); after that every channel is one or more requests through the proxy's pipeline as
 // that identity (in-process.ts, cluster-access.ts), so the target cluster decides, and audit and recording apply.
 // What a stranger or a signed-in user can hold is bounded: connections, logins in flight, channels, time to sign in.
+import { createServer, isIPv4, type AddressInfo, type Socket } from 'node:net';
 import { finished } from 'node:stream/promises';
+import ipaddr from 'ipaddr.js';
 import type { Duplex } from 'node:stream';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ServerChannel, Session } from 'ssh2';
@@ -96,8 +98,6 @@ interface Connecting {
   provenKey?: { blob: Buffer; fingerprint: string };
   identity?: SignedIn;
   permits: { pty: boolean; portForwarding: boolean };
-  /** Ends the device login under way, if any. */
-  abort: AbortController;
 }
 
 /** A counter per key, for the bounds per address and per user. */
@@ -122,79 +122,111 @@ export interface SshServer {
   close(): Promise<void>;
 }
 
+/**
+ * The key a source address is counted under: the address, or for IPv6 its /64, which one holder usually has whole
+ * (counting single IPv6 addresses would give one attacker billions of allowances).
+ */
+export function addressKey(ip: string): string {
+  const plain = ip.replace(/^::ffff:(?=[0-9.]+$)/, '');
+  if (isIPv4(plain)) return plain;
+  try {
+    const parts = ipaddr.IPv6.parse(plain).parts;
+    return `${parts
+      .slice(0, 4)
+      .map((p) => p.toString(16))
+      .join(':')}::/64`;
+  } catch {
+    return plain;
+  }
+}
+
+/** One TCP connection, from its accept on: what it holds, and how it ends. */
+interface Accepted {
+  socket: Socket;
+  address: string;
+  grace: NodeJS.Timeout;
+  /** The user it signed in as, once it has. */
+  user?: string;
+  /** Ends what its sessions hold (execs, forwards, menus) when the connection goes. */
+  cleanups: Set<() => void>;
+}
+
 export function newSshServer(opts: SshServerOptions): SshServer {
   const limits = { ...DEFAULT_SSH_LIMITS, ...opts.limits };
   const { log } = opts;
   const unauthenticated = new Tally();
   const perUser = new Tally();
   const deviceLogins = new Tally();
-  let connections = 0;
-  const clients = new Set<Connection>();
+  /** Every TCP connection by its remote address and port, which is how ssh2 names it to the handler below. */
+  const accepted = new Map<string, Accepted>();
+  const dropAfter = (entry: Accepted, ms: number): void => {
+    clearTimeout(entry.grace);
+    entry.grace = setTimeout(() => entry.socket.destroy(), ms);
+  };
+
+  // Connections are counted and timed from the TCP accept, before a byte of SSH: one that never speaks is dropped at
+  // its grace time too, and one over a bound is destroyed at once (a half-close would leave it to the peer).
+  const tcp = createServer({ noDelay: true }, (socket) => {
+    const address = addressKey(socket.remoteAddress ?? '');
+    const key = `${socket.remoteAddress}:${socket.remotePort}`;
+    if (!unauthenticated.take(address, limits.unauthenticatedPerAddress)) {
+      log.info({ ip: socket.remoteAddress }, 'ssh connection refused: too many from this address');
+      return void socket.destroy();
+    }
+    const entry: Accepted = { socket, address, grace: setTimeout(() => {}, 0), cleanups: new Set() };
+    dropAfter(entry, limits.loginGraceMs);
+    accepted.set(key, entry);
+    socket.once('close', () => {
+      clearTimeout(entry.grace);
+      accepted.delete(key);
+      for (const cleanup of entry.cleanups) cleanup();
+      if (entry.user === undefined) unauthenticated.give(address);
+      else perUser.give(entry.user);
+    });
+    socket.on('error', () => socket.destroy());
+    server.injectSocket(socket);
+  });
+  tcp.maxConnections = limits.connections;
 
   const server = new ssh2.Server(
     { hostKeys: [...opts.hostKeys], ident: 'Sealion' },
-    (client: Connection, info: { ip: string; header?: { versions?: { software?: string } } }) => {
+    (
+      client: Connection,
+      info: { ip: string; port: number; header?: { versions?: { software?: string } } },
+    ) => {
+      const entry = accepted.get(`${info.ip}:${info.port}`);
+      if (!entry) return void client.end();
       const ip = info.ip;
-      if (connections >= limits.connections || !unauthenticated.take(ip, limits.unauthenticatedPerAddress)) {
-        log.info({ ip }, 'ssh connection refused: too many at once');
-        client.end();
-        return;
-      }
-      connections++;
-      clients.add(client);
-      // Interactive keystrokes and sftp's many small replies go out at once, not after the peer's delayed ACK.
-      // (ssh2's Connection has setNoDelay; its types do not say so.)
-      (client as Connection & { setNoDelay(on: boolean): void }).setNoDelay(true);
-      let signedInAs: string | undefined;
-      const state: Connecting = {
-        ip,
-        permits: { pty: true, portForwarding: true },
-        abort: new AbortController(),
-      };
-      const software = (info.header?.versions?.software ?? 'unknown').slice(0, 64);
-      let grace = setTimeout(() => client.end(), limits.loginGraceMs);
+      const state: Connecting = { ip, permits: { pty: true, portForwarding: true } };
+      // Printable only: it goes into a request's User-Agent (for audit) and the log.
+      const software = (info.header?.versions?.software ?? 'unknown')
+        .replace(/[^\x21-\x7e]/g, '')
+        .slice(0, 64);
       client.on('error', (err: Error) => log.debug({ ip, err: err.message }, 'ssh connection error'));
-      client.once('close', () => {
-        clearTimeout(grace);
-        state.abort.abort();
-        connections--;
-        clients.delete(client);
-        if (signedInAs === undefined) unauthenticated.give(ip);
-        else perUser.give(signedInAs);
-      });
       client.on('authentication', (ctx: AuthContext) => {
-        authenticate(ctx, state, (extendMs) => {
-          clearTimeout(grace);
-          grace = setTimeout(() => client.end(), extendMs);
-        }).catch((err: unknown) => {
+        authenticate(ctx, state, entry).catch((err: unknown) => {
           log.warn({ ip, err: (err as Error).message }, 'ssh authentication failed inside the door');
           ctx.reject();
         });
       });
       client.once('ready', () => {
-        clearTimeout(grace);
+        clearTimeout(entry.grace);
         const identity = state.identity!;
-        unauthenticated.give(ip);
         if (!perUser.take(identity.user.username, limits.connectionsPerUser)) {
-          unauthenticated.take(ip, Infinity);
           log.info({ ip }, 'ssh connection refused: too many for this user');
-          client.end();
-          return;
+          return void entry.socket.destroy();
         }
-        signedInAs = identity.user.username;
+        unauthenticated.give(entry.address);
+        entry.user = identity.user.username;
         log.info({ ip, via: identity.via, client: software }, 'ssh signed in');
-        serveConnection(client, state, identity, software);
+        serveConnection(client, state, identity, software, entry.cleanups);
       });
     },
   );
   server.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
 
-  /** Decides one authentication request; `extendGrace` gives a device login its own time. */
-  async function authenticate(
-    ctx: AuthContext,
-    state: Connecting,
-    extendGrace: (ms: number) => void,
-  ): Promise<void> {
+  /** Decides one authentication request of the connection `entry`. */
+  async function authenticate(ctx: AuthContext, state: Connecting, entry: Accepted): Promise<void> {
     const settings = opts.settings();
     const methods: ('publickey' | 'keyboard-interactive')[] = settings.login
       ? ['publickey', 'keyboard-interactive']
@@ -231,7 +263,10 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       if (!verifyKeySignature(ctx)) return ctx.reject(methods);
       const print = fingerprint(key.data);
       const bound = opts.bindings.find(key.data, print);
-      if (bound) {
+      // A binding holds while the login that made it could make it again: its JWTAuthenticator is still the one
+      // configured, and loaded (deleting it, or taking the login away, ends every key it bound).
+      const boundBy = bound?.via.replace(/^ssh\/JWTAuthenticator\//, '');
+      if (bound && boundBy && boundBy === settings.login?.authenticator && opts.cache.providerOf(boundBy)) {
         state.identity = { ...bound, via: 'ssh/key' };
         return ctx.accept();
       }
@@ -243,17 +278,23 @@ export function newSshServer(opts: SshServerOptions): SshServer {
     }
     if (ctx.method === 'keyboard-interactive' && settings.login) {
       if (!deviceLogins.take('', limits.deviceLogins)) return ctx.reject(methods);
-      if (!deviceLogins.take(state.ip, limits.deviceLoginsPerAddress)) {
+      if (!deviceLogins.take(entry.address, limits.deviceLoginsPerAddress)) {
         deviceLogins.give('');
         return ctx.reject(methods);
       }
-      extendGrace(DEVICE_LOGIN_MAX_MS + 30_000);
+      // This attempt's own end: a new attempt on the connection (ssh2 aborts this one), or the connection's close.
+      const attempt = new AbortController();
+      const end = (): void => attempt.abort();
+      ctx.once('abort', end);
+      entry.cleanups.add(end);
+      if (entry.user === undefined) dropAfter(entry, DEVICE_LOGIN_MAX_MS + 30_000);
       try {
-        await deviceLogin(ctx, state, settings.login);
+        await deviceLogin(ctx, state, settings.login, methods, attempt.signal);
       } finally {
+        entry.cleanups.delete(end);
         deviceLogins.give('');
-        deviceLogins.give(state.ip);
-        extendGrace(limits.loginGraceMs);
+        deviceLogins.give(entry.address);
+        if (entry.user === undefined && !state.identity) dropAfter(entry, limits.loginGraceMs);
       }
       return;
     }
@@ -265,24 +306,32 @@ export function newSshServer(opts: SshServerOptions): SshServer {
     ctx: AuthContext & { method: 'keyboard-interactive' },
     state: Connecting,
     settings: DeviceLoginSettings,
+    methods: ('publickey' | 'keyboard-interactive')[],
+    signal: AbortSignal,
   ): Promise<void> {
     let started;
     try {
-      started = await startDeviceLogin(opts.cache, settings, state.abort.signal);
+      started = await startDeviceLogin(opts.cache, settings, signal);
     } catch (err) {
       log.warn({ ip: state.ip, err: (err as Error).message }, 'ssh device login could not start');
-      return ctx.reject();
+      return signal.aborted ? undefined : ctx.reject(methods);
     }
+    // Whoever approves the code signs this connection in and binds its key: the key is named, so that a person
+    // handed someone else's code sees it is not their own ssh asking.
+    const key = state.provenKey
+      ? `This signs in, and binds for the login's lifetime, the SSH key ${state.provenKey.fingerprint}.\n`
+      : '';
     // No prompts: the client shows the instructions and answers at once; the answer to this request waits for the
     // person to approve the code.
-    await new Promise<void>((shown) => ctx.prompt([], 'Sealion', started.instructions, () => shown()));
+    await new Promise<void>((shown) => ctx.prompt([], 'Sealion', started.instructions + key, () => shown()));
     let result;
     try {
       result = await started.done;
     } catch (err) {
       log.info({ ip: state.ip, err: (err as Error).message }, 'ssh device login failed');
-      return ctx.reject();
+      return signal.aborted ? undefined : ctx.reject(methods);
     }
+    if (signal.aborted) return;
     state.identity = result.identity;
     if (state.provenKey) {
       const { blob, fingerprint: print } = state.provenKey;
@@ -299,8 +348,13 @@ export function newSshServer(opts: SshServerOptions): SshServer {
     state: Connecting,
     identity: SignedIn,
     software: string,
+    cleanups: Set<() => void>,
   ): void {
+    // Everything the connection started ends with it: execs, forwards, the menu's lookups.
+    const ended = new AbortController();
+    cleanups.add(() => ended.abort());
     const access = newClusterAccess({
+      signal: ended.signal,
       connect: () => opts.door.connect(identity, state.ip),
       hubName: opts.settings().hubName,
       clusterNames: opts.clusterNames,
@@ -332,7 +386,12 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       if (!take()) return reject();
       access.reach(dest.cluster, dest.target).then(
         (socket) => {
-          const channel = accept();
+          // The client may have gone while the cluster decided.
+          const channel = ended.signal.aborted ? undefined : accept();
+          if (!channel) {
+            give();
+            return void socket.destroy();
+          }
           bridge(channel, socket);
           channel.once('close', give);
         },
@@ -356,6 +415,18 @@ export function newSshServer(opts: SshServerOptions): SshServer {
   ): void {
     let pty: Terminal | undefined;
     let resize: ((size: { cols: number; rows: number }) => void) | undefined;
+    /** A session runs one thing (a shell, a command or sftp); a second request for one is refused. */
+    let started = false;
+    const begin = (accept: (() => ServerChannel | undefined) | undefined): ServerChannel | undefined => {
+      if (started || !accept) return undefined;
+      started = true;
+      const channel = accept();
+      if (channel) {
+        notices.add(channel);
+        channel.once('close', () => notices.delete(channel));
+      }
+      return channel;
+    };
     session.on('pty', (accept, reject, info) => {
       if (!state.permits.pty) return reject?.();
       pty = { cols: info.cols, rows: info.rows, term: info.term };
@@ -367,13 +438,13 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       accept?.();
     });
     session.on('env', (_accept, reject) => reject?.());
-    session.on('shell', (accept) => {
-      const channel = accept();
-      notices.add(channel);
-      channel.once('close', () => notices.delete(channel));
+    session.on('shell', (accept, reject) => {
+      const channel = begin(accept);
+      if (!channel) return reject?.();
       if (!pty) return fail(channel, USAGE, 2);
       chooseContainer(channel, access, `Sealion: signed in as ${identity.user.username}.`).then(
         (target) => {
+          if (channel.destroyed) return;
           if (!target) return fail(channel, '', 0);
           channel.write(
             `\r\nConnecting to ${target.cluster}/${target.namespace}/${target.pod}/${target.container}…\r\n`,
@@ -383,10 +454,9 @@ export function newSshServer(opts: SshServerOptions): SshServer {
         (err: unknown) => fail(channel, `${(err as Error).message}\r\n`, 1),
       );
     });
-    session.on('exec', (accept, _reject, info) => {
-      const channel = accept();
-      notices.add(channel);
-      channel.once('close', () => notices.delete(channel));
+    session.on('exec', (accept, reject, info) => {
+      const channel = begin(accept);
+      if (!channel) return reject?.();
       const parsed = parseExecCommand(info.command);
       if ('problem' in parsed) {
         const legacyScp = /^scp( |$)/.test(info.command);
@@ -400,9 +470,11 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       }
       runIn(channel, access, parsed.target, parsed.argv, pty, (r) => (resize = r));
     });
-    session.on('sftp', (accept) => {
+    session.on('sftp', (accept, reject) => {
+      if (started || !accept) return reject?.();
+      started = true;
       const sftp = accept();
-      serveSftp(sftp, access, { log });
+      if (sftp) serveSftp(sftp, access, { log });
     });
     session.on('subsystem', (_accept, reject) => reject?.());
   }
@@ -410,17 +482,18 @@ export function newSshServer(opts: SshServerOptions): SshServer {
   return {
     listen(port, host) {
       return new Promise((done, fail) => {
-        server.once('error', fail);
-        server.listen(port, host, () => {
-          server.off('error', fail);
-          done((server.address() as { port: number }).port);
+        tcp.once('error', fail);
+        tcp.listen(port, host, () => {
+          tcp.off('error', fail);
+          tcp.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
+          done((tcp.address() as AddressInfo).port);
         });
       });
     },
     close() {
       return new Promise((done) => {
-        for (const client of clients) client.end();
-        server.close(() => done());
+        tcp.close(() => done());
+        for (const entry of accepted.values()) entry.socket.destroy();
       });
     },
   };

@@ -101,7 +101,7 @@ export function parseForward(
   port: number,
 ): { cluster: string; target: ReachTarget } | { problem: string } {
   const parts = host.split('/');
-  const kind = FORWARD_KINDS[parts[2] ?? ''];
+  const kind = Object.hasOwn(FORWARD_KINDS, parts[2] ?? '') ? FORWARD_KINDS[parts[2]!] : undefined;
   if (parts.length !== 4 || !kind)
     return {
       problem: `"${host.slice(0, 128)}" is not <cluster>/<namespace>/svc/<name> or <cluster>/<namespace>/pod/<name>`,
