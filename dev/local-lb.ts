@@ -286,13 +286,28 @@ export async function startLocalLoadBalancer(opts: LocalLoadBalancerOptions): Pr
         if (service) await patchServiceLoadBalancer(opts.clients, namespace, name, []);
         return;
       }
-      const samePorts =
-        current && current.servers.size === ports.length && ports.every((p) => current!.servers.has(p));
-      if (current && !samePorts) {
-        balanced.delete(key);
-        await closeAll(current.servers.values());
-        await pool.release(current.ip);
-        current = undefined;
+      if (current) {
+        // Ports added or removed keep the address, as a cloud's balancer does: clients that know it keep working.
+        const kept = current;
+        for (const [port, server] of [...kept.servers]) {
+          if (ports.includes(port)) continue;
+          kept.servers.delete(port);
+          await closeAll([server]);
+        }
+        try {
+          for (const port of ports.filter((p) => !kept.servers.has(p))) {
+            const server = serverFor(namespace, name, port);
+            kept.servers.set(port, server);
+            await listen(server, kept.ip, port);
+          }
+        } catch (err) {
+          // The address cannot take the new port: the Service moves to a new address whole.
+          log.warn({ service: key, err: (err as Error).message }, 'load balancer port could not be added');
+          balanced.delete(key);
+          await closeAll(kept.servers.values());
+          await pool.release(kept.ip);
+          current = undefined;
+        }
       }
       if (!current) {
         current = await bind(service, ports);

@@ -4,7 +4,8 @@
 // stranger may hold, what a signed-in connection ends when it goes, and exec's streams and exit statuses.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -178,6 +179,47 @@ describe('commands', () => {
     while (inside.closed < before.closed + 1 && Date.now() < deadline)
       await new Promise((r) => setTimeout(r, 50));
     expect(inside.closed).toBe(before.closed + 1);
+  });
+});
+
+describe('sftp', () => {
+  it('puts and gets a file through exec, byte for byte', async () => {
+    const data = randomBytes(300_000);
+    writeFileSync(join(dir, 'up'), data);
+    const remote = `/hub/demo/web/app${dir}`;
+    writeFileSync(
+      join(dir, 'batch'),
+      `put ${join(dir, 'up')} ${remote}/put\nget ${remote}/put ${join(dir, 'down')}\n`,
+    );
+    const r = await new Promise<{ code: number | null; stderr: string }>((done) => {
+      const child = spawn('sftp', [
+        '-F',
+        '/dev/null',
+        '-o',
+        'StrictHostKeyChecking=no',
+        '-o',
+        'UserKnownHostsFile=/dev/null',
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'IdentitiesOnly=yes',
+        '-i',
+        join(dir, 'user'),
+        '-o',
+        'LogLevel=ERROR',
+        '-P',
+        String(port),
+        '-b',
+        join(dir, 'batch'),
+        'alice@127.0.0.1',
+      ]);
+      let stderr = '';
+      child.stderr.on('data', (c: Buffer) => (stderr += String(c)));
+      child.once('close', (code) => done({ code, stderr }));
+    });
+    expect(r).toEqual({ code: 0, stderr: '' });
+    expect(readFileSync(join(dir, 'put')).equals(data)).toBe(true);
+    expect(readFileSync(join(dir, 'down')).equals(data)).toBe(true);
   });
 });
 
