@@ -524,4 +524,33 @@ describe('accountability', () => {
     });
     expect(event.userAgent).toMatch(/^sealion-ssh \(OpenSSH/);
   });
+
+  it('records a shell like kubectl exec -it, readable through the SessionRecording API', async () => {
+    const marker = `recorded-${randomBytes(6).toString('hex')}`;
+    const r = await ssh('demo', DEMO_USER, ['-tt', `${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}`], {
+      input: typing(/\$ /, [`echo ${marker}`, 'exit']),
+    });
+    expect(r.stdout.toString()).toContain(marker);
+    const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
+    writeFileSync(join(dir, 'auditor.kubeconfig'), await installed.kubeconfig(token));
+    const recorded = await eventually(async () => {
+      const list = await installed.hub.kubectl(
+        ['get', '--raw', '/apis/recordings.concierge.sealion.dev/v1alpha1/sessionrecordings'],
+        { kubeconfig: join(dir, 'auditor.kubeconfig') },
+      );
+      const names = (JSON.parse(list.stdout) as { items: { metadata: { name: string } }[] }).items.map(
+        (i) => i.metadata.name,
+      );
+      for (const name of names) {
+        const one = await installed.hub.kubectl(
+          ['get', '--raw', `/apis/recordings.concierge.sealion.dev/v1alpha1/sessionrecordings/${name}`],
+          { kubeconfig: join(dir, 'auditor.kubeconfig') },
+        );
+        if (one.stdout.includes(marker)) return one.stdout;
+      }
+      throw new Error(`no recording of ${names.length} holds the marker`);
+    }, 30_000);
+    // asciicast v2: a header line, then events; the typed line is in the output the terminal echoed.
+    expect(JSON.parse(recorded.split('\n')[0]!)).toMatchObject({ version: 2 });
+  });
 });

@@ -11,11 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocketServer } from 'ws';
 import { silentLogger } from '../../lib/log.ts';
+import { opensshOptions, runOpenSSH, type OpenSSHResult } from '../../dev/openssh.ts';
 import { newInProcessDoor, type InProcessDoor } from './in-process.ts';
 import { parseTrustedCAKeys } from './keys.ts';
 import { addressKey, newSshServer, type SshServer } from './server.ts';
 
-const CLIENT_TIMEOUT_MS = 20_000;
 let dir: string;
 let door: InProcessDoor;
 let server: SshServer;
@@ -23,42 +23,13 @@ let port: number;
 /** The pipeline's halves of the door's connections, and how many have closed. */
 const inside = { opened: 0, closed: 0 };
 
-function ssh(args: string[], input = ''): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn('ssh', [
-      '-F',
-      '/dev/null',
-      '-o',
-      'StrictHostKeyChecking=no',
-      '-o',
-      'UserKnownHostsFile=/dev/null',
-      '-o',
-      'BatchMode=yes',
-      '-o',
-      'IdentitiesOnly=yes',
-      '-o',
-      'LogLevel=ERROR',
-      '-i',
-      join(dir, 'user'),
-      '-p',
-      String(port),
-      '-l',
-      'alice',
-      '127.0.0.1',
-      ...args,
-    ]);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += String(c)));
-    child.stderr.on('data', (c: Buffer) => (stderr += String(c)));
-    const timer = setTimeout(() => child.kill('SIGKILL'), CLIENT_TIMEOUT_MS);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
-    child.stdin.end(input);
-  });
-}
+/** ssh as alice with `key` (default: the one certified). */
+const ssh = (args: string[], input = '', key = 'user'): Promise<OpenSSHResult> =>
+  runOpenSSH(
+    'ssh',
+    [...opensshOptions(join(dir, key)), '-p', String(port), '-l', 'alice', '127.0.0.1', ...args],
+    input,
+  );
 
 /** Answers the door's exec upgrades: runs the command here, with the v5 channel protocol's framing. */
 function serveExecs(): void {
@@ -152,16 +123,7 @@ describe('commands', () => {
   it('ends the exec, and its pipeline request, when the client goes away mid-command', async () => {
     const before = { ...inside };
     const child = spawn('ssh', [
-      '-F',
-      '/dev/null',
-      '-o',
-      'StrictHostKeyChecking=no',
-      '-o',
-      'UserKnownHostsFile=/dev/null',
-      '-o',
-      'BatchMode=yes',
-      '-i',
-      join(dir, 'user'),
+      ...opensshOptions(join(dir, 'user')),
       '-p',
       String(port),
       '-l',
@@ -191,33 +153,15 @@ describe('sftp', () => {
       join(dir, 'batch'),
       `put ${join(dir, 'up')} ${remote}/put\nget ${remote}/put ${join(dir, 'down')}\n`,
     );
-    const r = await new Promise<{ code: number | null; stderr: string }>((done) => {
-      const child = spawn('sftp', [
-        '-F',
-        '/dev/null',
-        '-o',
-        'StrictHostKeyChecking=no',
-        '-o',
-        'UserKnownHostsFile=/dev/null',
-        '-o',
-        'BatchMode=yes',
-        '-o',
-        'IdentitiesOnly=yes',
-        '-i',
-        join(dir, 'user'),
-        '-o',
-        'LogLevel=ERROR',
-        '-P',
-        String(port),
-        '-b',
-        join(dir, 'batch'),
-        'alice@127.0.0.1',
-      ]);
-      let stderr = '';
-      child.stderr.on('data', (c: Buffer) => (stderr += String(c)));
-      child.once('close', (code) => done({ code, stderr }));
-    });
-    expect(r).toEqual({ code: 0, stderr: '' });
+    const r = await runOpenSSH('sftp', [
+      ...opensshOptions(join(dir, 'user')),
+      '-P',
+      String(port),
+      '-b',
+      join(dir, 'batch'),
+      'alice@127.0.0.1',
+    ]);
+    expect(r).toMatchObject({ code: 0, stderr: '' });
     expect(readFileSync(join(dir, 'put')).equals(data)).toBe(true);
     expect(readFileSync(join(dir, 'down')).equals(data)).toBe(true);
   });
@@ -255,29 +199,7 @@ describe('what a stranger may hold', () => {
 describe('signing in', () => {
   it('refuses a key no certificate or binding vouches for, as SSH refuses any', async () => {
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'stranger')]);
-    const r = await new Promise<number | null>((done) => {
-      const child = spawn('ssh', [
-        '-F',
-        '/dev/null',
-        '-o',
-        'StrictHostKeyChecking=no',
-        '-o',
-        'UserKnownHostsFile=/dev/null',
-        '-o',
-        'BatchMode=yes',
-        '-o',
-        'IdentitiesOnly=yes',
-        '-i',
-        join(dir, 'stranger'),
-        '-p',
-        String(port),
-        '-l',
-        'alice',
-        '127.0.0.1',
-        'true',
-      ]);
-      child.once('close', done);
-    });
-    expect(r).toBe(255);
+    const r = await ssh(['true'], '', 'stranger');
+    expect(r.code).toBe(255);
   });
 });

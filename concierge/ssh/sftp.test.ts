@@ -38,6 +38,7 @@ import type { ContainerRef, Containers, Running } from './containers.ts';
 import { serveSftp, type SftpLimits } from './sftp.ts';
 import { locate, resolvePath } from './sftp-paths.ts';
 import { longname, modeString, parseListing, parseStat } from './sftp-stat.ts';
+import { opensshOptions } from '../../dev/openssh.ts';
 
 const BUSYBOX = spawnSync('busybox', ['true']).status === 0;
 /** Every client command gets this long; a red test ends instead of hanging. */
@@ -344,24 +345,7 @@ describe('SFTP through OpenSSH', () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  const options = (): string[] => [
-    '-F',
-    '/dev/null',
-    '-o',
-    'StrictHostKeyChecking=no',
-    '-o',
-    'UserKnownHostsFile=/dev/null',
-    '-o',
-    'BatchMode=yes',
-    '-o',
-    'IdentitiesOnly=yes',
-    '-o',
-    'LogLevel=ERROR',
-    '-i',
-    key,
-    '-P',
-    String(port),
-  ];
+  const options = (): string[] => [...opensshOptions(key), '-P', String(port)];
 
   /** Runs sftp in batch mode: each line a command; one that fails ends the batch (unless it starts with `-`). */
   const sftp = (...commands: string[]): Promise<ToolResult> => {
