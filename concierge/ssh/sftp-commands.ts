@@ -101,9 +101,10 @@ exec cat`;
  * stdin, the byte offset to write at, and copies the rest of stdin there. The shell's `read` takes one byte at a
  * time from a pipe, so `cat` gets everything after that line. Without truncation the file is opened read-write
  * (`<>`), the one POSIX redirection that neither truncates nor appends, so such writes need read permission too.
- * `cat` runs in a child and the shell waits, holding its stdout open: containerd's CRI exec closes a command's stdin
- * as soon as its stdout ends (containerd issue 13934), so a `cat` that took stdout away (`exec cat >&3`) lost what
- * had not reached it yet, the rest of an upload, and the file came out short.
+ * `cat` runs in a child while the shell waits, holding its stdout open: containerd's CRI exec closes a command's
+ * stdin as soon as its stdout ends (containerd issue 13934), so a `cat` that took stdout away lost what had not
+ * reached it yet, the rest of an upload, and the file came out short. The `exit` after it is what keeps it a child:
+ * shells exec the last command of `sh -c` in place of themselves.
  */
 export const WRITE_SCRIPT = String.raw`new=
 if [ ! -e "$1" ] && [ ! -L "$1" ]; then
@@ -123,7 +124,8 @@ case $2 in
   *) [ "$offset" = 0 ] || dd bs=1 seek="$offset" count=0 >&3 2>/dev/null ||
        { printf 'cannot seek to byte %s\n' "$offset" >&2; exit 1; } ;;
 esac
-cat >&3`;
+cat >&3
+exit $?`;
 
 /** Makes directory $1, with mode $2 (octal, umask applied) when given. */
 export const MKDIR_SCRIPT = String.raw`mkdir -- "$1" || exit 1
