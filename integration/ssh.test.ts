@@ -211,6 +211,20 @@ function resized(target: string, key: string): Promise<string[]> {
   }).finally(() => client.end());
 }
 
+/** Everything the hub's concierge replicas logged: their log lines and audit events. */
+async function conciergeLogs(): Promise<string> {
+  const logs = await installed.hub.kubectl([
+    'logs',
+    '-n',
+    DEFAULT_INSTALL.namespace,
+    '-l',
+    'app=sealion-concierge',
+    '--tail=-1',
+    '--max-log-requests=10',
+  ]);
+  return logs.stdout;
+}
+
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sealion-ssh-'));
   installed = await startInstalledSealion(running, () => {});
@@ -237,16 +251,9 @@ beforeAll(async () => {
     1000,
   ).catch(async (err: unknown) => {
     // What the door said about it, for whoever reads the failure.
-    const logs = await installed.hub.kubectl([
-      'logs',
-      '-n',
-      DEFAULT_INSTALL.namespace,
-      '-l',
-      'app=sealion-concierge',
-      '--tail=-1',
-    ]);
+    const logs = await conciergeLogs();
     const verbose = await ssh('demo', DEMO_USER, ['-v', `hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
-    const said = logs.stdout.split('\n').filter((line) => line.includes('"component":"ssh"'));
+    const said = logs.split('\n').filter((line) => line.includes('"component":"ssh"'));
     throw new Error(
       `${(err as Error).message}\nthe door's log:\n${said.slice(-20).join('\n')}\nssh -v:\n${verbose.stderr}`,
     );
@@ -330,6 +337,39 @@ describe.each([
     expect(r.stderr).toMatch(/forbidden/);
     expect(r.stderr).toContain(VIEWER);
   });
+});
+
+describe('the API server is the oracle', () => {
+  // Each row: who, which cluster and where. Straight to that cluster's API server, an admin's kubectl exec as the
+  // user (--as, --as-group); through the door, ssh as the user's certificate. Both must agree: allowed or forbidden.
+  const rows: [string, string, string, string, string][] = [
+    ['demo', DEMO_USER, DEMO_GROUP, 'hub', DEMO_NAMESPACE],
+    ['viewer', VIEWER, 'demo-viewers', 'hub', DEMO_NAMESPACE],
+    ['demo', DEMO_USER, DEMO_GROUP, 'hub', 'kube-system'],
+    ['demo', DEMO_USER, DEMO_GROUP, EDGE, DEMO_NAMESPACE],
+    ['viewer', VIEWER, 'demo-viewers', EDGE, DEMO_NAMESPACE],
+    ['demo', DEMO_USER, DEMO_GROUP, EDGE, 'kube-system'],
+  ];
+  it.each(rows)(
+    '%s (%s, %s) on %s in %s: the door answers as the API server does',
+    async (key, user, group, cluster, ns) => {
+      const direct = await (cluster === 'hub' ? installed.hub : installed.edge).kubectl([
+        'exec',
+        '-n',
+        ns,
+        DEMO_POD,
+        `--as=${user}`,
+        `--as-group=${group}`,
+        '--',
+        'true',
+      ]);
+      const door = await ssh(key, user, [`${cluster}/${ns}/${DEMO_POD}`, '--', 'true']);
+      expect({ allowed: door.code === 0, forbidden: /forbidden/.test(door.stderr) }).toEqual({
+        allowed: direct.code === 0,
+        forbidden: /forbidden/.test(direct.stderr),
+      });
+    },
+  );
 });
 
 describe('ssh -L', () => {
@@ -500,16 +540,7 @@ describe('accountability', () => {
     const r = await ssh('demo', DEMO_USER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'echo', marker]);
     expect(r.code).toBe(0);
     const event = await eventually(async () => {
-      const logs = await installed.hub.kubectl([
-        'logs',
-        '-n',
-        DEFAULT_INSTALL.namespace,
-        '-l',
-        'app=sealion-concierge',
-        '--tail=-1',
-        '--max-log-requests=10',
-      ]);
-      const found = logs.stdout
+      const found = (await conciergeLogs())
         .split('\n')
         .filter((line) => line.startsWith('{"kind":"Event"'))
         .map((line) => JSON.parse(line) as AuditEvent)

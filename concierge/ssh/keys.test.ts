@@ -18,6 +18,7 @@ import {
   type CertificateCheckOptions,
   type PublicKeyAuth,
 } from './keys.ts';
+import { opensshOptions } from '../../dev/openssh.ts';
 
 // Every key and certificate here is made by the real ssh-keygen, and every signature in the last part by the real
 // ssh client, so that the tests check the formats OpenSSH writes rather than our own reading of them.
@@ -669,19 +670,10 @@ describe('verifyKeySignature, with the real ssh client against an ssh2 server', 
   function ssh(key: string, cert?: string, user = 'alice', extra: string[] = []): Promise<number> {
     const { port } = server.address() as AddressInfo;
     const args = [
-      ...['-F', '/dev/null', '-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null'],
-      ...[
-        '-o',
-        'BatchMode=yes',
-        '-o',
-        'IdentitiesOnly=yes',
-        '-o',
-        'IdentityAgent=none',
-        '-o',
-        'LogLevel=ERROR',
-      ],
+      ...opensshOptions(path(key)),
       ...['-o', 'PreferredAuthentications=publickey', '-o', 'ConnectTimeout=10', '-p', String(port)],
-      ...['-i', path(key), ...(cert ? ['-o', `CertificateFile=${path(cert)}`] : []), ...extra],
+      ...(cert ? ['-o', `CertificateFile=${path(cert)}`] : []),
+      ...extra,
       `${user}@127.0.0.1`,
       'true',
     ];
