@@ -3,6 +3,7 @@ import { benchAuth } from './auth.ts';
 import { benchPeering } from './peering.ts';
 import { benchProxy } from './proxy.ts';
 import { benchReach } from './reach.ts';
+import { benchSsh } from './ssh.ts';
 import { benchStartup } from './startup.ts';
 import { benchTunnel } from './tunnel.ts';
 
@@ -12,6 +13,7 @@ const suites: Record<string, () => Promise<void>> = {
   tunnel: benchTunnel,
   peering: benchPeering,
   reach: benchReach,
+  ssh: benchSsh,
   startup: benchStartup,
 };
 /** Other names for a suite. */
