@@ -128,6 +128,9 @@ const common: esbuild.BuildOptions = {
   charset: 'ascii',
   plugins: [asciiRegexes],
   metafile: true,
+  // ssh2 loads its optional native parts (cpu-features, its own crypto binding) inside a try and does without them:
+  // they are not built by npm ci here (allowScripts), and a bundle cannot carry a .node file anyway.
+  external: ['cpu-features', '*.node'],
   // The metafile's input paths are then relative to the repository, wherever the build is started from.
   absWorkingDir: REPO_ROOT,
 };
