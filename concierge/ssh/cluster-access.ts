@@ -4,7 +4,7 @@
 // of its own, so each is decided by the cluster it is for, routed, audited and (an exec) recorded like kubectl's.
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { PassThrough, Readable, Writable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import WebSocket from 'ws';
 import { statusMessageOf } from '../../lib/kube/status.ts';
 import { reachPath, REACH_UPGRADE, type ReachTarget } from '../../lib/reach/target.ts';
@@ -315,10 +315,3 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
     },
   };
 }
-
-/** A stream that is empty and ended, for a terminal session's stderr. */
-export const emptyStream = (): Readable => {
-  const s = new PassThrough();
-  s.end();
-  return s;
-};
