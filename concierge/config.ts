@@ -16,7 +16,7 @@ import {
 } from '../apis/install.ts';
 import { SealionError } from '../lib/errors.ts';
 import { isDNSLabel, isDNSSubdomain } from '../apis/names.ts';
-import { parseTrustedCAKeys } from './ssh/keys.ts';
+import { parseTrustedCAKeys } from '../lib/ssh/keys.ts';
 
 /**
  * A hand-written config is a few hundred bytes; 64 KiB leaves room for many annotations while keeping the YAML

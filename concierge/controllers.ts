@@ -42,7 +42,7 @@ import {
 import { newPeerCertificateController } from '../controllers/peer-certificate.ts';
 import { newSshDoorControllers, SSH_KEY, type SshMaterial } from '../controllers/ssh-door.ts';
 import type { SshSettings } from './ssh/server.ts';
-import { parseTrustedCAKeys } from './ssh/keys.ts';
+import { parseTrustedCAKeys } from '../lib/ssh/keys.ts';
 import { newStrategyBoard, newStrategyPublisher } from '../controllers/strategies.ts';
 import {
   newDirectLoginControllers,

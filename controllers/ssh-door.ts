@@ -2,9 +2,9 @@
 // turns it on (and nothing when off); the writer, on the leader, makes the host key once and keeps it in a Secret (so
 // every replica, and every restart, shows clients the same key), and publishes how to reach the door and the key's
 // fingerprint in the CredentialIssuer's status, where clients pin it.
-import { createHash } from 'node:crypto';
 import ssh2 from 'ssh2';
 import type { SSHStatus } from '../apis/config.ts';
+import { fingerprint } from '../lib/ssh/keys.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
@@ -60,12 +60,6 @@ function newHostKey(): { private: string; public: string } {
     if (publicKey) return { private: made.private, public: publicKey };
   }
   throw new Error('no usable ed25519 host key could be made');
-}
-
-/** The OpenSSH fingerprint of a public key line's blob. */
-export function fingerprintOf(publicKey: string): string {
-  const blob = Buffer.from(publicKey.split(' ')[1] ?? '', 'base64');
-  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
 }
 
 export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Controller; writer: Controller } {
@@ -153,7 +147,11 @@ export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Contro
             : `the SSH door is enabled by configuration and waits for the impersonation proxy's Service to get an address${note}`,
           ...(host ? { endpoint: `${host}:${port}` } : {}),
           hostKeys: [
-            { algorithm, publicKey: `${algorithm} ${base64}`, fingerprint: fingerprintOf(key.publicKey) },
+            {
+              algorithm,
+              publicKey: `${algorithm} ${base64}`,
+              fingerprint: fingerprint(Buffer.from(base64, 'base64')),
+            },
           ],
         };
         if (!host) again = { requeueAfterMs: 10_000 };

@@ -13,7 +13,7 @@ import { WebSocketServer } from 'ws';
 import { silentLogger } from '../../lib/log.ts';
 import { opensshOptions, runOpenSSH, type OpenSSHResult } from '../../dev/openssh.ts';
 import { newInProcessDoor, type InProcessDoor } from './in-process.ts';
-import { parseTrustedCAKeys } from './keys.ts';
+import { parseTrustedCAKeys } from '../../lib/ssh/keys.ts';
 import { addressKey, newSshServer, type SshServer } from './server.ts';
 
 let dir: string;

@@ -27,7 +27,7 @@ import {
   isCertificateAlgorithm,
   verifyKeySignature,
   type AuthorizedKey,
-} from './keys.ts';
+} from '../../lib/ssh/keys.ts';
 
 /** The door's settings in effect (from the concierge's config). */
 export interface SshSettings {
