@@ -70,7 +70,7 @@ export async function benchSsh(): Promise<void> {
     const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
     const proxyKubeconfig = join(dir, 'demo.kubeconfig');
     writeFileSync(proxyKubeconfig, await installed.kubeconfig(token));
-    const options = opensshOptions(join(dir, 'user'), join(dir, 'known_hosts'));
+    const options = opensshOptions(join(dir, 'user'), { knownHosts: join(dir, 'known_hosts') });
     const ok = (what: string, r: { code: number | null; stderr: string }): void => {
       if (r.code !== 0) throw new Error(`${what} failed (${r.code}): ${r.stderr.trim()}`);
     };
@@ -101,7 +101,7 @@ export async function benchSsh(): Promise<void> {
               'sftp',
               [...options, '-P', String(door.port), '-b', join(dir, 'batch'), `${DEMO_USER}@${door.host}`],
               '',
-              600_000,
+              { timeoutMs: 600_000 },
             ),
           );
         },

@@ -29,6 +29,7 @@ import {
 import { eventually } from '../dev/eventually.ts';
 import { deployReachWorkload, ECHO_PORT, REACH_WORKLOAD } from '../dev/reach-workload.ts';
 import { dieWithParent, stopChild } from '../dev/processes.ts';
+import { opensshOptions, runOpenSSH, typing, type Conversation } from '../dev/openssh.ts';
 
 const running: Running = {};
 let dir: string;
@@ -40,79 +41,20 @@ const VIEWER = 'viewer@sealion.dev';
 /** Each ssh run is ended after this: a red test must not hang. */
 const SSH_TIMEOUT_MS = 90_000;
 
-interface Result {
-  code: number | null;
-  stdout: Buffer;
-  stderr: string;
-}
-
-/** The ssh options every run shares: no user config, the pinned host key only, no agent. */
-const common = (): string[] => [
-  '-F',
-  '/dev/null',
-  '-o',
-  `UserKnownHostsFile=${join(dir, 'known_hosts')}`,
-  '-o',
-  'StrictHostKeyChecking=yes',
-  '-o',
-  'IdentitiesOnly=yes',
-  '-o',
-  'IdentityAgent=none',
+/** The options every run shares: the pinned host key, the key given, all of ssh's own messages. */
+const options = (key: string, batch = true): string[] => [
+  ...opensshOptions(join(dir, key), { knownHosts: join(dir, 'known_hosts'), batch, quiet: false }),
   '-o',
   'ConnectTimeout=20',
 ];
 
-/** Runs an OpenSSH program with `args`, feeding `input`; `onStderr` sees its error output as it comes. */
-function run(
-  program: string,
+/** Runs an OpenSSH program, bounded by SSH_TIMEOUT_MS. */
+const run = (
+  program: Parameters<typeof runOpenSSH>[0],
   args: string[],
-  input?: Buffer | string | Conversation,
-  onStderr?: (text: string) => void,
-): Promise<Result> {
-  return new Promise((done, fail) => {
-    const [command, argv] = dieWithParent(program, args);
-    const child = spawn(command, argv, { stdio: ['pipe', 'pipe', 'pipe'] });
-    children.push(child);
-    const out: Buffer[] = [];
-    let stderr = '';
-    const talk = typeof input === 'function' ? input : undefined;
-    child.stdout.on('data', (c: Buffer) => {
-      out.push(c);
-      talk?.(Buffer.concat(out).toString('utf8'), (text) => child.stdin.write(text));
-    });
-    child.stderr.on('data', (c: Buffer) => {
-      stderr += c.toString('utf8');
-      onStderr?.(stderr);
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), SSH_TIMEOUT_MS);
-    child.once('error', fail);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      done({ code, stdout: Buffer.concat(out), stderr });
-    });
-    child.stdin.on('error', () => {});
-    if (!talk) child.stdin.end(input);
-  });
-}
-
-/** Sees all the output so far each time more comes, and may type. */
-type Conversation = (output: string, type: (text: string) => void) => void;
-
-/**
- * A terminal's side of a conversation: each line is typed once the output shows `prompt` one more time than when the
- * line before was typed, and cursor-position queries (busybox's shell asks one per prompt) are answered as a
- * terminal answers them.
- */
-function typing(prompt: RegExp, lines: string[]): Conversation {
-  let answered = 0;
-  let typed = 0;
-  return (output, type) => {
-    const queries = output.split('\x1b[6n').length - 1;
-    for (; answered < queries; answered++) type('\x1b[1;1R');
-    const prompts = output.split(prompt).length - 1;
-    if (prompts > typed && typed < lines.length) type(`${lines[typed++]!}\n`);
-  };
-}
+  input?: string | Conversation,
+  onStderr?: (stderr: string) => void,
+) => runOpenSSH(program, args, input, { timeoutMs: SSH_TIMEOUT_MS, ...(onStderr ? { onStderr } : {}) });
 
 /** `ssh` as `user` with the key `key` (and its certificate, if made), batch mode unless told otherwise. */
 function ssh(
@@ -123,19 +65,7 @@ function ssh(
 ) {
   return run(
     'ssh',
-    [
-      ...common(),
-      '-o',
-      `BatchMode=${opts.batch === false ? 'no' : 'yes'}`,
-      '-i',
-      join(dir, key),
-      '-p',
-      String(port),
-      '-l',
-      user,
-      host,
-      ...args,
-    ],
+    [...options(key, opts.batch !== false), '-p', String(port), '-l', user, host, ...args],
     opts.input,
   );
 }
@@ -299,11 +229,7 @@ describe.each([
     ];
     writeFileSync(join(dir, `batch-${cluster}`), batch.join('\n') + '\n');
     const sftp = await run('sftp', [
-      ...common(),
-      '-o',
-      'BatchMode=yes',
-      '-i',
-      join(dir, 'demo'),
+      ...options('demo'),
       '-P',
       String(port),
       '-b',
@@ -317,11 +243,7 @@ describe.each([
     expect(inPod.stdout.toString()).toContain(sha256(data));
 
     const scp = await run('scp', [
-      ...common(),
-      '-o',
-      'BatchMode=yes',
-      '-i',
-      join(dir, 'demo'),
+      ...options('demo'),
       '-P',
       String(port),
       `${DEMO_USER}@${host}:${remote}`,
@@ -376,13 +298,9 @@ describe('ssh -L', () => {
   it("forwards a local port to a Service on the edge, through the cluster's decision and its agent", async () => {
     const local = 20_000 + Math.floor(Math.random() * 20_000);
     const [command, argv] = dieWithParent('ssh', [
-      ...common(),
-      '-o',
-      'BatchMode=yes',
+      ...options('demo'),
       '-o',
       'ExitOnForwardFailure=yes',
-      '-i',
-      join(dir, 'demo'),
       '-p',
       String(port),
       '-l',
@@ -437,13 +355,9 @@ describe('signing in', () => {
     const r = await run(
       'ssh',
       [
-        ...common(),
-        '-o',
-        'BatchMode=no',
+        ...options('device', false),
         '-o',
         'PreferredAuthentications=publickey,keyboard-interactive',
-        '-i',
-        join(dir, 'device'),
         '-p',
         String(port),
         '-l',
