@@ -545,6 +545,8 @@ function bridge(channel: Duplex, socket: Duplex): void {
   };
   channel.once('error', destroy);
   socket.once('error', destroy);
+  // A channel gone has nobody left to answer. A reach connection that closes is ended on the channel, after what it
+  // sent is written (destroying it at once would drop what the channel still holds), as lib/http2/upgrade.ts does.
   channel.once('close', () => socket.destroy());
-  socket.once('close', () => channel.destroy());
+  socket.once('close', () => channel.end());
 }
