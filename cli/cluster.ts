@@ -17,6 +17,7 @@ interface ClusterFlags {
   hub: string;
   description: string;
   agentManifests?: boolean;
+  helmValues?: boolean;
   policy?: string;
   identities?: string;
   apiGroups?: string;
@@ -129,6 +130,10 @@ export function clusterCommand(): Command {
       "print the agent's forwarding RBAC, ConfigMap and bootstrap Secret as YAML, to apply on that cluster before its agent manifests",
     )
     .option(
+      '--helm-values',
+      "print the sealion-agent Helm chart's values for that cluster (where it dials, the hub's pin, the token, the policy) as YAML",
+    )
+    .option(
       '--policy <name>',
       `what the hub may do on that cluster, enforced by its API server: ${POLICY_NAMES.join(', ')}, or clusterrole:<name> (a ClusterRole of that cluster's admin)`,
       'full',
@@ -160,14 +165,34 @@ Whatever the policy, the hub can never act as system:masters there, nor as a ser
 Examples:
   sealion cluster add edge-1 --hub https://hub.example.com:8444
   sealion cluster add edge-1 --hub https://hub.example.com:8444 --policy no-exec --agent-manifests | kubectl --context edge-1 apply -f -
+  sealion cluster add edge-1 --hub https://hub.example.com:8444 --helm-values > edge-1.yaml
+  helm --kube-context edge-1 install sealion-agent config/charts/sealion-agent -n sealion-agent --create-namespace -f edge-1.yaml
 `,
     )
     .action(async (name: string, flags: ClusterFlags) => {
       // Checked before anything is created: a typo must not leave a Cluster and a token behind.
       const policy = parsePolicy(flags);
+      if ((flags.agentManifests || flags.helmValues) && !flags.hub)
+        throw new Error(
+          `--${flags.helmValues ? 'helm-values' : 'agent-manifests'} needs --hub: the agent must know where to dial`,
+        );
+      if (flags.agentManifests && flags.helmValues)
+        throw new Error('--agent-manifests or --helm-values: one of them');
       const added = await addCluster(name, flags);
+      if (flags.helmValues) {
+        const { stringify } = await import('yaml');
+        // The token is spent at the agent's first start, but Helm keeps values in the release's history: this is
+        // the one secret in them, and it is worth nothing once used or expired.
+        process.stdout.write(
+          `# sealion-agent values for cluster ${name}: its bootstrap token works once, until ${added.expires.toISOString()}.\n` +
+            stringify({
+              cluster: { name, hubURL: flags.hub, caPin: added.pin, bootstrapToken: added.token },
+              forwardingPolicy: policy,
+            }),
+        );
+        return;
+      }
       if (flags.agentManifests) {
-        if (!flags.hub) throw new Error('--agent-manifests needs --hub: the agent must know where to dial');
         const { stringify } = await import('yaml');
         const settings = agentSettingsManifests({
           clusterName: name,

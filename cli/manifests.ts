@@ -3,7 +3,16 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { isValidGroupSuffix } from '../apis/groups.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { DEFAULT_INSTALL, type InstallOptions } from '../manifests/install.ts';
-import { componentObjects, toYaml, writeKustomize, type Component } from '../manifests/render.ts';
+import {
+  componentObjects,
+  toYaml,
+  writeKustomize,
+  writeKustomizeFolder,
+  type Component,
+} from '../manifests/render.ts';
+import { agentObjects, conciergeInstall } from '../manifests/chart.ts';
+import { readFileSync } from 'node:fs';
+import { parse } from 'yaml';
 import { isDNSLabel } from '../apis/names.ts';
 
 const COMPONENTS: readonly Component[] = ['crds', 'concierge', 'agent'];
@@ -50,6 +59,10 @@ export function manifestsCommand(): Command {
       'users',
     )
     .option(
+      '--values <file>',
+      "settings as the Helm charts' values (values.yaml): the concierge chart's for crds and concierge, the agent chart's for agent",
+    )
+    .option(
       '--output-dir <dir>',
       'write crds/, concierge/ and agent/ kustomize folders here instead of printing',
     )
@@ -61,6 +74,7 @@ Examples:
   sealion manifests agent | kubectl --context managed apply -f -
   sealion manifests concierge --forwarding-policy no-exec | kubectl apply -f -
   sealion manifests --group-suffix pinniped.dev --namespace pinniped-concierge --output-dir out
+  sealion manifests --values my-values.yaml --output-dir out     # what helm install -f my-values.yaml makes
   kubectl apply -k out/concierge`,
     )
     .action(
@@ -68,6 +82,7 @@ Examples:
         components: string[],
         flags: InstallOptions & {
           outputDir?: string;
+          values?: string;
           forwardingPolicy: string;
           forwardingIdentities: string;
         },
@@ -75,6 +90,32 @@ Examples:
         const unknown = components.filter((c) => !COMPONENTS.includes(c as Component));
         if (unknown.length > 0)
           throw new Error(`unknown component ${unknown.join(', ')}: use ${COMPONENTS.join(', ')}`);
+        if (flags.values) {
+          // Values say everything the other flags would but the namespaces, which are Helm's --namespace.
+          const given: unknown = parse(readFileSync(flags.values, 'utf8')) ?? {};
+          if (typeof given !== 'object' || given === null || Array.isArray(given))
+            throw new Error(`${flags.values}: not a map of values`);
+          const values = given as Record<string, unknown>;
+          const agent = components.includes('agent');
+          if (agent && components.length > 1)
+            throw new Error(
+              '--values: the agent has a chart of its own, so name crds and concierge, or agent',
+            );
+          const objects = (c: Component): Record<string, unknown>[] =>
+            c === 'agent'
+              ? agentObjects(values, flags.agentNamespace)
+              : componentObjects(c, conciergeInstall(values, flags.namespace));
+          if (flags.outputDir) {
+            for (const c of components)
+              writeKustomizeFolder(flags.outputDir, c as Component, objects(c as Component));
+            if (!agent && components.includes('concierge'))
+              writeKustomizeFolder(flags.outputDir, 'crds', objects('crds'));
+            console.error(`wrote ${flags.outputDir}`);
+            return;
+          }
+          process.stdout.write(toYaml(components.flatMap((c) => objects(c as Component))));
+          return;
+        }
         const opts: InstallOptions = {
           groupSuffix: flags.groupSuffix,
           namespace: flags.namespace,

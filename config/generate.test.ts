@@ -1,9 +1,10 @@
 // The committed CRD schemas and manifests must be exactly what the generator writes from apis/ today.
 import { describe, expect, it } from '@jest/globals';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { generateSchemas, schemasFileText, SCHEMAS_FILE } from './generate.ts';
+import { CHARTS_DIR, generateSchemas, schemasFileText, SCHEMAS_FILE } from './generate.ts';
+import { chartFiles, CHARTS } from '../manifests/chart.ts';
 import { DEFAULT_INSTALL } from '../manifests/install.ts';
 import { kustomizeFiles } from '../manifests/render.ts';
 
@@ -26,6 +27,17 @@ describe('generated files', () => {
       }
     },
   );
+
+  it.each(CHARTS)('config/charts/%s matches the renderer (run `npm run generate`)', (chart) => {
+    const files = chartFiles(chart, schemas);
+    const committed = readdirSync(join(CHARTS_DIR, chart), { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name).slice(join(CHARTS_DIR, chart).length + 1))
+      .sort();
+    expect(committed).toEqual([...files.keys()].sort());
+    for (const [file, text] of files)
+      expect(`${file}:\n${readFileSync(join(CHARTS_DIR, chart, file), 'utf8')}`).toBe(`${file}:\n${text}`);
+  });
 
   it('carries the JSDoc of apis/ as descriptions and the tags as validation', () => {
     const spec = schemas.JWTAuthenticator.spec as {

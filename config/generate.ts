@@ -1,12 +1,14 @@
 // `npm run generate`: turns the types in apis/ into the CRDs' OpenAPI schemas (config/schemas.generated.json)
 // and renders the default install manifests into config/crds, config/concierge and config/agent.
 // A unit test fails when a committed file differs from what this would write.
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createGenerator } from 'ts-json-schema-generator';
 import { CRD_KINDS, type JSONSchema, type KindSchemas } from '../manifests/crds.ts';
 import { DEFAULT_INSTALL } from '../manifests/install.ts';
 import { writeKustomize } from '../manifests/render.ts';
+import { chartFiles, CHARTS } from '../manifests/chart.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const SCHEMAS_FILE = fileURLToPath(new URL('schemas.generated.json', import.meta.url));
@@ -72,6 +74,20 @@ export function generateSchemas(): KindSchemas {
   return result;
 }
 
+/** Where the Helm charts go: config/charts/<chart>/. */
+export const CHARTS_DIR = fileURLToPath(new URL('charts', import.meta.url));
+
+/** Writes the Helm charts afresh (a file the renderer no longer makes does not linger). */
+export function writeCharts(dir: string, schemas: KindSchemas): void {
+  for (const chart of CHARTS) {
+    rmSync(join(dir, chart), { recursive: true, force: true });
+    for (const [file, text] of chartFiles(chart, schemas)) {
+      mkdirSync(dirname(join(dir, chart, file)), { recursive: true });
+      writeFileSync(join(dir, chart, file), text);
+    }
+  }
+}
+
 export function schemasFileText(schemas: KindSchemas): string {
   return JSON.stringify(schemas, null, 2) + '\n';
 }
@@ -80,5 +96,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const schemas = generateSchemas();
   writeFileSync(SCHEMAS_FILE, schemasFileText(schemas));
   writeKustomize(`${ROOT}config`, DEFAULT_INSTALL, schemas);
-  console.log('wrote config/schemas.generated.json, config/crds, config/concierge, config/agent');
+  writeCharts(CHARTS_DIR, schemas);
+  console.log(
+    'wrote config/schemas.generated.json, config/crds, config/concierge, config/agent, config/charts/sealion-concierge, config/charts/sealion-agent',
+  );
 }

@@ -158,6 +158,21 @@ function loadGeneratorSpec(version: string): BuildSpec {
   };
 }
 
+/** Helm, for the charts' tests and `npm start -- --install helm`. */
+function helmSpec(): BuildSpec {
+  const module = join(KUBE_MODULES, 'helm');
+  const version = requiredVersion('helm/go.mod', 'helm.sh/helm/v4');
+  return {
+    module,
+    outDir: join(CACHE_DIR, `helm-${version}`),
+    packages: { helm: 'helm.sh/helm/v4/cmd/helm' },
+    // Without it Helm calls itself v4.x-dev and its `kubeVersion` checks still pass; the version is for people.
+    ldflags: `-s -w -X helm.sh/helm/v4/internal/version.version=${version}`,
+    label: `Helm ${version}`,
+    env: { CGO_ENABLED: '0' },
+  };
+}
+
 function isBuilt(spec: BuildSpec): boolean {
   return Object.keys(spec.packages).every((name) => existsSync(join(spec.outDir, name)));
 }
@@ -252,6 +267,14 @@ export async function ensureNodeBinaries(log: (line: string) => void = () => {})
     cniBinDir: cni.outDir,
     coredns: join(coredns.outDir, 'coredns'),
   };
+}
+
+/** Returns the path of the helm command, building it if it is missing. */
+export async function ensureHelm(log: (line: string) => void = () => {}): Promise<string> {
+  const spec = helmSpec();
+  mkdirSync(CACHE_DIR, { recursive: true });
+  await build(spec, log);
+  return join(spec.outDir, 'helm');
 }
 
 /** Returns the path of the benchmarks' load generator, building it if it is missing. */

@@ -25,6 +25,7 @@ import {
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
+import { stringify } from 'yaml';
 
 import {
   DEFAULT_POLICY,
@@ -45,6 +46,61 @@ export interface InstallOptions {
   image: string;
   /** What the hub's forwarding identity may do on the hub (forwarding-policy.ts). Default: DEFAULT_POLICY. */
   forwardingPolicy?: ForwardingPolicy;
+  /** Where and how the concierge's pods run. */
+  concierge?: PodSettings;
+  /** Where and how the agent's pod runs (its replicas are always 1: one agent holds a cluster's credentials). */
+  agent?: PodSettings;
+  /** The concierge's Services that the install makes (the proxy's published one is the controllers'). */
+  services?: { proxy?: ServiceSettings; tunnel?: ServiceSettings };
+  /** The ConfigMap's settings (concierge/config.ts). Default: DEFAULT_CONFIG_YAML, comments and all. */
+  config?: Obj;
+  /** The audit policy (audit.k8s.io/v1 Policy). Default: DEFAULT_AUDIT_POLICY_YAML. */
+  auditPolicy?: Obj;
+  /**
+   * How a forwarding policy becomes RBAC; the Helm chart's renderer (chart.ts) swaps in its template's version.
+   * Default: renderPolicy.
+   */
+  renderPolicy?: (policy: ForwardingPolicy) => PolicyRendering;
+}
+
+/**
+ * The settings of a Deployment's pods that installs differ in (the Helm charts' values). Empty maps, lists and
+ * strings leave a field out, as the charts' templates do.
+ */
+export interface PodSettings {
+  /** The concierge's replicas. Default: 2. */
+  replicas?: number;
+  resources?: Obj;
+  nodeSelector?: Record<string, string>;
+  tolerations?: Obj[];
+  /** Default for the concierge: prefer replicas on different nodes. */
+  affinity?: Obj;
+  priorityClassName?: string;
+  imagePullPolicy?: string;
+  imagePullSecrets?: { name: string }[];
+}
+
+export interface ServiceSettings {
+  /** Default: ClusterIP. */
+  type?: string;
+  annotations?: Record<string, string>;
+}
+
+/** A forwarding policy as RBAC: the rules of its ClusterRole (none for an admin's own), and how it is described. */
+export interface PolicyRendering {
+  rules: PolicyRule[] | undefined;
+  /** describePolicy's line. */
+  description: string;
+  /** The admin's own ClusterRole, which is bound instead of a rendered one. */
+  ownRole: string | undefined;
+}
+
+export function renderPolicy(policy: ForwardingPolicy): PolicyRendering {
+  return {
+    rules: forwardingRules(policy),
+    description: describePolicy(policy),
+    ownRole: policy.name.startsWith('clusterrole:') ? policy.name.slice('clusterrole:'.length) : undefined,
+  };
 }
 
 export const DEFAULT_IMAGE = 'ghcr.io/sealion-dev/sealion:v0.1.0';
@@ -100,9 +156,8 @@ function binding(kind: 'ClusterRoleBinding' | 'RoleBinding', name: string, sa: s
  * The forwarding identity's ClusterRole and its binding: impersonating, as the policy allows, is all it may do, so a
  * bug in the proxy cannot use the controllers' rights. A policy naming a ClusterRole of the admin's own binds that.
  */
-function forwardingRBAC(role: string, policy: ForwardingPolicy, sa: string, ns: string): Obj[] {
-  const rules: PolicyRule[] | undefined = forwardingRules(policy);
-  const own = policy.name.startsWith('clusterrole:') ? policy.name.slice('clusterrole:'.length) : undefined;
+function forwardingRBAC(role: string, policy: PolicyRendering, sa: string, ns: string): Obj[] {
+  const { rules, ownRole: own } = policy;
   const bound = binding('ClusterRoleBinding', role, sa, ns);
   if (own) (bound['roleRef'] as { name: string }).name = own;
   return [
@@ -114,7 +169,7 @@ function forwardingRBAC(role: string, policy: ForwardingPolicy, sa: string, ns: 
             metadata: {
               name: role,
               labels: PART_OF,
-              annotations: { [POLICY_ANNOTATION]: describePolicy(policy) },
+              annotations: { [POLICY_ANNOTATION]: policy.description },
             },
             rules,
           },
@@ -161,8 +216,62 @@ const CONCIERGE_ENV = [
   { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
 ];
 
+/** The concierge's pods by default: two, on different nodes where they can be. */
+export const DEFAULT_CONCIERGE_POD = {
+  replicas: 2,
+  resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+  affinity: {
+    podAntiAffinity: {
+      preferredDuringSchedulingIgnoredDuringExecution: [
+        {
+          weight: 100,
+          podAffinityTerm: {
+            topologyKey: 'kubernetes.io/hostname',
+            labelSelector: { matchLabels: { app: CONCIERGE_NAME } },
+          },
+        },
+      ],
+    },
+  },
+} satisfies PodSettings;
+export const DEFAULT_AGENT_POD = {
+  resources: { requests: { cpu: '50m', memory: '64Mi' }, limits: { memory: '256Mi' } },
+} satisfies PodSettings;
+
+function isEmpty(value: unknown): boolean {
+  if (value === undefined || value === null || value === '') return true;
+  if (Array.isArray(value)) return value.length === 0;
+  return typeof value === 'object' && Object.keys(value).length === 0;
+}
+
+/** The fields that are set and not empty: an empty setting is no setting (as a chart's `with` sees it). */
+function present(fields: Obj): Obj {
+  return Object.fromEntries(Object.entries(fields).filter(([, value]) => !isEmpty(value)));
+}
+
+/** Where a pod runs, for its spec. */
+function placement(pod: PodSettings): Obj {
+  return present({
+    affinity: pod.affinity,
+    nodeSelector: pod.nodeSelector,
+    tolerations: pod.tolerations,
+    priorityClassName: pod.priorityClassName,
+    imagePullSecrets: pod.imagePullSecrets,
+  });
+}
+
+function service(name: string, ns: string, settings: ServiceSettings | undefined, spec: Obj): Obj {
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { name, namespace: ns, labels: PART_OF, ...present({ annotations: settings?.annotations }) },
+    spec: { type: settings?.type ?? 'ClusterIP', ...spec },
+  };
+}
+
 export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   const ns = opts.namespace;
+  const pod: PodSettings = { ...DEFAULT_CONCIERGE_POD, ...opts.concierge };
   const groups = apiGroups(opts.groupSuffix);
   const conciergeRole = `${ns}-concierge`;
   const impersonatorRole = `${ns}-impersonator`;
@@ -188,7 +297,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     serviceAccount(IMPERSONATOR_SERVICE_ACCOUNT, ns, false),
     ...forwardingRBAC(
       impersonatorRole,
-      opts.forwardingPolicy ?? DEFAULT_POLICY,
+      (opts.renderPolicy ?? renderPolicy)(opts.forwardingPolicy ?? DEFAULT_POLICY),
       IMPERSONATOR_SERVICE_ACCOUNT,
       ns,
     ),
@@ -370,13 +479,15 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       apiVersion: 'v1',
       kind: 'ConfigMap',
       metadata: { name: CONFIG_MAP_NAME, namespace: ns, labels: PART_OF },
-      data: { [CONFIG_KEY]: DEFAULT_CONFIG_YAML },
+      data: { [CONFIG_KEY]: opts.config ? stringify(opts.config) : DEFAULT_CONFIG_YAML },
     },
     {
       apiVersion: 'v1',
       kind: 'ConfigMap',
       metadata: { name: AUDIT_CONFIG_MAP_NAME, namespace: ns, labels: PART_OF },
-      data: { [AUDIT_POLICY_KEY]: DEFAULT_AUDIT_POLICY_YAML },
+      data: {
+        [AUDIT_POLICY_KEY]: opts.auditPolicy ? stringify(opts.auditPolicy) : DEFAULT_AUDIT_POLICY_YAML,
+      },
     },
     {
       apiVersion: 'apps/v1',
@@ -384,30 +495,19 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       metadata: { name: CONCIERGE_NAME, namespace: ns, labels: labels(CONCIERGE_NAME) },
       spec: {
         // Every replica serves the proxy; a Lease picks the one that writes.
-        replicas: 2,
+        replicas: pod.replicas,
         selector: { matchLabels: selector },
         template: {
           metadata: { labels: labels(CONCIERGE_NAME) },
           spec: {
             serviceAccountName: CONCIERGE_NAME,
             securityContext: POD_SECURITY,
-            affinity: {
-              podAntiAffinity: {
-                preferredDuringSchedulingIgnoredDuringExecution: [
-                  {
-                    weight: 100,
-                    podAffinityTerm: {
-                      topologyKey: 'kubernetes.io/hostname',
-                      labelSelector: { matchLabels: selector },
-                    },
-                  },
-                ],
-              },
-            },
+            ...placement(pod),
             containers: [
               {
                 name: 'concierge',
                 image: opts.image,
+                ...present({ imagePullPolicy: pod.imagePullPolicy }),
                 args: [
                   'concierge',
                   `--group-suffix=${opts.groupSuffix}`,
@@ -435,7 +535,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
                 ],
                 readinessProbe: probe('/readyz'),
                 livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
-                resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
+                ...present({ resources: pod.resources }),
                 securityContext: CONTAINER_SECURITY,
               },
             ],
@@ -449,38 +549,20 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         },
       },
     },
-    {
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: { name: `${CONCIERGE_NAME}-proxy`, namespace: ns, labels: PART_OF },
-      spec: {
-        type: 'ClusterIP',
-        selector,
-        ports: [{ name: 'https', port: 443, targetPort: 'proxy', protocol: 'TCP' }],
-      },
-    },
-    {
-      apiVersion: 'v1',
-      kind: 'Service',
-      // The cluster's API server reaches the aggregated APIs here (the APIServices the controllers register name it).
-      metadata: { name: API_SERVICE, namespace: ns, labels: PART_OF },
-      spec: {
-        type: 'ClusterIP',
-        selector,
-        ports: [{ name: 'https', port: 443, targetPort: 'api', protocol: 'TCP' }],
-      },
-    },
-    {
-      apiVersion: 'v1',
-      kind: 'Service',
-      // Agents dial in here; expose it (LoadBalancer, Ingress passthrough) where agents live outside the cluster.
-      metadata: { name: TUNNEL_SERVICE, namespace: ns, labels: PART_OF },
-      spec: {
-        type: 'ClusterIP',
-        selector,
-        ports: [{ name: 'tunnel', port: 443, targetPort: 'tunnel', protocol: 'TCP' }],
-      },
-    },
+    service(`${CONCIERGE_NAME}-proxy`, ns, opts.services?.proxy, {
+      selector,
+      ports: [{ name: 'https', port: 443, targetPort: 'proxy', protocol: 'TCP' }],
+    }),
+    // The cluster's API server reaches the aggregated APIs here (the APIServices the controllers register name it).
+    service(API_SERVICE, ns, undefined, {
+      selector,
+      ports: [{ name: 'https', port: 443, targetPort: 'api', protocol: 'TCP' }],
+    }),
+    // Agents dial in here; expose it (LoadBalancer, Ingress passthrough) where agents live outside the cluster.
+    service(TUNNEL_SERVICE, ns, opts.services?.tunnel, {
+      selector,
+      ports: [{ name: 'tunnel', port: 443, targetPort: 'tunnel', protocol: 'TCP' }],
+    }),
     {
       apiVersion: 'networking.k8s.io/v1',
       kind: 'NetworkPolicy',
@@ -528,7 +610,7 @@ export function agentSettingsManifests(
   opts: InstallOptions = DEFAULT_INSTALL,
 ): Obj[] {
   const ns = opts.agentNamespace;
-  const policy = settings.policy ?? DEFAULT_POLICY;
+  const policy = (opts.renderPolicy ?? renderPolicy)(settings.policy ?? DEFAULT_POLICY);
   return [
     namespace(ns),
     ...forwardingRBAC(`${ns}-forwarding`, policy, AGENT_NAME, ns),
@@ -540,7 +622,7 @@ export function agentSettingsManifests(
         clusterName: settings.clusterName,
         hubURL: settings.hubURL,
         caPin: settings.caPin,
-        [AGENT_POLICY_KEY]: describePolicy(policy),
+        [AGENT_POLICY_KEY]: policy.description,
       },
     },
     {
@@ -580,6 +662,7 @@ export const REACH_READ_RULES: PolicyRule[] = [
 export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   const ns = opts.agentNamespace;
   const role = `${ns}-reviews`;
+  const pod: PodSettings = { ...DEFAULT_AGENT_POD, ...opts.agent };
   return [
     namespace(ns),
     serviceAccount(AGENT_NAME, ns, true),
@@ -632,10 +715,12 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
           spec: {
             serviceAccountName: AGENT_NAME,
             securityContext: POD_SECURITY,
+            ...placement(pod),
             containers: [
               {
                 name: 'agent',
                 image: opts.image,
+                ...present({ imagePullPolicy: pod.imagePullPolicy }),
                 args: [
                   'agent',
                   `--config-map=${AGENT_NAME}-config`,
@@ -651,7 +736,7 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
                     },
                   },
                 ],
-                resources: { requests: { cpu: '50m', memory: '64Mi' }, limits: { memory: '256Mi' } },
+                ...present({ resources: pod.resources }),
                 securityContext: CONTAINER_SECURITY,
               },
             ],

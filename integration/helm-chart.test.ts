@@ -1,0 +1,236 @@
+// The Helm charts against the kustomize install, with the real Helm (built from its Go module) and kubectl's
+// kustomize: for each set of values, `helm template` and `sealion manifests --values` (written as kustomize folders,
+// then `kubectl kustomize`) give the same objects. Both render install.ts, so a row that differs is a template that
+// says something else than the code it came from.
+import { beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { parseAllDocuments, stringify } from 'yaml';
+import { ensureBinaries, ensureHelm, REPO_ROOT } from '../dev/build.ts';
+import { KEEP_ANNOTATION } from '../manifests/chart.ts';
+
+const run = promisify(execFile);
+type Obj = Record<string, unknown>;
+const CHARTS = join(REPO_ROOT, 'config/charts');
+/** The ConfigMap keys that hold YAML: compared as what they say, since Helm's toYaml writes it its own way. */
+const YAML_DATA = new Set(['config.yaml', 'policy.yaml']);
+
+let helm: string;
+let kubectl: string;
+let scratch: string;
+
+beforeAll(async () => {
+  [helm, { kubectl }] = await Promise.all([ensureHelm(), ensureBinaries()]);
+  scratch = mkdtempSync(join(tmpdir(), 'sealion-helm-chart-'));
+  return () => rmSync(scratch, { recursive: true, force: true });
+}, 900_000);
+
+let rows = 0;
+function valuesFile(values: Obj): string {
+  const file = join(scratch, `values-${rows++}.yaml`);
+  writeFileSync(file, stringify(values));
+  return file;
+}
+
+/** Objects by kind/namespace/name, as an API server would hold them apart. */
+function byIdentity(yaml: string, { helmOnly }: { helmOnly: boolean }): Map<string, Obj> {
+  const out = new Map<string, Obj>();
+  for (const doc of parseAllDocuments(yaml)) {
+    const obj = doc.toJS() as Obj | null;
+    if (!obj) continue;
+    const metadata = obj['metadata'] as { name: string; namespace?: string; annotations?: Obj };
+    if (helmOnly && metadata.annotations) {
+      for (const key of Object.keys(KEEP_ANNOTATION)) delete metadata.annotations[key];
+      if (Object.keys(metadata.annotations).length === 0) delete metadata.annotations;
+    }
+    // Helm installs into a namespace it is told to make (--create-namespace); kustomize makes it.
+    if (obj['kind'] === 'Namespace') continue;
+    if (obj['kind'] === 'ConfigMap') {
+      const data = obj['data'] as Record<string, string>;
+      for (const key of Object.keys(data))
+        if (YAML_DATA.has(key)) data[key] = parseAllDocuments(data[key]!)[0]!.toJS() as never;
+    }
+    const id = `${obj['kind'] as string}/${metadata.namespace ?? ''}/${metadata.name}`;
+    if (out.has(id)) throw new Error(`${id} twice`);
+    out.set(id, obj);
+  }
+  return out;
+}
+
+async function helmTemplate(chart: string, namespace: string, values: Obj): Promise<Map<string, Obj>> {
+  const { stdout } = await run(
+    helm,
+    ['template', 'x', join(CHARTS, chart), '--namespace', namespace, '-f', valuesFile(values)],
+    { maxBuffer: 64 << 20 },
+  );
+  return byIdentity(stdout, { helmOnly: true });
+}
+
+async function kustomize(
+  component: 'concierge' | 'agent',
+  namespace: string,
+  values: Obj,
+): Promise<Map<string, Obj>> {
+  const dir = mkdtempSync(join(scratch, 'out-'));
+  const flag = component === 'agent' ? '--agent-namespace' : '--namespace';
+  await run(process.execPath, [
+    join(REPO_ROOT, 'bin/sealion.js'),
+    'manifests',
+    component,
+    flag,
+    namespace,
+    '--values',
+    valuesFile(values),
+    '--output-dir',
+    dir,
+  ]);
+  const { stdout } = await run(kubectl, ['kustomize', join(dir, component)], { maxBuffer: 64 << 20 });
+  return byIdentity(stdout, { helmOnly: false });
+}
+
+function expectSame(helmObjects: Map<string, Obj>, kustomizeObjects: Map<string, Obj>): void {
+  expect([...helmObjects.keys()].sort()).toEqual([...kustomizeObjects.keys()].sort());
+  for (const [id, obj] of helmObjects) expect({ id, obj }).toEqual({ id, obj: kustomizeObjects.get(id) });
+}
+
+const CONCIERGE_ROWS: [string, string, Obj][] = [
+  ['the defaults', 'sealion-concierge', {}],
+  [
+    "Pinniped's groups, every pod and Service setting, a policy with custom resources, and a config of one's own",
+    'pinniped-concierge',
+    {
+      groupSuffix: 'pinniped.dev',
+      image: 'registry.example.com/sealion@sha256:' + 'a'.repeat(64),
+      imagePullPolicy: 'Always',
+      imagePullSecrets: [{ name: 'my-registry' }],
+      replicas: 3,
+      resources: { requests: { cpu: '1', memory: '1Gi' } },
+      nodeSelector: { 'kubernetes.io/os': 'linux', 'example.com/pool': 'gateways' },
+      tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'gateway', effect: 'NoSchedule' }],
+      affinity: null,
+      priorityClassName: 'system-cluster-critical',
+      services: {
+        tunnel: {
+          type: 'LoadBalancer',
+          annotations: { 'service.beta.kubernetes.io/aws-load-balancer-type': 'nlb' },
+        },
+        proxy: { annotations: { 'example.com/note': 'a: "quoted" value\nwith a newline' } },
+      },
+      forwardingPolicy: {
+        name: 'no-exec',
+        identities: ['users', 'serviceaccounts'],
+        apiGroups: ['example.com', 'x.y.z'],
+      },
+      config: { impersonationProxy: { mode: 'disabled' }, kubeCertAgent: { mode: 'enabled' } },
+      auditPolicy: { apiVersion: 'audit.k8s.io/v1', kind: 'Policy', rules: [{ level: 'RequestResponse' }] },
+    },
+  ],
+  [
+    "an admin's own ClusterRole",
+    'sealion-concierge',
+    { forwardingPolicy: { name: 'clusterrole:my-forwarding' } },
+  ],
+  [
+    'the legacy verb',
+    'sealion-concierge',
+    { forwardingPolicy: { legacy: true, identities: ['users', 'nodes'] } },
+  ],
+  ...(['read-only', 'no-exec', 'full'] as const).flatMap((name) =>
+    [['users'], ['users', 'nodes'], ['nodes', 'users', 'serviceaccounts']].map(
+      (identities): [string, string, Obj] => [
+        `${name} for ${identities.join(', ')}`,
+        'sealion-concierge',
+        { forwardingPolicy: { name, identities } },
+      ],
+    ),
+  ),
+];
+
+const AGENT_ROWS: [string, string, Obj][] = [
+  ['the defaults (settings applied apart)', 'sealion-agent', {}],
+  [
+    "a cluster's settings, with a read-only policy and pod settings",
+    'edge-agent',
+    {
+      cluster: {
+        name: 'edge-1',
+        hubURL: 'https://hub.example.com:8444',
+        caPin: `sha256:${'0123456789abcdef'.repeat(4)}`,
+        bootstrapToken: 'abcdef.0123456789abcdef',
+      },
+      forwardingPolicy: { name: 'read-only', identities: ['users', 'nodes'], apiGroups: ['example.com'] },
+      nodeSelector: { 'kubernetes.io/os': 'linux' },
+      resources: null,
+    },
+  ],
+  [
+    "a cluster's settings with its admin's ClusterRole",
+    'sealion-agent',
+    {
+      cluster: {
+        name: 'edge-2',
+        hubURL: 'https://10.0.0.1',
+        caPin: `sha256:${'f'.repeat(64)}`,
+        bootstrapToken: 't',
+      },
+      forwardingPolicy: { name: 'clusterrole:edge-forwarding' },
+    },
+  ],
+];
+
+describe('helm lint', () => {
+  it.each(['sealion-concierge', 'sealion-agent'])('finds nothing wrong with %s', async (chart) => {
+    const { stdout } = await run(helm, ['lint', '--strict', join(CHARTS, chart)]);
+    expect(stdout).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
+  });
+});
+
+describe('helm template and kustomize give the same objects', () => {
+  it.each(CONCIERGE_ROWS)('concierge: %s', async (_name, namespace, values) => {
+    const [fromHelm, fromKustomize] = await Promise.all([
+      helmTemplate('sealion-concierge', namespace, values),
+      kustomize('concierge', namespace, values),
+    ]);
+    expectSame(fromHelm, fromKustomize);
+  });
+
+  it.each(AGENT_ROWS)('agent: %s', async (_name, namespace, values) => {
+    const [fromHelm, fromKustomize] = await Promise.all([
+      helmTemplate('sealion-agent', namespace, values),
+      kustomize('agent', namespace, values),
+    ]);
+    expectSame(fromHelm, fromKustomize);
+  });
+});
+
+describe('values that would install something else than meant are refused, by both', () => {
+  const BAD: [string, Obj, RegExp][] = [
+    ['a negative replica count', { replicas: -1 }, /replicas/],
+    ['a policy of no known name', { forwardingPolicy: { name: 'everything' } }, /forwardingPolicy/],
+    [
+      'a policy without users',
+      { forwardingPolicy: { identities: ['nodes'] } },
+      /users are always among them/,
+    ],
+    ['legacy with a narrower policy', { forwardingPolicy: { name: 'no-exec', legacy: true } }, /legacy/],
+    [
+      'an API group that is no custom resource group',
+      { forwardingPolicy: { apiGroups: ['apps'] } },
+      /apiGroups/,
+    ],
+    ['a group suffix that is no DNS subdomain', { groupSuffix: 'Not A Suffix' }, /groupSuffix/],
+    ['a misspelt setting', { replica: 3 }, /replica/],
+  ];
+  it.each(BAD)('%s', async (_name, values, message) => {
+    const file = valuesFile(values);
+    await expect(
+      run(helm, ['template', 'x', join(CHARTS, 'sealion-concierge'), '-f', file]),
+    ).rejects.toMatchObject({ stderr: expect.stringMatching(message) as unknown });
+    await expect(
+      run(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), 'manifests', 'concierge', '--values', file]),
+    ).rejects.toMatchObject({ stderr: expect.stringMatching(message) as unknown });
+  });
+});
