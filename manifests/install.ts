@@ -8,6 +8,7 @@ import {
   CONCIERGE_NAME,
   CONFIG_KEY,
   CONFIG_MAP_NAME,
+  CONCIERGE_VERSIONS_CONFIG_MAP,
   AUDIT_CONFIG_MAP_NAME,
   AUDIT_POLICY_KEY,
   DEFAULT_AUDIT_POLICY_YAML,
@@ -342,6 +343,13 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       metadata: { name: conciergeRole, namespace: ns, labels: PART_OF },
       rules: [
         { apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] },
+        // The leader publishes the replicas' versions there (a server-side apply is a patch); the install creates it.
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          verbs: ['patch'],
+          resourceNames: [CONCIERGE_VERSIONS_CONFIG_MAP],
+        },
         {
           apiGroups: [''],
           resources: ['services', 'secrets'],
@@ -366,6 +374,35 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       ],
     },
     binding('RoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    {
+      // Which versions the concierge runs (`sealion version`), for anyone signed in, as the API server's /version is:
+      // a user who knows what they talk to can report a problem or tell a fixed bug from an open one. The ConfigMap
+      // holds nothing else (versions and counts, no pod names or addresses), and the Role names it alone. Anonymous
+      // requests are left out: they need no version to log in.
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: CONCIERGE_VERSIONS_CONFIG_MAP, namespace: ns, labels: PART_OF },
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: `${ns}-versions-reader`, namespace: ns, labels: PART_OF },
+      rules: [
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          verbs: ['get'],
+          resourceNames: [CONCIERGE_VERSIONS_CONFIG_MAP],
+        },
+      ],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: `${ns}-versions-reader`, namespace: ns, labels: PART_OF },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${ns}-versions-reader` },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:authenticated' }],
+    },
     {
       apiVersion: 'v1',
       kind: 'ConfigMap',
