@@ -123,7 +123,7 @@ export const REPLICA_VERSION_ANNOTATION = 'sealion.dev/version';
 /**
  * The ConfigMap, in the concierge's namespace, where the leader publishes the versions of the live replicas
  * (controllers/concierge-versions.ts) for `sealion version`. Nothing else is in it, so that every signed-in user may
- * read it, as they may read the API server's /version; the install grants that by name.
+ * read it, as they may read the API server's /version; the install grants that by name. The leader creates it.
  */
 export const CONCIERGE_VERSIONS_CONFIG_MAP = 'sealion-concierge-versions';
 /** Its key with the versions, a JSON list of ConciergeVersion, most replicas first. */

@@ -343,7 +343,10 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       metadata: { name: conciergeRole, namespace: ns, labels: PART_OF },
       rules: [
         { apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] },
-        // The leader publishes the replicas' versions there (a server-side apply is a patch); the install creates it.
+        // The leader publishes the replicas' versions in a ConfigMap of their own, and makes it again should it go (a
+        // server-side apply: a patch, or a create when it is absent). A create cannot be narrowed by name; the
+        // concierge may create Secrets and Services here anyway, and may change no ConfigMap but that one.
+        { apiGroups: [''], resources: ['configmaps'], verbs: ['create'] },
         {
           apiGroups: [''],
           resources: ['configmaps'],
@@ -377,13 +380,8 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     {
       // Which versions the concierge runs (`sealion version`), for anyone signed in, as the API server's /version is:
       // a user who knows what they talk to can report a problem or tell a fixed bug from an open one. The ConfigMap
-      // holds nothing else (versions and counts, no pod names or addresses), and the Role names it alone. Anonymous
-      // requests are left out: they need no version to log in.
-      apiVersion: 'v1',
-      kind: 'ConfigMap',
-      metadata: { name: CONCIERGE_VERSIONS_CONFIG_MAP, namespace: ns, labels: PART_OF },
-    },
-    {
+      // (the concierge makes it) holds nothing else: versions and counts, no pod names or addresses, and the Role
+      // names it alone. Anonymous requests are left out: they need no version to log in.
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',
       metadata: { name: `${ns}-versions-reader`, namespace: ns, labels: PART_OF },
