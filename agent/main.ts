@@ -1,8 +1,6 @@
 // The agent's composition root: flags (with defaults from its ConfigMap), the clients of its own cluster, the
 // credential Secret, and the identity its local proxy forwards with. Nothing else in agent/ reads process.env.
 import { readFileSync } from 'node:fs';
-// Imported rather than read beside this file, so that a bundle of the CLI (dev/build-cli.ts) knows its version too.
-import packageJson from '../package.json' with { type: 'json' };
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
 import {
   clusterAccess,
@@ -14,6 +12,7 @@ import {
   type KubeClients,
 } from '../lib/kube/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
+import { SEALION_VERSION } from '../lib/version.ts';
 import { newAgent } from './agent.ts';
 import { kubeReachReads } from '../lib/reach/dialer.ts';
 import type { AgentForwarding, TransportChoice } from '../lib/tunnel/dial.ts';
@@ -43,7 +42,7 @@ const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/tok
 /** Projected service-account tokens rotate; re-reading the file this often picks a new one up in time. */
 const TOKEN_REREAD_MS = 60_000;
 
-const VERSION = packageJson.version;
+const VERSION = SEALION_VERSION;
 
 /**
  * Which impersonation the agent holds on its cluster: constrained (impersonate:user-info, as its policies grant it),

@@ -118,3 +118,25 @@ export const PEER_ADDRESS_ANNOTATION = 'sealion.dev/peer-address';
  * what its spec trusts after it, `urn:sealion:authenticator:<uid>:<digest>` (concierge/proxy/credentials.ts).
  */
 export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
+/** The annotation on a replica's Lease with the Sealion version the replica runs. */
+export const REPLICA_VERSION_ANNOTATION = 'sealion.dev/version';
+/**
+ * The ConfigMap, in the concierge's namespace, where the leader publishes the versions of the live replicas
+ * (controllers/concierge-versions.ts) for `sealion version`. Nothing else is in it, so that every signed-in user may
+ * read it, as they may read the API server's /version; the install grants that by name. The leader creates it.
+ */
+export const CONCIERGE_VERSIONS_CONFIG_MAP = 'sealion-concierge-versions';
+/** Its key with the versions, a JSON list of ConciergeVersion, most replicas first. */
+export const CONCIERGE_VERSIONS_KEY = 'versions';
+/**
+ * Its key with when the leader last confirmed the list (RFC 3339, on the leader's clock). The leader confirms it
+ * every minute or so even when nothing changed, so a reader can tell a list that nobody keeps any more (every replica
+ * gone) from a current one.
+ */
+export const CONCIERGE_VERSIONS_OBSERVED_KEY = 'observedAt';
+
+/** One version the concierge's live replicas run, and how many run it. */
+export interface ConciergeVersion {
+  version: string;
+  replicas: number;
+}

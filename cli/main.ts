@@ -23,14 +23,22 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   cluster: async () => (await import('./cluster.ts')).clusterCommand(),
   agent: async () => (await import('./agent.ts')).agentCommand(),
   recordings: async () => (await import('./recordings.ts')).recordingsCommand(),
+  version: async () => (await import('./version.ts')).versionCommand(),
 };
 
 /** Runs the command line `argv` (as process.argv: node, script, then the arguments). */
 async function runCli(argv: string[]): Promise<void> {
+  // The version alone needs neither commander nor any subcommand (`sealion version` says more).
+  if (argv[2] === '--version' || argv[2] === '-V') {
+    process.stdout.write(`${(await import('../lib/version.ts')).SEALION_VERSION}\n`);
+    return;
+  }
   const { Command } = await import('commander');
   const program = new Command('sealion')
     .description('Sealion: kubectl access to many clusters through an authenticating, impersonating proxy')
-    .showHelpAfterError();
+    .showHelpAfterError()
+    // Answered before anything loads (above); declared so that help lists it.
+    .option('-V, --version', 'print the CLI version and exit');
   const named = argv[2];
   const wanted = named !== undefined && Object.hasOwn(COMMANDS, named) ? [named] : Object.keys(COMMANDS);
   for (const command of await Promise.all(wanted.map((name) => COMMANDS[name]!())))

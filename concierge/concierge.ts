@@ -1,7 +1,7 @@
 // The concierge's composition root: from its options (main.ts turns flags and environment into them; tests, the
 // development environment and the benchmarks write them directly) it builds the clients, informers, controllers,
 // the impersonation proxy, the agents' tunnel listener and the metrics listener, and starts and stops them in order.
-import { PEER_ADDRESS_ANNOTATION } from '../apis/install.ts';
+import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../apis/install.ts';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
@@ -70,6 +70,7 @@ import { newInProcessDoor } from './ssh/in-process.ts';
 import { newSshServer, type SshServer, type SshServerOptions, type SshSettings } from './ssh/server.ts';
 import { BINDING_SELECTORS, newKeyBindings, type BindingSecret } from './ssh/bindings.ts';
 import type { SshMaterial } from '../controllers/ssh-door.ts';
+import { SEALION_VERSION } from '../lib/version.ts';
 
 export interface ConciergeOptions {
   /** The concierge's own identity: watches, reviews, status writes (in a cluster, its pods' service account). */
@@ -428,10 +429,14 @@ async function start(
         namespace,
         replicaLeaseName(opts.identity),
         { [labelKey]: labelValue },
-        peering ? { [PEER_ADDRESS_ANNOTATION]: peering.address } : {},
+        {
+          [REPLICA_VERSION_ANNOTATION]: SEALION_VERSION,
+          ...(peering ? { [PEER_ADDRESS_ANNOTATION]: peering.address } : {}),
+        },
       ),
       status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
       identity: opts.identity,
+      version: SEALION_VERSION,
       held: (name) => tunnels?.held(name),
       manager,
       clock,

@@ -8,7 +8,7 @@
 // serves), the Cluster status facts (cluster-status.ts: this replica's entries and Lease), the tunnel listener's
 // hosts and the peer certificate. On the leader: the authenticators' status, the proxy writer (Service, Secrets) and
 // the strategy publisher (authenticators' and the CredentialIssuer's status).
-import { CONFIG_KEY } from '../apis/install.ts';
+import { CONCIERGE_VERSIONS_CONFIG_MAP, CONFIG_KEY } from '../apis/install.ts';
 import type {
   AuthenticatorStatus,
   ConciergeStrategy,
@@ -39,6 +39,7 @@ import {
   type ServiceLike,
   type ServingMaterial,
 } from '../controllers/impersonation-proxy.ts';
+import { newConciergeVersionsPublisher } from '../controllers/concierge-versions.ts';
 import { newPeerCertificateController } from '../controllers/peer-certificate.ts';
 import { newSshDoorControllers, SSH_KEY, type SshMaterial } from '../controllers/ssh-door.ts';
 import type { SshSettings } from './ssh/server.ts';
@@ -140,7 +141,32 @@ export async function conciergeControllers(opts: ConciergeControllerOptions): Pr
   const { informers, log } = opts;
   const entries: ControllerEntry[] = [...authenticatorControllers(opts)];
   if (opts.proxy) entries.push(...(await proxyControllers(opts, opts.proxy)));
-  if (opts.clusterStatus) entries.push(...opts.clusterStatus.entries);
+  if (opts.clusterStatus) {
+    const facts = opts.clusterStatus;
+    entries.push(...facts.entries);
+    // The live replicas are known from their Leases, which only the tunnel's publisher keeps.
+    if (opts.namespace) {
+      const namespace = opts.namespace;
+      const writes = opts.manager.leaderOnly(newObjectWriter(opts.clients));
+      entries.push({
+        controller: newConciergeVersionsPublisher({
+          replicas: () => facts.versions(),
+          configMaps: informers.core<ConfigMapLike>('configmaps', namespace),
+          namespace,
+          publish: (data) =>
+            writes.apply({
+              apiVersion: 'v1',
+              kind: 'ConfigMap',
+              metadata: { name: CONCIERGE_VERSIONS_CONFIG_MAP, namespace },
+              data,
+            } as never),
+          clock: opts.clock,
+          log: log.child({ controller: 'concierge-versions' }),
+        }),
+        runs: 'leader',
+      });
+    }
+  }
   if (opts.tunnelHosts) {
     const services = informers.core<ServiceLike>('services', opts.tunnelHosts.namespace);
     entries.push({

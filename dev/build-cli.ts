@@ -38,6 +38,7 @@ import { promisify } from 'node:util';
 import * as esbuild from 'esbuild';
 import { privatePath } from './cache.ts';
 import { REPO_ROOT } from './build.ts';
+import { describeCheckout } from '../lib/version.ts';
 
 const execFile = promisify(execFileCallback);
 
@@ -141,7 +142,7 @@ const common: esbuild.BuildOptions = {
  * executable that is the executable (cli/executable.ts passes it as __filename). The banner comes before
  * esbuild's "use strict", so it says that again.
  */
-async function bundleCommonJS(file: string): Promise<string[]> {
+async function bundleCommonJS(file: string, build: BuildDefine): Promise<string[]> {
   const result = await esbuild.build({
     ...common,
     format: 'cjs',
@@ -151,9 +152,17 @@ async function bundleCommonJS(file: string): Promise<string[]> {
     banner: {
       js: '"use strict";var __sealionImportMetaUrl = require("node:url").pathToFileURL(__filename).href;',
     },
-    define: { 'import.meta.url': '__sealionImportMetaUrl' },
+    define: { ...build, 'import.meta.url': '__sealionImportMetaUrl' },
   });
   return Object.keys(result.metafile!.inputs);
+}
+
+/** What `sealion version` says of a bundle's build: lib/version.ts's __SEALION_BUILD__, replaced by esbuild. */
+type BuildDefine = { __SEALION_BUILD__: string };
+
+/** The commit the bundles are built from, or null when git cannot say (then the CLI says unknown). */
+async function buildDefine(): Promise<BuildDefine> {
+  return { __SEALION_BUILD__: JSON.stringify(await describeCheckout(REPO_ROOT)) };
 }
 
 /** The executables' main script (cli/executable.ts), which runs the bundle from the blob's assets. */
@@ -171,9 +180,10 @@ async function bundleExecutableMain(file: string): Promise<string[]> {
  * The npm package: ES modules, split into chunks loaded as the CLI's dynamic imports ask. Bundled CommonJS
  * dependencies call require() for built-ins, which ES modules lack: each file makes one for itself.
  */
-async function bundlePackage(dir: string): Promise<void> {
+async function bundlePackage(dir: string, build: BuildDefine): Promise<void> {
   const result = await esbuild.build({
     ...common,
+    define: build,
     format: 'esm',
     splitting: true,
     outdir: dir,
@@ -387,7 +397,8 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
   const work = mkdtempSync(join(CLI_DIST, '.work-'));
   try {
     const bundle = join(CLI_DIST, 'sealion.cjs');
-    const inputs = await bundleCommonJS(bundle);
+    const build = await buildDefine();
+    const inputs = await bundleCommonJS(bundle, build);
     const nonAscii = readFileSync(bundle).findIndex((byte) => byte > 0x7f);
     if (nonAscii >= 0) throw new Error(`${bundle} has a byte that is not ASCII at ${nonAscii}`);
     const main = join(work, 'executable.cjs');
@@ -396,7 +407,7 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
 
     const packageDir = join(CLI_DIST, 'package');
     rmSync(packageDir, { recursive: true, force: true });
-    await bundlePackage(packageDir);
+    await bundlePackage(packageDir, build);
     for (const old of readdirSync(CLI_DIST).filter(
       (f) => f.startsWith(`${PACKAGE_NAME}-`) && f.endsWith('.tgz'),
     ))
@@ -425,7 +436,15 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
       artifacts.map((f) => `${sha256(f)}  ${basename(f)}\n`).join(''),
     );
     const built: BuiltCli = { bundle, packageDir, tarball, executables };
-    writeFileSync(BUILD_RECORD, JSON.stringify({ node: nodeVersion, inputs, built } satisfies BuildRecord));
+    writeFileSync(
+      BUILD_RECORD,
+      JSON.stringify({
+        node: nodeVersion,
+        build: build.__SEALION_BUILD__,
+        inputs,
+        built,
+      } satisfies BuildRecord),
+    );
     return built;
   } finally {
     rmSync(work, { recursive: true, force: true });
@@ -437,6 +456,8 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
 /** What the last build made, and from which files (relative to the repository): ensureCli's freshness check. */
 interface BuildRecord {
   node: string;
+  /** The commit the bundles carry (BuildDefine): another one checked out, or a tree that became dirty, rebuilds. */
+  build: string;
   inputs: string[];
   built: BuiltCli;
 }
@@ -454,7 +475,13 @@ export async function ensureCli(targets: readonly Target[], log?: (line: string)
     const artifacts = [built.bundle, built.tarball, ...targets.map((t) => built.executables[t] ?? '')];
     const oldest = Math.min(...artifacts.map((f) => statSync(f).mtimeMs));
     const sources = [...record.inputs.map((f) => join(REPO_ROOT, f)), import.meta.filename];
-    if (record.node === nodeVersion && sources.every((f) => statSync(f).mtimeMs < oldest)) return built;
+    const current = (await buildDefine()).__SEALION_BUILD__;
+    if (
+      record.node === nodeVersion &&
+      record.build === current &&
+      sources.every((f) => statSync(f).mtimeMs < oldest)
+    )
+      return built;
   } catch {
     // No record, an artifact or a source gone: build.
   }

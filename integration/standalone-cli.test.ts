@@ -8,7 +8,9 @@ import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
+import { REPO_ROOT } from '../dev/build.ts';
 import { ensureCli, type BuiltCli, type Target } from '../dev/build-cli.ts';
+import { describeCheckout, SEALION_VERSION } from '../lib/version.ts';
 
 const run = promisify(execFile);
 const host = `${process.platform}-${process.arch}` as Target;
@@ -69,6 +71,7 @@ describe(`the standalone executable (sealion-${host})`, () => {
       'cluster',
       'concierge',
       'agent',
+      'version',
     ])
       expect(stdout).toContain(command);
   });
@@ -82,6 +85,22 @@ describe(`the standalone executable (sealion-${host})`, () => {
     expectExecCredential(stdout, 't0k3n');
     // No warning (Node's experimental-feature one, say) on the stream kubectl shows the user.
     expect(stderr).toBe('');
+  });
+
+  it('knows its version and the commit it was built from, with no git to ask', async () => {
+    const { stdout } = await runOutside(sealion, ['version', '--client', '-o', 'json'], join(dir, 'bin'));
+    const checkout = await describeCheckout(REPO_ROOT);
+    expect(JSON.parse(stdout)).toEqual({
+      clientVersion: {
+        version: SEALION_VERSION,
+        ...(checkout ? { gitCommit: checkout.commit } : {}),
+        gitTreeState: checkout?.treeState ?? 'unknown',
+        nodeVersion: `v${process.versions.node}`,
+        platform: `${process.platform}/${process.arch}`,
+        standalone: true,
+      },
+    });
+    expect((await runOutside(sealion, ['--version'], join(dir, 'bin'))).stdout).toBe(`${SEALION_VERSION}\n`);
   });
 
   it('carries the CRD schemas it renders manifests from', async () => {

@@ -3,6 +3,8 @@
 // dials out, and real kubectl reaches the managed cluster through the hub as a user whom that cluster's RBAC
 // judges. Registration refusals, a killed agent and a restarted concierge are exercised too.
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
+import type { VersionReport } from '../cli/version.ts';
+import { SEALION_VERSION } from '../lib/version.ts';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -347,6 +349,85 @@ describe('a cluster reached through its agent', () => {
     const wide = await hub.kubectl(['get', CLUSTERS, CLUSTER, '-o', 'wide']);
     expect(wide.stdout).toContain(String(status['certificateExpiry']).replace(/\.\d+Z$/, ''));
     expect(wide.stdout).not.toContain('<invalid>');
+  });
+
+  it('shows `sealion version` the concierge’s and each agent’s version, for the admin and for a user through the proxy', async () => {
+    const name = 'edge-version';
+    await connectedCluster(name);
+    const version = async (kubeconfig: string): Promise<VersionReport> => {
+      const result = await runSealion([
+        'version',
+        '--kubeconfig',
+        kubeconfig,
+        '--concierge-namespace',
+        NS,
+        '-o',
+        'json',
+      ]);
+      expect(result).toMatchObject({ code: 0, stderr: '' });
+      return JSON.parse(result.stdout) as VersionReport;
+    };
+    const conciergeVersions = [{ version: SEALION_VERSION, replicas: 1 }];
+    const agent = { version: SEALION_VERSION, connected: true };
+
+    // The admin reads it all from the hub's API server.
+    const admin = await eventually(async () => {
+      const report = await version(hub.kubeconfigPath);
+      expect(report.errors).toBeUndefined();
+      expect(report.conciergeVersions).toEqual(conciergeVersions);
+      expect(report.agents?.[name]).toEqual(agent);
+      return report;
+    });
+    expect(admin.serverVersion?.['gitVersion']).toMatch(/^v1\./);
+
+    // A user through the proxy: the install lets everyone signed in read the concierge's versions, but grants no
+    // user the Clusters. What is forbidden says so, the rest prints.
+    const before = await version(userKubeconfig('/'));
+    expect(before.serverVersion?.['gitVersion']).toBe(admin.serverVersion?.['gitVersion']);
+    expect(before.conciergeVersions).toEqual(conciergeVersions);
+    expect(before.errors).toEqual({
+      agents: expect.stringMatching(/^forbidden: .*cannot list resource "clusters"/) as unknown,
+    });
+
+    // An admin who lets the user see the clusters.
+    const reader = `${name}-reader`;
+    for (const args of [
+      ['create', 'clusterrole', reader, '--verb=list', `--resource=${CLUSTERS}`],
+      ['create', 'clusterrolebinding', reader, `--clusterrole=${reader}`, `--group=${GROUP}`],
+    ])
+      expect(await hub.kubectl(args)).toMatchObject({ code: 0 });
+    try {
+      const after = await eventually(async () => {
+        const report = await version(userKubeconfig('/'));
+        expect(report.errors).toBeUndefined();
+        return report;
+      });
+      expect(after.conciergeVersions).toEqual(conciergeVersions);
+      expect(after.agents?.[name]).toEqual(agent);
+      // Through the proxy to the agent's cluster: the server is that cluster's, the concierge and agents the hub's.
+      const text = await runSealion([
+        'version',
+        '--kubeconfig',
+        userKubeconfig(`/clusters/${name}`),
+        '--concierge-namespace',
+        NS,
+      ]);
+      expect(text).toMatchObject({ code: 0, stderr: '' });
+      expect(text.stdout).toContain(`Client Version: ${SEALION_VERSION}\n`);
+      expect(text.stdout).toMatch(/^Server Version: v1\.\d+/m);
+      expect(text.stdout).toContain(`Concierge Version: ${SEALION_VERSION} (1 replica)\n`);
+      expect(text.stdout).toContain(`  ${name}: ${SEALION_VERSION}\n`);
+    } finally {
+      await hub.kubectl(['delete', 'clusterrolebinding,clusterrole', reader, '--ignore-not-found']);
+      await hub.kubectl([
+        'delete',
+        '-n',
+        NS,
+        'rolebinding,role',
+        `${NS}-versions-reader`,
+        '--ignore-not-found',
+      ]);
+    }
   });
 
   it('carries watches and an upgraded (WebSocket) connection', async () => {

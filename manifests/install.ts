@@ -8,6 +8,7 @@ import {
   CONCIERGE_NAME,
   CONFIG_KEY,
   CONFIG_MAP_NAME,
+  CONCIERGE_VERSIONS_CONFIG_MAP,
   AUDIT_CONFIG_MAP_NAME,
   AUDIT_POLICY_KEY,
   DEFAULT_AUDIT_POLICY_YAML,
@@ -451,6 +452,16 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       metadata: { name: conciergeRole, namespace: ns, labels: PART_OF },
       rules: [
         { apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] },
+        // The leader publishes the replicas' versions in a ConfigMap of their own, and makes it again should it go (a
+        // server-side apply: a patch, or a create when it is absent). A create cannot be narrowed by name; the
+        // concierge may create Secrets and Services here anyway, and may change no ConfigMap but that one.
+        { apiGroups: [''], resources: ['configmaps'], verbs: ['create'] },
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          verbs: ['patch'],
+          resourceNames: [CONCIERGE_VERSIONS_CONFIG_MAP],
+        },
         {
           apiGroups: [''],
           resources: ['services', 'secrets'],
@@ -475,6 +486,30 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       ],
     },
     binding('RoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+    {
+      // Which versions the concierge runs (`sealion version`), for anyone signed in, as the API server's /version is:
+      // a user who knows what they talk to can report a problem or tell a fixed bug from an open one. The ConfigMap
+      // (the concierge makes it) holds nothing else: versions and counts, no pod names or addresses, and the Role
+      // names it alone. Anonymous requests are left out: they need no version to log in.
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: `${ns}-versions-reader`, namespace: ns, labels: PART_OF },
+      rules: [
+        {
+          apiGroups: [''],
+          resources: ['configmaps'],
+          verbs: ['get'],
+          resourceNames: [CONCIERGE_VERSIONS_CONFIG_MAP],
+        },
+      ],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: `${ns}-versions-reader`, namespace: ns, labels: PART_OF },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${ns}-versions-reader` },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:authenticated' }],
+    },
     {
       apiVersion: 'v1',
       kind: 'ConfigMap',

@@ -1,4 +1,4 @@
-import { PEER_ADDRESS_ANNOTATION } from '../../apis/install.ts';
+import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
@@ -13,6 +13,7 @@ import {
   replicaFieldManager,
   replicaLeaseName,
   type HeldTunnel,
+  type ReplicaVersion,
 } from './cluster-status.ts';
 
 const T0 = '2026-01-01T00:00:00.000Z';
@@ -182,6 +183,7 @@ describe('the cluster status publisher', () => {
       deleteLease: (name) => (deletedLeases.push(name), Promise.resolve()),
       status,
       identity,
+      version: 'v-a',
       held: (name) => tunnels.get(name),
       manager,
       clock,
@@ -311,6 +313,40 @@ describe('the cluster status publisher', () => {
     await a.stop();
   });
 
+  it('lists the live replicas with the version each Lease names, and drops one whose Lease lapsed', async () => {
+    const withVersion = (holder: string, resourceVersion: string, version?: string): LeaseObject => ({
+      ...lease(holder, resourceVersion),
+      metadata: {
+        ...lease(holder, resourceVersion).metadata,
+        ...(version ? { annotations: { [REPLICA_VERSION_ANNOTATION]: version } } : {}),
+      },
+    });
+    const clusters = new MemoryInformer<Cluster>([]);
+    const leases = new MemoryInformer<LeaseObject>([
+      withVersion('upgraded', '1', 'v-b'),
+      withVersion('crashed', '1', 'v-b'),
+      withVersion('older', '1'),
+    ]);
+    const a = await replica('a', clusters, leases, fakeStatus(clusters), new Map());
+    const byName = (): ReplicaVersion[] =>
+      a.publisher.versions().sort((x, y) => x.replica.localeCompare(y.replica));
+    expect(byName()).toEqual([
+      { replica: 'a', version: 'v-a' },
+      { replica: 'crashed', version: 'v-b' },
+      { replica: 'older', version: '' },
+      { replica: 'upgraded', version: 'v-b' },
+    ]);
+    for (let ms = 0; ms <= REPLICA_LEASE_SECONDS * 1000; ms += 1000) {
+      leases.put(withVersion('upgraded', String(ms + 2), 'v-b'));
+      leases.put(withVersion('older', String(ms + 2)));
+      await tick(a.clock, 1000, 1);
+    }
+    expect(byName().map((r) => r.replica)).toEqual(['a', 'older', 'upgraded']);
+    // A replica that stopped says nothing of itself any more.
+    await a.stop();
+    expect(byName().map((r) => r.replica)).not.toContain('a');
+  });
+
   it('leaves the removal to the first live replica by name, and takes it over once that one lapses too', async () => {
     const clusters = new MemoryInformer<Cluster>([
       cluster('edge', {
@@ -368,6 +404,7 @@ describe('the cluster status publisher', () => {
       deleteLease: () => Promise.resolve(),
       status: fakeStatus(clusters),
       identity: 'a',
+      version: 'v-a',
       held: () => undefined,
       manager,
       clock,

@@ -11,7 +11,7 @@
 // Three controllers of the manager keep it, on every replica: `cluster-status` (a Cluster's status from the facts),
 // `replica-lease` (this replica's Lease, renewed every 2 s) and `lapsed-replicas` (a look every second for Leases
 // that stopped changing, which make no event of their own). The manager starts and stops them with the rest.
-import { PEER_ADDRESS_ANNOTATION } from '../../apis/install.ts';
+import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
@@ -49,6 +49,12 @@ export const LAPSED_REPLICAS = 'lapsed-replicas';
 export interface RemoteHolder {
   replica: string;
   address: string;
+}
+
+/** A live replica and the version it runs. */
+export interface ReplicaVersion {
+  replica: string;
+  version: string;
 }
 
 /** The Lease name of a replica: its identity when that is a valid name, else a digest of it. */
@@ -137,6 +143,8 @@ export interface ClusterStatusOptions {
   deleteLease(name: string): Promise<void>;
   status: StatusApplier<ClusterStatus>;
   identity: string;
+  /** The version this replica runs (its Lease's REPLICA_VERSION_ANNOTATION says the same to the others). */
+  version: string;
   /** The tunnel this replica holds to a cluster's agent, if any. */
   held(cluster: string): HeldTunnel | undefined;
   /** The manager that runs the controllers: clusters are queued on it, and a withdrawal waits for it. */
@@ -159,6 +167,11 @@ export interface ClusterStatusPublisher {
   knownSource(ip: string): boolean;
   /** The other live replicas, where their peer listeners are. */
   replicas(): RemoteHolder[];
+  /**
+   * Every live replica, this one included while it runs, and the version its Lease says it runs ('' for a replica
+   * that says none: one older than the annotation). A replica whose Lease lapsed is not in it, as for tunnels.
+   */
+  versions(): ReplicaVersion[];
   /**
    * Removes this replica's entries and Lease (waiting a few seconds at most) and publishes nothing more. The
    * controllers must still run (the removals are their syncs): call it before the manager stops.
@@ -392,6 +405,15 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
         const replica = lease.spec?.holderIdentity;
         const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
         if (replica && address && replica !== identity && alive(replica)) found.push({ replica, address });
+      }
+      return found;
+    },
+    versions() {
+      const found: ReplicaVersion[] = stopped ? [] : [{ replica: identity, version: opts.version }];
+      for (const lease of opts.leases.list()) {
+        const replica = lease.spec?.holderIdentity;
+        if (!replica || replica === identity || !alive(replica)) continue;
+        found.push({ replica, version: lease.metadata?.annotations?.[REPLICA_VERSION_ANNOTATION] ?? '' });
       }
       return found;
     },

@@ -1,0 +1,370 @@
+// `sealion version`: what this CLI is (its version, the commit it was built from, the Node it runs on), and, as
+// `kubectl version` does, what it talks to: the API server of the kubeconfig's context, the versions the concierge's
+// live replicas run, and each agent's. Every part is asked on its own with a short deadline: one that is forbidden,
+// absent or unreachable is reported as unknown, with why, and the rest still prints.
+//
+// The concierge and the agents are asked of the hub: for a context through the proxy to an agent-backed cluster
+// (…/clusters/<name>), the proxy's own address without that suffix, with the same credentials. The API server's
+// version is the context's own cluster's, as kubectl's is.
+import { fileURLToPath } from 'node:url';
+import { isSea } from 'node:sea';
+import { Command } from 'commander';
+import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import {
+  CONCIERGE_VERSIONS_CONFIG_MAP,
+  CONCIERGE_VERSIONS_KEY,
+  CONCIERGE_VERSIONS_OBSERVED_KEY,
+  DEFAULT_NAMESPACE,
+  type ConciergeVersion,
+} from '../apis/install.ts';
+import type { Cluster } from '../apis/tunnel.ts';
+import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
+import type { KubeConfig } from '../lib/kube/kube.ts';
+import { statusMessageOf } from '../lib/kube/status.ts';
+import { describeCheckout, embeddedBuild, SEALION_VERSION } from '../lib/version.ts';
+import { printable, printableJSON } from './printable.ts';
+import { kubeconfigAccess, loginFirst } from './whoami.ts';
+
+/** What this CLI is. */
+export interface ClientVersion {
+  /** package.json's version. */
+  version: string;
+  /** The commit it was built from; absent when that cannot be known. */
+  gitCommit?: string;
+  /** `dirty`: built from changes not committed; `unknown`: no commit known. */
+  gitTreeState: 'clean' | 'dirty' | 'unknown';
+  nodeVersion: string;
+  /** os/arch, as Node names them (linux/x64). */
+  platform: string;
+  /** Whether it runs as a standalone executable (a Node single executable application). */
+  standalone: boolean;
+}
+
+/** An agent as its Cluster's status says. */
+export interface AgentVersion {
+  /** '' when the agent never said (it has not connected yet). */
+  version: string;
+  connected: boolean;
+}
+
+/** What `sealion version` found; a part that could not be read is absent, and `errors` says why. */
+export interface VersionReport {
+  clientVersion: ClientVersion;
+  /** The API server's /version, as it answered (gitVersion, major, minor, …). */
+  serverVersion?: Record<string, unknown>;
+  /** The versions the concierge's live replicas run, and how many run each. */
+  conciergeVersions?: ConciergeVersion[];
+  /** When the concierge's leader last confirmed conciergeVersions (RFC 3339). */
+  conciergeVersionsObservedAt?: string;
+  /** Each agent-backed cluster's agent, by cluster name. */
+  agents?: Record<string, AgentVersion>;
+  /** Why a part is absent: serverVersion, conciergeVersions or agents. */
+  errors?: Partial<Record<'serverVersion' | 'conciergeVersions' | 'agents', string>>;
+}
+
+/** Each request's deadline: a version must not hang on a server that does not answer. */
+const REQUEST_TIMEOUT_MS = 5_000;
+/** The Cluster list's size limit: a hub with thousands of clusters answers a few MiB. */
+const CLUSTER_LIST_MAX_BYTES = 16 * 1024 * 1024;
+/**
+ * How old a confirmation of the concierge's versions may be before they are called stale: the leader confirms them
+ * every minute (controllers/concierge-versions.ts), and the time is the leader's clock against this machine's, so
+ * there is room for a few minutes of skew.
+ */
+export const STALE_AFTER_MS = 5 * 60_000;
+
+/**
+ * This CLI's version. A bundle knows its commit from when it was built; run from the checkout, git is asked (here
+ * only: `sealion login` never pays for it).
+ */
+export async function clientVersion(): Promise<ClientVersion> {
+  const embedded = embeddedBuild();
+  const build =
+    embedded === undefined ? await describeCheckout(fileURLToPath(new URL('..', import.meta.url))) : embedded;
+  return {
+    version: SEALION_VERSION,
+    ...(build ? { gitCommit: build.commit } : {}),
+    gitTreeState: build?.treeState ?? 'unknown',
+    nodeVersion: process.version,
+    platform: `${process.platform}/${process.arch}`,
+    standalone: isSea(),
+  };
+}
+
+/** Why a request failed, in a few words and the server's own (made printable). */
+export function failureText(err: unknown): string {
+  if (err instanceof HttpsError) {
+    const said = statusMessageOf(err.body);
+    const detail = said === undefined ? '' : `: ${printable(said)}`;
+    if (err.code === 'BadStatus') {
+      const what =
+        err.status === 401
+          ? 'unauthorized'
+          : err.status === 403
+            ? 'forbidden'
+            : err.status === 404
+              ? 'not found'
+              : err.status === 503
+                ? 'unavailable'
+                : `HTTP ${err.status}`;
+      return `${what}${detail}`;
+    }
+    if (err.code === 'Timeout') return 'no answer in time';
+    if (err.code === 'Network') return `unreachable: ${printable(err.message)}`;
+  }
+  return printable(err instanceof Error ? err.message : String(err));
+}
+
+/** The proxy's own address for a context that reaches an agent-backed cluster through it; else `base` itself. */
+export function hubBase(base: string): string {
+  const url = new URL(base);
+  url.pathname = url.pathname.replace(/\/clusters\/[^/]+\/?$/, '/');
+  return url.toString();
+}
+
+/** The concierge's published versions, from its ConfigMap as the API server returns it. */
+export function parseConciergeVersions(configMap: unknown): {
+  versions: ConciergeVersion[];
+  observedAt?: string;
+} {
+  const data = (configMap as { data?: Record<string, unknown> } | null)?.data ?? {};
+  const text = data[CONCIERGE_VERSIONS_KEY];
+  if (typeof text !== 'string')
+    throw new Error('not published yet (the concierge may be older than versions)');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new Error('the published versions are not JSON');
+  }
+  const valid =
+    Array.isArray(parsed) &&
+    parsed.every(
+      (v: { version?: unknown; replicas?: unknown } | null) =>
+        typeof v?.version === 'string' && Number.isInteger(v.replicas),
+    );
+  if (!valid) throw new Error('the published versions are not a list of versions and counts');
+  const observedAt = data[CONCIERGE_VERSIONS_OBSERVED_KEY];
+  return {
+    versions: (parsed as ConciergeVersion[]).map(({ version, replicas }) => ({ version, replicas })),
+    ...(typeof observedAt === 'string' ? { observedAt } : {}),
+  };
+}
+
+/** Each agent's version and whether it is connected, from a Cluster list. */
+export function parseAgents(list: unknown): Record<string, AgentVersion> {
+  const items = (list as { items?: unknown } | null)?.items;
+  if (!Array.isArray(items)) throw new Error('the answer is not a list of clusters');
+  const agents: Record<string, AgentVersion> = {};
+  for (const cluster of items as Partial<Cluster>[]) {
+    const name = cluster.metadata?.name;
+    if (typeof name !== 'string') continue;
+    agents[name] = {
+      version: typeof cluster.status?.agentVersion === 'string' ? cluster.status.agentVersion : '',
+      connected: cluster.status?.connected === true,
+    };
+  }
+  return agents;
+}
+
+export interface VersionFlags {
+  kubeconfig: string;
+  context: string;
+  groupSuffix: string;
+  conciergeNamespace: string;
+  output: 'text' | 'json' | 'yaml';
+  client: boolean;
+}
+
+/** The kubeconfig of the flags, switched to --context when it names one. */
+async function kubeconfigOf(flags: VersionFlags): Promise<KubeConfig> {
+  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
+  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  if (flags.context) {
+    if (!config.getContexts().some((c) => c.name === flags.context))
+      throw new Error(`--context: the kubeconfig has no context ${JSON.stringify(flags.context)}`);
+    config.setCurrentContext(flags.context);
+  }
+  return config;
+}
+
+/** What the kubeconfig's context says of the servers; each part that cannot be read goes into `errors`. */
+export async function serverVersions(flags: VersionFlags): Promise<Omit<VersionReport, 'clientVersion'>> {
+  const failed = (why: string): Omit<VersionReport, 'clientVersion'> => ({
+    errors: { serverVersion: why, conciergeVersions: why, agents: why },
+  });
+  let config: KubeConfig;
+  try {
+    config = await kubeconfigOf(flags);
+  } catch (err) {
+    return failed(`kubeconfig: ${failureText(err)}`);
+  }
+  let access: Awaited<ReturnType<typeof kubeconfigAccess>>;
+  try {
+    // A login the plugin needs shows its prompt; one that fails is reported by the credentials' own error, next.
+    await loginFirst(config).catch(() => {});
+    access = await kubeconfigAccess(config);
+  } catch (err) {
+    return failed(`credentials: ${failureText(err)}`);
+  }
+  const get = async (url: URL, maxBytes?: number): Promise<unknown> => {
+    const { text } = await httpsText(
+      url.toString(),
+      {
+        method: 'GET',
+        timeoutMs: REQUEST_TIMEOUT_MS,
+        ...(maxBytes ? { maxBytes } : {}),
+        ...(access.caPem ? { caBundlePem: access.caPem } : {}),
+        ...(access.clientCert ? { clientCert: access.clientCert } : {}),
+        headers: access.headers,
+      },
+      'application/json',
+    );
+    return JSON.parse(text) as unknown;
+  };
+  const hub = hubBase(access.base);
+  const ns = encodeURIComponent(flags.conciergeNamespace);
+  const [server, concierge, clusters] = await Promise.allSettled([
+    get(new URL('version', access.base)),
+    get(new URL(`api/v1/namespaces/${ns}/configmaps/${CONCIERGE_VERSIONS_CONFIG_MAP}`, hub)).then(
+      parseConciergeVersions,
+    ),
+    get(
+      new URL(`apis/${apiGroups(flags.groupSuffix).tunnel}/${VERSION}/${Resource.Cluster}`, hub),
+      CLUSTER_LIST_MAX_BYTES,
+    ).then(parseAgents),
+  ]);
+  const errors: NonNullable<VersionReport['errors']> = {};
+  const report: Omit<VersionReport, 'clientVersion'> = {};
+  if (server.status === 'fulfilled' && typeof server.value === 'object' && server.value !== null)
+    report.serverVersion = server.value as Record<string, unknown>;
+  else
+    errors.serverVersion =
+      server.status === 'rejected' ? failureText(server.reason) : 'the answer is not a version';
+  if (concierge.status === 'fulfilled') {
+    report.conciergeVersions = concierge.value.versions;
+    if (concierge.value.observedAt) report.conciergeVersionsObservedAt = concierge.value.observedAt;
+  } else errors.conciergeVersions = failureText(concierge.reason);
+  if (clusters.status === 'fulfilled') report.agents = clusters.value;
+  else errors.agents = failureText(clusters.reason);
+  return Object.keys(errors).length > 0 ? { ...report, errors } : report;
+}
+
+/** "2 replicas", "1 replica". */
+const replicasText = (n: number): string => `${n} ${n === 1 ? 'replica' : 'replicas'}`;
+
+/** A duration in the largest whole unit, as kubectl prints ages. */
+function ageText(ms: number): string {
+  const s = Math.floor(ms / 1000);
+  if (s < 120) return `${s}s`;
+  if (s < 2 * 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 2 * 86400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+/**
+ * The human text, kubectl's `Client Version: …` lines and Sealion's own. Every server string is made printable;
+ * `now` judges how old the concierge's confirmation is.
+ */
+export function versionText(report: VersionReport, now = Date.now()): string {
+  const p = (text: string): string => printable(text);
+  const c = report.clientVersion;
+  const lines = [
+    `Client Version: ${c.version}`,
+    `Client Build: ${c.gitCommit ? `${c.gitCommit}${c.gitTreeState === 'dirty' ? ' (dirty)' : ''}` : 'unknown'}`,
+    `Node Version: ${c.nodeVersion}`,
+    `Platform: ${c.platform}${c.standalone ? ' (standalone executable)' : ''}`,
+  ];
+  const errors = report.errors ?? {};
+  const unknown = (why: string | undefined): string => `unknown${why ? ` (${why})` : ''}`;
+  // The server parts only when they were asked for (not with --client).
+  if (!('serverVersion' in report) && !('serverVersion' in errors)) return `${lines.join('\n')}\n`;
+
+  const gitVersion = report.serverVersion?.['gitVersion'];
+  lines.push(
+    `Server Version: ${typeof gitVersion === 'string' ? p(gitVersion) : unknown(errors.serverVersion)}`,
+  );
+
+  if (report.conciergeVersions) {
+    const versions = report.conciergeVersions
+      .map((v) => `${v.version ? p(v.version) : 'unreported'} (${replicasText(v.replicas)})`)
+      .join(', ');
+    const observed = Date.parse(report.conciergeVersionsObservedAt ?? '');
+    const stale = Number.isNaN(observed) || now - observed > STALE_AFTER_MS;
+    lines.push(
+      `Concierge Version: ${versions || 'none running'}${
+        stale
+          ? Number.isNaN(observed)
+            ? ' (not confirmed: the concierge may not be running)'
+            : ` (not confirmed for ${ageText(now - observed)}: the concierge may not be running)`
+          : ''
+      }`,
+    );
+  } else lines.push(`Concierge Version: ${unknown(errors.conciergeVersions)}`);
+
+  if (report.agents) {
+    const names = Object.keys(report.agents).sort();
+    if (names.length === 0) lines.push('Agent Versions: none (no agent-backed clusters)');
+    else {
+      lines.push('Agent Versions:');
+      for (const name of names) {
+        const agent = report.agents[name]!;
+        lines.push(
+          `  ${p(name)}: ${agent.version ? p(agent.version) : 'unknown'}${agent.connected ? '' : ' (not connected)'}`,
+        );
+      }
+    }
+  } else lines.push(`Agent Versions: ${unknown(errors.agents)}`);
+  return `${lines.join('\n')}\n`;
+}
+
+/** Every string in `value` made printable, for YAML, whose plain scalars would print control characters raw. */
+function printableDeep(value: unknown): unknown {
+  if (typeof value === 'string') return printable(value, Infinity);
+  if (Array.isArray(value)) return value.map(printableDeep);
+  if (typeof value === 'object' && value !== null)
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [printable(k, Infinity), printableDeep(v)]),
+    );
+  return value;
+}
+
+export async function versionOutput(report: VersionReport, output: VersionFlags['output']): Promise<string> {
+  if (output === 'json') return `${printableJSON(report)}\n`;
+  if (output === 'yaml') return (await import('yaml')).stringify(printableDeep(report));
+  return versionText(report);
+}
+
+export function versionCommand(): Command {
+  return new Command('version')
+    .description('show the versions of this CLI, the API server, the concierge and the agents')
+    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
+    .option('--context <name>', 'the kubeconfig context to use (default: its current context)', '')
+    .option('--client', 'show the CLI alone, asking no server', false)
+    .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
+    .option('--concierge-namespace <name>', "the concierge's namespace", DEFAULT_NAMESPACE)
+    .option('-o, --output <format>', 'text, json or yaml', 'text')
+    .addHelpText(
+      'after',
+      `
+Like kubectl version, with the concierge's live replicas (two versions while a rolling upgrade runs) and each
+agent. A part that cannot be read (forbidden, absent, no answer within a few seconds) shows as unknown, with why.
+For a context through the proxy to an agent-backed cluster, the server is that cluster's; the concierge and the
+agents are asked of the proxy.
+
+Examples:
+  sealion version
+  sealion version --client -o json
+  sealion --version                       # the CLI's version alone`,
+    )
+    .action(async (flags: VersionFlags) => {
+      if (!['text', 'json', 'yaml'].includes(flags.output))
+        throw new Error(`--output: must be text, json or yaml, not ${JSON.stringify(flags.output)}`);
+      const [client, servers] = await Promise.all([
+        clientVersion(),
+        flags.client ? Promise.resolve({}) : serverVersions(flags),
+      ]);
+      await closeHttpsPools();
+      process.stdout.write(await versionOutput({ clientVersion: client, ...servers }, flags.output));
+    });
+}
