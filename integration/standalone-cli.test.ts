@@ -69,6 +69,7 @@ describe(`the standalone executable (sealion-${host})`, () => {
       'cluster',
       'concierge',
       'agent',
+      'completion',
     ])
       expect(stdout).toContain(command);
   });
