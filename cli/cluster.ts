@@ -1,7 +1,7 @@
 // `sealion cluster add|revoke|remove`: onboarding clusters the concierge reaches through an agent, and cutting
 // them off. Revoking raises the Cluster's spec.agentGeneration, which every agent certificate is bound to, and
 // deletes the cluster's unredeemed bootstrap tokens; the concierge closes the open tunnel when it sees the change.
-import { Command } from 'commander';
+import { Argument, Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
@@ -9,6 +9,7 @@ import type { ClusterResource, KubeClients } from '../lib/kube/kube.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 import { isDNSLabel } from '../apis/names.ts';
+import { takesNames } from './completion.ts';
 
 interface ClusterFlags {
   kubeconfig: string;
@@ -208,7 +209,10 @@ Examples:
 Run the agent with access to that cluster (or install the agent manifests there with these values):
   ${added.command}`);
     });
-  common(cluster.command('revoke <name>'))
+  /** The name of a cluster there is: completion offers the hub's. */
+  const existing = (): Argument => takesNames('cluster', new Argument('<name>', 'the cluster'));
+  common(cluster.command('revoke'))
+    .addArgument(existing())
     .description(
       "revoke a cluster's agent certificates and unredeemed tokens: its open tunnel closes, and its agent needs a new token",
     )
@@ -226,7 +230,8 @@ Run the agent with access to that cluster (or install the agent manifests there 
       console.log(`Cluster ${name}: every agent certificate and bootstrap token issued before is revoked (agent generation ${generation} now).
 Its open tunnel closes. To let its agent back in, run: sealion cluster add ${name}`);
     });
-  common(cluster.command('remove <name>'))
+  common(cluster.command('remove'))
+    .addArgument(existing())
     .description('remove a cluster: its agent is refused from now on, and its open tunnel is closed')
     .addHelpText('after', '\nExample:\n  sealion cluster remove edge-1\n')
     .action(async (name: string, flags: ClusterFlags) => {

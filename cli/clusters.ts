@@ -1,7 +1,7 @@
 // `sealion clusters`: every context of a kubeconfig (as `get kubeconfig --all-clusters` writes them), and whether
 // each cluster answers the user now. It asks each cluster's own API server who the user is (SelfSubjectReview), so
 // a cluster whose agent holds no tunnel shows the proxy's reason, and a refused login shows as such.
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { closeHttpsPools, HttpsError } from '../lib/https-client.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import { printable, printableJSON } from './printable.ts';
@@ -80,7 +80,7 @@ export function clustersCommand(): Command {
   return new Command('clusters')
     .description("list the kubeconfig's clusters and whether each answers you now")
     .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .option('-o, --output <format>', 'text or json', 'text')
+    .addOption(new Option('-o, --output <format>', 'text or json').choices(['text', 'json']).default('text'))
     .addHelpText(
       'after',
       `

@@ -4,13 +4,14 @@
 // `sealion login` exec plugin.
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { stringify } from 'yaml';
 import { REJECTED_EDIT, type ConciergeStrategy, type EndpointConfig } from '../apis/authentication.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './login.ts';
+import { takesNames } from './completion.ts';
 import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';
 
@@ -346,8 +347,17 @@ export function getCommand(): Command {
     )
     .option('--kubeconfig <path>', "the admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)", '')
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
-    .option('--authenticator-type <type>', 'jwt or webhook (default: whichever exists)', '')
-    .option('--authenticator-name <name>', 'which authenticator (default: the only one)', '')
+    .addOption(
+      new Option('--authenticator-type <type>', 'jwt or webhook (default: whichever exists)')
+        .choices(['jwt', 'webhook'])
+        .default(''),
+    )
+    .addOption(
+      takesNames(
+        'authenticator',
+        new Option('--authenticator-name <name>', 'which authenticator (default: the only one)').default(''),
+      ),
+    )
     .option('--static-token-env <name>', 'the environment variable the plugin reads the token from', '')
     .option(
       '--static-token-file <path>',
@@ -369,20 +379,27 @@ export function getCommand(): Command {
       "through the proxy, have the plugin trade the token for short-lived client certificates for a key it keeps (the authenticator's spec.credentialLifetimeSeconds); the direct path always exchanges",
       false,
     )
-    .option(
-      '--mode <mode>',
-      "direct (the cluster's API server) or proxy (the impersonation proxy); default: direct when the authenticator's status says it works, else proxy",
-      '',
+    .addOption(
+      new Option(
+        '--mode <mode>',
+        "direct (the cluster's API server) or proxy (the impersonation proxy); default: direct when the authenticator's status says it works, else proxy",
+      )
+        .choices(MODES)
+        .default(''),
     )
     .option(
       '--timeout <seconds>',
       'how long to wait while the proxy is Pending, or while the concierge has published nothing',
       '300',
     )
-    .option(
-      '--cluster <name>',
-      'a cluster reached through its agent (see sealion cluster add); proxy only',
-      '',
+    .addOption(
+      takesNames(
+        'cluster',
+        new Option(
+          '--cluster <name>',
+          'a cluster reached through its agent (see sealion cluster add); proxy only',
+        ).default(''),
+      ),
     )
     .option(
       '--all-clusters',

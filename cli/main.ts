@@ -1,6 +1,8 @@
 // The `sealion` command: one binary, one subcommand per job. kubectl starts `sealion login` for every command it
 // runs, so a run loads only the module of the subcommand it names; heavy modules load inside the commands that
-// use them. Help, or a name that is no subcommand, loads them all.
+// use them. Help, or a name that is no subcommand, loads them all, and so does completing a line (completion.ts).
+// Run as kubectl-sealion (a kubectl plugin), help and usage say `kubectl sealion`; run as kubectl_complete-sealion,
+// it answers kubectl's completion requests.
 //
 // No top-level await: the standalone executable runs this as CommonJS (dev/build-cli.ts).
 import { enableCompileCache } from 'node:module';
@@ -9,6 +11,10 @@ import { join } from 'node:path';
 import { isSea } from 'node:sea';
 import type { Command } from 'commander';
 import { printable } from './printable.ts';
+import { displayName, invokedName, PLUGIN_COMMAND_NAME, PLUGIN_COMPLETION_NAME } from './self.ts';
+
+/** The command the CLI was started as, which completion scripts complete: sealion, or the plugin's name. */
+const scriptName = invokedName() === PLUGIN_COMMAND_NAME ? PLUGIN_COMMAND_NAME : 'sealion';
 
 /** Each subcommand's module, in the order help lists them. */
 const COMMANDS: Record<string, () => Promise<Command>> = {
@@ -24,25 +30,45 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   agent: async () => (await import('./agent.ts')).agentCommand(),
   recordings: async () => (await import('./recordings.ts')).recordingsCommand(),
   version: async () => (await import('./version.ts')).versionCommand(),
+  completion: async () => (await import('./completion.ts')).completionCommand(scriptName),
 };
+
+/** The words of help that name the command (usage, examples) name it as the plugin, when kubectl runs it as one. */
+function asPlugin(command: Command, name: string): void {
+  const rename = (text: string): string =>
+    text.replace(/(^|[\s(;&|])(?<!kubectl )sealion(?= )/gm, `$1${name}`);
+  command.configureOutput({
+    writeOut: (text) => process.stdout.write(rename(text)),
+    writeErr: (text) => process.stderr.write(rename(text)),
+  });
+  for (const sub of command.commands) asPlugin(sub, name);
+}
 
 /** Runs the command line `argv` (as process.argv: node, script, then the arguments). */
 async function runCli(argv: string[]): Promise<void> {
   // The version alone needs neither commander nor any subcommand (`sealion version` says more).
-  if (argv[2] === '--version' || argv[2] === '-V') {
+  if ((argv[2] === '--version' || argv[2] === '-V') && invokedName(argv) !== PLUGIN_COMPLETION_NAME) {
     process.stdout.write(`${(await import('../lib/version.ts')).SEALION_VERSION}\n`);
     return;
   }
   const { Command } = await import('commander');
-  const program = new Command('sealion')
+  const name = displayName(argv, process.env);
+  const program = new Command(name)
     .description('Sealion: kubectl access to many clusters through an authenticating, impersonating proxy')
     .showHelpAfterError()
     // Answered before anything loads (above); declared so that help lists it.
     .option('-V, --version', 'print the CLI version and exit');
-  const named = argv[2];
+  // kubectl runs kubectl_complete-sealion with the words after `kubectl sealion`: a completion request.
+  const words = invokedName(argv) === PLUGIN_COMPLETION_NAME ? argv.slice(2) : undefined;
+  const named = words ? undefined : argv[2];
   const wanted = named !== undefined && Object.hasOwn(COMMANDS, named) ? [named] : Object.keys(COMMANDS);
-  for (const command of await Promise.all(wanted.map((name) => COMMANDS[name]!())))
-    program.addCommand(command);
+  for (const command of await Promise.all(wanted.map((key) => COMMANDS[key]!()))) program.addCommand(command);
+  // The line being completed is the words', not commander's to parse (a --help in it must not print help).
+  if (words || named === '__complete') {
+    const { answerCompletion } = await import('./completion.ts');
+    return answerCompletion(program, words ?? argv.slice(3));
+  }
+  if (name !== 'sealion') asPlugin(program, name);
   await program.parseAsync(argv);
 }
 

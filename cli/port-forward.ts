@@ -7,12 +7,13 @@
 import { STATUS_CODES } from 'node:http';
 import { Agent, request, type RequestOptions } from 'node:https';
 import { createServer, isIP, type Server, type Socket } from 'node:net';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { DEFAULT_GROUP_SUFFIX, isValidGroupSuffix } from '../apis/groups.ts';
 import { isDNSLabel, isDNSSubdomain, isPortName } from '../apis/names.ts';
 import { reachPath as serverReachPath, REACH_UPGRADE } from '../lib/reach/target.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
+import { takesNames } from './completion.ts';
 import { printable } from './printable.ts';
 import { kubeconfigAccess, loginFirst, type KubeconfigAccess } from './whoami.ts';
 
@@ -526,8 +527,24 @@ export function portForwardCommand(): Command {
     .argument('<TYPE/NAME>', 'pod/NAME (po, pods), svc/NAME (service, services), or NAME for a pod')
     .argument('<[LOCAL:]REMOTE...>', 'ports: 8080:80, 80 (the same port here), :80 (any free port here)')
     .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .option('--context <name>', 'the kubeconfig context to use (default: its current context)', '')
-    .option('--cluster <name>', 'a cluster reached through its agent (/clusters/<name> on the proxy)', '')
+    .addOption(
+      takesNames(
+        'context',
+        new Option(
+          '--context <name>',
+          'the kubeconfig context to use (default: its current context)',
+        ).default(''),
+      ),
+    )
+    .addOption(
+      takesNames(
+        'cluster',
+        new Option(
+          '--cluster <name>',
+          'a cluster reached through its agent (/clusters/<name> on the proxy)',
+        ).default(''),
+      ),
+    )
     .option(
       '-n, --namespace <namespace>',
       "the target's namespace (default: the context's, else default)",

@@ -1,9 +1,10 @@
 // `sealion recordings`: the exec and attach sessions the concierge recorded (asciicast v2), listed and played back
 // through the impersonation proxy, for people whom the hub's RBAC lets list and get sessionrecordings in Sealion's
 // recordings group. Every replica's recordings are listed, whichever replica answers.
-import { Command } from 'commander';
+import { Argument, Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
+import { takesNames } from './completion.ts';
 import { failureOf } from './login.ts';
 import { printable } from './printable.ts';
 import { loginFirst, requestAsKubeconfig } from './whoami.ts';
@@ -98,7 +99,7 @@ export function recordingsCommand(): Command {
   );
   command.addCommand(
     common(new Command('play').description('play a recorded session back in this terminal'))
-      .argument('<id>', "the recording (the session's audit ID)")
+      .addArgument(takesNames('recording', new Argument('<id>', "the recording (the session's audit ID)")))
       .option('--speed <factor>', 'play faster (2) or slower (0.5)', '1')
       .option('--max-idle <seconds>', 'shorten longer pauses to this', '2')
       .option('--raw', 'print the recording itself (asciicast v2, for asciinema play)', false)

@@ -1,6 +1,6 @@
 // `sealion whoami`: asks the impersonation proxy who it takes the caller to be (WhoAmIRequest), with whatever
 // credentials the kubeconfig gives, exec plugins included.
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
@@ -156,7 +156,7 @@ export function whoamiCommand(): Command {
     .description('show the user and groups the impersonation proxy sees for your kubeconfig')
     .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
-    .option('-o, --output <format>', 'text or json', 'text')
+    .addOption(new Option('-o, --output <format>', 'text or json').choices(['text', 'json']).default('text'))
     .addHelpText(
       'after',
       '\nExamples:\n  sealion whoami --kubeconfig me.kubeconfig\n  sealion whoami -o json\n',

@@ -1,4 +1,4 @@
-// `npm run build:cli [-- TARGET...]`: the `sealion` CLI without a checkout, into dist/cli/:
+// `npm run build:cli [-- [--release-url URL] TARGET...]`: the `sealion` CLI without a checkout, into dist/cli/:
 // - sealion.cjs: every module the CLI imports, production dependencies and the CRD schemas included, in one
 //   CommonJS file, minified. Node 24 runs only CommonJS as the main script of a single executable application (its
 //   `mainFormat` setting came later), and an executable holds one script, so this is what they carry;
@@ -10,6 +10,10 @@
 //   linux-arm64, darwin-x64 and darwin-arm64, each a Node binary from the npm registry with a blob injected whose
 //   main script is cli/executable.ts and whose asset is sealion.cjs. Targets can be named to build fewer (the tests
 //   build linux-x64 alone).
+// - sealion-<os>-<arch>.tar.gz and sealion.yaml: the executables as kubectl plugins, for krew. Each archive holds its
+//   executable as kubectl-sealion (the name that makes it `kubectl sealion`); the manifest names every archive built,
+//   with its checksum, at a release URL (--release-url). `kubectl krew install --manifest=sealion.yaml
+//   --archive=sealion-linux-x64.tar.gz` installs from the files; published, krew fetches the archive from the URL.
 // The Node binaries are the `node-<os>-<arch>` packages of the version the `node` devDependency installs, fetched
 // with `npm pack` into .cache/node/ and reused from there. When the registry has no such package at that version
 // (it lags for macOS), the newest one of the same major is taken, and its blob is made by the Linux Node of that
@@ -19,6 +23,8 @@ import { createHash } from 'node:crypto';
 import {
   chmodSync,
   copyFileSync,
+  createReadStream,
+  createWriteStream,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -34,8 +40,12 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, join, relative } from 'node:path';
-import { promisify } from 'node:util';
+import { pipeline } from 'node:stream/promises';
+import { parseArgs, promisify } from 'node:util';
+import { createGzip } from 'node:zlib';
 import * as esbuild from 'esbuild';
+import { pack } from 'tar-stream';
+import { stringify } from 'yaml';
 import { privatePath } from './cache.ts';
 import { REPO_ROOT } from './build.ts';
 import { describeCheckout } from '../lib/version.ts';
@@ -53,6 +63,26 @@ export const PACKAGE_NAME = 'sealion-cli';
 
 export const TARGETS = ['linux-x64', 'linux-arm64', 'darwin-x64', 'darwin-arm64'] as const;
 export type Target = (typeof TARGETS)[number];
+
+/** The kubectl plugin's name: kubectl runs kubectl-sealion for `kubectl sealion` (cli/self.ts PLUGIN_COMMAND_NAME). */
+const PLUGIN_NAME = 'sealion';
+const PLUGIN_BIN = `kubectl-${PLUGIN_NAME}`;
+/** The krew manifest written beside the archives. */
+export const KREW_MANIFEST = 'sealion.yaml';
+/** Where the project lives, and where a release's files are published: uri = <release URL>/v<version>/<archive>. */
+const HOMEPAGE = 'https://github.com/sealion-dev/sealion';
+export const DEFAULT_RELEASE_URL = `${HOMEPAGE}/releases/download`;
+/**
+ * The archives' timestamp: SOURCE_DATE_EPOCH when the builder sets one (the reproducible-builds convention), else
+ * 1980-01-01, the oldest a ZIP can say and what Go's and other reproducible builds use by default (GNU tar warns of a
+ * time stamp of 0 as implausibly old).
+ */
+const ARCHIVE_MTIME = new Date(
+  process.env['SOURCE_DATE_EPOCH'] ? Number(process.env['SOURCE_DATE_EPOCH']) * 1000 : Date.UTC(1980, 0, 1),
+);
+/** krew's platform labels (Go's GOOS and GOARCH) for Node's names. */
+const KREW_OS: Record<string, string> = { linux: 'linux', darwin: 'darwin' };
+const KREW_ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64' };
 
 /** Node's fuse: postject flips its last character to say a blob is in the binary. */
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
@@ -73,6 +103,9 @@ export interface BuiltCli {
   tarball: string;
   /** The standalone executables built, by target. */
   executables: Partial<Record<Target, string>>;
+  /** The krew archives (the executable as kubectl-sealion), by target, and the krew manifest naming them. */
+  archives: Partial<Record<Target, string>>;
+  krewManifest: string;
 }
 
 export interface BuildCliOptions {
@@ -80,6 +113,8 @@ export interface BuildCliOptions {
   targets?: readonly Target[];
   /** Default: silent. */
   log?: (line: string) => void;
+  /** Where the release's archives are published, for the krew manifest's URIs. Default: DEFAULT_RELEASE_URL. */
+  releaseURL?: string;
 }
 
 const host = `${process.platform}-${process.arch}`;
@@ -388,6 +423,95 @@ async function inject(node: string, blob: string, out: string, target: Target): 
 }
 
 const sha256 = (file: string): string => createHash('sha256').update(readFileSync(file)).digest('hex');
+
+/** The files of the repository that go into each krew archive beside the executable, when the repository has them. */
+const ARCHIVE_EXTRAS = ['LICENSE'];
+
+/**
+ * A krew archive: the executable as kubectl-sealion, and the repository's LICENSE when there is one, as a gzipped tar
+ * that is the same bytes for the same inputs: entries sorted by name, one fixed time stamp, owned by root, no user or
+ * group names. tar-stream writes the tar, Node's zlib the gzip (whose header has no time stamp or name).
+ */
+export async function writeArchive(executable: string, out: string): Promise<void> {
+  const files = [
+    { name: PLUGIN_BIN, path: executable, mode: 0o755 },
+    ...ARCHIVE_EXTRAS.filter((f) => existsSync(join(REPO_ROOT, f))).map((f) => ({
+      name: f,
+      path: join(REPO_ROOT, f),
+      mode: 0o644,
+    })),
+  ].sort((a, b) => (a.name < b.name ? -1 : 1));
+  const tar = pack();
+  const tmp = privatePath(out);
+  const written = pipeline(tar, createGzip(), createWriteStream(tmp));
+  try {
+    for (const file of files) {
+      const entry = tar.entry({
+        name: file.name,
+        size: statSync(file.path).size,
+        mode: file.mode,
+        mtime: ARCHIVE_MTIME,
+        uid: 0,
+        gid: 0,
+        uname: '',
+        gname: '',
+      });
+      await pipeline(createReadStream(file.path), entry);
+    }
+    tar.finalize();
+    await written;
+    renameSync(tmp, out);
+  } catch (err) {
+    tar.destroy();
+    rmSync(tmp, { force: true });
+    throw err;
+  }
+}
+
+/** The archive's entries, for the krew manifest's `files`: what krew copies into the plugin's folder. */
+const archiveEntries = (): string[] => [
+  PLUGIN_BIN,
+  ...ARCHIVE_EXTRAS.filter((f) => existsSync(join(REPO_ROOT, f))),
+];
+
+/** The krew plugin manifest (krew.googlecontainertools.github.com/v1alpha2 Plugin) for the archives built. */
+export function krewManifest(
+  archives: Partial<Record<Target, string>>,
+  version: string,
+  releaseURL: string,
+): string {
+  const base = releaseURL.replace(/\/+$/, '');
+  const platforms = Object.entries(archives).map(([target, archive]) => {
+    const [os, arch] = target.split('-') as [string, string];
+    return {
+      selector: { matchLabels: { os: KREW_OS[os]!, arch: KREW_ARCH[arch]! } },
+      uri: `${base}/v${version}/${basename(archive)}`,
+      sha256: sha256(archive),
+      files: archiveEntries().map((from) => ({ from, to: '.' })),
+      bin: PLUGIN_BIN,
+    };
+  });
+  return stringify(
+    {
+      apiVersion: 'krew.googlecontainertools.github.com/v1alpha2',
+      kind: 'Plugin',
+      metadata: { name: PLUGIN_NAME },
+      spec: {
+        version: `v${version}`,
+        homepage: HOMEPAGE,
+        shortDescription: 'Log in to clusters through the Sealion access gateway',
+        description:
+          'The Sealion CLI as a kubectl plugin. Sealion authenticates kubectl users (OIDC or a token webhook) and\n' +
+          "forwards their requests with impersonation, so each cluster's own RBAC decides; agents reach clusters\n" +
+          'the gateway cannot. `kubectl sealion get kubeconfig` writes a kubeconfig whose login runs this plugin;\n' +
+          '`kubectl sealion whoami`, `clusters`, `port-forward`, `cluster add` and more.\n',
+        platforms,
+      },
+    },
+    // The description's lines as they are written here.
+    { blockQuote: 'literal' },
+  );
+}
 const mib = (file: string): string => `${(statSync(file).size / 1048576).toFixed(1)} MiB`;
 
 export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
@@ -419,7 +543,9 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
 
     // dist/cli/ holds one build: executables of targets not built now would be of an older one.
     for (const target of TARGETS)
-      if (!targets.includes(target)) rmSync(join(CLI_DIST, `sealion-${target}`), { force: true });
+      if (!targets.includes(target))
+        for (const old of [`sealion-${target}`, `sealion-${target}.tar.gz`])
+          rmSync(join(CLI_DIST, old), { force: true });
     const executables: BuiltCli['executables'] = {};
     const blobs = new Map<string, Promise<string>>();
     for (const target of targets) {
@@ -430,12 +556,26 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
       executables[target] = out;
       log(`built ${relative(REPO_ROOT, out)} (${mib(out)}, Node ${node.version})`);
     }
-    const artifacts = [bundle, tarball, ...Object.values(executables)];
+    const archives: BuiltCli['archives'] = {};
+    for (const [target, executable] of Object.entries(executables) as [Target, string][]) {
+      archives[target] = join(CLI_DIST, `sealion-${target}.tar.gz`);
+      await writeArchive(executable, archives[target]);
+      log(`packed ${relative(REPO_ROOT, archives[target])} (${mib(archives[target])}) for krew`);
+    }
+    const { version } = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as {
+      version: string;
+    };
+    const manifest = join(CLI_DIST, KREW_MANIFEST);
+    writeFileSync(manifest, krewManifest(archives, version, opts.releaseURL ?? DEFAULT_RELEASE_URL));
+    log(
+      `wrote ${relative(REPO_ROOT, manifest)}: kubectl krew install --manifest=${relative(process.cwd(), manifest)} --archive=<archive>`,
+    );
+    const artifacts = [bundle, tarball, ...Object.values(executables), ...Object.values(archives)];
     writeFileSync(
       join(CLI_DIST, 'SHA256SUMS'),
       artifacts.map((f) => `${sha256(f)}  ${basename(f)}\n`).join(''),
     );
-    const built: BuiltCli = { bundle, packageDir, tarball, executables };
+    const built: BuiltCli = { bundle, packageDir, tarball, executables, archives, krewManifest: manifest };
     writeFileSync(
       BUILD_RECORD,
       JSON.stringify({
@@ -472,7 +612,12 @@ export async function ensureCli(targets: readonly Target[], log?: (line: string)
   try {
     const record = JSON.parse(readFileSync(BUILD_RECORD, 'utf8')) as BuildRecord;
     const { built } = record;
-    const artifacts = [built.bundle, built.tarball, ...targets.map((t) => built.executables[t] ?? '')];
+    const artifacts = [
+      built.bundle,
+      built.tarball,
+      built.krewManifest,
+      ...targets.flatMap((t) => [built.executables[t] ?? '', built.archives[t] ?? '']),
+    ];
     const oldest = Math.min(...artifacts.map((f) => statSync(f).mtimeMs));
     const sources = [...record.inputs.map((f) => join(REPO_ROOT, f)), import.meta.filename];
     const current = (await buildDefine()).__SEALION_BUILD__;
@@ -498,8 +643,13 @@ function parseTargets(args: string[]): Target[] {
 
 if (process.argv[1] === import.meta.filename) {
   const started = Date.now();
+  const { values, positionals } = parseArgs({
+    options: { 'release-url': { type: 'string', default: DEFAULT_RELEASE_URL } },
+    allowPositionals: true,
+  });
   const built = await buildCli({
-    targets: parseTargets(process.argv.slice(2)),
+    targets: parseTargets(positionals),
+    releaseURL: values['release-url'],
     log: (line) => console.log(line),
   });
   console.log(`built the CLI in ${((Date.now() - started) / 1000).toFixed(1)}s`);

@@ -173,6 +173,17 @@ function helmSpec(): BuildSpec {
   };
 }
 
+/** krew, the kubectl plugin manager, whose install of the CLI's krew manifest and archive the tests try. */
+function krewSpec(version: string): BuildSpec {
+  return {
+    module: join(KUBE_MODULES, 'krew'),
+    outDir: join(CACHE_DIR, `krew-${version}`),
+    packages: { krew: 'sigs.k8s.io/krew/cmd/krew' },
+    ldflags: `-X sigs.k8s.io/krew/internal/version.gitTag=${version}`,
+    label: `krew ${version}`,
+  };
+}
+
 function isBuilt(spec: BuildSpec): boolean {
   return Object.keys(spec.packages).every((name) => existsSync(join(spec.outDir, name)));
 }
@@ -283,4 +294,15 @@ export async function ensureLoadGenerator(log: (line: string) => void = () => {}
   mkdirSync(CACHE_DIR, { recursive: true });
   await build(spec, log);
   return join(spec.outDir, 'loadgen');
+}
+
+/**
+ * Returns the path of krew (run as `kubectl krew` when linked onto PATH as kubectl-krew), building it if it is
+ * missing: about half a minute the first time.
+ */
+export async function ensureKrew(log: (line: string) => void = () => {}): Promise<string> {
+  const spec = krewSpec(requiredVersion('krew/go.mod', 'sigs.k8s.io/krew'));
+  mkdirSync(CACHE_DIR, { recursive: true });
+  await build(spec, log);
+  return join(spec.outDir, 'krew');
 }

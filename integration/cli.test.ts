@@ -1,10 +1,26 @@
 // The user's path with the real CLI and real kubectl: `sealion get kubeconfig` from the admin's kubeconfig, then
-// kubectl through the proxy with the `sealion login static` exec plugin.
+// kubectl through the proxy with the `sealion login static` exec plugin. Then the same as a kubectl plugin: the
+// standalone executable (dev/build-cli.ts, reused while it is newer than its sources) run as `kubectl sealion`, its
+// completion asked through kubectl, and installed with krew from the manifest and archive the build writes.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, type ChildProcess } from 'node:child_process';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { parse } from 'yaml';
+import { completionScript } from '../cli/completion.ts';
+import { ensureKrew } from '../dev/build.ts';
+import { ensureCli, writeArchive, type BuiltCli, type Target } from '../dev/build-cli.ts';
 import { runWithLogin, type LoginRun } from '../dev/browser.ts';
 import { runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import {
@@ -358,4 +374,155 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
       }, 30_000);
     }
   });
+});
+
+describe('the standalone executable as a kubectl plugin', () => {
+  const host = `${process.platform}-${process.arch}` as Target;
+  const run = promisify(execFile);
+  let built: BuiltCli;
+  let krew: string;
+  let home: string;
+  /** kubectl, and the executable as kubectl-sealion (and kubectl_complete-sealion, for kubectl's completion). */
+  let plugins: string;
+
+  beforeAll(async () => {
+    built = await ensureCli([host]);
+    krew = await ensureKrew();
+    home = mkdtempSync(join(tmpdir(), 'sealion-plugin-'));
+    plugins = join(home, 'plugins');
+    mkdirSync(plugins);
+    copyFileSync(built.executables[host]!, join(plugins, 'kubectl-sealion'));
+    symlinkSync(join(plugins, 'kubectl-sealion'), join(plugins, 'kubectl_complete-sealion'));
+    symlinkSync(cluster.binaries.kubectl, join(plugins, 'kubectl'));
+  }, 300_000);
+
+  afterAll(() => rmSync(home, { recursive: true, force: true }));
+
+  /** Runs kubectl with nothing on PATH but `path` (and /bin, for krew's own needs), HOME in the test's folder. */
+  const kubectl = (
+    args: string[],
+    path: string[],
+    env: NodeJS.ProcessEnv = {},
+  ): Promise<{ stdout: string }> =>
+    run('kubectl', args, {
+      env: { HOME: home, PATH: [...path, '/usr/bin', '/bin'].join(':'), ...env },
+      timeout: 60_000,
+    });
+
+  it('runs as `kubectl sealion`: its help says so, and the kubeconfig it writes runs kubectl-sealion', async () => {
+    const { stdout: help } = await kubectl(['sealion', '--help'], [plugins]);
+    expect(help).toContain('Usage: kubectl sealion [options] [command]');
+    const kubeconfig = join(home, 'plugin-user.kubeconfig');
+    await kubectl(
+      [
+        'sealion',
+        'get',
+        'kubeconfig',
+        '--kubeconfig',
+        cluster.kubeconfigPath,
+        '--static-token-env',
+        'SEALION_TEST_TOKEN',
+        '-o',
+        kubeconfig,
+      ],
+      [plugins],
+    );
+    // The plugin's name, found through PATH as kubectl finds it: krew's link keeps that name across upgrades.
+    const written = parse(readFileSync(kubeconfig, 'utf8')) as {
+      users: { user: { exec: { command: string; args: string[] } } }[];
+    };
+    expect(written.users[0]!.user.exec.command).toBe('kubectl-sealion');
+    expect(written.users[0]!.user.exec.args.slice(0, 2)).toEqual(['login', 'static']);
+    const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: home };
+    const { stdout } = await kubectl(['sealion', 'whoami', '--kubeconfig', kubeconfig], [plugins], env);
+    expect(stdout).toContain(`Username: ${USER}`);
+    const { stdout: namespaces } = await kubectl(
+      [`--kubeconfig=${kubeconfig}`, 'get', 'namespaces', '-o', 'name'],
+      [plugins],
+      env,
+    );
+    expect(namespaces).toContain(`namespace/${NS}`);
+  });
+
+  it("completes names from the API server, through kubectl's plugin completion and in bash", async () => {
+    const made = await cluster.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+        kind: 'Cluster',
+        metadata: { name: 'edge-completed' },
+        spec: {},
+      }),
+    });
+    expect(made.code).toBe(0);
+    const admin = ['--kubeconfig', cluster.kubeconfigPath];
+    const ask = async (words: string[]): Promise<string[]> =>
+      (await kubectl(['__complete', 'sealion', ...words], [plugins])).stdout.split('\n');
+    expect(await ask(['get', 'kubeconfig', ...admin, '--authenticator-name', ''])).toContain(
+      'corp\tJWTAuthenticator',
+    );
+    expect(await ask(['cluster', 'remove', ...admin, 'edge-'])).toContain('edge-completed\tnot connected');
+
+    // The bash script, with kubectl-sealion as the command on the line.
+    const script = join(home, 'kubectl-sealion.bash');
+    writeFileSync(script, completionScript('bash', 'kubectl-sealion'));
+    const words = ['kubectl-sealion', 'cluster', 'revoke', ...admin, 'edge-c'];
+    const { stdout } = await run(
+      'bash',
+      [
+        '--norc',
+        '--noprofile',
+        '-c',
+        `source ${script}; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; ` +
+          '_kubectl_sealion_complete; printf "%s\\n" "${COMPREPLY[@]}"',
+      ],
+      { env: { HOME: home, PATH: `${plugins}:/usr/bin:/bin` }, timeout: 30_000 },
+    );
+    expect(stdout.trim()).toBe('edge-completed');
+  });
+
+  it('installs with krew from the manifest and archive the build wrote', async () => {
+    // The archive is the same bytes when made again from the same executable.
+    const again = join(home, 'again.tar.gz');
+    await writeArchive(built.executables[host]!, again);
+    expect(readFileSync(again).equals(readFileSync(built.archives[host]!))).toBe(true);
+
+    const krewBin = join(home, 'krew-bin');
+    mkdirSync(krewBin);
+    symlinkSync(krew, join(krewBin, 'kubectl-krew'));
+    symlinkSync(cluster.binaries.kubectl, join(krewBin, 'kubectl'));
+    const root = join(home, 'krew-root');
+    const { stdout, stderr } = await run(
+      'kubectl',
+      ['krew', 'install', `--manifest=${built.krewManifest}`, `--archive=${built.archives[host]!}`],
+      {
+        env: { HOME: home, KREW_ROOT: root, PATH: `${krewBin}:/usr/bin:/bin` },
+        timeout: 120_000,
+      },
+    );
+    expect(`${stdout}${stderr}`).toContain('Installed plugin: sealion');
+    // What krew put on its PATH is a plugin kubectl runs.
+    const path = [join(root, 'bin'), krewBin];
+    const { stdout: list } = await kubectl(['plugin', 'list'], path);
+    expect(list).toContain(join(root, 'bin', 'kubectl-sealion'));
+    const kubeconfig = join(home, 'krew-user.kubeconfig');
+    await kubectl(
+      [
+        'sealion',
+        'get',
+        'kubeconfig',
+        '--kubeconfig',
+        cluster.kubeconfigPath,
+        '--static-token-env',
+        'SEALION_TEST_TOKEN',
+        '-o',
+        kubeconfig,
+      ],
+      path,
+    );
+    const { stdout: me } = await kubectl(['sealion', 'whoami', '--kubeconfig', kubeconfig], path, {
+      SEALION_TEST_TOKEN: token,
+      XDG_CONFIG_HOME: home,
+    });
+    expect(me).toContain(`Username: ${USER}`);
+  }, 180_000);
 });

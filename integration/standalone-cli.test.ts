@@ -72,6 +72,7 @@ describe(`the standalone executable (sealion-${host})`, () => {
       'concierge',
       'agent',
       'version',
+      'completion',
     ])
       expect(stdout).toContain(command);
   });

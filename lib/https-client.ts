@@ -142,3 +142,13 @@ export async function closeHttpsPools(): Promise<void> {
   pools.clear();
   await Promise.all(all.map((pool) => pool.close()));
 }
+
+/**
+ * Closes the pools at once, ending what is under way: a connection still in its TLS handshake with a server that
+ * never answers would hold closeHttpsPools (and the process) until the connect timeout.
+ */
+export async function destroyHttpsPools(): Promise<void> {
+  const all = [...pools.values()];
+  pools.clear();
+  await Promise.all(all.map((pool) => pool.destroy()));
+}
