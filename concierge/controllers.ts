@@ -148,18 +148,29 @@ export async function conciergeControllers(opts: ConciergeControllerOptions): Pr
     if (opts.namespace) {
       const namespace = opts.namespace;
       const writes = opts.manager.leaderOnly(newObjectWriter(opts.clients));
+      const configMaps = informers.core<ConfigMapLike>('configmaps', namespace);
+      // Owned by the configuration's ConfigMap, as the proxy's Service is: uninstalling takes it too.
+      const owner = opts.proxy?.configMap;
       entries.push({
         controller: newConciergeVersionsPublisher({
           replicas: () => facts.versions(),
-          configMaps: informers.core<ConfigMapLike>('configmaps', namespace),
+          configMaps,
           namespace,
-          publish: (data) =>
-            writes.apply({
+          publish: (data) => {
+            const uid = owner ? configMaps.get(owner, namespace)?.metadata?.uid : undefined;
+            return writes.apply({
               apiVersion: 'v1',
               kind: 'ConfigMap',
-              metadata: { name: CONCIERGE_VERSIONS_CONFIG_MAP, namespace },
+              metadata: {
+                name: CONCIERGE_VERSIONS_CONFIG_MAP,
+                namespace,
+                ...(uid
+                  ? { ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: owner, uid }] }
+                  : {}),
+              },
               data,
-            } as never),
+            } as never);
+          },
           clock: opts.clock,
           log: log.child({ controller: 'concierge-versions' }),
         }),

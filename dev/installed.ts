@@ -15,7 +15,7 @@ import { newKubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_INSTALL, sessionAuditorRole } from '../manifests/install.ts';
 import { CONCIERGE_NAME, CONFIG_KEY, CONFIG_MAP_NAME } from '../apis/install.ts';
 import { parse as parseYAML, stringify as toYAML } from 'yaml';
-import { REPO_ROOT } from './build.ts';
+import { ensureHelm, REPO_ROOT } from './build.ts';
 import { startCluster, type Cluster } from './cluster.ts';
 import { eventually } from './eventually.ts';
 import { buildImage, DEMO_IMAGE, ensureDemoImage, type BuiltImage } from './image.ts';
@@ -37,19 +37,24 @@ const AUTHENTICATOR = 'my-oidc';
 /** How long the Install section may take (it waits for pods, the authenticator and the agent, 120 s each at most). */
 const INSTALL_SECTION_TIMEOUT_MS = 420_000;
 
-/** The README's Install section: its one `sh` block. */
-export function installSection(): string {
+/** How the Install section installs: its first `sh` block (kustomize) or its second (Helm). */
+export type InstallWith = 'kustomize' | 'helm';
+export const INSTALL_WITH: readonly InstallWith[] = ['kustomize', 'helm'];
+
+/** The README's Install section: its `sh` block for kustomize or for Helm. */
+export function installSection(using: InstallWith = 'kustomize'): string {
   const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
   const section = readme.slice(readme.indexOf('\n## Install\n'));
-  const block = /```sh\n([\s\S]*?)\n```/.exec(section.slice(0, section.indexOf('\n## ', 1)));
-  if (!block?.[1]) throw new Error("README.md's Install section has no sh block");
-  return block[1];
+  const blocks = [...section.slice(0, section.indexOf('\n## ', 1)).matchAll(/```sh\n([\s\S]*?)\n```/g)];
+  const block = blocks[INSTALL_WITH.indexOf(using)]?.[1];
+  if (!block) throw new Error(`README.md's Install section has no sh block for ${using}`);
+  return block;
 }
 
 /** Runs the Install section with bash (-euo pipefail), in the repository, with `env` (its variables). */
-function runInstallSection(env: Record<string, string | undefined>): Promise<void> {
+function runInstallSection(using: InstallWith, env: Record<string, string | undefined>): Promise<void> {
   return new Promise((done, fail) => {
-    const [command, args] = dieWithParent('bash', ['-euo', 'pipefail', '-c', installSection()]);
+    const [command, args] = dieWithParent('bash', ['-euo', 'pipefail', '-c', installSection(using)]);
     const child = spawn(command, args, {
       cwd: REPO_ROOT,
       env: { ...process.env, ...env },
@@ -128,7 +133,9 @@ async function kubectlOk(cluster: Cluster, args: string[], input?: string): Prom
 export async function startInstalledSealion(
   running: Running,
   log: (line: string) => void,
+  { using = 'kustomize' }: { using?: InstallWith } = {},
 ): Promise<InstalledSealion> {
+  const helm = using === 'helm' ? await ensureHelm(log) : undefined;
   const image = await buildImage(log);
   const demoImage = await ensureDemoImage(log);
   log(`image ${image.name} (${image.digest.slice(0, 19)}…) built; starting two clusters, each with a node`);
@@ -166,16 +173,21 @@ export async function startInstalledSealion(
 
   // What an admin runs: the README's Install section, word for word.
   log(
-    `installing Sealion as the README's Install section says: config/concierge on the hub, config/agent on ${EDGE}`,
+    using === 'helm'
+      ? `installing Sealion as the README's Install section says, with Helm: the sealion-concierge chart on the hub, sealion-agent on ${EDGE}`
+      : `installing Sealion as the README's Install section says: config/concierge on the hub, config/agent on ${EDGE}`,
   );
-  await runInstallSection({
+  await runInstallSection(using, {
     KUBECONFIG: cluster.kubeconfigPath,
     EDGE_KUBECONFIG: edge.kubeconfigPath,
     ISSUER_URL: issuer.url,
     ISSUER_CA_DATA: issuer.caData,
-    PATH: [dirname(cluster.binaries.kubectl), join(REPO_ROOT, 'node_modules/.bin'), process.env['PATH']].join(
-      ':',
-    ),
+    PATH: [
+      dirname(cluster.binaries.kubectl),
+      ...(helm ? [dirname(helm)] : []),
+      join(REPO_ROOT, 'node_modules/.bin'),
+      process.env['PATH'],
+    ].join(':'),
   });
   const namespace = DEFAULT_INSTALL.namespace;
 

@@ -1,7 +1,9 @@
 // `npm start`: Sealion installed from its manifests as pods on two real local clusters (dev/installed.ts), a demo
-// user, and kubeconfigs under .sealion/. Runs until Ctrl-C, then removes everything it started.
+// user, and kubeconfigs under .sealion/. Runs until Ctrl-C, then removes everything it started. `--install helm`
+// installs with the README's Helm block instead of its kustomize block.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
 import { parse } from 'yaml';
 import { REPO_ROOT } from './build.ts';
 import {
@@ -11,7 +13,9 @@ import {
   DEMO_POD,
   DEMO_USER,
   EDGE,
+  INSTALL_WITH,
   startInstalledSealion,
+  type InstallWith,
   stopInstalled,
   type Running,
 } from './installed.ts';
@@ -22,6 +26,10 @@ import { deployReachWorkload, REACH_WORKLOAD } from './reach-workload.ts';
 const DEMO_TOKEN_SECONDS = 12 * 3600;
 
 async function devUp(): Promise<void> {
+  const { values } = parseArgs({ options: { install: { type: 'string', default: 'kustomize' } } });
+  if (!(INSTALL_WITH as readonly string[]).includes(values.install))
+    throw new Error(`--install ${values.install}: use ${INSTALL_WITH.join(' or ')}`);
+  const using = values.install as InstallWith;
   const log = (line: string): void => console.error(`[dev] ${line}`);
   // Filled in as they start, so that Ctrl-C at any moment, or a failure, stops what exists.
   const running: Running = {};
@@ -29,7 +37,7 @@ async function devUp(): Promise<void> {
   const signals = stopOnSignal(stopAll, log);
 
   try {
-    await start(running, log);
+    await start(running, log, using);
   } catch (err) {
     // Interrupted during start-up: the signal's stop stops everything and exits. Otherwise nothing half-started
     // may keep running, nor keep this process alive after the error is printed.
@@ -40,9 +48,9 @@ async function devUp(): Promise<void> {
   }
 }
 
-async function start(running: Running, log: (line: string) => void): Promise<void> {
+async function start(running: Running, log: (line: string) => void, using: InstallWith): Promise<void> {
   const started = Date.now();
-  const installed = await startInstalledSealion(running, log);
+  const installed = await startInstalledSealion(running, log, { using });
   const { hub: cluster, edge, issuer, image, kubeconfig: kubeconfigFor } = installed;
   // A Service on each cluster to reach with sealion port-forward.
   await Promise.all([

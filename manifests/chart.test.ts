@@ -1,0 +1,56 @@
+// The charts' values as `sealion manifests --values` reads them: merged over the defaults as Helm merges, checked by
+// the schema the charts carry. (integration/helm-chart.test.ts holds the real Helm to the same rendering.)
+import { describe, expect, it } from '@jest/globals';
+import { agentObjects, chartFiles, conciergeInstall, mergeValues } from './chart.ts';
+import { conciergeManifests, DEFAULT_INSTALL } from './install.ts';
+
+describe('values', () => {
+  it('merge as Helm merges: maps key by key, lists whole, null removes a default', () => {
+    expect(
+      mergeValues({ a: { b: 1, c: [1, 2] }, d: 'x', e: { f: 1 } }, { a: { c: [3] }, d: null, e: { g: 2 } }),
+    ).toEqual({ a: { b: 1, c: [3] }, e: { f: 1, g: 2 } });
+  });
+
+  it('left at their defaults, give the kustomize install but the ConfigMaps, which are written from them', () => {
+    const fromValues = conciergeManifests(conciergeInstall({}));
+    const plain = conciergeManifests(DEFAULT_INSTALL);
+    const withoutConfig = (objects: Record<string, unknown>[]): unknown[] =>
+      objects.filter((o) => o['kind'] !== 'ConfigMap');
+    expect(withoutConfig(fromValues)).toEqual(withoutConfig(plain));
+  });
+
+  it('refuse what the schema or the policy rules refuse, naming the setting', () => {
+    expect(() => conciergeInstall({ replicas: 'two' })).toThrow(/replicas/);
+    expect(() => conciergeInstall({ forwardingPolicy: { identities: ['nodes'] } })).toThrow(/users/);
+    expect(() => agentObjects({ cluster: { hubURL: 'http://plain.example' } })).toThrow(/hubURL/);
+  });
+
+  it("an agent's settings come only with a cluster's name", () => {
+    const kinds = (objects: Record<string, unknown>[]): string[] => objects.map((o) => o['kind'] as string);
+    expect(kinds(agentObjects({}))).not.toContain('Secret');
+    expect(
+      kinds(
+        agentObjects({
+          cluster: {
+            name: 'edge',
+            hubURL: 'https://hub.example',
+            caPin: `sha256:${'a'.repeat(64)}`,
+            bootstrapToken: 't',
+          },
+        }),
+      ),
+    ).toContain('Secret');
+  });
+});
+
+describe('the charts', () => {
+  it('leave no stand-in behind, and write every value with toJson or toYaml', () => {
+    for (const chart of ['sealion-concierge', 'sealion-agent'] as const)
+      for (const [file, text] of chartFiles(chart)) {
+        expect(`${file}: ${text}`).not.toMatch(/zzhole|zzmark/);
+        // A value printed bare could be YAML of its own: every action in an object's field ends in toJson.
+        for (const action of text.matchAll(/: (\{\{[^}]*\}\})$/gm))
+          expect(`${file}: ${action[1]}`).toMatch(/(toJson|toJson \.) \}\}$|include "sealion\.policyRules" \$ \}\}$/);
+      }
+  });
+});
