@@ -50,7 +50,9 @@ describe('the charts', () => {
         expect(`${file}: ${text}`).not.toMatch(/zzhole|zzmark/);
         // A value printed bare could be YAML of its own: every action in an object's field ends in toJson.
         for (const action of text.matchAll(/: (\{\{[^}]*\}\})$/gm))
-          expect(`${file}: ${action[1]}`).toMatch(/(toJson|toJson \.) \}\}$|include "sealion\.policyRules" \$ \}\}$/);
+          expect(`${file}: ${action[1]}`).toMatch(
+            /(toJson|toJson \.) \}\}$|include "sealion\.policyRules" \$ \}\}$/,
+          );
       }
   });
 });
