@@ -432,14 +432,7 @@ function sharedAccess(config: KubeConfig): () => Promise<KubeconfigAccess> {
 
 /** The kubeconfig of the flags, switched to --context when it names one. */
 async function kubeconfigOf(flags: PortForwardFlags): Promise<KubeConfig> {
-  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
-  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-  if (flags.context) {
-    if (!config.getContexts().some((c) => c.name === flags.context))
-      throw new Error(`--context: the kubeconfig has no context ${JSON.stringify(flags.context)}`);
-    config.setCurrentContext(flags.context);
-  }
-  return config;
+  return (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
 }
 
 /**

@@ -178,14 +178,7 @@ export interface VersionFlags {
 
 /** The kubeconfig of the flags, switched to --context when it names one. */
 async function kubeconfigOf(flags: VersionFlags): Promise<KubeConfig> {
-  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
-  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-  if (flags.context) {
-    if (!config.getContexts().some((c) => c.name === flags.context))
-      throw new Error(`--context: the kubeconfig has no context ${JSON.stringify(flags.context)}`);
-    config.setCurrentContext(flags.context);
-  }
-  return config;
+  return (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
 }
 
 /** What the kubeconfig's context says of the servers; each part that cannot be read goes into `errors`. */

@@ -409,24 +409,18 @@ describe('the standalone executable as a kubectl plugin', () => {
       timeout: 60_000,
     });
 
+  /** `kubectl sealion get kubeconfig` for the static token, with kubectl finding the plugin on `path`. */
+  const pluginKubeconfig = async (name: string, path: string[]): Promise<string> => {
+    const kubeconfig = join(home, name);
+    const args = ['get', 'kubeconfig', '--kubeconfig', cluster.kubeconfigPath, '--static-token-env'];
+    await kubectl(['sealion', ...args, 'SEALION_TEST_TOKEN', '-o', kubeconfig], path);
+    return kubeconfig;
+  };
+
   it('runs as `kubectl sealion`: its help says so, and the kubeconfig it writes runs kubectl-sealion', async () => {
     const { stdout: help } = await kubectl(['sealion', '--help'], [plugins]);
     expect(help).toContain('Usage: kubectl sealion [options] [command]');
-    const kubeconfig = join(home, 'plugin-user.kubeconfig');
-    await kubectl(
-      [
-        'sealion',
-        'get',
-        'kubeconfig',
-        '--kubeconfig',
-        cluster.kubeconfigPath,
-        '--static-token-env',
-        'SEALION_TEST_TOKEN',
-        '-o',
-        kubeconfig,
-      ],
-      [plugins],
-    );
+    const kubeconfig = await pluginKubeconfig('plugin-user.kubeconfig', [plugins]);
     // The plugin's name, found through PATH as kubectl finds it: krew's link keeps that name across upgrades.
     const written = parse(readFileSync(kubeconfig, 'utf8')) as {
       users: { user: { exec: { command: string; args: string[] } } }[];
@@ -504,21 +498,7 @@ describe('the standalone executable as a kubectl plugin', () => {
     const path = [join(root, 'bin'), krewBin];
     const { stdout: list } = await kubectl(['plugin', 'list'], path);
     expect(list).toContain(join(root, 'bin', 'kubectl-sealion'));
-    const kubeconfig = join(home, 'krew-user.kubeconfig');
-    await kubectl(
-      [
-        'sealion',
-        'get',
-        'kubeconfig',
-        '--kubeconfig',
-        cluster.kubeconfigPath,
-        '--static-token-env',
-        'SEALION_TEST_TOKEN',
-        '-o',
-        kubeconfig,
-      ],
-      path,
-    );
+    const kubeconfig = await pluginKubeconfig('krew-user.kubeconfig', path);
     const { stdout: me } = await kubectl(['sealion', 'whoami', '--kubeconfig', kubeconfig], path, {
       SEALION_TEST_TOKEN: token,
       XDG_CONFIG_HOME: home,

@@ -125,14 +125,18 @@ describe('the Helm install', () => {
     expect(
       names(await kubectlJSON<Listed>(hub, ['get', 'jwtauthenticators,clusters,credentialissuers'])),
     ).toEqual(['JWTAuthenticator/my-oidc', 'Cluster/edge', 'CredentialIssuer/sealion-concierge-config']);
-    // Kept in the namespace: the Secrets the concierge made, so that a reinstall serves the same CAs.
+    // Kept in the namespace: the Secrets the concierge made (its CAs and what they issued), so that a reinstall
+    // serves the CAs that kubeconfigs and agents trust.
     const secrets = names(await kubectlJSON<Listed>(hub, ['get', 'secrets', '-n', ns]));
-    console.log(`kept secrets: ${secrets.join(', ')}`);
-    const edgeLeft = names(
-      await sealionLabelled(edge, 'clusterroles,clusterrolebindings,deployments,configmaps,secrets'),
+    expect(secrets).toEqual(
+      expect.arrayContaining(['Secret/sealion-tunnel-ca', 'Secret/sealion-impersonation-proxy-ca']),
     );
-    expect(edgeLeft).toEqual([]);
-    const edgeSecrets = names(await kubectlJSON<Listed>(edge, ['get', 'secrets', '-n', 'sealion-agent']));
-    console.log(`kept on ${EDGE}: ${edgeSecrets.join(', ')}`);
+    for (const secret of secrets) expect(secret).toMatch(/^Secret\/sealion-/);
+    // On edge: the agent's key and certificate, so that a reinstall connects again without a new token.
+    const edgeLeft = await sealionLabelled(
+      edge,
+      'clusterroles,clusterrolebindings,deployments,configmaps,secrets',
+    );
+    expect(names(edgeLeft)).toEqual(['Secret/sealion-agent-credentials']);
   }, 240_000);
 });

@@ -41,6 +41,17 @@ export function loadKubeConfig(source: KubeconfigSource): k8s.KubeConfig {
   return config;
 }
 
+/** The kubeconfig a command's --kubeconfig names (or the default one), switched to --context when it names one. */
+export function loadKubeConfigFlags(flags: { kubeconfig: string; context: string }): k8s.KubeConfig {
+  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  if (flags.context) {
+    if (!config.getContexts().some((c) => c.name === flags.context))
+      throw new Error(`--context: the kubeconfig has no context ${JSON.stringify(flags.context)}`);
+    config.setCurrentContext(flags.context);
+  }
+  return config;
+}
+
 type MakeDispatcher = (cluster: k8s.Cluster | null, options: object) => unknown;
 
 /**
