@@ -26,9 +26,14 @@ export interface ApiGroups {
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$/;
 
 /** A group suffix must be a DNS subdomain with at least two labels, like `sealion.dev`. */
+/**
+ * The longest suffix: the longest name built from it, a CRD's (webhookauthenticators.authentication.concierge.<suffix>),
+ * must still be a DNS subdomain.
+ */
+export const MAX_GROUP_SUFFIX_LENGTH = 253 - 'webhookauthenticators.authentication.concierge.'.length;
+
 export function isValidGroupSuffix(suffix: string): boolean {
-  // The longest group built from it (authentication.concierge.<suffix>) must still be a DNS subdomain.
-  return DNS_SUBDOMAIN.test(suffix) && suffix.length <= 253 - 'authentication.concierge.'.length;
+  return DNS_SUBDOMAIN.test(suffix) && suffix.length <= MAX_GROUP_SUFFIX_LENGTH;
 }
 
 export function apiGroups(suffix: string = DEFAULT_GROUP_SUFFIX): ApiGroups {

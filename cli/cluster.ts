@@ -179,14 +179,17 @@ Examples:
         );
       if (flags.agentManifests && flags.helmValues)
         throw new Error('--agent-manifests or --helm-values: one of them');
+      // The agent dials TLS only, and the chart takes nothing else: refused before a token is made for nothing.
+      if (flags.helmValues && !/^https:\/\/[^\s/?#@]+(\/\S*)?$/.test(flags.hub))
+        throw new Error(`--hub ${JSON.stringify(flags.hub)}: an https:// URL, host and port`);
       const added = await addCluster(name, flags);
       if (flags.helmValues) {
-        const { stringify } = await import('yaml');
+        const { yamlText } = await import('../manifests/render.ts');
         // The token is spent at the agent's first start, but Helm keeps values in the release's history: this is
         // the one secret in them, and it is worth nothing once used or expired.
         process.stdout.write(
           `# sealion-agent values for cluster ${name}: its bootstrap token works once, until ${added.expires.toISOString()}.\n` +
-            stringify({
+            yamlText({
               cluster: { name, hubURL: flags.hub, caPin: added.pin, bootstrapToken: added.token },
               forwardingPolicy: policy,
             }),
@@ -194,7 +197,7 @@ Examples:
         return;
       }
       if (flags.agentManifests) {
-        const { stringify } = await import('yaml');
+        const { toYaml } = await import('../manifests/render.ts');
         const settings = agentSettingsManifests({
           clusterName: name,
           hubURL: flags.hub,
@@ -202,7 +205,7 @@ Examples:
           bootstrapToken: added.token,
           policy,
         });
-        process.stdout.write(settings.map((o) => stringify(o)).join('---\n'));
+        process.stdout.write(toYaml(settings));
         return;
       }
       console.log(`Cluster ${name} is registered. Its bootstrap token works once, until ${added.expires.toISOString()}.

@@ -92,7 +92,8 @@ Examples:
           throw new Error(`unknown component ${unknown.join(', ')}: use ${COMPONENTS.join(', ')}`);
         if (flags.values) {
           // Values say everything the other flags would but the namespaces, which are Helm's --namespace.
-          const given: unknown = parse(readFileSync(flags.values, 'utf8')) ?? {};
+          // Read as Helm reads values files: YAML 1.1, where yes is true and 022 is 18.
+          const given: unknown = parse(readFileSync(flags.values, 'utf8'), { version: '1.1' }) ?? {};
           if (typeof given !== 'object' || given === null || Array.isArray(given))
             throw new Error(`${flags.values}: not a map of values`);
           const values = given as Record<string, unknown>;

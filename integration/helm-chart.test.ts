@@ -29,9 +29,10 @@ beforeAll(async () => {
 }, 900_000);
 
 let rows = 0;
-function valuesFile(values: Obj): string {
+/** A values file: an object written as YAML, or YAML text as a person wrote it. */
+function valuesFile(values: Obj | string): string {
   const file = join(scratch, `values-${rows++}.yaml`);
-  writeFileSync(file, stringify(values));
+  writeFileSync(file, typeof values === 'string' ? values : stringify(values));
   return file;
 }
 
@@ -60,7 +61,11 @@ function byIdentity(yaml: string, { helmOnly }: { helmOnly: boolean }): Map<stri
   return out;
 }
 
-async function helmTemplate(chart: string, namespace: string, values: Obj): Promise<Map<string, Obj>> {
+async function helmTemplate(
+  chart: string,
+  namespace: string,
+  values: Obj | string,
+): Promise<Map<string, Obj>> {
   const { stdout } = await run(
     helm,
     ['template', 'x', join(CHARTS, chart), '--namespace', namespace, '-f', valuesFile(values)],
@@ -72,7 +77,7 @@ async function helmTemplate(chart: string, namespace: string, values: Obj): Prom
 async function kustomize(
   component: 'concierge' | 'agent',
   namespace: string,
-  values: Obj,
+  values: Obj | string,
 ): Promise<Map<string, Obj>> {
   const dir = mkdtempSync(join(scratch, 'out-'));
   const flag = component === 'agent' ? '--agent-namespace' : '--namespace';
@@ -96,7 +101,7 @@ function expectSame(helmObjects: Map<string, Obj>, kustomizeObjects: Map<string,
   for (const [id, obj] of helmObjects) expect({ id, obj }).toEqual({ id, obj: kustomizeObjects.get(id) });
 }
 
-const CONCIERGE_ROWS: [string, string, Obj][] = [
+const CONCIERGE_ROWS: [string, string, Obj | string][] = [
   ['the defaults', 'sealion-concierge', {}],
   [
     "Pinniped's groups, every pod and Service setting, a policy with custom resources, and a config of one's own",
@@ -134,6 +139,25 @@ const CONCIERGE_ROWS: [string, string, Obj][] = [
     { forwardingPolicy: { name: 'clusterrole:my-forwarding' } },
   ],
   [
+    // Helm reads values as YAML 1.1 (off is false, 022 is 18), and so must the kustomize way; strings that either
+    // YAML would read as something else are written quoted.
+    'values a person wrote, with words and numbers YAML 1.1 reads its own way',
+    'sealion-concierge',
+    `config:
+  ssh:
+    mode: off
+    port: 022
+  impersonationProxy:
+    service:
+      annotations: {y: yes, n: "no", octal: "0o17", binary: "0b11", under: "1_0"}
+nodeSelector: {on: "on", "0b11": "0x1F"}
+services:
+  tunnel:
+    annotations: {example.com/flag: "true", example.com/count: "1e3"}
+affinity: {nodeAffinity: null}
+`,
+  ],
+  [
     'the legacy verb',
     'sealion-concierge',
     { forwardingPolicy: { legacy: true, identities: ['users', 'nodes'] } },
@@ -149,7 +173,7 @@ const CONCIERGE_ROWS: [string, string, Obj][] = [
   ),
 ];
 
-const AGENT_ROWS: [string, string, Obj][] = [
+const AGENT_ROWS: [string, string, Obj | string][] = [
   ['the defaults (settings applied apart)', 'sealion-agent', {}],
   [
     "a cluster's settings, with a read-only policy and pod settings",
@@ -165,6 +189,13 @@ const AGENT_ROWS: [string, string, Obj][] = [
       nodeSelector: { 'kubernetes.io/os': 'linux' },
       resources: null,
     },
+  ],
+  [
+    'a cluster named like a YAML 1.1 boolean, and a token like a number',
+    'sealion-agent',
+    `cluster: {name: "yes", hubURL: "https://hub.example", caPin: "sha256:${'0'.repeat(64)}", bootstrapToken: "0b101"}
+affinity: {podAffinity: null}
+`,
   ],
   [
     "a cluster's settings with its admin's ClusterRole",
@@ -223,7 +254,50 @@ describe('values that would install something else than meant are refused, by bo
     ],
     ['a group suffix that is no DNS subdomain', { groupSuffix: 'Not A Suffix' }, /groupSuffix/],
     ['a misspelt setting', { replica: 3 }, /replica/],
+    [
+      "an admin's own ClusterRole, without users",
+      { forwardingPolicy: { name: 'clusterrole:mine', identities: ['serviceaccounts'] } },
+      /users are always among them/,
+    ],
+    ['an identity kind twice', { forwardingPolicy: { identities: ['users', 'users'] } }, /identit/],
+    ['a null where a string goes', { nodeSelector: { 'kubernetes.io/os': null } }, /nodeSelector/],
+    [
+      'a group suffix too long for the CRDs named from it',
+      { groupSuffix: `${'a'.repeat(60)}.${'b'.repeat(60)}.${'c'.repeat(60)}.${'d'.repeat(20)}.dev` },
+      /groupSuffix/,
+    ],
   ];
+  const AGENT_BAD: [string, Obj, RegExp][] = [
+    [
+      'a hub that is no https URL',
+      {
+        cluster: {
+          name: 'e',
+          hubURL: 'http://hub.example',
+          caPin: `sha256:${'0'.repeat(64)}`,
+          bootstrapToken: 't',
+        },
+      },
+      /hubURL/,
+    ],
+    [
+      'a policy without users, before any cluster is named',
+      { forwardingPolicy: { identities: ['nodes'] } },
+      /users/,
+    ],
+  ];
+  it.each(AGENT_BAD)('agent: %s', async (_name, values, message) => {
+    const file = valuesFile(values);
+    await expect(
+      run(helm, ['template', 'x', join(CHARTS, 'sealion-agent'), '-f', file]),
+    ).rejects.toMatchObject({
+      stderr: expect.stringMatching(message) as unknown,
+    });
+    await expect(
+      run(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), 'manifests', 'agent', '--values', file]),
+    ).rejects.toMatchObject({ stderr: expect.stringMatching(message) as unknown });
+  });
+
   it.each(BAD)('%s', async (_name, values, message) => {
     const file = valuesFile(values);
     await expect(

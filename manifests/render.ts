@@ -2,7 +2,7 @@
 // YAML stream, for any group suffix, namespace and image.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { stringify } from 'yaml';
+import { Document, isScalar, parse, visit } from 'yaml';
 import { crds, loadKindSchemas, type KindSchemas } from './crds.ts';
 import { agentManifests, conciergeManifests, type InstallOptions } from './install.ts';
 
@@ -26,7 +26,32 @@ export const FILE_BY_KIND: Record<string, string> = {
 };
 
 export function toYaml(objects: readonly Obj[]): string {
-  return objects.map((o) => stringify(o, { lineWidth: 0 })).join('---\n');
+  return objects.map((o) => yamlText(o)).join('---\n');
+}
+
+/** Whether a string written plain would read back as something else, by YAML 1.1 (Helm, kubectl) or 1.2 (kustomize). */
+function ambiguous(text: string): boolean {
+  if (text.includes('\n')) return false;
+  try {
+    return typeof parse(text, { version: '1.1' }) !== 'string' || typeof parse(text) !== 'string';
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * One object as YAML that every reader reads back the same: a string YAML 1.1 would take for a boolean or a number
+ * (yes, on, 0b11) is quoted, as is one YAML 1.2 would (0o17), keys too; and no anchors.
+ */
+export function yamlText(value: unknown): string {
+  const doc = new Document(value, { aliasDuplicateObjects: false });
+  visit(doc, {
+    Scalar(_key, node) {
+      if (isScalar(node) && typeof node.value === 'string' && ambiguous(node.value))
+        node.type = 'QUOTE_DOUBLE';
+    },
+  });
+  return doc.toString({ lineWidth: 0 });
 }
 
 export function componentObjects(component: Component, opts: InstallOptions, schemas?: KindSchemas): Obj[] {
@@ -65,7 +90,7 @@ export function kustomizeFilesOf(component: Component, objects: readonly Obj[]):
   const resources = [...(component === 'concierge' ? ['../crds'] : []), ...groups.keys()];
   files.set(
     'kustomization.yaml',
-    HEADER + stringify({ apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources }),
+    HEADER + yamlText({ apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources }),
   );
   return files;
 }
