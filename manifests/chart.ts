@@ -496,7 +496,6 @@ function chartYaml(name: ChartName, description: string): string {
       type: 'application',
       version: packageJson.version,
       appVersion: packageJson.version,
-      kubeVersion: '>=1.30.0-0',
       home: 'https://github.com/sealion-dev/sealion',
       keywords: ['kubernetes', 'authentication', 'impersonation', 'kubectl', 'tunnel'],
     })
