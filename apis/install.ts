@@ -140,3 +140,10 @@ export interface ConciergeVersion {
   version: string;
   replicas: number;
 }
+
+/**
+ * Kubernetes' signer of client certificates its API server trusts, which the direct path asks the cluster to sign
+ * with (and which the install's RBAC names): here, not beside the code that signs, so that the manifests need no
+ * Kubernetes client to be rendered.
+ */
+export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';

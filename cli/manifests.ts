@@ -3,16 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { isValidGroupSuffix } from '../apis/groups.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { DEFAULT_INSTALL, type InstallOptions } from '../manifests/install.ts';
-import {
-  componentObjects,
-  toYaml,
-  writeKustomize,
-  writeKustomizeFolder,
-  type Component,
-} from '../manifests/render.ts';
-import { agentObjects, conciergeInstall } from '../manifests/chart.ts';
-import { readFileSync } from 'node:fs';
-import { parse } from 'yaml';
+import type { Component } from '../manifests/render.ts';
 import { isDNSLabel } from '../apis/names.ts';
 
 const COMPONENTS: readonly Component[] = ['crds', 'concierge', 'agent'];
@@ -78,7 +69,7 @@ Examples:
   kubectl apply -k out/concierge`,
     )
     .action(
-      (
+      async (
         components: string[],
         flags: InstallOptions & {
           outputDir?: string;
@@ -87,12 +78,18 @@ Examples:
           forwardingIdentities: string;
         },
       ) => {
+        // Loaded here: completion and help load every command's module, and these take a while.
+        const [
+          { componentObjects, toYaml, writeKustomize, writeKustomizeFolder },
+          { agentObjects, conciergeInstall },
+        ] = await Promise.all([import('../manifests/render.ts'), import('../manifests/chart.ts')]);
         const unknown = components.filter((c) => !COMPONENTS.includes(c as Component));
         if (unknown.length > 0)
           throw new Error(`unknown component ${unknown.join(', ')}: use ${COMPONENTS.join(', ')}`);
         if (flags.values) {
           // Values say everything the other flags would but the namespaces, which are Helm's --namespace.
           // Read as Helm reads values files: YAML 1.1, where yes is true and 022 is 18.
+          const [{ readFileSync }, { parse }] = await Promise.all([import('node:fs'), import('yaml')]);
           const given: unknown = parse(readFileSync(flags.values, 'utf8'), { version: '1.1' }) ?? {};
           if (typeof given !== 'object' || given === null || Array.isArray(given))
             throw new Error(`${flags.values}: not a map of values`);

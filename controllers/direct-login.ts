@@ -16,7 +16,7 @@ import { issueCert, loadCA } from '../lib/pki/pki.ts';
 import type { Controller } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import { strategyOf } from './strategies.ts';
-import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
+import { KUBE_APISERVER_CLIENT_SIGNER } from '../apis/install.ts';
 import {
   EXTENSION_AUTH_CONFIGMAP,
   requestHeaderConfig,

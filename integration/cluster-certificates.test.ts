@@ -9,11 +9,11 @@ import { join } from 'node:path';
 import { kubeconfigYaml, startCluster, type Cluster } from '../dev/cluster.ts';
 import {
   IssueRefused,
-  KUBE_APISERVER_CLIENT_SIGNER,
   newClusterCertificateIssuer,
   type ClusterCertificateIssuer,
 } from '../lib/kube/cluster-certificates.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
+import { KUBE_APISERVER_CLIENT_SIGNER } from '../apis/install.ts';
 import { newCSR } from '../lib/pki/pki.ts';
 import { conciergeManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 

@@ -17,6 +17,7 @@ import {
   DEFAULT_CONFIG_YAML,
   DEFAULT_NAMESPACE,
   IMPERSONATOR_SERVICE_ACCOUNT,
+  KUBE_APISERVER_CLIENT_SIGNER,
   PEER_PORT,
   PROXY_PORT,
   SSH_PORT,
@@ -24,7 +25,6 @@ import {
   TUNNEL_SERVICE,
 } from '../apis/install.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
-import { KUBE_APISERVER_CLIENT_SIGNER } from '../lib/kube/cluster-certificates.ts';
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
 import { stringify } from 'yaml';
 

@@ -33,7 +33,9 @@ export function toYaml(objects: readonly Obj[]): string {
 function ambiguous(text: string): boolean {
   if (text.includes('\n')) return false;
   try {
-    return typeof parse(text, { version: '1.1' }) !== 'string' || typeof parse(text) !== 'string';
+    // Silent: text that is no YAML of its own (a CEL rule, say) is what this asks about, not a problem.
+    const as = (version: '1.1' | '1.2'): unknown => parse(text, { version, logLevel: 'silent' });
+    return typeof as('1.1') !== 'string' || typeof as('1.2') !== 'string';
   } catch {
     return true;
   }

@@ -8,13 +8,13 @@
 // that passed its checks, and checks both again on the object the API server holds before it approves: who created
 // it (the API server records that), the signer, and the request's bytes.
 import { randomBytes } from 'node:crypto';
+import { KUBE_APISERVER_CLIENT_SIGNER } from '../../apis/install.ts';
 import { createPublicKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { systemClock, type Clock } from '../clock.ts';
 import { SealionError } from '../errors.ts';
 import { newCSR } from '../pki/pki.ts';
 import { apiStatusCode, type KubeClients } from './kube.ts';
 
-export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
 /** The shortest certificate kube-controller-manager signs (its CSR validation refuses less than 10 minutes). */
 export const MIN_EXPIRATION_SECONDS = 600;
 /** How long the controller-manager has to sign an approved request (it signs in well under a second). */
