@@ -13,6 +13,8 @@ function namespaceName(value: string): string {
   return value;
 }
 
+const kebab = (name: string): string => name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+
 export function manifestsCommand(): Command {
   return new Command('manifests')
     .description('print the install manifests (or write kustomize folders) for a group suffix and namespace')
@@ -77,6 +79,7 @@ Examples:
           forwardingPolicy: string;
           forwardingIdentities: string;
         },
+        command: Command,
       ) => {
         // Loaded here: completion and help load every command's module, and these take a while.
         const [
@@ -99,16 +102,23 @@ Examples:
             throw new Error(
               '--values: the agent has a chart of its own, so name crds and concierge, or agent',
             );
+          // The other flags would be a second answer to what the values say.
+          const flagged = (
+            ['groupSuffix', 'image', 'forwardingPolicy', 'forwardingIdentities'] as const
+          ).filter((name) => command.getOptionValueSource(name) === 'cli');
+          if (flagged.length > 0)
+            throw new Error(
+              `--values says what ${flagged.map((n) => `--${kebab(n)}`).join(', ')} would: set it there`,
+            );
+          const install = agent ? undefined : conciergeInstall(values, flags.namespace);
           const objects = (c: Component): Record<string, unknown>[] =>
-            c === 'agent'
-              ? agentObjects(values, flags.agentNamespace)
-              : componentObjects(c, conciergeInstall(values, flags.namespace));
+            install ? componentObjects(c, install) : agentObjects(values, flags.agentNamespace);
           if (flags.outputDir) {
-            for (const c of components)
-              writeKustomizeFolder(flags.outputDir, c as Component, objects(c as Component));
-            if (!agent && components.includes('concierge'))
-              writeKustomizeFolder(flags.outputDir, 'crds', objects('crds'));
-            console.error(`wrote ${flags.outputDir}`);
+            // The concierge's folder names ../crds.
+            const folders = new Set(components as Component[]);
+            if (folders.has('concierge')) folders.add('crds');
+            for (const c of folders) writeKustomizeFolder(flags.outputDir, c, objects(c));
+            console.error(`wrote ${[...folders].map((c) => `${flags.outputDir}/${c}`).join(', ')}`);
             return;
           }
           process.stdout.write(toYaml(components.flatMap((c) => objects(c as Component))));

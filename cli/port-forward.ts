@@ -430,11 +430,6 @@ function sharedAccess(config: KubeConfig): () => Promise<KubeconfigAccess> {
     }));
 }
 
-/** The kubeconfig of the flags, switched to --context when it names one. */
-async function kubeconfigOf(flags: PortForwardFlags): Promise<KubeConfig> {
-  return (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
-}
-
 /**
  * Starts `sealion port-forward`: checks every argument before anything goes over the network, logs in once (an exec
  * plugin's prompt shows on the terminal), then listens. Each connection asks the kubeconfig for its credentials, so
@@ -461,7 +456,7 @@ export async function startPortForward(
       `--group-suffix: ${JSON.stringify(flags.groupSuffix)} is not a DNS subdomain like sealion.dev`,
     );
 
-  const config = await kubeconfigOf(flags);
+  const config = (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
   const namespace =
     flags.namespace || config.getContextObject(config.getCurrentContext())?.namespace || 'default';
   if (!isDNSLabel(namespace))

@@ -176,11 +176,6 @@ export interface VersionFlags {
   client: boolean;
 }
 
-/** The kubeconfig of the flags, switched to --context when it names one. */
-async function kubeconfigOf(flags: VersionFlags): Promise<KubeConfig> {
-  return (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
-}
-
 /** What the kubeconfig's context says of the servers; each part that cannot be read goes into `errors`. */
 export async function serverVersions(flags: VersionFlags): Promise<Omit<VersionReport, 'clientVersion'>> {
   const failed = (why: string): Omit<VersionReport, 'clientVersion'> => ({
@@ -188,7 +183,7 @@ export async function serverVersions(flags: VersionFlags): Promise<Omit<VersionR
   });
   let config: KubeConfig;
   try {
-    config = await kubeconfigOf(flags);
+    config = (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
   } catch (err) {
     return failed(`kubeconfig: ${failureText(err)}`);
   }
