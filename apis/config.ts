@@ -7,6 +7,7 @@ import type { StrategyReason, StrategyStatus } from './authentication.ts';
 export type ProxyMode = 'auto' | 'enabled' | 'disabled';
 export type KubeCertAgentMode = 'auto' | 'enabled' | 'disabled';
 export type ServiceType = 'LoadBalancer' | 'ClusterIP' | 'None';
+export type ExternalTrafficPolicy = 'Local' | 'Cluster';
 
 /** The Service in front of the impersonation proxy. */
 export interface ImpersonationProxyServiceSpec {
@@ -19,6 +20,11 @@ export interface ImpersonationProxyServiceSpec {
   loadBalancerIP?: string;
   /** Annotations for the Service, for example the cloud's load balancer settings. */
   annotations?: Record<string, string>;
+  /**
+   * Local (default): the load balancer sends traffic only to nodes that run a replica, which see clients' own
+   * addresses; Cluster: to any node, which hides them behind its own.
+   */
+  externalTrafficPolicy?: ExternalTrafficPolicy;
 }
 
 /** The impersonation proxy settings in effect, in Pinniped's shape. */
@@ -87,6 +93,8 @@ export interface SSHSpec {
    * @maxLength 128
    */
   groupsExtension?: string;
+  /** Certificates may name users and groups that start with `system:` (Kubernetes' own). Default: false. */
+  allowSystemNames?: boolean;
 }
 
 /** The SSH door's device login. */

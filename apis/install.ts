@@ -54,6 +54,12 @@ export const CONFIG_KEY = 'config.yaml';
 export const DEFAULT_PROXY_MODE = 'auto';
 /** A cloud load balancer is the one address that works for users outside the cluster without extra setup. */
 export const DEFAULT_SERVICE_TYPE = 'LoadBalancer';
+/**
+ * Keep clients' addresses: a LoadBalancer Service sends traffic only to nodes that run a replica, which then see the
+ * client's own address rather than a node's. The SSH door bounds strangers per address, and audit events name the
+ * source, so neither works on the one address every client shares behind the default Cluster policy's SNAT.
+ */
+export const DEFAULT_EXTERNAL_TRAFFIC_POLICY = 'Local';
 /** Use the cluster signing key where the concierge can reach it; otherwise the proxy's own signer. */
 export const DEFAULT_KUBE_CERT_AGENT_MODE = 'auto';
 
@@ -78,6 +84,9 @@ impersonationProxy:
     type: ${DEFAULT_SERVICE_TYPE}
     annotations: {}
     loadBalancerIP: ""
+    # Local: the load balancer sends traffic only to nodes that run a replica, which see clients' own addresses (for
+    # audit and the SSH door's bounds per address); Cluster: any node, which hides them behind its own.
+    externalTrafficPolicy: ${DEFAULT_EXTERNAL_TRAFFIC_POLICY}
   tls:
     # Empty: Sealion generates a CA, keeps it in a Secret, and issues the serving certificate.
     # Or name your own kubernetes.io/tls Secret, and optionally the CA to advertise for it.
@@ -103,6 +112,8 @@ ssh:
   certificateAuthorities: []
   # The certificate extension listing the user's groups.
   groupsExtension: ${DEFAULT_GROUPS_EXTENSION}
+  # Whether certificates may name users and groups that start with system: (Kubernetes' own, such as system:masters).
+  allowSystemNames: false
 `;
 
 /** The Secret, in the concierge's namespace, with the CA that agents pin and are issued from. */

@@ -21,7 +21,12 @@ describe('loadConfig', () => {
       impersonationProxy: {
         mode: 'auto',
         endpoint: '',
-        service: { type: 'LoadBalancer', annotations: {}, loadBalancerIP: '' },
+        service: {
+          type: 'LoadBalancer',
+          annotations: {},
+          loadBalancerIP: '',
+          externalTrafficPolicy: 'Local',
+        },
         tls: { certificateAuthorityData: '', secretName: '' },
       },
       kubeCertAgent: { mode: 'auto' },
@@ -31,6 +36,7 @@ describe('loadConfig', () => {
         hubName: 'hub',
         certificateAuthorities: [],
         groupsExtension: 'groups@sealion.dev',
+        allowSystemNames: false,
       },
     };
     expect(loadConfig('')).toEqual(defaults);

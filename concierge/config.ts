@@ -10,6 +10,7 @@ import {
   DEFAULT_KUBE_CERT_AGENT_MODE,
   DEFAULT_PROXY_MODE,
   DEFAULT_SERVICE_TYPE,
+  DEFAULT_EXTERNAL_TRAFFIC_POLICY,
   DEFAULT_SSH_HUB_NAME,
   DEFAULT_SSH_SCOPES,
   DEFAULT_SSH_SERVICE_PORT,
@@ -28,6 +29,7 @@ const MAX_YAML_ALIASES = 50;
 
 export const ProxyModes = ['auto', 'enabled', 'disabled'] as const;
 export const ServiceTypes = ['LoadBalancer', 'ClusterIP', 'None'] as const;
+export const ExternalTrafficPolicies = ['Local', 'Cluster'] as const;
 export const KubeCertAgentModes = ['auto', 'enabled', 'disabled'] as const;
 export const SshModes = ['enabled', 'disabled'] as const;
 
@@ -118,6 +120,7 @@ const serviceSchema = z
         message: 'must be an IP address',
         params: { code: 'InvalidValue' },
       }),
+    externalTrafficPolicy: z.enum(ExternalTrafficPolicies).default(DEFAULT_EXTERNAL_TRAFFIC_POLICY),
   })
   .prefault({});
 
@@ -189,6 +192,8 @@ const sshSchema = z
       }),
     /** The certificate extension whose value is the user's groups, comma-separated. */
     groupsExtension: z.string().min(1).max(128).default(DEFAULT_GROUPS_EXTENSION),
+    /** Certificates may name `system:` users and groups. */
+    allowSystemNames: z.boolean().default(false),
   })
   .prefault({});
 

@@ -341,6 +341,7 @@ export function sshSettings(config: SealionConfig): SshSettings {
       : {}),
     certificateAuthorities: parseTrustedCAKeys([...ssh.certificateAuthorities]).keys,
     groupsExtension: ssh.groupsExtension,
+    allowSystemNames: ssh.allowSystemNames,
   };
 }
 
@@ -426,6 +427,7 @@ export function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
         type: proxy.service.type,
         annotations: { ...proxy.service.annotations },
         ...(proxy.service.loadBalancerIP ? { loadBalancerIP: proxy.service.loadBalancerIP } : {}),
+        externalTrafficPolicy: proxy.service.externalTrafficPolicy,
       },
       ...(proxy.endpoint ? { externalEndpoint: withoutScheme(proxy.endpoint) } : {}),
       ...(tls.secretName || tls.certificateAuthorityData
@@ -447,6 +449,7 @@ export function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
       ...(config.ssh.login ? { login: { ...config.ssh.login, scopes: [...config.ssh.login.scopes] } } : {}),
       certificateAuthorities: [...config.ssh.certificateAuthorities],
       groupsExtension: config.ssh.groupsExtension,
+      allowSystemNames: config.ssh.allowSystemNames,
     },
   };
 }
@@ -468,6 +471,7 @@ export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): Se
           ...(service.type === undefined ? {} : { type: service.type }),
           annotations: service.annotations ?? {},
           loadBalancerIP: service.loadBalancerIP ?? '',
+          ...(service.externalTrafficPolicy ? { externalTrafficPolicy: service.externalTrafficPolicy } : {}),
         },
         tls: {
           secretName: proxy.tls?.secretName ?? '',

@@ -70,7 +70,7 @@ const NS = 'sealion-concierge';
 const settingsOf = (over: Partial<ProxySettings> = {}): ProxySettings => ({
   mode: 'enabled',
   endpoint: '',
-  service: { type: 'LoadBalancer', annotations: {}, loadBalancerIP: '' },
+  service: { type: 'LoadBalancer', annotations: {}, loadBalancerIP: '', externalTrafficPolicy: 'Local' },
   tls: { certificateAuthorityData: '', secretName: '' },
   ...over,
 });
@@ -141,12 +141,20 @@ const certOf = (secrets: MemoryInformer<SecretLike>, name: string): X509Certific
 describe('the impersonation-proxy controller', () => {
   it('creates a LoadBalancer Service, waits for its address, then issues a matching certificate and reports Success', async () => {
     const w = world(
-      settingsOf({ service: { type: 'LoadBalancer', annotations: { a: '1' }, loadBalancerIP: '' } }),
+      settingsOf({
+        service: {
+          type: 'LoadBalancer',
+          annotations: { a: '1' },
+          loadBalancerIP: '',
+          externalTrafficPolicy: 'Local',
+        },
+      }),
     );
     expect(await w.sync()).toEqual({ requeueAfterMs: expect.any(Number) });
     expect(w.services.get(SERVICE_NAME, NS)).toMatchObject({
       metadata: { annotations: { a: '1' }, ownerReferences: [{ kind: 'ConfigMap', uid: 'uid-1' }] },
-      spec: { type: 'LoadBalancer' },
+      // Clients' own addresses reach the replicas: audit names them, and the SSH door bounds strangers by them.
+      spec: { type: 'LoadBalancer', externalTrafficPolicy: 'Local' },
     });
     expect(w.state.strategy).toMatchObject({ status: 'Error', reason: 'Pending' });
     expect(w.state.served).toBeUndefined();
@@ -187,7 +195,7 @@ describe('the impersonation-proxy controller', () => {
     const w = world(
       settingsOf({
         endpoint: 'proxy.example.com:8443',
-        service: { type: 'None', annotations: {}, loadBalancerIP: '' },
+        service: { type: 'None', annotations: {}, loadBalancerIP: '', externalTrafficPolicy: 'Local' },
       }),
     );
     await w.sync();

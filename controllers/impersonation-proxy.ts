@@ -52,6 +52,7 @@ export interface ProxySettings {
     type: 'LoadBalancer' | 'ClusterIP' | 'None';
     annotations: Readonly<Record<string, string>>;
     loadBalancerIP: string;
+    externalTrafficPolicy: 'Local' | 'Cluster';
   };
   tls: { certificateAuthorityData: string; secretName: string };
   /** The SSH door's port on the Service, when the door is enabled. */
@@ -376,6 +377,10 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
                 : []),
             ],
             ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
+            // Only a Service with node ports has a policy for outside traffic.
+            ...(settings.service.type === 'LoadBalancer'
+              ? { externalTrafficPolicy: settings.service.externalTrafficPolicy }
+              : {}),
           },
         } as never);
       }

@@ -9,6 +9,8 @@ const alice: SignedIn = {
   user: { username: 'alice@example.com', groups: ['dev'], extra: {} },
   via: 'ssh/JWTAuthenticator/my-oidc',
 };
+const authenticator = { uid: 'uid-1', trust: 'x'.repeat(43) };
+const login = (expires: Date) => ({ identity: alice, authenticator, expires });
 
 function setup(now = 1_000_000) {
   const secrets = new MemoryInformer<BindingSecret>();
@@ -32,17 +34,17 @@ describe('key bindings', () => {
 
   it('finds what was bound until it expires, never past a day', async () => {
     const { bindings, clock } = setup();
-    await bindings.bind(key, print, alice, new Date(clock.now + 3 * 24 * 3600_000));
-    expect(bindings.find(key, print)).toEqual(alice);
+    await bindings.bind(key, print, login(new Date(clock.now + 3 * 24 * 3600_000)));
+    expect(bindings.find(key, print)).toEqual({ identity: alice, authenticator });
     clock.now += MAX_BINDING_MS - 1;
-    expect(bindings.find(key, print)).toEqual(alice);
+    expect(bindings.find(key, print)).toEqual({ identity: alice, authenticator });
     clock.now += 1;
     expect(bindings.find(key, print)).toBeUndefined();
   });
 
   it('binds nothing to another key, nor to a Secret renamed onto another key', async () => {
     const { bindings, secrets, clock } = setup();
-    await bindings.bind(key, print, alice, new Date(clock.now + 3600_000));
+    await bindings.bind(key, print, login(new Date(clock.now + 3600_000)));
     expect(bindings.find(Buffer.from('another key'), 'SHA256:other')).toBeUndefined();
     const stored = secrets.get(bindingName(key), NS)!;
     const other = Buffer.from('another key');
@@ -55,6 +57,8 @@ describe('key bindings', () => {
     for (const data of [
       'not json',
       '{"fingerprint":"SHA256:abc","expires":9e15,"via":"x","user":{"username":1}}',
+      // From before bindings named their authenticator: bound to nothing that can hold.
+      '{"fingerprint":"SHA256:abc","expires":9e15,"via":"x","user":{"username":"a","groups":[],"extra":{}}}',
     ]) {
       secrets.put({
         metadata: { name: bindingName(key), namespace: NS },

@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import type { Informer, KubeObject } from '../../lib/kube/informer.ts';
 import type { ObjectWriter } from '../../lib/kube/kube.ts';
+import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { SignedIn } from './in-process.ts';
 
@@ -30,13 +31,28 @@ interface Stored {
   via: string;
   /** Milliseconds since the epoch. */
   expires: number;
+  /**
+   * The JWTAuthenticator whose login made it, by uid and the digest of what its spec trusts (as a TokenCredentialRequest
+   * certificate is bound): deleting it, re-creating it under its name, or changing whom it trusts ends the binding.
+   */
+  authenticator: AuthenticatorBinding;
+}
+
+/** A key's binding as it holds now: the identity, and the authenticator that must still be loaded as it was. */
+export interface BoundKey {
+  identity: SignedIn;
+  authenticator: AuthenticatorBinding;
 }
 
 export interface KeyBindings {
-  /** The identity bound to the key (its blob), when a binding for it holds now. */
-  find(keyBlob: Buffer, fingerprint: string): SignedIn | undefined;
-  /** Binds the key to `identity` until `expires` (at most MAX_BINDING_MS from now). */
-  bind(keyBlob: Buffer, fingerprint: string, identity: SignedIn, expires: Date): Promise<void>;
+  /** The binding of the key (its blob), when one is stored and has not expired; whether its authenticator holds is the caller's question. */
+  find(keyBlob: Buffer, fingerprint: string): BoundKey | undefined;
+  /** Binds the key to `identity`, made by the login of `authenticator`, until `expires` (at most MAX_BINDING_MS from now). */
+  bind(
+    keyBlob: Buffer,
+    fingerprint: string,
+    login: { identity: SignedIn; authenticator: AuthenticatorBinding; expires: Date },
+  ): Promise<void>;
 }
 
 /** The Secret's name for a key: derived from the key, so one key has one binding. */
@@ -58,7 +74,10 @@ function parse(secret: BindingSecret | undefined): Stored | undefined {
       !Array.isArray(user.groups) ||
       !user.groups.every((g) => typeof g === 'string') ||
       typeof user.extra !== 'object' ||
-      user.extra === null
+      user.extra === null ||
+      // Bindings from before they named their authenticator's uid bind nothing.
+      typeof stored.authenticator?.uid !== 'string' ||
+      typeof stored.authenticator.trust !== 'string'
     )
       return undefined;
     return stored as Stored;
@@ -78,11 +97,20 @@ export function newKeyBindings(deps: {
     find(keyBlob, fingerprint) {
       const stored = parse(deps.secrets.get(bindingName(keyBlob), deps.namespace));
       if (!stored || stored.fingerprint !== fingerprint || stored.expires <= now()) return undefined;
-      return { kind: 'user', user: stored.user, via: stored.via };
+      return {
+        identity: { kind: 'user', user: stored.user, via: stored.via },
+        authenticator: { uid: stored.authenticator.uid, trust: stored.authenticator.trust },
+      };
     },
-    async bind(keyBlob, fingerprint, identity, expires) {
+    async bind(keyBlob, fingerprint, { identity, authenticator, expires }) {
       const until = Math.min(expires.getTime(), now() + MAX_BINDING_MS);
-      const stored: Stored = { fingerprint, user: identity.user, via: identity.via, expires: until };
+      const stored: Stored = {
+        fingerprint,
+        user: identity.user,
+        via: identity.via,
+        expires: until,
+        authenticator: { uid: authenticator.uid, trust: authenticator.trust },
+      };
       await deps.writes.apply({
         apiVersion: 'v1',
         kind: 'Secret',

@@ -4,7 +4,7 @@
 // token is (its claim mappings, its system-name rules). The door never sees a password.
 import { decodeJwt } from 'jose';
 import * as oidc from 'openid-client';
-import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import type { AuthenticatorBinding, AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import { issuerConfiguration } from '../../lib/authn/oidc-client.ts';
 import type { SignedIn } from './in-process.ts';
@@ -17,12 +17,23 @@ export interface DeviceLoginSettings {
   scopes: readonly string[];
 }
 
+/** What a login asks of the authenticators: the issuer to log in at, and the ID token's check. */
+export type LoginCache = Pick<AuthenticatorCache, 'providerOf' | 'authenticateWith'>;
+
+/** What a device login ends with: the identity and its binding, or why there is none (for the log). */
+export type LoginOutcome =
+  | { ok: true; identity: SignedIn; expires: Date; authenticator: AuthenticatorBinding }
+  | { ok: false; reason: string };
+
 /** A login under way: what to show the person, and its end. */
 export interface StartedLogin {
   /** The lines to show: where to go, and the code. */
   instructions: string;
-  /** The identity the token names, and when the token expires. Rejects with a reason for the log. */
-  done: Promise<{ identity: SignedIn; expires: Date }>;
+  /**
+   * How it ended. Never rejects: it settles while nobody may be waiting for it yet (the person reads the code first),
+   * and an abort (the client left) settles it too.
+   */
+  outcome: Promise<LoginOutcome>;
 }
 
 /** A device login that takes longer than this is given up, whatever the issuer allows. */
@@ -30,7 +41,7 @@ export const DEVICE_LOGIN_MAX_MS = 10 * 60_000;
 
 /** Starts a device login; rejects (with a reason for the log) when the issuer cannot start one. */
 export async function startDeviceLogin(
-  cache: AuthenticatorCache,
+  cache: LoginCache,
   settings: DeviceLoginSettings,
   signal: AbortSignal,
 ): Promise<StartedLogin> {
@@ -53,28 +64,40 @@ export async function startDeviceLogin(
     (started.verification_uri_complete ? `\n  or open ${started.verification_uri_complete}` : '') +
     '\n';
   const timeout = AbortSignal.timeout(DEVICE_LOGIN_MAX_MS);
-  const done = (async () => {
-    try {
-      const tokens = await oidc.pollDeviceAuthorizationGrant(config, started, undefined, {
-        signal: AbortSignal.any([signal, timeout]),
-      });
-      const idToken = tokens.id_token;
-      if (!idToken) throw new Error('the issuer answered without an ID token (is the openid scope asked?)');
-      const answer = await cache.authenticate(idToken, signal);
-      if (!answer.ok) throw new Error(`the ID token was not accepted: ${answer.reason}`);
-      if (answer.authenticator !== `JWTAuthenticator/${settings.authenticator}`)
-        throw new Error(`the ID token was accepted by ${answer.authenticator}, not the one configured`);
-      const problem = identityProblem(answer.user);
-      if (problem) throw new Error(problem);
-      const exp = decodeJwt(idToken).exp;
-      if (typeof exp !== 'number') throw new Error('the ID token has no expiry');
-      return {
-        identity: { kind: 'user' as const, user: answer.user, via: `ssh/${answer.authenticator}` },
-        expires: new Date(exp * 1000),
-      };
-    } finally {
-      await close();
-    }
-  })();
-  return { instructions, done };
+  const outcome = pollForIdentity(cache, settings, config, started, AbortSignal.any([signal, timeout]))
+    .then(
+      (ended): LoginOutcome => ended,
+      (err: unknown): LoginOutcome => ({ ok: false, reason: (err as Error).message }),
+    )
+    // Its connections to the issuer end with it; closing them has nothing to report.
+    .finally(() => close().catch(() => undefined));
+  return { instructions, outcome };
+}
+
+/** Polls the token endpoint until the person approves (or the grant ends), then authenticates the ID token. */
+async function pollForIdentity(
+  cache: LoginCache,
+  settings: DeviceLoginSettings,
+  config: oidc.Configuration,
+  started: oidc.DeviceAuthorizationResponse,
+  signal: AbortSignal,
+): Promise<LoginOutcome> {
+  const tokens = await oidc.pollDeviceAuthorizationGrant(config, started, undefined, { signal });
+  const idToken = tokens.id_token;
+  if (!idToken) throw new Error('the issuer answered without an ID token (is the openid scope asked?)');
+  // That very authenticator, as a TokenCredentialRequest names it: its claim mappings and system-name rules, and the
+  // binding (its uid and what it trusts) that the key's binding keeps, so that re-creating or editing it ends the key.
+  const answer = await cache.authenticateWith('JWTAuthenticator', settings.authenticator, idToken, signal);
+  if (!answer.ok) throw new Error(`the ID token was not accepted: ${answer.reason}`);
+  if (!answer.binding) throw new Error(`JWTAuthenticator ${settings.authenticator} has no binding to keep`);
+  const problem = identityProblem(answer.user);
+  if (problem) throw new Error(problem);
+  const exp = decodeJwt(idToken).exp;
+  if (typeof exp !== 'number') throw new Error('the ID token has no expiry');
+  return {
+    ok: true,
+    identity: { kind: 'user', user: answer.user, via: `ssh/${answer.authenticator}` },
+    expires: new Date(exp * 1000),
+    authenticator: answer.binding,
+  };
 }

@@ -11,10 +11,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocketServer } from 'ws';
 import { silentLogger } from '../../lib/log.ts';
+import { fakeClock } from '../../lib/fake-clock.ts';
+import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
+import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
+import type { KeyBindings } from './bindings.ts';
+import type { SshSettings } from './sign-in.ts';
 import { opensshOptions, runOpenSSH, type OpenSSHResult } from '../../dev/openssh.ts';
+import { eventually } from '../../dev/eventually.ts';
 import { newInProcessDoor, type InProcessDoor } from './in-process.ts';
 import { parseTrustedCAKeys } from '../../lib/ssh/keys.ts';
-import { addressKey, newSshServer, type SshServer } from './server.ts';
+import { addressKey, newSshServer, type SshServer, type SshServerOptions } from './server.ts';
 
 let dir: string;
 let door: InProcessDoor;
@@ -67,28 +73,95 @@ function serveExecs(): void {
   );
 }
 
-function startServer(limits: Parameters<typeof newSshServer>[0]['limits'] = {}): Promise<SshServer> {
-  const made = newSshServer({
+/** A door with the test CA trusted; `over` changes its settings, limits, clock, bindings or authenticators. */
+function startServer(
+  over: {
+    limits?: SshServerOptions['limits'];
+    settings?: Partial<SshSettings>;
+    clock?: SshServerOptions['clock'];
+    bindings?: KeyBindings;
+    cache?: SshServerOptions['cache'];
+  } = {},
+): SshServer {
+  return newSshServer({
     hostKeys: [readFileSync(join(dir, 'host'), 'utf8')],
     settings: () => ({
       hubName: 'hub',
       certificateAuthorities: parseTrustedCAKeys([readFileSync(join(dir, 'ca.pub'), 'utf8')]).keys,
       groupsExtension: 'groups@sealion.dev',
+      ...over.settings,
     }),
     door,
-    cache: { providerOf: () => undefined } as never,
-    bindings: { find: () => undefined, bind: () => Promise.resolve() },
+    cache: over.cache ?? { providerOf: () => undefined, authenticateWith: () => never(), holds: () => false },
+    bindings: over.bindings ?? { find: () => undefined, bind: () => Promise.resolve() },
     groupSuffix: 'sealion.dev',
     clusterNames: () => [],
     log: silentLogger(),
-    limits,
+    ...(over.limits ? { limits: over.limits } : {}),
+    ...(over.clock ? { clock: over.clock } : {}),
   });
-  return Promise.resolve(made);
 }
+
+const never = (): never => {
+  throw new Error('not asked in this test');
+};
+
+/** A door of its own on a free port, closed after the test. */
+async function withServer(
+  over: Parameters<typeof startServer>[0],
+  test: (at: number) => Promise<void>,
+): Promise<void> {
+  const own = startServer(over);
+  const at = await own.listen(0, '127.0.0.1');
+  try {
+    await test(at);
+  } finally {
+    await own.close();
+  }
+}
+
+/** A TCP connection that says nothing, from `from` (a loopback address); `closed` settles when the door ends it. */
+function idle(at: number, from = '127.0.0.1'): Promise<{ socket: Socket; closed: Promise<void> }> {
+  return new Promise((done, fail) => {
+    const socket = connect({ port: at, host: '127.0.0.1', localAddress: from }, () =>
+      done({ socket, closed: new Promise((c) => socket.once('close', () => c())) }),
+    );
+    socket.once('error', fail);
+    socket.resume();
+  });
+}
+
+/**
+ * Whether `socket` is still open after the door had a moment to act on what came before: a check that something did
+ * not happen, which a slow machine can only make pass wrongly, never fail wrongly.
+ */
+async function stillOpen(socket: Socket): Promise<boolean> {
+  await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setTimeout(r, 50));
+  return !socket.destroyed && !socket.readableEnded;
+}
+
+/** ssh to the door at `at` with the certified key, from `from`: a command through the door, or why not. */
+const sshAt = (
+  at: number,
+  args: string[] = ['hub/demo/web', '--', 'echo', 'in'],
+  key = 'user',
+  from?: string,
+) =>
+  runOpenSSH('ssh', [
+    ...opensshOptions(join(dir, key)),
+    ...(from ? ['-b', from] : []),
+    '-p',
+    String(at),
+    '-l',
+    'alice',
+    '127.0.0.1',
+    ...args,
+  ]);
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sealion-ssh-server-'));
-  for (const name of ['host', 'ca', 'user'])
+  for (const name of ['host', 'ca', 'user', 'stranger'])
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, name)]);
   execFileSync('ssh-keygen', [
     '-q',
@@ -104,7 +177,7 @@ beforeAll(async () => {
   ]);
   door = newInProcessDoor();
   serveExecs();
-  server = await startServer();
+  server = startServer();
   port = await server.listen(0, '127.0.0.1');
 });
 
@@ -134,13 +207,10 @@ describe('commands', () => {
       'sleep',
       '60',
     ]);
-    await new Promise((r) => setTimeout(r, 1500));
-    expect(inside.opened).toBe(before.opened + 1);
+    // The exec reached the pipeline (and is running there) before the client goes.
+    await eventually(() => expect(inside.opened).toBe(before.opened + 1), 20_000, 20);
     child.kill('SIGKILL');
-    const deadline = Date.now() + 10_000;
-    while (inside.closed < before.closed + 1 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 50));
-    expect(inside.closed).toBe(before.closed + 1);
+    await eventually(() => expect(inside.closed).toBe(before.closed + 1), 20_000, 20);
   });
 });
 
@@ -168,25 +238,47 @@ describe('sftp', () => {
 });
 
 describe('what a stranger may hold', () => {
-  it('drops a connection that never speaks at its grace time, and destroys those over the bound at once', async () => {
-    const strict = await startServer({ loginGraceMs: 300, unauthenticatedPerAddress: 2 });
-    const at = await strict.listen(0, '127.0.0.1');
-    const open = (): Promise<{ socket: Socket; closed: Promise<number> }> =>
-      new Promise((done) => {
-        const started = Date.now();
-        const socket = connect({ port: at, host: '127.0.0.1' }, () =>
-          done({ socket, closed: new Promise((c) => socket.once('close', () => c(Date.now() - started))) }),
-        );
-        socket.on('error', () => {});
-        socket.resume();
-      });
-    const [a, b, c] = [await open(), await open(), await open()];
-    // The third is over the bound: destroyed without waiting.
-    expect(await c.closed).toBeLessThan(300);
-    // The first two said nothing: gone at their grace time, without the peer closing its side.
-    expect(await a.closed).toBeGreaterThanOrEqual(250);
-    await b.closed;
-    await strict.close();
+  it('drops a connection that has not finished its key exchange at the handshake deadline, by the injected clock', async () => {
+    const clock = fakeClock();
+    clock.advance(Date.now());
+    await withServer({ clock, limits: { handshakeMs: 10_000 } }, async (at) => {
+      const silent = await idle(at);
+      clock.advance(9_999);
+      expect(await stillOpen(silent.socket)).toBe(true);
+      clock.advance(1);
+      await silent.closed;
+    });
+  });
+
+  it('gives the oldest idle connection of an address up for a newcomer, so idle connections lock nobody out', async () => {
+    await withServer({ limits: { unauthenticatedPerAddress: 3 } }, async (at) => {
+      const idlers = [await idle(at), await idle(at), await idle(at)];
+      // The address's bound is reached: a real client still signs in, and the oldest idler made room.
+      const r = await sshAt(at);
+      expect(r).toMatchObject({ code: 0, stdout: 'in\n' });
+      await idlers[0]!.closed;
+      expect(await stillOpen(idlers[2]!.socket)).toBe(true);
+      for (const i of idlers) i.socket.destroy();
+    });
+  });
+
+  it('takes a place back from the address with the most when all are taken, never from one with fewer', async () => {
+    await withServer({ limits: { unauthenticated: 4, unauthenticatedPerAddress: 4 } }, async (at) => {
+      const flood = [];
+      for (let i = 0; i < 4; i++) flood.push(await idle(at, '127.0.0.2'));
+      const other = await idle(at, '127.0.0.3');
+      // 127.0.0.2 held every place: its oldest made room.
+      await flood[0]!.closed;
+      // Parity (3 and 1 now, then 2 and 2): the newcomer from 127.0.0.3 comes at the expense of 127.0.0.2 again.
+      const second = await idle(at, '127.0.0.3');
+      await flood[1]!.closed;
+      // Now 127.0.0.3 holds as many as 127.0.0.2: its own oldest makes room for its next.
+      const third = await idle(at, '127.0.0.3');
+      await other.closed;
+      expect(await stillOpen(flood[2]!.socket)).toBe(true);
+      expect(await stillOpen(second.socket)).toBe(true);
+      for (const c of [...flood, other, second, third]) c.socket.destroy();
+    });
   });
 
   it('counts IPv6 addresses by their /64', () => {
@@ -198,8 +290,166 @@ describe('what a stranger may hold', () => {
 
 describe('signing in', () => {
   it('refuses a key no certificate or binding vouches for, as SSH refuses any', async () => {
-    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'stranger')]);
     const r = await ssh(['true'], '', 'stranger');
     expect(r.code).toBe(255);
   });
+
+  it('disconnects a client after six refusals, as sshd does, and checks no signature of a key nobody bound', async () => {
+    const keys = Array.from({ length: 8 }, (_, i) => `many-${i}`);
+    for (const key of keys)
+      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, key)]);
+    const asked: string[] = [];
+    const bindings: KeyBindings = {
+      find: (_blob, print) => void asked.push(print),
+      bind: () => Promise.resolve(),
+    };
+    await withServer({ bindings }, async (at) => {
+      const r = await runOpenSSH('ssh', [
+        ...opensshOptions(join(dir, keys[0]!), { quiet: false }),
+        ...keys.slice(1).flatMap((k) => ['-i', join(dir, k)]),
+        '-p',
+        String(at),
+        '-l',
+        'alice',
+        '127.0.0.1',
+        'true',
+      ]);
+      expect(r.code).toBe(255);
+      // Six keys asked about, each refused at the question; the seventh never.
+      expect(asked).toHaveLength(6);
+      expect(r.stderr).toMatch(/disconnect|closed/i);
+    });
+  });
+
+  it('refuses certificates that name system: users or groups, unless the config allows them', async () => {
+    const certify = (key: string, principal: string, groups?: string): void => {
+      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, key)]);
+      execFileSync('ssh-keygen', [
+        '-q',
+        '-s',
+        join(dir, 'ca'),
+        '-I',
+        key,
+        '-n',
+        principal,
+        '-V',
+        '+1h',
+        ...(groups ? ['-O', `extension:groups@sealion.dev=${groups}`] : []),
+        join(dir, `${key}.pub`),
+      ]);
+    };
+    certify('sys-user', 'alice,system:kube-controller-manager');
+    certify('sys-group', 'alice', 'dev,system:masters');
+    certify('authenticated', 'alice', 'dev,system:authenticated');
+    const as = (at: number, key: string, user: string) =>
+      runOpenSSH('ssh', [
+        ...opensshOptions(join(dir, key)),
+        '-p',
+        String(at),
+        '-l',
+        user,
+        '127.0.0.1',
+        'hub/demo/web',
+        '--',
+        'echo',
+        'in',
+      ]);
+    await withServer({}, async (at) => {
+      expect((await as(at, 'sys-user', 'system:kube-controller-manager')).code).toBe(255);
+      expect((await as(at, 'sys-group', 'alice')).code).toBe(255);
+      // The one system group every authenticated user is in anyway.
+      expect(await as(at, 'authenticated', 'alice')).toMatchObject({ code: 0, stdout: 'in\n' });
+      // The principal alice of the same certificate is not a system name.
+      expect(await as(at, 'sys-user', 'alice')).toMatchObject({ code: 0, stdout: 'in\n' });
+    });
+    await withServer({ settings: { allowSystemNames: true } }, async (at) => {
+      expect(await as(at, 'sys-group', 'alice')).toMatchObject({ code: 0, stdout: 'in\n' });
+    });
+  });
+
+  it('honours a bound key only while the authenticator that bound it is loaded as it was then', async () => {
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'bound')]);
+    const authenticator: AuthenticatorBinding = { uid: 'uid-1', trust: 'a'.repeat(43) };
+    let loaded = true;
+    const bindings: KeyBindings = {
+      find: () => ({
+        identity: {
+          kind: 'user',
+          user: { username: 'alice', groups: [], extra: {} },
+          via: 'ssh/JWTAuthenticator/my-oidc',
+        },
+        authenticator,
+      }),
+      bind: () => Promise.resolve(),
+    };
+    const cache = {
+      providerOf: () => undefined,
+      authenticateWith: never,
+      holds: (b: AuthenticatorBinding) =>
+        loaded && b.uid === authenticator.uid && b.trust === authenticator.trust,
+    };
+    const settings = { login: { authenticator: 'my-oidc', clientId: '', scopes: ['openid'] } };
+    await withServer({ bindings, cache, settings }, async (at) => {
+      expect(await sshAt(at, undefined, 'bound')).toMatchObject({ code: 0, stdout: 'in\n' });
+      // Deleted, re-created under its name (another uid) or trusting something else: holds no longer.
+      loaded = false;
+      expect((await sshAt(at, undefined, 'bound')).code).toBe(255);
+    });
+  });
+});
+
+describe('the device login', () => {
+  let issuer: TestIssuer;
+  beforeAll(async () => {
+    issuer = await startOIDCIssuer();
+  });
+  afterAll(() => issuer.stop());
+
+  /** OpenSSH as a stranger at the device login; resolves with what it showed once the instructions came, then leaves. */
+  const walkAway = (at: number): Promise<string> =>
+    new Promise((done, fail) => {
+      const child = spawn('ssh', [
+        ...opensshOptions(join(dir, 'stranger'), { batch: false, quiet: false }),
+        '-o',
+        'PreferredAuthentications=keyboard-interactive',
+        '-p',
+        String(at),
+        '-l',
+        'anyone',
+        '127.0.0.1',
+        'true',
+      ]);
+      let shown = '';
+      child.stderr.on('data', (c: Buffer) => {
+        shown += String(c);
+        // Gone at the prompt, without a word.
+        if (shown.includes('To sign in')) child.kill('SIGKILL');
+      });
+      child.once('error', fail);
+      child.once('close', () => done(shown));
+    });
+
+  it('survives clients that walk away at the prompt, and gives their places back every time', async () => {
+    const rejections: unknown[] = [];
+    const record = (reason: unknown): void => void rejections.push(reason);
+    process.on('unhandledRejection', record);
+    const cache = {
+      providerOf: () => ({ issuer: issuer.url, audience: issuer.clientId, caBundlePem: issuer.caPem }),
+      authenticateWith: never,
+      holds: () => false,
+    };
+    const settings = { login: { authenticator: 'my-oidc', clientId: '', scopes: ['openid'] } };
+    try {
+      await withServer(
+        { cache, settings, limits: { deviceLogins: 8, deviceLoginsPerAddress: 2 } },
+        async (at) => {
+          // More walk-aways than there are places for device logins, from one address, one after another.
+          for (let i = 0; i < 12; i++) expect(await walkAway(at)).toMatch(/To sign in, open https:/);
+        },
+      );
+      expect(rejections).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+  }, 60_000);
 });

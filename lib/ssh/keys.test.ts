@@ -185,6 +185,13 @@ describe('parseTrustedCAKeys', () => {
   });
 
   const line = (file: string): string => readFileSync(path(file), 'utf8').trim();
+  /** An authorized_keys line for an RSA key with a modulus of `bits` bits (not a real key: only its shape matters). */
+  const rsaLine = (bits: number, e: Buffer): string => {
+    const n = Buffer.alloc(bits / 8 + 1, 0x5a);
+    n[0] = 0;
+    n[1] = 0xc5;
+    return `ssh-rsa ${Buffer.concat([str('ssh-rsa'), str(e), str(n)]).toString('base64')}`;
+  };
   it.each<[string, () => string, RegExp]>([
     ['an unsupported type', () => 'ssh-dss AAAAB3NzaC1kc3M= old', /unsupported key type ssh-dss/],
     ['a certificate', () => line(certifyFile('ed25519', VALID)), /a certificate/],
@@ -201,6 +208,19 @@ describe('parseTrustedCAKeys', () => {
       /says ssh-rsa but/,
     ],
     ['a short RSA key', () => line('rsa1024.pub'), /rsa key of 1024 bits; at least 2048/],
+    // Keys whose every check would cost a stranger's worth of time.
+    [
+      'a 16384-bit RSA key',
+      () => rsaLine(16384, Buffer.from([1, 0, 1])),
+      /rsa key of 16384 bits; at most 8192/,
+    ],
+    [
+      'an RSA exponent over 32 bits',
+      () => rsaLine(2048, Buffer.from('0100000001', 'hex')),
+      /exponent: over 32 bits/,
+    ],
+    ['an even RSA exponent', () => rsaLine(2048, Buffer.from([1, 0, 0])), /exponent: not an odd number/],
+    ['an RSA exponent of 1', () => rsaLine(2048, Buffer.from([1])), /exponent: not an odd number/],
     [
       'a truncated key',
       () => `ssh-ed25519 ${blobOf('ca.pub').subarray(0, 40).toString('base64')}`,

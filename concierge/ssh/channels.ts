@@ -1,0 +1,225 @@
+// What a signed-in SSH connection may open: sessions (a shell, the menu, a command, sftp) and `-L` forwards. Each is one
+// or more requests through the proxy's pipeline as the connection's identity (cluster-access.ts), so the target
+// cluster decides, and audit and recording apply; channels per connection are bounded.
+import { finished } from 'node:stream/promises';
+import type { Duplex } from 'node:stream';
+import type { Connection, ServerChannel, Session } from 'ssh2';
+import type { Logger } from '../../lib/log.ts';
+import { newClusterAccess, type ClusterAccess } from './cluster-access.ts';
+import type { ContainerRef, Terminal } from './containers.ts';
+import type { DoorConnection } from './door-connection.ts';
+import type { InProcessDoor, SignedIn } from './in-process.ts';
+import { chooseContainer } from './menu.ts';
+import { serveSftp } from './sftp.ts';
+import { parseExecCommand, parseForward } from './target.ts';
+
+export interface ChannelDeps {
+  door: InProcessDoor;
+  /** What targets call the hub's own cluster now. */
+  hubName: () => string;
+  /** The Cluster objects' names. */
+  clusterNames: () => string[];
+  groupSuffix: string;
+  /** Channels (sessions and forwards) at once per connection. */
+  channelsPerConnection: number;
+  log: Logger;
+}
+
+/** The shell started when the user names no command: bash where the image has it. */
+const SHELL = ['/bin/sh', '-c', 'if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi'];
+
+const USAGE =
+  'Sealion: name a container, as in\r\n' +
+  '  ssh -t <user>@<this host> <cluster>/<namespace>/<pod>[/<container>]\r\n' +
+  '  ssh <user>@<this host> <cluster>/<namespace>/<pod>[/<container>] -- <command> [args]\r\n' +
+  'or connect with a terminal (ssh -t) for a menu.\r\n';
+
+export function serveSignedIn(
+  client: Connection,
+  conn: DoorConnection,
+  identity: SignedIn,
+  software: string,
+  deps: ChannelDeps,
+): void {
+  const state = conn.signIn;
+  // Everything the connection started ends with it: execs, forwards, the menu's lookups.
+  const ended = new AbortController();
+  conn.onClose(() => ended.abort());
+  const access = newClusterAccess({
+    signal: ended.signal,
+    connect: () => deps.door.connect(identity, conn.ip),
+    hubName: deps.hubName(),
+    clusterNames: deps.clusterNames,
+    groupSuffix: deps.groupSuffix,
+    userAgent: `sealion-ssh (${software})`,
+  });
+  let channels = 0;
+  const take = (): boolean => (channels < deps.channelsPerConnection ? (channels++, true) : false);
+  const give = (): void => void channels--;
+  /** Sessions' stderr, for what a refused forward cannot say itself (SSH's open failure carries no text). */
+  const notices = new Set<ServerChannel>();
+  const notify = (line: string): void => {
+    for (const channel of notices) channel.stderr.write(`sealion: ${line}\r\n`);
+  };
+
+  client.on('session', (accept, reject) => {
+    if (!take()) return reject();
+    const session = accept();
+    serveSession(session, access, state.permits, identity, notices, deps.log);
+    session.once('close', give);
+  });
+  client.on('tcpip', (accept, reject, info) => {
+    if (!state.permits.portForwarding) return reject();
+    const dest = parseForward(info.destIP, info.destPort);
+    if ('problem' in dest) {
+      notify(`-L ${info.destIP}:${info.destPort}: ${dest.problem}`);
+      return reject();
+    }
+    if (!take()) return reject();
+    access.reach(dest.cluster, dest.target).then(
+      (socket) => {
+        // The client may have gone while the cluster decided.
+        const channel = ended.signal.aborted ? undefined : accept();
+        if (!channel) {
+          give();
+          return void socket.destroy();
+        }
+        bridge(channel, socket);
+        channel.once('close', give);
+      },
+      (err: unknown) => {
+        give();
+        notify(`-L ${info.destIP}:${info.destPort}: ${(err as Error).message}`);
+        reject();
+      },
+    );
+  });
+  // -R would put a listener inside a cluster fed from the client: see the README for why the door has none.
+  client.on('request', (_accept, reject) => reject?.());
+}
+
+function serveSession(
+  session: Session,
+  access: ClusterAccess,
+  permits: { pty: boolean },
+  identity: SignedIn,
+  notices: Set<ServerChannel>,
+  log: Logger,
+): void {
+  let pty: Terminal | undefined;
+  let resize: ((size: { cols: number; rows: number }) => void) | undefined;
+  /** A session runs one thing (a shell, a command or sftp); a second request for one is refused. */
+  let started = false;
+  const begin = (accept: (() => ServerChannel | undefined) | undefined): ServerChannel | undefined => {
+    if (started || !accept) return undefined;
+    started = true;
+    const channel = accept();
+    if (channel) {
+      notices.add(channel);
+      channel.once('close', () => notices.delete(channel));
+    }
+    return channel;
+  };
+  session.on('pty', (accept, reject, info) => {
+    if (!permits.pty) return reject?.();
+    pty = { cols: info.cols, rows: info.rows, term: info.term };
+    accept?.();
+  });
+  session.on('window-change', (accept, _reject, info) => {
+    if (pty) Object.assign(pty, { cols: info.cols, rows: info.rows });
+    resize?.({ cols: info.cols, rows: info.rows });
+    accept?.();
+  });
+  session.on('env', (_accept, reject) => reject?.());
+  session.on('shell', (accept, reject) => {
+    const channel = begin(accept);
+    if (!channel) return reject?.();
+    if (!pty) return fail(channel, USAGE, 2);
+    chooseContainer(channel, access, `Sealion: signed in as ${identity.user.username}.`).then(
+      (target) => {
+        if (channel.destroyed) return;
+        if (!target) return fail(channel, '', 0);
+        channel.write(
+          `\r\nConnecting to ${target.cluster}/${target.namespace}/${target.pod}/${target.container}…\r\n`,
+        );
+        runIn(channel, access, target, [], pty, (r) => (resize = r));
+      },
+      (err: unknown) => fail(channel, `${(err as Error).message}\r\n`, 1),
+    );
+  });
+  session.on('exec', (accept, reject, info) => {
+    const channel = begin(accept);
+    if (!channel) return reject?.();
+    const parsed = parseExecCommand(info.command);
+    if ('problem' in parsed) {
+      const legacyScp = /^scp( |$)/.test(info.command);
+      return fail(
+        channel,
+        legacyScp
+          ? 'sealion: scp runs over sftp here (the default since OpenSSH 9.0): drop -O\r\n'
+          : `sealion: ${parsed.problem}\r\n${USAGE}`,
+        2,
+      );
+    }
+    runIn(channel, access, parsed.target, parsed.argv, pty, (r) => (resize = r));
+  });
+  session.on('sftp', (accept, reject) => {
+    if (started || !accept) return reject?.();
+    started = true;
+    const sftp = accept();
+    if (sftp) serveSftp(sftp, access, { log });
+  });
+  session.on('subsystem', (_accept, reject) => reject?.());
+}
+
+/** Ends a channel with a message on stderr and an exit status. */
+function fail(channel: ServerChannel, message: string, code: number): void {
+  if (message) channel.stderr.write(message);
+  channel.exit(code);
+  channel.end();
+}
+
+/**
+ * Runs a command (or, with no argv, a shell) in the container and ties it to the channel: input, output, terminal
+ * size, and the exit status. A refusal (a Status) is written on stderr, as kubectl prints it.
+ */
+function runIn(
+  channel: ServerChannel,
+  access: ClusterAccess,
+  target: ContainerRef,
+  argv: string[],
+  pty: Terminal | undefined,
+  onResize: (resize: (size: { cols: number; rows: number }) => void) => void,
+): void {
+  const running = access.run(target, argv.length > 0 ? argv : SHELL, pty);
+  onResize((size) => running.resize(size));
+  channel.pipe(running.stdin);
+  channel.resume();
+  running.stdout.pipe(channel, { end: false });
+  running.stderr.pipe(channel.stderr, { end: false });
+  channel.once('close', () => running.kill());
+  running.exit.then(
+    async (code) => {
+      await Promise.all([finished(running.stdout), finished(running.stderr)]).catch(() => {});
+      channel.exit(code);
+      channel.end();
+    },
+    (err: unknown) => fail(channel, `sealion: ${(err as Error).message}\r\n`, 1),
+  );
+}
+
+/** Bytes both ways between a forward's channel and its reach connection, each end passed on as a half-close. */
+function bridge(channel: Duplex, socket: Duplex): void {
+  channel.pipe(socket);
+  socket.pipe(channel);
+  const destroy = (): void => {
+    channel.destroy();
+    socket.destroy();
+  };
+  channel.once('error', destroy);
+  socket.once('error', destroy);
+  // A channel gone has nobody left to answer. A reach connection that closes is ended on the channel, after what it
+  // sent is written (destroying it at once would drop what the channel still holds), as lib/http2/upgrade.ts does.
+  channel.once('close', () => socket.destroy());
+  socket.once('close', () => channel.end());
+}

@@ -1,0 +1,282 @@
+// How a connection signs in to the SSH door: with a user certificate from a CA the admin trusts, with a key that an
+// earlier device login bound, or with a device login at a JWTAuthenticator's issuer (which binds the key the client
+// proved it holds). Everything here runs for strangers, so what it costs is bounded before any work is done:
+// - at most MAX_AUTH_TRIES refusals per connection, then it is disconnected, as sshd's MaxAuthTries does; requests the
+//   client sent ahead of their answers are refused without a look;
+// - a signature is checked only when the key could sign the connection in: a bound key, the first plain key while a
+//   device login may bind one, a certificate that a trusted CA really signed. A stranger's unbound keys are refused
+//   at the question "would this key do?", before the client signs anything;
+// - a certificate is checked once per connection, whether the client asks with it first or signs at once;
+// - device logins hold fair places (lib/fair-places.ts), the poll's promise is owned where it is made, and its place
+//   is given back on every path, a client that leaves at the prompt included.
+// Identities from certificates pass the checks every other identity passes: names a header can carry unchanged, and
+// no `system:` names unless the config allows them (ssh.allowSystemNames).
+import type { AuthContext } from 'ssh2';
+import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import { identityProblem } from '../../lib/authn/identity.ts';
+import { systemNameProblem } from '../../lib/authn/system-names.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { FairPlaces } from '../../lib/fair-places.ts';
+import type { Logger } from '../../lib/log.ts';
+import {
+  checkUserCertificate,
+  fingerprint,
+  isCertificateAlgorithm,
+  verifyKeySignature,
+  type AuthorizedKey,
+} from '../../lib/ssh/keys.ts';
+import type { KeyBindings } from './bindings.ts';
+import {
+  DEVICE_LOGIN_MAX_MS,
+  startDeviceLogin,
+  type DeviceLoginSettings,
+  type LoginOutcome,
+} from './device-login.ts';
+import { Stage, type CertificateVerdict, type DoorConnection } from './door-connection.ts';
+import type { SignedIn } from './in-process.ts';
+
+/** sshd's MaxAuthTries default: refusals a connection gets before it is disconnected. */
+export const MAX_AUTH_TRIES = 6;
+
+/** How long a device login's connection may stay past the login itself (the client reads the answer). */
+const DEVICE_LOGIN_SLACK_MS = 30_000;
+
+/** The door's settings in effect (from the concierge's config). */
+export interface SshSettings {
+  /** The name the hub's own cluster goes by in targets. */
+  hubName: string;
+  /** The device login; none: only bound keys and certificates sign in. */
+  login?: DeviceLoginSettings;
+  /** The SSH CAs whose user certificates sign in. */
+  certificateAuthorities: readonly AuthorizedKey[];
+  /** The certificate extension whose value lists the user's groups. */
+  groupsExtension: string;
+  /** Certificates may name `system:` users and groups. Default: false. */
+  allowSystemNames?: boolean;
+}
+
+export interface SignInOptions {
+  settings: () => SshSettings;
+  cache: Pick<AuthenticatorCache, 'providerOf' | 'authenticateWith' | 'holds'>;
+  bindings: KeyBindings;
+  /** The device logins' places, one per login, fair among source addresses. */
+  deviceLogins: FairPlaces<DoorConnection>;
+  /** How long a connection may take to sign in, counted again after a device login that did not sign it in. */
+  loginGraceMs: number;
+  clock: Clock;
+  log: Logger;
+}
+
+type Method = 'publickey' | 'keyboard-interactive';
+type PublicKeyContext = AuthContext & { method: 'publickey' };
+type KeyboardContext = AuthContext & { method: 'keyboard-interactive' };
+
+/**
+ * Decides authentication requests. `disconnect` ends the connection with an SSH disconnect, for one that has had its
+ * tries.
+ */
+export type SignIn = (ctx: AuthContext, conn: DoorConnection, disconnect: () => void) => void;
+
+export function newSignIn(opts: SignInOptions): SignIn {
+  const { log, clock } = opts;
+
+  return (ctx, conn, disconnect) => {
+    const state = conn.signIn;
+    // The client's first question is "none", to learn the methods: not a try, as sshd counts.
+    const counted = !(ctx.method === 'none' && state.requests === 0);
+    state.requests++;
+    conn.progress(Stage.SigningIn);
+    if (state.failures >= MAX_AUTH_TRIES) return ctx.reject();
+    const settings = opts.settings();
+    const methods: Method[] = settings.login ? ['publickey', 'keyboard-interactive'] : ['publickey'];
+    const refuse = (): void => {
+      if (counted) state.failures++;
+      ctx.reject(methods);
+      if (state.failures < MAX_AUTH_TRIES) return;
+      log.info({ ip: conn.ip }, 'ssh connection ended: too many authentication failures');
+      disconnect();
+    };
+    if (ctx.method === 'publickey') return publicKey(ctx, conn, settings, refuse);
+    if (ctx.method === 'keyboard-interactive' && settings.login)
+      return void deviceLogin(ctx, conn, settings.login, refuse).catch((err: unknown) => {
+        log.warn({ ip: conn.ip, err: (err as Error).message }, 'ssh device login failed inside the door');
+        refuse();
+      });
+    refuse();
+  };
+
+  function publicKey(
+    ctx: PublicKeyContext,
+    conn: DoorConnection,
+    settings: SshSettings,
+    refuse: () => void,
+  ): void {
+    const state = conn.signIn;
+    const { key, signature } = ctx;
+    if (isCertificateAlgorithm(key.algo)) {
+      const verdict = certificateVerdict(conn, key.data, ctx.username, settings);
+      if (!verdict.ok) {
+        log.info({ ip: conn.ip, reason: verdict.reason }, 'ssh certificate refused');
+        return refuse();
+      }
+      // A question: the client signs next.
+      if (!signature) return ctx.accept();
+      if (!verifyKeySignature(ctx)) return refuse();
+      state.identity = verdict.identity;
+      state.permits = verdict.permits;
+      log.info({ ip: conn.ip, keyId: verdict.keyId, serial: verdict.serial }, 'ssh certificate accepted');
+      return ctx.accept();
+    }
+    const print = fingerprint(key.data);
+    const bound = boundIdentity(key.data, print, settings);
+    // Only a bound key signs in, and only the first proven key is bound by a login: any other is refused at the
+    // question, before its signature costs anything.
+    const bindable = settings.login !== undefined && state.provenKey === undefined;
+    if (!bound && !bindable) return refuse();
+    if (!signature) return ctx.accept();
+    if (!verifyKeySignature(ctx)) return refuse();
+    if (bound) {
+      state.identity = bound;
+      return ctx.accept();
+    }
+    // Proven but not enough: the client goes on (a certificate may follow), then the login, which binds this key.
+    state.provenKey = { blob: key.data, fingerprint: print };
+    refuse();
+  }
+
+  /**
+   * The identity a key's binding gives, while the login that made it could make it again: the login configured is
+   * still that JWTAuthenticator's, and the very object (by uid) is loaded with a spec that trusts what it trusted then.
+   */
+  function boundIdentity(blob: Buffer, print: string, settings: SshSettings): SignedIn | undefined {
+    const found = opts.bindings.find(blob, print);
+    const login = settings.login;
+    if (!found || !login || found.identity.via !== `ssh/JWTAuthenticator/${login.authenticator}`)
+      return undefined;
+    if (!opts.cache.holds(found.authenticator)) return undefined;
+    return { ...found.identity, via: 'ssh/key' };
+  }
+
+  /** The certificate's verdict for this login name, worked out once per connection. */
+  function certificateVerdict(
+    conn: DoorConnection,
+    blob: Buffer,
+    loginName: string,
+    settings: SshSettings,
+  ): CertificateVerdict {
+    const last = conn.signIn.certificate;
+    if (last && last.loginName === loginName && last.blob.equals(blob)) return last.verdict;
+    const verdict = judgeCertificate(blob, loginName, conn.ip, settings);
+    conn.signIn.certificate = { blob, loginName, verdict };
+    return verdict;
+  }
+
+  function judgeCertificate(
+    blob: Buffer,
+    loginName: string,
+    ip: string,
+    settings: SshSettings,
+  ): CertificateVerdict {
+    const checked = checkUserCertificate(blob, {
+      cas: settings.certificateAuthorities,
+      loginName,
+      now: new Date(clock.now()),
+      sourceIP: ip,
+      groupsExtension: settings.groupsExtension,
+    });
+    if (!checked.ok) return checked;
+    const user = { username: checked.principal, groups: checked.groups, extra: {} };
+    // The rules every identity passes, whichever door it came through.
+    const problem =
+      identityProblem(user) ?? (settings.allowSystemNames ? undefined : systemNameProblem(user));
+    if (problem) return { ok: false, reason: problem };
+    return {
+      ok: true,
+      identity: { kind: 'user', user, via: 'ssh/certificate' },
+      permits: checked.permits,
+      keyId: checked.keyId,
+      serial: checked.serial,
+    };
+  }
+
+  /**
+   * The device login: instructions shown with no prompt to answer, then the token polled for. Holds a device-login
+   * place, and the connection a longer deadline, for as long as it runs; both are given back however it ends.
+   */
+  async function deviceLogin(
+    ctx: KeyboardContext,
+    conn: DoorConnection,
+    login: DeviceLoginSettings,
+    refuse: () => void,
+  ): Promise<void> {
+    const place = opts.deviceLogins.take(conn.address, conn);
+    if (!place) return refuse();
+    // This attempt's own end: a new request on the connection (ssh2 aborts this one), or the connection's close.
+    const attempt = new AbortController();
+    const end = (): void => attempt.abort();
+    ctx.once('abort', end);
+    const cancel = conn.onClose(end);
+    conn.deviceLoginSince = clock.now();
+    conn.endAt(clock.now() + DEVICE_LOGIN_MAX_MS + DEVICE_LOGIN_SLACK_MS);
+    try {
+      const outcome = await runDeviceLogin(ctx, conn, login, attempt.signal);
+      // Gone or superseded: nobody to answer.
+      if (attempt.signal.aborted) return;
+      if (!outcome.ok) {
+        log.info({ ip: conn.ip, err: outcome.reason }, 'ssh device login failed');
+        return refuse();
+      }
+      conn.signIn.identity = outcome.identity;
+      await bindProvenKey(conn, outcome);
+      if (!attempt.signal.aborted) ctx.accept();
+    } finally {
+      ctx.off('abort', end);
+      cancel();
+      place.release();
+      conn.deviceLoginSince = undefined;
+      if (!conn.signIn.identity) conn.endAt(clock.now() + opts.loginGraceMs);
+    }
+  }
+
+  /** Starts the login, shows its instructions, and waits for its outcome, or for the attempt's end. */
+  async function runDeviceLogin(
+    ctx: KeyboardContext,
+    conn: DoorConnection,
+    login: DeviceLoginSettings,
+    signal: AbortSignal,
+  ): Promise<LoginOutcome> {
+    let started;
+    try {
+      started = await startDeviceLogin(opts.cache, login, signal);
+    } catch (err) {
+      return { ok: false, reason: `could not start: ${(err as Error).message}` };
+    }
+    // The outcome never rejects, and settles by itself once the attempt ends (its poll is aborted too).
+    if (signal.aborted) return started.outcome;
+    // Whoever approves the code signs this connection in and binds its key: the key is named, so that a person handed
+    // someone else's code sees it is not their own ssh asking.
+    const proven = conn.signIn.provenKey;
+    const key = proven
+      ? `This signs in, and binds for the login's lifetime, the SSH key ${proven.fingerprint}.\n`
+      : '';
+    // No prompts: the client shows the instructions and answers at once; the answer to this request waits for the
+    // person to approve the code. A client that never answers, or leaves, ends the wait with the attempt.
+    await new Promise<void>((shown) => {
+      signal.addEventListener('abort', () => shown(), { once: true });
+      ctx.prompt([], 'Sealion', started.instructions + key, () => shown());
+    });
+    return started.outcome;
+  }
+
+  /** Binds the key the connection proved it holds, if any, to the login's identity; a failure to store is logged. */
+  async function bindProvenKey(conn: DoorConnection, outcome: LoginOutcome & { ok: true }): Promise<void> {
+    const proven = conn.signIn.provenKey;
+    if (!proven) return;
+    try {
+      await opts.bindings.bind(proven.blob, proven.fingerprint, outcome);
+      log.info({ ip: conn.ip, fingerprint: proven.fingerprint }, 'ssh key bound');
+    } catch (err) {
+      log.warn({ err: (err as Error).message }, 'ssh key binding could not be stored');
+    }
+  }
+}
