@@ -6,7 +6,7 @@ import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/grou
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { takesNames } from './completion.ts';
 import { failureOf } from './login.ts';
-import { printable } from './printable.ts';
+import { printable, printableJSONText } from './printable.ts';
 import { loginFirst, requestAsKubeconfig } from './whoami.ts';
 
 interface RecordingsFlags {
@@ -99,7 +99,8 @@ export function recordingsCommand(): Command {
           if (!(maxIdle > 0))
             throw new Error(`--max-idle: ${JSON.stringify(flags.maxIdle)} is not a positive number`);
           const text = await fetchFromProxy(flags, `/${encodeURIComponent(id)}`, 'application/x-asciicast');
-          if (flags.raw) return void process.stdout.write(text);
+          // The file as it is to anything that reads JSON, with the control characters JSON leaves raw escaped.
+          if (flags.raw) return void process.stdout.write(printableJSONText(text));
           const { parseAsciicast, play } = await import('../concierge/recording/playback.ts');
           // play() passes only text and the sequences a replay needs: the recorded session cannot command this terminal.
           await play(parseAsciicast(text), process.stdout, { speed, maxIdleSeconds: maxIdle });
