@@ -158,8 +158,10 @@ export function clusterCommand(): Command {
       `
 Policies (the cluster's API server enforces them, through constrained impersonation):
   full        anything the users' own RBAC there allows
-  no-exec     everything but exec, attach, port-forward and proxy
-  read-only   get, list and watch, but not into workloads (exec, attach, port-forward, proxy)
+  no-exec     everything but exec, attach, port-forward, proxy and ephemeral containers (kubectl debug);
+              creating pods and workloads, which run what they name, stays allowed
+  read-only   get, list and watch, but not into workloads (exec, attach, port-forward, proxy); logs and
+              Secrets are reads
 Whatever the policy, the hub can never act as system:masters there, nor as a service account or node unless
 --identities lists them.
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { printable, printableJSON } from './printable.ts';
+import { printable, printableJSON, printableJSONText } from './printable.ts';
 
 /** What a hostile server sends to take over a terminal, one trick each. */
 const HOSTILE: [string, string, string][] = [
@@ -32,5 +32,25 @@ describe('printable', () => {
     const shown = printableJSON(value);
     expect(shown).not.toMatch(/[^\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}]/u);
     expect(JSON.parse(shown)).toEqual(value);
+  });
+
+  it('makes JSON lines printable without changing what each parses to, keeping their line breaks', () => {
+    // A recording as the concierge writes it (JSON.stringify), of a session that printed each trick and an OSC 52
+    // by its C1 codes, which JSON.stringify leaves raw.
+    const events = [...HOSTILE.map(([, text], i) => [i, 'o', text]), [9, 'o', '\u009d52;c;aGk=\u009c\u007f']];
+    const text = [{ version: 2, width: 80, height: 24 }, ...events]
+      .map((v) => `${JSON.stringify(v)}\n`)
+      .join('');
+    expect(text).toMatch(/[\u009b\u009c\u009d\u007f\u202e]/);
+    const shown = printableJSONText(text);
+    expect(shown).not.toMatch(/[^\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}]/u);
+    const parse = (t: string): unknown[] =>
+      t
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as unknown);
+    expect(parse(shown)).toEqual(parse(text));
+    // JSON's own whitespace stays as it is: a file with CRLF line ends or tabs between values still parses.
+    expect(printableJSONText('[1,\t"o"]\r\n')).toBe('[1,\t"o"]\r\n');
   });
 });

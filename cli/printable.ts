@@ -42,3 +42,13 @@ export const printableJSON = (value: unknown): string =>
     .split('\n')
     .map((line) => printable(line, Infinity))
     .join('\n');
+
+/**
+ * Text made of JSON values (a JSON file, or JSON lines such as an asciicast recording), safe on a terminal and read
+ * by a JSON parser as the same values: every control and invisible format character but JSON's own whitespace (TAB,
+ * LF, CR) is written as its \uXXXX escape. In valid JSON such characters can only stand inside strings, where the
+ * escape means the same character; JSON.stringify leaves DEL, the C1 controls (U+009B is CSI, U+009D is OSC) and the
+ * format characters raw. Nothing is cut.
+ */
+export const printableJSONText = (text: string): string =>
+  text.replace(/(?![\t\n\r])[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu, escape);

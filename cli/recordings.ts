@@ -6,7 +6,7 @@ import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/grou
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { takesNames } from './completion.ts';
 import { failureOf } from './login.ts';
-import { printable } from './printable.ts';
+import { printable, printableJSONText } from './printable.ts';
 import { loginFirst, requestAsKubeconfig } from './whoami.ts';
 
 interface RecordingsFlags {
@@ -68,19 +68,6 @@ export function recordingsTable(list: SessionRecordingList): string {
   ].join('\n');
 }
 
-/**
- * Terminal output without the control strings that act on the viewer's terminal rather than show something: OSC 52
- * (writes the clipboard), device control strings (DCS), and other application commands (APC, PM, SOS).
- */
-export function harmless(output: string): string {
-  // Control characters are what these expressions are about.
-  /* eslint-disable no-control-regex */
-  return output
-    .replace(/\x1b\]52;[^\x07\x1b]*(?:\x07|\x1b\\)?/g, '')
-    .replace(/\x1b[P_^X][^\x1b]*(?:\x1b\\)?/g, '');
-  /* eslint-enable no-control-regex */
-}
-
 export function recordingsCommand(): Command {
   const command = new Command('recordings').description(
     'list and play back recorded exec and attach sessions (asciicast v2)',
@@ -112,12 +99,11 @@ export function recordingsCommand(): Command {
           if (!(maxIdle > 0))
             throw new Error(`--max-idle: ${JSON.stringify(flags.maxIdle)} is not a positive number`);
           const text = await fetchFromProxy(flags, `/${encodeURIComponent(id)}`, 'application/x-asciicast');
-          if (flags.raw) return void process.stdout.write(text);
+          // The file as it is to anything that reads JSON, with the control characters JSON leaves raw escaped.
+          if (flags.raw) return void process.stdout.write(printableJSONText(text));
           const { parseAsciicast, play } = await import('../concierge/recording/playback.ts');
-          const cast = parseAsciicast(text);
-          // What the recorded session printed must not command this terminal: no clipboard writes, no device controls.
-          for (const event of cast.events) if (event[1] === 'o') event[2] = harmless(event[2]);
-          await play(cast, process.stdout, { speed, maxIdleSeconds: maxIdle });
+          // play() passes only text and the sequences a replay needs: the recorded session cannot command this terminal.
+          await play(parseAsciicast(text), process.stdout, { speed, maxIdleSeconds: maxIdle });
         },
       ),
   );

@@ -100,9 +100,9 @@ function send(
         ca: base.ca,
         agent: false,
         headers: {
+          ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}),
           ...headers,
           ...(credential.token ? { authorization: `Bearer ${credential.token}` } : {}),
-          ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}),
         },
         ...(credential.cert ? { cert: credential.cert.certPem, key: credential.cert.keyPem } : {}),
       },
@@ -586,6 +586,26 @@ describe('forwarding policies the edge admin picks', () => {
     expect(answer.status).toBe(403);
     expect(answer.body).toContain(`cluster ${cluster}'s policy for Sealion refuses this request`);
   };
+  /** The API server answered (for a pod that does not exist), not the policy. */
+  const reachedTheAPIServer = (answer: Answer): void => {
+    expect(answer.status).not.toBe(403);
+    expect(answer.body).not.toContain('policy for Sealion');
+  };
+  /**
+   * What `kubectl debug --target` sends: an ephemeral container added to a running pod (a strategic merge patch of
+   * pods/ephemeralcontainers; a POST is the create verb on it).
+   */
+  const debug = (cluster: string, method: 'PATCH' | 'POST') =>
+    send(
+      replica(holder, cluster),
+      { cert: admin },
+      method,
+      'api/v1/namespaces/policy/pods/p/ephemeralcontainers',
+      method === 'PATCH' ? { 'content-type': 'application/strategic-merge-patch+json' } : {},
+      JSON.stringify({
+        spec: { ephemeralContainers: [{ name: 'dbg', image: 'busybox', targetContainerName: 'app' }] },
+      }),
+    );
 
   it('read-only refuses create and exec for a user the edge allows everything, and serves reads', async () => {
     refusedByPolicy(await create('ro', 'ro'), 'ro');
@@ -596,19 +616,62 @@ describe('forwarding policies the edge admin picks', () => {
     ).toBe(200);
   });
 
-  it('no-exec refuses exec and port-forward, and serves writes', async () => {
+  it('no-exec refuses exec, port-forward and ephemeral containers, and serves writes', async () => {
     refusedByPolicy(await connect('noexec', 'exec'), 'noexec');
     refusedByPolicy(await connect('noexec', 'portforward'), 'noexec');
+    refusedByPolicy(await debug('noexec', 'PATCH'), 'noexec');
+    refusedByPolicy(await debug('noexec', 'POST'), 'noexec');
     expect((await create('noexec', 'noexec')).status).toBe(201);
   });
 
-  it('full allows both: the request reaches the API server, which answers for the missing pod', async () => {
-    expect((await create('edge', 'full')).status).toBe(201);
-    for (const sub of ['exec', 'portforward']) {
-      const answer = await connect('edge', sub);
-      expect(answer.status).not.toBe(403);
-      expect(answer.body).not.toContain('policy for Sealion');
+  it('still allows what the README says each allows: workloads under no-exec, logs and secrets under both', async () => {
+    // A workload runs the command it is created with: no-exec keeps that, as it keeps every write.
+    const deployment = await send(
+      replica(holder, 'noexec'),
+      { cert: admin },
+      'POST',
+      'apis/apps/v1/namespaces/policy/deployments',
+      {},
+      JSON.stringify({
+        apiVersion: 'apps/v1',
+        kind: 'Deployment',
+        metadata: { name: 'runs-code' },
+        spec: {
+          selector: { matchLabels: { app: 'runs-code' } },
+          template: {
+            metadata: { labels: { app: 'runs-code' } },
+            spec: {
+              containers: [{ name: 'app', image: 'busybox', command: ['sh', '-c', 'cat /etc/secret'] }],
+            },
+          },
+        },
+      }),
+    );
+    expect(deployment.status).toBe(201);
+    for (const cluster of ['noexec', 'ro']) {
+      // What a container prints is a read (the pod is missing: the API server answers 404).
+      const logs = await send(
+        replica(holder, cluster),
+        { cert: admin },
+        'GET',
+        'api/v1/namespaces/policy/pods/p/log',
+      );
+      expect([cluster, logs.status]).toEqual([cluster, 404]);
+      const secrets = await send(
+        replica(holder, cluster),
+        { cert: admin },
+        'GET',
+        'api/v1/namespaces/policy/secrets',
+      );
+      expect([cluster, secrets.status]).toEqual([cluster, 200]);
     }
+  });
+
+  it('full allows all of them: the request reaches the API server, which answers for the missing pod', async () => {
+    expect((await create('edge', 'full')).status).toBe(201);
+    for (const sub of ['exec', 'portforward']) reachedTheAPIServer(await connect('edge', sub));
+    reachedTheAPIServer(await debug('edge', 'PATCH'));
+    reachedTheAPIServer(await debug('edge', 'POST'));
   });
 
   it('holds against raw requests with the agent’s own credentials (a compromised hub)', async () => {
@@ -639,6 +702,26 @@ describe('forwarding policies the edge admin picks', () => {
     );
     expect(disguised.status).toBe(403);
     expect(disguised.body).toContain('impersonate-on:user-info:list');
+    // no-exec: no ephemeral container in a running pod (kubectl debug), by patch or by create.
+    for (const [method, verb] of [
+      ['PATCH', 'patch'],
+      ['POST', 'create'],
+    ] as const) {
+      const forgedDebug = await send(
+        edgeServer,
+        asAgent('noexec'),
+        method,
+        '/api/v1/namespaces/policy/pods/p/ephemeralcontainers',
+        {
+          'impersonate-user': 'edge-admin',
+          'impersonate-group': 'edge-admins',
+          ...(method === 'PATCH' ? { 'content-type': 'application/strategic-merge-patch+json' } : {}),
+        },
+        JSON.stringify({ spec: { ephemeralContainers: [{ name: 'dbg', image: 'busybox' }] } }),
+      );
+      expect([method, forgedDebug.status]).toEqual([method, 403]);
+      expect(forgedDebug.body).toContain(`impersonate-on:user-info:${verb}`);
+    }
     // The default policy: users only. No service account, no node, never system:masters.
     const forgeries: Record<string, string>[] = [
       { 'impersonate-user': 'system:serviceaccount:kube-system:default' },

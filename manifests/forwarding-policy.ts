@@ -61,12 +61,17 @@ const RESOURCE_VERBS = ['get', 'list', 'watch', 'create', 'update', 'patch', 'de
 const NON_RESOURCE_VERBS = ['get', 'head', 'post', 'put', 'patch', 'delete', 'options'];
 const READ_VERBS = ['get', 'list', 'watch'];
 const NON_RESOURCE_READ_VERBS = ['get', 'head'];
-/** What reaches into workloads and nodes: a shell, a stream, a port, a proxy into the cluster's network. */
+/**
+ * What reaches into running workloads and nodes: a shell, a stream, a port, a proxy into the cluster's network, and
+ * an ephemeral container, which runs a command of the caller's inside a running pod (`kubectl debug --target`
+ * shares the target's processes, so its files and mounted secrets too) and is then read with pods/log or attach.
+ */
 export const WORKLOAD_ACCESS = [
   'pods/exec',
   'pods/attach',
   'pods/portforward',
   'pods/proxy',
+  'pods/ephemeralcontainers',
   'services/proxy',
   'nodes/proxy',
 ] as const;
@@ -93,7 +98,6 @@ export const CORE_RESOURCES = [
   'persistentvolumes/status',
   'pods',
   'pods/binding',
-  'pods/ephemeralcontainers',
   'pods/eviction',
   'pods/log',
   'pods/resize',

@@ -160,12 +160,29 @@ describe('install manifests', () => {
     [
       'full',
       policy({}),
-      { 'create pods/exec': true, 'get pods/exec': true, 'create configmaps': true, 'get widgets': true },
+      {
+        'create pods/exec': true,
+        'get pods/exec': true,
+        'patch pods/ephemeralcontainers': true,
+        'create configmaps': true,
+        'get widgets': true,
+      },
     ],
     [
       'no-exec',
       policy({ name: 'no-exec' }),
-      { 'create pods/exec': false, 'get pods/exec': false, 'create configmaps': true, 'list widgets': false },
+      {
+        'create pods/exec': false,
+        'get pods/exec': false,
+        // kubectl debug: a command of the caller's in a running pod, beside (and sharing processes with) its containers.
+        'patch pods/ephemeralcontainers': false,
+        'update pods/ephemeralcontainers': false,
+        'create configmaps': true,
+        // What no-exec still allows, as the README says: pods run what they are created with, and logs are reads.
+        'create pods': true,
+        'get pods/log': true,
+        'list widgets': false,
+      },
     ],
     [
       'read-only',
@@ -176,6 +193,8 @@ describe('install manifests', () => {
         'get pods/exec': false,
         'create configmaps': false,
         'delete pods': false,
+        'get secrets': true,
+        'get pods/log': true,
       },
     ],
   ])("renders the agent's %s policy so that its cluster's RBAC enforces it", (_name, p, wanted) => {

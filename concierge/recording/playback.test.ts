@@ -138,6 +138,19 @@ describe('play', () => {
     expect(await played(bursts, { speed: 1 })).toEqual([1000, 'a', 'b', 'c', 500, 'd']);
   });
 
+  it('filters the output as one stream: a sequence its events cut is dropped whole, text and colours pass', async () => {
+    // OSC 52 (a clipboard write) cut after `ESC ]5`, a DCS cut after ESC, OSC 52 by its C1 code, a colour cut.
+    const cut = cast([
+      [0.5, 'o', 'a\x1b]5'],
+      [0.5, 'o', '2;c;aGk=\x07b\x1b'],
+      [0.5, 'o', 'P$qm\x1b\\c\u009d'],
+      [0.5, 'o', '52;c;aGk=\u009cd\x1b[3'],
+      [0.5, 'o', '1me'],
+    ]);
+    // The colour is reset after the last output, so the viewer's terminal is not left red.
+    expect(await played(cut, { speed: 1 })).toEqual([500, 'a', 'b', 'c', 'd', '\x1b[31me', '\x1b[0m']);
+  });
+
   it.each([
     { speed: 0, maxIdleSeconds: undefined },
     { speed: -1, maxIdleSeconds: undefined },

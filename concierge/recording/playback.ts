@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as timer } from 'node:timers/promises';
 import { SealionError } from '../../lib/errors.ts';
+import { newTerminalFilter } from './terminal-filter.ts';
 
 /** The text is not an asciicast v2 recording; the message names the line. */
 export const ASCIICAST_MALFORMED = 'SEALION_ASCIICAST_MALFORMED';
@@ -83,6 +84,8 @@ export function parseAsciicast(text: string): Asciicast {
  * Writes the recording's output ("o" events) to `out`, each when it came relative to the one before, divided by
  * `speed`, with pauses capped at `maxIdleSeconds`. Input, sizes and markers are not shown. Waits are measured
  * from the start, so time spent writing comes off the next wait instead of adding up over a long recording.
+ * The output goes through one terminal filter (terminal-filter.ts) from the first event to the last, so only text
+ * and the sequences a replay needs reach `out`, wherever the recording's events cut the recorded bytes.
  */
 export async function play(cast: Asciicast, out: NodeJS.WritableStream, opts: PlayOptions): Promise<void> {
   const idleLimit = cast.header.idle_time_limit;
@@ -97,6 +100,10 @@ export async function play(cast: Asciicast, out: NodeJS.WritableStream, opts: Pl
   const sleep = opts.sleep ?? ((ms: number) => timer(ms));
   const now = opts.now ?? (() => performance.now());
 
+  const filter = newTerminalFilter();
+  const write = async (text: string): Promise<void> => {
+    if (text !== '' && !out.write(text)) await once(out, 'drain');
+  };
   const start = now();
   /** Milliseconds after `start` at which the next output is due. */
   let due = 0;
@@ -109,6 +116,7 @@ export async function play(cast: Asciicast, out: NodeJS.WritableStream, opts: Pl
     due += (Math.min(gap, maxIdleSeconds) * 1000) / opts.speed;
     const wait = due - (now() - start);
     if (wait > 0) await sleep(wait);
-    if (!out.write(data)) await once(out, 'drain');
+    await write(filter.write(data));
   }
+  await write(filter.end());
 }
