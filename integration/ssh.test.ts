@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import ssh2 from 'ssh2';
@@ -160,10 +160,12 @@ beforeAll(async () => {
   installed = await startInstalledSealion(running, () => {});
   await deployReachWorkload(installed.edge, installed.image.name, EDGE);
   await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'test-ca', '-f', join(dir, 'ca')]);
-  await Promise.all(['demo', 'viewer', 'device', 'stranger', 'late'].map(keygen));
+  await Promise.all(['demo', 'viewer', 'device', 'stranger', 'late', 'rebound'].map(keygen));
   await certify('demo', DEMO_USER, DEMO_GROUP);
   await certify('viewer', VIEWER, 'demo-viewers');
   await certify('late', DEMO_USER, DEMO_GROUP, '20200101:20200102');
+  await keygen('controller');
+  await certify('controller', 'system:kube-controller-manager', 'system:masters,system:nodes');
   const door = await enableSsh(installed.hub, {
     login: { authenticator: 'my-oidc' },
     certificateAuthorities: [readFileSync(join(dir, 'ca.pub'), 'utf8').trim()],
@@ -336,6 +338,111 @@ describe('ssh -L', () => {
   });
 });
 
+/** The hub's concierge pods' restarts, all replicas together. */
+async function conciergeRestarts(): Promise<number> {
+  const got = await installed.hub.kubectl([
+    'get',
+    'pods',
+    '-n',
+    DEFAULT_INSTALL.namespace,
+    '-l',
+    'app=sealion-concierge',
+    '-o',
+    'jsonpath={.items[*].status.containerStatuses[*].restartCount}',
+  ]);
+  return got.stdout
+    .split(/\s+/)
+    .filter(Boolean)
+    .reduce((sum, n) => sum + Number(n), 0);
+}
+
+/** A device login as a stranger with `key`: resolves with what ssh showed once the instructions came, then leaves. */
+function walkAway(key: string): Promise<string> {
+  return new Promise((done, fail) => {
+    const [command, argv] = dieWithParent('ssh', [
+      ...options(key, false),
+      '-o',
+      'PreferredAuthentications=keyboard-interactive',
+      '-p',
+      String(port),
+      '-l',
+      'anyone',
+      host,
+      'true',
+    ]);
+    const child = spawn(command, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let shown = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), SSH_TIMEOUT_MS);
+    child.stderr.on('data', (c: Buffer) => {
+      shown += String(c);
+      // Gone at the prompt, without answering.
+      if (shown.includes('To sign in')) child.kill('SIGKILL');
+    });
+    child.once('error', fail);
+    child.once('close', () => {
+      clearTimeout(timer);
+      done(shown);
+    });
+  });
+}
+
+describe('what a stranger cannot do', () => {
+  it('walks away at the device prompt, again and again: no replica stops, and the next login still starts', async () => {
+    const restarts = await conciergeRestarts();
+    // More than every device-login place of both replicas (64 each, 4 per address), all from this one address.
+    for (let i = 0; i < 70; i++) expect(await walkAway('stranger')).toContain('To sign in, open https://');
+    expect(await walkAway('stranger')).toContain('To sign in, open https://');
+    expect(await conciergeRestarts()).toBe(restarts);
+  }, 300_000);
+
+  it('holds idle connections from one address without locking that address out', async () => {
+    // Behind the local load balancer every client shares its address, as behind a cloud's SNAT.
+    const idlers = await Promise.all(
+      Array.from(
+        { length: 48 },
+        () =>
+          new Promise<Socket>((done, fail) => {
+            const socket = connect({ port, host }, () => done(socket));
+            socket.once('error', fail);
+            socket.resume();
+          }),
+      ),
+    );
+    try {
+      for (let i = 0; i < 4; i++) {
+        const r = await ssh('demo', DEMO_USER, [
+          `hub/${DEMO_NAMESPACE}/${DEMO_POD}`,
+          '--',
+          'echo',
+          `in-${i}`,
+        ]);
+        expect({ code: r.code, stdout: r.stdout.toString() }).toEqual({ code: 0, stdout: `in-${i}\n` });
+      }
+    } finally {
+      for (const socket of idlers) socket.destroy();
+    }
+  });
+
+  it("refuses a certificate that names Kubernetes' own identities, which the API server would trust", async () => {
+    // Straight to the API server, that identity reads every Secret: the door must not make it.
+    const direct = await installed.hub.kubectl([
+      'get',
+      'secrets',
+      '-A',
+      '--as=system:kube-controller-manager',
+      '--as-group=system:masters',
+    ]);
+    expect(direct.code).toBe(0);
+    const r = await ssh('controller', 'system:kube-controller-manager', [
+      `hub/${DEMO_NAMESPACE}/${DEMO_POD}`,
+      '--',
+      'true',
+    ]);
+    expect(r.code).toBe(255);
+    expect(r.stderr).toContain('Permission denied');
+  });
+});
+
 describe('signing in', () => {
   it('refuses a key nobody bound and an expired certificate as SSH refuses any', async () => {
     for (const key of ['stranger', 'late']) {
@@ -426,6 +533,78 @@ describe('signing in', () => {
       1000,
     );
   }, 180_000);
+});
+
+describe('a key bound by a device login', () => {
+  it("is a stranger's again once the JWTAuthenticator that bound it is re-created", async () => {
+    let approving: Promise<void> | undefined;
+    const login = await run(
+      'ssh',
+      [
+        ...options('rebound', false),
+        '-o',
+        'PreferredAuthentications=publickey,keyboard-interactive',
+        '-p',
+        String(port),
+        '-l',
+        'anyone',
+        host,
+        `hub/${DEMO_NAMESPACE}/${DEMO_POD}`,
+        '--',
+        'true',
+      ],
+      '',
+      (stderr) => {
+        const url = /or open (https:\/\/\S+)/.exec(stderr)?.[1];
+        if (url && !approving) approving = approveDevice(url, { caPem: installed.issuer.caPem });
+      },
+    );
+    await approving;
+    expect(login.code).toBe(0);
+    const bound = await ssh('rebound', 'anyone', [
+      `hub/${DEMO_NAMESPACE}/${DEMO_POD}`,
+      '--',
+      'echo',
+      'bound',
+    ]);
+    expect(bound.stdout.toString()).toBe('bound\n');
+
+    // Deleted and made again under its name, with the very same spec: another object, whose word the key never had.
+    const got = await installed.hub.kubectl(['get', 'jwtauthenticator', 'my-oidc', '-o', 'json']);
+    const old = JSON.parse(got.stdout) as { apiVersion: string; kind: string; spec: unknown };
+    await installed.hub.kubectl(['delete', 'jwtauthenticator', 'my-oidc', '--wait=true']);
+    const made = await installed.hub.kubectl(['create', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: old.apiVersion,
+        kind: old.kind,
+        metadata: { name: 'my-oidc' },
+        spec: old.spec,
+      }),
+    });
+    expect(made.code).toBe(0);
+    await eventually(
+      async () => {
+        const phase = await installed.hub.kubectl([
+          'get',
+          'jwtauthenticator',
+          'my-oidc',
+          '-o',
+          'jsonpath={.status.phase}',
+        ]);
+        expect(phase.stdout).toBe('Ready');
+      },
+      120_000,
+      500,
+    );
+    await eventually(
+      async () => {
+        const late = await ssh('rebound', 'anyone', [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+        expect(late.code).toBe(255);
+      },
+      30_000,
+      1000,
+    );
+  }, 240_000);
 });
 
 describe('the menu', () => {
