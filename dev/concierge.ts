@@ -262,14 +262,19 @@ export async function startControlledConcierge(
     port?: number;
     /** Run the agents' tunnel listener on this port (0: any). */
     tunnelPort?: number;
+    /** How often strangers may ask the tunnel listener to register. Default: the listener's limits. */
+    registrationLimits?: RegistrationLimits;
     /** Serve the aggregated APIs (concierge/direct/) here, for the cluster's API server. Default: not served. */
     aggregatedApi?: ConciergeOptions['aggregatedApi'];
+    /** Where the SSH door listens when the ConfigMap turns it on. Default: no door. */
+    ssh?: ConciergeOptions['ssh'];
   },
 ): Promise<ControlledConcierge> {
   const concierge = newConcierge({
     ...(await baseOptions(cluster, opts)),
     configMap: opts.configMap,
     ...(opts.aggregatedApi ? { aggregatedApi: opts.aggregatedApi } : {}),
+    ...(opts.ssh ? { ssh: opts.ssh } : {}),
   });
   const endpoints = await concierge.start();
   return { concierge: endpoints, port: endpoints.port, stop: () => concierge.stop() };

@@ -1,5 +1,6 @@
-// Starts serve-concierge.ts: the concierge of startLocalConcierge, but in its own process, so a test can tell a
-// crash from a refusal and measure the proxy's memory without the test's own.
+// Starts serve-concierge.ts: the concierge of startLocalConcierge (or, `controlled`, of an install: its controllers on),
+// but in its own process, so a test can tell a crash from a refusal and measure the proxy's memory and event loop
+// without the test's own.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -16,16 +17,34 @@ export interface ConciergeProcess {
   signer: { certPem: string; keyPem: string };
   /** The agents' tunnel listener (its port and CA), when started with the `tunnel` option. */
   tunnel?: { port: number; caPem: string };
+  /** The SSH door, when started `controlled` with an SSH port and a config that turns the door on. */
+  ssh?: { port: number };
   pid: number;
   /** The process's resident memory now, in bytes, from /proc. */
   rss(): number;
   /** process.memoryUsage() inside the concierge, after a full GC. */
   memory(): Promise<NodeJS.MemoryUsage>;
+  /**
+   * How late the concierge's event loop ran: `window`, since the last window's reading (the first: since it started);
+   * `total`, since the last `reset`.
+   */
+  eventLoop(what: 'window' | 'total'): Promise<LoopDelay>;
+  /** Starts both of eventLoop's readings afresh. */
+  resetEventLoop(): Promise<void>;
   /** Whether it is still running (a crash makes this false). */
   alive(): boolean;
   /** Its standard error so far (the tail). */
   stderr(): string;
   stop(): Promise<void>;
+}
+
+/** How late a 10 ms timer fired in the concierge, in ms: percentiles, the worst, the mean, over `samples` ticks. */
+export interface LoopDelay {
+  p50: number;
+  p99: number;
+  max: number;
+  mean: number;
+  samples: number;
 }
 
 /** Resident memory of process `pid` in bytes (VmRSS). */
@@ -49,6 +68,12 @@ export async function startConciergeProcess(
     signer?: { certPem: string; keyPem: string };
     /** Audit every request by the policy in `policyFile`, as JSON lines into `logPath`. Default: no audit. */
     audit?: { policyFile: string; logPath: string };
+    /**
+     * The controllers on, as installed: the ConfigMap holds `config` (the proxy enabled at the process's own port
+     * added), the proxy's CA and signer are the controllers', and the SSH door listens on `sshPort` when `config`
+     * turns it on. Needs `tunnel` (its namespace is the concierge's). Default: fixed TLS files, no controllers.
+     */
+    controlled?: { config: Record<string, unknown>; sshPort?: number };
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(
@@ -83,19 +108,28 @@ export async function startConciergeProcess(
     await exited;
     clearTimeout(timer);
   };
+  // One question on stdin at a time: the answers come back in order on the same stdout.
+  let asking: Promise<unknown> = Promise.resolve();
+  const ask = <T>(question: string): Promise<T> => {
+    const answer = asking.then(async () => {
+      child.stdin.write(`${question}\n`);
+      return JSON.parse(await next()) as T;
+    });
+    asking = answer.catch(() => {});
+    return answer;
+  };
   try {
     const info = JSON.parse(await next()) as Pick<
       ConciergeProcess,
-      'url' | 'servingCA' | 'signer' | 'tunnel'
+      'url' | 'servingCA' | 'signer' | 'tunnel' | 'ssh'
     >;
     return {
       ...info,
       pid: child.pid!,
       rss: () => residentBytes(child.pid!),
-      memory: async () => {
-        child.stdin.write('mem\n');
-        return JSON.parse(await next()) as NodeJS.MemoryUsage;
-      },
+      memory: () => ask<NodeJS.MemoryUsage>('mem'),
+      eventLoop: (what) => ask<LoopDelay>(what === 'window' ? 'loop' : 'loop total'),
+      resetEventLoop: () => ask<object>('loop reset').then(() => {}),
       alive: () => child.exitCode === null && child.signalCode === null,
       stderr: () => errors,
       stop,
