@@ -39,6 +39,7 @@ import {
   type PeerName,
 } from './target.ts';
 import { H2Client, rawExchange, TLSSessions, type Answer } from './wire.ts';
+import { sshFamily } from './ssh.ts';
 
 /** What one lane of one family holds while it runs its cases one after another. */
 export interface LaneContext {
@@ -83,6 +84,10 @@ export interface Family<T> {
    * agent). Default: any HTTP answer.
    */
   reach?: string;
+  /** Further keys of its tally its cases must reach at least once each (the SSH family's stages). Default: none. */
+  alsoReach?: readonly string[];
+  /** Whether its cases get HTTP answers, at least one of which a run must see. Default: true. */
+  answersHttp?: boolean;
   /** Releases what a lane kept (sessions, tunnels). */
   closeLane?(ctx: LaneContext): Promise<void>;
 }
@@ -2013,4 +2018,5 @@ export const FAMILIES = [
   registerFamily,
   csrFamily,
   peerFamily,
+  sshFamily,
 ] as const;

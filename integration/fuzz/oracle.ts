@@ -48,6 +48,8 @@ export type FindingKind =
   | 'wrong-answer'
   /** Something the proxy must drop reached an agent. */
   | 'leak'
+  /** A well-behaved user was not served while hostile clients held what they may hold. */
+  | 'unserved'
   | 'other';
 
 export interface Finding {

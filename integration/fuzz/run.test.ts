@@ -36,8 +36,10 @@ beforeAll(async () => {
     concierge: {
       url: `https://127.0.0.1:${port}`,
       alive: () => true,
-      rss: () => process.memoryUsage().rss,
+      rss: () => 100 * 2 ** 20,
       memory: () => Promise.resolve(process.memoryUsage()),
+      eventLoop: () => Promise.resolve({ p50: 0, p99: 0, max: 0, mean: 0, samples: 0 }),
+      resetEventLoop: () => Promise.resolve(),
       stderr: () => '',
     },
     proxyPort: port,
@@ -122,6 +124,16 @@ describe('the summary of a report', () => {
     ['controls that never passed', true, family({ controls: { passed: 0, failed: 0, undecided: 3 } })],
     ['a target never reached', true, family({ reach: 'from the agent', reached: 0 })],
     ['answers all closed or unsendable', true, family({ answers: { closed: 60, unsendable: 40 } })],
+    [
+      'a stage it must also reach never reached',
+      true,
+      family({ alsoReach: ['signed in'], answers: { 'kex done': 100 }, answersHttp: false }),
+    ],
+    [
+      'no HTTP answers from a family that gets none',
+      false,
+      family({ alsoReach: ['signed in'], answers: { 'signed in': 3 }, answersHttp: false }),
+    ],
     [
       'no cases at all',
       false,

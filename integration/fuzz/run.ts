@@ -12,6 +12,7 @@ import { FAMILIES, type Family, type LaneContext } from './families.ts';
 import { FindingError, type Finding, type FindingKind } from './oracle.ts';
 import type { FuzzTarget } from './target.ts';
 import { H2Client } from './wire.ts';
+import { boundProblems, fatalRss, formatVitals, watchEventLoop, type LoopReport } from './vitals.ts';
 
 export interface FuzzOptions {
   /** Cases across all families, split by weight. */
@@ -61,6 +62,10 @@ export interface FamilyReport {
   /** What its cases must reach (the answers tally's key), and how many did. */
   reach: string;
   reached: number;
+  /** Further tally keys its cases must reach at least once each. Default: none. */
+  alsoReach?: readonly string[];
+  /** Whether its cases get HTTP answers (and so must get some). Default: true. */
+  answersHttp?: boolean;
   /** Time its cases took, summed over lanes (mean per case = busyMs / cases). */
   busyMs: number;
 }
@@ -72,10 +77,18 @@ export interface FuzzReport {
    * The concierge died: its stderr, the cases in flight then, and each lane's last cases before them (a case can
    * kill it just after its own answer, or the death is seen a moment later).
    */
-  crash?: { stderr: string; inFlight: string[]; recent: string[] };
+  crash?: {
+    stderr: string;
+    inFlight: string[];
+    recent: string[];
+    /** Why the harness ended it, when it did: what an installed pod would have been killed for (vitals.ts). */
+    killed?: string;
+  };
   rss: { before: number; after: number; max: number };
   /** The concierge's memory after a full GC, before and after the cases. */
   memory: { before: NodeJS.MemoryUsage; after?: NodeJS.MemoryUsage };
+  /** The concierge's event loop before, during and after the cases (vitals.ts); none when it died. */
+  loop?: LoopReport;
   elapsedMs: number;
   stoppedEarly: boolean;
 }
@@ -128,6 +141,8 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
         controls: { passed: 0, failed: 0, undecided: 0 },
         reach: f.reach ?? 'an HTTP answer',
         reached: 0,
+        alsoReach: f.alsoReach ?? [],
+        answersHttp: f.answersHttp ?? true,
         busyMs: 0,
       },
     ]),
@@ -151,6 +166,16 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   const memoryBefore = await target.concierge.memory();
   const rssBefore = target.concierge.rss();
   let rssMax = rssBefore;
+  /** Ends a concierge that an install would have lost (past its memory limit, or failing its liveness probe). */
+  const kill = (why: string): void => {
+    if (crash) return;
+    crash = { ...crashReport(), killed: why };
+    try {
+      process.kill(target.concierge.pid, 'SIGKILL');
+    } catch {
+      // gone already
+    }
+  };
   const watch = setInterval(() => {
     if (!target.concierge.alive()) {
       crash ??= crashReport();
@@ -158,10 +183,18 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     }
     try {
       rssMax = Math.max(rssMax, target.concierge.rss());
+      const fatal = fatalRss(rssMax);
+      if (fatal) kill(fatal);
     } catch {
       // the process is exiting; the next tick sees it dead
     }
   }, 250);
+  const loop = watchEventLoop(
+    target.concierge,
+    () => [...inFlight.entries()].map(([lane, input]) => `${lane}: ${fc.stringify(input)}`),
+    kill,
+  );
+  await loop.start();
   const progress = setInterval(() => {
     const done = [...reports.values()].map((r) => `${r.name} ${r.cases}`).join(', ');
     log(`${done}; rss ${Math.round(rssMax / 2 ** 20)} MiB max`);
@@ -299,6 +332,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     clearInterval(watch);
     clearInterval(progress);
   }
+  const loopReport = await loop.stop();
   if (!crash && !target.concierge.alive()) crash = crashReport();
 
   const alive = target.concierge.alive();
@@ -309,6 +343,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     ...(crash ? { crash } : {}),
     rss: { before: rssBefore, after: alive ? target.concierge.rss() : 0, max: rssMax },
     memory: { before: memoryBefore, ...(memoryAfter ? { after: memoryAfter } : {}) },
+    ...(loopReport ? { loop: loopReport } : {}),
     elapsedMs: Date.now() - started,
     stoppedEarly: opts.signal?.aborted === true,
   };
@@ -325,6 +360,9 @@ export function familyProblems(f: FamilyReport): string[] {
   if (f.controls.passed === 0)
     problems.push(`${f.name}: no positive control passed (${f.controls.failed} failed)`);
   if (f.reached === 0) problems.push(`${f.name}: none of its ${f.cases} cases reached ${f.reach}`);
+  for (const what of f.alsoReach ?? [])
+    if (!f.answers[what]) problems.push(`${f.name}: none of its ${f.cases} cases reached ${what}`);
+  if (f.answersHttp === false) return problems;
   const responses = Object.entries(f.answers)
     .filter(([kind]) => ANY_RESPONSE.test(kind))
     .reduce((sum, [, n]) => sum + n, 0);
@@ -344,7 +382,8 @@ export function failuresByKind(report: FuzzReport): Map<FindingKind, number> {
 export function hasFindings(report: FuzzReport): boolean {
   return (
     report.crash !== undefined ||
-    report.families.some((f) => f.failures.length > 0 || familyProblems(f).length > 0)
+    report.families.some((f) => f.failures.length > 0 || familyProblems(f).length > 0) ||
+    boundProblems(report).length > 0
   );
 }
 
@@ -386,6 +425,7 @@ export function formatReport(report: FuzzReport): string {
         `${MiB(before.external)} → ${MiB(after.external)}, array buffers ${MiB(before.arrayBuffers)} → ` +
         `${MiB(after.arrayBuffers)}`,
     );
+  lines.push(...formatVitals(report));
   if (report.stoppedEarly) lines.push('stopped early (interrupted)');
   for (const f of report.families) {
     for (const c of f.failures.slice(0, 5)) {
@@ -396,7 +436,12 @@ export function formatReport(report: FuzzReport): string {
     if (f.failures.length > 5) lines.push('', `[${f.name}] and ${f.failures.length - 5} more failures`);
   }
   if (report.crash) {
-    lines.push('', 'the concierge crashed; cases in flight then:');
+    lines.push(
+      '',
+      report.crash.killed
+        ? `the harness killed the concierge: ${report.crash.killed}; cases in flight then:`
+        : 'the concierge crashed; cases in flight then:',
+    );
     for (const c of report.crash.inFlight) lines.push(`  ${c.slice(0, 2000)}`);
     lines.push("each lane's last cases before:");
     for (const c of report.crash.recent) lines.push(`  ${c.slice(0, 2000)}`);

@@ -1,8 +1,9 @@
 // What the fuzzer attacks: a real API server, a local OIDC issuer, and the concierge in a process of its own (so a
-// crash shows as a dead process, and its memory is its own), with its tunnel listener and peer listener, a
-// JWTAuthenticator, a user who may only read, a client certificate from the proxy's signer, agent identities from
-// the tunnel CA, bootstrap tokens for registration, and a replica's identity from the peer CA (with identities
-// that only look like one).
+// crash shows as a dead process, and its memory is its own) with its controllers on as installed, with its tunnel
+// listener and peer listener, a JWTAuthenticator, a user who may only read, a client certificate from the proxy's
+// signer, agent identities from the tunnel CA, bootstrap tokens for registration, a replica's identity from the peer
+// CA (with identities that only look like one), and the SSH door: the device login at the local issuer, two SSH CAs
+// whose user certificates sign in, and the keys the fuzzer holds.
 
 import {
   PEER_CA_SECRET,
@@ -21,6 +22,8 @@ import { applyJWTAuthenticator } from '../../dev/concierge.ts';
 import { startConciergeProcess, type ConciergeProcess } from '../harness/concierge-process.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
+import { freePort } from '../../dev/cluster.ts';
+import { ecdsaKey, ed25519Key, keyLine, rsaKey, type HeldKey } from './ssh-keys.ts';
 
 export const FUZZ_AUDIENCE = 'sealion-fuzz';
 export const FUZZ_USER = 'fuzzer@example.com';
@@ -106,8 +109,29 @@ export interface FuzzTarget {
   clients: KubeClients;
   /** Where the tunnel listener keeps its CA and bootstrap tokens. */
   tunnelNamespace: string;
+  ssh: SshMaterial;
   stop(): Promise<void>;
 }
+
+/** The SSH door and what the fuzzer signs in with. */
+export interface SshMaterial {
+  port: number;
+  /** The user CAs the door trusts (its config's certificateAuthorities), and one it does not. */
+  cas: { ed25519: HeldKey; rsa: HeldKey; stranger: HeldKey };
+  /** Keys the fuzzer holds: certified, bound by device logins, or neither. */
+  keys: { ed25519: HeldKey; ecdsa: HeldKey; rsa: HeldKey };
+}
+
+/** The JWTAuthenticator the door's device login uses (the issuer's client is its audience). */
+export const FUZZ_AUTHENTICATOR = 'fuzz';
+/** The certificate extension that carries groups (the config's default). */
+export const SSH_GROUPS_EXTENSION = 'groups@sealion.dev';
+/**
+ * A group only the fuzzer's valid SSH certificates carry, which may exec into pods of the fuzz namespace (there are
+ * none): the API server then answers an exec with NotFound, which it can only do if the certificate's groups reached
+ * it (without them it is Forbidden).
+ */
+export const SSH_EXEC_GROUP = 'ssh-fuzzers';
 
 interface ObjectWithUid {
   metadata: { name: string; uid: string };
@@ -124,7 +148,13 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
     log('starting a cluster');
     const cluster = await startCluster({ name: 'fuzz', controllerManager: false });
     stops.push(() => cluster.stop());
-    const issuer = await startOIDCIssuer({ audience: FUZZ_AUDIENCE });
+    // The device login asks as the authenticator's audience (the door's default client) and the person who approves
+    // a code signs in as the fuzz user.
+    const issuer = await startOIDCIssuer({
+      audience: FUZZ_AUDIENCE,
+      clientId: FUZZ_AUDIENCE,
+      login: { username: FUZZ_USER, groups: [FUZZ_GROUP] },
+    });
     stops.push(() => issuer.stop());
 
     const kubectl = async (args: string[], input?: string): Promise<void> => {
@@ -142,20 +172,52 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       '--clusterrole=fuzz-reader',
       `--group=${FUZZ_GROUP}`,
     ]);
+    await kubectl([
+      'create',
+      'role',
+      'ssh-exec',
+      '-n',
+      TUNNEL_NAMESPACE,
+      '--verb=get,create',
+      '--resource=pods/exec',
+    ]);
+    await kubectl([
+      'create',
+      'rolebinding',
+      'ssh-exec',
+      '-n',
+      TUNNEL_NAMESPACE,
+      '--role=ssh-exec',
+      `--group=${SSH_EXEC_GROUP}`,
+    ]);
 
     log('starting the concierge');
+    const cas = { ed25519: ed25519Key(), rsa: rsaKey(3072), stranger: ed25519Key() };
     const concierge = await startConciergeProcess(cluster, {
       // Registration's rate limits, raised so far that every case is judged by what it sends, never turned away for
       // coming often from one address (the limits themselves have tests of their own).
       tunnel: { port: 0, namespace: TUNNEL_NAMESPACE, registrationLimits: FUZZ_REGISTRATION_LIMITS },
+      // As installed: the controllers serve the proxy, and the config turns the SSH door on with the device login and
+      // the two CAs (the door's own limits are its defaults).
+      controlled: {
+        config: {
+          ssh: {
+            mode: 'enabled',
+            login: { authenticator: FUZZ_AUTHENTICATOR },
+            certificateAuthorities: [keyLine(cas.ed25519, 'fuzz-ca'), keyLine(cas.rsa, 'fuzz-rsa-ca')],
+            groupsExtension: SSH_GROUPS_EXTENSION,
+          },
+        },
+        sshPort: await freePort(),
+      },
     });
     stops.push(() => concierge.stop());
-    await applyJWTAuthenticator(cluster, 'fuzz', issuer, FUZZ_AUDIENCE);
+    await applyJWTAuthenticator(cluster, FUZZ_AUTHENTICATOR, issuer, FUZZ_AUDIENCE);
     await eventually(async () => {
       const r = await cluster.kubectl([
         'get',
         'jwtauthenticator.authentication.concierge.sealion.dev',
-        'fuzz',
+        FUZZ_AUTHENTICATOR,
         '-o',
         'jsonpath={.status.phase}',
       ]);
@@ -233,6 +295,11 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       peer,
       clients,
       tunnelNamespace: TUNNEL_NAMESPACE,
+      ssh: {
+        port: concierge.ssh!.port,
+        cas,
+        keys: { ed25519: ed25519Key(), ecdsa: ecdsaKey(), rsa: rsaKey(2048) },
+      },
       stop,
     } satisfies FuzzTarget;
   } catch (err) {
