@@ -1,7 +1,15 @@
 // Turns the SSH family's recipes (ssh-cases.ts) into bytes when a case is sent: certificates, key blobs and their
 // signatures, authentication requests, and SFTP packets.
 import { randomBytes } from 'node:crypto';
-import type { AuthMethod, CertRecipe, KeyChoice, OddKey, SftpOp, Signing } from './ssh-cases.ts';
+import {
+  PRINCIPALS,
+  type AuthMethod,
+  type CertRecipe,
+  type KeyChoice,
+  type OddKey,
+  type SftpOp,
+  type Signing,
+} from './ssh-cases.ts';
 import {
   bool,
   certificate,
@@ -15,7 +23,7 @@ import {
   type HeldKey,
 } from './ssh-keys.ts';
 import { authHead, publickeyRequest, type SshWire } from './ssh-wire.ts';
-import { FUZZ_GROUP, FUZZ_USER, SSH_EXEC_GROUP, SSH_GROUPS_EXTENSION, type SshMaterial } from './target.ts';
+import { FUZZ_GROUP, SSH_EXEC_GROUP, SSH_GROUPS_EXTENSION, type SshMaterial } from './target.ts';
 
 /** The keys a lane holds beyond the target's: the one its device logins may bind, and others to sign wrongly with. */
 export interface LaneKeys {
@@ -45,15 +53,6 @@ function validity(v: CertRecipe['validity']): [bigint, bigint] {
       return [now - 1n, now + 60n];
   }
 }
-
-const PRINCIPALS: Record<CertRecipe['principals'], string[]> = {
-  user: [FUZZ_USER],
-  'user and others': ['root', FUZZ_USER, 'x'],
-  others: ['root', 'fuzzer'],
-  none: [],
-  'user with NUL': [`${FUZZ_USER}\0`],
-  'user, 300 times': Array.from({ length: 300 }, () => FUZZ_USER),
-};
 
 const CRITICAL: Record<CertRecipe['critical'][number], [string, Buffer]> = {
   'source-address here': ['source-address', str('127.0.0.0/8')],

@@ -164,13 +164,27 @@ export type SshCase = SessionCase | CrowdCase;
 /** Whether a credential lets its holder in: `must` (valid, correctly signed), `may` (a key a login may have bound), `never`. */
 export type Grant = 'must' | 'may' | 'never';
 
-/** What a certificate recipe grants the fuzz user signing it with `signing` as `user`, from `here`. */
+/** The principals each recipe names. */
+export const PRINCIPALS: Record<CertRecipe['principals'], string[]> = {
+  user: [FUZZ_USER],
+  'user and others': ['root', FUZZ_USER, 'x'],
+  others: ['root', 'fuzzer'],
+  none: [],
+  'user with NUL': [`${FUZZ_USER}\0`],
+  'user, 300 times': Array.from({ length: 300 }, () => FUZZ_USER),
+};
+
+/**
+ * What a certificate recipe grants its holder signing with `signing` as `user`: in as that user when the name is one of
+ * its principals (of at most 256, none with a NUL), it is a user certificate from a trusted CA, valid now, with no
+ * critical option but a source address that admits loopback, sshd's flags without data, and well-formed groups.
+ */
 export function certGrant(cert: CertRecipe, signing: Signing, user: Bytes): Grant {
   const valid =
     (cert.ca === 'ed25519' || cert.ca === 'rsa') &&
     cert.kind === 1 &&
-    ['user', 'user and others'].includes(cert.principals) &&
-    user === FUZZ_USER &&
+    ['user', 'user and others', 'others'].includes(cert.principals) &&
+    PRINCIPALS[cert.principals].includes(user) &&
     ['now', 'forever', 'just started'].includes(cert.validity) &&
     cert.critical.every((c) => c === 'source-address here') &&
     cert.extensions.every((e) => ['permit-pty', 'permit-port-forwarding', 'groups', 'unknown'].includes(e)) &&

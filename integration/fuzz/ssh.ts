@@ -157,6 +157,8 @@ class SessionRun {
   maySignIn = false;
   /** The channel the channel steps act on: the last one opened. */
   chan: Channel | undefined;
+  /** Channels this client sent EOF or close on. */
+  readonly ended = new Set<number>();
   sftpId = 0;
   /** The case ended the connection at a stage (walked away at the device prompt). */
   walkedAway = false;
@@ -388,7 +390,9 @@ class SessionRun {
     const { wire, ctx } = this;
     const prompts = wire.auth.prompts.length;
     const failures = wire.auth.failures.length;
-    const synced = this.inSync && !wire.auth.success;
+    // A server may disconnect when the user name changes between attempts (RFC 4252 5).
+    const synced = this.inSync && !wire.auth.success && (this.lastUser ?? FUZZ_USER) === FUZZ_USER;
+    this.lastUser = FUZZ_USER;
     wire.authRequest('keyboard-interactive', deviceRequest(FUZZ_USER));
     this.authSent++;
     await this.owe(
@@ -458,7 +462,8 @@ class SessionRun {
     const { wire } = this;
     const signedIn = wire.auth.success;
     const chan = this.chan;
-    const open = chan?.state === 'open' && chan.reads;
+    // After this client's EOF or close on a channel, nothing on it is owed: ssh2 answers no request after either.
+    const open = chan?.state === 'open' && chan.reads && !this.ended.has(chan.local);
     const reply = async (what: string, owed: boolean, closeOk = false): Promise<void> => {
       if (!chan) return;
       const before = chan.replies.length;
@@ -532,17 +537,26 @@ class SessionRun {
       case 'shell':
         wire.channelRequest(chan ?? this.stray(), 'shell', true, Buffer.alloc(0));
         return reply('shell', true);
-      case 'subsystem':
+      case 'subsystem': {
         wire.channelRequest(chan ?? this.stray(), 'subsystem', true, str(s.name));
-        return reply(`subsystem ${JSON.stringify(s.name)}`, true);
+        await reply(`subsystem ${JSON.stringify(s.name)}`, true);
+        // A channel given to SFTP carries SFTP only: ssh2 answers no request on it after.
+        if (chan?.replies[chan.replies.length - 1] === true) this.ended.add(chan.local);
+        return;
+      }
       case 'sftp':
         return this.sftp(s.ops);
       case 'request':
+        // Random data after a request's name is malformed for most (ssh2 disconnects then).
+        if (s.body !== '') this.clean = false;
         wire.channelRequest(chan ?? this.stray(), s.name, s.wantReply, Buffer.from(s.body, 'latin1'));
-        // A request whose data does not parse may end the connection: only well-formed requests are owed.
-        if (s.wantReply) return reply(`request ${s.name}`, false);
+        // Owed only where an empty body is the whole request (an unknown type, agent forwarding).
+        if (s.wantReply)
+          return reply(`request ${s.name}`, ['x', 'auth-agent-req@openssh.com'].includes(s.name));
         return;
       case 'data':
+        // Data after this client's EOF breaks RFC 4254 5.3.
+        if (chan && this.ended.has(chan.local)) this.clean = false;
         if (chan) wire.channelData(chan, Buffer.from(s.bytes, 'latin1'));
         return;
       case 'window':
@@ -551,12 +565,17 @@ class SessionRun {
         );
         return;
       case 'eof':
+        if (chan) this.ended.add(chan.local);
         wire.send(Buffer.concat([Buffer.of(MSG.CHANNEL_EOF), u32(chan?.remote ?? 0xfff)]));
         return;
       case 'close channel':
+        if (chan) this.ended.add(chan.local);
         wire.send(Buffer.concat([Buffer.of(MSG.CHANNEL_CLOSE), u32(chan?.remote ?? 0xfff)]));
         return;
       case 'global': {
+        // Only a few global requests take no data; random data is malformed for every one.
+        if (s.body !== '' || !['no-more-sessions@openssh.com', 'keepalive@openssh.com', 'x'].includes(s.name))
+          this.clean = false;
         const before = wire.globalReplies.length;
         wire.send(
           Buffer.concat([
