@@ -141,6 +141,11 @@ export interface ConciergeEndpoints {
   /** The tunnel listener's port and CA, when it runs. */
   tunnel?: { port: number; caPem: string };
   metricsPort?: number;
+  /**
+   * Where the SSH door listens now, with the `ssh` option: undefined until the controllers hand it a host key (the
+   * config turns it on), and after they take it back. On port 0 this is how to learn which one it got.
+   */
+  sshPort?: () => number | undefined;
 }
 
 export interface Concierge {
@@ -526,6 +531,7 @@ async function start(
     ...(aggregatedApiPort === undefined ? {} : { aggregatedApiPort }),
     ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
+    ...(ssh ? { sshPort: ssh.port } : {}),
   };
 }
 
@@ -622,9 +628,11 @@ function sshDoor(
 ): {
   serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void;
   close: () => Promise<void>;
+  /** Where it listens now; undefined while it does not. */
+  port: () => number | undefined;
 } {
   let settings: SshSettings | undefined;
-  let current: { key: string; server: SshServer } | undefined;
+  let current: { key: string; server: SshServer; port: number } | undefined;
   let wanted = '';
   let closed = false;
   let switching = Promise.resolve();
@@ -639,7 +647,7 @@ function sshDoor(
       try {
         const server = newSshServer({ ...deps, hostKeys: material.hostKeys, settings: () => settings! });
         const port = await server.listen(at.port, at.host);
-        current = { key, server };
+        current = { key, server, port };
         deps.log.info({ host: at.host, port }, 'ssh door listening');
       } catch (err) {
         wanted = '';
@@ -663,6 +671,7 @@ function sshDoor(
       await current?.server.close();
       current = undefined;
     },
+    port: () => current?.port,
   };
 }
 

@@ -40,6 +40,7 @@ beforeAll(async () => {
       memory: () => Promise.resolve(process.memoryUsage()),
       eventLoop: () => Promise.resolve({ p50: 0, p99: 0, max: 0, mean: 0, samples: 0 }),
       resetEventLoop: () => Promise.resolve(),
+      answeredAt: () => Date.now(),
       stderr: () => '',
     },
     proxyPort: port,
@@ -141,5 +142,33 @@ describe('the summary of a report', () => {
     ],
   ])('%s: findings %s', (_name, findings, f) => {
     expect(hasFindings(report(f))).toBe(findings);
+  });
+
+  const delay = (max: number, p99 = 1) => ({ p50: 0, p99, max, mean: 0, samples: 100 });
+  const loop = (during: ReturnType<typeof delay>) => ({
+    before: delay(1),
+    during,
+    worstSecond: during,
+    after: delay(1),
+    stalls: [],
+  });
+  const MiB = 2 ** 20;
+  it.each([
+    ['vital signs within their bounds', false, { loop: loop(delay(900, 90)) }],
+    ['an event loop stalled past 1 s', true, { loop: loop(delay(1_500)) }],
+    ['an event loop late past 100 ms at the 99th percentile', true, { loop: loop(delay(500, 150)) }],
+    ['RSS past the pod limit', true, { rss: { before: 0, after: 0, max: 600 * MiB } }],
+    [
+      'a heap that kept 100 MiB',
+      true,
+      {
+        memory: {
+          before: { ...process.memoryUsage(), heapUsed: 50 * MiB },
+          after: { ...process.memoryUsage(), heapUsed: 150 * MiB },
+        },
+      },
+    ],
+  ])('%s: findings %s', (_name, findings, vitals) => {
+    expect(hasFindings({ ...report(family({})), ...vitals })).toBe(findings);
   });
 });

@@ -335,8 +335,9 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   const loopReport = await loop.stop();
   if (!crash && !target.concierge.alive()) crash = crashReport();
 
-  const alive = target.concierge.alive();
-  const memoryAfter = alive ? await target.concierge.memory() : undefined;
+  // A process the harness killed may not have exited yet.
+  const alive = target.concierge.alive() && !crash?.killed;
+  const memoryAfter = alive ? await target.concierge.memory().catch(() => undefined) : undefined;
   return {
     seed: opts.seed,
     families: [...reports.values()],

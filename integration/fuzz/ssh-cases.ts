@@ -193,9 +193,14 @@ export function certGrant(cert: CertRecipe, signing: Signing, user: Bytes): Gran
   return valid && signing === 'good' ? 'must' : 'never';
 }
 
-export function methodGrant(how: AuthMethod, user: Bytes): Grant {
+/**
+ * What an authentication method grants `user`. A plain key signs in only once a device login bound it, which binds the
+ * first key its connection proved: the lane's own key, or any the fuzzer holds that `bound` says a login may have
+ * bound (the run records a key there before its login is approved).
+ */
+export function methodGrant(how: AuthMethod, user: Bytes, bound: (key: KeyChoice) => boolean): Grant {
   if (how.m === 'cert') return certGrant(how.cert, how.signing, user);
-  if (how.m === 'key' && how.key === 'bindable' && how.signing === 'good') return 'may';
+  if (how.m === 'key' && how.signing === 'good' && (how.key === 'bindable' || bound(how.key))) return 'may';
   return 'never';
 }
 

@@ -70,6 +70,8 @@ export interface Channel {
   data: Buffer[];
   stderr: Buffer[];
   received: number;
+  /** Data messages received, empty ones included. */
+  messages: number;
   exitStatus?: number;
   eof: boolean;
   /** Answers to requests sent with want-reply, in order. */
@@ -101,6 +103,8 @@ export class SshWire {
   frozen = false;
   /** Why the transport failed on this side, if it did (a server message it could not parse, a MAC that failed). */
   error: string | undefined;
+  /** Where this client failed to read what the server sent, if it did: ssh2's parser threw. */
+  unparsable: string | undefined;
   serverIdent: string | undefined;
   /** Packets received (the server's KEXINIT is the first). */
   inbound = 0;
@@ -163,6 +167,7 @@ export class SshWire {
         this.proto.parse(chunk, 0, chunk.length);
       } catch (err) {
         this.error ??= (err as Error).message;
+        this.unparsable ??= (err as Error).stack ?? String(err);
         this.socket.destroy();
       }
     });
@@ -180,8 +185,10 @@ export class SshWire {
 
   private handlers(changed: () => void): Record<string, (...args: never[]) => void> {
     const keep = (list: Buffer[], chan: Channel, data: Buffer): void => {
-      if (chan.received < KEEP) list.push(data.subarray(0, KEEP - chan.received));
+      // Empty messages are kept as nothing: a server can send them without end.
+      if (chan.received < KEEP && data.length > 0) list.push(data.subarray(0, KEEP - chan.received));
       chan.received += data.length;
+      chan.messages++;
       // A reading client gives the window back; one that never reads lets it run out.
       if (chan.reads && chan.remote !== undefined)
         this.send(Buffer.concat([Buffer.of(MSG.CHANNEL_WINDOW_ADJUST), u32(chan.remote), u32(data.length)]));
@@ -321,6 +328,7 @@ export class SshWire {
       data: [],
       stderr: [],
       received: 0,
+      messages: 0,
       eof: false,
       replies: [],
       reads,

@@ -32,6 +32,7 @@ import {
   sshCase,
   VALID_CERT,
   type CrowdCase,
+  type KeyChoice,
   type SessionCase,
   type SshCase,
   type Step,
@@ -39,6 +40,7 @@ import {
 import { ecdsaKey, ed25519Key, rsaKey, str, u32 } from './ssh-keys.ts';
 import { MSG, SshWire, type Channel } from './ssh-wire.ts';
 import { FUZZ_USER } from './target.ts';
+import { MAX_AUTH_TRIES } from '../../concierge/ssh/sign-in.ts';
 
 /** The controls' address, which `shared` cases share with them. */
 const SHARED = '127.0.0.1';
@@ -75,6 +77,12 @@ function laneOf(ctx: LaneContext): SshLane {
   return made;
 }
 
+/**
+ * The fuzzer's keys a device login may have bound: recorded before the login is approved, so that no lane sees the
+ * binding before the record. The lane's own key (`bindable`) may always be.
+ */
+const BOUND = new Set<Extract<KeyChoice, string>>();
+
 /** Where a case connects from: the controls' address, or a fresh one in the lane's own 127.x/16. */
 function address(from: 'shared' | 'own', ctx: LaneContext): string {
   if (from === 'shared') return SHARED;
@@ -94,6 +102,15 @@ function ending(wire: SshWire): string {
   if (wire.disconnect)
     parts.push(`disconnect ${wire.disconnect.reason} ${JSON.stringify(wire.disconnect.description)}`);
   if (wire.error) parts.push(`(${wire.error})`);
+  // Where this client's parser gave up on what the door sent, for whoever reads the finding.
+  if (wire.unparsable)
+    parts.push(
+      `[${wire.unparsable
+        .split('\n')
+        .slice(1, 4)
+        .map((l) => l.trim())
+        .join(' < ')}]`,
+    );
   return parts.join(' ');
 }
 
@@ -139,6 +156,14 @@ async function wellBehaved(ctx: LaneContext, from: string): Promise<string | und
   }
 }
 
+/**
+ * Whether the concierge process as a whole has stopped answering: the run asks its event loop every second, and an
+ * answer older than STALLED_MS means the loop has not turned since. A case's unanswered request is then no finding of
+ * its own; the run's event-loop bound and its stall report are.
+ */
+const stalled = (ctx: LaneContext): boolean => Date.now() - ctx.target.concierge.answeredAt() > STALLED_MS;
+const STALLED_MS = 2_000;
+
 /** Whether the door has room to answer on a channel: a reading client that gave it a usual window and packet size. */
 const roomy = (chan: Channel): boolean => chan.reads && chan.granted >= 64 * 1024 && chan.maxPacket >= 1024;
 
@@ -157,6 +182,8 @@ class SessionRun {
   maySignIn = false;
   /** The channel the channel steps act on: the last one opened. */
   chan: Channel | undefined;
+  /** The first key the fuzzer holds that this connection proved with a good signature: a login would bind it. */
+  provedKey: Extract<KeyChoice, string> | undefined;
   /** Channels this client sent EOF or close on. */
   readonly ended = new Set<number>();
   sftpId = 0;
@@ -210,6 +237,11 @@ class SessionRun {
   ): Promise<'ok' | 'closed' | 'timeout'> {
     const how = await this.wire.until(done, ms);
     if (!owed || !this.clean) return how;
+    if (how === 'timeout' && stalled(this.ctx)) {
+      // The whole process stopped answering (the run reports the stall, with every case in flight then).
+      this.count('no answer: the process stalled');
+      return how;
+    }
     if (how === 'timeout') throw finding('hang', `${what}: no answer within ${ms} ms (${this.describe()})`);
     if (how === 'closed' && this.c.from === 'own' && !closeOk)
       throw finding(
@@ -232,8 +264,9 @@ class SessionRun {
         'accepted-forgery',
         `signed in without a credential that may sign in (${this.describe()})`,
       );
-    for (const f of a.failures)
-      if (f.methods.join(',') !== METHODS || f.partial)
+    // Requests sent after the connection ran out of tries are refused unread, without the methods.
+    for (const [i, f] of a.failures.entries())
+      if ((f.methods.join(',') !== METHODS && i < MAX_AUTH_TRIES) || f.partial)
         throw finding(
           'bad-refusal',
           `a refusal naming ${JSON.stringify(f.methods)}${f.partial ? ' with partial success' : ''}, not ${METHODS}`,
@@ -325,12 +358,17 @@ class SessionRun {
 
   private async auth(s: Extract<Step, { t: 'auth' }>): Promise<void> {
     const { wire } = this;
-    const grant = methodGrant(s.how, s.user);
+    const grant = methodGrant(s.how, s.user, (key) => typeof key === 'string' && BOUND.has(key));
+    if (grant === 'never' && s.how.m === 'key' && s.how.signing === 'good' && typeof s.how.key === 'string')
+      this.provedKey ??= s.how.key;
     if (grant !== 'never') this.maySignIn = true;
     const { method, payload } = authPayload(wire, s.user, s.how, this.ctx.target.ssh, laneOf(this.ctx).keys);
     const synced = this.inSync && !wire.auth.success;
     const sameUser = this.lastUser === undefined || this.lastUser === s.user;
     this.lastUser = s.user;
+    // Past MAX_AUTH_TRIES refusals the door refuses everything and disconnects, as sshd does (one fewer here: the
+    // first "none" is not a try).
+    const triesLeft = wire.auth.failures.length < MAX_AUTH_TRIES - 1;
     wire.authRequest(method, payload);
     this.authSent++;
     if (!s.wait) {
@@ -343,6 +381,7 @@ class SessionRun {
     const known = ['none', 'password', 'publickey', 'hostbased'].includes(method);
     const parses =
       sameUser &&
+      triesLeft &&
       (s.how.m === 'none' ||
         s.how.m === 'password' ||
         (s.how.m === 'cert' && ['good', 'query'].includes(s.how.signing)) ||
@@ -356,7 +395,7 @@ class SessionRun {
     );
     if (this.answers() > 0) this.count('auth answered');
     this.judgeAuth();
-    if (grant === 'must' && synced && this.clean && !wire.auth.success && !wire.closed)
+    if (grant === 'must' && synced && triesLeft && this.clean && !wire.auth.success && !wire.closed)
       throw finding(
         'wrong-answer',
         `a valid certificate, correctly signed, was refused (${this.describe()})`,
@@ -391,7 +430,11 @@ class SessionRun {
     const prompts = wire.auth.prompts.length;
     const failures = wire.auth.failures.length;
     // A server may disconnect when the user name changes between attempts (RFC 4252 5).
-    const synced = this.inSync && !wire.auth.success && (this.lastUser ?? FUZZ_USER) === FUZZ_USER;
+    const synced =
+      this.inSync &&
+      !wire.auth.success &&
+      (this.lastUser ?? FUZZ_USER) === FUZZ_USER &&
+      wire.auth.failures.length < MAX_AUTH_TRIES - 1;
     this.lastUser = FUZZ_USER;
     wire.authRequest('keyboard-interactive', deviceRequest(FUZZ_USER));
     this.authSent++;
@@ -432,6 +475,8 @@ class SessionRun {
         this.authSent++;
         return;
       case 'approve': {
+        // The login binds the first key this connection proved: from now on it may sign in.
+        if (this.provedKey) BOUND.add(this.provedKey);
         wire.send(infoResponse([]));
         const complete = /or open (\S+)/.exec(prompt.instructions)?.[1];
         const start = /open (\S+) and enter the code (\S+)/.exec(prompt.instructions);
@@ -605,6 +650,7 @@ class SessionRun {
       data: [],
       stderr: [],
       received: 0,
+      messages: 0,
       eof: false,
       replies: [],
       reads: false,
@@ -697,7 +743,8 @@ async function runRawStop(c: SessionCase, ctx: LaneContext): Promise<void> {
     if (received.startsWith('SSH-2.0-')) {
       ctx.count('ident');
       ctx.count('aim reached');
-    } else if (!closed) throw finding('hang', `no version from the door within ${ctx.deadlineMs} ms`);
+    } else if (!closed && stalled(ctx)) ctx.count('no answer: the process stalled');
+    else if (!closed) throw finding('hang', `no version from the door within ${ctx.deadlineMs} ms`);
     else if (c.from === 'own')
       throw finding('unanswered', `the door closed without its version: ${JSON.stringify(received)}`);
   } finally {
@@ -742,6 +789,7 @@ async function runCrowd(c: CrowdCase, ctx: LaneContext): Promise<void> {
     const held = crowd.filter((w) => !w.closed).length;
     ctx.count(`crowd held ${held === c.count ? 'whole' : 'in part'}`);
     const problem = await wellBehaved(ctx, from);
+    if (problem !== undefined && stalled(ctx)) return ctx.count('no answer: the process stalled');
     if (problem !== undefined)
       throw finding(
         'unserved',
@@ -766,6 +814,8 @@ export const sshFamily: Family<SshCase> = {
   },
   async control(ctx) {
     const problem = await wellBehaved(ctx, SHARED);
+    // A process that stopped answering altogether is the run's finding (its stall), not this control's.
+    if (problem !== undefined && stalled(ctx)) return 'undecided';
     if (problem !== undefined)
       throw finding('control-failed', `a certificate sign-in and an exec from ${SHARED}: ${problem}`);
   },

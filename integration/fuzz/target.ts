@@ -22,7 +22,6 @@ import { applyJWTAuthenticator } from '../../dev/concierge.ts';
 import { startConciergeProcess, type ConciergeProcess } from '../harness/concierge-process.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
-import { freePort } from '../../dev/cluster.ts';
 import { ecdsaKey, ed25519Key, keyLine, rsaKey, type HeldKey } from './ssh-keys.ts';
 
 export const FUZZ_AUDIENCE = 'sealion-fuzz';
@@ -208,7 +207,7 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
             groupsExtension: SSH_GROUPS_EXTENSION,
           },
         },
-        sshPort: await freePort(),
+        ssh: true,
       },
     });
     stops.push(() => concierge.stop());

@@ -103,10 +103,15 @@ export function watchEventLoop(
       clearInterval(timer);
       await reading;
       if (!before || !concierge.alive()) return undefined;
-      const during = await concierge.eventLoop('total');
-      await read();
-      const after = await quietSecond(concierge);
-      return { before, during, worstSecond: worst ?? during, after, stalls };
+      try {
+        const during = await concierge.eventLoop('total');
+        await read();
+        const after = await quietSecond(concierge);
+        return { before, during, worstSecond: worst ?? during, after, stalls };
+      } catch {
+        // It died (or was killed) meanwhile: the crash is the report.
+        return undefined;
+      }
     },
   };
 }

@@ -31,6 +31,8 @@ export interface ConciergeProcess {
   eventLoop(what: 'window' | 'total'): Promise<LoopDelay>;
   /** Starts both of eventLoop's readings afresh. */
   resetEventLoop(): Promise<void>;
+  /** When it last answered a question on stdin (ms since the epoch): one asked every second answers at once. */
+  answeredAt(): number;
   /** Whether it is still running (a crash makes this false). */
   alive(): boolean;
   /** Its standard error so far (the tail). */
@@ -70,10 +72,11 @@ export async function startConciergeProcess(
     audit?: { policyFile: string; logPath: string };
     /**
      * The controllers on, as installed: the ConfigMap holds `config` (the proxy enabled at the process's own port
-     * added), the proxy's CA and signer are the controllers', and the SSH door listens on `sshPort` when `config`
-     * turns it on. Needs `tunnel` (its namespace is the concierge's). Default: fixed TLS files, no controllers.
+     * added), the proxy's CA and signer are the controllers', and with `ssh` the SSH door listens (on a port it
+     * picks) when `config` turns it on. Needs `tunnel` (its namespace is the concierge's). Default: fixed TLS files, no
+     * controllers.
      */
-    controlled?: { config: Record<string, unknown>; sshPort?: number };
+    controlled?: { config: Record<string, unknown>; ssh?: boolean };
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(
@@ -91,13 +94,17 @@ export async function startConciergeProcess(
     { stdio: ['pipe', 'pipe', 'pipe'] },
   );
   let errors = '';
+  // A question written to a process that has just died fails with EPIPE; its answer fails through `exited` instead.
+  child.stdin.on('error', () => {});
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-8000)));
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  let answeredAt = Date.now();
   const next = async (): Promise<string> => {
     const line = await Promise.race([lines.next(), exited.then(() => undefined)]);
     if (!line || line.done) throw new Error(`the concierge process exited:\n${errors}`);
+    answeredAt = Date.now();
     return line.value;
   };
   const stop = async (): Promise<void> => {
@@ -129,6 +136,7 @@ export async function startConciergeProcess(
       rss: () => residentBytes(child.pid!),
       memory: () => ask<NodeJS.MemoryUsage>('mem'),
       eventLoop: (what) => ask<LoopDelay>(what === 'window' ? 'loop' : 'loop total'),
+      answeredAt: () => answeredAt,
       resetEventLoop: () => ask<object>('loop reset').then(() => {}),
       alive: () => child.exitCode === null && child.signalCode === null,
       stderr: () => errors,

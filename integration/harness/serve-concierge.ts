@@ -8,11 +8,11 @@
 // them since the last "loop reset" (which answers {}). Exits when its
 // stdin closes, so it never outlives the test that started it.
 //
-// `controlled: {config, sshPort}`: the controllers manage the proxy, as installed (no fixed TLS files): the ConfigMap
-// is written with `config` and the proxy enabled at this process's own port, the proxy's CA and signer are read from
-// the Secrets the controllers make, and with `sshPort` the SSH door listens there once the config turns it on (as
-// installed, the door exists only with the controllers). Ready once the proxy serves with its CA's certificate and the
-// door, if any, sends its identification.
+// `controlled: {config, ssh}`: the controllers manage the proxy, as installed (no fixed TLS files): the ConfigMap is
+// written with `config` and the proxy enabled at this process's own port, the proxy's CA and signer are read from the
+// Secrets the controllers make, and with `ssh` the SSH door listens on a port of its own choosing once the config turns
+// it on (as installed, the door exists only with the controllers). Ready once the proxy serves with its CA's
+// certificate and the door, if any, sends its identification.
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
@@ -40,7 +40,7 @@ const { tunnel, identity, signer, audit, controlled } = JSON.parse(options ?? '{
   identity?: string;
   signer?: { certPem: string; keyPem: string };
   audit?: { policyFile: string; logPath: string };
-  controlled?: { config: Record<string, unknown>; sshPort?: number };
+  controlled?: { config: Record<string, unknown>; ssh?: boolean };
 };
 const cluster = await clusterInDir(dir, url, kubectl);
 
@@ -84,11 +84,12 @@ function servesWith(port: number, caPem: string): Promise<boolean> {
   });
 }
 
-/** Resolves with the first line the SSH door sends (its identification). */
+/** Resolves with the first line the SSH door sends (its identification), within 10 s. */
 function sshIdentification(port: number): Promise<string> {
   return new Promise((done, fail) => {
     let text = '';
-    const socket = connect({ host: '127.0.0.1', port });
+    const socket = connect({ host: '127.0.0.1', port, timeout: 10_000 });
+    socket.once('timeout', () => socket.destroy(new Error('the ssh door sent nothing in 10 s')));
     socket.setEncoding('latin1');
     socket.on('data', (chunk: string) => {
       text += chunk;
@@ -112,7 +113,7 @@ async function startControlled(c: ClusterForConcierge, opts: NonNullable<typeof 
     log: silentLogger(),
     tunnelPort: tunnel.port,
     ...(tunnel.registrationLimits ? { registrationLimits: tunnel.registrationLimits } : {}),
-    ...(opts.sshPort === undefined ? {} : { ssh: { host: '127.0.0.1', port: opts.sshPort } }),
+    ...(opts.ssh ? { ssh: { host: '127.0.0.1', port: 0 } } : {}),
   });
   const proxyConfig = (opts.config['impersonationProxy'] ?? {}) as Record<string, unknown>;
   const config = {
@@ -142,8 +143,14 @@ async function startControlled(c: ClusterForConcierge, opts: NonNullable<typeof 
     if (!(await servesWith(started.port, servingCA)))
       throw new Error('the proxy does not serve its certificate yet');
   }, 60_000);
-  if (opts.sshPort !== undefined) {
-    const ident = await eventually(() => sshIdentification(opts.sshPort!), 60_000);
+  let sshPort: number | undefined;
+  if (opts.ssh) {
+    sshPort = await eventually(() => {
+      const port = started.concierge.sshPort?.();
+      if (port === undefined) throw new Error('the ssh door does not listen yet');
+      return port;
+    }, 60_000);
+    const ident = await sshIdentification(sshPort);
     if (!ident.startsWith('SSH-2.0-')) throw new Error(`the ssh door identified as ${JSON.stringify(ident)}`);
   }
   return {
@@ -151,7 +158,7 @@ async function startControlled(c: ClusterForConcierge, opts: NonNullable<typeof 
     servingCA,
     signer: { certPem: signing['tls.crt']!, keyPem: signing['tls.key']! },
     ...(started.concierge.tunnel ? { tunnel: started.concierge.tunnel } : {}),
-    ...(opts.sshPort === undefined ? {} : { ssh: { port: opts.sshPort } }),
+    ...(sshPort === undefined ? {} : { ssh: { port: sshPort } }),
   };
 }
 
