@@ -14,7 +14,7 @@
 // again. When a charge would take a user over their share, or the process over its total, a relay is cut (with the
 // answer or the upgraded connection it carries): the user's that has gone unread longest (when the process is over
 // its total, of the user who holds most). So the bytes held for stalled answers and upgrades never exceed the
-// limits, and one user's cost nobody else anything.
+// limits, and what one user leaves unread costs nobody else anything.
 //
 // A relay that is being read holds at most what its reader has not yet taken of the last chunk (below the
 // writable's high-water mark, or it would have stalled); those bytes are not charged.
@@ -23,15 +23,15 @@ import type { Clock } from '../clock.ts';
 import { STREAM_WINDOW_BYTES } from './pool.ts';
 
 export interface MemoryLimits {
-  /** What one user's unread answers may hold in this process. */
+  /** What one user's unread answers and upgrades may hold in this process. */
   perUserBytes: number;
-  /** What all users' unread answers may hold in this process. */
+  /** What all users' unread answers and upgrades may hold in this process. */
   totalBytes: number;
 }
 
 /**
- * One user's share: 64 unread answers at a full stream window (lib/http2/pool.ts STREAM_WINDOW_BYTES), many more than
- * kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory limit.
+ * One user's share: 64 unread answers or upgrades at a full stream window (lib/http2/pool.ts STREAM_WINDOW_BYTES), many
+ * more than kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory limit.
  */
 export const USER_UNREAD_BYTES = 16 * 1024 * 1024;
 /** The concierge's total: half its memory limit (512 MiB). */
