@@ -398,7 +398,7 @@ async function readZeros(
 }
 
 // Before upgrades were charged to the budget, these 250 connections grew replica-1's Buffers by about 75 MiB (a
-// stream window and the client's socket buffer each, about 300 KiB) and replica-2's by about 42 MiB, bounded only by
+// stream window and the client's socket buffer each, about 300 KiB) and replica-2's by about 40 MiB, bounded only by
 // the tunnel's fair share of streams per user and the progress deadline.
 describe('a user who leaves upgrades unread', () => {
   it("costs each process at most the user's share, and the other user is served", async () => {
