@@ -91,8 +91,9 @@ const unreachable = (err: Error & { code?: string }): string =>
   `this cluster's API server could not be reached through the agent: ${err.code ?? err.message}`;
 
 /**
- * The agent's proxy for `upstream`. Answers left unread are charged to `budget` per impersonated user (the agent's
- * own reviews to the empty name): one hub user's unread answers cannot take the agent's memory from the others.
+ * The agent's proxy for `upstream`. Answers and upgraded connections left unread are charged to `budget` per
+ * impersonated user (the agent's own reviews to the empty name): one hub user's cannot take the agent's memory from
+ * the others.
  */
 export function newLocalProxy(
   upstream: LocalUpstream,
@@ -143,6 +144,7 @@ export function newLocalProxy(
         log: upstream.reach.log,
         // This cluster's own record of who reached what (the hub's audit has the connection too).
         ended: (facts) => upstream.reach?.log.info(facts, 'reach connection'),
+        budget,
       })
     : undefined;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -169,6 +171,8 @@ export function newLocalProxy(
       fail(err) {
         socket.end(rawStatusResponse(502, unreachable(err)));
       },
+      // What the hub sends and the API server leaves unread holds a stream window here, as an unread answer does.
+      account: { budget, user: impersonated(req.rawHeaders) },
     });
   });
   server.on('clientError', (_err, socket: Duplex) => socket.destroy());

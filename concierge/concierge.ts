@@ -203,7 +203,8 @@ async function start(
   let serving = false;
   const reviewer = newReviewer(clients);
   const metrics = newProxyMetrics();
-  // One budget for every answer this replica relays: from its API server, its tunnels and its peers.
+  // One budget for every answer and upgraded connection this replica relays: from its API server, its tunnels, its
+  // peers and the reach connections it dials.
   const budget = newMemoryBudget(
     { perUserBytes: USER_UNREAD_BYTES, totalBytes: CONCIERGE_UNREAD_BYTES },
     () => metrics.unreadCuts.inc(),
@@ -250,6 +251,7 @@ async function start(
     // Asked already, in the handler's decide stage, of this same cluster.
     checkPolicy: false,
     log: log.child({ component: 'reach' }),
+    budget,
   });
   onStop(() => reacher.close());
   // SSH sessions enter the pipeline through this door, each request as the identity its session signed in as.

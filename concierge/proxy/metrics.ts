@@ -7,7 +7,10 @@ export interface ProxyMetrics {
   duration: Histogram<'verb'>;
   inflight: Gauge;
   upstreamErrors: Counter<'code'>;
-  /** Answers cut because their user's unread answers were over their share (lib/http2/memory-budget.ts). */
+  /**
+   * Answers and upgraded connections cut because what their user left unread was over their share
+   * (lib/http2/memory-budget.ts).
+   */
   unreadCuts: Counter;
 }
 
@@ -41,17 +44,17 @@ export function newProxyMetrics(): ProxyMetrics {
     }),
     unreadCuts: new Counter({
       name: 'sealion_unread_answers_cut_total',
-      help: "Answers cut because the bytes their user left unread were over the user's share, or everyone's over the replica's.",
+      help: "Answers and upgraded connections cut because the bytes their user left unread were over the user's share, or everyone's over the replica's.",
       registers: [registry],
     }),
   };
 }
 
-/** The bytes `budget` holds charged for answers left unread, as a gauge of `registry`. */
+/** The bytes `budget` holds charged for answers and upgraded connections left unread, as a gauge of `registry`. */
 export function unreadBytesGauge(registry: Registry, held: () => number): Gauge {
   return new Gauge({
     name: 'sealion_unread_answer_bytes',
-    help: 'Bytes of answers that clients leave unread, held by this replica (at most what its stream windows allow).',
+    help: 'Bytes of answers and upgraded connections that clients leave unread, held by this replica (at most what its stream windows allow).',
     registers: [registry],
     collect() {
       this.set(held());

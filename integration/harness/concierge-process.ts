@@ -16,6 +16,8 @@ export interface ConciergeProcess {
   signer: { certPem: string; keyPem: string };
   /** The agents' tunnel listener (its port and CA), when started with the `tunnel` option. */
   tunnel?: { port: number; caPem: string };
+  /** The loopback port of its metrics (Prometheus text), when started with the `metrics` option. */
+  metricsPort?: number;
   pid: number;
   /** The process's resident memory now, in bytes, from /proc. */
   rss(): number;
@@ -49,6 +51,8 @@ export async function startConciergeProcess(
     signer?: { certPem: string; keyPem: string };
     /** Audit every request by the policy in `policyFile`, as JSON lines into `logPath`. Default: no audit. */
     audit?: { policyFile: string; logPath: string };
+    /** Serve the metrics on a loopback port (metricsPort). Default: no metrics. */
+    metrics?: boolean;
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(
@@ -86,7 +90,7 @@ export async function startConciergeProcess(
   try {
     const info = JSON.parse(await next()) as Pick<
       ConciergeProcess,
-      'url' | 'servingCA' | 'signer' | 'tunnel'
+      'url' | 'servingCA' | 'signer' | 'tunnel' | 'metricsPort'
     >;
     return {
       ...info,

@@ -2,7 +2,7 @@
 // costs in memory. Arguments: the harness cluster's folder, its URL, the kubectl binary, and optionally a JSON
 // object of options (`{"tunnel": {"port": 0, "namespace": "..."}}` runs the agents' tunnel listener; `identity`
 // names the replica; `signer` is the CA of users' client certificates, so that replicas can share it; `audit`, a
-// policy file and where its events go). Prints one
+// policy file and where its events go; `metrics` serves the metrics on a loopback port). Prints one
 // JSON line
 // (ConciergeProcessInfo) when ready; answers "mem" on stdin with process.memoryUsage() after a GC. Exits when its
 // stdin closes, so it never outlives the test that started it.
@@ -15,16 +15,18 @@ import { loadCA } from '../../lib/pki/pki.ts';
 import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
-const { tunnel, identity, signer, audit } = JSON.parse(options ?? '{}') as {
+const { tunnel, identity, signer, audit, metrics } = JSON.parse(options ?? '{}') as {
   tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
   identity?: string;
   signer?: { certPem: string; keyPem: string };
   audit?: { policyFile: string; logPath: string };
+  metrics?: boolean;
 };
 const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
   log: silentLogger(),
   ...(tunnel ? { tunnel } : {}),
   ...(identity ? { identity } : {}),
+  ...(metrics ? { metrics } : {}),
   ...(signer ? { signerCA: await loadCA(signer.certPem, signer.keyPem) } : {}),
   ...(audit
     ? { audit: { policy: loadPolicy(readFileSync(audit.policyFile, 'utf8')), log: { path: audit.logPath } } }
@@ -36,6 +38,7 @@ console.log(
     servingCA: proxy.servingCA.certPem,
     signer: { certPem: proxy.signerCA.certPem, keyPem: proxy.signerCA.keyPem },
     ...(proxy.concierge.tunnel ? { tunnel: proxy.concierge.tunnel } : {}),
+    ...(proxy.concierge.metricsPort === undefined ? {} : { metricsPort: proxy.concierge.metricsPort }),
   }),
 );
 createInterface({ input: process.stdin })

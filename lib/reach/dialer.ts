@@ -17,6 +17,7 @@ import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { BlockList, connect as netConnect, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { CallAnswer } from '../http2/forward.ts';
+import { relay, type MemoryBudget } from '../http2/memory-budget.ts';
 import { fieldsOf } from '../http2/request.ts';
 import { selfSubjectAccessReview, reviewAllowed, type AccessQuestion } from '../kube/access-review.ts';
 import {
@@ -92,6 +93,11 @@ export interface ReacherDeps {
   connect?: (host: string, port: number) => Socket;
   /** Told what each connection carried once it ends. */
   ended?: (facts: ReachFacts) => void;
+  /**
+   * Where the bytes a side leaves unread are charged, per user (lib/http2/memory-budget.ts): at the agent, the client's
+   * side is a tunnel stream, which holds a stream window for a target that does not read. Default: nowhere.
+   */
+  budget?: MemoryBudget;
 }
 
 /** One reach upgrade, as whoever dials reads it. */
@@ -635,8 +641,9 @@ export function newReacher(deps: ReacherDeps): Reacher {
       socket.end();
       closed();
     });
-    conn.pipe(socket);
-    socket.pipe(conn);
+    const account = deps.budget ? { account: { budget: deps.budget, user: about.user } } : {};
+    relay(conn, socket, { ...account, cut: destroy });
+    relay(socket, conn, { ...account, cut: destroy });
   }
 
   function answer(socket: Duplex, r: Refusal): void {
