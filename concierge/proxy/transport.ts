@@ -8,7 +8,6 @@
 // arriving. So nobody holds a place in it by reading or writing slowly.
 import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
-import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { Clock } from '../../lib/clock.ts';
 import {
@@ -336,7 +335,7 @@ function watchBody(body: Readable, ms: number, clock: Clock, stalled: () => void
  * upstream while the client's socket is full, and the client's 'drain' lets it go on. An idle connection (an exec
  * shell nobody types in) has nothing pending and is never cut.
  */
-function watchUpgrade(upstream: Duplex, socket: Socket, ms: number, clock: Clock): void {
+function watchUpgrade(upstream: Duplex, socket: Duplex, ms: number, clock: Clock): void {
   let timer: unknown;
   const disarm = (): void => {
     clock.clearTimeout(timer);
