@@ -348,9 +348,99 @@ export function hasFindings(report: FuzzReport): boolean {
   );
 }
 
+/**
+ * The cases of each seed when a run splits `cases` over `seeds` seeds: as even as they go, the first seeds taking
+ * what is left over. Each seed's part replays alone with FUZZ_SEED=<seed> FUZZ_CASES=<its cases>: a lane's cases
+ * depend on the seed, the family and the lane, never on the other seeds.
+ */
+export function seedShares(cases: number, seeds: number): number[] {
+  return Array.from({ length: seeds }, (_, i) => Math.floor(cases / seeds) + (i < cases % seeds ? 1 : 0));
+}
+
+/**
+ * A run over several seeds as one report: each family's cases, failures and tallies summed over the seeds, the first
+ * crash, the memory from the first seed's start to the last one's end. Whether a family tested anything is judged on
+ * this: a light family's share of one seed (registration's is a twentieth of it) may by chance reach nothing.
+ */
+export function mergeReports(reports: FuzzReport[]): FuzzReport {
+  const families = new Map<string, FamilyReport>();
+  for (const r of reports)
+    for (const f of r.families) {
+      const sum = families.get(f.name);
+      if (!sum) {
+        families.set(f.name, {
+          ...f,
+          failures: [...f.failures],
+          answers: { ...f.answers },
+          controls: { ...f.controls },
+        });
+        continue;
+      }
+      sum.cases += f.cases;
+      sum.shrinkRuns += f.shrinkRuns;
+      sum.failures.push(...f.failures);
+      for (const [kind, n] of Object.entries(f.answers)) sum.answers[kind] = (sum.answers[kind] ?? 0) + n;
+      sum.controls.passed += f.controls.passed;
+      sum.controls.failed += f.controls.failed;
+      sum.controls.undecided += f.controls.undecided;
+      sum.reached += f.reached;
+      sum.busyMs += f.busyMs;
+    }
+  const first = reports[0]!;
+  const last = reports.at(-1)!;
+  const crash = reports.find((r) => r.crash)?.crash;
+  return {
+    seed: first.seed,
+    families: [...families.values()],
+    ...(crash ? { crash } : {}),
+    rss: {
+      before: first.rss.before,
+      after: last.rss.after,
+      max: Math.max(...reports.map((r) => r.rss.max)),
+    },
+    memory: { before: first.memory.before, ...(last.memory.after ? { after: last.memory.after } : {}) },
+    elapsedMs: reports.reduce((sum, r) => sum + r.elapsedMs, 0),
+    stoppedEarly: last.stoppedEarly,
+  };
+}
+
+/** What a run over several seeds found, after each seed's own report (`mergeReports` says how it is judged). */
+export function formatSummary(reports: FuzzReport[], notRun: number[]): string {
+  const merged = mergeReports(reports);
+  const cases = merged.families.reduce((n, f) => n + f.cases, 0);
+  const failing = reports.filter((r) => r.crash || r.families.some((f) => f.failures.length > 0));
+  const lines = [
+    `fuzz over ${reports.length + notRun.length} seeds: ${cases} cases in ${(merged.elapsedMs / 1000).toFixed(1)} s, ` +
+      `${merged.crash ? 1 : 0} crashes, ${failing.length} seeds with findings` +
+      (failing.length ? ` (${failing.map((r) => r.seed).join(', ')})` : ''),
+  ];
+  if (notRun.length) lines.push(`not run, the concierge being gone: ${notRun.join(', ')}`);
+  for (const f of merged.families)
+    lines.push(
+      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures.length} failing, ` +
+        `controls ${f.controls.passed} passed ${f.controls.failed} failed, ${f.reached} reached ${f.reach}`,
+    );
+  for (const f of merged.families)
+    for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
+  lines.push(
+    `concierge RSS over the run: before ${MiB(merged.rss.before)}, after ${MiB(merged.rss.after)}, ` +
+      `max ${MiB(merged.rss.max)} (growth ${MiB(merged.rss.after - merged.rss.before)})`,
+  );
+  for (const r of failing)
+    lines.push(
+      `seed ${r.seed} found something: keep it in integration/fuzz.test.ts (KNOWN_BAD_SEEDS), with the family and ` +
+        `as many cases as it took to reach the finding`,
+    );
+  return lines.join('\n');
+}
+
 const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
-export function formatReport(report: FuzzReport): string {
+/**
+ * One run's report. `judged`: whether its families' tallies are judged here (false for one seed of several, whose
+ * tallies `formatSummary` judges together).
+ */
+export function formatReport(report: FuzzReport, judged = true): string {
   const lines: string[] = [];
   const total = report.families.reduce((sum, f) => sum + f.cases, 0);
   lines.push(`fuzz: ${total} cases in ${(report.elapsedMs / 1000).toFixed(1)} s, seed ${report.seed}`);
@@ -372,8 +462,9 @@ export function formatReport(report: FuzzReport): string {
   lines.push(`crashes: ${report.crash ? 1 : 0}`);
   lines.push(`proxy-made 5xx: ${byKind.get('proxy-5xx') ?? 0}`);
   for (const [kind, n] of byKind) if (kind !== 'proxy-5xx') lines.push(`${kind}: ${n}`);
-  for (const f of report.families)
-    for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
+  if (judged)
+    for (const f of report.families)
+      for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
   lines.push(
     `concierge RSS: before ${MiB(report.rss.before)}, after ${MiB(report.rss.after)}, max ${MiB(report.rss.max)}` +
       ` (growth ${MiB(report.rss.after - report.rss.before)})`,
