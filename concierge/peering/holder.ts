@@ -84,7 +84,11 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
       refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
     });
   };
-  /** A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. */
+  /**
+   * A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. Its
+   * refusals are any signed-in user's to provoke (an upgrade that lands elsewhere while the tunnel moves, or with the
+   * user's fair share full), and an upgrade's connection here is the link's CONNECT stream, not a socket.
+   */
   const servePeerExchange = async (exchange: Exchange): Promise<void> => {
     const { req } = exchange;
     const target = req.url ? clusterRoute(req.url) : undefined;
