@@ -49,10 +49,14 @@ afterAll(async () => {
   await target?.stop();
 });
 
-/** Everything a report must not hold: a crash, a failure (hangs included), a family that tested nothing. */
+/**
+ * Everything a report must not hold: a crash, an error nothing handled, a failure (hangs included), a family that
+ * tested nothing.
+ */
 function findings(report: FuzzReport): object {
   return {
     crash: report.crash,
+    processErrors: report.processErrors,
     failures: report.families.flatMap((f) =>
       f.failures.map((c) => `${f.name}: ${c.finding.kind}: ${c.finding.message.slice(0, 500)}`),
     ),
@@ -60,7 +64,7 @@ function findings(report: FuzzReport): object {
   };
 }
 
-const NONE = { crash: undefined, failures: [], problems: [] };
+const NONE = { crash: undefined, processErrors: [], failures: [], problems: [] };
 
 it('survives a seeded fuzz run without a crash, a proxy-made 5xx, another 401 or a forged credential accepted', async () => {
   const report = await runFuzz(target!, {
@@ -88,7 +92,7 @@ it.each(KNOWN_BAD_SEEDS)(
       deadlineMs: 20_000,
       shrinkPerFamily: 1,
     });
-    if (report.crash || report.families.some((f) => f.failures.length > 0))
+    if (report.crash || report.processErrors.length > 0 || report.families.some((f) => f.failures.length > 0))
       process.stderr.write(`${formatReport(report)}\n`);
     expect(findings(report)).toEqual(NONE);
     expect(report.families.reduce((sum, f) => sum + f.cases, 0)).toBe(cases);

@@ -47,6 +47,7 @@ beforeAll(async () => {
       rss: () => process.memoryUsage().rss,
       memory: () => Promise.resolve(process.memoryUsage()),
       stderr: () => '',
+      processErrors: () => [],
     },
     proxyPort: port,
     proxyCA: ca.certPem,
@@ -111,6 +112,7 @@ describe('the summary of a report', () => {
   const report = (f: FamilyReport): FuzzReport => ({
     seed: 1,
     families: [f],
+    processErrors: [],
     rss: { before: 0, after: 0, max: 0 },
     memory: { before: process.memoryUsage() },
     elapsedMs: 0,
@@ -166,6 +168,7 @@ describe('a run over several seeds', () => {
           ...f,
         },
       ],
+      processErrors: [],
       rss: { before: n, after: n + 1, max: n + 2 },
       memory: { before: process.memoryUsage() },
       elapsedMs: 1,
@@ -186,5 +189,11 @@ describe('a run over several seeds', () => {
       shrinks: 0,
     };
     expect(hasFindings(mergeReports([lucky, seed(3, { reached: 1, failures: [failure] })]))).toBe(true);
+    // An error the concierge reported and served on after is a finding too.
+    const reported = {
+      ...seed(4, { reached: 1 }),
+      processErrors: [{ error: 'a rejection', inFlight: [], recent: [] }],
+    };
+    expect(hasFindings(mergeReports([lucky, reported]))).toBe(true);
   });
 });

@@ -73,6 +73,11 @@ export interface FuzzReport {
    * kill it just after its own answer, or the death is seen a moment later).
    */
   crash?: { stderr: string; inFlight: string[]; recent: string[] };
+  /**
+   * Errors nothing handled that the concierge reported (a rejection, after which it serves on as production does; an
+   * uncaught exception, after which it exits), each with the cases in flight when it was seen and just before.
+   */
+  processErrors: Array<{ error: string; inFlight: string[]; recent: string[] }>;
   rss: { before: number; after: number; max: number };
   /** The concierge's memory after a full GC, before and after the cases. */
   memory: { before: NodeJS.MemoryUsage; after?: NodeJS.MemoryUsage };
@@ -144,6 +149,18 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
       inputs.map((input, i) => `${lane} (${inputs.length - i} back): ${fc.stringify(input)}`),
     ),
   });
+  const processErrors: FuzzReport['processErrors'] = [];
+  /** The concierge's reports seen so far (it keeps those of earlier runs against it). */
+  let reportsSeen = target.concierge.processErrors().length;
+  const collectProcessErrors = (): void => {
+    const reported = target.concierge.processErrors();
+    for (const error of reported.slice(reportsSeen)) {
+      const { inFlight, recent } = crashReport();
+      processErrors.push({ error, inFlight, recent });
+      log(error.split('\n')[0]!.slice(0, 200));
+    }
+    reportsSeen = reported.length;
+  };
   let stopped = false;
   const stop = (): boolean => stopped || crash !== undefined || opts.signal?.aborted === true;
 
@@ -152,6 +169,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
   const rssBefore = target.concierge.rss();
   let rssMax = rssBefore;
   const watch = setInterval(() => {
+    collectProcessErrors();
     if (!target.concierge.alive()) {
       crash ??= crashReport();
       return;
@@ -299,6 +317,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     clearInterval(watch);
     clearInterval(progress);
   }
+  collectProcessErrors();
   if (!crash && !target.concierge.alive()) crash = crashReport();
 
   const alive = target.concierge.alive();
@@ -307,6 +326,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     seed: opts.seed,
     families: [...reports.values()],
     ...(crash ? { crash } : {}),
+    processErrors,
     rss: { before: rssBefore, after: alive ? target.concierge.rss() : 0, max: rssMax },
     memory: { before: memoryBefore, ...(memoryAfter ? { after: memoryAfter } : {}) },
     elapsedMs: Date.now() - started,
@@ -344,6 +364,7 @@ export function failuresByKind(report: FuzzReport): Map<FindingKind, number> {
 export function hasFindings(report: FuzzReport): boolean {
   return (
     report.crash !== undefined ||
+    report.processErrors.length > 0 ||
     report.families.some((f) => f.failures.length > 0 || familyProblems(f).length > 0)
   );
 }
@@ -393,6 +414,7 @@ export function mergeReports(reports: FuzzReport[]): FuzzReport {
     seed: first.seed,
     families: [...families.values()],
     ...(crash ? { crash } : {}),
+    processErrors: reports.flatMap((r) => r.processErrors),
     rss: {
       before: first.rss.before,
       after: last.rss.after,
@@ -408,10 +430,13 @@ export function mergeReports(reports: FuzzReport[]): FuzzReport {
 export function formatSummary(reports: FuzzReport[], notRun: number[]): string {
   const merged = mergeReports(reports);
   const cases = merged.families.reduce((n, f) => n + f.cases, 0);
-  const failing = reports.filter((r) => r.crash || r.families.some((f) => f.failures.length > 0));
+  const failing = reports.filter(
+    (r) => r.crash || r.processErrors.length > 0 || r.families.some((f) => f.failures.length > 0),
+  );
   const lines = [
     `fuzz over ${reports.length + notRun.length} seeds: ${cases} cases in ${(merged.elapsedMs / 1000).toFixed(1)} s, ` +
-      `${merged.crash ? 1 : 0} crashes, ${failing.length} seeds with findings` +
+      `${merged.crash ? 1 : 0} crashes, ${merged.processErrors.length} errors nothing handled, ` +
+      `${failing.length} seeds with findings` +
       (failing.length ? ` (${failing.map((r) => r.seed).join(', ')})` : ''),
   ];
   if (notRun.length) lines.push(`not run, the concierge being gone: ${notRun.join(', ')}`);
@@ -460,6 +485,7 @@ export function formatReport(report: FuzzReport, judged = true): string {
   }
   const byKind = failuresByKind(report);
   lines.push(`crashes: ${report.crash ? 1 : 0}`);
+  lines.push(`errors nothing handled, reported by the concierge: ${report.processErrors.length}`);
   lines.push(`proxy-made 5xx: ${byKind.get('proxy-5xx') ?? 0}`);
   for (const [kind, n] of byKind) if (kind !== 'proxy-5xx') lines.push(`${kind}: ${n}`);
   if (judged)
@@ -486,6 +512,14 @@ export function formatReport(report: FuzzReport, judged = true): string {
     }
     if (f.failures.length > 5) lines.push('', `[${f.name}] and ${f.failures.length - 5} more failures`);
   }
+  for (const e of report.processErrors.slice(0, 5)) {
+    lines.push('', e.error.slice(0, 2000), 'cases in flight then:');
+    for (const c of e.inFlight) lines.push(`  ${c.slice(0, 2000)}`);
+    lines.push("each lane's last cases before:");
+    for (const c of e.recent) lines.push(`  ${c.slice(0, 2000)}`);
+  }
+  if (report.processErrors.length > 5)
+    lines.push('', `and ${report.processErrors.length - 5} more errors reported`);
   if (report.crash) {
     lines.push('', 'the concierge crashed; cases in flight then:');
     for (const c of report.crash.inFlight) lines.push(`  ${c.slice(0, 2000)}`);
