@@ -10,8 +10,8 @@
 // way, through our code or through Node's own (a parser's, a stream's), which may be left half-changed; a process
 // that goes on from there may answer wrongly, or hold what it can never release. The orchestrator restarts it, and
 // the other replicas take its tunnels meanwhile. So request-serving code catches its own errors at each request's
-// entry, where the harm is that request's (the proxy's handler and the peer port answer a 500), and an uncaught
-// exception is a bug in code that has no such boundary.
+// entry, where the harm is that request's (the proxy's handler and the peer port answer a 500, or close an upgrade),
+// and an uncaught exception is a bug in code that has no such boundary.
 import { isNativeError } from 'node:util/types';
 import type { Logger } from './log.ts';
 
