@@ -19,7 +19,7 @@ import {
   type MemoryBudget,
 } from '../lib/http2/memory-budget.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
-import { rawStatusResponse, writeStatus } from '../lib/kube/status.ts';
+import { refuseConnection, writeStatus } from '../lib/kube/status.ts';
 import { clientCertChain } from '../lib/pki/pem.ts';
 import { forwardUpgrade, originForm } from '../lib/http2/upgrade.ts';
 import type { Logger } from '../lib/log.ts';
@@ -149,11 +149,12 @@ export function newLocalProxy(
     : undefined;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (isReachPath(req.url ?? '/')) {
-      if (!reacher) return void socket.end(rawStatusResponse(503, 'this agent dials no reach connections'));
+      if (!reacher)
+        return refuseConnection(socket, { status: 503, message: 'this agent dials no reach connections' });
       return reacher.serve(reachRequestOf(req), socket, head);
     }
     if (!mayForward(req.method, req.url, req.rawHeaders))
-      return void socket.end(rawStatusResponse(403, ONLY_IMPERSONATED));
+      return refuseConnection(socket, { status: 403, message: ONLY_IMPERSONATED });
     const headers = upstreamHeaders(req, upstream.token?.());
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headers['upgrade'];
@@ -169,7 +170,7 @@ export function newLocalProxy(
         return sent;
       },
       fail(err) {
-        socket.end(rawStatusResponse(502, unreachable(err)));
+        refuseConnection(socket, { status: 502, message: unreachable(err) });
       },
       // What the hub sends and the API server leaves unread holds a stream window here, as an unread answer does.
       account: { budget, user: impersonated(req.rawHeaders) },

@@ -1,5 +1,6 @@
 // Prometheus metrics of the proxy, on their own registry so tests and several proxies in one process do not clash.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { unhandledRejectionsSeen } from '../../lib/process-errors.ts';
 
 export interface ProxyMetrics {
   registry: Registry;
@@ -12,6 +13,8 @@ export interface ProxyMetrics {
    * (lib/http2/memory-budget.ts).
    */
   unreadCuts: Counter;
+  /** Promise rejections nothing handled in this process, read from lib/process-errors.ts when scraped. */
+  unhandledRejections: Counter;
 }
 
 export function newProxyMetrics(): ProxyMetrics {
@@ -46,6 +49,17 @@ export function newProxyMetrics(): ProxyMetrics {
       name: 'sealion_unread_answers_cut_total',
       help: "Answers and upgraded connections cut because the bytes their user left unread were over the user's share, or everyone's over the replica's.",
       registers: [registry],
+    }),
+    unhandledRejections: new Counter({
+      name: 'sealion_unhandled_rejections_total',
+      help: 'Promise rejections nothing handled in this process (each a bug, logged with its stack; the process serves on).',
+      registers: [registry],
+      collect() {
+        // The process's count (lib/process-errors.ts), whichever concierge of the process is asked.
+        this.reset();
+        const seen = unhandledRejectionsSeen();
+        if (seen > 0) this.inc(seen);
+      },
     }),
   };
 }

@@ -7,6 +7,7 @@ import { createInterface } from 'node:readline';
 import { PROXY_NODE_OPTIONS } from '../../manifests/install.ts';
 import type { Cluster } from '../../dev/cluster.ts';
 import type { RegistrationLimits } from '../../concierge/concierge.ts';
+import { parseProcessErrorLine, reportProcessError } from './process-errors.ts';
 
 export interface ConciergeProcess {
   url: string;
@@ -27,6 +28,11 @@ export interface ConciergeProcess {
   alive(): boolean;
   /** Its standard error so far (the tail). */
   stderr(): string;
+  /**
+   * The errors nothing handled that it reported so far (each also fails the test it came in: process-errors.ts). It
+   * serves on after a rejection, as production does, and exits after an uncaught exception.
+   */
+  processErrors(): string[];
   stop(): Promise<void>;
 }
 
@@ -70,8 +76,16 @@ export async function startConciergeProcess(
     { stdio: ['pipe', 'pipe', 'pipe'] },
   );
   let errors = '';
+  const reported: string[] = [];
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-8000)));
+  createInterface({ input: child.stderr }).on('line', (line) => {
+    const report = parseProcessErrorLine(line);
+    if (!report) return;
+    const text = `the concierge process ${opts.identity ?? child.pid} reported ${report.kind}: ${report.text}`;
+    reported.push(text);
+    reportProcessError(text);
+  });
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   const next = async (): Promise<string> => {
@@ -102,6 +116,7 @@ export async function startConciergeProcess(
       },
       alive: () => child.exitCode === null && child.signalCode === null,
       stderr: () => errors,
+      processErrors: () => [...reported],
       stop,
     };
   } catch (err) {

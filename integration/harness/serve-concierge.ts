@@ -11,8 +11,10 @@ import { createInterface } from 'node:readline';
 import { loadPolicy } from '../../concierge/audit/policy.ts';
 import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { silentLogger } from '../../lib/log.ts';
+import { handleProcessErrors } from '../../lib/process-errors.ts';
 import { loadCA } from '../../lib/pki/pki.ts';
 import { clusterInDir, startLocalConcierge } from '../../dev/concierge.ts';
+import { processErrorLine } from './process-errors.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
 const { tunnel, identity, signer, audit, metrics } = JSON.parse(options ?? '{}') as {
@@ -22,6 +24,12 @@ const { tunnel, identity, signer, audit, metrics } = JSON.parse(options ?? '{}')
   audit?: { policyFile: string; logPath: string };
   metrics?: boolean;
 };
+// As production handles errors nothing handled (lib/process-errors.ts), and each reported to the test that started
+// this process (process-errors.ts), which fails for it.
+handleProcessErrors({
+  log: silentLogger(),
+  seen: (kind, err) => process.stderr.write(processErrorLine(kind, err)),
+});
 const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
   log: silentLogger(),
   ...(tunnel ? { tunnel } : {}),

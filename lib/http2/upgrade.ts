@@ -7,9 +7,36 @@
 // user's memory budget as an unread answer is: through a tunnel or a peer link the upstream is an HTTP/2 stream,
 // which holds a stream window for a client that stops reading.
 import type { ClientRequest, IncomingMessage } from 'node:http';
-import type { Duplex } from 'node:stream';
+import { finished, type Duplex } from 'node:stream';
 import { relay, type Account } from './memory-budget.ts';
 import type { Clock } from '../clock.ts';
+
+/**
+ * How long the last bytes Sealion writes to a connection it ends (a refusal's Status) may take to leave before the
+ * connection is cut: a Status is a few hundred bytes, which a client that reads at all takes at once.
+ */
+export const LAST_WRITE_MS = 5_000;
+
+/**
+ * Writes `last` and closes the connection once it is written, whether or not the client ends its side: one that
+ * never does would otherwise hold the connection, and whatever place it took on the way, for good. Any Duplex: a
+ * TCP or TLS socket, a CONNECT stream of a peer link or a tunnel (HTTP/2, where closing a stream whose request the
+ * peer has not ended resets it with NO_ERROR after the answer), or the in-process door's stream pair. `net.Socket`'s
+ * destroySoon does the same, on sockets only; a client that reads nothing is cut after LAST_WRITE_MS.
+ */
+export function endAndClose(socket: Duplex, last: string | Buffer): void {
+  if (socket.destroyed) return;
+  // Ended already (a client's half-close on a connection that does not allow half-open ones): nothing can be written.
+  if (!socket.writable) return void socket.destroy();
+  const timer = setTimeout(() => socket.destroy(), LAST_WRITE_MS);
+  timer.unref();
+  // Written, failed or closed: whichever comes first ends it, and the error (if any) goes no further than here.
+  finished(socket, { readable: false }, () => {
+    clearTimeout(timer);
+    socket.destroy();
+  });
+  socket.end(last);
+}
 
 /** An answer that refuses the upgrade is relayed whole; more than this of its body is cut. */
 const MAX_REFUSAL_BODY = 256 * 1024;
@@ -148,11 +175,7 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     res.on('end', () => {
       const body = Buffer.concat(chunks);
       const framing = [`Content-Length: ${body.length}`, 'Connection: close'];
-      if (socket.destroyed) return;
-      socket.end(Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
-      // Closed once written, whether or not the client ends its side: one that never does would hold the connection,
-      // and whatever place it took on the way, for good.
-      (socket as Duplex & { destroySoon?: () => void }).destroySoon?.();
+      endAndClose(socket, Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
     });
   });
 
