@@ -582,7 +582,8 @@ async function directAPI(
     log: log.child({ component: 'aggregated-api' }),
   });
   const server = newProxyServer(
-    { ...(await placeholderTLS()), requireClientCertificate: true },
+    // The front proxy's certificate is the cluster's, often with an RSA key.
+    { ...(await placeholderTLS()), requireClientCertificate: true, anyClientKey: true },
     handler,
     (_req, socket) => socket.end(rawStatusResponse(404, 'the aggregated APIs serve no upgrades')),
     (err) => log.debug({ err: err.message }, 'aggregated API TLS handshake failed'),
@@ -605,6 +606,7 @@ async function directAPI(
           keyPem: material.keyPem,
           clientCAPems: [material.requestHeader.caPem],
           requireClientCertificate: true,
+          anyClientKey: true,
         });
         requestHeader = material.requestHeader;
         applied = key;

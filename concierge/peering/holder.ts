@@ -17,6 +17,7 @@ import type { Recordings } from '../recording/session.ts';
 import { RECORDINGS_PATH } from './link.ts';
 import { relay } from '../../lib/http2/memory-budget.ts';
 import { clusterRoute, type Route } from '../proxy/route.ts';
+import { CLIENT_SIGALGS } from '../proxy/server.ts';
 import {
   ALPN,
   HANDSHAKE_TIMEOUT_MS,
@@ -144,6 +145,9 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     requestCert: true,
     rejectUnauthorized: true,
     minVersion: 'TLSv1.3',
+    // Replicas' keys are P-256: no other kind of signature is checked, whoever dials from a replica's address
+    // (CLIENT_SIGALGS).
+    sigalgs: CLIENT_SIGALGS,
     ALPNProtocols: [ALPN],
     handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
   });
@@ -193,7 +197,12 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   return {
     port,
     reloadCredentials() {
-      server.setSecureContext({ ...credentials.own(), ca: credentials.caPem, minVersion: 'TLSv1.3' });
+      server.setSecureContext({
+        ...credentials.own(),
+        ca: credentials.caPem,
+        minVersion: 'TLSv1.3',
+        sigalgs: CLIENT_SIGALGS,
+      });
     },
     async stop() {
       stopped = true;
