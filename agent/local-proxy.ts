@@ -19,7 +19,7 @@ import {
   type MemoryBudget,
 } from '../lib/http2/memory-budget.ts';
 import { fieldsOf, serveStream, type Request, type Response } from '../lib/http2/request.ts';
-import { rawStatusResponse, writeStatus } from '../lib/kube/status.ts';
+import { refuseConnection, writeStatus } from '../lib/kube/status.ts';
 import { clientCertChain } from '../lib/pki/pem.ts';
 import { forwardUpgrade, originForm } from '../lib/http2/upgrade.ts';
 import type { Logger } from '../lib/log.ts';
@@ -91,8 +91,9 @@ const unreachable = (err: Error & { code?: string }): string =>
   `this cluster's API server could not be reached through the agent: ${err.code ?? err.message}`;
 
 /**
- * The agent's proxy for `upstream`. Answers left unread are charged to `budget` per impersonated user (the agent's
- * own reviews to the empty name): one hub user's unread answers cannot take the agent's memory from the others.
+ * The agent's proxy for `upstream`. Answers and upgraded connections left unread are charged to `budget` per
+ * impersonated user (the agent's own reviews to the empty name): one hub user's cannot take the agent's memory from
+ * the others.
  */
 export function newLocalProxy(
   upstream: LocalUpstream,
@@ -143,15 +144,17 @@ export function newLocalProxy(
         log: upstream.reach.log,
         // This cluster's own record of who reached what (the hub's audit has the connection too).
         ended: (facts) => upstream.reach?.log.info(facts, 'reach connection'),
+        budget,
       })
     : undefined;
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (isReachPath(req.url ?? '/')) {
-      if (!reacher) return void socket.end(rawStatusResponse(503, 'this agent dials no reach connections'));
+      if (!reacher)
+        return refuseConnection(socket, { status: 503, message: 'this agent dials no reach connections' });
       return reacher.serve(reachRequestOf(req), socket, head);
     }
     if (!mayForward(req.method, req.url, req.rawHeaders))
-      return void socket.end(rawStatusResponse(403, ONLY_IMPERSONATED));
+      return refuseConnection(socket, { status: 403, message: ONLY_IMPERSONATED });
     const headers = upstreamHeaders(req, upstream.token?.());
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headers['upgrade'];
@@ -167,8 +170,10 @@ export function newLocalProxy(
         return sent;
       },
       fail(err) {
-        socket.end(rawStatusResponse(502, unreachable(err)));
+        refuseConnection(socket, { status: 502, message: unreachable(err) });
       },
+      // What the hub sends and the API server leaves unread holds a stream window here, as an unread answer does.
+      account: { budget, user: impersonated(req.rawHeaders) },
     });
   });
   server.on('clientError', (_err, socket: Duplex) => socket.destroy());

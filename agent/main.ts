@@ -12,6 +12,7 @@ import {
   type KubeClients,
 } from '../lib/kube/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
+import { handleProcessErrors } from '../lib/process-errors.ts';
 import { SEALION_VERSION } from '../lib/version.ts';
 import { newAgent } from './agent.ts';
 import { kubeReachReads } from '../lib/reach/dialer.ts';
@@ -66,6 +67,8 @@ export async function detectImpersonation(
 
 export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> {
   const log = newLogger({ level: flags.logLevel, buffered: true });
+  // Errors nothing handled are this process's to log (lib/process-errors.ts says what it does with each).
+  handleProcessErrors({ log });
   const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
   const config = loadKubeConfig(source);
   const clients = newKubeClients(source);

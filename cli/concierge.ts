@@ -119,16 +119,11 @@ Examples:
     )
     .action(async (flags: ConciergeFlags & { clientCaFile: string[]; tunnelHost: string[] }) => {
       // Loaded here, so that other commands (kubectl runs `sealion login` often) start fast.
-      const { conciergeOptions } = await import('../concierge/main.ts');
-      const { newConcierge } = await import('../concierge/concierge.ts');
-      const concierge = newConcierge(
-        conciergeOptions(
-          { ...flags, clientCAFiles: flags.clientCaFile, tunnelHosts: flags.tunnelHost },
-          process.env,
-        ),
+      const { runConcierge } = await import('../concierge/main.ts');
+      const stop = await runConcierge(
+        { ...flags, clientCAFiles: flags.clientCaFile, tunnelHosts: flags.tunnelHost },
+        process.env,
       );
-      await concierge.start();
-      const stop = (): Promise<void> => concierge.stop();
       const shutdown = (): void => void stop().then(() => process.exit(0));
       process.once('SIGINT', shutdown);
       process.once('SIGTERM', shutdown);

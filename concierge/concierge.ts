@@ -208,7 +208,8 @@ async function start(
   let serving = false;
   const reviewer = newReviewer(clients);
   const metrics = newProxyMetrics();
-  // One budget for every answer this replica relays: from its API server, its tunnels and its peers.
+  // One budget for every answer and upgraded connection this replica relays: from its API server, its tunnels, its
+  // peers and the reach connections it dials.
   const budget = newMemoryBudget(
     { perUserBytes: USER_UNREAD_BYTES, totalBytes: CONCIERGE_UNREAD_BYTES },
     () => metrics.unreadCuts.inc(),
@@ -255,6 +256,7 @@ async function start(
     // Asked already, in the handler's decide stage, of this same cluster.
     checkPolicy: false,
     log: log.child({ component: 'reach' }),
+    budget,
   });
   onStop(() => reacher.close());
   // SSH sessions enter the pipeline through this door, each request as the identity its session signed in as.
@@ -586,7 +588,8 @@ async function directAPI(
     log: log.child({ component: 'aggregated-api' }),
   });
   const server = newProxyServer(
-    { ...(await placeholderTLS()), requireClientCertificate: true },
+    // The front proxy's certificate is the cluster's, often with an RSA key.
+    { ...(await placeholderTLS()), requireClientCertificate: true, anyClientKey: true },
     handler,
     (_req, socket) => socket.end(rawStatusResponse(404, 'the aggregated APIs serve no upgrades')),
     (err) => log.debug({ err: err.message }, 'aggregated API TLS handshake failed'),
@@ -609,6 +612,7 @@ async function directAPI(
           keyPem: material.keyPem,
           clientCAPems: [material.requestHeader.caPem],
           requireClientCertificate: true,
+          anyClientKey: true,
         });
         requestHeader = material.requestHeader;
         applied = key;

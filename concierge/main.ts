@@ -2,9 +2,10 @@
 // them). Nothing else in concierge/ reads process.env.
 import { TUNNEL_SERVICE } from '../apis/install.ts';
 import { hostname } from 'node:os';
-import type { ConciergeOptions } from './concierge.ts';
+import { newConcierge, type ConciergeOptions } from './concierge.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import { newLogger, type Logger } from '../lib/log.ts';
+import { handleProcessErrors } from '../lib/process-errors.ts';
 import { loadPolicy } from './audit/policy.ts';
 
 export interface ConciergeFlags {
@@ -197,4 +198,20 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
     logUsernames: flags.logUsernames,
     log,
   };
+}
+
+/**
+ * Runs the concierge as the process's one occupant (`sealion concierge`): errors nothing handled are this process's
+ * to log and count (lib/process-errors.ts says what it does with each), from before anything starts. Returns what
+ * stops it.
+ */
+export async function runConcierge(
+  flags: ConciergeFlags,
+  env: NodeJS.ProcessEnv,
+): Promise<() => Promise<void>> {
+  const options = conciergeOptions(flags, env);
+  handleProcessErrors({ log: options.log });
+  const concierge = newConcierge(options);
+  await concierge.start();
+  return () => concierge.stop();
 }

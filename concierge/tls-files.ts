@@ -43,7 +43,9 @@ async function material(texts: string[]): Promise<TLSMaterial> {
     string,
   ];
   const signer = await loadCA(signerCertPem, signerKeyPem);
-  return { signer, tls: { certPem, keyPem, clientCAPems: [signer.certPem, ...clientCAPems] } };
+  // The extra CAs are someone else's: the keys of the certificates they sign may be RSA.
+  const anyClientKey = clientCAPems.length > 0;
+  return { signer, tls: { certPem, keyPem, clientCAPems: [signer.certPem, ...clientCAPems], anyClientKey } };
 }
 
 /**

@@ -1,7 +1,7 @@
 // Proxy peering with three concierge replicas (processes of their own) and several agents that dial them through
 // one load-balanced address: any replica serves any cluster, whichever replica holds its tunnel; watches, bodies
-// and upgrades cross the peer hop; a killed holder's clusters come back through the others; and the peer port
-// takes no certificate but a replica's.
+// and upgrades cross the peer hop; a user's upgrade the holder refuses gets its Status and leaves the holder up; a
+// killed holder's clusters come back through the others; and the peer port takes no certificate but a replica's.
 import { PEER_CA_SECRET, PEER_ADDRESS_ANNOTATION, TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -262,6 +262,84 @@ describe('three replicas sharing agents', () => {
       expect(exec.stderr).toContain('pods "nowhere" not found');
     }
   }, 120_000);
+
+  it("refuses a user's upgrade over the peer hop with a Status when their share is full, and the holder serves on", async () => {
+    // Whoever may sign in can reach this refusal: exec, attach and port-forward are upgrades, and one that lands on a
+    // replica without the cluster's tunnel crosses a peer link, where the holder's fair queue refuses it (429 for a
+    // full share of the user's, 503 for a full tunnel; and the holder's own 503 once the tunnel moved).
+    const cluster = 'north';
+    const [holder] = await eventually(async () => {
+      const holders = await holdersOf(cluster);
+      expect(holders).toHaveLength(1);
+      return holders;
+    }, 60_000);
+    const other = REPLICAS.find((r) => r !== holder)!;
+    const r = replicas.get(other)!;
+    const url = `wss://${r.url.slice('https://'.length)}/clusters/${cluster}/api/v1/namespaces/${AGENT_NS}/pods/echo:${backend!.port}/proxy/echo`;
+    /** A WebSocket through `other` to the echo backend: open, or refused with its status and body. */
+    const connect = (): Promise<WebSocket | { status: number; body: string }> =>
+      new Promise((done, fail) => {
+        const ws = new WebSocket(url, { ca: r.servingCA, cert: user.certPem, key: user.keyPem });
+        ws.once('open', () => done(ws));
+        ws.once('error', fail);
+        ws.once('unexpected-response', (_req, res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => (body += chunk));
+          res.once('end', () => done({ status: res.statusCode ?? 0, body }));
+          res.once('error', fail);
+        });
+      });
+    const echo = (ws: WebSocket, text: string): Promise<string> =>
+      new Promise((done, fail) => {
+        ws.once('message', (data: Buffer) => done(data.toString()));
+        ws.once('error', fail);
+        ws.send(text);
+      });
+    const patch = (spec: object): Promise<unknown> =>
+      hub.kubectl([
+        'patch',
+        'clusters.tunnel.concierge.sealion.dev',
+        cluster,
+        '--type=merge',
+        '-p',
+        JSON.stringify({ spec }),
+      ]);
+    // One upgrade at a time for each user, and one more may wait a second.
+    await patch({ maxRequestsPerUser: 1, queueTimeoutSeconds: 1 });
+    const open: WebSocket[] = [];
+    try {
+      const first = await connect();
+      if (!(first instanceof WebSocket)) throw new Error(`the first upgrade was refused: ${first.status}`);
+      open.push(first);
+      // Until the edit reaches the holder's informer a second upgrade is let through too: closed, and tried again.
+      const refused = await eventually(async () => {
+        const second = await connect();
+        if (second instanceof WebSocket) {
+          second.close();
+          throw new Error('a second upgrade was let through: the edit has not reached the holder yet');
+        }
+        return second;
+      }, 30_000);
+      expect(refused.status).toBe(429);
+      expect(JSON.parse(refused.body)).toMatchObject({
+        kind: 'Status',
+        code: 429,
+        reason: 'TooManyRequests',
+      });
+      // The holder is up and still carries the first upgrade; once that closes, the user's place is free again.
+      expect(replicas.get(holder!)!.alive()).toBe(true);
+      expect(await echo(first, 'still there')).toBe('still there');
+      first.close();
+      await eventually(async () => {
+        const through = await kubectl(holder!, cluster, ['get', 'namespace', 'kube-system', '-o', 'name']);
+        expect(through.stdout.trim()).toBe('namespace/kube-system');
+      }, 30_000);
+    } finally {
+      for (const ws of open) ws.terminate();
+      await patch({ maxRequestsPerUser: null, queueTimeoutSeconds: null });
+    }
+  }, 90_000);
 
   it('refuses at the peer port every certificate but a replica’s', async () => {
     const lease = await hub.kubectl([

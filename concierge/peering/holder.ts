@@ -17,6 +17,7 @@ import type { Recordings } from '../recording/session.ts';
 import { RECORDINGS_PATH } from './link.ts';
 import { relay } from '../../lib/http2/memory-budget.ts';
 import { clusterRoute, type Route } from '../proxy/route.ts';
+import { CLIENT_SIGALGS } from '../proxy/server.ts';
 import {
   ALPN,
   HANDSHAKE_TIMEOUT_MS,
@@ -70,18 +71,26 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   });
   upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
   upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
-    servePeerExchange({
-      kind: 'upgrade',
-      req,
-      socket: socket as Socket,
-      head,
-      context: newRequestContext(auditIdOf(req.headers)),
-    }),
+    servePeer({ kind: 'upgrade', req, socket, head, context: newRequestContext(auditIdOf(req.headers)) }),
   );
   const notHeld = (cluster: string): string =>
     `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
-  /** A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. */
-  const servePeerExchange = (exchange: Exchange): void => {
+  /**
+   * Serves a peer's exchange. A bug in serving one (a throw, a rejection) costs that exchange a 500, never the process:
+   * these run from event listeners, where a throw would be uncaught.
+   */
+  const servePeer = (exchange: Exchange): void => {
+    servePeerExchange(exchange).catch((err: unknown) => {
+      log.error({ err: (err as Error).message }, "a peer's request failed inside this replica");
+      refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
+    });
+  };
+  /**
+   * A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. Its
+   * refusals are any signed-in user's to provoke (an upgrade that lands elsewhere while the tunnel moves, or with the
+   * user's fair share full), and an upgrade's connection here is the link's CONNECT stream, not a socket.
+   */
+  const servePeerExchange = async (exchange: Exchange): Promise<void> => {
     const { req } = exchange;
     const target = req.url ? clusterRoute(req.url) : undefined;
     if (!target || (exchange.kind === 'plain' && req.method === 'CONNECT'))
@@ -100,14 +109,11 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     const plan = planFrom(req.rawHeaders, req.headers);
     exchange.context.user = plan.user;
     exchange.context.cluster = target.cluster;
-    route.forward(exchange, plan).catch((err: unknown) => {
-      log.error({ err: (err as Error).message }, "a peer's request failed inside this replica");
-      refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
-    });
+    return route.forward(exchange, plan);
   };
   const servePeerRequest = (req: Request, res: Response): void => {
     if (req.url?.startsWith(RECORDINGS_PATH) && req.method === 'GET') return serveRecordings(req.url, res);
-    servePeerExchange({ kind: 'plain', req, res, context: newRequestContext(auditIdOf(req.headers)) });
+    servePeer({ kind: 'plain', req, res, context: newRequestContext(auditIdOf(req.headers)) });
   };
   /** A peer asks for this replica's recordings, for a user the peer has authorized: the list, or one recording. */
   const serveRecordings = (url: string, res: Response): void => {
@@ -139,6 +145,9 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     requestCert: true,
     rejectUnauthorized: true,
     minVersion: 'TLSv1.3',
+    // Replicas' keys are P-256: no other kind of signature is checked, whoever dials from a replica's address
+    // (CLIENT_SIGALGS).
+    sigalgs: CLIENT_SIGALGS,
     ALPNProtocols: [ALPN],
     handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
   });
@@ -188,7 +197,12 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   return {
     port,
     reloadCredentials() {
-      server.setSecureContext({ ...credentials.own(), ca: credentials.caPem, minVersion: 'TLSv1.3' });
+      server.setSecureContext({
+        ...credentials.own(),
+        ca: credentials.caPem,
+        minVersion: 'TLSv1.3',
+        sigalgs: CLIENT_SIGALGS,
+      });
     },
     async stop() {
       stopped = true;

@@ -4,10 +4,10 @@
 // the few lines below look at which kind it is.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
-import { rawStatusResponse, writeStatus, type Refusal } from '../../lib/kube/status.ts';
+import { refuseConnection, writeStatus, type Refusal } from '../../lib/kube/status.ts';
 import type { RequestAudit } from '../audit/audit.ts';
 import type { ReachTally } from '../../lib/reach/dialer.ts';
 import type { SessionRecording } from '../recording/session.ts';
@@ -73,8 +73,14 @@ export interface PlainExchange {
 
 export interface UpgradeExchange {
   kind: 'upgrade';
+  /** Its `req.socket` is `socket` below, whatever Node's types say: use that one. */
   req: IncomingMessage;
-  socket: Socket;
+  /**
+   * What carries the connection: a TLS socket at the proxy's port, but a CONNECT stream (HTTP/2) when the upgrade came
+   * over a peer link, and one end of a stream pair from the in-process door (SSH sessions). Only what every Duplex
+   * has, so that nothing calls a net.Socket method (destroySoon, setNoDelay, setTimeout) on the others.
+   */
+  socket: Duplex;
   /** What the client sent after the request's head. */
   head: Buffer;
   context: RequestContext;
@@ -82,24 +88,21 @@ export interface UpgradeExchange {
 
 export type Exchange = PlainExchange | UpgradeExchange;
 
-/** Answers with a refusal's Status; an upgrade's connection closes after it. */
+/**
+ * Answers with a refusal's Status; an upgrade's connection closes once it is written, whatever carries it (a socket,
+ * a peer link's CONNECT stream, the in-process door's stream pair).
+ */
 export function refuse(exchange: Exchange, refusal: Refusal): void {
+  exchange.context.status = refusal.status;
+  exchange.context.message = refusal.message;
+  if (exchange.kind === 'upgrade') return refuseConnection(exchange.socket, refusal);
   const { status, message, retryAfterSeconds } = refusal;
-  exchange.context.status = status;
-  exchange.context.message = message;
-  const retry = retryAfterSeconds === undefined ? undefined : { retryAfterSeconds };
-  if (exchange.kind === 'plain') return writeStatus(exchange.res, status, message, retry);
-  if (exchange.socket.destroyed) return;
-  exchange.socket.end(
-    rawStatusResponse(
-      status,
-      message,
-      retry && { details: retry, headers: { 'retry-after': String(retryAfterSeconds) } },
-    ),
+  writeStatus(
+    exchange.res,
+    status,
+    message,
+    retryAfterSeconds === undefined ? undefined : { retryAfterSeconds },
   );
-  // Closed once the Status is written, whether or not the client closes its end: a client that never does would
-  // otherwise hold the connection, and the request in flight, for as long as it likes.
-  exchange.socket.destroySoon();
 }
 
 /** Whether the client has gone: nothing is worth doing for the exchange any more. */

@@ -4,7 +4,7 @@
 // this replica's tunnel, a peer) → the transport, where plain requests and upgrades part. One request context
 // carries what the stages learn; one log line and one set of metrics per request, never a token.
 import type { IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { ApiGroups } from '../../apis/groups.ts';
 import { groupSuffixOf, Resource, VERSION } from '../../apis/groups.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
@@ -106,7 +106,7 @@ const NOT_SERVING =
 
 export interface ProxyHandler {
   request: (req: Request, res: Response) => void;
-  upgrade: (req: IncomingMessage, socket: Socket, head: Buffer) => void;
+  upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
 }
 
 function pathOf(url: string): string {

@@ -1,5 +1,6 @@
 // Prometheus metrics of the proxy, on their own registry so tests and several proxies in one process do not clash.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { unhandledRejectionsSeen } from '../../lib/process-errors.ts';
 
 export interface ProxyMetrics {
   registry: Registry;
@@ -7,8 +8,13 @@ export interface ProxyMetrics {
   duration: Histogram<'verb'>;
   inflight: Gauge;
   upstreamErrors: Counter<'code'>;
-  /** Answers cut because their user's unread answers were over their share (lib/http2/memory-budget.ts). */
+  /**
+   * Answers and upgraded connections cut because what their user left unread was over their share
+   * (lib/http2/memory-budget.ts).
+   */
   unreadCuts: Counter;
+  /** Promise rejections nothing handled in this process, read from lib/process-errors.ts when scraped. */
+  unhandledRejections: Counter;
 }
 
 export function newProxyMetrics(): ProxyMetrics {
@@ -41,17 +47,28 @@ export function newProxyMetrics(): ProxyMetrics {
     }),
     unreadCuts: new Counter({
       name: 'sealion_unread_answers_cut_total',
-      help: "Answers cut because the bytes their user left unread were over the user's share, or everyone's over the replica's.",
+      help: "Answers and upgraded connections cut because the bytes their user left unread were over the user's share, or everyone's over the replica's.",
       registers: [registry],
+    }),
+    unhandledRejections: new Counter({
+      name: 'sealion_unhandled_rejections_total',
+      help: 'Promise rejections nothing handled in this process (each a bug, logged with its stack; the process serves on).',
+      registers: [registry],
+      collect() {
+        // The process's count (lib/process-errors.ts), whichever concierge of the process is asked.
+        this.reset();
+        const seen = unhandledRejectionsSeen();
+        if (seen > 0) this.inc(seen);
+      },
     }),
   };
 }
 
-/** The bytes `budget` holds charged for answers left unread, as a gauge of `registry`. */
+/** The bytes `budget` holds charged for answers and upgraded connections left unread, as a gauge of `registry`. */
 export function unreadBytesGauge(registry: Registry, held: () => number): Gauge {
   return new Gauge({
     name: 'sealion_unread_answer_bytes',
-    help: 'Bytes of answers that clients leave unread, held by this replica (at most what its stream windows allow).',
+    help: 'Bytes of answers and upgraded connections that clients leave unread, held by this replica (at most what its stream windows allow).',
     registers: [registry],
     collect() {
       this.set(held());

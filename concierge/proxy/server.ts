@@ -1,6 +1,7 @@
-// The proxy's listener: one TLS server (TLS 1.2+, AEAD ciphers only, ALPN h2 and http/1.1) handing each
-// connection to an HTTP/2 or an HTTP/1.1 server by the negotiated protocol. HTTP/1.1 carries the upgrades
-// (exec, attach, port-forward). Certificates and trusted client CAs are swapped live with updateTLS.
+// The proxy's listener: one TLS server (TLS 1.2+, AEAD ciphers only, no RSA client signatures unless its own key is
+// RSA, ALPN h2 and http/1.1) handing each connection to an HTTP/2 or an HTTP/1.1 server by the negotiated protocol.
+// HTTP/1.1 carries the upgrades (exec, attach, port-forward). Certificates and trusted client CAs are swapped live
+// with updateTLS.
 import { createServer as createHttp1Server, type IncomingMessage, type ServerResponse } from 'node:http';
 import {
   createServer as createHttp2Server,
@@ -8,6 +9,7 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
+import { createPrivateKey } from 'node:crypto';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { serveStream, type H2Request, type H2Response } from '../../lib/http2/request.ts';
 import { rawStatusResponse } from '../../lib/kube/status.ts';
@@ -25,6 +27,51 @@ export const CIPHERS = [
   'ECDHE-ECDSA-CHACHA20-POLY1305',
   'ECDHE-RSA-CHACHA20-POLY1305',
 ].join(':');
+
+/**
+ * The one client signature Sealion's listeners take: ECDSA on P-256 with SHA-256. Every client certificate Sealion
+ * issues (users', agents', replicas') has a P-256 key (lib/pki/pki.ts). Anyone may send a certificate, and OpenSSL
+ * checks its CertificateVerify with the certificate's own key (a garbage signature costs the same check): with a
+ * 16384-bit RSA key and a 64-bit exponent, the largest OpenSSL takes, a handshake costs the server about 6 times a
+ * plain one's CPU. A signature algorithm the server did not list is refused before anything is verified. The one name
+ * covers both versions (code 0x0403: TLS 1.3's P-256 with SHA-256, TLS 1.2's ECDSA with SHA-256 on a curve of the
+ * handshake's groups). Node sets only `sigalgs`, which also lists what the server may sign with, so a listener's list
+ * is this plus what its own key needs (`signatureAlgorithms`). OpenSSL's list for client signatures alone
+ * (client_sigalgs) is out of reach: no Node option sets it, and an OpenSSL configuration file would set it for every
+ * context of the process, its clients' with RSA keys too.
+ */
+export const CLIENT_SIGALGS = 'ecdsa_secp256r1_sha256';
+
+/** What a serving key of each kind signs with, TLS 1.3's schemes first; TLS 1.2 clients may lack RSA-PSS. */
+const OWN_SIGALGS: Record<string, readonly string[]> = {
+  'ec:prime256v1': [],
+  'ec:secp384r1': ['ecdsa_secp384r1_sha384'],
+  'ec:secp521r1': ['ecdsa_secp521r1_sha512'],
+  rsa: [
+    'rsa_pss_rsae_sha256',
+    'rsa_pss_rsae_sha384',
+    'rsa_pss_rsae_sha512',
+    'rsa_pkcs1_sha256',
+    'rsa_pkcs1_sha384',
+    'rsa_pkcs1_sha512',
+  ],
+  'rsa-pss': ['rsa_pss_pss_sha256', 'rsa_pss_pss_sha384', 'rsa_pss_pss_sha512'],
+  ed25519: ['ed25519'],
+  ed448: ['ed448'],
+};
+
+/**
+ * The `sigalgs` of a listener serving with `keyPem`: `CLIENT_SIGALGS`, then what the key signs with. With an RSA key
+ * (an admin's own certificate) clients may sign with RSA too: a listener cannot take RSA-PSS for itself and refuse it
+ * to clients. Undefined (Node's defaults) for a key of no kind listed, which no handshake could use anyway.
+ */
+export function signatureAlgorithms(keyPem: string): string | undefined {
+  const key = createPrivateKey(keyPem);
+  const curve = key.asymmetricKeyDetails?.namedCurve;
+  const own = OWN_SIGALGS[key.asymmetricKeyType === 'ec' ? `ec:${curve}` : (key.asymmetricKeyType ?? '')];
+  return own ? [CLIENT_SIGALGS, ...own].join(':') : undefined;
+}
+
 /** Request headers beyond this are refused with 431 before any work is done. */
 export const MAX_HEADER_BYTES = 32 * 1024;
 /**
@@ -90,6 +137,12 @@ export interface ProxyTLS {
    * tokens are the other way in).
    */
   requireClientCertificate?: boolean;
+  /**
+   * Take client signatures of every kind, not `CLIENT_SIGALGS` alone: for client certificates from CAs Sealion does
+   * not run, whose keys may be RSA (the API server's front proxy's, often RSA; `--client-ca-file`'s). Fixed when the
+   * server is made, as above. Default: false.
+   */
+  anyClientKey?: boolean;
 }
 
 export type RequestHandler = (req: IncomingMessage | H2Request, res: ServerResponse | H2Response) => void;
@@ -106,7 +159,8 @@ export interface ProxyServer {
   close(): Promise<void>;
 }
 
-function secureOptions(tls: ProxyTLS): object {
+function secureOptions(tls: ProxyTLS, anyClientKey: boolean): object {
+  const sigalgs = anyClientKey ? undefined : signatureAlgorithms(tls.keyPem);
   return {
     cert: tls.certPem,
     key: tls.keyPem,
@@ -117,6 +171,7 @@ function secureOptions(tls: ProxyTLS): object {
     minVersion: 'TLSv1.2',
     ciphers: CIPHERS,
     honorCipherOrder: true,
+    ...(sigalgs ? { sigalgs } : {}),
   };
 }
 
@@ -152,6 +207,7 @@ export function newProxyServer(
   limits: Partial<ServerLimits> = {},
 ): ProxyServer {
   const bounds: ServerLimits = { ...DEFAULT_SERVER_LIMITS, ...limits };
+  const anyClientKey = tls.anyClientKey === true;
   const http1 = createHttp1Server(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
@@ -190,7 +246,11 @@ export function newProxyServer(
   http2.on('session', (session: ServerHttp2Session) => closeWhenIdle(session, bounds.idleTimeoutMs));
 
   const server = createTLSServer(
-    { ...secureOptions(tls), ALPNProtocols: ['h2', 'http/1.1'], handshakeTimeout: bounds.handshakeTimeoutMs },
+    {
+      ...secureOptions(tls, anyClientKey),
+      ALPNProtocols: ['h2', 'http/1.1'],
+      handshakeTimeout: bounds.handshakeTimeoutMs,
+    },
     (socket: TLSSocket) => {
       // A connection's client certificate is read once (authenticate.ts); no renegotiation may swap it later.
       // HTTP/2 forbids renegotiation anyway, and Go's servers, the API server's included, never allow it.
@@ -224,7 +284,7 @@ export function newProxyServer(
     updateTLS(next) {
       // New handshakes use the new material; established connections keep theirs (but see trustedClientCAs).
       const nextTrusted = certificateFingerprints(next.clientCAPems);
-      server.setSecureContext({ ...secureOptions(next) });
+      server.setSecureContext({ ...secureOptions(next, anyClientKey) });
       trusted = nextTrusted;
     },
     trustedClientCAs: () => trusted,

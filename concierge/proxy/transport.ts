@@ -8,7 +8,6 @@
 // arriving. So nobody holds a place in it by reading or writing slowly.
 import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { constants, type ClientHttp2Stream, type IncomingHttpHeaders } from 'node:http2';
-import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { Clock } from '../../lib/clock.ts';
 import {
@@ -148,12 +147,13 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
   forwardUpgrade(socket, head, {
     send() {
       const sent = hop.send(req.method ?? 'GET', hop.pathPrefix + originForm(req.url), headers);
-      sent.once('socket', (s: Duplex) => {
-        carrier = s;
-        if (hop.progressMs !== undefined) watchUpgrade(s, socket, hop.progressMs, hop.clock);
-      });
+      sent.once('socket', (s: Duplex) => void (carrier = s));
       return sent;
     },
+    // What the agent sent and the client leaves unread holds a stream window on every hop, as an unread answer does:
+    // charged to the user, and cut once the client has read nothing for the progress timeout.
+    ...(hop.budget ? { account: { budget: hop.budget, user: plan.user } } : {}),
+    ...(hop.progressMs === undefined ? {} : { deadline: { ms: hop.progressMs, clock: hop.clock } }),
     fail: (err) =>
       refuse(
         exchange,
@@ -329,29 +329,4 @@ function watchBody(body: Readable, ms: number, clock: Clock, stalled: () => void
   body.once('end', stop);
   check();
   return stop;
-}
-
-/**
- * Cuts an upgraded connection whose client has not taken what the upstream sent for `ms`: the splice pauses the
- * upstream while the client's socket is full, and the client's 'drain' lets it go on. An idle connection (an exec
- * shell nobody types in) has nothing pending and is never cut.
- */
-function watchUpgrade(upstream: Duplex, socket: Socket, ms: number, clock: Clock): void {
-  let timer: unknown;
-  const disarm = (): void => {
-    clock.clearTimeout(timer);
-    timer = undefined;
-  };
-  upstream.on('pause', () => {
-    if (timer !== undefined) return;
-    timer = clock.setTimeout(() => {
-      timer = undefined;
-      // Paused for another reason (the upgrade's own setup): only a client that leaves data unread stalls.
-      if (!socket.writableNeedDrain) return;
-      socket.destroy();
-      upstream.destroy();
-    }, ms);
-  });
-  socket.on('drain', disarm);
-  socket.once('close', disarm);
 }

@@ -17,6 +17,7 @@ import {
 } from '../../lib/tunnel/dial.ts';
 import type { Cluster } from '../../apis/tunnel.ts';
 import { postRegister, type RegisterAnswer } from '../../dev/register.ts';
+import { rsaCertificate, signWithRSAAnyway } from '../../dev/hostile-tls.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { fakeBootstrapToken, memoryTokenStore } from '../../lib/kube/fake-bootstrap-tokens.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
@@ -157,6 +158,12 @@ describe('the tunnel listener’s TLS', () => {
     await expect(
       handshake({ maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-SHA' }).then((s) => s.destroy()),
     ).rejects.toThrow();
+  });
+
+  it('refuses an RSA client signature for its kind, before checking it (agents’ keys are P-256)', async () => {
+    const rsa = await rsaCertificate(ca, NAME, 'client');
+    // A listener that checked it would answer decrypt_error: the signature cannot verify (dev/hostile-tls.ts).
+    expect(await signWithRSAAnyway(listener.port, rsa)).toBe('ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE');
   });
 
   it('refuses renegotiation', async () => {

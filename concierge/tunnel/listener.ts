@@ -43,7 +43,7 @@ import type { Route } from '../proxy/route.ts';
 import { ANNOTATIONS, preciseNow, type Auditor, type RequestAudit } from '../audit/audit.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { randomUUID } from 'node:crypto';
-import { CIPHERS } from '../proxy/server.ts';
+import { CIPHERS, CLIENT_SIGALGS } from '../proxy/server.ts';
 import {
   BINDING_URI_PREFIX,
   bindingURI,
@@ -350,6 +350,8 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       minVersion: 'TLSv1.2',
       ciphers: CIPHERS,
       honorCipherOrder: true,
+      // Agents' keys and the serving key are P-256: no stranger's RSA signature is ever checked (CLIENT_SIGALGS).
+      sigalgs: CLIENT_SIGALGS,
       // Anyone can reach this port: what a connection that never becomes a tunnel may hold is bounded. A
       // handshake takes milliseconds; registration and renewal send a few KiB at once.
       handshakeTimeout: 10_000,
@@ -638,6 +640,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
         minVersion: 'TLSv1.2',
         ciphers: CIPHERS,
         honorCipherOrder: true,
+        sigalgs: CLIENT_SIGALGS,
       });
       log.info({ hosts }, 'tunnel serving certificate reissued');
     },

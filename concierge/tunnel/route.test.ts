@@ -34,6 +34,8 @@ import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
 import type { Clock } from '../../lib/clock.ts';
 import { newTunnelRoute, tunnelLimits, type TunnelLimits, type TunnelRoute } from './route.ts';
 import { fakeClock } from '../../lib/fake-clock.ts';
+import { newMemoryBudget, type MemoryBudget } from '../../lib/http2/memory-budget.ts';
+import { STREAM_WINDOW_BYTES } from '../../lib/http2/pool.ts';
 
 const USERS = ['alice', 'bob', 'carol'];
 const TOKENS: Record<string, AuthResult> = Object.fromEntries(
@@ -123,9 +125,19 @@ let server: ProxyServer;
 let port: number;
 const clock = fakeClock();
 const LONG = 600_000;
+/** A share that holds one stalled tunnel stream's window, not two. */
+const budget = newMemoryBudget({
+  perUserBytes: 1.5 * STREAM_WINDOW_BYTES,
+  totalBytes: 64 * STREAM_WINDOW_BYTES,
+});
 
-/** A cluster behind a real tunnel, forwarded with these limits. */
-async function connectCluster(name: string, limits: TunnelLimits, withClock?: Clock): Promise<void> {
+/** A cluster behind a real tunnel, forwarded with these limits (and charging unread bytes to `budget`). */
+async function connectCluster(
+  name: string,
+  limits: TunnelLimits,
+  withClock?: Clock,
+  budget?: MemoryBudget,
+): Promise<void> {
   const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
   await new Promise<void>((done) => wss.once('listening', done));
   const local = createServer();
@@ -140,7 +152,11 @@ async function connectCluster(name: string, limits: TunnelLimits, withClock?: Cl
     request: agentRequest,
   });
   const tunnel = newTunnelClient(await accepted, { maxStreams: limits.capacity });
-  routes[name] = newTunnelRoute(name, tunnel, { limits, ...(withClock ? { clock: withClock } : {}) });
+  routes[name] = newTunnelRoute(name, tunnel, {
+    limits,
+    ...(withClock ? { clock: withClock } : {}),
+    ...(budget ? { budget } : {}),
+  });
   cleanups.push(() => {
     routes[name]!.close();
     agentEnd.close();
@@ -263,6 +279,13 @@ beforeAll(async () => {
     'stall',
     { capacity: 1, perKey: 1, maxQueued: 4, maxQueuedPerKey: 4, maxWaitMs: LONG, progressTimeoutMs: 1000 },
     clock,
+  );
+  // Unread bytes charged to a small budget; no deadline cuts anything.
+  await connectCluster(
+    'budgeted',
+    { capacity: 4, perKey: 4, maxQueued: 0, maxQueuedPerKey: 0, maxWaitMs: LONG, progressTimeoutMs: LONG },
+    undefined,
+    budget,
   );
 });
 
@@ -428,6 +451,52 @@ describe('requests that make no progress', () => {
     await new Promise((done) => socket.once('close', done));
     expect(await waiting.ended).toBe('end');
     expect(statusOf(waiting)).toBe(200);
+  });
+
+  it("charges an upgraded connection its client leaves unread to the user's budget, and cuts at the share", async () => {
+    const upgrade = (): Promise<Duplex> =>
+      new Promise<Duplex>((done, fail) => {
+        const req = httpsRequest({
+          host: '127.0.0.1',
+          port,
+          path: '/clusters/budgeted/api/v1/namespaces/default/pods/p/portforward',
+          ca: proxyCA.certPem,
+          headers: { authorization: 'Bearer alice-token', connection: 'Upgrade', upgrade: 'websocket' },
+        });
+        req.on('upgrade', (_res, upgraded: Duplex) => {
+          upgraded.on('error', () => {});
+          upgraded.pause();
+          done(upgraded);
+        });
+        req.on('response', (res) => fail(new Error(`upgrade refused: ${res.statusCode}`)));
+        req.on('error', fail);
+        req.end();
+      });
+    const endedBefore = upgradesEnded;
+    const first = await upgrade();
+    // Nothing read: the tunnel stream's window fills, and the connection is charged at least that window.
+    await eventually(() => expect(budget.held('alice')).toBeGreaterThanOrEqual(STREAM_WINDOW_BYTES));
+    expect(budget.cuts()).toBe(0);
+    const second = await upgrade();
+    // Two windows are more than her share: the one unread longest is cut, all the way to the agent.
+    await eventually(() => {
+      expect(budget.cuts()).toBe(1);
+      expect(upgradesEnded).toBe(endedBefore + 1);
+    });
+    expect(budget.held('alice')).toBeLessThanOrEqual(budget.limits.perUserBytes);
+    expect(budget.held('alice')).toBeGreaterThanOrEqual(STREAM_WINDOW_BYTES);
+    // The first ends once its client reads what was sent before; the second goes on.
+    first.resume();
+    await new Promise((done) => first.once('close', done));
+    expect(second.destroyed).toBe(false);
+    const bob = call('bob', '/clusters/budgeted/version');
+    expect(await bob.ended).toBe('end');
+    expect(statusOf(bob)).toBe(200);
+    // Read, the second holds nothing charged; closed, it ends at the agent too.
+    second.resume();
+    await eventually(() => expect(budget.held('alice')).toBe(0));
+    second.destroy();
+    await eventually(() => expect(upgradesEnded).toBe(endedBefore + 2));
   });
 });
 

@@ -1,11 +1,20 @@
 // `npm run fuzz`: starts a real API server and the concierge in its own process, throws FUZZ_CASES hostile cases at
-// it (default 100,000, seeded by FUZZ_SEED), prints what it found and exits non-zero on any finding. Everything it
-// started stops at the end, on a failure, and on Ctrl-C.
+// it (default 100,000), split over FUZZ_SEEDS seeds (default 8, each random and printed), prints what each seed found
+// and exits non-zero on any finding. Everything it started stops at the end, on a failure, and on Ctrl-C.
 //
-// FUZZ_CASES (100000), FUZZ_SEED (random; printed), FUZZ_LANES (4: lanes of a family of weight 20, the others in
-// proportion), FUZZ_DEADLINE_MS (5000),
+// FUZZ_CASES (100000), FUZZ_SEEDS (8), FUZZ_SEED (one seed instead: replays that seed's part of a run),
+// FUZZ_LANES (4: lanes of a family of weight 20, the others in proportion), FUZZ_DEADLINE_MS (5000),
 // FUZZ_FAMILIES (comma-separated family names; all by default).
-import { formatReport, hasFindings, maxLanes, runFuzz } from './run.ts';
+import {
+  formatReport,
+  formatSummary,
+  hasFindings,
+  maxLanes,
+  mergeReports,
+  runFuzz,
+  seedShares,
+  type FuzzReport,
+} from './run.ts';
 import { startFuzzTarget } from './target.ts';
 
 const env = process.env;
@@ -18,17 +27,28 @@ const number = (name: string, fallback: number): number => {
 };
 
 const log = (line: string): void => console.error(`[fuzz] ${line}`);
-const seed = number('FUZZ_SEED', (Math.random() * 2 ** 31) | 0);
+const cases = number('FUZZ_CASES', 100_000);
+// Several seeds rather than one: a run's lanes each follow one seed's stream of cases, and a stream that happens to
+// miss a shape misses it for the whole run. Each seed's part is short enough to replay.
+const seedCount = env['FUZZ_SEED'] ? 1 : number('FUZZ_SEEDS', 8);
+if (seedCount < 1 || seedCount > Math.max(1, cases))
+  throw new Error(`FUZZ_SEEDS: must be between 1 and FUZZ_CASES, not ${seedCount}`);
+const seeds = env['FUZZ_SEED']
+  ? [number('FUZZ_SEED', 0)]
+  : Array.from({ length: seedCount }, () => (Math.random() * 2 ** 31) | 0);
+const shares = seedShares(cases, seeds.length);
 const options = {
-  cases: number('FUZZ_CASES', 100_000),
-  seed,
   lanes: number('FUZZ_LANES', 4),
   deadlineMs: number('FUZZ_DEADLINE_MS', 5_000),
   shrinkPerFamily: 3,
   ...(env['FUZZ_FAMILIES'] ? { families: env['FUZZ_FAMILIES'].split(',').map((f) => f.trim()) } : {}),
   log,
 };
-log(`seed ${seed} (FUZZ_SEED=${seed} replays this run), ${options.cases} cases`);
+log(
+  `${seeds.length} seed${seeds.length === 1 ? '' : 's'}, ${cases} cases: ` +
+    seeds.map((seed, i) => `${seed} (${shares[i]})`).join(', ') +
+    `; FUZZ_SEED=<seed> FUZZ_CASES=<its cases> replays one`,
+);
 
 const interrupt = new AbortController();
 let target: Awaited<ReturnType<typeof startFuzzTarget>> | undefined;
@@ -49,12 +69,20 @@ process.on('uncaughtException', (err) => {
 });
 
 async function main(): Promise<number> {
+  const reports: FuzzReport[] = [];
   try {
     target = await startFuzzTarget({ log, agents: maxLanes(options.lanes) });
-    if (interrupt.signal.aborted) return 130;
-    const report = await runFuzz(target, { ...options, signal: interrupt.signal });
-    console.log(formatReport(report));
-    return hasFindings(report) ? 1 : report.stoppedEarly ? 130 : 0;
+    for (const [i, seed] of seeds.entries()) {
+      if (interrupt.signal.aborted || reports.some((r) => r.crash)) break;
+      log(`seed ${seed} (FUZZ_SEED=${seed} FUZZ_CASES=${shares[i]} replays it), ${i + 1} of ${seeds.length}`);
+      const report = await runFuzz(target, { ...options, seed, cases: shares[i]!, signal: interrupt.signal });
+      console.log(formatReport(report, seeds.length === 1));
+      reports.push(report);
+    }
+    if (reports.length === 0) return 130;
+    if (seeds.length > 1) console.log(`\n${formatSummary(reports, seeds.slice(reports.length))}`);
+    if (hasFindings(mergeReports(reports))) return 1;
+    return interrupt.signal.aborted ? 130 : 0;
   } catch (err) {
     console.error(err);
     return 2;

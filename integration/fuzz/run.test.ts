@@ -6,7 +6,15 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { constants, createSecureServer, type Http2SecureServer } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { issueCert, newCA } from '../../lib/pki/pki.ts';
-import { familyProblems, hasFindings, runFuzz, type FamilyReport, type FuzzReport } from './run.ts';
+import {
+  familyProblems,
+  hasFindings,
+  mergeReports,
+  runFuzz,
+  seedShares,
+  type FamilyReport,
+  type FuzzReport,
+} from './run.ts';
 import type { FuzzTarget } from './target.ts';
 
 let server: Http2SecureServer;
@@ -42,6 +50,7 @@ beforeAll(async () => {
       resetEventLoop: () => Promise.resolve(),
       answeredAt: () => Date.now(),
       stderr: () => '',
+      processErrors: () => [],
     },
     proxyPort: port,
     proxyCA: ca.certPem,
@@ -106,6 +115,7 @@ describe('the summary of a report', () => {
   const report = (f: FamilyReport): FuzzReport => ({
     seed: 1,
     families: [f],
+    processErrors: [],
     rss: { before: 0, after: 0, max: 0 },
     memory: { before: process.memoryUsage() },
     elapsedMs: 0,
@@ -170,5 +180,61 @@ describe('the summary of a report', () => {
     ],
   ])('%s: findings %s', (_name, findings, vitals) => {
     expect(hasFindings({ ...report(family({})), ...vitals })).toBe(findings);
+  });
+});
+
+describe('a run over several seeds', () => {
+  it.each([
+    [100_000, 8, [12_500, 12_500, 12_500, 12_500, 12_500, 12_500, 12_500, 12_500]],
+    [10, 3, [4, 3, 3]],
+    [2_700, 1, [2_700]],
+  ])('splits %i cases over %i seeds as %j', (cases, seeds, shares) => {
+    expect(seedShares(cases, seeds)).toEqual(shares);
+  });
+
+  it("judges whether a family tested anything over all seeds, and finds every seed's failures", () => {
+    const seed = (n: number, f: Partial<FamilyReport>): FuzzReport => ({
+      seed: n,
+      families: [
+        {
+          name: 'registration',
+          cases: 18,
+          shrinkRuns: 0,
+          failures: [],
+          answers: { '4xx': 18 },
+          controls: { passed: 2, failed: 0, undecided: 0 },
+          reach: 'registered',
+          reached: 0,
+          busyMs: 0,
+          ...f,
+        },
+      ],
+      processErrors: [],
+      rss: { before: n, after: n + 1, max: n + 2 },
+      memory: { before: process.memoryUsage() },
+      elapsedMs: 1,
+      stoppedEarly: false,
+    });
+    const unlucky = seed(1, {});
+    const lucky = seed(2, { reached: 1, answers: { '2xx': 1, '4xx': 17 } });
+    expect(hasFindings(unlucky)).toBe(true);
+    const merged = mergeReports([unlucky, lucky]);
+    expect(hasFindings(merged)).toBe(false);
+    expect(merged.families[0]).toMatchObject({ cases: 36, reached: 1, answers: { '2xx': 1, '4xx': 35 } });
+    expect(merged.rss).toEqual({ before: 1, after: 3, max: 4 });
+    const failure = {
+      finding: { kind: 'hang' as const, message: 'no answer' },
+      input: '',
+      seed: 3,
+      path: null,
+      shrinks: 0,
+    };
+    expect(hasFindings(mergeReports([lucky, seed(3, { reached: 1, failures: [failure] })]))).toBe(true);
+    // An error the concierge reported and served on after is a finding too.
+    const reported = {
+      ...seed(4, { reached: 1 }),
+      processErrors: [{ error: 'a rejection', inFlight: [], recent: [] }],
+    };
+    expect(hasFindings(mergeReports([lucky, reported]))).toBe(true);
   });
 });

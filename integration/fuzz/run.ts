@@ -13,6 +13,7 @@ import { FindingError, type Finding, type FindingKind } from './oracle.ts';
 import type { FuzzTarget } from './target.ts';
 import { H2Client } from './wire.ts';
 import { boundProblems, fatalRss, formatVitals, watchEventLoop, type LoopReport } from './vitals.ts';
+import type { LoopDelay } from '../harness/concierge-process.ts';
 
 export interface FuzzOptions {
   /** Cases across all families, split by weight. */
@@ -84,6 +85,11 @@ export interface FuzzReport {
     /** Why the harness ended it, when it did: what an installed pod would have been killed for (vitals.ts). */
     killed?: string;
   };
+  /**
+   * Errors nothing handled that the concierge reported (a rejection, after which it serves on as production does; an
+   * uncaught exception, after which it exits), each with the cases in flight when it was seen and just before.
+   */
+  processErrors: Array<{ error: string; inFlight: string[]; recent: string[] }>;
   rss: { before: number; after: number; max: number };
   /** The concierge's memory after a full GC, before and after the cases. */
   memory: { before: NodeJS.MemoryUsage; after?: NodeJS.MemoryUsage };
@@ -159,6 +165,18 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
       inputs.map((input, i) => `${lane} (${inputs.length - i} back): ${fc.stringify(input)}`),
     ),
   });
+  const processErrors: FuzzReport['processErrors'] = [];
+  /** The concierge's reports seen so far (it keeps those of earlier runs against it). */
+  let reportsSeen = target.concierge.processErrors().length;
+  const collectProcessErrors = (): void => {
+    const reported = target.concierge.processErrors();
+    for (const error of reported.slice(reportsSeen)) {
+      const { inFlight, recent } = crashReport();
+      processErrors.push({ error, inFlight, recent });
+      log(error.split('\n')[0]!.slice(0, 200));
+    }
+    reportsSeen = reported.length;
+  };
   let stopped = false;
   const stop = (): boolean => stopped || crash !== undefined || opts.signal?.aborted === true;
 
@@ -177,6 +195,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     }
   };
   const watch = setInterval(() => {
+    collectProcessErrors();
     if (!target.concierge.alive()) {
       crash ??= crashReport();
       return;
@@ -332,6 +351,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     clearInterval(watch);
     clearInterval(progress);
   }
+  collectProcessErrors();
   const loopReport = await loop.stop();
   if (!crash && !target.concierge.alive()) crash = crashReport();
 
@@ -342,6 +362,7 @@ export async function runFuzz(target: FuzzTarget, opts: FuzzOptions): Promise<Fu
     seed: opts.seed,
     families: [...reports.values()],
     ...(crash ? { crash } : {}),
+    processErrors,
     rss: { before: rssBefore, after: alive ? target.concierge.rss() : 0, max: rssMax },
     memory: { before: memoryBefore, ...(memoryAfter ? { after: memoryAfter } : {}) },
     ...(loopReport ? { loop: loopReport } : {}),
@@ -383,14 +404,136 @@ export function failuresByKind(report: FuzzReport): Map<FindingKind, number> {
 export function hasFindings(report: FuzzReport): boolean {
   return (
     report.crash !== undefined ||
+    report.processErrors.length > 0 ||
     report.families.some((f) => f.failures.length > 0 || familyProblems(f).length > 0) ||
     boundProblems(report).length > 0
   );
 }
 
+/**
+ * The event loop over several seeds: before the first, after the last, and over the cases the worst of each figure
+ * (percentiles cannot be merged; the worst seed's is an upper bound of the whole run's).
+ */
+function mergeLoops(reports: FuzzReport[]): { loop: LoopReport } | undefined {
+  const loops = reports.flatMap((r) => (r.loop ? [r.loop] : []));
+  if (loops.length === 0) return undefined;
+  const worst = (pick: (l: LoopReport) => LoopDelay): LoopDelay =>
+    loops.map(pick).reduce((a, b) => ({
+      p50: Math.max(a.p50, b.p50),
+      p99: Math.max(a.p99, b.p99),
+      max: Math.max(a.max, b.max),
+      mean: Math.max(a.mean, b.mean),
+      samples: a.samples + b.samples,
+    }));
+  return {
+    loop: {
+      before: loops[0]!.before,
+      during: worst((l) => l.during),
+      worstSecond: worst((l) => l.worstSecond),
+      after: loops.at(-1)!.after,
+      stalls: loops.flatMap((l) => l.stalls),
+    },
+  };
+}
+
+/**
+ * The cases of each seed when a run splits `cases` over `seeds` seeds: as even as they go, the first seeds taking
+ * what is left over. Each seed's part replays alone with FUZZ_SEED=<seed> FUZZ_CASES=<its cases>: a lane's cases
+ * depend on the seed, the family and the lane, never on the other seeds.
+ */
+export function seedShares(cases: number, seeds: number): number[] {
+  return Array.from({ length: seeds }, (_, i) => Math.floor(cases / seeds) + (i < cases % seeds ? 1 : 0));
+}
+
+/**
+ * A run over several seeds as one report: each family's cases, failures and tallies summed over the seeds, the first
+ * crash, the memory from the first seed's start to the last one's end. Whether a family tested anything is judged on
+ * this: a light family's share of one seed (registration's is a twentieth of it) may by chance reach nothing.
+ */
+export function mergeReports(reports: FuzzReport[]): FuzzReport {
+  const families = new Map<string, FamilyReport>();
+  for (const r of reports)
+    for (const f of r.families) {
+      const sum = families.get(f.name);
+      if (!sum) {
+        families.set(f.name, {
+          ...f,
+          failures: [...f.failures],
+          answers: { ...f.answers },
+          controls: { ...f.controls },
+        });
+        continue;
+      }
+      sum.cases += f.cases;
+      sum.shrinkRuns += f.shrinkRuns;
+      sum.failures.push(...f.failures);
+      for (const [kind, n] of Object.entries(f.answers)) sum.answers[kind] = (sum.answers[kind] ?? 0) + n;
+      sum.controls.passed += f.controls.passed;
+      sum.controls.failed += f.controls.failed;
+      sum.controls.undecided += f.controls.undecided;
+      sum.reached += f.reached;
+      sum.busyMs += f.busyMs;
+    }
+  const first = reports[0]!;
+  const last = reports.at(-1)!;
+  const crash = reports.find((r) => r.crash)?.crash;
+  return {
+    seed: first.seed,
+    families: [...families.values()],
+    ...(crash ? { crash } : {}),
+    processErrors: reports.flatMap((r) => r.processErrors),
+    rss: {
+      before: first.rss.before,
+      after: last.rss.after,
+      max: Math.max(...reports.map((r) => r.rss.max)),
+    },
+    memory: { before: first.memory.before, ...(last.memory.after ? { after: last.memory.after } : {}) },
+    ...(mergeLoops(reports) ?? {}),
+    elapsedMs: reports.reduce((sum, r) => sum + r.elapsedMs, 0),
+    stoppedEarly: last.stoppedEarly,
+  };
+}
+
+/** What a run over several seeds found, after each seed's own report (`mergeReports` says how it is judged). */
+export function formatSummary(reports: FuzzReport[], notRun: number[]): string {
+  const merged = mergeReports(reports);
+  const cases = merged.families.reduce((n, f) => n + f.cases, 0);
+  const failing = reports.filter(
+    (r) => r.crash || r.processErrors.length > 0 || r.families.some((f) => f.failures.length > 0),
+  );
+  const lines = [
+    `fuzz over ${reports.length + notRun.length} seeds: ${cases} cases in ${(merged.elapsedMs / 1000).toFixed(1)} s, ` +
+      `${merged.crash ? 1 : 0} crashes, ${merged.processErrors.length} errors nothing handled, ` +
+      `${failing.length} seeds with findings` +
+      (failing.length ? ` (${failing.map((r) => r.seed).join(', ')})` : ''),
+  ];
+  if (notRun.length) lines.push(`not run, the concierge being gone: ${notRun.join(', ')}`);
+  for (const f of merged.families)
+    lines.push(
+      `  ${f.name.padEnd(24)} ${String(f.cases).padStart(7)} cases, ${f.failures.length} failing, ` +
+        `controls ${f.controls.passed} passed ${f.controls.failed} failed, ${f.reached} reached ${f.reach}`,
+    );
+  for (const f of merged.families)
+    for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
+  lines.push(
+    `concierge RSS over the run: before ${MiB(merged.rss.before)}, after ${MiB(merged.rss.after)}, ` +
+      `max ${MiB(merged.rss.max)} (growth ${MiB(merged.rss.after - merged.rss.before)})`,
+  );
+  for (const r of failing)
+    lines.push(
+      `seed ${r.seed} found something: keep it in integration/fuzz.test.ts (KNOWN_BAD_SEEDS), with the family and ` +
+        `as many cases as it took to reach the finding`,
+    );
+  return lines.join('\n');
+}
+
 const MiB = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
-export function formatReport(report: FuzzReport): string {
+/**
+ * One run's report. `judged`: whether its families' tallies are judged here (false for one seed of several, whose
+ * tallies `formatSummary` judges together).
+ */
+export function formatReport(report: FuzzReport, judged = true): string {
   const lines: string[] = [];
   const total = report.families.reduce((sum, f) => sum + f.cases, 0);
   lines.push(`fuzz: ${total} cases in ${(report.elapsedMs / 1000).toFixed(1)} s, seed ${report.seed}`);
@@ -410,10 +553,12 @@ export function formatReport(report: FuzzReport): string {
   }
   const byKind = failuresByKind(report);
   lines.push(`crashes: ${report.crash ? 1 : 0}`);
+  lines.push(`errors nothing handled, reported by the concierge: ${report.processErrors.length}`);
   lines.push(`proxy-made 5xx: ${byKind.get('proxy-5xx') ?? 0}`);
   for (const [kind, n] of byKind) if (kind !== 'proxy-5xx') lines.push(`${kind}: ${n}`);
-  for (const f of report.families)
-    for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
+  if (judged)
+    for (const f of report.families)
+      for (const problem of familyProblems(f)) lines.push(`tested nothing: ${problem}`);
   lines.push(
     `concierge RSS: before ${MiB(report.rss.before)}, after ${MiB(report.rss.after)}, max ${MiB(report.rss.max)}` +
       ` (growth ${MiB(report.rss.after - report.rss.before)})`,
@@ -436,6 +581,14 @@ export function formatReport(report: FuzzReport): string {
     }
     if (f.failures.length > 5) lines.push('', `[${f.name}] and ${f.failures.length - 5} more failures`);
   }
+  for (const e of report.processErrors.slice(0, 5)) {
+    lines.push('', e.error.slice(0, 2000), 'cases in flight then:');
+    for (const c of e.inFlight) lines.push(`  ${c.slice(0, 2000)}`);
+    lines.push("each lane's last cases before:");
+    for (const c of e.recent) lines.push(`  ${c.slice(0, 2000)}`);
+  }
+  if (report.processErrors.length > 5)
+    lines.push('', `and ${report.processErrors.length - 5} more errors reported`);
   if (report.crash) {
     lines.push(
       '',

@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import { PROXY_NODE_OPTIONS } from '../../manifests/install.ts';
 import type { Cluster } from '../../dev/cluster.ts';
 import type { RegistrationLimits } from '../../concierge/concierge.ts';
+import { parseProcessErrorLine, reportProcessError } from './process-errors.ts';
 
 export interface ConciergeProcess {
   url: string;
@@ -19,6 +20,8 @@ export interface ConciergeProcess {
   tunnel?: { port: number; caPem: string };
   /** The SSH door, when started `controlled` with an SSH port and a config that turns the door on. */
   ssh?: { port: number };
+  /** The loopback port of its metrics (Prometheus text), when started with the `metrics` option. */
+  metricsPort?: number;
   pid: number;
   /** The process's resident memory now, in bytes, from /proc. */
   rss(): number;
@@ -37,6 +40,11 @@ export interface ConciergeProcess {
   alive(): boolean;
   /** Its standard error so far (the tail). */
   stderr(): string;
+  /**
+   * The errors nothing handled that it reported so far (each also fails the test it came in: process-errors.ts). It
+   * serves on after a rejection, as production does, and exits after an uncaught exception.
+   */
+  processErrors(): string[];
   stop(): Promise<void>;
 }
 
@@ -77,6 +85,8 @@ export async function startConciergeProcess(
      * controllers.
      */
     controlled?: { config: Record<string, unknown>; ssh?: boolean };
+    /** Serve the metrics on a loopback port (metricsPort). Default: no metrics. */
+    metrics?: boolean;
   } = {},
 ): Promise<ConciergeProcess> {
   const child = spawn(
@@ -96,8 +106,16 @@ export async function startConciergeProcess(
   let errors = '';
   // A question written to a process that has just died fails with EPIPE; its answer fails through `exited` instead.
   child.stdin.on('error', () => {});
+  const reported: string[] = [];
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (chunk: string) => (errors = (errors + chunk).slice(-8000)));
+  createInterface({ input: child.stderr }).on('line', (line) => {
+    const report = parseProcessErrorLine(line);
+    if (!report) return;
+    const text = `the concierge process ${opts.identity ?? child.pid} reported ${report.kind}: ${report.text}`;
+    reported.push(text);
+    reportProcessError(text);
+  });
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   let answeredAt = Date.now();
@@ -128,7 +146,7 @@ export async function startConciergeProcess(
   try {
     const info = JSON.parse(await next()) as Pick<
       ConciergeProcess,
-      'url' | 'servingCA' | 'signer' | 'tunnel' | 'ssh'
+      'url' | 'servingCA' | 'signer' | 'tunnel' | 'ssh' | 'metricsPort'
     >;
     return {
       ...info,
@@ -140,6 +158,7 @@ export async function startConciergeProcess(
       resetEventLoop: () => ask<object>('loop reset').then(() => {}),
       alive: () => child.exitCode === null && child.signalCode === null,
       stderr: () => errors,
+      processErrors: () => [...reported],
       stop,
     };
   } catch (err) {

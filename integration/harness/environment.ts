@@ -3,17 +3,19 @@
 // cleanup waited) is named on stderr and stopped, so that it cannot outlive the file or keep Jest from exiting; and
 // the file fails, so that a leak is fixed rather than swept up run after run.
 // It runs after all of the file's own afterAll hooks, which a hook in a setup file would not: those run in the
-// order they were declared, before the file's own.
+// order they were declared, before the file's own. It fails the file too for errors nothing handled, in the Jest
+// worker or in a concierge process of the file, that no test failed for (process-errors-environment.ts).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
-import { TestEnvironment } from 'jest-environment-node';
+import type { TestEnvironment } from 'jest-environment-node';
 import { REPO_ROOT } from '../../dev/build.ts';
 import { descendants, stopLeftovers, type ProcessInfo } from '../../dev/processes.ts';
+import ProcessErrorsEnvironment from './process-errors-environment.ts';
 
 const key = (p: ProcessInfo): string => `${p.pid}@${p.start}`;
 
-export default class IntegrationEnvironment extends TestEnvironment {
+export default class IntegrationEnvironment extends ProcessErrorsEnvironment {
   private readonly testPath: string;
   /** Processes that were running before the file started: not the file's to stop. */
   private before = new Set<string>();
@@ -39,6 +41,7 @@ export default class IntegrationEnvironment extends TestEnvironment {
   }
 
   override async teardown(): Promise<void> {
+    const problems: string[] = [];
     try {
       const left = descendants().filter((p) => !this.before.has(key(p)));
       if (left.length > 0) {
@@ -47,14 +50,16 @@ export default class IntegrationEnvironment extends TestEnvironment {
             left.map((p) => `  ${p.pid} ${p.command.slice(0, 200)}\n`).join(''),
         );
         await stopLeftovers(left);
-        throw new Error(
+        problems.push(
           `${this.testPath} left ${left.length} process(es) running: ${left.map((p) => p.command.slice(0, 100)).join('; ')}`,
         );
       }
     } finally {
       delete process.env['KUBECACHEDIR'];
       rmSync(this.kubectlCache, { recursive: true, force: true });
-      await super.teardown();
+      // Errors nothing handled, in the worker or in a process of the file (process-errors-environment.ts).
+      await super.teardown().catch((err: Error) => problems.push(err.message));
     }
+    if (problems.length > 0) throw new Error(problems.join('\n\n'));
   }
 }

@@ -56,6 +56,17 @@ const server = createServer((req, res) => {
   // Never answers: a request in flight for as long as the test needs one. Said on stdout, so a test can wait for
   // the request to arrive rather than guess how long that takes.
   if (req.method === 'GET' && path.endsWith('/hang')) return void console.log('holding ' + path);
+  // Zeros without end, as fast as the client takes them: a sender that never waits for its reader.
+  if (req.method === 'GET' && path.endsWith('/zeros')) {
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    const chunk = Buffer.alloc(64 * 1024);
+    const pump = () => {
+      while (!res.destroyed && res.write(chunk));
+    };
+    res.on('drain', pump);
+    res.on('error', () => {});
+    return pump();
+  }
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
 });
 const wss = new WebSocketServer({ server });
@@ -295,6 +306,7 @@ async function teardown(entry: Live): Promise<void> {
  * Creates a netns + veth pair and starts, inside the namespace, an HTTP server on 0.0.0.0:<port> that:
  *  - answers `GET /hello` (any path ending in /hello) with 200, content-type text/plain, body `hello from <ip>`;
  *  - never answers `GET /hang` (any path ending in /hang);
+ *  - answers `GET /zeros` (any path ending in /zeros) with zeros without end, as fast as the client takes them;
  *  - accepts WebSocket upgrades on any path and echoes every message back (text stays text, binary stays binary).
  * Resolves once the server answers from the root namespace.
  */

@@ -2,7 +2,8 @@
 // costs in memory and event-loop time. Arguments: the harness cluster's folder, its URL, the kubectl binary, and
 // optionally a JSON object of options (`{"tunnel": {"port": 0, "namespace": "..."}}` runs the agents' tunnel listener;
 // `identity` names the replica; `signer` is the CA of users' client certificates, so that replicas can share it;
-// `audit`, a policy file and where its events go; `controlled`, the controllers on as in an install: see below).
+// `audit`, a policy file and where its events go; `metrics` serves the metrics on a loopback port; `controlled`, the
+// controllers on as in an install: see below).
 // Prints one JSON line (ConciergeProcess's info) when ready; answers "mem" on stdin with process.memoryUsage() after
 // a GC, "loop" with the event loop's delays since the last "loop" (ms: p50, p99, max, mean; samples), "loop total" with
 // them since the last "loop reset" (which answers {}). Exits when its
@@ -25,6 +26,7 @@ import type { RateLimitOptions } from '../../concierge/tunnel/rate-limit.ts';
 import { CA_SECRET, SIGNER_SECRET } from '../../controllers/impersonation-proxy.ts';
 import { newKubeClients, readSecretData } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
+import { handleProcessErrors } from '../../lib/process-errors.ts';
 import { loadCA } from '../../lib/pki/pki.ts';
 import { eventually } from '../../dev/eventually.ts';
 import {
@@ -33,15 +35,23 @@ import {
   startLocalConcierge,
   type ClusterForConcierge,
 } from '../../dev/concierge.ts';
+import { processErrorLine } from './process-errors.ts';
 
 const [dir, url, kubectl, options] = process.argv.slice(2) as [string, string, string, string?];
-const { tunnel, identity, signer, audit, controlled } = JSON.parse(options ?? '{}') as {
+const { tunnel, identity, signer, audit, metrics, controlled } = JSON.parse(options ?? '{}') as {
   tunnel?: { port: number; namespace: string; registrationLimits?: RateLimitOptions };
   identity?: string;
   signer?: { certPem: string; keyPem: string };
   audit?: { policyFile: string; logPath: string };
+  metrics?: boolean;
   controlled?: { config: Record<string, unknown>; ssh?: boolean };
 };
+// As production handles errors nothing handled (lib/process-errors.ts), and each reported to the test that started
+// this process (process-errors.ts), which fails for it.
+handleProcessErrors({
+  log: silentLogger(),
+  seen: (kind, err) => process.stderr.write(processErrorLine(kind, err)),
+});
 const cluster = await clusterInDir(dir, url, kubectl);
 
 /** What the parent reads from the first line. */
@@ -50,6 +60,7 @@ interface Info {
   servingCA: string;
   signer: { certPem: string; keyPem: string };
   tunnel?: { port: number; caPem: string };
+  metricsPort?: number;
   ssh?: { port: number };
 }
 
@@ -58,6 +69,7 @@ async function startFixed(): Promise<Info> {
     log: silentLogger(),
     ...(tunnel ? { tunnel } : {}),
     ...(identity ? { identity } : {}),
+    ...(metrics ? { metrics } : {}),
     ...(signer ? { signerCA: await loadCA(signer.certPem, signer.keyPem) } : {}),
     ...(audit
       ? {
@@ -70,6 +82,7 @@ async function startFixed(): Promise<Info> {
     servingCA: proxy.servingCA.certPem,
     signer: { certPem: proxy.signerCA.certPem, keyPem: proxy.signerCA.keyPem },
     ...(proxy.concierge.tunnel ? { tunnel: proxy.concierge.tunnel } : {}),
+    ...(proxy.concierge.metricsPort === undefined ? {} : { metricsPort: proxy.concierge.metricsPort }),
   };
 }
 
@@ -104,7 +117,8 @@ function sshIdentification(port: number): Promise<string> {
 
 async function startControlled(c: ClusterForConcierge, opts: NonNullable<typeof controlled>): Promise<Info> {
   if (!tunnel) throw new Error('controlled: the harness needs the tunnel option (its namespace)');
-  if (signer || audit) throw new Error('controlled: signer and audit are for fixed TLS files');
+  if (signer || audit || metrics)
+    throw new Error('controlled: signer, audit and metrics are for fixed TLS files');
   const namespace = tunnel.namespace;
   const started = await startControlledConcierge(c, {
     namespace,
@@ -169,6 +183,7 @@ console.log(
     servingCA: info.servingCA,
     signer: info.signer,
     ...(info.tunnel ? { tunnel: info.tunnel } : {}),
+    ...(info.metricsPort === undefined ? {} : { metricsPort: info.metricsPort }),
     ...(info.ssh ? { ssh: info.ssh } : {}),
   }),
 );

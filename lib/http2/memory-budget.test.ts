@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
 import { eventually } from '../../dev/eventually.ts';
 import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from './pool.ts';
-import { H2Response, type Response } from './request.ts';
+import { H2Response } from './request.ts';
 import { newMemoryBudget, relay } from './memory-budget.ts';
 
 const KiB = 1024;
@@ -76,9 +76,27 @@ describe('relaying to a client that left', () => {
     const gone = new Writable({ write: (_chunk, _encoding, next) => next() });
     gone.destroy();
     const answer = new PassThrough();
-    relay(answer, gone as unknown as Response, { account: { budget, user: 'pat' } });
+    relay(answer, gone, { account: { budget, user: 'pat' } });
     answer.write(Buffer.alloc(64 * KiB));
     expect(budget.held()).toBe(0);
+  });
+});
+
+describe('relaying to a reader that catches up', () => {
+  it('drops the charge once all is taken, though nothing more comes (an idle shell after a burst)', async () => {
+    const budget = newMemoryBudget({ perUserBytes: 1024 * KiB, totalBytes: 4096 * KiB });
+    const from = new PassThrough();
+    // A reader that takes nothing until told to.
+    let take: (() => void) | undefined;
+    const to = new Writable({ highWaterMark: KiB, write: (_chunk, _encoding, next) => void (take = next) });
+    relay(from, to, { account: { budget, user: 'pat' } });
+    from.write(Buffer.alloc(4 * KiB));
+    // A socket's relay is charged what waits to be written (its source holds what it read, here nothing).
+    await eventually(() => expect(budget.held('pat')).toBe(4 * KiB));
+    take!();
+    await eventually(() => expect(budget.held('pat')).toBe(0));
+    from.destroy();
+    to.destroy();
   });
 });
 

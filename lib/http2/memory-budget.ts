@@ -1,34 +1,37 @@
-// What answers nobody reads may hold of a process's memory, per user and in all.
+// What answers and upgraded connections nobody reads may hold of a process's memory, per user and in all.
 //
 // Every hop relays an answer from an HTTP/2 stream (the API server's, a tunnel's, a peer link's) to the client that
-// asked, and takes no more from the stream than the client takes (relay, below). But HTTP/2 flow control lets the
-// sender send a whole stream window before it hears that nobody reads: a client that opens many requests and never
-// reads makes every process on the way hold a window of bytes per request. Node's HTTP/2 offers no way to size one
-// stream's window apart from the others' (only the connection's), so a window cannot be small for a stalled stream
-// and large for a fast one. The budget therefore works on what a stalled stream can hold at most: when a client stops
-// taking an answer, the answer is charged the most it can come to hold (a stream window: what is already buffered for
-// it plus what its sender may still send) and what waits for the client, to the user who asked; the charge is dropped
-// once the answer's buffers are empty again. When a charge would take a user over their share, or the process over its total, an answer is cut: the user's
-// answer that has gone unread longest (when the process is over its total, of the user who holds most). So the bytes
-// held for stalled answers never exceed the limits, and one user's unread answers cost nobody else anything.
+// asked, and takes no more from the stream than the client takes (relay, below). An upgraded connection (exec, attach,
+// port-forward, a reach connection) is two such relays, one each way, between the client's connection and the
+// upstream's, which through a tunnel or a peer link is an HTTP/2 stream too. But HTTP/2 flow control lets the
+// sender send a whole stream window before it hears that nobody reads: a client that opens many requests or upgrades
+// and never reads makes every process on the way hold a window of bytes for each. Node's HTTP/2 offers no way to size
+// one stream's window apart from the others' (only the connection's), so a window cannot be small for a stalled
+// stream and large for a fast one. The budget therefore works on what a stalled stream can hold at most: when a side
+// stops taking what is relayed to it, the relay is charged the most its source can come to hold (for an HTTP/2
+// stream a stream window: what is already buffered for it plus what its sender may still send; for a socket what it
+// has read) and what waits to be written, to the user who asked; the charge is dropped once the buffers are empty
+// again. When a charge would take a user over their share, or the process over its total, a relay is cut (with the
+// answer or the upgraded connection it carries): the user's that has gone unread longest (when the process is over
+// its total, of the user who holds most). So the bytes held for stalled answers and upgrades never exceed the
+// limits, and what one user leaves unread costs nobody else anything.
 //
-// An answer that is being read holds at most what its client has not yet taken of the last chunk (below the
-// response's high-water mark, or it would have stalled); those bytes are not charged.
+// A relay that is being read holds at most what its reader has not yet taken of the last chunk (below the
+// writable's high-water mark, or it would have stalled); those bytes are not charged.
 import type { Readable } from 'node:stream';
 import type { Clock } from '../clock.ts';
 import { STREAM_WINDOW_BYTES } from './pool.ts';
-import type { Response } from './request.ts';
 
 export interface MemoryLimits {
-  /** What one user's unread answers may hold in this process. */
+  /** What one user's unread answers and upgrades may hold in this process. */
   perUserBytes: number;
-  /** What all users' unread answers may hold in this process. */
+  /** What all users' unread answers and upgrades may hold in this process. */
   totalBytes: number;
 }
 
 /**
- * One user's share: 64 unread answers at a full stream window (lib/http2/pool.ts STREAM_WINDOW_BYTES), many more than
- * kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory limit.
+ * One user's share: 64 unread answers or upgrades at a full stream window (lib/http2/pool.ts STREAM_WINDOW_BYTES), many
+ * more than kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory limit.
  */
 export const USER_UNREAD_BYTES = 16 * 1024 * 1024;
 /** The concierge's total: half its memory limit (512 MiB). */
@@ -36,7 +39,7 @@ export const CONCIERGE_UNREAD_BYTES = 256 * 1024 * 1024;
 /** The agent's total: well within its memory limit (256 MiB), beside what the agent itself needs. */
 export const AGENT_UNREAD_BYTES = 96 * 1024 * 1024;
 
-/** One answer's charge while its client does not take it. */
+/** One relay's charge while its reader does not take it. */
 interface Stall {
   user: string;
   bytes: number;
@@ -45,17 +48,17 @@ interface Stall {
 
 interface Holder {
   bytes: number;
-  /** The user's stalled answers, in the order they stalled: the first has gone unread longest. */
+  /** The user's stalled relays, in the order they stalled: the first has gone unread longest. */
   stalls: Set<Stall>;
 }
 
 export interface MemoryBudget {
   readonly limits: MemoryLimits;
-  /** Bytes charged for `user`'s stalled answers, or for everyone's. */
+  /** Bytes charged for `user`'s stalled relays, or for everyone's. */
   held(user?: string): number;
-  /** Answers cut to keep within the limits, since the budget was made. */
+  /** Relays (answers and upgraded connections) cut to keep within the limits, since the budget was made. */
   cuts(): number;
-  /** Charges `bytes` to `stall` (anew if it was charged before), cutting answers as the limits require. */
+  /** Charges `bytes` to `stall` (anew if it was charged before), cutting relays as the limits require. */
   charge(stall: Stall, bytes: number): void;
   /** Drops `stall`'s charge. */
   discharge(stall: Stall): void;
@@ -121,83 +124,109 @@ export function newMemoryBudget(limits: MemoryLimits, onCut?: (user: string) => 
   };
 }
 
-/** What a relayed answer's bytes are charged to: a budget and the user who asked. */
+/** What a relay's bytes are charged to: a budget and the user who asked. */
 export interface Account {
   budget: MemoryBudget;
   user: string;
 }
 
 export interface RelayOptions {
-  /** Where the answer's unread bytes are charged while its client does not take them. */
+  /** Where the relay's unread bytes are charged while its reader does not take them. */
   account?: Account;
-  /** Cuts the answer when the client has taken nothing of what is buffered for `ms`. */
+  /** Cuts the relay when its reader has taken nothing of what is buffered for `ms`. */
   deadline?: { ms: number; clock: Clock };
-  /** Counts the answer's bytes as they are relayed. */
+  /** Counts the bytes as they are relayed. */
   tally?: { bytes: number };
+  /**
+   * How the budget or the deadline cuts the relay. Default: destroys `to` (the caller's 'close' handling then cancels
+   * `from`); an upgraded connection destroys both sides.
+   */
+  cut?: () => void;
 }
 
-/**
- * The most a paused stream can come to hold: a stream window (every stream a hop reads from is an HTTP/2 stream with
- * that window: what it has buffered and what its sender may still send add up to no more), or what it holds already
- * if that is more. Cheaper than reading the stream's state from the HTTP/2 session, and never less.
- */
-const mostHeld = (from: Readable): number => Math.max(from.readableLength, STREAM_WINDOW_BYTES);
+/** Where a relay writes: an HTTP response, or one side of an upgraded connection (a socket, a tunnel's stream). */
+export interface Sink {
+  write(chunk: Buffer): boolean;
+  end(): void;
+  destroy(): void;
+  readonly destroyed: boolean;
+  /** Bytes written and not yet sent. */
+  readonly writableLength: number;
+  once(event: 'close' | 'drain', listener: () => void): unknown;
+}
+
+/** An HTTP/2 stream (a Node core stream has a reset code; a socket has none). */
+const isHttp2Stream = (from: Readable): boolean => 'rstCode' in from;
 
 /**
- * Streams `from` into the response and ends it when `from` ends, taking from `from` no faster than the client takes
- * the response: what pipe() does, minus its half-dozen listeners per request. While the client does not take what
- * is written, the answer is charged to `account` (see above) and the deadline runs; either may cut the answer, which
- * destroys the response (the caller's 'close' handling then cancels `from`). Errors are the caller's to handle.
- *
- * What a stall needs (its charge, its timer, the listeners that end them) is made when the answer first stalls: most
- * answers never do, and an idle watch, which writes nothing, would keep it for as long as it stays open.
+ * The most a paused `from` can come to hold. An HTTP/2 stream (every stream a hop reads from: an answer's, and a
+ * tunnel's or peer link's that carries an upgrade) holds what it has buffered and what its sender may still send, no
+ * more than a stream window together, or what it holds already if that is more; cheaper than reading the stream's
+ * state from the HTTP/2 session, and never less. A socket holds only what it has read: while it is paused, what its
+ * peer sends waits in the kernel, outside the process.
  */
-export function relay(from: Readable, res: Response, opts: RelayOptions = {}): void {
+const mostHeld = (from: Readable): number =>
+  isHttp2Stream(from) ? Math.max(from.readableLength, STREAM_WINDOW_BYTES) : from.readableLength;
+
+/**
+ * Streams `from` into `to` and ends `to` when `from` ends, taking from `from` no faster than `to` takes it: what
+ * pipe() does, minus its half-dozen listeners per request. While `to` does not take what is written, the relay is
+ * charged to `account` (see above) and the deadline runs; either may cut it (`cut`). Errors are the caller's to
+ * handle.
+ *
+ * What a stall needs (its charge, its timer, the listeners that end them) is made when the relay first stalls: most
+ * never do, and an idle watch, which writes nothing, would keep it for as long as it stays open.
+ */
+export function relay(from: Readable, to: Sink, opts: RelayOptions = {}): void {
   let stalled: Stalled | undefined;
   const { tally } = opts;
   from.on('data', (chunk: Buffer) => {
     if (tally) tally.bytes += chunk.length;
-    if (res.write(chunk)) {
-      // Everything buffered for the client has gone: the answer holds nothing worth charging.
+    if (to.write(chunk)) {
+      // Everything buffered for the reader has gone: the relay holds nothing worth charging.
       if (stalled?.stall?.bytes && from.readableLength === 0) opts.account!.budget.discharge(stalled.stall);
       return;
     }
-    stalled ??= newStalled(from, res, opts);
+    stalled ??= newStalled(from, to, opts);
     stalled.wait();
   });
-  from.on('end', () => res.end());
+  from.on('end', () => to.end());
 }
 
-/** An answer whose client has stopped taking it, at least once: its charge and its deadline. */
+/** A relay whose reader has stopped taking it, at least once: its charge and its deadline. */
 interface Stalled {
-  /** Pauses `from` until the client takes what is written, charging the answer and running its deadline meanwhile. */
+  /** Pauses `from` until `to` takes what is written, charging the relay and running its deadline meanwhile. */
   wait(): void;
   stall: Stall | undefined;
 }
 
-function newStalled(from: Readable, res: Response, { account, deadline }: RelayOptions): Stalled {
+function newStalled(from: Readable, to: Sink, { account, deadline, cut }: RelayOptions): Stalled {
   let waiting = false;
   let timer: unknown;
-  const stall: Stall | undefined = account && { user: account.user, bytes: 0, cut: () => res.destroy() };
+  const cutShort = cut ?? (() => to.destroy());
+  const stall: Stall | undefined = account && { user: account.user, bytes: 0, cut: cutShort };
   const resume = (): void => {
     waiting = false;
     if (deadline) deadline.clock.clearTimeout(timer);
+    // All that was written has gone and nothing waits in `from`: nothing is held (an idle shell after a burst of
+    // output keeps no charge for as long as it stays open). What `from` still buffers is discharged as it goes.
+    if (stall?.bytes && from.readableLength === 0) account!.budget.discharge(stall);
     from.resume();
   };
-  res.once('close', () => {
+  to.once('close', () => {
     if (deadline) deadline.clock.clearTimeout(timer);
     if (stall) account!.budget.discharge(stall);
   });
   return {
     stall,
     wait() {
-      // A response already gone (its client left) stalls nothing: its 'close', which discharges, has come.
-      if (waiting || res.destroyed) return;
+      // A sink already gone (its client left) stalls nothing: its 'close', which discharges, has come.
+      if (waiting || to.destroyed) return;
       waiting = true;
       from.pause();
-      if (stall) account!.budget.charge(stall, mostHeld(from) + res.writableLength);
-      if (deadline) timer = deadline.clock.setTimeout(() => res.destroy(), deadline.ms);
-      res.once('drain', resume);
+      if (stall) account!.budget.charge(stall, mostHeld(from) + to.writableLength);
+      if (deadline) timer = deadline.clock.setTimeout(cutShort, deadline.ms);
+      to.once('drain', resume);
     },
   };
 }

@@ -2,8 +2,41 @@
 // to the upstream one once the upstream switches protocols. http-proxy-middleware's upgrade path (httpxy) passes
 // only WebSocket upgrades sent with GET and drops every other: SPDY's upgrade is a POST, which kubectl sends for
 // exec, attach and port-forward when WebSockets are off, and older clients always do.
+//
+// The splice is two relays (memory-budget.ts), one each way, so that what a side leaves unread is charged to the
+// user's memory budget as an unread answer is: through a tunnel or a peer link the upstream is an HTTP/2 stream,
+// which holds a stream window for a client that stops reading.
 import type { ClientRequest, IncomingMessage } from 'node:http';
-import type { Duplex } from 'node:stream';
+import { finished, type Duplex } from 'node:stream';
+import { relay, type Account } from './memory-budget.ts';
+import type { Clock } from '../clock.ts';
+
+/**
+ * How long the last bytes Sealion writes to a connection it ends (a refusal's Status) may take to leave before the
+ * connection is cut: a Status is a few hundred bytes, which a client that reads at all takes at once.
+ */
+export const LAST_WRITE_MS = 5_000;
+
+/**
+ * Writes `last` and closes the connection once it is written, whether or not the client ends its side: one that
+ * never does would otherwise hold the connection, and whatever place it took on the way, for good. Any Duplex: a
+ * TCP or TLS socket, a CONNECT stream of a peer link or a tunnel (HTTP/2, where closing a stream whose request the
+ * peer has not ended resets it with NO_ERROR after the answer), or the in-process door's stream pair. `net.Socket`'s
+ * destroySoon does the same, on sockets only; a client that reads nothing is cut after LAST_WRITE_MS.
+ */
+export function endAndClose(socket: Duplex, last: string | Buffer): void {
+  if (socket.destroyed) return;
+  // Ended already (a client's half-close on a connection that does not allow half-open ones): nothing can be written.
+  if (!socket.writable) return void socket.destroy();
+  const timer = setTimeout(() => socket.destroy(), LAST_WRITE_MS);
+  timer.unref();
+  // Written, failed or closed: whichever comes first ends it, and the error (if any) goes no further than here.
+  finished(socket, { readable: false }, () => {
+    clearTimeout(timer);
+    socket.destroy();
+  });
+  socket.end(last);
+}
 
 /** An answer that refuses the upgrade is relayed whole; more than this of its body is cut. */
 const MAX_REFUSAL_BODY = 256 * 1024;
@@ -23,6 +56,13 @@ export interface UpgradeForwardOptions {
    * connection is closed). Default: nothing observes.
    */
   tap?(res: IncomingMessage): UpgradeTap | Error | undefined;
+  /** Where the bytes a side leaves unread are charged, both ways (memory-budget.ts). Default: nowhere. */
+  account?: Account;
+  /**
+   * Cuts the connection when the client has taken nothing of what the upstream sent for `ms`. An idle connection (an
+   * exec shell nobody types in) has nothing pending and is never cut. Default: no deadline.
+   */
+  deadline?: { ms: number; clock: Clock };
 }
 
 /** Sees the bytes of a spliced connection go by, in each direction, in order. */
@@ -49,6 +89,12 @@ function statusHead(res: IncomingMessage, drop?: RegExp, extra: string[] = []): 
     if (!drop?.test(res.rawHeaders[i]!)) lines.push(`${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}`);
   }
   return `${[...lines, ...extra].join('\r\n')}\r\n\r\n`;
+}
+
+/** Ends `other` when `side` closed after ending both ways, and destroys it when `side` was cut short. */
+function closeAfter(side: Duplex, other: Duplex): void {
+  if (side.readableEnded && side.writableFinished) other.end();
+  else other.destroy();
 }
 
 /** `head` holds the bytes the client sent after its request's headers. */
@@ -84,10 +130,12 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     };
     upstream.on('error', destroy);
     socket.on('error', destroy);
-    // A side that closes is ended on the other, after what was piped from it is written: destroying at once
-    // would drop the last bytes, a WebSocket's close frame among them.
-    upstream.on('close', () => socket.end());
-    socket.on('close', () => upstream.end());
+    // A side that closes once both its ways ended is ended on the other, after what was relayed from it is written:
+    // destroying at once would drop the last bytes, a WebSocket's close frame among them. A side cut short (destroyed
+    // by a deadline, the budget or a recording that stopped; a stream its peer reset) has nothing more to give or
+    // take: the other is cut too, or it would go on holding what it read for a side that is gone, and its place.
+    upstream.on('close', () => closeAfter(upstream, socket));
+    socket.on('close', () => closeAfter(socket, upstream));
     if (socket.destroyed) return destroy();
     socket.write(statusHead(res));
     if (tap) {
@@ -103,7 +151,13 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     }
     if (upstreamHead.length > 0) socket.write(upstreamHead);
     if (head.length > 0) upstream.write(head);
-    upstream.pipe(socket).pipe(upstream);
+    const account = opts.account ? { account: opts.account } : {};
+    relay(upstream, socket, {
+      ...account,
+      ...(opts.deadline ? { deadline: opts.deadline } : {}),
+      cut: destroy,
+    });
+    relay(socket, upstream, { ...account, cut: destroy });
   });
 
   upstreamReq.on('response', (res: IncomingMessage) => {
@@ -121,11 +175,7 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     res.on('end', () => {
       const body = Buffer.concat(chunks);
       const framing = [`Content-Length: ${body.length}`, 'Connection: close'];
-      if (socket.destroyed) return;
-      socket.end(Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
-      // Closed once written, whether or not the client ends its side: one that never does would hold the connection,
-      // and whatever place it took on the way, for good.
-      (socket as Duplex & { destroySoon?: () => void }).destroySoon?.();
+      endAndClose(socket, Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
     });
   });
 

@@ -1,7 +1,9 @@
 // The Kubernetes Status object that every error Sealion makes itself carries (the proxy's and the agent's), as
 // kubectl and client-go expect, and the answers that carry one.
 import { STATUS_CODES, type OutgoingHttpHeaders } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { H2Response, type Response } from '../http2/request.ts';
+import { endAndClose } from '../http2/upgrade.ts';
 
 const REASONS: Record<number, string> = {
   400: 'BadRequest',
@@ -123,3 +125,22 @@ export interface Refusal {
 }
 
 export const UNAUTHORIZED = 'Unauthorized';
+
+/**
+ * Answers a connection that is no longer an HTTP response's (an upgrade, a reach connection) with a refusal's Status,
+ * and closes it once written. Any Duplex (lib/http2/upgrade.ts `endAndClose`): upgrades come over TLS sockets, peer
+ * links' and tunnels' CONNECT streams and the in-process door's stream pairs alike.
+ */
+export function refuseConnection(socket: Duplex, refusal: Refusal): void {
+  const retry = refusal.retryAfterSeconds;
+  endAndClose(
+    socket,
+    rawStatusResponse(
+      refusal.status,
+      refusal.message,
+      retry === undefined
+        ? undefined
+        : { details: { retryAfterSeconds: retry }, headers: { 'retry-after': String(retry) } },
+    ),
+  );
+}

@@ -17,6 +17,7 @@ import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { BlockList, connect as netConnect, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { CallAnswer } from '../http2/forward.ts';
+import { relay, type MemoryBudget } from '../http2/memory-budget.ts';
 import { fieldsOf } from '../http2/request.ts';
 import { selfSubjectAccessReview, reviewAllowed, type AccessQuestion } from '../kube/access-review.ts';
 import {
@@ -28,7 +29,7 @@ import {
 } from '../kube/impersonation.ts';
 import type { RawReader } from '../kube/kube.ts';
 import { newReviewCache, ReviewUnavailable } from '../kube/review-cache.ts';
-import { rawStatusResponse, statusMessageOf, type Refusal } from '../kube/status.ts';
+import { refuseConnection, statusMessageOf, type Refusal } from '../kube/status.ts';
 import type { Logger } from '../log.ts';
 import { describeTarget, parseReach, reachAttributes, REACH_UPGRADE, type ReachTarget } from './target.ts';
 
@@ -92,6 +93,11 @@ export interface ReacherDeps {
   connect?: (host: string, port: number) => Socket;
   /** Told what each connection carried once it ends. */
   ended?: (facts: ReachFacts) => void;
+  /**
+   * Where the bytes a side leaves unread are charged, per user (lib/http2/memory-budget.ts): at the agent, the client's
+   * side is a tunnel stream, which holds a stream window for a target that does not read. Default: nowhere.
+   */
+  budget?: MemoryBudget;
 }
 
 /** One reach upgrade, as whoever dials reads it. */
@@ -231,21 +237,6 @@ function isOneOf(ip: string, addresses: Iterable<string | undefined>): boolean {
 function plainAddress(ip: string): string {
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
   return mapped ? mapped[1]! : ip.toLowerCase();
-}
-
-/** How long a refused connection's Status may take to be written before the connection is cut. */
-const REFUSAL_WRITE_MS = 5_000;
-
-/** Destroys `socket` once what was written to it is flushed (or after REFUSAL_WRITE_MS, for a client that reads nothing). */
-function closeSoon(socket: Duplex): void {
-  const soon = (socket as Duplex & { destroySoon?: () => void }).destroySoon;
-  if (soon) return soon.call(socket);
-  const timer = setTimeout(() => socket.destroy(), REFUSAL_WRITE_MS);
-  timer.unref();
-  socket.once('finish', () => {
-    clearTimeout(timer);
-    socket.destroy();
-  });
 }
 
 /** Why `ip` is never dialed; undefined when it may be. */
@@ -635,25 +626,9 @@ export function newReacher(deps: ReacherDeps): Reacher {
       socket.end();
       closed();
     });
-    conn.pipe(socket);
-    socket.pipe(conn);
-  }
-
-  function answer(socket: Duplex, r: Refusal): void {
-    if (socket.destroyed) return;
-    const retry = r.retryAfterSeconds;
-    socket.end(
-      rawStatusResponse(
-        r.status,
-        r.message,
-        retry === undefined
-          ? undefined
-          : { details: { retryAfterSeconds: retry }, headers: { 'retry-after': String(retry) } },
-      ),
-    );
-    // Closed once the Status is written, whether or not the client ends its side: a client that never does would
-    // otherwise hold the connection (and its place) for good.
-    closeSoon(socket);
+    const account = deps.budget ? { account: { budget: deps.budget, user: about.user } } : {};
+    relay(conn, socket, { ...account, cut: destroy });
+    relay(socket, conn, { ...account, cut: destroy });
   }
 
   return {
@@ -664,7 +639,7 @@ export function newReacher(deps: ReacherDeps): Reacher {
       const refuse = (r: Refusal): void => {
         tally.status = r.status;
         tally.message = r.message;
-        answer(socket, r);
+        refuseConnection(socket, r);
       };
       const target = parseReach(request.url);
       if ('problem' in target) return refuse({ status: 400, message: target.problem });

@@ -1,0 +1,160 @@
+// The proxy's listener and the client signatures it takes: the certificate each kind of client gets to present, as
+// the request path reads it, and how a signature of a kind the listener did not ask for is refused.
+import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import type { ServerResponse } from 'node:http';
+import { request } from 'node:https';
+import { webcrypto } from 'node:crypto';
+import type { SecureVersion, TLSSocket } from 'node:tls';
+import { rsaCertificate, signWithRSAAnyway } from '../../dev/hostile-tls.ts';
+import {
+  issueCert,
+  newCA,
+  privateKeyToPem,
+  type CertificateAuthority,
+  type KeyPairPem,
+} from '../../lib/pki/pki.ts';
+import { newProxyServer, type ProxyServer, type ProxyTLS, type RequestHandler } from './server.ts';
+
+let servingCA: CertificateAuthority;
+let clientCA: CertificateAuthority;
+let ecdsaServing: KeyPairPem;
+let rsaServing: KeyPairPem;
+let ecdsaClient: KeyPairPem;
+let rsaClient: KeyPairPem;
+
+beforeAll(async () => {
+  servingCA = await newCA('serving-ca');
+  clientCA = await newCA('client-ca');
+  ecdsaServing = await issueCert(servingCA, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
+  // As an admin's own certificate in tls.secretName may be.
+  rsaServing = await rsaCertificate(servingCA, 'proxy', 'server', ['127.0.0.1']);
+  ecdsaClient = await issueCert(clientCA, { commonName: 'p256-user', usage: 'client' });
+  rsaClient = await rsaCertificate(clientCA, 'rsa-user', 'client');
+});
+
+/** Answers with the common name of the verified client certificate on the request's connection, or none. */
+const peerName: RequestHandler = (req, res) => {
+  const socket = req.socket as TLSSocket;
+  const name = socket.authorized ? (socket.getPeerCertificate().subject?.CN ?? '') : '';
+  (res as ServerResponse).end(name || '(none)');
+};
+
+const servers: ProxyServer[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+});
+
+/** A listener serving `serving`, trusting the client CA; its TLS errors' codes go to `errors`. */
+async function listen(
+  serving: KeyPairPem,
+  extra: Partial<ProxyTLS> = {},
+  errors: string[] = [],
+): Promise<number> {
+  const server = newProxyServer(
+    { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [clientCA.certPem], ...extra },
+    peerName,
+    (_req, socket) => socket.destroy(),
+    (err: Error & { code?: string }) => errors.push(err.code ?? err.message),
+  );
+  servers.push(server);
+  return server.listen(0, '127.0.0.1');
+}
+
+/** The name the listener at `port` saw for a client presenting `credential`. */
+const nameSeen = (
+  port: number,
+  credential: KeyPairPem,
+  maxVersion: SecureVersion = 'TLSv1.3',
+): Promise<string> =>
+  new Promise((done, fail) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/',
+        ca: servingCA.certPem,
+        cert: credential.certPem,
+        key: credential.keyPem,
+        maxVersion,
+        agent: false,
+      },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (body += chunk));
+        res.on('end', () => done(body));
+      },
+    );
+    req.on('error', fail);
+    req.end();
+  });
+
+describe('client signatures', () => {
+  it('takes a P-256 client certificate, and asks for nothing an RSA one can sign, so a client holding one stays anonymous', async () => {
+    const port = await listen(ecdsaServing);
+    expect(await nameSeen(port, ecdsaClient)).toBe('p256-user');
+    expect(await nameSeen(port, rsaClient)).toBe('(none)');
+  });
+
+  it('refuses an RSA signature sent anyway for its kind, before checking it', async () => {
+    const errors: string[] = [];
+    const port = await listen(ecdsaServing, {}, errors);
+    expect(await signWithRSAAnyway(port, rsaClient)).toBe('ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE');
+    expect(errors).toEqual(['ERR_SSL_WRONG_SIGNATURE_TYPE']);
+  });
+
+  it('with an RSA key of its own takes RSA client signatures too, as it must sign with RSA itself', async () => {
+    const errors: string[] = [];
+    const port = await listen(rsaServing, {}, errors);
+    expect(await nameSeen(port, rsaClient)).toBe('rsa-user');
+    expect(await nameSeen(port, ecdsaClient)).toBe('p256-user');
+    // A hostile client's RSA signature is checked there (and found bad: the transcripts differ).
+    expect(await signWithRSAAnyway(port, rsaClient)).toBe('ERR_SSL_TLSV1_ALERT_DECRYPT_ERROR');
+    expect(errors).toEqual(['ERR_SSL_BAD_SIGNATURE']);
+  });
+
+  it.each([
+    ['P-384', { name: 'ECDSA', namedCurve: 'P-384' }],
+    ['Ed25519', { name: 'Ed25519' }],
+  ])(
+    'serves with an admin’s %s key over TLS 1.2 and 1.3, and takes P-256 client certificates',
+    async (_kind, algorithm) => {
+      const keys = (await webcrypto.subtle.generateKey(algorithm, true, [
+        'sign',
+        'verify',
+      ])) as webcrypto.CryptoKeyPair;
+      const cert = await issueCert(servingCA, {
+        commonName: 'proxy',
+        hosts: ['127.0.0.1'],
+        usage: 'server',
+        publicKey: keys.publicKey,
+      });
+      const port = await listen({ certPem: cert.certPem, keyPem: await privateKeyToPem(keys.privateKey) });
+      for (const maxVersion of ['TLSv1.2', 'TLSv1.3'] as const)
+        expect(await nameSeen(port, ecdsaClient, maxVersion)).toBe('p256-user');
+    },
+  );
+
+  it('takes every kind of client signature when told to, as the aggregated APIs must from the front proxy', async () => {
+    const port = await listen(ecdsaServing, { anyClientKey: true, requireClientCertificate: true });
+    expect(await nameSeen(port, rsaClient)).toBe('rsa-user');
+    expect(await nameSeen(port, ecdsaClient)).toBe('p256-user');
+  });
+
+  it('asks for P-256 signatures only with a swapped certificate too', async () => {
+    const errors: string[] = [];
+    const server = newProxyServer(
+      { certPem: ecdsaServing.certPem, keyPem: ecdsaServing.keyPem, clientCAPems: [clientCA.certPem] },
+      peerName,
+      (_req, socket) => socket.destroy(),
+      (err: Error & { code?: string }) => errors.push(err.code ?? err.message),
+    );
+    servers.push(server);
+    const port = await server.listen(0, '127.0.0.1');
+    const next = await issueCert(servingCA, { commonName: 'proxy-2', hosts: ['127.0.0.1'], usage: 'server' });
+    server.updateTLS({ certPem: next.certPem, keyPem: next.keyPem, clientCAPems: [clientCA.certPem] });
+    expect(await nameSeen(port, rsaClient)).toBe('(none)');
+    expect(await signWithRSAAnyway(port, rsaClient)).toBe('ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE');
+    expect(errors).toEqual(['ERR_SSL_WRONG_SIGNATURE_TYPE']);
+  });
+});
