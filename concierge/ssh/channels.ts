@@ -59,14 +59,15 @@ export function serveSignedIn(
   /** Sessions' stderr, for what a refused forward cannot say itself (SSH's open failure carries no text). */
   const notices = new Set<ServerChannel>();
   const notify = (line: string): void => {
-    for (const channel of notices) channel.stderr.write(`sealion: ${line}\r\n`);
+    for (const channel of notices) if (channel.stderr.writable) channel.stderr.write(`sealion: ${line}\r\n`);
   };
 
   client.on('session', (accept, reject) => {
     if (!take()) return reject();
     const session = accept();
-    serveSession(session, access, state.permits, identity, notices, deps.log);
     session.once('close', give);
+    if (tooSmallPackets(outgoingOf(session))) return conn.drop();
+    serveSession(session, access, state.permits, identity, notices, deps.log);
   });
   client.on('tcpip', (accept, reject, info) => {
     if (!state.permits.portForwarding) return reject();
@@ -84,8 +85,12 @@ export function serveSignedIn(
           give();
           return void socket.destroy();
         }
-        bridge(channel, socket);
         channel.once('close', give);
+        if (tooSmallPackets(outgoingOf(channel))) {
+          socket.destroy();
+          return conn.drop();
+        }
+        bridge(channel, socket);
       },
       (err: unknown) => {
         give();
@@ -115,6 +120,9 @@ function serveSession(
     started = true;
     const channel = accept();
     if (channel) {
+      // A client that goes while its command runs leaves writes that fail: they have nobody to tell.
+      channel.on('error', () => {});
+      channel.stderr.on('error', () => {});
       notices.add(channel);
       channel.once('close', () => notices.delete(channel));
     }
@@ -172,11 +180,45 @@ function serveSession(
   session.on('subsystem', (_accept, reject) => reject?.());
 }
 
+/**
+ * The smallest packet a channel's client may ask for. ssh2 cuts what it writes into packets of the client's maximum
+ * packet size, and loops for ever on a maximum of 0; clients ask for 32 KiB (OpenSSH, ssh2) or 16 KiB (PuTTY). A
+ * client that asks for less is dropped before anything is written to it.
+ */
+const MIN_PACKET_BYTES = 512;
+
+/** What the client said of a channel it opened: ssh2 keeps it on the channel (and on a session before its channel). */
+function outgoingOf(channel: object): { packetSize?: unknown } | undefined {
+  const opened = channel as {
+    outgoing?: { packetSize?: unknown };
+    _chanInfo?: { outgoing?: { packetSize?: unknown } };
+  };
+  return opened.outgoing ?? opened._chanInfo?.outgoing;
+}
+
+function tooSmallPackets(outgoing: { packetSize?: unknown } | undefined): boolean {
+  const size = outgoing?.packetSize;
+  return typeof size !== 'number' || size < MIN_PACKET_BYTES;
+}
+
 /** Ends a channel with a message on stderr and an exit status. */
 function fail(channel: ServerChannel, message: string, code: number): void {
-  if (message) channel.stderr.write(message);
-  channel.exit(code);
-  channel.end();
+  if (message && channel.stderr.writable) channel.stderr.write(message);
+  exit(channel, code);
+}
+
+/**
+ * Sends the exit status and ends the channel, unless it has ended already. ssh2 throws when the connection went
+ * meanwhile (a compressor or a cipher gone): the channel then has nobody to tell.
+ */
+function exit(channel: ServerChannel, code: number): void {
+  if (!channel.writable) return;
+  try {
+    channel.exit(code);
+    channel.end();
+  } catch {
+    channel.destroy();
+  }
 }
 
 /**
@@ -201,8 +243,7 @@ function runIn(
   running.exit.then(
     async (code) => {
       await Promise.all([finished(running.stdout), finished(running.stderr)]).catch(() => {});
-      channel.exit(code);
-      channel.end();
+      exit(channel, code);
     },
     (err: unknown) => fail(channel, `sealion: ${(err as Error).message}\r\n`, 1),
   );

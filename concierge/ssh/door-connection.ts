@@ -1,9 +1,9 @@
 // One TCP connection to the SSH door, from its accept on: how far it has come, its deadline, the place it holds while
 // it has not signed in, and what ends with it. Strangers' connections share their places fairly (lib/fair-places.ts),
-// and when room must be made the one given up is the one that has come least far, and of those the one that has made
-// no progress for longest: a connection that has said nothing goes before one in its key exchange, which goes before
-// one that is signing in, and a connection waiting for a person to approve a device login is never given up for room
-// (device logins have fair places of their own).
+// and when room must be made the one given up is the one that has made no progress for longest (a stage reached, an
+// authentication request: a handful per connection, which its deadlines and its six tries bound); a connection
+// waiting for a person to approve a device login is never given up for room (device logins have fair places of their
+// own).
 import type { Socket } from 'node:net';
 import type { Clock } from '../../lib/clock.ts';
 import type { Place } from '../../lib/fair-places.ts';
@@ -94,11 +94,14 @@ export class DoorConnection {
     });
   }
 
-  /** How expendable it is when room must be made (lowest first); undefined: never given up for room. */
+  /**
+   * How expendable it is when room must be made (lowest first): the time of its last progress, so that the one that
+   * has made none for longest goes. Not its stage: a stranger finishes key exchanges as cheaply as anyone, and idle
+   * connections past theirs would then outrank a real client still in its own. Undefined: never given up for room.
+   */
   rank(): number | undefined {
     if (this.deviceLoginSince !== undefined || this.user !== undefined) return undefined;
-    // Milliseconds since the epoch stay below 2^45 until the year 3084.
-    return this.stage * 2 ** 45 + this.progressAt;
+    return this.progressAt;
   }
 
   /** It came further: to `stage`, or by another authentication request. */

@@ -6,7 +6,7 @@
 //
 // What strangers hold is bounded and shared fairly. Connections that have not signed in hold places among
 // `unauthenticated`, at most `unauthenticatedPerAddress` per source address, and a newcomer who finds them taken gets
-// one back from whoever holds the most (the least advanced, least recently active connection gives it up: see
+// one back from whoever holds the most (its connection that has made no progress for longest gives it up: see
 // door-connection.ts), so idle connections from one address cannot lock anyone out. A connection has
 // `handshakeMs` to say its version and finish its key exchange, and `loginGraceMs` from its accept to sign in (a
 // device login, waiting for a person, gets DEVICE_LOGIN_MAX_MS). Device logins hold fair places of their own.
@@ -181,7 +181,12 @@ export function newSshServer(opts: SshServerOptions): SshServer {
   });
   tcp.maxConnections = limits.connections;
 
-  const server = new ssh2.Server({ hostKeys: [...opts.hostKeys], ident: 'Sealion' }, onVersion);
+  // No compression: it would let a stranger's small packets inflate before anything bounds them, and ssh2 throws when
+  // a channel writes after the connection's compressor is gone.
+  const server = new ssh2.Server(
+    { hostKeys: [...opts.hostKeys], ident: 'Sealion', algorithms: { compress: ['none'] } },
+    onVersion,
+  );
   server.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
 
   /** A connection said its version: its key exchange, sign-in and, once signed in, its channels. */
@@ -200,14 +205,7 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       client.end();
       conn.socket.destroySoon();
     };
-    client.on('authentication', (ctx: AuthContext) => {
-      try {
-        signIn(ctx, conn, disconnect);
-      } catch (err) {
-        log.warn({ ip: conn.ip, err: (err as Error).message }, 'ssh authentication failed inside the door');
-        ctx.reject();
-      }
-    });
+    client.on('authentication', (ctx: AuthContext) => signIn(ctx, conn, disconnect));
     client.once('ready', () => {
       conn.endAt(undefined);
       const identity = conn.signIn.identity!;

@@ -32,7 +32,7 @@ import {
   type DeviceLoginSettings,
   type LoginOutcome,
 } from './device-login.ts';
-import { Stage, type CertificateVerdict, type DoorConnection } from './door-connection.ts';
+import type { CertificateVerdict, DoorConnection } from './door-connection.ts';
 import type { SignedIn } from './in-process.ts';
 
 /** sshd's MaxAuthTries default: refusals a connection gets before it is disconnected. */
@@ -85,10 +85,10 @@ export function newSignIn(opts: SignInOptions): SignIn {
     // The client's first question is "none", to learn the methods: not a try, as sshd counts.
     const counted = !(ctx.method === 'none' && state.requests === 0);
     state.requests++;
-    conn.progress(Stage.SigningIn);
-    if (state.failures >= MAX_AUTH_TRIES) return ctx.reject();
+    conn.progress();
     const settings = opts.settings();
     const methods: Method[] = settings.login ? ['publickey', 'keyboard-interactive'] : ['publickey'];
+    if (state.failures >= MAX_AUTH_TRIES) return void answer(() => ctx.reject(methods), disconnect);
     const refuse = (): void => {
       if (counted) state.failures++;
       ctx.reject(methods);
@@ -96,14 +96,30 @@ export function newSignIn(opts: SignInOptions): SignIn {
       log.info({ ip: conn.ip }, 'ssh connection ended: too many authentication failures');
       disconnect();
     };
-    if (ctx.method === 'publickey') return publicKey(ctx, conn, settings, refuse);
-    if (ctx.method === 'keyboard-interactive' && settings.login)
-      return void deviceLogin(ctx, conn, settings.login, refuse).catch((err: unknown) => {
-        log.warn({ ip: conn.ip, err: (err as Error).message }, 'ssh device login failed inside the door');
-        refuse();
-      });
-    refuse();
+    const inside = (err: unknown): void => {
+      log.warn({ ip: conn.ip, err: (err as Error).message }, 'ssh authentication failed inside the door');
+      answer(refuse, disconnect);
+    };
+    try {
+      if (ctx.method === 'publickey') return publicKey(ctx, conn, settings, refuse);
+      if (ctx.method === 'keyboard-interactive' && settings.login)
+        return void deviceLogin(ctx, conn, settings.login, refuse).catch(inside);
+      refuse();
+    } catch (err) {
+      // ssh2 throws when its own bookkeeping disagrees with the answer (a key asked about after a device login the
+      // client abandoned): the request is refused as any other, and a connection that cannot even be refused ends.
+      inside(err);
+    }
   };
+
+  /** Gives an answer, or ends the connection when even that throws. */
+  function answer(give: () => void, disconnect: () => void): void {
+    try {
+      give();
+    } catch {
+      disconnect();
+    }
+  }
 
   function publicKey(
     ctx: PublicKeyContext,
