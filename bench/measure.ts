@@ -243,10 +243,11 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
     ],
   ];
   for (const r of rows) {
+    // A group without direct's row (a measurement that failed) prints no ratio to it rather than stopping the report.
     const direct = rows.find(
       (d) =>
         d.op === r.op && d.concurrency === r.concurrency && d.layout === r.layout && d.target === 'direct',
-    )!;
+    );
     table.push([
       r.op!,
       String(r.concurrency),
@@ -255,8 +256,8 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
       formatNumber(r.perSecond),
       formatNumber(r.p50us / 1000, 2),
       formatNumber(r.p99us / 1000, 2),
-      paired(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2),
-      formatNumber(paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2),
+      direct ? paired(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2) : '-',
+      direct ? formatNumber(paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2) : '-',
       ...extra.map((e) => e.cell(r)),
     ]);
   }
