@@ -25,7 +25,7 @@ export default {
     {
       ...common,
       displayName: 'unit',
-      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,manifests,cli,config}/**/*.test.ts'],
+      testMatch: ['<rootDir>/{apis,lib,controllers,concierge,agent,manifests,cli,config,bench}/**/*.test.ts'],
       // Node's, plus: an error nothing handled in the worker while the file runs fails the file, naming it.
       testEnvironment: '<rootDir>/integration/harness/process-errors-environment.ts',
     },

@@ -6,8 +6,10 @@ import { benchReach } from './reach.ts';
 import { benchSsh } from './ssh.ts';
 import { benchStartup } from './startup.ts';
 import { benchTunnel } from './tunnel.ts';
+import type { Verdict } from './targets.ts';
 
-const suites: Record<string, () => Promise<void>> = {
+/** Each suite; those that judge their targets return the run's verdict. */
+const suites: Record<string, () => Promise<Verdict | void>> = {
   auth: benchAuth,
   proxy: benchProxy,
   tunnel: benchTunnel,
@@ -24,4 +26,9 @@ if (unknown.length > 0) {
   console.error(`unknown suite ${unknown.join(', ')}; suites: ${Object.keys(suites).join(', ')}`);
   process.exit(2);
 }
-for (const name of wanted.length > 0 ? wanted : Object.keys(suites)) await suites[name]!();
+// A suite whose targets are not all met, or not all measured, fails the run once every suite has run: a script
+// that reads the exit status never takes a run that judged too little for one that met its targets.
+for (const name of wanted.length > 0 ? wanted : Object.keys(suites)) {
+  const verdict = await suites[name]!();
+  if (verdict !== undefined && verdict !== 'met') process.exitCode = 1;
+}

@@ -155,10 +155,16 @@ function medianRounds<T>(targets: readonly T[], runs: Map<T, Measurement[]>): Me
   });
 }
 
-/** Prints the measurements as a table, each rate also as a ratio to the baseline (the first row by default). */
-export function printTable(title: string, rows: Measurement[], baseline: Measurement = rows[0]!): void {
+/**
+ * Prints the measurements as a table, each rate also as a ratio to the baseline (the first row by default), and
+ * each round's rate for rows measured in rounds (measureRounds).
+ */
+export function printTable(title: string, rows: Row[], baseline: Measurement = rows[0]!): void {
   const fmt = (n: number): string => (n >= 100 ? Math.round(n).toLocaleString('en-US') : n.toFixed(1));
-  const lines = [['', 'ops/s', 'p50 µs', 'p99 µs', `× ${baseline.name}`]];
+  const rounds = rows.some((r) => (r.rounds?.length ?? 0) > 1);
+  const lines = [
+    ['', 'ops/s', 'p50 µs', 'p99 µs', `× ${baseline.name}`, ...(rounds ? ['ops/s of each round'] : [])],
+  ];
   for (const r of rows)
     lines.push([
       r.name,
@@ -166,6 +172,7 @@ export function printTable(title: string, rows: Measurement[], baseline: Measure
       fmt(r.p50us),
       fmt(r.p99us),
       (r.perSecond / baseline.perSecond).toFixed(2),
+      ...(rounds ? [(r.rounds ?? []).map((round) => fmt(round.perSecond)).join(' ')] : []),
     ]);
   const widths = lines[0]!.map((_, c) => Math.max(...lines.map((l) => l[c]!.length)));
   console.log(`\n${title}`);
@@ -243,10 +250,11 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
     ],
   ];
   for (const r of rows) {
+    // A group without direct's row (a measurement that failed) prints no ratio to it rather than stopping the report.
     const direct = rows.find(
       (d) =>
         d.op === r.op && d.concurrency === r.concurrency && d.layout === r.layout && d.target === 'direct',
-    )!;
+    );
     table.push([
       r.op!,
       String(r.concurrency),
@@ -255,8 +263,8 @@ export function printComparison(rows: Row[], extra: { header: string; cell: (r: 
       formatNumber(r.perSecond),
       formatNumber(r.p50us / 1000, 2),
       formatNumber(r.p99us / 1000, 2),
-      paired(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2),
-      formatNumber(paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2),
+      direct ? paired(r, direct, (a, d) => a.perSecond / d.perSecond).toFixed(2) : '-',
+      direct ? formatNumber(paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000, 2) : '-',
       ...extra.map((e) => e.cell(r)),
     ]);
   }

@@ -31,6 +31,7 @@ import {
   type Row,
 } from './measure.ts';
 import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
+import { HOLDER, THROUGH_PEER, peeringVerdicts, printVerdicts, type Verdict } from './targets.ts';
 import {
   agentCertificates,
   applyClusters,
@@ -45,14 +46,10 @@ const PEER_AGENTS = Number(process.env['BENCH_PEER_AGENTS'] ?? 1000);
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
 const CLUSTER = 'self';
-const HOLDER = 'holder (A)';
-const PEER = 'through a peer (B → A)';
-/** Targets of the peering design: at concurrency 32, the peer path's rate and added p50 against the holder's. */
-const TARGETS = { minRatio: 0.8, maxAddedP50Ms: 0.5 };
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-export async function benchPeering(): Promise<void> {
+export async function benchPeering(): Promise<Verdict> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const cluster = await startCluster({ name: 'bench-peering', controllerManager: false, log });
   const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
@@ -75,8 +72,9 @@ export async function benchPeering(): Promise<void> {
       results['streams'] = await benchStreams(cluster, a, tunnelCA, token, stops, log, b, 'peer-streams');
     if (selected('failover'))
       results['failover'] = await benchFailover(cluster, a, b, tunnelCA, token, stops, children, log);
-    report(results);
+    const verdict = report(results);
     console.log(`saved ${saveResults('peering', results)}`);
+    return verdict;
   } finally {
     await Promise.all(stops.map((stop) => stop()));
     for (const child of children) child.kill('SIGKILL');
@@ -127,7 +125,11 @@ async function benchRequests(
       prefix: '',
     },
     { ...(await loadgen.target(HOLDER, { url: a.url, ca: a.servingCA, token })), pid: a.child.pid!, prefix },
-    { ...(await loadgen.target(PEER, { url: b.url, ca: b.servingCA, token })), pid: b.child.pid!, prefix },
+    {
+      ...(await loadgen.target(THROUGH_PEER, { url: b.url, ca: b.servingCA, token })),
+      pid: b.child.pid!,
+      prefix,
+    },
   ];
   const apiserverPid = controlPlaneOf(cluster).apiserver;
   for (const t of targets) await eventually(() => t.get(`${t.prefix}/api/v1/namespaces/bench`), 30_000);
@@ -163,7 +165,7 @@ async function benchRequests(
           concurrency,
           target: t.name,
           aCpuUs: t.prefix ? perRequest('a') : 0,
-          bCpuUs: t.name === PEER ? perRequest('b') : 0,
+          bCpuUs: t.name === THROUGH_PEER ? perRequest('b') : 0,
           agentCpuUs: t.prefix ? perRequest('agent') : 0,
           apiserverCpuUs: perRequest('apiserver'),
         };
@@ -335,7 +337,8 @@ async function benchFailover(
   };
 }
 
-function report(results: Record<string, unknown>): void {
+/** Prints the run's figures and judges its targets, measured or not (a run without requests has none). */
+function report(results: Record<string, unknown>): Verdict {
   const fmt = formatNumber;
   const rows = results['rows'] as Row[] | undefined;
   if (rows) {
@@ -347,7 +350,7 @@ function report(results: Record<string, unknown>): void {
       f: (x: { perSecond: number; p50us: number }, h: { perSecond: number; p50us: number }) => number,
     ): number | undefined => {
       const h = holderOf(r);
-      return h && r.target === PEER ? paired(r, h, f) : undefined;
+      return h && r.target === THROUGH_PEER ? paired(r, h, f) : undefined;
     };
     const cpu = (key: string) => (r: Row) => (r[key] ? fmt(r[key] as number) : '-');
     printComparison(rows, [
@@ -366,18 +369,6 @@ function report(results: Record<string, unknown>): void {
       { header: 'B CPU µs/req', cell: cpu('bCpuUs') },
       { header: 'agent CPU µs/req', cell: cpu('agentCpuUs') },
     ]);
-    const misses: string[] = [];
-    for (const r of rows.filter((x) => x.target === PEER && x.concurrency === 32)) {
-      const ratio = vsHolder(r, (x, h) => x.perSecond / h.perSecond)!;
-      const added = vsHolder(r, (x, h) => x.p50us - h.p50us)! / 1000;
-      if (ratio < TARGETS.minRatio)
-        misses.push(`${r.op} c=32: ${ratio.toFixed(2)}× the holder's rate (target ≥ ${TARGETS.minRatio})`);
-      if (added > TARGETS.maxAddedP50Ms)
-        misses.push(`${r.op} c=32: +${fmt(added, 2)} ms p50 (target ≤ ${TARGETS.maxAddedP50Ms})`);
-    }
-    console.log(
-      misses.length === 0 ? 'peering targets met' : `peering targets NOT met:\n  ${misses.join('\n  ')}`,
-    );
   }
   const streams = results['streams'] as Record<string, number> | undefined;
   if (streams)
@@ -395,4 +386,5 @@ function report(results: Record<string, unknown>): void {
         `  every agent had a tunnel up again ${fmt(failover['agentsBackSeconds']!, 1)} s after the kill (0: no agent was seen down)\n` +
         `  replica B's peak CPU while A's agents came over: ${fmt(failover['survivorPeakCpuPercent']!)}% of one core`,
     );
+  return printVerdicts('Peering targets', peeringVerdicts(rows ?? []));
 }

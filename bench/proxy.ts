@@ -27,33 +27,33 @@ import {
   formatNumber,
   measureRounds,
   measureRoundsTogether,
-  paired,
-  printColumns,
   printComparison,
   saveResults,
   selected,
   type Measurement,
-  type RoundFigures,
   type Row,
 } from './measure.ts';
+import {
+  DIRECT,
+  KUBECTL_PROXY,
+  PROXY_GROUPS,
+  SEALION_AUDITED,
+  SEALION_CERTIFICATE,
+  SEALION_JWT,
+  printVerdicts,
+  proxyVerdicts,
+  type Group,
+  type Verdict,
+  type WatchMemory,
+} from './targets.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const WATCHES = 1000;
-/** What Sealion's proxy is held to; each run judges its own figures against these (printTargets). */
-const TARGETS = {
-  /** Latency added to direct access's p50, at concurrency 1, in ms. */
-  addedP50Ms: 1,
-  /** Rate at concurrency 32, at least this share of direct access's. */
-  timesDirect: 0.7,
-  /** RSS per idle watch the proxy holds, under this many KiB. */
-  watchKiB: 64,
+/** What each operation reads. */
+const PATHS: Record<Group['op'], string> = {
+  GET: '/api/v1/namespaces/bench',
+  LIST: '/api/v1/namespaces/bench/configmaps',
 };
-/** The bench's targets that are Sealion, judged against TARGETS. */
-const SEALION = ['sealion (JWT)', 'sealion (certificate)'];
-/** Sealion with audit on (Metadata, to a file), beside the same without. */
-const AUDITED = 'sealion (JWT, audit)';
-/** Audit at Metadata may cost at most this share of the rate at concurrency 32. */
-const AUDIT_COST = 0.05;
 const CONFIGMAPS = 100;
 /** Who the bench token names; cluster-admin through its group. */
 const BENCH_USER = { username: 'bench-user', groups: ['bench'], extra: {} };
@@ -69,7 +69,7 @@ export function cpuSeconds(pid: number): number {
  * Where the processes run during a measurement: `shared`, all on every core (as on a one-machine setup), or
  * `split`, the control plane (kube-apiserver and etcd) on one half of the cores and everything else on the other.
  */
-type Layout = 'shared' | 'split';
+type Layout = NonNullable<Group['layout']>;
 
 /** The program a process runs (the base name of its argv[0]); '' if it is gone. */
 function programOf(pid: number): string {
@@ -192,7 +192,7 @@ type BenchTarget = Target & {
 /** Spare time a certificate must have beyond a measurement's end, for the bench's own bookkeeping around it. */
 const CREDENTIAL_MARGIN_SECONDS = 30;
 
-export async function benchProxy(): Promise<void> {
+export async function benchProxy(): Promise<Verdict> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const profileDir = process.env['BENCH_PROFILE_DIR'];
   // With BENCH_PROFILE_DIR the API server serves pprof too, for its side of each measurement.
@@ -289,7 +289,7 @@ export async function benchProxy(): Promise<void> {
     const loadgen = await startLoadGenerator(log);
     children.push(loadgen.process);
     const targets: BenchTarget[] = [
-      await loadgen.target('direct', {
+      await loadgen.target(DIRECT, {
         url: cluster.url,
         ca: cluster.ca.certPem,
         cert: admin.certPem,
@@ -302,14 +302,14 @@ export async function benchProxy(): Promise<void> {
         ca: cluster.ca.certPem,
         headers: impersonating,
       }),
-      { ...(await loadgen.target('kubectl proxy', { url: kubectlProxyURL })), pid: kubectlProxy.pid! },
+      { ...(await loadgen.target(KUBECTL_PROXY, { url: kubectlProxyURL })), pid: kubectlProxy.pid! },
       { ...(await loadgen.target('node relay', { url: relayURL, ca: relayCA })), pid: relay.pid! },
       {
-        ...(await loadgen.target('sealion (JWT)', { url: proxyURL, ca: servingCA, token })),
+        ...(await loadgen.target(SEALION_JWT, { url: proxyURL, ca: servingCA, token })),
         pid: server.pid!,
       },
       {
-        ...(await loadgen.target(AUDITED, { url: audited.url, ca: audited.servingCA, token })),
+        ...(await loadgen.target(SEALION_AUDITED, { url: audited.url, ca: audited.servingCA, token })),
         pid: auditedServer.pid!,
       },
     ];
@@ -333,7 +333,7 @@ export async function benchProxy(): Promise<void> {
       };
     };
     let credential = await newCredential();
-    const certificate = await loadgen.target('sealion (certificate)', credential.spec);
+    const certificate = await loadgen.target(SEALION_CERTIFICATE, credential.spec);
     targets.push({
       ...certificate,
       pid: server.pid!,
@@ -417,8 +417,9 @@ export async function benchProxy(): Promise<void> {
     };
 
     const rows: Measurement[] = [];
-    const measureGroup = async (op: string, path: string, concurrency: number, layout: Layout) => {
+    const measureGroup = async ({ op, concurrency, layout = 'shared' }: Group) => {
       if (!selected(`${op} c=${concurrency} ${layout}`)) return;
+      const path = PATHS[op];
       // CPU time so far of the proxies `pids`, the API server and the load generator (whose share, on shared
       // cores, the others do not get).
       const counters = (pids: number[]) => ({
@@ -505,12 +506,8 @@ export async function benchProxy(): Promise<void> {
           : await measureRounds(targets, measureOne)),
       );
     };
-    const operations = [
-      ['GET', '/api/v1/namespaces/bench'],
-      ['LIST', `/api/v1/namespaces/bench/configmaps`],
-    ] as const;
-    for (const [op, path] of operations)
-      for (const concurrency of [1, 32]) await measureGroup(op, path, concurrency, 'shared');
+    const layoutOf = (layout: Layout) => PROXY_GROUPS.filter((g) => g.layout === layout);
+    for (const group of layoutOf('shared')) await measureGroup(group);
 
     // Again at concurrency 32 with the control plane on cores of its own, as where Sealion is deployed: there the
     // proxy and its clients never take CPU from the API server. On shared cores every microsecond the proxy
@@ -528,14 +525,15 @@ export async function benchProxy(): Promise<void> {
         `split cores: control plane on CPUs ${split.controlPlane}, clients and proxies on ${split.clients}`,
       );
       try {
-        for (const [op, path] of operations) await measureGroup(op, path, 32, 'split');
+        for (const group of layoutOf('split')) await measureGroup(group);
       } finally {
         split.restore();
       }
     } else log('could not pin processes (fewer than 2 CPUs, or no taskset): no split-core measurements');
 
-    report(rows, watchMemory);
+    const verdict = report(rows, watchMemory);
     console.log(`saved ${saveResults('proxy', { rows, watchMemory })}`);
+    return verdict;
   } finally {
     for (const child of children) child.kill();
     await closeHttpsPools();
@@ -544,7 +542,7 @@ export async function benchProxy(): Promise<void> {
   }
 }
 
-function report(rows: Row[], watchMemory: Record<string, number>): void {
+function report(rows: Row[], watchMemory: WatchMemory & Record<string, number>): Verdict {
   const fmt = formatNumber;
   console.log(
     `\nImpersonation proxy vs direct access and kubectl proxy (one real kube-apiserver, ${availableParallelism()} cores)\n` +
@@ -558,78 +556,13 @@ function report(rows: Row[], watchMemory: Record<string, number>): void {
     { header: 'client CPU µs/req', cell: cpu('clientCpuUs') },
   ]);
   console.log(
-    `\n${watchMemory['watches']} idle watches held by the proxy: ${fmt(watchMemory['rssPerWatchKiB']!, 1)} KiB RSS per watch ` +
+    `\n${watchMemory['watches']} idle watches held by the proxy: ${fmt(watchMemory.rssPerWatchKiB, 1)} KiB RSS per watch ` +
       `(${fmt(watchMemory['heapPerWatchKiB']!, 1)} KiB heap, ${fmt(watchMemory['externalPerWatchKiB']!, 1)} KiB external); ` +
       `RSS ${fmt(watchMemory['rssBeforeMiB']!, 1)} → ${fmt(watchMemory['rssAfterMiB']!, 1)} MiB with them → ` +
       `${fmt(watchMemory['rssReleasedMiB']!, 1)} MiB after they closed`,
   );
-  printTargets(rows, watchMemory);
-}
-
-/**
- * Judges the run against TARGETS, with the figures the table shows: each round against direct access (or
- * `kubectl proxy`) in the same round, then the median of the rounds. Against `kubectl proxy` that is the median of
- * the rounds' ratios of the two rates, not a comparison of their two medians against direct.
- */
-export function printTargets(rows: Row[], watchMemory: Record<string, number>): void {
-  const table = [['target', 'measured', 'Sealion: JWT / certificate', '']];
-  const judge = (target: string, measured: string, figures: string[], met: boolean): void => {
-    table.push([target, measured, figures.join(' / '), met ? 'met' : 'NOT MET']);
-  };
-  const rate = (a: RoundFigures, b: RoundFigures): number => a.perSecond / b.perSecond;
-  const groupOf = (r: Row): string => `${r.op} c=${r.concurrency} ${r.layout}`;
-  for (const group of new Set(rows.map(groupOf))) {
-    const named = (target: string): Row | undefined =>
-      rows.find((r) => groupOf(r) === group && r.target === target);
-    const direct = named('direct');
-    const sealion = SEALION.map(named).filter((r) => r !== undefined);
-    if (!direct || sealion.length === 0) continue;
-    if (direct.concurrency === 1) {
-      const added = sealion.map((r) => paired(r, direct, (a, d) => a.p50us - d.p50us) / 1000);
-      judge(
-        `p50 at most ${TARGETS.addedP50Ms} ms over direct`,
-        group,
-        added.map((ms) => `+${ms.toFixed(2)} ms`),
-        added.every((ms) => ms <= TARGETS.addedP50Ms),
-      );
-      continue;
-    }
-    const share = sealion.map((r) => paired(r, direct, rate));
-    judge(
-      `rate at least ${TARGETS.timesDirect}× direct's`,
-      group,
-      share.map((x) => `${x.toFixed(2)}×`),
-      share.every((x) => x >= TARGETS.timesDirect),
-    );
-    const withAudit = named(AUDITED);
-    const withoutAudit = named('sealion (JWT)');
-    if (withAudit && withoutAudit) {
-      const ratio = paired(withAudit, withoutAudit, rate);
-      judge(
-        `audit on: rate within ${AUDIT_COST * 100}% of audit off`,
-        group,
-        [`${ratio.toFixed(3)}×`],
-        ratio >= 1 - AUDIT_COST,
-      );
-    }
-    const peer = named('kubectl proxy');
-    if (!peer) continue;
-    const versusPeer = sealion.map((r) => paired(r, peer, rate));
-    judge(
-      "rate at least kubectl proxy's",
-      group,
-      versusPeer.map((x) => `${x.toFixed(3)}×`),
-      versusPeer.every((x) => x >= 1),
-    );
-  }
-  const perWatch = watchMemory['rssPerWatchKiB']!;
-  judge(
-    `under ${TARGETS.watchKiB} KiB per idle watch`,
-    `${watchMemory['watches']} watches`,
-    [`${formatNumber(perWatch, 1)} KiB RSS`],
-    perWatch < TARGETS.watchKiB,
-  );
-  const missed = table.slice(1).filter((row) => row[3] !== 'met').length;
-  console.log(`\nTargets: ${missed === 0 ? 'all met' : `${missed} of ${table.length - 1} not met`}`);
-  printColumns(table, 2);
+  // Each ratio as the table shows it: each round against direct access (or kubectl proxy, or audit off) in the
+  // same round, then the median of the rounds; against kubectl proxy that is the median of the rounds' ratios of
+  // the two rates, not a comparison of their two medians against direct.
+  return printVerdicts('Targets', proxyVerdicts(rows, watchMemory), 'Sealion: JWT / certificate');
 }
