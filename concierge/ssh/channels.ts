@@ -66,7 +66,6 @@ export function serveSignedIn(
     if (!take()) return reject();
     const session = accept();
     session.once('close', give);
-    if (tooSmallPackets(outgoingOf(session))) return conn.drop();
     serveSession(session, access, state.permits, identity, notices, deps.log);
   });
   client.on('tcpip', (accept, reject, info) => {
@@ -86,9 +85,10 @@ export function serveSignedIn(
           return void socket.destroy();
         }
         channel.once('close', give);
+        // Closed at once, without a byte written: a close is a message of the connection, not of the channel.
         if (tooSmallPackets(outgoingOf(channel))) {
           socket.destroy();
-          return conn.drop();
+          return void channel.close();
         }
         bridge(channel, socket);
       },
@@ -113,8 +113,11 @@ function serveSession(
 ): void {
   let pty: Terminal | undefined;
   let resize: ((size: { cols: number; rows: number }) => void) | undefined;
-  /** A session runs one thing (a shell, a command or sftp); a second request for one is refused. */
-  let started = false;
+  /**
+   * A session runs one thing (a shell, a command or sftp); a second request for one is refused, and so is every one of
+   * a session whose client takes packets too small to write to.
+   */
+  let started = tooSmallPackets(outgoingOf(session));
   const begin = (accept: (() => ServerChannel | undefined) | undefined): ServerChannel | undefined => {
     if (started || !accept) return undefined;
     started = true;
@@ -183,7 +186,8 @@ function serveSession(
 /**
  * The smallest packet a channel's client may ask for. ssh2 cuts what it writes into packets of the client's maximum
  * packet size, and loops for ever on a maximum of 0; clients ask for 32 KiB (OpenSSH, ssh2) or 16 KiB (PuTTY). A
- * client that asks for less is dropped before anything is written to it.
+ * channel whose client asks for less is refused what would write to it (a command, a shell, sftp) or, for a forward,
+ * closed before anything is written.
  */
 const MIN_PACKET_BYTES = 512;
 
