@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fetch } from 'undici';
 import { browse } from '../dev/browser.ts';
+import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import type { OIDCLoginFlags } from './login.ts';
 import { oidcLogin } from './login-oidc.ts';
@@ -67,11 +68,11 @@ describe('sealion login oidc: what the browser opens', () => {
     const { login, link } = startLogin({ skipBrowser: false }, { PATH: `${bin}:${process.env['PATH']}` });
     const url = await link;
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/login\/[\w-]{20,}$/);
-    for (let i = 0; i < 50 && !readFileSafe(seen); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(readFileSafe(seen)).toBe(`${url}\n`);
+    // The stand-in runs on its own: its file is written when it has.
+    await eventually(() => expect(readFileSafe(seen)).toBe(`${url}\n`), 20_000, 50);
     expect(await browse(url, { caPem: issuer.caPem })).toMatchObject({ status: 200 });
     expect(await login).toMatchObject({ status: { token: expect.any(String) } });
-  });
+  }, 30_000);
 
   it('answers stray callbacks (no state, a wrong one, before the link was followed) with 400 and keeps waiting', async () => {
     const { login, link } = startLogin();

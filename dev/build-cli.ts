@@ -44,6 +44,7 @@ import { pipeline } from 'node:stream/promises';
 import { parseArgs, promisify } from 'node:util';
 import { createGzip } from 'node:zlib';
 import * as esbuild from 'esbuild';
+import lockfile from 'proper-lockfile';
 import { pack } from 'tar-stream';
 import { stringify } from 'yaml';
 import { privatePath } from './cache.ts';
@@ -514,15 +515,53 @@ export function krewManifest(
 }
 const mib = (file: string): string => `${(statSync(file).size / 1048576).toFixed(1)} MiB`;
 
-export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
+/**
+ * The lock that lets one build at a time write dist/cli/, across processes: Jest runs the CLI's test files in workers
+ * of their own, and each asks for a build. A folder (proper-lockfile, as the CLI's own credential cache does), taken
+ * over once its holder has not refreshed it for BUILD_LOCK_STALE_MS: a builder that died leaves no lock behind.
+ */
+const BUILD_LOCK = join(CLI_DIST, '.build.lock');
+/**
+ * Refreshed every half of this while held. The build waits on child processes (esbuild, npm, postject), which leave
+ * this process's timers free to run: a lock not refreshed for a minute has lost its holder.
+ */
+const BUILD_LOCK_STALE_MS = 60_000;
+
+/** Runs `fn` holding BUILD_LOCK; waits for another process's build to end first (about 10 minutes at most). */
+async function withBuildLock<T>(fn: () => Promise<T>): Promise<T> {
+  mkdirSync(CLI_DIST, { recursive: true });
+  let lost: Error | undefined;
+  const release = await lockfile.lock(CLI_DIST, {
+    realpath: false,
+    lockfilePath: BUILD_LOCK,
+    stale: BUILD_LOCK_STALE_MS,
+    retries: { retries: 600, minTimeout: 100, maxTimeout: 1000 },
+    // Left to itself the library would throw this from a timer, out of everyone's reach.
+    onCompromised: (err) => (lost = err),
+  });
+  try {
+    const result = await fn();
+    if (lost) throw new Error(`the CLI build's lock was taken over while it built: ${lost.message}`);
+    return result;
+  } finally {
+    if (!lost) await release();
+  }
+}
+
+/** Builds the CLI into dist/cli/, one process at a time (withBuildLock). */
+export function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
+  return withBuildLock(() => build(opts));
+}
+
+async function build(opts: BuildCliOptions): Promise<BuiltCli> {
   const targets = opts.targets ?? TARGETS;
   const log = opts.log ?? ((): void => {});
   mkdirSync(CLI_DIST, { recursive: true });
   const work = mkdtempSync(join(CLI_DIST, '.work-'));
   try {
     const bundle = join(CLI_DIST, 'sealion.cjs');
-    const build = await buildDefine();
-    const inputs = await bundleCommonJS(bundle, build);
+    const define = await buildDefine();
+    const inputs = await bundleCommonJS(bundle, define);
     const nonAscii = readFileSync(bundle).findIndex((byte) => byte > 0x7f);
     if (nonAscii >= 0) throw new Error(`${bundle} has a byte that is not ASCII at ${nonAscii}`);
     const main = join(work, 'executable.cjs');
@@ -531,7 +570,7 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
 
     const packageDir = join(CLI_DIST, 'package');
     rmSync(packageDir, { recursive: true, force: true });
-    await bundlePackage(packageDir, build);
+    await bundlePackage(packageDir, define);
     for (const old of readdirSync(CLI_DIST).filter(
       (f) => f.startsWith(`${PACKAGE_NAME}-`) && f.endsWith('.tgz'),
     ))
@@ -580,8 +619,10 @@ export async function buildCli(opts: BuildCliOptions = {}): Promise<BuiltCli> {
       BUILD_RECORD,
       JSON.stringify({
         node: nodeVersion,
-        build: build.__SEALION_BUILD__,
-        inputs,
+        build: define.__SEALION_BUILD__,
+        // esbuild lists its virtual modules among the inputs (a define's value, `<define:__SEALION_BUILD__>`): they
+        // are no files, and ensureCli's stat of one would fail every check, so every call would build again.
+        inputs: inputs.filter((input) => !/^<.*>$/.test(input)),
         built,
       } satisfies BuildRecord),
     );
@@ -608,7 +649,13 @@ const BUILD_RECORD = join(CLI_DIST, 'build.json');
  * (and than this builder), else a new build: for the tests and the benchmarks, which want a current CLI and not
  * 20 s of building each time.
  */
-export async function ensureCli(targets: readonly Target[], log?: (line: string) => void): Promise<BuiltCli> {
+export function ensureCli(targets: readonly Target[], log?: (line: string) => void): Promise<BuiltCli> {
+  // Checked under the lock: a build under way in another process has rewritten some files and not yet the record.
+  return withBuildLock(async () => (await lastBuild(targets)) ?? build({ targets, ...(log ? { log } : {}) }));
+}
+
+/** The last build's artifacts when they are current and cover `targets` (see ensureCli). */
+async function lastBuild(targets: readonly Target[]): Promise<BuiltCli | undefined> {
   try {
     const record = JSON.parse(readFileSync(BUILD_RECORD, 'utf8')) as BuildRecord;
     const { built } = record;
@@ -630,7 +677,7 @@ export async function ensureCli(targets: readonly Target[], log?: (line: string)
   } catch {
     // No record, an artifact or a source gone: build.
   }
-  return buildCli({ targets, ...(log ? { log } : {}) });
+  return undefined;
 }
 
 /** Parses the targets named on the command line; none: all. */

@@ -342,6 +342,17 @@ export interface ImageSpec {
   };
 }
 
+/**
+ * Debian's static busybox, the demo image's, written to `path` (executable): the SFTP tests run it as a container's
+ * tools. The package is fetched once with `apt-get download`, as for the image; throws when it cannot be had.
+ */
+export function writeDebianBusybox(path: string, log: (line: string) => void = () => {}): string {
+  const entries: Entry[] = [];
+  const version = debianFiles('busybox-static', ['bin/busybox'], entries, log);
+  writeFileSync(path, entries.find((e) => e.path === '/bin/busybox')!.data!, { mode: 0o755 });
+  return version;
+}
+
 /** The demo workload's image: Debian's static busybox, with a link for each command it has (tar among them). */
 export const DEMO_IMAGE = 'sealion.dev/demo-busybox:1';
 

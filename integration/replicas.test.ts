@@ -22,6 +22,7 @@ import { prepareConcierge, startLocalConcierge, type LocalConcierge } from '../d
 import { eventually } from '../dev/eventually.ts';
 import { clusterStatus as clusterStatusOf } from './harness/cluster-status.ts';
 import { startConciergeProcess, type ConciergeProcess } from './harness/concierge-process.ts';
+import { retryWhileAddressInUse } from './harness/ports.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -245,57 +246,65 @@ describe('the identity the tests run the concierge as', () => {
 
 describe('a concierge that is still starting', () => {
   it('answers a request for a cluster with a Status, never a 500', async () => {
-    const port = await freePort();
     // A user with a client certificate: authenticated without any authenticator having to load first.
     const signerCA = await newCA('starting-signer');
     const user = await issueCert(signerCA, { commonName: 'starting-user', usage: 'client' });
-    const answers: { status: number; kind: string }[] = [];
-    let started = false;
-    const ask = (): Promise<void> =>
-      new Promise((done) => {
-        const req = httpsRequest(
-          {
-            host: '127.0.0.1',
-            port,
-            path: '/clusters/starting/api',
-            rejectUnauthorized: false,
-            cert: user.certPem,
-            key: user.keyPem,
-            agent: false,
-          },
-          (res) => {
-            let body = '';
-            res.setEncoding('utf8').on('data', (c: string) => (body += c));
-            res.on('end', () => {
-              let kind: string;
-              try {
-                kind = (JSON.parse(body) as { kind?: string }).kind ?? '';
-              } catch {
-                kind = body.slice(0, 80);
-              }
-              answers.push({ status: res.statusCode ?? 0, kind });
-              done();
-            });
-          },
-        );
-        req.on('error', () => done());
-        req.end();
-      });
-    // Requests go out as fast as they are answered from before the listener opens until start() returns.
-    const asking = (async () => {
-      while (!started) await ask();
-    })();
-    try {
-      const concierge = await startLocalConcierge(hub, {
-        port,
-        signerCA,
-        tunnel: { port: 0, namespace: 'starting' },
-      });
-      await concierge.stop();
-    } finally {
-      started = true;
-      await asking;
-    }
+    /** The answers to requests sent as fast as they are answered, from before the listener opens until it has started. */
+    const whileStarting = async (port: number): Promise<{ status: number; kind: string }[]> => {
+      const answers: { status: number; kind: string }[] = [];
+      let started = false;
+      const ask = (): Promise<void> =>
+        new Promise((done) => {
+          const req = httpsRequest(
+            {
+              host: '127.0.0.1',
+              port,
+              path: '/clusters/starting/api',
+              rejectUnauthorized: false,
+              cert: user.certPem,
+              key: user.keyPem,
+              agent: false,
+            },
+            (res) => {
+              let body = '';
+              res.setEncoding('utf8').on('data', (c: string) => (body += c));
+              res.on('end', () => {
+                let kind: string;
+                try {
+                  kind = (JSON.parse(body) as { kind?: string }).kind ?? '';
+                } catch {
+                  kind = body.slice(0, 80);
+                }
+                answers.push({ status: res.statusCode ?? 0, kind });
+                done();
+              });
+            },
+          );
+          req.on('error', () => done());
+          // Whoever else may hold the port need not answer at all.
+          req.setTimeout(10_000, () => req.destroy());
+          req.end();
+        });
+      const asking = (async () => {
+        while (!started) await ask();
+      })();
+      try {
+        const concierge = await startLocalConcierge(hub, {
+          port,
+          signerCA,
+          tunnel: { port: 0, namespace: 'starting' },
+        });
+        await concierge.stop();
+      } finally {
+        started = true;
+        await asking;
+      }
+      return answers;
+    };
+    // The port is asked before anything listens on it, so it is picked beforehand, and another process may bind it
+    // first: then the concierge's start fails with EADDRINUSE, and the test starts again on another port, leaving out
+    // what the other process answered.
+    const answers = await retryWhileAddressInUse(async () => whileStarting(await freePort()));
     expect(answers.length).toBeGreaterThan(0);
     for (const answer of answers) expect(answer).toEqual({ status: 503, kind: 'Status' });
   }, 60_000);

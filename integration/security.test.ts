@@ -21,7 +21,7 @@ import { issueCert, loadCA, newCA, newCSR, type CertificateAuthority } from '../
 import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel/tunnel.ts';
 
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
-import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { postRegister, type RegisterAnswer } from '../dev/register.ts';
 import { eventually } from '../dev/eventually.ts';
@@ -547,7 +547,6 @@ beforeAll(async () => {
   ]);
   hubClients = newKubeClients({ path: hub.kubeconfigPath });
   [issuer, webhook] = await Promise.all([startOIDCIssuer({ audience: AUDIENCE }), startTokenWebhook()]);
-  tunnelPort = await freePort();
   const log = newLogger({
     level: 'debug',
     destination: { write: (line: string) => void logLines.push(line) },
@@ -559,10 +558,11 @@ beforeAll(async () => {
   };
   await must(hub, ['create', 'namespace', NS]);
   concierge = await startLocalConcierge(hub, {
-    tunnel: { port: tunnelPort, namespace: NS },
+    tunnel: { port: 0, namespace: NS },
     metrics: true,
     log,
   });
+  tunnelPort = concierge.concierge.tunnel!.port;
   await applyJWTAuthenticator(hub, 'corp', issuer, AUDIENCE);
   await must(
     hub,

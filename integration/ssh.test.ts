@@ -98,34 +98,55 @@ async function certify(key: string, principal: string, groups: string, validity 
 const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
 
 /**
- * Opens a shell with a 24x80 terminal as the holder of `key`, asks its size, changes it to 33x99 and asks again;
- * resolves with the two answers.
+ * Opens a shell with a 24x80 terminal as the holder of `key`, asks its size, changes it to 33x99 and asks again until
+ * the answer changes (the new size reaches the container's terminal through the door, the API server and the kubelet
+ * after the request that carries it); resolves with the first answer and the first that differs.
  */
 function resized(target: string, key: string): Promise<string[]> {
   const client = new ssh2.Client();
+  const timers: NodeJS.Timeout[] = [];
   return new Promise<string[]>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error('no answer from the shell')), SSH_TIMEOUT_MS);
+    let out = '';
+    const sizes = (): string[] => [...out.matchAll(/^SIZE ([0-9]+ [0-9]+)\r?$/gm)].map((m) => m[1]!);
+    timers.push(
+      setTimeout(
+        () => fail(new Error(`the size never changed; the shell answered ${JSON.stringify(sizes())}`)),
+        SSH_TIMEOUT_MS,
+      ),
+    );
     client.once('error', fail);
     client.once('ready', () => {
       client.exec(target, { pty: { rows: 24, cols: 80, term: 'xterm' } }, (err, stream) => {
         if (err) return fail(err);
-        let out = '';
-        const sizes = (): string[] => [...out.matchAll(/^SIZE ([0-9]+ [0-9]+)\r?$/gm)].map((m) => m[1]!);
-        const answer = typing(/\$ /, ['echo SIZE $(stty size)']);
-        let resizedAt = -1;
+        let asked = 0;
+        let answered = 0;
+        let scheduled = false;
+        let finished = false;
+        const ask = (): void => {
+          scheduled = false;
+          asked++;
+          stream.write('echo SIZE $(stty size)\n');
+        };
         stream.on('data', (c: Buffer) => {
           out += c.toString('utf8');
-          answer(out, (text) => stream.write(text));
-          if (sizes().length === 1 && resizedAt < 0) {
-            resizedAt = out.length;
-            stream.setWindow(33, 99, 0, 0);
-            setTimeout(() => stream.write('echo SIZE $(stty size)\n'), 500);
-          }
-          if (sizes().length === 2) {
-            clearTimeout(timer);
+          // busybox's shell asks where the cursor is at each prompt: answered as a terminal does.
+          for (const queries = out.split('\x1b[6n').length - 1; answered < queries; answered++)
+            stream.write('\x1b[1;1R');
+          const seen = sizes();
+          if (finished) return;
+          if (seen.length > 1 && seen.at(-1) !== seen[0]) {
+            finished = true;
             stream.end('exit\n');
-            done(sizes());
+            return done([seen[0]!, seen.at(-1)!]);
           }
+          // One question at a time, each once the shell has answered the last and shows its prompt again.
+          const prompts = out.split(/\$ /).length - 1;
+          if (scheduled || prompts <= asked || seen.length < asked) return;
+          if (asked === 0) return ask();
+          if (asked === 1) stream.setWindow(33, 99, 0, 0);
+          // Asked at once after the change, then every 200 ms while the answer is still the old size.
+          scheduled = true;
+          timers.push(setTimeout(ask, asked === 1 ? 0 : 200));
         });
       });
     });
@@ -138,7 +159,10 @@ function resized(target: string, key: string): Promise<string[]> {
         readFileSync(join(dir, 'known_hosts'), 'utf8').includes(key.toString('base64')),
       readyTimeout: 20_000,
     });
-  }).finally(() => client.end());
+  }).finally(() => {
+    timers.forEach(clearTimeout);
+    client.end();
+  });
 }
 
 /** Everything the hub's concierge replicas logged: their log lines and audit events. */

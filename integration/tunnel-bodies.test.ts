@@ -11,7 +11,7 @@ import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
 import { UNCOUNTED_SESSION_MEMORY_MB } from '../lib/http2/pool.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
 import { prepareAgentCluster, startAgentProcess } from '../dev/agent.ts';
-import { freePort, startCluster, type Cluster } from '../dev/cluster.ts';
+import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
@@ -213,8 +213,8 @@ async function run(times: number, send: () => Promise<Outcome>): Promise<Record<
 beforeAll(async () => {
   cluster = await startCluster({ name: 'bodies', controllerManager: false });
   await cluster.kubectl(['create', 'namespace', NS]);
-  const tunnelPort = await freePort();
-  concierge = await startLocalConcierge(cluster, { tunnel: { port: tunnelPort, namespace: NS } });
+  concierge = await startLocalConcierge(cluster, { tunnel: { port: 0, namespace: NS } });
+  const tunnelPort = concierge.concierge.tunnel!.port;
   issuer = await startOIDCIssuer({ audience: 'sealion-bodies' });
   await applyJWTAuthenticator(cluster, 'bodies', issuer, 'sealion-bodies');
   token = await issuer.mint({ username: 'writer@example.com', groups: [GROUP] }, { expiresIn: 3600 });

@@ -24,12 +24,13 @@ import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tun
 
 import { bindingURI } from '../apis/agent-binding.ts';
 import { REPO_ROOT } from '../dev/build.ts';
-import { freePort, kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
+import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
 import { applyJWTAuthenticator, startLocalConcierge, type LocalConcierge } from '../dev/concierge.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { eventually } from '../dev/eventually.ts';
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { podAtBackend, startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
+import { retryWhileAddressInUse } from './harness/ports.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
 
 const NS = 'sealion-concierge';
@@ -254,9 +255,9 @@ beforeAll(async () => {
   ]);
   hubClients = newKubeClients({ path: hub.kubeconfigPath });
   managedClients = newKubeClients({ path: managed.kubeconfigPath });
-  tunnelPort = await freePort();
   for (const args of [['create', 'namespace', NS]]) await hub.kubectl(args);
-  concierge = await startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } });
+  concierge = await startLocalConcierge(hub, { tunnel: { port: 0, namespace: NS } });
+  tunnelPort = concierge.concierge.tunnel!.port;
   // The hub knows the user through a JWTAuthenticator trusting a local OIDC issuer.
   issuer = await startOIDCIssuer({ audience: 'sealion-tunnel' });
   await applyJWTAuthenticator(hub, 'corp', issuer, 'sealion-tunnel');
@@ -631,7 +632,10 @@ describe('a cluster reached through its agent', () => {
     const name = 'edge-reconnects';
     await connectedCluster(name);
     await concierge.stop();
-    concierge = await startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } });
+    // The port the agents dial: another process may have taken it since (any server binding port 0), for a while.
+    concierge = await retryWhileAddressInUse(() =>
+      startLocalConcierge(hub, { tunnel: { port: tunnelPort, namespace: NS } }),
+    );
     await eventually(async () => {
       const back = await runKubectl(hub.binaries.kubectl, userKubeconfig(`/clusters/${name}`), [
         'get',

@@ -4,6 +4,7 @@ import type { CallAnswer } from '../../lib/http2/forward.ts';
 import { CallFailed } from '../../lib/http2/forward.ts';
 import { newReviewCache, ReviewUnavailable } from '../../lib/kube/review-cache.ts';
 import { askThrough } from './access-reviews.ts';
+import { fakeClock } from '../../lib/fake-clock.ts';
 import type { OwnCall, Route } from './route.ts';
 
 const question = (name: string): AccessQuestion => ({
@@ -89,7 +90,9 @@ describe('the review cache', () => {
   });
 
   it('keeps refusals shorter than allowed answers, and failures not at all', async () => {
-    const cache = newReviewCache({ allowedTtlMs: 10_000, refusedTtlMs: 20 });
+    const clock = fakeClock();
+    clock.advance(1_000);
+    const cache = newReviewCache({ allowedTtlMs: 10_000, refusedTtlMs: 2_000, clock });
     const answers = new Map([
       ['yes', true],
       ['no', false],
@@ -106,10 +109,22 @@ describe('the review cache', () => {
     await expect(edge(question('fail'))).rejects.toThrow('unreachable');
     await expect(edge(question('fail'))).rejects.toThrow('unreachable');
     expect(asked).toBe(4);
-    await sleep(100);
+    // Both kept until the refusal's time is up, to the millisecond.
+    clock.advance(2_000);
+    await edge(question('yes'));
+    await edge(question('no'));
+    expect(asked).toBe(4);
+    // Then only the refusal is asked again; the allowed answer, until its own time is up.
+    clock.advance(1);
     await edge(question('yes'));
     await edge(question('no'));
     expect(asked).toBe(5);
+    clock.advance(10_000 - 2_001);
+    await edge(question('yes'));
+    expect(asked).toBe(5);
+    clock.advance(1);
+    await edge(question('yes'));
+    expect(asked).toBe(6);
   });
 
   it('keeps clusters apart even when names look like keys', async () => {

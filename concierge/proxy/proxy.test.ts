@@ -1131,6 +1131,10 @@ describe('what a stranger can hold', () => {
     });
 
     it('lets go of the places of clients gone mid-body, over HTTP/2 and HTTP/1.1', async () => {
+      // The requests the proxy is serving: the gauge counts each from its first moment to its last.
+      const inFlight = async (): Promise<number> => (await metrics.inflight.get()).values[0]?.value ?? 0;
+      // What earlier tests sent is over, so the gauge counts this test's requests alone.
+      await eventually(async () => expect(await inFlight()).toBe(0));
       const session = h2();
       // The limited listener takes 8 connections: most go as HTTP/2 streams, a few over HTTP/1.1 connections.
       const gone = Array.from({ length: MAX_ANONYMOUS_IN_FLIGHT - 4 }, () => {
@@ -1152,24 +1156,34 @@ describe('what a stranger can hold', () => {
         );
         return socket;
       });
-      // Every one is in (a place taken) well within the body deadline; then every client goes away mid-body.
-      await new Promise((r) => setTimeout(r, BODY_TIMEOUT_MS / 4));
+      // Every one is in. With no audit to wait for, a request takes its place in the turn it arrives: all places are
+      // taken, and one more is refused.
+      await eventually(async () => expect(await inFlight()).toBe(MAX_ANONYMOUS_IN_FLIGHT));
+      const over = post(session);
+      over.end('{}');
+      expect((await answer(over)).status).toBe(429);
+      // Every client goes away mid-body, before its deadline (which a client that left never reaches).
       for (const s of gone) s.close(constants.NGHTTP2_CANCEL);
       for (const socket of sockets) socket.destroy();
-      // Past the body deadline, which a request whose client left never reaches: their places are free again.
-      await new Promise((r) => setTimeout(r, BODY_TIMEOUT_MS * 2));
+      await eventually(async () => expect(await inFlight()).toBe(0));
       session.destroy();
-      // A new connection (the old one has been idle past its timeout): every place is free again, so as many new
-      // requests as there are places all get in, and each waits for its body until the deadline (408), none refused.
-      const fresh = h2();
-      const again = Array.from({ length: MAX_ANONYMOUS_IN_FLIGHT }, () => {
-        const s = post(fresh);
-        s.write('{');
-        return answer(s);
+      // A new connection: every place is free again, so as many new requests as there are places all get in, and
+      // each waits for its body until the deadline (408), none refused. A place is given back once its request's
+      // handler has ended, a moment after the request itself: a round with a refusal is tried again.
+      await eventually(async () => {
+        const fresh = h2();
+        try {
+          const again = Array.from({ length: MAX_ANONYMOUS_IN_FLIGHT }, () => {
+            const s = post(fresh);
+            s.write('{');
+            return answer(s);
+          });
+          expect(new Set((await Promise.all(again)).map((a) => a.status))).toEqual(new Set([408]));
+        } finally {
+          fresh.destroy();
+        }
       });
-      expect(new Set((await Promise.all(again)).map((a) => a.status))).toEqual(new Set([408]));
-      fresh.destroy();
-    });
+    }, 30_000);
   });
 
   it('answers 401 to a request whose body it will not read, and stops the client sending it', async () => {

@@ -54,6 +54,7 @@ beforeAll(async () => {
 async function start(
   registrationLimits: RateLimitOptions = DEFAULT_REGISTRATION_LIMITS,
   clock?: Clock,
+  port = 0,
 ): Promise<void> {
   clusters = new MemoryInformer<Cluster>();
   tokens = memoryTokenStore();
@@ -75,7 +76,7 @@ async function start(
     clients,
     namespace: 'sealion',
     host: '127.0.0.1',
-    port: 0,
+    port,
     hosts: ['127.0.0.1'],
     clusters,
     bootstrapTokens: tokens,
@@ -101,6 +102,19 @@ const handshake = (options: ConnectionOptions): Promise<TLSSocket> =>
     socket.once('secureConnect', () => done(socket));
     socket.once('error', fail);
   });
+
+describe('the tunnel listener’s port', () => {
+  it('fails to start, with EADDRINUSE, on a port another server holds, and starts on it once it is free', async () => {
+    const taken = listener.port;
+    const running = listener;
+    await expect(start(DEFAULT_REGISTRATION_LIMITS, undefined, taken)).rejects.toMatchObject({
+      code: 'EADDRINUSE',
+    });
+    await running.stop();
+    await start(DEFAULT_REGISTRATION_LIMITS, undefined, taken);
+    expect(listener.port).toBe(taken);
+  });
+});
 
 describe('the tunnel listener’s TLS', () => {
   it('holds connections beyond MAX_HANDSHAKES in progress unread, and starts them as those finish', async () => {

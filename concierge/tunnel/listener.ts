@@ -622,7 +622,20 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
 
   // Each agent holds one connection; past this many, new ones are dropped at accept rather than exhausting memory.
   door.maxConnections = MAX_TUNNEL_CONNECTIONS;
-  await new Promise<void>((done) => door.listen(opts.port, opts.host, done));
+  // A port in use (EADDRINUSE) fails the start: without the handler the server would throw it as an uncaught error
+  // and the start would wait for ever.
+  try {
+    await new Promise<void>((done, fail) => {
+      door.once('error', fail);
+      door.listen(opts.port, opts.host, () => {
+        door.off('error', fail);
+        done();
+      });
+    });
+  } catch (err) {
+    handshakes.close();
+    throw err;
+  }
   // The TLS server is fed connections and never listens itself; Node runs its header and request deadlines only
   // for a server that has emitted 'listening'.
   server.emit('listening');

@@ -8,6 +8,7 @@ import { SealionError } from '../errors.ts';
 import { CallFailed } from '../http2/forward.ts';
 import type { AccessQuestion } from './access-review.ts';
 import type { Ask } from './impersonation.ts';
+import type { Clock } from '../clock.ts';
 
 /** How long an allowed answer is used: the API server keeps a successful impersonation as long. */
 export const ALLOWED_TTL_MS = 10_000;
@@ -40,13 +41,26 @@ export interface ReviewCache {
 }
 
 export function newReviewCache(
-  opts: { allowedTtlMs?: number; refusedTtlMs?: number; max?: number } = {},
+  opts: {
+    allowedTtlMs?: number;
+    refusedTtlMs?: number;
+    max?: number;
+    /**
+     * The time answers age by. Default: lru-cache's own, the monotonic performance.now(). lru-cache reads a start of 0
+     * as "no time to live", so a clock given here must be past 0 when answers are kept (a fake clock is moved on first).
+     */
+    clock?: Pick<Clock, 'now'>;
+  } = {},
 ): ReviewCache {
   const allowedTtl = opts.allowedTtlMs ?? ALLOWED_TTL_MS;
   const refusedTtl = opts.refusedTtlMs ?? REFUSED_TTL_MS;
+  const { clock } = opts;
   const cache = new LRUCache<string, boolean, { question: AccessQuestion; ask: Ask }>({
     max: opts.max ?? MAX_CACHED_ANSWERS,
     ttl: allowedTtl,
+    // lru-cache keeps a time it read for ttlResolution ms of real time; a clock of the caller's is read every time,
+    // or a test that moves it would see the old time for a while.
+    ...(clock ? { perf: { now: () => clock.now() }, ttlResolution: 0 } : {}),
     // Answers are never used past their time, and never refreshed in the background.
     allowStale: false,
     async fetchMethod(_key, _stale, { options, context }) {
