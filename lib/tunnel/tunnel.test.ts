@@ -139,8 +139,8 @@ const STALL_EVERY_BYTES = 32 * 1024 * 1024;
 /**
  * The Buffers this process holds alive: after a full collection, and a second one, since the first frees the memory
  * of dead Buffers on a background thread and may not be done when it returns (it showed tens of MiB of them); the
- * second waits for it, and finds nothing new to free. The Buffers are where the bytes are; the heap holds their handles,
- * and moves by megabytes either way as the compiler works, whatever the stream holds.
+ * second waits for it, and finds nothing new to free. The Buffers are where the bytes are; the heap holds their
+ * handles, and moves by megabytes either way as the compiler works, whatever the stream holds.
  */
 const liveBuffers = (() => {
   setFlagsFromString('--expose-gc');
