@@ -158,16 +158,25 @@ function loadGeneratorSpec(version: string): BuildSpec {
   };
 }
 
+/**
+ * The Helm majors the charts are tested with: 4, the current one (and the one `npm start -- --install helm` uses),
+ * and 3, which most clusters are still driven by. Each is built from its own module (integration/kube/helm for 4,
+ * integration/kube/helm3 for 3): one module for both would let either one's dependencies move the other's.
+ */
+export const HELM_MAJORS = [4, 3] as const;
+export type HelmMajor = (typeof HELM_MAJORS)[number];
+
 /** Helm, for the charts' tests and `npm start -- --install helm`. */
-function helmSpec(): BuildSpec {
-  const module = join(KUBE_MODULES, 'helm');
-  const version = requiredVersion('helm/go.mod', 'helm.sh/helm/v4');
+function helmSpec(major: HelmMajor): BuildSpec {
+  const folder = major === 4 ? 'helm' : `helm${major}`;
+  const module = `helm.sh/helm/v${major}`;
+  const version = requiredVersion(`${folder}/go.mod`, module);
   return {
-    module,
+    module: join(KUBE_MODULES, folder),
     outDir: join(CACHE_DIR, `helm-${version}`),
-    packages: { helm: 'helm.sh/helm/v4/cmd/helm' },
-    // Without it Helm calls itself v4.x-dev and its `kubeVersion` checks still pass; the version is for people.
-    ldflags: `-s -w -X helm.sh/helm/v4/internal/version.version=${version}`,
+    packages: { helm: `${module}/cmd/helm` },
+    // Without it Helm calls itself v4.x-dev (v3.x) and its `kubeVersion` checks still pass; the version is for people.
+    ldflags: `-s -w -X ${module}/internal/version.version=${version}`,
     label: `Helm ${version}`,
     env: { CGO_ENABLED: '0' },
   };
@@ -280,9 +289,12 @@ export async function ensureNodeBinaries(log: (line: string) => void = () => {})
   };
 }
 
-/** Returns the path of the helm command, building it if it is missing. */
-export async function ensureHelm(log: (line: string) => void = () => {}): Promise<string> {
-  const spec = helmSpec();
+/** Returns the path of the helm command of `major` (default 4), building it if it is missing. */
+export async function ensureHelm(
+  log: (line: string) => void = () => {},
+  major: HelmMajor = 4,
+): Promise<string> {
+  const spec = helmSpec(major);
   mkdirSync(CACHE_DIR, { recursive: true });
   await build(spec, log);
   return join(spec.outDir, 'helm');

@@ -40,7 +40,6 @@ let cluster: Cluster;
 let issuer: TestIssuer;
 let concierge: ControlledConcierge;
 let dir: string;
-let token: string;
 /** kubectl processes still running: one waiting for a login that never comes is stopped after the tests. */
 const kubectls = new Set<ChildProcess>();
 
@@ -100,7 +99,6 @@ beforeAll(async () => {
     `--from-literal=config.yaml=${enabledConfig()}`,
   ]);
   await applyJWTAuthenticator(cluster, 'corp', issuer, 'sealion-cli');
-  token = await issuer.mint({ username: USER, groups: [GROUP] });
   // Every test starts once the authenticator's status says where the proxy is.
   await eventually(async () => {
     expect(await writeStaticKubeconfig(join(dir, 'ready.kubeconfig'), false)).toMatchObject({ code: 0 });
@@ -114,6 +112,15 @@ afterAll(async () => {
   await cluster?.stop();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/**
+ * A token for the user, minted for the test that uses it. No token is shared between tests: one test rotates the
+ * issuer's signing key and stops publishing the old one, after which a token signed before it passed at the proxy only
+ * while the proxy still kept its answer for it (lib/authn/jwt.ts VERIFIED_TOKEN_TTL_MS, a minute from when it was
+ * checked), so a later test that used it passed or got 401 by how long the tests and builds between them took. A
+ * token minted in the test is also nowhere near its 5-minute lifetime.
+ */
+const userToken = (): Promise<string> => issuer.mint({ username: USER, groups: [GROUP] });
 
 /**
  * Writes a kubeconfig whose plugin reads the user's token from SEALION_TEST_TOKEN (`sealion login static`) and, with
@@ -150,7 +157,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(server).toBe(`https://127.0.0.1:${concierge.port}`);
     expect((await cluster.kubectl(['get', 'jwtauthenticators'])).stdout).toContain(server);
     const home = mkdtempSync(join(tmpdir(), 'sealion-cli-user-'));
-    const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: home };
+    const env = { SEALION_TEST_TOKEN: await userToken(), XDG_CONFIG_HOME: home };
     const list = await runKubectl(cluster.binaries.kubectl, kubeconfig, ['get', 'namespaces', '-o', 'name'], {
       env,
     });
@@ -194,7 +201,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     // gets a message of its own): they are learnt first, with the right token, into a cache of this test's.
     const cache = ['--cache-dir', join(dir, 'wrong-token-cache')];
     const known = await runKubectl(cluster.binaries.kubectl, bearerConfig, [...cache, 'get', 'namespaces'], {
-      env: { ...env, SEALION_TEST_TOKEN: token },
+      env: { ...env, SEALION_TEST_TOKEN: await userToken() },
     });
     expect(known).toMatchObject({ code: 0 });
     const bearer = await runKubectl(cluster.binaries.kubectl, bearerConfig, [...cache, 'get', 'namespaces'], {
@@ -208,7 +215,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
   it('serves two kubectl processes at once from one exchange', async () => {
     const kubeconfig = await exchangingKubeconfig('two-at-once');
     const fresh = mkdtempSync(join(tmpdir(), 'sealion-cli-cache-'));
-    const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: fresh };
+    const env = { SEALION_TEST_TOKEN: await userToken(), XDG_CONFIG_HOME: fresh };
     const both = await Promise.all(
       [1, 2].map(() =>
         runKubectl(cluster.binaries.kubectl, kubeconfig, ['get', 'namespaces', '-o', 'name'], { env }),
@@ -427,7 +434,7 @@ describe('the standalone executable as a kubectl plugin', () => {
     };
     expect(written.users[0]!.user.exec.command).toBe('kubectl-sealion');
     expect(written.users[0]!.user.exec.args.slice(0, 2)).toEqual(['login', 'static']);
-    const env = { SEALION_TEST_TOKEN: token, XDG_CONFIG_HOME: home };
+    const env = { SEALION_TEST_TOKEN: await userToken(), XDG_CONFIG_HOME: home };
     const { stdout } = await kubectl(['sealion', 'whoami', '--kubeconfig', kubeconfig], [plugins], env);
     expect(stdout).toContain(`Username: ${USER}`);
     const { stdout: namespaces } = await kubectl(
@@ -500,7 +507,7 @@ describe('the standalone executable as a kubectl plugin', () => {
     expect(list).toContain(join(root, 'bin', 'kubectl-sealion'));
     const kubeconfig = await pluginKubeconfig('krew-user.kubeconfig', path);
     const { stdout: me } = await kubectl(['sealion', 'whoami', '--kubeconfig', kubeconfig], path, {
-      SEALION_TEST_TOKEN: token,
+      SEALION_TEST_TOKEN: await userToken(),
       XDG_CONFIG_HOME: home,
     });
     expect(me).toContain(`Username: ${USER}`);

@@ -1,7 +1,8 @@
 // The Helm charts against the kustomize install, with the real Helm (built from its Go module) and kubectl's
 // kustomize: for each set of values, `helm template` and `sealion manifests --values` (written as kustomize folders,
 // then `kubectl kustomize`) give the same objects. Both render install.ts, so a row that differs is a template that
-// says something else than the code it came from.
+// says something else than the code it came from. Every row runs with Helm 4 and with Helm 3, which most clusters are
+// still driven by: the charts lint, render the same objects and refuse the same values with both.
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -9,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parseAllDocuments, stringify } from 'yaml';
-import { ensureBinaries, ensureHelm, REPO_ROOT } from '../dev/build.ts';
+import { ensureBinaries, ensureHelm, HELM_MAJORS, REPO_ROOT, type HelmMajor } from '../dev/build.ts';
 import { KEEP_ANNOTATION } from '../manifests/chart.ts';
 
 const run = promisify(execFile);
@@ -18,15 +19,22 @@ const CHARTS = join(REPO_ROOT, 'config/charts');
 /** The ConfigMap keys that hold YAML: compared as what they say, since Helm's toYaml writes it its own way. */
 const YAML_DATA = new Set(['config.yaml', 'policy.yaml']);
 
-let helm: string;
+/** The helm command of each major. */
+const helms = new Map<HelmMajor, string>();
 let kubectl: string;
 let scratch: string;
 
 beforeAll(async () => {
-  [helm, { kubectl }] = await Promise.all([ensureHelm(), ensureBinaries()]);
+  ({ kubectl } = await ensureBinaries());
+  // One after the other: two Go builds on two cores only slow each other down.
+  for (const major of HELM_MAJORS) helms.set(major, await ensureHelm(() => {}, major));
   scratch = mkdtempSync(join(tmpdir(), 'sealion-helm-chart-'));
   return () => rmSync(scratch, { recursive: true, force: true });
-}, 900_000);
+}, 1_200_000);
+
+/** Runs `helm` of `major`. */
+const helm = (major: HelmMajor, args: string[]): Promise<{ stdout: string; stderr: string }> =>
+  run(helms.get(major)!, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
 
 let rows = 0;
 /** A values file: an object written as YAML, or YAML text as a person wrote it. */
@@ -61,17 +69,21 @@ function byIdentity(yaml: string, { helmOnly }: { helmOnly: boolean }): Map<stri
   return out;
 }
 
-async function helmTemplate(
+/** What each Helm major's `helm template` makes of `chart` with `values`, by Helm major. */
+async function helmTemplates(
   chart: string,
   namespace: string,
   values: Obj | string,
-): Promise<Map<string, Obj>> {
-  const { stdout } = await run(
-    helm,
-    ['template', 'x', join(CHARTS, chart), '--namespace', namespace, '-f', valuesFile(values)],
-    { maxBuffer: 64 << 20 },
+): Promise<Map<HelmMajor, Map<string, Obj>>> {
+  const file = valuesFile(values);
+  const rendered = await Promise.all(
+    HELM_MAJORS.map(async (major) => {
+      const args = ['template', 'x', join(CHARTS, chart), '--namespace', namespace, '-f', file];
+      const { stdout } = await helm(major, args);
+      return [major, byIdentity(stdout, { helmOnly: true })] as const;
+    }),
   );
-  return byIdentity(stdout, { helmOnly: true });
+  return new Map(rendered);
 }
 
 async function kustomize(
@@ -96,9 +108,17 @@ async function kustomize(
   return byIdentity(stdout, { helmOnly: false });
 }
 
-function expectSame(helmObjects: Map<string, Obj>, kustomizeObjects: Map<string, Obj>): void {
-  expect([...helmObjects.keys()].sort()).toEqual([...kustomizeObjects.keys()].sort());
-  for (const [id, obj] of helmObjects) expect({ id, obj }).toEqual({ id, obj: kustomizeObjects.get(id) });
+/** Every Helm major's objects are kustomize's. */
+function expectSame(byHelm: Map<HelmMajor, Map<string, Obj>>, kustomizeObjects: Map<string, Obj>): void {
+  expect([...byHelm.keys()]).toEqual([...HELM_MAJORS]);
+  for (const [major, helmObjects] of byHelm) {
+    expect({ helm: major, ids: [...helmObjects.keys()].sort() }).toEqual({
+      helm: major,
+      ids: [...kustomizeObjects.keys()].sort(),
+    });
+    for (const [id, obj] of helmObjects)
+      expect({ helm: major, id, obj }).toEqual({ helm: major, id, obj: kustomizeObjects.get(id) });
+  }
 }
 
 const CONCIERGE_ROWS: [string, string, Obj | string][] = [
@@ -213,8 +233,12 @@ affinity: {podAffinity: null}
 ];
 
 describe('helm lint', () => {
-  it.each(['sealion-concierge', 'sealion-agent'])('finds nothing wrong with %s', async (chart) => {
-    const { stdout } = await run(helm, ['lint', '--strict', join(CHARTS, chart)]);
+  it.each(
+    HELM_MAJORS.flatMap((major) =>
+      ['sealion-concierge', 'sealion-agent'].map((chart) => [major, chart] as const),
+    ),
+  )('Helm %i finds nothing wrong with %s', async (major, chart) => {
+    const { stdout } = await helm(major, ['lint', '--strict', join(CHARTS, chart)]);
     expect(stdout).toMatch(/1 chart\(s\) linted, 0 chart\(s\) failed/);
   });
 });
@@ -222,7 +246,7 @@ describe('helm lint', () => {
 describe('helm template and kustomize give the same objects', () => {
   it.each(CONCIERGE_ROWS)('concierge: %s', async (_name, namespace, values) => {
     const [fromHelm, fromKustomize] = await Promise.all([
-      helmTemplate('sealion-concierge', namespace, values),
+      helmTemplates('sealion-concierge', namespace, values),
       kustomize('concierge', namespace, values),
     ]);
     expectSame(fromHelm, fromKustomize);
@@ -230,7 +254,7 @@ describe('helm template and kustomize give the same objects', () => {
 
   it.each(AGENT_ROWS)('agent: %s', async (_name, namespace, values) => {
     const [fromHelm, fromKustomize] = await Promise.all([
-      helmTemplate('sealion-agent', namespace, values),
+      helmTemplates('sealion-agent', namespace, values),
       kustomize('agent', namespace, values),
     ]);
     expectSame(fromHelm, fromKustomize);
@@ -286,13 +310,18 @@ describe('values that would install something else than meant are refused, by bo
       /users/,
     ],
   ];
+  /** Every Helm major refuses `file` for `chart`, saying `message`. */
+  const refusedByHelm = async (chart: string, file: string, message: RegExp): Promise<void> => {
+    for (const major of HELM_MAJORS)
+      await expect(helm(major, ['template', 'x', join(CHARTS, chart), '-f', file])).rejects.toMatchObject({
+        cmd: expect.stringContaining(helms.get(major)!) as unknown,
+        stderr: expect.stringMatching(message) as unknown,
+      });
+  };
+
   it.each(AGENT_BAD)('agent: %s', async (_name, values, message) => {
     const file = valuesFile(values);
-    await expect(
-      run(helm, ['template', 'x', join(CHARTS, 'sealion-agent'), '-f', file]),
-    ).rejects.toMatchObject({
-      stderr: expect.stringMatching(message) as unknown,
-    });
+    await refusedByHelm('sealion-agent', file, message);
     await expect(
       run(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), 'manifests', 'agent', '--values', file]),
     ).rejects.toMatchObject({ stderr: expect.stringMatching(message) as unknown });
@@ -300,9 +329,7 @@ describe('values that would install something else than meant are refused, by bo
 
   it.each(BAD)('%s', async (_name, values, message) => {
     const file = valuesFile(values);
-    await expect(
-      run(helm, ['template', 'x', join(CHARTS, 'sealion-concierge'), '-f', file]),
-    ).rejects.toMatchObject({ stderr: expect.stringMatching(message) as unknown });
+    await refusedByHelm('sealion-concierge', file, message);
     await expect(
       run(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), 'manifests', 'concierge', '--values', file]),
     ).rejects.toMatchObject({ stderr: expect.stringMatching(message) as unknown });

@@ -1,5 +1,5 @@
 // The charts' values as `sealion manifests --values` reads them: merged over the defaults as Helm merges, checked by
-// the schema the charts carry. (integration/helm-chart.test.ts holds the real Helm to the same rendering.)
+// the schema the charts carry. (integration/helm-chart.test.ts holds the real Helm, 4 and 3, to the same rendering.)
 import { describe, expect, it } from '@jest/globals';
 import { agentObjects, chartFiles, conciergeInstall, mergeValues } from './chart.ts';
 import { conciergeManifests, DEFAULT_INSTALL } from './install.ts';

@@ -44,7 +44,7 @@ export function writesDone(socket: Duplex): Promise<void> {
 }
 
 /** The connection's window, shared by all streams (each stream's is lib/http2/pool.ts STREAM_WINDOW_BYTES). */
-const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
+export const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
 export const DEFAULT_MAX_STREAMS = 1000;
 /**
