@@ -1,7 +1,8 @@
 // `sealion port-forward` to Services and pods on real nodes, on the hub (the concierge dials) and on a cluster reached
 // only through its agent (the agent dials): bytes both ways, a 1 GiB stream, half-close, 100 connections at once,
 // and what the cluster refuses (a user without services/proxy, an ExternalName, a Service whose endpoint is the API
-// server, a pod on its node's network, a name that is not there), each a Status the user reads.
+// server, a pod on its node's network, a name that is not there), each a Status the user reads. On both, each user's
+// answer for each port is the one the cluster's API server gives its own proxy for a certificate its CA signs.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -218,86 +219,144 @@ describe.each([
 });
 
 describe('the API server as the oracle', () => {
-  it("allows and refuses each port of a Service as the API server's own proxy to that port does", async () => {
-    // A third user may reach one named port of the Service, and no other.
-    const onePort = 'one-port@sealion.dev';
-    const grant = await installed.hub.kubectl(['apply', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'List',
-        items: [
-          {
-            apiVersion: 'rbac.authorization.k8s.io/v1',
-            kind: 'Role',
-            metadata: { name: 'reach-http-only', namespace: DEMO_NAMESPACE },
-            rules: [
-              {
-                apiGroups: [''],
-                resources: ['services/proxy'],
-                verbs: ['create'],
-                resourceNames: ['reach-echo:http'],
-              },
-            ],
-          },
-          {
-            apiVersion: 'rbac.authorization.k8s.io/v1',
-            kind: 'RoleBinding',
-            metadata: { name: 'one-port', namespace: DEMO_NAMESPACE },
-            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'reach-http-only' },
-            subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: onePort }],
-          },
-        ],
-      }),
-    });
-    expect(grant.stderr).toBe('');
-    const rows: { user: string; port: string; apiserver: boolean; sealion: boolean }[] = [];
-    for (const [user, groups] of [
-      [DEMO_USER, [DEMO_GROUP]],
-      [onePort, []],
-      ['viewer@sealion.dev', ['demo-viewers']],
-    ] as const) {
-      const token = await installed.issuer.mint({ username: user, groups: [...groups] });
-      const direct = join(dir, `${user}-direct.kubeconfig`);
-      const proxied = join(dir, `${user}-proxy.kubeconfig`);
-      writeFileSync(direct, await installed.kubeconfig(token, '', false, 'direct'));
-      writeFileSync(proxied, await installed.kubeconfig(token));
-      for (const port of ['http', '80']) {
-        // Straight to the API server, which proxies a POST to that port of the Service (create services/proxy).
-        const straight = await runKubectl(
-          installed.hub.binaries.kubectl,
-          direct,
-          [
-            'create',
-            '--raw',
-            `/api/v1/namespaces/${DEMO_NAMESPACE}/services/reach-echo:${port}/proxy/`,
-            '-f',
-            '-',
+  /** A third user may reach one port of the Service, and no other: by name on the hub, by number on edge. */
+  const onePort = 'one-port@sealion.dev';
+  const ONE_PORT: Record<string, string> = { hub: 'http', [EDGE]: '80' };
+  const USERS: [string, string[]][] = [
+    [DEMO_USER, [DEMO_GROUP]],
+    [onePort, []],
+    ['viewer@sealion.dev', ['demo-viewers']],
+  ];
+
+  /**
+   * Whether the API server's own proxy lets this kubeconfig's user reach `port` of the Service (a POST through it is
+   * create services/proxy on `reach-echo:<port>`); a refusal must be the API server's 403.
+   */
+  async function apiServerReaches(kubeconfig: string, port: string, where: string): Promise<boolean> {
+    const straight = await runKubectl(
+      installed.hub.binaries.kubectl,
+      kubeconfig,
+      [
+        'create',
+        '--raw',
+        `/api/v1/namespaces/${DEMO_NAMESPACE}/services/reach-echo:${port}/proxy/`,
+        '-f',
+        '-',
+      ],
+      { input: '' },
+    );
+    if (straight.code !== 0) expect(straight.stderr).toMatch(/forbidden|Forbidden/);
+    return straight.code === 0 && straight.stdout.includes(`hello from ${where}\n`);
+  }
+
+  /** Whether `sealion port-forward` with this kubeconfig reaches `port`; a refusal must be a forbidden Status. */
+  async function sealionReaches(kubeconfig: string, port: string, where: string): Promise<boolean> {
+    const through = await forward(kubeconfig, ['svc/reach-echo', `:${port}`]);
+    const answer = (await exchange(through.port, 'GET / HTTP/1.0\r\n\r\n')).toString('utf8');
+    const reached = answer.includes(`hello from ${where}\n`);
+    if (!reached) await eventually(async () => expect(through.stderr()).toMatch(/forbidden/));
+    await stopChild(through.child);
+    return reached;
+  }
+
+  /** Writes a kubeconfig into the test's folder; resolves with its path. */
+  async function save(name: string, kubeconfig: Promise<string>): Promise<string> {
+    const file = join(dir, `${name}.kubeconfig`);
+    writeFileSync(file, await kubeconfig);
+    return file;
+  }
+
+  // The oracle's user is no Sealion user: a client certificate the cluster's own CA signs for the same name and
+  // groups, sent straight to that cluster's API server. A Sealion that mapped the identity wrong (a group lost, a name
+  // changed) would then answer otherwise, where the oracle of its own direct login would carry the same mistake. The
+  // grant differs between the clusters, so an answer the hub gave for edge shows too.
+  it.each([
+    ['the hub, where the concierge dials', 'hub'],
+    [`${EDGE}, where its agent dials`, EDGE],
+  ])(
+    "on %s, allows and refuses each port of a Service as the API server's own proxy does for a certificate of its CA",
+    async (_title, where) => {
+      const cluster = where === 'hub' ? installed.hub : installed.edge;
+      const grant = await cluster.kubectl(['apply', '-f', '-'], {
+        input: JSON.stringify({
+          apiVersion: 'v1',
+          kind: 'List',
+          items: [
+            {
+              apiVersion: 'rbac.authorization.k8s.io/v1',
+              kind: 'Role',
+              metadata: { name: 'reach-one-port', namespace: DEMO_NAMESPACE },
+              rules: [
+                {
+                  apiGroups: [''],
+                  resources: ['services/proxy'],
+                  verbs: ['create'],
+                  resourceNames: [`reach-echo:${ONE_PORT[where]!}`],
+                },
+              ],
+            },
+            {
+              apiVersion: 'rbac.authorization.k8s.io/v1',
+              kind: 'RoleBinding',
+              metadata: { name: 'one-port', namespace: DEMO_NAMESPACE },
+              roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'reach-one-port' },
+              subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: onePort }],
+            },
           ],
-          { input: '' },
+        }),
+      });
+      expect(grant.stderr).toBe('');
+      const rows: string[] = [];
+      const mismatches: string[] = [];
+      for (const [user, groups] of USERS) {
+        const oracle = await cluster.userKubeconfig(user, groups);
+        const token = await installed.issuer.mint({ username: user, groups });
+        // Sealion's ways in: its proxy (on edge, through the agent's tunnel) and, on the hub, its direct login, whose
+        // certificate the hub's API server trusts.
+        const ways: [string, string][] = [
+          [
+            'port-forward',
+            await save(`${user}-${where}-proxy`, installed.kubeconfig(token, where === 'hub' ? '' : EDGE)),
+          ],
+        ];
+        if (where === 'hub')
+          ways.push([
+            'direct login',
+            await save(`${user}-direct`, installed.kubeconfig(token, '', false, 'direct')),
+          ]);
+        // Both ports at once: each answer is decided on its own.
+        const answers = await Promise.all(
+          ['http', '80'].map(async (port) => {
+            const [apiserver, ...sealion] = await Promise.all([
+              apiServerReaches(oracle, port, where),
+              ...ways.map(([way, kubeconfig]) =>
+                way === 'port-forward'
+                  ? sealionReaches(kubeconfig, port, where)
+                  : apiServerReaches(kubeconfig, port, where),
+              ),
+            ]);
+            return { port, apiserver, sealion };
+          }),
         );
-        if (straight.code !== 0) expect(straight.stderr).toMatch(/forbidden|Forbidden/);
-        const through = await forward(proxied, ['svc/reach-echo', `:${port}`]);
-        const answer = (await exchange(through.port, 'GET / HTTP/1.0\r\n\r\n')).toString('utf8');
-        if (!answer.includes('hello from hub'))
-          await eventually(async () => expect(through.stderr()).toMatch(/forbidden/));
-        await stopChild(through.child);
-        rows.push({
-          user,
-          port,
-          apiserver: straight.code === 0 && straight.stdout.includes('hello from hub'),
-          sealion: answer.includes('hello from hub'),
-        });
+        for (const { port, apiserver, sealion } of answers) {
+          rows.push(`${user} ${port} ${apiserver}`);
+          sealion.forEach((reached, i) => {
+            if (reached !== apiserver)
+              mismatches.push(`${user} ${port}: the API server ${apiserver}, ${ways[i]![0]} ${reached}`);
+          });
+        }
       }
-    }
-    expect(rows.filter((r) => r.apiserver !== r.sealion)).toEqual([]);
-    // Each kind of answer is there: both ports, one port, none.
-    expect(rows.map((r) => `${r.user} ${r.port} ${r.sealion}`)).toEqual([
-      `${DEMO_USER} http true`,
-      `${DEMO_USER} 80 true`,
-      `${onePort} http true`,
-      `${onePort} 80 false`,
-      'viewer@sealion.dev http false',
-      'viewer@sealion.dev 80 false',
-    ]);
-  }, 180_000);
+      expect(mismatches).toEqual([]);
+      // Each kind of answer is there: both ports, the one port this cluster grants, none.
+      expect(rows).toEqual([
+        `${DEMO_USER} http true`,
+        `${DEMO_USER} 80 true`,
+        `${onePort} http ${ONE_PORT[where] === 'http'}`,
+        `${onePort} 80 ${ONE_PORT[where] === '80'}`,
+        'viewer@sealion.dev http false',
+        'viewer@sealion.dev 80 false',
+      ]);
+    },
+    180_000,
+  );
 });
