@@ -56,6 +56,11 @@ const CONTROL_POD = 'fuzz-control';
 const SERVED = `pods "${CONTROL_POD}" not found`;
 /** What a case may take beyond the deadline: an exec through the pipeline, an approved device login. */
 const SLOW = 4;
+/**
+ * How long a case waits for an answer the door does not owe (to a client that gave it no room to write, to a case that
+ * already broke the protocol): only tallied, so waiting the deadline for it would only make such cases last it.
+ */
+const UNOWED_MS = 2_000;
 
 interface SshLane {
   keys: LaneKeys;
@@ -235,8 +240,8 @@ class SessionRun {
     ms = this.d,
     closeOk = false,
   ): Promise<'ok' | 'closed' | 'timeout'> {
+    if (!owed || !this.clean) return this.wire.until(done, Math.min(ms, UNOWED_MS));
     const how = await this.wire.until(done, ms);
-    if (!owed || !this.clean) return how;
     if (how === 'timeout' && stalled(this.ctx)) {
       // The whole process stopped answering (the run reports the stall, with every case in flight then).
       this.count('no answer: the process stalled');
@@ -297,7 +302,7 @@ class SessionRun {
     await this.owe('version', () => wire.serverIdent !== undefined, true);
     if (wire.serverIdent !== undefined) this.count('ident');
     if (stopAt) {
-      await wire.until(() => wire.frozen, this.d);
+      await wire.until(() => wire.frozen, Math.min(this.d, UNOWED_MS));
       if (wire.frozen) this.count('aim reached');
       return false;
     }
