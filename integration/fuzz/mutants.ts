@@ -1,10 +1,12 @@
-// Broken proxies the fuzzer must catch: a TLS front (HTTP/2 and HTTP/1.1) that takes the fuzzer's connections in the
-// concierge's place, forwards every request over HTTP/2 to the real concierge's proxy port, relays its answer, and
-// breaks one thing on the way. The concierge stays as installed, so no product code carries a switch for a mutation;
-// the front's own forwarding is shown faithful by a run through it that mutates nothing and finds nothing.
+// Broken proxies the fuzzer must catch: a TLS front (HTTP/2 and HTTP/1.1) that forwards every request over HTTP/2 and
+// relays the answer, breaking one thing on the way. In front of the concierge it takes the fuzzer's connections in the
+// concierge's place; behind it, it takes the concierge's own requests in the API server's place. The concierge stays as
+// installed, so no product code carries a switch for a mutation; the front's own forwarding is shown faithful by runs
+// through it that mutate nothing and find nothing.
 //
 // What a TLS front cannot pass on is the client's certificate: a request that came with the fuzz user's certificate
-// goes on with it (the front holds it, as the fuzzer does), any other certificate is dropped.
+// goes on with it (the front holds it, as the fuzzer does), any other certificate is dropped. The concierge reaches
+// the API server with a bearer token, which passes through.
 import {
   connect as http2Connect,
   constants,
@@ -21,8 +23,9 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import { statusBody } from '../../lib/kube/status.ts';
-import { issueCert, newCA } from '../../lib/pki/pki.ts';
-import type { FuzzTarget } from './target.ts';
+import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.ts';
+import type { Cluster } from '../../dev/cluster.ts';
+import type { Credential, FuzzTarget } from './target.ts';
 
 /**
  * What the front breaks:
@@ -32,14 +35,35 @@ import type { FuzzTarget } from './target.ts';
  * - `forged-token`: a bearer token the concierge refuses (its 401) is replaced by the fuzz user's valid one and the
  *   request sent again, as a proxy that fell back to a cached credential would serve it;
  * - `drop-impersonation`: the client's own Impersonate-* fields are dropped on the way, so a request that asked to
- *   act as someone else is served as its caller.
+ *   act as someone else is served as its caller;
+ * - `drop-groups` (behind the concierge): the Impersonate-Group fields the concierge sends are dropped, so the API
+ *   server decides for the user without the groups that grant what they may do.
  */
-export type Mutation = 'none' | 'own-5xx' | 'forged-token' | 'drop-impersonation';
+export type Mutation = 'none' | 'own-5xx' | 'forged-token' | 'drop-impersonation' | 'drop-groups';
 
+/** A front in front of the concierge: the target as the fuzzer sees it through the front. */
 export interface MutantFront {
-  /** The target as the fuzzer sees it through the front: the concierge's process, the front's address and CA. */
+  /** The concierge's process, the front's address and CA. */
   target: FuzzTarget;
   close(): Promise<void>;
+}
+
+/** A front listening, whose mutation a test may change between runs. */
+export interface Front {
+  url: string;
+  port: number;
+  mutation: Mutation;
+  close(): Promise<void>;
+}
+
+/** Where a front forwards. */
+interface FrontUpstream {
+  url: string;
+  ca: string;
+  /** The certificate it shows for a client that showed this one. Default: none. */
+  cert?: Credential;
+  /** The valid token `forged-token` sends instead of a refused one. */
+  token?: string;
 }
 
 /** Fields that belong to one connection (RFC 9113 §8.2.2), never forwarded; `te` only as `trailers`. */
@@ -58,10 +82,17 @@ const MAX_BODY = 1 << 20;
 type Request = Http2ServerRequest;
 type Response = Http2ServerResponse;
 
+/** An upstream answer's head, its body still to come on `stream`. */
 interface Upstream {
   status: number;
   headers: IncomingHttpHeaders;
   stream: ClientHttp2Stream;
+}
+
+/** Whether `mutation` drops a request field named `name` (lower case). */
+function dropped(mutation: Mutation, name: string): boolean {
+  if (mutation === 'drop-impersonation') return name.startsWith('impersonate-');
+  return mutation === 'drop-groups' && name === 'impersonate-group';
 }
 
 /** The request's fields as the front forwards them, repeated ones kept apart, pseudo-headers made anew. */
@@ -77,7 +108,7 @@ function forwardedHeaders(req: Request, mutation: Mutation): OutgoingHttpHeaders
     const name = raw[i]!.toLowerCase();
     const value = raw[i + 1]!;
     if (name.startsWith(':') || HOP_BY_HOP.has(name) || (name === 'te' && value !== 'trailers')) continue;
-    if (mutation === 'drop-impersonation' && name.startsWith('impersonate-')) continue;
+    if (dropped(mutation, name)) continue;
     const existing = headers[name];
     headers[name] = existing === undefined ? value : [...[existing].flat().map(String), value];
   }
@@ -95,8 +126,9 @@ async function readBody(req: Request): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** Whether the client showed the fuzz user's certificate (the only one the front can show on its behalf). */
-function showedUserCert(req: Request, fingerprint: string): boolean {
+/** Whether the client showed the certificate the front can show on its behalf. */
+function showedCert(req: Request, fingerprint: string | undefined): boolean {
+  if (fingerprint === undefined) return false;
   const socket = (req.httpVersion === '2.0' ? req.stream.session?.socket : req.socket) as
     TLSSocket | undefined;
   const peer = socket?.getPeerCertificate?.();
@@ -110,18 +142,21 @@ function abort(req: Request, res: Response): void {
   } else res.socket?.destroy();
 }
 
-/** Starts a front to `target`'s proxy that breaks what `mutation` says. */
-export async function startMutantFront(target: FuzzTarget, mutation: Mutation): Promise<MutantFront> {
-  const ca = await newCA('sealion fuzz mutant front');
-  const serving = await issueCert(ca, { commonName: 'mutant', hosts: ['127.0.0.1'], usage: 'server' });
-  const userFingerprint = new X509Certificate(target.userCert.certPem).fingerprint256;
+/** Starts a front to `upstream`, serving a certificate of `servingCA` for 127.0.0.1. */
+async function startFront(
+  upstream: FrontUpstream,
+  servingCA: CertificateAuthority,
+  mutation: Mutation,
+): Promise<Front> {
+  const serving = await issueCert(servingCA, { commonName: 'mutant', hosts: ['127.0.0.1'], usage: 'server' });
+  const certFingerprint = upstream.cert && new X509Certificate(upstream.cert.certPem).fingerprint256;
   const sessions = new Map<boolean, ClientHttp2Session>();
   const upstreamSession = (withCert: boolean): ClientHttp2Session => {
     const existing = sessions.get(withCert);
     if (existing && !existing.closed && !existing.destroyed) return existing;
-    const session = http2Connect(target.concierge.url, {
-      ca: target.proxyCA,
-      ...(withCert ? { cert: target.userCert.certPem, key: target.userCert.keyPem } : {}),
+    const session = http2Connect(upstream.url, {
+      ca: upstream.ca,
+      ...(withCert && upstream.cert ? { cert: upstream.cert.certPem, key: upstream.cert.keyPem } : {}),
     });
     session.on('error', () => {});
     sessions.set(withCert, session);
@@ -138,40 +173,42 @@ export async function startMutantFront(target: FuzzTarget, mutation: Mutation): 
       if (body.length > 0) stream.end(body);
     });
 
-  const relay = (upstream: Upstream, res: Response): void => {
+  const relay = (answer: Upstream, res: Response): void => {
     const headers: OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(upstream.headers))
+    for (const [name, value] of Object.entries(answer.headers))
       if (!name.startsWith(':') && !HOP_BY_HOP.has(name) && value !== undefined) headers[name] = value;
-    res.writeHead(upstream.status, headers);
-    upstream.stream.on('error', () => res.destroy());
-    upstream.stream.pipe(res);
+    res.writeHead(answer.status, headers);
+    answer.stream.on('error', () => res.destroy());
+    answer.stream.pipe(res);
   };
 
   const serve = async (req: Request, res: Response): Promise<void> => {
+    const mutation = front.mutation;
     const body = await readBody(req);
-    const withCert = showedUserCert(req, userFingerprint);
+    const withCert = showedCert(req, certFingerprint);
     let headers = forwardedHeaders(req, mutation);
-    let upstream = await send(withCert, headers, body);
-    res.once('close', () => upstream.stream.close(constants.NGHTTP2_CANCEL));
-    const madeByConcierge = !('audit-id' in upstream.headers);
+    let answer = await send(withCert, headers, body);
+    res.once('close', () => answer.stream.close(constants.NGHTTP2_CANCEL));
+    const madeByConcierge = !('audit-id' in answer.headers);
     if (
       mutation === 'forged-token' &&
-      upstream.status === 401 &&
+      upstream.token &&
+      answer.status === 401 &&
       madeByConcierge &&
       headers['authorization']
     ) {
-      upstream.stream.close(constants.NGHTTP2_CANCEL);
-      headers = { ...headers, authorization: `Bearer ${target.token}` };
-      upstream = await send(withCert, headers, body);
+      answer.stream.close(constants.NGHTTP2_CANCEL);
+      headers = { ...headers, authorization: `Bearer ${upstream.token}` };
+      answer = await send(withCert, headers, body);
     }
-    if (mutation === 'own-5xx' && upstream.status >= 400 && !madeByConcierge) {
-      upstream.stream.close(constants.NGHTTP2_CANCEL);
+    if (mutation === 'own-5xx' && answer.status >= 400 && !madeByConcierge) {
+      answer.stream.close(constants.NGHTTP2_CANCEL);
       const text = statusBody(500, 'internal error in the impersonation proxy');
       res.writeHead(500, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
       res.end(text);
       return;
     }
-    relay(upstream, res);
+    relay(answer, res);
   };
 
   const server: Http2SecureServer = createSecureServer(
@@ -196,17 +233,45 @@ export async function startMutantFront(target: FuzzTarget, mutation: Mutation): 
   server.on('sessionError', () => {});
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   const port = (server.address() as AddressInfo).port;
-  return {
-    target: {
-      ...target,
-      concierge: { ...target.concierge, url: `https://127.0.0.1:${port}` },
-      proxyPort: port,
-      proxyCA: ca.certPem,
-    },
+  const front: Front = {
+    url: `https://127.0.0.1:${port}`,
+    port,
+    mutation,
     async close() {
       for (const session of sessions.values()) session.destroy();
       for (const socket of sockets) socket.destroy();
       await new Promise<void>((done) => server.close(() => done()));
     },
   };
+  return front;
+}
+
+/** Starts a front to `target`'s proxy that breaks what `mutation` says. */
+export async function startMutantFront(target: FuzzTarget, mutation: Mutation): Promise<MutantFront> {
+  const ca = await newCA('sealion fuzz mutant front');
+  const front = await startFront(
+    { url: target.concierge.url, ca: target.proxyCA, cert: target.userCert, token: target.token },
+    ca,
+    mutation,
+  );
+  return {
+    target: {
+      ...target,
+      concierge: { ...target.concierge, url: front.url },
+      proxyPort: front.port,
+      proxyCA: ca.certPem,
+    },
+    close: () => front.close(),
+  };
+}
+
+/**
+ * Starts a front to `cluster`'s API server, with a serving certificate of the cluster's CA, so that a concierge
+ * given the front's URL for the cluster's trusts it as it trusts the API server.
+ */
+export function startApiServerFront(
+  cluster: Pick<Cluster, 'url' | 'ca'>,
+  mutation: Mutation,
+): Promise<Front> {
+  return startFront({ url: cluster.url, ca: cluster.ca.certPem }, cluster.ca, mutation);
 }
