@@ -23,6 +23,8 @@ import {
   expectClean,
   expectRegistration,
   FindingError,
+  judgeImpersonation,
+  madeByApiServer,
   TUNNEL_401_BODIES,
   type JudgeOptions,
 } from './oracle.ts';
@@ -517,6 +519,43 @@ export function h2Headers(c: H2Case, token: string): Record<string, string | str
   return headers;
 }
 
+/** The lane's HTTP/2 session to the API server itself, as the fuzz user (the cluster CA's certificate). */
+function apiServerClient(ctx: LaneContext): H2Client {
+  const existing = ctx.state['api server'];
+  if (existing instanceof H2Client) return existing;
+  const { url, ca, userCert } = ctx.target.apiServer;
+  const made = new H2Client(url, ca, userCert);
+  ctx.state['api server'] = made;
+  return made;
+}
+
+/**
+ * When a case of the fuzz user asked to impersonate and the API server answered it through the proxy, the same
+ * method, path and Impersonate-* fields go to the API server directly, from the same user: if it refuses that
+ * impersonation, the proxy must have refused it too (judgeImpersonation). Asked only then, so a run where the proxy
+ * refuses every impersonation itself asks nothing. A direct request the API server does not answer (it resets a field
+ * it will not read) leaves the case undecided, counted as such.
+ */
+async function expectImpersonationDecided(c: H2Case, answer: Answer, ctx: LaneContext): Promise<void> {
+  if (c.auth !== 'token' && c.auth !== 'cert') return;
+  if (answer.kind !== 'response' || !madeByApiServer(answer.headers)) return;
+  const impersonation = Object.entries(h2Headers(c, ctx.target.token)).filter(([name]) =>
+    name.toLowerCase().startsWith('impersonate-'),
+  );
+  if (impersonation.length === 0) return;
+  const direct = await apiServerClient(ctx).request(
+    { headers: { ':method': c.method, ':path': c.path, ...Object.fromEntries(impersonation) } },
+    ctx.deadlineMs,
+  );
+  ctx.count(
+    direct.kind === 'response' && madeByApiServer(direct.headers)
+      ? `impersonation asked of the API server: ${answerKind(direct)}`
+      : 'impersonation asked of the API server: undecided',
+  );
+  const finding = judgeImpersonation(answer, direct);
+  if (finding) throw new FindingError(finding);
+}
+
 export const h2Family: Family<H2Case> = {
   name: 'HTTP/2',
   weight: 25,
@@ -531,6 +570,12 @@ export const h2Family: Family<H2Case> = {
       ctx.deadlineMs,
     );
     check(ctx, answer, { head: c.method === 'HEAD' });
+    await expectImpersonationDecided(c, answer, ctx);
+  },
+  closeLane(ctx) {
+    const direct = ctx.state['api server'];
+    if (direct instanceof H2Client) direct.close();
+    return Promise.resolve();
   },
   async control(ctx) {
     expectSuccess(

@@ -50,6 +50,11 @@ export type FindingKind =
   | 'leak'
   /** A well-behaved user was not served while hostile clients held what they may hold. */
   | 'unserved'
+  /**
+   * A request that asked to act as someone else reached the API server, though the API server, asked the same by the
+   * same caller directly, refuses that impersonation: the proxy forwarded it without what it asked for.
+   */
+  | 'impersonation-ignored'
   | 'other';
 
 export interface Finding {
@@ -137,6 +142,34 @@ export function judge(answer: Answer, opts: JudgeOptions = {}): Finding | undefi
     return { kind: 'proxy-5xx', message: `${status} made by the proxy: ${body.slice(0, 300)}` };
   }
   return undefined;
+}
+
+/**
+ * Whether the API server's own answer to a request refuses the impersonation it asked for: a Forbidden from its
+ * impersonation filter (`cannot impersonate…`, in every mode) or the BadRequest for groups, a uid or extra without a
+ * user (`without impersonating a user name`).
+ */
+export function refusesImpersonation(direct: Answer): boolean {
+  if (direct.kind !== 'response' || !madeByApiServer(direct.headers)) return false;
+  if (direct.status !== 400 && direct.status !== 403) return false;
+  return /cannot impersonate|without impersonating a user/.test(statusMessage(direct.body) ?? '');
+}
+
+/**
+ * The finding in the proxy's answer to a request that asked to impersonate, given what the API server answered the
+ * same request from the same caller sent to it directly (`direct`). The proxy decides impersonation as the API server
+ * does and refuses it itself, so when the API server refuses the impersonation, no answer of the API server's may
+ * come back through the proxy: one that does means the request was sent on as its caller, without what it asked.
+ */
+export function judgeImpersonation(viaProxy: Answer, direct: Answer): Finding | undefined {
+  if (viaProxy.kind !== 'response' || !madeByApiServer(viaProxy.headers) || !refusesImpersonation(direct))
+    return undefined;
+  return {
+    kind: 'impersonation-ignored',
+    message:
+      `the API server refuses this impersonation (${describeAnswer(direct)}), yet the request reached it through ` +
+      `the proxy and was answered ${describeAnswer(viaProxy)}`,
+  };
 }
 
 /** Throws the finding, for use inside a property. */

@@ -94,6 +94,11 @@ export interface FuzzTarget {
   token: string;
   /** A client certificate of FUZZ_USER from the proxy's signer CA. */
   userCert: Credential;
+  /**
+   * The API server itself, and FUZZ_USER's client certificate from the cluster's CA: the oracle asks it directly what
+   * it decides about an impersonation a case asked the proxy for.
+   */
+  apiServer: { url: string; ca: string; userCert: Credential };
   /** An agent certificate for agentCluster(lane, role). */
   agentCert(lane: number, role: 'answers' | 'garbage' | 'peer'): Promise<Credential>;
   /** A fresh bootstrap token for `cluster`. */
@@ -257,6 +262,12 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       usage: 'client',
       validityMs: 24 * 3600_000,
     });
+    const directCert = await issueCert(cluster.ca, {
+      commonName: FUZZ_USER,
+      organizations: [FUZZ_GROUP],
+      usage: 'client',
+      validityMs: 24 * 3600_000,
+    });
     const token = await issuer.mint({ username: FUZZ_USER, groups: [FUZZ_GROUP] }, { expiresIn: 3600 * 24 });
     const agentCerts = new Map<string, Promise<Credential>>();
     const agentCert = (lane: number, role: 'answers' | 'garbage' | 'peer'): Promise<Credential> => {
@@ -287,6 +298,11 @@ export async function startFuzzTarget(opts: { log?: (line: string) => void; agen
       tunnelCA: tunnelCA.certPem,
       token,
       userCert: { certPem: userCert.certPem, keyPem: userCert.keyPem },
+      apiServer: {
+        url: cluster.url,
+        ca: cluster.ca.certPem,
+        userCert: { certPem: directCert.certPem, keyPem: directCert.keyPem },
+      },
       agentCert,
       async bootstrapToken(name: string) {
         return (await createBootstrapToken(clients, TUNNEL_NAMESPACE, name)).token;
