@@ -846,6 +846,22 @@ describe('header smuggling: nothing the caller sends in these headers reaches th
       () => SEES_USER,
     ],
     [
+      // The API server reads a field as sent; Node's HTTP/2 would drop it unread (RFC 9113's whitespace check), and
+      // the request would be served as the caller.
+      'HTTP/2 Impersonate-Uid ending in a space, without Impersonate-User',
+      () => h2(SSR_PATH, { headers: { ...bearer(userToken), 'impersonate-uid': 'Bearer ' }, body: SSR_BODY }),
+      () => status(400, 'BadRequest', 'without impersonating a user name'),
+    ],
+    [
+      'HTTP/2 Impersonate-User starting with a space, from a user RBAC does not let impersonate',
+      () =>
+        h2(SSR_PATH, {
+          headers: { ...bearer(userToken), 'impersonate-user': ' kubernetes-admin' },
+          body: SSR_BODY,
+        }),
+      () => status(403, 'Forbidden', `User "${USER}" cannot impersonate-on:user-info:create`),
+    ],
+    [
       'HTTP/2 with a Content-Length smaller than the body',
       () => h2(SSR_PATH, { headers: { ...bearer(userToken), 'content-length': '2' }, body: SSR_BODY }),
       () => ({ reset: true }),

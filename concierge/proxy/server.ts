@@ -11,6 +11,7 @@ import {
 import type { AddressInfo, Socket } from 'node:net';
 import { createPrivateKey } from 'node:crypto';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
+import { FIELDS_AS_SENT } from '../../lib/http2/hop-by-hop.ts';
 import { serveStream, type H2Request, type H2Response } from '../../lib/http2/request.ts';
 import { rawStatusResponse } from '../../lib/kube/status.ts';
 import { certificateFingerprints } from '../../lib/pki/pem.ts';
@@ -237,6 +238,7 @@ export function newProxyServer(
   });
   // HTTP/2 on the core stream API, not the compatibility layer (exchange.ts says why).
   const http2 = createHttp2Server({
+    ...FIELDS_AS_SENT,
     settings: { maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION, maxHeaderListSize: MAX_HEADER_BYTES },
   });
   http2.on('stream', (stream, headers, _flags, rawHeaders: string[]) =>

@@ -24,6 +24,14 @@ const HOP_BY_HOP: ReadonlySet<string> = new Set([
   'expect',
 ]);
 
+/**
+ * The options of every HTTP/2 session of a hop: header fields read as the API server (Go) reads them, a value with
+ * leading or trailing whitespace kept as sent. Node's default, RFC 9113's strict check, drops such a field without a
+ * word: an `Impersonate-Uid: x ` would vanish at the proxy and the request be served as its caller where the API
+ * server answers 400, and a field the hub decided on would vanish inside a tunnel.
+ */
+export const FIELDS_AS_SENT = { strictFieldWhitespaceValidation: false } as const;
+
 /** The field names a Connection field lists (lower-cased): per hop as well (RFC 9110 section 7.6.1). */
 function connectionOptions(value: string | string[] | number | undefined): ReadonlySet<string> | undefined {
   if (value === undefined) return undefined;

@@ -15,6 +15,7 @@ import {
   type Settings,
 } from 'node:http2';
 import { isIP } from 'node:net';
+import { FIELDS_AS_SENT } from './hop-by-hop.ts';
 
 /**
  * Node's limit on what one HTTP/2 session may hold (in MB), set far out of reach on the tunnel's sessions and on the
@@ -68,6 +69,7 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
 
   function open(): Connection {
     const session = connect(origin, {
+      ...FIELDS_AS_SENT,
       ...options,
       settings: { initialWindowSize: STREAM_WINDOW_BYTES },
       maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,

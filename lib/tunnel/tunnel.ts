@@ -21,6 +21,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { FIELDS_AS_SENT } from '../http2/hop-by-hop.ts';
 import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
@@ -200,6 +201,7 @@ export function newTunnelClient(
   /** Set by close(): streams destroyed from then on are not reset one by one. */
   let closing = false;
   const session: ClientHttp2Session = connect('http://sealion-agent.tunnel', {
+    ...FIELDS_AS_SENT,
     createConnection: () => duplex,
     settings: settings(maxStreams),
     maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
@@ -317,6 +319,7 @@ export interface TunnelHandlers {
 /** The agent's end: an HTTP/2 server over the tunnel's connection. */
 export function serveTunnel(duplex: Duplex, handlers: TunnelHandlers): TunnelServer {
   const session = performServerHandshake(duplex as unknown as Socket, {
+    ...FIELDS_AS_SENT,
     settings: settings(AGENT_STREAM_LIMIT),
     maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
   });
