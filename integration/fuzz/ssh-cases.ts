@@ -188,7 +188,8 @@ export function certGrant(cert: CertRecipe, signing: Signing, user: Bytes): Gran
     ['now', 'forever', 'just started'].includes(cert.validity) &&
     cert.critical.every((c) => c === 'source-address here') &&
     cert.extensions.every((e) => ['permit-pty', 'permit-port-forwarding', 'groups', 'unknown'].includes(e)) &&
-    cert.mangle.how === 'none' &&
+    // Nothing appended is no mangling.
+    (cert.mangle.how === 'none' || (cert.mangle.how === 'append' && cert.mangle.bytes === '')) &&
     !cert.keyId.includes('\0');
   return valid && signing === 'good' ? 'must' : 'never';
 }

@@ -103,8 +103,11 @@ export class SshWire {
   frozen = false;
   /** Why the transport failed on this side, if it did (a server message it could not parse, a MAC that failed). */
   error: string | undefined;
-  /** Where this client failed to read what the server sent, if it did: ssh2's parser threw. */
-  unparsable: string | undefined;
+  /**
+   * Where this client itself failed, if it did: the stack ssh2 threw from, reading what the server sent or writing a
+   * packet of its own.
+   */
+  failedAt: string | undefined;
   serverIdent: string | undefined;
   /** Packets received (the server's KEXINIT is the first). */
   inbound = 0;
@@ -142,6 +145,7 @@ export class SshWire {
       },
       onError: (err: Error) => {
         this.error ??= err.message;
+        this.failedAt ??= err.stack;
         this.socket.destroy();
       },
       onHeader: (header: { identRaw: string }) => {
@@ -167,7 +171,7 @@ export class SshWire {
         this.proto.parse(chunk, 0, chunk.length);
       } catch (err) {
         this.error ??= (err as Error).message;
-        this.unparsable ??= (err as Error).stack ?? String(err);
+        this.failedAt ??= (err as Error).stack ?? String(err);
         this.socket.destroy();
       }
     });
@@ -289,6 +293,7 @@ export class SshWire {
     } catch (err) {
       // The transport is gone (ssh2 makes a failed instance throw on every write).
       this.error ??= (err as Error).message;
+      this.failedAt ??= (err as Error).stack;
       this.socket.destroy();
     }
   }

@@ -61,6 +61,13 @@ const SLOW = 4;
  * already broke the protocol): only tallied, so waiting the deadline for it would only make such cases last it.
  */
 const UNOWED_MS = 2_000;
+/** Channel requests whose whole body is nothing (RFC 4254 and OpenSSH's), and one of a type nobody knows. */
+const BODILESS_REQUESTS: ReadonlySet<string> = new Set([
+  'x',
+  'auth-agent-req@openssh.com',
+  'eow@openssh.com',
+  'shell',
+]);
 
 interface SshLane {
   keys: LaneKeys;
@@ -107,10 +114,10 @@ function ending(wire: SshWire): string {
   if (wire.disconnect)
     parts.push(`disconnect ${wire.disconnect.reason} ${JSON.stringify(wire.disconnect.description)}`);
   if (wire.error) parts.push(`(${wire.error})`);
-  // Where this client's parser gave up on what the door sent, for whoever reads the finding.
-  if (wire.unparsable)
+  // Where this client itself gave up, for whoever reads the finding.
+  if (wire.failedAt)
     parts.push(
-      `[${wire.unparsable
+      `[${wire.failedAt
         .split('\n')
         .slice(1, 4)
         .map((l) => l.trim())
@@ -248,10 +255,11 @@ class SessionRun {
       return how;
     }
     if (how === 'timeout') throw finding('hang', `${what}: no answer within ${ms} ms (${this.describe()})`);
-    // ssh2's own poly1305 (chacha20-poly1305 without its native binding) now and then throws on what it decrypts
-    // here: this client could not read the answer, which says nothing of the door.
-    if (how === 'closed' && this.wire.unparsable?.includes('/protocol/crypto/')) {
-      this.count('this client failed to decrypt');
+    // ssh2's own chacha20-poly1305 (without its native binding: poly1305 in WebAssembly) now and then throws on what
+    // this client decrypts or encrypts: it could not read the answer or send its request, which says nothing of the
+    // door.
+    if (how === 'closed' && this.wire.failedAt?.includes('/ssh2/lib/protocol/crypto')) {
+      this.count('this client failed in its cipher');
       return how;
     }
     if (how === 'closed' && this.c.from === 'own' && !closeOk)
@@ -556,8 +564,9 @@ class SessionRun {
       case 'sftp':
         return this.sftp(s.ops);
       case 'request':
-        // Random data after a request's name is malformed for most (ssh2 disconnects then).
-        if (s.body !== '') this.clean = false;
+        // Random data after a request's name is malformed for most (ssh2 disconnects then), and so is nothing where
+        // the request has fields (env's name and value, exec's command, a signal's name...).
+        if (s.body !== '' || !BODILESS_REQUESTS.has(s.name)) this.clean = false;
         wire.channelRequest(chan ?? this.stray(), s.name, s.wantReply, Buffer.from(s.body, 'latin1'));
         // Owed only where an empty body is the whole request (an unknown type, agent forwarding).
         if (s.wantReply)
