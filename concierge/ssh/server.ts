@@ -13,7 +13,7 @@
 import { createServer, isIPv4, type AddressInfo, type Socket } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import ssh2 from 'ssh2';
-import type { AuthContext, Connection } from 'ssh2';
+import type { Algorithms, AuthContext, Connection } from 'ssh2';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { systemClock, type Clock } from '../../lib/clock.ts';
 import { newFairPlaces } from '../../lib/fair-places.ts';
@@ -117,6 +117,21 @@ export function addressKey(ip: string): string {
   }
 }
 
+/**
+ * What the door negotiates.
+ * - Ciphers: AES in GCM or CTR mode, OpenSSL's through node:crypto. Not chacha20-poly1305, OpenSSH's first choice:
+ *   without ssh2's optional native binding, its Poly1305 MACs run in WebAssembly on a stack of 5 MiB, and one packet
+ *   larger than that throws and leaves the module's stack pointer behind, so that every later MAC of the process
+ *   throws too. One connection that had the door write a large packet (a client may ask for packets of any size)
+ *   would cut every chacha20 user off until a restart. OpenSSH's clients take AES instead.
+ * - No compression: it would let a stranger's small packets inflate before anything bounds them, and ssh2 throws when
+ *   a channel writes after the connection's compressor is gone.
+ */
+const ALGORITHMS: Algorithms = {
+  cipher: ['aes128-gcm@openssh.com', 'aes256-gcm@openssh.com', 'aes128-ctr', 'aes192-ctr', 'aes256-ctr'],
+  compress: ['none'],
+};
+
 /** What ssh2 tells of a connection once its version is read. */
 interface VersionInfo {
   ip: string;
@@ -181,10 +196,8 @@ export function newSshServer(opts: SshServerOptions): SshServer {
   });
   tcp.maxConnections = limits.connections;
 
-  // No compression: it would let a stranger's small packets inflate before anything bounds them, and ssh2 throws when
-  // a channel writes after the connection's compressor is gone.
   const server = new ssh2.Server(
-    { hostKeys: [...opts.hostKeys], ident: 'Sealion', algorithms: { compress: ['none'] } },
+    { hostKeys: [...opts.hostKeys], ident: 'Sealion', algorithms: ALGORITHMS },
     onVersion,
   );
   server.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
