@@ -1,4 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
+import { fieldsOf } from './request.ts';
 import { endToEnd, hopByHop } from './hop-by-hop.ts';
 
 /**
@@ -41,5 +42,37 @@ describe('what crosses a hop', () => {
     expect(endToEnd({ authorization: 'Bearer t', accept: '*/*' }, (n) => n === 'authorization')).toEqual({
       accept: '*/*',
     });
+  });
+});
+
+describe("fields named as Object's own properties", () => {
+  const RAW = [
+    'Constructor',
+    'a',
+    '__proto__',
+    'b',
+    'toString',
+    'c',
+    'constructor',
+    'd',
+    'hasOwnProperty',
+    'e',
+  ];
+
+  it('are fields like any other, read from the raw list (constructor once threw and cost the request a 500)', () => {
+    const fields = fieldsOf(RAW, () => false);
+    expect(Object.entries(fields)).toEqual([
+      ['constructor', ['a', 'd']],
+      ['__proto__', 'b'],
+      ['tostring', 'c'],
+      ['hasownproperty', 'e'],
+    ]);
+  });
+
+  it('cross a hop as fields, and never become the prototype of what crosses', () => {
+    const headers = fieldsOf(RAW, () => false);
+    const out = endToEnd(headers);
+    expect(Object.getPrototypeOf(out)).toBeNull();
+    expect(Object.entries(out)).toEqual(Object.entries(headers));
   });
 });

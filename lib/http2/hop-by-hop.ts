@@ -72,7 +72,8 @@ export function endToEnd(
   also?: (name: string) => boolean,
 ): OutgoingHttpHeaders {
   const named = connectionOptions(headers['connection']);
-  const out: OutgoingHttpHeaders = {};
+  // No prototype: a field named __proto__ is kept as one, not made the object's prototype.
+  const out = Object.create(null) as OutgoingHttpHeaders;
   // for-in rather than Object.entries: no array per header on every request.
   for (const name in headers) {
     const value = headers[name];

@@ -163,7 +163,8 @@ export function fieldsOf(
   rawHeaders: string[],
   dropped: (name: string) => boolean,
 ): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {};
+  // No prototype: a field named constructor or __proto__ is a field like any other, not Object's.
+  const headers = Object.create(null) as Record<string, string | string[]>;
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!.toLowerCase();
     if (name.charCodeAt(0) === 58 /* ':' */ || dropped(name)) continue;
