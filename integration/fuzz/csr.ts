@@ -220,7 +220,10 @@ async function request(
   asks: ExtensionAsk[] = [],
 ): Promise<{ der: Buffer; spki: Buffer }> {
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({
-    name: subject.map(([type, value]) => ({ [type]: [value] })),
+    // A value that starts with '#' is read as hex-encoded DER in the string form (RFC 4514), so it goes as a UTF8String.
+    name: new x509.Name(
+      subject.map(([type, value]) => ({ [type]: [value.startsWith('#') ? { utf8String: value } : value] })),
+    ),
     keys,
     signingAlgorithm: signingAlgorithm as webcrypto.EcdsaParams,
     extensions: asks.map(extension),
