@@ -198,6 +198,11 @@ class SessionRun {
   provedKey: Extract<KeyChoice, string> | undefined;
   /** Channels this client sent EOF or close on. */
   readonly ended = new Set<number>();
+  /**
+   * Channels that run something (a shell, a command, a subsystem): ssh2 answers no request that wants a reply on such
+   * a channel after (its accept and reject do nothing once a session runs), so none is owed there.
+   */
+  readonly running = new Set<number>();
   sftpId = 0;
   /** The case ended the connection at a stage (walked away at the device prompt). */
   walkedAway = false;
@@ -554,10 +559,10 @@ class SessionRun {
         return this.reply('pty', true, s.modes !== '');
       case 'shell':
         wire.channelRequest(chan ?? this.stray(), 'shell', true, Buffer.alloc(0));
-        return this.reply('shell', true);
+        return this.reply('shell', true, false, true);
       case 'subsystem':
         wire.channelRequest(chan ?? this.stray(), 'subsystem', true, str(s.name));
-        await this.reply(`subsystem ${JSON.stringify(s.name)}`, true);
+        await this.reply(`subsystem ${JSON.stringify(s.name)}`, true, false, true);
         // A channel given to SFTP carries SFTP only: ssh2 answers no request on it after.
         if (chan?.replies[chan.replies.length - 1] === true) this.ended.add(chan.local);
         return;
@@ -603,13 +608,16 @@ class SessionRun {
    * Waits for the answer to a request on the current channel: owed (`owed`) while the connection is signed in and the
    * channel is open, read, and neither ended by this client nor given to SFTP.
    */
-  private async reply(what: string, owed: boolean, closeOk = false): Promise<void> {
+  private async reply(what: string, owed: boolean, closeOk = false, runs = false): Promise<void> {
     const chan = this.chan;
     if (!chan) return;
-    const open = chan.state === 'open' && chan.reads && !this.ended.has(chan.local);
+    const open =
+      chan.state === 'open' && chan.reads && !this.ended.has(chan.local) && !this.running.has(chan.local);
     const before = chan.replies.length;
     const done = (): boolean => chan.replies.length > before || chan.state === 'closed';
     await this.owe(what, done, owed && open && this.wire.auth.success, this.d, closeOk);
+    if (runs && chan.replies.length > before && chan.replies[chan.replies.length - 1] === true)
+      this.running.add(chan.local);
   }
 
   private async open(s: Extract<Step, { t: 'open' }>): Promise<void> {
@@ -644,12 +652,13 @@ class SessionRun {
 
   private async exec(command: string): Promise<void> {
     const chan = this.chan;
+    const ran = chan !== undefined && this.running.has(chan.local);
     this.wire.channelRequest(chan ?? this.stray(), 'exec', true, str(Buffer.from(command, 'latin1')));
-    await this.reply('exec', true);
+    await this.reply('exec', true, false, true);
     if (!chan || chan.state !== 'open' || this.ended.has(chan.local)) return;
     // The exec goes through the pipeline; an agent cluster's fake agents may never answer one, and a client that
-    // gave no room to write in cannot be told why it failed.
-    const owed = !command.startsWith('fuzz-agent') && roomy(chan);
+    // gave no room to write in cannot be told why it failed. Its result is owed only for the channel's one run.
+    const owed = !command.startsWith('fuzz-agent') && roomy(chan) && !ran && chan.replies.at(-1) === true;
     const ended = (): boolean => chan.exitStatus !== undefined || chan.state === 'closed';
     await this.owe('exec result', ended, owed, SLOW * this.d);
     if (chan.exitStatus !== undefined || chan.stderr.length > 0) {
