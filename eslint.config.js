@@ -34,14 +34,17 @@ const zones = [
   },
 ];
 
-/** Product code never imports dev/ or integration/. */
+/** Product code never imports dev/, integration/ or the tests' fakes (test-support/); the fakes import no test. */
 const productionZones = [
   ...zones,
   ...product.map((target) => ({
     target: `./${target}`,
-    from: ['./dev', './integration'],
-    message: 'Shipped code never imports the development environment (dev/) or the tests (integration/).',
+    from: ['./dev', './integration', './test-support'],
+    message:
+      'Shipped code never imports the development environment (dev/), the tests (integration/) or their fakes (test-support/).',
   })),
+  ...['dev', 'bench'].map((target) => ({ target: `./${target}`, from: './test-support' })),
+  { target: './test-support', from: ['./integration', './dev', './bench'] },
 ];
 
 /** Unit tests may use dev/ (real servers, the local OIDC issuer), never integration/. */

@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { createWebSocketStream, WebSocketServer } from 'ws';
 import { eventually } from '../dev/eventually.ts';
-import { fakeClock } from '../lib/fake-clock.ts';
+import { fakeClock } from '../test-support/fake-clock.ts';
 import type { Clock } from '../lib/clock.ts';
 import { silentLogger } from '../lib/log.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { CONCIERGE_VERSIONS_CONFIG_MAP } from '../apis/install.ts';
-import { fakeClock } from '../lib/fake-clock.ts';
+import { fakeClock } from '../test-support/fake-clock.ts';
 import { MemoryInformer } from '../lib/kube/informer.ts';
 import { silentLogger } from '../lib/log.ts';
 import {

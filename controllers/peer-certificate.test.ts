@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { newControllerManager } from '../lib/controller/manager.ts';
-import { fakeClock } from '../lib/fake-clock.ts';
+import { fakeClock } from '../test-support/fake-clock.ts';
 import { silentLogger } from '../lib/log.ts';
 import { newPeerCertificateController, PEER_CERTIFICATE_KEY } from './peer-certificate.ts';
 

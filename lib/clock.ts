@@ -1,4 +1,4 @@
-// Time as the code that waits sees it, so that tests can move it on their own (lib/fake-clock.ts) instead of
+// Time as the code that waits sees it, so that tests can move it on their own (test-support/fake-clock.ts) instead of
 // waiting for real time to pass.
 export interface Clock {
   /** Milliseconds since the epoch. */

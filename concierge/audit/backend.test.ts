@@ -2,7 +2,7 @@
 // when the fake clock is advanced.
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { Registry } from 'prom-client';
-import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock, type FakeClock } from '../../test-support/fake-clock.ts';
 import { newLogger } from '../../lib/log.ts';
 import {
   AUDIT_CLOSED,

@@ -4,7 +4,7 @@ import type { CallAnswer } from '../../lib/http2/forward.ts';
 import { CallFailed } from '../../lib/http2/forward.ts';
 import { newReviewCache, ReviewUnavailable } from '../../lib/kube/review-cache.ts';
 import { askThrough } from './access-reviews.ts';
-import { fakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import type { OwnCall, Route } from './route.ts';
 
 const question = (name: string): AccessQuestion => ({

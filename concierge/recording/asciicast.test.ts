@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock, type FakeClock } from '../../test-support/fake-clock.ts';
 import {
   newRecorder,
   RECORDING_CREATE,

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocketServer } from 'ws';
 import { silentLogger } from '../../lib/log.ts';
-import { fakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
 import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import type { KeyBindings } from './bindings.ts';

@@ -1,7 +1,7 @@
 import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
-import { fakeClock, type FakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock, type FakeClock } from '../../test-support/fake-clock.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
 import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';

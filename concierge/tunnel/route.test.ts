@@ -33,7 +33,7 @@ import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
 import type { Clock } from '../../lib/clock.ts';
 import { newTunnelRoute, tunnelLimits, type TunnelLimits, type TunnelRoute } from './route.ts';
-import { fakeClock } from '../../lib/fake-clock.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { newMemoryBudget, type MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { STREAM_WINDOW_BYTES } from '../../lib/http2/pool.ts';
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { fakeClock } from '../fake-clock.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import type { LeaseClient, LeaseRecord } from '../kube/kube.ts';
 import { silentLogger } from '../log.ts';
 import { LEASE_SECONDS, startLeaderElection } from './leader.ts';

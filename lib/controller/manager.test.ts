@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { Registry } from 'prom-client';
-import { fakeClock } from '../fake-clock.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { MemoryInformer, type KubeObject } from '../kube/informer.ts';
 import { silentLogger } from '../log.ts';
 import type { Controller } from './controller.ts';

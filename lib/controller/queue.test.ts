@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { Registry } from 'prom-client';
-import { fakeClock } from '../fake-clock.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { newQueueMetrics } from './metrics.ts';
 import { WorkQueue, type QueueMetrics } from './queue.ts';
 

@@ -2,7 +2,7 @@
 // with less work than another until its secret is proven.
 import { describe, expect, it } from '@jest/globals';
 import { redeemBootstrapToken, RedeemError } from './bootstrap.ts';
-import { fakeBootstrapToken, memoryTokenStore } from './fake-bootstrap-tokens.ts';
+import { fakeBootstrapToken, memoryTokenStore } from '../../test-support/fake-bootstrap-tokens.ts';
 
 const NOW = new Date('2030-01-01T00:00:00Z');
 const bootstrapToken = (cluster: string, created = NOW) => fakeBootstrapToken(cluster, created);

@@ -1,7 +1,7 @@
 // Bootstrap tokens without an API server, for tests: made by createBootstrapToken itself, kept in a store that
 // counts what it is asked.
-import { createBootstrapToken, type BootstrapSecret, type BootstrapTokenStore } from './bootstrap.ts';
-import type { KubeClients } from './kube.ts';
+import { createBootstrapToken, type BootstrapSecret, type BootstrapTokenStore } from '../lib/kube/bootstrap.ts';
+import type { KubeClients } from '../lib/kube/kube.ts';
 
 /**
  * A token made by createBootstrapToken, and its Secret as a watch would deliver it (stringData turned into data, a

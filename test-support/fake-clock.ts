@@ -1,5 +1,5 @@
-// A Clock (clock.ts) for tests: timers fire only when the test advances time, in the order they are due.
-import type { Clock } from './clock.ts';
+// A Clock (lib/clock.ts) for tests: timers fire only when the test advances time, in the order they are due.
+import type { Clock } from '../lib/clock.ts';
 
 export interface FakeClock extends Clock {
   advance(ms: number): void;
