@@ -15,8 +15,9 @@
 // error from the server. The same channel in the other direction is not part of the session and is dropped.
 import { constants, inflateRawSync, inflateSync } from 'node:zlib';
 import { SPDY3_DICTIONARY } from './spdy-dictionary.ts';
+import { EXEC_CHANNELS, type ExecChannel } from '../../lib/kube/exec-channels.ts';
 
-export type Channel = 'stdin' | 'stdout' | 'stderr' | 'resize' | 'error';
+export type Channel = ExecChannel;
 
 export interface StreamEvents {
   /**
@@ -58,7 +59,6 @@ const MAX_STREAMS = 64;
 const ZLIB_WINDOW_BYTES = 32 * 1024;
 
 /** The remote-command channels by number, in both framings of WebSocket. */
-const CHANNELS: readonly Channel[] = ['stdin', 'stdout', 'stderr', 'error', 'resize'];
 const CLIENT_CHANNELS: ReadonlySet<Channel> = new Set(['stdin', 'resize']);
 /** The channels reported per message rather than as they arrive. */
 const HELD_CHANNELS: ReadonlySet<Channel> = new Set(['error', 'resize']);
@@ -208,7 +208,7 @@ function newMessage(fromClient: boolean, protocol: WebSocketProtocol, emit: Emit
       if (channel === undefined) {
         // v5's close-channel messages (255) and numbers past resize name no channel, and are skipped.
         const id = payload[0]! - (protocol.base64 ? 0x30 : 0);
-        channel = terminalChannel(CHANNELS[id], fromClient) ?? null;
+        channel = terminalChannel(EXEC_CHANNELS[id], fromClient) ?? null;
         payload = payload.subarray(1);
       }
       if (!channel) return;
@@ -497,7 +497,7 @@ function newSpdyStream(channel: Channel, emit: Emit): SpdyStream {
   return { channel, read: (bytes) => bytes.length > 0 && emit(channel, bytes), endFrame: () => {} };
 }
 
-const STREAM_TYPES: ReadonlySet<string> = new Set(CHANNELS);
+const STREAM_TYPES: ReadonlySet<string> = new Set(EXEC_CHANNELS);
 
 function newSpdyReaders(emit: Emit): { client: Reader; server: Reader } {
   const streams = new Map<number, SpdyStream>();

@@ -7,17 +7,12 @@ import type { Duplex } from 'node:stream';
 import { Readable, Writable } from 'node:stream';
 import WebSocket from 'ws';
 import { statusMessageOf } from '../../lib/kube/status.ts';
+import { CHANNEL, CLOSE_CHANNEL, V4_PROTOCOL, V5_PROTOCOL } from '../../lib/kube/exec-channels.ts';
 import { reachPath, REACH_UPGRADE, type ReachTarget } from '../../lib/reach/target.ts';
 import type { Containers, ContainerRef, Running, Terminal } from './containers.ts';
 
 /** The exec protocols offered, newest first: v5 can close stdin alone, which sftp's uploads need. */
-const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
-const STDIN = 0;
-const STDOUT = 1;
-const STDERR = 2;
-const ERROR = 3;
-const RESIZE = 4;
-const CLOSE = 255;
+const EXEC_PROTOCOLS = [V5_PROTOCOL, V4_PROTOCOL];
 
 /** A list's answers, and the namespaces asked about for the menu: enough to choose from, bounded per session. */
 const MAX_LISTED = 500;
@@ -182,16 +177,16 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
     // Reads the cluster sends faster than the SSH client takes them pause the WebSocket.
     const readable = (): Readable => new Readable({ read: () => void ws.resume() });
     // The terminal's size from the start: full-screen programs read it before any window change.
-    if (tty) send(RESIZE, JSON.stringify({ Width: tty.cols, Height: tty.rows }));
+    if (tty) send(CHANNEL.resize, JSON.stringify({ Width: tty.cols, Height: tty.rows }));
     const stdout = readable();
     const stderr = readable();
     const stdin = new Writable({
       write(chunk: Buffer, _enc, done) {
-        send(STDIN, chunk, done);
+        send(CHANNEL.stdin, chunk, done);
       },
       final(done) {
         // v4 cannot close stdin alone: the command then reads until the exec ends.
-        if (ws.protocol === 'v5.channel.k8s.io' || !opened) send(CLOSE, Buffer.of(STDIN));
+        if (ws.protocol === V5_PROTOCOL || !opened) send(CLOSE_CHANNEL, Buffer.of(CHANNEL.stdin));
         done();
       },
     });
@@ -202,11 +197,11 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
         if (!isBinary || data.length === 0) return;
         const channel = data[0];
         const payload = data.subarray(1);
-        if (channel === STDOUT) {
+        if (channel === CHANNEL.stdout) {
           if (!stdout.push(payload)) ws.pause();
-        } else if (channel === STDERR) {
+        } else if (channel === CHANNEL.stderr) {
           if (!stderr.push(payload)) ws.pause();
-        } else if (channel === ERROR) statusText = (statusText ?? '') + payload.toString('utf8');
+        } else if (channel === CHANNEL.error) statusText = (statusText ?? '') + payload.toString('utf8');
       });
       ws.once('unexpected-response', (_req, res: IncomingMessage) => {
         readBody(res).then(
@@ -237,7 +232,7 @@ export function newClusterAccess(opts: ClusterAccessOptions): ClusterAccess {
       stderr,
       exit,
       resize: ({ cols, rows }) => {
-        if (tty) send(RESIZE, JSON.stringify({ Width: cols, Height: rows }));
+        if (tty) send(CHANNEL.resize, JSON.stringify({ Width: cols, Height: rows }));
       },
       kill: () => ws.terminate(),
     };
