@@ -1,6 +1,10 @@
 // Bootstrap tokens without an API server, for tests: made by createBootstrapToken itself, kept in a store that
 // counts what it is asked.
-import { createBootstrapToken, type BootstrapSecret, type BootstrapTokenStore } from '../lib/kube/bootstrap.ts';
+import {
+  createBootstrapToken,
+  type BootstrapSecret,
+  type BootstrapTokenStore,
+} from '../lib/kube/bootstrap.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 
 /**

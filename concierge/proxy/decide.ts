@@ -7,7 +7,7 @@ import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { Request } from '../../lib/http2/request.ts';
-import { newFairSemaphore, type FairLimits } from '../tunnel/fair-semaphore.ts';
+import { newFairSemaphore, type FairLimits } from '../../lib/fair-semaphore.ts';
 import {
   FORWARDED_AS,
   forwardedAs,

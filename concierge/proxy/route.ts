@@ -3,7 +3,7 @@
 // route admits it (its fair share of a tunnel, its place on a peer link) and hands it to the transport.
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { CallAnswer } from '../../lib/http2/forward.ts';
-import type { FairRefusal, FairSemaphore } from '../tunnel/fair-semaphore.ts';
+import type { FairRefusal, FairSemaphore } from '../../lib/fair-semaphore.ts';
 import { gone, refuse, whenClosed, type Exchange, type Refusal, type RouteKind } from './exchange.ts';
 import type { ForwardPlan } from './transport.ts';
 

@@ -17,7 +17,7 @@ import { CallFailed } from '../../lib/http2/forward.ts';
 import type { Refusal } from '../proxy/exchange.ts';
 import { admitFairly, OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from '../proxy/route.ts';
 import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type Hop } from '../proxy/transport.ts';
-import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from './fair-semaphore.ts';
+import { KEY_LIMIT, newFairSemaphore, type FairLimits, type FairRefusal } from '../../lib/fair-semaphore.ts';
 
 /** One user's default share of a tunnel: a quarter, so that it takes three others to fill a tunnel. */
 const DEFAULT_USER_SHARE = 1 / 4;

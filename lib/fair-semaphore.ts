@@ -4,8 +4,8 @@
 // permits gets its share and no more while others wait. Waiting is bounded in count (per key and in all) and in
 // time. Everything is O(1) per acquire, release, cancel and timeout (intrusive linked lists, no scans), except
 // configure(), which visits each key once.
-import { systemClock, type Clock } from '../../lib/clock.ts';
-import { SealionError } from '../../lib/errors.ts';
+import { systemClock, type Clock } from './clock.ts';
+import { SealionError } from './errors.ts';
 
 export interface FairLimits {
   /** Permits held at once by all keys together. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { BUSY, CLOSED, KEY_LIMIT, newFairSemaphore, type FairLimits } from './fair-semaphore.ts';
-import { fakeClock } from '../../test-support/fake-clock.ts';
+import { fakeClock } from '../test-support/fake-clock.ts';
 
 const CODES: Record<string, string> = { [KEY_LIMIT]: 'KEY_LIMIT', [BUSY]: 'BUSY', [CLOSED]: 'CLOSED' };
 const LIMITS: FairLimits = { capacity: 2, perKey: 2, maxQueued: 100, maxQueuedPerKey: 100, maxWaitMs: 1000 };
