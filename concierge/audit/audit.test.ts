@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { requestAttributes } from '../proxy/request-info.ts';
+import { requestAttributes } from '../../lib/kube/request-info.ts';
 import { microTime, newAuditor, withoutCredentials } from './audit.ts';
 import type { AuditBackend } from './backend.ts';
 import { loadPolicy } from './policy.ts';

@@ -5,7 +5,7 @@
 import type { UserInfo as Identity } from '../../lib/authn/types.ts';
 import { reasonOf } from '../../lib/kube/status.ts';
 import { authenticatedGroups } from '../proxy/impersonate.ts';
-import type { RequestAttributes } from '../proxy/request-info.ts';
+import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 import type { AuditBackend } from './backend.ts';
 import type { ObjectMetaNames } from './protobuf-meta.ts';
 import type { AuditPolicy } from './policy.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { requestAttributes } from '../proxy/request-info.ts';
+import { requestAttributes } from '../../lib/kube/request-info.ts';
 import { loadPolicy, PolicyError } from './policy.ts';
 
 const POLICY = `

@@ -5,7 +5,7 @@
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { SealionError } from '../../lib/errors.ts';
-import type { RequestAttributes } from '../proxy/request-info.ts';
+import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 import { AUDIT_API_VERSION, type Level, type Stage } from './types.ts';
 
 /** A real policy is a few KiB (kube-up's own, with every rule it has, is 6); this keeps a huge file out of memory. */

@@ -12,7 +12,7 @@ import type { UserInfo } from '../../lib/authn/types.ts';
 import { handleTokenCredentialRequest, handleWhoAmI, type LoginDeps } from '../proxy/login-apis.ts';
 import { randomUUID } from 'node:crypto';
 import { ANNOTATIONS, preciseNow, type Auditor, type RequestAudit } from '../audit/audit.ts';
-import { requestAttributes } from '../proxy/request-info.ts';
+import { requestAttributes } from '../../lib/kube/request-info.ts';
 import { DISCOVERY_V2, discoveryDocuments } from './discovery.ts';
 import { frontProxyUser } from './front-proxy.ts';
 import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';

@@ -4,7 +4,7 @@ import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Ask, RequestedImpersonation } from '../../lib/kube/impersonation.ts';
 import { decideImpersonation } from './decide-impersonation.ts';
 import { impersonationHeaders } from './impersonate.ts';
-import { requestAttributes } from './request-info.ts';
+import { requestAttributes } from '../../lib/kube/request-info.ts';
 
 /** A rule as RBAC matches one: verbs, group, resources (all, exact, or a subresource of any), names, namespace. */
 interface Rule {

@@ -21,7 +21,7 @@ import {
   type Ask,
   type RequestedImpersonation,
 } from '../../lib/kube/impersonation.ts';
-import type { RequestAttributes } from './request-info.ts';
+import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 
 export type ImpersonationMode =
   'associated-node' | 'arbitrary-node' | 'serviceaccount' | 'user-info' | 'legacy';

@@ -23,7 +23,7 @@ import type { Identity } from './authenticate.ts';
 import { decideImpersonation } from './decide-impersonation.ts';
 import type { Refusal, RequestContext } from './exchange.ts';
 import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
-import { requestAttributes } from './request-info.ts';
+import { requestAttributes } from '../../lib/kube/request-info.ts';
 import type { ClusterRouter, Route } from './route.ts';
 import type { ForwardPlan } from './transport.ts';
 

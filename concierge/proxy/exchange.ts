@@ -11,7 +11,7 @@ import { refuseConnection, writeStatus, type Refusal } from '../../lib/kube/stat
 import type { RequestAudit } from '../audit/audit.ts';
 import type { ReachTally } from '../../lib/reach/dialer.ts';
 import type { SessionRecording } from '../recording/session.ts';
-import type { RequestAttributes } from './request-info.ts';
+import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 
 /** Where a request went: the hub's own API server, a tunnel this replica holds, or a peer replica that holds one. */
 export type RouteKind = 'local' | 'tunnel' | 'peer';

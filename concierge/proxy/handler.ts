@@ -22,7 +22,7 @@ import { clusterRoute, type ClusterRouter } from './route.ts';
 import { newDecider, type Authenticated } from './decide.ts';
 import { authenticatedGroups } from './impersonate.ts';
 import type { ProxyMetrics } from './metrics.ts';
-import { requestAttributes, requestInfo, type RequestAttributes } from './request-info.ts';
+import { requestAttributes, requestInfo, type RequestAttributes } from '../../lib/kube/request-info.ts';
 import type { RecordingStore, Recordings } from '../recording/session.ts';
 import { relay } from '../../lib/http2/memory-budget.ts';
 import { ANNOTATIONS, preciseNow, type Auditor, type RequestFacts } from '../audit/audit.ts';

@@ -1,6 +1,6 @@
 // Enough of Kubernetes' request-info parsing for logs, metrics and timeouts: the verb, and whether the request
 // may legitimately stay open (watches, exec/attach/port-forward, logs, proxy), which gets no timeout.
-import type { RequestAttributes } from '../../lib/kube/access-review.ts';
+import type { RequestAttributes } from './access-review.ts';
 
 export type { RequestAttributes };
 
