@@ -290,37 +290,27 @@ describe('what a stranger may hold', () => {
 
 describe('the transport', () => {
   it("offers OpenSSH no chacha20-poly1305 (ssh2's WebAssembly MAC fails for good after one large packet), and its default takes AES", async () => {
-    const chacha = await runOpenSSH('ssh', [
-      ...opensshOptions(join(dir, 'user'), { quiet: false }),
-      '-c',
-      'chacha20-poly1305@openssh.com',
-      '-p',
-      String(port),
-      '-l',
-      'alice',
-      '127.0.0.1',
-      'hub/demo/web',
-      '--',
-      'echo',
-      'in',
-    ]);
+    /** `ssh` with its diagnostics on, and `options` before the destination. */
+    const sshTelling = (options: string[]) =>
+      runOpenSSH('ssh', [
+        ...opensshOptions(join(dir, 'user'), { quiet: false }),
+        ...options,
+        '-p',
+        String(port),
+        '-l',
+        'alice',
+        '127.0.0.1',
+        'hub/demo/web',
+        '--',
+        'echo',
+        'in',
+      ]);
+    const chacha = await sshTelling(['-c', 'chacha20-poly1305@openssh.com']);
     expect({ code: chacha.code, stderr: chacha.stderr }).toEqual({
       code: 255,
       stderr: expect.stringMatching(/no matching cipher found/),
     });
-    const plain = await runOpenSSH('ssh', [
-      ...opensshOptions(join(dir, 'user'), { quiet: false }),
-      '-v',
-      '-p',
-      String(port),
-      '-l',
-      'alice',
-      '127.0.0.1',
-      'hub/demo/web',
-      '--',
-      'echo',
-      'in',
-    ]);
+    const plain = await sshTelling(['-v']);
     expect(plain.stdout).toBe('in\n');
     expect(plain.stderr).toMatch(/kex: server->client cipher: aes/);
   });

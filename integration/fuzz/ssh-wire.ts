@@ -83,6 +83,13 @@ export interface Channel {
   maxPacket: number;
 }
 
+/** A channel as it starts: nothing received, nothing answered, no window from the server yet. */
+export function newChannel(
+  fields: Pick<Channel, 'local' | 'state' | 'reads' | 'granted' | 'maxPacket'> & { remote?: number },
+): Channel {
+  return { window: 0, data: [], stderr: [], received: 0, messages: 0, eof: false, replies: [], ...fields };
+}
+
 /** What the server sent in the authentication layer. */
 export interface AuthAnswers {
   success: boolean;
@@ -326,20 +333,7 @@ export class SshWire {
   /** Opens a channel of `type` with `extra` after the standard fields; the server's answer lands in `channels`. */
   openChannel(type: string, window: number, maxPacket: number, extra: Buffer, reads: boolean): Channel {
     const local = this.channels.size;
-    const chan: Channel = {
-      local,
-      state: 'opening',
-      window: 0,
-      data: [],
-      stderr: [],
-      received: 0,
-      messages: 0,
-      eof: false,
-      replies: [],
-      reads,
-      granted: window,
-      maxPacket,
-    };
+    const chan = newChannel({ local, state: 'opening', reads, granted: window, maxPacket });
     this.channels.set(local, chan);
     this.send(
       Buffer.concat([Buffer.of(MSG.CHANNEL_OPEN), str(type), u32(local), u32(window), u32(maxPacket), extra]),

@@ -38,7 +38,7 @@ import {
   type Step,
 } from './ssh-cases.ts';
 import { ecdsaKey, ed25519Key, rsaKey, str, u32 } from './ssh-keys.ts';
-import { MSG, SshWire, type Channel } from './ssh-wire.ts';
+import { MSG, newChannel, SshWire, type Channel } from './ssh-wire.ts';
 import { FUZZ_USER } from './target.ts';
 import { MAX_AUTH_TRIES } from '../../concierge/ssh/sign-in.ts';
 
@@ -688,21 +688,7 @@ class SessionRun {
   /** A channel the door never opened, for requests sent without one: malformed. */
   private stray(): Channel {
     this.clean = false;
-    return {
-      local: -1,
-      remote: 0xfff,
-      state: 'open',
-      window: 0,
-      data: [],
-      stderr: [],
-      received: 0,
-      messages: 0,
-      eof: false,
-      replies: [],
-      reads: false,
-      granted: 0,
-      maxPacket: 0,
-    };
+    return newChannel({ local: -1, remote: 0xfff, state: 'open', reads: false, granted: 0, maxPacket: 0 });
   }
 
   private async sftp(ops: Extract<Step, { t: 'sftp' }>['ops']): Promise<void> {
