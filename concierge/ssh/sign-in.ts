@@ -78,7 +78,7 @@ type KeyboardContext = AuthContext & { method: 'keyboard-interactive' };
 export type SignIn = (ctx: AuthContext, conn: DoorConnection, disconnect: () => void) => void;
 
 export function newSignIn(opts: SignInOptions): SignIn {
-  const { log, clock } = opts;
+  const { log } = opts;
 
   return (ctx, conn, disconnect) => {
     const state = conn.signIn;
@@ -101,9 +101,9 @@ export function newSignIn(opts: SignInOptions): SignIn {
       answer(refuse, disconnect);
     };
     try {
-      if (ctx.method === 'publickey') return publicKey(ctx, conn, settings, refuse);
+      if (ctx.method === 'publickey') return publicKey(opts, ctx, conn, settings, refuse);
       if (ctx.method === 'keyboard-interactive' && settings.login)
-        return void deviceLogin(ctx, conn, settings.login, refuse).catch(inside);
+        return void deviceLogin(opts, ctx, conn, settings.login, refuse).catch(inside);
       refuse();
     } catch (err) {
       // ssh2 throws when its own bookkeeping disagrees with the answer (a key asked about after a device login the
@@ -111,188 +111,201 @@ export function newSignIn(opts: SignInOptions): SignIn {
       inside(err);
     }
   };
+}
 
-  /** Gives an answer, or ends the connection when even that throws. */
-  function answer(give: () => void, disconnect: () => void): void {
-    try {
-      give();
-    } catch {
-      disconnect();
-    }
+/** Gives an answer, or ends the connection when even that throws. */
+function answer(give: () => void, disconnect: () => void): void {
+  try {
+    give();
+  } catch {
+    disconnect();
   }
+}
 
-  function publicKey(
-    ctx: PublicKeyContext,
-    conn: DoorConnection,
-    settings: SshSettings,
-    refuse: () => void,
-  ): void {
-    const state = conn.signIn;
-    const { key, signature } = ctx;
-    if (isCertificateAlgorithm(key.algo)) {
-      const verdict = certificateVerdict(conn, key.data, ctx.username, settings);
-      if (!verdict.ok) {
-        log.info({ ip: conn.ip, reason: verdict.reason }, 'ssh certificate refused');
-        return refuse();
-      }
-      // A question: the client signs next.
-      if (!signature) return ctx.accept();
-      if (!verifyKeySignature(ctx)) return refuse();
-      state.identity = verdict.identity;
-      state.permits = verdict.permits;
-      log.info({ ip: conn.ip, keyId: verdict.keyId, serial: verdict.serial }, 'ssh certificate accepted');
-      return ctx.accept();
+function publicKey(
+  opts: SignInOptions,
+  ctx: PublicKeyContext,
+  conn: DoorConnection,
+  settings: SshSettings,
+  refuse: () => void,
+): void {
+  const state = conn.signIn;
+  const { key, signature } = ctx;
+  if (isCertificateAlgorithm(key.algo)) {
+    const verdict = certificateVerdict(opts, conn, key.data, ctx.username, settings);
+    if (!verdict.ok) {
+      opts.log.info({ ip: conn.ip, reason: verdict.reason }, 'ssh certificate refused');
+      return refuse();
     }
-    const print = fingerprint(key.data);
-    const bound = boundIdentity(key.data, print, settings);
-    // Only a bound key signs in, and only the first proven key is bound by a login: any other is refused at the
-    // question, before its signature costs anything.
-    const bindable = settings.login !== undefined && state.provenKey === undefined;
-    if (!bound && !bindable) return refuse();
+    // A question: the client signs next.
     if (!signature) return ctx.accept();
     if (!verifyKeySignature(ctx)) return refuse();
-    if (bound) {
-      state.identity = bound;
-      return ctx.accept();
+    state.identity = verdict.identity;
+    state.permits = verdict.permits;
+    opts.log.info({ ip: conn.ip, keyId: verdict.keyId, serial: verdict.serial }, 'ssh certificate accepted');
+    return ctx.accept();
+  }
+  const print = fingerprint(key.data);
+  const bound = boundIdentity(opts, key.data, print, settings);
+  // Only a bound key signs in, and only the first proven key is bound by a login: any other is refused at the
+  // question, before its signature costs anything.
+  const bindable = settings.login !== undefined && state.provenKey === undefined;
+  if (!bound && !bindable) return refuse();
+  if (!signature) return ctx.accept();
+  if (!verifyKeySignature(ctx)) return refuse();
+  if (bound) {
+    state.identity = bound;
+    return ctx.accept();
+  }
+  // Proven but not enough: the client goes on (a certificate may follow), then the login, which binds this key.
+  state.provenKey = { blob: key.data, fingerprint: print };
+  refuse();
+}
+
+/**
+ * The identity a key's binding gives, while the login that made it could make it again: the login configured is
+ * still that JWTAuthenticator's, and the very object (by uid) is loaded with a spec that trusts what it trusted then.
+ */
+function boundIdentity(
+  opts: SignInOptions,
+  blob: Buffer,
+  print: string,
+  settings: SshSettings,
+): SignedIn | undefined {
+  const found = opts.bindings.find(blob, print);
+  const login = settings.login;
+  if (!found || !login || found.identity.via !== `ssh/JWTAuthenticator/${login.authenticator}`)
+    return undefined;
+  if (!opts.cache.holds(found.authenticator)) return undefined;
+  return { ...found.identity, via: 'ssh/key' };
+}
+
+/** The certificate's verdict for this login name, worked out once per connection. */
+function certificateVerdict(
+  opts: SignInOptions,
+  conn: DoorConnection,
+  blob: Buffer,
+  loginName: string,
+  settings: SshSettings,
+): CertificateVerdict {
+  const last = conn.signIn.certificate;
+  if (last && last.loginName === loginName && last.blob.equals(blob)) return last.verdict;
+  const verdict = judgeCertificate(opts, blob, loginName, conn.ip, settings);
+  conn.signIn.certificate = { blob, loginName, verdict };
+  return verdict;
+}
+
+function judgeCertificate(
+  opts: SignInOptions,
+  blob: Buffer,
+  loginName: string,
+  ip: string,
+  settings: SshSettings,
+): CertificateVerdict {
+  const checked = checkUserCertificate(blob, {
+    cas: settings.certificateAuthorities,
+    loginName,
+    now: new Date(opts.clock.now()),
+    sourceIP: ip,
+    groupsExtension: settings.groupsExtension,
+  });
+  if (!checked.ok) return checked;
+  const user = { username: checked.principal, groups: checked.groups, extra: {} };
+  // The rules every identity passes, whichever door it came through.
+  const problem = identityProblem(user) ?? (settings.allowSystemNames ? undefined : systemNameProblem(user));
+  if (problem) return { ok: false, reason: problem };
+  return {
+    ok: true,
+    identity: { kind: 'user', user, via: 'ssh/certificate' },
+    permits: checked.permits,
+    keyId: checked.keyId,
+    serial: checked.serial,
+  };
+}
+
+/**
+ * The device login: instructions shown with no prompt to answer, then the token polled for. Holds a device-login
+ * place, and the connection a longer deadline, for as long as it runs; both are given back however it ends.
+ */
+async function deviceLogin(
+  opts: SignInOptions,
+  ctx: KeyboardContext,
+  conn: DoorConnection,
+  login: DeviceLoginSettings,
+  refuse: () => void,
+): Promise<void> {
+  const place = opts.deviceLogins.take(conn.address, conn);
+  if (!place) return refuse();
+  // This attempt's own end: a new request on the connection (ssh2 aborts this one), or the connection's close.
+  const attempt = new AbortController();
+  const end = (): void => attempt.abort();
+  ctx.once('abort', end);
+  const cancel = conn.onClose(end);
+  conn.deviceLoginSince = opts.clock.now();
+  conn.endAt(opts.clock.now() + DEVICE_LOGIN_MAX_MS + DEVICE_LOGIN_SLACK_MS);
+  try {
+    const outcome = await runDeviceLogin(opts, ctx, conn, login, attempt.signal);
+    // Gone or superseded: nobody to answer.
+    if (attempt.signal.aborted) return;
+    if (!outcome.ok) {
+      opts.log.info({ ip: conn.ip, err: outcome.reason }, 'ssh device login failed');
+      return refuse();
     }
-    // Proven but not enough: the client goes on (a certificate may follow), then the login, which binds this key.
-    state.provenKey = { blob: key.data, fingerprint: print };
-    refuse();
+    conn.signIn.identity = outcome.identity;
+    await bindProvenKey(opts, conn, outcome);
+    if (!attempt.signal.aborted) ctx.accept();
+  } finally {
+    ctx.off('abort', end);
+    cancel();
+    place.release();
+    conn.deviceLoginSince = undefined;
+    if (!conn.signIn.identity) conn.endAt(opts.clock.now() + opts.loginGraceMs);
   }
+}
 
-  /**
-   * The identity a key's binding gives, while the login that made it could make it again: the login configured is
-   * still that JWTAuthenticator's, and the very object (by uid) is loaded with a spec that trusts what it trusted then.
-   */
-  function boundIdentity(blob: Buffer, print: string, settings: SshSettings): SignedIn | undefined {
-    const found = opts.bindings.find(blob, print);
-    const login = settings.login;
-    if (!found || !login || found.identity.via !== `ssh/JWTAuthenticator/${login.authenticator}`)
-      return undefined;
-    if (!opts.cache.holds(found.authenticator)) return undefined;
-    return { ...found.identity, via: 'ssh/key' };
+/** Starts the login, shows its instructions, and waits for its outcome, or for the attempt's end. */
+async function runDeviceLogin(
+  opts: SignInOptions,
+  ctx: KeyboardContext,
+  conn: DoorConnection,
+  login: DeviceLoginSettings,
+  signal: AbortSignal,
+): Promise<LoginOutcome> {
+  let started;
+  try {
+    started = await startDeviceLogin(opts.cache, login, signal);
+  } catch (err) {
+    return { ok: false, reason: `could not start: ${(err as Error).message}` };
   }
+  // The outcome never rejects, and settles by itself once the attempt ends (its poll is aborted too).
+  if (signal.aborted) return started.outcome;
+  // Whoever approves the code signs this connection in and binds its key: the key is named, so that a person handed
+  // someone else's code sees it is not their own ssh asking.
+  const proven = conn.signIn.provenKey;
+  const key = proven
+    ? `This signs in, and binds for the login's lifetime, the SSH key ${proven.fingerprint}.\n`
+    : '';
+  // No prompts: the client shows the instructions and answers at once; the answer to this request waits for the
+  // person to approve the code. A client that never answers, or leaves, ends the wait with the attempt.
+  await new Promise<void>((shown) => {
+    signal.addEventListener('abort', () => shown(), { once: true });
+    ctx.prompt([], 'Sealion', started.instructions + key, () => shown());
+  });
+  return started.outcome;
+}
 
-  /** The certificate's verdict for this login name, worked out once per connection. */
-  function certificateVerdict(
-    conn: DoorConnection,
-    blob: Buffer,
-    loginName: string,
-    settings: SshSettings,
-  ): CertificateVerdict {
-    const last = conn.signIn.certificate;
-    if (last && last.loginName === loginName && last.blob.equals(blob)) return last.verdict;
-    const verdict = judgeCertificate(blob, loginName, conn.ip, settings);
-    conn.signIn.certificate = { blob, loginName, verdict };
-    return verdict;
-  }
-
-  function judgeCertificate(
-    blob: Buffer,
-    loginName: string,
-    ip: string,
-    settings: SshSettings,
-  ): CertificateVerdict {
-    const checked = checkUserCertificate(blob, {
-      cas: settings.certificateAuthorities,
-      loginName,
-      now: new Date(clock.now()),
-      sourceIP: ip,
-      groupsExtension: settings.groupsExtension,
-    });
-    if (!checked.ok) return checked;
-    const user = { username: checked.principal, groups: checked.groups, extra: {} };
-    // The rules every identity passes, whichever door it came through.
-    const problem =
-      identityProblem(user) ?? (settings.allowSystemNames ? undefined : systemNameProblem(user));
-    if (problem) return { ok: false, reason: problem };
-    return {
-      ok: true,
-      identity: { kind: 'user', user, via: 'ssh/certificate' },
-      permits: checked.permits,
-      keyId: checked.keyId,
-      serial: checked.serial,
-    };
-  }
-
-  /**
-   * The device login: instructions shown with no prompt to answer, then the token polled for. Holds a device-login
-   * place, and the connection a longer deadline, for as long as it runs; both are given back however it ends.
-   */
-  async function deviceLogin(
-    ctx: KeyboardContext,
-    conn: DoorConnection,
-    login: DeviceLoginSettings,
-    refuse: () => void,
-  ): Promise<void> {
-    const place = opts.deviceLogins.take(conn.address, conn);
-    if (!place) return refuse();
-    // This attempt's own end: a new request on the connection (ssh2 aborts this one), or the connection's close.
-    const attempt = new AbortController();
-    const end = (): void => attempt.abort();
-    ctx.once('abort', end);
-    const cancel = conn.onClose(end);
-    conn.deviceLoginSince = clock.now();
-    conn.endAt(clock.now() + DEVICE_LOGIN_MAX_MS + DEVICE_LOGIN_SLACK_MS);
-    try {
-      const outcome = await runDeviceLogin(ctx, conn, login, attempt.signal);
-      // Gone or superseded: nobody to answer.
-      if (attempt.signal.aborted) return;
-      if (!outcome.ok) {
-        log.info({ ip: conn.ip, err: outcome.reason }, 'ssh device login failed');
-        return refuse();
-      }
-      conn.signIn.identity = outcome.identity;
-      await bindProvenKey(conn, outcome);
-      if (!attempt.signal.aborted) ctx.accept();
-    } finally {
-      ctx.off('abort', end);
-      cancel();
-      place.release();
-      conn.deviceLoginSince = undefined;
-      if (!conn.signIn.identity) conn.endAt(clock.now() + opts.loginGraceMs);
-    }
-  }
-
-  /** Starts the login, shows its instructions, and waits for its outcome, or for the attempt's end. */
-  async function runDeviceLogin(
-    ctx: KeyboardContext,
-    conn: DoorConnection,
-    login: DeviceLoginSettings,
-    signal: AbortSignal,
-  ): Promise<LoginOutcome> {
-    let started;
-    try {
-      started = await startDeviceLogin(opts.cache, login, signal);
-    } catch (err) {
-      return { ok: false, reason: `could not start: ${(err as Error).message}` };
-    }
-    // The outcome never rejects, and settles by itself once the attempt ends (its poll is aborted too).
-    if (signal.aborted) return started.outcome;
-    // Whoever approves the code signs this connection in and binds its key: the key is named, so that a person handed
-    // someone else's code sees it is not their own ssh asking.
-    const proven = conn.signIn.provenKey;
-    const key = proven
-      ? `This signs in, and binds for the login's lifetime, the SSH key ${proven.fingerprint}.\n`
-      : '';
-    // No prompts: the client shows the instructions and answers at once; the answer to this request waits for the
-    // person to approve the code. A client that never answers, or leaves, ends the wait with the attempt.
-    await new Promise<void>((shown) => {
-      signal.addEventListener('abort', () => shown(), { once: true });
-      ctx.prompt([], 'Sealion', started.instructions + key, () => shown());
-    });
-    return started.outcome;
-  }
-
-  /** Binds the key the connection proved it holds, if any, to the login's identity; a failure to store is logged. */
-  async function bindProvenKey(conn: DoorConnection, outcome: LoginOutcome & { ok: true }): Promise<void> {
-    const proven = conn.signIn.provenKey;
-    if (!proven) return;
-    try {
-      await opts.bindings.bind(proven.blob, proven.fingerprint, outcome);
-      log.info({ ip: conn.ip, fingerprint: proven.fingerprint }, 'ssh key bound');
-    } catch (err) {
-      log.warn({ err: (err as Error).message }, 'ssh key binding could not be stored');
-    }
+/** Binds the key the connection proved it holds, if any, to the login's identity; a failure to store is logged. */
+async function bindProvenKey(
+  opts: SignInOptions,
+  conn: DoorConnection,
+  outcome: LoginOutcome & { ok: true },
+): Promise<void> {
+  const proven = conn.signIn.provenKey;
+  if (!proven) return;
+  try {
+    await opts.bindings.bind(proven.blob, proven.fingerprint, outcome);
+    opts.log.info({ ip: conn.ip, fingerprint: proven.fingerprint }, 'ssh key bound');
+  } catch (err) {
+    opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be stored');
   }
 }
