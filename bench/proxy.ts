@@ -11,7 +11,7 @@ import { availableParallelism } from 'node:os';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Kind } from '../apis/groups.ts';
-import { exchange } from '../cli/login.ts';
+import { exchange } from '../cli/exec-credential.ts';
 import { PROXY_NODE_OPTIONS } from '../manifests/install.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { clientCertChain } from '../lib/pki/pem.ts';

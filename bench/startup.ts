@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kind, DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
-import { cacheFile, EXEC_API_VERSION, writeCache, type ExecCredential } from '../cli/login.ts';
+import { cacheFile, EXEC_API_VERSION, writeCache, type ExecCredential } from '../cli/exec-credential.ts';
 import { ensureBinaries, REPO_ROOT } from '../dev/build.ts';
 import { ensureCli, type Target } from '../dev/build-cli.ts';
 import { formatNumber, printColumns, saveResults } from './measure.ts';

@@ -12,7 +12,8 @@ import type { ConciergeStrategy } from '../apis/authentication.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { getKubeconfig, type GetKubeconfigFlags } from './get-kubeconfig.ts';
-import { loginCommand, readTokenFile, staticLogin, type StaticLoginFlags } from './login.ts';
+import { readTokenFile, staticLogin, type StaticLoginFlags } from './exec-credential.ts';
+import { loginCommand } from './login.ts';
 
 const TOKEN = 'the-secret-token';
 let dir: string;

@@ -10,7 +10,7 @@ import { REJECTED_EDIT, type ConciergeStrategy, type EndpointConfig } from '../a
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
-import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './login.ts';
+import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './exec-credential.ts';
 import { takesNames } from './completion.ts';
 import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';

@@ -9,7 +9,7 @@ import { fetch } from 'undici';
 import { browse } from '../dev/browser.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
-import type { OIDCLoginFlags } from './login.ts';
+import type { OIDCLoginFlags } from './exec-credential.ts';
 import { oidcLogin } from './login-oidc.ts';
 import { fromAnotherUser, loopbackPeerUid } from './loopback-peer.ts';
 

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import type { OIDCLoginFlags } from './login.ts';
+import type { OIDCLoginFlags } from './exec-credential.ts';
 import { explain, oidcLogin } from './login-oidc.ts';
 
 const flags = (issuer: string): OIDCLoginFlags => ({

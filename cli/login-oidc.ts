@@ -17,7 +17,7 @@ import {
   writeCache,
   type ExecCredential,
   type OIDCLoginFlags,
-} from './login.ts';
+} from './exec-credential.ts';
 import { fromAnotherUser } from './loopback-peer.ts';
 import { printable } from './printable.ts';
 

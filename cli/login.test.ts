@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { X509Certificate } from 'node:crypto';
 import { issueCert, newCA, publicKeyFromCSR, type CertificateAuthority } from '../lib/pki/pki.ts';
-import { configDir, staticLogin, type StaticLoginFlags } from './login.ts';
+import { configDir, staticLogin, type StaticLoginFlags } from './exec-credential.ts';
 
 // A stand-in for the proxy's TokenCredentialRequest endpoint: real TLS on port 0.
 let server: Server;

@@ -11,7 +11,7 @@ import { stringify } from 'yaml';
 import { browse } from '../dev/browser.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import { exchangeTarget, readCache, writeCache, type OIDCLoginFlags } from './login.ts';
+import { exchangeTarget, readCache, writeCache, type OIDCLoginFlags } from './exec-credential.ts';
 import { oidcLogin, sessionFile, type Session } from './login-oidc.ts';
 import { logout } from './logout.ts';
 

@@ -7,13 +7,13 @@ import { Command } from 'commander';
 import {
   configDir,
   exchangeTarget,
-  loginCommand,
   readCache,
   tokenOf,
   withFileLock,
   type OIDCLoginFlags,
   type StaticLoginFlags,
-} from './login.ts';
+} from './exec-credential.ts';
+import { loginCommand } from './login.ts';
 import type { Session } from './login-oidc.ts';
 import { printable } from './printable.ts';
 

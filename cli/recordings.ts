@@ -5,7 +5,7 @@ import { Argument, Command } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { takesNames } from './completion.ts';
-import { failureOf } from './login.ts';
+import { failureOf } from './exec-credential.ts';
 import { printable, printableJSONText } from './printable.ts';
 import { loginFirst, requestAsKubeconfig } from './whoami.ts';
 

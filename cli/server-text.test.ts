@@ -8,7 +8,7 @@ import type { KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { findFrontend, type GetKubeconfigFlags } from './get-kubeconfig.ts';
 import { explain } from './login-oidc.ts';
-import { exchange } from './login.ts';
+import { exchange } from './exec-credential.ts';
 import { whoamiOutput } from './whoami.ts';
 
 /** Escape sequences, a carriage return, BEL, the 8-bit CSI, a bidi override and a zero-width space at once. */

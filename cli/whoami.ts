@@ -5,7 +5,7 @@ import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/grou
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
-import { failureOf } from './login.ts';
+import { failureOf } from './exec-credential.ts';
 import { printable, printableJSON } from './printable.ts';
 
 export interface WhoamiFlags {

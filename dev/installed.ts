@@ -10,7 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
-import { DEFAULT_OIDC_CLIENT_ID } from '../cli/login.ts';
+import { DEFAULT_OIDC_CLIENT_ID } from '../cli/exec-credential.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_INSTALL, sessionAuditorRole } from '../manifests/install.ts';
 import { CONCIERGE_NAME, CONFIG_KEY, CONFIG_MAP_NAME } from '../apis/install.ts';

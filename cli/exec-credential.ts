@@ -1,0 +1,369 @@
+// What the exec credential plugins print and keep: the token a user supplies, its exchange through
+// TokenCredentialRequest for a short-lived client certificate, and the cache of both under the user's config folder
+// (0600, written whole and renamed into place, under a file lock so that concurrent kubectl processes exchange once,
+// reused until shortly before they expire). The commands are in login.ts; OIDC sessions in login-oidc.ts.
+import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
+import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
+import type * as HttpsClient from '../lib/https-client.ts';
+import { printable } from './printable.ts';
+
+/**
+ * The HTTPS client (undici, dozens of modules) loads only when a request is made: kubectl runs this plugin for every
+ * command, and most runs answer from the cache.
+ */
+let https: typeof HttpsClient | undefined;
+const httpsClient = async (): Promise<typeof HttpsClient> =>
+  (https ??= await import('../lib/https-client.ts'));
+/** Ends the keep-alive connections of any request made, so the plugin exits as soon as it has answered. */
+export const closeHttpsPools = async (): Promise<void> => https?.closeHttpsPools();
+
+export const EXEC_API_VERSION = 'client.authentication.k8s.io/v1';
+/** A cached certificate is replaced this long before it expires, so kubectl never presents an expired one. */
+const REFRESH_BEFORE_EXPIRY_MS = 60_000;
+
+export interface ExecCredential {
+  apiVersion: string;
+  kind: 'ExecCredential';
+  status: {
+    token?: string;
+    clientCertificateData?: string;
+    clientKeyData?: string;
+    expirationTimestamp?: string;
+  };
+}
+
+/** The cluster kubectl passes in KUBERNETES_EXEC_INFO when the kubeconfig sets provideClusterInfo. */
+interface ExecInfo {
+  spec?: { cluster?: { server?: string; 'certificate-authority-data'?: string } };
+}
+
+/** How a token becomes a credential: as it is, or exchanged for a client certificate. */
+export interface ExchangeFlags {
+  exchange: boolean;
+  /**
+   * Send a CSR for a key made here, so that the private key never crosses the wire (Sealion's concierge); false:
+   * the concierge makes the key, as Pinniped's does. Default: true.
+   */
+  proofOfPossession?: boolean;
+  authenticatorType: 'jwt' | 'webhook';
+  authenticatorName: string;
+  groupSuffix: string;
+  /** Where TokenCredentialRequest goes; default: the cluster kubectl names. */
+  conciergeEndpoint: string;
+  conciergeCaBundleData: string;
+}
+
+/** The client ID `sealion get kubeconfig` writes unless told otherwise; register it with the issuer. */
+export const DEFAULT_OIDC_CLIENT_ID = 'sealion-cli';
+
+export interface OIDCLoginFlags extends ExchangeFlags {
+  issuer: string;
+  clientId: string;
+  scopes: string;
+  caBundleData: string;
+  listenPort: string;
+  skipBrowser: boolean;
+  /** Log in with the device authorization grant: a code entered on another device, no browser here. */
+  device?: boolean;
+}
+
+export interface StaticLoginFlags extends ExchangeFlags {
+  /** The token itself: seen by every local user in the process list, so only for a command typed once. */
+  token: string;
+  tokenEnv: string;
+  /** A file that only its owner may read or write, holding the token. */
+  tokenFile?: string;
+}
+
+/** The folder for cached credentials: $XDG_CONFIG_HOME/sealion or ~/.config/sealion. */
+export function configDir(env: NodeJS.ProcessEnv): string {
+  return join(env['XDG_CONFIG_HOME'] || join(homedir(), '.config'), 'sealion');
+}
+
+/**
+ * The token in `file`, which must be a regular file that only its owner may read or write (as ssh asks of a key):
+ * a token another local user can read is not the user's alone, and one they can write lets them choose whom this
+ * user becomes. Windows has no such mode bits to check.
+ */
+export function readTokenFile(file: string): string {
+  let stat;
+  try {
+    stat = statSync(file);
+  } catch (err) {
+    throw new Error(`token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, {
+      cause: err,
+    });
+  }
+  if (!stat.isFile()) throw new Error(`token file ${file} is not a regular file`);
+  if (process.platform !== 'win32' && (stat.mode & 0o077) !== 0)
+    throw new Error(
+      `token file ${file} is open to other users (mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')}): run chmod 600 on it`,
+    );
+  const token = readFileSync(file, 'utf8').trim();
+  if (!token) throw new Error(`token file ${file} is empty`);
+  return token;
+}
+
+export function tokenOf(
+  flags: StaticLoginFlags,
+  env: NodeJS.ProcessEnv,
+  say: (line: string) => void,
+): string {
+  const given = [
+    flags.token && '--token',
+    flags.tokenEnv && '--token-env',
+    flags.tokenFile && '--token-file',
+  ];
+  const named = given.filter(Boolean);
+  if (named.length > 1)
+    throw new Error(`give one of --token, --token-env and --token-file, not ${named.join(' and ')}`);
+  if (flags.token) {
+    // A process's arguments are public on most systems (ps, /proc/<pid>/cmdline): a kubeconfig that passes the token
+    // this way shows it to every local user each time kubectl runs. kubectl sets KUBERNETES_EXEC_INFO for its
+    // plugins, so this is said there, where it repeats, and not to someone typing the command once. Such
+    // kubeconfigs keep working (older versions of get kubeconfig wrote them).
+    if (env['KUBERNETES_EXEC_INFO'] !== undefined)
+      say(
+        'warning: this kubeconfig passes the token with --token, which shows it to every local user in the process list; write it again with sealion get kubeconfig --static-token-env or --static-token-file',
+      );
+    return flags.token;
+  }
+  if (flags.tokenFile) return readTokenFile(flags.tokenFile);
+  if (!flags.tokenEnv) throw new Error('give --token-env, --token-file or --token');
+  const token = env[flags.tokenEnv];
+  if (!token) throw new Error(`environment variable ${flags.tokenEnv} is empty or not set`);
+  return token;
+}
+
+/**
+ * Trades `token` for a client certificate: a TokenCredentialRequest to the proxy at `endpoint`, naming the
+ * authenticator to check it with, and with `csrPem` the certificate request for the caller's own key. The answer
+ * (201 either way) carries a certificate or a message.
+ */
+export async function exchange(
+  endpoint: string,
+  caPem: string | undefined,
+  token: string,
+  authenticator: { kind: Kind; name: string },
+  groupSuffix = DEFAULT_GROUP_SUFFIX,
+  csrPem?: string,
+): Promise<ClusterCredential> {
+  const groups = apiGroups(groupSuffix);
+  const body: TokenCredentialRequest = {
+    apiVersion: `${groups.login}/${VERSION}`,
+    kind: 'TokenCredentialRequest',
+    spec: {
+      token,
+      authenticator: { apiGroup: groups.authentication, ...authenticator },
+      ...(csrPem ? { certificateSigningRequest: csrPem } : {}),
+    },
+  };
+  const path = `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`;
+  let answer: TokenCredentialRequest;
+  try {
+    const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`).toString();
+    answer = (
+      await (
+        await httpsClient()
+      ).httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) })
+    ).json as TokenCredentialRequest;
+  } catch (err) {
+    throw new Error(`exchange token: ${await failureOf(err)}`, { cause: err });
+  }
+  if (answer.status?.credential) return answer.status.credential;
+  // The message is the server's text, shown on the terminal of whoever runs kubectl.
+  throw new Error(
+    `exchange token: ${answer.status?.message === undefined ? 'the answer has no credential' : printable(String(answer.status.message))}`,
+  );
+}
+
+/**
+ * A failed request in words: what the HTTPS client says, and for an error answer the message of the Kubernetes
+ * Status it carries (the server's text, so made printable). Exported for whoami.
+ */
+export async function failureOf(err: unknown): Promise<string> {
+  const body = (err as { body?: unknown }).body;
+  // Loaded only on failure: the path that answers from the cache never needs it.
+  const said =
+    typeof body === 'string' ? (await import('../lib/kube/status.ts')).statusMessageOf(body) : undefined;
+  const message = printable((err as Error).message);
+  return said === undefined ? message : `${message}: ${printable(said)}`;
+}
+
+/** Whether something expiring at `expires` (an RFC 3339 time or ms) is still good enough to hand out. */
+export function freshUntil(expires: string | number | undefined, now = Date.now()): boolean {
+  const at = typeof expires === 'number' ? expires : Date.parse(expires ?? '');
+  return at - REFRESH_BEFORE_EXPIRY_MS > now;
+}
+
+/** A cache file's JSON, or undefined when it is missing or unreadable (then it is simply rebuilt). */
+export function readCache<T>(file: string): T | undefined {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as T;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Writes whole then renames: a reader sees the old entry or the new one, never half of one. */
+export function writeCache(file: string, value: unknown): void {
+  const partial = `${file}.${process.pid}.tmp`;
+  writeFileSync(partial, JSON.stringify(value), { mode: 0o600 });
+  renameSync(partial, file);
+}
+
+/** The cache file for a key (hashed: the key may hold a token), its folder created 0700. */
+export function cacheFile(env: NodeJS.ProcessEnv, kind: 'credentials' | 'sessions', key: unknown[]): string {
+  const dir = join(configDir(env), kind);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return join(dir, `${createHash('sha256').update(JSON.stringify(key)).digest('hex')}.json`);
+}
+
+/**
+ * Runs `fn` holding the file's lock, so that concurrent plugin processes do the work once. The lock is refreshed
+ * while held (an interactive login may take minutes) and taken over when its holder died.
+ */
+export async function withFileLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
+  // Loaded here, not at start: a cached credential is read without a lock.
+  const { default: lockfile } = await import('proper-lockfile');
+  const release = await lockfile.lock(file, {
+    realpath: false,
+    lockfilePath: `${file}.lock`,
+    retries: { retries: 600, minTimeout: 50, maxTimeout: 1000 },
+    stale: 15_000,
+  });
+  try {
+    return await fn();
+  } finally {
+    await release();
+  }
+}
+
+const readCached = (file: string): ExecCredential | undefined => {
+  const cached = readCache<ExecCredential>(file);
+  return cached && freshUntil(cached.status.expirationTimestamp) ? cached : undefined;
+};
+
+/**
+ * Where an exchange of `token` goes and where its certificate is cached; undefined when no endpoint is known.
+ * Exported for logout, which removes the cache file.
+ */
+export function exchangeTarget(
+  token: string,
+  flags: ExchangeFlags,
+  env: NodeJS.ProcessEnv,
+): { file: string; endpoint: string; caPem: string | undefined; kind: Kind } | undefined {
+  const info = env['KUBERNETES_EXEC_INFO']
+    ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
+    : undefined;
+  const endpoint = flags.conciergeEndpoint || info?.server;
+  if (!endpoint) return undefined;
+  const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
+  const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
+  const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
+  // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
+  const file = cacheFile(env, 'credentials', [
+    token,
+    kind,
+    flags.authenticatorName,
+    flags.groupSuffix,
+    endpoint,
+  ]);
+  return { file, endpoint, caPem, kind };
+}
+
+/**
+ * The ExecCredential for a token: the token itself (with its expiry, when known, so kubectl asks again in time),
+ * or a client certificate it was exchanged for.
+ */
+export async function credentialFor(
+  token: string,
+  flags: ExchangeFlags,
+  env: NodeJS.ProcessEnv,
+  tokenExpiry?: string,
+): Promise<ExecCredential> {
+  if (!flags.exchange)
+    return {
+      apiVersion: EXEC_API_VERSION,
+      kind: 'ExecCredential',
+      status: { token, ...(tokenExpiry ? { expirationTimestamp: tokenExpiry } : {}) },
+    };
+
+  const target = exchangeTarget(token, flags, env);
+  if (!target)
+    throw new Error('--exchange needs --concierge-endpoint, or provideClusterInfo: true in the kubeconfig');
+  const { file, endpoint, caPem, kind } = target;
+  const fresh = readCached(file);
+  if (fresh) return fresh;
+  return withFileLock(file, async () => {
+    // Another process may have exchanged while this one waited for the lock.
+    const meanwhile = readCached(file);
+    if (meanwhile) return meanwhile;
+    // The key is made here only when needed: its modules cost startup time that a cached credential never pays.
+    const own = flags.proofOfPossession === false ? undefined : await ownKey();
+    const credential = await exchange(
+      endpoint,
+      caPem,
+      token,
+      { kind, name: flags.authenticatorName },
+      flags.groupSuffix,
+      own?.csrPem,
+    );
+    const result: ExecCredential = {
+      apiVersion: EXEC_API_VERSION,
+      kind: 'ExecCredential',
+      status: {
+        clientCertificateData: credential.clientCertificateData,
+        clientKeyData: keyFor(credential, own),
+        expirationTimestamp: credential.expirationTimestamp,
+      },
+    };
+    writeCache(file, result);
+    return result;
+  });
+}
+
+/** A fresh key pair and a CSR for it; the private key stays in this process and the 0600 cache. */
+async function ownKey(): Promise<{ csrPem: string; keyPem: string }> {
+  const { newCSR } = await import('../lib/pki/pki.ts');
+  // The subject is the concierge's to decide (it takes only the key), so the CSR names nobody.
+  return newCSR('sealion-login');
+}
+
+/**
+ * The private key that goes with the issued certificate: ours when we sent a CSR, after checking the certificate
+ * is for our key; the concierge's when it made one (Pinniped's concierge, or a request without a CSR).
+ */
+function keyFor(credential: ClusterCredential, own: { keyPem: string } | undefined): string {
+  const keyPem = credential.clientKeyData || own?.keyPem;
+  if (!keyPem) throw new Error('exchange token: the concierge returned a certificate without its key');
+  let matches = false;
+  try {
+    matches = new X509Certificate(credential.clientCertificateData).checkPrivateKey(createPrivateKey(keyPem));
+  } catch {
+    // An unreadable certificate or key matches nothing.
+  }
+  if (!matches)
+    throw new Error(
+      `exchange token: the concierge returned a certificate for a key other than ${credential.clientKeyData ? 'the one it sent' : 'ours'}`,
+    );
+  // A concierge that ignores the CSR (Pinniped's) made the key itself and sent it over the wire.
+  if (own && credential.clientKeyData)
+    process.stderr.write(
+      'warning: the concierge ignored the CSR and sent a private key with the certificate\n',
+    );
+  return keyPem;
+}
+
+/** What `sealion login static` prints. Exported for tests; `env` stands for process.env, `say` for stderr. */
+export async function staticLogin(
+  flags: StaticLoginFlags,
+  env: NodeJS.ProcessEnv,
+  say: (line: string) => void = () => {},
+): Promise<ExecCredential> {
+  return credentialFor(tokenOf(flags, env, say), flags, env);
+}
