@@ -7,6 +7,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { kubeconfigYaml } from './kubeconfig.ts';
+export { kubeconfigYaml, type KubeconfigUser } from './kubeconfig.ts';
 import {
   issueCert,
   newCA,
@@ -253,37 +255,6 @@ async function waitNodeReady(
     }
     await new Promise((r) => setTimeout(r, 500));
   }
-}
-
-/** Credentials of a kubeconfig user: a client certificate, a bearer token, or both. */
-export interface KubeconfigUser {
-  name: string;
-  certPem?: string;
-  keyPem?: string;
-  token?: string;
-}
-
-/** A one-context kubeconfig with embedded data, as kubectl and client-node read it. */
-export function kubeconfigYaml(name: string, url: string, caPem: string, user: KubeconfigUser): string {
-  const b64 = (s: string): string => Buffer.from(s).toString('base64');
-  return stringify({
-    apiVersion: 'v1',
-    kind: 'Config',
-    clusters: [{ name, cluster: { server: url, 'certificate-authority-data': b64(caPem) } }],
-    users: [
-      {
-        name: user.name,
-        user: {
-          ...(user.token ? { token: user.token } : {}),
-          ...(user.certPem
-            ? { 'client-certificate-data': b64(user.certPem), 'client-key-data': b64(user.keyPem ?? '') }
-            : {}),
-        },
-      },
-    ],
-    contexts: [{ name, context: { cluster: name, user: user.name } }],
-    'current-context': name,
-  });
 }
 
 async function stopProcesses(children: ChildProcess[]): Promise<void> {

@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { stringify } from 'yaml';
 import { issueCert, type CertificateAuthority } from '../lib/pki/pki.ts';
-import { kubeconfigYaml } from './cluster.ts';
+import { kubeconfigYaml } from './kubeconfig.ts';
 import { ensureNodeBinaries, CACHE_DIR, REPO_ROOT, pinnedVersions, type NodeBinaries } from './build.ts';
 import { privatePath, sharedBuild } from './cache.ts';
 import { file, writeImage } from './image.ts';

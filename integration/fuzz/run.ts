@@ -8,7 +8,8 @@
 // control (a well-formed, authenticated request that must succeed) at its start, every CONTROL_EVERY cases and at its
 // end, and a family whose controls never passed, or whose cases never reached what it aims at, fails the run.
 import fc from 'fast-check';
-import { FAMILIES, type Family, type LaneContext } from './families.ts';
+import { FAMILIES } from './families.ts';
+import type { Family, LaneContext } from './family.ts';
 import { FindingError, type Finding, type FindingKind } from './oracle.ts';
 import type { FuzzTarget } from './target.ts';
 import { H2Client } from './wire.ts';

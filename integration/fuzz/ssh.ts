@@ -15,7 +15,7 @@
 // naming the user: an answer from the cluster, through the whole pipeline.
 import { connect } from 'node:net';
 import { approveDevice } from '../../dev/browser.ts';
-import type { Family, LaneContext } from './families.ts';
+import type { Family, LaneContext } from './family.ts';
 import { FindingError, type FindingKind } from './oracle.ts';
 import {
   authPayload,
