@@ -2,9 +2,9 @@
 // or more requests through the proxy's pipeline as the connection's identity (cluster-access.ts), so the target
 // cluster decides, and audit and recording apply; channels per connection are bounded.
 import { finished } from 'node:stream/promises';
-import type { Duplex } from 'node:stream';
 import type { Connection, ServerChannel, Session } from 'ssh2';
 import type { Logger } from '../../lib/log.ts';
+import { join } from '../../lib/streams/join.ts';
 import { newClusterAccess, type ClusterAccess } from './cluster-access.ts';
 import type { ContainerRef, Terminal } from './containers.ts';
 import type { DoorConnection } from './door-connection.ts';
@@ -90,7 +90,8 @@ export function serveSignedIn(
           socket.destroy();
           return void channel.close();
         }
-        bridge(channel, socket);
+        // Bytes both ways, each end passed on as a half-close, a channel or a connection cut short cutting the other.
+        join(channel, socket);
       },
       (err: unknown) => {
         give();
@@ -251,20 +252,4 @@ function runIn(
     },
     (err: unknown) => fail(channel, `sealion: ${(err as Error).message}\r\n`, 1),
   );
-}
-
-/** Bytes both ways between a forward's channel and its reach connection, each end passed on as a half-close. */
-function bridge(channel: Duplex, socket: Duplex): void {
-  channel.pipe(socket);
-  socket.pipe(channel);
-  const destroy = (): void => {
-    channel.destroy();
-    socket.destroy();
-  };
-  channel.once('error', destroy);
-  socket.once('error', destroy);
-  // A channel gone has nobody left to answer. A reach connection that closes is ended on the channel, after what it
-  // sent is written (destroying it at once would drop what the channel still holds), as lib/http2/upgrade.ts does.
-  channel.once('close', () => socket.destroy());
-  socket.once('close', () => channel.end());
 }

@@ -14,10 +14,11 @@ import {
 } from 'node:net';
 import { duplexPair, PassThrough, type Duplex } from 'node:stream';
 import { eventually } from '../../dev/eventually.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { refuseConnection } from '../kube/status.ts';
 import { newMemoryBudget } from './memory-budget.ts';
 import { STREAM_WINDOW_BYTES } from './pool.ts';
-import { forwardUpgrade, LAST_WRITE_MS } from './upgrade.ts';
+import { endAndClose, forwardUpgrade, LAST_WRITE_MS } from './upgrade.ts';
 
 describe('forwardUpgrade', () => {
   it('fails an upgrade whose headers Node refuses only when it writes them, instead of throwing', () => {
@@ -208,6 +209,18 @@ describe('refuseConnection', () => {
     } finally {
       jest.useRealTimers();
     }
+  });
+
+  it('cuts it on the clock it is given', () => {
+    const clock = fakeClock();
+    const [client, server] = duplexPair();
+    endAndClose(server, 'HTTP/1.1 503 Service Unavailable\r\n\r\n', clock);
+    expect(clock.pending()).toEqual([LAST_WRITE_MS]);
+    clock.advance(LAST_WRITE_MS - 1);
+    expect(server.destroyed).toBe(false);
+    clock.advance(1);
+    expect(server.destroyed).toBe(true);
+    client.destroy();
   });
 
   it('closes a connection its client already ended without writing to it', async () => {

@@ -3,13 +3,14 @@
 // only WebSocket upgrades sent with GET and drops every other: SPDY's upgrade is a POST, which kubectl sends for
 // exec, attach and port-forward when WebSockets are off, and older clients always do.
 //
-// The splice is two relays (memory-budget.ts), one each way, so that what a side leaves unread is charged to the
-// user's memory budget as an unread answer is: through a tunnel or a peer link the upstream is an HTTP/2 stream,
-// which holds a stream window for a client that stops reading.
+// The splice is lib/streams/join.ts: two relays (memory-budget.ts), one each way, so that what a side leaves unread is
+// charged to the user's memory budget as an unread answer is (through a tunnel or a peer link the upstream is an
+// HTTP/2 stream, which holds a stream window for a client that stops reading), with the close rules every join has.
 import type { ClientRequest, IncomingMessage } from 'node:http';
 import { finished, type Duplex } from 'node:stream';
-import { relay, type Account } from './memory-budget.ts';
-import type { Clock } from '../clock.ts';
+import { systemClock, type Clock } from '../clock.ts';
+import { join } from '../streams/join.ts';
+import type { Account } from './memory-budget.ts';
 
 /**
  * How long the last bytes Sealion writes to a connection it ends (a refusal's Status) may take to leave before the
@@ -24,15 +25,14 @@ export const LAST_WRITE_MS = 5_000;
  * peer has not ended resets it with NO_ERROR after the answer), or the in-process door's stream pair. `net.Socket`'s
  * destroySoon does the same, on sockets only; a client that reads nothing is cut after LAST_WRITE_MS.
  */
-export function endAndClose(socket: Duplex, last: string | Buffer): void {
+export function endAndClose(socket: Duplex, last: string | Buffer, clock: Clock = systemClock): void {
   if (socket.destroyed) return;
   // Ended already (a client's half-close on a connection that does not allow half-open ones): nothing can be written.
   if (!socket.writable) return void socket.destroy();
-  const timer = setTimeout(() => socket.destroy(), LAST_WRITE_MS);
-  timer.unref();
+  const timer = clock.setTimeout(() => socket.destroy(), LAST_WRITE_MS);
   // Written, failed or closed: whichever comes first ends it, and the error (if any) goes no further than here.
   finished(socket, { readable: false }, () => {
-    clearTimeout(timer);
+    clock.clearTimeout(timer);
     socket.destroy();
   });
   socket.end(last);
@@ -91,12 +91,6 @@ function statusHead(res: IncomingMessage, drop?: RegExp, extra: string[] = []): 
   return `${[...lines, ...extra].join('\r\n')}\r\n\r\n`;
 }
 
-/** Ends `other` when `side` closed after ending both ways, and destroys it when `side` was cut short. */
-function closeAfter(side: Duplex, other: Duplex): void {
-  if (side.readableEnded && side.writableFinished) other.end();
-  else other.destroy();
-}
-
 /** `head` holds the bytes the client sent after its request's headers. */
 export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwardOptions): void {
   let upstreamReq: ClientRequest;
@@ -115,49 +109,15 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
 
   upstreamReq.on('upgrade', (res: IncomingMessage, upstream: Duplex, upstreamHead: Buffer) => {
     answered = true;
+    socket.off('close', abandon);
     const tap = opts.tap?.(res);
     if (tap instanceof Error) {
       upstream.destroy();
-      socket.off('close', abandon);
       if (!socket.destroyed) opts.fail(tap);
       return;
     }
     opts.answered?.(101);
-    socket.off('close', abandon);
-    const destroy = (): void => {
-      socket.destroy();
-      upstream.destroy();
-    };
-    upstream.on('error', destroy);
-    socket.on('error', destroy);
-    // A side that closes once both its ways ended is ended on the other, after what was relayed from it is written:
-    // destroying at once would drop the last bytes, a WebSocket's close frame among them. A side cut short (destroyed
-    // by a deadline, the budget or a recording that stopped; a stream its peer reset) has nothing more to give or
-    // take: the other is cut too, or it would go on holding what it read for a side that is gone, and its place.
-    upstream.on('close', () => closeAfter(upstream, socket));
-    socket.on('close', () => closeAfter(socket, upstream));
-    if (socket.destroyed) return destroy();
-    socket.write(statusHead(res));
-    if (tap) {
-      // Listeners beside the pipes': they see every chunk the pipes move, and pause with them.
-      if (upstreamHead.length > 0) tap.fromServer(upstreamHead);
-      if (head.length > 0) tap.fromClient(head);
-      upstream.on('data', (chunk: Buffer) => tap.fromServer(chunk));
-      socket.on('data', (chunk: Buffer) => tap.fromClient(chunk));
-      let open = 2;
-      const closed = (): void => void (--open === 0 && tap.end());
-      upstream.once('close', closed);
-      socket.once('close', closed);
-    }
-    if (upstreamHead.length > 0) socket.write(upstreamHead);
-    if (head.length > 0) upstream.write(head);
-    const account = opts.account ? { account: opts.account } : {};
-    relay(upstream, socket, {
-      ...account,
-      ...(opts.deadline ? { deadline: opts.deadline } : {}),
-      cut: destroy,
-    });
-    relay(socket, upstream, { ...account, cut: destroy });
+    splice(socket, head, upstream, upstreamHead, statusHead(res), tap, opts);
   });
 
   upstreamReq.on('response', (res: IncomingMessage) => {
@@ -193,4 +153,37 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     upstreamReq.destroy();
     if (!socket.destroyed) opts.fail(err as Error);
   }
+}
+
+/**
+ * Joins the client's connection and the upstream's once the upstream switched protocols: the client is told, each
+ * side is given what the other sent with the request's or the answer's headers, and `tap` sees it all go by.
+ */
+function splice(
+  socket: Duplex,
+  head: Buffer,
+  upstream: Duplex,
+  upstreamHead: Buffer,
+  switched: string,
+  tap: UpgradeTap | undefined,
+  opts: UpgradeForwardOptions,
+): void {
+  if (!socket.destroyed) socket.write(switched);
+  if (tap) {
+    // Listeners beside the relays': they see every chunk the relays move, and pause with them.
+    if (upstreamHead.length > 0) tap.fromServer(upstreamHead);
+    if (head.length > 0) tap.fromClient(head);
+    upstream.on('data', (chunk: Buffer) => tap.fromServer(chunk));
+    socket.on('data', (chunk: Buffer) => tap.fromClient(chunk));
+  }
+  if (upstreamHead.length > 0 && !socket.destroyed) socket.write(upstreamHead);
+  if (head.length > 0) upstream.write(head);
+  // A side that closes once both its ways ended is ended on the other, after what was relayed from it is written:
+  // destroying at once would drop the last bytes, a WebSocket's close frame among them. A side cut short (destroyed by
+  // a deadline, the budget or a recording that stopped; a stream its peer reset) cuts the other too.
+  join(socket, upstream, {
+    ...(opts.account ? { account: opts.account } : {}),
+    ...(opts.deadline ? { deadline: opts.deadline } : {}),
+    ...(tap ? { closed: () => tap.end() } : {}),
+  });
 }

@@ -1,6 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { once } from 'node:events';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { connect, createServer, Socket, type AddressInfo, type Server } from 'node:net';
+import { eventually } from '../../dev/eventually.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import type { CallAnswer } from '../http2/forward.ts';
 import { newLogger } from '../log.ts';
 import {
@@ -10,6 +12,7 @@ import {
   type EndpointSliceObject,
   type PodObject,
   type ReacherDeps,
+  type ReachFacts,
   type ReachReads,
   type ServiceObject,
 } from './dialer.ts';
@@ -391,6 +394,45 @@ describe('connections that end', () => {
     await once(client, 'close');
     expect(reacher.open()).toBe(0);
     server.close();
+  });
+
+  it('closes a connection that carries no byte either way for the idle time, and says what it carried', async () => {
+    const clock = fakeClock();
+    const ended: ReachFacts[] = [];
+    const { client, reacher, close } = await reach(
+      { clock, limits: { idleMs: 60_000 }, ended: (facts) => ended.push(facts) },
+      pod('echo', 'echo'),
+    );
+    const answer = readAll(client);
+    client.write('hello');
+    await eventually(() => expect(reacher.open()).toBe(1));
+    await eventually(() => expect(clock.pending()).toContain(60_000));
+    clock.advance(60_000);
+    expect(await answer).toMatch(/\r\n\r\nhello$/);
+    await eventually(() => expect(ended).toHaveLength(1));
+    expect(ended[0]).toMatchObject({
+      user: 'alice',
+      endpoint: `${POD_IP}:9000`,
+      sent: 5,
+      received: 5,
+      ms: 60_000,
+    });
+    expect(reacher.open()).toBe(0);
+    close();
+  });
+
+  it('refuses with 504 a target that does not accept within the time to connect', async () => {
+    const clock = fakeClock();
+    const { client, close } = await reach(
+      // A socket that is never connected: it neither connects nor fails.
+      { clock, limits: { connectMs: 10_000 }, connect: () => new Socket() },
+      pod('echo', 'echo'),
+    );
+    const answer = readAll(client);
+    await eventually(() => expect(clock.pending()).toContain(10_000));
+    clock.advance(10_000);
+    expect(await answer).toMatch(/^HTTP\/1\.1 504 [^]*did not accept within 10000 ms/);
+    close();
   });
 
   it("compares the API server's addresses as addresses, whatever their spelling", async () => {

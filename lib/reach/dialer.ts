@@ -17,7 +17,7 @@ import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { BlockList, connect as netConnect, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { CallAnswer } from '../http2/forward.ts';
-import { relay, type MemoryBudget } from '../http2/memory-budget.ts';
+import type { MemoryBudget } from '../http2/memory-budget.ts';
 import { fieldsOf } from '../http2/request.ts';
 import { selfSubjectAccessReview, reviewAllowed, type AccessQuestion } from '../kube/access-review.ts';
 import {
@@ -31,6 +31,8 @@ import type { RawReader } from '../kube/kube.ts';
 import { newReviewCache, ReviewUnavailable } from '../kube/review-cache.ts';
 import { refuseConnection, statusMessageOf, type Refusal } from '../kube/status.ts';
 import type { Logger } from '../log.ts';
+import { systemClock, type Clock } from '../clock.ts';
+import { join } from '../streams/join.ts';
 import { describeTarget, parseReach, reachAttributes, REACH_UPGRADE, type ReachTarget } from './target.ts';
 
 /** This cluster's objects a reach connection reads, as the dialer itself; each read throws a Refused when it fails. */
@@ -93,6 +95,8 @@ export interface ReacherDeps {
   connect?: (host: string, port: number) => Socket;
   /** Told what each connection carried once it ends. */
   ended?: (facts: ReachFacts) => void;
+  /** Times kept reads, dials and idle connections. Default: the system's. */
+  clock?: Clock;
   /**
    * Where the bytes a side leaves unread are charged, per user (lib/http2/memory-budget.ts): at the agent, the client's
    * side is a tunnel stream, which holds a stream window for a target that does not read. Default: nowhere.
@@ -160,10 +164,10 @@ const READ_TTL_MS = 1_000;
 const MAX_KEPT_READS = 1_000;
 
 /** `reads`, each answer (or refusal) kept READ_TTL_MS, and reads under way shared. */
-function keptReads(reads: ReachReads): ReachReads {
+function keptReads(reads: ReachReads, clock: Clock): ReachReads {
   const kept = new Map<string, { at: number; answer: Promise<unknown> }>();
   const keep = <T>(key: string, read: () => Promise<T>): Promise<T> => {
-    const now = Date.now();
+    const now = clock.now();
     const found = kept.get(key);
     if (found && now - found.at < READ_TTL_MS) return found.answer as Promise<T>;
     if (kept.size >= MAX_KEPT_READS)
@@ -346,289 +350,37 @@ export function kubeReachReads(reader: RawReader): ReachReads {
 
 export function newReacher(deps: ReacherDeps): Reacher {
   const limits = { ...DEFAULT_REACH_LIMITS, ...deps.limits };
-  const { log } = deps;
-  const connect = deps.connect ?? ((host, port) => netConnect({ host, port, allowHalfOpen: true }));
-  const reviews = newReviewCache();
-  const reads = keptReads(deps.reads);
-  const perUser = new Map<string, number>();
-  const live = new Set<Duplex>();
-  let apiserver: { at: number; addresses: Promise<string[]> } | undefined;
+  const clock = deps.clock ?? systemClock;
+  const reads = keptReads(deps.reads, clock);
+  const authorize = newAuthorizer(deps);
+  const dial = newDial({
+    reads,
+    apiserverAddresses: keptApiserverAddresses(reads, clock),
+    connect: deps.connect ?? ((host, port) => netConnect({ host, port, allowHalfOpen: true })),
+    clock,
+    connectMs: limits.connectMs,
+  });
+  const places = newPlaces(limits);
 
-  /** The addresses of the API server itself: its Service's cluster IPs and its endpoints, read at most every 30 s. */
-  function apiserverAddresses(): Promise<string[]> {
-    if (apiserver && Date.now() - apiserver.at < APISERVER_ADDRESSES_TTL_MS) return apiserver.addresses;
-    const addresses = (async () => {
-      const service = await reads.service('default', 'kubernetes');
-      const slices = await reads.endpointSlices('default', 'kubernetes');
-      const all = [...(service.spec?.clusterIPs ?? [])];
-      for (const slice of slices)
-        for (const endpoint of slice.endpoints ?? []) all.push(...(endpoint.addresses ?? []));
-      return all;
-    })();
-    apiserver = { at: Date.now(), addresses };
-    // A failure is not kept: the next connection asks again.
-    addresses.catch(() => {
-      if (apiserver?.addresses === addresses) apiserver = undefined;
-    });
-    return addresses;
-  }
-
-  /** Whether this cluster lets the user reach `target`, asked as the request's impersonation; the refusal if not. */
-  async function authorize(
-    target: ReachTarget,
-    request: ReachRequest,
-    impersonation: Record<string, string | string[]>,
-  ): Promise<void> {
-    const attributes = reachAttributes(target);
-    const question: AccessQuestion = { ...NOBODY, ...attributes };
-    const scope = createHash('sha256').update(JSON.stringify(impersonation)).digest('base64');
-    const asSelf = reviews.asking('self', (q) => selfReview(q, {}));
-    try {
-      if (deps.checkPolicy) {
-        const requested = requestedImpersonation(request.rawImpersonation);
-        const user = {
-          username: requested?.user ?? '',
-          groups: requested?.groups ?? [],
-          extra: requested?.extra ?? {},
-          ...(requested?.uid ? { uid: requested.uid } : {}),
-        };
-        const usernameOnly = user.groups.length === 0 && Object.keys(user.extra).length === 0 && !user.uid;
-        const policy = await forwardingRefusal(
-          { cluster: '', askSelf: asSelf },
-          attributes,
-          forwardedAs(user, usernameOnly),
-        );
-        if (policy) throw new Refused(policy);
-      }
-      const allowed = await reviews.asking(scope, (q) => selfReview(q, impersonation))(question);
-      if (!allowed)
-        throw refused(
-          403,
-          `${target.kind} "${attributes.name}" is forbidden: User "${String(impersonation['impersonate-user'])}" cannot create resource "${attributes.resource}/${attributes.subresource}" in API group "" in the namespace "${target.namespace}"`,
-        );
-    } catch (err) {
-      if (err instanceof ReviewUnavailable) throw refused(err.status, err.message, 1);
-      if (err instanceof MalformedImpersonationError)
-        throw refused(400, `malformed impersonation headers: ${err.message}`);
-      throw err;
-    }
-  }
-
-  /** A SelfSubjectAccessReview, sent with `headers`: the API server answers for whom they impersonate. */
-  async function selfReview(question: AccessQuestion, headers: OutgoingHttpHeaders): Promise<boolean> {
-    let answer: CallAnswer;
-    try {
-      answer = await deps.review(Buffer.from(JSON.stringify(selfSubjectAccessReview(question))), headers);
-    } catch (err) {
-      throw new ReviewUnavailable(`the API server could not be asked: ${(err as Error).message}`, err);
-    }
-    const message = (): string =>
-      statusMessageOf(answer.body.toString('utf8'))?.slice(0, 300) ?? `HTTP ${answer.status}`;
-    // The impersonation itself was refused: the forwarding identity may not act as this user here.
-    if (answer.status === 403)
-      throw refused(403, `this cluster's policy for Sealion refuses acting as this user: ${message()}`);
-    if (answer.status !== 201 && answer.status !== 200)
-      throw new ReviewUnavailable(`the API server answered a SelfSubjectAccessReview with ${message()}`);
-    try {
-      return reviewAllowed(JSON.parse(answer.body.toString('utf8')));
-    } catch (err) {
-      throw new ReviewUnavailable(
-        'the API server answered a SelfSubjectAccessReview with malformed JSON',
-        err,
-      );
-    }
-  }
-
-  /** A pod's container port by name, or the number given. */
-  function podPort(pod: PodObject, port: number | string): number {
-    if (typeof port === 'number') return port;
-    for (const container of pod.spec?.containers ?? [])
-      for (const p of container.ports ?? [])
-        if (p.name === port && (p.protocol ?? 'TCP') === 'TCP' && p.containerPort) return p.containerPort;
-    throw refused(400, `the pod has no TCP container port named "${port}"`);
-  }
-
-  /** Why a pod's address must not be dialed: not its own, or its node's. */
-  function podAddressProblem(pod: PodObject, ip: string): string | undefined {
-    if (pod.spec?.hostNetwork) return "it uses its node's network, and a node's addresses are never dialed";
-    if (pod.status?.phase !== 'Running') return `it is ${pod.status?.phase ?? 'not running'}`;
-    if (!isOneOf(ip, [...(pod.status?.podIPs ?? []).map((p) => p.ip), pod.status?.podIP]))
-      return `${ip} is not its address`;
-    if (isOneOf(ip, [...(pod.status?.hostIPs ?? []).map((p) => p.ip), pod.status?.hostIP]))
-      return `${ip} is its node's address`;
-    return undefined;
-  }
-
-  /** The addresses to try for `target`, in order. */
-  async function endpoints(target: ReachTarget): Promise<Endpoint[]> {
-    if (target.kind === 'pods') {
-      const pod = await reads.pod(target.namespace, target.name);
-      const ip = pod.status?.podIPs?.[0]?.ip ?? pod.status?.podIP;
-      if (!ip) throw refused(503, `pod ${target.namespace}/${target.name} has no address yet`, 1);
-      const problem = podAddressProblem(pod, ip);
-      if (problem) throw refused(403, `pod ${target.namespace}/${target.name} cannot be reached: ${problem}`);
-      return [{ ip, port: podPort(pod, target.port) }];
-    }
-    const service = await reads.service(target.namespace, target.name);
-    if (service.spec?.type === 'ExternalName')
-      throw refused(
-        403,
-        `service ${target.namespace}/${target.name} is an ExternalName, a host outside the cluster, which is never dialed`,
-      );
-    const port = (service.spec?.ports ?? []).find(
-      (p) =>
-        (p.protocol ?? 'TCP') === 'TCP' &&
-        (typeof target.port === 'number' ? p.port === target.port : p.name === target.port),
-    );
-    if (!port)
-      throw refused(404, `service ${target.namespace}/${target.name} has no TCP port ${target.port}`);
-    const slices = await reads.endpointSlices(target.namespace, target.name);
-    const found: Endpoint[] = [];
-    for (const slice of slices) {
-      if (slice.addressType !== 'IPv4' && slice.addressType !== 'IPv6') continue;
-      const slicePort = (slice.ports ?? []).find(
-        (p) => (p.name ?? '') === (port.name ?? '') && (p.protocol ?? 'TCP') === 'TCP',
-      );
-      if (!slicePort?.port) continue;
-      for (const endpoint of slice.endpoints ?? []) {
-        const ip = endpoint.addresses?.[0];
-        // Ready unless it says otherwise, as kube-proxy reads it; and only a pod's, which is checked before a dial.
-        if (
-          !ip ||
-          endpoint.conditions?.ready === false ||
-          endpoint.targetRef?.kind !== 'Pod' ||
-          !endpoint.targetRef.name
-        )
-          continue;
-        found.push({
-          ip,
-          port: slicePort.port,
-          pod: {
-            name: endpoint.targetRef.name,
-            ...(endpoint.targetRef.uid ? { uid: endpoint.targetRef.uid } : {}),
-          },
-        });
-      }
-    }
-    if (found.length === 0)
-      throw refused(
-        503,
-        `service ${target.namespace}/${target.name} has no ready pod behind port ${target.port}`,
-        1,
-      );
-    // A connection per endpoint in turn, as kube-proxy spreads them: shuffled.
-    for (let i = found.length - 1; i > 0; i--) {
-      const j = Math.floor(Math.random() * (i + 1));
-      [found[i], found[j]] = [found[j]!, found[i]!];
-    }
-    return found.slice(0, MAX_ENDPOINT_TRIES);
-  }
-
-  /** Checks an endpoint and dials it; the connected socket, or why not. */
-  async function dial(target: ReachTarget, endpoint: Endpoint): Promise<Socket> {
-    const problem = addressProblem(endpoint.ip);
-    if (problem) throw refused(403, `${describeTarget(target)}: ${problem}`);
-    if (isOneOf(endpoint.ip, await apiserverAddresses()))
-      throw refused(
-        403,
-        `${describeTarget(target)}: ${endpoint.ip} is the API server's address, which is never dialed`,
-      );
-    if (endpoint.pod) {
-      const pod = await reads.pod(target.namespace, endpoint.pod.name);
-      if (endpoint.pod.uid && pod.metadata?.uid !== endpoint.pod.uid)
-        throw refused(503, `${describeTarget(target)}: the endpoint's pod was replaced`, 1);
-      const bad = podAddressProblem(pod, endpoint.ip);
-      if (bad)
-        throw refused(403, `${describeTarget(target)}: pod ${endpoint.pod.name} cannot be reached: ${bad}`);
-    }
-    return new Promise((done, fail) => {
-      const conn = connect(endpoint.ip, endpoint.port);
-      const timer = setTimeout(() => {
-        conn.destroy();
-        fail(
-          refused(
-            504,
-            `${describeTarget(target)}: ${endpoint.ip}:${endpoint.port} did not accept within ${limits.connectMs} ms`,
-          ),
-        );
-      }, limits.connectMs);
-      conn.once('connect', () => {
-        clearTimeout(timer);
-        done(conn);
-      });
-      conn.once('error', (err: Error & { code?: string }) => {
-        clearTimeout(timer);
-        fail(
-          refused(
-            502,
-            `${describeTarget(target)}: ${endpoint.ip}:${endpoint.port}: ${err.code ?? err.message}`,
-          ),
-        );
-      });
-    });
-  }
-
-  /** Joins the client's connection and the target's, each side's end passed on as a half-close. */
-  function splice(
+  /** Authorized, an address found, dialed: the target's connection and where, or the refusal that ends it. */
+  async function reach(
+    asked: AskedReach,
     socket: Duplex,
-    conn: Socket,
-    head: Buffer,
-    about: { user: string; target: string; tally: ReachTally; started: number },
-  ): void {
-    const { tally } = about;
-    tally.sent += head.length;
-    conn.setNoDelay(true);
-    // Half-closes pass through: the side that ends its writing still reads.
-    (socket as Duplex & { allowHalfOpen: boolean }).allowHalfOpen = true;
-    socket.write(
-      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${REACH_UPGRADE}\r\n\r\n`,
-    );
-    if (head.length > 0) conn.write(head);
-    const idle = setTimeout(() => {
-      socket.destroy();
-      conn.destroy();
-    }, limits.idleMs);
-    idle.unref();
-    const touch = (): void => void idle.refresh();
-    socket.on('data', (chunk: Buffer) => {
-      tally.sent += chunk.length;
-      touch();
-    });
-    conn.on('data', (chunk: Buffer) => {
-      tally.received += chunk.length;
-      touch();
-    });
-    const destroy = (): void => {
-      socket.destroy();
-      conn.destroy();
-    };
-    socket.on('error', destroy);
-    conn.on('error', destroy);
-    let open = 2;
-    const closed = (): void => {
-      if (--open > 0) return;
-      clearTimeout(idle);
-      deps.ended?.({
-        user: about.user,
-        target: about.target,
-        endpoint: tally.endpoint ?? '',
-        sent: tally.sent,
-        received: tally.received,
-        ms: Date.now() - about.started,
-      });
-    };
-    socket.once('close', () => {
-      conn.destroy();
-      closed();
-    });
-    conn.once('close', () => {
-      // What the target sent is written before the client's side closes.
-      socket.end();
-      closed();
-    });
-    const account = deps.budget ? { account: { budget: deps.budget, user: about.user } } : {};
-    relay(conn, socket, { ...account, cut: destroy });
-    relay(socket, conn, { ...account, cut: destroy });
+  ): Promise<{ conn: Socket; endpoint: string } | undefined> {
+    await authorize(asked.target, asked.request, asked.impersonation);
+    let last: Refused | undefined;
+    for (const endpoint of await endpointsOf(reads, asked.target)) {
+      if (socket.destroyed) return undefined;
+      try {
+        return { conn: await dial(asked.target, endpoint), endpoint: `${endpoint.ip}:${endpoint.port}` };
+      } catch (err) {
+        if (!(err instanceof Refused)) throw err;
+        last = err;
+        // A refusal of the address itself is final; a dial that failed tries the next endpoint.
+        if (![502, 503, 504].includes(err.refusal.status)) break;
+      }
+    }
+    throw last ?? refused(503, `${describeTarget(asked.target)} could not be reached`, 1);
   }
 
   return {
@@ -641,28 +393,81 @@ export function newReacher(deps: ReacherDeps): Reacher {
         tally.message = r.message;
         refuseConnection(socket, r);
       };
-      const target = parseReach(request.url);
-      if ('problem' in target) return refuse({ status: 400, message: target.problem });
-      if (request.upgrade.toLowerCase() !== REACH_UPGRADE)
-        return refuse({ status: 400, message: `a reach connection is an upgrade to ${REACH_UPGRADE}` });
-      const impersonation = impersonationOf(request.rawImpersonation);
-      const impersonated = impersonation['impersonate-user'];
-      if (typeof impersonated !== 'string' || impersonated === '')
-        return refuse({ status: 403, message: 'a reach connection must name the one user it is for' });
-      const user = request.holder ?? impersonated;
+      const asked = askedReach(request);
+      if ('status' in asked) return refuse(asked);
+      const full = places.take(asked.user, socket);
+      if (full) return refuse(full);
+      const started = clock.now();
+      reach(asked, socket)
+        .then((reached) => {
+          if (!reached) return;
+          if (socket.destroyed) return void reached.conn.destroy();
+          tally.status = 101;
+          tally.endpoint = reached.endpoint;
+          tally.connected?.();
+          const about = { user: asked.user, target: describeTarget(asked.target), tally, started };
+          spliceReach(socket, reached.conn, head, about, { ...deps, clock, idleMs: limits.idleMs });
+        })
+        .catch((err: unknown) => {
+          if (err instanceof Refused) return refuse(err.refusal);
+          deps.log.error({ err: (err as Error).message }, 'a reach connection failed');
+          refuse({ status: 500, message: 'internal error while reaching the target' });
+        });
+    },
+    open: () => places.open(),
+    close: () => places.close(),
+  };
+}
+
+/** A reach request as read: what it names, for whom, and whose share it takes. */
+interface AskedReach {
+  request: ReachRequest;
+  target: ReachTarget;
+  impersonation: Record<string, string | string[]>;
+  /** Whose share of connections it takes. */
+  user: string;
+}
+
+/** What a reach request asks for, or the refusal of a request that does not say it properly. */
+function askedReach(request: ReachRequest): AskedReach | Refusal {
+  const target = parseReach(request.url);
+  if ('problem' in target) return { status: 400, message: target.problem };
+  if (request.upgrade.toLowerCase() !== REACH_UPGRADE)
+    return { status: 400, message: `a reach connection is an upgrade to ${REACH_UPGRADE}` };
+  const impersonation = impersonationOf(request.rawImpersonation);
+  const impersonated = impersonation['impersonate-user'];
+  if (typeof impersonated !== 'string' || impersonated === '')
+    return { status: 403, message: 'a reach connection must name the one user it is for' };
+  return { request, target, impersonation, user: request.holder ?? impersonated };
+}
+
+/** The connections open, bounded per user and in all. */
+interface Places {
+  /** Counts `socket` as `user`'s until it closes; the refusal when there is no place for it. */
+  take(user: string, socket: Duplex): Refusal | undefined;
+  open(): number;
+  /** Destroys every connection. */
+  close(): void;
+}
+
+function newPlaces(limits: ReachLimits): Places {
+  const perUser = new Map<string, number>();
+  const live = new Set<Duplex>();
+  return {
+    take(user, socket) {
       if (live.size >= limits.total)
-        return refuse({
+        return {
           status: 503,
           message: `${limits.total} reach connections are open here; retry later`,
           retryAfterSeconds: 1,
-        });
+        };
       const held = perUser.get(user) ?? 0;
       if (held >= limits.perUser)
-        return refuse({
+        return {
           status: 429,
           message: `you hold ${limits.perUser} reach connections here, the most one user may`,
           retryAfterSeconds: 1,
-        });
+        };
       perUser.set(user, held + 1);
       live.add(socket);
       socket.once('close', () => {
@@ -671,37 +476,284 @@ export function newReacher(deps: ReacherDeps): Reacher {
         if (n > 0) perUser.set(user, n);
         else perUser.delete(user);
       });
-      const started = Date.now();
-      void (async () => {
-        await authorize(target, request, impersonation);
-        const candidates = await endpoints(target);
-        let last: Refused | undefined;
-        for (const endpoint of candidates) {
-          if (socket.destroyed) return;
-          try {
-            const conn = await dial(target, endpoint);
-            if (socket.destroyed) return void conn.destroy();
-            tally.status = 101;
-            tally.endpoint = `${endpoint.ip}:${endpoint.port}`;
-            tally.connected?.();
-            return splice(socket, conn, head, { user, target: describeTarget(target), tally, started });
-          } catch (err) {
-            if (!(err instanceof Refused)) throw err;
-            last = err;
-            // A refusal of the address itself is final; a dial that failed tries the next endpoint.
-            if (![502, 503, 504].includes(err.refusal.status)) break;
-          }
-        }
-        throw last ?? refused(503, `${describeTarget(target)} could not be reached`, 1);
-      })().catch((err: unknown) => {
-        if (err instanceof Refused) return refuse(err.refusal);
-        log.error({ err: (err as Error).message }, 'a reach connection failed');
-        refuse({ status: 500, message: 'internal error while reaching the target' });
-      });
+      return undefined;
     },
     open: () => live.size,
     close() {
       for (const socket of live) socket.destroy();
     },
   };
+}
+
+/** The addresses of the API server itself: its Service's cluster IPs and its endpoints, read at most every 30 s. */
+function keptApiserverAddresses(reads: ReachReads, clock: Clock): () => Promise<string[]> {
+  let kept: { at: number; addresses: Promise<string[]> } | undefined;
+  return () => {
+    if (kept && clock.now() - kept.at < APISERVER_ADDRESSES_TTL_MS) return kept.addresses;
+    const addresses = (async () => {
+      const service = await reads.service('default', 'kubernetes');
+      const slices = await reads.endpointSlices('default', 'kubernetes');
+      const all = [...(service.spec?.clusterIPs ?? [])];
+      for (const slice of slices)
+        for (const endpoint of slice.endpoints ?? []) all.push(...(endpoint.addresses ?? []));
+      return all;
+    })();
+    kept = { at: clock.now(), addresses };
+    // A failure is not kept: the next connection asks again.
+    addresses.catch(() => {
+      if (kept?.addresses === addresses) kept = undefined;
+    });
+    return addresses;
+  };
+}
+
+type Authorize = (
+  target: ReachTarget,
+  request: ReachRequest,
+  impersonation: Record<string, string | string[]>,
+) => Promise<void>;
+
+/** Whether this cluster lets the user reach a target, asked as the request's impersonation; throws the refusal if not. */
+function newAuthorizer(deps: Pick<ReacherDeps, 'review' | 'checkPolicy'>): Authorize {
+  const reviews = newReviewCache();
+  const askSelf = reviews.asking('self', (q) => selfReview(deps.review, q, {}));
+  return async (target, request, impersonation) => {
+    const attributes = reachAttributes(target);
+    const scope = createHash('sha256').update(JSON.stringify(impersonation)).digest('base64');
+    try {
+      if (deps.checkPolicy) {
+        const policy = await policyRefusal(request, attributes, askSelf);
+        if (policy) throw new Refused(policy);
+      }
+      const question: AccessQuestion = { ...NOBODY, ...attributes };
+      const allowed = await reviews.asking(scope, (q) => selfReview(deps.review, q, impersonation))(question);
+      if (!allowed)
+        throw refused(
+          403,
+          `${target.kind} "${attributes.name}" is forbidden: User "${String(impersonation['impersonate-user'])}" cannot create resource "${attributes.resource}/${attributes.subresource}" in API group "" in the namespace "${target.namespace}"`,
+        );
+    } catch (err) {
+      if (err instanceof ReviewUnavailable) throw refused(err.status, err.message, 1);
+      if (err instanceof MalformedImpersonationError)
+        throw refused(400, `malformed impersonation headers: ${err.message}`);
+      throw err;
+    }
+  };
+}
+
+/** Whether this cluster's forwarding policy lets the forwarding identity act for the request's user here at all. */
+function policyRefusal(
+  request: ReachRequest,
+  attributes: ReturnType<typeof reachAttributes>,
+  askSelf: (question: AccessQuestion) => Promise<boolean>,
+): Promise<Refusal | undefined> {
+  const requested = requestedImpersonation(request.rawImpersonation);
+  const user = {
+    username: requested?.user ?? '',
+    groups: requested?.groups ?? [],
+    extra: requested?.extra ?? {},
+    ...(requested?.uid ? { uid: requested.uid } : {}),
+  };
+  const usernameOnly = user.groups.length === 0 && Object.keys(user.extra).length === 0 && !user.uid;
+  return forwardingRefusal({ cluster: '', askSelf }, attributes, forwardedAs(user, usernameOnly));
+}
+
+/** A SelfSubjectAccessReview, sent with `headers`: the API server answers for whom they impersonate. */
+async function selfReview(
+  review: ReachReview,
+  question: AccessQuestion,
+  headers: OutgoingHttpHeaders,
+): Promise<boolean> {
+  let answer: CallAnswer;
+  try {
+    answer = await review(Buffer.from(JSON.stringify(selfSubjectAccessReview(question))), headers);
+  } catch (err) {
+    throw new ReviewUnavailable(`the API server could not be asked: ${(err as Error).message}`, err);
+  }
+  const message = (): string =>
+    statusMessageOf(answer.body.toString('utf8'))?.slice(0, 300) ?? `HTTP ${answer.status}`;
+  // The impersonation itself was refused: the forwarding identity may not act as this user here.
+  if (answer.status === 403)
+    throw refused(403, `this cluster's policy for Sealion refuses acting as this user: ${message()}`);
+  if (answer.status !== 201 && answer.status !== 200)
+    throw new ReviewUnavailable(`the API server answered a SelfSubjectAccessReview with ${message()}`);
+  try {
+    return reviewAllowed(JSON.parse(answer.body.toString('utf8')));
+  } catch (err) {
+    throw new ReviewUnavailable('the API server answered a SelfSubjectAccessReview with malformed JSON', err);
+  }
+}
+
+/** A pod's container port by name, or the number given. */
+function podPort(pod: PodObject, port: number | string): number {
+  if (typeof port === 'number') return port;
+  for (const container of pod.spec?.containers ?? [])
+    for (const p of container.ports ?? [])
+      if (p.name === port && (p.protocol ?? 'TCP') === 'TCP' && p.containerPort) return p.containerPort;
+  throw refused(400, `the pod has no TCP container port named "${port}"`);
+}
+
+/** Why a pod's address must not be dialed: not its own, or its node's. */
+function podAddressProblem(pod: PodObject, ip: string): string | undefined {
+  if (pod.spec?.hostNetwork) return "it uses its node's network, and a node's addresses are never dialed";
+  if (pod.status?.phase !== 'Running') return `it is ${pod.status?.phase ?? 'not running'}`;
+  if (!isOneOf(ip, [...(pod.status?.podIPs ?? []).map((p) => p.ip), pod.status?.podIP]))
+    return `${ip} is not its address`;
+  if (isOneOf(ip, [...(pod.status?.hostIPs ?? []).map((p) => p.ip), pod.status?.hostIP]))
+    return `${ip} is its node's address`;
+  return undefined;
+}
+
+/** The addresses to try for `target`, in order. */
+async function endpointsOf(reads: ReachReads, target: ReachTarget): Promise<Endpoint[]> {
+  if (target.kind === 'pods') {
+    const pod = await reads.pod(target.namespace, target.name);
+    const ip = pod.status?.podIPs?.[0]?.ip ?? pod.status?.podIP;
+    if (!ip) throw refused(503, `pod ${target.namespace}/${target.name} has no address yet`, 1);
+    const problem = podAddressProblem(pod, ip);
+    if (problem) throw refused(403, `pod ${target.namespace}/${target.name} cannot be reached: ${problem}`);
+    return [{ ip, port: podPort(pod, target.port) }];
+  }
+  const service = await reads.service(target.namespace, target.name);
+  if (service.spec?.type === 'ExternalName')
+    throw refused(
+      403,
+      `service ${target.namespace}/${target.name} is an ExternalName, a host outside the cluster, which is never dialed`,
+    );
+  const port = (service.spec?.ports ?? []).find(
+    (p) =>
+      (p.protocol ?? 'TCP') === 'TCP' &&
+      (typeof target.port === 'number' ? p.port === target.port : p.name === target.port),
+  );
+  if (!port) throw refused(404, `service ${target.namespace}/${target.name} has no TCP port ${target.port}`);
+  const found = readyPodEndpoints(await reads.endpointSlices(target.namespace, target.name), port.name ?? '');
+  if (found.length === 0)
+    throw refused(
+      503,
+      `service ${target.namespace}/${target.name} has no ready pod behind port ${target.port}`,
+      1,
+    );
+  // A connection per endpoint in turn, as kube-proxy spreads them: shuffled.
+  for (let i = found.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [found[i], found[j]] = [found[j]!, found[i]!];
+  }
+  return found.slice(0, MAX_ENDPOINT_TRIES);
+}
+
+/** The endpoints of a Service's port named `portName` that are ready and a pod's, as kube-proxy reads them. */
+function readyPodEndpoints(slices: EndpointSliceObject[], portName: string): Endpoint[] {
+  const found: Endpoint[] = [];
+  for (const slice of slices) {
+    if (slice.addressType !== 'IPv4' && slice.addressType !== 'IPv6') continue;
+    const slicePort = (slice.ports ?? []).find(
+      (p) => (p.name ?? '') === portName && (p.protocol ?? 'TCP') === 'TCP',
+    );
+    if (!slicePort?.port) continue;
+    for (const endpoint of slice.endpoints ?? []) {
+      const ip = endpoint.addresses?.[0];
+      // Ready unless it says otherwise, as kube-proxy reads it; and only a pod's, which is checked before a dial.
+      if (
+        !ip ||
+        endpoint.conditions?.ready === false ||
+        endpoint.targetRef?.kind !== 'Pod' ||
+        !endpoint.targetRef.name
+      )
+        continue;
+      const { name, uid } = endpoint.targetRef;
+      found.push({ ip, port: slicePort.port, pod: { name, ...(uid ? { uid } : {}) } });
+    }
+  }
+  return found;
+}
+
+interface DialDeps {
+  reads: ReachReads;
+  apiserverAddresses: () => Promise<string[]>;
+  connect: (host: string, port: number) => Socket;
+  clock: Clock;
+  connectMs: number;
+}
+
+type Dial = (target: ReachTarget, endpoint: Endpoint) => Promise<Socket>;
+
+/** Checks an endpoint and dials it: the connected socket, or why not. */
+function newDial(deps: DialDeps): Dial {
+  return async (target, endpoint) => {
+    const problem = addressProblem(endpoint.ip);
+    if (problem) throw refused(403, `${describeTarget(target)}: ${problem}`);
+    if (isOneOf(endpoint.ip, await deps.apiserverAddresses()))
+      throw refused(
+        403,
+        `${describeTarget(target)}: ${endpoint.ip} is the API server's address, which is never dialed`,
+      );
+    if (endpoint.pod) {
+      const pod = await deps.reads.pod(target.namespace, endpoint.pod.name);
+      if (endpoint.pod.uid && pod.metadata?.uid !== endpoint.pod.uid)
+        throw refused(503, `${describeTarget(target)}: the endpoint's pod was replaced`, 1);
+      const bad = podAddressProblem(pod, endpoint.ip);
+      if (bad)
+        throw refused(403, `${describeTarget(target)}: pod ${endpoint.pod.name} cannot be reached: ${bad}`);
+    }
+    return connectWithin(deps, `${describeTarget(target)}: ${endpoint.ip}:${endpoint.port}`, endpoint);
+  };
+}
+
+/** Connects to `endpoint` within `connectMs`; the refusal (504 late, 502 failed) names it as `named`. */
+function connectWithin(
+  { connect, clock, connectMs }: DialDeps,
+  named: string,
+  endpoint: Endpoint,
+): Promise<Socket> {
+  return new Promise((done, fail) => {
+    const conn = connect(endpoint.ip, endpoint.port);
+    const timer = clock.setTimeout(() => {
+      conn.destroy();
+      fail(refused(504, `${named} did not accept within ${connectMs} ms`));
+    }, connectMs);
+    conn.once('connect', () => {
+      clock.clearTimeout(timer);
+      done(conn);
+    });
+    conn.once('error', (err: Error & { code?: string }) => {
+      clock.clearTimeout(timer);
+      fail(refused(502, `${named}: ${err.code ?? err.message}`));
+    });
+  });
+}
+
+/**
+ * Joins the client's connection and the target's (lib/streams/join.ts): each side's end passed on as a half-close,
+ * the bytes counted on the tally, what a side leaves unread charged to the user, an idle connection closed.
+ */
+function spliceReach(
+  socket: Duplex,
+  conn: Socket,
+  head: Buffer,
+  about: { user: string; target: string; tally: ReachTally; started: number },
+  deps: Pick<ReacherDeps, 'budget' | 'ended'> & { clock: Clock; idleMs: number },
+): void {
+  const { tally, user } = about;
+  tally.sent += head.length;
+  conn.setNoDelay(true);
+  // Half-closes pass through: the side that ends its writing still reads.
+  (socket as Duplex & { allowHalfOpen: boolean }).allowHalfOpen = true;
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${REACH_UPGRADE}\r\n\r\n`,
+  );
+  if (head.length > 0) conn.write(head);
+  join(socket, conn, {
+    ...(deps.budget ? { account: { budget: deps.budget, user } } : {}),
+    idle: { ms: deps.idleMs, clock: deps.clock },
+    counts: tally,
+    closed: () =>
+      deps.ended?.({
+        user,
+        target: about.target,
+        endpoint: tally.endpoint ?? '',
+        sent: tally.sent,
+        received: tally.received,
+        ms: deps.clock.now() - about.started,
+      }),
+  });
 }
