@@ -114,30 +114,7 @@ export function newH2Pool(
         session.close();
       }
     });
-    // Every PING_INTERVAL_MS while the session lasts (an unreferenced timer, as the session is while idle).
-    let pinger: unknown;
-    const pingLater = (): void => void (pinger = clock.setTimeout(pingIfBusy, PING_INTERVAL_MS));
-    const pingIfBusy = (): void => {
-      pingLater();
-      if (c.active === 0 || session.destroyed) return;
-      const deadline = clock.setTimeout(
-        () => {
-          retire();
-          session.destroy(new Error('the API server stopped answering HTTP/2 pings'));
-        },
-        PING_TIMEOUT_MS,
-        { keepAlive: true },
-      );
-      session.ping((err) => {
-        clock.clearTimeout(deadline);
-        if (err && !session.destroyed) {
-          retire();
-          session.destroy(err);
-        }
-      });
-    };
-    pingLater();
-    session.once('close', () => clock.clearTimeout(pinger));
+    pingWhileBusy(c, retire, clock);
     session.unref();
     return c;
   }
@@ -163,4 +140,36 @@ export function newH2Pool(
       connections.clear();
     },
   };
+}
+
+/**
+ * Pings `c` every PING_INTERVAL_MS while it carries streams, and drops it (`retire`, then destroyed) when a ping goes
+ * unanswered for PING_TIMEOUT_MS. The interval's timer keeps no process alive, as an idle session does not; a
+ * ping's deadline does, as the streams waiting on it do.
+ */
+function pingWhileBusy(c: Connection, retire: () => void, clock: Clock): void {
+  const { session } = c;
+  let pinger: unknown;
+  const pingLater = (): void => void (pinger = clock.setTimeout(pingIfBusy, PING_INTERVAL_MS));
+  const pingIfBusy = (): void => {
+    pingLater();
+    if (c.active === 0 || session.destroyed) return;
+    const deadline = clock.setTimeout(
+      () => {
+        retire();
+        session.destroy(new Error('the API server stopped answering HTTP/2 pings'));
+      },
+      PING_TIMEOUT_MS,
+      { keepAlive: true },
+    );
+    session.ping((err) => {
+      clock.clearTimeout(deadline);
+      if (err && !session.destroyed) {
+        retire();
+        session.destroy(err);
+      }
+    });
+  };
+  pingLater();
+  session.once('close', () => clock.clearTimeout(pinger));
 }
