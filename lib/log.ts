@@ -46,6 +46,14 @@ export interface LogOptions {
 
 /** Buffered logs: bytes gathered before a write. */
 const BATCH_BYTES = 4096;
+/**
+ * Buffered logs: the most one write takes. The destination appends each line to the last string it holds and measures
+ * that string's bytes anew every time, so what one line costs grows with what waits beside it: at its default
+ * (16 KiB) a proxy's request line cost about 7 µs of CPU, at a batch and a line more about 4.5 µs (3.5 µs with no
+ * file at all). Under load a write then carries one batch rather than four: a system call per 4 KiB of lines, a
+ * fraction of a microsecond per line.
+ */
+const MAX_WRITE_BYTES = BATCH_BYTES + 1024;
 /** Buffered logs: the longest a line waits for its batch. */
 const FLUSH_INTERVAL_MS = 100;
 
@@ -58,6 +66,7 @@ export function newLogger(opts: LogOptions = {}): Logger {
             dest: opts.file ?? opts.fd ?? 1,
             sync: false,
             minLength: BATCH_BYTES,
+            maxWrite: MAX_WRITE_BYTES,
             periodicFlush: FLUSH_INTERVAL_MS,
           })
         : undefined),

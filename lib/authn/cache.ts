@@ -87,8 +87,12 @@ export class AuthenticatorCache {
   private webhooks: Entry[] = [];
   /** The loaded authenticators' trust digests by uid: asked on every request a bound certificate makes. */
   private bindings = new Map<string, string>();
-  /** Answers that carry reusableUntil, each kept until then. Emptied whenever an authenticator changes. */
-  private readonly reused = new LRUCache<string, Reused>({ max: REUSED_ANSWERS });
+  /**
+   * Answers that carry reusableUntil, each kept until then. Emptied whenever an authenticator changes. Their age is
+   * read from the clock at every lookup (ttlResolution 0): by default the cache keeps the time it read for a
+   * millisecond and arms a timer to forget it, which at one request at a time is a timer for every request.
+   */
+  private readonly reused = new LRUCache<string, Reused>({ max: REUSED_ANSWERS, ttlResolution: 0 });
   /** Bumped by every change, so an answer from before a change is never remembered after it. */
   private generation = 0;
 

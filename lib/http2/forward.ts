@@ -11,6 +11,7 @@ import {
   type IncomingHttpHeaders,
   type OutgoingHttpHeaders,
 } from 'node:http2';
+import { systemClock, type Clock } from '../clock.ts';
 import { H2Response, type Request, type Response } from './request.ts';
 import { endToEnd } from './hop-by-hop.ts';
 import { relay, type RelayOptions } from './memory-budget.ts';
@@ -50,6 +51,8 @@ export interface Http2ForwardOptions {
    * body, which sees each chunk as it is relayed (and never holds it up).
    */
   onAnswer?(status: number, headers: IncomingHttpHeaders): AnswerObserver | undefined;
+  /** Times how long an HTTP/1.1 client's unread body is drained (DISCARD_BODY_MS). Default: systemClock. */
+  clock?: Clock;
 }
 
 /** Sees an answer's body go by. */
@@ -106,7 +109,7 @@ export function forwardOverHttp2(
   // relayed above). Either way nothing takes the rest of the body. 'aborted' comes at once, before the pipe writes
   // into the closed stream again, but only while the stream's end is not written; 'close' comes after the answer.
   // Without a body (every GET, every watch) there is nothing to stop, and no listener for it.
-  const stopSending = body ? bodyStopper(req, res, stream) : undefined;
+  const stopSending = body ? bodyStopper(req, res, stream, opts.clock ?? systemClock) : undefined;
   if (stopSending) stream.on('aborted', stopSending);
   stream.on('close', () => {
     if (!answered) failed(new Error(`the upstream closed the stream (HTTP/2 code ${stream.rstCode})`));
@@ -129,12 +132,12 @@ export function forwardOverHttp2(
  * Stops sending the rest of the body once (stopBody), unless it has all gone. Made apart from forwardOverHttp2's
  * listeners, which would otherwise keep the request (its headers, raw and parsed) for as long as the answer lasts.
  */
-function bodyStopper(req: Request, res: Response, upstream: ClientHttp2Stream): () => void {
+function bodyStopper(req: Request, res: Response, upstream: ClientHttp2Stream, clock: Clock): () => void {
   let stopped = false;
   return () => {
     if (stopped || requestEnded(req)) return;
     stopped = true;
-    stopBody(req, res, upstream);
+    stopBody(req, res, upstream, clock);
   };
 }
 
@@ -145,9 +148,9 @@ const requestEnded = (req: Request): boolean => ('stream' in req ? req.stream.re
  * is on the way (stopping sooner would cut the answer short); over HTTP/1.1 the rest is read and dropped (see
  * DISCARD_BODY_MS).
  */
-function stopBody(req: Request, res: Response, upstream: ClientHttp2Stream): void {
+function stopBody(req: Request, res: Response, upstream: ClientHttp2Stream, clock: Clock): void {
   req.unpipe(upstream);
-  if (!(res instanceof H2Response)) return discardRest(req as IncomingMessage);
+  if (!(res instanceof H2Response)) return discardRest(req as IncomingMessage, clock);
   // The relay ends the response at the answer's 'end', which comes before this listener's.
   const refuse = (): void => void setImmediate(() => res.refuseRestOfRequest());
   if (upstream.readableEnded) refuse();
@@ -155,9 +158,10 @@ function stopBody(req: Request, res: Response, upstream: ClientHttp2Stream): voi
 }
 
 /** Reads and drops what is left of an HTTP/1.1 request's body, for DISCARD_BODY_MS at most. */
-function discardRest(req: IncomingMessage): void {
-  const timer = setTimeout(() => req.socket.destroy(), DISCARD_BODY_MS);
-  const stop = (): void => clearTimeout(timer);
+function discardRest(req: IncomingMessage, clock: Clock): void {
+  // Kept alive, as the connection it drains is.
+  const timer = clock.setTimeout(() => req.socket.destroy(), DISCARD_BODY_MS, { keepAlive: true });
+  const stop = (): void => clock.clearTimeout(timer);
   req.once('end', stop);
   req.once('close', stop);
   req.resume();
@@ -180,6 +184,14 @@ export class CallFailed extends Error {
   }
 }
 
+/** The bounds of one call (callOverHttp2). */
+export interface CallLimits {
+  timeoutMs: number;
+  maxBytes: number;
+  /** Times `timeoutMs`. Default: systemClock. */
+  clock?: Clock;
+}
+
 /**
  * Sends one small request of the process's own (a SubjectAccessReview, say) on a stream `open` gives, and reads its
  * whole answer. Bounded both ways: the answer may be at most `maxBytes`, and all of it must come within `timeoutMs`.
@@ -188,8 +200,9 @@ export function callOverHttp2(
   open: (headers: OutgoingHttpHeaders, endStream: boolean) => ClientHttp2Stream,
   headers: OutgoingHttpHeaders,
   body: Buffer | undefined,
-  opts: { timeoutMs: number; maxBytes: number },
+  opts: CallLimits,
 ): Promise<CallAnswer> {
+  const clock = opts.clock ?? systemClock;
   return new Promise((done, fail) => {
     let stream: ClientHttp2Stream;
     try {
@@ -200,12 +213,17 @@ export function callOverHttp2(
     let status = 0;
     let size = 0;
     const chunks: Buffer[] = [];
-    const timer = setTimeout(() => {
-      stream.close(constants.NGHTTP2_CANCEL);
-      fail(new CallFailed(`no answer within ${opts.timeoutMs} ms`));
-    }, opts.timeoutMs);
+    // Kept alive: a caller awaits the answer.
+    const timer = clock.setTimeout(
+      () => {
+        stream.close(constants.NGHTTP2_CANCEL);
+        fail(new CallFailed(`no answer within ${opts.timeoutMs} ms`));
+      },
+      opts.timeoutMs,
+      { keepAlive: true },
+    );
     const settle = (err?: Error): void => {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       if (err) fail(err);
       else done({ status, body: Buffer.concat(chunks) });
     };

@@ -15,6 +15,7 @@ import {
   type Settings,
 } from 'node:http2';
 import { isIP } from 'node:net';
+import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from './hop-by-hop.ts';
 
 /**
@@ -60,7 +61,16 @@ export interface H2Pool {
   close(): void;
 }
 
-export function newH2Pool(origin: string, options: SecureClientSessionOptions): H2Pool {
+export interface H2PoolOptions {
+  /** Times the pings of busy connections and their deadlines. Default: systemClock. */
+  clock?: Clock;
+}
+
+export function newH2Pool(
+  origin: string,
+  options: SecureClientSessionOptions,
+  { clock = systemClock }: H2PoolOptions = {},
+): H2Pool {
   const connections = new Set<Connection>();
   // The name the server's certificate is checked against, unless the origin is an address (TLS sends no address as
   // a server name).
@@ -104,22 +114,7 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
         session.close();
       }
     });
-    const pinger = setInterval(() => {
-      if (c.active === 0 || session.destroyed) return;
-      const deadline = setTimeout(() => {
-        retire();
-        session.destroy(new Error('the API server stopped answering HTTP/2 pings'));
-      }, PING_TIMEOUT_MS);
-      session.ping((err) => {
-        clearTimeout(deadline);
-        if (err && !session.destroyed) {
-          retire();
-          session.destroy(err);
-        }
-      });
-    }, PING_INTERVAL_MS);
-    pinger.unref();
-    session.once('close', () => clearInterval(pinger));
+    pingWhileBusy(c, retire, clock);
     session.unref();
     return c;
   }
@@ -145,4 +140,36 @@ export function newH2Pool(origin: string, options: SecureClientSessionOptions): 
       connections.clear();
     },
   };
+}
+
+/**
+ * Pings `c` every PING_INTERVAL_MS while it carries streams, and drops it (`retire`, then destroyed) when a ping goes
+ * unanswered for PING_TIMEOUT_MS. The interval's timer keeps no process alive, as an idle session does not; a
+ * ping's deadline does, as the streams waiting on it do.
+ */
+function pingWhileBusy(c: Connection, retire: () => void, clock: Clock): void {
+  const { session } = c;
+  let pinger: unknown;
+  const pingLater = (): void => void (pinger = clock.setTimeout(pingIfBusy, PING_INTERVAL_MS));
+  const pingIfBusy = (): void => {
+    pingLater();
+    if (c.active === 0 || session.destroyed) return;
+    const deadline = clock.setTimeout(
+      () => {
+        retire();
+        session.destroy(new Error('the API server stopped answering HTTP/2 pings'));
+      },
+      PING_TIMEOUT_MS,
+      { keepAlive: true },
+    );
+    session.ping((err) => {
+      clock.clearTimeout(deadline);
+      if (err && !session.destroyed) {
+        retire();
+        session.destroy(err);
+      }
+    });
+  };
+  pingLater();
+  session.once('close', () => clock.clearTimeout(pinger));
 }
