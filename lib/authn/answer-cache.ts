@@ -32,7 +32,8 @@ export class AnswerCache implements TokenAuthenticator {
   constructor(ask: (token: string) => Promise<AuthResult>, opts: AnswerCacheOptions) {
     this.ask = ask;
     this.opts = opts;
-    this.cache = new LRUCache({ max: opts.entries });
+    // ttlResolution 0: the age is read at each lookup, where lru-cache would arm a timer to forget a time it read.
+    this.cache = new LRUCache({ max: opts.entries, ttlResolution: 0 });
     this.limit = new ConcurrencyLimit(opts.limit);
   }
 
