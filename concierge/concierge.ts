@@ -21,16 +21,26 @@ import {
   newStatusApplier,
   newReviewer,
   readClusterCustomObject,
+  type KubeClients,
   type KubeconfigSource,
+  type KubeInformers,
+  type Reviewer,
 } from '../lib/kube/kube.ts';
-import { newLifecycle } from '../lib/lifecycle.ts';
+import { newLifecycle, type OnStop } from '../lib/lifecycle.ts';
+import { newListenerSwitch, type ListenerSwitch } from '../lib/listener-switch.ts';
+import type { Controller, ControllerEntry } from '../lib/controller/controller.ts';
 import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
-import { newControllerManager } from '../lib/controller/manager.ts';
+import { newControllerManager, type ControllerManager } from '../lib/controller/manager.ts';
 import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
 import { TUNNEL_HOSTS, TUNNEL_HOSTS_KEY } from '../controllers/tunnel-hosts.ts';
-import { conciergeControllers, newAuthenticators, type ConciergeControllerOptions } from './controllers.ts';
+import {
+  conciergeControllers,
+  newAuthenticators,
+  type Authenticators,
+  type ConciergeControllerOptions,
+} from './controllers.ts';
 import { newRequestAuthenticator } from './proxy/authenticate.ts';
 import { newClientCertSigner } from './proxy/credentials.ts';
 import { newDirectAPIHandler } from './direct/handler.ts';
@@ -38,21 +48,33 @@ import { newClusterCertSigner } from './direct/signer.ts';
 import type { RequestHeaderConfig } from '../lib/kube/request-header.ts';
 import type { DirectServingMaterial } from '../controllers/direct-login.ts';
 import { rawStatusResponse } from '../lib/kube/status.ts';
-import { newClusterCertificateIssuer } from '../lib/kube/cluster-certificates.ts';
-import { newHubRoute } from './proxy/hub-route.ts';
+import {
+  newClusterCertificateIssuer,
+  type ClusterCertificateIssuer,
+} from '../lib/kube/cluster-certificates.ts';
+import { newHubRoute, type HubRoute, type Upstream } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
-import { kubeReachReads, newReacher, SELF_REVIEW_PATH } from '../lib/reach/dialer.ts';
-import { startAudit, type AuditOptions } from './audit/setup.ts';
-import type { Auditor } from './audit/audit.ts';
-import { newRecordings, sharedRecordings, type RecordingOptions } from './recording/session.ts';
+import { kubeReachReads, newReacher, SELF_REVIEW_PATH, type Reacher } from '../lib/reach/dialer.ts';
+import { startAudit, type AuditOptions, type RunningAudit } from './audit/setup.ts';
+import {
+  newRecordings,
+  sharedRecordings,
+  type RecordingOptions,
+  type Recordings,
+} from './recording/session.ts';
 import { newRecordingUploader, type RecordingUploader } from './recording/upload.ts';
 import { newWebhookClient } from './audit/sinks.ts';
-import { newMemoryBudget, CONCIERGE_UNREAD_BYTES, USER_UNREAD_BYTES } from '../lib/http2/memory-budget.ts';
+import {
+  newMemoryBudget,
+  CONCIERGE_UNREAD_BYTES,
+  USER_UNREAD_BYTES,
+  type MemoryBudget,
+} from '../lib/http2/memory-budget.ts';
 import { collectDefaultMetrics } from 'prom-client';
 import { newProxyMetrics, unreadBytesGauge, type ProxyMetrics } from './proxy/metrics.ts';
 import { newProxyServer, type ProxyServer, type ProxyTLS } from './proxy/server.ts';
-import { watchTLSFiles, type TLSFiles } from './tls-files.ts';
+import { loadTLSFiles, type TLSFiles } from './tls-files.ts';
 import { PEER_CERT_RENEW_MS, startPeering, type Peering } from './peering/peering.ts';
 import {
   newClusterStatus,
@@ -66,7 +88,7 @@ import type { RateLimitOptions } from './tunnel/rate-limit.ts';
 /** How often strangers may ask the tunnel listener to register an agent. */
 export type RegistrationLimits = RateLimitOptions;
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
-import { newInProcessDoor } from './ssh/in-process.ts';
+import { newInProcessDoor, type InProcessDoor } from './ssh/in-process.ts';
 import { newSshServer, type SshServer, type SshServerOptions, type SshSettings } from './ssh/server.ts';
 import { BINDING_SELECTORS, newKeyBindings, type BindingSecret } from './ssh/bindings.ts';
 import type { SshMaterial } from '../controllers/ssh-door.ts';
@@ -167,56 +189,141 @@ export function newConcierge(opts: ConciergeOptions): Concierge {
   return newLifecycle('concierge', opts.log, (onStop) => start(opts, onStop));
 }
 
+/** What every step of the start shares: the options, the process's clients and clock, and where stops go. */
+interface Base {
+  opts: ConciergeOptions;
+  log: Logger;
+  clock: Clock;
+  groups: ReturnType<typeof apiGroups>;
+  clients: KubeClients;
+  /** Collects how to stop each part as soon as it runs; stops run in the reverse order. */
+  onStop: OnStop;
+}
+
+/**
+ * What the proxy's handler reaches only when requests come, set by the parts made after it: declared before the
+ * listener starts, so that a request for /clusters/<name>/… that comes while the rest starts gets the handler's 503
+ * (not connected), not a ReferenceError.
+ */
+interface Late {
+  tunnels?: TunnelListener;
+  peering?: Peering;
+  signer?: CertificateAuthority;
+  serving: boolean;
+}
+
+/** The parts the proxy's pipeline, the other listeners and the controllers share. */
+interface Shared {
+  /** The process's informers, each made once and shared by all who read its collection. */
+  informers: KubeInformers;
+  authenticators: Authenticators;
+  reviewer: Reviewer;
+  metrics: ProxyMetrics;
+  /**
+   * One budget for every answer and upgraded connection this replica relays: from its API server, its tunnels, its
+   * peers and the reach connections it dials.
+   */
+  budget: MemoryBudget;
+  audit?: RunningAudit | undefined;
+  recordings?: Recordings | undefined;
+}
+
 /** Starts the parts in order; `onStop` collects how to stop each one as soon as it runs. */
-async function start(
-  opts: ConciergeOptions,
-  onStop: (step: () => unknown) => void,
-): Promise<ConciergeEndpoints> {
-  const { log, namespace } = opts;
+async function start(opts: ConciergeOptions, onStop: OnStop): Promise<ConciergeEndpoints> {
+  checkOptions(opts);
   const clock = opts.clock ?? systemClock;
-  const groups = apiGroups(opts.groupSuffix);
-  if (!opts.tlsFiles && !namespace) throw new Error('the controllers need the concierge namespace');
-  if (opts.tunnel && !namespace)
-    throw new Error('the tunnel listener needs the concierge namespace for its CA');
   const clients = newKubeClients(opts.kubeconfig);
-  const forwarding = await forwardingUpstream(clients, opts.forwardAs, namespace, clock, log);
-  onStop(() => forwarding.stop());
+  const base: Base = { opts, log: opts.log, clock, groups: apiGroups(opts.groupSuffix), clients, onStop };
+  // The first forwarding token is in hand before anything forwards; its renewals are a controller's, below.
+  const forwarding = await forwardingUpstream(clients, opts.forwardAs, opts.namespace, clock, opts.log);
+  const election = opts.tlsFiles ? undefined : startElection(base);
+  const shared = await sharedParts(base);
+  const late: Late = { serving: false };
+  const proxy = await impersonationProxy(base, shared, forwarding.upstream, late);
+  const direct =
+    opts.aggregatedApi && election ? await directAPI(base, shared, opts.aggregatedApi) : undefined;
+  // The controllers (concierge/controllers.ts), registered with one manager once the parts they drive run, and
+  // started before the proxy takes a request (the authenticators' cache is filled first). It stops after the tunnel
+  // parts below, whose Cluster status facts its controllers withdraw.
+  const manager = newControllerManager({
+    ...(election ? { election } : {}),
+    clock,
+    registry: shared.metrics.registry,
+    log: opts.log.child({ component: 'controllers' }),
+  });
+  onStop(() => manager.stop());
+  const ssh = election && opts.ssh ? sshDoor(base, shared, proxy.door, opts.ssh) : undefined;
+  const tunnelParts = opts.tunnel ? await tunnelStatus(base, shared, late, manager) : undefined;
+  await startControllers(base, shared, manager, {
+    ...(tunnelParts?.controlled ?? {}),
+    ...(election ? { proxy: proxyControlled(base, proxy.server, late, ssh, direct) } : {}),
+    periodic: [
+      ...(forwarding.renewal ? [forwarding.renewal] : []),
+      ...(proxy.tlsPoll ? [proxy.tlsPoll] : []),
+    ],
+  });
+  // Stopped before the controllers (stops run in reverse order), which could otherwise start it again.
+  if (ssh) onStop(() => ssh.close());
+  // Should a later part fail to start: this replica's Lease goes (withdrawing twice is withdrawing once).
+  if (tunnelParts) onStop(() => tunnelParts.publisher.withdraw());
+  const ports = await listenForClients(base, proxy.server, direct?.server);
+  if (tunnelParts) await agentsListener(base, shared, late, tunnelParts.publisher, manager);
+  const metricsPort = opts.metrics ? await serveMetrics(base, shared.metrics, opts.metrics) : undefined;
+  return {
+    ...ports,
+    ...(late.tunnels ? { tunnel: { port: late.tunnels.port, caPem: late.tunnels.caPem } } : {}),
+    ...(metricsPort === undefined ? {} : { metricsPort }),
+    ...(ssh ? { sshPort: ssh.port } : {}),
+  };
+}
 
-  let election: LeaderElection | undefined;
-  if (!opts.tlsFiles) {
-    election = startLeaderElection({
-      leases: newLeaseClient(clients, namespace, LEADER_LEASE),
-      identity: opts.identity,
-      clock,
-      log: log.child({ component: 'leader-election' }),
-    });
-    const elected = election;
-    onStop(() => elected.stop());
-  }
-  // The process's informers, each made once and shared by all who read its collection; stopped after everyone who
-  // reads them (stops run in reverse order).
-  const informers = newKubeInformers(clients, log);
+function checkOptions(opts: ConciergeOptions): void {
+  if (!opts.tlsFiles && !opts.namespace) throw new Error('the controllers need the concierge namespace');
+  if (opts.tunnel && !opts.namespace)
+    throw new Error('the tunnel listener needs the concierge namespace for its CA');
+}
+
+/** The election of the replica whose controllers write (not held with fixed TLS files: nothing is written then). */
+function startElection({ opts, clients, clock, log, onStop }: Base): LeaderElection {
+  const election = startLeaderElection({
+    leases: newLeaseClient(clients, opts.namespace, LEADER_LEASE),
+    identity: opts.identity,
+    clock,
+    log: log.child({ component: 'leader-election' }),
+  });
+  onStop(() => election.stop());
+  return election;
+}
+
+/** The informers, the authenticators, the reviewer, the metrics and memory budget, audit and recordings. */
+async function sharedParts(base: Base): Promise<Shared> {
+  const { clients, clock, log, onStop } = base;
+  // Stopped after everyone who reads them (stops run in reverse order).
+  const informers = newKubeInformers(clients, log, clock);
   onStop(() => informers.stop());
-  const authenticators = newAuthenticators(informers, opts.groupSuffix);
+  const authenticators = newAuthenticators(informers, base.opts.groupSuffix);
   onStop(() => authenticators.cache.close());
-
-  // Declared before the listener starts: a request for /clusters/<name>/… that comes while the rest starts gets
-  // the handler's 503 (not connected), not a ReferenceError.
-  let tunnels: TunnelListener | undefined;
-  let peering: Peering | undefined;
-  let signer: CertificateAuthority | undefined;
-  let serving = false;
-  const reviewer = newReviewer(clients);
   const metrics = newProxyMetrics();
-  // One budget for every answer and upgraded connection this replica relays: from its API server, its tunnels, its
-  // peers and the reach connections it dials.
   const budget = newMemoryBudget(
     { perUserBytes: USER_UNREAD_BYTES, totalBytes: CONCIERGE_UNREAD_BYTES },
     () => metrics.unreadCuts.inc(),
   );
   unreadBytesGauge(metrics.registry, () => budget.held());
-  const hub = newHubRoute(forwarding.upstream, budget);
-  onStop(() => hub.close());
+  return {
+    informers,
+    authenticators,
+    reviewer: newReviewer(clients),
+    metrics,
+    budget,
+    ...(await auditAndRecordings(base, metrics)),
+  };
+}
+
+/** Audit events and session recordings, with the options that ask for them. */
+async function auditAndRecordings(
+  { opts, clock, log, onStop }: Base,
+  metrics: ProxyMetrics,
+): Promise<Pick<Shared, 'audit' | 'recordings'>> {
   // Stopped after the listeners (stops run in reverse order), so the last requests' events are written.
   const audit = opts.audit
     ? await startAudit(opts.audit, opts.identity, metrics.registry, log.child({ component: 'audit' }))
@@ -239,8 +346,20 @@ async function start(
         ...(uploader ? { uploader } : {}),
       })
     : undefined;
-  // The hub's reach connections: objects read as the concierge, reviews sent as the forwarding identity (whose
-  // impersonation the API server checks).
+  return { audit, recordings };
+}
+
+/**
+ * The route to the hub's own API server as the forwarding identity, and the reach connections the hub dials: objects
+ * read as the concierge, reviews sent as the forwarding identity (whose impersonation the API server checks).
+ */
+function hubRoutes(
+  { clients, log, onStop }: Base,
+  upstream: Upstream,
+  budget: MemoryBudget,
+): { hub: HubRoute; reacher: Reacher } {
+  const hub = newHubRoute(upstream, budget);
+  onStop(() => hub.close());
   const reader = newRawReader(clients.config);
   onStop(() => reader.close());
   const reacher = newReacher({
@@ -259,6 +378,22 @@ async function start(
     budget,
   });
   onStop(() => reacher.close());
+  return { hub, reacher };
+}
+
+/**
+ * The impersonation proxy: its pipeline (the handler every door's requests go through, SSH sessions' by the
+ * in-process door) and its listener (not listening yet), with the poll of fixed TLS files when they are given.
+ */
+async function impersonationProxy(
+  base: Base,
+  shared: Shared,
+  upstream: Upstream,
+  late: Late,
+): Promise<{ server: ProxyServer; door: InProcessDoor; tlsPoll?: Controller }> {
+  const { opts, groups, log, onStop } = base;
+  const { authenticators, reviewer, metrics, audit, recordings } = shared;
+  const { hub, reacher } = hubRoutes(base, upstream, shared.budget);
   // SSH sessions enter the pipeline through this door, each request as the identity its session signed in as.
   const door = newInProcessDoor();
   onStop(() => door.close());
@@ -273,268 +408,272 @@ async function start(
     // The hub's own API server; a cluster through the replica's own tunnel, else a peer's.
     router: newClusterRouter(
       hub,
-      (name) => tunnels?.route(name),
-      (name) => peering?.route(name),
+      (name) => late.tunnels?.route(name),
+      (name) => late.peering?.route(name),
     ),
-    signer: newClientCertSigner(() => signer),
+    signer: newClientCertSigner(() => late.signer),
     reacher,
     metrics,
     log: log.child({ component: 'proxy' }),
     ready: () => true,
-    serving: () => serving,
+    serving: () => late.serving,
     ...(audit ? { auditor: audit.auditor } : {}),
     ...(recordings
-      ? { recordings, recordingStore: sharedRecordings(recordings, opts.identity, () => peering) }
+      ? { recordings, recordingStore: sharedRecordings(recordings, opts.identity, () => late.peering) }
       : {}),
     ...(opts.logUsernames === undefined ? {} : { logUsernames: opts.logUsernames }),
   });
 
   door.serve(handler.request, handler.upgrade);
-
-  let initialTLS: ProxyTLS;
-  if (opts.tlsFiles) {
-    const files = await watchTLSFiles(
-      opts.tlsFiles,
-      (next) => {
-        server.updateTLS(next.tls);
-        signer = next.signer;
-      },
-      clock,
-      log,
-    );
-    onStop(() => files.stop());
-    initialTLS = files.initial.tls;
-    signer = files.initial.signer;
-    serving = true;
-    log.warn('serving fixed TLS files: the controllers do not manage the impersonation proxy');
-  } else {
-    // Until the controllers hand over certificates the listener serves health checks with a throwaway one.
-    initialTLS = await placeholderTLS();
-  }
-  const server = newProxyServer(initialTLS, handler.request, handler.upgrade, (err) =>
+  const tls = await proxyTLS(base, late, (next) => server.updateTLS(next));
+  const server = newProxyServer(tls.initial, handler.request, handler.upgrade, (err) =>
     log.debug({ err: err.message }, 'TLS handshake failed'),
   );
-  const direct =
-    opts.aggregatedApi && election
-      ? await directAPI(
-          opts,
-          opts.aggregatedApi,
-          clients,
-          reviewer,
-          authenticators.cache,
-          groups,
-          log,
-          audit?.auditor,
-        )
-      : undefined;
-  if (direct) onStop(() => direct.server.close());
-  // The controllers (concierge/controllers.ts), registered with one manager once the parts they drive run, and
-  // started before the proxy takes a request (the authenticators' cache is filled first). It stops after the tunnel
-  // parts below, whose Cluster status facts its controllers withdraw.
-  const manager = newControllerManager({
-    ...(election ? { election } : {}),
-    clock,
-    registry: metrics.registry,
-    log: log.child({ component: 'controllers' }),
-  });
-  onStop(() => manager.stop());
-  const controlled: Partial<ConciergeControllerOptions> = {};
-  const ssh =
-    election && opts.ssh
-      ? sshDoor(opts.ssh, {
-          door,
-          cache: authenticators.cache,
-          bindings: newKeyBindings({
-            namespace,
-            secrets: informers.core<BindingSecret>('secrets', namespace, BINDING_SELECTORS),
-            writes: newObjectWriter(clients, 'sealion-ssh'),
-          }),
-          groupSuffix: opts.groupSuffix,
-          clusterNames: opts.tunnel
-            ? () =>
-                informers
-                  .customResource<Cluster>({
-                    group: groups.tunnel,
-                    version: VERSION,
-                    plural: Resource.Cluster,
-                  })
-                  .list()
-                  .map((c) => c.metadata.name ?? '')
-                  .filter(Boolean)
-            : () => [],
-          log: log.child({ component: 'ssh' }),
-        })
-      : undefined;
-  if (election)
-    controlled.proxy = {
-      ...(ssh ? { ssh } : {}),
-      namespace,
-      configMap: opts.configMap,
-      serve: servingSwitch(
-        server,
-        (on) => (serving = on),
-        (next) => (signer = next),
-        log,
-      ),
-      ...(direct
-        ? {
-            direct: {
-              service: { name: direct.service, port: direct.servicePort },
-              serve: direct.serve,
-              issuer: direct.issuer,
-            },
-          }
-        : {}),
-    };
+  return { server, door, ...(tls.poll ? { tlsPoll: tls.poll } : {}) };
+}
 
-  // The tunnel's parts that its controllers drive (the peer listener, the Cluster status facts) come before the
-  // manager starts; the agents' listener after the proxy listens, so that a request for a cluster that comes while it
-  // starts gets a Status.
-  const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
-  let publisher: ClusterStatusPublisher | undefined;
-  if (opts.tunnel) {
-    const informer = informers.customResource<Cluster>(clusterResource);
-    await informer.synced();
-    const leases = informers.leases(namespace, REPLICA_LEASE_LABEL);
-    const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
-    // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.
-    let routes: Pick<ClusterStatusPublisher, 'holders' | 'knownSource' | 'replicas'> = {
-      holders: () => [],
-      knownSource: () => false,
-      replicas: () => [],
-    };
-    if (opts.peer) {
-      const started = await startPeering({
-        clients,
-        namespace,
-        identity: opts.identity,
-        ...opts.peer,
-        local: (name) => tunnels?.route(name),
-        holders: (name) => routes.holders(name),
-        knownSource: (ip) => routes.knownSource(ip),
-        replicas: () => routes.replicas(),
-        ...(recordings ? { recordings } : {}),
-        registry: metrics.registry,
-        log: log.child({ component: 'peering' }),
-        budget,
-        clock,
-      });
-      peering = started;
-      onStop(() => started.stop());
-      controlled.peerCertificate = {
-        issuedAt: () => started.issuedAt(),
-        reissue: () => started.reissue(),
-        renewAfterMs: PEER_CERT_RENEW_MS,
-      };
-    }
-    publisher = newClusterStatus({
-      clusters: informer,
-      leases,
-      deleteLease: (name) => newLeaseClient(clients, namespace, name).delete(),
-      lease: newLeaseClient(
-        clients,
-        namespace,
-        replicaLeaseName(opts.identity),
-        { [labelKey]: labelValue },
-        {
-          [REPLICA_VERSION_ANNOTATION]: SEALION_VERSION,
-          ...(peering ? { [PEER_ADDRESS_ANNOTATION]: peering.address } : {}),
-        },
-      ),
-      status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
-      identity: opts.identity,
-      version: SEALION_VERSION,
-      held: (name) => tunnels?.held(name),
-      manager,
-      clock,
-      log: log.child({ component: 'cluster-status' }),
-    });
-    routes = publisher;
-    controlled.clusterStatus = publisher;
-    if (opts.tunnel.service)
-      controlled.tunnelHosts = {
-        namespace,
-        service: opts.tunnel.service,
-        configured: opts.tunnel.hosts,
-        listener: () => tunnels,
-      };
-  }
+/**
+ * What the proxy's listener serves at first: the fixed TLS files (serving at once, and polled for changes), or,
+ * until the controllers hand over certificates, a throwaway one for health checks.
+ */
+async function proxyTLS(
+  { opts, log }: Base,
+  late: Late,
+  update: (tls: ProxyTLS) => void,
+): Promise<{ initial: ProxyTLS; poll?: Controller }> {
+  if (!opts.tlsFiles) return { initial: await placeholderTLS() };
+  const files = await loadTLSFiles(
+    opts.tlsFiles,
+    (next) => {
+      update(next.tls);
+      late.signer = next.signer;
+    },
+    log,
+  );
+  late.signer = files.initial.signer;
+  late.serving = true;
+  log.warn('serving fixed TLS files: the controllers do not manage the impersonation proxy');
+  return { initial: files.initial.tls, poll: files.poll };
+}
 
+/** What the proxy's controllers drive: the proxy's listener, and the SSH door and the direct path when they run. */
+function proxyControlled(
+  { opts, log }: Base,
+  server: ProxyServer,
+  late: Late,
+  ssh: SshDoor | undefined,
+  direct: DirectAPI | undefined,
+): NonNullable<ConciergeControllerOptions['proxy']> {
+  const listener = proxySwitch(server, late, log);
+  return {
+    ...(ssh ? { ssh } : {}),
+    namespace: opts.namespace,
+    configMap: opts.configMap,
+    serve: (material) => listener.serve(material),
+    ...(direct
+      ? {
+          direct: {
+            service: { name: direct.service, port: direct.servicePort },
+            serve: direct.serve,
+            issuer: direct.issuer,
+          },
+        }
+      : {}),
+  };
+}
+
+/** The controllers' list, with the process's periodic work (the forwarding token, the TLS files), then started. */
+async function startControllers(
+  { opts, clients, clock, log }: Base,
+  { informers, authenticators }: Shared,
+  manager: ControllerManager,
+  controlled: Partial<ConciergeControllerOptions> & { periodic: Controller[] },
+): Promise<void> {
+  const { periodic, ...options } = controlled;
   manager.add(
     ...(await conciergeControllers({
-      ...controlled,
+      ...options,
       manager,
       clients,
       informers,
       groupSuffix: opts.groupSuffix,
-      ...(namespace ? { namespace } : {}),
+      ...(opts.namespace ? { namespace: opts.namespace } : {}),
       authenticators,
       clock,
       log,
     })),
+    ...periodic.map((controller): ControllerEntry => ({ controller, runs: 'every-replica' })),
   );
   await manager.start();
-  // Stopped before the controllers (stops run in reverse order), which could otherwise start it again.
-  if (ssh) onStop(() => ssh.close());
-  // Should a later part fail to start: this replica's Lease goes (withdrawing twice is withdrawing once).
-  const facts = publisher;
-  if (facts) onStop(() => facts.withdraw());
+}
+
+/** The proxy's listener and the aggregated APIs' (when they run) take requests from now on. */
+async function listenForClients(
+  { opts, log, onStop }: Base,
+  server: ProxyServer,
+  direct: ProxyServer | undefined,
+): Promise<Pick<ConciergeEndpoints, 'port' | 'aggregatedApiPort'>> {
   const port = await server.listen(opts.proxy.port, opts.proxy.host);
   onStop(() => server.close());
   log.info({ host: opts.proxy.host, port }, 'impersonation proxy listening');
-  const aggregatedApiPort = direct
-    ? await direct.server.listen(opts.aggregatedApi!.port, opts.aggregatedApi!.host)
-    : undefined;
-  if (aggregatedApiPort !== undefined)
-    log.info({ host: opts.aggregatedApi!.host, port: aggregatedApiPort }, 'aggregated APIs listening');
+  if (!direct || !opts.aggregatedApi) return { port };
+  const aggregatedApiPort = await direct.listen(opts.aggregatedApi.port, opts.aggregatedApi.host);
+  log.info({ host: opts.aggregatedApi.host, port: aggregatedApiPort }, 'aggregated APIs listening');
+  return { port, aggregatedApiPort };
+}
 
-  if (opts.tunnel && publisher) {
-    const status = publisher;
-    // The unredeemed bootstrap tokens, and only those: registration reads them here rather than asking the API server
-    // once per attempt, which anyone could make.
-    const tokens = informers.core<BootstrapSecret>('secrets', namespace, BOOTSTRAP_SECRET_SELECTORS);
-    await tokens.synced();
-    const listener = await startTunnelListener({
+/**
+ * The tunnel's parts that its controllers drive, made before the manager starts: the peer listener (with the `peer`
+ * option) and the Cluster status facts, which also say which replicas hold a cluster's tunnel.
+ */
+async function tunnelStatus(
+  base: Base,
+  shared: Shared,
+  late: Late,
+  manager: ControllerManager,
+): Promise<{ publisher: ClusterStatusPublisher; controlled: Partial<ConciergeControllerOptions> }> {
+  const { opts, clients, groups, clock, log } = base;
+  const { namespace } = opts;
+  const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
+  const informer = shared.informers.customResource<Cluster>(clusterResource);
+  await informer.synced();
+  const leases = shared.informers.leases(namespace, REPLICA_LEASE_LABEL);
+  const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
+  // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.
+  let routes: Pick<ClusterStatusPublisher, 'holders' | 'knownSource' | 'replicas'> = {
+    holders: () => [],
+    knownSource: () => false,
+    replicas: () => [],
+  };
+  const peer = opts.peer ? await peerPort(base, shared, late, () => routes) : undefined;
+  const publisher = newClusterStatus({
+    clusters: informer,
+    leases,
+    deleteLease: (name) => newLeaseClient(clients, namespace, name).delete(),
+    lease: newLeaseClient(
       clients,
       namespace,
-      bootstrapTokens: newBootstrapTokenStore(clients, namespace, tokens),
-      host: opts.tunnel.host,
-      port: opts.tunnel.port,
-      hosts: opts.tunnel.hosts,
-      clusters: informers.customResource<Cluster>(clusterResource),
-      readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
-      onTunnelChange: (name) => status.changed(name),
-      identity: opts.identity,
-      log: log.child({ component: 'tunnel' }),
-      budget,
-      clock,
-      ...(audit ? { auditor: audit.auditor } : {}),
-      ...(opts.tunnel.registrationLimits ? { registrationLimits: opts.tunnel.registrationLimits } : {}),
-    });
-    tunnels = listener;
-    // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
-    // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
-    onStop(async () => {
-      await status.withdraw();
-      await listener.stop();
-    });
-    // The listener runs: its hosts follow the tunnel's Service from now on.
-    manager.enqueue(TUNNEL_HOSTS, TUNNEL_HOSTS_KEY);
-  }
-
-  let metricsPort: number | undefined;
-  if (opts.metrics) {
-    const metricsServer = await serveMetrics(metrics, opts.metrics);
-    onStop(() => closeServer(metricsServer));
-    metricsPort = (metricsServer.address() as AddressInfo).port;
-  }
+      replicaLeaseName(opts.identity),
+      { [labelKey]: labelValue },
+      {
+        [REPLICA_VERSION_ANNOTATION]: SEALION_VERSION,
+        ...(late.peering ? { [PEER_ADDRESS_ANNOTATION]: late.peering.address } : {}),
+      },
+    ),
+    status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
+    identity: opts.identity,
+    version: SEALION_VERSION,
+    held: (name) => late.tunnels?.held(name),
+    manager,
+    clock,
+    log: log.child({ component: 'cluster-status' }),
+  });
+  routes = publisher;
+  const service = opts.tunnel?.service;
   return {
-    port,
-    ...(aggregatedApiPort === undefined ? {} : { aggregatedApiPort }),
-    ...(tunnels ? { tunnel: { port: tunnels.port, caPem: tunnels.caPem } } : {}),
-    ...(metricsPort === undefined ? {} : { metricsPort }),
-    ...(ssh ? { sshPort: ssh.port } : {}),
+    publisher,
+    controlled: {
+      clusterStatus: publisher,
+      ...(peer ? { peerCertificate: peer } : {}),
+      ...(service
+        ? {
+            tunnelHosts: {
+              namespace,
+              service,
+              configured: opts.tunnel!.hosts,
+              listener: () => late.tunnels,
+            },
+          }
+        : {}),
+    },
   };
+}
+
+/** The peer listener (concierge/peering/), and how the controllers keep its certificate fresh. */
+async function peerPort(
+  { opts, clients, clock, log, onStop }: Base,
+  { metrics, budget, recordings }: Shared,
+  late: Late,
+  routes: () => Pick<ClusterStatusPublisher, 'holders' | 'knownSource' | 'replicas'>,
+): Promise<NonNullable<ConciergeControllerOptions['peerCertificate']>> {
+  const started = await startPeering({
+    clients,
+    namespace: opts.namespace,
+    identity: opts.identity,
+    ...opts.peer!,
+    local: (name) => late.tunnels?.route(name),
+    holders: (name) => routes().holders(name),
+    knownSource: (ip) => routes().knownSource(ip),
+    replicas: () => routes().replicas(),
+    ...(recordings ? { recordings } : {}),
+    registry: metrics.registry,
+    log: log.child({ component: 'peering' }),
+    budget,
+    clock,
+  });
+  late.peering = started;
+  onStop(() => started.stop());
+  return {
+    issuedAt: () => started.issuedAt(),
+    reissue: () => started.reissue(),
+    renewAfterMs: PEER_CERT_RENEW_MS,
+  };
+}
+
+/**
+ * The agents' tunnel listener, after the proxy listens, so that a request for a cluster that comes while it starts
+ * gets a Status.
+ */
+async function agentsListener(
+  { opts, clients, groups, clock, log, onStop }: Base,
+  { informers, budget, audit }: Shared,
+  late: Late,
+  status: ClusterStatusPublisher,
+  manager: ControllerManager,
+): Promise<void> {
+  const { namespace } = opts;
+  const tunnel = opts.tunnel!;
+  const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
+  // The unredeemed bootstrap tokens, and only those: registration reads them here rather than asking the API server
+  // once per attempt, which anyone could make.
+  const tokens = informers.core<BootstrapSecret>('secrets', namespace, BOOTSTRAP_SECRET_SELECTORS);
+  await tokens.synced();
+  const listener = await startTunnelListener({
+    clients,
+    namespace,
+    bootstrapTokens: newBootstrapTokenStore(clients, namespace, tokens),
+    host: tunnel.host,
+    port: tunnel.port,
+    hosts: tunnel.hosts,
+    clusters: informers.customResource<Cluster>(clusterResource),
+    readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
+    onTunnelChange: (name) => status.changed(name),
+    identity: opts.identity,
+    log: log.child({ component: 'tunnel' }),
+    budget,
+    clock,
+    ...(audit ? { auditor: audit.auditor } : {}),
+    ...(tunnel.registrationLimits ? { registrationLimits: tunnel.registrationLimits } : {}),
+  });
+  late.tunnels = listener;
+  // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
+  // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
+  onStop(async () => {
+    await status.withdraw();
+    await listener.stop();
+  });
+  // The listener runs: its hosts follow the tunnel's Service from now on.
+  manager.enqueue(TUNNEL_HOSTS, TUNNEL_HOSTS_KEY);
+}
+
+/** The aggregated APIs' listener (not listening yet) and what the direct-login controllers hand it. */
+interface DirectAPI {
+  server: ProxyServer;
+  service: string;
+  servicePort: number;
+  /** Its serving certificate and the front proxy's CA, whose request headers it believes; undefined: off. */
+  serve: (material: DirectServingMaterial | undefined) => void;
+  issuer: ClusterCertificateIssuer;
 }
 
 /**
@@ -542,31 +681,13 @@ async function start(
  * certificate and the front proxy's CA, whose request headers it believes.
  */
 async function directAPI(
-  opts: ConciergeOptions,
+  { opts, clients, groups, log, onStop }: Base,
+  { reviewer, authenticators, audit }: Shared,
   at: NonNullable<ConciergeOptions['aggregatedApi']>,
-  clients: ReturnType<typeof newKubeClients>,
-  reviewer: ReturnType<typeof newReviewer>,
-  cache: Parameters<typeof newDirectAPIHandler>[0]['login']['cache'],
-  groups: ReturnType<typeof apiGroups>,
-  log: Logger,
-  auditor: Auditor | undefined,
-): Promise<{
-  server: ProxyServer;
-  service: string;
-  servicePort: number;
-  serve: (material: DirectServingMaterial | undefined) => void;
-  issuer: ReturnType<typeof newClusterCertificateIssuer>;
-}> {
-  // Who the API server records as the creator of this process's CertificateSigningRequests, so that approval can
-  // check the request it approves is its own.
-  const review = await clients.authentication.createSelfSubjectReview({
-    body: { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
-  });
-  const me = review.status?.userInfo;
-  if (!me?.username) throw new Error('the API server did not say who this concierge is (SelfSubjectReview)');
-  const issuer = newClusterCertificateIssuer(clients, {
-    self: { username: me.username, ...(me.uid ? { uid: me.uid } : {}) },
-  });
+): Promise<DirectAPI> {
+  const cache = authenticators.cache;
+  const auditor = audit?.auditor;
+  const issuer = await ownCertificateIssuer(clients);
   let requestHeader: RequestHeaderConfig | undefined;
   let on = false;
   const handler = newDirectAPIHandler({
@@ -594,32 +715,53 @@ async function directAPI(
     (_req, socket) => socket.end(rawStatusResponse(404, 'the aggregated APIs serve no upgrades')),
     (err) => log.debug({ err: err.message }, 'aggregated API TLS handshake failed'),
   );
-  let applied = '';
+  onStop(() => server.close());
+  const listener = newListenerSwitch<DirectServingMaterial>({
+    name: 'aggregated APIs',
+    identity: (m) => [m.certPem, m.keyPem, JSON.stringify(m.requestHeader)].join('\0'),
+    load(m) {
+      server.updateTLS({
+        certPem: m.certPem,
+        keyPem: m.keyPem,
+        clientCAPems: [m.requestHeader.caPem],
+        requireClientCertificate: true,
+        anyClientKey: true,
+      });
+      requestHeader = m.requestHeader;
+    },
+    switched: (next) => (on = next),
+    log,
+  });
   return {
     server,
     service: at.service,
     servicePort: at.servicePort ?? 443,
     issuer,
-    serve(material) {
-      if (!material) {
-        on = false;
-        return;
-      }
-      const key = [material.certPem, material.keyPem, JSON.stringify(material.requestHeader)].join('\0');
-      if (key !== applied) {
-        server.updateTLS({
-          certPem: material.certPem,
-          keyPem: material.keyPem,
-          clientCAPems: [material.requestHeader.caPem],
-          requireClientCertificate: true,
-          anyClientKey: true,
-        });
-        requestHeader = material.requestHeader;
-        applied = key;
-      }
-      on = true;
-    },
+    serve: (material) => listener.serve(material),
   };
+}
+
+/**
+ * The issuer of the cluster's certificates, knowing who the API server records as the creator of this process's
+ * CertificateSigningRequests, so that approval can check the request it approves is its own.
+ */
+async function ownCertificateIssuer(clients: KubeClients): Promise<ClusterCertificateIssuer> {
+  const review = await clients.authentication.createSelfSubjectReview({
+    body: { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+  });
+  const me = review.status?.userInfo;
+  if (!me?.username) throw new Error('the API server did not say who this concierge is (SelfSubjectReview)');
+  return newClusterCertificateIssuer(clients, {
+    self: { username: me.username, ...(me.uid ? { uid: me.uid } : {}) },
+  });
+}
+
+/** The SSH door as the controllers switch it. */
+interface SshDoor {
+  serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void;
+  close: () => Promise<void>;
+  /** Where it listens now; undefined while it does not. */
+  port: () => number | undefined;
 }
 
 /**
@@ -627,108 +769,89 @@ async function directAPI(
  * closed when they hand nothing. Settings are read per connection, so edits apply without a restart.
  */
 function sshDoor(
+  { opts, groups, clients, log }: Base,
+  { informers, authenticators }: Shared,
+  door: InProcessDoor,
   at: { host: string; port: number },
-  deps: Omit<SshServerOptions, 'hostKeys' | 'settings'>,
-): {
-  serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void;
-  close: () => Promise<void>;
-  /** Where it listens now; undefined while it does not. */
-  port: () => number | undefined;
-} {
+): SshDoor {
+  const clusters = informers.customResource<Cluster>({
+    group: groups.tunnel,
+    version: VERSION,
+    plural: Resource.Cluster,
+  });
+  const deps: Omit<SshServerOptions, 'hostKeys' | 'settings'> = {
+    door,
+    cache: authenticators.cache,
+    bindings: newKeyBindings({
+      namespace: opts.namespace,
+      secrets: informers.core<BindingSecret>('secrets', opts.namespace, BINDING_SELECTORS),
+      writes: newObjectWriter(clients, 'sealion-ssh'),
+    }),
+    groupSuffix: opts.groupSuffix,
+    clusterNames: opts.tunnel
+      ? () =>
+          clusters
+            .list()
+            .map((c) => c.metadata.name ?? '')
+            .filter(Boolean)
+      : () => [],
+    log: log.child({ component: 'ssh' }),
+  };
   let settings: SshSettings | undefined;
-  let current: { key: string; server: SshServer; port: number } | undefined;
-  let wanted = '';
-  let closed = false;
-  let switching = Promise.resolve();
-  const switchTo = (material: SshMaterial | undefined): Promise<void> =>
-    (switching = switching.then(async () => {
-      const key = material ? material.hostKeys.join('\0') : '';
-      if (closed || key !== wanted || key === (current?.key ?? '')) return;
+  let current: { server: SshServer; port: number } | undefined;
+  const listener = newListenerSwitch<SshMaterial & { settings: SshSettings }>({
+    name: 'ssh door',
+    identity: (m) => m.hostKeys.join('\0'),
+    async load(m) {
+      const server = newSshServer({ ...deps, hostKeys: m.hostKeys, settings: () => settings! });
+      const port = await server.listen(at.port, at.host);
+      current = { server, port };
+      deps.log.info({ host: at.host, port }, 'ssh door listening');
+    },
+    async unload() {
       const previous = current;
       current = undefined;
       await previous?.server.close();
-      if (!material) return void deps.log.info('ssh door closed');
-      try {
-        const server = newSshServer({ ...deps, hostKeys: material.hostKeys, settings: () => settings! });
-        const port = await server.listen(at.port, at.host);
-        current = { key, server, port };
-        deps.log.info({ host: at.host, port }, 'ssh door listening');
-      } catch (err) {
-        wanted = '';
-        deps.log.error({ err: (err as Error).message }, 'the ssh door could not start');
-      }
-    })).catch((err: unknown) =>
-      deps.log.error({ err: (err as Error).message }, 'the ssh door could not switch'),
-    );
+    },
+    log: deps.log,
+  });
   return {
     serve(material) {
-      if (closed) return;
       if (material) settings = material.settings;
-      const key = material ? material.hostKeys.join('\0') : '';
-      if (key === wanted) return;
-      wanted = key;
-      void switchTo(material);
+      listener.serve(material);
     },
-    async close() {
-      closed = true;
-      await switching;
-      await current?.server.close();
-      current = undefined;
-    },
+    close: () => listener.close(),
     port: () => current?.port,
   };
 }
 
 /**
- * What the controllers ask the proxy to serve, applied to the listener: certificates are loaded once per set, and
- * a set that fails to load leaves the current one serving.
+ * What the controllers ask the proxy to serve, applied to its listener (lib/listener-switch.ts): certificates are
+ * loaded once per set, swapped in place, and a set that fails to load leaves the current one serving.
  */
-function servingSwitch(
-  server: ProxyServer,
-  setServing: (on: boolean) => void,
-  setSigner: (signer: CertificateAuthority) => void,
-  log: Logger,
-): (material: ServingMaterial | undefined) => void {
-  /** The material the controllers last asked for ('' for off), and the one the listener has. */
-  let wanted = '';
-  let applied = '';
-  let on = false;
-  let loading = Promise.resolve();
-  const switchTo = (next: boolean): void => {
-    if (next !== on) log.info(next ? 'impersonation proxy switched on' : 'impersonation proxy switched off');
-    on = next;
-    setServing(next);
-  };
-  return (material) => {
-    const key = material ? materialKey(material) : '';
-    if (key === wanted) return;
-    wanted = key;
-    if (!material) return switchTo(false);
-    if (key === applied) return switchTo(true);
-    loading = loading.then(async () => {
-      if (wanted !== key) return;
-      try {
-        const signer = await loadCA(material.signer.certPem, material.signer.keyPem);
-        server.updateTLS({
-          certPem: material.certPem,
-          keyPem: material.keyPem,
-          clientCAPems: material.clientCAPems,
-        });
-        setSigner(signer);
-        applied = key;
-        if (wanted === key) switchTo(true);
-      } catch (err) {
-        wanted = '';
-        log.error(
-          { err: (err as Error).message },
-          'loading the proxy certificates failed; keeping the current ones',
-        );
-      }
-    });
-  };
+function proxySwitch(server: ProxyServer, late: Late, log: Logger): ListenerSwitch<ServingMaterial> {
+  return newListenerSwitch<ServingMaterial>({
+    name: 'impersonation proxy',
+    identity: materialKey,
+    async load(material) {
+      const signer = await loadCA(material.signer.certPem, material.signer.keyPem);
+      server.updateTLS({
+        certPem: material.certPem,
+        keyPem: material.keyPem,
+        clientCAPems: material.clientCAPems,
+      });
+      late.signer = signer;
+    },
+    switched: (on) => (late.serving = on),
+    log,
+  });
 }
 
-async function serveMetrics(metrics: ProxyMetrics, at: { host: string; port: number }): Promise<Server> {
+async function serveMetrics(
+  { onStop }: Base,
+  metrics: ProxyMetrics,
+  at: { host: string; port: number },
+): Promise<number> {
   // The process's own health beside the proxy's: heap, garbage collection, event-loop lag, file descriptors. Only
   // where /metrics is served, so that the many concierges a test process runs observe nothing they are not asked.
   collectDefaultMetrics({ register: metrics.registry });
@@ -740,7 +863,8 @@ async function serveMetrics(metrics: ProxyMetrics, at: { host: string; port: num
     );
   });
   await new Promise<void>((done) => server.listen(at.port, at.host, done));
-  return server;
+  onStop(() => closeServer(server));
+  return (server.address() as AddressInfo).port;
 }
 
 function closeServer(server: Server): Promise<void> {

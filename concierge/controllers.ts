@@ -57,7 +57,7 @@ import { apiStatusCode } from '../lib/kube/kube.ts';
 import { newTunnelHostsController, type TunnelHostsDeps } from '../controllers/tunnel-hosts.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
 import type { Clock } from '../lib/clock.ts';
-import type { ControllerEntry } from '../lib/controller/controller.ts';
+import type { Controller, ControllerEntry } from '../lib/controller/controller.ts';
 import type { ControllerManager } from '../lib/controller/manager.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import {
@@ -487,32 +487,86 @@ export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): Se
   }
 }
 
-/**
- * Adds the proxy's controllers to `manager`: the proxy server on every replica, and on the leader the proxy writer
- * (Service, Secrets) and the strategy publisher (authenticators' and the CredentialIssuer's status). Resolves once
- * the CredentialIssuer is known, for the settings in effect before this process started; the manager starts them.
- */
+/** What the proxy's controllers share: the collections they read, the leader-only writer, the config in effect. */
+interface ProxyContext {
+  opts: ConciergeControllerOptions;
+  proxy: NonNullable<ConciergeControllerOptions['proxy']>;
+  /** The concierge's namespace, and the ConfigMap with config.yaml (also the CredentialIssuer's name). */
+  ns: string;
+  configMap: string;
+  configGroup: string;
+  issuerResource: { group: string; version: string; plural: string };
+  configMaps: Informer<ConfigMapLike>;
+  nodes: Informer<NodeLike & KubeObject>;
+  services: Informer<ServiceLike>;
+  secrets: Informer<SecretLike>;
+  issuers: Informer<CredentialIssuer>;
+  writes: ReturnType<typeof newObjectWriter>;
+  config: () => { config: SealionConfig; problem?: string };
+  /** The strategies the controllers found, which the publisher shows. */
+  board: ReturnType<typeof newStrategyBoard>;
+  /** The config's ConfigMap, waking a controller's one key. */
+  configMapWatch: {
+    informer: Informer<ConfigMapLike>;
+    filter: (c: ConfigMapLike) => boolean;
+    key: () => string;
+  };
+  log: Logger;
+}
+
 /**
  * The proxy's controllers: the proxy server on every replica, and on the leader the proxy writer (Service, Secrets)
- * and the strategy publisher (authenticators' and the CredentialIssuer's status).
+ * and the strategy publisher (authenticators' and the CredentialIssuer's status), with the SSH door's and the direct
+ * path's when they run. Resolves once the CredentialIssuer is known, for the settings in effect before this process
+ * started; the manager starts them.
  */
 async function proxyControllers(
   opts: ConciergeControllerOptions,
   proxyOpts: NonNullable<ConciergeControllerOptions['proxy']>,
 ): Promise<ControllerEntry[]> {
-  const { clients, informers, manager } = opts;
-  const { namespace: ns, configMap } = proxyOpts;
+  const ctx = await proxyContext(opts, proxyOpts);
+  return [
+    ...(proxyOpts.ssh ? sshEntries(ctx, proxyOpts.ssh) : []),
+    ...impersonationProxyEntries(ctx),
+    { controller: strategyPublisher(ctx), runs: 'leader' },
+    ...(proxyOpts.direct
+      ? directControllers(
+          opts,
+          proxyOpts.direct,
+          () => ctx.config().config.kubeCertAgent.mode,
+          ctx.board,
+          () => {
+            const issuer = ctx.issuers.get(ctx.configMap);
+            const uid = issuer?.metadata?.uid;
+            return uid
+              ? {
+                  apiVersion: `${ctx.configGroup}/${VERSION}`,
+                  kind: Kind.CredentialIssuer,
+                  name: ctx.configMap,
+                  uid,
+                }
+              : undefined;
+          },
+        )
+      : []),
+  ];
+}
+
+/** The informers and writer the proxy's controllers share, and the config in effect. */
+async function proxyContext(
+  opts: ConciergeControllerOptions,
+  proxy: NonNullable<ConciergeControllerOptions['proxy']>,
+): Promise<ProxyContext> {
+  const { informers } = opts;
+  const { namespace: ns, configMap } = proxy;
   const log = opts.log.child({ component: 'controllers' });
   const configGroup = apiGroups(opts.groupSuffix).config;
   const issuerResource = { group: configGroup, version: VERSION, plural: Resource.CredentialIssuer };
-  const authnGroup = apiGroups(opts.groupSuffix).authentication;
   const configMaps = informers.core<ConfigMapLike>('configmaps', ns);
   const nodes = informers.core<NodeLike & KubeObject>('nodes', '');
   const services = informers.core<ServiceLike>('services', ns);
   const secrets = informers.core<SecretLike>('secrets', ns);
   const issuers = informers.customResource<CredentialIssuer>(issuerResource);
-  const writes = manager.leaderOnly(newObjectWriter(clients));
-
   // The settings in effect before this process started, for a start while the ConfigMap holds a bad edit: without
   // them a restarted leader would fall back to the defaults and could take the proxy's Service away.
   await issuers.synced();
@@ -525,7 +579,33 @@ async function proxyControllers(
       ),
     configFromIssuerSpec(issuers.get(configMap)?.spec),
   );
-  const board = newStrategyBoard();
+  return {
+    opts,
+    proxy,
+    ns,
+    configMap,
+    configGroup,
+    issuerResource,
+    configMaps,
+    nodes,
+    services,
+    secrets,
+    issuers,
+    writes: opts.manager.leaderOnly(newObjectWriter(opts.clients)),
+    config,
+    board: newStrategyBoard(),
+    configMapWatch: {
+      informer: configMaps,
+      filter: (c: ConfigMapLike) => c.metadata?.name === configMap,
+      key: () => PROXY_KEY,
+    },
+    log,
+  };
+}
+
+/** The proxy server on every replica and the proxy writer on the leader. */
+function impersonationProxyEntries(ctx: ProxyContext): ControllerEntry[] {
+  const { ns, configMap, configMaps, issuers, config, log } = ctx;
   const proxy = newImpersonationProxyControllers({
     namespace: ns,
     settings: () => {
@@ -536,12 +616,12 @@ async function proxyControllers(
       const uid = configMaps.get(configMap, ns)?.metadata?.uid;
       return uid ? { apiVersion: 'v1', kind: 'ConfigMap', name: configMap, uid } : undefined;
     },
-    nodes,
-    services,
-    secrets,
-    writes,
-    serve: proxyOpts.serve,
-    publish: (strategy: ConciergeStrategy) => board.set(strategy),
+    nodes: ctx.nodes,
+    services: ctx.services,
+    secrets: ctx.secrets,
+    writes: ctx.writes,
+    serve: ctx.proxy.serve,
+    publish: (strategy: ConciergeStrategy) => ctx.board.set(strategy),
     directFailure: () => {
       // Read from the CredentialIssuer, which every replica sees: the leader's probe found it.
       const direct = issuers
@@ -553,20 +633,31 @@ async function proxyControllers(
     },
     log: log.child({ controller: 'impersonation-proxy' }),
   });
-  const configMapWatch = {
-    informer: configMaps,
-    filter: (c: ConfigMapLike) => c.metadata?.name === configMap,
-    key: () => PROXY_KEY,
-  };
   // The direct path's status decides the proxy's in mode auto (decide's directFailure).
   const issuerWatch = {
     informer: issuers,
     filter: (c: CredentialIssuer) => c.metadata?.name === configMap,
     key: () => PROXY_KEY,
   };
+  return [
+    {
+      controller: { ...proxy.server, watches: [...proxy.server.watches, ctx.configMapWatch, issuerWatch] },
+      runs: 'every-replica',
+    },
+    {
+      controller: { ...proxy.writer, watches: [...proxy.writer.watches, ctx.configMapWatch, issuerWatch] },
+      runs: 'leader',
+    },
+  ];
+}
 
+/** The strategy publisher (authenticators' and the CredentialIssuer's status), resynced when a strategy changes. */
+function strategyPublisher(ctx: ProxyContext): Controller {
+  const { opts, configMap, configGroup, issuerResource, writes } = ctx;
+  const { clients, manager } = opts;
+  const authnGroup = apiGroups(opts.groupSuffix).authentication;
   const publisher = newStrategyPublisher({
-    strategies: () => board.list(),
+    strategies: () => ctx.board.list(),
     jwtAuthenticators: opts.authenticators.jwt,
     webhookAuthenticators: opts.authenticators.webhook,
     jwtStatus: manager.leaderOnly(
@@ -585,8 +676,8 @@ async function proxyControllers(
     ),
     credentialIssuer: {
       name: configMap,
-      informer: issuers,
-      spec: () => issuerSpec(config().config),
+      informer: ctx.issuers,
+      spec: () => issuerSpec(ctx.config().config),
       applySpec: (spec) =>
         writes.apply({
           apiVersion: `${configGroup}/${VERSION}`,
@@ -596,56 +687,34 @@ async function proxyControllers(
         } as never),
       status: manager.leaderOnly(newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource)),
     },
-    log: log.child({ controller: 'strategy-publisher' }),
+    log: ctx.log.child({ controller: 'strategy-publisher' }),
   });
   // A strategy changed: every authenticator and the CredentialIssuer show it.
-  board.onChange(() => manager.resync(publisher.name));
+  ctx.board.onChange(() => manager.resync(publisher.name));
+  return publisher;
+}
 
-  const ssh = proxyOpts.ssh
-    ? sshControllers(proxyOpts.ssh, {
-        namespace: ns,
-        config: () => config(),
-        host: () => {
-          const endpoint = endpointHost(proxySettings(config().config), services.get(SERVICE_NAME, ns));
-          return endpoint ? hostOnly(endpoint) : undefined;
-        },
-        secrets,
-        services,
-        configMapWatch: { ...configMapWatch, key: () => SSH_KEY },
-        writes,
-        publish: (status) =>
-          manager
-            .leaderOnly(newClusterStatusWriter<CredentialIssuerStatus>(clients, issuerResource))
-            .patchStatus(configMap, { ssh: status } as never),
-        log: log.child({ controller: 'ssh-door' }),
-      })
-    : [];
-
-  return [
-    ...ssh,
-    {
-      controller: { ...proxy.server, watches: [...proxy.server.watches, configMapWatch, issuerWatch] },
-      runs: 'every-replica',
+/** The SSH door's controllers, given what they read from the proxy's context. */
+function sshEntries(
+  ctx: ProxyContext,
+  door: NonNullable<NonNullable<ConciergeControllerOptions['proxy']>['ssh']>,
+): ControllerEntry[] {
+  const { ns, services, config } = ctx;
+  return sshControllers(door, {
+    namespace: ns,
+    config: () => config(),
+    host: () => {
+      const endpoint = endpointHost(proxySettings(config().config), services.get(SERVICE_NAME, ns));
+      return endpoint ? hostOnly(endpoint) : undefined;
     },
-    {
-      controller: { ...proxy.writer, watches: [...proxy.writer.watches, configMapWatch, issuerWatch] },
-      runs: 'leader',
-    },
-    { controller: publisher, runs: 'leader' },
-    ...(proxyOpts.direct
-      ? directControllers(
-          opts,
-          proxyOpts.direct,
-          () => config().config.kubeCertAgent.mode,
-          board,
-          () => {
-            const issuer = issuers.get(configMap);
-            const uid = issuer?.metadata?.uid;
-            return uid
-              ? { apiVersion: `${configGroup}/${VERSION}`, kind: Kind.CredentialIssuer, name: configMap, uid }
-              : undefined;
-          },
-        )
-      : []),
-  ];
+    secrets: ctx.secrets,
+    services,
+    configMapWatch: { ...ctx.configMapWatch, key: () => SSH_KEY },
+    writes: ctx.writes,
+    publish: (status) =>
+      ctx.opts.manager
+        .leaderOnly(newClusterStatusWriter<CredentialIssuerStatus>(ctx.opts.clients, ctx.issuerResource))
+        .patchStatus(ctx.configMap, { ssh: status } as never),
+    log: ctx.log.child({ controller: 'ssh-door' }),
+  });
 }

@@ -1,7 +1,8 @@
 // Fixed serving material from files, for a concierge whose certificates someone else manages (a mounted Secret,
-// cert-manager): read at start, and read again when the files change, without a restart.
+// cert-manager): read at start, and read again when the files change, without a restart (a periodic controller).
 import { readFile } from 'node:fs/promises';
-import type { Clock } from '../lib/clock.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import { periodic } from '../lib/controller/periodic.ts';
 import type { Logger } from '../lib/log.ts';
 import { loadCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import type { ProxyTLS } from './proxy/server.ts';
@@ -48,39 +49,32 @@ async function material(texts: string[]): Promise<TLSMaterial> {
   return { signer, tls: { certPem, keyPem, clientCAPems: [signer.certPem, ...clientCAPems], anyClientKey } };
 }
 
+/** The name of the poll's controller. */
+export const TLS_FILES_POLL = 'tls-files';
+
 /**
- * Reads the files now (a failure here fails the start) and then every POLL_MS; `apply` gets each new set that
- * parses. Bytes are compared first: parsing certificates and importing the signer's key every poll is wasted work.
+ * Reads the files now (a failure here fails the start: there is nothing else to serve) and returns what they hold,
+ * with the poll that reads them again every POLL_MS, a periodic controller for the process's manager to run; `apply`
+ * gets each new set that parses. Bytes are compared first: parsing certificates and importing the signer's key every
+ * poll is wasted work.
  */
-export async function watchTLSFiles(
+export async function loadTLSFiles(
   files: TLSFiles,
   apply: (next: TLSMaterial) => void,
-  clock: Clock,
   log: Logger,
-): Promise<{ initial: TLSMaterial; stop(): void }> {
+): Promise<{ initial: TLSMaterial; poll: Controller }> {
   let last = await snapshot(files);
   const initial = await material(last);
-  let timer: unknown;
-  let stopped = false;
   const poll = async (): Promise<void> => {
     try {
       const current = await snapshot(files);
-      if (current.join('\0') !== last.join('\0')) {
-        apply(await material(current));
-        last = current;
-        log.info('TLS files reloaded');
-      }
+      if (current.join('\0') === last.join('\0')) return;
+      apply(await material(current));
+      last = current;
+      log.info('TLS files reloaded');
     } catch (err) {
       log.error({ err: (err as Error).message }, 'reloading TLS files failed; keeping the current ones');
     }
-    if (!stopped) timer = clock.setTimeout(() => void poll(), POLL_MS);
   };
-  timer = clock.setTimeout(() => void poll(), POLL_MS);
-  return {
-    initial,
-    stop() {
-      stopped = true;
-      clock.clearTimeout(timer);
-    },
-  };
+  return { initial, poll: periodic(TLS_FILES_POLL, POLL_MS, poll) };
 }

@@ -1,5 +1,6 @@
 // Who the impersonation proxy forwards requests as. In a cluster: TokenRequest tokens of a service account that may
-// only impersonate, renewed long before they expire. Outside one: the identity a kubeconfig names.
+// only impersonate, renewed long before they expire by a periodic controller the process's manager runs. Outside
+// one: the identity a kubeconfig names.
 import {
   clusterAccess,
   loadKubeConfig,
@@ -8,6 +9,8 @@ import {
 } from '../lib/kube/kube.ts';
 import type { KubeconfigSource } from '../lib/kube/kube.ts';
 import type { Clock } from '../lib/clock.ts';
+import type { Controller } from '../lib/controller/controller.ts';
+import { periodic } from '../lib/controller/periodic.ts';
 import type { Logger } from '../lib/log.ts';
 import type { Upstream } from './proxy/hub-route.ts';
 
@@ -22,12 +25,17 @@ const RETRY_MS = 10_000;
 
 export interface ForwardingUpstream {
   upstream: Upstream;
-  stop(): void;
+  /** The token's renewal, for the process's controller manager to run; none for a kubeconfig's identity. */
+  renewal?: Controller;
 }
+
+/** The name of the renewal's controller. */
+export const FORWARDING_TOKEN_RENEWAL = 'forwarding-token';
 
 /**
  * The API server `clients` talk to, reached as `identity`. With a service account, resolves once the first token
- * is in hand and keeps renewing it until stopped.
+ * is in hand (a failure there fails the start: nothing can be forwarded without it); the renewals after are the
+ * `renewal` controller's, which the manager runs once it starts.
  */
 export async function forwardingUpstream(
   clients: KubeClients,
@@ -48,46 +56,58 @@ export async function forwardingUpstream(
           ...(token ? { token: () => token } : {}),
         },
       },
-      stop: () => {},
     };
   }
   if (!namespace) throw new Error('forwarding as a service account needs the concierge namespace');
-  const serviceAccount = `${namespace}/${identity.serviceAccount}`;
   const access = clusterAccess(clients.config);
-  let token: string | undefined;
-  let timer: unknown;
-  let stopped = false;
-  const renew = async (): Promise<void> => {
-    let next = RETRY_MS;
-    try {
-      const answer = await requestServiceAccountToken(
-        clients,
-        namespace,
-        identity.serviceAccount,
-        TOKEN_SECONDS,
-      );
-      token = answer.token;
-      next = Math.max(RETRY_MS, (answer.expiresAt.getTime() - clock.now()) * RENEW_AT);
-      log.info({ serviceAccount, expires: answer.expiresAt.toISOString() }, 'forwarding token renewed');
-    } catch (err) {
-      // The first token is awaited below; later failures keep the current token until it expires.
-      if (token === undefined) throw err;
-      log.error(
-        { serviceAccount, err: (err as Error).message },
-        'forwarding token renewal failed; retrying in 10 s',
-      );
-    }
-    if (!stopped) timer = clock.setTimeout(() => void renew().catch(() => {}), next);
-  };
-  await renew();
+  const tokens = serviceAccountTokens(clients, namespace, identity.serviceAccount, clock, log);
+  await tokens.renew();
   return {
     upstream: {
       url: access.server,
-      credentials: { ...(access.caPem ? { caPem: access.caPem } : {}), token: () => token },
+      credentials: { ...(access.caPem ? { caPem: access.caPem } : {}), token: () => tokens.current() },
     },
-    stop() {
-      stopped = true;
-      clock.clearTimeout(timer);
+    renewal: periodic(FORWARDING_TOKEN_RENEWAL, RETRY_MS, () => tokens.renewWhenDue()),
+  };
+}
+
+/**
+ * TokenRequest tokens of one service account: `renew()` gets one (and throws when it cannot); `renewWhenDue()` renews
+ * once the current one is RENEW_AT through its life and returns how long until it should be asked again. A failed
+ * renewal is logged and tried again in RETRY_MS, the current token serving until it expires.
+ */
+function serviceAccountTokens(
+  clients: KubeClients,
+  namespace: string,
+  name: string,
+  clock: Clock,
+  log: Logger,
+): { current(): string | undefined; renew(): Promise<void>; renewWhenDue(): Promise<number> } {
+  const serviceAccount = `${namespace}/${name}`;
+  let token: string | undefined;
+  /** When the token in hand is due for renewal (the manager's resync may ask sooner: it is then not renewed). */
+  let dueAt = 0;
+  const renew = async (): Promise<void> => {
+    const answer = await requestServiceAccountToken(clients, namespace, name, TOKEN_SECONDS);
+    token = answer.token;
+    dueAt = clock.now() + Math.max(RETRY_MS, (answer.expiresAt.getTime() - clock.now()) * RENEW_AT);
+    log.info({ serviceAccount, expires: answer.expiresAt.toISOString() }, 'forwarding token renewed');
+  };
+  return {
+    current: () => token,
+    renew,
+    async renewWhenDue() {
+      if (clock.now() < dueAt) return dueAt - clock.now();
+      try {
+        await renew();
+        return dueAt - clock.now();
+      } catch (err) {
+        log.error(
+          { serviceAccount, err: (err as Error).message },
+          'forwarding token renewal failed; retrying in 10 s',
+        );
+        return RETRY_MS;
+      }
     },
   };
 }

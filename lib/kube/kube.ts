@@ -10,6 +10,7 @@ import { newH2Pool, type H2Pool } from '../http2/pool.ts';
 import { selfSubjectAccessReview, subjectAccessReview, type AccessQuestion } from './access-review.ts';
 import type { Informer, KubeObject } from './informer.ts';
 import type { Logger } from '../log.ts';
+import { systemClock, type Clock } from '../clock.ts';
 import type { StatusWriter } from './status-writer.ts';
 
 export { ApiException } from '@kubernetes/client-node';
@@ -117,6 +118,7 @@ export function newInformer<T extends KubeObject>(
   config: k8s.KubeConfig,
   source: InformerSource<T>,
   log: Logger,
+  clock: Clock = systemClock,
 ): Informer<T> {
   // client-node's ListWatch reports a failed list as an 'error' event and still resolves its start(): synced must
   // mean that a list succeeded, or a brief refusal at start-up (a 403 before RBAC lands) runs controllers on an empty
@@ -140,7 +142,7 @@ export function newInformer<T extends KubeObject>(
   let failures = 0;
   let markSynced: () => void = () => {};
   let isSynced = false;
-  let restart: NodeJS.Timeout | undefined;
+  let restart: unknown;
   const synced = new Promise<void>((done) => (markSynced = done)).then(() => void (isSynced = true));
   const start = (): void => {
     if (stopped) return;
@@ -171,8 +173,7 @@ export function newInformer<T extends KubeObject>(
     );
     // Until a list has succeeded someone is waiting for synced(), and this timer is all that will end the wait:
     // it keeps the process alive. After that, a restart must not keep a stopping process up.
-    restart = setTimeout(start, delay);
-    if (isSynced) restart.unref();
+    restart = clock.setTimeout(start, delay, { keepAlive: !isSynced });
   });
   for (const verb of [k8s.ADD, k8s.UPDATE, k8s.DELETE] as const) {
     watch.on(verb, (obj) => {
@@ -187,7 +188,7 @@ export function newInformer<T extends KubeObject>(
     synced: () => synced,
     stop: async () => {
       stopped = true;
-      clearTimeout(restart);
+      clock.clearTimeout(restart);
       await watch.stop();
     },
   };
@@ -204,6 +205,7 @@ export function newCustomResourceInformer<T extends KubeObject>(
   clients: KubeClients,
   resource: ClusterResource,
   log: Logger,
+  clock: Clock = systemClock,
 ): Informer<T> {
   return newInformer<T>(
     clients.config,
@@ -212,6 +214,7 @@ export function newCustomResourceInformer<T extends KubeObject>(
       list: () => clients.customObjects.listClusterCustomObject(resource) as Promise<{ items: T[] }>,
     },
     log,
+    clock,
   );
 }
 
@@ -514,6 +517,7 @@ export function newLeaseInformer(
   namespace: string,
   label: string,
   log: Logger,
+  clock: Clock = systemClock,
 ): Informer<LeaseObject> {
   const where = { group: 'coordination.k8s.io', version: 'v1', namespace, plural: 'leases' };
   return newInformer<LeaseObject>(
@@ -527,6 +531,7 @@ export function newLeaseInformer(
         }>,
     },
     log,
+    clock,
   );
 }
 
@@ -549,6 +554,7 @@ export function newCoreInformer<T extends KubeObject>(
   namespace: string,
   log: Logger,
   selectors: Selectors = {},
+  clock: Clock = systemClock,
 ): Informer<T> {
   const everywhere = collection === 'nodes' || namespace === '';
   const list = {
@@ -567,7 +573,7 @@ export function newCoreInformer<T extends KubeObject>(
         : clients.core.listNamespacedConfigMap({ namespace, ...selectors }),
   }[collection] as () => Promise<{ items: T[] }>;
   const path = everywhere ? `/api/v1/${collection}` : `/api/v1/namespaces/${namespace}/${collection}`;
-  return newInformer<T>(clients.config, { path, list, ...selectors }, log);
+  return newInformer<T>(clients.config, { path, list, ...selectors }, log, clock);
 }
 
 /** Sets a Service's load-balancer status (what a cloud's controller writes). */
@@ -681,7 +687,12 @@ export interface KubeInformers {
   stop(): Promise<void>;
 }
 
-export function newKubeInformers(clients: KubeClients, log: Logger): KubeInformers {
+/** `clock` times the restarts of watches that failed. Default: the system's. */
+export function newKubeInformers(
+  clients: KubeClients,
+  log: Logger,
+  clock: Clock = systemClock,
+): KubeInformers {
   const made = new Map<string, Informer<KubeObject>>();
   const shared = <T extends KubeObject>(key: string, make: () => Informer<T>): Informer<T> => {
     let informer = made.get(key);
@@ -692,15 +703,15 @@ export function newKubeInformers(clients: KubeClients, log: Logger): KubeInforme
     core: (collection, namespace, selectors = {}) =>
       shared(
         `core/${collection}/${namespace}/${selectors.labelSelector ?? ''}/${selectors.fieldSelector ?? ''}`,
-        () => newCoreInformer(clients, collection, namespace, log, selectors),
+        () => newCoreInformer(clients, collection, namespace, log, selectors, clock),
       ),
     customResource: (resource) =>
       shared(`${resource.group}/${resource.version}/${resource.plural}`, () =>
-        newCustomResourceInformer(clients, resource, log),
+        newCustomResourceInformer(clients, resource, log, clock),
       ),
     leases: (namespace, label) =>
       shared(`coordination.k8s.io/leases/${namespace}/${label}`, () =>
-        newLeaseInformer(clients, namespace, label, log),
+        newLeaseInformer(clients, namespace, label, log, clock),
       ),
     async stop() {
       const all = [...made.values()];
