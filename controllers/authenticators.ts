@@ -18,7 +18,7 @@ import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
 import type { Logger } from '../lib/log.ts';
 import { decodeCABundle } from '../lib/pki/pem.ts';
 import { mergeConditions, readyCondition, sameIgnoringTimes } from '../lib/controller/conditions.ts';
-import type { Controller } from '../lib/controller/controller.ts';
+import type { Controller, Watch } from '../lib/controller/controller.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import type { StatusWriter } from '../lib/kube/status-writer.ts';
@@ -100,6 +100,11 @@ type Validated = {
   authenticator?: { authenticate: WebhookClient['authenticate']; close?: () => void };
   issuer?: string;
   provider?: IssuerProvider;
+  /**
+   * The authenticator's scheduled upkeep (a JWT issuer's keys): resolves to how long until it is due again, rejects
+   * when it failed (retried with backoff). Called at each sync of a loaded authenticator.
+   */
+  refresh?: () => Promise<number>;
 };
 
 function caProblem(data: string | undefined): { pem?: string; problem?: string } {
@@ -135,6 +140,14 @@ const SPEC_CHECKS = new Set([
   'AuthenticatorValid',
 ]);
 
+/** What the validator found, shared with the status writer of the same kind. */
+interface Findings {
+  /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
+  validated: Map<string, { hash: string; checks: Check[]; refresh?: () => Promise<number> }>;
+  /** What the latest validation of each authenticator found, for the status writer. */
+  found: Map<string, { ok: boolean; checks: Check[] }>;
+}
+
 /** Shared by both kinds; `validate` is what differs. */
 function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthenticator>(
   kind: AuthenticatorKind,
@@ -143,29 +156,82 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
   trustDigest: (spec: T['spec']) => string,
   validate: (obj: T, signal: AbortSignal) => Promise<Validated>,
 ): AuthenticatorControllers {
-  /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
-  const validated = new Map<string, { hash: string; checks: Check[] }>();
-  /** What the latest validation of each authenticator found, for the status writer. */
-  const found = new Map<string, { ok: boolean; checks: Check[] }>();
-  const now = deps.now ?? (() => new Date());
+  const findings: Findings = { validated: new Map(), found: new Map() };
   const log = deps.log.child({ kind });
-  const statusName = `${kind}-status`;
+  return {
+    validator: cacheFiller(kind, deps, log, findings, trustDigest, validate),
+    status: statusWriter(kind, deps, log, findings),
+  };
+}
+
+/** The validator's watches: its authenticators, and the Secrets and ConfigMaps that hold their CAs. */
+function validatorWatches<T extends JWTAuthenticator | WebhookAuthenticator>(
+  deps: AuthenticatorControllerDeps<T>,
+): Watch[] {
   const sources = deps.caSources;
-  const validator: Controller = {
+  return [
+    { informer: deps.informer },
+    // A rotated CA in a Secret or ConfigMap that an authenticator names: that authenticator is validated again.
+    ...(sources
+      ? (['Secret', 'ConfigMap'] as const).map((sourceKind) => ({
+          informer: sourceKind === 'Secret' ? sources.secrets : sources.configMaps,
+          filter: (o: KubeObject) => o.metadata?.namespace === sources.namespace,
+          key: (o: KubeObject) => referringTo(deps.informer as Informer<T>, sourceKind, o.metadata?.name),
+        }))
+      : []),
+  ];
+}
+
+/**
+ * What an authenticator's validation depends on: the object's uid with its spec (one deleted and made again under
+ * the same name between two looks is another authenticator, and certificates issued on the old one's word must not
+ * pass for the new one's), and the CA a source holds (a rotation makes it another authenticator).
+ */
+function validationHash<T extends JWTAuthenticator | WebhookAuthenticator>(
+  obj: T,
+  sources?: CASources,
+): string {
+  const source = obj.spec.tls?.certificateAuthorityDataSource;
+  const sourced = source ? specHash(sourcedCA(source, sources)) : '';
+  return `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}/${sourced}`;
+}
+
+/** The authenticator `result` built, into the cache under `name`, with what its object says about its use. */
+function loadIntoCache<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  cache: AuthenticatorCache,
+  obj: T,
+  result: Validated & { authenticator: NonNullable<Validated['authenticator']> },
+  trustDigest: (spec: T['spec']) => string,
+): void {
+  cache.set(kind, obj.metadata.name ?? '', result.authenticator, {
+    ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
+    ...(result.provider ? { provider: result.provider } : {}),
+    ...(obj.spec.credentialLifetimeSeconds === undefined
+      ? {}
+      : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
+    // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
+    ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
+    ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
+  });
+}
+
+/** Every replica: validates each authenticator whose spec changed and keeps the cache in step. */
+function cacheFiller<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  deps: AuthenticatorControllerDeps<T>,
+  log: Logger,
+  { validated, found }: Findings,
+  trustDigest: (spec: T['spec']) => string,
+  validate: (obj: T, signal: AbortSignal) => Promise<Validated>,
+): Controller {
+  const statusName = `${kind}-status`;
+  return {
     name: `${kind}-cache-filler`,
-    watches: [
-      { informer: deps.informer },
-      // A rotated CA in a Secret or ConfigMap that an authenticator names: that authenticator is validated again.
-      ...(sources
-        ? (['Secret', 'ConfigMap'] as const).map((sourceKind) => ({
-            informer: sourceKind === 'Secret' ? sources.secrets : sources.configMaps,
-            filter: (o: KubeObject) => o.metadata?.namespace === sources.namespace,
-            key: (o: KubeObject) => referringTo(deps.informer as Informer<T>, sourceKind, o.metadata?.name),
-          }))
-        : []),
-    ],
+    watches: validatorWatches(deps),
     // What is wrong with an authenticator becomes its conditions (the status writer's). A mistake in the spec is not
-    // retried; a failure of the issuer or webhook is, with backoff, since it may come back.
+    // retried; a failure of the issuer or webhook is, with backoff, since it may come back. A loaded authenticator
+    // with keys to refresh comes back when they are due; a refresh that fails is retried with backoff too.
     async sync(name: string, signal: AbortSignal): Promise<SyncResult> {
       const obj = deps.informer.get(name);
       if (!obj) {
@@ -174,12 +240,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
         found.delete(name);
         return;
       }
-      // The object's uid with its spec: one deleted and made again under the same name between two looks is
-      // another authenticator, and certificates issued on the old one's word must not pass for the new one's.
-      // The CA a source holds is part of what was validated: a rotation makes it another authenticator.
-      const source = obj.spec.tls?.certificateAuthorityDataSource;
-      const sourced = source ? specHash(sourcedCA(source, sources)) : '';
-      const hash = `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}/${sourced}`;
+      const hash = validationHash(obj, deps.caSources);
       let result: Validated | undefined;
       const known = validated.get(name);
       const ready = known?.hash === hash && deps.cache.has(kind, name);
@@ -188,17 +249,18 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
         // Stopped meanwhile: what a cut-short validation found says nothing about the authenticator.
         signal.throwIfAborted();
         if (result.authenticator) {
-          deps.cache.set(kind, name, result.authenticator, {
-            ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
-            ...(result.provider ? { provider: result.provider } : {}),
-            ...(obj.spec.credentialLifetimeSeconds === undefined
-              ? {}
-              : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
-            // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
-            ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
-            ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
+          loadIntoCache(
+            kind,
+            deps.cache,
+            obj,
+            { ...result, authenticator: result.authenticator },
+            trustDigest,
+          );
+          validated.set(name, {
+            hash,
+            checks: result.checks,
+            ...(result.refresh ? { refresh: result.refresh } : {}),
           });
-          validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.
           if (obj.spec.allowSystemNames === true)
             log.warn(
@@ -215,11 +277,23 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       found.set(name, { ok, checks: result ? result.checks : known!.checks });
       deps.validated?.(statusName, name);
       const failed = (result?.checks ?? []).find((c) => c.status === 'False');
-      return ok || (failed && SPEC_CHECKS.has(failed.type)) ? undefined : { retry: true };
+      if (!ok) return failed && SPEC_CHECKS.has(failed.type) ? undefined : { retry: true };
+      const refresh = validated.get(name)?.refresh;
+      return refresh ? { requeueAfterMs: await refresh() } : undefined;
     },
   };
-  const status: Controller = {
-    name: statusName,
+}
+
+/** The leader: writes phase and conditions from what the validator found. */
+function statusWriter<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  deps: AuthenticatorControllerDeps<T>,
+  log: Logger,
+  { found }: Findings,
+): Controller {
+  const now = deps.now ?? (() => new Date());
+  return {
+    name: `${kind}-status`,
     watches: [{ informer: deps.informer }],
     // Failed writes throw and retry.
     async sync(name: string): Promise<SyncResult> {
@@ -249,7 +323,6 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       );
     },
   };
-  return { validator, status };
 }
 
 export function newJWTAuthenticatorControllers(
@@ -271,12 +344,14 @@ export function newJWTAuthenticatorControllers(
     );
     if (ca.pem) settings.caBundlePem = ca.pem;
     const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps }, signal);
-    if (validation.authenticator) validation.authenticator.keys.startRefreshing();
+    const authenticator = validation.authenticator;
     return {
       checks: validation.checks,
-      ...(validation.authenticator
+      ...(authenticator
         ? {
-            authenticator: validation.authenticator,
+            authenticator,
+            // The issuer's keys, fetched again when due: this controller comes back for them (JWKS_REFRESH_INTERVAL_MS).
+            refresh: () => authenticator.keys.refreshIfDue(),
             issuer: settings.issuer,
             provider: {
               issuer: settings.issuer,
