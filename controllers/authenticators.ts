@@ -402,96 +402,94 @@ function endpointProblem(endpoint: string): string | undefined {
 export function newWebhookAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
 ): AuthenticatorControllers {
-  return newAuthenticatorControllers('WebhookAuthenticator', deps, webhookTrustDigest, async (obj) => {
-    const checks: Check[] = [];
-    const unknown = (types: string[]): Check[] =>
-      types.map((type) => ({
-        type,
-        status: 'Unknown',
-        reason: 'UnableToValidate',
-        message: 'unable to validate; see other conditions for details',
-      }));
-    const ca = specCA(obj.spec.tls, obj.spec.tls?.certificateAuthorityData, deps.caSources);
-    if (ca.problem) {
-      checks.push({
-        type: 'TLSConfigurationValid',
-        status: 'False',
-        reason: 'InvalidTLSConfiguration',
-        message: ca.problem,
-      });
-      return {
-        checks: [...checks, ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid'])],
-      };
-    }
-    checks.push({
-      type: 'TLSConfigurationValid',
-      status: 'True',
-      reason: 'Success',
-      message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
-    });
-    const problem = endpointProblem(obj.spec.endpoint);
-    if (problem) {
-      checks.push({
-        type: 'EndpointURLValid',
-        status: 'False',
-        reason: 'InvalidEndpointURL',
-        message: problem,
-      });
-      return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
-    }
-    checks.push({
-      type: 'EndpointURLValid',
-      status: 'True',
-      reason: 'Success',
-      message: 'endpoint is a valid https URL',
-    });
-    const allowSystemNames = obj.spec.allowSystemNames === true;
-    const ruleProblems: string[] = [];
-    const userRules = compileUserRules(
-      obj.spec.userValidationRules,
-      'spec.userValidationRules',
-      ruleProblems,
-    );
-    const client = new WebhookClient({
-      endpoint: obj.spec.endpoint,
-      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-      ...(allowSystemNames ? { allowSystemNames } : {}),
-      ...(userRules.length > 0 ? { userRules } : {}),
-    });
-    try {
-      await client.probe();
-    } catch (err) {
-      checks.push({
-        type: 'WebhookConnectionValid',
-        status: 'False',
-        reason: 'UnableToDialServer',
-        message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
-      });
-      return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
-    }
-    checks.push({
-      type: 'WebhookConnectionValid',
-      status: 'True',
-      reason: 'Success',
-      message: 'TLS connection to the webhook verified',
-    });
-    if (ruleProblems.length > 0) {
-      checks.push({
-        type: 'AuthenticatorValid',
-        status: 'False',
-        reason: 'InvalidAuthenticator',
-        message: ruleProblems.join('; '),
-      });
-      return { checks };
-    }
-    checks.push({
-      type: 'AuthenticatorValid',
-      status: 'True',
-      reason: 'Success',
-      message: allowSystemNames
+  return newAuthenticatorControllers('WebhookAuthenticator', deps, webhookTrustDigest, (obj) =>
+    validateWebhook(obj, deps.caSources),
+  );
+}
+
+/** The webhook's checks, in order; after a failed one, the rest are Unknown. */
+const WEBHOOK_CHECKS = [
+  'TLSConfigurationValid',
+  'EndpointURLValid',
+  'WebhookConnectionValid',
+  'AuthenticatorValid',
+] as const;
+
+const passed = (type: string, message: string): Check => ({
+  type,
+  status: 'True',
+  reason: 'Success',
+  message,
+});
+
+/** `checks` ended by a failed `type`, and every later check Unknown. */
+function failedAt(
+  checks: Check[],
+  type: (typeof WEBHOOK_CHECKS)[number],
+  reason: string,
+  message: string,
+): Check[] {
+  const later = WEBHOOK_CHECKS.slice(WEBHOOK_CHECKS.indexOf(type) + 1);
+  return [
+    ...checks,
+    { type, status: 'False', reason, message },
+    ...later.map((unknown): Check => ({
+      type: unknown,
+      status: 'Unknown',
+      reason: 'UnableToValidate',
+      message: 'unable to validate; see other conditions for details',
+    })),
+  ];
+}
+
+/**
+ * A WebhookAuthenticator's checks (its CA, its endpoint, a verified TLS connection to it, its user validation rules)
+ * and, when all pass, its client.
+ */
+async function validateWebhook(
+  obj: WebhookAuthenticator,
+  sources: CASources | undefined,
+): Promise<Validated> {
+  const checks: Check[] = [];
+  const ca = specCA(obj.spec.tls, obj.spec.tls?.certificateAuthorityData, sources);
+  if (ca.problem)
+    return { checks: failedAt(checks, 'TLSConfigurationValid', 'InvalidTLSConfiguration', ca.problem) };
+  checks.push(
+    passed(
+      'TLSConfigurationValid',
+      ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
+    ),
+  );
+  const problem = endpointProblem(obj.spec.endpoint);
+  if (problem) return { checks: failedAt(checks, 'EndpointURLValid', 'InvalidEndpointURL', problem) };
+  checks.push(passed('EndpointURLValid', 'endpoint is a valid https URL'));
+  const allowSystemNames = obj.spec.allowSystemNames === true;
+  const ruleProblems: string[] = [];
+  const userRules = compileUserRules(obj.spec.userValidationRules, 'spec.userValidationRules', ruleProblems);
+  const client = new WebhookClient({
+    endpoint: obj.spec.endpoint,
+    ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+    ...(allowSystemNames ? { allowSystemNames } : {}),
+    ...(userRules.length > 0 ? { userRules } : {}),
+  });
+  try {
+    await client.probe();
+  } catch (err) {
+    const message = `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`;
+    return { checks: failedAt(checks, 'WebhookConnectionValid', 'UnableToDialServer', message) };
+  }
+  checks.push(passed('WebhookConnectionValid', 'TLS connection to the webhook verified'));
+  if (ruleProblems.length > 0)
+    return {
+      checks: failedAt(checks, 'AuthenticatorValid', 'InvalidAuthenticator', ruleProblems.join('; ')),
+    };
+  checks.push(
+    passed(
+      'AuthenticatorValid',
+      allowSystemNames
         ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
         : 'authenticator initialized',
-    });
-    return { checks, authenticator: client };
-  });
+    ),
+  );
+  return { checks, authenticator: client };
 }
