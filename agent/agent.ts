@@ -156,86 +156,198 @@ function caMatchingPin(hub: URL, pin: string): Promise<string> {
 }
 
 export function newAgent(opts: AgentOptions): Agent {
-  const log = opts.log;
   const clock = opts.clock ?? systemClock;
-  let credentials: AgentCredentials | undefined;
-  let stopped = false;
-  const count = Math.min(Math.max(Math.trunc(opts.tunnels ?? DEFAULT_TUNNELS), 1), MAX_TUNNELS);
-  const slots: Slot[] = Array.from({ length: count }, () => {
+  const agent: Holding = { opts, log: opts.log, clock, slots: newSlots(opts.tunnels), stopped: false };
+  const identity = newIdentity(opts, clock);
+  const dial = newDialer(agent);
+  let started = false;
+  const lifecycle = newLifecycle('agent', opts.log, (onStop) => {
+    if (started) throw new Error('the agent was started already');
+    started = true;
+    // The local proxy serves the tunnels' streams; it is closed after they are.
+    const local = newLocalProxy(opts.upstream);
+    onStop(() => local.close());
+    const renewal = checkRenewal(identity, clock, opts.log);
+    onStop(() => renewal.cancel());
+    const loop = Promise.all(
+      agent.slots.map((slot, index) => holdTunnel(agent, slot, index, { identity, dial, local })),
+    );
+    onStop(() => closeTunnels(agent, loop));
+    return Promise.resolve();
+  });
+
+  return {
+    ...lifecycle,
+    connected: () => agent.slots.some((s) => s.connected),
+    replicas: () => agent.slots.flatMap((s) => (s.connected && s.replica ? [s.replica] : [])),
+    renew: () => identity.renew(),
+  };
+}
+
+/** What the tunnels of one agent share. */
+interface Holding {
+  opts: AgentOptions;
+  log: Logger;
+  clock: Clock;
+  slots: Slot[];
+  /** Set once stop() began: nothing dials again. */
+  stopped: boolean;
+}
+
+/** The slots for the tunnels to hold: DEFAULT_TUNNELS, at least one and at most MAX_TUNNELS. */
+function newSlots(tunnels: number | undefined): Slot[] {
+  const count = Math.min(Math.max(Math.trunc(tunnels ?? DEFAULT_TUNNELS), 1), MAX_TUNNELS);
+  return Array.from({ length: count }, () => {
     let markDialed: () => void = () => {};
     const dialedOnce = new Promise<void>((done) => (markDialed = done));
     return { connected: false, dialedOnce, markDialed };
   });
+}
+
+/** Stops holding: closes each tunnel (or its dial under way), wakes each pause, and waits for every slot to end. */
+async function closeTunnels(agent: Holding, loop: Promise<unknown>): Promise<void> {
+  agent.stopped = true;
+  for (const slot of agent.slots) {
+    // Through the tunnel's stream: see lib/tunnel/tunnel.ts on closing.
+    if (slot.tunnel) slot.tunnel.close();
+    else slot.cancelDial?.();
+    slot.wake?.();
+  }
+  await loop;
+}
+
+/** The agent's certificate: loaded, registered, renewed, and registered again after a refusal. */
+interface Identity {
+  /** The credentials to dial with: loaded, registered or renewed once for all slots that ask at the same time. */
+  ensure(): Promise<AgentCredentials>;
+  renew(): Promise<void>;
+  /** Whether the credentials in use are two thirds through their life. */
+  renewalDue(): boolean;
+  /**
+   * After the hub refused our certificate: registers with the bootstrap token if there is one we have not sent
+   * yet (an admin ran `sealion cluster add` again and restarted us with its token). Otherwise the certificate is
+   * kept, since the refusal may be a replica that has not yet seen our Cluster's latest state. True when it
+   * registered.
+   */
+  registerAgain(): Promise<boolean>;
+}
+
+function newIdentity(opts: AgentOptions, clock: Clock): Identity {
+  const log = opts.log;
+  let credentials: AgentCredentials | undefined;
   /** The last token sent to /register: tokens work once, so a refused certificate never sends it again. */
   let spentToken: string | undefined;
+  let ensuring: Promise<AgentCredentials> | undefined;
 
-  async function register(): Promise<AgentCredentials> {
+  const register = async (): Promise<AgentCredentials> => {
     const token = opts.bootstrapToken();
     if (!token) throw new Error('not registered yet, and no bootstrap token was given');
     spentToken = token;
-    const { csrPem, keyPem } = await newCSR(opts.cluster);
-    const caBundlePem =
-      'caPem' in opts.trust ? opts.trust.caPem : await caMatchingPin(opts.hub, opts.trust.pin);
-    const answer = (
-      await httpsJSON(new URL('/register', opts.hub).toString(), {
-        method: 'POST',
-        body: { cluster: opts.cluster, token, csr: csrPem },
-        caBundlePem,
-      })
-    ).json as { certificate: string; caBundle: string };
-    const registered = { certPem: answer.certificate, keyPem, caPem: answer.caBundle };
-    await opts.store.save(registered);
-    log.info({ cluster: opts.cluster }, 'registered with the hub');
-    return registered;
-  }
-
-  const renewalDue = (c: AgentCredentials): boolean => {
+    return registerWithHub(opts, token);
+  };
+  const due = (c: AgentCredentials): boolean => {
     const cert = new X509Certificate(c.certPem);
     const from = Date.parse(cert.validFrom);
     return clock.now() >= from + (Date.parse(cert.validTo) - from) * RENEW_AT_FRACTION;
   };
-
-  async function renew(): Promise<void> {
+  const renew = async (): Promise<void> => {
     const current = credentials ?? (await opts.store.load());
     if (!current) throw new Error('nothing to renew: not registered');
-    const { csrPem, keyPem } = await newCSR(opts.cluster);
-    const answer = (
-      await httpsJSON(new URL('/renew', opts.hub).toString(), {
-        method: 'POST',
-        body: { csr: csrPem },
-        caBundlePem: current.caPem,
-        clientCert: { certPem: current.certPem, keyPem: current.keyPem },
-      })
-    ).json as { certificate: string; caBundle: string };
-    credentials = { certPem: answer.certificate, keyPem, caPem: answer.caBundle };
+    credentials = await renewWithHub(opts, current);
     await opts.store.save(credentials);
     log.info(
-      { cluster: opts.cluster, expires: new X509Certificate(answer.certificate).validTo },
+      { cluster: opts.cluster, expires: new X509Certificate(credentials.certPem).validTo },
       'certificate renewed',
     );
-  }
+  };
 
-  /** The credentials to dial with: loaded, registered or renewed once for all slots that ask at the same time. */
-  let ensuring: Promise<AgentCredentials> | undefined;
-  function ensureCredentials(): Promise<AgentCredentials> {
-    ensuring ??= (async () => {
-      credentials ??= (await opts.store.load()) ?? (await register());
-      if (renewalDue(credentials)) await renew();
-      return credentials;
-    })().finally(() => (ensuring = undefined));
-    return ensuring;
-  }
+  return {
+    ensure() {
+      ensuring ??= (async () => {
+        credentials ??= (await opts.store.load()) ?? (await register());
+        if (due(credentials)) await renew();
+        return credentials;
+      })().finally(() => (ensuring = undefined));
+      return ensuring;
+    },
+    renew,
+    renewalDue: () => credentials !== undefined && due(credentials),
+    async registerAgain() {
+      const token = opts.bootstrapToken();
+      if (!token || token === spentToken) return false;
+      try {
+        credentials = await register();
+        return true;
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, 'registering again failed');
+        return false;
+      }
+    },
+  };
+}
 
-  /** The transport to dial next: `auto` starts with direct and stays on WebSocket once direct did not pass. */
+/** Trades the bootstrap token and a CSR for a certificate, trusting the hub by its CA bundle or pin; saves it. */
+async function registerWithHub(opts: AgentOptions, token: string): Promise<AgentCredentials> {
+  const { csrPem, keyPem } = await newCSR(opts.cluster);
+  const caBundlePem =
+    'caPem' in opts.trust ? opts.trust.caPem : await caMatchingPin(opts.hub, opts.trust.pin);
+  const answer = (
+    await httpsJSON(new URL('/register', opts.hub).toString(), {
+      method: 'POST',
+      body: { cluster: opts.cluster, token, csr: csrPem },
+      caBundlePem,
+    })
+  ).json as { certificate: string; caBundle: string };
+  const registered = { certPem: answer.certificate, keyPem, caPem: answer.caBundle };
+  await opts.store.save(registered);
+  opts.log.info({ cluster: opts.cluster }, 'registered with the hub');
+  return registered;
+}
+
+/** A new certificate for a new key, asked for over mutual TLS with the current one. */
+async function renewWithHub(opts: AgentOptions, current: AgentCredentials): Promise<AgentCredentials> {
+  const { csrPem, keyPem } = await newCSR(opts.cluster);
+  const answer = (
+    await httpsJSON(new URL('/renew', opts.hub).toString(), {
+      method: 'POST',
+      body: { csr: csrPem },
+      caBundlePem: current.caPem,
+      clientCert: { certPem: current.certPem, keyPem: current.keyPem },
+    })
+  ).json as { certificate: string; caBundle: string };
+  return { certPem: answer.certificate, keyPem, caPem: answer.caBundle };
+}
+
+/** Checks every RENEW_CHECK_MS whether renewal is due, until `cancel`. */
+function checkRenewal(identity: Identity, clock: Clock, log: Logger): { cancel(): void } {
+  let timer: unknown;
+  const check = (): void => {
+    if (identity.renewalDue())
+      identity
+        .renew()
+        .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'renewal failed; retrying later'));
+    timer = clock.setTimeout(check, RENEW_CHECK_MS);
+  };
+  timer = clock.setTimeout(check, RENEW_CHECK_MS);
+  return { cancel: () => clock.clearTimeout(timer) };
+}
+
+type Dial = (c: AgentCredentials, slot: Slot) => Promise<Dialed>;
+
+/**
+ * Dials one tunnel with the given credentials, asking for a replica none of the other slots holds. The transport:
+ * `auto` starts with direct and stays on WebSocket once direct did not pass.
+ */
+function newDialer(agent: Holding): Dial {
+  const { opts, log } = agent;
   let transport: TunnelTransport = opts.transport === 'websocket' ? 'websocket' : 'direct';
-
   /** Each set of credentials' TLS context, made at its first dial. */
   const contexts = new WeakMap<AgentCredentials, SecureContext>();
 
-  async function dial(c: AgentCredentials, slot: Slot): Promise<Dialed> {
+  return async (c, slot) => {
     let tls = contexts.get(c);
     if (!tls) contexts.set(c, (tls = tlsContext(c.caPem, c.certPem, c.keyPem)));
-    const avoid = slots.flatMap((s) => (s !== slot && s.connected && s.replica ? [s.replica] : []));
+    const avoid = agent.slots.flatMap((s) => (s !== slot && s.connected && s.replica ? [s.replica] : []));
     const options = {
       hub: opts.hub,
       tls,
@@ -256,7 +368,12 @@ export function newAgent(opts: AgentOptions): Agent {
     try {
       return await attempt();
     } catch (err) {
-      if ((opts.transport ?? 'auto') !== 'auto' || transport !== 'direct' || !directNotPassed(err) || stopped)
+      if (
+        (opts.transport ?? 'auto') !== 'auto' ||
+        transport !== 'direct' ||
+        !directNotPassed(err) ||
+        agent.stopped
+      )
         throw err;
       log.warn(
         { err: (err as Error).message },
@@ -265,139 +382,92 @@ export function newAgent(opts: AgentOptions): Agent {
       transport = 'websocket';
       return attempt();
     }
-  }
-
-  /** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
-  async function connectOnce(c: AgentCredentials, slot: Slot, local: LocalProxy): Promise<void> {
-    const dialed = await dial(c, slot);
-    if (stopped) return void dialed.stream.destroy();
-    if (slot !== slots[0] && !dialed.replica) {
-      // A hub from before replicas said who they are: it keeps one tunnel per agent, and a second would replace the
-      // first, again and again.
-      dialed.stream.destroy();
-      throw new OldHub('the hub does not name its replicas: holding one tunnel only');
-    }
-    slot.connected = true;
-    if (dialed.replica) slot.replica = dialed.replica;
-    slot.markDialed();
-    log.info({ hub: opts.hub.origin, transport: dialed.transport, replica: dialed.replica }, 'tunnel up');
-    const current = serveTunnel(dialed.stream, {
-      connect: (stream) => local.accept(stream),
-      request: (stream, headers, rawHeaders) => local.serve(stream, headers, rawHeaders),
-    });
-    slot.tunnel = current;
-    await current.closed;
-    slot.tunnel = undefined;
-    slot.connected = false;
-    delete slot.replica;
-    log.info({ replica: dialed.replica }, 'tunnel down');
-  }
-
-  /**
-   * After the hub refused our certificate: registers with the bootstrap token if there is one we have not sent
-   * yet (an admin ran `sealion cluster add` again and restarted us with its token). Otherwise the certificate is
-   * kept, since the refusal may be a replica that has not yet seen our Cluster's latest state. True when it
-   * registered.
-   */
-  async function registerAgain(): Promise<boolean> {
-    const token = opts.bootstrapToken();
-    if (!token || token === spentToken) return false;
-    try {
-      credentials = await register();
-      return true;
-    } catch (err) {
-      log.warn({ err: (err as Error).message }, 'registering again failed');
-      return false;
-    }
-  }
-
-  // Between dials nothing else may keep the process up (no tunnel, no socket): the pause does, until stop wakes it.
-  const sleep = (slot: Slot, ms: number): Promise<void> =>
-    new Promise((done) => {
-      const timer = clock.setTimeout(done, ms, { keepAlive: true });
-      slot.wake = () => {
-        clock.clearTimeout(timer);
-        done();
-      };
-    });
-
-  /** Holds one tunnel: dials, serves it until it closes, and dials again after a jittered backoff. */
-  const hold = async (slot: Slot, index: number, local: LocalProxy): Promise<void> => {
-    // Each slot dials once the one before it knows its replica, so that it can ask for another.
-    if (index > 0) await Promise.race([slots[index - 1]!.dialedOnce, sleep(slot, FIRST_DIAL_WAIT_MS)]);
-    let failures = 0;
-    /** Dials in a row that landed on a replica holding another of our tunnels. */
-    let landedTaken = 0;
-    while (!stopped) {
-      const started = clock.now();
-      try {
-        await connectOnce(await ensureCredentials(), slot, local);
-        landedTaken = 0;
-      } catch (err) {
-        slot.markDialed();
-        if (err instanceof OldHub) return log.warn(err.message);
-        if (err instanceof DialRefused && err.status === ALREADY_HELD) {
-          // Fewer replicas answer than we want tunnels (one is down, or there are few): the cluster is reachable
-          // through our other tunnels, so this one comes back slowly. Each dial costs the hub a TLS handshake, and
-          // a thousand agents dialing fast while a replica is away would be the herd that slows its return.
-          log.debug({ err: err.message }, 'landed on a replica that holds another tunnel');
-          const delay = exponentialBackoff(++landedTaken, TAKEN_BACKOFF_MS, MAX_TAKEN_BACKOFF_MS);
-          await sleep(slot, delay / 2 + (delay / 2) * Math.random());
-          continue;
-        }
-        log.warn({ err: (err as Error).message }, 'tunnel failed');
-        // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
-        if (isRefusal(err) && !stopped && (await registerAgain())) continue;
-      }
-      if (stopped) break;
-      failures = clock.now() - started > STABLE_MS ? 0 : failures + 1;
-      const delay = exponentialBackoff(failures, MIN_BACKOFF_MS, MAX_BACKOFF_MS);
-      // Full jitter: anywhere up to the delay, so that agents dropped together (a hub replica restarting) come back
-      // spread over it rather than in waves.
-      await sleep(slot, delay * Math.random());
-    }
   };
-  /** Checks every RENEW_CHECK_MS whether renewal is due, until `cancel`. */
-  const checkRenewal = (): { cancel(): void } => {
-    let timer: unknown;
-    const check = (): void => {
-      if (credentials && renewalDue(credentials))
-        renew().catch((err: unknown) =>
-          log.warn({ err: (err as Error).message }, 'renewal failed; retrying later'),
-        );
-      timer = clock.setTimeout(check, RENEW_CHECK_MS);
+}
+
+/** What holding a tunnel takes besides the agent's state. */
+interface TunnelParts {
+  identity: Identity;
+  dial: Dial;
+  local: LocalProxy;
+}
+
+/** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
+async function connectOnce(
+  agent: Holding,
+  c: AgentCredentials,
+  slot: Slot,
+  parts: TunnelParts,
+): Promise<void> {
+  const { log } = agent;
+  const dialed = await parts.dial(c, slot);
+  if (agent.stopped) return void dialed.stream.destroy();
+  if (slot !== agent.slots[0] && !dialed.replica) {
+    // A hub from before replicas said who they are: it keeps one tunnel per agent, and a second would replace the
+    // first, again and again.
+    dialed.stream.destroy();
+    throw new OldHub('the hub does not name its replicas: holding one tunnel only');
+  }
+  slot.connected = true;
+  if (dialed.replica) slot.replica = dialed.replica;
+  slot.markDialed();
+  log.info({ hub: agent.opts.hub.origin, transport: dialed.transport, replica: dialed.replica }, 'tunnel up');
+  const current = serveTunnel(dialed.stream, {
+    connect: (stream) => parts.local.accept(stream),
+    request: (stream, headers, rawHeaders) => parts.local.serve(stream, headers, rawHeaders),
+  });
+  slot.tunnel = current;
+  await current.closed;
+  slot.tunnel = undefined;
+  slot.connected = false;
+  delete slot.replica;
+  log.info({ replica: dialed.replica }, 'tunnel down');
+}
+
+// Between dials nothing else may keep the process up (no tunnel, no socket): the pause does, until stop wakes it.
+const sleep = (clock: Clock, slot: Slot, ms: number): Promise<void> =>
+  new Promise((done) => {
+    const timer = clock.setTimeout(done, ms, { keepAlive: true });
+    slot.wake = () => {
+      clock.clearTimeout(timer);
+      done();
     };
-    timer = clock.setTimeout(check, RENEW_CHECK_MS);
-    return { cancel: () => clock.clearTimeout(timer) };
-  };
-
-  let started = false;
-  const lifecycle = newLifecycle('agent', log, (onStop) => {
-    if (started) throw new Error('the agent was started already');
-    started = true;
-    // The local proxy serves the tunnels' streams; it is closed after they are.
-    const local = newLocalProxy(opts.upstream);
-    onStop(() => local.close());
-    const renewal = checkRenewal();
-    onStop(() => renewal.cancel());
-    const loop = Promise.all(slots.map((slot, index) => hold(slot, index, local)));
-    onStop(async () => {
-      stopped = true;
-      for (const slot of slots) {
-        // Through the tunnel's stream: see lib/tunnel/tunnel.ts on closing.
-        if (slot.tunnel) slot.tunnel.close();
-        else slot.cancelDial?.();
-        slot.wake?.();
-      }
-      await loop;
-    });
-    return Promise.resolve();
   });
 
-  return {
-    ...lifecycle,
-    connected: () => slots.some((s) => s.connected),
-    replicas: () => slots.flatMap((s) => (s.connected && s.replica ? [s.replica] : [])),
-    renew,
-  };
+/** Holds one tunnel: dials, serves it until it closes, and dials again after a jittered backoff. */
+async function holdTunnel(agent: Holding, slot: Slot, index: number, parts: TunnelParts): Promise<void> {
+  const { log, clock, slots } = agent;
+  // Each slot dials once the one before it knows its replica, so that it can ask for another.
+  if (index > 0) await Promise.race([slots[index - 1]!.dialedOnce, sleep(clock, slot, FIRST_DIAL_WAIT_MS)]);
+  let failures = 0;
+  /** Dials in a row that landed on a replica holding another of our tunnels. */
+  let landedTaken = 0;
+  while (!agent.stopped) {
+    const started = clock.now();
+    try {
+      await connectOnce(agent, await parts.identity.ensure(), slot, parts);
+      landedTaken = 0;
+    } catch (err) {
+      slot.markDialed();
+      if (err instanceof OldHub) return log.warn(err.message);
+      if (err instanceof DialRefused && err.status === ALREADY_HELD) {
+        // Fewer replicas answer than we want tunnels (one is down, or there are few): the cluster is reachable
+        // through our other tunnels, so this one comes back slowly. Each dial costs the hub a TLS handshake, and
+        // a thousand agents dialing fast while a replica is away would be the herd that slows its return.
+        log.debug({ err: err.message }, 'landed on a replica that holds another tunnel');
+        const delay = exponentialBackoff(++landedTaken, TAKEN_BACKOFF_MS, MAX_TAKEN_BACKOFF_MS);
+        await sleep(clock, slot, delay / 2 + (delay / 2) * Math.random());
+        continue;
+      }
+      log.warn({ err: (err as Error).message }, 'tunnel failed');
+      // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
+      if (isRefusal(err) && !agent.stopped && (await parts.identity.registerAgain())) continue;
+    }
+    if (agent.stopped) break;
+    failures = clock.now() - started > STABLE_MS ? 0 : failures + 1;
+    const delay = exponentialBackoff(failures, MIN_BACKOFF_MS, MAX_BACKOFF_MS);
+    // Full jitter: anywhere up to the delay, so that agents dropped together (a hub replica restarting) come back
+    // spread over it rather than in waves.
+    await sleep(clock, slot, delay * Math.random());
+  }
 }

@@ -5,6 +5,7 @@ import { Writable } from 'node:stream';
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'jose';
 import type { AuthenticatorStatus, JWTAuthenticator, WebhookAuthenticator } from '../apis/authentication.ts';
 import { AuthenticatorCache } from '../lib/authn/cache.ts';
+import { JWKS_REFRESH_INTERVAL_MS } from '../lib/authn/jwt.ts';
 import { jwtTrustDigest, webhookTrustDigest } from '../lib/authn/trust.ts';
 import { MemoryInformer } from '../lib/kube/informer.ts';
 import { newLogger, silentLogger, type Logger } from '../lib/log.ts';
@@ -183,9 +184,64 @@ describe('JWTAuthenticator controller', () => {
       ),
     ).toBe(true);
     expect(cache.has('JWTAuthenticator', 'corp')).toBe(phase === 'Ready');
-    // What the issuer did is retried with backoff; a mistake in the spec waits for its edit; success is done.
+    // What the issuer did is retried with backoff; a mistake in the spec waits for its edit; success comes back
+    // when the issuer's keys are due for a refresh.
     const specMistake = wanted.some((c) => /^(TLSConfigurationValid|IssuerURLValid)=False/.test(c));
-    expect(result).toEqual(phase === 'Ready' || specMistake ? undefined : { retry: true });
+    expect(result).toEqual(
+      phase === 'Ready' ? { requeueAfterMs: expect.any(Number) } : specMistake ? undefined : { retry: true },
+    );
+  });
+
+  it("refreshes the issuer's keys when due, has a failing refresh retried, and stops with the authenticator", async () => {
+    let clock = NOW.getTime();
+    let down = false;
+    const documents = goodDocuments();
+    let keyFetches = 0;
+    const fetchJSON = (url: string): Promise<unknown> => {
+      if (url === `${ISSUER}/keys`) keyFetches++;
+      return down ? Promise.reject(new Error('HTTP 503')) : Promise.resolve(documents[url]);
+    };
+    const informer = new MemoryInformer<JWTAuthenticator>([jwtObject()]);
+    const cache = new AuthenticatorCache();
+    caches.push(cache);
+    const status = new RecordingStatusWriter<AuthenticatorStatus>();
+    const { validator } = newJWTAuthenticatorControllers(
+      { informer, cache, status, log: silentLogger(), now: () => NOW },
+      { fetchJSON, now: () => clock },
+    );
+    const comesBackIn = async (): Promise<number> => {
+      const result = await validator.sync('corp', never);
+      return (result as { requeueAfterMs: number }).requeueAfterMs;
+    };
+    // The first fetch is the validation's; the controller comes back when the keys are due (jittered).
+    const first = await comesBackIn();
+    expect(keyFetches).toBe(1);
+    expect(first).toBeGreaterThanOrEqual(0.9 * JWKS_REFRESH_INTERVAL_MS);
+    expect(first).toBeLessThanOrEqual(1.1 * JWKS_REFRESH_INTERVAL_MS);
+    // Woken early (an event, a resync): nothing fetched, the same time left.
+    clock += 1_000;
+    expect(await comesBackIn()).toBe(first - 1_000);
+    expect(keyFetches).toBe(1);
+    // Due: fetched again, and due again an interval later.
+    clock += first;
+    expect(await comesBackIn()).toBeGreaterThanOrEqual(0.9 * JWKS_REFRESH_INTERVAL_MS);
+    expect(keyFetches).toBe(2);
+    // The issuer down when due: the sync fails, so the queue retries it with backoff; the last good keys still serve.
+    clock += 1.1 * JWKS_REFRESH_INTERVAL_MS;
+    down = true;
+    await expect(validator.sync('corp', never)).rejects.toThrow('jwks refresh');
+    await expect(validator.sync('corp', never)).rejects.toThrow('jwks refresh');
+    expect(keyFetches).toBe(4);
+    expect((await cache.authenticate(await tokenWith({ username: 'alice' }))).ok).toBe(true);
+    down = false;
+    expect(await comesBackIn()).toBeGreaterThanOrEqual(0.9 * JWKS_REFRESH_INTERVAL_MS);
+    expect(keyFetches).toBe(5);
+    // Removed: out of the cache, and nothing to come back for.
+    informer.remove('corp');
+    clock += 2 * JWKS_REFRESH_INTERVAL_MS;
+    expect(await validator.sync('corp', never)).toBeUndefined();
+    expect(keyFetches).toBe(5);
+    expect(cache.has('JWTAuthenticator', 'corp')).toBe(false);
   });
 
   it('takes a jwt entry of AuthenticationConfiguration, and says where one is wrong', async () => {

@@ -18,7 +18,7 @@ import { WebhookAuthenticator as WebhookClient } from '../lib/authn/webhook.ts';
 import type { Logger } from '../lib/log.ts';
 import { decodeCABundle } from '../lib/pki/pem.ts';
 import { mergeConditions, readyCondition, sameIgnoringTimes } from '../lib/controller/conditions.ts';
-import type { Controller } from '../lib/controller/controller.ts';
+import type { Controller, Watch } from '../lib/controller/controller.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import type { StatusWriter } from '../lib/kube/status-writer.ts';
@@ -100,6 +100,11 @@ type Validated = {
   authenticator?: { authenticate: WebhookClient['authenticate']; close?: () => void };
   issuer?: string;
   provider?: IssuerProvider;
+  /**
+   * The authenticator's scheduled upkeep (a JWT issuer's keys): resolves to how long until it is due again, rejects
+   * when it failed (retried with backoff). Called at each sync of a loaded authenticator.
+   */
+  refresh?: () => Promise<number>;
 };
 
 function caProblem(data: string | undefined): { pem?: string; problem?: string } {
@@ -135,6 +140,14 @@ const SPEC_CHECKS = new Set([
   'AuthenticatorValid',
 ]);
 
+/** What the validator found, shared with the status writer of the same kind. */
+interface Findings {
+  /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
+  validated: Map<string, { hash: string; checks: Check[]; refresh?: () => Promise<number> }>;
+  /** What the latest validation of each authenticator found, for the status writer. */
+  found: Map<string, { ok: boolean; checks: Check[] }>;
+}
+
 /** Shared by both kinds; `validate` is what differs. */
 function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthenticator>(
   kind: AuthenticatorKind,
@@ -143,29 +156,82 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
   trustDigest: (spec: T['spec']) => string,
   validate: (obj: T, signal: AbortSignal) => Promise<Validated>,
 ): AuthenticatorControllers {
-  /** The spec hash and checks of each authenticator in the cache: validated again only when its spec changes. */
-  const validated = new Map<string, { hash: string; checks: Check[] }>();
-  /** What the latest validation of each authenticator found, for the status writer. */
-  const found = new Map<string, { ok: boolean; checks: Check[] }>();
-  const now = deps.now ?? (() => new Date());
+  const findings: Findings = { validated: new Map(), found: new Map() };
   const log = deps.log.child({ kind });
-  const statusName = `${kind}-status`;
+  return {
+    validator: cacheFiller(kind, deps, log, findings, trustDigest, validate),
+    status: statusWriter(kind, deps, log, findings),
+  };
+}
+
+/** The validator's watches: its authenticators, and the Secrets and ConfigMaps that hold their CAs. */
+function validatorWatches<T extends JWTAuthenticator | WebhookAuthenticator>(
+  deps: AuthenticatorControllerDeps<T>,
+): Watch[] {
   const sources = deps.caSources;
-  const validator: Controller = {
+  return [
+    { informer: deps.informer },
+    // A rotated CA in a Secret or ConfigMap that an authenticator names: that authenticator is validated again.
+    ...(sources
+      ? (['Secret', 'ConfigMap'] as const).map((sourceKind) => ({
+          informer: sourceKind === 'Secret' ? sources.secrets : sources.configMaps,
+          filter: (o: KubeObject) => o.metadata?.namespace === sources.namespace,
+          key: (o: KubeObject) => referringTo(deps.informer as Informer<T>, sourceKind, o.metadata?.name),
+        }))
+      : []),
+  ];
+}
+
+/**
+ * What an authenticator's validation depends on: the object's uid with its spec (one deleted and made again under
+ * the same name between two looks is another authenticator, and certificates issued on the old one's word must not
+ * pass for the new one's), and the CA a source holds (a rotation makes it another authenticator).
+ */
+function validationHash<T extends JWTAuthenticator | WebhookAuthenticator>(
+  obj: T,
+  sources?: CASources,
+): string {
+  const source = obj.spec.tls?.certificateAuthorityDataSource;
+  const sourced = source ? specHash(sourcedCA(source, sources)) : '';
+  return `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}/${sourced}`;
+}
+
+/** The authenticator `result` built, into the cache under `name`, with what its object says about its use. */
+function loadIntoCache<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  cache: AuthenticatorCache,
+  obj: T,
+  result: Validated & { authenticator: NonNullable<Validated['authenticator']> },
+  trustDigest: (spec: T['spec']) => string,
+): void {
+  cache.set(kind, obj.metadata.name ?? '', result.authenticator, {
+    ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
+    ...(result.provider ? { provider: result.provider } : {}),
+    ...(obj.spec.credentialLifetimeSeconds === undefined
+      ? {}
+      : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
+    // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
+    ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
+    ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
+  });
+}
+
+/** Every replica: validates each authenticator whose spec changed and keeps the cache in step. */
+function cacheFiller<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  deps: AuthenticatorControllerDeps<T>,
+  log: Logger,
+  { validated, found }: Findings,
+  trustDigest: (spec: T['spec']) => string,
+  validate: (obj: T, signal: AbortSignal) => Promise<Validated>,
+): Controller {
+  const statusName = `${kind}-status`;
+  return {
     name: `${kind}-cache-filler`,
-    watches: [
-      { informer: deps.informer },
-      // A rotated CA in a Secret or ConfigMap that an authenticator names: that authenticator is validated again.
-      ...(sources
-        ? (['Secret', 'ConfigMap'] as const).map((sourceKind) => ({
-            informer: sourceKind === 'Secret' ? sources.secrets : sources.configMaps,
-            filter: (o: KubeObject) => o.metadata?.namespace === sources.namespace,
-            key: (o: KubeObject) => referringTo(deps.informer as Informer<T>, sourceKind, o.metadata?.name),
-          }))
-        : []),
-    ],
+    watches: validatorWatches(deps),
     // What is wrong with an authenticator becomes its conditions (the status writer's). A mistake in the spec is not
-    // retried; a failure of the issuer or webhook is, with backoff, since it may come back.
+    // retried; a failure of the issuer or webhook is, with backoff, since it may come back. A loaded authenticator
+    // with keys to refresh comes back when they are due; a refresh that fails is retried with backoff too.
     async sync(name: string, signal: AbortSignal): Promise<SyncResult> {
       const obj = deps.informer.get(name);
       if (!obj) {
@@ -174,12 +240,7 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
         found.delete(name);
         return;
       }
-      // The object's uid with its spec: one deleted and made again under the same name between two looks is
-      // another authenticator, and certificates issued on the old one's word must not pass for the new one's.
-      // The CA a source holds is part of what was validated: a rotation makes it another authenticator.
-      const source = obj.spec.tls?.certificateAuthorityDataSource;
-      const sourced = source ? specHash(sourcedCA(source, sources)) : '';
-      const hash = `${obj.metadata.uid ?? ''}/${specHash(obj.spec)}/${sourced}`;
+      const hash = validationHash(obj, deps.caSources);
       let result: Validated | undefined;
       const known = validated.get(name);
       const ready = known?.hash === hash && deps.cache.has(kind, name);
@@ -188,17 +249,18 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
         // Stopped meanwhile: what a cut-short validation found says nothing about the authenticator.
         signal.throwIfAborted();
         if (result.authenticator) {
-          deps.cache.set(kind, name, result.authenticator, {
-            ...(result.issuer === undefined ? {} : { issuer: result.issuer }),
-            ...(result.provider ? { provider: result.provider } : {}),
-            ...(obj.spec.credentialLifetimeSeconds === undefined
-              ? {}
-              : { credentialLifetimeSeconds: obj.spec.credentialLifetimeSeconds }),
-            // Certificates issued on its word from now on hold while it is loaded with a spec that trusts the same.
-            ...(obj.metadata.uid ? { binding: { uid: obj.metadata.uid, trust: trustDigest(obj.spec) } } : {}),
-            ...(obj.spec.allowSystemNames === true ? { allowSystemNames: true } : {}),
+          loadIntoCache(
+            kind,
+            deps.cache,
+            obj,
+            { ...result, authenticator: result.authenticator },
+            trustDigest,
+          );
+          validated.set(name, {
+            hash,
+            checks: result.checks,
+            ...(result.refresh ? { refresh: result.refresh } : {}),
           });
-          validated.set(name, { hash, checks: result.checks });
           // Once per loaded spec: an opt-out of a safety default should never go unnoticed in the log.
           if (obj.spec.allowSystemNames === true)
             log.warn(
@@ -215,11 +277,23 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       found.set(name, { ok, checks: result ? result.checks : known!.checks });
       deps.validated?.(statusName, name);
       const failed = (result?.checks ?? []).find((c) => c.status === 'False');
-      return ok || (failed && SPEC_CHECKS.has(failed.type)) ? undefined : { retry: true };
+      if (!ok) return failed && SPEC_CHECKS.has(failed.type) ? undefined : { retry: true };
+      const refresh = validated.get(name)?.refresh;
+      return refresh ? { requeueAfterMs: await refresh() } : undefined;
     },
   };
-  const status: Controller = {
-    name: statusName,
+}
+
+/** The leader: writes phase and conditions from what the validator found. */
+function statusWriter<T extends JWTAuthenticator | WebhookAuthenticator>(
+  kind: AuthenticatorKind,
+  deps: AuthenticatorControllerDeps<T>,
+  log: Logger,
+  { found }: Findings,
+): Controller {
+  const now = deps.now ?? (() => new Date());
+  return {
+    name: `${kind}-status`,
     watches: [{ informer: deps.informer }],
     // Failed writes throw and retry.
     async sync(name: string): Promise<SyncResult> {
@@ -249,7 +323,6 @@ function newAuthenticatorControllers<T extends JWTAuthenticator | WebhookAuthent
       );
     },
   };
-  return { validator, status };
 }
 
 export function newJWTAuthenticatorControllers(
@@ -271,12 +344,14 @@ export function newJWTAuthenticatorControllers(
     );
     if (ca.pem) settings.caBundlePem = ca.pem;
     const validation = await validateJWT(settings, ca.problem, { warn, ...jwtDeps }, signal);
-    if (validation.authenticator) validation.authenticator.keys.startRefreshing();
+    const authenticator = validation.authenticator;
     return {
       checks: validation.checks,
-      ...(validation.authenticator
+      ...(authenticator
         ? {
-            authenticator: validation.authenticator,
+            authenticator,
+            // The issuer's keys, fetched again when due: this controller comes back for them (JWKS_REFRESH_INTERVAL_MS).
+            refresh: () => authenticator.keys.refreshIfDue(),
             issuer: settings.issuer,
             provider: {
               issuer: settings.issuer,
@@ -327,96 +402,94 @@ function endpointProblem(endpoint: string): string | undefined {
 export function newWebhookAuthenticatorControllers(
   deps: AuthenticatorControllerDeps<WebhookAuthenticator>,
 ): AuthenticatorControllers {
-  return newAuthenticatorControllers('WebhookAuthenticator', deps, webhookTrustDigest, async (obj) => {
-    const checks: Check[] = [];
-    const unknown = (types: string[]): Check[] =>
-      types.map((type) => ({
-        type,
-        status: 'Unknown',
-        reason: 'UnableToValidate',
-        message: 'unable to validate; see other conditions for details',
-      }));
-    const ca = specCA(obj.spec.tls, obj.spec.tls?.certificateAuthorityData, deps.caSources);
-    if (ca.problem) {
-      checks.push({
-        type: 'TLSConfigurationValid',
-        status: 'False',
-        reason: 'InvalidTLSConfiguration',
-        message: ca.problem,
-      });
-      return {
-        checks: [...checks, ...unknown(['EndpointURLValid', 'WebhookConnectionValid', 'AuthenticatorValid'])],
-      };
-    }
-    checks.push({
-      type: 'TLSConfigurationValid',
-      status: 'True',
-      reason: 'Success',
-      message: ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
-    });
-    const problem = endpointProblem(obj.spec.endpoint);
-    if (problem) {
-      checks.push({
-        type: 'EndpointURLValid',
-        status: 'False',
-        reason: 'InvalidEndpointURL',
-        message: problem,
-      });
-      return { checks: [...checks, ...unknown(['WebhookConnectionValid', 'AuthenticatorValid'])] };
-    }
-    checks.push({
-      type: 'EndpointURLValid',
-      status: 'True',
-      reason: 'Success',
-      message: 'endpoint is a valid https URL',
-    });
-    const allowSystemNames = obj.spec.allowSystemNames === true;
-    const ruleProblems: string[] = [];
-    const userRules = compileUserRules(
-      obj.spec.userValidationRules,
-      'spec.userValidationRules',
-      ruleProblems,
-    );
-    const client = new WebhookClient({
-      endpoint: obj.spec.endpoint,
-      ...(ca.pem ? { caBundlePem: ca.pem } : {}),
-      ...(allowSystemNames ? { allowSystemNames } : {}),
-      ...(userRules.length > 0 ? { userRules } : {}),
-    });
-    try {
-      await client.probe();
-    } catch (err) {
-      checks.push({
-        type: 'WebhookConnectionValid',
-        status: 'False',
-        reason: 'UnableToDialServer',
-        message: `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`,
-      });
-      return { checks: [...checks, ...unknown(['AuthenticatorValid'])] };
-    }
-    checks.push({
-      type: 'WebhookConnectionValid',
-      status: 'True',
-      reason: 'Success',
-      message: 'TLS connection to the webhook verified',
-    });
-    if (ruleProblems.length > 0) {
-      checks.push({
-        type: 'AuthenticatorValid',
-        status: 'False',
-        reason: 'InvalidAuthenticator',
-        message: ruleProblems.join('; '),
-      });
-      return { checks };
-    }
-    checks.push({
-      type: 'AuthenticatorValid',
-      status: 'True',
-      reason: 'Success',
-      message: allowSystemNames
+  return newAuthenticatorControllers('WebhookAuthenticator', deps, webhookTrustDigest, (obj) =>
+    validateWebhook(obj, deps.caSources),
+  );
+}
+
+/** The webhook's checks, in order; after a failed one, the rest are Unknown. */
+const WEBHOOK_CHECKS = [
+  'TLSConfigurationValid',
+  'EndpointURLValid',
+  'WebhookConnectionValid',
+  'AuthenticatorValid',
+] as const;
+
+const passed = (type: string, message: string): Check => ({
+  type,
+  status: 'True',
+  reason: 'Success',
+  message,
+});
+
+/** `checks` ended by a failed `type`, and every later check Unknown. */
+function failedAt(
+  checks: Check[],
+  type: (typeof WEBHOOK_CHECKS)[number],
+  reason: string,
+  message: string,
+): Check[] {
+  const later = WEBHOOK_CHECKS.slice(WEBHOOK_CHECKS.indexOf(type) + 1);
+  return [
+    ...checks,
+    { type, status: 'False', reason, message },
+    ...later.map((unknown): Check => ({
+      type: unknown,
+      status: 'Unknown',
+      reason: 'UnableToValidate',
+      message: 'unable to validate; see other conditions for details',
+    })),
+  ];
+}
+
+/**
+ * A WebhookAuthenticator's checks (its CA, its endpoint, a verified TLS connection to it, its user validation rules)
+ * and, when all pass, its client.
+ */
+async function validateWebhook(
+  obj: WebhookAuthenticator,
+  sources: CASources | undefined,
+): Promise<Validated> {
+  const checks: Check[] = [];
+  const ca = specCA(obj.spec.tls, obj.spec.tls?.certificateAuthorityData, sources);
+  if (ca.problem)
+    return { checks: failedAt(checks, 'TLSConfigurationValid', 'InvalidTLSConfiguration', ca.problem) };
+  checks.push(
+    passed(
+      'TLSConfigurationValid',
+      ca.pem ? 'the CA bundle is valid' : 'no CA bundle given: trusting the system roots',
+    ),
+  );
+  const problem = endpointProblem(obj.spec.endpoint);
+  if (problem) return { checks: failedAt(checks, 'EndpointURLValid', 'InvalidEndpointURL', problem) };
+  checks.push(passed('EndpointURLValid', 'endpoint is a valid https URL'));
+  const allowSystemNames = obj.spec.allowSystemNames === true;
+  const ruleProblems: string[] = [];
+  const userRules = compileUserRules(obj.spec.userValidationRules, 'spec.userValidationRules', ruleProblems);
+  const client = new WebhookClient({
+    endpoint: obj.spec.endpoint,
+    ...(ca.pem ? { caBundlePem: ca.pem } : {}),
+    ...(allowSystemNames ? { allowSystemNames } : {}),
+    ...(userRules.length > 0 ? { userRules } : {}),
+  });
+  try {
+    await client.probe();
+  } catch (err) {
+    const message = `cannot open a verified TLS connection to ${obj.spec.endpoint}: ${(err as Error).message}`;
+    return { checks: failedAt(checks, 'WebhookConnectionValid', 'UnableToDialServer', message) };
+  }
+  checks.push(passed('WebhookConnectionValid', 'TLS connection to the webhook verified'));
+  if (ruleProblems.length > 0)
+    return {
+      checks: failedAt(checks, 'AuthenticatorValid', 'InvalidAuthenticator', ruleProblems.join('; ')),
+    };
+  checks.push(
+    passed(
+      'AuthenticatorValid',
+      allowSystemNames
         ? `authenticator initialized; ${SYSTEM_NAMES_ALLOWED_NOTE}`
         : 'authenticator initialized',
-    });
-    return { checks, authenticator: client };
-  });
+    ),
+  );
+  return { checks, authenticator: client };
 }

@@ -13,7 +13,7 @@ import type { ObjectWriter } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import { ensureStoredCA, storedCA, tlsSecret } from '../lib/pki/ca-secret.ts';
 import { issueCert, loadCA } from '../lib/pki/pki.ts';
-import type { Controller } from '../lib/controller/controller.ts';
+import type { Controller, Watch } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import { strategyOf } from './strategies.ts';
 import { KUBE_APISERVER_CLIENT_SIGNER } from '../apis/install.ts';
@@ -156,12 +156,15 @@ function certificateLeft(certPem: string, caPem: string, host: string, now: Date
 }
 
 export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Controller; writer: Controller } {
-  const now = deps.now ?? (() => new Date());
   const ns = deps.namespace;
-  const host = serviceHost(ns, deps.service.name);
-  const apiServiceNames = [deps.groups.login, deps.groups.identity].map((g) => `${VERSION}.${g}`);
-  const ours = new Set(apiServiceNames);
-  const watches = [
+  const direct: Direct = {
+    deps,
+    ns,
+    now: deps.now ?? (() => new Date()),
+    host: serviceHost(ns, deps.service.name),
+    apiServiceNames: [deps.groups.login, deps.groups.identity].map((g) => `${VERSION}.${g}`),
+  };
+  const watches: Watch[] = [
     { informer: deps.nodes, key: () => DIRECT_KEY },
     {
       informer: deps.secrets,
@@ -170,24 +173,40 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     },
     { informer: deps.configMaps.extensionAuth, key: () => DIRECT_KEY },
   ];
+  return { server: directServer(direct, watches), writer: directWriter(direct, watches) };
+}
 
-  /** The API server's request-header settings, or undefined when there are none or they cannot be read. */
-  function frontProxySettings(): RequestHeaderConfig | undefined {
-    try {
-      return requestHeaderConfig(
-        deps.configMaps.extensionAuth.get(EXTENSION_AUTH_CONFIGMAP.name, EXTENSION_AUTH_CONFIGMAP.namespace)
-          ?.data,
-      );
-    } catch (err) {
-      deps.log.warn(
-        { err: (err as Error).message },
-        'the API server publishes request-header settings that cannot be read',
-      );
-      return undefined;
-    }
+/** What the direct path's controllers share. */
+interface Direct {
+  deps: DirectLoginDeps;
+  ns: string;
+  now: () => Date;
+  /** The name the aggregated listener's certificate is for. */
+  host: string;
+  /** The two APIServices, `v1alpha1.<group>`. */
+  apiServiceNames: string[];
+}
+
+/** The API server's request-header settings, or undefined when there are none or they cannot be read. */
+function frontProxySettings({ deps }: Direct): RequestHeaderConfig | undefined {
+  try {
+    return requestHeaderConfig(
+      deps.configMaps.extensionAuth.get(EXTENSION_AUTH_CONFIGMAP.name, EXTENSION_AUTH_CONFIGMAP.namespace)
+        ?.data,
+    );
+  } catch (err) {
+    deps.log.warn(
+      { err: (err as Error).message },
+      'the API server publishes request-header settings that cannot be read',
+    );
+    return undefined;
   }
+}
 
-  const server: Controller = {
+/** Every replica: hands the aggregated listener its certificate and the front proxy's settings, or nothing. */
+function directServer(direct: Direct, watches: Watch[]): Controller {
+  const { deps, ns } = direct;
+  return {
     name: 'direct-login-server',
     watches,
     initialKeys: [DIRECT_KEY],
@@ -195,8 +214,8 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       const tls = deps.secrets.get(API_TLS_SECRET, ns);
       const certPem = tls?.data?.['tls.crt'] ? unb64(tls.data['tls.crt']) : '';
       const caPem = tls?.data?.['ca.crt'] ? unb64(tls.data['ca.crt']) : '';
-      const frontProxy = frontProxySettings();
-      if (!certPem || !frontProxy || certificateLeft(certPem, caPem, host, now()) <= 0) {
+      const frontProxy = frontProxySettings(direct);
+      if (!certPem || !frontProxy || certificateLeft(certPem, caPem, direct.host, direct.now()) <= 0) {
         deps.serve(undefined);
         return Promise.resolve({ requeueAfterMs: 10_000 });
       }
@@ -204,11 +223,12 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       return Promise.resolve();
     },
   };
+}
 
+/** Probes the cluster's signer when the last probe is old enough (PROBE_AGAIN_MS, or PROBE_RETRY_MS after a failure). */
+function newSignerProbe({ deps, now }: Direct): () => Promise<Probe> {
   let lastProbe: Probe | undefined;
-  /** When this leader first registered the APIServices: the API server needs a few seconds to find them Available. */
-  let registeredAt: Date | undefined;
-  async function probeIfDue(): Promise<Probe> {
+  return async () => {
     const due =
       !lastProbe ||
       now().getTime() - lastProbe.at.getTime() >= (lastProbe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS);
@@ -232,36 +252,125 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
     }
     deps.log.info({ ok: lastProbe.ok, message: lastProbe.message }, 'signer probed');
     return lastProbe;
-  }
+  };
+}
 
-  const strategy = strategyOf(StrategyTypes.TokenCredentialRequestAPI, now);
-
-  async function ensureServing(): Promise<string> {
-    const ca = await ensureStoredCA(
-      () => Promise.resolve(storedCA(deps.secrets.get(API_CA_SECRET, ns)?.data)),
-      (made) => deps.writes.create(tlsSecret(ns, API_CA_SECRET, made)),
-      'sealion concierge aggregated API CA',
-      CA_VALIDITY_MS,
-    );
-    const tls = deps.secrets.get(API_TLS_SECRET, ns);
-    const certPem = tls?.data?.['tls.crt'] ? unb64(tls.data['tls.crt']) : '';
-    if (
-      certPem &&
-      certificateLeft(certPem, ca.certPem, host, now()) > SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT
-    )
-      return ca.certPem;
-    const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
-      commonName: host,
-      hosts: [host, `${host}.cluster.local`, deps.service.name, `${deps.service.name}.${ns}`],
-      usage: 'server',
-      validityMs: SERVING_VALIDITY_MS,
-    });
-    await deps.writes.apply(
-      tlsSecret(ns, API_TLS_SECRET, { certPem: issued.certPem, keyPem: issued.keyPem, caPem: ca.certPem }),
-    );
-    deps.log.info({ host }, 'aggregated API serving certificate issued');
+/** The serving CA (made once) and a serving certificate with a third of its life left; returns the CA. */
+async function ensureServing({ deps, ns, host, now }: Direct): Promise<string> {
+  const ca = await ensureStoredCA(
+    () => Promise.resolve(storedCA(deps.secrets.get(API_CA_SECRET, ns)?.data)),
+    (made) => deps.writes.create(tlsSecret(ns, API_CA_SECRET, made)),
+    'sealion concierge aggregated API CA',
+    CA_VALIDITY_MS,
+  );
+  const tls = deps.secrets.get(API_TLS_SECRET, ns);
+  const certPem = tls?.data?.['tls.crt'] ? unb64(tls.data['tls.crt']) : '';
+  if (
+    certPem &&
+    certificateLeft(certPem, ca.certPem, host, now()) > SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT
+  )
     return ca.certPem;
+  const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
+    commonName: host,
+    hosts: [host, `${host}.cluster.local`, deps.service.name, `${deps.service.name}.${ns}`],
+    usage: 'server',
+    validityMs: SERVING_VALIDITY_MS,
+  });
+  await deps.writes.apply(
+    tlsSecret(ns, API_TLS_SECRET, { certPem: issued.certPem, keyPem: issued.keyPem, caPem: ca.certPem }),
+  );
+  deps.log.info({ host }, 'aggregated API serving certificate issued');
+  return ca.certPem;
+}
+
+/** The APIServices, sending the two groups to the Service, trusted by the serving CA, owned by `owner`. */
+async function registerAPIServices(
+  { deps, ns }: Direct,
+  caPem: string,
+  owner: NonNullable<ReturnType<DirectLoginDeps['owner']>>,
+): Promise<void> {
+  for (const group of [deps.groups.login, deps.groups.identity]) {
+    await deps.writes.apply({
+      apiVersion: 'apiregistration.k8s.io/v1',
+      kind: 'APIService',
+      metadata: {
+        name: `${VERSION}.${group}`,
+        labels: { 'app.kubernetes.io/part-of': 'sealion' },
+        ownerReferences: [owner],
+      },
+      spec: {
+        group,
+        version: VERSION,
+        service: { namespace: ns, name: deps.service.name, port: deps.service.port },
+        caBundle: b64(caPem),
+        groupPriorityMinimum: GROUP_PRIORITY_MINIMUM,
+        versionPriority: VERSION_PRIORITY,
+      },
+    } as never);
   }
+}
+
+/** Why each of our APIServices is not Available, if it is not. */
+function unavailableAPIServices({ deps, apiServiceNames }: Direct): string[] {
+  return apiServiceNames.flatMap((name) => {
+    const available = deps.apiServices.get(name)?.status?.conditions?.find((c) => c.type === 'Available');
+    return available?.status === 'True'
+      ? []
+      : [
+          `${name} is not Available yet${available?.message ? ` (${available.reason}: ${available.message})` : ''}`,
+        ];
+  });
+}
+
+type Strategy = ReturnType<ReturnType<typeof strategyOf>>;
+
+/**
+ * The signer's verdict against the path: an Error strategy when no certificate may be handed out (the cluster signs
+ * with the front proxy's CA, or does not sign at all), with when to look again; undefined when it signs.
+ */
+function signerRefusal(
+  direct: Direct,
+  strategy: ReturnType<typeof strategyOf>,
+  why: string,
+  probe: Probe,
+  nextProbe: number,
+): { strategy: Strategy; requeueAfterMs: number } | undefined {
+  // A cluster whose client certificates come from the CA its API server trusts for the front proxy is one where a
+  // certificate for a user named like the front proxy (any, when it allows every name) could claim any identity
+  // in X-Remote-* headers, system:masters included: no certificate may be handed out there.
+  const frontProxy = frontProxySettings(direct);
+  if (probe.ok && probe.certPem && frontProxy && signedByAny(probe.certPem, frontProxy.caPem))
+    return {
+      strategy: strategy(
+        'Error',
+        'SharedFrontProxyCA',
+        `${why}, but the cluster signs client certificates with the CA its API server trusts for the front proxy (requestheader-client-ca-file in kube-system/extension-apiserver-authentication): a certificate for a user named like the front proxy could claim any identity, so the direct path stays off; give the front proxy a CA of its own (as kubeadm does), or use the impersonation proxy (in mode auto it serves on such a cluster)`,
+      ),
+      requeueAfterMs: PROBE_RETRY_MS,
+    };
+  if (probe.ok) return undefined;
+  // The APIServices stay away: a login that cannot be signed is no way in.
+  return {
+    strategy: strategy(
+      'Error',
+      'ClusterDoesNotSign',
+      `${why}, but ${probe.message}; clients use the impersonation proxy (in mode auto it serves on such a cluster)`,
+    ),
+    requeueAfterMs: Math.max(1_000, nextProbe),
+  };
+}
+
+/**
+ * The leader: turns the path on or off. It decides from the mode and the nodes, reads where users reach the API
+ * server, probes the signer, keeps the serving certificate, registers the APIServices and publishes the strategy.
+ */
+function directWriter(direct: Direct, watches: Watch[]): Controller {
+  const { deps, now, apiServiceNames } = direct;
+  const ours = new Set(apiServiceNames);
+  const strategy = strategyOf(StrategyTypes.TokenCredentialRequestAPI, now);
+  const probeIfDue = newSignerProbe(direct);
+  /** When this leader first registered the APIServices: the API server needs a few seconds to find them Available. */
+  let registeredAt: Date | undefined;
 
   /** The APIServices gone: the API server stops sending the path anything. */
   async function withdraw(): Promise<void> {
@@ -270,7 +379,39 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       if (deps.apiServices.get(name)) await deps.writes.delete('APIService', '', name);
   }
 
-  const writer: Controller = {
+  /** Success once the API server finds both APIServices Available; Pending while it may still be checking them. */
+  function publishAvailability(why: string, probe: Probe, info: ClusterInfo, nextProbe: number): SyncResult {
+    const unavailable = unavailableAPIServices(direct);
+    registeredAt ??= now();
+    if (unavailable.length > 0) {
+      // Pending while the API server is likely still checking them (clients wait on Pending), an error after.
+      const settling = now().getTime() - registeredAt.getTime() < APISERVICE_SETTLE_MS;
+      deps.publish(
+        strategy(
+          'Error',
+          settling ? 'Pending' : 'APIServiceUnavailable',
+          `${why}; ${probe.message}; but ${unavailable.join('; ')}`,
+        ),
+      );
+      return { requeueAfterMs: 5_000 };
+    }
+    deps.publish(
+      strategy(
+        'Success',
+        'ClusterSigns',
+        `${why}; ${probe.message}; the API server serves ${apiServiceNames.join(' and ')}; users log in at ${info.server}`,
+        {
+          tokenCredentialRequestConfig: {
+            endpoint: info.server,
+            certificateAuthorityData: info.certificateAuthorityData,
+          },
+        },
+      ),
+    );
+    return { requeueAfterMs: Math.max(1_000, nextProbe) };
+  }
+
+  return {
     name: 'direct-login-writer',
     watches: [
       ...watches,
@@ -281,6 +422,7 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
       },
     ],
     initialKeys: [DIRECT_KEY],
+    // A path the configuration or the cluster rules out goes into the strategy; the API server's failures retry.
     async sync(): Promise<SyncResult> {
       const decision = decideDirect(deps.mode(), deps.nodes.list());
       if (!decision.on) {
@@ -302,93 +444,19 @@ export function newDirectLoginControllers(deps: DirectLoginDeps): { server: Cont
         return { requeueAfterMs: PROBE_RETRY_MS };
       }
       const probe = await probeIfDue();
-      // A cluster whose client certificates come from the CA its API server trusts for the front proxy is one where a
-      // certificate for a user named like the front proxy (any, when it allows every name) could claim any identity
-      // in X-Remote-* headers, system:masters included: no certificate may be handed out there.
-      const frontProxy = frontProxySettings();
-      if (probe.ok && probe.certPem && frontProxy && signedByAny(probe.certPem, frontProxy.caPem)) {
-        await withdraw();
-        deps.publish(
-          strategy(
-            'Error',
-            'SharedFrontProxyCA',
-            `${decision.why}, but the cluster signs client certificates with the CA its API server trusts for the front proxy (requestheader-client-ca-file in kube-system/extension-apiserver-authentication): a certificate for a user named like the front proxy could claim any identity, so the direct path stays off; give the front proxy a CA of its own (as kubeadm does), or use the impersonation proxy (in mode auto it serves on such a cluster)`,
-          ),
-        );
-        return { requeueAfterMs: PROBE_RETRY_MS };
-      }
       const nextProbe = (probe.ok ? PROBE_AGAIN_MS : PROBE_RETRY_MS) - (now().getTime() - probe.at.getTime());
-      if (!probe.ok) {
-        // The APIServices stay away: a login that cannot be signed is no way in.
+      const refusal = signerRefusal(direct, strategy, decision.why, probe, nextProbe);
+      if (refusal) {
         await withdraw();
-        deps.publish(
-          strategy(
-            'Error',
-            'ClusterDoesNotSign',
-            `${decision.why}, but ${probe.message}; clients use the impersonation proxy (in mode auto it serves on such a cluster)`,
-          ),
-        );
-        return { requeueAfterMs: Math.max(1_000, nextProbe) };
+        deps.publish(refusal.strategy);
+        return { requeueAfterMs: refusal.requeueAfterMs };
       }
-      const caPem = await ensureServing();
+      const caPem = await ensureServing(direct);
       const owner = deps.owner();
       // The CredentialIssuer is the strategy publisher's to create, which it does at once.
       if (!owner) return { requeueAfterMs: 1_000 };
-      for (const group of [deps.groups.login, deps.groups.identity]) {
-        await deps.writes.apply({
-          apiVersion: 'apiregistration.k8s.io/v1',
-          kind: 'APIService',
-          metadata: {
-            name: `${VERSION}.${group}`,
-            labels: { 'app.kubernetes.io/part-of': 'sealion' },
-            ownerReferences: [owner],
-          },
-          spec: {
-            group,
-            version: VERSION,
-            service: { namespace: ns, name: deps.service.name, port: deps.service.port },
-            caBundle: b64(caPem),
-            groupPriorityMinimum: GROUP_PRIORITY_MINIMUM,
-            versionPriority: VERSION_PRIORITY,
-          },
-        } as never);
-      }
-      const unavailable = apiServiceNames.flatMap((name) => {
-        const available = deps.apiServices.get(name)?.status?.conditions?.find((c) => c.type === 'Available');
-        return available?.status === 'True'
-          ? []
-          : [
-              `${name} is not Available yet${available?.message ? ` (${available.reason}: ${available.message})` : ''}`,
-            ];
-      });
-      registeredAt ??= now();
-      if (unavailable.length > 0) {
-        // Pending while the API server is likely still checking them (clients wait on Pending), an error after.
-        const settling = now().getTime() - registeredAt.getTime() < APISERVICE_SETTLE_MS;
-        deps.publish(
-          strategy(
-            'Error',
-            settling ? 'Pending' : 'APIServiceUnavailable',
-            `${decision.why}; ${probe.message}; but ${unavailable.join('; ')}`,
-          ),
-        );
-        return { requeueAfterMs: 5_000 };
-      }
-      deps.publish(
-        strategy(
-          'Success',
-          'ClusterSigns',
-          `${decision.why}; ${probe.message}; the API server serves ${apiServiceNames.join(' and ')}; users log in at ${info.server}`,
-          {
-            tokenCredentialRequestConfig: {
-              endpoint: info.server,
-              certificateAuthorityData: info.certificateAuthorityData,
-            },
-          },
-        ),
-      );
-      return { requeueAfterMs: Math.max(1_000, nextProbe) };
+      await registerAPIServices(direct, caPem, owner);
+      return publishAvailability(decision.why, probe, info, nextProbe);
     },
   };
-  return { server, writer };
 }

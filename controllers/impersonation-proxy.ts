@@ -19,7 +19,7 @@ import type { ObjectWriter } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
 import { ensureStoredCA, storedCA, tlsSecret, type StoredCA } from '../lib/pki/ca-secret.ts';
 import { issueCert, loadCA, newCA } from '../lib/pki/pki.ts';
-import type { Controller } from '../lib/controller/controller.ts';
+import type { Controller, Watch } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 import { strategyOf } from './strategies.ts';
 import { detectManaged, type NodeLike } from './detect.ts';
@@ -205,11 +205,11 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
   server: Controller;
   writer: Controller;
 } {
-  const now = deps.now ?? (() => new Date());
-  const ns = deps.namespace;
-  const strategy = strategyOf(StrategyTypes.ImpersonationProxy, now);
-  const pem = (secret: SecretLike | undefined, key: string): string | undefined =>
-    secret?.data?.[key] ? unb64(secret.data[key]) : undefined;
+  const proxy: ProxyParts = {
+    deps,
+    ns: deps.namespace,
+    now: deps.now ?? (() => new Date()),
+  };
   const watches = [
     { informer: deps.nodes, key: () => PROXY_KEY },
     {
@@ -219,35 +219,50 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
     },
     { informer: deps.secrets, key: () => PROXY_KEY },
   ];
+  return { server: proxyServer(proxy, watches), writer: proxyWriter(proxy, watches) };
+}
 
-  /** What the Secrets hold for serving at `host`, as far as it is usable now. */
-  function material(settings: ProxySettings, host: string): Material {
-    const signer = storedCA(deps.secrets.get(SIGNER_SECRET, ns)?.data);
-    if (settings.tls.secretName) {
-      // The admin's own certificate: used as given, and its CA published.
-      const own = deps.secrets.get(settings.tls.secretName, ns);
-      const certPem = pem(own, 'tls.crt');
-      if (!certPem) return { ...(signer ? { signer } : {}) };
-      const caPem = settings.tls.certificateAuthorityData
-        ? unb64(settings.tls.certificateAuthorityData)
-        : (pem(own, 'ca.crt') ?? '');
-      return {
-        ...(signer ? { signer } : {}),
-        serving: { certPem, keyPem: pem(own, 'tls.key') ?? '', caPem },
-      };
-    }
-    const caPem = storedCA(deps.secrets.get(CA_SECRET, ns)?.data)?.certPem;
-    const tls = deps.secrets.get(TLS_SECRET, ns);
-    const certPem = pem(tls, 'tls.crt');
-    const usable = caPem && certPem && validFor(certPem, host, caPem, now(), 0);
+/** What the proxy's controllers share. */
+interface ProxyParts {
+  deps: ProxyControllerDeps;
+  ns: string;
+  now: () => Date;
+}
+
+const pem = (secret: SecretLike | undefined, key: string): string | undefined =>
+  secret?.data?.[key] ? unb64(secret.data[key]) : undefined;
+
+/** What the Secrets hold for serving at `host`, as far as it is usable now. */
+function material({ deps, ns, now }: ProxyParts, settings: ProxySettings, host: string): Material {
+  const signer = storedCA(deps.secrets.get(SIGNER_SECRET, ns)?.data);
+  if (settings.tls.secretName) {
+    // The admin's own certificate: used as given, and its CA published.
+    const own = deps.secrets.get(settings.tls.secretName, ns);
+    const certPem = pem(own, 'tls.crt');
+    if (!certPem) return { ...(signer ? { signer } : {}) };
+    const caPem = settings.tls.certificateAuthorityData
+      ? unb64(settings.tls.certificateAuthorityData)
+      : (pem(own, 'ca.crt') ?? '');
     return {
       ...(signer ? { signer } : {}),
-      ...(usable ? { serving: { certPem, keyPem: pem(tls, 'tls.key') ?? '', caPem } } : {}),
+      serving: { certPem, keyPem: pem(own, 'tls.key') ?? '', caPem },
     };
   }
+  const caPem = storedCA(deps.secrets.get(CA_SECRET, ns)?.data)?.certPem;
+  const tls = deps.secrets.get(TLS_SECRET, ns);
+  const certPem = pem(tls, 'tls.crt');
+  const usable = caPem && certPem && validFor(certPem, host, caPem, now(), 0);
+  return {
+    ...(signer ? { signer } : {}),
+    ...(usable ? { serving: { certPem, keyPem: pem(tls, 'tls.key') ?? '', caPem } } : {}),
+  };
+}
 
-  /** On every replica: what the proxy serves, and the strategy that says so. Writes nothing. */
-  const server: Controller = {
+/** On every replica: what the proxy serves, and the strategy that says so. Writes nothing. */
+function proxyServer(proxy: ProxyParts, watches: Watch[]): Controller {
+  const { deps, ns, now } = proxy;
+  const strategy = strategyOf(StrategyTypes.ImpersonationProxy, now);
+  return {
     name: 'impersonation-proxy-server',
     watches,
     initialKeys: INITIAL_KEYS,
@@ -278,7 +293,7 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
         );
         return Promise.resolve({ requeueAfterMs: 10_000 });
       }
-      const { signer, serving } = material(settings, hostOnly(endpoint));
+      const { signer, serving } = material(proxy, settings, hostOnly(endpoint));
       if (!serving || !signer) {
         deps.serve(undefined);
         deps.publish(
@@ -309,40 +324,43 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
       return Promise.resolve();
     },
   };
+}
 
-  /** The generated CA, created once and kept: clients keep it in their kubeconfigs. */
-  const ensureCA = (): Promise<StoredCA> =>
-    ensureStoredCA(
-      // A CA another leader created may not be in the cache yet: then the create finds it, and this sync fails and
-      // is retried once the cache has it.
-      () => Promise.resolve(storedCA(deps.secrets.get(CA_SECRET, ns)?.data)),
-      // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
-      (ca) => deps.writes.create(tlsSecret(ns, CA_SECRET, ca)),
-      'sealion impersonation proxy CA',
-      CA_VALIDITY_MS,
-    );
+/** The generated CA, created once and kept: clients keep it in their kubeconfigs. */
+const ensureCA = ({ deps, ns }: ProxyParts): Promise<StoredCA> =>
+  ensureStoredCA(
+    // A CA another leader created may not be in the cache yet: then the create finds it, and this sync fails and
+    // is retried once the cache has it.
+    () => Promise.resolve(storedCA(deps.secrets.get(CA_SECRET, ns)?.data)),
+    // No owner: the CA outlives the proxy being disabled, so kubeconfigs that trust it stay valid.
+    (ca) => deps.writes.create(tlsSecret(ns, CA_SECRET, ca)),
+    'sealion impersonation proxy CA',
+    CA_VALIDITY_MS,
+  );
 
-  /** The client-certificate signer, rotated with the previous one kept trusted until it expires. */
-  async function ensureSigner(): Promise<void> {
-    const current = storedCA(deps.secrets.get(SIGNER_SECRET, ns)?.data);
-    const due =
-      !current ||
-      new Date(new X509Certificate(current.certPem).validTo).getTime() - now().getTime() <
-        SIGNER_VALIDITY_MS * RENEW_FRACTION_LEFT;
-    if (!due) return;
-    const next = await newCA('sealion client certificate signer', SIGNER_VALIDITY_MS);
-    await deps.writes.apply(
-      tlsSecret(ns, SIGNER_SECRET, {
-        certPem: next.certPem,
-        keyPem: next.keyPem,
-        ...(current ? { previousPem: current.certPem } : {}),
-      }),
-    );
-    deps.log.info({ rotated: Boolean(current) }, 'client certificate signer issued');
-  }
+/** The client-certificate signer, rotated with the previous one kept trusted until it expires. */
+async function ensureSigner({ deps, ns, now }: ProxyParts): Promise<void> {
+  const current = storedCA(deps.secrets.get(SIGNER_SECRET, ns)?.data);
+  const due =
+    !current ||
+    new Date(new X509Certificate(current.certPem).validTo).getTime() - now().getTime() <
+      SIGNER_VALIDITY_MS * RENEW_FRACTION_LEFT;
+  if (!due) return;
+  const next = await newCA('sealion client certificate signer', SIGNER_VALIDITY_MS);
+  await deps.writes.apply(
+    tlsSecret(ns, SIGNER_SECRET, {
+      certPem: next.certPem,
+      keyPem: next.keyPem,
+      ...(current ? { previousPem: current.certPem } : {}),
+    }),
+  );
+  deps.log.info({ rotated: Boolean(current) }, 'client certificate signer issued');
+}
 
-  /** On the leader only: the Service and Secrets as the decision wants them. Failed writes throw and retry. */
-  const writer: Controller = {
+/** On the leader only: the Service and Secrets as the decision wants them. Failed writes throw and retry. */
+function proxyWriter(proxy: ProxyParts, watches: Watch[]): Controller {
+  const { deps, ns } = proxy;
+  return {
     name: 'impersonation-proxy-writer',
     watches,
     initialKeys: INITIAL_KEYS,
@@ -354,63 +372,70 @@ export function newImpersonationProxyControllers(deps: ProxyControllerDeps): {
         await deps.writes.delete('Secret', ns, TLS_SECRET);
         return;
       }
-      const ref = deps.owner();
-      if (settings.service.type === 'None') await deps.writes.delete('Service', ns, SERVICE_NAME);
-      else {
-        await deps.writes.apply({
-          apiVersion: 'v1',
-          kind: 'Service',
-          metadata: {
-            name: SERVICE_NAME,
-            namespace: ns,
-            labels: { 'app.kubernetes.io/part-of': 'sealion' },
-            annotations: { ...settings.service.annotations },
-            ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
-          },
-          spec: {
-            type: settings.service.type,
-            selector: POD_SELECTOR,
-            ports: [
-              { name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' },
-              ...(settings.sshPort
-                ? [{ name: 'ssh', port: settings.sshPort, targetPort: SSH_PORT_NAME, protocol: 'TCP' }]
-                : []),
-            ],
-            ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
-            // Only a Service with node ports has a policy for outside traffic.
-            ...(settings.service.type === 'LoadBalancer'
-              ? { externalTrafficPolicy: settings.service.externalTrafficPolicy }
-              : {}),
-          },
-        } as never);
-      }
+      await ensureService(proxy, settings);
       const endpoint = endpointHost(settings, deps.services.get(SERVICE_NAME, ns));
       // The load balancer's address arrives through the Service informer.
       if (!endpoint) return;
-      await ensureSigner();
+      await ensureSigner(proxy);
       // An admin's own certificate is theirs to renew.
       if (settings.tls.secretName) return;
-      const host = hostOnly(endpoint);
-      const ca = await ensureCA();
-      const certPem = pem(deps.secrets.get(TLS_SECRET, ns), 'tls.crt');
-      if (certPem && validFor(certPem, host, ca.certPem, now(), SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT))
-        return;
-      const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
-        commonName: 'sealion-impersonation-proxy',
-        hosts: [host],
-        usage: 'server',
-        validityMs: SERVING_VALIDITY_MS,
-      });
-      await deps.writes.apply(
-        tlsSecret(
-          ns,
-          TLS_SECRET,
-          { certPem: issued.certPem, keyPem: issued.keyPem, caPem: ca.certPem },
-          deps.owner(),
-        ),
-      );
-      deps.log.info({ host }, 'serving certificate issued');
+      await ensureServingCertificate(proxy, hostOnly(endpoint));
     },
   };
-  return { server, writer };
+}
+
+/** The proxy's Service as the settings want it (type None: no Service). */
+async function ensureService({ deps, ns }: ProxyParts, settings: ProxySettings): Promise<void> {
+  const ref = deps.owner();
+  if (settings.service.type === 'None') return deps.writes.delete('Service', ns, SERVICE_NAME);
+  await deps.writes.apply({
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: {
+      name: SERVICE_NAME,
+      namespace: ns,
+      labels: { 'app.kubernetes.io/part-of': 'sealion' },
+      annotations: { ...settings.service.annotations },
+      ...(ref ? { ownerReferences: [{ ...ref, controller: true }] } : {}),
+    },
+    spec: {
+      type: settings.service.type,
+      selector: POD_SELECTOR,
+      ports: [
+        { name: 'https', port: 443, targetPort: PROXY_PORT_NAME, protocol: 'TCP' },
+        ...(settings.sshPort
+          ? [{ name: 'ssh', port: settings.sshPort, targetPort: SSH_PORT_NAME, protocol: 'TCP' }]
+          : []),
+      ],
+      ...(settings.service.loadBalancerIP ? { loadBalancerIP: settings.service.loadBalancerIP } : {}),
+      // Only a Service with node ports has a policy for outside traffic.
+      ...(settings.service.type === 'LoadBalancer'
+        ? { externalTrafficPolicy: settings.service.externalTrafficPolicy }
+        : {}),
+    },
+  } as never);
+}
+
+/** A serving certificate for `host` from the generated CA, issued again once two thirds of its life are gone. */
+async function ensureServingCertificate(proxy: ProxyParts, host: string): Promise<void> {
+  const { deps, ns, now } = proxy;
+  const ca = await ensureCA(proxy);
+  const certPem = pem(deps.secrets.get(TLS_SECRET, ns), 'tls.crt');
+  if (certPem && validFor(certPem, host, ca.certPem, now(), SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT))
+    return;
+  const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
+    commonName: 'sealion-impersonation-proxy',
+    hosts: [host],
+    usage: 'server',
+    validityMs: SERVING_VALIDITY_MS,
+  });
+  await deps.writes.apply(
+    tlsSecret(
+      ns,
+      TLS_SECRET,
+      { certPem: issued.certPem, keyPem: issued.keyPem, caPem: ca.certPem },
+      deps.owner(),
+    ),
+  );
+  deps.log.info({ host }, 'serving certificate issued');
 }

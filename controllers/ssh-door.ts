@@ -8,7 +8,7 @@ import { fingerprint } from '../lib/ssh/keys.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
-import type { Controller } from '../lib/controller/controller.ts';
+import type { Controller, Watch } from '../lib/controller/controller.ts';
 import type { SyncResult } from '../lib/controller/queue.ts';
 
 export const SSH_HOST_KEY_SECRET = 'sealion-ssh-host-key';
@@ -63,19 +63,6 @@ function newHostKey(): { private: string; public: string } {
 }
 
 export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Controller; writer: Controller } {
-  const ns = deps.namespace;
-  /** The stored key, when it is one the door can serve with; its public half is derived from it, never read. */
-  const stored = (): { privateKey: string; publicKey: string } | { problem: string } | undefined => {
-    const data = deps.secrets.get(SSH_HOST_KEY_SECRET, ns)?.data;
-    if (!data) return undefined;
-    const privateKey = Buffer.from(data[PRIVATE_KEY] ?? '', 'base64').toString('utf8');
-    const publicKey = publicKeyOf(privateKey);
-    return publicKey
-      ? { privateKey, publicKey }
-      : {
-          problem: `Secret ${ns}/${SSH_HOST_KEY_SECRET} holds no usable ${PRIVATE_KEY}; delete it to have a new one made`,
-        };
-  };
   const watches = [
     {
       informer: deps.secrets,
@@ -83,86 +70,105 @@ export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Contro
       key: () => SSH_KEY,
     },
   ];
-  let published = '';
-
   const server: Controller = {
     name: 'ssh-door-server',
     watches,
     initialKeys: [SSH_KEY],
     sync(): Promise<SyncResult> {
       const { enabled, settings } = deps.settings();
-      const found = enabled ? stored() : undefined;
+      const found = enabled ? storedHostKey(deps) : undefined;
       const key = found && 'privateKey' in found ? found : undefined;
       deps.serve(key ? { hostKeys: [key.privateKey], settings } : undefined);
       // The leader makes the key; it arrives through the informer.
       return Promise.resolve(enabled && !key ? { requeueAfterMs: 5_000 } : undefined);
     },
   };
+  return { server, writer: sshDoorWriter(deps, watches) };
+}
 
-  const writer: Controller = {
+type HostKey = { privateKey: string; publicKey: string };
+
+/** The stored key, when it is one the door can serve with; its public half is derived from it, never read. */
+function storedHostKey<S>(deps: SshDoorDeps<S>): HostKey | { problem: string } | undefined {
+  const ns = deps.namespace;
+  const data = deps.secrets.get(SSH_HOST_KEY_SECRET, ns)?.data;
+  if (!data) return undefined;
+  const privateKey = Buffer.from(data[PRIVATE_KEY] ?? '', 'base64').toString('utf8');
+  const publicKey = publicKeyOf(privateKey);
+  return publicKey
+    ? { privateKey, publicKey }
+    : {
+        problem: `Secret ${ns}/${SSH_HOST_KEY_SECRET} holds no usable ${PRIVATE_KEY}; delete it to have a new one made`,
+      };
+}
+
+/**
+ * A new host key in its Secret. Created, never replaced: a key clients have pinned must not change under them.
+ * Another leader's key, not in the cache yet, makes this create fail and the sync retry.
+ */
+async function createHostKey<S>(deps: SshDoorDeps<S>): Promise<HostKey> {
+  const made = newHostKey();
+  await deps.writes.create({
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: {
+      name: SSH_HOST_KEY_SECRET,
+      namespace: deps.namespace,
+      labels: { 'app.kubernetes.io/part-of': 'sealion' },
+    },
+    type: 'Opaque',
+    data: {
+      [PRIVATE_KEY]: Buffer.from(made.private).toString('base64'),
+      [PUBLIC_KEY]: Buffer.from(made.public).toString('base64'),
+    },
+  } as never);
+  deps.log.info('ssh host key made');
+  return { privateKey: made.private, publicKey: made.public.trim() };
+}
+
+/** status.ssh of an enabled door: where to reach it (once the proxy's Service has an address) and its host key. */
+function enabledStatus(key: HostKey, port: number, host: string | undefined, note: string): SSHStatus {
+  const [algorithm = '', base64 = ''] = key.publicKey.split(' ');
+  return {
+    status: host ? 'Success' : 'Error',
+    message: host
+      ? `the SSH door is enabled by configuration; ssh -p ${port} <user>@${host}${note}`
+      : `the SSH door is enabled by configuration and waits for the impersonation proxy's Service to get an address${note}`,
+    ...(host ? { endpoint: `${host}:${port}` } : {}),
+    hostKeys: [
+      {
+        algorithm,
+        publicKey: `${algorithm} ${base64}`,
+        fingerprint: fingerprint(Buffer.from(base64, 'base64')),
+      },
+    ],
+  };
+}
+
+/** The leader: makes the host key once and publishes status.ssh when it changes. */
+function sshDoorWriter<S>(deps: SshDoorDeps<S>, watches: Watch[]): Controller {
+  let published = '';
+  const publish = async (status: SSHStatus | null): Promise<void> => {
+    const text = JSON.stringify(status);
+    if (text !== published) await deps.publish(status);
+    published = text;
+  };
+  return {
     name: 'ssh-door-writer',
     watches,
     initialKeys: [SSH_KEY],
     async sync(): Promise<SyncResult> {
       const { enabled, port, problem } = deps.settings();
       const note = problem ? `; the latest config edit was rejected: ${problem}` : '';
-      let status: SSHStatus | null = null;
-      let again: SyncResult = undefined;
-      if (enabled) {
-        let key = stored();
-        if (!key) {
-          const made = newHostKey();
-          // Created, never replaced: a key clients have pinned must not change under them. Another leader's key, not
-          // in the cache yet, makes this create fail and the sync retry.
-          await deps.writes.create({
-            apiVersion: 'v1',
-            kind: 'Secret',
-            metadata: {
-              name: SSH_HOST_KEY_SECRET,
-              namespace: ns,
-              labels: { 'app.kubernetes.io/part-of': 'sealion' },
-            },
-            type: 'Opaque',
-            data: {
-              [PRIVATE_KEY]: Buffer.from(made.private).toString('base64'),
-              [PUBLIC_KEY]: Buffer.from(made.public).toString('base64'),
-            },
-          } as never);
-          deps.log.info('ssh host key made');
-          key = { privateKey: made.private, publicKey: made.public.trim() };
-        }
-        if ('problem' in key) {
-          status = { status: 'Error', message: key.problem };
-          const text = JSON.stringify(status);
-          if (text !== published) await deps.publish(status);
-          published = text;
-          return { requeueAfterMs: 30_000 };
-        }
-        const [algorithm = '', base64 = ''] = key.publicKey.split(' ');
-        const host = deps.host();
-        status = {
-          status: host ? 'Success' : 'Error',
-          message: host
-            ? `the SSH door is enabled by configuration; ssh -p ${port} <user>@${host}${note}`
-            : `the SSH door is enabled by configuration and waits for the impersonation proxy's Service to get an address${note}`,
-          ...(host ? { endpoint: `${host}:${port}` } : {}),
-          hostKeys: [
-            {
-              algorithm,
-              publicKey: `${algorithm} ${base64}`,
-              fingerprint: fingerprint(Buffer.from(base64, 'base64')),
-            },
-          ],
-        };
-        if (!host) again = { requeueAfterMs: 10_000 };
+      if (!enabled) return publish(null);
+      const key = storedHostKey(deps) ?? (await createHostKey(deps));
+      if ('problem' in key) {
+        await publish({ status: 'Error', message: key.problem });
+        return { requeueAfterMs: 30_000 };
       }
-      const text = JSON.stringify(status);
-      if (text !== published) {
-        await deps.publish(status);
-        published = text;
-      }
-      return again;
+      const host = deps.host();
+      await publish(enabledStatus(key, port, host, note));
+      return host ? undefined : { requeueAfterMs: 10_000 };
     },
   };
-  return { server, writer };
 }

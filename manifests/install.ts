@@ -272,127 +272,152 @@ function service(name: string, ns: string, settings: ServiceSettings | undefined
 
 export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   const ns = opts.namespace;
-  const pod: PodSettings = { ...DEFAULT_CONCIERGE_POD, ...opts.concierge };
   const groups = apiGroups(opts.groupSuffix);
   const conciergeRole = `${ns}-concierge`;
-  const impersonatorRole = `${ns}-impersonator`;
-  const selector = { app: CONCIERGE_NAME };
-  const probe = (path: string): Obj => ({
-    httpGet: { path, port: 'proxy', scheme: 'HTTPS' },
-    periodSeconds: 10,
-  });
   return [
     namespace(ns),
     serviceAccount(CONCIERGE_NAME, ns, true),
-    {
-      // Bound by the admin to whoever may read recorded sessions (the SessionRecording API, which the proxy serves and
-      // the API server does not know: kubectl create clusterrole would refuse the resource).
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: sessionAuditorRole(ns), labels: PART_OF },
-      rules: [
-        { apiGroups: [groups.recordings], resources: [Resource.SessionRecording], verbs: ['get', 'list'] },
-      ],
-    },
+    sessionAuditorClusterRole(ns, groups),
     // Tokens for this account are requested by the concierge (TokenRequest API), never mounted.
     serviceAccount(IMPERSONATOR_SERVICE_ACCOUNT, ns, false),
     ...forwardingRBAC(
-      impersonatorRole,
+      `${ns}-impersonator`,
       (opts.renderPolicy ?? renderPolicy)(opts.forwardingPolicy ?? DEFAULT_POLICY),
       IMPERSONATOR_SERVICE_ACCOUNT,
       ns,
     ),
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: conciergeRole, labels: PART_OF },
-      rules: [
-        {
-          apiGroups: [groups.authentication],
-          resources: [Resource.JWTAuthenticator, Resource.WebhookAuthenticator],
-          verbs: ['get', 'list', 'watch'],
-        },
-        {
-          apiGroups: [groups.authentication],
-          resources: [`${Resource.JWTAuthenticator}/status`, `${Resource.WebhookAuthenticator}/status`],
-          verbs: ['get', 'update', 'patch'],
-        },
-        {
-          apiGroups: [groups.config],
-          resources: [Resource.CredentialIssuer],
-          verbs: ['get', 'list', 'watch', 'create', 'update', 'patch'],
-        },
-        {
-          apiGroups: [groups.config],
-          resources: [`${Resource.CredentialIssuer}/status`],
-          verbs: ['get', 'update', 'patch'],
-        },
-        { apiGroups: [groups.tunnel], resources: [Resource.Cluster], verbs: ['get', 'list', 'watch'] },
-        {
-          apiGroups: [groups.tunnel],
-          resources: [`${Resource.Cluster}/status`],
-          verbs: ['get', 'update', 'patch'],
-        },
-        // Managed-cluster detection reads node labels and provider IDs.
-        { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
-        // Service-account tokens through the proxy, and nested impersonation checks.
-        { apiGroups: ['authentication.k8s.io'], resources: ['tokenreviews'], verbs: ['create'] },
-        { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
-        // Whether its APIServices are Available (the direct path's evidence); writing them is the direct role's.
-        {
-          apiGroups: ['apiregistration.k8s.io'],
-          resources: ['apiservices'],
-          verbs: ['get', 'list', 'watch'],
-        },
-      ],
-    },
-    binding('ClusterRoleBinding', conciergeRole, CONCIERGE_NAME, ns),
-    {
-      // The direct path's rights, apart: with them the concierge can mint any identity the cluster trusts (it approves
-      // only its own requests, but RBAC cannot say so). Deleting this ClusterRoleBinding takes the direct path away for
-      // good, whatever the ConfigMap says.
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: `${conciergeRole}-direct`, labels: PART_OF },
-      rules: [
-        // The direct path (concierge/direct/): client certificates the cluster signs. Approving for this signer lets
-        // the concierge mint any identity, which RBAC cannot narrow by subject; the concierge approves only requests it
-        // created itself, for users it authenticated, never system:masters (lib/kube/cluster-certificates.ts).
-        {
-          apiGroups: ['certificates.k8s.io'],
-          resources: ['certificatesigningrequests'],
-          verbs: ['create', 'get', 'delete'],
-        },
-        {
-          apiGroups: ['certificates.k8s.io'],
-          resources: ['certificatesigningrequests/approval'],
-          verbs: ['update'],
-        },
-        {
-          apiGroups: ['certificates.k8s.io'],
-          resources: ['signers'],
-          verbs: ['approve'],
-          resourceNames: [KUBE_APISERVER_CLIENT_SIGNER],
-        },
-        // Its two APIServices, and no other: a create cannot be narrowed by name (an existing group's APIService cannot
-        // be created again), the rest is.
-        { apiGroups: ['apiregistration.k8s.io'], resources: ['apiservices'], verbs: ['create'] },
-        {
-          apiGroups: ['apiregistration.k8s.io'],
-          resources: ['apiservices'],
-          verbs: ['update', 'patch', 'delete'],
-          resourceNames: [`${VERSION}.${groups.login}`, `${VERSION}.${groups.identity}`],
-        },
-      ],
-    },
+    ...conciergeClusterRBAC(conciergeRole, ns, groups),
+    ...directPathRBAC(conciergeRole, ns, groups),
+    ...reachRBAC(`${conciergeRole}-reach`, CONCIERGE_NAME, ns),
+    ...frontProxyAndClusterInfoRBAC(ns),
+    ...loginRBAC(ns, groups),
+    ...conciergeNamespaceRBAC(conciergeRole, ns),
+    ...versionsReaderRBAC(ns),
+    ...conciergeConfigMaps(opts),
+    conciergeDeployment(opts),
+    ...conciergeServices(opts),
+    conciergeNetworkPolicy(ns),
+  ];
+}
+
+type Groups = ReturnType<typeof apiGroups>;
+const CONCIERGE_SELECTOR = { app: CONCIERGE_NAME };
+
+/** A ClusterRole of the installation's. */
+function clusterRole(name: string, rules: PolicyRule[]): Obj {
+  return {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRole',
+    metadata: { name, labels: PART_OF },
+    rules,
+  };
+}
+
+/**
+ * Bound by the admin to whoever may read recorded sessions (the SessionRecording API, which the proxy serves and the
+ * API server does not know: kubectl create clusterrole would refuse the resource).
+ */
+function sessionAuditorClusterRole(ns: string, groups: Groups): Obj {
+  return clusterRole(sessionAuditorRole(ns), [
+    { apiGroups: [groups.recordings], resources: [Resource.SessionRecording], verbs: ['get', 'list'] },
+  ]);
+}
+
+/** The controllers' cluster-wide rights: authenticators, the CredentialIssuer, Clusters, nodes, reviews. */
+function conciergeClusterRBAC(role: string, ns: string, groups: Groups): Obj[] {
+  return [
+    clusterRole(role, [
+      {
+        apiGroups: [groups.authentication],
+        resources: [Resource.JWTAuthenticator, Resource.WebhookAuthenticator],
+        verbs: ['get', 'list', 'watch'],
+      },
+      {
+        apiGroups: [groups.authentication],
+        resources: [`${Resource.JWTAuthenticator}/status`, `${Resource.WebhookAuthenticator}/status`],
+        verbs: ['get', 'update', 'patch'],
+      },
+      {
+        apiGroups: [groups.config],
+        resources: [Resource.CredentialIssuer],
+        verbs: ['get', 'list', 'watch', 'create', 'update', 'patch'],
+      },
+      {
+        apiGroups: [groups.config],
+        resources: [`${Resource.CredentialIssuer}/status`],
+        verbs: ['get', 'update', 'patch'],
+      },
+      { apiGroups: [groups.tunnel], resources: [Resource.Cluster], verbs: ['get', 'list', 'watch'] },
+      {
+        apiGroups: [groups.tunnel],
+        resources: [`${Resource.Cluster}/status`],
+        verbs: ['get', 'update', 'patch'],
+      },
+      // Managed-cluster detection reads node labels and provider IDs.
+      { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+      // Service-account tokens through the proxy, and nested impersonation checks.
+      { apiGroups: ['authentication.k8s.io'], resources: ['tokenreviews'], verbs: ['create'] },
+      { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
+      // Whether its APIServices are Available (the direct path's evidence); writing them is the direct role's.
+      {
+        apiGroups: ['apiregistration.k8s.io'],
+        resources: ['apiservices'],
+        verbs: ['get', 'list', 'watch'],
+      },
+    ]),
+    binding('ClusterRoleBinding', role, CONCIERGE_NAME, ns),
+  ];
+}
+
+/**
+ * The direct path's rights, apart: with them the concierge can mint any identity the cluster trusts (it approves only
+ * its own requests, but RBAC cannot say so). Deleting this ClusterRoleBinding takes the direct path away for good,
+ * whatever the ConfigMap says.
+ */
+function directPathRBAC(conciergeRole: string, ns: string, groups: Groups): Obj[] {
+  return [
+    clusterRole(`${conciergeRole}-direct`, [
+      // The direct path (concierge/direct/): client certificates the cluster signs. Approving for this signer lets
+      // the concierge mint any identity, which RBAC cannot narrow by subject; the concierge approves only requests it
+      // created itself, for users it authenticated, never system:masters (lib/kube/cluster-certificates.ts).
+      {
+        apiGroups: ['certificates.k8s.io'],
+        resources: ['certificatesigningrequests'],
+        verbs: ['create', 'get', 'delete'],
+      },
+      {
+        apiGroups: ['certificates.k8s.io'],
+        resources: ['certificatesigningrequests/approval'],
+        verbs: ['update'],
+      },
+      {
+        apiGroups: ['certificates.k8s.io'],
+        resources: ['signers'],
+        verbs: ['approve'],
+        resourceNames: [KUBE_APISERVER_CLIENT_SIGNER],
+      },
+      // Its two APIServices, and no other: a create cannot be narrowed by name (an existing group's APIService cannot
+      // be created again), the rest is.
+      { apiGroups: ['apiregistration.k8s.io'], resources: ['apiservices'], verbs: ['create'] },
+      {
+        apiGroups: ['apiregistration.k8s.io'],
+        resources: ['apiservices'],
+        verbs: ['update', 'patch', 'delete'],
+        resourceNames: [`${VERSION}.${groups.login}`, `${VERSION}.${groups.identity}`],
+      },
+    ]),
     binding('ClusterRoleBinding', `${conciergeRole}-direct`, CONCIERGE_NAME, ns),
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: `${conciergeRole}-reach`, labels: PART_OF },
-      rules: REACH_READ_RULES,
-    },
-    binding('ClusterRoleBinding', `${conciergeRole}-reach`, CONCIERGE_NAME, ns),
+  ];
+}
+
+/** Finding the addresses of reach connections' objects (REACH_READ_RULES), in a ClusterRole of its own. */
+function reachRBAC(role: string, sa: string, ns: string): Obj[] {
+  return [clusterRole(role, REACH_READ_RULES), binding('ClusterRoleBinding', role, sa, ns)];
+}
+
+/** Reading what the API server publishes: the front proxy's CA and headers, and where users reach it. */
+function frontProxyAndClusterInfoRBAC(ns: string): Obj[] {
+  return [
     {
       // The front proxy's CA and headers, which the API server publishes for aggregated API servers (a Role it makes).
       apiVersion: 'rbac.authorization.k8s.io/v1',
@@ -421,9 +446,16 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${ns}-concierge-cluster-info` },
       subjects: [{ kind: 'ServiceAccount', name: CONCIERGE_NAME, namespace: ns }],
     },
+  ];
+}
+
+/**
+ * Logging in through the API server: anyone may trade a token (that is how people without credentials get some), and
+ * anyone signed in may ask who they are.
+ */
+function loginRBAC(ns: string, groups: Groups): Obj[] {
+  return [
     {
-      // Logging in through the API server: anyone may trade a token (that is how people without credentials get
-      // some), and anyone signed in may ask who they are.
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRole',
       metadata: { name: `${ns}-login`, labels: PART_OF },
@@ -446,6 +478,12 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:unauthenticated' },
       ],
     },
+  ];
+}
+
+/** The controllers' rights in their own namespace: ConfigMaps, Services, Secrets, Leases, events, tokens. */
+function conciergeNamespaceRBAC(conciergeRole: string, ns: string): Obj[] {
+  return [
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',
@@ -486,11 +524,18 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       ],
     },
     binding('RoleBinding', conciergeRole, CONCIERGE_NAME, ns),
+  ];
+}
+
+/**
+ * Which versions the concierge runs (`sealion version`), for anyone signed in, as the API server's /version is:
+ * a user who knows what they talk to can report a problem or tell a fixed bug from an open one. The ConfigMap
+ * (the concierge makes it) holds nothing else: versions and counts, no pod names or addresses, and the Role
+ * names it alone. Anonymous requests are left out: they need no version to log in.
+ */
+function versionsReaderRBAC(ns: string): Obj[] {
+  return [
     {
-      // Which versions the concierge runs (`sealion version`), for anyone signed in, as the API server's /version is:
-      // a user who knows what they talk to can report a problem or tell a fixed bug from an open one. The ConfigMap
-      // (the concierge makes it) holds nothing else: versions and counts, no pod names or addresses, and the Role
-      // names it alone. Anonymous requests are left out: they need no version to log in.
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',
       metadata: { name: `${ns}-versions-reader`, namespace: ns, labels: PART_OF },
@@ -510,6 +555,13 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${ns}-versions-reader` },
       subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:authenticated' }],
     },
+  ];
+}
+
+/** The settings (concierge/config.ts) and the audit policy. */
+function conciergeConfigMaps(opts: InstallOptions): Obj[] {
+  const ns = opts.namespace;
+  return [
     {
       apiVersion: 'v1',
       kind: 'ConfigMap',
@@ -524,66 +576,88 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
         [AUDIT_POLICY_KEY]: opts.auditPolicy ? stringify(opts.auditPolicy) : DEFAULT_AUDIT_POLICY_YAML,
       },
     },
-    {
-      apiVersion: 'apps/v1',
-      kind: 'Deployment',
-      metadata: { name: CONCIERGE_NAME, namespace: ns, labels: labels(CONCIERGE_NAME) },
-      spec: {
-        // Every replica serves the proxy; a Lease picks the one that writes.
-        replicas: pod.replicas,
-        selector: { matchLabels: selector },
-        template: {
-          metadata: { labels: labels(CONCIERGE_NAME) },
-          spec: {
-            serviceAccountName: CONCIERGE_NAME,
-            securityContext: POD_SECURITY,
-            ...placement(pod),
-            containers: [
-              {
-                name: 'concierge',
-                image: opts.image,
-                ...present({ imagePullPolicy: pod.imagePullPolicy }),
-                args: [
-                  'concierge',
-                  `--group-suffix=${opts.groupSuffix}`,
-                  `--config-map=${CONFIG_MAP_NAME}`,
-                  // Audit events go to standard output, beside the log lines (they have kind: Event); the policy
-                  // comes from its ConfigMap, and deleting that turns audit off.
-                  `--audit-policy-file=${AUDIT_MOUNT}/${AUDIT_POLICY_KEY}`,
-                  '--audit-log-path=-',
-                  `--recordings-dir=${RECORDINGS_DIR}`,
-                  `--aggregated-api-listen=0.0.0.0:${API_PORT}`,
-                  // Listens only while the ConfigMap's ssh.mode is enabled.
-                  `--ssh-listen=0.0.0.0:${SSH_PORT}`,
-                ],
-                volumeMounts: [
-                  { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },
-                  { name: 'recordings', mountPath: RECORDINGS_DIR },
-                ],
-                env: [...CONCIERGE_ENV, { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS }],
-                ports: [
-                  { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
-                  { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
-                  { name: 'peer', containerPort: PEER_PORT, protocol: 'TCP' },
-                  { name: 'api', containerPort: API_PORT, protocol: 'TCP' },
-                  { name: 'ssh', containerPort: SSH_PORT, protocol: 'TCP' },
-                ],
-                readinessProbe: probe('/readyz'),
-                livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
-                ...present({ resources: pod.resources }),
-                securityContext: CONTAINER_SECURITY,
-              },
-            ],
-            volumes: [
-              { name: 'audit', configMap: { name: AUDIT_CONFIG_MAP_NAME, optional: true } },
-              // Recordings live as long as the pod: keep them longer with a persistent volume here, or send them
-              // to the audit webhook.
-              { name: 'recordings', emptyDir: { sizeLimit: RECORDINGS_VOLUME_SIZE } },
-            ],
-          },
+  ];
+}
+
+/** The concierge's Deployment: its replicas, where they run, and the recordings' and audit policy's volumes. */
+function conciergeDeployment(opts: InstallOptions): Obj {
+  const ns = opts.namespace;
+  const pod: PodSettings = { ...DEFAULT_CONCIERGE_POD, ...opts.concierge };
+  const selector = CONCIERGE_SELECTOR;
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: CONCIERGE_NAME, namespace: ns, labels: labels(CONCIERGE_NAME) },
+    spec: {
+      // Every replica serves the proxy; a Lease picks the one that writes.
+      replicas: pod.replicas,
+      selector: { matchLabels: selector },
+      template: {
+        metadata: { labels: labels(CONCIERGE_NAME) },
+        spec: {
+          serviceAccountName: CONCIERGE_NAME,
+          securityContext: POD_SECURITY,
+          ...placement(pod),
+          containers: [conciergeContainer(opts, pod)],
+          volumes: [
+            { name: 'audit', configMap: { name: AUDIT_CONFIG_MAP_NAME, optional: true } },
+            // Recordings live as long as the pod: keep them longer with a persistent volume here, or send them
+            // to the audit webhook.
+            { name: 'recordings', emptyDir: { sizeLimit: RECORDINGS_VOLUME_SIZE } },
+          ],
         },
       },
     },
+  };
+}
+
+/** The concierge's one container: its flags, mounts, ports and probes. */
+function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
+  const probe = (path: string): Obj => ({
+    httpGet: { path, port: 'proxy', scheme: 'HTTPS' },
+    periodSeconds: 10,
+  });
+  return {
+    name: 'concierge',
+    image: opts.image,
+    ...present({ imagePullPolicy: pod.imagePullPolicy }),
+    args: [
+      'concierge',
+      `--group-suffix=${opts.groupSuffix}`,
+      `--config-map=${CONFIG_MAP_NAME}`,
+      // Audit events go to standard output, beside the log lines (they have kind: Event); the policy
+      // comes from its ConfigMap, and deleting that turns audit off.
+      `--audit-policy-file=${AUDIT_MOUNT}/${AUDIT_POLICY_KEY}`,
+      '--audit-log-path=-',
+      `--recordings-dir=${RECORDINGS_DIR}`,
+      `--aggregated-api-listen=0.0.0.0:${API_PORT}`,
+      // Listens only while the ConfigMap's ssh.mode is enabled.
+      `--ssh-listen=0.0.0.0:${SSH_PORT}`,
+    ],
+    volumeMounts: [
+      { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },
+      { name: 'recordings', mountPath: RECORDINGS_DIR },
+    ],
+    env: [...CONCIERGE_ENV, { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS }],
+    ports: [
+      { name: 'proxy', containerPort: PROXY_PORT, protocol: 'TCP' },
+      { name: 'tunnel', containerPort: TUNNEL_PORT, protocol: 'TCP' },
+      { name: 'peer', containerPort: PEER_PORT, protocol: 'TCP' },
+      { name: 'api', containerPort: API_PORT, protocol: 'TCP' },
+      { name: 'ssh', containerPort: SSH_PORT, protocol: 'TCP' },
+    ],
+    readinessProbe: probe('/readyz'),
+    livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
+    ...present({ resources: pod.resources }),
+    securityContext: CONTAINER_SECURITY,
+  };
+}
+
+/** The proxy's Service, the aggregated APIs' and the tunnel's. */
+function conciergeServices(opts: InstallOptions): Obj[] {
+  const ns = opts.namespace;
+  const selector = CONCIERGE_SELECTOR;
+  return [
     service(`${CONCIERGE_NAME}-proxy`, ns, opts.services?.proxy, {
       selector,
       ports: [{ name: 'https', port: 443, targetPort: 'proxy', protocol: 'TCP' }],
@@ -598,30 +672,35 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
       selector,
       ports: [{ name: 'tunnel', port: 443, targetPort: 'tunnel', protocol: 'TCP' }],
     }),
-    {
-      apiVersion: 'networking.k8s.io/v1',
-      kind: 'NetworkPolicy',
-      // Where the network enforces policies: the proxy and tunnel ports take anyone, the peer port only the other
-      // replicas (which it also checks itself, by address and by certificate).
-      metadata: { name: CONCIERGE_NAME, namespace: ns, labels: PART_OF },
-      spec: {
-        podSelector: { matchLabels: selector },
-        policyTypes: ['Ingress'],
-        ingress: [
-          {
-            // The api port only believes the API server's front proxy (by its client certificate).
-            ports: [
-              { port: 'proxy', protocol: 'TCP' },
-              { port: 'tunnel', protocol: 'TCP' },
-              { port: 'api', protocol: 'TCP' },
-              { port: 'ssh', protocol: 'TCP' },
-            ],
-          },
-          { from: [{ podSelector: { matchLabels: selector } }], ports: [{ port: 'peer', protocol: 'TCP' }] },
-        ],
-      },
-    },
   ];
+}
+
+/** Who may reach which of the concierge's ports, where the network enforces policies. */
+function conciergeNetworkPolicy(ns: string): Obj {
+  const selector = CONCIERGE_SELECTOR;
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    // Where the network enforces policies: the proxy and tunnel ports take anyone, the peer port only the other
+    // replicas (which it also checks itself, by address and by certificate).
+    metadata: { name: CONCIERGE_NAME, namespace: ns, labels: PART_OF },
+    spec: {
+      podSelector: { matchLabels: selector },
+      policyTypes: ['Ingress'],
+      ingress: [
+        {
+          // The api port only believes the API server's front proxy (by its client certificate).
+          ports: [
+            { port: 'proxy', protocol: 'TCP' },
+            { port: 'tunnel', protocol: 'TCP' },
+            { port: 'api', protocol: 'TCP' },
+            { port: 'ssh', protocol: 'TCP' },
+          ],
+        },
+        { from: [{ podSelector: { matchLabels: selector } }], ports: [{ port: 'peer', protocol: 'TCP' }] },
+      ],
+    },
+  };
 }
 
 /** What one cluster's agent is told: which cluster it is, where the hub is, how to trust it, and its one-time token. */
@@ -697,7 +776,6 @@ export const REACH_READ_RULES: PolicyRule[] = [
 export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   const ns = opts.agentNamespace;
   const role = `${ns}-reviews`;
-  const pod: PodSettings = { ...DEFAULT_AGENT_POD, ...opts.agent };
   return [
     namespace(ns),
     serviceAccount(AGENT_NAME, ns, true),
@@ -708,13 +786,7 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       rules: AGENT_REVIEW_RULES,
     },
     binding('ClusterRoleBinding', role, AGENT_NAME, ns),
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: { name: `${ns}-reach`, labels: PART_OF },
-      rules: REACH_READ_RULES,
-    },
-    binding('ClusterRoleBinding', `${ns}-reach`, AGENT_NAME, ns),
+    ...reachRBAC(`${ns}-reach`, AGENT_NAME, ns),
     {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',
@@ -738,46 +810,53 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
       ],
     },
     binding('RoleBinding', AGENT_NAME, AGENT_NAME, ns),
-    {
-      apiVersion: 'apps/v1',
-      kind: 'Deployment',
-      metadata: { name: AGENT_NAME, namespace: ns, labels: labels(AGENT_NAME) },
-      spec: {
-        replicas: 1,
-        selector: { matchLabels: { app: AGENT_NAME } },
-        template: {
-          metadata: { labels: labels(AGENT_NAME) },
-          spec: {
-            serviceAccountName: AGENT_NAME,
-            securityContext: POD_SECURITY,
-            ...placement(pod),
-            containers: [
-              {
-                name: 'agent',
-                image: opts.image,
-                ...present({ imagePullPolicy: pod.imagePullPolicy }),
-                args: [
-                  'agent',
-                  `--config-map=${AGENT_NAME}-config`,
-                  `--credentials-secret=${AGENT_NAME}-credentials`,
-                ],
-                env: [
-                  ...DOWNWARD_ENV,
-                  { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS },
-                  {
-                    name: 'SEALION_BOOTSTRAP_TOKEN',
-                    valueFrom: {
-                      secretKeyRef: { name: `${AGENT_NAME}-bootstrap`, key: 'token', optional: true },
-                    },
+    agentDeployment(opts),
+  ];
+}
+
+/** The agent's Deployment: one replica, as one agent holds a cluster's credentials. */
+function agentDeployment(opts: InstallOptions): Obj {
+  const ns = opts.agentNamespace;
+  const pod: PodSettings = { ...DEFAULT_AGENT_POD, ...opts.agent };
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: AGENT_NAME, namespace: ns, labels: labels(AGENT_NAME) },
+    spec: {
+      replicas: 1,
+      selector: { matchLabels: { app: AGENT_NAME } },
+      template: {
+        metadata: { labels: labels(AGENT_NAME) },
+        spec: {
+          serviceAccountName: AGENT_NAME,
+          securityContext: POD_SECURITY,
+          ...placement(pod),
+          containers: [
+            {
+              name: 'agent',
+              image: opts.image,
+              ...present({ imagePullPolicy: pod.imagePullPolicy }),
+              args: [
+                'agent',
+                `--config-map=${AGENT_NAME}-config`,
+                `--credentials-secret=${AGENT_NAME}-credentials`,
+              ],
+              env: [
+                ...DOWNWARD_ENV,
+                { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS },
+                {
+                  name: 'SEALION_BOOTSTRAP_TOKEN',
+                  valueFrom: {
+                    secretKeyRef: { name: `${AGENT_NAME}-bootstrap`, key: 'token', optional: true },
                   },
-                ],
-                ...present({ resources: pod.resources }),
-                securityContext: CONTAINER_SECURITY,
-              },
-            ],
-          },
+                },
+              ],
+              ...present({ resources: pod.resources }),
+              securityContext: CONTAINER_SECURITY,
+            },
+          ],
         },
       },
     },
-  ];
+  };
 }

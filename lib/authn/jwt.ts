@@ -1,6 +1,7 @@
 // JWT (OIDC ID token) authentication for one issuer and audience. Discovery and the key set are fetched through
-// the authenticator's own CA bundle; keys are cached, refreshed periodically and on an unknown `kid` (rate-
-// limited), and the last good keys keep serving while the issuer is down. jose does every cryptographic check.
+// the authenticator's own CA bundle; keys are cached, refreshed when the authenticators' controller asks (every
+// JWKS_REFRESH_INTERVAL_MS, jittered) and on an unknown `kid` (rate-limited), and the last good keys keep serving
+// while the issuer is down. jose does every cryptographic check.
 import {
   createLocalJWKSet,
   errors as joseErrors,
@@ -38,6 +39,8 @@ export const EXPIRY_LEEWAY_SECONDS = 0;
 export const NOT_BEFORE_LEEWAY_SECONDS = 300;
 /** Providers rotate keys rarely and publish new ones ahead of use; five minutes picks them up in time. */
 export const JWKS_REFRESH_INTERVAL_MS = 5 * 60_000;
+/** Each refresh comes this fraction of the interval early or late, so replicas and authenticators do not fetch in lockstep. */
+const JWKS_REFRESH_JITTER = 0.1;
 /** A token with an unknown `kid` triggers a refresh at most this often, so garbage tokens cannot hammer the issuer. */
 export const UNKNOWN_KID_COOLDOWN_MS = 30_000;
 /**
@@ -121,8 +124,9 @@ export class IssuerKeys {
    * one must not be refused for the cooldown, while garbage kids still cost the issuer one fetch per cooldown.
    */
   private lastUnknownKidFetch = Number.NEGATIVE_INFINITY;
-  private inflight: Promise<void> | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private inflight: Promise<boolean> | undefined;
+  /** When the next scheduled refresh is due: the interval, jittered, after the last fetch that succeeded. */
+  private nextRefreshAt: number;
   private readonly jwksURL: string;
   private readonly load: () => Promise<unknown>;
   private readonly now: () => number;
@@ -141,25 +145,52 @@ export class IssuerKeys {
     this.warn = warn;
     this.local = createLocalJWKSet(initial);
     this.fetchedAt = now();
+    this.nextRefreshAt = this.scheduleAfter(this.fetchedAt);
   }
 
-  /** Fetches the key set again; on failure the current keys stay. Concurrent callers share one fetch. */
-  refresh(): Promise<void> {
+  private scheduleAfter(fetchedAt: number): number {
+    return (
+      fetchedAt +
+      JWKS_REFRESH_INTERVAL_MS * (1 - JWKS_REFRESH_JITTER + Math.random() * 2 * JWKS_REFRESH_JITTER)
+    );
+  }
+
+  /**
+   * Fetches the key set again; on failure the current keys stay. Concurrent callers share one fetch. Resolves to
+   * whether it fetched usable keys.
+   */
+  refresh(): Promise<boolean> {
     this.inflight ??= (async () => {
       try {
         this.local = createLocalJWKSet(usableKeys(await this.load()));
         this.fetchedAt = this.now();
+        this.nextRefreshAt = this.scheduleAfter(this.fetchedAt);
+        return true;
       } catch (err) {
         this.warn('jwks refresh failed; keeping the last good keys', {
           jwksURL: this.jwksURL,
           keysAgeMs: this.now() - this.fetchedAt,
           error: (err as Error).message,
         });
+        return false;
       } finally {
         this.inflight = undefined;
       }
     })();
     return this.inflight;
+  }
+
+  /**
+   * The scheduled refresh, for the controller that holds the authenticator (controllers/authenticators.ts) to call
+   * each time its key comes round: fetches when the keys are due, and resolves to how long until they are due again,
+   * for the controller to come back then. A failed fetch rejects, so that the controller retries with its backoff;
+   * the last good keys keep serving meanwhile.
+   */
+  async refreshIfDue(): Promise<number> {
+    const wait = this.nextRefreshAt - this.now();
+    if (wait > 0) return wait;
+    if (!(await this.refresh())) throw new Error(`jwks refresh from ${this.jwksURL} failed`);
+    return Math.max(0, this.nextRefreshAt - this.now());
   }
 
   /** The key resolver for jwtVerify: on an unknown kid, refresh once (rate-limited) and look again. */
@@ -177,19 +208,6 @@ export class IssuerKeys {
       return this.local(...args);
     }
   };
-
-  startRefreshing(intervalMs = JWKS_REFRESH_INTERVAL_MS): void {
-    // Jitter keeps replicas and authenticators from refreshing in lockstep.
-    const next = intervalMs * (0.9 + Math.random() * 0.2);
-    this.timer = setTimeout(() => {
-      void this.refresh().finally(() => this.startRefreshing(intervalMs));
-    }, next);
-    this.timer.unref();
-  }
-
-  stop(): void {
-    clearTimeout(this.timer);
-  }
 }
 
 /** One check of the validation, in the shape of a status condition. */
@@ -459,7 +477,6 @@ export class JWTAuthenticator implements TokenAuthenticator {
     };
   }
 
-  close(): void {
-    this.keys.stop();
-  }
+  /** Nothing to release: its keys are refreshed by the controller that holds it, on no timer of its own. */
+  close(): void {}
 }

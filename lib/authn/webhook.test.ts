@@ -1,7 +1,8 @@
 import { compileUserRules } from './jwt-mapping.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { issueCert, newCA } from '../pki/pki.ts';
 import { AuthenticatorCache } from './cache.ts';
 import { REVIEWS_IN_FLIGHT, REVIEWS_WAITING, WebhookAuthenticator } from './webhook.ts';
@@ -124,6 +125,27 @@ describe('webhook authentication', () => {
     await expect(
       new WebhookAuthenticator({ endpoint: url, caBundlePem: caPem }).probe(),
     ).resolves.toBeUndefined();
+  });
+
+  it('gives up the probe when no handshake comes by its deadline, timed by the injected clock', async () => {
+    // A server that takes the connection and never answers the TLS client hello.
+    const silent = createNetServer(() => {});
+    await new Promise<void>((listening) => silent.listen(0, '127.0.0.1', listening));
+    const clock = fakeClock();
+    try {
+      const { port } = silent.address() as AddressInfo;
+      const webhook = new WebhookAuthenticator({
+        endpoint: `https://127.0.0.1:${port}/`,
+        caBundlePem: caPem,
+        clock,
+      });
+      const probe = webhook.probe(5_000);
+      expect(clock.pending()).toContain(5_000);
+      clock.advance(5_000);
+      await expect(probe).rejects.toThrow('no TLS handshake within 5000 ms');
+    } finally {
+      await new Promise((closed) => silent.close(closed));
+    }
   });
 
   it('caches answers (yes and no) and shares one call between concurrent lookups', async () => {

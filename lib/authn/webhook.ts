@@ -2,6 +2,7 @@
 // AnswerCache. A slow or broken webhook fails closed at its deadline and holds up nothing else, and a flood of
 // distinct tokens reaches it at most REVIEWS_IN_FLIGHT at a time.
 import { connect } from 'node:tls';
+import { systemClock, type Clock } from '../clock.ts';
 import { httpsJSON } from '../https-client.ts';
 import { AnswerCache, transientFailure } from './answer-cache.ts';
 import { systemNameProblem } from './system-names.ts';
@@ -47,6 +48,8 @@ export interface WebhookSettings {
   allowSystemNames?: boolean;
   /** The spec's userValidationRules, compiled: each must hold for the answer's user. Default: none. */
   userRules?: UserRules;
+  /** Times the probe's deadline. Default: systemClock. */
+  clock?: Clock;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -147,17 +150,18 @@ export class WebhookAuthenticator implements TokenAuthenticator {
         ALPNProtocols: ['http/1.1'],
         minVersion: 'TLSv1.2',
       });
-      const timer = setTimeout(
+      const clock = this.settings.clock ?? systemClock;
+      const timer = clock.setTimeout(
         () => socket.destroy(new Error(`no TLS handshake within ${timeoutMs} ms`)),
         timeoutMs,
       );
       socket.once('secureConnect', () => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         socket.end();
         done();
       });
       socket.once('error', (err: Error) => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         failed(err);
       });
     });

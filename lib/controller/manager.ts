@@ -75,47 +75,18 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
   /** Aborted when this replica stops leading; a new one for each term. Writers' syncs are given its signal. */
   let term = new AbortController();
 
-  const enqueueAll = (r: Running): void => {
-    for (const key of r.controller.initialKeys ?? []) r.queue.add(key);
-    for (const watch of r.controller.watches)
-      for (const obj of watch.informer.list()) enqueueFor(r, watch, obj);
-  };
-  const enqueueFor = (r: Running, watch: Watch, obj: KubeObject): void => {
-    if (watch.filter && !watch.filter(obj)) return;
-    const keys = watch.key ? watch.key(obj) : (obj.metadata?.name ?? '');
-    for (const key of Array.isArray(keys) ? keys : [keys]) if (key) r.queue.add(key);
-  };
-
-  const add = ({ controller, runs, queue: tuning }: ControllerEntry): void => {
+  const add = (entry: ControllerEntry): void => {
+    const { controller } = entry;
     if (started) throw new Error(`controller ${controller.name} added after the manager started`);
     if (running.has(controller.name)) throw new Error(`controller ${controller.name} added twice`);
-    const leading = runs === 'leader';
-    const log = opts.log.child({ controller: controller.name });
-    const options: QueueOptions = {
-      ...tuning,
+    const queue = newControllerQueue(entry, {
       clock,
-      onError: (key, err) =>
-        log.warn({ key, err: (err as Error).message }, 'sync failed; retrying with backoff'),
-      onDrop: (key, failures) =>
-        log.warn(
-          { key, failures },
-          'sync failed too many times in a row; dropped until the key is added again',
-        ),
+      log: opts.log.child({ controller: controller.name }),
+      isLeader,
+      term: () => term.signal,
       ...(metrics ? { metrics: metrics(controller.name) } : {}),
-    };
-    const queue = new WorkQueue(async (key, stopping) => {
-      if (!leading) return controller.sync(key, stopping);
-      if (!isLeader()) return;
-      const signal = AbortSignal.any([stopping, term.signal]);
-      try {
-        return await controller.sync(key, signal);
-      } catch (err) {
-        // Refused or aborted for want of leadership: the next leader syncs everything.
-        if (err instanceof NotLeader || (signal.aborted && !stopping.aborted)) return;
-        throw err;
-      }
-    }, options);
-    const r: Running = { controller, queue, leading };
+    });
+    const r: Running = { controller, queue, leading: entry.runs === 'leader' };
     running.set(controller.name, r);
     for (const watch of controller.watches) watch.informer.onChange((obj) => enqueueFor(r, watch, obj));
   };
@@ -129,18 +100,7 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
 
   return {
     isLeader,
-    leaderOnly<W extends object>(writer: W): W {
-      return new Proxy(writer, {
-        get(target, property, receiver) {
-          const value: unknown = Reflect.get(target, property, receiver);
-          if (typeof value !== 'function') return value;
-          return (...args: unknown[]) =>
-            isLeader()
-              ? (value as (...a: unknown[]) => unknown).apply(target, args)
-              : Promise.reject(new NotLeader());
-        },
-      });
-    },
+    leaderOnly: (writer) => refusedUnlessLeading(writer, isLeader),
     add: (...entries) => entries.forEach(add),
     run: (controller) => add({ controller, runs: 'every-replica' }),
     runWhileLeading: (controller) => add({ controller, runs: 'leader' }),
@@ -155,10 +115,7 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
     async start() {
       started = true;
       const all = [...running.values()];
-      const informers = new Set<Informer<KubeObject>>(
-        all.flatMap((r) => [...r.controller.watches.map((w) => w.informer), ...(r.controller.reads ?? [])]),
-      );
-      await Promise.all([...informers].map((i) => i.synced()));
+      await Promise.all([...informersOf(all)].map((i) => i.synced()));
       if (stopped) return;
       for (const r of all) {
         enqueueAll(r);
@@ -177,4 +134,83 @@ export function newControllerManager(opts: ControllerManagerOptions): Controller
       await Promise.all([...running.values()].map((r) => r.queue.stop()));
     },
   };
+}
+
+/** Every key a controller has now: its initial keys and those of every object its watches see. */
+function enqueueAll(r: Running): void {
+  for (const key of r.controller.initialKeys ?? []) r.queue.add(key);
+  for (const watch of r.controller.watches)
+    for (const obj of watch.informer.list()) enqueueFor(r, watch, obj);
+}
+
+function enqueueFor(r: Running, watch: Watch, obj: KubeObject): void {
+  if (watch.filter && !watch.filter(obj)) return;
+  const keys = watch.key ? watch.key(obj) : (obj.metadata?.name ?? '');
+  for (const key of Array.isArray(keys) ? keys : [keys]) if (key) r.queue.add(key);
+}
+
+/** The informers every controller watches or reads: the manager waits for them all before it starts any. */
+function informersOf(all: Running[]): Set<Informer<KubeObject>> {
+  return new Set<Informer<KubeObject>>(
+    all.flatMap((r) => [...r.controller.watches.map((w) => w.informer), ...(r.controller.reads ?? [])]),
+  );
+}
+
+/** `writer` with every method rejecting with NotLeader, writing nothing, unless this replica leads. */
+function refusedUnlessLeading<W extends object>(writer: W, isLeader: () => boolean): W {
+  return new Proxy(writer, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) =>
+        isLeader()
+          ? (value as (...a: unknown[]) => unknown).apply(target, args)
+          : Promise.reject(new NotLeader());
+    },
+  });
+}
+
+/** What a controller's queue needs of its manager. */
+interface QueueContext {
+  clock: Clock;
+  log: Logger;
+  isLeader: () => boolean;
+  /** The current leadership term's signal. */
+  term: () => AbortSignal;
+  metrics?: QueueOptions['metrics'];
+}
+
+/**
+ * The work queue of one controller. A writer's sync runs only while this replica leads, with a signal that also
+ * aborts when leadership is lost; what it then fails with is not retried, as the next leader syncs everything.
+ */
+function newControllerQueue(
+  { controller, runs, queue: tuning }: ControllerEntry,
+  ctx: QueueContext,
+): WorkQueue {
+  const { log } = ctx;
+  const options: QueueOptions = {
+    ...tuning,
+    clock: ctx.clock,
+    onError: (key, err) =>
+      log.warn({ key, err: (err as Error).message }, 'sync failed; retrying with backoff'),
+    onDrop: (key, failures) =>
+      log.warn(
+        { key, failures },
+        'sync failed too many times in a row; dropped until the key is added again',
+      ),
+    ...(ctx.metrics ? { metrics: ctx.metrics } : {}),
+  };
+  return new WorkQueue(async (key, stopping) => {
+    if (runs !== 'leader') return controller.sync(key, stopping);
+    if (!ctx.isLeader()) return;
+    const signal = AbortSignal.any([stopping, ctx.term()]);
+    try {
+      return await controller.sync(key, signal);
+    } catch (err) {
+      // Refused or aborted for want of leadership: the next leader syncs everything.
+      if (err instanceof NotLeader || (signal.aborted && !stopping.aborted)) return;
+      throw err;
+    }
+  }, options);
 }

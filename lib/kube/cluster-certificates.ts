@@ -97,86 +97,10 @@ export function newClusterCertificateIssuer(
   clients: KubeClients,
   opts: ClusterCertificateIssuerOptions,
 ): ClusterCertificateIssuer {
-  const clock = opts.clock ?? systemClock;
+  const issuer: Issuer = { clients, opts, clock: opts.clock ?? systemClock, pending: new Map() };
   const allowSystemNames = opts.allowSystemNames ?? false;
-  /** The requests this process created and has not finished with: name → the request's bytes and identity. */
-  const pending = new Map<
-    string,
-    { request: string; identity: CertificateIdentity; allowSystemNames: boolean }
-  >();
-
-  async function approveOwn(name: string): Promise<void> {
-    const mine = pending.get(name);
-    if (!mine)
-      throw new IssueRefused(
-        'NotOwnRequest',
-        `CertificateSigningRequest ${name} was not created by this issuer`,
-      );
-    const csr = await clients.certificates.readCertificateSigningRequest({ name });
-    const spec = csr.spec;
-    // What the API server holds must be what this issuer sent, from this issuer's own identity: a request someone
-    // replaced under the same name (deleted and created again) is not approved.
-    if (
-      spec.username !== opts.self.username ||
-      (opts.self.uid !== undefined && spec.uid !== opts.self.uid) ||
-      spec.signerName !== KUBE_APISERVER_CLIENT_SIGNER ||
-      spec.request !== mine.request
-    )
-      throw new IssueRefused(
-        'NotOwnRequest',
-        `CertificateSigningRequest ${name} is not as this issuer created it`,
-      );
-    const problem = identityRefusal(mine.identity, mine.allowSystemNames);
-    if (problem) throw new IssueRefused('ForbiddenIdentity', problem);
-    await clients.certificates.replaceCertificateSigningRequestApproval({
-      name,
-      body: {
-        ...csr,
-        status: {
-          ...csr.status,
-          conditions: [
-            ...(csr.status?.conditions ?? []),
-            {
-              type: 'Approved',
-              status: 'True',
-              reason: 'SealionIssued',
-              message: 'requested and approved by the Sealion concierge for a user it authenticated',
-              lastUpdateTime: new Date(clock.now()),
-            },
-          ],
-        },
-      },
-    });
-  }
-
-  /** The signed certificate of `name`, once the controller-manager has signed it. */
-  async function signed(name: string): Promise<string> {
-    const deadline = clock.now() + SIGN_TIMEOUT_MS;
-    for (;;) {
-      const csr = await clients.certificates.readCertificateSigningRequest({ name });
-      const conditions = csr.status?.conditions ?? [];
-      const failed = conditions.find(
-        (c) => (c.type === 'Denied' || c.type === 'Failed') && c.status === 'True',
-      );
-      if (failed)
-        throw new IssueRefused(
-          'Denied',
-          `the cluster did not sign the certificate: ${failed.type}: ${failed.message ?? ''}`,
-        );
-      const certificate = csr.status?.certificate;
-      // The API field is bytes: base64 in JSON, which the client hands over as it came.
-      if (certificate) return Buffer.from(String(certificate), 'base64').toString('utf8');
-      if (clock.now() > deadline)
-        throw new IssueRefused(
-          'NotSigned',
-          `the cluster did not sign ${KUBE_APISERVER_CLIENT_SIGNER} certificates within ${SIGN_TIMEOUT_MS / 1000} s: does its controller-manager sign for this signer (--cluster-signing-cert-file)?`,
-        );
-      await new Promise<void>((done) => clock.setTimeout(() => done(), POLL_MS));
-    }
-  }
-
   return {
-    approveOwn,
+    approveOwn: (name) => approveOwn(issuer, name),
     async issue(identity, expirationSeconds, issueOpts = {}) {
       const systemNames = issueOpts.allowSystemNames ?? allowSystemNames;
       const problem = identityRefusal(identity, systemNames);
@@ -185,38 +109,15 @@ export function newClusterCertificateIssuer(
       const seconds = Math.max(MIN_EXPIRATION_SECONDS, Math.ceil(expirationSeconds));
       const name = `sealion-${randomBytes(8).toString('hex')}`;
       const request = b64(csrPem);
-      pending.set(name, { request, identity, allowSystemNames: systemNames });
+      issuer.pending.set(name, { request, identity, allowSystemNames: systemNames });
       try {
-        await clients.certificates.createCertificateSigningRequest({
-          body: {
-            apiVersion: 'certificates.k8s.io/v1',
-            kind: 'CertificateSigningRequest',
-            metadata: { name, labels: { 'app.kubernetes.io/part-of': 'sealion' } },
-            spec: {
-              request,
-              signerName: KUBE_APISERVER_CLIENT_SIGNER,
-              expirationSeconds: seconds,
-              usages: ['client auth'],
-            },
-          },
-        });
-        const asked = clock.now();
-        await approveOwn(name);
-        const certPem = await signed(name);
-        // What comes back must be for this key and live no longer than asked: a certificate cannot be revoked.
-        const cert = new X509Certificate(certPem);
-        const spki = (key: KeyObject): Buffer => key.export({ type: 'spki', format: 'der' });
-        if (!spki(cert.publicKey).equals(spki(createPublicKey(keyPem))))
-          throw new IssueRefused('NotSigned', 'the cluster returned a certificate for another key');
-        const notAfter = new Date(cert.validTo);
-        if (notAfter.getTime() > asked + (seconds + EXPIRY_SLACK_SECONDS) * 1000)
-          throw new IssueRefused(
-            'NotSigned',
-            `the cluster signed a certificate valid until ${notAfter.toISOString()}, longer than the ${seconds} s asked`,
-          );
-        return { certPem, keyPem, notAfter };
+        await createRequest(clients, name, request, seconds);
+        const asked = issuer.clock.now();
+        await approveOwn(issuer, name);
+        const certPem = await signed(issuer, name);
+        return { certPem, keyPem, notAfter: checkIssued(certPem, keyPem, asked, seconds) };
       } finally {
-        pending.delete(name);
+        issuer.pending.delete(name);
         // Nothing is left behind: the certificate is the caller's now, and a request nobody signed is worth nothing.
         await clients.certificates.deleteCertificateSigningRequest({ name }).catch((err: unknown) => {
           if (apiStatusCode(err) !== 404) throw err;
@@ -224,4 +125,124 @@ export function newClusterCertificateIssuer(
       }
     },
   };
+}
+
+/** One issuer's clients, settings, clock, and the requests it has under way. */
+interface Issuer {
+  clients: KubeClients;
+  opts: ClusterCertificateIssuerOptions;
+  clock: Clock;
+  /** The requests this process created and has not finished with: name → the request's bytes and identity. */
+  pending: Map<string, { request: string; identity: CertificateIdentity; allowSystemNames: boolean }>;
+}
+
+/** The CertificateSigningRequest `name` for the cluster's client signer, living `seconds`. */
+async function createRequest(
+  clients: KubeClients,
+  name: string,
+  request: string,
+  seconds: number,
+): Promise<void> {
+  await clients.certificates.createCertificateSigningRequest({
+    body: {
+      apiVersion: 'certificates.k8s.io/v1',
+      kind: 'CertificateSigningRequest',
+      metadata: { name, labels: { 'app.kubernetes.io/part-of': 'sealion' } },
+      spec: {
+        request,
+        signerName: KUBE_APISERVER_CLIENT_SIGNER,
+        expirationSeconds: seconds,
+        usages: ['client auth'],
+      },
+    },
+  });
+}
+
+/** Approves `name` if this issuer created it in this process, it is still as created, and its identity may pass. */
+async function approveOwn({ clients, opts, clock, pending }: Issuer, name: string): Promise<void> {
+  const mine = pending.get(name);
+  if (!mine)
+    throw new IssueRefused(
+      'NotOwnRequest',
+      `CertificateSigningRequest ${name} was not created by this issuer`,
+    );
+  const csr = await clients.certificates.readCertificateSigningRequest({ name });
+  const spec = csr.spec;
+  // What the API server holds must be what this issuer sent, from this issuer's own identity: a request someone
+  // replaced under the same name (deleted and created again) is not approved.
+  if (
+    spec.username !== opts.self.username ||
+    (opts.self.uid !== undefined && spec.uid !== opts.self.uid) ||
+    spec.signerName !== KUBE_APISERVER_CLIENT_SIGNER ||
+    spec.request !== mine.request
+  )
+    throw new IssueRefused(
+      'NotOwnRequest',
+      `CertificateSigningRequest ${name} is not as this issuer created it`,
+    );
+  const problem = identityRefusal(mine.identity, mine.allowSystemNames);
+  if (problem) throw new IssueRefused('ForbiddenIdentity', problem);
+  await clients.certificates.replaceCertificateSigningRequestApproval({
+    name,
+    body: {
+      ...csr,
+      status: {
+        ...csr.status,
+        conditions: [
+          ...(csr.status?.conditions ?? []),
+          {
+            type: 'Approved',
+            status: 'True',
+            reason: 'SealionIssued',
+            message: 'requested and approved by the Sealion concierge for a user it authenticated',
+            lastUpdateTime: new Date(clock.now()),
+          },
+        ],
+      },
+    },
+  });
+}
+
+/** The signed certificate of `name`, once the controller-manager has signed it (polled on the issuer's clock). */
+async function signed({ clients, clock }: Issuer, name: string): Promise<string> {
+  const deadline = clock.now() + SIGN_TIMEOUT_MS;
+  for (;;) {
+    const csr = await clients.certificates.readCertificateSigningRequest({ name });
+    const conditions = csr.status?.conditions ?? [];
+    const failed = conditions.find(
+      (c) => (c.type === 'Denied' || c.type === 'Failed') && c.status === 'True',
+    );
+    if (failed)
+      throw new IssueRefused(
+        'Denied',
+        `the cluster did not sign the certificate: ${failed.type}: ${failed.message ?? ''}`,
+      );
+    const certificate = csr.status?.certificate;
+    // The API field is bytes: base64 in JSON, which the client hands over as it came.
+    if (certificate) return Buffer.from(String(certificate), 'base64').toString('utf8');
+    if (clock.now() > deadline)
+      throw new IssueRefused(
+        'NotSigned',
+        `the cluster did not sign ${KUBE_APISERVER_CLIENT_SIGNER} certificates within ${SIGN_TIMEOUT_MS / 1000} s: does its controller-manager sign for this signer (--cluster-signing-cert-file)?`,
+      );
+    await new Promise<void>((done) => clock.setTimeout(() => done(), POLL_MS));
+  }
+}
+
+/**
+ * What comes back must be for this key and live no longer than asked (`asked`: when, in ms): a certificate cannot be
+ * revoked. Returns its end.
+ */
+function checkIssued(certPem: string, keyPem: string, asked: number, seconds: number): Date {
+  const cert = new X509Certificate(certPem);
+  const spki = (key: KeyObject): Buffer => key.export({ type: 'spki', format: 'der' });
+  if (!spki(cert.publicKey).equals(spki(createPublicKey(keyPem))))
+    throw new IssueRefused('NotSigned', 'the cluster returned a certificate for another key');
+  const notAfter = new Date(cert.validTo);
+  if (notAfter.getTime() > asked + (seconds + EXPIRY_SLACK_SECONDS) * 1000)
+    throw new IssueRefused(
+      'NotSigned',
+      `the cluster signed a certificate valid until ${notAfter.toISOString()}, longer than the ${seconds} s asked`,
+    );
+  return notAfter;
 }
