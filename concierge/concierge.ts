@@ -215,7 +215,8 @@ async function start(
     () => metrics.unreadCuts.inc(),
   );
   unreadBytesGauge(metrics.registry, () => budget.held());
-  const hub = newHubRoute(forwarding.upstream, budget);
+  // The hub's own reach connections are dialed by its route, with the reacher made below (which asks through it).
+  const hub = newHubRoute(forwarding.upstream, budget, () => reacher);
   onStop(() => hub.close());
   // Stopped after the listeners (stops run in reverse order), so the last requests' events are written.
   const audit = opts.audit
@@ -277,7 +278,6 @@ async function start(
       (name) => peering?.route(name),
     ),
     signer: newClientCertSigner(() => signer),
-    reacher,
     metrics,
     log: log.child({ component: 'proxy' }),
     ready: () => true,

@@ -13,7 +13,7 @@ import { handleTokenCredentialRequest, handleWhoAmI, type LoginDeps } from '../p
 import { randomUUID } from 'node:crypto';
 import { ANNOTATIONS, preciseNow, type Auditor, type RequestAudit } from '../audit/audit.ts';
 import { requestAttributes } from '../../lib/kube/request-info.ts';
-import { DISCOVERY_V2, discoveryDocuments } from './discovery.ts';
+import { DISCOVERY_V2, discoveryDocuments } from '../proxy/discovery.ts';
 import { frontProxyUser } from './front-proxy.ts';
 import type { RequestHeaderConfig } from '../../lib/kube/request-header.ts';
 
