@@ -189,17 +189,20 @@ function annotations(exchange: Exchange, identity?: Authenticated): Record<strin
 /** What a forwarded request's audit event says of how it was decided. */
 function annotateDecision(exchange: Exchange): void {
   const { context } = exchange;
-  const { audit } = context;
+  const { audit, cluster } = context;
   if (!audit) return;
+  const mode = context.decision ?? 'legacy';
+  const dialer = cluster ? `cluster ${cluster}'s agent` : 'this concierge';
+  const decider = cluster ? `cluster ${cluster}'s` : "the hub's";
   audit.annotate(ANNOTATIONS.route, context.route!);
   audit.annotate(ANNOTATIONS.decision, context.decision ?? 'forwarded');
   audit.annotate(
     ANNOTATIONS.reason,
     context.reach
-      ? `a reach connection, dialed by ${context.cluster ? `cluster ${context.cluster}'s agent` : 'this concierge'} once that cluster's API server allows it (impersonation in ${context.decision ?? 'legacy'} mode)`
+      ? `a reach connection, dialed by ${dialer} once that cluster's API server allows it (impersonation in ${mode} mode)`
       : context.decision === 'passthrough'
         ? 'a service account of this cluster, forwarded with its own token; the API server decides'
-        : `forwarded by impersonation (${context.decision ?? 'legacy'} mode); ${context.cluster ? `cluster ${context.cluster}'s` : "the hub's"} API server decides`,
+        : `forwarded by impersonation (${mode} mode); ${decider} API server decides`,
   );
   if (context.impersonated) audit.impersonating(context.impersonated);
 }
@@ -231,38 +234,55 @@ async function forward(
   return target.route.forward(exchange, plan);
 }
 
+/**
+ * Begins the request's audit as `user` (undefined: nobody was authenticated), when there is an auditor. False when
+ * it was refused for it; `refusal`: the message then, undefined for a request answered whatever the audit's state.
+ */
+function audited(
+  auditor: Auditor | undefined,
+  exchange: Exchange,
+  facts: RequestFacts | undefined,
+  user: UserInfo | undefined,
+  identity?: Authenticated,
+  refusal: string | undefined = NOT_AUDITED,
+): boolean | Promise<boolean> {
+  return (
+    !auditor || !facts || startAudit(exchange, auditor, facts, user, annotations(exchange, identity), refusal)
+  );
+}
+
+/** Refuses a request nobody was authenticated for; it is audited as such. */
+async function refuseUnknown(
+  auditor: Auditor | undefined,
+  exchange: Exchange,
+  facts: RequestFacts | undefined,
+  refusal: Refusal,
+): Promise<void> {
+  await audited(auditor, exchange, facts, undefined);
+  refuse(exchange, refusal);
+}
+
+/** An anonymous local API: audited as the anonymous user; only health while the proxy is switched off. */
+async function serveAnonymous(
+  deps: ProxyDeps,
+  exchange: Exchange,
+  api: LocalAPI,
+  facts: RequestFacts | undefined,
+  path: string,
+): Promise<void> {
+  const { req, res } = asPlain(exchange)!;
+  const refusal = api.alwaysAnswered ? undefined : NOT_AUDITED;
+  if (!(await audited(deps.auditor, exchange, facts, ANONYMOUS, undefined, refusal))) return;
+  if (!api.alwaysAnswered && !deps.serving()) return refuse(exchange, NOT_SERVING);
+  return api.serve(req, res, path, undefined);
+}
+
 export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const { log, auditor } = deps;
   const observe = newObserver(deps.metrics, log, deps.logUsernames ?? true);
   const apis = localAPIs(hubAPIs({ ...deps, login: loginDeps(deps), recordingStore: deps.recordingStore }));
   const decider = newDecider(deps);
   const record = newRecorder(deps.recordings, log);
-  /** Begins the audit (when there is an auditor); false when the request was refused for it. */
-  const audited = (
-    exchange: Exchange,
-    facts: RequestFacts | undefined,
-    user?: UserInfo,
-    identity?: Authenticated,
-  ) => !facts || startAudit(exchange, auditor!, facts, user, annotations(exchange, identity), NOT_AUDITED);
-  /** Refuses a request nobody was authenticated for; it is audited as such. */
-  const refuseUnknown = async (exchange: Exchange, facts: RequestFacts | undefined, refusal: Refusal) => {
-    if (facts) await startAudit(exchange, auditor!, facts, undefined, annotations(exchange), NOT_AUDITED);
-    refuse(exchange, refusal);
-  };
-  /** The anonymous local APIs: audited as the anonymous user; only health while the proxy is switched off. */
-  async function serveAnonymous(
-    exchange: Exchange,
-    api: LocalAPI,
-    facts: RequestFacts | undefined,
-    path: string,
-  ) {
-    const { req, res } = asPlain(exchange)!;
-    const refusal = api.alwaysAnswered ? undefined : NOT_AUDITED;
-    if (facts && !(await startAudit(exchange, auditor!, facts, ANONYMOUS, annotations(exchange), refusal)))
-      return;
-    if (!api.alwaysAnswered && !deps.serving()) return refuse(exchange, NOT_SERVING);
-    return api.serve(req, res, path, undefined);
-  }
 
   async function serve(exchange: Exchange): Promise<void> {
     const { req, context } = exchange;
@@ -272,18 +292,18 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     observe(exchange, parsed.verb, parsed.longRunning, context.cluster ? pathOf(original) : path);
     const facts = auditor && requestFacts(req, context.id, original, parsed.attributes);
     const problem = malformed(exchange, parsed);
-    if (problem) return refuseUnknown(exchange, facts, { status: 400, message: problem });
+    if (problem) return refuseUnknown(auditor, exchange, facts, { status: 400, message: problem });
     const plain = asPlain(exchange);
     const api = plain && apis.find(path);
-    if (api?.who === 'anonymous') return serveAnonymous(exchange, api, facts, path);
-    if (!deps.serving()) return refuseUnknown(exchange, facts, NOT_SERVING);
+    if (api?.who === 'anonymous') return serveAnonymous(deps, exchange, api, facts, path);
+    if (!deps.serving()) return refuseUnknown(auditor, exchange, facts, NOT_SERVING);
     const identity = await authenticate(deps, req);
     if (identity.kind === 'anonymous') {
       log.info({ id: context.id, reason: identity.reason, path }, 'authentication failed');
-      return refuseUnknown(exchange, facts, { status: 401, message: UNAUTHORIZED });
+      return refuseUnknown(auditor, exchange, facts, { status: 401, message: UNAUTHORIZED });
     }
     context.user = identity.user.username;
-    if (!(await audited(exchange, facts, identity.user, identity))) return;
+    if (!(await audited(auditor, exchange, facts, identity.user, identity))) return;
     // The hub's own APIs; a path for a cluster (/clusters/<name>/apis/…) is that cluster's to answer.
     if (plain && api?.who === 'authenticated' && !(api.hubOnly && context.cluster))
       return api.serve(plain.req, plain.res, path, asSeen(identity));
