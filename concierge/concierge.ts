@@ -55,7 +55,7 @@ import {
 import { newHubRoute, type HubRoute, type Upstream } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
-import { kubeReachReads, newReacher, SELF_REVIEW_PATH, type Reacher } from '../lib/reach/dialer.ts';
+import { kubeReachReads, newReacher, SELF_REVIEW_PATH } from '../lib/reach/dialer.ts';
 import { startAudit, type AuditOptions, type RunningAudit } from './audit/setup.ts';
 import {
   newRecordings,
@@ -353,12 +353,9 @@ async function auditAndRecordings(
  * The route to the hub's own API server as the forwarding identity, and the reach connections the hub dials: objects
  * read as the concierge, reviews sent as the forwarding identity (whose impersonation the API server checks).
  */
-function hubRoutes(
-  { clients, log, onStop }: Base,
-  upstream: Upstream,
-  budget: MemoryBudget,
-): { hub: HubRoute; reacher: Reacher } {
-  const hub = newHubRoute(upstream, budget);
+function hubRoute({ clients, clock, log, onStop }: Base, upstream: Upstream, budget: MemoryBudget): HubRoute {
+  // The hub's own reach connections are dialed by its route, with the reacher made below (which asks through it).
+  const hub = newHubRoute(upstream, budget, () => reacher);
   onStop(() => hub.close());
   const reader = newRawReader(clients.config);
   onStop(() => reader.close());
@@ -376,9 +373,10 @@ function hubRoutes(
     checkPolicy: false,
     log: log.child({ component: 'reach' }),
     budget,
+    clock,
   });
   onStop(() => reacher.close());
-  return { hub, reacher };
+  return hub;
 }
 
 /**
@@ -393,12 +391,13 @@ async function impersonationProxy(
 ): Promise<{ server: ProxyServer; door: InProcessDoor; tlsPoll?: Controller }> {
   const { opts, groups, log, onStop } = base;
   const { authenticators, reviewer, metrics, audit, recordings } = shared;
-  const { hub, reacher } = hubRoutes(base, upstream, shared.budget);
+  const hub = hubRoute(base, upstream, shared.budget);
   // SSH sessions enter the pipeline through this door, each request as the identity its session signed in as.
   const door = newInProcessDoor();
   onStop(() => door.close());
   const handler = newProxyHandler({
     groups,
+    clock: base.clock,
     signedIn: (req) => door.signedIn(req),
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
     // watcher's callback below updates it only after the first poll.
@@ -412,7 +411,6 @@ async function impersonationProxy(
       (name) => late.peering?.route(name),
     ),
     signer: newClientCertSigner(() => late.signer),
-    reacher,
     metrics,
     log: log.child({ component: 'proxy' }),
     ready: () => true,

@@ -4,7 +4,7 @@
 // `impersonatedUser`, and Sealion's own facts (cluster, authenticator, replica, route, decision) as annotations.
 import type { UserInfo as Identity } from '../../lib/authn/types.ts';
 import { reasonOf } from '../../lib/kube/status.ts';
-import { authenticatedGroups } from '../proxy/impersonate.ts';
+import { authenticatedGroups } from '../../lib/kube/authenticated.ts';
 import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 import type { AuditBackend } from './backend.ts';
 import type { ObjectMetaNames } from './protobuf-meta.ts';

@@ -9,7 +9,7 @@ import { requestHeaderConfig } from '../../lib/kube/request-header.ts';
 import { newLogger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
-import { DISCOVERY_V2 } from './discovery.ts';
+import { DISCOVERY_V2 } from '../proxy/discovery.ts';
 import { newDirectAPIHandler } from './handler.ts';
 
 const groups = apiGroups('sealion.dev');

@@ -1,7 +1,8 @@
 // The holder's end of the peer links: the peer port. Each link a replica dials here is an HTTP/2 session whose
 // requests go into this replica's tunnels, as the user's, as the replica they landed on decided them. The port takes
 // connections only from the addresses replicas publish, and at the handshake only the peer CA's certificates that
-// name a replica; a link does not outlive its certificate.
+// name a replica; a link does not outlive its certificate. A replica's recordings are the port's one local API
+// (proxy/local-apis.ts), which the other replicas read for their users.
 import { createServer as createHttpServer, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import type { ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
@@ -12,15 +13,16 @@ import { serveStream, type Request, type Response } from '../../lib/http2/reques
 import type { Logger } from '../../lib/log.ts';
 import { serveTunnel, type TunnelServer } from '../../lib/tunnel/tunnel.ts';
 import { newRequestContext, refuse, type Exchange } from '../proxy/exchange.ts';
+import { localAPIs, type LocalAPI } from '../proxy/local-apis.ts';
 import { send, writeStatus } from '../../lib/kube/status.ts';
 import type { Recordings } from '../recording/session.ts';
-import { RECORDINGS_PATH } from './link.ts';
 import { relay } from '../../lib/http2/memory-budget.ts';
 import { clusterRoute, type Route } from '../proxy/route.ts';
 import { CLIENT_SIGALGS } from '../proxy/server.ts';
 import {
   ALPN,
   HANDSHAKE_TIMEOUT_MS,
+  RECORDINGS_PATH,
   MAX_PEER_CONNECTIONS,
   planFrom,
   replicaOf,
@@ -62,46 +64,70 @@ export interface PeerPort {
   stop(): Promise<void>;
 }
 
-export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
-  const { credentials, metrics, clock, log, identity } = opts;
-  let stopped = false;
-  const served = new Set<TunnelServer>();
-  const upgrades = createHttpServer((_req, res) => {
-    res.writeHead(400).end();
-  });
-  upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
-  upgrades.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
-    servePeer({ kind: 'upgrade', req, socket, head, context: newRequestContext(auditIdOf(req.headers)) }),
+/** The peer port's own APIs (proxy/local-apis.ts), for a replica the handshake checked: this replica's recordings. */
+function peerAPIs(recordings: Recordings | undefined, log: Logger): LocalAPI[] {
+  return [
+    {
+      paths: [RECORDINGS_PATH, `${RECORDINGS_PATH}/*`],
+      who: 'replica',
+      serve(req, res, path) {
+        if (req.method !== 'GET') return writeStatus(res, 404, NOT_A_CLUSTER_ROUTE);
+        if (!recordings) return writeStatus(res, 404, 'this replica records no sessions');
+        const id = path.slice(RECORDINGS_PATH.length + 1);
+        return id ? readRecording(recordings, id, res) : listRecordings(recordings, log, res);
+      },
+    },
+  ];
+}
+
+/** A peer asks for this replica's recordings, for a user the peer has authorized: the list. */
+function listRecordings(recordings: Recordings, log: Logger, res: Response): void {
+  recordings.list().then(
+    (list) => send(res, 200, 'application/json', JSON.stringify(list)),
+    (err: unknown) => {
+      log.warn({ err: (err as Error).message }, 'the recordings could not be listed');
+      writeStatus(res, 500, 'the recordings could not be listed');
+    },
   );
-  const notHeld = (cluster: string): string =>
-    `cluster ${cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`;
-  /**
-   * Serves a peer's exchange. A bug in serving one (a throw, a rejection) costs that exchange a 500, never the process:
-   * these run from event listeners, where a throw would be uncaught.
-   */
-  const servePeer = (exchange: Exchange): void => {
-    servePeerExchange(exchange).catch((err: unknown) => {
-      log.error({ err: (err as Error).message }, "a peer's request failed inside this replica");
-      refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
-    });
-  };
-  /**
-   * A peer's request, for a tunnel this replica holds: forwarded into it as the user's, as the peer decided it. Its
-   * refusals are any signed-in user's to provoke (an upgrade that lands elsewhere while the tunnel moves, or with the
-   * user's fair share full), and an upgrade's connection here is the link's CONNECT stream, not a socket.
-   */
-  const servePeerExchange = async (exchange: Exchange): Promise<void> => {
+}
+
+/** One recording, streamed to the peer. */
+function readRecording(recordings: Recordings, id: string, res: Response): void {
+  const content = recordings.read(id);
+  if (!content) return writeStatus(res, 404, 'no such recording');
+  res.writeHead(200, { 'content-type': 'application/x-asciicast' });
+  content.on('error', () => res.destroy());
+  // A peer that resets the stream while the file is read: the file closes too.
+  res.on('close', () => content.destroy());
+  relay(content, res);
+}
+
+const NOT_A_CLUSTER_ROUTE = 'not a cluster route';
+
+/**
+ * What the peer port serves on each link: its own APIs, and a peer's requests and upgrades for a tunnel this replica
+ * holds, forwarded into it as the user's, as the peer decided them. Their refusals are any signed-in user's to provoke
+ * (an upgrade that lands elsewhere while the tunnel moves, or with the user's fair share full), and an upgrade's
+ * connection here is the link's CONNECT stream, not a socket. A bug in serving one (a throw, a rejection) costs that
+ * exchange a 500, never the process: these run from event listeners, where a throw would be uncaught.
+ */
+function peerExchanges(opts: PeerPortOptions): {
+  request: (req: Request, res: Response) => void;
+  upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+} {
+  const { metrics, log, identity } = opts;
+  const apis = localAPIs(peerAPIs(opts.recordings, log));
+  const forward = async (exchange: Exchange): Promise<void> => {
     const { req } = exchange;
     const target = req.url ? clusterRoute(req.url) : undefined;
-    if (!target || (exchange.kind === 'plain' && req.method === 'CONNECT'))
-      return refuse(exchange, { status: 404, message: 'not a cluster route' });
+    if (!target) return refuse(exchange, { status: 404, message: NOT_A_CLUSTER_ROUTE });
     req.url = target.url;
     const route = opts.local(target.cluster);
     if (!route) {
       metrics.hops.inc({ direction: 'in', outcome: 'not-held' });
       return refuse(exchange, {
         status: 503,
-        message: notHeld(target.cluster),
+        message: `cluster ${target.cluster} is not connected: its agent's tunnel is no longer on replica ${identity}; retry`,
         retryAfterSeconds: RETRY_AFTER_SECONDS,
       });
     }
@@ -111,33 +137,38 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
     exchange.context.cluster = target.cluster;
     return route.forward(exchange, plan);
   };
-  const servePeerRequest = (req: Request, res: Response): void => {
-    if (req.url?.startsWith(RECORDINGS_PATH) && req.method === 'GET') return serveRecordings(req.url, res);
-    servePeer({ kind: 'plain', req, res, context: newRequestContext(auditIdOf(req.headers)) });
+  const serve = (exchange: Exchange): void => {
+    forward(exchange).catch((err: unknown) => {
+      log.error({ err: (err as Error).message }, "a peer's request failed inside this replica");
+      refuse(exchange, { status: 500, message: 'internal error in the peer hop' });
+    });
   };
-  /** A peer asks for this replica's recordings, for a user the peer has authorized: the list, or one recording. */
-  const serveRecordings = (url: string, res: Response): void => {
-    const recordings = opts.recordings;
-    if (!recordings) return writeStatus(res, 404, 'this replica records no sessions');
-    const id = url.slice(RECORDINGS_PATH.length).replace(/^\//, '');
-    if (!id) {
-      recordings.list().then(
-        (list) => send(res, 200, 'application/json', JSON.stringify(list)),
-        (err: unknown) => {
-          log.warn({ err: (err as Error).message }, 'the recordings could not be listed');
-          writeStatus(res, 500, 'the recordings could not be listed');
-        },
-      );
-      return;
-    }
-    const content = recordings.read(id);
-    if (!content) return writeStatus(res, 404, 'no such recording');
-    res.writeHead(200, { 'content-type': 'application/x-asciicast' });
-    content.on('error', () => res.destroy());
-    // A peer that resets the stream while the file is read: the file closes too.
-    res.on('close', () => content.destroy());
-    relay(content, res);
+  return {
+    request(req, res) {
+      const url = req.url ?? '/';
+      const q = url.indexOf('?');
+      const path = q === -1 ? url : url.slice(0, q);
+      const api = apis.find(path);
+      if (api) return void api.serve(req, res, path, undefined);
+      // A CONNECT is an upgrade's stream (the link's connect handler), never a request to forward.
+      if (req.method === 'CONNECT') return writeStatus(res, 404, NOT_A_CLUSTER_ROUTE);
+      serve({ kind: 'plain', req, res, context: newRequestContext(auditIdOf(req.headers)) });
+    },
+    upgrade(req, socket, head) {
+      serve({ kind: 'upgrade', req, socket, head, context: newRequestContext(auditIdOf(req.headers)) });
+    },
   };
+}
+
+export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
+  const { credentials, log } = opts;
+  const state = { stopped: false, served: new Set<TunnelServer>() };
+  const exchanges = peerExchanges(opts);
+  const upgrades = createHttpServer((_req, res) => {
+    res.writeHead(400).end();
+  });
+  upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
+  upgrades.on('upgrade', exchanges.upgrade);
 
   const server = createTlsServer({
     ...credentials.own(),
@@ -156,35 +187,12 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   // handshake, so nobody can fill the port's connections with handshakes that never finish.
   server.on('connection', (socket: Socket) => {
     const from = socket.remoteAddress?.replace(/^::ffff:/, '') ?? '';
-    if (stopped || !opts.knownSource(from)) socket.destroy();
+    if (state.stopped || !opts.knownSource(from)) socket.destroy();
   });
   server.on('tlsClientError', (err) => log.debug({ err: err.message }, 'peer handshake failed'));
-  server.on('secureConnection', (socket: TLSSocket) => {
-    socket.on('error', () => socket.destroy());
-    const peer = replicaOf(socket.getPeerX509Certificate());
-    if (!peer || socket.alpnProtocol !== ALPN) {
-      log.warn({ remote: socket.remoteAddress }, 'peer connection refused: not a replica certificate');
-      return void socket.destroy();
-    }
-    socket.setNoDelay(true);
-    if (stopped) return void socket.destroy();
-    metrics.links.inc({ direction: 'in' });
-    // TLS checked the peer's certificate once: the link does not outlive it (the peer dials again with its next,
-    // which it has a day before: certificates live a week and are issued daily).
-    const left = Date.parse(socket.getPeerX509Certificate()?.validTo ?? '') - clock.now();
-    const expiry = clock.setTimeout(() => socket.destroy(), Number.isFinite(left) ? Math.max(0, left) : 0);
-    const session = serveTunnel(socket, {
-      connect: (stream) => void upgrades.emit('connection', stream),
-      request: (stream: ServerHttp2Stream, headers, rawHeaders) =>
-        serveStream(stream, headers, rawHeaders, servePeerRequest),
-    });
-    served.add(session);
-    void session.closed.then(() => {
-      clock.clearTimeout(expiry);
-      served.delete(session);
-      metrics.links.dec({ direction: 'in' });
-    });
-  });
+  server.on('secureConnection', (socket: TLSSocket) =>
+    serveLink(opts, state, socket, (stream) => void upgrades.emit('connection', stream), exchanges.request),
+  );
   await new Promise<void>((done, fail) => {
     server.once('error', fail);
     server.listen(opts.port, opts.host, () => {
@@ -205,10 +213,45 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
       });
     },
     async stop() {
-      stopped = true;
-      for (const session of served) session.close();
+      state.stopped = true;
+      for (const session of state.served) session.close();
       upgrades.closeAllConnections();
       await new Promise<void>((done) => server.close(() => done()));
     },
   };
+}
+
+/** One replica's link, once TLS checked its certificate: an HTTP/2 session, closed when the certificate expires. */
+function serveLink(
+  opts: PeerPortOptions,
+  state: { stopped: boolean; served: Set<TunnelServer> },
+  socket: TLSSocket,
+  connect: (stream: Duplex) => void,
+  request: (req: Request, res: Response) => void,
+): void {
+  const { metrics, clock, log } = opts;
+  socket.on('error', () => socket.destroy());
+  const peer = replicaOf(socket.getPeerX509Certificate());
+  if (!peer || socket.alpnProtocol !== ALPN) {
+    log.warn({ remote: socket.remoteAddress }, 'peer connection refused: not a replica certificate');
+    return void socket.destroy();
+  }
+  socket.setNoDelay(true);
+  if (state.stopped) return void socket.destroy();
+  metrics.links.inc({ direction: 'in' });
+  // TLS checked the peer's certificate once: the link does not outlive it (the peer dials again with its next,
+  // which it has a day before: certificates live a week and are issued daily).
+  const left = Date.parse(socket.getPeerX509Certificate()?.validTo ?? '') - clock.now();
+  const expiry = clock.setTimeout(() => socket.destroy(), Number.isFinite(left) ? Math.max(0, left) : 0);
+  const session = serveTunnel(socket, {
+    connect,
+    request: (stream: ServerHttp2Stream, headers, rawHeaders) =>
+      serveStream(stream, headers, rawHeaders, request),
+  });
+  state.served.add(session);
+  void session.closed.then(() => {
+    clock.clearTimeout(expiry);
+    state.served.delete(session);
+    metrics.links.dec({ direction: 'in' });
+  });
 }

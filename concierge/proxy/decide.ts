@@ -95,16 +95,13 @@ export interface Decider {
   ): Promise<ForwardPlan | Refusal>;
 }
 
-export function newDecider(deps: DeciderDeps): Decider {
-  const { groups, log } = deps;
-  // A domain-prefixed key, as constrained impersonation requires of every extra it passes on.
-  const originalUserKey = `impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}/original-user-info`;
-
-  const reviews = deps.reviews ?? newReviewCache();
-  // The hub's own questions, asked of its API server with the concierge's identity: each user's in turn, a bounded
-  // number at once (HUB_REVIEW_LIMITS), as a tunnel's fair queue bounds those asked of another cluster.
+/**
+ * The hub's own questions, asked of its API server with the concierge's identity: each user's in turn, a bounded
+ * number at once (HUB_REVIEW_LIMITS), as a tunnel's fair queue bounds those asked of another cluster.
+ */
+function hubAsker(reviewer: Reviewer, reviews: ReviewCache): (user: string) => Ask {
   const hubReviews = newFairSemaphore(HUB_REVIEW_LIMITS);
-  const askHub = (user: string): Ask =>
+  return (user) =>
     reviews.asking(
       '',
       (question) =>
@@ -112,7 +109,7 @@ export function newDecider(deps: DeciderDeps): Decider {
           hubReviews.acquire(
             user,
             (release) => {
-              deps.reviewer.allowed(question).then(
+              reviewer.allowed(question).then(
                 (allowed) => {
                   release();
                   done(allowed);
@@ -132,6 +129,15 @@ export function newDecider(deps: DeciderDeps): Decider {
           );
         }),
     );
+}
+
+export function newDecider(deps: DeciderDeps): Decider {
+  const { groups, log } = deps;
+  // A domain-prefixed key, as constrained impersonation requires of every extra it passes on.
+  const originalUserKey = `impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}/original-user-info`;
+
+  const reviews = deps.reviews ?? newReviewCache();
+  const askHub = hubAsker(deps.reviewer, reviews);
 
   /**
    * Impersonated user for this request, or a Status to answer with. The caller's own Impersonate-* headers are

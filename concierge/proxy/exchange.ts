@@ -105,6 +105,30 @@ export function refuse(exchange: Exchange, refusal: Refusal): void {
   );
 }
 
+/** The exchange when it is a plain request (the local APIs answer only those), else undefined. */
+export function asPlain(exchange: Exchange): PlainExchange | undefined {
+  return exchange.kind === 'plain' ? exchange : undefined;
+}
+
+/** The exchange when it is an upgrade (a session to record, a reach connection), else undefined. */
+export function asUpgrade(exchange: Exchange): UpgradeExchange | undefined {
+  return exchange.kind === 'upgrade' ? exchange : undefined;
+}
+
+/**
+ * The status the exchange was answered with: a plain request's response's; an upgrade's (context.status) or its reach
+ * connection's; 0 when the client left before any answer.
+ */
+export function answerStatus(exchange: Exchange): number {
+  const { context } = exchange;
+  return exchange.kind === 'plain' ? exchange.res.statusCode : (context.status ?? context.reach?.status ?? 0);
+}
+
+/** Calls `then` once, when the client's side of the exchange closes. */
+export function onClose(exchange: Exchange, then: () => void): void {
+  (exchange.kind === 'plain' ? exchange.res : exchange.socket).once('close', then);
+}
+
 /** Whether the client has gone: nothing is worth doing for the exchange any more. */
 export function gone(exchange: Exchange): boolean {
   return exchange.kind === 'plain' ? exchange.res.destroyed : exchange.socket.destroyed;

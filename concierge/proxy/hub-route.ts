@@ -2,7 +2,9 @@
 // API server's stream limit is reached (lib/http2/pool.ts), so a thousand watches share a handful of connections.
 // Upgrades (exec, attach, port-forward; SPDY or WebSocket) need HTTP/1.1, over keep-alive connections of their own.
 // Every request goes as the forwarding identity (a client certificate, or a token read per request), except a
-// service account's, which carries its own token (the plan's passthrough).
+// service account's, which carries its own token (the plan's passthrough). A reach connection for the hub's own
+// cluster (`sealion port-forward` without `--cluster`) is dialed here, by this process, as an agent dials one for its
+// cluster.
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { Agent, request } from 'node:https';
 import { newH2Pool, type H2Pool } from '../../lib/http2/pool.ts';
@@ -10,7 +12,9 @@ import { UpstreamTimeout } from '../../lib/http2/forward.ts';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { clientCertChain } from '../../lib/pki/pem.ts';
 import { systemClock } from '../../lib/clock.ts';
-import type { Refusal } from './exchange.ts';
+import { asUpgrade, refuse, type Refusal, type UpgradeExchange } from './exchange.ts';
+import type { Reacher } from '../../lib/reach/dialer.ts';
+import { REACH_UPGRADE } from '../../lib/reach/target.ts';
 import { OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from './route.ts';
 import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type ForwardPlan, type Hop } from './transport.ts';
 
@@ -49,7 +53,44 @@ export interface HubRoute extends Route {
   close(): void;
 }
 
-export function newHubRoute(upstream: Upstream, budget?: MemoryBudget): HubRoute {
+/**
+ * Dials a reach connection to an object of the hub's own cluster, with the impersonation decided for it: the
+ * cluster's API server checks the user may reach it (lib/reach/dialer.ts).
+ */
+function dialReach(exchange: UpgradeExchange, plan: ForwardPlan, reacher: Reacher | undefined): void {
+  const { req, context } = exchange;
+  if (!reacher)
+    return refuse(exchange, { status: 503, message: 'this concierge does not dial reach connections' });
+  if (plan.passthrough)
+    return refuse(exchange, {
+      status: 403,
+      message:
+        'reach connections are for the users Sealion authenticates; a service account of this cluster can use kubectl port-forward',
+    });
+  const rawImpersonation = Object.entries(plan.headers).flatMap(([name, value]) =>
+    !name.startsWith('impersonate-') || value === undefined
+      ? []
+      : (Array.isArray(value) ? value : [String(value)]).flatMap((v) => [name, v]),
+  );
+  const { audit, reach } = context;
+  if (audit) reach!.connected = () => audit.responseStarted(101);
+  reacher.serve(
+    { url: req.url ?? '/', upgrade: REACH_UPGRADE, rawImpersonation, holder: plan.user },
+    exchange.socket,
+    exchange.head,
+    reach,
+  );
+}
+
+/**
+ * `reacher`: what dials the hub's own reach connections (it asks its reviews through this route, so it is made after
+ * it). Default: none (they are refused).
+ */
+export function newHubRoute(
+  upstream: Upstream,
+  budget?: MemoryBudget,
+  reacher?: () => Reacher | undefined,
+): HubRoute {
   // One secure context per identity, built once: otherwise every new upstream connection parses the CA and key again.
   const ca = upstream.credentials.caPem ? { ca: upstream.credentials.caPem } : {};
   const identity = upstream.credentials.certPem
@@ -98,7 +139,9 @@ export function newHubRoute(upstream: Upstream, budget?: MemoryBudget): HubRoute
     kind: 'local',
     // Nothing is taken to admit a request to the hub's own API server (it has its own priority and fairness).
     forward(exchange, plan: ForwardPlan) {
-      transport(exchange, plan.passthrough ? anonymous : withIdentity, plan);
+      const upgrade = exchange.context.reach ? asUpgrade(exchange) : undefined;
+      if (upgrade) dialReach(upgrade, plan, reacher?.());
+      else transport(exchange, plan.passthrough ? anonymous : withIdentity, plan);
       return Promise.resolve();
     },
     call: (own) =>

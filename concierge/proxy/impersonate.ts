@@ -6,6 +6,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { endToEnd } from '../../lib/http2/hop-by-hop.ts';
 import { headerValue } from '../../lib/kube/impersonation.ts';
+import { authenticatedGroups } from '../../lib/kube/authenticated.ts';
 
 /** Headers the caller may not pass through (matched on lower-case names). */
 const STRIPPED_PREFIXES = ['impersonate-', 'x-remote-', 'x-forwarded-'];
@@ -17,7 +18,6 @@ const STRIPPED_NAMES = new Set([
   'x-real-ip',
   'audit-id',
 ]);
-export const AUTHENTICATED_GROUP = 'system:authenticated';
 
 export function isCallerOnlyHeader(name: string): boolean {
   if (STRIPPED_NAMES.has(name)) return true;
@@ -57,18 +57,6 @@ const builtHeaders = new WeakMap<UserInfo, Readonly<OutgoingHttpHeaders>>();
  */
 export function usernameOnlyHeaders(username: string): Readonly<OutgoingHttpHeaders> {
   return { 'impersonate-user': headerValue(username) };
-}
-
-/**
- * A user's groups as the API server completes an authenticated identity: everybody is in system:authenticated but
- * the anonymous user and those in system:unauthenticated. A new array.
- */
-export function authenticatedGroups(user: { username: string; groups: readonly string[] }): string[] {
-  const unauthenticated =
-    user.username === 'system:anonymous' || user.groups.includes('system:unauthenticated');
-  return user.groups.includes(AUTHENTICATED_GROUP) || unauthenticated
-    ? [...user.groups]
-    : [...user.groups, AUTHENTICATED_GROUP];
 }
 
 /**

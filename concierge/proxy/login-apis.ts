@@ -20,6 +20,7 @@ import type { Logger } from '../../lib/log.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { send, writeStatus } from '../../lib/kube/status.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 
 /**
  * A TokenCredentialRequest is a token (at most MAX_TOKEN_BYTES), an authenticator's name and perhaps a CSR; a
@@ -39,7 +40,7 @@ class BodyError extends Error {
 }
 
 /** Reads a small JSON body within MAX_BODY_BYTES and BODY_TIMEOUT_MS, or throws a BodyError to answer with. */
-function readJSON(req: Request, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
+function readJSON(req: Request, clock: Clock, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
   const declared = Number(req.headers['content-length']);
   if (declared > MAX_BODY_BYTES)
     return Promise.reject(new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`));
@@ -48,14 +49,14 @@ function readJSON(req: Request, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
     const chunks: Buffer[] = [];
     let size = 0;
     const stop = (err: BodyError): void => {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       body.off('data', onData);
       body.off('end', onEnd);
       // Paused: the answer to this error ends the request (status.ts send), and nothing reads the rest.
       body.pause();
       fail(err);
     };
-    const timer = setTimeout(
+    const timer = clock.setTimeout(
       () => stop(new BodyError(408, `request body not received within ${timeoutMs / 1000} s`)),
       timeoutMs,
     );
@@ -65,7 +66,7 @@ function readJSON(req: Request, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
       chunks.push(chunk);
     };
     const onEnd = (): void => {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       try {
         done(JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown);
       } catch {
@@ -152,6 +153,8 @@ export interface LoginDeps {
   log: Logger;
   /** Default: BODY_TIMEOUT_MS. */
   bodyTimeoutMs?: number;
+  /** The body's deadline. Default: the system's. */
+  clock?: Clock;
   /**
    * A place for the costly part (the token's check and the certificate), taken once the whole body is in: its release,
    * or undefined when there is none now (answered 429). Default: no bound here.
@@ -169,6 +172,17 @@ function credentialLifetimeSeconds(configured: number | undefined): number {
     CREDENTIAL_LIFETIME_BOUNDS.max,
     Math.max(CREDENTIAL_LIFETIME_BOUNDS.min, Math.floor(configured)),
   );
+}
+
+/** A TokenCredentialRequest's spec, checked: what a credential is issued for. */
+interface LoginRequest {
+  token: string;
+  /** spec.authenticator as sent (echoed in the answer). */
+  ref: unknown;
+  /** The key of the CSR the caller sent, to certify instead of making one. */
+  publicKey: webcrypto.CryptoKey | undefined;
+  /** Headers the answer carries (field validation's warnings). */
+  warnings: Record<string, string>;
 }
 
 export async function handleTokenCredentialRequest(
@@ -192,22 +206,64 @@ export async function handleTokenCredentialRequest(
   }
   if (req.method !== 'POST')
     return writeStatus(res, 405, `${req.method} is not supported on tokencredentialrequests`);
+  const login = await readLoginRequest(req, res, deps);
+  if (!login) return;
+  const { ref } = login;
+  const kind = isRecord(ref) ? ref['kind'] : undefined;
+  const name = isRecord(ref) ? ref['name'] : undefined;
+  if (
+    !isRecord(ref) ||
+    ref['apiGroup'] !== deps.groups.authentication ||
+    (kind !== 'JWTAuthenticator' && kind !== 'WebhookAuthenticator') ||
+    typeof name !== 'string'
+  ) {
+    return loginFailed(
+      res,
+      deps,
+      login,
+      `spec.authenticator does not name a JWTAuthenticator or WebhookAuthenticator of ${deps.groups.authentication}`,
+    );
+  }
+  const release = deps.admit ? deps.admit() : () => {};
+  if (!release)
+    return writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
+      retryAfterSeconds: 1,
+    });
+  try {
+    await issueFor(res, deps, login, kind, name);
+  } finally {
+    release();
+  }
+}
+
+/**
+ * Reads and checks a TokenCredentialRequest's body: its kind, its token, its CSR (checked before the token: a
+ * malformed one is the caller's mistake, said plainly, and costs no authenticator a call; what it proves, possession
+ * of the key, says nothing about who the caller is). Undefined when it was refused (answered already).
+ */
+async function readLoginRequest(
+  req: Request,
+  res: Response,
+  deps: LoginDeps,
+): Promise<LoginRequest | undefined> {
+  const apiVersion = `${deps.groups.login}/${VERSION}`;
   let body: unknown;
   try {
-    body = await readJSON(req, deps.bodyTimeoutMs);
+    body = await readJSON(req, deps.clock ?? systemClock, deps.bodyTimeoutMs);
   } catch (err) {
-    return writeStatus(res, err instanceof BodyError ? err.status : 400, (err as Error).message);
+    writeStatus(res, err instanceof BodyError ? err.status : 400, (err as Error).message);
+    return undefined;
   }
   const warnings = validateFields(req, res, body, 'TokenCredentialRequest');
-  if (!warnings) return;
+  if (!warnings) return undefined;
   const spec = isRecord(body) ? body['spec'] : undefined;
   const token = isRecord(spec) ? spec['token'] : undefined;
-  const ref = isRecord(spec) ? spec['authenticator'] : undefined;
   if (!isRecord(body) || body['kind'] !== 'TokenCredentialRequest' || body['apiVersion'] !== apiVersion) {
-    return writeStatus(res, 400, `expected a TokenCredentialRequest of ${apiVersion}`);
+    writeStatus(res, 400, `expected a TokenCredentialRequest of ${apiVersion}`);
+    return undefined;
   }
   if (typeof token !== 'string' || token === '') {
-    return writeStatus(
+    writeStatus(
       res,
       422,
       'TokenCredentialRequest.login.concierge "" is invalid: spec.token.value: Required value: token must be supplied',
@@ -222,119 +278,113 @@ export async function handleTokenCredentialRequest(
         ],
       },
     );
+    return undefined;
   }
-  if (isRecord(body['metadata']) && body['metadata']['namespace'])
-    return writeStatus(res, 400, 'TokenCredentialRequest is cluster-scoped; leave out metadata.namespace');
-  // A CSR is checked before the token: a malformed one is the caller's mistake, said plainly, and costs no
-  // authenticator a call. What it proves (possession of the key) says nothing about who the caller is.
+  if (isRecord(body['metadata']) && body['metadata']['namespace']) {
+    writeStatus(res, 400, 'TokenCredentialRequest is cluster-scoped; leave out metadata.namespace');
+    return undefined;
+  }
   const csr = isRecord(spec) ? spec['certificateSigningRequest'] : undefined;
-  let publicKey: webcrypto.CryptoKey | undefined;
-  if (csr !== undefined && csr !== '') {
-    if (typeof csr !== 'string' || csr.length > MAX_CSR_BYTES)
-      return writeStatus(
-        res,
-        422,
-        `spec.certificateSigningRequest must be a PEM certificate request of at most ${MAX_CSR_BYTES} bytes`,
-      );
-    try {
-      publicKey = await publicKeyFromCSR(csr);
-    } catch (err) {
-      return writeStatus(
-        res,
-        422,
-        `spec.certificateSigningRequest: ${(err as Error).message} (an ECDSA P-256 key is required)`,
-      );
-    }
-  }
+  const publicKey = await csrKey(res, csr);
+  if (publicKey === null) return undefined;
+  return { token, ref: isRecord(spec) ? spec['authenticator'] : undefined, publicKey, warnings };
+}
 
-  const answer = (status: object): void =>
-    send(
+/** The key of the CSR sent, undefined when none was; null when it is malformed (answered 422). */
+async function csrKey(res: Response, csr: unknown): Promise<webcrypto.CryptoKey | undefined | null> {
+  if (csr === undefined || csr === '') return undefined;
+  if (typeof csr !== 'string' || csr.length > MAX_CSR_BYTES) {
+    writeStatus(
       res,
-      201,
-      'application/json',
-      JSON.stringify({
-        kind: 'TokenCredentialRequest',
-        apiVersion,
-        metadata: { creationTimestamp: null },
-        spec: { authenticator: ref ?? {} },
-        status,
-      }),
-      warnings,
+      422,
+      `spec.certificateSigningRequest must be a PEM certificate request of at most ${MAX_CSR_BYTES} bytes`,
     );
-  const failed = (reason: string): void => {
-    deps.log.info({ reason }, 'token credential request failed');
-    answer({ message: AUTHENTICATION_FAILED });
-  };
-
-  const kind = isRecord(ref) ? ref['kind'] : undefined;
-  const name = isRecord(ref) ? ref['name'] : undefined;
-  if (
-    !isRecord(ref) ||
-    ref['apiGroup'] !== deps.groups.authentication ||
-    (kind !== 'JWTAuthenticator' && kind !== 'WebhookAuthenticator') ||
-    typeof name !== 'string'
-  ) {
-    return failed(
-      `spec.authenticator does not name a JWTAuthenticator or WebhookAuthenticator of ${deps.groups.authentication}`,
-    );
+    return null;
   }
-  const release = deps.admit ? deps.admit() : () => {};
-  if (!release)
-    return writeStatus(res, 429, 'too many TokenCredentialRequests at once; retry shortly', {
-      retryAfterSeconds: 1,
-    });
   try {
-    await issueFor(kind, name, token);
-  } finally {
-    release();
-  }
-
-  async function issueFor(
-    kind: 'JWTAuthenticator' | 'WebhookAuthenticator',
-    name: string,
-    token: string,
-  ): Promise<void> {
-    const result = await deps.cache.authenticateWith(kind, name, token);
-    if (!result.ok) return failed(result.reason);
-    // A certificate says a username and groups, nothing more: an identity that carries more would lose it silently.
-    if (result.user.uid) return failed('users with a uid cannot be expressed in a client certificate');
-    // The credential's id names the token, not the user: a certificate is another credential.
-    if (Object.keys(result.user.extra).some((key) => key !== CREDENTIAL_ID_EXTRA))
-      return failed('users with extra attributes cannot be expressed in a client certificate');
-    const problem = identityProblem(result.user);
-    if (problem) return failed(`${result.authenticator}: ${problem}`);
-    let issued;
-    try {
-      issued = await deps.signer.issue(result.user, {
-        lifetimeMs: credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
-        ...(publicKey ? { publicKey } : {}),
-        ...(result.binding ? { binding: result.binding } : {}),
-        ...(result.allowSystemNames ? { allowSystemNames: true } : {}),
-      });
-    } catch (err) {
-      return failed(`${result.authenticator}: no certificate issued: ${(err as Error).message}`);
-    }
-    if (!issued) return failed('no signer is ready');
-    // A signer that cannot certify the client's key (the cluster's, which signs only a request made with the key it
-    // certifies) made one and hands it back.
-    const keyFrom = issued.keyPem ? 'concierge' : 'client';
-    deps.log.info(
-      {
-        user: result.user.username,
-        authenticator: result.authenticator,
-        expires: issued.notAfter.toISOString(),
-        keyFrom,
-      },
-      'issued client certificate',
+    return await publicKeyFromCSR(csr);
+  } catch (err) {
+    writeStatus(
+      res,
+      422,
+      `spec.certificateSigningRequest: ${(err as Error).message} (an ECDSA P-256 key is required)`,
     );
-    answer({
-      credential: {
-        expirationTimestamp: issued.notAfter.toISOString(),
-        clientCertificateData: issued.certPem,
-        ...(issued.keyPem ? { clientKeyData: issued.keyPem } : {}),
-      },
-    });
+    return null;
   }
+}
+
+/** A TokenCredentialRequest's answer: 201 with its status, a credential or why there is none. */
+function answerLogin(res: Response, deps: LoginDeps, login: LoginRequest, status: object): void {
+  send(
+    res,
+    201,
+    'application/json',
+    JSON.stringify({
+      kind: 'TokenCredentialRequest',
+      apiVersion: `${deps.groups.login}/${VERSION}`,
+      metadata: { creationTimestamp: null },
+      spec: { authenticator: login.ref ?? {} },
+      status,
+    }),
+    login.warnings,
+  );
+}
+
+/** A failed login says only AUTHENTICATION_FAILED; the reason goes to the log. */
+function loginFailed(res: Response, deps: LoginDeps, login: LoginRequest, reason: string): void {
+  deps.log.info({ reason }, 'token credential request failed');
+  answerLogin(res, deps, login, { message: AUTHENTICATION_FAILED });
+}
+
+/** The token checked by the authenticator named, and a certificate issued for whom it says. */
+async function issueFor(
+  res: Response,
+  deps: LoginDeps,
+  login: LoginRequest,
+  kind: 'JWTAuthenticator' | 'WebhookAuthenticator',
+  name: string,
+): Promise<void> {
+  const failed = (reason: string): void => loginFailed(res, deps, login, reason);
+  const result = await deps.cache.authenticateWith(kind, name, login.token);
+  if (!result.ok) return failed(result.reason);
+  // A certificate says a username and groups, nothing more: an identity that carries more would lose it silently.
+  if (result.user.uid) return failed('users with a uid cannot be expressed in a client certificate');
+  // The credential's id names the token, not the user: a certificate is another credential.
+  if (Object.keys(result.user.extra).some((key) => key !== CREDENTIAL_ID_EXTRA))
+    return failed('users with extra attributes cannot be expressed in a client certificate');
+  const problem = identityProblem(result.user);
+  if (problem) return failed(`${result.authenticator}: ${problem}`);
+  let issued;
+  try {
+    issued = await deps.signer.issue(result.user, {
+      lifetimeMs: credentialLifetimeSeconds(result.credentialLifetimeSeconds) * 1000,
+      ...(login.publicKey ? { publicKey: login.publicKey } : {}),
+      ...(result.binding ? { binding: result.binding } : {}),
+      ...(result.allowSystemNames ? { allowSystemNames: true } : {}),
+    });
+  } catch (err) {
+    return failed(`${result.authenticator}: no certificate issued: ${(err as Error).message}`);
+  }
+  if (!issued) return failed('no signer is ready');
+  // A signer that cannot certify the client's key (the cluster's, which signs only a request made with the key it
+  // certifies) made one and hands it back.
+  const keyFrom = issued.keyPem ? 'concierge' : 'client';
+  deps.log.info(
+    {
+      user: result.user.username,
+      authenticator: result.authenticator,
+      expires: issued.notAfter.toISOString(),
+      keyFrom,
+    },
+    'issued client certificate',
+  );
+  answerLogin(res, deps, login, {
+    credential: {
+      expirationTimestamp: issued.notAfter.toISOString(),
+      clientCertificateData: issued.certPem,
+      ...(issued.keyPem ? { clientKeyData: issued.keyPem } : {}),
+    },
+  });
 }
 
 export async function handleWhoAmI(
@@ -343,13 +393,14 @@ export async function handleWhoAmI(
   rest: string,
   groups: ApiGroups,
   user: UserInfo,
+  clock: Clock = systemClock,
 ): Promise<void> {
   if (rest !== '/whoamirequests')
     return writeStatus(res, 404, 'the server could not find the requested resource');
   if (req.method !== 'POST') return writeStatus(res, 405, `${req.method} is not supported on whoamirequests`);
   let body: unknown;
   try {
-    body = await readJSON(req);
+    body = await readJSON(req, clock);
   } catch (err) {
     return writeStatus(res, err instanceof BodyError ? err.status : 400, (err as Error).message);
   }

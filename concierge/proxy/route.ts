@@ -1,11 +1,12 @@
 // Where a request goes once it is decided: the ClusterRouter picks a Route for the cluster it is for (the hub's own
 // API server, the tunnel this replica holds to the cluster's agent, or a peer replica that holds one), and the
 // route admits it (its fair share of a tunnel, its place on a peer link) and hands it to the transport.
-import type { OutgoingHttpHeaders } from 'node:http';
 import type { CallAnswer } from '../../lib/http2/forward.ts';
 import type { FairRefusal, FairSemaphore } from '../../lib/fair-semaphore.ts';
 import { gone, refuse, whenClosed, type Exchange, type Refusal, type RouteKind } from './exchange.ts';
-import type { ForwardPlan } from './transport.ts';
+import type { ForwardPlan, OwnCall } from './transport.ts';
+
+export type { OwnCall };
 
 export interface Route {
   readonly kind: RouteKind;
@@ -16,17 +17,6 @@ export interface Route {
    * impersonation): the questions about that cluster that only it may answer.
    */
   call(request: OwnCall): Promise<CallAnswer>;
-}
-
-/** One small request the concierge itself sends to a cluster: no impersonation, the forwarder's identity. */
-export interface OwnCall {
-  method: string;
-  path: string;
-  body: Buffer;
-  /** Whose request it serves: it counts against that user's share of a tunnel, as their requests do. */
-  user: string;
-  /** Headers besides the forwarding identity's (a review sent as an impersonated user's). Default: none. */
-  headers?: OutgoingHttpHeaders;
 }
 
 /** How long a cluster has to answer one of the concierge's own calls (a SubjectAccessReview takes milliseconds). */

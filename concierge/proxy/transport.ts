@@ -23,7 +23,6 @@ import { Unrecordable } from '../recording/session.ts';
 import { ANNOTATIONS, type RequestAudit } from '../audit/audit.ts';
 import type { ReachTally } from '../../lib/reach/dialer.ts';
 import { protobufObjectMeta } from '../audit/protobuf-meta.ts';
-import type { OwnCall } from './route.ts';
 import { refuse, type Exchange, type PlainExchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 
 /**
@@ -47,6 +46,17 @@ export interface ForwardPlan {
    * user (a tunnel's fair share). Impersonating others does not give a caller more shares.
    */
   user: string;
+}
+
+/** One small request the concierge itself sends to a cluster: no impersonation, the forwarder's identity. */
+export interface OwnCall {
+  method: string;
+  path: string;
+  body: Buffer;
+  /** Whose request it serves: it counts against that user's share of a tunnel, as their requests do. */
+  user: string;
+  /** Headers besides the forwarding identity's (a review sent as an impersonated user's). Default: none. */
+  headers?: OutgoingHttpHeaders;
 }
 
 /** One hop a request can take. */
@@ -199,7 +209,7 @@ function recordingTap(exchange: UpgradeExchange): (res: IncomingMessage) => Upgr
   };
 }
 
-/** One small request of the concierge's own (route.ts OwnCall) over `hop`, as the hop's forwarding identity. */
+/** One small request of the concierge's own (OwnCall) over `hop`, as the hop's forwarding identity. */
 export function callOver(
   hop: Hop,
   own: OwnCall,

@@ -15,49 +15,96 @@ export interface RequestInfo {
   longRunning: boolean;
 }
 
-export function requestInfo(method: string, url: string, upgrade: boolean): RequestInfo {
+/**
+ * A request's URL read once, for every stage that asks about it: the log's verb and path, whether it may stay open,
+ * and what it does as the API server authorizes it.
+ */
+export interface ParsedRequest extends RequestInfo {
+  /** The path as sent, escapes kept, without the query. */
+  path: string;
+  /** What follows the `?`, or undefined when there is none. */
+  query: string | undefined;
+  attributes: RequestAttributes;
+}
+
+/** Reads the method and URL once (most requests have no escape and no query, and skip that work). */
+export function parseRequest(method: string, url: string, upgrade: boolean): ParsedRequest {
   const q = url.indexOf('?');
-  const path = q === -1 ? url : url.slice(0, q);
-  // Most requests have no query: no parameter parsing for them.
-  const params = q === -1 ? undefined : new URLSearchParams(url.slice(q + 1));
-  const parts = path.split('/').filter(Boolean);
+  const rawPath = q === -1 ? url : url.slice(0, q);
+  const query = q === -1 ? undefined : url.slice(q + 1);
+  let path = rawPath;
+  if (rawPath.includes('%'))
+    try {
+      path = decodeURIComponent(rawPath);
+    } catch {
+      // The handler refuses such paths before anything is decided; keep the raw form.
+    }
+  // splitPath: leading and trailing slashes trimmed, then split; an empty path has no parts.
+  const trimmed = path.replace(/^\/+|\/+$/g, '');
+  const parts = trimmed === '' ? [] : trimmed.split('/');
+  // The log's verb and the timeouts read the path as sent, its empty segments left out: the same parts, unless it
+  // has an escape or an empty segment.
+  const sent = rawPath === path && !rawPath.includes('//') ? parts : rawPath.split('/').filter(Boolean);
+  const watch = watchParam(query) || sent.includes('watch');
+  return {
+    path: rawPath,
+    query,
+    verb: logVerb(method, watch),
+    longRunning: upgrade || watch || isLongRunning(sent),
+    attributes: attributesOf(method, path, parts, query),
+  };
+}
+
+/** The verb and whether the request may stay open: for logs, metrics and timeouts. */
+export function requestInfo(method: string, url: string, upgrade: boolean): RequestInfo {
+  const { verb, longRunning } = parseRequest(method, url, upgrade);
+  return { verb, longRunning };
+}
+
+/** What the request does, as the API server authorizes it. */
+export function requestAttributes(method: string, url: string): RequestAttributes {
+  return parseRequest(method, url, false).attributes;
+}
+
+/** `watch=true` or `watch=1` in the query (as the log's verb reads it). */
+function watchParam(query: string | undefined): boolean {
+  if (query === undefined) return false;
+  const value = new URLSearchParams(query).get('watch');
+  return value === 'true' || value === '1';
+}
+
+/** Proxying, or a long-running subresource after a named object (/api/v1/namespaces/ns/pods/name/exec). */
+function isLongRunning(parts: readonly string[]): boolean {
   const isResourcePath = parts[0] === 'api' || parts[0] === 'apis';
-  const watchParam = params?.get('watch');
-  const watch = watchParam === 'true' || watchParam === '1' || parts.includes('watch');
-  // /api/v1/namespaces/ns/pods/name/exec → the last segment after a named object is a subresource.
   const last = parts.at(-1) ?? '';
-  const subresource =
-    isResourcePath && parts.length >= 5 && LONG_RUNNING_SUBRESOURCES.has(last) ? last : undefined;
-  const proxying = parts.includes('proxy');
-  let verb: string;
+  return (
+    parts.includes('proxy') || (isResourcePath && parts.length >= 5 && LONG_RUNNING_SUBRESOURCES.has(last))
+  );
+}
+
+/** The verb that labels the request's log line and metrics. */
+function logVerb(method: string, watch: boolean): string {
   switch (method) {
     case 'GET':
     case 'HEAD':
-      verb = watch ? 'watch' : 'get';
-      break;
+      return watch ? 'watch' : 'get';
     case 'POST':
-      verb = 'create';
-      break;
+      return 'create';
     case 'PUT':
-      verb = 'update';
-      break;
+      return 'update';
     case 'PATCH':
-      verb = 'patch';
-      break;
+      return 'patch';
     case 'DELETE':
-      verb = 'delete';
-      break;
+      return 'delete';
     case 'OPTIONS':
     case 'CONNECT':
     case 'TRACE':
-      verb = method.toLowerCase();
-      break;
+      return method.toLowerCase();
     default:
       // Any token is a method to HTTP/2, and the verb labels metrics: a stranger's invented methods must not each
       // add a series for good.
-      verb = 'unknown';
+      return 'unknown';
   }
-  return { verb, longRunning: upgrade || watch || proxying || subresource !== undefined };
 }
 
 /** Path segments the API server reads as verbs (`/api/v1/watch/…`), and the one of them that takes no subresource. */
@@ -142,59 +189,45 @@ const METHOD_VERBS: Readonly<Record<string, string>> = {
   DELETE: 'delete',
 };
 
-/** Every request is decided by these: most have no escape in their path and no query, and skip that work. */
-export function requestAttributes(method: string, url: string): RequestAttributes {
-  const q = url.indexOf('?');
-  const rawPath = q === -1 ? url : url.slice(0, q);
-  let path = rawPath;
-  if (rawPath.includes('%'))
-    try {
-      path = decodeURIComponent(rawPath);
-    } catch {
-      // The handler refuses such paths before anything is decided; keep the raw form.
-    }
-  const nonResource: RequestAttributes = { resourceRequest: false, verb: method.toLowerCase(), path };
-  // splitPath: leading and trailing slashes trimmed, then split; an empty path has no parts.
-  const trimmed = path.replace(/^\/+|\/+$/g, '');
-  let parts = trimmed === '' ? [] : trimmed.split('/');
-  if (parts.length < 3 || (parts[0] !== 'api' && parts[0] !== 'apis')) return nonResource;
-  const prefix = parts[0];
-  parts = parts.slice(1);
+/** The attributes of a request whose path (decoded) splits into `parts`. */
+function attributesOf(
+  method: string,
+  path: string,
+  parts: readonly string[],
+  query: string | undefined,
+): RequestAttributes {
+  const nonResource = (): RequestAttributes => ({ resourceRequest: false, verb: method.toLowerCase(), path });
+  if (parts.length < 3 || (parts[0] !== 'api' && parts[0] !== 'apis')) return nonResource();
+  // i: the first part not read yet.
+  let i = 1;
   let group = '';
-  if (prefix === 'apis') {
-    if (parts.length < 3) return nonResource;
-    group = parts[0]!;
-    parts = parts.slice(1);
+  if (parts[0] === 'apis') {
+    if (parts.length - i < 3) return nonResource();
+    group = parts[i++]!;
   }
-  const version = parts[0]!;
-  parts = parts.slice(1);
+  const version = parts[i++]!;
   let verb: string;
-  if (SPECIAL_VERBS.has(parts[0]!)) {
+  if (SPECIAL_VERBS.has(parts[i]!)) {
     // `/api/v1/watch` alone: the API server cannot tell what is watched and fails the request anyway.
-    if (parts.length < 2) return { ...nonResource };
-    verb = parts[0]!;
-    parts = parts.slice(1);
+    if (parts.length - i < 2) return nonResource();
+    verb = parts[i++]!;
   } else {
     verb = Object.hasOwn(METHOD_VERBS, method) ? METHOD_VERBS[method]! : '';
   }
   let namespace = '';
-  if (parts[0] === 'namespaces') {
-    if (parts.length > 1) {
-      namespace = parts[1]!;
-      if (parts.length > 2 && !NAMESPACE_SUBRESOURCES.has(parts[2]!)) parts = parts.slice(2);
-    }
+  if (parts[i] === 'namespaces' && parts.length - i > 1) {
+    namespace = parts[i + 1]!;
+    if (parts.length - i > 2 && !NAMESPACE_SUBRESOURCES.has(parts[i + 2]!)) i += 2;
   }
-  let resource = '';
-  let name = '';
-  let subresource = '';
-  if (parts.length >= 3 && verb !== 'proxy') subresource = parts[2]!;
-  if (parts.length >= 2) name = parts[1]!;
-  if (parts.length >= 1) resource = parts[0]!;
+  const rest = parts.length - i;
+  const resource = rest >= 1 ? parts[i]! : '';
+  let name = rest >= 2 ? parts[i + 1]! : '';
+  const subresource = rest >= 3 && verb !== 'proxy' ? parts[i + 2]! : '';
   if (name === '' && verb === 'get') {
-    const query = q === -1 ? NO_QUERY : goQuery(url.slice(q + 1));
-    const watch = query.get('watch') ?? [];
+    const values = query === undefined ? NO_QUERY : goQuery(query);
+    const watch = values.get('watch') ?? [];
     verb = watch.length > 0 && !isFalse(watch[0]!) ? 'watch' : 'list';
-    const selector = query.get('fieldSelector')?.[0];
+    const selector = values.get('fieldSelector')?.[0];
     if (selector !== undefined) name = selectedName(selector) ?? '';
   }
   if (name === '' && verb === 'delete') verb = 'deletecollection';

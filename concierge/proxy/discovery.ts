@@ -3,6 +3,9 @@
 // `kubectl api-resources` lists TokenCredentialRequest and WhoAmIRequest and `kubectl explain` describes them.
 import { createHash } from 'node:crypto';
 import { apiGroups, Kind, Resource, VERSION } from '../../apis/groups.ts';
+import type { Request, Response } from '../../lib/http2/request.ts';
+import { send, writeStatus } from '../../lib/kube/status.ts';
+import { NOT_FOUND, type Caller, type LocalAPI } from './local-apis.ts';
 
 /** The content type of aggregated discovery, which the API server asks /apis for before it falls back. */
 export const DISCOVERY_V2 = 'application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList';
@@ -246,4 +249,55 @@ export function discoveryDocuments(suffix: string): DiscoveryDocuments {
   };
   cache.set(suffix, docs);
   return docs;
+}
+
+const JSON_TYPE = 'application/json';
+
+/** Whether an Accept header asks for aggregated discovery v2 (in any of the forms clients write it). */
+function wantsAggregated(accept: string | undefined): boolean {
+  if (!accept) return false;
+  return accept.split(',').some((part) => {
+    const params = part.split(';').map((p) => p.trim().replace(/\s+/g, ''));
+    return (
+      params[0] === 'application/json' &&
+      params.includes('g=apidiscovery.k8s.io') &&
+      params.includes('v=v2') &&
+      params.includes('as=APIGroupDiscoveryList')
+    );
+  });
+}
+
+/** A document only read (GET or HEAD): anything else is not found, as the API server answers it. */
+const readOnly =
+  (answer: (req: Request, res: Response) => void) =>
+  (req: Request, res: Response): void => {
+    if (req.method === 'GET' || req.method === 'HEAD') return answer(req, res);
+    writeStatus(res, 404, NOT_FOUND);
+  };
+
+/** Discovery and OpenAPI as local APIs (the aggregated APIs' listener mounts them for `who`, the front proxy). */
+export function discoveryAPIs(docs: DiscoveryDocuments, who: Caller): LocalAPI[] {
+  const document = (path: string, body: string, headers?: Record<string, string>): LocalAPI => ({
+    paths: [path],
+    who,
+    serve: readOnly((_req, res) => send(res, 200, JSON_TYPE, body, headers)),
+  });
+  return [
+    {
+      paths: ['/apis'],
+      who,
+      serve: readOnly((req, res) => {
+        const aggregated = wantsAggregated(req.headers['accept']);
+        send(res, 200, aggregated ? DISCOVERY_V2 : JSON_TYPE, aggregated ? docs.aggregated : docs.groupList);
+      }),
+    },
+    document('/openapi/v3', docs.openAPIRoot),
+    ...docs.groups.flatMap((group) => [
+      document(`/apis/${group}`, docs.group.get(group)!),
+      document(`/apis/${group}/${VERSION}`, docs.resourceList.get(group)!),
+      document(`/openapi/v3/apis/${group}/${VERSION}`, docs.openAPI.get(group)!, {
+        'cache-control': 'public, immutable',
+      }),
+    ]),
+  ];
 }
