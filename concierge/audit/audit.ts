@@ -8,8 +8,8 @@ import { authenticatedGroups } from '../../lib/kube/authenticated.ts';
 import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 import type { AuditBackend } from './backend.ts';
 import type { ObjectMetaNames } from './protobuf-meta.ts';
-import type { AuditPolicy } from './policy.ts';
-import type { AuditEvent, Level, ObjectReference, ResponseStatus, Stage, UserInfo } from './types.ts';
+import type { AuditPolicy, RequestAuditConfig } from './policy.ts';
+import type { AuditEvent, Level, ObjectReference, ResponseStatus, UserInfo } from './types.ts';
 import { AUDIT_API_VERSION, JSONBody } from './types.ts';
 
 /** The API server cuts a longer User-Agent and says so (k8s.io/apiserver/pkg/audit/request.go): so does Sealion. */
@@ -255,130 +255,186 @@ function responseStatusOf(code: number, message?: string): ResponseStatus {
 }
 
 export function newAuditor(opts: AuditorOptions): Auditor {
-  const { policy, backend, replica } = opts;
   const now = opts.now ?? preciseNow;
-  const emit = (event: AuditEvent): Promise<void> => backend.emit(event);
   return {
-    backend,
-    begin(facts, identity, annotations = {}) {
-      // As the API server evaluates its policy: after authentication, which puts everyone in system:authenticated.
-      const user = identity ? userOf(identity) : undefined;
-      const config = policy.evaluate(
-        facts.attributes,
-        user && { username: user.username ?? '', groups: user.groups ?? [] },
-      );
-      if (config.level === 'None') return undefined;
-      const level = config.level;
-      const userAgent =
-        facts.userAgent && facts.userAgent.length > MAX_USER_AGENT
-          ? facts.userAgent.slice(0, MAX_USER_AGENT) + USER_AGENT_TRUNCATED
-          : facts.userAgent;
-      const objectRef = objectRefOf(facts.attributes);
-      const base: AuditEvent = {
-        kind: 'Event',
-        apiVersion: AUDIT_API_VERSION,
-        level,
-        auditID: facts.auditID,
-        stage: 'RequestReceived',
-        requestURI: facts.requestURI,
-        verb: facts.attributes.verb,
-        user: user ?? {},
-        ...(facts.sourceIP ? { sourceIPs: [facts.sourceIP] } : {}),
-        ...(userAgent ? { userAgent } : {}),
-        ...(objectRef ? { objectRef } : {}),
-        requestReceivedTimestamp: microTime(facts.receivedMs),
-        stageTimestamp: '',
-        annotations: { [ANNOTATIONS.replica]: replica, ...annotations },
-      };
-      let completed = false;
-      /**
-       * The objectRef as the body names it, for a ResponseComplete that reached the API server's handler: one refused
-       * by authentication or authorization was never decoded there, and its event names no more than the URL.
-       */
-      let named: ObjectReference | undefined;
-      /** The Status the answer carried, if it was one. */
-      let answerStatus: StatusObject | undefined;
-      let started = false;
-      const event = (stage: Stage, extra?: Partial<AuditEvent>): AuditEvent => ({
-        ...base,
-        annotations: { ...base.annotations },
-        ...extra,
-        stage,
-        stageTimestamp: microTime(now()),
-      });
-      const keepsRequest = level === 'Request' || level === 'RequestResponse';
-      const namesObject =
-        facts.attributes.resourceRequest &&
-        (facts.attributes.verb === 'create' || facts.attributes.verb === 'update');
-      /** How a kept body is written: no credential in it, and no managed fields if the policy says so. */
-      const shape = (object: unknown): unknown =>
-        withoutManagedFields(
-          withoutCredentials(object, credentialResource(facts.attributes)),
-          config.omitManagedFields,
-        );
-      return {
-        level,
-        keepsRequest,
-        keepsResponse: level === 'RequestResponse',
-        namesObject,
-        annotate(key, value) {
-          base.annotations![key] = value;
-        },
-        impersonating(user) {
-          base.impersonatedUser = userOf(user);
-        },
-        requestBody(text) {
-          if (keepsRequest) base.requestObject = new JSONBody(text, shape);
-          if (namesObject && base.objectRef) named = fillFromBody({ ...base.objectRef }, metadataOf(text));
-        },
-        requestNames(names) {
-          if (namesObject && base.objectRef) named = fillFromBody({ ...base.objectRef }, { ...names });
-        },
-        answered(text) {
-          // A Status is small; only an answer that may be one is parsed here.
-          if (text.length <= MAX_STATUS_TEXT && text.includes('"Status"')) {
-            try {
-              const object: unknown = JSON.parse(text);
-              if (isStatus(object)) answerStatus = object;
-            } catch {
-              // Not JSON: no Status to tell.
-            }
-          }
-          if (level === 'RequestResponse') base.responseObject = new JSONBody(text, shape);
-        },
-        received() {
-          if (config.omitStages.has('RequestReceived')) return Promise.resolve();
-          // The request's body is not read yet at this stage, as with the API server.
-          return emit(
-            withoutBodies(base, { annotations: { ...base.annotations }, stageTimestamp: microTime(now()) }),
-          );
-        },
-        responseStarted(code) {
-          if (started || completed) return;
-          started = true;
-          if (config.omitStages.has('ResponseStarted')) return;
-          // An answer's body is not known when it starts.
-          const startedEvent = withoutBodies(base, {
-            annotations: { ...base.annotations },
-            stage: 'ResponseStarted',
-            responseStatus: responseStatusOf(code),
-            stageTimestamp: microTime(now()),
-          });
-          if (base.requestObject !== undefined) startedEvent.requestObject = base.requestObject;
-          void emit(startedEvent).catch(() => {});
-        },
-        complete(code, message) {
-          if (completed) return;
-          completed = true;
-          if (config.omitStages.has('ResponseComplete')) return;
-          const responseStatus =
-            answerStatus && message === undefined
-              ? statusFrom(answerStatus, code)
-              : responseStatusOf(code, message);
-          const objectRef = named && code !== 401 && code !== 403 ? { objectRef: named } : {};
-          void emit(event('ResponseComplete', { responseStatus, ...objectRef })).catch(() => {});
-        },
-      };
-    },
+    backend: opts.backend,
+    begin: (facts, identity, annotations = {}) => beginAudit(opts, now, facts, identity, annotations),
   };
+}
+
+/** The audit of one request as the policy wants it, or undefined at level None. */
+function beginAudit(
+  opts: AuditorOptions,
+  now: () => number,
+  facts: RequestFacts,
+  identity: Identity | undefined,
+  annotations: Record<string, string>,
+): RequestAudit | undefined {
+  // As the API server evaluates its policy: after authentication, which puts everyone in system:authenticated.
+  const user = identity ? userOf(identity) : undefined;
+  const config = opts.policy.evaluate(
+    facts.attributes,
+    user && { username: user.username ?? '', groups: user.groups ?? [] },
+  );
+  if (config.level === 'None') return undefined;
+  const base = firstEvent(facts, config.level, user, { [ANNOTATIONS.replica]: opts.replica, ...annotations });
+  return new RequestEvents(base, { ...config, level: config.level }, facts.attributes, opts.backend, now);
+}
+
+/** The RequestReceived event as the request arrived; the later stages are copies of it with what they add. */
+function firstEvent(
+  facts: RequestFacts,
+  level: Exclude<Level, 'None'>,
+  user: UserInfo | undefined,
+  annotations: Record<string, string>,
+): AuditEvent {
+  const userAgent =
+    facts.userAgent && facts.userAgent.length > MAX_USER_AGENT
+      ? facts.userAgent.slice(0, MAX_USER_AGENT) + USER_AGENT_TRUNCATED
+      : facts.userAgent;
+  const objectRef = objectRefOf(facts.attributes);
+  return {
+    kind: 'Event',
+    apiVersion: AUDIT_API_VERSION,
+    level,
+    auditID: facts.auditID,
+    stage: 'RequestReceived',
+    requestURI: facts.requestURI,
+    verb: facts.attributes.verb,
+    user: user ?? {},
+    ...(facts.sourceIP ? { sourceIPs: [facts.sourceIP] } : {}),
+    ...(userAgent ? { userAgent } : {}),
+    ...(objectRef ? { objectRef } : {}),
+    requestReceivedTimestamp: microTime(facts.receivedMs),
+    stageTimestamp: '',
+    annotations,
+  };
+}
+
+/** One request's events: what is learnt of it gathered into `base`, and each stage emitted as the policy says. */
+class RequestEvents implements RequestAudit {
+  readonly level: Exclude<Level, 'None'>;
+  readonly keepsRequest: boolean;
+  readonly keepsResponse: boolean;
+  readonly namesObject: boolean;
+  private readonly base: AuditEvent;
+  private readonly config: RequestAuditConfig & { level: Exclude<Level, 'None'> };
+  private readonly attributes: RequestAttributes;
+  private readonly backend: AuditBackend;
+  private readonly now: () => number;
+  private completed = false;
+  private started = false;
+  /**
+   * The objectRef as the body names it, for a ResponseComplete that reached the API server's handler: one refused
+   * by authentication or authorization was never decoded there, and its event names no more than the URL.
+   */
+  private named: ObjectReference | undefined;
+  /** The Status the answer carried, if it was one. */
+  private answerStatus: StatusObject | undefined;
+
+  constructor(
+    base: AuditEvent,
+    config: RequestAuditConfig & { level: Exclude<Level, 'None'> },
+    attributes: RequestAttributes,
+    backend: AuditBackend,
+    now: () => number,
+  ) {
+    this.base = base;
+    this.config = config;
+    this.attributes = attributes;
+    this.backend = backend;
+    this.now = now;
+    this.level = config.level;
+    this.keepsRequest = this.level === 'Request' || this.level === 'RequestResponse';
+    this.keepsResponse = this.level === 'RequestResponse';
+    this.namesObject =
+      attributes.resourceRequest && (attributes.verb === 'create' || attributes.verb === 'update');
+  }
+
+  annotate(key: string, value: string): void {
+    this.base.annotations![key] = value;
+  }
+
+  impersonating(user: Identity): void {
+    this.base.impersonatedUser = userOf(user);
+  }
+
+  requestBody(text: string): void {
+    const base = this.base;
+    if (this.keepsRequest) base.requestObject = new JSONBody(text, (object) => this.shape(object));
+    if (this.namesObject && base.objectRef)
+      this.named = fillFromBody({ ...base.objectRef }, metadataOf(text));
+  }
+
+  requestNames(names: ObjectMetaNames): void {
+    const base = this.base;
+    if (this.namesObject && base.objectRef) this.named = fillFromBody({ ...base.objectRef }, { ...names });
+  }
+
+  answered(text: string): void {
+    // A Status is small; only an answer that may be one is parsed here.
+    if (text.length <= MAX_STATUS_TEXT && text.includes('"Status"')) {
+      try {
+        const object: unknown = JSON.parse(text);
+        if (isStatus(object)) this.answerStatus = object;
+      } catch {
+        // Not JSON: no Status to tell.
+      }
+    }
+    if (this.keepsResponse) this.base.responseObject = new JSONBody(text, (object) => this.shape(object));
+  }
+
+  received(): Promise<void> {
+    if (this.config.omitStages.has('RequestReceived')) return Promise.resolve();
+    const base = this.base;
+    // The request's body is not read yet at this stage, as with the API server.
+    return this.backend.emit(
+      withoutBodies(base, { annotations: { ...base.annotations }, stageTimestamp: microTime(this.now()) }),
+    );
+  }
+
+  responseStarted(code: number): void {
+    if (this.started || this.completed) return;
+    this.started = true;
+    if (this.config.omitStages.has('ResponseStarted')) return;
+    const base = this.base;
+    // An answer's body is not known when it starts.
+    const startedEvent = withoutBodies(base, {
+      annotations: { ...base.annotations },
+      stage: 'ResponseStarted',
+      responseStatus: responseStatusOf(code),
+      stageTimestamp: microTime(this.now()),
+    });
+    if (base.requestObject !== undefined) startedEvent.requestObject = base.requestObject;
+    void this.backend.emit(startedEvent).catch(() => {});
+  }
+
+  complete(code: number, message?: string): void {
+    if (this.completed) return;
+    this.completed = true;
+    if (this.config.omitStages.has('ResponseComplete')) return;
+    const responseStatus =
+      this.answerStatus && message === undefined
+        ? statusFrom(this.answerStatus, code)
+        : responseStatusOf(code, message);
+    const objectRef = this.named && code !== 401 && code !== 403 ? { objectRef: this.named } : {};
+    const base = this.base;
+    const event: AuditEvent = {
+      ...base,
+      annotations: { ...base.annotations },
+      responseStatus,
+      ...objectRef,
+      stage: 'ResponseComplete',
+      stageTimestamp: microTime(this.now()),
+    };
+    void this.backend.emit(event).catch(() => {});
+  }
+
+  /** How a kept body is written: no credential in it, and no managed fields if the policy says so. */
+  private shape(object: unknown): unknown {
+    return withoutManagedFields(
+      withoutCredentials(object, credentialResource(this.attributes)),
+      this.config.omitManagedFields,
+    );
+  }
 }

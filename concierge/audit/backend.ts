@@ -171,22 +171,70 @@ type DropReason = keyof Lane['unreported'];
 export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
   const problems = validateAuditBackendOptions(opts);
   if (problems.length > 0) throw new AuditError(AUDIT_CONFIG, `audit backend: ${problems.join('; ')}`);
-  const mode = opts.mode ?? 'batch';
-  const bufferSize = opts.bufferSize ?? DEFAULT_BUFFER_SIZE;
-  const maxQueueBytes = opts.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES;
-  const batchMaxSize = opts.batchMaxSize ?? DEFAULT_BATCH_MAX_SIZE;
-  const clock = opts.clock ?? systemClock;
-  const log = opts.log.child({ component: 'audit' });
+  const lanes = new SinkLanes(opts);
+  let closing: Promise<void> | undefined;
+  return {
+    mode: lanes.mode,
+    emit: (event) => lanes.emit(event),
+    close() {
+      closing ??= lanes.shutdown();
+      return closing;
+    },
+  };
+}
 
-  const lanes: Lane[] = opts.sinks.map((sink) => ({
+/** The backend's metrics, a series per sink. */
+interface AuditMetrics {
+  written: Counter;
+  dropped: Counter;
+  latency: Histogram;
+}
+
+function newAuditMetrics(registry: Registry, lanes: readonly Lane[]): AuditMetrics {
+  const written = new Counter({
+    name: 'sealion_audit_events_total',
+    help: 'Audit events written, by sink.',
+    labelNames: ['sink'],
+    registers: [registry],
+  });
+  const dropped = new Counter({
+    name: 'sealion_audit_events_dropped_total',
+    help: 'Audit events a sink did not write: its queue was full, its write failed after its retries, or the backend had closed.',
+    labelNames: ['sink'],
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'sealion_audit_sink_latency_seconds',
+    help: "Time of one sink's write of a batch of audit events, retries included.",
+    labelNames: ['sink'],
+    buckets: LATENCY_BUCKETS,
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'sealion_audit_queue_events',
+    help: 'Audit events waiting for their sink.',
+    labelNames: ['sink'],
+    registers: [registry],
+    collect() {
+      for (const lane of lanes) this.set({ sink: lane.sink.name }, lane.queue.length);
+    },
+  });
+  for (const lane of lanes) {
+    // Every series exists from the start, so a rate() over them sees the first drop.
+    written.inc({ sink: lane.sink.name }, 0);
+    dropped.inc({ sink: lane.sink.name }, 0);
+  }
+  return { written, dropped, latency };
+}
+
+/** A sink's lane, empty; blocking mode never waits for a batch to fill. */
+function newLane(sink: AuditSink, mode: AuditMode, batchMaxWaitMs: number | undefined): Lane {
+  const defaultWait = Object.hasOwn(DEFAULT_BATCH_MAX_WAIT_MS, sink.name)
+    ? DEFAULT_BATCH_MAX_WAIT_MS[sink.name]!
+    : FALLBACK_BATCH_MAX_WAIT_MS;
+  return {
     sink,
-    maxWaitMs:
-      mode === 'blocking'
-        ? 0
-        : (opts.batchMaxWaitMs ??
-          (Object.hasOwn(DEFAULT_BATCH_MAX_WAIT_MS, sink.name)
-            ? DEFAULT_BATCH_MAX_WAIT_MS[sink.name]!
-            : FALLBACK_BATCH_MAX_WAIT_MS)),
+    maxWaitMs: mode === 'blocking' ? 0 : (batchMaxWaitMs ?? defaultWait),
     queue: [],
     bytes: 0,
     strangers: 0,
@@ -197,49 +245,54 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
     lastError: undefined,
     lastWarningAt: undefined,
     warningTimer: undefined,
-  }));
+  };
+}
 
-  const written = new Counter({
-    name: 'sealion_audit_events_total',
-    help: 'Audit events written, by sink.',
-    labelNames: ['sink'],
-    registers: [opts.registry],
-  });
-  const dropped = new Counter({
-    name: 'sealion_audit_events_dropped_total',
-    help: 'Audit events a sink did not write: its queue was full, its write failed after its retries, or the backend had closed.',
-    labelNames: ['sink'],
-    registers: [opts.registry],
-  });
-  const latency = new Histogram({
-    name: 'sealion_audit_sink_latency_seconds',
-    help: "Time of one sink's write of a batch of audit events, retries included.",
-    labelNames: ['sink'],
-    buckets: LATENCY_BUCKETS,
-    registers: [opts.registry],
-  });
-  new Gauge({
-    name: 'sealion_audit_queue_events',
-    help: 'Audit events waiting for their sink.',
-    labelNames: ['sink'],
-    registers: [opts.registry],
-    collect() {
-      for (const lane of lanes) this.set({ sink: lane.sink.name }, lane.queue.length);
-    },
-  });
-  for (const lane of lanes) {
-    // Every series exists from the start, so a rate() over them sees the first drop.
-    written.inc({ sink: lane.sink.name }, 0);
-    dropped.inc({ sink: lane.sink.name }, 0);
+/** Every sink's lane, and what moves events along them: queueing, batching, writing, dropping, closing. */
+class SinkLanes {
+  readonly mode: AuditMode;
+  private readonly bufferSize: number;
+  private readonly maxQueueBytes: number;
+  private readonly batchMaxSize: number;
+  private readonly clock: Clock;
+  private readonly log: Logger;
+  private readonly lanes: Lane[];
+  private readonly metrics: AuditMetrics;
+  /** open → closing (shutdown() writes what is queued; emit() still queues) → closed (emit() drops or rejects). */
+  private state: 'open' | 'closing' | 'closed' = 'open';
+
+  constructor(opts: AuditBackendOptions) {
+    this.mode = opts.mode ?? 'batch';
+    this.bufferSize = opts.bufferSize ?? DEFAULT_BUFFER_SIZE;
+    this.maxQueueBytes = opts.maxQueueBytes ?? DEFAULT_MAX_QUEUE_BYTES;
+    this.batchMaxSize = opts.batchMaxSize ?? DEFAULT_BATCH_MAX_SIZE;
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.log.child({ component: 'audit' });
+    this.lanes = opts.sinks.map((sink) => newLane(sink, this.mode, opts.batchMaxWaitMs));
+    this.metrics = newAuditMetrics(opts.registry, this.lanes);
   }
 
-  /** open → closing (close() writes what is queued; emit() still queues) → closed (emit() drops or rejects). */
-  let state: 'open' | 'closing' | 'closed' = 'open';
-  let closing: Promise<void> | undefined;
+  emit(event: AuditEvent): Promise<void> {
+    if (this.mode === 'batch') {
+      for (const lane of this.lanes) this.enqueue(lane, event);
+      return RESOLVED;
+    }
+    return new Promise((resolve, reject) => {
+      let left = this.lanes.length;
+      let failure: Error | undefined;
+      const settle = (err?: Error): void => {
+        failure ??= err;
+        if (--left > 0) return;
+        if (failure) reject(failure);
+        else resolve();
+      };
+      for (const lane of this.lanes) this.enqueue(lane, event, settle);
+    });
+  }
 
-  function enqueue(lane: Lane, event: AuditEvent, settle?: (err?: Error) => void): void {
-    if (state === 'closed') {
-      drop(lane, 1, 'closed');
+  private enqueue(lane: Lane, event: AuditEvent, settle?: (err?: Error) => void): void {
+    if (this.state === 'closed') {
+      this.drop(lane, 1, 'closed');
       settle?.(new AuditError(AUDIT_CLOSED, 'audit backend is closed'));
       return;
     }
@@ -247,9 +300,9 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
     const stranger = isStranger(event);
     // Strangers (nobody authenticated: 401s, registrations, health checks) share a quarter of the queue, so a flood
     // of them never costs the events of people who signed in.
-    const strangersFull = stranger && lane.strangers >= Math.ceil(bufferSize / STRANGER_SHARE);
-    if (strangersFull || lane.queue.length >= bufferSize || lane.bytes + bytes > maxQueueBytes) {
-      drop(lane, 1, 'queueFull');
+    const strangersFull = stranger && lane.strangers >= Math.ceil(this.bufferSize / STRANGER_SHARE);
+    if (strangersFull || lane.queue.length >= this.bufferSize || lane.bytes + bytes > this.maxQueueBytes) {
+      this.drop(lane, 1, 'queueFull');
       settle?.(
         new AuditError(
           AUDIT_QUEUE_FULL,
@@ -260,47 +313,40 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
     }
     lane.bytes += bytes;
     if (stranger) lane.strangers++;
-    lane.queue.push(
-      settle
-        ? { event, bytes, stranger, at: clock.now(), settle }
-        : { event, bytes, stranger, at: clock.now() },
-    );
-    pump(lane);
+    const at = this.clock.now();
+    lane.queue.push(settle ? { event, bytes, stranger, at, settle } : { event, bytes, stranger, at });
+    this.pump(lane);
   }
 
   /** Starts a write when the sink is free and a batch is full, due, or wanted now (closing). */
-  function pump(lane: Lane): void {
+  private pump(lane: Lane): void {
     if (lane.writing) return;
     const oldest = lane.queue[0];
     if (!oldest) {
       for (const done of lane.drained.splice(0)) done();
       return;
     }
+    const clock = this.clock;
     const now = clock.now();
     const due = oldest.at + lane.maxWaitMs;
-    if (lane.queue.length >= batchMaxSize || now >= due || state !== 'open') {
+    if (lane.queue.length >= this.batchMaxSize || now >= due || this.state !== 'open') {
       if (lane.batchTimer !== undefined) clock.clearTimeout(lane.batchTimer);
       lane.batchTimer = undefined;
       lane.writing = true;
       // A microtask later: emit() never runs a sink's code, and the events emitted in the same turn share a batch.
-      queueMicrotask(() => void write(lane));
+      queueMicrotask(() => void this.write(lane));
     } else if (lane.batchTimer === undefined) {
       lane.batchTimer = clock.setTimeout(() => {
         lane.batchTimer = undefined;
-        pump(lane);
+        this.pump(lane);
       }, due - now);
     }
   }
 
-  async function write(lane: Lane): Promise<void> {
-    const batch = lane.queue.splice(0, batchMaxSize);
+  private async write(lane: Lane): Promise<void> {
+    const batch = lane.queue.splice(0, this.batchMaxSize);
     const sink = lane.sink.name;
-    const release = (): void => {
-      for (const q of batch) {
-        lane.bytes -= q.bytes;
-        if (q.stranger) lane.strangers--;
-      }
-    };
+    const { written, latency } = this.metrics;
     // Real elapsed time, not the injected clock's: this measures the sink, and nothing waits on it.
     const started = performance.now();
     try {
@@ -309,40 +355,40 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
       for (const q of batch) q.settle?.();
     } catch (err) {
       lane.lastError = messageOf(err);
-      drop(lane, batch.length, 'writeFailed');
+      this.drop(lane, batch.length, 'writeFailed');
       const failure = new AuditError(AUDIT_WRITE_FAILED, `audit sink ${sink}: ${lane.lastError}`, {
         cause: err,
       });
       for (const q of batch) q.settle?.(failure);
     }
     latency.observe({ sink }, (performance.now() - started) / 1000);
-    release();
+    release(lane, batch);
     lane.writing = false;
-    pump(lane);
+    this.pump(lane);
   }
 
-  function drop(lane: Lane, count: number, reason: DropReason): void {
-    dropped.inc({ sink: lane.sink.name }, count);
+  private drop(lane: Lane, count: number, reason: DropReason): void {
+    this.metrics.dropped.inc({ sink: lane.sink.name }, count);
     lane.unreported[reason] += count;
     if (lane.warningTimer !== undefined) return;
-    const now = clock.now();
+    const now = this.clock.now();
     const next = lane.lastWarningAt === undefined ? now : lane.lastWarningAt + DROP_WARNING_INTERVAL_MS;
     if (next <= now) {
-      warnDropped(lane);
+      this.warnDropped(lane);
       return;
     }
-    lane.warningTimer = clock.setTimeout(() => {
+    lane.warningTimer = this.clock.setTimeout(() => {
       lane.warningTimer = undefined;
-      warnDropped(lane);
+      this.warnDropped(lane);
     }, next - now);
   }
 
   /** One line for what was dropped since the last: counts and the sink's last error, never an event. */
-  function warnDropped(lane: Lane): void {
+  private warnDropped(lane: Lane): void {
     const { queueFull, writeFailed, closed } = lane.unreported;
     const count = queueFull + writeFailed + closed;
     if (count === 0) return;
-    log.warn(
+    this.log.warn(
       {
         sink: lane.sink.name,
         dropped: count,
@@ -354,85 +400,86 @@ export function newAuditBackend(opts: AuditBackendOptions): AuditBackend {
       'audit events dropped',
     );
     lane.unreported = { queueFull: 0, writeFailed: 0, closed: 0 };
-    lane.lastWarningAt = clock.now();
+    lane.lastWarningAt = this.clock.now();
   }
 
-  async function shutdown(): Promise<void> {
-    state = 'closing';
+  /**
+   * Writes what is queued and closes the sinks, each within CLOSE_TIMEOUT_MS of the start; then drops what is left
+   * and writes the last report of drops.
+   */
+  async shutdown(): Promise<void> {
+    this.state = 'closing';
     let deadlineTimer: unknown;
     const deadline = new Promise<'late'>((resolve) => {
-      deadlineTimer = clock.setTimeout(() => resolve('late'), CLOSE_TIMEOUT_MS);
+      deadlineTimer = this.clock.setTimeout(() => resolve('late'), CLOSE_TIMEOUT_MS);
     });
-    const drained = lanes.map(
+    const flushed = await Promise.race([this.drainAll(), deadline]);
+    this.state = 'closed';
+    for (const lane of this.lanes) this.dropLeft(lane);
+    if (flushed === 'late')
+      this.log.warn({ timeoutMs: CLOSE_TIMEOUT_MS }, 'audit sinks did not finish writing in time');
+    await this.closeSinks(deadline);
+    this.clock.clearTimeout(deadlineTimer);
+    // The last report is written now, whatever the rate limit: nothing comes after it.
+    for (const lane of this.lanes) {
+      if (lane.batchTimer !== undefined) this.clock.clearTimeout(lane.batchTimer);
+      if (lane.warningTimer !== undefined) this.clock.clearTimeout(lane.warningTimer);
+      lane.batchTimer = lane.warningTimer = undefined;
+      this.warnDropped(lane);
+    }
+  }
+
+  /** Settles once every lane's queue is empty and no write is under way. */
+  private async drainAll(): Promise<'drained'> {
+    const drained = this.lanes.map(
       (lane) =>
         new Promise<void>((resolve) => {
           lane.drained.push(resolve);
-          pump(lane);
+          this.pump(lane);
         }),
     );
-    const flushed = await Promise.race([Promise.all(drained).then(() => 'drained' as const), deadline]);
-    state = 'closed';
-    for (const lane of lanes) {
-      const left = lane.queue.splice(0);
-      for (const q of left) {
-        lane.bytes -= q.bytes;
-        if (q.stranger) lane.strangers--;
-      }
-      if (left.length === 0) continue;
-      drop(lane, left.length, 'closed');
-      const failure = new AuditError(AUDIT_CLOSED, 'audit backend closed before the event was written');
-      for (const q of left) q.settle?.(failure);
-    }
-    if (flushed === 'late')
-      log.warn({ timeoutMs: CLOSE_TIMEOUT_MS }, 'audit sinks did not finish writing in time');
+    await Promise.all(drained);
+    return 'drained';
+  }
+
+  /** Drops what is still queued (the backend has closed), telling blocking callers. */
+  private dropLeft(lane: Lane): void {
+    const left = lane.queue.splice(0);
+    release(lane, left);
+    if (left.length === 0) return;
+    this.drop(lane, left.length, 'closed');
+    const failure = new AuditError(AUDIT_CLOSED, 'audit backend closed before the event was written');
+    for (const q of left) q.settle?.(failure);
+  }
+
+  /** Closes every sink, waiting at most until `deadline`; says which did not close cleanly. */
+  private async closeSinks(deadline: Promise<'late'>): Promise<void> {
+    const lanes = this.lanes;
     // A write still under way is the sink's to end: closing it aborts the write, which then counts as dropped.
     const closed = await Promise.race([
       Promise.allSettled(lanes.map((lane) => Promise.resolve().then(() => lane.sink.close()))),
       deadline,
     ]);
-    clock.clearTimeout(deadlineTimer);
-    if (closed === 'late') log.warn({ timeoutMs: CLOSE_TIMEOUT_MS }, 'audit sinks did not close in time');
-    else
-      closed.forEach((result, i) => {
-        if (result.status === 'rejected')
-          log.warn(
-            { sink: lanes[i]!.sink.name, error: messageOf(result.reason) },
-            'audit sink did not close cleanly',
-          );
-      });
-    // The last report is written now, whatever the rate limit: nothing comes after it.
-    for (const lane of lanes) {
-      if (lane.batchTimer !== undefined) clock.clearTimeout(lane.batchTimer);
-      if (lane.warningTimer !== undefined) clock.clearTimeout(lane.warningTimer);
-      lane.batchTimer = lane.warningTimer = undefined;
-      warnDropped(lane);
+    if (closed === 'late') {
+      this.log.warn({ timeoutMs: CLOSE_TIMEOUT_MS }, 'audit sinks did not close in time');
+      return;
     }
+    closed.forEach((result, i) => {
+      if (result.status === 'rejected')
+        this.log.warn(
+          { sink: lanes[i]!.sink.name, error: messageOf(result.reason) },
+          'audit sink did not close cleanly',
+        );
+    });
   }
+}
 
-  return {
-    mode,
-    emit(event) {
-      if (mode === 'batch') {
-        for (const lane of lanes) enqueue(lane, event);
-        return RESOLVED;
-      }
-      return new Promise((resolve, reject) => {
-        let left = lanes.length;
-        let failure: Error | undefined;
-        const settle = (err?: Error): void => {
-          failure ??= err;
-          if (--left > 0) return;
-          if (failure) reject(failure);
-          else resolve();
-        };
-        for (const lane of lanes) enqueue(lane, event, settle);
-      });
-    },
-    close() {
-      closing ??= shutdown();
-      return closing;
-    },
-  };
+/** Gives back the room `events` held in the lane's bounds. */
+function release(lane: Lane, events: readonly Queued[]): void {
+  for (const q of events) {
+    lane.bytes -= q.bytes;
+    if (q.stranger) lane.strangers--;
+  }
 }
 
 const RESOLVED = Promise.resolve();

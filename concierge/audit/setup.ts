@@ -1,5 +1,6 @@
 // The audit a concierge runs, from its options: the policy, the sinks (a JSON-lines log, a webhook), the mode.
 import type { Registry } from 'prom-client';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import type { Logger } from '../../lib/log.ts';
 import { newAuditor, type Auditor } from './audit.ts';
 import { newAuditBackend, type AuditMode, type AuditSink } from './backend.ts';
@@ -22,16 +23,20 @@ export interface RunningAudit {
   close(): Promise<void>;
 }
 
-/** The auditor for `opts`, or undefined when nothing would ever be written (no sink, or a policy of None only). */
+/**
+ * The auditor for `opts`, or undefined when nothing would ever be written (no sink, or a policy of None only).
+ * `clock` times the batches and the webhook's retries (default: systemClock).
+ */
 export async function startAudit(
   opts: AuditOptions,
   replica: string,
   registry: Registry,
   log: Logger,
+  clock: Clock = systemClock,
 ): Promise<RunningAudit | undefined> {
   const sinks: AuditSink[] = [];
   if (opts.log) sinks.push(newLogSink(opts.log));
-  if (opts.webhook) sinks.push(await newWebhookSink(opts.webhook));
+  if (opts.webhook) sinks.push(await newWebhookSink({ ...opts.webhook, clock }));
   if (sinks.length === 0 || !opts.policy.auditsAnything) {
     await Promise.all(sinks.map((s) => s.close()));
     log.warn(
@@ -41,7 +46,7 @@ export async function startAudit(
     );
     return undefined;
   }
-  const backend = newAuditBackend({ sinks, mode: opts.mode ?? 'batch', registry, log });
+  const backend = newAuditBackend({ sinks, mode: opts.mode ?? 'batch', registry, log, clock });
   log.info({ sinks: sinks.map((s) => s.name), mode: backend.mode }, 'audit on');
   return { auditor: newAuditor({ policy: opts.policy, backend, replica }), close: () => backend.close() };
 }

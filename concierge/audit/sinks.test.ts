@@ -12,6 +12,7 @@ import type { TLSSocket } from 'node:tls';
 import { Registry } from 'prom-client';
 import { stringify } from 'yaml';
 import { eventually } from '../../dev/eventually.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { newLogger } from '../../lib/log.ts';
 import { issueCert, newCA, type CertificateAuthority, type KeyPairPem } from '../../lib/pki/pki.ts';
 import {
@@ -295,6 +296,27 @@ describe('webhook sink', () => {
     await sink.write(events(0, 2));
     expect(r.requests).toHaveLength(5);
     for (const req of r.requests) expect(req.body).toEqual(eventList(events(0, 2)));
+  });
+
+  it('waits for each retry on its clock, and a close ends the wait', async () => {
+    const r = await receiver([503, 503]);
+    const clock = fakeClock();
+    const path = await kubeconfig({ server: r.server, 'certificate-authority-data': base64(ca.certPem) });
+    const sink = closing(await newWebhookSink({ kubeconfigPath: path, initialBackoffMs: 1_000, clock }));
+    const written = sink.write(events(0, 1));
+    await eventually(() => expect(clock.pending()).toHaveLength(1));
+    expect(r.requests).toHaveLength(1);
+    // The first pause: the initial backoff, and at most a fifth more.
+    expect(clock.pending()[0]).toBeGreaterThanOrEqual(1_000);
+    expect(clock.pending()[0]).toBeLessThanOrEqual(1_200);
+    clock.advance(1_200);
+    await eventually(() => expect(clock.pending()).toHaveLength(1));
+    expect(r.requests).toHaveLength(2);
+    const refused = expect(written).rejects.toMatchObject({ code: AUDIT_CLOSED });
+    await sink.close();
+    await refused;
+    expect(clock.pending()).toHaveLength(0);
+    expect(r.requests).toHaveLength(2);
   });
 
   it('gives up after maxRetries', async () => {

@@ -5,11 +5,11 @@ import { createPrivateKey } from 'node:crypto';
 import { readdir, readFile, unlink } from 'node:fs/promises';
 import { basename, dirname, extname, join, resolve } from 'node:path';
 import { finished } from 'node:stream/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createStream, type RotatingFileStream } from 'rotating-file-stream';
 import { Agent, request } from 'undici';
 import { parse } from 'yaml';
 import { exponentialBackoff } from '../../lib/backoff.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import { certificateFingerprints, decodeCABundle } from '../../lib/pki/pem.ts';
 import {
   AUDIT_CLOSED,
@@ -233,6 +233,8 @@ export interface WebhookSinkOptions {
   maxRetries?: number;
   /** The deadline of one attempt, from connecting to the end of the answer. Default: 10 s. */
   timeoutMs?: number;
+  /** What the pauses between attempts wait on. Default: systemClock. */
+  clock?: Clock;
 }
 
 /**
@@ -287,6 +289,7 @@ export async function newWebhookClient(
   const initialBackoffMs = opts.initialBackoffMs ?? DEFAULT_WEBHOOK_INITIAL_BACKOFF_MS;
   const maxRetries = opts.maxRetries ?? DEFAULT_WEBHOOK_MAX_RETRIES;
   const timeoutMs = opts.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS;
+  const clock = opts.clock ?? systemClock;
   const target = await loadWebhookTarget(opts.kubeconfigPath);
   const where = `${what} ${target.url.host}`;
 
@@ -351,11 +354,7 @@ export async function newWebhookClient(
         const pauseMs =
           exponentialBackoff(attempt, initialBackoffMs, MAX_WEBHOOK_BACKOFF_MS) *
           (1 + Math.random() * BACKOFF_JITTER);
-        try {
-          await sleep(pauseMs, undefined, { signal: closing.signal, ref: false });
-        } catch {
-          throw closedError();
-        }
+        if (!(await pause(clock, pauseMs, closing.signal))) throw closedError();
       }
     },
     close() {
@@ -386,6 +385,25 @@ export async function newWebhookSink(opts: WebhookSinkOptions): Promise<AuditSin
     },
     close: () => client.close(),
   };
+}
+
+/**
+ * Waits `ms` on `clock`: true once it has passed, false as soon as `signal` aborts. The timer does not keep the
+ * process alive, as a pause before a retry is never all there is left to do.
+ */
+function pause(clock: Clock, ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const aborted = (): void => {
+      clock.clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = clock.setTimeout(() => {
+      signal.removeEventListener('abort', aborted);
+      resolve(true);
+    }, ms);
+    signal.addEventListener('abort', aborted, { once: true });
+  });
 }
 
 /** The innermost message of a connection error ("connect ECONNREFUSED 127.0.0.1:443"), no more. */

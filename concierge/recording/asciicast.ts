@@ -185,133 +185,150 @@ export async function newRecorder(opts: RecorderOptions): Promise<Recorder> {
       },
     );
   }
-  return newOpenRecorder(opts, handle, start, headerBytes, maxPendingBytes);
+  return new OpenRecorder(opts, handle, start, headerBytes, maxPendingBytes);
 }
 
-function newOpenRecorder(
-  opts: RecorderOptions,
-  handle: FileHandle,
-  start: number,
-  headerBytes: number,
-  maxPendingBytes: number,
-): Recorder {
-  const text = {
+/** A recording whose header is written: events become lines, queued and written one batch at a time. */
+class OpenRecorder implements Recorder {
+  private readonly text = {
     stdout: { decoder: new StringDecoder('utf8'), code: 'o' },
     stderr: { decoder: new StringDecoder('utf8'), code: 'o' },
     stdin: { decoder: new StringDecoder('utf8'), code: 'i' },
   };
-  let bytes = headerBytes;
-  let truncated = false;
+  private written: number;
+  private cut = false;
   /** Set by a cut or by close(): nothing more is recorded. */
-  let stopped = false;
+  private stopped = false;
   /** Invariant: `pendingBytes` is the UTF-8 length of `pending`, lines not yet handed to a write. */
-  let pending: string[] = [];
-  let pendingBytes = 0;
+  private pending: string[] = [];
+  private pendingBytes = 0;
   /** The one write in progress; it never rejects (a failure lands in `writeError`). */
-  let writing: Promise<void> | undefined;
-  let writeError: unknown;
-  let closing: Promise<void> | undefined;
+  private writing: Promise<void> | undefined;
+  private writeError: unknown;
+  private closing: Promise<void> | undefined;
   /** Seconds of the last event: a wall clock set back must not make the times run backwards. */
-  let last = 0;
+  private last = 0;
+  private readonly opts: RecorderOptions;
+  private readonly handle: FileHandle;
+  private readonly start: number;
+  private readonly maxPendingBytes: number;
 
-  const seconds = (): number => {
-    last = Math.max(last, Math.round((opts.clock.now() - start) * 1000) / 1e6);
-    return last;
-  };
+  constructor(
+    opts: RecorderOptions,
+    handle: FileHandle,
+    start: number,
+    headerBytes: number,
+    maxPendingBytes: number,
+  ) {
+    this.opts = opts;
+    this.handle = handle;
+    this.start = start;
+    this.written = headerBytes;
+    this.maxPendingBytes = maxPendingBytes;
+  }
 
-  const pump = (): void => {
-    if (writing || pending.length === 0) return;
-    const data = Buffer.from(pending.join(''));
-    pending = [];
-    pendingBytes = 0;
-    writing = writeAll(handle, data).then(
-      () => {
-        writing = undefined;
-        pump();
-      },
-      (err: unknown) => {
-        writing = undefined;
-        writeError ??= err;
-        truncated = true;
-        stopped = true;
-        pending = [];
-        pendingBytes = 0;
-      },
-    );
-  };
+  get bytes(): number {
+    return this.written;
+  }
 
-  const queue = (line: string, size: number): void => {
-    pending.push(line);
-    pendingBytes += size;
-    bytes += size;
-    pump();
-  };
+  get truncated(): boolean {
+    return this.cut;
+  }
 
-  const append = (code: string, data: string): void => {
-    if (stopped) return;
-    const line = `${JSON.stringify([seconds(), code, data])}\n`;
+  event(channel: Channel, data: Buffer): void {
+    if (this.stopped || (channel === 'stdin' && !this.opts.stdin)) return;
+    switch (channel) {
+      case 'stdin':
+      case 'stdout':
+      case 'stderr': {
+        const { decoder, code } = this.text[channel];
+        const chars = decoder.write(data);
+        if (chars !== '') this.append(code, chars);
+        return;
+      }
+      case 'resize': {
+        const size = terminalSize(data);
+        if (size) this.append('r', size);
+        return;
+      }
+      case 'error':
+        return this.append('m', errorMarker(data));
+    }
+  }
+
+  close(reason?: string): Promise<void> {
+    this.closing ??= this.finish(reason);
+    return this.closing;
+  }
+
+  /** The last characters and `reason` recorded, every write awaited, the file closed; rejects if a write failed. */
+  private async finish(reason: string | undefined): Promise<void> {
+    for (const [channel, { decoder, code }] of Object.entries(this.text)) {
+      const rest = decoder.end();
+      if (rest !== '' && (channel !== 'stdin' || this.opts.stdin)) this.append(code, rest);
+    }
+    if (reason !== undefined) this.append('m', reason);
+    this.stopped = true;
+    while (this.writing) await this.writing;
+    try {
+      await this.handle.close();
+    } catch (err) {
+      this.writeError ??= err;
+    }
+    if (this.writeError !== undefined)
+      throw new SealionError(
+        RECORDING_WRITE,
+        `write recording ${this.opts.path}: ${(this.writeError as Error).message}`,
+        { cause: this.writeError },
+      );
+  }
+
+  private seconds(): number {
+    this.last = Math.max(this.last, Math.round((this.opts.clock.now() - this.start) * 1000) / 1e6);
+    return this.last;
+  }
+
+  /** One event's line, or the marker that cuts the recording when it would pass a bound. */
+  private append(code: string, data: string): void {
+    if (this.stopped) return;
+    const line = `${JSON.stringify([this.seconds(), code, data])}\n`;
     const size = Buffer.byteLength(line);
     let cut: string | undefined;
-    if (bytes + size > opts.maxBytes - TRUNCATION_RESERVE) cut = 'size limit reached';
-    else if (pendingBytes + size > maxPendingBytes) cut = 'writes fell behind the session';
-    if (!cut) return queue(line, size);
-    truncated = true;
-    stopped = true;
-    const marker = `${JSON.stringify([seconds(), 'm', `recording truncated: ${cut}`])}\n`;
-    queue(marker, Buffer.byteLength(marker));
-  };
+    if (this.written + size > this.opts.maxBytes - TRUNCATION_RESERVE) cut = 'size limit reached';
+    else if (this.pendingBytes + size > this.maxPendingBytes) cut = 'writes fell behind the session';
+    if (!cut) return this.queue(line, size);
+    this.cut = true;
+    this.stopped = true;
+    const marker = `${JSON.stringify([this.seconds(), 'm', `recording truncated: ${cut}`])}\n`;
+    this.queue(marker, Buffer.byteLength(marker));
+  }
 
-  return {
-    event(channel, data) {
-      if (stopped || (channel === 'stdin' && !opts.stdin)) return;
-      switch (channel) {
-        case 'stdin':
-        case 'stdout':
-        case 'stderr': {
-          const { decoder, code } = text[channel];
-          const chars = decoder.write(data);
-          if (chars !== '') append(code, chars);
-          return;
-        }
-        case 'resize': {
-          const size = terminalSize(data);
-          if (size) append('r', size);
-          return;
-        }
-        case 'error':
-          return append('m', errorMarker(data));
-      }
-    },
-    close(reason) {
-      closing ??= (async () => {
-        for (const [channel, { decoder, code }] of Object.entries(text)) {
-          const rest = decoder.end();
-          if (rest !== '' && (channel !== 'stdin' || opts.stdin)) append(code, rest);
-        }
-        if (reason !== undefined) append('m', reason);
-        stopped = true;
-        while (writing) await writing;
-        try {
-          await handle.close();
-        } catch (err) {
-          writeError ??= err;
-        }
-        if (writeError !== undefined)
-          throw new SealionError(
-            RECORDING_WRITE,
-            `write recording ${opts.path}: ${(writeError as Error).message}`,
-            {
-              cause: writeError,
-            },
-          );
-      })();
-      return closing;
-    },
-    get bytes() {
-      return bytes;
-    },
-    get truncated() {
-      return truncated;
-    },
-  };
+  private queue(line: string, size: number): void {
+    this.pending.push(line);
+    this.pendingBytes += size;
+    this.written += size;
+    this.pump();
+  }
+
+  /** Starts a write of every pending line unless one is under way; a failed write cuts the recording. */
+  private pump(): void {
+    if (this.writing || this.pending.length === 0) return;
+    const data = Buffer.from(this.pending.join(''));
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.writing = writeAll(this.handle, data).then(
+      () => {
+        this.writing = undefined;
+        this.pump();
+      },
+      (err: unknown) => {
+        this.writing = undefined;
+        this.writeError ??= err;
+        this.cut = true;
+        this.stopped = true;
+        this.pending = [];
+        this.pendingBytes = 0;
+      },
+    );
+  }
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { Writable } from 'node:stream';
+import type { Clock } from '../../lib/clock.ts';
 import { ASCIICAST_MALFORMED, parseAsciicast, play, PLAYBACK_OPTIONS, type Asciicast } from './playback.ts';
 
 const HEADER = '{"version":2,"width":80,"height":24,"timestamp":1700000000}';
@@ -26,14 +27,17 @@ async function played(
       done();
     },
   });
-  await play(recording, out, {
-    ...opts,
+  const clock: Clock = {
     now: () => now,
-    sleep: async (ms) => {
+    setTimeout(fire, ms) {
       happened.push(ms);
       now += ms;
+      queueMicrotask(fire);
+      return undefined;
     },
-  });
+    clearTimeout: () => {},
+  };
+  await play(recording, out, { ...opts, clock });
   return happened;
 }
 

@@ -2,7 +2,7 @@
 // for the CLI. It depends on nothing of the concierge's: the CLI carries it without the server.
 import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import { setTimeout as timer } from 'node:timers/promises';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import { SealionError } from '../../lib/errors.ts';
 import { newTerminalFilter } from './terminal-filter.ts';
 
@@ -26,10 +26,25 @@ export interface PlayOptions {
    * `idle_time_limit` when it has one, else no cap.
    */
   maxIdleSeconds?: number;
-  /** Waits this many milliseconds; default: a timer. Tests pass their own. */
-  sleep?: (ms: number) => Promise<void>;
-  /** Milliseconds on a clock that only moves forward; default: performance.now(). Tests pass their own. */
-  now?: () => number;
+  /**
+   * The waits' clock. Default: `playbackClock`, the system's timers read against a clock that only moves forward.
+   * Tests pass their own.
+   */
+  clock?: Clock;
+}
+
+/**
+ * The system's timers, with the time read from performance's clock rather than the wall clock: a wall clock set back
+ * or forward during a replay would stall it or rush it.
+ */
+export const playbackClock: Clock = {
+  ...systemClock,
+  now: () => performance.timeOrigin + performance.now(),
+};
+
+/** Waits `ms` on `clock`. The timer keeps the process alive: the replay is what the CLI is waiting for. */
+function sleep(clock: Clock, ms: number): Promise<void> {
+  return new Promise((resolve) => clock.setTimeout(resolve, ms, { keepAlive: true }));
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -97,14 +112,13 @@ export async function play(cast: Asciicast, out: NodeJS.WritableStream, opts: Pl
       PLAYBACK_OPTIONS,
       `play: maxIdleSeconds: must be 0 or more, not ${maxIdleSeconds}`,
     );
-  const sleep = opts.sleep ?? ((ms: number) => timer(ms));
-  const now = opts.now ?? (() => performance.now());
+  const clock = opts.clock ?? playbackClock;
 
   const filter = newTerminalFilter();
   const write = async (text: string): Promise<void> => {
     if (text !== '' && !out.write(text)) await once(out, 'drain');
   };
-  const start = now();
+  const start = clock.now();
   /** Milliseconds after `start` at which the next output is due. */
   let due = 0;
   let previous = 0;
@@ -114,8 +128,8 @@ export async function play(cast: Asciicast, out: NodeJS.WritableStream, opts: Pl
     const gap = Math.max(0, time - previous);
     previous = Math.max(previous, time);
     due += (Math.min(gap, maxIdleSeconds) * 1000) / opts.speed;
-    const wait = due - (now() - start);
-    if (wait > 0) await sleep(wait);
+    const wait = due - (clock.now() - start);
+    if (wait > 0) await sleep(clock, wait);
     await write(filter.write(data));
   }
   await write(filter.end());

@@ -12,7 +12,7 @@ import type { Clock } from '../../lib/clock.ts';
 import { systemClock } from '../../lib/clock.ts';
 import type { UpgradeTap } from '../../lib/http2/upgrade.ts';
 import type { Logger } from '../../lib/log.ts';
-import { newRecorder, type Recorder } from './asciicast.ts';
+import { newRecorder, type Recorder, type RecordingHeader } from './asciicast.ts';
 import { newStreamDecoder } from './terminal-streams.ts';
 import type { RecordingUploader } from './upload.ts';
 
@@ -99,166 +99,252 @@ export class Unrecordable extends Error {
 }
 
 export function newRecordings(opts: RecordingOptions): Recordings {
-  const clock = opts.clock ?? systemClock;
   const maxBytes = opts.maxBytes ?? DEFAULT_MAX_SESSION_BYTES;
   const maxTotalBytes = opts.maxTotalBytes ?? DEFAULT_MAX_TOTAL_BYTES;
   if (!(maxBytes >= MIN_SESSION_BYTES))
     throw new Error(`recording: a session may not take less than ${MIN_SESSION_BYTES} bytes`);
   if (!(maxTotalBytes >= maxBytes))
     throw new Error('recording: the folder may not take less than one session');
-  const stdin = opts.stdin ?? false;
-  const required = opts.required ?? false;
   mkdirSync(opts.dir, { recursive: true, mode: 0o700 });
-  const pathOf = (id: string): string | undefined =>
-    RECORDING_NAME.test(`${id}.cast`) ? join(opts.dir, `${id}.cast`) : undefined;
+  const folder = new RecordingFolder(opts.dir, maxBytes, maxTotalBytes, opts.log);
+  const settings: SessionSettings = {
+    maxBytes,
+    stdin: opts.stdin ?? false,
+    required: opts.required ?? false,
+    clock: opts.clock ?? systemClock,
+    log: opts.log,
+    uploader: opts.uploader,
+  };
+  return {
+    required: settings.required,
+    open: (facts) => openSession(folder, settings, facts),
+    async list() {
+      return (await folder.listed()).reverse();
+    },
+    read: (id) => folder.read(id),
+  };
+}
+
+/** What every session's recording is made with. */
+interface SessionSettings {
+  maxBytes: number;
+  stdin: boolean;
+  required: boolean;
+  clock: Clock;
+  log: Logger;
+  uploader: Pick<RecordingUploader, 'add'> | undefined;
+}
+
+/** The recordings' folder: what is in it, what is being written, and the room left. */
+class RecordingFolder {
   /** Recordings being written: each counts as its whole limit until it is closed. */
-  const open = new Set<string>();
+  private readonly open = new Set<string>();
+  private readonly dir: string;
+  private readonly maxBytes: number;
+  private readonly maxTotalBytes: number;
+  private readonly log: Logger;
+
+  constructor(dir: string, maxBytes: number, maxTotalBytes: number, log: Logger) {
+    this.dir = dir;
+    this.maxBytes = maxBytes;
+    this.maxTotalBytes = maxTotalBytes;
+    this.log = log;
+  }
+
+  /** The file of recording `id`; undefined when `id` is not a name a recording can have. */
+  pathOf(id: string): string | undefined {
+    return RECORDING_NAME.test(`${id}.cast`) ? join(this.dir, `${id}.cast`) : undefined;
+  }
 
   /** The recordings in the folder, oldest first (the open ones too). */
-  const listed = async (): Promise<RecordingInfo[]> => {
+  async listed(): Promise<RecordingInfo[]> {
     const found: RecordingInfo[] = [];
-    for (const name of await readdir(opts.dir)) {
+    for (const name of await readdir(this.dir)) {
       const match = RECORDING_NAME.exec(name);
       if (!match) continue;
       try {
-        const info = await stat(join(opts.dir, name));
+        const info = await stat(join(this.dir, name));
         found.push({ id: match[1]!, bytes: info.size, modified: info.mtime.toISOString() });
       } catch {
         // Removed meanwhile.
       }
     }
     return found.sort((a, b) => a.modified.localeCompare(b.modified));
-  };
+  }
+
+  read(id: string): ReadStream | undefined {
+    const path = this.pathOf(id);
+    if (!path) return undefined;
+    try {
+      statSync(path);
+    } catch {
+      return undefined;
+    }
+    return createReadStream(path);
+  }
 
   /**
    * Room for one more session within maxTotalBytes, the oldest closed recordings removed to make it: the volume never
    * fills (a kubelet evicts a pod whose emptyDir does, and the eviction would take every recording with it). Rejects
    * when the sessions being recorded leave no room.
    */
-  const makeRoom = async (): Promise<void> => {
-    const all = await listed();
+  async makeRoom(): Promise<void> {
+    const { open, maxBytes, maxTotalBytes } = this;
+    const all = await this.listed();
     let used = open.size * maxBytes;
     for (const r of all) if (!open.has(r.id)) used += r.bytes;
     for (const r of all) {
       if (used + maxBytes <= maxTotalBytes) return;
       if (open.has(r.id)) continue;
-      await unlink(join(opts.dir, `${r.id}.cast`)).catch(() => {});
+      await unlink(join(this.dir, `${r.id}.cast`)).catch(() => {});
       used -= r.bytes;
-      opts.log.info({ id: r.id, bytes: r.bytes }, 'an old recording was removed to make room');
+      this.log.info({ id: r.id, bytes: r.bytes }, 'an old recording was removed to make room');
     }
     if (used + maxBytes > maxTotalBytes)
       throw new Unrecordable('the sessions being recorded leave no room for another recording');
-  };
+  }
 
+  /** Counts recording `id` as being written (at its whole limit) until `done(id)`. */
+  writing(id: string): void {
+    this.open.add(id);
+  }
+
+  done(id: string): void {
+    this.open.delete(id);
+  }
+}
+
+/** Opens the recording of one session: room made for it, its file created with its header. */
+async function openSession(
+  folder: RecordingFolder,
+  settings: SessionSettings,
+  facts: SessionFacts,
+): Promise<SessionRecording> {
+  const path = folder.pathOf(facts.auditID);
+  if (!path) throw new Unrecordable('the session has no audit ID a recording can be named by');
+  await folder.makeRoom();
+  folder.writing(facts.auditID);
+  let recorder: Recorder;
+  try {
+    recorder = await newRecorder({
+      path,
+      maxBytes: settings.maxBytes,
+      stdin: settings.stdin,
+      clock: settings.clock,
+      header: headerOf(facts),
+    });
+  } catch (err) {
+    folder.done(facts.auditID);
+    throw err;
+  }
+  return new OpenRecording(folder, settings, facts.auditID, path, recorder);
+}
+
+/** The recording's header: its title, and the fields that join it to the session's audit events. */
+function headerOf(facts: SessionFacts): RecordingHeader {
+  const container = facts.query.get('container');
+  const command = facts.query.getAll('command');
   return {
-    required,
-    async open(facts) {
-      const path = pathOf(facts.auditID);
-      if (!path) throw new Unrecordable('the session has no audit ID a recording can be named by');
-      await makeRoom();
-      const container = facts.query.get('container');
-      const command = facts.query.getAll('command');
-      open.add(facts.auditID);
-      let recorder: Recorder;
-      try {
-        recorder = await newRecorder({
-          path,
-          maxBytes,
-          stdin,
-          clock,
-          header: {
-            title: `${facts.subresource} ${facts.namespace}/${facts.pod}`,
-            sealion: {
-              auditID: facts.auditID,
-              user: facts.user,
-              cluster: facts.cluster,
-              namespace: facts.namespace,
-              pod: facts.pod,
-              ...(container ? { container } : {}),
-              ...(facts.subresource === 'exec' ? { command } : {}),
-            },
-          },
-        });
-      } catch (err) {
-        open.delete(facts.auditID);
-        throw err;
-      }
-      /** Whether the upstream switched protocols: a session refused before that recorded nothing worth keeping. */
-      let started = false;
-      let closed: Promise<void> | undefined;
-      // A failed last write is logged, never thrown at whoever ends the session.
-      const close = (reason?: string): Promise<void> =>
-        (closed ??= recorder
-          .close(reason)
-          .then(() => (started ? opts.uploader?.add(facts.auditID, path) : unlink(path)))
-          .catch((err: unknown) => {
-            opts.log.warn(
-              { id: facts.auditID, err: (err as Error).message },
-              'a recording could not be finished',
-            );
-          })
-          .finally(() => open.delete(facts.auditID)));
-      return {
-        id: facts.auditID,
-        required,
-        tap(res, abort) {
-          started = true;
-          const protocol = String(
-            res.headers['sec-websocket-protocol'] ?? res.headers['x-stream-protocol-version'] ?? '',
-          );
-          const decoder = newStreamDecoder(
-            { upgrade: String(res.headers['upgrade'] ?? ''), protocol },
-            { data: (channel, bytes) => recorder.event(channel, bytes) },
-          );
-          if (!decoder) {
-            const why = `the session's protocol (${protocol || 'none'}) cannot be recorded`;
-            void close(why);
-            return new Unrecordable(why);
-          }
-          let stopped = false;
-          /**
-           * A session whose recording stopped (its bytes could not be decoded, or it reached its size limit) goes on
-           * unrecorded, said in the log; where recording is required it ends there.
-           */
-          const check = (): void => {
-            if (stopped) return;
-            const problem =
-              decoder.failure ?? (recorder.truncated ? 'the recording reached its size limit' : undefined);
-            if (!problem) return;
-            stopped = true;
-            opts.log.warn({ id: facts.auditID, problem, required }, 'a session stopped being recorded');
-            void close(`recording stopped: ${problem}`);
-            if (required) abort();
-          };
-          return {
-            fromClient(chunk) {
-              decoder.fromClient(chunk);
-              check();
-            },
-            fromServer(chunk) {
-              decoder.fromServer(chunk);
-              check();
-            },
-            end: () => void close(),
-          };
-        },
-        close,
-      };
-    },
-    async list() {
-      return (await listed()).reverse();
-    },
-    read(id) {
-      const path = pathOf(id);
-      if (!path) return undefined;
-      try {
-        statSync(path);
-      } catch {
-        return undefined;
-      }
-      return createReadStream(path);
+    title: `${facts.subresource} ${facts.namespace}/${facts.pod}`,
+    sealion: {
+      auditID: facts.auditID,
+      user: facts.user,
+      cluster: facts.cluster,
+      namespace: facts.namespace,
+      pod: facts.pod,
+      ...(container ? { container } : {}),
+      ...(facts.subresource === 'exec' ? { command } : {}),
     },
   };
+}
+
+/** One session's recording, from its open file to its close (kept and uploaded, or removed when it never started). */
+class OpenRecording implements SessionRecording {
+  readonly id: string;
+  readonly required: boolean;
+  /** Whether the upstream switched protocols: a session refused before that recorded nothing worth keeping. */
+  private started = false;
+  private closed: Promise<void> | undefined;
+  private readonly folder: RecordingFolder;
+  private readonly settings: SessionSettings;
+  private readonly path: string;
+  private readonly recorder: Recorder;
+
+  constructor(
+    folder: RecordingFolder,
+    settings: SessionSettings,
+    id: string,
+    path: string,
+    recorder: Recorder,
+  ) {
+    this.folder = folder;
+    this.settings = settings;
+    this.id = id;
+    this.required = settings.required;
+    this.path = path;
+    this.recorder = recorder;
+  }
+
+  close(reason?: string): Promise<void> {
+    const { id, path, settings } = this;
+    // A failed last write is logged, never thrown at whoever ends the session.
+    return (this.closed ??= this.recorder
+      .close(reason)
+      .then(() => (this.started ? settings.uploader?.add(id, path) : unlink(path)))
+      .catch((err: unknown) => {
+        settings.log.warn({ id, err: (err as Error).message }, 'a recording could not be finished');
+      })
+      .finally(() => this.folder.done(id)));
+  }
+
+  tap(res: IncomingMessage, abort: () => void): UpgradeTap | Unrecordable {
+    this.started = true;
+    const protocol = String(
+      res.headers['sec-websocket-protocol'] ?? res.headers['x-stream-protocol-version'] ?? '',
+    );
+    const decoder = newStreamDecoder(
+      { upgrade: String(res.headers['upgrade'] ?? ''), protocol },
+      { data: (channel, bytes) => this.recorder.event(channel, bytes) },
+    );
+    if (!decoder) {
+      const why = `the session's protocol (${protocol || 'none'}) cannot be recorded`;
+      void this.close(why);
+      return new Unrecordable(why);
+    }
+    const check = this.stopWhenBroken(() => decoder.failure, abort);
+    return {
+      fromClient(chunk) {
+        decoder.fromClient(chunk);
+        check();
+      },
+      fromServer(chunk) {
+        decoder.fromServer(chunk);
+        check();
+      },
+      end: () => void this.close(),
+    };
+  }
+
+  /**
+   * A check after each chunk: a session whose recording stopped (its bytes could not be decoded, or it reached its
+   * size limit) goes on unrecorded, said in the log; where recording is required it ends there.
+   */
+  private stopWhenBroken(decoderFailure: () => string | undefined, abort: () => void): () => void {
+    let stopped = false;
+    return () => {
+      if (stopped) return;
+      const problem =
+        decoderFailure() ?? (this.recorder.truncated ? 'the recording reached its size limit' : undefined);
+      if (!problem) return;
+      stopped = true;
+      this.settings.log.warn(
+        { id: this.id, problem, required: this.required },
+        'a session stopped being recorded',
+      );
+      void this.close(`recording stopped: ${problem}`);
+      if (this.required) abort();
+    };
+  }
 }
 
 /** The recordings of every replica, as a user asks for them through any one. */

@@ -99,121 +99,34 @@ const NOT_PLAIN = /[\x00-\x1f\x7f-\x9f\ud800-\udfff]/g;
 
 /** A new filter for one recording's output, in its ground state. */
 export function newTerminalFilter(): TerminalFilter {
-  let state: State = State.Ground;
+  return new VtFilter();
+}
+
+/** The C0 controls a replay passes; they act inside escape and control sequences too, as terminals do. */
+const isPassedControl = (c: number): boolean => c === BS || c === TAB || c === LF || c === CR;
+
+/** The parser's state between writes, and a method per group of states it reads in. */
+class VtFilter implements TerminalFilter {
+  private state: State = State.Ground;
   /** The parameters of the control sequence being read (digits, ';' and ':'), at most MAX_PARAMS long. */
-  let params = '';
+  private params = '';
   /** The control sequence being read has a private marker or an intermediate: it will be dropped. */
-  let unusual = false;
+  private unusual = false;
   /** A high surrogate that ended the last text: the first half of a character the next text completes. */
-  let held = '';
+  private held = '';
   /** An SGR set colours or attributes that no reset has cleared since. */
-  let styled = false;
+  private styled = false;
 
-  /** The C0 controls a replay passes; they act inside escape and control sequences too, as terminals do. */
-  const isPassedControl = (c: number): boolean => c === BS || c === TAB || c === LF || c === CR;
-
-  /** The transitions that apply in every state: ESC, CAN, SUB and the C1 controls. True when `c` was one. */
-  const anywhere = (c: number): boolean => {
-    if (c === ESC) state = State.Escape;
-    else if (c === CAN || c === SUB) state = State.Ground;
-    else if (c >= 0x80 && c <= 0x9f) {
-      // The 8-bit forms of ESC P, ESC X, ESC [, ESC ], ESC ^, ESC _; ST and the rest end what was being read.
-      if (c === 0x90 || c === 0x98 || c === 0x9e || c === 0x9f) state = State.ControlString;
-      else if (c === 0x9b) state = State.CsiEntry;
-      else if (c === 0x9d) state = State.OscString;
-      else state = State.Ground;
-    } else return false;
-    params = '';
-    unusual = false;
-    return true;
-  };
-
-  /** The end of a control sequence: its 7-bit form when SAFE_CSI passes it, else nothing. */
-  const dispatch = (final: string): string => {
-    state = State.Ground;
-    const allowed = !unusual && SAFE_CSI[final]?.test(params) === true;
-    const sequence = allowed ? `\x1b[${params}${final}` : '';
-    if (allowed && final === 'm') styled = !isReset(params);
-    params = '';
-    unusual = false;
-    return sequence;
-  };
-
-  /** One character (a code point; a lone surrogate stands for itself) in an escape or control sequence state. */
-  const inSequence = (c: number, char: string): string => {
-    if (isPassedControl(c) && state !== State.OscString && state !== State.ControlString) return char;
-    if (c < 0x20 || c === DEL) {
-      if (c === BEL && state === State.OscString) state = State.Ground;
-      return '';
-    }
-    switch (state) {
-      case State.Escape:
-        if (c <= 0x2f) state = State.EscapeIntermediate;
-        else if (c === 0x5b) state = State.CsiEntry;
-        else if (c === 0x5d) state = State.OscString;
-        else if (c === 0x50 || c === 0x58 || c === 0x5e || c === 0x5f) state = State.ControlString;
-        // Any other escape sequence (charsets, keypad modes, reset, index, save and restore) is dropped.
-        else state = State.Ground;
-        return '';
-      case State.EscapeIntermediate:
-        if (c > 0x2f) state = State.Ground;
-        return '';
-      case State.CsiEntry:
-      case State.CsiParam:
-      case State.CsiIntermediate:
-        return inControlSequence(c, char);
-      case State.CsiIgnore:
-        if (c >= 0x40 && c <= 0x7e) state = State.Ground;
-        return '';
-      default:
-        // OSC and control strings: their content is dropped.
-        return '';
-    }
-  };
-
-  /** A character of a control sequence (CSI) after its introducer, before its final character. */
-  const inControlSequence = (c: number, char: string): string => {
-    if (c >= 0x40 && c <= 0x7e) return dispatch(char);
-    if (c > 0x7e) {
-      // Not part of any control sequence: the sequence is broken, and read to its end as one to drop.
-      state = State.CsiIgnore;
-    } else if (c <= 0x2f) {
-      unusual = true;
-      state = State.CsiIntermediate;
-    } else if (state === State.CsiIntermediate) {
-      state = State.CsiIgnore;
-    } else if (c >= 0x3c) {
-      // A private marker ('<', '=', '>', '?') only comes first.
-      if (state === State.CsiParam) state = State.CsiIgnore;
-      else {
-        unusual = true;
-        state = State.CsiParam;
-      }
-    } else if (params.length >= MAX_PARAMS) {
-      state = State.CsiIgnore;
-    } else {
-      params += char;
-      state = State.CsiParam;
-    }
-    return '';
-  };
-
-  /** In the ground state, what stopped a run of plain text: a whole character beyond the BMP passes, a half does not. */
-  const inGround = (c: number, char: string): string => {
-    if (c >= 0x20 && c !== DEL) return isSurrogate(c) ? REPLACEMENT : char;
-    return isPassedControl(c) ? char : '';
-  };
-
-  const write = (text: string): string => {
-    let input = held + text;
-    held = '';
+  write(text: string): string {
+    let input = this.held + text;
+    this.held = '';
     if (input.length > 0 && isHighSurrogate(input.charCodeAt(input.length - 1))) {
-      held = input.slice(-1);
+      this.held = input.slice(-1);
       input = input.slice(0, -1);
     }
     let out = '';
     for (let i = 0; i < input.length;) {
-      if (state === State.Ground) {
+      if (this.state === State.Ground) {
         // Most output is plain text: copied up to the next control or surrogate in one slice.
         NOT_PLAIN.lastIndex = i;
         const stop = NOT_PLAIN.exec(input)?.index ?? input.length;
@@ -223,21 +136,119 @@ export function newTerminalFilter(): TerminalFilter {
       }
       const c = input.codePointAt(i)!;
       const char = c > 0xffff ? input.slice(i, i + 2) : input.charAt(i);
-      if (!anywhere(c)) out += state === State.Ground ? inGround(c, char) : inSequence(c, char);
+      if (!this.anywhere(c))
+        out += this.state === State.Ground ? inGround(c, char) : this.inSequence(c, char);
       i += char.length;
     }
     return out;
-  };
+  }
 
-  const end = (): string => {
-    const out = (held ? REPLACEMENT : '') + (styled ? '\x1b[0m' : '');
-    state = State.Ground;
-    params = '';
-    unusual = false;
-    held = '';
-    styled = false;
+  end(): string {
+    const out = (this.held ? REPLACEMENT : '') + (this.styled ? '\x1b[0m' : '');
+    this.state = State.Ground;
+    this.params = '';
+    this.unusual = false;
+    this.held = '';
+    this.styled = false;
     return out;
-  };
+  }
 
-  return { write, end };
+  /** The transitions that apply in every state: ESC, CAN, SUB and the C1 controls. True when `c` was one. */
+  private anywhere(c: number): boolean {
+    if (c === ESC) this.state = State.Escape;
+    else if (c === CAN || c === SUB) this.state = State.Ground;
+    else if (c >= 0x80 && c <= 0x9f) {
+      // The 8-bit forms of ESC P, ESC X, ESC [, ESC ], ESC ^, ESC _; ST and the rest end what was being read.
+      if (c === 0x90 || c === 0x98 || c === 0x9e || c === 0x9f) this.state = State.ControlString;
+      else if (c === 0x9b) this.state = State.CsiEntry;
+      else if (c === 0x9d) this.state = State.OscString;
+      else this.state = State.Ground;
+    } else return false;
+    this.params = '';
+    this.unusual = false;
+    return true;
+  }
+
+  /** The end of a control sequence: its 7-bit form when SAFE_CSI passes it, else nothing. */
+  private dispatch(final: string): string {
+    this.state = State.Ground;
+    const params = this.params;
+    const allowed = !this.unusual && SAFE_CSI[final]?.test(params) === true;
+    const sequence = allowed ? `\x1b[${params}${final}` : '';
+    if (allowed && final === 'm') this.styled = !isReset(params);
+    this.params = '';
+    this.unusual = false;
+    return sequence;
+  }
+
+  /** One character (a code point; a lone surrogate stands for itself) in an escape or control sequence state. */
+  private inSequence(c: number, char: string): string {
+    const state = this.state;
+    if (isPassedControl(c) && state !== State.OscString && state !== State.ControlString) return char;
+    if (c < 0x20 || c === DEL) {
+      if (c === BEL && state === State.OscString) this.state = State.Ground;
+      return '';
+    }
+    switch (state) {
+      case State.Escape:
+        this.state = afterEscape(c);
+        return '';
+      case State.EscapeIntermediate:
+        if (c > 0x2f) this.state = State.Ground;
+        return '';
+      case State.CsiEntry:
+      case State.CsiParam:
+      case State.CsiIntermediate:
+        return this.inControlSequence(c, char);
+      case State.CsiIgnore:
+        if (c >= 0x40 && c <= 0x7e) this.state = State.Ground;
+        return '';
+      default:
+        // OSC and control strings: their content is dropped.
+        return '';
+    }
+  }
+
+  /** A character of a control sequence (CSI) after its introducer, before its final character. */
+  private inControlSequence(c: number, char: string): string {
+    if (c >= 0x40 && c <= 0x7e) return this.dispatch(char);
+    if (c > 0x7e) {
+      // Not part of any control sequence: the sequence is broken, and read to its end as one to drop.
+      this.state = State.CsiIgnore;
+    } else if (c <= 0x2f) {
+      this.unusual = true;
+      this.state = State.CsiIntermediate;
+    } else if (this.state === State.CsiIntermediate) {
+      this.state = State.CsiIgnore;
+    } else if (c >= 0x3c) {
+      // A private marker ('<', '=', '>', '?') only comes first.
+      if (this.state === State.CsiParam) this.state = State.CsiIgnore;
+      else {
+        this.unusual = true;
+        this.state = State.CsiParam;
+      }
+    } else if (this.params.length >= MAX_PARAMS) {
+      this.state = State.CsiIgnore;
+    } else {
+      this.params += char;
+      this.state = State.CsiParam;
+    }
+    return '';
+  }
+}
+
+/** The state after ESC and `c`. */
+function afterEscape(c: number): State {
+  if (c <= 0x2f) return State.EscapeIntermediate;
+  if (c === 0x5b) return State.CsiEntry;
+  if (c === 0x5d) return State.OscString;
+  if (c === 0x50 || c === 0x58 || c === 0x5e || c === 0x5f) return State.ControlString;
+  // Any other escape sequence (charsets, keypad modes, reset, index, save and restore) is dropped.
+  return State.Ground;
+}
+
+/** In the ground state, what stopped a run of plain text: a whole character beyond the BMP passes, a half does not. */
+function inGround(c: number, char: string): string {
+  if (c >= 0x20 && c !== DEL) return isSurrogate(c) ? REPLACEMENT : char;
+  return isPassedControl(c) ? char : '';
 }

@@ -234,6 +234,34 @@ const MAX_CONTROL_PAYLOAD = 125;
 /** The longest frame header: 2 bytes, a 64-bit length, a 4-byte mask. */
 const MAX_FRAME_HEADER = 14;
 
+/** A complete frame header's opcode, payload length and mask; refuses reserved bits and frames past the limit. */
+function frameHeader(
+  head: Buffer,
+  side: string,
+): { opcode: number; length: number; masked: Buffer | undefined } {
+  const b0 = head[0]!;
+  const b1 = head[1]!;
+  const length7 = b1 & 0x7f;
+  let at = 2;
+  let length = length7;
+  if (length7 === 126) {
+    length = head.readUInt16BE(2);
+    at = 4;
+  } else if (length7 === 127) {
+    // Read as two halves: a high half at or past 2^21 is past 2^53 and exact in no number, and past the limit.
+    const high = head.readUInt32BE(2);
+    length = high >= 2 ** 21 ? Infinity : high * 2 ** 32 + head.readUInt32BE(6);
+    at = 10;
+  }
+  if (b0 & 0x70)
+    throw new Undecodable(`${side}: a frame has reserved bits set (an extension this decoder does not read)`);
+  if (length > MAX_FRAME_BYTES)
+    throw new Undecodable(`${side}: a frame of ${length} bytes is longer than ${MAX_FRAME_BYTES}`);
+  // Masks are honoured whichever side sent them: the splice does not judge RFC 6455's rule, so neither does this.
+  const masked = b1 & 0x80 ? Buffer.from(head.subarray(at, at + 4)) : undefined;
+  return { opcode: b0 & 0x0f, length, masked };
+}
+
 function newWebSocketReader(fromClient: boolean, protocol: WebSocketProtocol, emit: Emit): Reader {
   const side = fromClient ? 'websocket from the client' : 'websocket from the server';
   const head = Buffer.alloc(MAX_FRAME_HEADER);
@@ -256,31 +284,10 @@ function newWebSocketReader(fromClient: boolean, protocol: WebSocketProtocol, em
   };
 
   const startFrame = (): void => {
-    const b0 = head[0]!;
-    const b1 = head[1]!;
-    const opcode = b0 & 0x0f;
-    const length7 = b1 & 0x7f;
-    let at = 2;
-    let length = length7;
-    if (length7 === 126) {
-      length = head.readUInt16BE(2);
-      at = 4;
-    } else if (length7 === 127) {
-      // Read as two halves: a high half at or past 2^21 is past 2^53 and exact in no number, and past the limit.
-      const high = head.readUInt32BE(2);
-      length = high >= 2 ** 21 ? Infinity : high * 2 ** 32 + head.readUInt32BE(6);
-      at = 10;
-    }
-    if (b0 & 0x70)
-      throw new Undecodable(
-        `${side}: a frame has reserved bits set (an extension this decoder does not read)`,
-      );
-    if (length > MAX_FRAME_BYTES)
-      throw new Undecodable(`${side}: a frame of ${length} bytes is longer than ${MAX_FRAME_BYTES}`);
-    // Masks are honoured whichever side sent them: the splice does not judge RFC 6455's rule, so neither does this.
-    mask = b1 & 0x80 ? Buffer.from(head.subarray(at, at + 4)) : undefined;
+    const { opcode, length, masked } = frameHeader(head, side);
+    mask = masked;
     maskAt = 0;
-    fin = (b0 & 0x80) !== 0;
+    fin = (head[0]! & 0x80) !== 0;
     control = opcode >= OPCODE_CLOSE;
     if (control) {
       if (opcode > OPCODE_PONG) throw new Undecodable(`${side}: reserved opcode ${opcode}`);

@@ -10,19 +10,19 @@
 // door-connection.ts), so idle connections from one address cannot lock anyone out. A connection has
 // `handshakeMs` to say its version and finish its key exchange, and `loginGraceMs` from its accept to sign in (a
 // device login, waiting for a person, gets DEVICE_LOGIN_MAX_MS). Device logins hold fair places of their own.
-import { createServer, isIPv4, type AddressInfo, type Socket } from 'node:net';
+import { createServer, isIPv4, type AddressInfo, type Server, type Socket } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import ssh2 from 'ssh2';
 import type { Algorithms, AuthContext, Connection } from 'ssh2';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { systemClock, type Clock } from '../../lib/clock.ts';
-import { newFairPlaces } from '../../lib/fair-places.ts';
+import { newFairPlaces, type FairPlaces } from '../../lib/fair-places.ts';
 import type { Logger } from '../../lib/log.ts';
 import type { KeyBindings } from './bindings.ts';
 import { serveSignedIn } from './channels.ts';
 import { DoorConnection, Stage, stageName } from './door-connection.ts';
 import type { InProcessDoor } from './in-process.ts';
-import { newSignIn, type SshSettings } from './sign-in.ts';
+import { newSignIn, type SignIn, type SshSettings } from './sign-in.ts';
 
 export type { SshSettings } from './sign-in.ts';
 
@@ -140,11 +140,16 @@ interface VersionInfo {
 }
 
 export function newSshServer(opts: SshServerOptions): SshServer {
-  const limits = { ...DEFAULT_SSH_LIMITS, ...opts.limits };
-  const { log } = opts;
-  const clock = opts.clock ?? systemClock;
-  const perUser = new Tally();
-  const strangers = newFairPlaces<DoorConnection>({
+  const door = new SshDoor(opts);
+  return {
+    listen: (port, host) => door.listen(port, host),
+    close: () => door.close(),
+  };
+}
+
+/** Strangers' places: a newcomer may take the place of the connection that has made least progress. */
+function strangerPlaces(limits: SshLimits, log: Logger): FairPlaces<DoorConnection> {
+  return newFairPlaces<DoorConnection>({
     capacity: limits.unauthenticated,
     perHolder: limits.unauthenticatedPerAddress,
     rank: (conn) => conn.rank(),
@@ -153,109 +158,141 @@ export function newSshServer(opts: SshServerOptions): SshServer {
       conn.drop();
     },
   });
-  const signIn = newSignIn({
-    settings: opts.settings,
-    cache: opts.cache,
-    bindings: opts.bindings,
-    deviceLogins: newFairPlaces<DoorConnection>({
-      capacity: limits.deviceLogins,
-      perHolder: limits.deviceLoginsPerAddress,
-      rank: (conn) => conn.deviceLoginSince,
-      evict: (conn) => {
-        log.info({ ip: conn.ip }, 'ssh device login given up for a newcomer');
-        conn.drop();
-      },
-    }),
-    loginGraceMs: limits.loginGraceMs,
-    clock,
-    log,
+}
+
+/** Device logins' places: a newcomer may take the place of the oldest login. */
+function deviceLoginPlaces(limits: SshLimits, log: Logger): FairPlaces<DoorConnection> {
+  return newFairPlaces<DoorConnection>({
+    capacity: limits.deviceLogins,
+    perHolder: limits.deviceLoginsPerAddress,
+    rank: (conn) => conn.deviceLoginSince,
+    evict: (conn) => {
+      log.info({ ip: conn.ip }, 'ssh device login given up for a newcomer');
+      conn.drop();
+    },
   });
-  /** Every TCP connection by its remote address and port, which is how ssh2 names it to the handler below. */
-  const accepted = new Map<string, DoorConnection>();
+}
+
+/** The door's listener, its connections on their way in, and the bounds they are held to. */
+class SshDoor {
+  private readonly opts: SshServerOptions;
+  private readonly limits: SshLimits;
+  private readonly log: Logger;
+  private readonly clock: Clock;
+  private readonly perUser = new Tally();
+  private readonly strangers: FairPlaces<DoorConnection>;
+  private readonly signIn: SignIn;
+  /** Every TCP connection by its remote address and port, which is how ssh2 names it to onVersion. */
+  private readonly accepted = new Map<string, DoorConnection>();
+  private readonly tcp: Server;
+  private readonly server: ssh2.Server;
+
+  constructor(opts: SshServerOptions) {
+    this.opts = opts;
+    const limits = (this.limits = { ...DEFAULT_SSH_LIMITS, ...opts.limits });
+    const log = (this.log = opts.log);
+    this.clock = opts.clock ?? systemClock;
+    this.strangers = strangerPlaces(limits, log);
+    this.signIn = newSignIn({
+      settings: opts.settings,
+      cache: opts.cache,
+      bindings: opts.bindings,
+      deviceLogins: deviceLoginPlaces(limits, log),
+      loginGraceMs: limits.loginGraceMs,
+      clock: this.clock,
+      log,
+    });
+    this.tcp = createServer({ noDelay: true }, (socket: Socket) => this.accept(socket));
+    this.tcp.maxConnections = limits.connections;
+    this.server = new ssh2.Server(
+      { hostKeys: [...opts.hostKeys], ident: 'Sealion', algorithms: ALGORITHMS },
+      (client: Connection, info: VersionInfo) => this.onVersion(client, info),
+    );
+    this.server.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
+  }
+
+  listen(port: number, host: string): Promise<number> {
+    const tcp = this.tcp;
+    return new Promise((done, fail) => {
+      tcp.once('error', fail);
+      tcp.listen(port, host, () => {
+        tcp.off('error', fail);
+        tcp.on('error', (err: Error) => this.log.warn({ err: err.message }, 'ssh listener error'));
+        done((tcp.address() as AddressInfo).port);
+      });
+    });
+  }
+
+  close(): Promise<void> {
+    return new Promise((done) => {
+      this.tcp.close(() => done());
+      for (const conn of this.accepted.values()) conn.drop();
+    });
+  }
 
   // Connections are counted and timed from the TCP accept, before a byte of SSH: one that never speaks is dropped at
   // its deadline too, and one that no room can be made for is destroyed at once (a half-close would leave it to the
   // peer).
-  const tcp = createServer({ noDelay: true }, (socket: Socket) => {
+  private accept(socket: Socket): void {
     socket.on('error', () => socket.destroy());
     const ip = socket.remoteAddress ?? '';
-    const conn = new DoorConnection(socket, ip, addressKey(ip), clock);
-    conn.place = strangers.take(conn.address, conn);
+    const conn = new DoorConnection(socket, ip, addressKey(ip), this.clock);
+    conn.place = this.strangers.take(conn.address, conn);
     if (!conn.place) {
-      log.info({ ip }, 'ssh connection refused: no room for this address');
+      this.log.info({ ip }, 'ssh connection refused: no room for this address');
       return void socket.destroy();
     }
     const key = `${ip}:${socket.remotePort}`;
-    accepted.set(key, conn);
+    this.accepted.set(key, conn);
     socket.once('close', () => {
-      accepted.delete(key);
-      if (conn.user !== undefined) perUser.give(conn.user);
+      this.accepted.delete(key);
+      if (conn.user !== undefined) this.perUser.give(conn.user);
     });
-    conn.endAt(conn.acceptedAt + limits.handshakeMs);
-    server.injectSocket(socket);
-  });
-  tcp.maxConnections = limits.connections;
-
-  const server = new ssh2.Server(
-    { hostKeys: [...opts.hostKeys], ident: 'Sealion', algorithms: ALGORITHMS },
-    onVersion,
-  );
-  server.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
+    conn.endAt(conn.acceptedAt + this.limits.handshakeMs);
+    this.server.injectSocket(socket);
+  }
 
   /** A connection said its version: its key exchange, sign-in and, once signed in, its channels. */
-  function onVersion(client: Connection, info: VersionInfo): void {
-    const conn = accepted.get(`${info.ip}:${info.port}`);
+  private onVersion(client: Connection, info: VersionInfo): void {
+    const conn = this.accepted.get(`${info.ip}:${info.port}`);
     if (!conn) return void client.end();
     conn.progress(Stage.KeyExchange);
     // Printable only: it goes into a request's User-Agent (for audit) and the log.
     const software = (info.header?.versions?.software ?? 'unknown').replace(/[^\x21-\x7e]/g, '').slice(0, 64);
-    client.on('error', (err: Error) => log.debug({ ip: conn.ip, err: err.message }, 'ssh connection error'));
+    client.on('error', (err: Error) =>
+      this.log.debug({ ip: conn.ip, err: err.message }, 'ssh connection error'),
+    );
     client.once('handshake', () => {
       conn.progress(Stage.SigningIn);
-      if (conn.deviceLoginSince === undefined) conn.endAt(conn.acceptedAt + limits.loginGraceMs);
+      if (conn.deviceLoginSince === undefined) conn.endAt(conn.acceptedAt + this.limits.loginGraceMs);
     });
     const disconnect = (): void => {
       client.end();
       conn.socket.destroySoon();
     };
-    client.on('authentication', (ctx: AuthContext) => signIn(ctx, conn, disconnect));
-    client.once('ready', () => {
-      conn.endAt(undefined);
-      const identity = conn.signIn.identity!;
-      if (!perUser.take(identity.user.username, limits.connectionsPerUser)) {
-        log.info({ ip: conn.ip }, 'ssh connection refused: too many for this user');
-        return conn.drop();
-      }
-      conn.user = identity.user.username;
-      conn.place?.release();
-      log.info({ ip: conn.ip, via: identity.via, client: software }, 'ssh signed in');
-      serveSignedIn(client, conn, identity, software, {
-        door: opts.door,
-        hubName: () => opts.settings().hubName,
-        clusterNames: opts.clusterNames,
-        groupSuffix: opts.groupSuffix,
-        channelsPerConnection: limits.channelsPerConnection,
-        log,
-      });
-    });
+    client.on('authentication', (ctx: AuthContext) => this.signIn(ctx, conn, disconnect));
+    client.once('ready', () => this.onSignedIn(client, conn, software));
   }
 
-  return {
-    listen(port, host) {
-      return new Promise((done, fail) => {
-        tcp.once('error', fail);
-        tcp.listen(port, host, () => {
-          tcp.off('error', fail);
-          tcp.on('error', (err: Error) => log.warn({ err: err.message }, 'ssh listener error'));
-          done((tcp.address() as AddressInfo).port);
-        });
-      });
-    },
-    close() {
-      return new Promise((done) => {
-        tcp.close(() => done());
-        for (const conn of accepted.values()) conn.drop();
-      });
-    },
-  };
+  /** Signed in: counted against its user (or refused there), out of the strangers' places, and served. */
+  private onSignedIn(client: Connection, conn: DoorConnection, software: string): void {
+    const { limits, log, opts } = this;
+    conn.endAt(undefined);
+    const identity = conn.signIn.identity!;
+    if (!this.perUser.take(identity.user.username, limits.connectionsPerUser)) {
+      log.info({ ip: conn.ip }, 'ssh connection refused: too many for this user');
+      return conn.drop();
+    }
+    conn.user = identity.user.username;
+    conn.place?.release();
+    log.info({ ip: conn.ip, via: identity.via, client: software }, 'ssh signed in');
+    serveSignedIn(client, conn, identity, software, {
+      door: opts.door,
+      hubName: () => opts.settings().hubName,
+      clusterNames: opts.clusterNames,
+      groupSuffix: opts.groupSuffix,
+      channelsPerConnection: limits.channelsPerConnection,
+      log,
+    });
+  }
 }

@@ -228,38 +228,125 @@ export async function openWriter(
     (mode.exclusive ? 'x' : '') +
     (mode.truncate ? 't' : '') +
     (mode.append ? 'a' : '');
-  let sink = await startSink(commands, ref, path, flags, mode.createMode);
+  const sink = await startSink(commands, ref, path, flags, mode.createMode);
+  return new StreamingWriter(sink, () => startSink(commands, ref, path, '', undefined), mode, bufferBytes);
+}
+
+/**
+ * A file open for writing: the WRITEs held until the command can take them in order, given to it one after another,
+ * and the command started again where a write goes back.
+ */
+class StreamingWriter implements FileWriter {
+  private sink: Sink;
+  /** Starts the command again on the file as it is (no create, truncate or append). */
+  private readonly reopen: () => Promise<Sink>;
+  private readonly append: boolean;
+  private readonly bufferBytes: number;
   /**
    * The next byte the command writes. A truncated file starts at 0 (a write beyond it waits for the bytes before
    * it); otherwise the first write given says where (a resumed upload starts at the size the file has).
    */
-  let position: number | undefined = mode.truncate ? 0 : undefined;
+  private position: number | undefined;
   /** Whether the command has been told its offset: until then it writes nothing, and may start anywhere. */
-  let started = false;
+  private started = false;
   /** Writes not yet given to the command, in the order they came. */
-  const held: HeldWrite[] = [];
-  let heldBytes = 0;
-  let failure: SftpFailure | undefined;
+  private readonly held: HeldWrite[] = [];
+  private heldBytes = 0;
+  private failure: SftpFailure | undefined;
   /** The pumps, one after another: each gives the command what it can take of the held writes. Never rejects. */
-  let pumps: Promise<void> = Promise.resolve();
+  private pumps: Promise<void> = Promise.resolve();
 
-  const fail = (why: SftpFailure): void => {
-    failure ??= why;
-    for (const w of held.splice(0)) w.done(failure);
-    heldBytes = 0;
-  };
+  constructor(sink: Sink, reopen: () => Promise<Sink>, mode: WriteMode, bufferBytes: number) {
+    this.sink = sink;
+    this.reopen = reopen;
+    this.append = mode.append;
+    this.bufferBytes = bufferBytes;
+    this.position = mode.truncate ? 0 : undefined;
+  }
+
+  write(offset: number, data: Buffer): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.heldBytes + data.length > this.bufferBytes) {
+      return Promise.reject(
+        new SftpFailure(
+          STATUS.FAILURE,
+          `write: more than ${this.bufferBytes} bytes of writes waiting for their turn`,
+        ),
+      );
+    }
+    this.heldBytes += data.length;
+    return new Promise((resolve, reject) => {
+      this.held.push({ offset, data, done: (why) => (why ? reject(why) : resolve()) });
+      void this.pump(false);
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.pump(true);
+    if (this.failure) {
+      this.sink.running.kill();
+      throw this.failure;
+    }
+    this.sink.running.stdin.end();
+    const why = failureOf(await this.sink.outcome, 'write');
+    if (why) throw why;
+  }
+
+  abort(): void {
+    this.fail(new SftpFailure(STATUS.CONNECTION_LOST, 'the session has ended'));
+    this.sink.running.kill();
+  }
+
+  private fail(why: SftpFailure): void {
+    this.failure ??= why;
+    for (const w of this.held.splice(0)) w.done(this.failure);
+    this.heldBytes = 0;
+  }
+
+  private pump(flushing: boolean): Promise<void> {
+    return (this.pumps = this.pumps.then(() => this.giveHeld(flushing)));
+  }
+
+  /** Gives the command the held writes it can take now; `flushing` (at close): all of them, holes and all. */
+  private async giveHeld(flushing: boolean): Promise<void> {
+    try {
+      for (let w = this.next(flushing); w && !this.failure; w = this.next(flushing)) {
+        this.held.splice(this.held.indexOf(w), 1);
+        if (this.started && w.offset !== this.position && !this.append) await this.restart();
+        await this.give(w);
+        const why = this.sink.ended && failureOf(this.sink.ended, 'write');
+        if (why) throw why;
+      }
+    } catch (err) {
+      this.fail(failureFromError(err));
+    }
+  }
+
+  /** The next held write to give: the one at the position, else one behind it (which restarts the command). */
+  private next(flushing: boolean): HeldWrite | undefined {
+    const held = this.held;
+    if (held.length === 0) return undefined;
+    const expected = this.position;
+    if (this.append || expected === undefined) return held[0];
+    const at = held.find((w) => w.offset === expected);
+    if (at) return at;
+    const behind = held.find((w) => w.offset < expected);
+    if (behind) return behind;
+    return flushing ? held.reduce((a, b) => (b.offset < a.offset ? b : a)) : undefined;
+  }
 
   /** Gives `w` to the command; waits while its stdin is full. */
-  const give = async (w: HeldWrite): Promise<void> => {
+  private async give(w: HeldWrite): Promise<void> {
+    const sink = this.sink;
     const { stdin } = sink.running;
-    if (!started) {
-      started = true;
-      position = w.offset;
-      stdin.write(`${mode.append ? 0 : w.offset}\n`);
+    if (!this.started) {
+      this.started = true;
+      this.position = w.offset;
+      stdin.write(`${this.append ? 0 : w.offset}\n`);
     }
     const more = stdin.write(w.data);
-    position = w.offset + w.data.length;
-    heldBytes -= w.data.length;
+    this.position = w.offset + w.data.length;
+    this.heldBytes -= w.data.length;
     if (!more) {
       await Promise.race([new Promise((resolve) => stdin.once('drain', resolve)), sink.outcome]);
     }
@@ -268,79 +355,16 @@ export async function openWriter(
         failureOf(sink.ended, 'write') ?? new SftpFailure(STATUS.FAILURE, 'write: the command ended early'),
       );
     } else w.done();
-  };
+  }
 
   /** Ends the command, and starts it again (to write where the next write says), leaving what is there. */
-  const restart = async (): Promise<void> => {
-    sink.running.stdin.end();
-    const why = failureOf(await sink.outcome, 'write');
+  private async restart(): Promise<void> {
+    this.sink.running.stdin.end();
+    const why = failureOf(await this.sink.outcome, 'write');
     if (why) throw why;
-    sink = await startSink(commands, ref, path, '', undefined);
-    started = false;
-  };
-
-  /** The next held write to give: the one at the position, else one behind it (which restarts the command). */
-  const next = (flushing: boolean): HeldWrite | undefined => {
-    if (held.length === 0) return undefined;
-    const expected = position;
-    if (mode.append || expected === undefined) return held[0];
-    const at = held.find((w) => w.offset === expected);
-    if (at) return at;
-    const behind = held.find((w) => w.offset < expected);
-    if (behind) return behind;
-    return flushing ? held.reduce((a, b) => (b.offset < a.offset ? b : a)) : undefined;
-  };
-
-  /** Gives the command the held writes it can take now; `flushing` (at close): all of them, holes and all. */
-  const giveHeld = async (flushing: boolean): Promise<void> => {
-    try {
-      for (let w = next(flushing); w && !failure; w = next(flushing)) {
-        held.splice(held.indexOf(w), 1);
-        if (started && w.offset !== position && !mode.append) await restart();
-        await give(w);
-        const why = sink.ended && failureOf(sink.ended, 'write');
-        if (why) throw why;
-      }
-    } catch (err) {
-      fail(failureFromError(err));
-    }
-  };
-  const pump = (flushing: boolean): Promise<void> => (pumps = pumps.then(() => giveHeld(flushing)));
-
-  const write = (offset: number, data: Buffer): Promise<void> => {
-    if (failure) return Promise.reject(failure);
-    if (heldBytes + data.length > bufferBytes) {
-      return Promise.reject(
-        new SftpFailure(
-          STATUS.FAILURE,
-          `write: more than ${bufferBytes} bytes of writes waiting for their turn`,
-        ),
-      );
-    }
-    heldBytes += data.length;
-    return new Promise((resolve, reject) => {
-      held.push({ offset, data, done: (why) => (why ? reject(why) : resolve()) });
-      void pump(false);
-    });
-  };
-
-  const close = async (): Promise<void> => {
-    await pump(true);
-    if (failure) {
-      sink.running.kill();
-      throw failure;
-    }
-    sink.running.stdin.end();
-    const why = failureOf(await sink.outcome, 'write');
-    if (why) throw why;
-  };
-
-  const abort = (): void => {
-    fail(new SftpFailure(STATUS.CONNECTION_LOST, 'the session has ended'));
-    sink.running.kill();
-  };
-
-  return { write, close, abort };
+    this.sink = await this.reopen();
+    this.started = false;
+  }
 }
 
 function startSink(

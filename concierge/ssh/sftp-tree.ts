@@ -2,7 +2,7 @@
 // come from the `Containers` lists and are read-only directories; a path in a container is a file there, whose
 // attributes and listings come from `stat` run in that container.
 import type { Attributes, FileEntry } from 'ssh2';
-import type { ContainerRef, Containers } from './containers.ts';
+import type { Containers } from './containers.ts';
 import {
   LIST_SCRIPT,
   SETSTAT_SCRIPT,
@@ -58,17 +58,92 @@ export interface Tree {
 
 /** `maxListingBytes`: the most output a directory's listing may have (`SftpLimits.maxListingBytes`). */
 export function newTree(containers: Containers, commands: SessionCommands, maxListingBytes: number): Tree {
-  /** The tree's directories carry the session's start as their times: they have none of their own. */
-  const started = Math.floor(Date.now() / 1000);
-  const dirInfo: FileInfo = {
-    attrs: { mode: TREE_DIR_MODE, size: 0, uid: 0, gid: 0, atime: started, mtime: started },
-    links: 2,
-    user: 'root',
-    group: 'root',
-  };
-  const now = (): number => Math.floor(Date.now() / 1000);
+  return new ClusterTree(containers, commands, maxListingBytes);
+}
 
-  const children = async (loc: Location): Promise<string[]> => {
+const nowSeconds = (): number => Math.floor(Date.now() / 1000);
+
+class ClusterTree implements Tree {
+  /** The tree's directories carry the session's start as their times: they have none of their own. */
+  private readonly dirInfo: FileInfo;
+  private readonly containers: Containers;
+  private readonly commands: SessionCommands;
+  private readonly maxListingBytes: number;
+
+  constructor(containers: Containers, commands: SessionCommands, maxListingBytes: number) {
+    this.containers = containers;
+    this.commands = commands;
+    this.maxListingBytes = maxListingBytes;
+    const started = nowSeconds();
+    this.dirInfo = {
+      attrs: { mode: TREE_DIR_MODE, size: 0, uid: 0, gid: 0, atime: started, mtime: started },
+      links: 2,
+      user: 'root',
+      group: 'root',
+    };
+  }
+
+  async stat(loc: Location, follow: boolean): Promise<FileInfo> {
+    if (loc.level !== 'file') {
+      await this.mustExist(loc);
+      return this.dirInfo;
+    }
+    if (loc.path === '/') await this.mustExist(loc);
+    const argv = ['stat', ...(follow ? ['-L'] : []), '-c', STAT_FORMAT, '--', loc.path];
+    const out = succeeded(await this.commands.run(loc.ref, argv, SMALL_OUTPUT), 'stat');
+    const info = parseStat(out.stdout.toString('utf8'));
+    if (!info) throw new SftpFailure(STATUS.FAILURE, 'stat: output not understood');
+    return info;
+  }
+
+  async list(loc: Location): Promise<FileEntry[]> {
+    if (loc.level !== 'file') {
+      await this.mustExist(loc);
+      const t = nowSeconds();
+      return (await this.children(loc)).map((name) => ({
+        filename: name,
+        longname: longname(name, this.dirInfo, t),
+        attrs: this.dirInfo.attrs,
+      }));
+    }
+    if (loc.path === '/') await this.mustExist(loc);
+    return this.listFiles(loc);
+  }
+
+  async setAttrs(at: FileAt, attrs: Partial<Attributes>): Promise<void> {
+    const args = setstatArgs(attrs);
+    if (args.every((a) => a === '')) return;
+    succeeded(
+      await this.commands.run(at.ref, script(SETSTAT_SCRIPT, at.path, ...args), SMALL_OUTPUT),
+      'setstat',
+    );
+  }
+
+  /** A directory in a container, listed by `stat` of each of its files. */
+  private async listFiles(loc: FileAt): Promise<FileEntry[]> {
+    const out = succeeded(
+      await this.commands.run(loc.ref, script(LIST_SCRIPT, loc.path), this.maxListingBytes),
+      'list',
+    );
+    const files = parseListing(out.stdout.toString('utf8'));
+    // `.` is always there to stat; without its line, this container's stat or `xargs -0` is not one we know.
+    if (!files || files[0]?.name !== '.') {
+      throw new SftpFailure(
+        STATUS.FAILURE,
+        'list: output not understood (does the container have stat and xargs -0?)',
+      );
+    }
+    const t = nowSeconds();
+    return files.map(({ name, info }) => ({
+      filename: name,
+      longname: longname(name, info, t),
+      attrs: info.attrs,
+    }));
+  }
+
+  /** The names one level below `loc` in the cluster tree (none below a container's root: those are files). */
+  private async children(loc: Location): Promise<string[]> {
+    const containers = this.containers;
     try {
       switch (loc.level) {
         case 'root':
@@ -85,103 +160,52 @@ export function newTree(containers: Containers, commands: SessionCommands, maxLi
     } catch (err) {
       throw failureFromError(err);
     }
-  };
+  }
 
   /** Refuses with NO_SUCH_FILE unless the list one level up names `loc` (a container: its root, `path` '/'). */
-  const mustExist = async (loc: Location): Promise<void> => {
-    let parent: Location;
-    let name: string;
-    switch (loc.level) {
-      case 'root':
-        return;
-      case 'cluster':
-        [parent, name] = [{ level: 'root' }, loc.cluster];
-        break;
-      case 'namespace':
-        [parent, name] = [{ level: 'cluster', cluster: loc.cluster }, loc.namespace];
-        break;
-      case 'pod':
-        [parent, name] = [{ level: 'namespace', cluster: loc.cluster, namespace: loc.namespace }, loc.pod];
-        break;
-      case 'file':
-        [parent, name] = [
-          { level: 'pod', cluster: loc.ref.cluster, namespace: loc.ref.namespace, pod: loc.ref.pod },
-          loc.ref.container,
-        ];
-        break;
-    }
-    if (!(await children(parent)).includes(name)) {
+  private async mustExist(loc: Location): Promise<void> {
+    const above = parentOf(loc);
+    if (!above) return;
+    const [parent, name] = above;
+    if (!(await this.children(parent)).includes(name)) {
       throw new SftpFailure(
         STATUS.NO_SUCH_FILE,
         `no such ${loc.level === 'file' ? 'container' : loc.level}: ${name}`,
       );
     }
-  };
+  }
+}
 
-  const statFile = async (ref: ContainerRef, path: string, follow: boolean): Promise<FileInfo> => {
-    const argv = ['stat', ...(follow ? ['-L'] : []), '-c', STAT_FORMAT, '--', path];
-    const out = succeeded(await commands.run(ref, argv, SMALL_OUTPUT), 'stat');
-    const info = parseStat(out.stdout.toString('utf8'));
-    if (!info) throw new SftpFailure(STATUS.FAILURE, 'stat: output not understood');
-    return info;
-  };
+/** The cluster tree's level above `loc` and the name `loc` has there; undefined for `/`. */
+function parentOf(loc: Location): [Location, string] | undefined {
+  switch (loc.level) {
+    case 'root':
+      return undefined;
+    case 'cluster':
+      return [{ level: 'root' }, loc.cluster];
+    case 'namespace':
+      return [{ level: 'cluster', cluster: loc.cluster }, loc.namespace];
+    case 'pod':
+      return [{ level: 'namespace', cluster: loc.cluster, namespace: loc.namespace }, loc.pod];
+    case 'file':
+      return [
+        { level: 'pod', cluster: loc.ref.cluster, namespace: loc.ref.namespace, pod: loc.ref.pod },
+        loc.ref.container,
+      ];
+  }
+}
 
-  const stat = async (loc: Location, follow: boolean): Promise<FileInfo> => {
-    if (loc.level !== 'file') {
-      await mustExist(loc);
-      return dirInfo;
-    }
-    if (loc.path === '/') await mustExist(loc);
-    return statFile(loc.ref, loc.path, follow);
-  };
-
-  const list = async (loc: Location): Promise<FileEntry[]> => {
-    if (loc.level !== 'file') {
-      await mustExist(loc);
-      const t = now();
-      return (await children(loc)).map((name) => ({
-        filename: name,
-        longname: longname(name, dirInfo, t),
-        attrs: dirInfo.attrs,
-      }));
-    }
-    if (loc.path === '/') await mustExist(loc);
-    const out = succeeded(
-      await commands.run(loc.ref, script(LIST_SCRIPT, loc.path), maxListingBytes),
-      'list',
-    );
-    const files = parseListing(out.stdout.toString('utf8'));
-    // `.` is always there to stat; without its line, this container's stat or `xargs -0` is not one we know.
-    if (!files || files[0]?.name !== '.') {
-      throw new SftpFailure(
-        STATUS.FAILURE,
-        'list: output not understood (does the container have stat and xargs -0?)',
-      );
-    }
-    const t = now();
-    return files.map(({ name, info }) => ({
-      filename: name,
-      longname: longname(name, info, t),
-      attrs: info.attrs,
-    }));
-  };
-
-  const setAttrs = async (at: FileAt, attrs: Partial<Attributes>): Promise<void> => {
-    const num = (v: number | undefined): string => (typeof v === 'number' ? String(v) : '');
-    const times = typeof attrs.atime === 'number' && typeof attrs.mtime === 'number';
-    const owner = typeof attrs.uid === 'number' && typeof attrs.gid === 'number';
-    const args = [
-      at.path,
-      num(attrs.size),
-      typeof attrs.mode === 'number' ? (attrs.mode & 0o7777).toString(8) : '',
-      times ? num(attrs.atime) : '',
-      times ? num(attrs.mtime) : '',
-      owner ? num(attrs.uid) : '',
-      owner ? num(attrs.gid) : '',
-    ];
-    if (args.slice(1).every((a) => a === '')) return;
-    succeeded(await commands.run(at.ref, script(SETSTAT_SCRIPT, ...args), SMALL_OUTPUT), 'setstat');
-  };
-
-  return { stat, list, setAttrs };
+/** SETSTAT_SCRIPT's arguments after the path: size, mode, times and owner, each empty when not asked to change. */
+function setstatArgs(attrs: Partial<Attributes>): string[] {
+  const num = (v: number | undefined): string => (typeof v === 'number' ? String(v) : '');
+  const times = typeof attrs.atime === 'number' && typeof attrs.mtime === 'number';
+  const owner = typeof attrs.uid === 'number' && typeof attrs.gid === 'number';
+  return [
+    num(attrs.size),
+    typeof attrs.mode === 'number' ? (attrs.mode & 0o7777).toString(8) : '',
+    times ? num(attrs.atime) : '',
+    times ? num(attrs.mtime) : '',
+    owner ? num(attrs.uid) : '',
+    owner ? num(attrs.gid) : '',
+  ];
 }

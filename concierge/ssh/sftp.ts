@@ -17,11 +17,12 @@ import {
   failureFromError,
   newSessionCommands,
   script,
+  type SessionCommands,
   succeeded,
 } from './sftp-commands.ts';
 import { openReader, openWriter, type FileReader, type FileWriter } from './sftp-files.ts';
 import { resolvePath, sameContainer, treePath } from './sftp-paths.ts';
-import { fileAt, newTree, where, type FileAt } from './sftp-tree.ts';
+import { fileAt, newTree, where, type FileAt, type Tree } from './sftp-tree.ts';
 
 const OPEN_MODE = ssh2.utils.sftp.OPEN_MODE;
 
@@ -112,87 +113,104 @@ type Handle =
 
 /** Serves SFTP on `sftp` (the accepted `sftp` subsystem of a session) until its channel closes. */
 export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: SftpOptions): void {
-  const limits: SftpLimits = { ...DEFAULT_SFTP_LIMITS, ...options.limits };
-  limits.readAheadBytes = Math.max(limits.readAheadBytes, MAX_READ);
-  const log = options.log;
-  const commands = newSessionCommands(containers, limits.maxCommands, log);
-  const tree = newTree(containers, commands, limits.maxListingBytes);
-  const handles = new Map<number, Handle>();
-  let nextHandle = 0;
-  let closed = false;
+  const session = new SftpSession(sftp, containers, options);
+  answerLookups(session);
+  answerDirectories(session);
+  answerFiles(session);
+  answerChanges(session);
+  session.endWithChannel();
+  options.log.info('sftp session started');
+}
+
+/**
+ * One SFTP session's state: its open handles, the requests not yet answered, and whether it has ended. Requests are
+ * served through `serve`, which answers each exactly once (unless the session has closed) and logs what failed.
+ */
+class SftpSession {
+  readonly sftp: SFTPWrapper;
+  readonly limits: SftpLimits;
+  readonly log: Logger;
+  readonly commands: SessionCommands;
+  readonly tree: Tree;
+  private readonly handles = new Map<number, Handle>();
+  private nextHandle = 0;
+  private closed = false;
   /** Requests not yet answered, and whether the client has said it sends no more (channel EOF). */
-  let inFlight = 0;
-  let clientDone = false;
+  private inFlight = 0;
+  private clientDone = false;
+  /** Handles being opened: counted with the open ones, so that OPENs sent at once cannot pass the limit together. */
+  private opening = 0;
 
-  const send = (id: number, answer: Answer): void => {
-    if (closed) return;
-    if ('status' in answer) sftp.status(id, answer.status, answer.message);
-    else if ('handle' in answer) sftp.handle(id, answer.handle);
-    else if ('data' in answer) sftp.data(id, answer.data);
-    else if ('names' in answer) sftp.name(id, answer.names);
-    else sftp.attrs(id, answer.attrs);
-  };
+  constructor(sftp: SFTPWrapper, containers: Containers, options: SftpOptions) {
+    this.sftp = sftp;
+    const limits: SftpLimits = { ...DEFAULT_SFTP_LIMITS, ...options.limits };
+    limits.readAheadBytes = Math.max(limits.readAheadBytes, MAX_READ);
+    this.limits = limits;
+    this.log = options.log;
+    this.commands = newSessionCommands(containers, limits.maxCommands, this.log);
+    this.tree = newTree(containers, this.commands, limits.maxListingBytes);
+  }
 
-  const serve = (id: number, op: string, path: string, work: () => Answer | Promise<Answer>): void => {
-    log.debug({ op, path }, 'sftp request');
-    inFlight++;
+  /** Answers request `id` with what `work` gives, or with the status its failure maps to. */
+  serve(id: number, op: string, path: string, work: () => Answer | Promise<Answer>): void {
+    this.log.debug({ op, path }, 'sftp request');
+    this.inFlight++;
     Promise.resolve()
       .then(work)
       .then(
-        (answer) => send(id, answer),
+        (answer) => this.send(id, answer),
         (err: unknown) => {
           const failure = failureFromError(err);
-          if (!(err instanceof SftpFailure)) log.warn({ op, path, err }, 'sftp request failed unexpectedly');
-          log.debug({ op, path, status: failure.status, message: failure.message }, 'sftp request refused');
-          send(id, { status: failure.status, message: failure.message });
+          if (!(err instanceof SftpFailure))
+            this.log.warn({ op, path, err }, 'sftp request failed unexpectedly');
+          this.log.debug(
+            { op, path, status: failure.status, message: failure.message },
+            'sftp request refused',
+          );
+          this.send(id, { status: failure.status, message: failure.message });
         },
       )
       .finally(() => {
-        inFlight--;
-        if (clientDone && inFlight === 0) finish();
+        this.inFlight--;
+        if (this.clientDone && this.inFlight === 0) this.finish();
       });
-  };
+  }
 
-  const addHandle = (handle: Handle): Answer => {
-    if (closed) {
-      // The session ended while this one opened; its command has been ended with the others.
-      if (handle.kind === 'read') handle.reader.close();
-      if (handle.kind === 'write') handle.writer.abort();
-    }
-    const id = nextHandle++ >>> 0;
-    handles.set(id, handle);
-    const buf = Buffer.alloc(4);
-    buf.writeUInt32BE(id);
-    return { handle: buf };
-  };
-  /** Handles being opened: counted with the open ones, so that OPENs sent at once cannot pass the limit together. */
-  let opening = 0;
   /** Holds a place for a handle while `open` makes it; FAILURE when every place is taken. */
-  const withPlace = async (open: () => Promise<Handle>): Promise<Answer> => {
-    if (handles.size + opening >= limits.maxHandles) {
+  async withPlace(open: () => Promise<Handle>): Promise<Answer> {
+    if (this.handles.size + this.opening >= this.limits.maxHandles) {
       throw new SftpFailure(
         STATUS.FAILURE,
-        `at most ${limits.maxHandles} files and directories open at once`,
+        `at most ${this.limits.maxHandles} files and directories open at once`,
       );
     }
-    opening++;
+    this.opening++;
     try {
-      return addHandle(await open());
+      return this.addHandle(await open());
     } finally {
-      opening--;
+      this.opening--;
     }
-  };
-  const handleOf = (raw: Buffer): [number, Handle] => {
+  }
+
+  /** The handle the client names by `raw`, and its number; FAILURE when there is none. */
+  handleOf(raw: Buffer): [number, Handle] {
     const id = raw.length === 4 ? raw.readUInt32BE() : -1;
-    const handle = handles.get(id);
+    const handle = this.handles.get(id);
     if (!handle) throw new SftpFailure(STATUS.FAILURE, 'no such handle');
     return [id, handle];
-  };
-  const inTurn = <T>(handle: Handle, work: () => Promise<T>): Promise<T> => {
+  }
+
+  /** Forgets handle `id` (CLOSE); what it holds is the caller's to end. */
+  dropHandle(id: number): void {
+    this.handles.delete(id);
+  }
+
+  /** Runs `work` after the handle's earlier requests; FAILURE when too many wait already. */
+  inTurn<T>(handle: Handle, work: () => Promise<T>): Promise<T> {
     const s = handle.serial;
-    if (s.queued >= limits.maxQueuedRequests) {
+    if (s.queued >= this.limits.maxQueuedRequests) {
       return Promise.reject(
-        new SftpFailure(STATUS.FAILURE, `more than ${limits.maxQueuedRequests} requests queued`),
+        new SftpFailure(STATUS.FAILURE, `more than ${this.limits.maxQueuedRequests} requests queued`),
       );
     }
     s.queued++;
@@ -202,12 +220,75 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
       () => s.queued--,
     );
     return result;
-  };
-  const pathOf = (handle: Handle): string =>
-    handle.kind === 'dir' ? handle.path : treePath(handle.at.ref, handle.at.path);
+  }
 
+  /** Ends the session with its channel: at the client's EOF once every request is answered, or at close or error. */
+  endWithChannel(): void {
+    this.sftp.on('end', () => {
+      this.clientDone = true;
+      if (this.inFlight === 0) this.finish();
+    });
+    this.sftp.on('close', () => this.end());
+    this.sftp.on('error', (err: Error) => {
+      this.log.info({ err: err.message }, 'sftp channel error');
+      this.end();
+    });
+  }
+
+  private send(id: number, answer: Answer): void {
+    if (this.closed) return;
+    const sftp = this.sftp;
+    if ('status' in answer) sftp.status(id, answer.status, answer.message);
+    else if ('handle' in answer) sftp.handle(id, answer.handle);
+    else if ('data' in answer) sftp.data(id, answer.data);
+    else if ('names' in answer) sftp.name(id, answer.names);
+    else sftp.attrs(id, answer.attrs);
+  }
+
+  private addHandle(handle: Handle): Answer {
+    // The session ended while this one opened; its command has been ended with the others.
+    if (this.closed) releaseHandle(handle);
+    const id = this.nextHandle++ >>> 0;
+    this.handles.set(id, handle);
+    const buf = Buffer.alloc(4);
+    buf.writeUInt32BE(id);
+    return { handle: buf };
+  }
+
+  /** Ends what the session still holds: open files' commands, and any other command it started. */
+  private end(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const handle of this.handles.values()) releaseHandle(handle);
+    const open = this.handles.size;
+    this.handles.clear();
+    const killed = this.commands.close();
+    this.log.info({ openHandles: open, commandsEnded: killed }, 'sftp session ended');
+  }
+
+  /** The client sends no more and every request is answered: close our side, as sftp-server exits at EOF. */
+  private finish(): void {
+    this.end();
+    sendExitStatus(this.sftp, 0);
+    this.sftp.end();
+  }
+}
+
+/** Ends a handle's command: a reader's is closed, a writer's aborted (its file left as far as it got). */
+function releaseHandle(handle: Handle): void {
+  if (handle.kind === 'read') handle.reader.close();
+  if (handle.kind === 'write') handle.writer.abort();
+}
+
+function pathOf(handle: Handle): string {
+  return handle.kind === 'dir' ? handle.path : treePath(handle.at.ref, handle.at.path);
+}
+
+/** REALPATH, STAT, LSTAT and READLINK: what a path is, without opening it. */
+function answerLookups(session: SftpSession): void {
+  const { sftp, tree, commands } = session;
   sftp.on('REALPATH', (id: number, path: string) =>
-    serve(id, 'REALPATH', path, () => {
+    session.serve(id, 'REALPATH', path, () => {
       const resolved = resolvePath(path);
       return { names: [{ filename: resolved, longname: resolved, attrs: NO_ATTRS }] };
     }),
@@ -215,21 +296,34 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
 
   for (const op of ['STAT', 'LSTAT'] as const) {
     sftp.on(op, (id: number, path: string) =>
-      serve(id, op, path, async () => ({ attrs: (await tree.stat(where(path), op === 'STAT')).attrs })),
+      session.serve(id, op, path, async () => ({
+        attrs: (await tree.stat(where(path), op === 'STAT')).attrs,
+      })),
     );
   }
 
-  sftp.on('FSTAT', (id: number, raw: Buffer) =>
-    serve(id, 'FSTAT', '', async () => {
-      const [, handle] = handleOf(raw);
-      return { attrs: (await tree.stat(where(pathOf(handle)), true)).attrs };
+  sftp.on('READLINK', (id: number, path: string) =>
+    session.serve(id, 'READLINK', path, async () => {
+      const at = fileAt(where(path), 'read');
+      const out = succeeded(
+        await commands.run(at.ref, ['readlink', '--', at.path], SMALL_OUTPUT),
+        'readlink',
+      );
+      const target = out.stdout.toString('utf8').replace(/\n$/, '');
+      // An absolute target is the container's path; the user's tree has the container's root above it.
+      const shown = target.startsWith('/') ? treePath(at.ref, target) : target;
+      return { names: [{ filename: shown, longname: shown, attrs: NO_ATTRS }] };
     }),
   );
+}
 
+/** OPENDIR and READDIR: a directory's listing, read once at OPENDIR and handed out in batches. */
+function answerDirectories(session: SftpSession): void {
+  const { sftp, tree } = session;
   sftp.on('OPENDIR', (id: number, path: string) =>
-    serve(id, 'OPENDIR', path, async () => {
+    session.serve(id, 'OPENDIR', path, async () => {
       const loc = where(path);
-      return withPlace(async () => {
+      return session.withPlace(async () => {
         const entries = await tree.list(loc);
         return { kind: 'dir', path: resolvePath(path), entries, next: 0, serial: newSerial() };
       });
@@ -237,48 +331,38 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
   );
 
   sftp.on('READDIR', (id: number, raw: Buffer) =>
-    serve(id, 'READDIR', '', () => {
-      const [, handle] = handleOf(raw);
+    session.serve(id, 'READDIR', '', () => {
+      const [, handle] = session.handleOf(raw);
       if (handle.kind !== 'dir') throw new SftpFailure(STATUS.FAILURE, 'not a directory handle');
       const batch = nextBatch(handle.entries, handle.next);
       handle.next += batch.length;
       return batch.length === 0 ? EOF : { names: batch };
     }),
   );
+}
 
+/** OPEN, READ, WRITE, CLOSE, FSTAT and FSETSTAT: the requests on a handle. */
+function answerFiles(session: SftpSession): void {
+  const { sftp, tree } = session;
   sftp.on('OPEN', (id: number, path: string, flags: number, attrs: Attributes) =>
-    serve(id, 'OPEN', path, async () => {
+    session.serve(id, 'OPEN', path, async () => {
       const at = fileAt(where(path), flags & OPEN_MODE.WRITE ? 'write' : 'read');
-      return withPlace(async (): Promise<Handle> => {
-        if (!(flags & OPEN_MODE.WRITE)) {
-          const reader = await openReader(commands, at.ref, at.path, limits.readAheadBytes);
-          return { kind: 'read', at, reader, serial: newSerial() };
-        }
-        const mode = {
-          create: !!(flags & OPEN_MODE.CREAT),
-          exclusive: !!(flags & OPEN_MODE.EXCL),
-          truncate: !!(flags & OPEN_MODE.TRUNC),
-          append: !!(flags & OPEN_MODE.APPEND),
-          createMode: typeof attrs.mode === 'number' ? attrs.mode & 0o7777 : undefined,
-        };
-        const writer = await openWriter(commands, at.ref, at.path, mode, limits.writeBufferBytes);
-        return { kind: 'write', at, writer, serial: newSerial(), later: {} };
-      });
+      return session.withPlace(() => openFile(session, at, flags, attrs));
     }),
   );
 
   sftp.on('READ', (id: number, raw: Buffer, offset: number, length: number) =>
-    serve(id, 'READ', '', async () => {
-      const [, handle] = handleOf(raw);
+    session.serve(id, 'READ', '', async () => {
+      const [, handle] = session.handleOf(raw);
       if (handle.kind !== 'read') throw new SftpFailure(STATUS.FAILURE, 'not a handle open for reading');
-      const data = await inTurn(handle, () => handle.reader.read(offset, Math.min(length, MAX_READ)));
+      const data = await session.inTurn(handle, () => handle.reader.read(offset, Math.min(length, MAX_READ)));
       return data ? { data } : EOF;
     }),
   );
 
   sftp.on('WRITE', (id: number, raw: Buffer, offset: number, data: Buffer) =>
-    serve(id, 'WRITE', '', async () => {
-      const [, handle] = handleOf(raw);
+    session.serve(id, 'WRITE', '', async () => {
+      const [, handle] = session.handleOf(raw);
       if (handle.kind !== 'write') throw new SftpFailure(STATUS.FAILURE, 'not a handle open for writing');
       await handle.writer.write(offset, data);
       return OK;
@@ -286,27 +370,27 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
   );
 
   sftp.on('CLOSE', (id: number, raw: Buffer) =>
-    serve(id, 'CLOSE', '', async () => {
-      const [key, handle] = handleOf(raw);
-      handles.delete(key);
+    session.serve(id, 'CLOSE', '', async () => {
+      const [key, handle] = session.handleOf(raw);
+      session.dropHandle(key);
       if (handle.kind === 'read') handle.reader.close();
       if (handle.kind !== 'write') return OK;
-      await inTurn(handle, () => handle.writer.close());
+      await session.inTurn(handle, () => handle.writer.close());
       if (Object.keys(handle.later).length > 0) await tree.setAttrs(handle.at, handle.later);
       return OK;
     }),
   );
 
-  sftp.on('SETSTAT', (id: number, path: string, attrs: Attributes) =>
-    serve(id, 'SETSTAT', path, async () => {
-      await tree.setAttrs(fileAt(where(path), 'change'), attrs);
-      return OK;
+  sftp.on('FSTAT', (id: number, raw: Buffer) =>
+    session.serve(id, 'FSTAT', '', async () => {
+      const [, handle] = session.handleOf(raw);
+      return { attrs: (await tree.stat(where(pathOf(handle)), true)).attrs };
     }),
   );
 
   sftp.on('FSETSTAT', (id: number, raw: Buffer, attrs: Attributes) =>
-    serve(id, 'FSETSTAT', '', async () => {
-      const [, handle] = handleOf(raw);
+    session.serve(id, 'FSETSTAT', '', async () => {
+      const [, handle] = session.handleOf(raw);
       if (handle.kind === 'dir') {
         await tree.setAttrs(fileAt(where(handle.path), 'change'), attrs);
         return OK;
@@ -320,9 +404,38 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
       return OK;
     }),
   );
+}
+
+/** The handle OPEN makes: a streaming read, or a write with the open flags' create, truncate and append. */
+async function openFile(session: SftpSession, at: FileAt, flags: number, attrs: Attributes): Promise<Handle> {
+  const { commands, limits } = session;
+  if (!(flags & OPEN_MODE.WRITE)) {
+    const reader = await openReader(commands, at.ref, at.path, limits.readAheadBytes);
+    return { kind: 'read', at, reader, serial: newSerial() };
+  }
+  const mode = {
+    create: !!(flags & OPEN_MODE.CREAT),
+    exclusive: !!(flags & OPEN_MODE.EXCL),
+    truncate: !!(flags & OPEN_MODE.TRUNC),
+    append: !!(flags & OPEN_MODE.APPEND),
+    createMode: typeof attrs.mode === 'number' ? attrs.mode & 0o7777 : undefined,
+  };
+  const writer = await openWriter(commands, at.ref, at.path, mode, limits.writeBufferBytes);
+  return { kind: 'write', at, writer, serial: newSerial(), later: {} };
+}
+
+/** SETSTAT, MKDIR, RMDIR, REMOVE, RENAME and SYMLINK change the tree; EXTENDED is refused. */
+function answerChanges(session: SftpSession): void {
+  const { sftp, tree, commands } = session;
+  sftp.on('SETSTAT', (id: number, path: string, attrs: Attributes) =>
+    session.serve(id, 'SETSTAT', path, async () => {
+      await tree.setAttrs(fileAt(where(path), 'change'), attrs);
+      return OK;
+    }),
+  );
 
   sftp.on('MKDIR', (id: number, path: string, attrs: Attributes) =>
-    serve(id, 'MKDIR', path, async () => {
+    session.serve(id, 'MKDIR', path, async () => {
       const at = fileAt(where(path), 'change');
       const mode =
         typeof attrs.mode === 'number' && (attrs.mode & 0o7777) !== 0o777 ? attrs.mode & 0o7777 : undefined;
@@ -337,7 +450,7 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
     ['REMOVE', ['rm', '--']],
   ] as const) {
     sftp.on(op, (id: number, path: string) =>
-      serve(id, op, path, async () => {
+      session.serve(id, op, path, async () => {
         const at = fileAt(where(path), 'change');
         succeeded(await commands.run(at.ref, [...argv, at.path], SMALL_OUTPUT), argv[0]);
         return OK;
@@ -346,7 +459,7 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
   }
 
   sftp.on('RENAME', (id: number, from: string, to: string) =>
-    serve(id, 'RENAME', `${from} -> ${to}`, async () => {
+    session.serve(id, 'RENAME', `${from} -> ${to}`, async () => {
       const a = fileAt(where(from), 'change');
       const b = fileAt(where(to), 'change');
       if (!sameContainer(a.ref, b.ref)) {
@@ -357,24 +470,10 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
     }),
   );
 
-  sftp.on('READLINK', (id: number, path: string) =>
-    serve(id, 'READLINK', path, async () => {
-      const at = fileAt(where(path), 'read');
-      const out = succeeded(
-        await commands.run(at.ref, ['readlink', '--', at.path], SMALL_OUTPUT),
-        'readlink',
-      );
-      const target = out.stdout.toString('utf8').replace(/\n$/, '');
-      // An absolute target is the container's path; the user's tree has the container's root above it.
-      const shown = target.startsWith('/') ? treePath(at.ref, target) : target;
-      return { names: [{ filename: shown, longname: shown, attrs: NO_ATTRS }] };
-    }),
-  );
-
   // ssh2 hands every client's SYMLINK over as (link to make, its target), putting OpenSSH's swapped order right
   // (its types name the two the other way round).
   sftp.on('SYMLINK', (id: number, link: string, target: string) =>
-    serve(id, 'SYMLINK', link, async () => {
+    session.serve(id, 'SYMLINK', link, async () => {
       const at = fileAt(where(link), 'change');
       let content = target;
       if (target.startsWith('/')) {
@@ -390,41 +489,11 @@ export function serveSftp(sftp: SFTPWrapper, containers: Containers, options: Sf
   );
 
   sftp.on('EXTENDED', (id: number, name: string) =>
-    serve(id, 'EXTENDED', name, () => ({
+    session.serve(id, 'EXTENDED', name, () => ({
       status: STATUS.OP_UNSUPPORTED,
       message: `${name} is not supported`,
     })),
   );
-
-  /** Ends what the session still holds: open files' commands, and any other command it started. */
-  const end = (): void => {
-    if (closed) return;
-    closed = true;
-    for (const handle of handles.values()) {
-      if (handle.kind === 'read') handle.reader.close();
-      if (handle.kind === 'write') handle.writer.abort();
-    }
-    const open = handles.size;
-    handles.clear();
-    const killed = commands.close();
-    log.info({ openHandles: open, commandsEnded: killed }, 'sftp session ended');
-  };
-  /** The client sends no more and every request is answered: close our side, as sftp-server exits at EOF. */
-  const finish = (): void => {
-    end();
-    sendExitStatus(sftp, 0);
-    sftp.end();
-  };
-  sftp.on('end', () => {
-    clientDone = true;
-    if (inFlight === 0) finish();
-  });
-  sftp.on('close', end);
-  sftp.on('error', (err: Error) => {
-    log.info({ err: err.message }, 'sftp channel error');
-    end();
-  });
-  log.info('sftp session started');
 }
 
 /** The parts of ssh2's SFTP stream (1.17) that `sendExitStatus` uses; not in its types. */
