@@ -326,7 +326,7 @@ async function auditAndRecordings(
 ): Promise<Pick<Shared, 'audit' | 'recordings'>> {
   // Stopped after the listeners (stops run in reverse order), so the last requests' events are written.
   const audit = opts.audit
-    ? await startAudit(opts.audit, opts.identity, metrics.registry, log.child({ component: 'audit' }))
+    ? await startAudit(opts.audit, opts.identity, metrics.registry, log.child({ component: 'audit' }), clock)
     : undefined;
   if (audit) onStop(() => audit.close());
   let uploader: RecordingUploader | undefined;
