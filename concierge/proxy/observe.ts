@@ -12,6 +12,7 @@ export type Observe = (exchange: Exchange, verb: string, longRunning: boolean, p
 /** `logUsernames`: whether the log line names the user (and whom they impersonate); audit events always do. */
 export function newObserver(metrics: ProxyMetrics, log: Logger, logUsernames: boolean): Observe {
   const requestLog = flatLineLogger(log);
+  const count = labelledOnce(metrics);
   return (exchange, verb, longRunning, path) => {
     const { context } = exchange;
     metrics.inflight.inc();
@@ -23,32 +24,57 @@ export function newObserver(metrics: ProxyMetrics, log: Logger, logUsernames: bo
       const code = answerStatus(exchange);
       if (context.reach) reachDone(context);
       const seconds = Number(process.hrtime.bigint() - context.started) / 1e9;
-      metrics.requests.inc({ verb, code: String(code) });
-      if (!longRunning) metrics.duration.observe({ verb }, seconds);
-      if (code === 502 || code === 504) metrics.upstreamErrors.inc({ code: String(code) });
+      count(verb, code, longRunning ? undefined : seconds);
       context.audit?.complete(code, context.message);
-      requestLog.info(
-        {
-          id: context.id,
-          ...(logUsernames
-            ? {
-                user: context.user || 'anonymous',
-                ...(context.impersonated === undefined ? {} : { as: context.impersonated.username }),
-              }
-            : {}),
-          ...(context.decision ? { decision: context.decision } : {}),
-          verb,
-          ...(context.cluster ? { cluster: context.cluster } : {}),
-          ...(context.route ? { route: context.route } : {}),
-          path,
-          code,
-          bytes: context.bytes,
-          ms: Math.round(seconds * 1e4) / 10,
-        },
-        'request',
-      );
+      requestLog.info(logLine(context, logUsernames, verb, path, code, seconds), 'request');
     });
   };
+}
+
+/**
+ * Counts a request's end. prom-client hashes a call's labels each time; the children of each verb and code are
+ * looked up once and kept (a few dozen at most: the verbs are Kubernetes' and the codes HTTP's).
+ */
+function labelledOnce(metrics: ProxyMetrics): (verb: string, code: number, seconds?: number) => void {
+  const requests = new Map<string, { inc(): void }>();
+  const durations = new Map<string, { observe(value: number): void }>();
+  return (verb, code, seconds) => {
+    const key = `${verb} ${code}`;
+    let counter = requests.get(key);
+    if (!counter) requests.set(key, (counter = metrics.requests.labels(verb, String(code))));
+    counter.inc();
+    if (seconds !== undefined) {
+      let histogram = durations.get(verb);
+      if (!histogram) durations.set(verb, (histogram = metrics.duration.labels(verb)));
+      histogram.observe(seconds);
+    }
+    if (code === 502 || code === 504) metrics.upstreamErrors.inc({ code: String(code) });
+  };
+}
+
+/** The request's one log line: what it was, who sent it (unless usernames are kept out of logs), how it ended. */
+function logLine(
+  context: RequestContext,
+  logUsernames: boolean,
+  verb: string,
+  path: string,
+  code: number,
+  seconds: number,
+): Record<string, unknown> {
+  const line: Record<string, unknown> = { id: context.id };
+  if (logUsernames) {
+    line.user = context.user || 'anonymous';
+    if (context.impersonated !== undefined) line.as = context.impersonated.username;
+  }
+  if (context.decision) line.decision = context.decision;
+  line.verb = verb;
+  if (context.cluster) line.cluster = context.cluster;
+  if (context.route) line.route = context.route;
+  line.path = path;
+  line.code = code;
+  line.bytes = context.bytes;
+  line.ms = Math.round(seconds * 1e4) / 10;
+  return line;
 }
 
 /** What a reach connection tells its log line and audit event once it is over: its bytes and where it went. */
