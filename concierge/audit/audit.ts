@@ -102,9 +102,14 @@ export interface AuditorOptions {
 export function microTime(ms: number): string {
   const whole = Math.floor(ms);
   const micros = Math.floor((ms - whole) * 1000);
-  const iso = new Date(whole).toISOString(); // ...:SS.mmmZ
-  return `${iso.slice(0, -1)}${String(micros).padStart(3, '0')}Z`;
+  const second = Math.floor(whole / 1000);
+  // Three times a request: the date and time up to the second are formatted once a second, not each time.
+  if (second !== formatted.second)
+    formatted = { second, prefix: new Date(second * 1000).toISOString().slice(0, 20) }; // ...:SS.
+  const fraction = (whole - second * 1000) * 1000 + micros;
+  return `${formatted.prefix}${String(fraction).padStart(6, '0')}Z`;
 }
+let formatted = { second: Number.NaN, prefix: '' };
 
 export const preciseNow = (): number => performance.timeOrigin + performance.now();
 
