@@ -60,7 +60,7 @@ import {
   replicaLeaseName,
   type ClusterStatusPublisher,
 } from './tunnel/cluster-status.ts';
-import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
+import { handshakeSweep, startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import type { RateLimitOptions } from './tunnel/rate-limit.ts';
 
 /** How often strangers may ask the tunnel listener to register an agent. */
@@ -451,6 +451,7 @@ async function start(
     });
     routes = publisher;
     controlled.clusterStatus = publisher;
+    manager.run(handshakeSweep(() => tunnels));
     if (opts.tunnel.service)
       controlled.tunnelHosts = {
         namespace,
