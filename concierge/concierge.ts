@@ -82,7 +82,7 @@ import {
   replicaLeaseName,
   type ClusterStatusPublisher,
 } from './tunnel/cluster-status.ts';
-import { startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
+import { handshakeSweep, startTunnelListener, type TunnelListener } from './tunnel/listener.ts';
 import type { RateLimitOptions } from './tunnel/rate-limit.ts';
 
 /** How often strangers may ask the tunnel listener to register an agent. */
@@ -567,6 +567,8 @@ async function tunnelStatus(
     log: log.child({ component: 'cluster-status' }),
   });
   routes = publisher;
+  // The agents' handshakes that wait too long, swept once a second once the listener (started last) exists.
+  manager.run(handshakeSweep(() => late.tunnels));
   const service = opts.tunnel?.service;
   return {
     publisher,

@@ -85,50 +85,173 @@ interface KeyState {
   nextReady: KeyState | undefined;
 }
 
-export function newFairSemaphore(initial: FairLimits, clock: Clock = systemClock): FairSemaphore {
-  let limits = initial;
-  let closed = false;
-  let held = 0;
-  let waiting = 0;
-  /** Invariant: a key is here while it holds a permit, has a waiter, or is in the ring; then only. */
-  const keys = new Map<string, KeyState>();
-  // The ready ring, a FIFO of keys. Invariant: a key is in it if and only if it has a waiter and holds fewer than
-  // perKey permits; and while it is not empty, every permit is held.
-  let ringHead: KeyState | undefined;
-  let ringTail: KeyState | undefined;
-  let dispatching = false;
+const noop = (): void => {};
 
-  const forgetIfIdle = (key: KeyState): void => {
-    if (key.held === 0 && key.head === undefined && !key.inRing) keys.delete(key.name);
-  };
+const newKeyState = (name: string): KeyState => ({
+  name,
+  held: 0,
+  waiting: 0,
+  head: undefined,
+  tail: undefined,
+  inRing: false,
+  prevReady: undefined,
+  nextReady: undefined,
+});
 
-  const pushReady = (key: KeyState): void => {
+/** The ready ring, a FIFO of keys linked through their `prevReady` and `nextReady`. */
+class ReadyRing {
+  head: KeyState | undefined;
+  private tail: KeyState | undefined;
+
+  push(key: KeyState): void {
     if (key.inRing) return;
     key.inRing = true;
-    key.prevReady = ringTail;
+    key.prevReady = this.tail;
     key.nextReady = undefined;
-    if (ringTail) ringTail.nextReady = key;
-    else ringHead = key;
-    ringTail = key;
-  };
+    if (this.tail) this.tail.nextReady = key;
+    else this.head = key;
+    this.tail = key;
+  }
 
-  const removeReady = (key: KeyState): void => {
+  remove(key: KeyState): void {
     if (!key.inRing) return;
     key.inRing = false;
     if (key.prevReady) key.prevReady.nextReady = key.nextReady;
-    else ringHead = key.nextReady;
+    else this.head = key.nextReady;
     if (key.nextReady) key.nextReady.prevReady = key.prevReady;
-    else ringTail = key.prevReady;
+    else this.tail = key.prevReady;
     key.prevReady = key.nextReady = undefined;
-  };
+  }
+}
+
+class Semaphore implements FairSemaphore {
+  private limits: FairLimits;
+  private readonly clock: Clock;
+  private closed = false;
+  private heldCount = 0;
+  private waitingCount = 0;
+  /** Invariant: a key is here while it holds a permit, has a waiter, or is in the ring; then only. */
+  private readonly keyStates = new Map<string, KeyState>();
+  /**
+   * Invariant: a key is in the ring if and only if it has a waiter and holds fewer than perKey permits; and while
+   * the ring is not empty, every permit is held.
+   */
+  private readonly ring = new ReadyRing();
+  private dispatching = false;
+
+  constructor(limits: FairLimits, clock: Clock) {
+    this.limits = limits;
+    this.clock = clock;
+  }
+
+  acquire(
+    name: string,
+    granted: (release: () => void) => void,
+    refused: (why: FairRefusal) => void,
+  ): () => void {
+    if (this.closed) {
+      refused(new FairRefusal(CLOSED, 'closed', false));
+      return noop;
+    }
+    let key = this.keyStates.get(name);
+    if (!key) this.keyStates.set(name, (key = newKeyState(name)));
+    // A free permit means no eligible key waits (the ring's invariant): only this key's own FIFO can be ahead.
+    if (this.heldCount < this.limits.capacity && key.held < this.limits.perKey && key.head === undefined) {
+      granted(this.permit(key));
+      return noop;
+    }
+    const ownQueueFull = key.waiting >= this.limits.maxQueuedPerKey;
+    if (ownQueueFull || this.waitingCount >= this.limits.maxQueued) {
+      // The key's own fault when its own requests are why it cannot have or wait for a permit.
+      const why =
+        ownQueueFull && key.waiting > 0 && key.held < this.limits.perKey
+          ? new FairRefusal(KEY_LIMIT, `${key.waiting} requests of this user wait already`, false)
+          : this.refusal(key, false);
+      this.forgetIfIdle(key);
+      refused(why);
+      return noop;
+    }
+    return this.wait(key, granted, refused);
+  }
+
+  /** Queues a request at the back of its key's FIFO, for at most maxWaitMs; returns its cancel. */
+  private wait(
+    key: KeyState,
+    granted: (release: () => void) => void,
+    refused: (why: FairRefusal) => void,
+  ): () => void {
+    const w: Waiter = {
+      key,
+      granted,
+      refused,
+      timer: undefined,
+      done: false,
+      prev: key.tail,
+      next: undefined,
+    };
+    if (key.tail) key.tail.next = w;
+    else key.head = w;
+    key.tail = w;
+    key.waiting++;
+    this.waitingCount++;
+    this.placeReady(key);
+    w.timer = this.clock.setTimeout(() => {
+      if (w.done) return;
+      this.unlink(w);
+      this.forgetIfIdle(key);
+      w.refused(this.refusal(key, true));
+    }, this.limits.maxWaitMs);
+    return () => {
+      if (w.done) return;
+      this.unlink(w);
+      this.forgetIfIdle(key);
+    };
+  }
+
+  configure(next: FairLimits): void {
+    this.limits = next;
+    // A changed per-key cap moves keys into the ring or out of it.
+    for (const key of this.keyStates.values()) this.placeReady(key);
+    this.dispatch();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const key of this.keyStates.values()) {
+      while (key.head) {
+        const w = key.head;
+        this.unlink(w);
+        w.refused(new FairRefusal(CLOSED, 'closed while waiting', true));
+      }
+      this.forgetIfIdle(key);
+    }
+  }
+
+  held(name?: string): number {
+    return name === undefined ? this.heldCount : (this.keyStates.get(name)?.held ?? 0);
+  }
+
+  waiting(name?: string): number {
+    return name === undefined ? this.waitingCount : (this.keyStates.get(name)?.waiting ?? 0);
+  }
+
+  keys(): number {
+    return this.keyStates.size;
+  }
+
+  private forgetIfIdle(key: KeyState): void {
+    if (key.held === 0 && key.head === undefined && !key.inRing) this.keyStates.delete(key.name);
+  }
 
   /** Puts the key in the ring or takes it out, as the ring's invariant says. */
-  const placeReady = (key: KeyState): void => {
-    if (key.head && key.held < limits.perKey) pushReady(key);
-    else removeReady(key);
-  };
+  private placeReady(key: KeyState): void {
+    if (key.head && key.held < this.limits.perKey) this.ring.push(key);
+    else this.ring.remove(key);
+  }
 
-  const unlink = (w: Waiter): void => {
+  /** Takes a waiter out of its key's FIFO for good. */
+  private unlink(w: Waiter): void {
     const key = w.key;
     w.done = true;
     if (w.prev) w.prev.next = w.next;
@@ -137,145 +260,58 @@ export function newFairSemaphore(initial: FairLimits, clock: Clock = systemClock
     else key.tail = w.prev;
     w.prev = w.next = undefined;
     key.waiting--;
-    waiting--;
-    clock.clearTimeout(w.timer);
-    if (!key.head) removeReady(key);
-  };
+    this.waitingCount--;
+    this.clock.clearTimeout(w.timer);
+    if (!key.head) this.ring.remove(key);
+  }
 
-  const permit = (key: KeyState): (() => void) => {
-    held++;
+  /** A permit for `key`, counted now; its release is idempotent and hands the permit on. */
+  private permit(key: KeyState): () => void {
+    this.heldCount++;
     key.held++;
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      held--;
+      this.heldCount--;
       key.held--;
-      placeReady(key);
-      forgetIfIdle(key);
-      dispatch();
+      this.placeReady(key);
+      this.forgetIfIdle(key);
+      this.dispatch();
     };
-  };
+  }
 
   /** Hands free permits to waiting keys in ring order, one per key per turn. */
-  function dispatch(): void {
+  private dispatch(): void {
     // A grant's callback may release or acquire at once; the loop below then carries on with the new state.
-    if (dispatching) return;
-    dispatching = true;
+    if (this.dispatching) return;
+    this.dispatching = true;
     try {
-      while (held < limits.capacity) {
-        const key = ringHead;
+      while (this.heldCount < this.limits.capacity) {
+        const key = this.ring.head;
         if (!key) break;
         // The ring's invariant: the key has a waiter and room under its cap. Its turn passes to the back.
-        removeReady(key);
+        this.ring.remove(key);
         const w = key.head!;
-        unlink(w);
-        const release = permit(key);
-        placeReady(key);
+        this.unlink(w);
+        const release = this.permit(key);
+        this.placeReady(key);
         w.granted(release);
       }
     } finally {
-      dispatching = false;
+      this.dispatching = false;
     }
   }
 
-  const refusal = (key: KeyState, waited: boolean): FairRefusal => {
-    const mine = key.held >= limits.perKey;
-    const why = waited ? `waited ${limits.maxWaitMs} ms` : 'the queue is full';
+  private refusal(key: KeyState, waited: boolean): FairRefusal {
+    const mine = key.held >= this.limits.perKey;
+    const why = waited ? `waited ${this.limits.maxWaitMs} ms` : 'the queue is full';
     return mine
       ? new FairRefusal(KEY_LIMIT, `${key.held} requests of this user in flight already; ${why}`, waited)
-      : new FairRefusal(BUSY, `all ${limits.capacity} permits in use; ${why}`, waited);
-  };
+      : new FairRefusal(BUSY, `all ${this.limits.capacity} permits in use; ${why}`, waited);
+  }
+}
 
-  const noop = (): void => {};
-
-  return {
-    acquire(name, granted, refused) {
-      if (closed) {
-        refused(new FairRefusal(CLOSED, 'closed', false));
-        return noop;
-      }
-      let key = keys.get(name);
-      if (!key) {
-        key = {
-          name,
-          held: 0,
-          waiting: 0,
-          head: undefined,
-          tail: undefined,
-          inRing: false,
-          prevReady: undefined,
-          nextReady: undefined,
-        };
-        keys.set(name, key);
-      }
-      // A free permit means no eligible key waits (the ring's invariant): only this key's own FIFO can be ahead.
-      if (held < limits.capacity && key.held < limits.perKey && key.head === undefined) {
-        granted(permit(key));
-        return noop;
-      }
-      const ownQueueFull = key.waiting >= limits.maxQueuedPerKey;
-      if (ownQueueFull || waiting >= limits.maxQueued) {
-        // The key's own fault when its own requests are why it cannot have or wait for a permit.
-        const why =
-          ownQueueFull && key.waiting > 0 && key.held < limits.perKey
-            ? new FairRefusal(KEY_LIMIT, `${key.waiting} requests of this user wait already`, false)
-            : refusal(key, false);
-        forgetIfIdle(key);
-        refused(why);
-        return noop;
-      }
-      const w: Waiter = {
-        key,
-        granted,
-        refused,
-        timer: undefined,
-        done: false,
-        prev: key.tail,
-        next: undefined,
-      };
-      if (key.tail) key.tail.next = w;
-      else key.head = w;
-      key.tail = w;
-      key.waiting++;
-      waiting++;
-      placeReady(key);
-      const owner = key;
-      w.timer = clock.setTimeout(() => {
-        if (w.done) return;
-        unlink(w);
-        forgetIfIdle(owner);
-        w.refused(refusal(owner, true));
-      }, limits.maxWaitMs);
-      return () => {
-        if (w.done) return;
-        unlink(w);
-        forgetIfIdle(owner);
-      };
-    },
-
-    configure(next) {
-      limits = next;
-      // A changed per-key cap moves keys into the ring or out of it.
-      for (const key of keys.values()) placeReady(key);
-      dispatch();
-    },
-
-    close() {
-      if (closed) return;
-      closed = true;
-      for (const key of keys.values()) {
-        while (key.head) {
-          const w = key.head;
-          unlink(w);
-          w.refused(new FairRefusal(CLOSED, 'closed while waiting', true));
-        }
-        forgetIfIdle(key);
-      }
-    },
-
-    held: (name) => (name === undefined ? held : (keys.get(name)?.held ?? 0)),
-    waiting: (name) => (name === undefined ? waiting : (keys.get(name)?.waiting ?? 0)),
-    keys: () => keys.size,
-  };
+export function newFairSemaphore(initial: FairLimits, clock: Clock = systemClock): FairSemaphore {
+  return new Semaphore(initial, clock);
 }

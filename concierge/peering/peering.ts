@@ -20,12 +20,12 @@ import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import type { KubeClients } from '../../lib/kube/kube.ts';
 import type { Logger } from '../../lib/log.ts';
 import { ensureSecretCA } from '../../lib/pki/ca-secret.ts';
-import { issueCert } from '../../lib/pki/pki.ts';
+import { issueCert, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import type { Route } from '../proxy/route.ts';
 import type { RemoteHolder } from '../tunnel/cluster-status.ts';
 import { servePeerPort } from './holder.ts';
 import { peerMetrics } from './link.ts';
-import { newPeerRoutes } from './route.ts';
+import { newPeerRoutes, type PeerRoutes } from './route.ts';
 import type { Readable } from 'node:stream';
 import type { RecordingInfo, Recordings } from '../recording/session.ts';
 import { RECORDINGS_PATH } from './link.ts';
@@ -88,22 +88,90 @@ export interface Peering {
   stop(): Promise<void>;
 }
 
+/** A peer certificate for this replica, from the peer CA: it names the replica, and the host the others dial. */
+async function issuePeerCertificate(
+  ca: CertificateAuthority,
+  identity: string,
+  advertise: string,
+): Promise<{ cert: string; key: string }> {
+  const issued = await issueCert(ca, {
+    commonName: 'sealion-peer',
+    hosts: [advertise],
+    uris: [`${PEER_URI_PREFIX}${encodeURIComponent(identity)}`],
+    usage: 'server+client',
+    validityMs: PEER_CERT_VALIDITY_MS,
+  });
+  return { cert: issued.certPem, key: issued.keyPem };
+}
+
+/** The recordings a replica's list names, each checked: the list is another process's word. */
+function parseRecordingList(body: Buffer, replica: string): (RecordingInfo & { replica: string })[] {
+  const items: unknown = JSON.parse(body.toString('utf8'));
+  if (!Array.isArray(items)) throw new Error('the answer is not a list');
+  const found: (RecordingInfo & { replica: string })[] = [];
+  for (const r of items as Partial<RecordingInfo>[])
+    if (
+      typeof r?.id === 'string' &&
+      typeof r.modified === 'string' &&
+      typeof r.bytes === 'number' &&
+      Number.isFinite(r.bytes)
+    )
+      found.push({ id: r.id, modified: r.modified, bytes: r.bytes, replica });
+  return found;
+}
+
+/** The recordings every one of `replicas` holds; a replica that does not answer is named in `unreachable`. */
+async function listPeerRecordings(
+  routes: PeerRoutes,
+  replicas: RemoteHolder[],
+  log: Logger,
+): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }> {
+  const found: (RecordingInfo & { replica: string })[] = [];
+  const unreachable: string[] = [];
+  await Promise.all(
+    replicas.map(async (holder) => {
+      try {
+        // A small answer, bounded in size and time, as the concierge's own calls over any hop are.
+        const answer = await routes.call(holder, RECORDINGS_PATH, {
+          timeoutMs: LIST_TIMEOUT_MS,
+          maxBytes: MAX_LIST_BYTES,
+        });
+        if (answer.status === 404) return;
+        if (answer.status !== 200) throw new Error(`status ${answer.status}`);
+        for (const recording of parseRecordingList(answer.body, holder.replica)) found.push(recording);
+      } catch (err) {
+        log.warn({ peer: holder.replica, err: (err as Error).message }, 'a peer did not list its recordings');
+        unreachable.push(holder.replica);
+      }
+    }),
+  );
+  return { found, unreachable };
+}
+
+/** The recording `id`, from the first of `replicas` that has it. */
+async function fetchPeerRecording(
+  routes: PeerRoutes,
+  replicas: RemoteHolder[],
+  id: string,
+): Promise<Readable | undefined> {
+  for (const holder of replicas) {
+    try {
+      const answer = await routes.get(holder, `${RECORDINGS_PATH}/${encodeURIComponent(id)}`);
+      if (answer.status === 200) return answer.body;
+      answer.body.resume();
+    } catch {
+      // The next replica.
+    }
+  }
+  return undefined;
+}
+
 export async function startPeering(opts: PeeringOptions): Promise<Peering> {
   const { log, identity } = opts;
   const clock = opts.clock ?? systemClock;
   const ca = await ensureSecretCA(opts.clients, opts.namespace, PEER_CA_SECRET, 'sealion peer CA');
-  const issue = async (): Promise<{ cert: string; key: string }> => {
-    const issued = await issueCert(ca, {
-      commonName: 'sealion-peer',
-      hosts: [opts.advertise],
-      uris: [`${PEER_URI_PREFIX}${encodeURIComponent(identity)}`],
-      usage: 'server+client',
-      validityMs: PEER_CERT_VALIDITY_MS,
-    });
-    return { cert: issued.certPem, key: issued.keyPem };
-  };
   let issuedAt = clock.now();
-  let own = await issue();
+  let own = await issuePeerCertificate(ca, identity, opts.advertise);
   const credentials = { caPem: ca.certPem, own: () => own };
   let stopped = false;
   const metrics = peerMetrics(opts.registry, () => routes.links());
@@ -136,56 +204,12 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       const holders = opts.holders(cluster);
       return holders.length > 0 ? routes.route(cluster, holders) : undefined;
     },
-    async peerRecordings() {
-      const found: (RecordingInfo & { replica: string })[] = [];
-      const unreachable: string[] = [];
-      await Promise.all(
-        opts.replicas().map(async (holder) => {
-          try {
-            // A small answer, bounded in size and time, as the concierge's own calls over any hop are.
-            const answer = await routes.call(holder, RECORDINGS_PATH, {
-              timeoutMs: LIST_TIMEOUT_MS,
-              maxBytes: MAX_LIST_BYTES,
-            });
-            if (answer.status === 404) return;
-            if (answer.status !== 200) throw new Error(`status ${answer.status}`);
-            const items: unknown = JSON.parse(answer.body.toString('utf8'));
-            if (!Array.isArray(items)) throw new Error('the answer is not a list');
-            for (const r of items as Partial<RecordingInfo>[])
-              if (
-                typeof r?.id === 'string' &&
-                typeof r.modified === 'string' &&
-                typeof r.bytes === 'number' &&
-                Number.isFinite(r.bytes)
-              )
-                found.push({ id: r.id, modified: r.modified, bytes: r.bytes, replica: holder.replica });
-          } catch (err) {
-            log.warn(
-              { peer: holder.replica, err: (err as Error).message },
-              'a peer did not list its recordings',
-            );
-            unreachable.push(holder.replica);
-          }
-        }),
-      );
-      return { found, unreachable };
-    },
-    async peerRecording(id) {
-      for (const holder of opts.replicas()) {
-        try {
-          const answer = await routes.get(holder, `${RECORDINGS_PATH}/${encodeURIComponent(id)}`);
-          if (answer.status === 200) return answer.body;
-          answer.body.resume();
-        } catch {
-          // The next replica.
-        }
-      }
-      return undefined;
-    },
+    peerRecordings: () => listPeerRecordings(routes, opts.replicas(), log),
+    peerRecording: (id) => fetchPeerRecording(routes, opts.replicas(), id),
     issuedAt: () => issuedAt,
     async reissue() {
       const at = clock.now();
-      own = await issue();
+      own = await issuePeerCertificate(ca, identity, opts.advertise);
       issuedAt = at;
       port.reloadCredentials();
     },

@@ -1,9 +1,17 @@
 // What an agent certificate is bound to, read from a Cluster object, and whether a binding still holds against the
 // registry's current object; the binding's format is the install contract's (apis/agent-binding.ts). The
 // certificate's subject is for people; nothing reads an identity from it.
+import type { TLSSocket } from 'node:tls';
 import type { Cluster } from '../../apis/tunnel.ts';
-import { UID, validGeneration, type AgentBinding } from '../../apis/agent-binding.ts';
+import {
+  BINDING_URI_PREFIX,
+  parseBindingURI,
+  UID,
+  validGeneration,
+  type AgentBinding,
+} from '../../apis/agent-binding.ts';
 import { isDNSLabel } from '../../apis/names.ts';
+import { certificateURIs } from '../../lib/pki/pki.ts';
 
 /** The binding a certificate issued now for `cluster` gets. Throws when the object lacks a valid name or UID. */
 export function currentBinding(cluster: Cluster): AgentBinding {
@@ -32,3 +40,23 @@ export function bindingProblem(binding: AgentBinding, cluster: Cluster | undefin
     return `the certificate is of agent generation ${binding.generation}; Cluster ${binding.cluster} accepts only ${generation} (revoked)`;
   return undefined;
 }
+
+/** The binding a verified client certificate carries, or why there is none. */
+export function peerBinding(socket: TLSSocket): { binding: AgentBinding } | { problem: string } {
+  if (!socket.authorized)
+    return { problem: `no valid client certificate (${String(socket.authorizationError)})` };
+  const cert = socket.getPeerX509Certificate();
+  if (!cert) return { problem: 'no client certificate' };
+  if (!cert.keyUsage?.includes('1.3.6.1.5.5.7.3.2'))
+    return { problem: 'the certificate is not for client authentication' };
+  // Certificates from before bindings existed name the cluster only in their subject: they are refused, since
+  // nothing in them tells one Cluster of a name from a later one.
+  const uris = certificateURIs(cert.raw).filter((uri) => uri.startsWith(BINDING_URI_PREFIX));
+  if (uris.length !== 1) return { problem: 'the certificate carries no single cluster binding' };
+  const binding = parseBindingURI(uris[0]!);
+  if (!binding) return { problem: 'the certificate carries a malformed cluster binding' };
+  return { binding };
+}
+
+/** What peerBinding found. */
+export type VerifiedPeer = ReturnType<typeof peerBinding>;

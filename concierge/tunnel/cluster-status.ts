@@ -27,11 +27,11 @@ import {
 import type { Logger } from '../../lib/log.ts';
 import type { ControllerEntry } from '../../lib/controller/controller.ts';
 import type { ControllerManager } from '../../lib/controller/manager.ts';
+import { EntryIndex, Liveness, REPLICA_LEASE_SECONDS } from './replica-view.ts';
 
 /** The label every replica Lease carries, as a selector. */
 export const REPLICA_LEASE_LABEL = 'app.kubernetes.io/component=concierge-replica';
-/** How long a replica's Lease holds without renewal; with CHECK_MS, a crashed replica's tunnels go in about 7 s. */
-export const REPLICA_LEASE_SECONDS = 6;
+export { REPLICA_LEASE_SECONDS } from './replica-view.ts';
 const RENEW_MS = 2_000;
 /** How often lapsed Leases are looked for. */
 const CHECK_MS = 1_000;
@@ -179,173 +179,159 @@ export interface ClusterStatusPublisher {
   withdraw(): Promise<void>;
 }
 
-export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPublisher {
-  const { clock, log, identity, manager } = opts;
-  const fieldManager = replicaFieldManager(identity);
-  /** When this process last saw each replica's Lease change, or first missed a Lease it looked for. */
-  const seen = new Map<string, { version: string; at: number }>();
-  /** The clusters each replica has an entry in, from the cache, so a lapsed Lease finds them without a scan. */
-  const entriesOf = new Map<string, Set<string>>();
-  const replicasIn = new Map<string, string[]>();
+/** What the publisher's pieces share. */
+interface Publishing {
+  opts: ClusterStatusOptions;
+  fieldManager: string;
+  liveness: Liveness;
+  index: EntryIndex;
+}
+
+/**
+ * The entries of `status` other than this replica's: those of live replicas, in order, and those of lapsed ones, last
+ * first, with where they were read.
+ */
+function otherEntries(
+  at: Publishing,
+  entries: readonly TunnelHolder[],
+): { others: TunnelHolder[]; lapsedEntries: { index: number; replica: string }[] } {
+  const others: TunnelHolder[] = [];
+  const lapsedEntries: { index: number; replica: string }[] = [];
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const entry = entries[i]!;
+    if (entry.replica === at.opts.identity) continue;
+    if (at.liveness.alive(entry.replica)) others.unshift(entry);
+    else lapsedEntries.push({ index: i, replica: entry.replica });
+  }
+  return { others, lapsedEntries };
+}
+
+// Transient failures (the API server, a `test` that found an entry moved) throw and are retried.
+async function syncCluster(at: Publishing, name: string): Promise<void> {
+  const { opts, liveness } = at;
+  at.index.update(name);
+  const cluster = opts.clusters.get(name);
+  if (!cluster) return;
+  const status = cluster.status ?? {};
+  const entries = status.tunnels ?? [];
+  const held = liveness.stopped ? undefined : opts.held(name);
+  const mine: TunnelHolder | undefined = held ? { ...held, replica: opts.identity } : undefined;
+  const { others, lapsedEntries } = otherEntries(at, entries);
+  const remover = liveness.removesLapsed();
+  // This replica's own entry first: other replicas route by it, and it needs nothing else written before it.
+  const derived = deriveStatus(status, mine ? [...others, mine] : others);
+  const current = entries.find((e) => e.replica === opts.identity);
+  if (!sameEntry(current, mine) || (remover && !sameDerived(status, derived)))
+    await opts.status.apply(name, { ...derived, ...(mine ? { tunnels: [mine] } : {}) }, at.fieldManager);
+  if (!remover) return;
+  // Then lapsed replicas' entries, each only if it is still where it was read (a `test` operation; one that moved
+  // fails the patch, and the sync runs again on what the API server has now). The last goes first, so that the
+  // places read for the others stay right.
+  for (const { index, replica } of lapsedEntries) {
+    opts.log.info({ cluster: name, replica }, 'removing the tunnel of a replica whose Lease lapsed');
+    await opts.status.jsonPatch(name, [
+      { op: 'test', path: `/status/tunnels/${index}/replica`, value: replica },
+      { op: 'remove', path: `/status/tunnels/${index}` },
+    ]);
+  }
+}
+
+// This replica's Lease: created at start, renewed while the process lives. An update must name the version it
+// replaces (the API server refuses an unconditional one for Leases): the cache's, else the API server's.
+async function renewLease(at: Publishing): Promise<void> {
+  const { opts } = at;
+  const record = (resourceVersion: string | undefined): LeaseRecord => ({
+    holder: opts.identity,
+    renewTime: opts.clock.now(),
+    leaseSeconds: REPLICA_LEASE_SECONDS,
+    transitions: 0,
+    ...(resourceVersion ? { resourceVersion } : {}),
+  });
+  const cached = at.liveness.leaseOf(opts.identity)?.metadata?.resourceVersion;
+  if (cached && (await opts.lease.replace(record(cached)))) return;
+  const current = await opts.lease.get();
+  const written = current
+    ? await opts.lease.replace(record(current.resourceVersion))
+    : await opts.lease.create(record(undefined));
+  if (!written) throw new Error('the replica Lease changed while it was renewed');
+}
+
+/** The look for Leases that stopped changing, which make no event of their own. */
+class LapsedCheck {
   /** Replicas found lapsed, whose clusters were queued once. */
-  const lapsed = new Set<string>();
-  let stopped = false;
-  let withdrawn: Promise<void> | undefined;
+  private readonly lapsed = new Set<string>();
+  /** Whether this replica removed lapsed entries at the last look. */
+  private wasRemover = false;
+  private readonly at: Publishing;
 
-  const leaseOf = (replica: string): LeaseObject | undefined =>
-    opts.leases.list().find((l) => l.spec?.holderIdentity === replica);
-  /** How long ago this process last saw `replica`'s Lease change (0: just now, or for the first time). */
-  const unchangedFor = (replica: string): number => {
-    const version = leaseOf(replica)?.metadata?.resourceVersion ?? '';
-    const last = seen.get(replica);
-    if (!last || last.version !== version) {
-      seen.set(replica, { version, at: clock.now() });
-      return 0;
-    }
-    return clock.now() - last.at;
-  };
-  const durationOf = (replica: string): number =>
-    (leaseOf(replica)?.spec?.leaseDurationSeconds ?? REPLICA_LEASE_SECONDS) * 1000;
+  constructor(at: Publishing) {
+    this.at = at;
+  }
+
+  check(): void {
+    this.queueLapsed();
+    this.deleteGoneLeases();
+    this.forgetGone();
+  }
+
   /**
-   * Whether this process's view of the Leases is current: it has seen its own renewals. A watch that stalls or
-   * restarts would otherwise make every other replica look dead; then nothing is judged lapsed.
+   * Queues the clusters of replicas that lapsed since the last look. A replica that has just become the remover
+   * (the one before it lapsed) takes up what is left to remove.
    */
-  const viewFresh = (): boolean => unchangedFor(identity) < REPLICA_LEASE_SECONDS * 1000;
-  const alive = (replica: string): boolean => {
-    if (replica === identity) return !stopped;
-    return unchangedFor(replica) < durationOf(replica) || !viewFresh();
-  };
-  /**
-   * Whether this replica is the one that removes lapsed replicas' entries and writes the fields derived from them:
-   * the first live replica by name. One writer instead of every replica racing the same patches (each but the
-   * first failing its `test`), which after a replica with thousands of tunnels died held up the entries of the
-   * replicas their agents moved to. Should two replicas each think they are first for a moment, the `test`
-   * operations keep their patches apart.
-   */
-  const removesLapsed = (): boolean => {
-    if (stopped) return false;
-    for (const lease of opts.leases.list()) {
-      const replica = lease.spec?.holderIdentity;
-      if (replica && replica < identity && alive(replica)) return false;
-    }
-    return true;
-  };
-
-  /** Keeps entriesOf in step with the cache's view of cluster `name` (gone: no entries). */
-  const index = (name: string): void => {
-    for (const replica of replicasIn.get(name) ?? []) {
-      const set = entriesOf.get(replica);
-      set?.delete(name);
-      if (set?.size === 0) entriesOf.delete(replica);
-    }
-    const now = opts.clusters.get(name)?.status?.tunnels?.map((t) => t.replica) ?? [];
-    replicasIn.set(name, now);
-    if (now.length === 0) replicasIn.delete(name);
-    for (const replica of now) {
-      let set = entriesOf.get(replica);
-      if (!set) entriesOf.set(replica, (set = new Set()));
-      set.add(name);
-    }
-  };
-
-  // Transient failures (the API server, a `test` that found an entry moved) throw and are retried.
-  const syncCluster = async (name: string): Promise<void> => {
-    index(name);
-    const cluster = opts.clusters.get(name);
-    if (!cluster) return;
-    const status = cluster.status ?? {};
-    const entries = status.tunnels ?? [];
-    const held = stopped ? undefined : opts.held(name);
-    const mine: TunnelHolder | undefined = held ? { ...held, replica: identity } : undefined;
-    const others: TunnelHolder[] = [];
-    /** Entries of lapsed replicas, last first, with where they were read. */
-    const lapsedEntries: { index: number; replica: string }[] = [];
-    for (let i = entries.length - 1; i >= 0; i--) {
-      const entry = entries[i]!;
-      if (entry.replica === identity) continue;
-      if (alive(entry.replica)) others.unshift(entry);
-      else lapsedEntries.push({ index: i, replica: entry.replica });
-    }
-    const remover = removesLapsed();
-    // This replica's own entry first: other replicas route by it, and it needs nothing else written before it.
-    const derived = deriveStatus(status, mine ? [...others, mine] : others);
-    const current = entries.find((e) => e.replica === identity);
-    if (!sameEntry(current, mine) || (remover && !sameDerived(status, derived)))
-      await opts.status.apply(name, { ...derived, ...(mine ? { tunnels: [mine] } : {}) }, fieldManager);
-    if (!remover) return;
-    // Then lapsed replicas' entries, each only if it is still where it was read (a `test` operation; one that moved
-    // fails the patch, and the sync runs again on what the API server has now). The last goes first, so that the
-    // places read for the others stay right.
-    for (const { index: at, replica } of lapsedEntries) {
-      log.info({ cluster: name, replica }, 'removing the tunnel of a replica whose Lease lapsed');
-      await opts.status.jsonPatch(name, [
-        { op: 'test', path: `/status/tunnels/${at}/replica`, value: replica },
-        { op: 'remove', path: `/status/tunnels/${at}` },
-      ]);
-    }
-  };
-
-  // This replica's Lease: created at start, renewed while the process lives. An update must name the version it
-  // replaces (the API server refuses an unconditional one for Leases): the cache's, else the API server's.
-  const renew = async (): Promise<void> => {
-    const record = (resourceVersion: string | undefined): LeaseRecord => ({
-      holder: identity,
-      renewTime: clock.now(),
-      leaseSeconds: REPLICA_LEASE_SECONDS,
-      transitions: 0,
-      ...(resourceVersion ? { resourceVersion } : {}),
-    });
-    const cached = leaseOf(identity)?.metadata?.resourceVersion;
-    if (cached && (await opts.lease.replace(record(cached)))) return;
-    const current = await opts.lease.get();
-    const written = current
-      ? await opts.lease.replace(record(current.resourceVersion))
-      : await opts.lease.create(record(undefined));
-    if (!written) throw new Error('the replica Lease changed while it was renewed');
-  };
-
-  // A replica that has just become the remover (the one before it lapsed) takes up what is left to remove.
-  let wasRemover = false;
-  const check = (): void => {
-    const remover = removesLapsed();
-    const takeOver = remover && !wasRemover;
-    wasRemover = remover;
-    for (const [replica, clusters] of entriesOf) {
-      if (replica === identity) continue;
-      if (alive(replica)) lapsed.delete(replica);
-      else if (!lapsed.has(replica) || takeOver) {
-        lapsed.add(replica);
-        for (const name of clusters) manager.enqueue(CLUSTER_STATUS, name);
+  private queueLapsed(): void {
+    const { opts, liveness, index } = this.at;
+    const remover = liveness.removesLapsed();
+    const takeOver = remover && !this.wasRemover;
+    this.wasRemover = remover;
+    for (const [replica, clusters] of index.all()) {
+      if (replica === opts.identity) continue;
+      if (liveness.alive(replica)) this.lapsed.delete(replica);
+      else if (!this.lapsed.has(replica) || takeOver) {
+        this.lapsed.add(replica);
+        for (const name of clusters) opts.manager.enqueue(CLUSTER_STATUS, name);
       }
     }
-    // A Lease lapsed twice its duration, with no entries left, goes; so does what this process knew of it.
+  }
+
+  /** A Lease lapsed twice its duration, with no entries left, goes. */
+  private deleteGoneLeases(): void {
+    const { opts, liveness, index } = this.at;
     for (const lease of opts.leases.list()) {
       const replica = lease.spec?.holderIdentity ?? '';
-      if (!replica || replica === identity || entriesOf.has(replica) || !viewFresh()) continue;
-      if (unchangedFor(replica) < 2 * durationOf(replica)) continue;
-      log.info({ replica }, 'deleting the Lease of a replica gone for good');
+      if (!replica || replica === opts.identity || index.has(replica) || !liveness.viewFresh()) continue;
+      if (liveness.unchangedFor(replica) < 2 * liveness.durationOf(replica)) continue;
+      opts.log.info({ replica }, 'deleting the Lease of a replica gone for good');
       opts
         .deleteLease(lease.metadata?.name ?? '')
-        .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'deleting a lapsed Lease failed'));
+        .catch((err: unknown) =>
+          opts.log.warn({ err: (err as Error).message }, 'deleting a lapsed Lease failed'),
+        );
     }
-    for (const replica of seen.keys())
-      if (replica !== identity && !entriesOf.has(replica) && !leaseOf(replica)) {
-        seen.delete(replica);
-        lapsed.delete(replica);
+  }
+
+  /** What this process knew of a replica with neither entries nor Lease goes. */
+  private forgetGone(): void {
+    const { opts, liveness, index } = this.at;
+    for (const replica of [...liveness.remembered()])
+      if (replica !== opts.identity && !index.has(replica) && !liveness.leaseOf(replica)) {
+        liveness.forget(replica);
+        this.lapsed.delete(replica);
       }
-  };
+  }
+}
 
-  // From now on: a process whose watch never shows its own Lease never judges another replica lapsed.
-  unchangedFor(identity);
-
-  const entries: ControllerEntry[] = [
+/** The three controllers, for the manager: every replica runs them. */
+function statusControllers(at: Publishing): ControllerEntry[] {
+  const { opts, liveness } = at;
+  const lapsedCheck = new LapsedCheck(at);
+  return [
     {
       // Every cluster at start: entries a previous process of this replica left, and lapsed ones, go then.
       controller: {
         name: CLUSTER_STATUS,
         watches: [{ informer: opts.clusters }],
         reads: [opts.leases],
-        sync: (name) => syncCluster(name),
+        sync: (name) => syncCluster(at, name),
       },
       runs: 'every-replica',
       // Enough writers to keep up with agents connecting after a restart; retries within half a minute.
@@ -359,13 +345,13 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
         initialKeys: [REPLICA_LEASE],
         // Never throws: a failed renewal is tried again at the next turn (a retry cap must never drop the Lease).
         async sync() {
-          if (stopped) return;
+          if (liveness.stopped) return;
           try {
-            await renew();
+            await renewLease(at);
           } catch (err) {
-            log.warn({ err: (err as Error).message }, 'renewing the replica Lease failed');
+            opts.log.warn({ err: (err as Error).message }, 'renewing the replica Lease failed');
           }
-          return stopped ? undefined : { requeueAfterMs: RENEW_MS };
+          return liveness.stopped ? undefined : { requeueAfterMs: RENEW_MS };
         },
       },
       runs: 'every-replica',
@@ -378,77 +364,106 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
         initialKeys: [LAPSED_REPLICAS],
         // Lapsed Leases make no event of their own: this looks for them, every CHECK_MS. It only reads and queues.
         sync() {
-          if (stopped) return Promise.resolve();
-          check();
+          if (liveness.stopped) return Promise.resolve();
+          lapsedCheck.check();
           return Promise.resolve({ requeueAfterMs: CHECK_MS });
         },
       },
       runs: 'every-replica',
     },
   ];
+}
 
-  return {
-    entries,
-    changed: (cluster) => manager.enqueue(CLUSTER_STATUS, cluster),
-    knownSource(ip) {
-      for (const lease of opts.leases.list()) {
-        const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
-        if (!address) continue;
-        const host = address.slice(0, address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
-        if (host === ip || !isIP(host)) return true;
-      }
-      return false;
-    },
-    replicas() {
-      const found: RemoteHolder[] = [];
-      for (const lease of opts.leases.list()) {
-        const replica = lease.spec?.holderIdentity;
-        const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
-        if (replica && address && replica !== identity && alive(replica)) found.push({ replica, address });
-      }
-      return found;
-    },
-    versions() {
-      const found: ReplicaVersion[] = stopped ? [] : [{ replica: identity, version: opts.version }];
-      for (const lease of opts.leases.list()) {
-        const replica = lease.spec?.holderIdentity;
-        if (!replica || replica === identity || !alive(replica)) continue;
-        found.push({ replica, version: lease.metadata?.annotations?.[REPLICA_VERSION_ANNOTATION] ?? '' });
-      }
-      return found;
-    },
-    holders(cluster) {
-      const entries = opts.clusters.get(cluster)?.status?.tunnels ?? [];
-      const found: (RemoteHolder & { since: string })[] = [];
-      for (const entry of entries) {
-        if (entry.replica === identity || !alive(entry.replica)) continue;
-        const address = leaseOf(entry.replica)?.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
-        if (address) found.push({ replica: entry.replica, address, since: entry.connectedSince });
-      }
-      return found
-        .sort((a, b) => b.since.localeCompare(a.since))
-        .map(({ replica, address }) => ({ replica, address }));
-    },
-    withdraw: () => (withdrawn ??= withdraw()),
-  };
-
-  /** Removes this replica's entries and Lease, with one deadline for all of it: a stop never waits on an API server that does not answer. */
-  async function withdraw(): Promise<void> {
-    stopped = true;
-    const release = (async () => {
-      for (const name of entriesOf.get(identity) ?? []) manager.enqueue(CLUSTER_STATUS, name);
-      await manager.idle(CLUSTER_STATUS);
-      // A renewal under way ends before the Lease goes; none starts after (stopped).
-      await manager.idle(REPLICA_LEASE);
-      await opts.lease.delete();
-    })().catch((err: unknown) =>
-      log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
-    );
-    let timer: unknown;
-    await Promise.race([
-      release,
-      new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
-    ]);
-    clock.clearTimeout(timer);
+/** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
+function knownSource(leases: Informer<LeaseObject>, ip: string): boolean {
+  for (const lease of leases.list()) {
+    const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
+    if (!address) continue;
+    const host = address.slice(0, address.lastIndexOf(':')).replace(/^\[|\]$/g, '');
+    if (host === ip || !isIP(host)) return true;
   }
+  return false;
+}
+
+/** The other live replicas that publish a peer address. */
+function liveReplicas(at: Publishing): RemoteHolder[] {
+  const found: RemoteHolder[] = [];
+  for (const lease of at.opts.leases.list()) {
+    const replica = lease.spec?.holderIdentity;
+    const address = lease.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
+    if (replica && address && replica !== at.opts.identity && at.liveness.alive(replica))
+      found.push({ replica, address });
+  }
+  return found;
+}
+
+/** Every live replica and the version it runs, this one included while it runs. */
+function replicaVersions(at: Publishing): ReplicaVersion[] {
+  const { opts, liveness } = at;
+  const found: ReplicaVersion[] = liveness.stopped ? [] : [{ replica: opts.identity, version: opts.version }];
+  for (const lease of opts.leases.list()) {
+    const replica = lease.spec?.holderIdentity;
+    if (!replica || replica === opts.identity || !liveness.alive(replica)) continue;
+    found.push({ replica, version: lease.metadata?.annotations?.[REPLICA_VERSION_ANNOTATION] ?? '' });
+  }
+  return found;
+}
+
+/** The other live replicas holding `cluster`'s tunnel that publish a peer address, newest tunnel first. */
+function remoteHolders(at: Publishing, cluster: string): RemoteHolder[] {
+  const { opts, liveness } = at;
+  const entries = opts.clusters.get(cluster)?.status?.tunnels ?? [];
+  const found: (RemoteHolder & { since: string })[] = [];
+  for (const entry of entries) {
+    if (entry.replica === opts.identity || !liveness.alive(entry.replica)) continue;
+    const address = liveness.leaseOf(entry.replica)?.metadata?.annotations?.[PEER_ADDRESS_ANNOTATION];
+    if (address) found.push({ replica: entry.replica, address, since: entry.connectedSince });
+  }
+  return found
+    .sort((a, b) => b.since.localeCompare(a.since))
+    .map(({ replica, address }) => ({ replica, address }));
+}
+
+/**
+ * Removes this replica's entries and Lease, with one deadline for all of it: a stop never waits on an API server
+ * that does not answer.
+ */
+async function withdraw(at: Publishing): Promise<void> {
+  const { opts } = at;
+  const { manager, clock } = opts;
+  at.liveness.stopped = true;
+  const release = (async () => {
+    for (const name of at.index.of(opts.identity)) manager.enqueue(CLUSTER_STATUS, name);
+    await manager.idle(CLUSTER_STATUS);
+    // A renewal under way ends before the Lease goes; none starts after (stopped).
+    await manager.idle(REPLICA_LEASE);
+    await opts.lease.delete();
+  })().catch((err: unknown) =>
+    opts.log.warn({ err: (err as Error).message }, 'removing the replica Lease failed'),
+  );
+  let timer: unknown;
+  await Promise.race([
+    release,
+    new Promise<void>((done) => (timer = clock.setTimeout(done, RELEASE_TIMEOUT_MS))),
+  ]);
+  clock.clearTimeout(timer);
+}
+
+export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPublisher {
+  const at: Publishing = {
+    opts,
+    fieldManager: replicaFieldManager(opts.identity),
+    liveness: new Liveness(opts.leases, opts.identity, opts.clock),
+    index: new EntryIndex(opts.clusters),
+  };
+  let withdrawn: Promise<void> | undefined;
+  return {
+    entries: statusControllers(at),
+    changed: (cluster) => opts.manager.enqueue(CLUSTER_STATUS, cluster),
+    knownSource: (ip) => knownSource(opts.leases, ip),
+    replicas: () => liveReplicas(at),
+    versions: () => replicaVersions(at),
+    holders: (cluster) => remoteHolders(at, cluster),
+    withdraw: () => (withdrawn ??= withdraw(at)),
+  };
 }

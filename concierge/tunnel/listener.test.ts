@@ -29,7 +29,13 @@ import { silentLogger } from '../../lib/log.ts';
 import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
-import { MAX_HANDSHAKES, startTunnelListener, type TunnelListener } from './listener.ts';
+import {
+  HANDSHAKE_SWEEP_MS,
+  handshakeSweep,
+  MAX_HANDSHAKES,
+  startTunnelListener,
+  type TunnelListener,
+} from './listener.ts';
 import { DEFAULT_REGISTRATION_LIMITS, type RateLimitOptions } from './rate-limit.ts';
 
 const NAME = 'edge';
@@ -153,10 +159,12 @@ describe('the tunnel listener’s TLS', () => {
     const waiting = await open();
     let closed = false;
     waiting.once('close', () => (closed = true));
-    // Eight seconds is the longest a connection waits; the sweep after that closes it though no slot freed. The
-    // clock moves on until then, since the listener may take the connection a moment after it connected here.
+    // Eight seconds is the longest a connection waits; the sweep after that (which the concierge's manager runs
+    // every HANDSHAKE_SWEEP_MS) closes it though no slot freed. The clock moves on until then, since the listener
+    // may take the connection a moment after it connected here.
     await eventually(() => {
       clock.advance(9_000);
+      listener.sweep();
       expect(closed).toBe(true);
     });
     stalled.forEach((socket) => socket.destroy());
@@ -413,5 +421,20 @@ describe('agents older than the tunnel protocol', () => {
     expect(status).toMatchObject({ kind: 'Status', code: 426 });
     expect(status.message).toContain('upgrade the agent');
     expect(listener.route(NAME)).toBeUndefined();
+  });
+});
+
+describe('handshakeSweep', () => {
+  it('sweeps the running listener every HANDSHAKE_SWEEP_MS, and nothing before it runs', async () => {
+    let swept = 0;
+    let running: { sweep(): void } | undefined = undefined;
+    const controller = handshakeSweep(() => running);
+    const signal = new AbortController().signal;
+    expect(await controller.sync(controller.initialKeys![0]!, signal)).toEqual({
+      requeueAfterMs: HANDSHAKE_SWEEP_MS,
+    });
+    running = { sweep: () => void swept++ };
+    await controller.sync(controller.initialKeys![0]!, signal);
+    expect(swept).toBe(1);
   });
 });

@@ -9,12 +9,14 @@ import type { AddressInfo, Socket } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
 import { eventually } from '../../dev/eventually.ts';
+import { fakeClock } from '../../test-support/fake-clock.ts';
 import { issueCert, newCA } from '../pki/pki.ts';
 import { STREAM_WINDOW_BYTES } from '../http2/pool.ts';
 import {
   CONNECTION_WINDOW_BYTES,
   newTunnelClient,
   serveTunnel,
+  SILENCE_LIMIT_MS,
   TunnelBusyError,
   type TunnelClient,
 } from './tunnel.ts';
@@ -333,6 +335,25 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
     cleanups.push(() => client.close());
     await client.closed;
     await expect(client.open()).rejects.toThrow(/closed/);
+  });
+
+  it('watches for pings on its clock', async () => {
+    const pair = await directPair();
+    cleanups.push(pair.close);
+    const silent = performServerHandshake(pair.agent as unknown as Socket);
+    silent.on('error', () => {});
+    const clock = fakeClock();
+    const client = newTunnelClient(pair.concierge, { clock });
+    cleanups.push(() => client.close());
+    let closed = false;
+    void client.closed.then(() => (closed = true));
+    // Up to the limit the silence is allowed; the look after it ends the tunnel.
+    clock.advance(SILENCE_LIMIT_MS / 2);
+    clock.advance(SILENCE_LIMIT_MS / 2);
+    await new Promise((r) => setImmediate(r));
+    expect(closed).toBe(false);
+    clock.advance(SILENCE_LIMIT_MS / 2);
+    await client.closed;
   });
 });
 

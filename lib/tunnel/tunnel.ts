@@ -21,6 +21,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from '../http2/hop-by-hop.ts';
 import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
 
@@ -142,34 +143,54 @@ function settings(maxStreams: number): Settings {
   return { initialWindowSize: STREAM_WINDOW_BYTES, maxConcurrentStreams: maxStreams, enablePush: false };
 }
 
-/**
- * Pings the peer every PING_INTERVAL_MS; a late or failed answer ends the tunnel through `kill` (which destroys
- * the WebSocket stream: see close() below for why never the session itself).
- */
-function keepAlive(session: Http2Session, kill: (err: Error) => void): NodeJS.Timeout {
-  const timer = setInterval(() => {
-    if (session.closed || session.destroyed) return clearInterval(timer);
-    const deadline = setTimeout(() => kill(new Error('tunnel ping timed out')), PING_TIMEOUT_MS);
-    const sent = session.ping((err) => {
-      clearTimeout(deadline);
-      if (err) kill(err);
-    });
-    if (!sent) clearTimeout(deadline);
-  }, PING_INTERVAL_MS);
-  timer.unref();
-  return timer;
+/** Runs `tick` every `everyMs` on `clock` until `tick` returns false or the returned stop is called. */
+function every(clock: Clock, everyMs: number, tick: () => boolean): () => void {
+  let timer: unknown;
+  const run = (): void => {
+    timer = undefined;
+    if (!tick()) return;
+    timer = clock.setTimeout(run, everyMs);
+  };
+  timer = clock.setTimeout(run, everyMs);
+  return () => clock.clearTimeout(timer);
 }
 
-/** Ends the tunnel through `kill` once the peer has sent no ping for `limitMs`. */
-function watchPings(session: Http2Session, limitMs: number, kill: (err: Error) => void): NodeJS.Timeout {
-  let heard = Date.now();
-  session.on('ping', () => void (heard = Date.now()));
-  const timer = setInterval(() => {
-    if (session.closed || session.destroyed) return clearInterval(timer);
-    if (Date.now() - heard > limitMs) kill(new Error(`no ping from the agent for ${limitMs / 1000} s`));
-  }, limitMs / 2);
-  timer.unref();
-  return timer;
+const gone = (session: Http2Session): boolean => session.closed || session.destroyed;
+
+/**
+ * Pings the peer every PING_INTERVAL_MS; a late or failed answer ends the tunnel through `kill` (which destroys
+ * the WebSocket stream: see close() below for why never the session itself). Returns its stop.
+ */
+function keepAlive(session: Http2Session, kill: (err: Error) => void, clock: Clock): () => void {
+  return every(clock, PING_INTERVAL_MS, () => {
+    if (gone(session)) return false;
+    // Keeps the process alive while it runs, as the plain timer it replaces did.
+    const deadline = clock.setTimeout(() => kill(new Error('tunnel ping timed out')), PING_TIMEOUT_MS, {
+      keepAlive: true,
+    });
+    const sent = session.ping((err) => {
+      clock.clearTimeout(deadline);
+      if (err) kill(err);
+    });
+    if (!sent) clock.clearTimeout(deadline);
+    return true;
+  });
+}
+
+/** Ends the tunnel through `kill` once the peer has sent no ping for `limitMs`. Returns its stop. */
+function watchPings(
+  session: Http2Session,
+  limitMs: number,
+  kill: (err: Error) => void,
+  clock: Clock,
+): () => void {
+  let heard = clock.now();
+  session.on('ping', () => void (heard = clock.now()));
+  return every(clock, limitMs / 2, () => {
+    if (gone(session)) return false;
+    if (clock.now() - heard > limitMs) kill(new Error(`no ping from the agent for ${limitMs / 1000} s`));
+    return true;
+  });
 }
 
 export interface TunnelClient {
@@ -192,15 +213,107 @@ export interface TunnelClient {
   close(): void;
 }
 
-/** The concierge's end: an HTTP/2 client over the agent's WebSocket stream. */
-export function newTunnelClient(
-  duplex: Duplex,
-  opts: { maxStreams?: number; silenceLimitMs?: number } = {},
-): TunnelClient {
-  let maxStreams = opts.maxStreams ?? DEFAULT_MAX_STREAMS;
-  /** Set by close(): streams destroyed from then on are not reset one by one. */
-  let closing = false;
-  const session: ClientHttp2Session = connect('http://sealion-agent.tunnel', {
+export interface TunnelClientOptions {
+  /** The stream limit. Default: DEFAULT_MAX_STREAMS. */
+  maxStreams?: number;
+  /** How long the agent may send no ping before the tunnel is given up. Default: SILENCE_LIMIT_MS. */
+  silenceLimitMs?: number;
+  /** Times the watch on the agent's pings. Default: systemClock. */
+  clock?: Clock;
+}
+
+/** An http.Agent whose connections are tunnel streams from `open` (kept alive and reused, like sockets). */
+class StreamAgent extends HttpAgent {
+  private readonly openStream: () => Promise<Duplex>;
+
+  constructor(open: () => Promise<Duplex>) {
+    super({ keepAlive: true, maxFreeSockets: 64 });
+    this.openStream = open;
+  }
+
+  override createConnection(
+    _options: AgentOptions,
+    callback?: (err: Error | null, socket: Duplex) => void,
+  ): Duplex | undefined {
+    this.openStream().then(
+      (stream) => callback?.(null, stream),
+      (err: Error) => callback?.(err, undefined as unknown as Duplex),
+    );
+    return undefined;
+  }
+
+  // A stream has no TCP timeout to reset; the session's pings watch the connection.
+  override keepSocketAlive(): boolean {
+    return true;
+  }
+}
+
+/**
+ * The streams a tunnel has open, within its limit. A closed or destroyed stream leaves the count at once, not at its
+ * 'close' a turn later, so that its place is free for the request that takes it over; the agent's end may hold it
+ * a moment longer, which its higher limit allows. Only this end counts the limit (the agent's allows far more), so
+ * a new limit takes effect at once.
+ */
+class StreamCount {
+  active = 0;
+  maxStreams: number;
+  private readonly session: ClientHttp2Session;
+
+  constructor(session: ClientHttp2Session, maxStreams: number) {
+    this.session = session;
+    this.maxStreams = maxStreams;
+  }
+
+  /** Opens a stream, counted until it closes; returns it and what takes it out of the count. */
+  open(headers: OutgoingHttpHeaders, endStream: boolean): [ClientHttp2Stream, () => void] {
+    if (gone(this.session)) throw new TunnelClosedError('the tunnel is closed');
+    if (this.active >= this.maxStreams)
+      throw new TunnelBusyError(`the tunnel already carries ${this.maxStreams} streams`);
+    const stream = this.session.request(headers, { endStream });
+    this.active++;
+    let inCount = true;
+    const uncount = (): void => {
+      if (inCount) this.active--;
+      inCount = false;
+    };
+    stream.once('close', uncount);
+    return [stream, uncount];
+  }
+
+  /** A plain request's stream, which leaves the count as soon as it is closed. */
+  request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream {
+    const [stream, uncount] = this.open(headers, endStream);
+    const close = stream.close.bind(stream);
+    stream.close = (code?: number, callback?: () => void) => {
+      uncount();
+      close(code, callback);
+    };
+    return stream;
+  }
+
+  /** A byte stream to the agent's local proxy, once the agent accepts it; `closing` as cancelOnDestroy's. */
+  connect(closing: () => boolean): Promise<Duplex> {
+    return new Promise((done, fail) => {
+      let stream: ClientHttp2Stream;
+      let uncount: () => void;
+      try {
+        [stream, uncount] = this.open({ ':method': 'CONNECT', ':authority': 'local-proxy' }, false);
+      } catch (err) {
+        return fail(err instanceof Error ? err : new Error(String(err)));
+      }
+      stream.once('response', (headers) => {
+        if (headers[':status'] === 200) return done(asSocket(cancelOnDestroy(stream, uncount, closing)));
+        stream.close(constants.NGHTTP2_CANCEL);
+        fail(new Error(`the agent refused the stream (${headers[':status']})`));
+      });
+      stream.once('error', fail);
+    });
+  }
+}
+
+/** The HTTP/2 client session over the agent's connection. */
+function clientSession(duplex: Duplex, maxStreams: number): ClientHttp2Session {
+  const session = connect('http://sealion-agent.tunnel', {
     ...FIELDS_AS_SENT,
     createConnection: () => duplex,
     settings: settings(maxStreams),
@@ -208,88 +321,37 @@ export function newTunnelClient(
   });
   session.on('error', () => {}); // 'close' follows; callers learn through `closed` and failed opens
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
-  const ping = watchPings(session, opts.silenceLimitMs ?? SILENCE_LIMIT_MS, (err) => duplex.destroy(err));
-  let active = 0;
+  return session;
+}
+
+/** The concierge's end: an HTTP/2 client over the agent's WebSocket stream. */
+export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}): TunnelClient {
+  const clock = opts.clock ?? systemClock;
+  /** Set by close(): streams destroyed from then on are not reset one by one. */
+  let closing = false;
+  const session = clientSession(duplex, opts.maxStreams ?? DEFAULT_MAX_STREAMS);
+  const streams = new StreamCount(session, opts.maxStreams ?? DEFAULT_MAX_STREAMS);
+  const stopWatch = watchPings(
+    session,
+    opts.silenceLimitMs ?? SILENCE_LIMIT_MS,
+    (err) => duplex.destroy(err),
+    clock,
+  );
   const closed = new Promise<void>((done) =>
     session.once('close', () => {
-      clearInterval(ping);
+      stopWatch();
       done();
     }),
   );
-
-  /**
-   * Opens a stream, counted until it closes. A closed or destroyed stream leaves the count at once, not at its
-   * 'close' a turn later, so that its place is free for the request that takes it over; the agent's end may hold it
-   * a moment longer, which its higher limit allows.
-   */
-  const counted = (headers: OutgoingHttpHeaders, endStream: boolean): [ClientHttp2Stream, () => void] => {
-    if (session.closed || session.destroyed) throw new TunnelClosedError('the tunnel is closed');
-    if (active >= maxStreams) throw new TunnelBusyError(`the tunnel already carries ${maxStreams} streams`);
-    const stream = session.request(headers, { endStream });
-    active++;
-    let inCount = true;
-    const uncount = (): void => {
-      if (inCount) active--;
-      inCount = false;
-    };
-    stream.once('close', uncount);
-    return [stream, uncount];
-  };
-
-  const request = (headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream => {
-    const [stream, uncount] = counted(headers, endStream);
-    const close = stream.close.bind(stream);
-    stream.close = (code?: number, callback?: () => void) => {
-      uncount();
-      close(code, callback);
-    };
-    return stream;
-  };
-
-  const open = (): Promise<Duplex> =>
-    new Promise((done, fail) => {
-      let stream: ClientHttp2Stream;
-      let uncount: () => void;
-      try {
-        [stream, uncount] = counted({ ':method': 'CONNECT', ':authority': 'local-proxy' }, false);
-      } catch (err) {
-        return fail(err instanceof Error ? err : new Error(String(err)));
-      }
-      stream.once('response', (headers) => {
-        if (headers[':status'] === 200)
-          return done(asSocket(cancelOnDestroy(stream, uncount, () => closing)));
-        stream.close(constants.NGHTTP2_CANCEL);
-        fail(new Error(`the agent refused the stream (${headers[':status']})`));
-      });
-      stream.once('error', fail);
-    });
-
-  const agent = new (class extends HttpAgent {
-    override createConnection(
-      _options: AgentOptions,
-      callback?: (err: Error | null, socket: Duplex) => void,
-    ): Duplex | undefined {
-      open().then(
-        (stream) => callback?.(null, stream),
-        (err: Error) => callback?.(err, undefined as unknown as Duplex),
-      );
-      return undefined;
-    }
-
-    // A stream has no TCP timeout to reset; the session's pings watch the connection.
-    override keepSocketAlive(): boolean {
-      return true;
-    }
-  })({ keepAlive: true, maxFreeSockets: 64 });
-
+  const open = (): Promise<Duplex> => streams.connect(() => closing);
+  const agent = new StreamAgent(open);
   return {
-    request,
+    request: (headers, endStream) => streams.request(headers, endStream),
     open,
     agent,
-    active: () => active,
-    // Only this end counts the limit (the agent's allows far more), so a new value takes effect at once.
+    active: () => streams.active,
     setMaxStreams(limit) {
-      maxStreams = limit;
+      streams.maxStreams = limit;
     },
     closed,
     // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs
@@ -316,8 +378,14 @@ export interface TunnelHandlers {
   request?(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: string[]): void;
 }
 
-/** The agent's end: an HTTP/2 server over the tunnel's connection. */
-export function serveTunnel(duplex: Duplex, handlers: TunnelHandlers): TunnelServer {
+/**
+ * The agent's end: an HTTP/2 server over the tunnel's connection. `clock` times its pings (default: systemClock).
+ */
+export function serveTunnel(
+  duplex: Duplex,
+  handlers: TunnelHandlers,
+  opts: { clock?: Clock } = {},
+): TunnelServer {
   const session = performServerHandshake(duplex as unknown as Socket, {
     ...FIELDS_AS_SENT,
     settings: settings(AGENT_STREAM_LIMIT),
@@ -325,7 +393,7 @@ export function serveTunnel(duplex: Duplex, handlers: TunnelHandlers): TunnelSer
   });
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
-  const ping = keepAlive(session, (err) => duplex.destroy(err));
+  const stopPings = keepAlive(session, (err) => duplex.destroy(err), opts.clock ?? systemClock);
   session.on('stream', (stream, headers, _flags, rawHeaders) => {
     if (headers[':method'] !== 'CONNECT') {
       if (handlers.request) return handlers.request(stream, headers, rawHeaders);
@@ -338,7 +406,7 @@ export function serveTunnel(duplex: Duplex, handlers: TunnelHandlers): TunnelSer
   });
   const closed = new Promise<void>((done) =>
     session.once('close', () => {
-      clearInterval(ping);
+      stopPings();
       done();
     }),
   );

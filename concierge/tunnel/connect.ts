@@ -1,0 +1,130 @@
+// GET /connect (mutual TLS, an Upgrade): the tunnel. It runs on the TLS connection itself after an Upgrade to
+// TUNNEL_UPGRADE, or inside a WebSocket for agents behind proxies that pass only those (lib/tunnel/dial.ts). The
+// certificate's binding is checked against the Cluster registry before the answer, and again as the tunnel is taken
+// (held-tunnels.ts).
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { createWebSocketStream, type WebSocketServer } from 'ws';
+import type { AgentBinding } from '../../apis/agent-binding.ts';
+import type { Cluster } from '../../apis/tunnel.ts';
+import type { Informer } from '../../lib/kube/informer.ts';
+import { rawStatusResponse } from '../../lib/kube/status.ts';
+import type { Logger } from '../../lib/log.ts';
+import {
+  AGENT_IMPERSONATION_HEADER,
+  AGENT_POLICY_HEADER,
+  ALREADY_HELD,
+  AVOID_REPLICAS_HEADER,
+} from '../../lib/tunnel/dial.ts';
+import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
+import type { RequestAudit } from '../audit/audit.ts';
+import { bindingProblem, type VerifiedPeer } from './binding.ts';
+import type { AgentReport, HeldTunnels } from './held-tunnels.ts';
+
+export interface ConnectDoor {
+  clusters: Informer<Cluster>;
+  /** This replica's name, told to each agent that connects. */
+  identity: string;
+  /** The answer's header field that names this replica. */
+  replicaField: string;
+  wss: WebSocketServer;
+  tunnels: HeldTunnels;
+  log: Logger;
+}
+
+/** A refusal of the upgrade: the status, what the agent is told and what the log says. */
+interface ConnectRefusal {
+  code: number;
+  message: string;
+  problem?: string;
+}
+
+/** Why the connection may not become a tunnel, or the binding it becomes one for. */
+function connectRefusal(
+  door: ConnectDoor,
+  req: IncomingMessage,
+  verified: VerifiedPeer,
+): ConnectRefusal | { binding: AgentBinding } {
+  // The same answer for every refusal of the certificate; the reason goes to the log.
+  const unauthorized = (problem: string): ConnectRefusal => ({ code: 401, message: 'Unauthorized', problem });
+  if ((req.url ?? '').split('?')[0] !== '/connect')
+    return { code: 404, message: 'not found', problem: `no tunnel at ${req.url}` };
+  if (!('binding' in verified)) return unauthorized(verified.problem);
+  const { binding } = verified;
+  const problem = bindingProblem(binding, door.clusters.get(binding.cluster));
+  if (problem) return unauthorized(problem);
+  if (req.headers[TUNNEL_PROTOCOL_HEADER] !== TUNNEL_PROTOCOL) {
+    door.log.warn({ cluster: binding.cluster }, 'tunnel refused: the agent is too old for this hub');
+    const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
+    return { code: 426, message };
+  }
+  // An agent that holds tunnels to several replicas wants each on another one.
+  const avoid = String(req.headers[AVOID_REPLICAS_HEADER] ?? '').split(',');
+  if (avoid.includes(encodeURIComponent(door.identity)))
+    return {
+      code: ALREADY_HELD,
+      message: `replica ${door.identity} already holds a tunnel of this agent`,
+    };
+  return { binding };
+}
+
+/** What the agent says of itself goes into the status: printable, and short. */
+const printable = (value: string): string => value.replace(/[^\x20-\x7e]/g, '').slice(0, 64) || 'unknown';
+
+/** What the agent says of itself in its request, and when the certificate it dialed with expires. */
+function agentReport(req: IncomingMessage, socket: Socket): AgentReport {
+  const agentVersion = printable(String(req.headers['x-sealion-agent-version'] ?? ''));
+  let policy = 'unknown';
+  try {
+    policy = printable(decodeURIComponent(String(req.headers[AGENT_POLICY_HEADER] ?? '')));
+  } catch {
+    // Not percent-encoding: said to be unknown.
+  }
+  const reported = String(req.headers[AGENT_IMPERSONATION_HEADER] ?? '');
+  const impersonation = (['constrained', 'legacy', 'none'] as const).find((m) => m === reported) ?? 'none';
+  const expires = new Date((socket as TLSSocket).getPeerX509Certificate()!.validTo);
+  return { agentVersion, certificateExpiry: expires.toISOString(), policy, impersonation };
+}
+
+/** Serves an upgrade; `answer` is told the status the connection was answered with (101 once it is a tunnel). */
+export function serveConnect(
+  door: ConnectDoor,
+  req: IncomingMessage,
+  socket: Socket,
+  head: Buffer,
+  verified: VerifiedPeer,
+  audit: RequestAudit | undefined,
+  answer: (code: number) => void,
+): void {
+  const refusal = connectRefusal(door, req, verified);
+  if (!('binding' in refusal)) {
+    answer(refusal.code);
+    if (refusal.problem !== undefined) door.log.warn({ problem: refusal.problem }, 'tunnel refused');
+    return void socket.end(rawStatusResponse(refusal.code, refusal.message));
+  }
+  const { binding } = refusal;
+  const report = agentReport(req, socket);
+  if (String(req.headers.upgrade ?? '').toLowerCase() === TUNNEL_UPGRADE) {
+    // The agent waits for this answer before it sends anything more, so `head` is empty; the tunnel's pings
+    // watch the connection from here on. HTTP/2 may take the socket only once the answer is written (writesDone).
+    if (head.length > 0) socket.unshift(head);
+    socket.setTimeout(0);
+    socket.setNoDelay(true);
+    answer(101);
+    audit?.responseStarted(101);
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${door.replicaField}\r\n\r\n`,
+      (err) => {
+        if (err || socket.destroyed) return void socket.destroy();
+        door.tunnels.accept(binding, socket, 'direct', report, () => socket.destroy());
+      },
+    );
+    return;
+  }
+  door.wss.handleUpgrade(req, socket, head, (ws) => {
+    answer(101);
+    audit?.responseStarted(101);
+    door.tunnels.accept(binding, createWebSocketStream(ws), 'websocket', report, () => ws.terminate());
+  });
+}

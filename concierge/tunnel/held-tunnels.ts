@@ -1,0 +1,152 @@
+// The tunnels this replica holds, one per cluster: each is bound to the certificate it was opened with, and closes
+// when the Cluster registry stops matching that binding, when the certificate expires, or when a newer tunnel of the
+// same cluster takes its place. Every arrival and departure is announced (onTunnelChange), not polled.
+import type { Duplex } from 'node:stream';
+import type { AgentBinding } from '../../apis/agent-binding.ts';
+import type { Cluster } from '../../apis/tunnel.ts';
+import type { Clock } from '../../lib/clock.ts';
+import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
+import type { Informer } from '../../lib/kube/informer.ts';
+import type { Logger } from '../../lib/log.ts';
+import { newTunnelClient, type TunnelClient } from '../../lib/tunnel/tunnel.ts';
+import { bindingProblem } from './binding.ts';
+import type { HeldTunnel } from './cluster-status.ts';
+import { newTunnelRoute, tunnelLimits, type TunnelRoute } from './route.ts';
+
+/** What the agent said of itself when it dialed, and when its certificate expires. */
+export type AgentReport = Omit<HeldTunnel, 'connectedSince' | 'transport'>;
+
+export interface HeldTunnelsOptions {
+  clusters: Informer<Cluster>;
+  /** This replica's tunnel to `cluster` came or went. */
+  onTunnelChange(cluster: string): void;
+  budget?: MemoryBudget;
+  clock: Clock;
+  log: Logger;
+}
+
+interface Connected {
+  /** What the tunnel's certificate is bound to; the tunnel closes when the registry stops matching it. */
+  binding: AgentBinding;
+  tunnel: TunnelClient;
+  route: TunnelRoute;
+  held: HeldTunnel;
+}
+
+/** The longest delay a Node timer takes (about 24.8 days); agent certificates live longer. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Calls `fire` at `when` (epoch ms, as `clock` tells it), however far off that is. */
+function atTime(clock: Clock, when: number, fire: () => void): { cancel(): void } {
+  let timer: unknown;
+  const arm = (): void => {
+    const left = when - clock.now();
+    if (left <= 0) return fire();
+    timer = clock.setTimeout(arm, Math.min(left, MAX_TIMER_MS));
+  };
+  arm();
+  return { cancel: () => clock.clearTimeout(timer) };
+}
+
+export class HeldTunnels {
+  /** Invariant: one entry per cluster, the newest tunnel; an entry leaves when its tunnel has closed. */
+  private readonly connected = new Map<string, Connected>();
+  private readonly opts: HeldTunnelsOptions;
+
+  constructor(opts: HeldTunnelsOptions) {
+    this.opts = opts;
+  }
+
+  route(cluster: string): TunnelRoute | undefined {
+    return this.connected.get(cluster)?.route;
+  }
+
+  held(cluster: string): HeldTunnel | undefined {
+    return this.connected.get(cluster)?.held;
+  }
+
+  /**
+   * Makes `stream` the tunnel of the cluster `binding` names, in place of any it had; calls `drop` to end the
+   * connection instead when the registry no longer matches the binding.
+   */
+  accept(
+    binding: AgentBinding,
+    stream: Duplex,
+    transport: HeldTunnel['transport'],
+    report: AgentReport,
+    drop: () => void,
+  ): void {
+    const { clock, log } = this.opts;
+    const cluster = binding.cluster;
+    // The registry may have changed while the upgrade completed. From this check until the tunnel is in
+    // `connected` nothing yields, so any later change reaches it through registryChanged().
+    const registered = this.opts.clusters.get(cluster);
+    const changed = bindingProblem(binding, registered);
+    if (!registered || changed) {
+      log.warn({ problem: changed }, 'tunnel refused');
+      return drop();
+    }
+    const limits = tunnelLimits(registered.spec ?? {});
+    const tunnel = newTunnelClient(stream, { maxStreams: limits.capacity });
+    const previous = this.connected.get(cluster);
+    const entry: Connected = {
+      binding,
+      tunnel,
+      route: newTunnelRoute(cluster, tunnel, {
+        limits,
+        ...(this.opts.budget ? { budget: this.opts.budget } : {}),
+      }),
+      held: { connectedSince: new Date(clock.now()).toISOString(), transport, ...report },
+    };
+    this.connected.set(cluster, entry);
+    previous?.tunnel.close();
+    log.info({ cluster, agentVersion: report.agentVersion, transport }, 'agent connected');
+    this.closeAtExpiry(cluster, entry);
+    this.opts.onTunnelChange(cluster);
+  }
+
+  /**
+   * TLS checked the certificate once, at the handshake; the tunnel must not outlive it. The agent renews its
+   * certificate long before, and dials again with the new one when this tunnel closes. The tunnel's end is
+   * announced, not polled: the status changes the moment it closes.
+   */
+  private closeAtExpiry(cluster: string, entry: Connected): void {
+    const { log } = this.opts;
+    const { certificateExpiry } = entry.held;
+    const expiry = atTime(this.opts.clock, new Date(certificateExpiry).getTime(), () => {
+      log.info({ cluster, certificateExpiry }, 'tunnel closed: the certificate it was opened with expired');
+      entry.tunnel.close();
+    });
+    void entry.tunnel.closed.then(() => {
+      expiry.cancel();
+      if (this.connected.get(cluster) !== entry) return;
+      this.connected.delete(cluster);
+      log.info({ cluster }, 'agent disconnected');
+      this.opts.onTunnelChange(cluster);
+    });
+  }
+
+  /**
+   * A Cluster removed from the registry, created again, or with its agentGeneration raised loses its tunnel at
+   * once, not at the agent's next reconnect; an edited one has its limits applied to the open tunnel.
+   */
+  registryChanged(cluster: string): void {
+    const entry = this.connected.get(cluster);
+    if (!entry) return;
+    const problem = bindingProblem(entry.binding, this.opts.clusters.get(cluster));
+    if (problem) {
+      this.opts.log.info(
+        { cluster, problem },
+        'tunnel closed: its certificate no longer matches the Cluster',
+      );
+      entry.tunnel.close();
+    }
+    const current = this.opts.clusters.get(cluster);
+    if (current) this.connected.get(cluster)?.route.configure(tunnelLimits(current.spec ?? {}));
+  }
+
+  closeAll(): void {
+    for (const entry of this.connected.values()) entry.tunnel.close();
+    this.connected.clear();
+  }
+}
