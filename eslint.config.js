@@ -47,6 +47,18 @@ const productionZones = [
   { target: './test-support', from: ['./integration', './dev', './bench'] },
 ];
 
+/**
+ * Server code waits on the injected clock (lib/clock.ts), which tests move by hand, and its scheduled work runs under
+ * the controller manager (lib/controller/periodic.ts), which starts and stops it with the process.
+ */
+const clockOnly =
+  'Server code takes time from an injected Clock (lib/clock.ts); scheduled work is a periodic() controller.';
+const server = ['apis', 'lib', 'controllers', 'concierge', 'agent', 'manifests'];
+const kubeClientOnly = {
+  name: '@kubernetes/client-node',
+  message: 'Only lib/kube/kube.ts imports client-node (ESM-only); depend on its small interfaces instead.',
+};
+
 /** Unit tests may use dev/ (real servers, the local OIDC issuer), never integration/. */
 const testZones = [...zones, ...product.map((target) => ({ target: `./${target}`, from: './integration' }))];
 
@@ -70,12 +82,27 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         {
+          paths: [kubeClientOnly],
+        },
+      ],
+    },
+  },
+  {
+    files: server.map((folder) => `${folder}/**/*.ts`),
+    ignores: ['lib/clock.ts', 'lib/controller/**', '**/*.test.ts'],
+    rules: {
+      'no-restricted-globals': [
+        'error',
+        { name: 'setTimeout', message: clockOnly },
+        { name: 'setInterval', message: clockOnly },
+      ],
+      'no-restricted-imports': [
+        'error',
+        {
           paths: [
-            {
-              name: '@kubernetes/client-node',
-              message:
-                'Only lib/kube/kube.ts imports client-node (ESM-only); depend on its small interfaces instead.',
-            },
+            kubeClientOnly,
+            { name: 'node:timers', message: clockOnly },
+            { name: 'node:timers/promises', message: clockOnly },
           ],
         },
       ],

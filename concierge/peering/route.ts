@@ -10,7 +10,7 @@ import { callOverHttp2, CallFailed, type CallAnswer } from '../../lib/http2/forw
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import type { Logger } from '../../lib/log.ts';
 import { newTunnelClient, type TunnelClient } from '../../lib/tunnel/tunnel.ts';
-import { refuse, type Refusal } from '../proxy/exchange.ts';
+import { asPlain, refuse, type Refusal } from '../proxy/exchange.ts';
 import { OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from '../proxy/route.ts';
 import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type Hop } from '../proxy/transport.ts';
 import type { RemoteHolder } from '../tunnel/cluster-status.ts';
@@ -264,7 +264,7 @@ function peerRoute(
     kind: 'peer',
     async forward(exchange, plan) {
       // A CONNECT stream between replicas carries HTTP/1.1 of the sender's own making only.
-      if (exchange.kind === 'plain' && exchange.req.method === 'CONNECT')
+      if (asPlain(exchange)?.req.method === 'CONNECT')
         return refuse(exchange, { status: 405, message: 'CONNECT is not served' });
       const placed = await place(plan.user);
       if ('status' in placed) return refuse(exchange, placed);
