@@ -490,7 +490,7 @@ class SessionRun {
         this.inSync = false;
         return;
       case 'abort':
-        // A new request aborts the login under way (RFC 4252 8); ssh2 says so to the door, which must let it go.
+        // A new request aborts the login under way (RFC 4252 5); ssh2 says so to the door, which must let it go.
         wire.authRequest(
           'none',
           Buffer.concat([
@@ -501,6 +501,14 @@ class SessionRun {
           ]),
         );
         this.authSent++;
+        // The door owes this request its answer (the abandoned login gets none): waited for, or the next request
+        // would take this one's refusal for its own answer.
+        await this.owe(
+          'a request after an abandoned device login',
+          () => wire.auth.failures.length > failures || wire.auth.success,
+          synced,
+        );
+        this.judgeAuth();
         return;
       case 'approve': {
         // The login binds the first key this connection proved: from now on it may sign in.
