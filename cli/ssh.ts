@@ -201,27 +201,38 @@ export async function sshConfig(flags: SshConfigFlags): Promise<string> {
 export function sshCommand(): Command {
   const config = new Command('config')
     .description("print an ~/.ssh/config Host block for Sealion's SSH door, or its known_hosts lines")
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
+    // Defaults that are empty strings are described rather than shown, so that help says each once.
+    .addOption(new Option('--kubeconfig <path>', 'kubeconfig').default('', '$KUBECONFIG or ~/.kube/config'))
     .addOption(
       takesNames(
         'context',
-        new Option(
-          '--context <name>',
-          'the kubeconfig context to use (default: its current context)',
-        ).default(''),
+        new Option('--context <name>', 'the kubeconfig context to use').default('', 'its current context'),
       ),
     )
     .option('--alias <name>', 'the Host name to give the door, under which its key is pinned', 'sealion')
-    .option('--login-name <name>', 'the User line (SSH certificates only: one of their principals)', '')
+    .addOption(
+      new Option(
+        '--login-name <name>',
+        'the User line (SSH certificates only: one of their principals)',
+      ).default('', 'none'),
+    )
     .option(
       '--known-hosts',
       'print known_hosts lines that pin the host key, instead of the Host block',
       false,
     )
-    .option('--known-hosts-file <path>', 'name this file as the UserKnownHostsFile in the Host block', '')
+    .addOption(
+      new Option(
+        '--known-hosts-file <path>',
+        'name this file as the UserKnownHostsFile in the Host block',
+      ).default('', "ssh's own"),
+    )
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .addOption(
-      new Option('-o, --output <format>', 'json or yaml (default: the Host block)').choices(['json', 'yaml']),
+      new Option('-o, --output <format>', 'print as json or yaml instead of the Host block').choices([
+        'json',
+        'yaml',
+      ]),
     )
     .addHelpText(
       'after',
