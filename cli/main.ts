@@ -25,6 +25,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   get: async () => (await import('./get-kubeconfig.ts')).getCommand(),
   whoami: async () => (await import('./whoami.ts')).whoamiCommand(),
   'port-forward': async () => (await import('./port-forward.ts')).portForwardCommand(),
+  ssh: async () => (await import('./ssh.ts')).sshCommand(),
   clusters: async () => (await import('./clusters.ts')).clustersCommand(),
   cluster: async () => (await import('./cluster.ts')).clusterCommand(),
   agent: async () => (await import('./agent.ts')).agentCommand(),

@@ -92,6 +92,7 @@ import { newInProcessDoor, type InProcessDoor } from './ssh/in-process.ts';
 import { newSshServer, type SshServer, type SshServerOptions, type SshSettings } from './ssh/server.ts';
 import { BINDING_SELECTORS, newKeyBindings, type BindingSecret } from './ssh/bindings.ts';
 import type { SshMaterial } from '../controllers/ssh-door.ts';
+import type { SSHDoor } from '../apis/identity.ts';
 import { SEALION_VERSION } from '../lib/version.ts';
 
 export interface ConciergeOptions {
@@ -206,6 +207,8 @@ interface Base {
  * (not connected), not a ReferenceError.
  */
 interface Late {
+  /** How signed-in users reach the SSH door, while it serves (the proxy's SSHDoor answer). */
+  sshDoor?: SSHDoor['status'];
   tunnels?: TunnelListener;
   peering?: Peering;
   signer?: CertificateAuthority;
@@ -252,7 +255,7 @@ async function start(opts: ConciergeOptions, onStop: OnStop): Promise<ConciergeE
     log: opts.log.child({ component: 'controllers' }),
   });
   onStop(() => manager.stop());
-  const ssh = election && opts.ssh ? sshDoor(base, shared, proxy.door, opts.ssh) : undefined;
+  const ssh = election && opts.ssh ? sshDoor(base, shared, proxy.door, opts.ssh, late) : undefined;
   const tunnelParts = opts.tunnel ? await tunnelStatus(base, shared, late, manager) : undefined;
   await startControllers(base, shared, manager, {
     ...(tunnelParts?.controlled ?? {}),
@@ -420,6 +423,7 @@ async function impersonationProxy(
       ? { recordings, recordingStore: sharedRecordings(recordings, opts.identity, () => late.peering) }
       : {}),
     ...(opts.logUsernames === undefined ? {} : { logUsernames: opts.logUsernames }),
+    sshDoor: () => late.sshDoor,
   });
 
   door.serve(handler.request, handler.upgrade);
@@ -773,6 +777,7 @@ function sshDoor(
   { informers, authenticators }: Shared,
   door: InProcessDoor,
   at: { host: string; port: number },
+  late: Late,
 ): SshDoor {
   const clusters = informers.customResource<Cluster>({
     group: groups.tunnel,
@@ -818,6 +823,14 @@ function sshDoor(
   return {
     serve(material) {
       if (material) settings = material.settings;
+      // What signed-in users read of the door: published while it is configured on, whichever replica they ask.
+      late.sshDoor = material
+        ? {
+            ...material.published,
+            hubName: material.settings.hubName,
+            deviceLogin: material.settings.login !== undefined,
+          }
+        : undefined;
       listener.serve(material);
     },
     close: () => listener.close(),

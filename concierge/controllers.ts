@@ -389,7 +389,11 @@ function sshControllers(
   };
   return [
     {
-      controller: { ...controllers.server, watches: [...controllers.server.watches, deps.configMapWatch] },
+      controller: {
+        ...controllers.server,
+        // The Service too: its address is what signed-in users read to connect (`sealion ssh config`).
+        watches: [...controllers.server.watches, deps.configMapWatch, serviceWatch],
+      },
       runs: 'every-replica',
     },
     {

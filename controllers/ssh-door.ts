@@ -1,9 +1,10 @@
-// The SSH door's controllers: the server, on every replica, hands the door its host key and settings when the config
-// turns it on (and nothing when off); the writer, on the leader, makes the host key once and keeps it in a Secret (so
+// The SSH door's controllers: the server, on every replica, hands the door its host key, settings and what signed-in
+// users read of it (its address, once the proxy's Service has one, and its public key) when the config turns it on
+// (and nothing when off); the writer, on the leader, makes the host key once and keeps it in a Secret (so
 // every replica, and every restart, shows clients the same key), and publishes how to reach the door and the key's
 // fingerprint in the CredentialIssuer's status, where clients pin it.
 import ssh2 from 'ssh2';
-import type { SSHStatus } from '../apis/config.ts';
+import type { SSHHostKey, SSHStatus } from '../apis/config.ts';
 import { fingerprint } from '../lib/ssh/keys.ts';
 import type { Informer, KubeObject } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
@@ -21,9 +22,11 @@ interface SecretLike extends KubeObject {
   data?: Record<string, string>;
 }
 
-/** What the door serves with. */
+/** What the door serves with, and what it tells signed-in users of itself (where to connect, which key to pin). */
 export interface SshMaterial {
   hostKeys: string[];
+  /** host:port clients connect to, once the proxy's Service has an address; and the public host keys. */
+  published: { endpoint?: string; hostKeys: SSHHostKey[] };
 }
 
 export interface SshDoorDeps<S> {
@@ -75,10 +78,19 @@ export function newSshDoorControllers<S>(deps: SshDoorDeps<S>): { server: Contro
     watches,
     initialKeys: [SSH_KEY],
     sync(): Promise<SyncResult> {
-      const { enabled, settings } = deps.settings();
+      const { enabled, settings, port } = deps.settings();
       const found = enabled ? storedHostKey(deps) : undefined;
       const key = found && 'privateKey' in found ? found : undefined;
-      deps.serve(key ? { hostKeys: [key.privateKey], settings } : undefined);
+      const host = deps.host();
+      deps.serve(
+        key
+          ? {
+              hostKeys: [key.privateKey],
+              published: { ...(host ? { endpoint: `${host}:${port}` } : {}), hostKeys: [publicHostKey(key)] },
+              settings,
+            }
+          : undefined,
+      );
       // The leader makes the key; it arrives through the informer.
       return Promise.resolve(enabled && !key ? { requeueAfterMs: 5_000 } : undefined);
     },
@@ -126,22 +138,25 @@ async function createHostKey<S>(deps: SshDoorDeps<S>): Promise<HostKey> {
   return { privateKey: made.private, publicKey: made.public.trim() };
 }
 
+/** A host key as clients pin it. */
+function publicHostKey(key: HostKey): SSHHostKey {
+  const [algorithm = '', base64 = ''] = key.publicKey.split(' ');
+  return {
+    algorithm,
+    publicKey: `${algorithm} ${base64}`,
+    fingerprint: fingerprint(Buffer.from(base64, 'base64')),
+  };
+}
+
 /** status.ssh of an enabled door: where to reach it (once the proxy's Service has an address) and its host key. */
 function enabledStatus(key: HostKey, port: number, host: string | undefined, note: string): SSHStatus {
-  const [algorithm = '', base64 = ''] = key.publicKey.split(' ');
   return {
     status: host ? 'Success' : 'Error',
     message: host
       ? `the SSH door is enabled by configuration; ssh -p ${port} <user>@${host}${note}`
       : `the SSH door is enabled by configuration and waits for the impersonation proxy's Service to get an address${note}`,
     ...(host ? { endpoint: `${host}:${port}` } : {}),
-    hostKeys: [
-      {
-        algorithm,
-        publicKey: `${algorithm} ${base64}`,
-        fingerprint: fingerprint(Buffer.from(base64, 'base64')),
-      },
-    ],
+    hostKeys: [publicHostKey(key)],
   };
 }
 

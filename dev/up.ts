@@ -69,10 +69,10 @@ async function start(running: Running, log: (line: string) => void, using: Insta
   writeFileSync(join(dir, 'direct.kubeconfig'), await kubeconfigFor(token, '', false, 'direct'), {
     mode: 0o600,
   });
-  // The SSH door, signing in by the device login at the local issuer; its host key pinned in a known_hosts file.
-  const door = await enableSsh(cluster, { login: { authenticator: 'my-oidc' } });
-  writeFileSync(join(dir, 'known_hosts'), door.knownHosts);
-  const sshTo = `-o UserKnownHostsFile=.sealion/known_hosts ${door.port === 22 ? '' : `-p ${door.port} `}${door.host}`;
+  // The SSH door, signing in by the device login at the local issuer. Its address and host key are what any signed-in
+  // user reads with `sealion ssh config`, printed below into .sealion/ (a person's own go to ~/.ssh).
+  await enableSsh(cluster, { login: { authenticator: 'my-oidc' } });
+  const sshConfig = '-F .sealion/ssh_config';
   const edgeRel = `.sealion/${EDGE}.kubeconfig`;
   const endpoint = (parse(kubeconfig) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster
     .server;
@@ -115,13 +115,16 @@ login prints, where the local OIDC provider signs the demo user in; --oidc-devic
   npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
   npx sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
   kubectl --kubeconfig .sealion/oidc.kubeconfig --context sealion-${EDGE} get namespaces
-SSH into pods of any cluster (the first time it prints a code: open the link it gives, where the local OIDC provider
-signs the demo user in; your SSH key is then bound to that login until its token expires):
-  ssh -t ${sshTo} ${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}                   # a shell in ${EDGE}'s pod, through its agent
-  ssh ${sshTo} hub/${DEMO_NAMESPACE}/${DEMO_POD} -- uname -a           # a command
-  ssh -t ${sshTo}                                    # a menu of what you may exec into
-  sftp ${sshTo}                                      # files: /<cluster>/<namespace>/<pod>/<container>/…
-  ssh -N -L 8080:${EDGE}/${DEMO_NAMESPACE}/svc/${REACH_WORKLOAD}:80 ${sshTo}   # then: curl localhost:8080
+SSH into pods of any cluster with plain ssh, set up as any signed-in user sets it up (here into .sealion/; yours:
+>> ~/.ssh/config and ~/.ssh/known_hosts). The first ssh prints a code: open the link it gives, where the local OIDC
+provider signs the demo user in; ssh then says until when your SSH key is bound, and needs no login till then:
+  npx sealion ssh config --kubeconfig ${rel} --known-hosts > .sealion/known_hosts
+  npx sealion ssh config --kubeconfig ${rel} --known-hosts-file ${join(dir, 'known_hosts')} > .sealion/ssh_config
+  ssh ${sshConfig} -t sealion ${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}                   # a shell in ${EDGE}'s pod, through its agent
+  ssh ${sshConfig} sealion hub/${DEMO_NAMESPACE}/${DEMO_POD} -- uname -a           # a command (scripts: -o BatchMode=yes)
+  ssh ${sshConfig} -t sealion                                    # a menu of what you may exec into
+  sftp ${sshConfig} sealion                                      # files: /<cluster>/<namespace>/<pod>/<container>/…
+  ssh ${sshConfig} -N -L 8080:${EDGE}/${DEMO_NAMESPACE}/svc/${REACH_WORKLOAD}:80 sealion   # then: curl localhost:8080
 Every request above is audited (audit.k8s.io/v1 events in the concierge pods' logs, joined to each API server's
 own by audit ID), and every exec -it recorded; the demo user may read the recordings of every replica:
   npx sealion recordings list --kubeconfig .sealion/oidc.kubeconfig   # then: npx sealion recordings play <ID> --kubeconfig …

@@ -1,14 +1,15 @@
 // `npm start` as a person uses it: it comes up, the commands it prints work as printed, Ctrl-C removes everything.
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parse } from 'yaml';
-import { runWithLogin, type LoginRun } from '../dev/browser.ts';
+import { approveDevice, runWithLogin, type LoginRun } from '../dev/browser.ts';
 import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
 import { runKubectl } from '../dev/cluster.ts';
+import { runOpenSSH } from '../dev/openssh.ts';
 import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
 import { runInTerminal } from './harness/pod-commands.ts';
 
@@ -69,6 +70,14 @@ describe('npm start', () => {
         }
         continue;
       }
+      if (!c.kubeconfig && c.args.includes('>')) {
+        // The CLI's output into a file, as the shell would put it there.
+        const to = c.args.indexOf('>');
+        const result = await sealionWithBrowser(c.args.slice(0, to), env);
+        expect(result).toMatchObject({ code: 0 });
+        writeFileSync(resolve(REPO_ROOT, c.args[to + 1]!), result.stdout);
+        continue;
+      }
       if (!c.kubeconfig) {
         // The CLI; its OIDC login prints a URL, which this test opens as the person would.
         const result = await sealionWithBrowser(c.args, env);
@@ -100,6 +109,7 @@ describe('npm start', () => {
         expect(result).toMatchObject({ code: 0, stderr: '' });
       }
     }
+    await sshAsPrinted(output, home);
     // Sealion runs as pods of its image on both clusters' nodes.
     const edgeDir = /--kubeconfig (\/\S+sealion-edge\S*)\/admin\.kubeconfig/.exec(output)![1]!;
     const hubPods = await runKubectl(
@@ -124,18 +134,71 @@ describe('npm start', () => {
  * starts prints its URL, the scripted browser signs in there, trusting the issuer CA the kubeconfig names.
  */
 function sealionWithBrowser(args: string[], env: NodeJS.ProcessEnv): Promise<LoginRun> {
-  const caPem = (): string => {
-    const kubeconfig = resolve(REPO_ROOT, args[args.indexOf('--kubeconfig') + 1]!);
-    const exec = (
-      parse(readFileSync(kubeconfig, 'utf8')) as { users: { user: { exec: { args: string[] } } }[] }
-    ).users[0]!.user.exec;
-    return Buffer.from(exec.args[exec.args.indexOf('--ca-bundle-data') + 1]!, 'base64').toString();
-  };
+  const caPem = (): string => readIssuerCA(resolve(REPO_ROOT, args[args.indexOf('--kubeconfig') + 1]!));
   return runWithLogin(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), ...args], {
     caPem,
     env,
     cwd: REPO_ROOT,
   });
+}
+
+/**
+ * The printed ssh command (`sealion ssh config` wrote its configuration above), with a key of its own and no agent:
+ * in BatchMode the key nobody bound is refused at once with how to bind it; one device login (the scripted browser
+ * approves the code) binds it, and ssh says until when; then BatchMode works with the key alone.
+ */
+async function sshAsPrinted(output: string, home: string): Promise<void> {
+  const printed = /^ {2}ssh (.+ -- uname -a)\s/m.exec(output)?.[1];
+  expect(printed).toBeDefined();
+  const words = printed!.trim().split(/\s+/);
+  const key = join(home, 'id_ed25519');
+  const made = await runOpenSSH('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
+  expect(made.code).toBe(0);
+  const fingerprint = (await runOpenSSH('ssh-keygen', ['-l', '-f', `${key}.pub`])).stdout.split(' ')[1]!;
+  const ssh = (batch: boolean, onStderr?: (stderr: string) => void) =>
+    runOpenSSH(
+      'ssh',
+      [
+        '-i',
+        key,
+        '-o',
+        'IdentitiesOnly=yes',
+        '-o',
+        'IdentityAgent=none',
+        '-o',
+        `BatchMode=${batch ? 'yes' : 'no'}`,
+        ...words,
+      ],
+      '',
+      { timeoutMs: 90_000, ...(onStderr ? { onStderr } : {}) },
+    );
+  const unbound = await ssh(true);
+  expect(unbound.code).toBe(255);
+  expect(unbound.stderr).toContain(
+    `Sealion: the key ${fingerprint} is not bound to a login yet; a device login binds it, which needs ssh without BatchMode (once: ssh -t <host>).`,
+  );
+  const caPem = readIssuerCA(resolve(REPO_ROOT, '.sealion/oidc.kubeconfig'));
+  let approving: Promise<void> | undefined;
+  const login = await ssh(false, (stderr) => {
+    const url = /or open (https:\/\/\S+)/.exec(stderr)?.[1];
+    if (url && !approving) approving = approveDevice(url, { caPem });
+  });
+  await approving;
+  expect(login).toMatchObject({ code: 0, stdout: expect.stringMatching(/^Linux /) });
+  expect(login.stderr).toMatch(
+    new RegExp(
+      `Sealion: the key ${fingerprint.replace(/[+/]/g, '\\$&')} is bound to demo@sealion\\.dev until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC\\.`,
+    ),
+  );
+  expect(await ssh(true)).toMatchObject({ code: 0, stdout: expect.stringMatching(/^Linux /) });
+}
+
+/** The OIDC issuer's CA that a kubeconfig's login plugin trusts. */
+function readIssuerCA(kubeconfig: string): string {
+  const exec = (
+    parse(readFileSync(kubeconfig, 'utf8')) as { users: { user: { exec: { args: string[] } } }[] }
+  ).users[0]!.user.exec;
+  return Buffer.from(exec.args[exec.args.indexOf('--ca-bundle-data') + 1]!, 'base64').toString();
 }
 
 /** The body of GET / on a local port. */

@@ -95,6 +95,12 @@ async function certify(key: string, principal: string, groups: string, validity 
   if (signed.code !== 0) throw new Error(`ssh-keygen -s: ${signed.stderr}`);
 }
 
+/** The SHA256 fingerprint of a key in the test's directory, as ssh-keygen -l prints it. */
+async function fingerprintOf(key: string): Promise<string> {
+  const listed = await run('ssh-keygen', ['-l', '-f', join(dir, `${key}.pub`)]);
+  return listed.stdout.split(' ')[1]!;
+}
+
 const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
 
 /**
@@ -476,6 +482,14 @@ describe('signing in', () => {
     }
   });
 
+  it('tells a script in BatchMode at once why its key is refused and how to have it bound, never waiting', async () => {
+    const r = await ssh('stranger', DEMO_USER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+    expect(r.code).toBe(255);
+    expect(r.stderr).toContain(
+      `Sealion: the key ${await fingerprintOf('stranger')} is not bound to a login yet; a device login binds it, which needs ssh without BatchMode (once: ssh -t <host>).`,
+    );
+  });
+
   it('refuses a certificate for another login name than its principals', async () => {
     const r = await ssh('demo', VIEWER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
     expect(r.code).toBe(255);
@@ -508,6 +522,12 @@ describe('signing in', () => {
     await approving;
     expect(r.stdout.toString()).toBe('signed-in\n');
     expect(r.code).toBe(0);
+    const print = (await fingerprintOf('device')).replace(/[+/]/g, '\\$&');
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `Sealion: the key ${print} is bound to demo@sealion\\.dev until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC\\.`,
+      ),
+    );
 
     // Bound: batch mode (no login possible) works with the key alone, as the demo user.
     const again = await ssh('device', 'anyone', [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'echo', 'again']);
@@ -629,6 +649,46 @@ describe('a key bound by a device login', () => {
       1000,
     );
   }, 240_000);
+});
+
+describe('what the door says when something cannot be done', () => {
+  // The reach workload's pod (on the edge) runs Sealion's own image, which has no shell.
+  const shellless = `${EDGE}/${DEMO_NAMESPACE}/reach-echo`;
+  const noShellIn = (where: string): string =>
+    `sealion: ${where} has no shell (/bin/sh in its image); pick another container, or run a program it has: ` +
+    `ssh <host> ${where} -- <command>`;
+  const noShell = noShellIn(shellless);
+
+  it('says in one line that a pod has no shell, or has not the program asked for', async () => {
+    const r = await ssh('demo', DEMO_USER, ['-tt', shellless]);
+    expect(r.code).toBe(127);
+    expect(r.stderr).toContain(noShell);
+    expect(r.stderr).not.toContain('Internal error occurred');
+    const missing = await ssh('demo', DEMO_USER, [shellless, '--', 'no-such-program']);
+    expect(missing.code).toBe(127);
+    expect(missing.stderr).toContain(`sealion: no-such-program: no such program in ${shellless}\r\n`);
+  });
+
+  it('goes back to the menu from a pod without a shell', async () => {
+    const r = await ssh('demo', DEMO_USER, ['-tt'], {
+      input: typing(/Choose by number or name[^\n]*: /, [EDGE, DEMO_NAMESPACE, 'reach-echo', '\x04']),
+    });
+    const out = r.stdout.toString();
+    // The menu picked the pod's one container.
+    const said = noShellIn(`${shellless}/server`);
+    expect(out).toContain(said);
+    // The menu again after the line, and a clean quit from it.
+    expect(out.slice(out.indexOf(said))).toContain('Clusters:');
+    expect(r.code).toBe(0);
+  });
+
+  it("gives a refused forward's reason in the channel-open failure, as OpenSSH prints it", async () => {
+    const r = await ssh('demo', DEMO_USER, ['-W', 'hub/kube-system/svc/nothing:80']);
+    expect(r.code).toBe(255);
+    expect(r.stderr).toMatch(
+      /open failed: administratively prohibited: services "nothing[^"]*" is forbidden: User "demo@sealion\.dev" cannot create resource "services\/proxy"/,
+    );
+  });
 });
 
 describe('the menu', () => {

@@ -34,6 +34,7 @@ import type { Identity, RequestAuthenticator } from './authenticate.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { newDecider, type Authenticated, type Decider } from './decide.ts';
 import { asPlain, asUpgrade, newRequestContext, refuse, type Exchange, type Refusal } from './exchange.ts';
+import type { SSHDoor } from '../../apis/identity.ts';
 import { hubAPIs } from './hub-apis.ts';
 import { localAPIs, type LocalAPI } from './local-apis.ts';
 import type { ProxyMetrics } from './metrics.ts';
@@ -69,6 +70,8 @@ export interface ProxyDeps {
   recordings?: Recordings;
   /** Every replica's recordings, for the SessionRecording API. Default: none (the API answers 404). */
   recordingStore?: RecordingStore;
+  /** How to reach the SSH door, for signed-in users (hub-apis.ts). Default: the door is off. */
+  sshDoor?: () => SSHDoor['status'] | undefined;
   /**
    * Who a request made inside this process signed in as (an SSH session's, concierge/ssh/in-process.ts): such a
    * request skips authentication and goes through every other stage. Default: none is.

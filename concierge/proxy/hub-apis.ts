@@ -3,6 +3,7 @@
 // hub's own URLs, for those the hub's RBAC lets read recordings.
 import type { ApiGroups } from '../../apis/groups.ts';
 import { groupSuffixOf, Resource, VERSION } from '../../apis/groups.ts';
+import type { SSHDoor } from '../../apis/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import { authenticatedGroups } from '../../lib/kube/authenticated.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
@@ -35,7 +36,15 @@ export interface HubAPIDeps {
   reviewer: Reviewer;
   /** Every replica's recordings; undefined: the SessionRecording API answers 404. */
   recordingStore: RecordingStore | undefined;
+  /** How to reach the SSH door now (its status); undefined while it is off. Default: always off. */
+  sshDoor?: () => SSHDoor['status'] | undefined;
 }
+
+/** The SSH door's path in the identity group. */
+export const SSH_DOOR_RESOURCE = 'sshdoor';
+/** The door's answer when it is off: what the person reading it can do about it. */
+export const SSH_DOOR_OFF =
+  'the SSH door is not enabled here; an admin turns it on with ssh.mode: enabled in the concierge config';
 
 export function hubAPIs(deps: HubAPIDeps): LocalAPI[] {
   const { groups } = deps;
@@ -69,6 +78,12 @@ export function hubAPIs(deps: HubAPIDeps): LocalAPI[] {
       paths: [identityPrefix, `${identityPrefix}/`],
       who: 'authenticated',
       serve: (_req, res) => send(res, 200, 'application/json', lists.get(groups.identity)!),
+    },
+    {
+      // Anyone signed in may read how to reach the door: the same at every cluster's URL, since there is one door.
+      paths: [`${identityPrefix}/${SSH_DOOR_RESOURCE}`],
+      who: 'authenticated',
+      serve: (req, res) => serveSshDoor(groups, deps.sshDoor?.(), req, res),
     },
     {
       paths: [`${identityPrefix}/*`],
@@ -177,4 +192,22 @@ async function listRecordings(groups: ApiGroups, store: RecordingStore, res: Res
       })),
     }),
   );
+}
+
+/** The SSH door as a signed-in user reads it (apis/identity.ts SSHDoor), or 404 with what to do while it is off. */
+function serveSshDoor(
+  groups: ApiGroups,
+  status: SSHDoor['status'] | undefined,
+  req: Request,
+  res: Response,
+): void {
+  if (req.method !== 'GET') return writeStatus(res, 405, 'the SSH door is only read');
+  if (!status) return writeStatus(res, 404, SSH_DOOR_OFF);
+  const door: SSHDoor = {
+    apiVersion: `${groups.identity}/${VERSION}`,
+    kind: 'SSHDoor',
+    metadata: { name: SSH_DOOR_RESOURCE },
+    status,
+  };
+  send(res, 200, 'application/json', JSON.stringify(door));
 }

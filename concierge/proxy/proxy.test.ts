@@ -39,6 +39,8 @@ import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
 import { UNAUTHORIZED } from '../../lib/kube/status.ts';
 import { MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
+import { SSH_DOOR_OFF } from './hub-apis.ts';
+import type { SSHDoor } from '../../apis/identity.ts';
 import { HUB_REVIEW_LIMITS } from './decide.ts';
 
 /** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */
@@ -148,6 +150,8 @@ let port: number;
 let metrics: ProxyMetrics;
 let logText = '';
 let switchedOn = true;
+/** What the SSH door publishes now (hub-apis.ts); undefined: it is off. */
+let sshDoor: SSHDoor['status'] | undefined;
 let handler: ReturnType<typeof newProxyHandler>;
 /** The authenticators the proxy asks: a static webhook, and whatever a test loads besides. */
 let cache: AuthenticatorCache;
@@ -287,6 +291,7 @@ beforeAll(async () => {
     ready: () => true,
     serving: () => switchedOn,
     bodyTimeoutMs: BODY_TIMEOUT_MS,
+    sshDoor: () => sshDoor,
   });
   server = newProxyServer(
     { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
@@ -784,6 +789,40 @@ describe('failures and observability', () => {
       // Back where the forwarder looks for it, for the tests after this one, whatever this one found.
       await new Promise<void>((done) => upstream.listen(upstreamPort, '127.0.0.1', done));
     }
+  });
+});
+
+describe('the SSH door, as signed-in users read it', () => {
+  const path = `/apis/${apiGroups().identity}/v1alpha1/sshdoor`;
+  const published: SSHDoor['status'] = {
+    endpoint: '10.0.0.7:2222',
+    hostKeys: [{ algorithm: 'ssh-ed25519', publicKey: 'ssh-ed25519 AAAA', fingerprint: 'SHA256:x' }],
+    hubName: 'hub',
+    deviceLogin: true,
+  };
+  afterEach(() => (sshDoor = undefined));
+
+  it('tells anyone signed in where it listens and its host key, at any cluster’s URL, and strangers nothing', async () => {
+    sshDoor = published;
+    for (const at of [path, `/clusters/edge${path}`]) {
+      const answer = await call(at, { authorization: 'Bearer alice-token' });
+      expect(answer.status).toBe(200);
+      expect(JSON.parse(answer.body)).toEqual({
+        apiVersion: `${apiGroups().identity}/v1alpha1`,
+        kind: 'SSHDoor',
+        metadata: { name: 'sshdoor' },
+        status: published,
+      });
+    }
+    expect((await call(path)).status).toBe(401);
+    // Answered by the proxy itself: nothing about the door reached the API server.
+    expect(seen.filter((h) => String(h[':path'] ?? '').includes('sshdoor'))).toEqual([]);
+  });
+
+  it('says what to do while the door is off', async () => {
+    const answer = await call(path, { authorization: 'Bearer alice-token' });
+    expect(answer.status).toBe(404);
+    expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 404, message: SSH_DOOR_OFF });
   });
 });
 

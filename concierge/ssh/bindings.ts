@@ -47,12 +47,15 @@ export interface BoundKey {
 export interface KeyBindings {
   /** The binding of the key (its blob), when one is stored and has not expired; whether its authenticator holds is the caller's question. */
   find(keyBlob: Buffer, fingerprint: string): BoundKey | undefined;
-  /** Binds the key to `identity`, made by the login of `authenticator`, until `expires` (at most MAX_BINDING_MS from now). */
+  /**
+   * Binds the key to `identity`, made by the login of `authenticator`, until `expires` (at most MAX_BINDING_MS from
+   * now); gives the binding's end.
+   */
   bind(
     keyBlob: Buffer,
     fingerprint: string,
     login: { identity: SignedIn; authenticator: AuthenticatorBinding; expires: Date },
-  ): Promise<void>;
+  ): Promise<Date>;
 }
 
 /** The Secret's name for a key: derived from the key, so one key has one binding. */
@@ -127,6 +130,7 @@ export function newKeyBindings(deps: {
         type: 'Opaque',
         data: { [KEY]: Buffer.from(JSON.stringify(stored)).toString('base64') },
       } as never);
+      return new Date(until);
     },
   };
 }

@@ -4,8 +4,9 @@
 import { finished } from 'node:stream/promises';
 import type { Connection, ServerChannel, Session } from 'ssh2';
 import type { Logger } from '../../lib/log.ts';
+import { oneLine } from './banner.ts';
 import { join } from '../../lib/streams/join.ts';
-import { newClusterAccess, type ClusterAccess } from './cluster-access.ts';
+import { newClusterAccess, Refused, type ClusterAccess } from './cluster-access.ts';
 import type { ContainerRef, Terminal } from './containers.ts';
 import type { DoorConnection } from './door-connection.ts';
 import type { InProcessDoor, SignedIn } from './in-process.ts';
@@ -69,13 +70,22 @@ export function serveSignedIn(
     serveSession(session, access, state.permits, identity, notices, deps.log);
   });
   client.on('tcpip', (accept, reject, info) => {
-    if (!state.permits.portForwarding) return reject();
+    const refuse = (reason: number, why: string): void => rejectOpen(client, reject, reason, why);
+    if (!state.permits.portForwarding)
+      return refuse(
+        OPEN_FAILURE.AdministrativelyProhibited,
+        'your certificate does not permit port forwarding',
+      );
     const dest = parseForward(info.destIP, info.destPort);
     if ('problem' in dest) {
       notify(`-L ${info.destIP}:${info.destPort}: ${dest.problem}`);
-      return reject();
+      return refuse(OPEN_FAILURE.ConnectFailed, dest.problem);
     }
-    if (!take()) return reject();
+    if (!take())
+      return refuse(
+        OPEN_FAILURE.ResourceShortage,
+        `at most ${deps.channelsPerConnection} channels per connection`,
+      );
     access.reach(dest.cluster, dest.target).then(
       (socket) => {
         // The client may have gone while the cluster decided.
@@ -95,14 +105,52 @@ export function serveSignedIn(
       },
       (err: unknown) => {
         give();
-        notify(`-L ${info.destIP}:${info.destPort}: ${(err as Error).message}`);
-        reject();
+        const why = (err as Error).message;
+        notify(`-L ${info.destIP}:${info.destPort}: ${why}`);
+        refuse(openFailureOf(err), why);
       },
     );
   });
   // -R would put a listener inside a cluster fed from the client: see the README for why the door has none.
   client.on('request', (_accept, reject) => reject?.());
 }
+
+/** RFC 4254 section 5.1's reason codes for a channel that could not be opened. */
+export const OPEN_FAILURE = {
+  AdministrativelyProhibited: 1,
+  ConnectFailed: 2,
+  ResourceShortage: 4,
+} as const;
+
+/** The reason code for a refused forward: the cluster's refusal (403), its limits (429, 503), or no way through. */
+function openFailureOf(err: unknown): number {
+  const status = err instanceof Refused ? err.status : 0;
+  if (status === 401 || status === 403) return OPEN_FAILURE.AdministrativelyProhibited;
+  if (status === 429 || status === 503) return OPEN_FAILURE.ResourceShortage;
+  return OPEN_FAILURE.ConnectFailed;
+}
+
+/** A description longer than this is cut: it is one line the client prints. */
+const MAX_OPEN_FAILURE_TEXT = 512;
+
+/**
+ * Refuses a channel with a reason code and its description, which OpenSSH prints (`open failed: connect failed:
+ * <description>`). ssh2's `reject()` always sends an empty description, so its one call to the protocol's
+ * channelOpenFail is given ours for the moment it runs: that call is synchronous, and nothing else writes meanwhile.
+ */
+function rejectOpen(client: Connection, reject: () => void, reason: number, description: string): void {
+  const protocol = (client as unknown as { _protocol?: { channelOpenFail?: OpenFail } })._protocol;
+  const original = protocol?.channelOpenFail;
+  if (!protocol || typeof original !== 'function') return reject();
+  const text = oneLine(description).slice(0, MAX_OPEN_FAILURE_TEXT);
+  protocol.channelOpenFail = (recipient) => original.call(protocol, recipient, reason, text);
+  try {
+    reject();
+  } finally {
+    protocol.channelOpenFail = original;
+  }
+}
+type OpenFail = (recipient: number, reason: number, description: string) => void;
 
 function serveSession(
   session: Session,
@@ -147,17 +195,10 @@ function serveSession(
     const channel = begin(accept);
     if (!channel) return reject?.();
     if (!pty) return fail(channel, USAGE, 2);
-    chooseContainer(channel, access, `Sealion: signed in as ${identity.user.username}.`).then(
-      (target) => {
-        if (channel.destroyed) return;
-        if (!target) return fail(channel, '', 0);
-        channel.write(
-          `\r\nConnecting to ${target.cluster}/${target.namespace}/${target.pod}/${target.container}…\r\n`,
-        );
-        runIn(channel, access, target, [], pty, (r) => (resize = r));
-      },
-      (err: unknown) => fail(channel, `${(err as Error).message}\r\n`, 1),
-    );
+    const terminal = pty;
+    menu(channel, access, identity, (target) =>
+      runIn(channel, access, target, [], terminal, (r) => (resize = r)),
+    ).catch((err: unknown) => fail(channel, `${(err as Error).message}\r\n`, 1));
   });
   session.on('exec', (accept, reject, info) => {
     const channel = begin(accept);
@@ -169,11 +210,13 @@ function serveSession(
         channel,
         legacyScp
           ? 'sealion: scp runs over sftp here (the default since OpenSSH 9.0): drop -O\r\n'
-          : `sealion: ${parsed.problem}\r\n${USAGE}`,
+          : `sealion: ${parsed.problem}\r\n${parsed.usage ? USAGE : ''}`,
         2,
       );
     }
-    runIn(channel, access, parsed.target, parsed.argv, pty, (r) => (resize = r));
+    void runIn(channel, access, parsed.target, parsed.argv, pty, (r) => (resize = r)).then((refused) => {
+      if (refused) fail(channel, `sealion: ${refused.line}\r\n`, refused.code);
+    });
   });
   session.on('sftp', (accept, reject) => {
     if (started || !accept) return reject?.();
@@ -182,6 +225,30 @@ function serveSession(
     if (sftp) serveSftp(sftp, access, { log });
   });
   session.on('subsystem', (_accept, reject) => reject?.());
+}
+
+/**
+ * The menu, then a shell in the container picked; a container the shell cannot start in (none in its image) says so
+ * in one line and the menu comes back, as a refused exec does.
+ */
+async function menu(
+  channel: ServerChannel,
+  access: ClusterAccess,
+  identity: SignedIn,
+  shell: (target: ContainerRef) => Promise<Refusal | undefined>,
+): Promise<void> {
+  let greeting = `Sealion: signed in as ${identity.user.username}.`;
+  for (;;) {
+    const target = await chooseContainer(channel, access, greeting);
+    if (channel.destroyed) return;
+    if (!target) return fail(channel, '', 0);
+    channel.write(
+      `\r\nConnecting to ${target.cluster}/${target.namespace}/${target.pod}/${target.container}…\r\n`,
+    );
+    const refused = await shell(target);
+    if (!refused || channel.destroyed) return;
+    greeting = `sealion: ${refused.line}`;
+  }
 }
 
 /**
@@ -226,9 +293,38 @@ function exit(channel: ServerChannel, code: number): void {
   }
 }
 
+/** Why a command did not run: one line for the person, and the exit status it ends with. */
+export interface Refusal {
+  line: string;
+  code: number;
+}
+
+/** What the container runtime says when the program to exec is not in the image (runc's and containerd's words). */
+const NO_PROGRAM =
+  /(?:exec: "[^"]*": (?:stat [^:]*: )?(?:no such file or directory|executable file not found in \$PATH))|executable file not found/;
+
+/**
+ * The line and exit status for an exec that could not run. A program the image does not have is said in one line,
+ * with the status a shell gives for a command it cannot find (127), not as the runtime's nested "Internal error
+ * occurred: … OCI runtime exec failed" text; any other refusal is the cluster's Status message, as kubectl prints it.
+ */
+export function refusalOf(err: unknown, target: ContainerRef, argv: readonly string[]): Refusal {
+  const message = err instanceof Error ? err.message : String(err);
+  const where = `${target.cluster}/${target.namespace}/${target.pod}${target.container ? `/${target.container}` : ''}`;
+  if (NO_PROGRAM.test(message))
+    return argv.length === 0
+      ? {
+          line: `${where} has no shell (/bin/sh in its image); pick another container, or run a program it has: ssh <host> ${where} -- <command>`,
+          code: 127,
+        }
+      : { line: `${argv[0]}: no such program in ${where}`, code: 127 };
+  return { line: message, code: 1 };
+}
+
 /**
  * Runs a command (or, with no argv, a shell) in the container and ties it to the channel: input, output, terminal
- * size, and the exit status. A refusal (a Status) is written on stderr, as kubectl prints it.
+ * size, and the exit status. Resolves once the channel has its exit status, or with why the command could not run
+ * (the channel is then left open, and its input no longer goes anywhere).
  */
 function runIn(
   channel: ServerChannel,
@@ -237,19 +333,28 @@ function runIn(
   argv: string[],
   pty: Terminal | undefined,
   onResize: (resize: (size: { cols: number; rows: number }) => void) => void,
-): void {
+): Promise<Refusal | undefined> {
   const running = access.run(target, argv.length > 0 ? argv : SHELL, pty);
   onResize((size) => running.resize(size));
   channel.pipe(running.stdin);
   channel.resume();
   running.stdout.pipe(channel, { end: false });
   running.stderr.pipe(channel.stderr, { end: false });
-  channel.once('close', () => running.kill());
-  running.exit.then(
+  const kill = (): void => running.kill();
+  channel.once('close', kill);
+  return running.exit.then(
     async (code) => {
       await Promise.all([finished(running.stdout), finished(running.stderr)]).catch(() => {});
       exit(channel, code);
+      return undefined;
     },
-    (err: unknown) => fail(channel, `sealion: ${(err as Error).message}\r\n`, 1),
+    (err: unknown) => {
+      channel.unpipe(running.stdin);
+      running.stdout.unpipe(channel);
+      running.stderr.unpipe(channel.stderr);
+      channel.off('close', kill);
+      channel.pause();
+      return refusalOf(err, target, argv);
+    },
   );
 }

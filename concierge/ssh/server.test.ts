@@ -45,10 +45,23 @@ function serveExecs(): void {
     (req, socket, head) => {
       inside.opened++;
       socket.once('close', () => inside.closed++);
+      // A reach connection (-L) is refused as a cluster's RBAC refuses it.
+      if (req.headers.upgrade === 'tcp') return void socket.end(FORBIDDEN_REACH);
       wss.handleUpgrade(req, socket, head, (ws) => {
         const argv = new URL(req.url ?? '/', 'http://x').searchParams.getAll('command');
         const child = spawn(argv[0]!, argv.slice(1));
-        child.on('error', () => ws.terminate());
+        let failed = false;
+        // A program that is not there: the kubelet's Status, as containerd and runc word it.
+        child.on('error', () => {
+          failed = true;
+          const status = {
+            status: 'Failure',
+            code: 500,
+            reason: 'InternalError',
+            message: noProgram(argv[0]!),
+          };
+          ws.send(Buffer.concat([Buffer.of(3), Buffer.from(JSON.stringify(status))]), () => ws.close());
+        });
         child.stdout.on('data', (c: Buffer) => ws.send(Buffer.concat([Buffer.of(1), c])));
         child.stderr.on('data', (c: Buffer) => ws.send(Buffer.concat([Buffer.of(2), c])));
         child.stdin.on('error', () => {});
@@ -58,6 +71,7 @@ function serveExecs(): void {
         });
         ws.on('close', () => child.kill('SIGKILL'));
         child.once('close', (code) => {
+          if (failed) return;
           const status =
             code === 0
               ? { status: 'Success' }
@@ -72,6 +86,20 @@ function serveExecs(): void {
     },
   );
 }
+
+/** What the API server answers a reach upgrade its RBAC refuses. */
+const FORBIDDEN_MESSAGE =
+  'services "db" is forbidden: User "alice" cannot create resource "services/proxy" in API group "" in the namespace "demo"';
+const FORBIDDEN_REACH = (() => {
+  const body = JSON.stringify({ kind: 'Status', status: 'Failure', message: FORBIDDEN_MESSAGE, code: 403 });
+  return `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+})();
+
+/** The message of the Status a kubelet sends when the program to exec is not in the image (containerd, runc). */
+export const noProgram = (program: string): string =>
+  'Internal error occurred: Internal error occurred: error executing command in container: failed to exec in ' +
+  'container: failed to start exec "0123abcd": OCI runtime exec failed: exec failed: unable to start container ' +
+  `process: exec: "${program}": executable file not found in $PATH: unknown`;
 
 /** A door with the test CA trusted; `over` changes its settings, limits, clock, bindings or authenticators. */
 function startServer(
@@ -93,7 +121,7 @@ function startServer(
     }),
     door,
     cache: over.cache ?? { providerOf: () => undefined, authenticateWith: () => never(), holds: () => false },
-    bindings: over.bindings ?? { find: () => undefined, bind: () => Promise.resolve() },
+    bindings: over.bindings ?? { find: () => undefined, bind: () => Promise.resolve(new Date(0)) },
     groupSuffix: 'sealion.dev',
     clusterNames: () => [],
     log: silentLogger(),
@@ -214,6 +242,53 @@ describe('commands', () => {
   });
 });
 
+describe('what the door says when something is refused', () => {
+  it('says in one line that the program is not in the image, with the status a shell gives (127)', async () => {
+    const r = await ssh(['hub/demo/web', '--', 'no-such-program-here', '-x']);
+    expect(r).toEqual({
+      code: 127,
+      stdout: '',
+      stderr: 'sealion: no-such-program-here: no such program in hub/demo/web\r\n',
+    });
+  });
+
+  it('answers shell syntax with a hint that works as typed, and no usage block', async () => {
+    // As a person types ssh <host> hub/demo/web -- 'ls | wc -l': their shell takes the quotes off.
+    const r = await ssh(['hub/demo/web', '--', 'ls | wc -l']);
+    expect(r).toMatchObject({
+      code: 2,
+      stderr:
+        'sealion: "|" needs a shell, and none runs here; ask the container\'s, quoting the command once more for ' +
+        `ssh: ssh <host> hub/demo/web -- "sh -c 'ls | wc -l'"\r\n`,
+    });
+    // The hint, as typed (its words after the host): the shell runs the pipe.
+    const hinted = await ssh(['hub/demo/web', '--', "sh -c 'echo a b | wc -w'"]);
+    expect(hinted).toMatchObject({ code: 0, stdout: expect.stringMatching(/^\s*2\n$/) });
+  });
+
+  it("gives a refused forward's reason in the channel-open failure (RFC 4254), as OpenSSH prints it", async () => {
+    // OpenSSH prints the failure at its default log level.
+    const forward = (to: string) =>
+      runOpenSSH('ssh', [
+        ...opensshOptions(join(dir, 'user'), { quiet: false }),
+        '-p',
+        String(port),
+        '-l',
+        'alice',
+        '-W',
+        to,
+        '127.0.0.1',
+      ]);
+    const r = await forward('hub/demo/svc/db:5432');
+    expect(r.code).toBe(255);
+    expect(r.stderr).toContain(`open failed: administratively prohibited: ${FORBIDDEN_MESSAGE}`);
+    const malformed = await forward('hub/demo/deploy/db:5432');
+    expect(malformed.stderr).toContain(
+      'open failed: connect failed: "hub/demo/deploy/db" is not <cluster>/<namespace>/svc/<name> or <cluster>/<namespace>/pod/<name>',
+    );
+  });
+});
+
 describe('sftp', () => {
   it('puts and gets a file through exec, byte for byte', async () => {
     const data = randomBytes(300_000);
@@ -322,6 +397,29 @@ describe('signing in', () => {
     expect(r.code).toBe(255);
   });
 
+  it('tells a client in BatchMode at once why its key is refused and how to have it bound', async () => {
+    const settings = { login: { authenticator: 'my-oidc', clientId: '', scopes: ['openid'] } };
+    const print = execFileSync('ssh-keygen', ['-l', '-f', join(dir, 'stranger.pub')], {
+      encoding: 'utf8',
+    }).split(' ')[1]!;
+    await withServer({ settings }, async (at) => {
+      const r = await runOpenSSH('ssh', [
+        ...opensshOptions(join(dir, 'stranger'), { quiet: false }),
+        '-p',
+        String(at),
+        '-l',
+        'alice',
+        '127.0.0.1',
+        'true',
+      ]);
+      expect(r.code).toBe(255);
+      expect(r.stderr).toContain(
+        `Sealion: the key ${print} is not bound to a login yet; a device login binds it, which needs ssh without BatchMode (once: ssh -t <host>).`,
+      );
+      expect(r.stderr).toContain('Permission denied (publickey,keyboard-interactive)');
+    });
+  });
+
   it('disconnects a client after six refusals, as sshd does, and checks no signature of a key nobody bound', async () => {
     const keys = Array.from({ length: 8 }, (_, i) => `many-${i}`);
     for (const key of keys)
@@ -329,7 +427,7 @@ describe('signing in', () => {
     const asked: string[] = [];
     const bindings: KeyBindings = {
       find: (_blob, print) => void asked.push(print),
-      bind: () => Promise.resolve(),
+      bind: () => Promise.resolve(new Date(0)),
     };
     await withServer({ bindings }, async (at) => {
       const r = await runOpenSSH('ssh', [
@@ -408,7 +506,7 @@ describe('signing in', () => {
         },
         authenticator,
       }),
-      bind: () => Promise.resolve(),
+      bind: () => Promise.resolve(new Date(0)),
     };
     const cache = {
       providerOf: () => undefined,

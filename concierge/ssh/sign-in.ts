@@ -25,6 +25,7 @@ import {
   verifyKeySignature,
   type AuthorizedKey,
 } from '../../lib/ssh/keys.ts';
+import { sendBanner } from './banner.ts';
 import type { KeyBindings } from './bindings.ts';
 import {
   DEVICE_LOGIN_MAX_MS,
@@ -157,10 +158,24 @@ function publicKey(
     state.identity = bound;
     return ctx.accept();
   }
-  // Proven but not enough: the client goes on (a certificate may follow), then the login, which binds this key.
+  // Proven but not enough: the client goes on (a certificate may follow), then the login, which binds this key. A
+  // client that cannot show a device login (BatchMode, a script) is refused at once: the banner says what to do.
   state.provenKey = { blob: key.data, fingerprint: print };
+  sendBanner(ctx, unboundKeyNotice(print));
   refuse();
 }
+
+/** What a client whose key is not bound is told, before a device login or a refusal. */
+export const unboundKeyNotice = (print: string): string =>
+  `Sealion: the key ${print} is not bound to a login yet; a device login binds it, which needs ssh without ` +
+  'BatchMode (once: ssh -t <host>).';
+
+/** What a client is told once its key is bound: until when it needs no login. */
+export const boundKeyNotice = (print: string, username: string, until: Date): string =>
+  `Sealion: the key ${print} is bound to ${username} until ${utcMinute(until)}.`;
+
+/** `2026-11-29 10:00 UTC`. */
+export const utcMinute = (at: Date): string => `${at.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 
 /**
  * The identity a key's binding gives, while the login that made it could make it again: the login configured is
@@ -252,8 +267,12 @@ async function deviceLogin(
       return refuse();
     }
     conn.signIn.identity = outcome.identity;
-    await bindProvenKey(opts, conn, outcome);
-    if (!attempt.signal.aborted) ctx.accept();
+    const until = await bindProvenKey(opts, conn, outcome);
+    if (attempt.signal.aborted) return;
+    const proven = conn.signIn.provenKey;
+    if (until && proven)
+      sendBanner(ctx, boundKeyNotice(proven.fingerprint, outcome.identity.user.username, until));
+    ctx.accept();
   } finally {
     ctx.off('abort', end);
     cancel();
@@ -294,18 +313,23 @@ async function runDeviceLogin(
   return started.outcome;
 }
 
-/** Binds the key the connection proved it holds, if any, to the login's identity; a failure to store is logged. */
+/**
+ * Binds the key the connection proved it holds, if any, to the login's identity, and gives until when; a failure to
+ * store is logged (the connection is signed in all the same, and the next one logs in again).
+ */
 async function bindProvenKey(
   opts: SignInOptions,
   conn: DoorConnection,
   outcome: LoginOutcome & { ok: true },
-): Promise<void> {
+): Promise<Date | undefined> {
   const proven = conn.signIn.provenKey;
-  if (!proven) return;
+  if (!proven) return undefined;
   try {
-    await opts.bindings.bind(proven.blob, proven.fingerprint, outcome);
+    const until = await opts.bindings.bind(proven.blob, proven.fingerprint, outcome);
     opts.log.info({ ip: conn.ip, fingerprint: proven.fingerprint }, 'ssh key bound');
+    return until;
   } catch (err) {
     opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be stored');
+    return undefined;
   }
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { parseContainer, parseExecCommand, parseForward } from './target.ts';
 import { exitCodeOf, Refused } from './cluster-access.ts';
+import { refusalOf } from './channels.ts';
 
 describe('parseExecCommand', () => {
   it('reads the target, then the command by the shell quoting rules, without a shell', () => {
@@ -32,6 +33,24 @@ describe('parseExecCommand', () => {
     const parsed = parseExecCommand(command);
     expect(parsed).toHaveProperty('problem');
     expect((parsed as { problem: string }).problem).toContain(problem);
+  });
+
+  it('answers shell syntax with how to ask the shell, quoted once more as ssh needs, and no usage', () => {
+    expect(parseExecCommand('hub/demo/web -- ls | wc -l')).toEqual({
+      problem:
+        '"|" needs a shell, and none runs here; ask the container\'s, quoting the command once more for ssh: ' +
+        `ssh <host> hub/demo/web -- "sh -c 'ls | wc -l'"`,
+    });
+    // A command single quotes cannot hold as it is, or one the person's shell would read inside double quotes.
+    expect(parseExecCommand('hub/demo/web -- echo $HOME > x')).toEqual({
+      problem:
+        '">" needs a shell, and none runs here; ask the container\'s, quoting the command once more for ssh: ' +
+        `ssh <host> hub/demo/web -- "sh -c '<command>'"`,
+    });
+    expect(parseExecCommand('hub/demo')).toEqual({
+      problem: '"hub/demo" is not <cluster>/<namespace>/<pod>[/<container>]',
+      usage: true,
+    });
   });
 
   it('refuses a command line longer than any URL would carry', () => {
@@ -100,5 +119,42 @@ describe('exitCodeOf', () => {
         '{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"-1; rm"}]}}',
       ),
     ).toBeInstanceOf(Refused);
+  });
+});
+
+describe('refusalOf', () => {
+  const target = { cluster: 'edge', namespace: 'demo', pod: 'web-1', container: 'app' };
+  const runtime = (program: string, why: string): Refused =>
+    new Refused(
+      500,
+      'Internal error occurred: Internal error occurred: error executing command in container: failed to exec in ' +
+        'container: failed to start exec "4f2a": OCI runtime exec failed: exec failed: unable to start container ' +
+        `process: exec: "${program}": ${why}: unknown`,
+    );
+
+  it('says in one line that a pod has no shell, and how to run a program it has', () => {
+    expect(refusalOf(runtime('/bin/sh', 'stat /bin/sh: no such file or directory'), target, [])).toEqual({
+      line:
+        'edge/demo/web-1/app has no shell (/bin/sh in its image); pick another container, or run a program it has: ' +
+        'ssh <host> edge/demo/web-1/app -- <command>',
+      code: 127,
+    });
+  });
+
+  it('says in one line that a program is not in the image', () => {
+    expect(
+      refusalOf(runtime('psql', 'executable file not found in $PATH'), { ...target, container: '' }, [
+        'psql',
+        '-l',
+      ]),
+    ).toEqual({ line: 'psql: no such program in edge/demo/web-1', code: 127 });
+  });
+
+  it("passes any other refusal on as the cluster's message", () => {
+    const forbidden = new Refused(
+      403,
+      'pods "web-1" is forbidden: User "alice" cannot create resource "pods/exec"',
+    );
+    expect(refusalOf(forbidden, target, ['ls'])).toEqual({ line: forbidden.message, code: 1 });
   });
 });

@@ -57,13 +57,13 @@ function quotesBalance(text: string): boolean {
  * split by the shell's quoting rules, and shell syntax that would need one (pipes, redirections, globs) is refused
  * with how to ask a shell in the container for it. `$` is kept as written.
  */
-export function parseExecCommand(command: string): ExecRequest | { problem: string } {
+export function parseExecCommand(command: string): ExecRequest | CommandProblem {
   if (Buffer.byteLength(command) > MAX_COMMAND_BYTES) return { problem: 'the command is too long' };
   const trimmed = command.trim();
   const space = trimmed.search(/\s/);
   const targetText = space === -1 ? trimmed : trimmed.slice(0, space);
   const target = parseContainer(targetText);
-  if ('problem' in target) return target;
+  if ('problem' in target) return { ...target, usage: true };
   const rest = space === -1 ? '' : trimmed.slice(space).trim();
   if (!quotesBalance(rest)) return { problem: 'the command has a quote that is never closed' };
   let words: ReturnType<typeof parseShellWords>;
@@ -76,14 +76,31 @@ export function parseExecCommand(command: string): ExecRequest | { problem: stri
   for (const word of words) {
     if (typeof word !== 'string') {
       const op = 'op' in word ? (word.op === 'glob' ? word.pattern : word.op) : '#';
-      return {
-        problem: `"${op}" needs a shell, and none runs here: ask the container's, e.g. -- sh -c '<command>'`,
-      };
+      return { problem: `"${op}" needs a shell, and none runs here; ${askTheShell(targetText, rest)}` };
     }
     argv.push(word);
   }
   if (argv[0] === '--') argv.shift();
   return { target, argv };
+}
+
+/** Why a command cannot run; `usage`: the target itself is wrong, and the ways to name one help. */
+export interface CommandProblem {
+  problem: string;
+  usage?: boolean;
+}
+
+/**
+ * How to have the container's shell run `command`, as the person types it: ssh joins its words with spaces before
+ * the door splits them, so the shell's command must be quoted once more than on a shell's own command line. The
+ * person's own command is shown when single quotes can hold it as it is.
+ */
+function askTheShell(targetText: string, rest: string): string {
+  const command = rest.replace(/^--\s*/, '');
+  // Inside the double quotes the person's own shell still reads $, `, \ and ", and inside the single ones the
+  // container's would end at a '.
+  const quoted = /['"$`\\]/.test(command) || command === '' ? '<command>' : command;
+  return `ask the container's, quoting the command once more for ssh: ssh <host> ${targetText} -- "sh -c '${quoted}'"`;
 }
 
 /** The kinds a forward may name, as people write them. */
