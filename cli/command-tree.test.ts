@@ -45,9 +45,6 @@ const CONTEXT_TO_DO = new Set([
   'sealion get kubeconfig',
   'sealion whoami',
   'sealion clusters',
-  'sealion cluster add',
-  'sealion cluster revoke',
-  'sealion cluster remove',
   'sealion recordings list',
   'sealion recordings play',
 ]);
