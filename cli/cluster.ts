@@ -13,6 +13,8 @@ import { takesNames } from './completion.ts';
 
 interface ClusterFlags {
   kubeconfig: string;
+  /** Empty or absent: the kubeconfig's current context. */
+  context?: string;
   namespace: string;
   groupSuffix: string;
   hub: string;
@@ -76,10 +78,11 @@ export async function addCluster(
   flags: ClusterFlags,
 ): Promise<{ token: string; pin: string; command: string; expires: Date }> {
   checkName(name);
-  const { newKubeClients, apiStatusCode, readSecretData } = await import('../lib/kube/kube.ts');
+  const { kubeClientsFor, loadKubeConfigFlags, apiStatusCode, readSecretData } =
+    await import('../lib/kube/kube.ts');
   const { createBootstrapToken, deleteBootstrapTokens } = await import('../lib/kube/bootstrap.ts');
   const { spkiPin } = await import('../lib/pki/pki.ts');
-  const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+  const clients = kubeClientsFor(loadKubeConfigFlags({ ...flags, context: flags.context ?? '' }));
   const caPem = (await readSecretData(clients, flags.namespace, TUNNEL_CA_SECRET))?.['tls.crt'];
   if (!caPem)
     throw new Error(
@@ -120,6 +123,7 @@ export function clusterCommand(): Command {
         "the hub admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)",
         '',
       )
+      .option('--context <name>', "the kubeconfig's context to use (default: its current context)", '')
       .option('--namespace <name>', "the concierge's namespace", DEFAULT_INSTALL.namespace)
       .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX);
   common(cluster.command('add <name>'))
@@ -224,8 +228,8 @@ Run the agent with access to that cluster (or install the agent manifests there 
     .addHelpText('after', '\nExample:\n  sealion cluster revoke edge-1\n')
     .action(async (name: string, flags: ClusterFlags) => {
       checkName(name);
-      const { newKubeClients } = await import('../lib/kube/kube.ts');
-      const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+      const { kubeClientsFor, loadKubeConfigFlags } = await import('../lib/kube/kube.ts');
+      const clients = kubeClientsFor(loadKubeConfigFlags({ ...flags, context: flags.context ?? '' }));
       const generation = await revokeAgentCertificates(
         clients,
         flags.namespace,
@@ -241,9 +245,9 @@ Its open tunnel closes. To let its agent back in, run: sealion cluster add ${nam
     .addHelpText('after', '\nExample:\n  sealion cluster remove edge-1\n')
     .action(async (name: string, flags: ClusterFlags) => {
       checkName(name);
-      const { newKubeClients } = await import('../lib/kube/kube.ts');
+      const { kubeClientsFor, loadKubeConfigFlags } = await import('../lib/kube/kube.ts');
       const { deleteBootstrapTokens } = await import('../lib/kube/bootstrap.ts');
-      const clients = newKubeClients(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
+      const clients = kubeClientsFor(loadKubeConfigFlags({ ...flags, context: flags.context ?? '' }));
       await clients.customObjects.deleteClusterCustomObject({ ...clusterResource(flags.groupSuffix), name });
       await deleteBootstrapTokens(clients, flags.namespace, name);
       console.log(`Cluster ${name} removed.`);

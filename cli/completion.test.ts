@@ -17,6 +17,7 @@ import {
   Directive,
   formatAnswer,
   lookupNames,
+  npxHint,
   takesNames,
   type GivenValues,
   type NameKind,
@@ -178,6 +179,22 @@ describe('complete', () => {
       lookup,
     );
     expect(asked[0]!.given).toEqual({ authenticatorType: 'jwt' });
+  });
+});
+
+describe('npxHint', () => {
+  it('says, run through npx, that the script completes the command itself, and how to get it', () => {
+    const npx = { npm_command: 'exec' };
+    expect(npxHint('sealion', npx, true)).toBe(
+      'sealion: completion does not complete npx sealion: the script completes the command sealion; npm run shim in ' +
+        'the checkout writes a sealion command and prints how to put it on PATH',
+    );
+    expect(npxHint('sealion', npx, false)).toBe(
+      'sealion: completion does not complete npx sealion: the script completes the command sealion; install the CLI ' +
+        'so that sealion is on PATH',
+    );
+    expect(npxHint('sealion', {}, true)).toBeUndefined();
+    expect(npxHint('sealion', { npm_command: 'run-script' }, true)).toBeUndefined();
   });
 });
 

@@ -17,6 +17,7 @@
 import { homedir } from 'node:os';
 import type { Argument, Command, Option } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import { selfKind } from './self.ts';
 
 /** The hidden subcommand the scripts run (cobra's name for it). */
 export const COMPLETE_COMMAND = '__complete';
@@ -495,6 +496,19 @@ export async function answerCompletion(program: Command, words: readonly string[
   process.stdout.write(formatAnswer(answer), () => process.exit(0));
 }
 
+/**
+ * Run through npx (npm marks what `npx` runs with npm_command=exec), the line a user completes starts with npx, and
+ * the script registers `command`, which the shell may not even find: one line on standard error says how to get the
+ * command itself (the script is still printed, for a user who has it elsewhere). Undefined otherwise.
+ */
+export function npxHint(command: string, env: NodeJS.ProcessEnv, fromCheckout: boolean): string | undefined {
+  if (env['npm_command'] !== 'exec') return undefined;
+  const how = fromCheckout
+    ? `npm run shim in the checkout writes a ${command} command and prints how to put it on PATH`
+    : `install the CLI so that ${command} is on PATH`;
+  return `sealion: completion does not complete npx ${command}: the script completes the command ${command}; ${how}`;
+}
+
 /** `sealion completion bash|zsh|fish`; `command` is the name the script completes. */
 export async function completionCommand(command: string): Promise<Command> {
   const { Argument, Command } = await import('commander');
@@ -517,5 +531,7 @@ Examples:
     )
     .action((shell: Shell) => {
       process.stdout.write(completionScript(shell, command));
+      const hint = npxHint(command, process.env, selfKind() === 'checkout');
+      if (hint) process.stderr.write(`${hint}\n`);
     });
 }

@@ -36,7 +36,10 @@ try {
 }
 
 // The wrapper Node gives a CommonJS module, with the executable's require (built-in modules only), so the bundle
-// runs as it would as a file; import() still reaches the built-in modules through Node's own loader.
+// runs as it would as a file; import() still reaches the built-in modules through Node's own loader. That option is
+// experimental, and Node warns so at the first import() a command runs (an exec plugin's runner, a values file's
+// reader), naming a flag no user can pass: the executables start with the warning off (dev/build-cli.ts,
+// EXECUTABLE_NODE_FLAGS).
 const script = new Script(`(function (exports, require, module, __filename, __dirname) {${source}\n})`, {
   filename: BUNDLE_ASSET,
   ...(cachedData ? { cachedData } : {}),

@@ -69,6 +69,7 @@ async function runCli(argv: string[]): Promise<void> {
     const { answerCompletion } = await import('./completion.ts');
     return answerCompletion(program, words ?? argv.slice(3));
   }
+  (await import('./help.ts')).sayEachDefaultOnce(program);
   if (name !== 'sealion') asPlugin(program, name);
   await program.parseAsync(argv);
 }

@@ -95,6 +95,17 @@ const SEA_MACHO_SEGMENT = 'NODE_SEA';
 const BUNDLE_ASSET = 'sealion.cjs';
 const BUILD_ID_ASSET = 'build-id';
 const LEGAL_ASSET = 'LEGAL.txt';
+/**
+ * The Node flags the executables start with (the blob's execArgv). Node's experimental and deprecation warnings are
+ * about the code inside (cli/executable.ts loads the bundle through an experimental vm option, and dependencies may
+ * call deprecated APIs): a user can act on neither, nor pass the `node --trace-warnings` they suggest. Other warnings
+ * still print (one that a variable the user set, NODE_TLS_REJECT_UNAUTHORIZED=0, turns TLS checks off, say), and so
+ * does every error the CLI reports.
+ */
+export const EXECUTABLE_NODE_FLAGS = [
+  '--disable-warning=ExperimentalWarning',
+  '--disable-warning=DeprecationWarning',
+];
 
 export interface BuiltCli {
   /** The single-file CommonJS bundle. */
@@ -365,6 +376,7 @@ async function makeBlob(
       output: blob,
       // The CLI's output is what kubectl reads, and its errors what the user reads: no warning on every run.
       disableExperimentalSEAWarning: true,
+      execArgv: EXECUTABLE_NODE_FLAGS,
       useCodeCache: false,
       useSnapshot: false,
       // The notices of the bundled dependencies travel with the code, unread.

@@ -21,6 +21,7 @@ import {
 } from './installed.ts';
 import { stopOnSignal } from './processes.ts';
 import { deployReachWorkload, REACH_WORKLOAD } from './reach-workload.ts';
+import { SHIM_DIR, shimLines, writeShim } from './shim.ts';
 
 /** The demo token lives as long as a working day; the exec plugin trades it for short-lived certificates. */
 const DEMO_TOKEN_SECONDS = 12 * 3600;
@@ -77,6 +78,8 @@ async function start(running: Running, log: (line: string) => void, using: Insta
   const endpoint = (parse(kubeconfig) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster
     .server;
   const rel = '.sealion/demo.kubeconfig';
+  // The CLI as a command of its own: npx would cost seconds a command and print npm's notices.
+  writeShim();
   console.log(`
 Sealion is up in ${((Date.now() - started) / 1000).toFixed(1)}s.
   API server:           ${cluster.url}
@@ -84,6 +87,12 @@ Sealion is up in ${((Date.now() - started) / 1000).toFixed(1)}s.
   Sealion's pods:       installed from config/concierge (hub) and config/agent (${EDGE}), image ${image.name}
   demo user:            ${DEMO_USER} (group ${DEMO_GROUP}), an OIDC token from the local issuer, which the
                         kubeconfig's exec plugin (sealion login static) trades for client certificates
+
+The sealion CLI of this checkout, fast and quiet (${SHIM_DIR}/sealion runs it on node_modules' Node, without npm;
+npx sealion works too, seconds slower), with completion, for the commands below:
+${shimLines(SHIM_DIR)
+  .map((line) => `  ${line}`)
+  .join('\n')}
 
 Try it, as the demo user through the proxy:
   kubectl --kubeconfig ${rel} get namespaces                    # allowed
@@ -103,8 +112,8 @@ And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} --as=system:serviceaccount:${DEMO_NAMESPACE}:default get pods   # Forbidden: ${EDGE} decides who may impersonate there, not the hub
 A Service inside each cluster, from this machine (each prints its local port: curl it; that cluster's RBAC decides,
 and the hub's concierge or ${EDGE}'s agent dials the Service's pod):
-  npx sealion port-forward --kubeconfig ${rel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
-  npx sealion port-forward --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
+  sealion port-forward --kubeconfig ${rel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
+  sealion port-forward --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
 Admin access (the PROXY ENDPOINT column is where the proxy is published; clusters shows each agent and its policy):
   kubectl --kubeconfig ${cluster.kubeconfigPath} get pods -A -o wide
   kubectl --kubeconfig ${cluster.kubeconfigPath} get jwtauthenticators
@@ -112,14 +121,14 @@ Admin access (the PROXY ENDPOINT column is where the proxy is published; cluster
   kubectl --kubeconfig ${edge.kubeconfigPath} get pods -A -o wide
 An OIDC login instead of the fixed demo token, one kubeconfig with a context for each cluster (open the URL the
 login prints, where the local OIDC provider signs the demo user in; --oidc-device prints a code instead):
-  npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
-  npx sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
+  sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
+  sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
   kubectl --kubeconfig .sealion/oidc.kubeconfig --context sealion-${EDGE} get namespaces
 SSH into pods of any cluster with plain ssh, set up as any signed-in user sets it up (here into .sealion/; yours:
 >> ~/.ssh/config and ~/.ssh/known_hosts). The first ssh prints a code: open the link it gives, where the local OIDC
 provider signs the demo user in; ssh then says until when your SSH key is bound, and needs no login till then:
-  npx sealion ssh config --kubeconfig ${rel} --known-hosts > .sealion/known_hosts
-  npx sealion ssh config --kubeconfig ${rel} --known-hosts-file ${join(dir, 'known_hosts')} > .sealion/ssh_config
+  sealion ssh config --kubeconfig ${rel} --known-hosts > .sealion/known_hosts
+  sealion ssh config --kubeconfig ${rel} --known-hosts-file ${join(dir, 'known_hosts')} > .sealion/ssh_config
   ssh ${sshConfig} -t sealion ${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}                   # a shell in ${EDGE}'s pod, through its agent
   ssh ${sshConfig} sealion hub/${DEMO_NAMESPACE}/${DEMO_POD} -- uname -a           # a command (scripts: -o BatchMode=yes)
   ssh ${sshConfig} -t sealion                                    # a menu of what you may exec into
@@ -127,7 +136,7 @@ provider signs the demo user in; ssh then says until when your SSH key is bound,
   ssh ${sshConfig} -N -L 8080:${EDGE}/${DEMO_NAMESPACE}/svc/${REACH_WORKLOAD}:80 sealion   # then: curl localhost:8080
 Every request above is audited (audit.k8s.io/v1 events in the concierge pods' logs, joined to each API server's
 own by audit ID), and every exec -it recorded; the demo user may read the recordings of every replica:
-  npx sealion recordings list --kubeconfig .sealion/oidc.kubeconfig   # then: npx sealion recordings play <ID> --kubeconfig …
+  sealion recordings list --kubeconfig .sealion/oidc.kubeconfig   # then: sealion recordings play <ID> --kubeconfig …
 
 Press Ctrl-C to stop; everything started here is removed.`);
 }

@@ -41,8 +41,10 @@ describe('npm start', () => {
     // root, with a credential cache of its own.
     const home = mkdtempSync(join(tmpdir(), 'sealion-dev-up-'));
     const env = { XDG_CONFIG_HOME: home };
+    // The CLI as printed: the shim in the folder the printed PATH line names.
+    const sealion = join(/^ {2}export PATH=(\S+):"\$PATH"$/m.exec(output)![1]!, 'sealion');
     const printed = [
-      ...output.matchAll(/^ {2}(?:kubectl --kubeconfig (\S+)|npx sealion) (.+?)(?:\s+# (.+))?$/gm),
+      ...output.matchAll(/^ {2}(?:kubectl --kubeconfig (\S+)|sealion) (.+?)(?:\s+# (.+))?$/gm),
     ].map((m) => ({
       kubeconfig: m[1] ? resolve(REPO_ROOT, m[1]) : '',
       args: m[2]!.trim().split(/\s+/),
@@ -52,10 +54,7 @@ describe('npm start', () => {
     for (const c of printed) {
       if (c.args[0] === 'port-forward') {
         // Runs until stopped: the port it prints answers with the Service's HTTP server on that cluster.
-        const [pfCommand, pfArgs] = dieWithParent(process.execPath, [
-          join(REPO_ROOT, 'bin/sealion.js'),
-          ...c.args,
-        ]);
+        const [pfCommand, pfArgs] = dieWithParent(sealion, c.args);
         const forward = spawn(pfCommand, pfArgs, {
           cwd: REPO_ROOT,
           stdio: ['ignore', 'pipe', 'pipe'],
@@ -73,14 +72,14 @@ describe('npm start', () => {
       if (!c.kubeconfig && c.args.includes('>')) {
         // The CLI's output into a file, as the shell would put it there.
         const to = c.args.indexOf('>');
-        const result = await sealionWithBrowser(c.args.slice(0, to), env);
+        const result = await sealionWithBrowser(sealion, c.args.slice(0, to), env);
         expect(result).toMatchObject({ code: 0 });
         writeFileSync(resolve(REPO_ROOT, c.args[to + 1]!), result.stdout);
         continue;
       }
       if (!c.kubeconfig) {
         // The CLI; its OIDC login prints a URL, which this test opens as the person would.
-        const result = await sealionWithBrowser(c.args, env);
+        const result = await sealionWithBrowser(sealion, c.args, env);
         expect(result).toMatchObject({ code: 0 });
         if (c.args[0] === 'clusters')
           expect(result.stdout).toMatch(/^sealion-edge\s+Ready\s+demo@sealion\.dev/m);
@@ -130,12 +129,12 @@ describe('npm start', () => {
 });
 
 /**
- * Runs the sealion CLI as printed (`npx sealion` is bin/sealion.js here), from the repository root. When a login it
- * starts prints its URL, the scripted browser signs in there, trusting the issuer CA the kubeconfig names.
+ * Runs the sealion CLI as printed (`sealion` is the shim), from the repository root. When a login it starts prints
+ * its URL, the scripted browser signs in there, trusting the issuer CA the kubeconfig names.
  */
-function sealionWithBrowser(args: string[], env: NodeJS.ProcessEnv): Promise<LoginRun> {
+function sealionWithBrowser(sealion: string, args: string[], env: NodeJS.ProcessEnv): Promise<LoginRun> {
   const caPem = (): string => readIssuerCA(resolve(REPO_ROOT, args[args.indexOf('--kubeconfig') + 1]!));
-  return runWithLogin(process.execPath, [join(REPO_ROOT, 'bin/sealion.js'), ...args], {
+  return runWithLogin(sealion, args, {
     caPem,
     env,
     cwd: REPO_ROOT,

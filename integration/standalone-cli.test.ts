@@ -4,10 +4,11 @@
 // stand in for what the artifact lacks. A build is reused while it is newer than its sources.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
+import { stringify } from 'yaml';
 import { REPO_ROOT } from '../dev/build.ts';
 import { ensureCli, type BuiltCli, type Target } from '../dev/build-cli.ts';
 import { describeCheckout, SEALION_VERSION } from '../lib/version.ts';
@@ -86,6 +87,36 @@ describe(`the standalone executable (sealion-${host})`, () => {
     expectExecCredential(stdout, 't0k3n');
     // No warning (Node's experimental-feature one, say) on the stream kubectl shows the user.
     expect(stderr).toBe('');
+  });
+
+  it("prints none of Node's warnings, and its own errors as before", async () => {
+    // Commands that load a Node module by import() (the values file's reader; the kubeconfig's exec plugin runner),
+    // which the executable's main script answers through an experimental vm option: Node warned of it on each.
+    const values = join(dir, 'values.yaml');
+    writeFileSync(values, '{}\n');
+    const rendered = await runOutside(sealion, ['manifests', '--values', values], join(dir, 'bin'));
+    expect(rendered.stdout).toContain('kind: Deployment');
+    expect(rendered.stderr).toBe('');
+    const kubeconfig = join(dir, 'exec-plugin.kubeconfig');
+    writeFileSync(
+      kubeconfig,
+      stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'c', cluster: { server: 'https://127.0.0.1:1' } }],
+        users: [
+          { name: 'u', user: { exec: { apiVersion: 'client.authentication.k8s.io/v1', command: 'true' } } },
+        ],
+        contexts: [{ name: 'c', context: { cluster: 'c', user: 'u' } }],
+        'current-context': 'c',
+      }),
+    );
+    const failed = await runOutside(sealion, ['whoami', '--kubeconfig', kubeconfig], '/usr/bin:/bin').then(
+      () => ({ code: 0, stderr: '' }),
+      (err: { code: number; stderr: string }) => ({ code: err.code, stderr: err.stderr }),
+    );
+    // One line: the command's error, nothing of Node's before it.
+    expect(failed).toEqual({ code: 1, stderr: expect.stringMatching(/^sealion: [^\n]+\n$/) });
   });
 
   it('knows its version and the commit it was built from, with no git to ask', async () => {

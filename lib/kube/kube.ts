@@ -78,7 +78,11 @@ function shareDispatchers(config: k8s.KubeConfig): void {
 }
 
 export function newKubeClients(source: KubeconfigSource): KubeClients {
-  const config = loadKubeConfig(source);
+  return kubeClientsFor(loadKubeConfig(source));
+}
+
+/** The clients of newKubeClients for a kubeconfig loaded already (loadKubeConfigFlags: --kubeconfig and --context). */
+export function kubeClientsFor(config: k8s.KubeConfig): KubeClients {
   return {
     config,
     core: config.makeApiClient(k8s.CoreV1Api),
