@@ -231,6 +231,23 @@ describe('the login plugin as kubectl runs it', () => {
     });
   });
 
+  it('names the context kubectl passes in the cluster’s exec extension', async () => {
+    const issuer = 'https://issuer.example.com';
+    const run = await sealion(['login', 'oidc', '--issuer', issuer, '--skip-browser'], {
+      KUBERNETES_EXEC_INFO: JSON.stringify({
+        kind: 'ExecCredential',
+        spec: {
+          interactive: false,
+          cluster: { server: 'https://proxy.example.com', config: { context: 'edge' } },
+        },
+      }),
+      XDG_CONFIG_HOME: mkdtempSync(join(dir, 'context-')),
+    });
+    expect(run.stderr).toBe(
+      `sealion: no session for context edge and no terminal to log in; run: sealion login oidc --issuer ${issuer} --skip-browser\n`,
+    );
+  });
+
   it('says an expired static token is expired, before any server is asked', async () => {
     const jwt = (claims: object): string =>
       ['{"alg":"RS256"}', JSON.stringify(claims), 'sig']

@@ -139,7 +139,7 @@ export function configDir(env: NodeJS.ProcessEnv): string {
  * user becomes. Windows has no such mode bits to check.
  */
 export function readTokenFile(file: string): string {
-  const fix = 'check --token-file, or write the token there';
+  const fix = 'check the path, or write the token there';
   let stat;
   try {
     stat = statSync(file);

@@ -334,7 +334,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     });
     expect(refused.code).not.toBe(0);
     const said =
-      /^sealion: no session for https:\/\/127\.0\.0\.1:\d+ and no terminal to log in; run: sealion (login oidc --issuer https:\/\/127\.0\.0\.1:\d+ --ca-bundle-data [\w+/=]+ --skip-browser)\n/.exec(
+      /^sealion: no session for context sealion-corp and no terminal to log in; run: sealion (login oidc --issuer https:\/\/127\.0\.0\.1:\d+ --ca-bundle-data [\w+/=]+ --skip-browser)\n/.exec(
         refused.stderr,
       );
     expect(said).not.toBeNull();
