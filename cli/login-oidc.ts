@@ -8,7 +8,7 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as oidc from 'openid-client';
 import { issuerConfiguration } from '../lib/authn/oidc-client.ts';
-import { UserError } from './errors.ts';
+import { systemReason, UserError } from './errors.ts';
 import {
   cacheFile,
   credentialFor,
@@ -131,10 +131,13 @@ export function explain(
   const untrusted = codes.find((c) => UNTRUSTED.has(c));
   if (untrusted)
     return says(
-      `the TLS certificate of ${flags.issuer} is not trusted (${untrusted}): give the issuer's CA bundle with --ca-bundle-data`,
+      `cannot reach the issuer ${flags.issuer} during ${step}: ${systemReason(err) ?? 'its certificate is not trusted'}; give the issuer's CA bundle with --ca-bundle-data`,
     );
   const unreachable = codes.find((c) => UNREACHABLE.has(c));
-  if (unreachable) return says(`cannot reach the issuer ${flags.issuer} (${unreachable}) during ${step}`);
+  if (unreachable)
+    return says(
+      `cannot reach the issuer ${flags.issuer} during ${step}: ${systemReason(err) ?? 'no answer in time'}; is it running, and is --issuer right?`,
+    );
   // openid-client wraps oauth4webapi's error, whose cause names the claim that failed and the claims themselves.
   const cause = causeWith(err, 'claims') as
     { claim?: string; claims?: Record<string, unknown>; now?: number } | undefined;
