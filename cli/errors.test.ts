@@ -8,6 +8,7 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
 import { HttpsError } from '../lib/https-client.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { errorLine, fileError, systemReason, unreachableError, UserError } from './errors.ts';
@@ -187,6 +188,17 @@ describe('a server that cannot be reached or refuses', () => {
       stdout: `CURRENT   CONTEXT   STATE         USER/DETAIL          SERVER\n*         c         Unreachable   connection refused   https://127.0.0.1:${port}\n`,
       stderr: 'sealion: cluster c did not answer: Unreachable\n',
     });
+    const yaml = await sealion(['clusters', '--kubeconfig', path, '-o', 'yaml']);
+    expect(yaml.code).toBe(1);
+    expect(parseYaml(yaml.stdout)).toEqual([
+      {
+        context: 'c',
+        current: true,
+        server: `https://127.0.0.1:${port}`,
+        state: 'Unreachable',
+        detail: 'connection refused',
+      },
+    ]);
   });
 
   it('a refusal names the credential that was refused', async () => {
