@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { HttpsError } from '../lib/https-client.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
+import { progressLine } from './clusters.ts';
 import { errorLine, fileError, systemReason, unreachableError, UserError } from './errors.ts';
 
 const MAIN = join(import.meta.dirname, 'main.ts');
@@ -328,5 +329,24 @@ describe('the helpers', () => {
   it('keep a UserError as it is, and any other message on one line', () => {
     expect(errorLine(new UserError('as said'))).toBe('as said');
     expect(errorLine(new Error('bad indentation\n\n 1 | a:\n---^\n'))).toBe('bad indentation 1 | a: ---^');
+  });
+
+  it('show the progress of clusters on a terminal only, and clear it', () => {
+    const written: string[] = [];
+    const stream = (isTTY: boolean) =>
+      ({ isTTY, write: (text: string) => written.push(text) }) as unknown as NodeJS.WriteStream;
+    const piped = progressLine(stream(false));
+    piped.show(0, 2);
+    piped.clear();
+    expect(written).toEqual([]);
+    const terminal = progressLine(stream(true));
+    terminal.show(0, 2);
+    terminal.show(1, 2);
+    terminal.clear();
+    expect(written).toEqual([
+      '\r\u001b[Kasking 2 clusters: 0 answered',
+      '\r\u001b[Kasking 2 clusters: 1 answered',
+      '\r\u001b[K',
+    ]);
   });
 });
