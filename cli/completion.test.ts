@@ -163,7 +163,7 @@ describe('complete', () => {
       [['recordings', 'play', ''], 'recording'],
       [
         ['whoami', '-o', ''],
-        ['text', 'json'],
+        ['table', 'json', 'yaml'],
       ],
     ];
     for (const [line, want] of cases) {

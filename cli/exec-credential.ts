@@ -3,12 +3,13 @@
 // (0600, written whole and renamed into place, under a file lock so that concurrent kubectl processes exchange once,
 // reused until shortly before they expire). The commands are in login.ts; OIDC sessions in login-oidc.ts.
 import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
 import type * as HttpsClient from '../lib/https-client.ts';
+import { AlreadySaid, fileError, originOf, unreachableError, UserError } from './errors.ts';
 import { printable } from './printable.ts';
 
 /**
@@ -36,9 +37,55 @@ export interface ExecCredential {
   };
 }
 
-/** The cluster kubectl passes in KUBERNETES_EXEC_INFO when the kubeconfig sets provideClusterInfo. */
-interface ExecInfo {
-  spec?: { cluster?: { server?: string; 'certificate-authority-data'?: string } };
+/**
+ * What kubectl passes in KUBERNETES_EXEC_INFO: whether a person can answer (`interactive`: with the kubeconfig's
+ * interactiveMode IfAvailable, whether kubectl's standard input is a terminal it does not need itself), and the
+ * cluster when the kubeconfig sets provideClusterInfo (with the cluster's exec extension as `config`).
+ */
+export interface ExecInfo {
+  spec?: {
+    interactive?: boolean;
+    cluster?: { server?: string; 'certificate-authority-data'?: string; config?: { context?: unknown } };
+  };
+}
+
+/** KUBERNETES_EXEC_INFO, read; undefined when the plugin was not run by kubectl (or a client that says nothing). */
+export function execInfo(env: NodeJS.ProcessEnv): ExecInfo | undefined {
+  const text = env['KUBERNETES_EXEC_INFO'];
+  if (text === undefined || text === '') return undefined;
+  try {
+    const info = JSON.parse(text) as unknown;
+    if (typeof info === 'object' && info !== null) return info;
+  } catch {
+    // Said below.
+  }
+  throw new UserError(
+    'KUBERNETES_EXEC_INFO is not an ExecCredential; unset it, or run this from a kubeconfig with kubectl',
+  );
+}
+
+/**
+ * Whether a person may be asked to log in: kubectl says so (`interactive`); without its word (run by hand, or by a
+ * client that says nothing) the run is taken as a person's, as before kubectl said it.
+ */
+export const interactiveRun = (env: NodeJS.ProcessEnv): boolean => execInfo(env)?.spec?.interactive !== false;
+
+/**
+ * What a failed login names: kubectl's context when the kubeconfig's cluster passes it (its exec extension), else
+ * the agent-backed cluster its server's path names, else the server.
+ */
+export function sessionPlace(env: NodeJS.ProcessEnv): string | undefined {
+  const cluster = execInfo(env)?.spec?.cluster;
+  const context = cluster?.config?.context;
+  if (typeof context === 'string' && context) return `context ${printable(context)}`;
+  if (!cluster?.server) return undefined;
+  try {
+    const url = new URL(cluster.server);
+    const name = /\/clusters\/([^/]+)\/?$/.exec(url.pathname)?.[1];
+    return name ? `cluster ${printable(decodeURIComponent(name))}` : printable(url.origin);
+  } catch {
+    return undefined;
+  }
 }
 
 /** How a token becomes a credential: as it is, or exchanged for a client certificate. */
@@ -59,6 +106,8 @@ export interface ExchangeFlags {
 
 /** The client ID `sealion get kubeconfig` writes unless told otherwise; register it with the issuer. */
 export const DEFAULT_OIDC_CLIENT_ID = 'sealion-cli';
+/** The scopes `sealion login oidc` asks for unless told otherwise. */
+export const DEFAULT_OIDC_SCOPES = 'openid offline_access email profile groups';
 
 export interface OIDCLoginFlags extends ExchangeFlags {
   issuer: string;
@@ -90,15 +139,14 @@ export function configDir(env: NodeJS.ProcessEnv): string {
  * user becomes. Windows has no such mode bits to check.
  */
 export function readTokenFile(file: string): string {
+  const fix = 'check the path, or write the token there';
   let stat;
   try {
     stat = statSync(file);
   } catch (err) {
-    throw new Error(`token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, {
-      cause: err,
-    });
+    throw fileError(err, 'token file', file, fix);
   }
-  if (!stat.isFile()) throw new Error(`token file ${file} is not a regular file`);
+  if (!stat.isFile()) throw new UserError(`cannot read token file ${file}: it is not a regular file; ${fix}`);
   if (process.platform !== 'win32' && (stat.mode & 0o077) !== 0)
     throw new Error(
       `token file ${file} is open to other users (mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')}): run chmod 600 on it`,
@@ -139,6 +187,54 @@ export function tokenOf(
   return token;
 }
 
+/** Where a static token comes from, in words, for an error that names it. */
+export function tokenSource(flags: StaticLoginFlags): string {
+  if (flags.tokenFile) return `the token in file ${flags.tokenFile}`;
+  if (flags.tokenEnv && !flags.token) return `the token in environment variable ${flags.tokenEnv}`;
+  return 'the token given with --token';
+}
+
+/**
+ * When a token that is a JWT says it expires (ms since the epoch); undefined for any other token. Read, not
+ * verified: it only lets the CLI say "expired" before the server says only "authentication failed".
+ */
+export function jwtExpiry(token: string): number | undefined {
+  const parts = token.split('.');
+  if (parts.length !== 3) return undefined;
+  try {
+    const exp = (JSON.parse(Buffer.from(parts[1]!, 'base64url').toString('utf8')) as { exp?: unknown }).exp;
+    return typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The concierge answered a TokenCredentialRequest without a credential. Its 401 and its message are the same for
+ * every failure (an expired, a forged or an unknown token), so the refusal names what the CLI knows: which
+ * authenticator the kubeconfig asked, where, and (from the caller) which token.
+ */
+export class ExchangeRefused extends UserError {
+  readonly authenticator: string;
+  readonly origin: string;
+  /** The server's message, escaped. */
+  readonly said: string;
+  constructor(authenticator: string, origin: string, said: string) {
+    super(`${authenticator} refused the token on ${origin}: ${said}`);
+    this.name = 'ExchangeRefused';
+    this.authenticator = authenticator;
+    this.origin = origin;
+    this.said = said;
+  }
+
+  /** The refusal as one line, naming the token and what to do. */
+  explained(token: string, fix: string): UserError {
+    return new UserError(`${this.authenticator} refused ${token} on ${this.origin}: ${this.said}; ${fix}`, {
+      cause: this,
+    });
+  }
+}
+
 /**
  * Trades `token` for a client certificate: a TokenCredentialRequest to the proxy at `endpoint`, naming the
  * authenticator to check it with, and with `csrPem` the certificate request for the caller's own key. The answer
@@ -164,20 +260,27 @@ export async function exchange(
   };
   const path = `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`;
   let answer: TokenCredentialRequest;
+  const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`).toString();
   try {
-    const url = new URL(path, endpoint.endsWith('/') ? endpoint : `${endpoint}/`).toString();
     answer = (
       await (
         await httpsClient()
       ).httpsJSON(url, { method: 'POST', body, ...(caPem ? { caBundlePem: caPem } : {}) })
     ).json as TokenCredentialRequest;
   } catch (err) {
-    throw new Error(`exchange token: ${await failureOf(err)}`, { cause: err });
+    throw (
+      unreachableError(err, url, 'is the concierge running, and is the kubeconfig right?') ??
+      new UserError(`cannot exchange the token on ${originOf(url)}: ${await failureOf(err)}`, { cause: err })
+    );
   }
   if (answer.status?.credential) return answer.status.credential;
   // The message is the server's text, shown on the terminal of whoever runs kubectl.
-  throw new Error(
-    `exchange token: ${answer.status?.message === undefined ? 'the answer has no credential' : printable(String(answer.status.message))}`,
+  if (answer.status?.message === undefined)
+    throw new UserError(`cannot exchange the token on ${originOf(url)}: the answer has no credential`);
+  throw new ExchangeRefused(
+    `${authenticator.kind} ${authenticator.name}`,
+    originOf(url),
+    printable(String(answer.status.message)),
   );
 }
 
@@ -217,7 +320,11 @@ export function writeCache(file: string, value: unknown): void {
 }
 
 /** The cache file for a key (hashed: the key may hold a token), its folder created 0700. */
-export function cacheFile(env: NodeJS.ProcessEnv, kind: 'credentials' | 'sessions', key: unknown[]): string {
+export function cacheFile(
+  env: NodeJS.ProcessEnv,
+  kind: 'credentials' | 'sessions' | 'failures',
+  key: unknown[],
+): string {
   const dir = join(configDir(env), kind);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   return join(dir, `${createHash('sha256').update(JSON.stringify(key)).digest('hex')}.json`);
@@ -257,9 +364,7 @@ export function exchangeTarget(
   flags: ExchangeFlags,
   env: NodeJS.ProcessEnv,
 ): { file: string; endpoint: string; caPem: string | undefined; kind: Kind } | undefined {
-  const info = env['KUBERNETES_EXEC_INFO']
-    ? (JSON.parse(env['KUBERNETES_EXEC_INFO']) as ExecInfo).spec?.cluster
-    : undefined;
+  const info = execInfo(env)?.spec?.cluster;
   const endpoint = flags.conciergeEndpoint || info?.server;
   if (!endpoint) return undefined;
   const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
@@ -295,7 +400,9 @@ export async function credentialFor(
 
   const target = exchangeTarget(token, flags, env);
   if (!target)
-    throw new Error('--exchange needs --concierge-endpoint, or provideClusterInfo: true in the kubeconfig');
+    throw new UserError(
+      'cannot exchange the token: no endpoint; pass --concierge-endpoint, or set provideClusterInfo: true in the kubeconfig',
+    );
   const { file, endpoint, caPem, kind } = target;
   const fresh = readCached(file);
   if (fresh) return fresh;
@@ -365,5 +472,74 @@ export async function staticLogin(
   env: NodeJS.ProcessEnv,
   say: (line: string) => void = () => {},
 ): Promise<ExecCredential> {
-  return credentialFor(tokenOf(flags, env, say), flags, env);
+  const token = tokenOf(flags, env, say);
+  const source = tokenSource(flags);
+  // The server would refuse an expired token with the words it has for every refusal; the CLI can say which.
+  const expires = jwtExpiry(token);
+  if (expires !== undefined && expires <= Date.now())
+    throw new UserError(`${source} expired at ${new Date(expires).toISOString()}; put a current token there`);
+  try {
+    return await credentialFor(token, flags, env);
+  } catch (err) {
+    if (err instanceof ExchangeRefused)
+      throw err.explained(source, 'check that it is current and meant for this cluster');
+    throw err;
+  }
+}
+
+/** How long a failed plugin run stays said for the kubectl process that ran it: its retries come within a second. */
+const FAILURE_SAID_MS = 10_000;
+
+/**
+ * The kubectl process that runs this plugin, as a key: its pid and, on Linux, its start time (a pid is reused).
+ * Undefined when no kubectl (nor other client that says KUBERNETES_EXEC_INFO) runs it.
+ */
+function callerKey(env: NodeJS.ProcessEnv): unknown[] | undefined {
+  if (env['KUBERNETES_EXEC_INFO'] === undefined) return undefined;
+  let started = '';
+  try {
+    // Field 22 of /proc/<pid>/stat, counted after the command's name in parentheses (which may hold spaces).
+    const stat = readFileSync(`/proc/${process.ppid}/stat`, 'utf8');
+    started = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
+  } catch {
+    // Not Linux: the pid alone, for the few seconds a failure is remembered.
+  }
+  return [process.ppid, started, process.argv.slice(2), env['KUBERNETES_EXEC_INFO']];
+}
+
+/**
+ * Runs a plugin's `run`, saying a failure once to the kubectl process that runs it. kubectl runs the plugin again
+ * for each request it makes until one gets a credential (discovery retries, then the command's own), and shows
+ * each run's standard error: one failure printed six times. A failure is remembered for a few seconds under the
+ * caller's key (callerKey), and the same caller's next runs fail at once, silently, without asking any server
+ * again. A new kubectl command, or the same one after a while, tries afresh.
+ */
+export async function onceForCaller<T>(env: NodeJS.ProcessEnv, run: () => Promise<T>): Promise<T> {
+  const key = callerKey(env);
+  const file = key ? cacheFile(env, 'failures', key) : undefined;
+  const said = file ? readCache<{ at: number }>(file) : undefined;
+  if (said && Date.now() - said.at < FAILURE_SAID_MS && said.at <= Date.now())
+    throw new AlreadySaid('this plugin failed moments ago for the same kubectl process');
+  try {
+    return await run();
+  } catch (err) {
+    if (file) {
+      forgetOldFailures(file);
+      writeCache(file, { at: Date.now() });
+    }
+    throw err;
+  }
+}
+
+/** Removes the failure marks older than a minute, so that the folder never grows. */
+function forgetOldFailures(file: string): void {
+  const dir = join(file, '..');
+  try {
+    for (const name of readdirSync(dir)) {
+      const path = join(dir, name);
+      if (Date.now() - statSync(path).mtimeMs > 60_000) rmSync(path, { force: true });
+    }
+  } catch {
+    // Another plugin run removed it first.
+  }
 }

@@ -111,7 +111,9 @@ describe('sealion get kubeconfig keeps static tokens out of the exec arguments',
     );
     await expect(
       getKubeconfig(flags({ staticTokenFile: join(dir, 'missing') }), () => {}, clients),
-    ).rejects.toThrow(/ENOENT/);
+    ).rejects.toThrow(
+      /^cannot read token file \S+missing: no such file; check the path, or write the token there$/,
+    );
   });
 });
 

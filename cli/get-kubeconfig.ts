@@ -296,7 +296,12 @@ export async function getKubeconfig(
     kind: 'Config',
     clusters: contexts.map((c) => ({
       name: c.name,
-      cluster: { server: c.server, 'certificate-authority-data': endpoint.certificateAuthorityData },
+      cluster: {
+        server: c.server,
+        'certificate-authority-data': endpoint.certificateAuthorityData,
+        // kubectl hands this to the login plugin (provideClusterInfo), which names the context in what it says.
+        extensions: [{ name: 'client.authentication.k8s.io/exec', extension: { context: c.name } }],
+      },
     })),
     users: [
       {

@@ -8,11 +8,17 @@ import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as oidc from 'openid-client';
 import { issuerConfiguration } from '../lib/authn/oidc-client.ts';
+import { systemReason, UserError } from './errors.ts';
 import {
   cacheFile,
   credentialFor,
+  DEFAULT_OIDC_CLIENT_ID,
+  DEFAULT_OIDC_SCOPES,
+  ExchangeRefused,
   freshUntil,
+  interactiveRun,
   readCache,
+  sessionPlace,
   withFileLock,
   writeCache,
   type ExecCredential,
@@ -125,10 +131,13 @@ export function explain(
   const untrusted = codes.find((c) => UNTRUSTED.has(c));
   if (untrusted)
     return says(
-      `the TLS certificate of ${flags.issuer} is not trusted (${untrusted}): give the issuer's CA bundle with --ca-bundle-data`,
+      `cannot reach the issuer ${flags.issuer} during ${step}: ${systemReason(err) ?? 'its certificate is not trusted'}; give the issuer's CA bundle with --ca-bundle-data`,
     );
   const unreachable = codes.find((c) => UNREACHABLE.has(c));
-  if (unreachable) return says(`cannot reach the issuer ${flags.issuer} (${unreachable}) during ${step}`);
+  if (unreachable)
+    return says(
+      `cannot reach the issuer ${flags.issuer} during ${step}: ${systemReason(err) ?? 'no answer in time'}; is it running, and is --issuer right?`,
+    );
   // openid-client wraps oauth4webapi's error, whose cause names the claim that failed and the claims themselves.
   const cause = causeWith(err, 'claims') as
     { claim?: string; claims?: Record<string, unknown>; now?: number } | undefined;
@@ -388,6 +397,50 @@ const scopesOf = (flags: OIDCLoginFlags): string =>
     .filter(Boolean)
     .join(' ');
 
+/**
+ * The command a person runs in a terminal to log in to this issuer: the session it makes is the one this plugin
+ * reads (its cache is keyed by issuer, client and scopes), so the exchange flags are left out.
+ */
+export function loginCommandLine(flags: OIDCLoginFlags, name = 'sealion'): string {
+  const args = [
+    'login',
+    'oidc',
+    '--issuer',
+    flags.issuer,
+    ...(flags.clientId && flags.clientId !== DEFAULT_OIDC_CLIENT_ID ? ['--client-id', flags.clientId] : []),
+    ...(flags.scopes !== DEFAULT_OIDC_SCOPES ? ['--scopes', flags.scopes] : []),
+    ...(flags.caBundleData ? ['--ca-bundle-data', flags.caBundleData] : []),
+    ...(flags.listenPort && flags.listenPort !== '0' ? ['--listen-port', flags.listenPort] : []),
+    ...(flags.skipBrowser ? ['--skip-browser'] : []),
+    ...(flags.device ? ['--device'] : []),
+  ];
+  // Quoted for a POSIX shell only where needed: an issuer URL and base64 are typed as they are.
+  const quoted = args.map((arg) =>
+    /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\\''")}'`,
+  );
+  return `${name} ${quoted.join(' ')}`;
+}
+
+/**
+ * Why a login that needs a person cannot happen: kubectl said nobody is at a terminal (its standard input is not
+ * one, or it reads it itself). It fails at once, with the command to run in a terminal, rather than wait minutes
+ * for a browser nobody opens.
+ */
+async function noTerminal(
+  flags: OIDCLoginFlags,
+  env: NodeJS.ProcessEnv,
+  expired: { why?: string } | undefined,
+): Promise<UserError> {
+  const { displayName } = await import('./self.ts');
+  const place = sessionPlace(env) ?? flags.issuer;
+  const run = loginCommandLine(flags, displayName(process.argv, env));
+  return new UserError(
+    expired
+      ? `your session for ${place} expired${expired.why ? ` (${expired.why})` : ''} and there is no terminal to log in; run: ${run}`
+      : `no session for ${place} and no terminal to log in; run: ${run}`,
+  );
+}
+
 /** What `sealion login oidc` prints: a cached, refreshed or freshly logged-in ID token, or its exchange. */
 export async function oidcLogin(
   flags: OIDCLoginFlags,
@@ -401,9 +454,13 @@ export async function oidcLogin(
     session = await withFileLock(file, async () => {
       const meanwhile = readCache<Session>(file);
       if (meanwhile && usable(meanwhile)) return meanwhile;
+      // Nothing to refresh and nobody to log in: said before the issuer is even asked.
+      if (!meanwhile?.refreshToken && !interactiveRun(env))
+        throw await noTerminal(flags, env, meanwhile && {});
       const { config, close } = await configuration(flags);
       try {
         let next: Session | undefined;
+        let refreshFailed: string | undefined;
         if (meanwhile?.refreshToken) {
           try {
             next = sessionOf(await oidc.refreshTokenGrant(config, meanwhile.refreshToken), meanwhile, say);
@@ -412,11 +469,15 @@ export async function oidcLogin(
             // An issuer that cannot be reached (or trusted) would not answer the browser either: say so. Anything
             // else (a refused or unusable refresh) calls for a new login, and the refresh token is dropped with it.
             if (codesOf(err).some((c) => UNREACHABLE.has(c) || UNTRUSTED.has(c))) throw explained;
-            say(
-              `the session could not be refreshed (${explained.message.replace(/^login: /, '')}); logging in again`,
-            );
+            refreshFailed = explained.message.replace(/^login: /, '');
+            if (interactiveRun(env))
+              say(`the session could not be refreshed (${refreshFailed}); logging in again`);
           }
         }
+        if (!next && !interactiveRun(env))
+          throw await noTerminal(flags, env, {
+            ...(refreshFailed ? { why: `its refresh failed: ${refreshFailed}` } : {}),
+          });
         next ??= flags.device
           ? await deviceLogin(config, flags, say)
           : await interactiveLogin(config, flags, env, say);
@@ -428,5 +489,16 @@ export async function oidcLogin(
       }
     });
   }
-  return credentialFor(session.idToken, flags, env, new Date(session.idTokenExpiry).toISOString());
+  try {
+    return await credentialFor(session.idToken, flags, env, new Date(session.idTokenExpiry).toISOString());
+  } catch (err) {
+    // The ID token is fresh by this machine's clock: the authenticator does not take this issuer's tokens for this
+    // client, or the clocks disagree.
+    if (err instanceof ExchangeRefused)
+      throw err.explained(
+        `the ID token of ${flags.issuer}`,
+        `ask your admin whether it takes ID tokens of this issuer for client ${flags.clientId}, and check the system clock`,
+      );
+    throw err;
+  }
 }

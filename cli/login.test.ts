@@ -166,8 +166,13 @@ describe('sealion login static', () => {
     rmSync(home, { recursive: true });
   });
 
-  it('fails with the concierge’s answer for a bad token, caching nothing', async () => {
-    await expect(staticLogin(flags({ token: 'wrong' }), env())).rejects.toThrow('authentication failed');
+  it('fails with the concierge’s answer for a bad token, naming the token and the authenticator, caching nothing', async () => {
+    await expect(staticLogin(flags({ token: 'wrong' }), env())).rejects.toThrow(
+      `JWTAuthenticator corp refused the token given with --token on ${endpoint}: authentication failed; check that it is current and meant for this cluster`,
+    );
+    await expect(staticLogin(flags({ token: '', tokenEnv: 'T' }), { ...env(), T: 'wrong' })).rejects.toThrow(
+      /^JWTAuthenticator corp refused the token in environment variable T on /,
+    );
     expect(readdirSync(join(configDir(env()), 'credentials')).filter((f) => f.endsWith('.json'))).toEqual([]);
     rmSync(home, { recursive: true });
   });

@@ -6,7 +6,10 @@ import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import {
   closeHttpsPools,
   DEFAULT_OIDC_CLIENT_ID,
+  DEFAULT_OIDC_SCOPES,
+  onceForCaller,
   staticLogin,
+  type ExecCredential,
   type ExchangeFlags,
   type OIDCLoginFlags,
   type StaticLoginFlags,
@@ -29,6 +32,18 @@ function exchangeOptions(command: Command): Command {
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .option('--concierge-endpoint <url>', "the proxy's URL (default: the cluster kubectl names)", '')
     .option('--concierge-ca-bundle-data <base64>', "the proxy's CA (default: the cluster's)", '');
+}
+
+/**
+ * What a plugin run prints: the ExecCredential kubectl reads; or, run by a person in a terminal (no
+ * KUBERNETES_EXEC_INFO, standard output a terminal), a line saying the login worked, which keeps the credential
+ * off the screen.
+ */
+function printCredential(credential: ExecCredential, what: string): void {
+  if (process.stdout.isTTY && process.env['KUBERNETES_EXEC_INFO'] === undefined) {
+    const expires = credential.status.expirationTimestamp;
+    process.stdout.write(`${what}${expires ? `; the credential expires at ${expires}` : ''}\n`);
+  } else process.stdout.write(`${JSON.stringify(credential)}\n`);
 }
 
 function checkExchangeFlags(flags: ExchangeFlags): void {
@@ -65,9 +80,10 @@ Examples (kubectl runs these from a kubeconfig; see sealion get kubeconfig):
     )
     .action(async (flags: StaticLoginFlags) => {
       checkExchangeFlags(flags);
-      const credential = await staticLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`));
-      process.stdout.write(`${JSON.stringify(credential)}\n`);
-      await closeHttpsPools();
+      const credential = await onceForCaller(process.env, () =>
+        staticLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`)),
+      ).finally(closeHttpsPools);
+      printCredential(credential, 'The token is usable');
     });
   exchangeOptions(
     login
@@ -75,11 +91,7 @@ Examples (kubectl runs these from a kubeconfig; see sealion get kubeconfig):
       .description('log in with OpenID Connect (authorization code with PKCE) and print an ExecCredential')
       .requiredOption('--issuer <url>', 'the OIDC issuer')
       .option('--client-id <id>', 'the OAuth client ID registered for the CLI', DEFAULT_OIDC_CLIENT_ID)
-      .option(
-        '--scopes <list>',
-        'space- or comma-separated scopes',
-        'openid offline_access email profile groups',
-      )
+      .option('--scopes <list>', 'space- or comma-separated scopes', DEFAULT_OIDC_SCOPES)
       .option('--ca-bundle-data <base64>', "the issuer's CA bundle (default: the system roots)", '')
       .option('--listen-port <port>', 'port of the localhost callback (0: any free one)', '0')
       .option('--skip-browser', 'print the login URL instead of opening a browser', false)
@@ -105,9 +117,10 @@ Examples:
     .action(async (flags: OIDCLoginFlags) => {
       checkExchangeFlags(flags);
       const { oidcLogin } = await import('./login-oidc.ts');
-      const credential = await oidcLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`));
-      process.stdout.write(`${JSON.stringify(credential)}\n`);
-      await closeHttpsPools();
+      const credential = await onceForCaller(process.env, () =>
+        oidcLogin(flags, process.env, (line) => process.stderr.write(`${line}\n`)),
+      ).finally(closeHttpsPools);
+      printCredential(credential, `Logged in to ${flags.issuer}`);
     });
   return login;
 }

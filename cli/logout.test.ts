@@ -200,7 +200,7 @@ describe('sealion logout', () => {
   it("refuses a context whose user is not sealion's login plugin", async () => {
     const path = kubeconfigFor('other', ['oidc-login', 'get-token']);
     await expect(logout({ kubeconfig: path, all: false }, { XDG_CONFIG_HOME: dir })).rejects.toThrow(
-      /does not log in with sealion login; nothing to log out of/,
+      /^nothing to log out of for context \S+: its user \S+ does not log in with sealion login; pass --context, or --all to forget every cached login$/,
     );
   });
 });

@@ -15,10 +15,13 @@ import {
 } from './exec-credential.ts';
 import { loginCommand } from './login.ts';
 import type { Session } from './login-oidc.ts';
+import { UserError } from './errors.ts';
 import { printable } from './printable.ts';
 
 export interface LogoutFlags {
   kubeconfig: string;
+  /** The context whose login to forget; '' or absent: the current one. */
+  context?: string;
   all: boolean;
 }
 
@@ -68,15 +71,15 @@ async function pluginRunOf(args: string[]): Promise<Omit<PluginRun, 'env'> | und
  * The current context's plugin run, from its kubeconfig, with the environment kubectl gives it: `env` and the exec
  * entry's env, and the cluster (provideClusterInfo), where the exchange goes unless the flags name it.
  */
-async function currentPlugin(kubeconfig: string, env: NodeJS.ProcessEnv): Promise<PluginRun> {
-  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
-  const config = loadKubeConfig(kubeconfig ? { path: kubeconfig } : { default: true });
+async function currentPlugin(flags: LogoutFlags, env: NodeJS.ProcessEnv): Promise<PluginRun> {
+  const { loadKubeconfig } = await import('./whoami.ts');
+  const config = await loadKubeconfig(flags, env);
   const user = config.getCurrentUser();
   const exec = user?.exec as { args?: string[]; env?: { name: string; value: string }[] | null } | undefined;
   const run = exec?.args ? await pluginRunOf(exec.args) : undefined;
   if (!run)
-    throw new Error(
-      `the current context's user (${user?.name ?? 'none'}) does not log in with sealion login; nothing to log out of (--all forgets every cached login)`,
+    throw new UserError(
+      `nothing to log out of for context ${config.getCurrentContext()}: its user ${user?.name ?? '(none)'} does not log in with sealion login; pass --context, or --all to forget every cached login`,
     );
   const cluster = config.getCurrentCluster()?.server;
   return {
@@ -173,7 +176,7 @@ export async function logout(flags: LogoutFlags, env: NodeJS.ProcessEnv): Promis
     return result;
   }
 
-  const run = await currentPlugin(flags.kubeconfig, env);
+  const run = await currentPlugin(flags, env);
   const pluginEnv = run.env;
   /** Removes the certificate cached for `token` under the plugin's exchange flags. */
   const forgetCertificate = (token: string): void => {
@@ -209,6 +212,11 @@ export function logoutCommand(): Command {
       "forget the current context's cached login and revoke its refresh token at the issuer; the next kubectl run logs in again",
     )
     .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
+    .option(
+      '--context <name>',
+      "the context whose login to forget (default: the kubeconfig's current one)",
+      '',
+    )
     .option('--all', 'forget every cached login and certificate, revoking every refresh token', false)
     .addHelpText(
       'after',

@@ -10,6 +10,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { isSea } from 'node:sea';
 import type { Command } from 'commander';
+import { AlreadySaid, errorLine } from './errors.ts';
 import { printable } from './printable.ts';
 import { displayName, invokedName, PLUGIN_COMMAND_NAME, PLUGIN_COMPLETION_NAME } from './self.ts';
 
@@ -88,9 +89,10 @@ if (!isSea())
 const MAX_ERROR_LENGTH = 2000;
 
 runCli(process.argv).catch((err: unknown) => {
-  // Expected failures (bad flags, unreachable clusters) print one line, not a stack trace. The message may hold
-  // server text that no command escaped (a library's error quoting an answer), so it is made printable here too;
-  // text escaped already stays as it is.
-  console.error(`sealion: ${printable(err instanceof Error ? err.message : String(err), MAX_ERROR_LENGTH)}`);
+  // Every failure is one line in the one style (errors.ts), never a stack trace: a command's own words, or a system
+  // or library error put in words there. A login plugin that failed has said why on standard error already. The
+  // message may hold server text that no command escaped (a library's error quoting an answer), so it is made
+  // printable here too; text escaped already stays as it is.
+  if (!(err instanceof AlreadySaid)) console.error(`sealion: ${printable(errorLine(err), MAX_ERROR_LENGTH)}`);
   process.exitCode = 1;
 });

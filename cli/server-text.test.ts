@@ -3,13 +3,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { KubernetesUserInfo } from '../apis/identity.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { findFrontend, type GetKubeconfigFlags } from './get-kubeconfig.ts';
 import { explain } from './login-oidc.ts';
 import { exchange } from './exec-credential.ts';
-import { whoamiOutput } from './whoami.ts';
+import { whoamiOutput, type Whoami } from './whoami.ts';
 
 /** Escape sequences, a carriage return, BEL, the 8-bit CSI, a bidi override and a zero-width space at once. */
 const HOSTILE = 'ok\u001b]0;owned\u0007\u001b[2J\rforged\u009b31m\u202eevil\u200b';
@@ -58,14 +57,16 @@ describe('server text reaches the terminal escaped', () => {
   it('a TokenCredentialRequest refused with a hostile message', async () => {
     answer = { status: 201, body: { status: { message: HOSTILE } } };
     const message = await exchangeFails();
-    expect(message).toMatch(/^exchange token: ok\\u001b\]0;owned\\u0007/);
+    expect(message).toMatch(
+      /^WebhookAuthenticator hooks refused the token on https:\/\/127\.0\.0\.1:\d+: ok\\u001b\]0;owned\\u0007/,
+    );
     expect(message).not.toMatch(UNSAFE);
   });
 
   it('an error answer whose Status message is hostile, which is now shown', async () => {
     answer = { status: 401, body: { kind: 'Status', code: 401, message: HOSTILE } };
     const message = await exchangeFails();
-    expect(message).toMatch(/^exchange token: HTTP 401: ok\\u001b/);
+    expect(message).toMatch(/^cannot exchange the token on https:\/\/127\.0\.0\.1:\d+: HTTP 401: ok\\u001b/);
     expect(message).not.toMatch(UNSAFE);
   });
 
@@ -90,18 +91,23 @@ describe('server text reaches the terminal escaped', () => {
     }
   });
 
-  it("the identity whoami prints, as text and as JSON that still parses to the server's values", () => {
-    const info: KubernetesUserInfo = {
+  it("the identity whoami prints, as a table, as YAML and as JSON that still parses to the server's values", async () => {
+    const info: Whoami = {
+      context: HOSTILE,
+      cluster: HOSTILE,
+      server: 'https://proxy.example.com',
       user: { username: HOSTILE, groups: [HOSTILE, 'readers'], extra: { [HOSTILE]: [HOSTILE] } },
     };
-    const text = whoamiOutput(info, 'text');
+    const text = await whoamiOutput(info, 'table');
     expect(text).toMatch(
-      /^Username: ok\\u001b\]0;owned\\u0007\\u001b\[2J\\u000dforged\\u009b31m\\u202eevil\\u200b\n/,
+      /\nUsername +ok\\u001b\]0;owned\\u0007\\u001b\[2J\\u000dforged\\u009b31m\\u202eevil\\u200b\n/,
     );
     expect(text).not.toMatch(UNSAFE);
-    const json = whoamiOutput(info, 'json');
+    const json = await whoamiOutput(info, 'json');
     expect(json).not.toMatch(UNSAFE);
     expect(JSON.parse(json)).toEqual(info);
+    const yaml = await whoamiOutput(info, 'yaml');
+    expect(yaml).not.toMatch(UNSAFE);
   });
 
   it("the strategies' messages, while waiting and when the proxy or the direct path failed", async () => {

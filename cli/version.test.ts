@@ -192,7 +192,7 @@ Agent Versions:
     expect(text).toContain('Agent Versions: unknown (no answer in time)\n');
   });
 
-  it('calls a list nobody confirmed lately stale, and an empty agent list none', () => {
+  it('calls a list nobody confirmed lately stale, and an empty agent list none; leaves the failed server out', () => {
     const text = versionText(
       {
         clientVersion: CLIENT,
@@ -203,7 +203,8 @@ Agent Versions:
       },
       NOW,
     );
-    expect(text).toContain('Server Version: unknown (unreachable: connect ECONNREFUSED)\n');
+    // The command says why on standard error and fails, as kubectl version does.
+    expect(text).not.toContain('Server Version');
     expect(text).toContain(
       'Concierge Version: 0.1.0 (2 replicas) (not confirmed for 65m: the concierge may not be running)\n',
     );
@@ -224,6 +225,23 @@ Agent Versions:
     // eslint-disable-next-line no-control-regex -- finding control characters is the point
     expect(text).not.toMatch(/[\u001b\u0007\u202e\r]/);
     expect(text).toContain('Server Version: v1\\u001b]0;owned\\u0007\n');
+  });
+  it('says a reason every part shares once, not once a part', () => {
+    const why = 'unreachable: connection refused';
+    const text = versionText(
+      { clientVersion: CLIENT, errors: { serverVersion: why, conciergeVersions: why, agents: why } },
+      NOW,
+    );
+    expect(text).toBe(versionText({ clientVersion: CLIENT }, NOW));
+    expect(
+      versionText(
+        {
+          clientVersion: CLIENT,
+          errors: { serverVersion: why, conciergeVersions: 'forbidden', agents: why },
+        },
+        NOW,
+      ),
+    ).toContain('Concierge Version: unknown (forbidden)\n');
   });
 });
 

@@ -22,8 +22,9 @@ import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import { describeCheckout, embeddedBuild, SEALION_VERSION } from '../lib/version.ts';
+import { AlreadySaid, errorLine, oneLine, systemReason, UserError } from './errors.ts';
 import { printable, printableJSON } from './printable.ts';
-import { kubeconfigAccess, loginFirst } from './whoami.ts';
+import { kubeconfigAccess, loadKubeconfig, loginFirst, printableDeep, requestError } from './whoami.ts';
 
 /** What this CLI is. */
 export interface ClientVersion {
@@ -110,7 +111,7 @@ export function failureText(err: unknown): string {
       return `${what}${detail}`;
     }
     if (err.code === 'Timeout') return 'no answer in time';
-    if (err.code === 'Network') return `unreachable: ${printable(err.message)}`;
+    if (err.code === 'Network') return `unreachable: ${systemReason(err) ?? printable(oneLine(err))}`;
   }
   return printable(err instanceof Error ? err.message : String(err));
 }
@@ -176,24 +177,28 @@ export interface VersionFlags {
   client: boolean;
 }
 
-/** What the kubeconfig's context says of the servers; each part that cannot be read goes into `errors`. */
-export async function serverVersions(flags: VersionFlags): Promise<Omit<VersionReport, 'clientVersion'>> {
-  const failed = (why: string): Omit<VersionReport, 'clientVersion'> => ({
-    errors: { serverVersion: why, conciergeVersions: why, agents: why },
-  });
+/**
+ * What the kubeconfig's context says of the servers; each part that cannot be read goes into `errors`. `failure` is
+ * the one line to print when the server itself could not be asked (the kubeconfig, the login, the connection) or did
+ * not say its version: kubectl version then exits non-zero too.
+ */
+export async function serverVersions(
+  flags: VersionFlags,
+): Promise<{ report: Omit<VersionReport, 'clientVersion'>; failure?: UserError }> {
   let config: KubeConfig;
-  try {
-    config = (await import('../lib/kube/kube.ts')).loadKubeConfigFlags(flags);
-  } catch (err) {
-    return failed(`kubeconfig: ${failureText(err)}`);
-  }
   let access: Awaited<ReturnType<typeof kubeconfigAccess>>;
   try {
-    // A login the plugin needs shows its prompt; one that fails is reported by the credentials' own error, next.
-    await loginFirst(config).catch(() => {});
+    config = await loadKubeconfig(flags);
+    // A login the plugin needs shows its prompt; one that fails is reported by the credentials' own error, next,
+    // unless the plugin said why already (sealion's own login does).
+    await loginFirst(config).catch((err: unknown) => {
+      if (err instanceof AlreadySaid) throw err;
+    });
     access = await kubeconfigAccess(config);
   } catch (err) {
-    return failed(`credentials: ${failureText(err)}`);
+    const failure = err instanceof UserError ? err : new UserError(errorLine(err), { cause: err });
+    const why = errorLine(failure);
+    return { report: { errors: { serverVersion: why, conciergeVersions: why, agents: why } }, failure };
   }
   const get = async (url: URL, maxBytes?: number): Promise<unknown> => {
     const { text } = await httpsText(
@@ -224,18 +229,29 @@ export async function serverVersions(flags: VersionFlags): Promise<Omit<VersionR
   ]);
   const errors: NonNullable<VersionReport['errors']> = {};
   const report: Omit<VersionReport, 'clientVersion'> = {};
+  let failure: UserError | undefined;
   if (server.status === 'fulfilled' && typeof server.value === 'object' && server.value !== null)
     report.serverVersion = server.value as Record<string, unknown>;
-  else
+  else {
     errors.serverVersion =
       server.status === 'rejected' ? failureText(server.reason) : 'the answer is not a version';
+    failure =
+      server.status === 'rejected'
+        ? await requestError(server.reason, config, 'cannot read the server version')
+        : new UserError(
+            `cannot read the server version on ${hubBase(access.base)}: the answer is not a version; is the kubeconfig's server a Kubernetes API server?`,
+          );
+  }
   if (concierge.status === 'fulfilled') {
     report.conciergeVersions = concierge.value.versions;
     if (concierge.value.observedAt) report.conciergeVersionsObservedAt = concierge.value.observedAt;
   } else errors.conciergeVersions = failureText(concierge.reason);
   if (clusters.status === 'fulfilled') report.agents = clusters.value;
   else errors.agents = failureText(clusters.reason);
-  return Object.keys(errors).length > 0 ? { ...report, errors } : report;
+  return {
+    report: Object.keys(errors).length > 0 ? { ...report, errors } : report,
+    ...(failure ? { failure } : {}),
+  };
 }
 
 /** "2 replicas", "1 replica". */
@@ -268,10 +284,13 @@ export function versionText(report: VersionReport, now = Date.now()): string {
   // The server parts only when they were asked for (not with --client).
   if (!('serverVersion' in report) && !('serverVersion' in errors)) return `${lines.join('\n')}\n`;
 
+  // With no server version the command fails, saying why once on standard error: a part unknown for that same
+  // reason is left out here rather than said again.
+  const serverFailed = !report.serverVersion;
+  const repeats = (why: string | undefined): boolean => serverFailed && why === errors.serverVersion;
   const gitVersion = report.serverVersion?.['gitVersion'];
-  lines.push(
-    `Server Version: ${typeof gitVersion === 'string' ? p(gitVersion) : unknown(errors.serverVersion)}`,
-  );
+  if (!serverFailed)
+    lines.push(`Server Version: ${typeof gitVersion === 'string' ? p(gitVersion) : unknown(undefined)}`);
 
   if (report.conciergeVersions) {
     const versions = report.conciergeVersions
@@ -288,7 +307,8 @@ export function versionText(report: VersionReport, now = Date.now()): string {
           : ''
       }`,
     );
-  } else lines.push(`Concierge Version: ${unknown(errors.conciergeVersions)}`);
+  } else if (!repeats(errors.conciergeVersions))
+    lines.push(`Concierge Version: ${unknown(errors.conciergeVersions)}`);
 
   if (report.agents) {
     const names = Object.keys(report.agents).sort();
@@ -302,19 +322,8 @@ export function versionText(report: VersionReport, now = Date.now()): string {
         );
       }
     }
-  } else lines.push(`Agent Versions: ${unknown(errors.agents)}`);
+  } else if (!repeats(errors.agents)) lines.push(`Agent Versions: ${unknown(errors.agents)}`);
   return `${lines.join('\n')}\n`;
-}
-
-/** Every string in `value` made printable, for YAML, whose plain scalars would print control characters raw. */
-function printableDeep(value: unknown): unknown {
-  if (typeof value === 'string') return printable(value, Infinity);
-  if (Array.isArray(value)) return value.map(printableDeep);
-  if (typeof value === 'object' && value !== null)
-    return Object.fromEntries(
-      Object.entries(value).map(([k, v]) => [printable(k, Infinity), printableDeep(v)]),
-    );
-  return value;
 }
 
 export async function versionOutput(report: VersionReport, output: VersionFlags['output']): Promise<string> {
@@ -348,11 +357,14 @@ Examples:
     .action(async (flags: VersionFlags) => {
       if (!['text', 'json', 'yaml'].includes(flags.output))
         throw new Error(`--output: must be text, json or yaml, not ${JSON.stringify(flags.output)}`);
-      const [client, servers] = await Promise.all([
-        clientVersion(),
-        flags.client ? Promise.resolve({}) : serverVersions(flags),
-      ]);
+      const [client, servers]: [ClientVersion, Awaited<ReturnType<typeof serverVersions>>] =
+        await Promise.all([
+          clientVersion(),
+          flags.client ? Promise.resolve({ report: {} }) : serverVersions(flags),
+        ]);
       await closeHttpsPools();
-      process.stdout.write(await versionOutput({ clientVersion: client, ...servers }, flags.output));
+      process.stdout.write(await versionOutput({ clientVersion: client, ...servers.report }, flags.output));
+      // As kubectl version: the client's part is printed, and the command fails when the server's could not be read.
+      if (servers.failure) throw servers.failure;
     });
 }

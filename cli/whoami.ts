@@ -1,41 +1,210 @@
 // `sealion whoami`: asks the impersonation proxy who it takes the caller to be (WhoAmIRequest), with whatever
-// credentials the kubeconfig gives, exec plugins included.
+// credentials the kubeconfig gives, exec plugins included. And what every command that calls a cluster shares: the
+// kubeconfig read as kubectl finds it (with errors that name the file), the login plugin run with the terminal, the
+// credentials, and a failed request in one line.
+import { X509Certificate } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { delimiter, dirname, join } from 'node:path';
 import { Command, Option } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
+import {
+  AlreadySaid,
+  fileError,
+  oneLine,
+  originOf,
+  systemReason,
+  unreachableError,
+  UserError,
+} from './errors.ts';
 import { failureOf } from './exec-credential.ts';
 import { printable, printableJSON } from './printable.ts';
 
-export interface WhoamiFlags {
+/** The kubeconfig a command uses: --kubeconfig, else $KUBECONFIG's files, else ~/.kube/config; --context switches. */
+export interface KubeconfigFlags {
   kubeconfig: string;
-  groupSuffix: string;
-  output: 'text' | 'json';
+  /** A context to use instead of the current one; '' or absent: the current one. */
+  context?: string;
+}
+
+/** What to do when the default kubeconfig cannot be read. */
+const DEFAULT_KUBECONFIG_FIX = 'set KUBECONFIG or pass --kubeconfig';
+
+/**
+ * The files a command reads its kubeconfig from, as kubectl finds them: --kubeconfig; else $KUBECONFIG's files
+ * (those that exist, as kubectl skips the others); else ~/.kube/config. With none to read, says so and what to run,
+ * rather than let client-node fall back to an http://localhost:8080 that no Sealion server is.
+ */
+export function kubeconfigFiles(flags: KubeconfigFlags, env: NodeJS.ProcessEnv = process.env): string[] {
+  if (flags.kubeconfig) return [flags.kubeconfig];
+  const listed = (env['KUBECONFIG'] ?? '').split(delimiter).filter(Boolean);
+  if (listed.length > 0) {
+    const present = listed.filter((file) => existsSync(file));
+    if (present.length === 0)
+      throw new UserError(
+        `no kubeconfig: KUBECONFIG names ${listed.join(delimiter)}, and ${listed.length === 1 ? 'it does' : 'none of them does'} not exist; ${NO_KUBECONFIG_FIX}`,
+      );
+    return present;
+  }
+  const home = join(env['HOME'] || homedir(), '.kube', 'config');
+  if (!existsSync(home))
+    throw new UserError(
+      `no kubeconfig: KUBECONFIG is not set and ${home} does not exist; ${NO_KUBECONFIG_FIX}`,
+    );
+  return [home];
+}
+
+/** What to do with no kubeconfig at all: name one, or get one written. */
+const NO_KUBECONFIG_FIX =
+  'pass --kubeconfig, set KUBECONFIG, or write one with sealion get kubeconfig (it needs an admin kubeconfig)';
+
+/** One kubeconfig file, read and parsed, or a one-line UserError naming the file, the line and what is wrong. */
+async function readKubeconfigFile(file: string, fix: string): Promise<KubeConfig> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw fileError(err, 'kubeconfig', file, fix);
+  }
+  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
+  const bad = (why: string, err?: unknown): UserError =>
+    new UserError(`cannot read kubeconfig ${file}: ${why}; fix the file, or ${fix}`, { cause: err });
+  if (text.trim() === '') throw bad('it is empty');
+  let config: KubeConfig;
+  try {
+    config = loadKubeConfig({ yaml: text });
+  } catch (err) {
+    // js-yaml (client-node's parser) says where: its mark counts lines and columns from 0.
+    const { name, reason, mark } = err as {
+      name?: string;
+      reason?: string;
+      mark?: { line: number; column: number };
+    };
+    if (name === 'YAMLException' && reason)
+      throw bad(mark ? `line ${mark.line + 1}, column ${mark.column + 1}: ${reason}` : reason, err);
+    // A file that is YAML but no mapping (empty, a list, a word) fails client-node with a TypeError.
+    if (err instanceof TypeError) throw bad('it is not a kubeconfig (no clusters, contexts or users)', err);
+    throw bad(oneLine(err), err);
+  }
+  // YAML that is no mapping (a list, a word) or a mapping of something else reads as an empty kubeconfig.
+  if (config.getClusters().length + config.getContexts().length + config.getUsers().length === 0)
+    throw bad('it is not a kubeconfig (no clusters, contexts or users)');
+  // Paths in a kubeconfig (a CA file, a client certificate) are relative to the file, as kubectl reads them.
+  config.makePathsAbsolute(dirname(file));
+  return config;
 }
 
 /**
- * Runs the current user's exec plugin once with the terminal's standard error before any request, so that a login
- * it needs can show its prompt (a URL to open, a device code): client-node captures a plugin's standard error and
- * shows it only when the plugin fails. The plugin caches what it gets, so the request's own run answers from the
- * cache. Nothing to do for a user without a plugin.
+ * The kubeconfig `flags` name (kubeconfigFiles), merged as kubectl merges several, and switched to --context. Every
+ * failure is one line that names the file and what to do.
  */
-export async function loginFirst(config: KubeConfig): Promise<void> {
+export async function loadKubeconfig(
+  flags: KubeconfigFlags,
+  env: NodeJS.ProcessEnv = process.env,
+  opts: {
+    /** Whether the kubeconfig must have a current context (or --context); false for a command over all of them. */
+    current?: boolean;
+  } = {},
+): Promise<KubeConfig> {
+  const files = kubeconfigFiles(flags, env);
+  const fix = flags.kubeconfig ? 'check the path given to --kubeconfig' : DEFAULT_KUBECONFIG_FIX;
+  const [first, ...rest] = await Promise.all(files.map((file) => readKubeconfigFile(file, fix)));
+  // The first file wins for each name and for the current context, as in kubectl.
+  for (const other of rest) first!.mergeConfig(other, true);
+  const config = first!;
+  const where = files.join(delimiter);
+  const known = (): string =>
+    config
+      .getContexts()
+      .map((c) => c.name)
+      .join(', ') || 'none';
+  if (flags.context) {
+    if (!config.getContexts().some((c) => c.name === flags.context))
+      throw new UserError(`no context ${flags.context} in kubeconfig ${where}; known: ${known()}`);
+    config.setCurrentContext(flags.context);
+  } else if (opts.current !== false && !config.getCurrentCluster())
+    throw new UserError(
+      config.getContexts().length === 0
+        ? `kubeconfig ${where} has no contexts; write one with sealion get kubeconfig`
+        : `kubeconfig ${where} has no current context${config.getCurrentContext() ? ` (${config.getCurrentContext()} is not one of its contexts, or names no cluster)` : ''}; pass --context (known: ${known()}) or run kubectl config use-context`,
+    );
+  return config;
+}
+
+/**
+ * The exec plugin of the current user, with the environment kubectl would give it; undefined for a user without one.
+ */
+function currentExec(
+  config: KubeConfig,
+): { command: string; args: string[]; env: NodeJS.ProcessEnv; provideClusterInfo: boolean } | undefined {
   const exec = config.getCurrentUser()?.exec as
-    { command?: string; args?: string[]; env?: { name: string; value: string }[] | null } | undefined;
-  if (!exec?.command) return;
-  const env = { ...process.env, ...Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])) };
+    | {
+        command?: string;
+        args?: string[];
+        env?: { name: string; value: string }[] | null;
+        provideClusterInfo?: boolean;
+      }
+    | undefined;
+  if (!exec?.command) return undefined;
+  return {
+    command: exec.command,
+    args: exec.args ?? [],
+    env: { ...process.env, ...Object.fromEntries((exec.env ?? []).map((e) => [e.name, e.value])) },
+    provideClusterInfo: exec.provideClusterInfo === true,
+  };
+}
+
+/**
+ * Runs the current user's exec plugin once with the terminal before any request, so that a login it needs can show
+ * its prompt (a URL to open, a device code): client-node captures a plugin's standard error and shows it only when
+ * the plugin fails. The plugin caches what it gets, so the request's own run answers from the cache. Answers when
+ * the credential it gave expires (RFC 3339), when it says; nothing to do for a user without a plugin.
+ *
+ * The plugin's standard error is passed through as it comes. When it fails having said why there (as sealion's
+ * login does, in the one error style), that line is the error: the AlreadySaid thrown prints nothing more.
+ */
+export async function loginFirst(config: KubeConfig): Promise<string | undefined> {
+  const exec = currentExec(config);
+  if (!exec) return undefined;
   const { spawn } = await import('node:child_process');
-  await new Promise<void>((done, fail) => {
-    const child = spawn(exec.command!, exec.args ?? [], { env, stdio: ['inherit', 'ignore', 'inherit'] });
+  return new Promise<string | undefined>((done, fail) => {
+    const child = spawn(exec.command, exec.args, { env: exec.env, stdio: ['inherit', 'pipe', 'pipe'] });
+    let stdout = '';
+    let said = false;
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.on('data', (chunk: Buffer) => {
+      said = true;
+      process.stderr.write(chunk);
+    });
     child.once('error', (err) =>
-      fail(new Error(`the kubeconfig's login plugin ${exec.command}: ${err.message}`)),
+      fail(
+        new UserError(
+          `cannot run the kubeconfig's login plugin ${exec.command}: ${systemReason(err) ?? oneLine(err)}; install it or fix the kubeconfig's exec command`,
+          { cause: err },
+        ),
+      ),
     );
-    child.once('exit', (code) =>
-      code === 0
-        ? done()
-        : fail(new Error(`the kubeconfig's login plugin ${exec.command} exited with ${code}`)),
-    );
+    child.once('close', (code) => {
+      if (code !== 0)
+        return fail(
+          said
+            ? new AlreadySaid(`the kubeconfig's login plugin ${exec.command} exited with ${code}`)
+            : new UserError(
+                `the kubeconfig's login plugin ${exec.command} exited with ${code}, saying nothing`,
+              ),
+        );
+      try {
+        const expires = (JSON.parse(stdout) as { status?: { expirationTimestamp?: unknown } }).status
+          ?.expirationTimestamp;
+        done(typeof expires === 'string' ? expires : undefined);
+      } catch {
+        // client-node's own run of the plugin reports an answer that is not an ExecCredential.
+        done(undefined);
+      }
+    });
   });
 }
 
@@ -52,14 +221,50 @@ export interface KubeconfigAccess {
 }
 
 /**
+ * Marks the current user's exec plugin as run without a terminal (KUBERNETES_EXEC_INFO's `interactive: false`, as
+ * kubectl says it), with the cluster when the kubeconfig provides it: client-node runs plugins with their output
+ * captured, where a login prompt would wait unseen. loginFirst is the run with the terminal.
+ */
+function withoutTerminal(config: KubeConfig): void {
+  const exec = config.getCurrentUser()?.exec as
+    { env?: { name: string; value: string }[] | null; provideClusterInfo?: boolean } | undefined;
+  if (!exec || exec.env?.some((e) => e.name === 'KUBERNETES_EXEC_INFO')) return;
+  const cluster = config.getCurrentCluster();
+  const info = {
+    apiVersion: 'client.authentication.k8s.io/v1',
+    kind: 'ExecCredential',
+    spec: {
+      interactive: false,
+      ...(exec.provideClusterInfo && cluster
+        ? { cluster: { server: cluster.server, 'certificate-authority-data': cluster.caData ?? '' } }
+        : {}),
+    },
+  };
+  exec.env = [...(exec.env ?? []), { name: 'KUBERNETES_EXEC_INFO', value: JSON.stringify(info) }];
+}
+
+/**
  * The current cluster of `config` and the credentials it gives: its CA, and a client certificate or token, running
- * the exec plugin when it names one (client-node keeps the plugin's credential until it expires).
+ * the exec plugin when it names one (client-node keeps the plugin's credential until it expires), without a
+ * terminal: a login that needs a person happens in loginFirst.
  */
 export async function kubeconfigAccess(config: KubeConfig): Promise<KubeconfigAccess> {
   const server = config.getCurrentCluster()?.server;
-  if (!server) throw new Error('the kubeconfig has no current cluster');
+  if (!server)
+    throw new UserError(
+      `the kubeconfig's context ${config.getCurrentContext() || '(none)'} names no cluster; pass --context or fix the kubeconfig`,
+    );
+  if (!server.startsWith('https://'))
+    throw new UserError(
+      `the server of context ${config.getCurrentContext()} is ${server}: sealion talks to servers over https only; fix the kubeconfig's server`,
+    );
+  withoutTerminal(config);
   const tls: { ca?: unknown; cert?: unknown; key?: unknown; headers?: Record<string, string> } = {};
-  await config.applyToHTTPSOptions(tls as never);
+  try {
+    await config.applyToHTTPSOptions(tls as never);
+  } catch (err) {
+    throw credentialsError(err, config);
+  }
   // client-node hands PEM over as strings or Buffers.
   const pem = (v: unknown): string | undefined =>
     Buffer.isBuffer(v) ? v.toString('utf8') : typeof v === 'string' ? v : undefined;
@@ -72,6 +277,88 @@ export async function kubeconfigAccess(config: KubeConfig): Promise<KubeconfigAc
     ...(certPem && keyPem ? { clientCert: { certPem, keyPem } } : {}),
     headers: tls.headers ?? {},
   };
+}
+
+/**
+ * Why the kubeconfig's credentials could not be had, as one line. client-node rejects a failed plugin with the
+ * plugin's standard error as the message: sealion's own says `sealion: <line>`, which is the line. A file the
+ * kubeconfig names (a CA, a certificate) that cannot be read is said with its path.
+ */
+function credentialsError(err: unknown, config: KubeConfig): UserError {
+  const message = err instanceof Error ? err.message : String(err);
+  const own = /^sealion: (.+)$/m.exec(message)?.[1];
+  if (own) return new UserError(own, { cause: err });
+  const path = (err as { path?: unknown }).path;
+  if (typeof path === 'string')
+    return fileError(err, 'a file the kubeconfig names,', path, 'fix the kubeconfig or the file');
+  return new UserError(
+    `cannot get the credentials of context ${config.getCurrentContext()}: ${oneLine(err)}; check the kubeconfig's user`,
+    { cause: err },
+  );
+}
+
+/** What the current user presents, in words, for a refusal: which login and which authenticator it names. */
+export function credentialSource(config: KubeConfig): string {
+  const exec = currentExec(config);
+  const user = config.getCurrentUser();
+  if (!exec)
+    return user?.certData || user?.certFile
+      ? 'the client certificate of the kubeconfig'
+      : user?.token || user?.authProvider
+        ? 'the token of the kubeconfig'
+        : 'no credentials (the kubeconfig names none)';
+  const flag = (name: string): string | undefined => {
+    const at = exec.args.indexOf(name);
+    return at >= 0 ? exec.args[at + 1] : undefined;
+  };
+  const login = exec.args.includes('oidc')
+    ? `the ID token from ${flag('--issuer') ?? 'the issuer'}`
+    : exec.args.includes('static')
+      ? flag('--token-env')
+        ? `the token in environment variable ${flag('--token-env')}`
+        : flag('--token-file')
+          ? `the token in file ${flag('--token-file')}`
+          : 'the static token'
+      : `the credential of plugin ${exec.command}`;
+  const name = flag('--authenticator-name');
+  const kind = flag('--authenticator-type') === 'jwt' ? 'JWTAuthenticator' : 'WebhookAuthenticator';
+  return exec.args.includes('--exchange') && name
+    ? `the certificate ${kind} ${name} issued for ${login}`
+    : login;
+}
+
+/**
+ * A failed request to the current cluster as one line: cannot reach it (and why), no answer in time, or the answer
+ * that refused (the Status message, escaped); for a 401, what credential was refused and what to do.
+ */
+export async function requestError(err: unknown, config: KubeConfig, what: string): Promise<UserError> {
+  if (err instanceof UserError) return err;
+  const server = config.getCurrentCluster()?.server ?? '';
+  const sealionLogin = currentExec(config)?.args.includes('login') ?? false;
+  const reach = unreachableError(
+    err,
+    server,
+    sealionLogin
+      ? "is the concierge running, and is the kubeconfig's server right?"
+      : "is the server running, and is the kubeconfig's server right?",
+  );
+  if (reach) return reach;
+  const status = (err as { status?: unknown }).status;
+  const origin = originOf(server);
+  if (status === 401)
+    return new UserError(
+      `${what} on ${origin}: the server refused ${credentialSource(config)} (401 Unauthorized); ${
+        currentExec(config)?.args.includes('oidc')
+          ? 'log in again (sealion logout, then run this again), or ask your admin whether the authenticator takes it'
+          : `check the credentials of context ${config.getCurrentContext()}`
+      }`,
+      { cause: err },
+    );
+  if (status === 403)
+    return new UserError(`${what} on ${origin}: ${await failureOf(err)}; ask your admin for access`, {
+      cause: err,
+    });
+  return new UserError(`${what} on ${origin}: ${await failureOf(err)}`, { cause: err });
 }
 
 /**
@@ -117,53 +404,171 @@ export async function postAsKubeconfig(config: KubeConfig, path: string, body: u
   }
 }
 
-export async function whoami(flags: WhoamiFlags): Promise<KubernetesUserInfo> {
-  const { loadKubeConfig } = await import('../lib/kube/kube.ts');
-  const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-  await loginFirst(config);
+export interface WhoamiFlags extends KubeconfigFlags {
+  context: string;
+  groupSuffix: string;
+  output: 'table' | 'json' | 'yaml';
+}
+
+/** What `sealion whoami` found: where the kubeconfig points, whom the proxy takes the caller for, until when. */
+export interface Whoami {
+  context: string;
+  /** The kubeconfig's name for the context's cluster (Sealion's kubeconfigs name it as the context). */
+  cluster: string;
+  server: string;
+  user: KubernetesUserInfo['user'];
+  /** When the credential presented expires (RFC 3339), when known. */
+  expirationTimestamp?: string;
+}
+
+/** The expiry of a client certificate the kubeconfig holds itself (no plugin), when it holds one. */
+function certificateExpiry(config: KubeConfig): string | undefined {
+  const user = config.getCurrentUser();
+  try {
+    const pem = user?.certData
+      ? Buffer.from(user.certData, 'base64').toString('utf8')
+      : user?.certFile
+        ? readFileSync(user.certFile, 'utf8')
+        : undefined;
+    return pem ? new Date(new X509Certificate(pem).validTo).toISOString() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export async function whoami(flags: WhoamiFlags): Promise<Whoami> {
+  const config = await loadKubeconfig(flags);
+  const expires = (await loginFirst(config)) ?? certificateExpiry(config);
   const group = apiGroups(flags.groupSuffix).identity;
   const body: WhoAmIRequest = { apiVersion: `${group}/${VERSION}`, kind: 'WhoAmIRequest', spec: {} };
-  const answer = (await postAsKubeconfig(
-    config,
-    `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
-    body,
-  ).catch(async (err: unknown) => {
-    throw new Error(`whoami: ${await failureOf(err)}`, { cause: err });
-  })) as WhoAmIRequest;
+  let answer: WhoAmIRequest;
+  try {
+    answer = (await postAsKubeconfig(
+      config,
+      `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
+      body,
+    )) as WhoAmIRequest;
+  } catch (err) {
+    throw await requestError(err, config, 'cannot ask who you are');
+  }
+  const server = config.getCurrentCluster()!.server;
   if (!answer.status?.kubernetesUserInfo)
-    throw new Error('whoami: the answer names no user; is this a Sealion proxy?');
-  return answer.status.kubernetesUserInfo;
+    throw new UserError(
+      `cannot ask who you are on ${originOf(server)}: the answer names no user; is the kubeconfig's server a Sealion proxy?`,
+    );
+  const contextName = config.getCurrentContext();
+  return {
+    context: contextName,
+    cluster: config.getContextObject(contextName)?.cluster ?? '',
+    server,
+    user: answer.status.kubernetesUserInfo.user,
+    ...(expires ? { expirationTimestamp: expires } : {}),
+  };
+}
+
+/** "in 4m", "5m ago": how far `at` is from `now`, in the largest whole unit. */
+export function relativeTime(at: number, now = Date.now()): string {
+  const s = Math.round(Math.abs(at - now) / 1000);
+  const span =
+    s < 120
+      ? `${s}s`
+      : s < 2 * 3600
+        ? `${Math.floor(s / 60)}m`
+        : s < 2 * 86400
+          ? `${Math.floor(s / 3600)}h`
+          : `${Math.floor(s / 86400)}d`;
+  return at >= now ? `in ${span}` : `${span} ago`;
 }
 
 /**
- * What `sealion whoami` prints: every name is the server's text (an authenticator's username, groups or extras can
- * hold anything but C0 controls), so each is made printable; JSON keeps its values, with the same escapes.
+ * What `sealion whoami` prints: as `kubectl auth whoami`, an ATTRIBUTE/VALUE table, or JSON or YAML. Every name is
+ * the server's or the kubeconfig's text (an authenticator's username, groups or extras can hold anything but C0
+ * controls), so each is made printable; JSON and YAML keep their values, with the same escapes.
  */
-export function whoamiOutput(info: KubernetesUserInfo, output: WhoamiFlags['output']): string {
-  if (output === 'json') return `${printableJSON(info)}\n`;
+export async function whoamiOutput(
+  info: Whoami,
+  output: WhoamiFlags['output'],
+  now = Date.now(),
+): Promise<string> {
+  if (output === 'json')
+    return `${printableJSON(info)}
+`;
+  if (output === 'yaml') return (await import('yaml')).stringify(printableDeep(info));
   const p = (text: string): string => printable(text, Infinity);
-  const lines = [
-    `Username: ${p(info.user.username)}`,
-    `Groups:   ${(info.user.groups ?? []).map(p).join(', ')}`,
+  const expires = info.expirationTimestamp ? Date.parse(info.expirationTimestamp) : NaN;
+  const rows = [
+    ['ATTRIBUTE', 'VALUE'],
+    ['Context', p(info.context)],
+    ['Cluster', p(info.cluster)],
+    ['Server', p(info.server)],
+    ['Username', p(info.user.username)],
+    ['Groups', (info.user.groups ?? []).map(p).join(', ')],
+    ...Object.entries(info.user.extra ?? {}).map(([key, values]) => [
+      `Extra: ${p(key)}`,
+      values.map(p).join(', '),
+    ]),
+    [
+      'Expires',
+      Number.isNaN(expires)
+        ? 'unknown'
+        : `${new Date(expires).toISOString()} (${relativeTime(expires, now)})`,
+    ],
   ];
-  for (const [key, values] of Object.entries(info.user.extra ?? {}))
-    lines.push(`Extra:    ${p(key)}=${values.map(p).join(',')}`);
-  return `${lines.join('\n')}\n`;
+  return table(rows);
 }
+
+/** Every string in `value` made printable, for YAML, whose plain scalars would print control characters raw. */
+export function printableDeep(value: unknown): unknown {
+  if (typeof value === 'string') return printable(value, Infinity);
+  if (Array.isArray(value)) return value.map(printableDeep);
+  if (typeof value === 'object' && value !== null)
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [printable(k, Infinity), printableDeep(v)]),
+    );
+  return value;
+}
+
+/** Columns padded to their widest cell, as kubectl prints tables. */
+export function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return (
+    rows
+      .map((r) =>
+        r
+          .map((cell, i) => cell.padEnd(widths[i]!))
+          .join('   ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
+}
+
+/** The -o option of the commands that print data: a table unless json or yaml is asked for. */
+export const outputOption = (): Option =>
+  new Option('-o, --output <format>', 'table, json or yaml')
+    .choices(['table', 'json', 'yaml'])
+    .default('table');
 
 export function whoamiCommand(): Command {
   return new Command('whoami')
-    .description('show the user and groups the impersonation proxy sees for your kubeconfig')
+    .description('show the user and groups the impersonation proxy sees for your kubeconfig, and until when')
     .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
+    .option('--context <name>', 'the kubeconfig context to use (default: its current context)', '')
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
-    .addOption(new Option('-o, --output <format>', 'text or json').choices(['text', 'json']).default('text'))
+    .addOption(outputOption())
     .addHelpText(
       'after',
-      '\nExamples:\n  sealion whoami --kubeconfig me.kubeconfig\n  sealion whoami -o json\n',
+      `
+Expires is when the credential presented now expires: a login plugin renews it (with the session's refresh token)
+without asking, until the session itself ends.
+
+Examples:
+  sealion whoami --kubeconfig me.kubeconfig
+  sealion whoami --context edge -o yaml`,
     )
     .action(async (flags: WhoamiFlags) => {
       const info = await whoami(flags);
       await closeHttpsPools();
-      process.stdout.write(whoamiOutput(info, flags.output));
+      process.stdout.write(await whoamiOutput(info, flags.output));
     });
 }

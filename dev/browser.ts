@@ -2,6 +2,7 @@
 // as a browser would, and submits the issuer's forms, so that tests log in through the real authorization and
 // device flows without a browser. It knows the issuer's pages only by their forms and their `data-outcome`.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { quote } from 'shell-quote';
 import { CookieJar } from 'tough-cookie';
 import { Agent, fetch } from 'undici';
 
@@ -202,15 +203,41 @@ export function runWithLogin(
     timeoutMs?: number;
     /** Called with the process at its start, for a caller that must stop it whatever happens. */
     track?: (child: ChildProcess) => void;
+    /**
+     * Give the command a terminal as its standard input, as a person's shell does (its output stays apart, on
+     * pipes). kubectl tells its login plugin whether a person can answer by that alone. Default: false.
+     */
+    terminal?: boolean;
   },
 ): Promise<LoginRun> {
   return new Promise((done) => {
-    const child = spawn(command, args, {
-      env: { ...process.env, ...opts.env },
-      ...(opts.cwd ? { cwd: opts.cwd } : {}),
-      detached: true,
-    });
+    const child = opts.terminal
+      ? // util-linux's script runs the command on a new pseudo-terminal; the command's output goes to the pipes on
+        // file descriptors 3 and 4, which script's child inherits, rather than through the terminal.
+        spawn(
+          'script',
+          [
+            '--quiet',
+            '--return',
+            '--command',
+            `exec ${quote([command, ...args])} 1>&3 2>&4 3>&- 4>&-`,
+            '/dev/null',
+          ],
+          {
+            env: { ...process.env, ...opts.env, SHELL: '/bin/sh' },
+            ...(opts.cwd ? { cwd: opts.cwd } : {}),
+            detached: true,
+            stdio: ['pipe', 'ignore', 'ignore', 'pipe', 'pipe'],
+          },
+        )
+      : spawn(command, args, {
+          env: { ...process.env, ...opts.env },
+          ...(opts.cwd ? { cwd: opts.cwd } : {}),
+          detached: true,
+        });
     opts.track?.(child);
+    const stdoutStream = (opts.terminal ? child.stdio[3] : child.stdout) as NodeJS.ReadableStream;
+    const stderrStream = (opts.terminal ? child.stdio[4] : child.stderr) as NodeJS.ReadableStream;
     const stop = (): void => {
       try {
         process.kill(-child.pid!, 'SIGKILL');
@@ -223,8 +250,8 @@ export function runWithLogin(
     let stderr = '';
     let browsed = false;
     let browserError: string | undefined;
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => {
+    stdoutStream.on('data', (c: Buffer) => (stdout += c.toString()));
+    stderrStream.on('data', (c: Buffer) => {
       stderr += c.toString();
       const url = / in a browser:\n {2}(https?:\/\/\S+)\n/.exec(stderr)?.[1];
       const device = /\n {2}or open (https:\/\/\S+)\n/.exec(stderr)?.[1];

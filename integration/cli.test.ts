@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
 import { completionScript } from '../cli/completion.ts';
-import { ensureKrew } from '../dev/build.ts';
+import { ensureKrew, REPO_ROOT } from '../dev/build.ts';
 import { ensureCli, writeArchive, type BuiltCli, type Target } from '../dev/build-cli.ts';
 import { runWithLogin, type LoginRun } from '../dev/browser.ts';
 import { runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
@@ -43,11 +43,15 @@ let dir: string;
 /** kubectl processes still running: one waiting for a login that never comes is stopped after the tests. */
 const kubectls = new Set<ChildProcess>();
 
-/** Runs kubectl and, when the plugin prints a login URL, logs in there with the scripted browser. */
+/**
+ * Runs kubectl as a person does, on a terminal (kubectl tells its login plugin that someone can answer) and, when the
+ * plugin prints a login URL, logs in there with the scripted browser.
+ */
 function kubectlWithBrowser(kubeconfig: string, args: string[], env: NodeJS.ProcessEnv): Promise<LoginRun> {
   return runWithLogin(cluster.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, ...args], {
     caPem: issuer.caPem,
     env,
+    terminal: true,
     track: (child) => {
       kubectls.add(child);
       child.once('exit', () => kubectls.delete(child));
@@ -180,8 +184,11 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(info.groups).toEqual(expect.arrayContaining([GROUP, 'system:authenticated']));
     const mine = await runSealion(['whoami', '--kubeconfig', kubeconfig], env);
     expect(mine).toMatchObject({ code: 0, stderr: '' });
-    expect(mine.stdout).toContain(`Username: ${USER}`);
-    expect(mine.stdout).toMatch(new RegExp(`Groups: .*${GROUP}.*system:authenticated`));
+    expect(mine.stdout).toMatch(new RegExp(`^ATTRIBUTE +VALUE\nContext +sealion-\\S+\n`));
+    expect(mine.stdout).toMatch(new RegExp(`\nUsername +${USER}\n`));
+    expect(mine.stdout).toMatch(new RegExp(`\nGroups +.*${GROUP}.*system:authenticated`));
+    // The exchanged certificate's expiry.
+    expect(mine.stdout).toMatch(/\nExpires +\d{4}-\d\d-\d\dT\S+Z \(in \d+[sm]\)\n$/);
     // The exchanged certificate is cached for the next kubectl.
     expect(readdirSync(join(home, 'sealion', 'credentials')).some((f) => f.endsWith('.json'))).toBe(true);
     rmSync(home, { recursive: true, force: true });
@@ -192,7 +199,10 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     const env = { SEALION_TEST_TOKEN: 'not-a-token', XDG_CONFIG_HOME: dir };
     const exchanged = await runKubectl(cluster.binaries.kubectl, kubeconfig, ['get', 'namespaces'], { env });
     expect(exchanged.code).not.toBe(0);
-    expect(exchanged.stderr).toContain('exchange token: authentication failed');
+    // The plugin names the token and the authenticator that refused it, once however often kubectl runs it.
+    const refused = `sealion: JWTAuthenticator corp refused the token in environment variable SEALION_TEST_TOKEN on https://127.0.0.1:${concierge.port}: authentication failed; check that it is current and meant for this cluster\n`;
+    expect(exchanged.stderr.startsWith(refused)).toBe(true);
+    expect(exchanged.stderr.split('sealion:')).toHaveLength(2);
 
     const bearerConfig = join(dir, 'bearer.kubeconfig');
     const written = await writeStaticKubeconfig(bearerConfig, false);
@@ -311,6 +321,42 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     );
     expect(got.stdout).toContain(`namespace/${NS}`);
     expect(issuer.grants().device_code).toBe(before + 1);
+    rmSync(home, { recursive: true, force: true });
+  });
+
+  it('fails at once without a terminal, saying what to run, and works once that ran', async () => {
+    const { path, home } = await oidcUser('no-terminal');
+    const env = { XDG_CONFIG_HOME: home };
+    const before = issuer.grants();
+    // kubectl's standard input is no terminal: it tells the plugin nobody can answer, and the plugin says so at once.
+    const refused = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
+      env,
+    });
+    expect(refused.code).not.toBe(0);
+    const said =
+      /^sealion: no session for context sealion-corp and no terminal to log in; run: sealion (login oidc --issuer https:\/\/127\.0\.0\.1:\d+ --ca-bundle-data [\w+/=]+ --skip-browser)\n/.exec(
+        refused.stderr,
+      );
+    expect(said).not.toBeNull();
+    expect(refused.stderr.split('sealion:')).toHaveLength(2);
+    expect(issuer.grants()).toEqual(before);
+
+    // The command it printed logs in (a person at the browser), and kubectl then needs nobody.
+    const login = await runWithLogin(
+      process.execPath,
+      [join(REPO_ROOT, 'cli/main.ts'), ...said![1]!.split(' ')],
+      {
+        caPem: issuer.caPem,
+        env,
+      },
+    );
+    expect(login.browserError).toBeUndefined();
+    expect(login).toMatchObject({ code: 0, browsed: true });
+    const after = await runKubectl(cluster.binaries.kubectl, path, ['get', 'namespaces', '-o', 'name'], {
+      env,
+    });
+    expect(after).toMatchObject({ code: 0, stderr: '' });
+    expect(after.stdout).toContain(`namespace/${NS}`);
     rmSync(home, { recursive: true, force: true });
   });
 
@@ -436,7 +482,7 @@ describe('the standalone executable as a kubectl plugin', () => {
     expect(written.users[0]!.user.exec.args.slice(0, 2)).toEqual(['login', 'static']);
     const env = { SEALION_TEST_TOKEN: await userToken(), XDG_CONFIG_HOME: home };
     const { stdout } = await kubectl(['sealion', 'whoami', '--kubeconfig', kubeconfig], [plugins], env);
-    expect(stdout).toContain(`Username: ${USER}`);
+    expect(stdout).toMatch(new RegExp(`\nUsername +${USER}\n`));
     const { stdout: namespaces } = await kubectl(
       [`--kubeconfig=${kubeconfig}`, 'get', 'namespaces', '-o', 'name'],
       [plugins],
@@ -510,6 +556,6 @@ describe('the standalone executable as a kubectl plugin', () => {
       SEALION_TEST_TOKEN: await userToken(),
       XDG_CONFIG_HOME: home,
     });
-    expect(me).toContain(`Username: ${USER}`);
+    expect(me).toMatch(new RegExp(`\nUsername +${USER}\n`));
   }, 180_000);
 });

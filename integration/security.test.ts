@@ -1820,7 +1820,7 @@ describe('the CLI: what it prints, opens, writes and forgets', () => {
     const path = kubeconfig('hostile-name', { token: keep(webhook.grant({ username, groups })) });
     const text = await tools.runSealion(['whoami', '--kubeconfig', path]);
     expect(text).toMatchObject({ code: 0, stderr: '' });
-    expect(text.stdout).toContain('Username: ada\\u009b2J\\u202eexe.txt\n');
+    expect(text.stdout).toMatch(/\nUsername +ada\\u009b2J\\u202eexe\.txt\n/);
     expect(text.stdout).toContain('ops\\u200b');
     expect(text.stdout).not.toMatch(UNSAFE);
     const json = await tools.runSealion(['whoami', '--kubeconfig', path, '-o', 'json']);
@@ -1830,7 +1830,7 @@ describe('the CLI: what it prints, opens, writes and forgets', () => {
     });
   });
 
-  it('the exec plugin’s "exchange token:" failure shows a hostile concierge’s Status message escaped, through kubectl', async () => {
+  it('the exec plugin’s exchange failure shows a hostile concierge’s Status message escaped, through kubectl', async () => {
     // A stand-in concierge: the real one never says such things, a hostile or compromised one might.
     const { createServer } = await import('node:https');
     const ca = await newCA('hostile-concierge-ca');
@@ -1870,8 +1870,8 @@ describe('the CLI: what it prints, opens, writes and forgets', () => {
         },
       });
       for (const expected of [
-        'exchange token: ok\\u001b]0;owned',
-        'exchange token: HTTP 401: ok\\u001b]0;owned',
+        `WebhookAuthenticator hooks refused the token in environment variable HOSTILE_TOKEN on ${endpoint}: ok\\u001b]0;owned`,
+        `cannot exchange the token on ${endpoint}: HTTP 401: ok\\u001b]0;owned`,
       ]) {
         const run = await tools.runKubectl(hub.binaries.kubectl, path, ['get', 'namespaces'], {
           env: { HOSTILE_TOKEN: 'anything', XDG_CONFIG_HOME: home() },
@@ -2067,6 +2067,8 @@ describe('the CLI: what it prints, opens, writes and forgets', () => {
       tools.runWithLogin(hub.binaries.kubectl, [`--kubeconfig=${path}`, ...whoami], {
         caPem: loginIssuer.caPem,
         env,
+        // On a terminal, as a person runs kubectl: without one, kubectl tells the plugin nobody can log in.
+        terminal: true,
       });
     const first = await kubectlWithBrowser();
     expect(first.browserError).toBeUndefined();
