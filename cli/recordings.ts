@@ -284,7 +284,15 @@ function listCommand(): Command {
 
 function playCommand(): Command {
   return common(new Command('play').description('play a recorded session back in this terminal'))
-    .addArgument(takesNames('recording', new Argument('<id>', "the recording (the session's audit ID)")))
+    .addArgument(
+      takesNames(
+        'recording',
+        new Argument(
+          '<id>',
+          "the recording's ID, as recordings list shows it (an exec's or attach's is its audit ID)",
+        ),
+      ),
+    )
     .option('--speed <factor>', 'play faster (2) or slower (0.5)', '1')
     .option('--max-idle <seconds>', 'shorten longer pauses to this', '2')
     .option('--raw', 'print the recording itself (asciicast v2, for asciinema play)', false)
