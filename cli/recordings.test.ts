@@ -1,11 +1,18 @@
-import { describe, expect, it } from '@jest/globals';
-import { parse } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
 import { HttpsError } from '../lib/https-client.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import {
   listNotes,
   listOutput,
   listQuery,
   parseSince,
+  recordingsCommand,
   recordingsFailure,
   recordingsTable,
   shortDuration,
@@ -178,5 +185,122 @@ describe('recordings list', () => {
       '10MiB',
       '32MiB',
     ]);
+  });
+});
+
+describe('recordings list against a stand-in hub', () => {
+  let server: Server;
+  let dir: string;
+  let host: string;
+  /** The URLs the stand-in was asked, and what it answers next. */
+  const asked: string[] = [];
+  let answer: { status: number; body: object } = { status: 200, body: LIST };
+
+  beforeAll(async () => {
+    const ca = await newCA('recordings-test-ca');
+    const cert = await issueCert(ca, { commonName: 'proxy', hosts: ['127.0.0.1'], usage: 'server' });
+    server = createServer({ cert: cert.certPem, key: cert.keyPem }, (req, res) => {
+      asked.push(`${req.headers.authorization} ${req.url}`);
+      res.writeHead(answer.status, { 'content-type': 'application/json' }).end(JSON.stringify(answer.body));
+    });
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+    dir = mkdtempSync(join(tmpdir(), 'sealion-recordings-cli-'));
+    const caData = Buffer.from(ca.certPem).toString('base64');
+    // The current context names nothing that answers: only --context reaches the stand-in, through a cluster's path.
+    const cluster = (name: string, server: string) => ({
+      name,
+      cluster: { server, 'certificate-authority-data': caData },
+    });
+    const context = (name: string, cluster: string) => ({ name, context: { cluster, user: 'me' } });
+    writeFileSync(
+      join(dir, 'kubeconfig'),
+      stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [
+          cluster('nowhere', 'https://127.0.0.1:1'),
+          cluster('edge', `https://${host}/clusters/edge`),
+        ],
+        contexts: [context('nowhere', 'nowhere'), context('sealion-edge', 'edge')],
+        'current-context': 'nowhere',
+        users: [{ name: 'me', user: { token: 'secret' } }],
+      }),
+    );
+  });
+
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((done) => server.close(() => done()));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Runs `sealion recordings <args>`; what it wrote to stdout and stderr, or what it threw. */
+  async function run(...args: string[]): Promise<{ stdout: string; stderr: string; error?: string }> {
+    const out: string[] = [];
+    const err: string[] = [];
+    const stdout = jest
+      .spyOn(process.stdout, 'write')
+      .mockImplementation((chunk) => (out.push(String(chunk)), true));
+    const stderr = jest
+      .spyOn(process.stderr, 'write')
+      .mockImplementation((chunk) => (err.push(String(chunk)), true));
+    try {
+      await recordingsCommand()
+        .exitOverride()
+        .parseAsync([...args, '--kubeconfig', join(dir, 'kubeconfig')], { from: 'user' });
+      return { stdout: out.join(''), stderr: err.join('') };
+    } catch (e) {
+      return { stdout: out.join(''), stderr: err.join(''), error: (e as Error).message };
+    } finally {
+      stdout.mockRestore();
+      stderr.mockRestore();
+    }
+  }
+
+  it('asks the hub of the context --context names, with the filters, and prints the table and what it left out', async () => {
+    asked.length = 0;
+    answer = { status: 200, body: { ...LIST, metadata: { remainingItemCount: 3 } } };
+    const r = await run(
+      'list',
+      '--context',
+      'sealion-edge',
+      '--user',
+      'alice',
+      '--cluster',
+      'edge',
+      '--limit',
+      '3',
+    );
+    expect(r.error).toBeUndefined();
+    expect(asked).toEqual([
+      'Bearer secret /apis/recordings.concierge.sealion.dev/v1alpha1/sessionrecordings?user=alice&cluster=edge&limit=3',
+    ]);
+    expect(r.stdout).toBe(`${recordingsTable(LIST)}\n`);
+    expect(r.stderr).toBe(
+      'sealion: 3 more recordings match; narrow with --since, --user or --cluster, or raise --limit\n',
+    );
+  });
+
+  it('prints -o yaml as the list itself', async () => {
+    answer = { status: 200, body: LIST };
+    const r = await run('list', '--context', 'sealion-edge', '-o', 'yaml');
+    expect(parse(r.stdout)).toEqual(LIST);
+  });
+
+  it('fails in one line that says where and what to do when the hub refuses', async () => {
+    answer = {
+      status: 403,
+      body: {
+        kind: 'Status',
+        status: 'Failure',
+        message: 'sessionrecordings.recordings.concierge.sealion.dev is forbidden: User "me" cannot list it',
+        code: 403,
+      },
+    };
+    const r = await run('list', '--context', 'sealion-edge');
+    expect(r.error).toBe(
+      `list recordings on ${host}: HTTP 403: sessionrecordings.recordings.concierge.sealion.dev is forbidden: User "me" cannot list it; ask an admin to bind you the ClusterRole sealion-concierge-session-auditor`,
+    );
   });
 });
