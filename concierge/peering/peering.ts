@@ -109,7 +109,7 @@ async function issuePeerCertificate(
  * The recordings a replica's list names, each checked: the list is another process's word. A replica older than
  * filtered lists answers every recording as a plain array (ids, sizes and times), which is taken as it is.
  */
-function parseRecordingList(
+export function parseRecordingList(
   body: Buffer,
   replica: string,
 ): { found: (RecordingInfo & { replica: string })[]; remaining: number } {
