@@ -1,7 +1,11 @@
 // The concierge's composition root: from its options (main.ts turns flags and environment into them; tests, the
 // development environment and the benchmarks write them directly) it builds the clients, informers, controllers,
 // the impersonation proxy, the agents' tunnel listener and the metrics listener, and starts and stops them in order.
-import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../apis/install.ts';
+import {
+  DEFAULT_SSH_HUB_NAME,
+  PEER_ADDRESS_ANNOTATION,
+  REPLICA_VERSION_ANNOTATION,
+} from '../apis/install.ts';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
@@ -213,6 +217,8 @@ interface Late {
   peering?: Peering;
   signer?: CertificateAuthority;
   serving: boolean;
+  /** The name the hub's own cluster goes by (the config's `ssh.hubName`), once the controllers read the config. */
+  hubName: string;
 }
 
 /** The parts the proxy's pipeline, the other listeners and the controllers share. */
@@ -240,8 +246,8 @@ async function start(opts: ConciergeOptions, onStop: OnStop): Promise<ConciergeE
   // The first forwarding token is in hand before anything forwards; its renewals are a controller's, below.
   const forwarding = await forwardingUpstream(clients, opts.forwardAs, opts.namespace, clock, opts.log);
   const election = opts.tlsFiles ? undefined : startElection(base);
-  const shared = await sharedParts(base);
-  const late: Late = { serving: false };
+  const late: Late = { serving: false, hubName: DEFAULT_SSH_HUB_NAME };
+  const shared = await sharedParts(base, late);
   const proxy = await impersonationProxy(base, shared, forwarding.upstream, late);
   const direct =
     opts.aggregatedApi && election ? await directAPI(base, shared, opts.aggregatedApi) : undefined;
@@ -299,7 +305,7 @@ function startElection({ opts, clients, clock, log, onStop }: Base): LeaderElect
 }
 
 /** The informers, the authenticators, the reviewer, the metrics and memory budget, audit and recordings. */
-async function sharedParts(base: Base): Promise<Shared> {
+async function sharedParts(base: Base, late: Late): Promise<Shared> {
   const { clients, clock, log, onStop } = base;
   // Stopped after everyone who reads them (stops run in reverse order).
   const informers = newKubeInformers(clients, log, clock);
@@ -318,7 +324,7 @@ async function sharedParts(base: Base): Promise<Shared> {
     reviewer: newReviewer(clients),
     metrics,
     budget,
-    ...(await auditAndRecordings(base, metrics)),
+    ...(await auditAndRecordings(base, metrics, () => late.hubName)),
   };
 }
 
@@ -326,6 +332,7 @@ async function sharedParts(base: Base): Promise<Shared> {
 async function auditAndRecordings(
   { opts, clock, log, onStop }: Base,
   metrics: ProxyMetrics,
+  hubName: () => string,
 ): Promise<Pick<Shared, 'audit' | 'recordings'>> {
   // Stopped after the listeners (stops run in reverse order), so the last requests' events are written.
   const audit = opts.audit
@@ -346,6 +353,7 @@ async function auditAndRecordings(
         ...opts.recording,
         clock,
         log: log.child({ component: 'recording' }),
+        hubName,
         ...(uploader ? { uploader } : {}),
       })
     : undefined;
@@ -402,6 +410,7 @@ async function impersonationProxy(
     groups,
     clock: base.clock,
     signedIn: (req) => door.signedIn(req),
+    partOfRecording: (req) => door.signedIn(req)?.recordedAs,
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
     // watcher's callback below updates it only after the first poll.
     authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs()),
@@ -472,6 +481,7 @@ function proxyControlled(
     namespace: opts.namespace,
     configMap: opts.configMap,
     serve: (material) => listener.serve(material),
+    hubName: (name) => (late.hubName = name),
     ...(direct
       ? {
           direct: {
@@ -774,7 +784,7 @@ interface SshDoor {
  */
 function sshDoor(
   { opts, groups, clients, log }: Base,
-  { informers, authenticators }: Shared,
+  { informers, authenticators, recordings }: Shared,
   door: InProcessDoor,
   at: { host: string; port: number },
   late: Late,
@@ -793,6 +803,7 @@ function sshDoor(
       writes: newObjectWriter(clients, 'sealion-ssh'),
     }),
     groupSuffix: opts.groupSuffix,
+    ...(recordings ? { recordings } : {}),
     clusterNames: opts.tunnel
       ? () =>
           clusters

@@ -122,6 +122,11 @@ export interface ConciergeControllerOptions {
     };
     /** The SSH door: what it should serve (undefined: not listening). Default: none. */
     ssh?: { serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void };
+    /**
+     * Told the name the hub's own cluster goes by (the config's `ssh.hubName`) at start and whenever the config
+     * changes, for what names it outside the SSH door (the recordings). Default: nobody is told.
+     */
+    hubName?: (name: string) => void;
   };
   /** The Cluster status facts, with the tunnel listener. Default: none. */
   clusterStatus?: ClusterStatusPublisher;
@@ -531,6 +536,9 @@ async function proxyControllers(
   const ctx = await proxyContext(opts, proxyOpts);
   return [
     ...(proxyOpts.ssh ? sshEntries(ctx, proxyOpts.ssh) : []),
+    ...(proxyOpts.hubName
+      ? [{ controller: hubNamePublisher(ctx, proxyOpts.hubName), runs: 'every-replica' as const }]
+      : []),
     ...impersonationProxyEntries(ctx),
     { controller: strategyPublisher(ctx), runs: 'leader' },
     ...(proxyOpts.direct
@@ -696,6 +704,25 @@ function strategyPublisher(ctx: ProxyContext): Controller {
   // A strategy changed: every authenticator and the CredentialIssuer show it.
   ctx.board.onChange(() => manager.resync(publisher.name));
   return publisher;
+}
+
+/** The key of the hub's name: one config, one name. */
+const HUB_NAME_KEY = 'hub-name';
+
+/**
+ * On every replica: the hub's name from the config in effect, told to the parts that show it. Never fails: a
+ * rejected edit leaves the last good config, and its name, in effect.
+ */
+function hubNamePublisher(ctx: ProxyContext, publish: (name: string) => void): Controller {
+  return {
+    name: 'hub-name',
+    watches: [{ ...ctx.configMapWatch, key: () => HUB_NAME_KEY }],
+    initialKeys: [HUB_NAME_KEY],
+    sync() {
+      publish(ctx.config().config.ssh.hubName);
+      return Promise.resolve();
+    },
+  };
 }
 
 /** The SSH door's controllers, given what they read from the proxy's context. */

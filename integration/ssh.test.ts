@@ -761,4 +761,71 @@ describe('accountability', () => {
     // asciicast v2: a header line, then events; the typed line is in the output the terminal echoed.
     expect(JSON.parse(recorded.split('\n')[0]!)).toMatchObject({ version: 2 });
   });
+
+  it("records an sftp session as one recording of its operations, and names the hub's sessions hub", async () => {
+    // Headers keep whole seconds: from the start of this one, every session of this test is listed.
+    const since = new Date(Math.floor(Date.now() / 1000) * 1000).toISOString();
+    const name = `audited-${randomBytes(6).toString('hex')}`;
+    const remote = `/hub/${DEMO_NAMESPACE}/${DEMO_POD}/${DEMO_POD}/tmp/${name}`;
+    writeFileSync(join(dir, name), 'for the auditor\n');
+    writeFileSync(
+      join(dir, `batch-${name}`),
+      [`put ${join(dir, name)} ${remote}`, `get ${remote} ${join(dir, `${name}.back`)}`, `rm ${remote}`].join(
+        '\n',
+      ) + '\n',
+    );
+    const sftp = await run('sftp', [
+      ...options('demo'),
+      '-P',
+      String(port),
+      '-b',
+      join(dir, `batch-${name}`),
+      `${DEMO_USER}@${host}`,
+    ]);
+    expect(sftp.code).toBe(0);
+    const r = await ssh('demo', DEMO_USER, [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'echo', name]);
+    expect(r.code).toBe(0);
+
+    const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
+    writeFileSync(join(dir, 'auditor.kubeconfig'), await installed.kubeconfig(token));
+    const collection = '/apis/recordings.concierge.sealion.dev/v1alpha1/sessionrecordings';
+    const asAuditor = async (path: string): Promise<string> =>
+      (await installed.hub.kubectl(['get', '--raw', path], { kubeconfig: join(dir, 'auditor.kubeconfig') }))
+        .stdout;
+    type Item = { metadata: { name: string }; status: Record<string, unknown> };
+    const query = new URLSearchParams({ user: DEMO_USER, cluster: 'hub', since }).toString();
+    // Both sessions, once the command's has closed: the sftp one whole, and no recording of its commands apart.
+    const items = await eventually(async () => {
+      const listed = (JSON.parse(await asAuditor(`${collection}?${query}`)) as { items: Item[] }).items;
+      expect(listed.map((i) => i.status.kind)).toEqual(['exec', 'sftp']);
+      return listed;
+    }, 30_000);
+    expect(items[0]!.status).toMatchObject({
+      cluster: 'hub',
+      namespace: DEMO_NAMESPACE,
+      pod: DEMO_POD,
+      command: ['echo', name],
+    });
+    expect(items[1]!.status).toMatchObject({
+      user: DEMO_USER,
+      cluster: 'hub',
+      namespace: DEMO_NAMESPACE,
+      pod: DEMO_POD,
+    });
+    // What an auditor reads: the operations, by the tree's paths (each line written as its command starts).
+    await eventually(async () => {
+      const operations = (await asAuditor(`${collection}/${items[1]!.metadata.name}`))
+        .split('\n')
+        .slice(1)
+        .filter(Boolean)
+        .map((line) => (JSON.parse(line) as [number, string, string])[2].trimEnd());
+      expect(operations).toEqual(
+        expect.arrayContaining([
+          expect.stringMatching(new RegExp(`^write ${remote} flags=`)),
+          `read ${remote}`,
+          `rm ${remote}`,
+        ]),
+      );
+    }, 30_000);
+  });
 });

@@ -16,6 +16,7 @@ import { newRequestContext, refuse, type Exchange } from '../proxy/exchange.ts';
 import { localAPIs, type LocalAPI } from '../proxy/local-apis.ts';
 import { send, writeStatus } from '../../lib/kube/status.ts';
 import type { Recordings } from '../recording/session.ts';
+import { parseFilterQuery } from '../recording/listing.ts';
 import { relay } from '../../lib/http2/memory-budget.ts';
 import { clusterRoute, type Route } from '../proxy/route.ts';
 import { CLIENT_SIGALGS } from '../proxy/server.ts';
@@ -74,16 +75,22 @@ function peerAPIs(recordings: Recordings | undefined, log: Logger): LocalAPI[] {
         if (req.method !== 'GET') return writeStatus(res, 404, NOT_A_CLUSTER_ROUTE);
         if (!recordings) return writeStatus(res, 404, 'this replica records no sessions');
         const id = path.slice(RECORDINGS_PATH.length + 1);
-        return id ? readRecording(recordings, id, res) : listRecordings(recordings, log, res);
+        return id ? readRecording(recordings, id, res) : listRecordings(recordings, req.url ?? '', log, res);
       },
     },
   ];
 }
 
-/** A peer asks for this replica's recordings, for a user the peer has authorized: the list. */
-function listRecordings(recordings: Recordings, log: Logger, res: Response): void {
-  recordings.list().then(
-    (list) => send(res, 200, 'application/json', JSON.stringify(list)),
+/**
+ * A peer asks for this replica's recordings, for a user the peer has authorized: the list, filtered and cut as its
+ * query says. A peer that sends no query is older than filtered lists, and gets every recording as a plain array.
+ */
+function listRecordings(recordings: Recordings, url: string, log: Logger, res: Response): void {
+  const at = url.indexOf('?');
+  const filter = at < 0 ? {} : parseFilterQuery(new URLSearchParams(url.slice(at + 1)));
+  if ('problem' in filter) return writeStatus(res, 400, filter.problem);
+  recordings.list(filter).then(
+    (page) => send(res, 200, 'application/json', JSON.stringify(at < 0 ? page.items : page)),
     (err: unknown) => {
       log.warn({ err: (err as Error).message }, 'the recordings could not be listed');
       writeStatus(res, 500, 'the recordings could not be listed');

@@ -27,13 +27,14 @@ import { servePeerPort } from './holder.ts';
 import { peerMetrics } from './link.ts';
 import { newPeerRoutes, type PeerRoutes } from './route.ts';
 import type { Readable } from 'node:stream';
-import type { RecordingInfo, Recordings } from '../recording/session.ts';
+import type { RecordingInfo, Recordings, ReplicasPage } from '../recording/session.ts';
+import { checkedInfo, filterQuery, type RecordingFilter } from '../recording/listing.ts';
 import { RECORDINGS_PATH } from './link.ts';
 
 /** How long a replica has to send its list of recordings. */
 const LIST_TIMEOUT_MS = 10_000;
-/** A replica's list of recordings: a line each, a few thousand sessions. */
-const MAX_LIST_BYTES = 4 * 1024 * 1024;
+/** A replica's list of recordings: at most MAX_LIST_ITEMS of about 500 bytes (listing.ts). */
+const MAX_LIST_BYTES = 8 * 1024 * 1024;
 
 export { PEER_USER_STREAMS } from './link.ts';
 
@@ -79,7 +80,7 @@ export interface Peering {
    * The recordings every other live replica holds (a replica that does not answer is left out, and named in
    * `unreachable`), and one recording, from whichever replica has it.
    */
-  peerRecordings(): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }>;
+  peerRecordings(filter: RecordingFilter): Promise<ReplicasPage>;
   peerRecording(id: string): Promise<Readable | undefined>;
   /** When this replica's peer certificate was issued (ms since the epoch). */
   issuedAt(): number;
@@ -104,48 +105,60 @@ async function issuePeerCertificate(
   return { cert: issued.certPem, key: issued.keyPem };
 }
 
-/** The recordings a replica's list names, each checked: the list is another process's word. */
-function parseRecordingList(body: Buffer, replica: string): (RecordingInfo & { replica: string })[] {
-  const items: unknown = JSON.parse(body.toString('utf8'));
-  if (!Array.isArray(items)) throw new Error('the answer is not a list');
+/**
+ * The recordings a replica's list names, each checked: the list is another process's word. A replica older than
+ * filtered lists answers every recording as a plain array (ids, sizes and times), which is taken as it is.
+ */
+export function parseRecordingList(
+  body: Buffer,
+  replica: string,
+): { found: (RecordingInfo & { replica: string })[]; remaining: number } {
+  const answer: unknown = JSON.parse(body.toString('utf8'));
+  const page = Array.isArray(answer)
+    ? { items: answer, remaining: 0 }
+    : (answer as { items?: unknown; remaining?: unknown });
+  if (!Array.isArray(page?.items)) throw new Error('the answer is not a list');
   const found: (RecordingInfo & { replica: string })[] = [];
-  for (const r of items as Partial<RecordingInfo>[])
-    if (
-      typeof r?.id === 'string' &&
-      typeof r.modified === 'string' &&
-      typeof r.bytes === 'number' &&
-      Number.isFinite(r.bytes)
-    )
-      found.push({ id: r.id, modified: r.modified, bytes: r.bytes, replica });
-  return found;
+  for (const item of page.items as unknown[]) {
+    const info = checkedInfo(item);
+    if (info) found.push({ ...info, replica });
+  }
+  const remaining =
+    Number.isSafeInteger(page.remaining) && (page.remaining as number) > 0 ? (page.remaining as number) : 0;
+  return { found, remaining };
 }
 
 /** The recordings every one of `replicas` holds; a replica that does not answer is named in `unreachable`. */
 async function listPeerRecordings(
   routes: PeerRoutes,
   replicas: RemoteHolder[],
+  filter: RecordingFilter,
   log: Logger,
-): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }> {
+): Promise<ReplicasPage> {
   const found: (RecordingInfo & { replica: string })[] = [];
   const unreachable: string[] = [];
+  let remaining = 0;
   await Promise.all(
     replicas.map(async (holder) => {
       try {
         // A small answer, bounded in size and time, as the concierge's own calls over any hop are.
-        const answer = await routes.call(holder, RECORDINGS_PATH, {
+        // Filtered and cut where the recordings are: the answer is what this list needs, never the whole folder.
+        const answer = await routes.call(holder, `${RECORDINGS_PATH}?${filterQuery(filter).toString()}`, {
           timeoutMs: LIST_TIMEOUT_MS,
           maxBytes: MAX_LIST_BYTES,
         });
         if (answer.status === 404) return;
         if (answer.status !== 200) throw new Error(`status ${answer.status}`);
-        for (const recording of parseRecordingList(answer.body, holder.replica)) found.push(recording);
+        const page = parseRecordingList(answer.body, holder.replica);
+        found.push(...page.found);
+        remaining += page.remaining;
       } catch (err) {
         log.warn({ peer: holder.replica, err: (err as Error).message }, 'a peer did not list its recordings');
         unreachable.push(holder.replica);
       }
     }),
   );
-  return { found, unreachable };
+  return { found, remaining, unreachable };
 }
 
 /** The recording `id`, from the first of `replicas` that has it. */
@@ -204,7 +217,7 @@ export async function startPeering(opts: PeeringOptions): Promise<Peering> {
       const holders = opts.holders(cluster);
       return holders.length > 0 ? routes.route(cluster, holders) : undefined;
     },
-    peerRecordings: () => listPeerRecordings(routes, opts.replicas(), log),
+    peerRecordings: (filter) => listPeerRecordings(routes, opts.replicas(), filter, log),
     peerRecording: (id) => fetchPeerRecording(routes, opts.replicas(), id),
     issuedAt: () => issuedAt,
     async reissue() {

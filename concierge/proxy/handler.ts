@@ -28,7 +28,7 @@ import {
   type ReachTarget,
 } from '../../lib/reach/target.ts';
 import { ANNOTATIONS, type Auditor, type RequestFacts } from '../audit/audit.ts';
-import type { RecordingStore, Recordings } from '../recording/session.ts';
+import type { OperationsRecording, RecordingStore, Recordings } from '../recording/session.ts';
 import { requestFacts, startAudit } from './audit-start.ts';
 import type { Identity, RequestAuthenticator } from './authenticate.ts';
 import type { ClientCertSigner } from './credentials.ts';
@@ -77,6 +77,10 @@ export interface ProxyDeps {
    * request skips authentication and goes through every other stage. Default: none is.
    */
   signedIn?: (req: Request) => Authenticated | undefined;
+  /**
+   * The session recorded as a whole (an sftp session) that a request through the SSH door belongs to. Default: none.
+   */
+  partOfRecording?: (req: Request) => Pick<OperationsRecording, 'opened'> | undefined;
   /**
    * Whether the request log line names the user (and whom they impersonate). Audit events always do; an operator who
    * keeps personal data out of operational logs turns this off. Default: true.
@@ -285,7 +289,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const observe = newObserver(deps.metrics, log, deps.logUsernames ?? true);
   const apis = localAPIs(hubAPIs({ ...deps, login: loginDeps(deps), recordingStore: deps.recordingStore }));
   const decider = newDecider(deps);
-  const record = newRecorder(deps.recordings, log);
+  const record = newRecorder(deps.recordings, log, (exchange) => deps.partOfRecording?.(exchange.req));
 
   async function serve(exchange: Exchange): Promise<void> {
     const { req, context } = exchange;

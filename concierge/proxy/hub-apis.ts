@@ -11,6 +11,7 @@ import { relay } from '../../lib/http2/memory-budget.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
 import { send, writeStatus } from '../../lib/kube/status.ts';
 import type { RecordingStore } from '../recording/session.ts';
+import { parseFilterQuery, type RecordingFilter } from '../recording/listing.ts';
 import { discoveryDocuments } from './discovery.ts';
 import { healthAPIs, inFlightLimit, tooManyLogins, type LocalAPI } from './local-apis.ts';
 import {
@@ -146,7 +147,12 @@ async function serveRecordings(
       403,
       `${Resource.SessionRecording}.${groups.recordings}${name ? ` "${name}"` : ''} is forbidden: User "${user.username}" cannot ${name ? 'get' : 'list'} it`,
     );
-  if (!name) return listRecordings(groups, store, res);
+  if (!name) {
+    const at = (req.url ?? '').indexOf('?');
+    const filter = parseFilterQuery(new URLSearchParams(at < 0 ? '' : req.url!.slice(at + 1)));
+    if ('problem' in filter) return writeStatus(res, 400, filter.problem);
+    return listRecordings(groups, store, filter, res);
+  }
   const content = await store.read(name);
   if (!content)
     return writeStatus(res, 404, `${Resource.SessionRecording}.${groups.recordings} "${name}" not found`);
@@ -174,8 +180,17 @@ function mayRead(deps: HubAPIDeps, user: UserInfo, name: string): Promise<boolea
     .catch(() => undefined);
 }
 
-async function listRecordings(groups: ApiGroups, store: RecordingStore, res: Response): Promise<void> {
-  const { found, unreachable } = await store.list();
+/**
+ * The list, filtered and cut where the recordings are (query: `user`, `cluster`, `since` as RFC 3339, `limit`);
+ * `metadata.remainingItemCount` says how many more matched, as a Kubernetes list cut by its limit does.
+ */
+async function listRecordings(
+  groups: ApiGroups,
+  store: RecordingStore,
+  filter: RecordingFilter,
+  res: Response,
+): Promise<void> {
+  const { found, remaining, unreachable } = await store.list(filter);
   send(
     res,
     200,
@@ -183,12 +198,22 @@ async function listRecordings(groups: ApiGroups, store: RecordingStore, res: Res
     JSON.stringify({
       apiVersion: `${groups.recordings}/${VERSION}`,
       kind: 'SessionRecordingList',
-      metadata: unreachable.length > 0 ? { unreachableReplicas: unreachable } : {},
-      items: found.map((r) => ({
+      metadata: {
+        ...(remaining > 0 ? { remainingItemCount: remaining } : {}),
+        ...(unreachable.length > 0 ? { unreachableReplicas: unreachable } : {}),
+      },
+      items: found.map(({ id, replica, bytes, modified, started, ...facts }) => ({
         apiVersion: `${groups.recordings}/${VERSION}`,
         kind: 'SessionRecording',
-        metadata: { name: r.id, creationTimestamp: r.modified },
-        status: { replica: r.replica, bytes: r.bytes },
+        // Created when its session started; a recording whose header cannot be read, by its file's last write.
+        metadata: { name: id, creationTimestamp: started ?? modified },
+        status: {
+          ...facts,
+          replica,
+          bytes,
+          ...(started ? { startTime: started } : {}),
+          lastWriteTime: modified,
+        },
       })),
     }),
   );

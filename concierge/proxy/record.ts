@@ -1,10 +1,12 @@
 // The record stage: an exec or attach session's recording opened before the session is forwarded, and its audit
 // event told whether it is recorded. Where sessions must be recorded, one that cannot be (no recording can be
 // opened now, or an upgrade through a node's proxy to the kubelet's own API) is refused.
+// An exec that is part of a session recorded as a whole (an sftp session's commands: the session records its own
+// operations) gets no recording of its own; its audit event names the session's.
 import type { Logger } from '../../lib/log.ts';
 import type { RequestAttributes } from '../../lib/kube/request-info.ts';
 import { ANNOTATIONS } from '../audit/audit.ts';
-import type { Recordings } from '../recording/session.ts';
+import type { OperationsRecording, Recordings } from '../recording/session.ts';
 import { asUpgrade, type Exchange, type Refusal, type UpgradeExchange } from './exchange.ts';
 
 /** An exec or attach: a terminal session, which can be recorded. */
@@ -37,13 +39,52 @@ export type RecordStage = (
   query: string | undefined,
 ) => Promise<Refusal | undefined> | Refusal | undefined;
 
-export function newRecorder(recordings: Recordings | undefined, log: Logger): RecordStage {
+/**
+ * `partOf`: the session recorded as a whole that a request belongs to, when it does (only this process can say so:
+ * the SSH door's in-process connections carry it, never a request). Default: none does.
+ */
+export function newRecorder(
+  recordings: Recordings | undefined,
+  log: Logger,
+  partOf: (exchange: Exchange) => Pick<OperationsRecording, 'opened'> | undefined = () => undefined,
+): RecordStage {
   return (exchange, attributes, query) => {
     const upgrade = recordings && asUpgrade(exchange);
     if (!upgrade) return undefined;
     if (recordings.required && reachesKubelet(attributes)) return KUBELET_UNRECORDED;
-    return isSession(attributes) ? record(recordings, log, upgrade, attributes, query) : undefined;
+    if (!isSession(attributes)) return undefined;
+    const whole = partOf(exchange);
+    return whole
+      ? joinWhole(recordings, upgrade, whole)
+      : record(recordings, log, upgrade, attributes, query);
   };
+}
+
+const CANNOT_RECORD: Refusal = {
+  status: 503,
+  message: 'this session cannot be recorded now, and sessions must be recorded here; retry later',
+  retryAfterSeconds: 1,
+};
+
+/**
+ * An exec that is part of a session recorded as a whole: its audit event names the session's recording, and where
+ * sessions must be recorded it is refused when that recording could not be opened.
+ */
+async function joinWhole(
+  recordings: Recordings,
+  exchange: UpgradeExchange,
+  whole: Pick<OperationsRecording, 'opened'>,
+): Promise<Refusal | undefined> {
+  const { context } = exchange;
+  try {
+    const id = await whole.opened();
+    if (id === undefined) throw new Error('the session recorded nothing before this command');
+    context.audit?.annotate(ANNOTATIONS.recording, id);
+    return undefined;
+  } catch (err) {
+    context.audit?.annotate(ANNOTATIONS.recording, `not recorded: ${(err as Error).message}`);
+    return recordings.required ? CANNOT_RECORD : undefined;
+  }
 }
 
 /**
@@ -75,11 +116,6 @@ async function record(
   } catch (err) {
     log.warn({ id: context.id, err: (err as Error).message }, 'a session could not be recorded');
     context.audit?.annotate(ANNOTATIONS.recording, `not recorded: ${(err as Error).message}`);
-    if (!recordings.required) return undefined;
-    return {
-      status: 503,
-      message: 'this session cannot be recorded now, and sessions must be recorded here; retry later',
-      retryAfterSeconds: 1,
-    };
+    return recordings.required ? CANNOT_RECORD : undefined;
   }
 }

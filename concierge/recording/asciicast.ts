@@ -21,8 +21,13 @@ export const RECORDING_WRITE = 'SEALION_RECORDING_WRITE';
 
 /** What Sealion writes into a recording's header to find it later, beside the request's audit events. */
 export interface SessionFields {
-  /** The request's audit ID, which the hub's and the cluster's audit events carry too. */
-  auditID: string;
+  /**
+   * The request's audit ID, which the hub's and the cluster's audit events carry too. Absent for a session recorded
+   * operation by operation (sftp): the audit events of the commands it ran name the recording instead.
+   */
+  auditID?: string;
+  /** exec, attach or sftp. */
+  kind?: string;
   /** The authenticated user, before any impersonation. */
   user: string;
   cluster: string;

@@ -3,6 +3,7 @@
 // admin asks) as asciicast v2, named by the request's audit ID so the recording joins the audit events of every hop.
 // A session whose bytes cannot be decoded, or whose recording cannot be opened, is refused where recording is
 // required, and goes on unrecorded (said in its audit event) where it is not.
+import { randomUUID } from 'node:crypto';
 import { createReadStream, mkdirSync, statSync, type ReadStream } from 'node:fs';
 import { readdir, stat, unlink } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
@@ -12,7 +13,17 @@ import type { Clock } from '../../lib/clock.ts';
 import { systemClock } from '../../lib/clock.ts';
 import type { UpgradeTap } from '../../lib/http2/upgrade.ts';
 import type { Logger } from '../../lib/log.ts';
+import { DEFAULT_SSH_HUB_NAME } from '../../apis/install.ts';
 import { newRecorder, type Recorder, type RecordingHeader } from './asciicast.ts';
+import {
+  namedHub,
+  readFacts,
+  selectRecordings,
+  type RecordingFacts,
+  type RecordingFilter,
+  type RecordingInfo,
+  type RecordingPage,
+} from './listing.ts';
 import { newStreamDecoder } from './terminal-streams.ts';
 import type { RecordingUploader } from './upload.ts';
 
@@ -49,6 +60,11 @@ export interface RecordingOptions {
   log: Logger;
   /** Where finished recordings are also sent. Default: nowhere. */
   uploader?: Pick<RecordingUploader, 'add'>;
+  /**
+   * The name the hub's own cluster goes by (the config's `ssh.hubName`), for its sessions' recordings and lists.
+   * Default: always DEFAULT_SSH_HUB_NAME.
+   */
+  hubName?: () => string;
 }
 
 /** What is known of a session when it is opened. */
@@ -77,18 +93,48 @@ export interface SessionRecording {
   close(reason?: string): Promise<void>;
 }
 
-export interface RecordingInfo {
-  id: string;
-  bytes: number;
-  modified: string;
+export type { RecordingInfo } from './listing.ts';
+
+/** What is known of a session recorded operation by operation (sftp) when it is opened. */
+export interface OperationsFacts {
+  user: string;
+  /** What the operations are (sftp): the recording's kind. */
+  kind: string;
+}
+
+/** Where a container's operations happen, as the operations' session names it. */
+export interface OperationPlace {
+  cluster: string;
+  namespace: string;
+  pod: string;
+  container: string;
+}
+
+/**
+ * The recording of a session that records its own operations (an sftp session: what it read, wrote, removed), and
+ * of which every command it runs is a part rather than a recording of its own. The file opens with the first
+ * operation, whose place its header names (a session that only looked around records nothing).
+ */
+export interface OperationsRecording {
+  /** Records one operation's line at `place`; the first opens the file. */
+  note(place: OperationPlace, line: string): void;
+  /**
+   * The recording's ID once its file is open, for the audit events of the commands run for it; rejects when it cannot
+   * be opened. Undefined before the first operation.
+   */
+  opened(): Promise<string> | undefined;
+  /** Closes the file (idempotent; nothing to close before the first operation). */
+  close(): Promise<void>;
 }
 
 export interface Recordings {
   readonly required: boolean;
   /** Opens the recording of a session; rejects when it cannot be opened. */
   open(facts: SessionFacts): Promise<SessionRecording>;
-  /** The recordings in the folder, newest first. */
-  list(): Promise<RecordingInfo[]>;
+  /** Opens, lazily, the recording of a session that records its operations itself (sftp). */
+  openOperations(facts: OperationsFacts): OperationsRecording;
+  /** The recordings in the folder that `filter` names, newest first, cut to its limit. */
+  list(filter?: RecordingFilter): Promise<RecordingPage>;
   /** A recording's contents, or undefined when there is none by that ID. */
   read(id: string): ReadStream | undefined;
 }
@@ -107,6 +153,7 @@ export function newRecordings(opts: RecordingOptions): Recordings {
     throw new Error('recording: the folder may not take less than one session');
   mkdirSync(opts.dir, { recursive: true, mode: 0o700 });
   const folder = new RecordingFolder(opts.dir, maxBytes, maxTotalBytes, opts.log);
+  const hubName = opts.hubName ?? (() => DEFAULT_SSH_HUB_NAME);
   const settings: SessionSettings = {
     maxBytes,
     stdin: opts.stdin ?? false,
@@ -114,12 +161,18 @@ export function newRecordings(opts: RecordingOptions): Recordings {
     clock: opts.clock ?? systemClock,
     log: opts.log,
     uploader: opts.uploader,
+    hubName,
   };
   return {
     required: settings.required,
     open: (facts) => openSession(folder, settings, facts),
-    async list() {
-      return (await folder.listed()).reverse();
+    openOperations: (facts) => new LazyOperations(folder, settings, facts),
+    async list(filter) {
+      const name = hubName();
+      return selectRecordings(
+        (await folder.listed()).map((r) => namedHub(r, name)),
+        filter,
+      );
     },
     read: (id) => folder.read(id),
   };
@@ -133,12 +186,18 @@ interface SessionSettings {
   clock: Clock;
   log: Logger;
   uploader: Pick<RecordingUploader, 'add'> | undefined;
+  hubName: () => string;
 }
 
 /** The recordings' folder: what is in it, what is being written, and the room left. */
 class RecordingFolder {
   /** Recordings being written: each counts as its whole limit until it is closed. */
   private readonly open = new Set<string>();
+  /**
+   * What each file's header says, read once per file (a header never changes once written): invariant, every key is
+   * a recording the last listing found, with a header that could be read.
+   */
+  private readonly facts = new Map<string, RecordingFacts>();
   private readonly dir: string;
   private readonly maxBytes: number;
   private readonly maxTotalBytes: number;
@@ -156,19 +215,29 @@ class RecordingFolder {
     return RECORDING_NAME.test(`${id}.cast`) ? join(this.dir, `${id}.cast`) : undefined;
   }
 
-  /** The recordings in the folder, oldest first (the open ones too). */
+  /** The recordings in the folder, oldest first (the open ones too), with what their headers say. */
   async listed(): Promise<RecordingInfo[]> {
     const found: RecordingInfo[] = [];
+    const present = new Set<string>();
     for (const name of await readdir(this.dir)) {
       const match = RECORDING_NAME.exec(name);
       if (!match) continue;
+      const id = match[1]!;
       try {
         const info = await stat(join(this.dir, name));
-        found.push({ id: match[1]!, bytes: info.size, modified: info.mtime.toISOString() });
+        let facts = this.facts.get(id);
+        if (!facts) {
+          facts = await readFacts(join(this.dir, name));
+          // None read: a file whose header is still on its way is read again next time.
+          if (Object.keys(facts).length > 0) this.facts.set(id, facts);
+        }
+        present.add(id);
+        found.push({ ...facts, id, bytes: info.size, modified: info.mtime.toISOString() });
       } catch {
         // Removed meanwhile.
       }
     }
+    for (const id of this.facts.keys()) if (!present.has(id)) this.facts.delete(id);
     return found.sort((a, b) => a.modified.localeCompare(b.modified));
   }
 
@@ -222,34 +291,54 @@ async function openSession(
 ): Promise<SessionRecording> {
   const path = folder.pathOf(facts.auditID);
   if (!path) throw new Unrecordable('the session has no audit ID a recording can be named by');
+  const recorder = await createFile(
+    folder,
+    settings,
+    facts.auditID,
+    path,
+    headerOf(facts, settings.hubName()),
+  );
+  return new OpenRecording(folder, settings, facts.auditID, path, recorder);
+}
+
+/** A recording's file, counted as being written from the moment room is made for it. */
+async function createFile(
+  folder: RecordingFolder,
+  settings: SessionSettings,
+  id: string,
+  path: string,
+  header: RecordingHeader,
+): Promise<Recorder> {
   await folder.makeRoom();
-  folder.writing(facts.auditID);
-  let recorder: Recorder;
+  folder.writing(id);
   try {
-    recorder = await newRecorder({
+    return await newRecorder({
       path,
       maxBytes: settings.maxBytes,
       stdin: settings.stdin,
       clock: settings.clock,
-      header: headerOf(facts),
+      header,
     });
   } catch (err) {
-    folder.done(facts.auditID);
+    folder.done(id);
     throw err;
   }
-  return new OpenRecording(folder, settings, facts.auditID, path, recorder);
 }
 
-/** The recording's header: its title, and the fields that join it to the session's audit events. */
-function headerOf(facts: SessionFacts): RecordingHeader {
+/**
+ * The recording's header: its title, and the fields that join it to the session's audit events. The hub's own
+ * sessions (the pipeline's cluster '') are named as users name the hub.
+ */
+function headerOf(facts: SessionFacts, hubName: string): RecordingHeader {
   const container = facts.query.get('container');
   const command = facts.query.getAll('command');
   return {
     title: `${facts.subresource} ${facts.namespace}/${facts.pod}`,
     sealion: {
       auditID: facts.auditID,
+      kind: facts.subresource,
       user: facts.user,
-      cluster: facts.cluster,
+      cluster: facts.cluster || hubName,
       namespace: facts.namespace,
       pod: facts.pod,
       ...(container ? { container } : {}),
@@ -347,17 +436,100 @@ class OpenRecording implements SessionRecording {
   }
 }
 
+/** The file of a session that records its operations: opened with the first one, each a line of output. */
+class LazyOperations implements OperationsRecording {
+  private opening: Promise<{ id: string; path: string; recorder: Recorder }> | undefined;
+  private closing: Promise<void> | undefined;
+  private readonly folder: RecordingFolder;
+  private readonly settings: SessionSettings;
+  private readonly facts: OperationsFacts;
+
+  constructor(folder: RecordingFolder, settings: SessionSettings, facts: OperationsFacts) {
+    this.folder = folder;
+    this.settings = settings;
+    this.facts = facts;
+  }
+
+  note(place: OperationPlace, line: string): void {
+    if (this.closing) return;
+    this.opening ??= this.open(place);
+    // In the order noted: the callbacks of one promise run in the order they were added.
+    this.opening.then(
+      ({ recorder }) => recorder.event('stdout', Buffer.from(`${line}\r\n`)),
+      () => {},
+    );
+  }
+
+  opened(): Promise<string> | undefined {
+    return this.opening?.then(({ id, recorder }) => {
+      // Cut at its size limit: what runs from now on would go unrecorded (refused where recording is required).
+      if (recorder.truncated) throw new Unrecordable('the recording reached its size limit');
+      return id;
+    });
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      const file = await this.opening?.catch(() => undefined);
+      if (!file) return;
+      const { id, path, recorder } = file;
+      try {
+        await recorder.close();
+        this.settings.uploader?.add(id, path);
+      } catch (err) {
+        this.settings.log.warn({ id, err: (err as Error).message }, 'a recording could not be finished');
+      } finally {
+        this.folder.done(id);
+      }
+    })();
+    return this.closing;
+  }
+
+  private async open(place: OperationPlace): Promise<{ id: string; path: string; recorder: Recorder }> {
+    const id = randomUUID();
+    const path = this.folder.pathOf(id)!;
+    const { kind, user } = this.facts;
+    const header: RecordingHeader = {
+      title: `${kind} ${place.namespace}/${place.pod}`,
+      sealion: {
+        kind,
+        user,
+        cluster: place.cluster,
+        namespace: place.namespace,
+        pod: place.pod,
+        ...(place.container ? { container: place.container } : {}),
+      },
+    };
+    try {
+      return { id, path, recorder: await createFile(this.folder, this.settings, id, path, header) };
+    } catch (err) {
+      this.settings.log.warn({ err: (err as Error).message, kind }, 'a session could not be recorded');
+      throw err;
+    }
+  }
+}
+
 /** The recordings of every replica, as a user asks for them through any one. */
 export interface RecordingStore {
-  /** Every live replica's recordings, newest first; replicas that did not answer are named in `unreachable`. */
-  list(): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }>;
+  /**
+   * The recordings of every live replica that `filter` names, newest first, cut to its limit (`remaining`: how many
+   * more matched); replicas that did not answer are named in `unreachable`.
+   */
+  list(filter?: RecordingFilter): Promise<ReplicasPage>;
   /** One recording, from whichever replica has it; undefined when none does. */
   read(id: string): Promise<Readable | undefined>;
 }
 
+/** A list of several replicas' recordings. */
+export interface ReplicasPage {
+  found: (RecordingInfo & { replica: string })[];
+  remaining: number;
+  unreachable: string[];
+}
+
 /** What the other replicas hold, over the peer links (concierge/peering/). */
 export interface PeerRecordings {
-  peerRecordings(): Promise<{ found: (RecordingInfo & { replica: string })[]; unreachable: string[] }>;
+  peerRecordings(filter: RecordingFilter): Promise<ReplicasPage>;
   peerRecording(id: string): Promise<Readable | undefined>;
 }
 
@@ -368,11 +540,18 @@ export function sharedRecordings(
   peers: () => PeerRecordings | undefined,
 ): RecordingStore {
   return {
-    async list() {
-      const own = (await local.list()).map((r) => ({ ...r, replica }));
-      const others = (await peers()?.peerRecordings()) ?? { found: [], unreachable: [] };
-      const found = [...own, ...others.found].sort((a, b) => b.modified.localeCompare(a.modified));
-      return { found, unreachable: others.unreachable };
+    async list(filter = {}) {
+      const own = await local.list(filter);
+      const others = (await peers()?.peerRecordings(filter)) ?? { found: [], remaining: 0, unreachable: [] };
+      // Each replica cut its own list to the limit; the newest of them all are cut to it again.
+      const merged = selectRecordings([...own.items.map((r) => ({ ...r, replica })), ...others.found], {
+        ...(filter.limit === undefined ? {} : { limit: filter.limit }),
+      });
+      return {
+        found: merged.items,
+        remaining: merged.remaining + own.remaining + others.remaining,
+        unreachable: others.unreachable,
+      };
     },
     async read(id) {
       return local.read(id) ?? (await peers()?.peerRecording(id));

@@ -5,6 +5,7 @@ import { finished } from 'node:stream/promises';
 import type { Connection, ServerChannel, Session } from 'ssh2';
 import type { Logger } from '../../lib/log.ts';
 import { oneLine } from './banner.ts';
+import type { OperationsRecording, Recordings } from '../recording/session.ts';
 import { join } from '../../lib/streams/join.ts';
 import { newClusterAccess, Refused, type ClusterAccess } from './cluster-access.ts';
 import type { ContainerRef, Terminal } from './containers.ts';
@@ -23,6 +24,8 @@ export interface ChannelDeps {
   groupSuffix: string;
   /** Channels (sessions and forwards) at once per connection. */
   channelsPerConnection: number;
+  /** Where sftp sessions are recorded, each as one recording of its operations. Default: not recorded. */
+  recordings?: Pick<Recordings, 'openOperations'>;
   log: Logger;
 }
 
@@ -46,14 +49,21 @@ export function serveSignedIn(
   // Everything the connection started ends with it: execs, forwards, the menu's lookups.
   const ended = new AbortController();
   conn.onClose(() => ended.abort());
-  const access = newClusterAccess({
-    signal: ended.signal,
-    connect: () => deps.door.connect(identity, conn.ip),
-    hubName: deps.hubName(),
-    clusterNames: deps.clusterNames,
-    groupSuffix: deps.groupSuffix,
-    userAgent: `sealion-ssh (${software})`,
-  });
+  const accessAs = (who: SignedIn): ClusterAccess =>
+    newClusterAccess({
+      signal: ended.signal,
+      connect: () => deps.door.connect(who, conn.ip),
+      hubName: deps.hubName(),
+      clusterNames: deps.clusterNames,
+      groupSuffix: deps.groupSuffix,
+      userAgent: `sealion-ssh (${software})`,
+    });
+  const access = accessAs(identity);
+  // An sftp session is one recording of its operations; the commands it runs are its parts, not recordings apart.
+  const forSftp = (): SftpAccess => {
+    const recording = deps.recordings?.openOperations({ user: identity.user.username, kind: 'sftp' });
+    return recording ? { access: accessAs({ ...identity, recordedAs: recording }), recording } : { access };
+  };
   let channels = 0;
   const take = (): boolean => (channels < deps.channelsPerConnection ? (channels++, true) : false);
   const give = (): void => void channels--;
@@ -67,7 +77,7 @@ export function serveSignedIn(
     if (!take()) return reject();
     const session = accept();
     session.once('close', give);
-    serveSession(session, access, state.permits, identity, notices, deps.log);
+    serveSession(session, access, forSftp, state.permits, identity, notices, deps.log);
   });
   client.on('tcpip', (accept, reject, info) => {
     const refuse = (reason: number, why: string): void => rejectOpen(client, reject, reason, why);
@@ -152,9 +162,16 @@ function rejectOpen(client: Connection, reject: () => void, reason: number, desc
 }
 type OpenFail = (recipient: number, reason: number, description: string) => void;
 
+/** What an sftp session works through, and its recording when sessions are recorded. */
+interface SftpAccess {
+  access: ClusterAccess;
+  recording?: OperationsRecording;
+}
+
 function serveSession(
   session: Session,
   access: ClusterAccess,
+  forSftp: () => SftpAccess,
   permits: { pty: boolean },
   identity: SignedIn,
   notices: Set<ServerChannel>,
@@ -222,7 +239,12 @@ function serveSession(
     if (started || !accept) return reject?.();
     started = true;
     const sftp = accept();
-    if (sftp) serveSftp(sftp, access, { log });
+    if (!sftp) return;
+    const recorded = forSftp();
+    serveSftp(sftp, recorded.access, {
+      log,
+      ...(recorded.recording ? { recording: recorded.recording } : {}),
+    });
   });
   session.on('subsystem', (_accept, reject) => reject?.());
 }

@@ -8,6 +8,7 @@ import type { Socket } from 'node:net';
 import { duplexPair, type Duplex } from 'node:stream';
 import type { Request } from '../../lib/http2/request.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
+import type { OperationsRecording } from '../recording/session.ts';
 
 /** Who an SSH session signed in as, as the pipeline's authentication stage would have found. */
 export interface SignedIn {
@@ -15,6 +16,8 @@ export interface SignedIn {
   user: UserInfo;
   /** How: `ssh/<authenticator>` after a device login, `ssh/key` for a bound key, `ssh/certificate`. */
   via: string;
+  /** The recording of the session these requests are parts of (sftp's), which records them itself. Default: none. */
+  recordedAs?: Pick<OperationsRecording, 'opened'>;
 }
 
 export interface InProcessDoor {

@@ -18,6 +18,7 @@ import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { systemClock, type Clock } from '../../lib/clock.ts';
 import { newFairPlaces, type FairPlaces } from '../../lib/fair-places.ts';
 import type { Logger } from '../../lib/log.ts';
+import type { Recordings } from '../recording/session.ts';
 import type { KeyBindings } from './bindings.ts';
 import { serveSignedIn } from './channels.ts';
 import { DoorConnection, Stage, stageName } from './door-connection.ts';
@@ -36,6 +37,8 @@ export interface SshServerOptions {
   groupSuffix: string;
   /** The Cluster objects' names. */
   clusterNames: () => string[];
+  /** Where sftp sessions are recorded, each as one recording of its operations. Default: not recorded. */
+  recordings?: Pick<Recordings, 'openOperations'>;
   log: Logger;
   limits?: Partial<SshLimits>;
   /** Deadlines' clock. Default: the system's. */
@@ -292,6 +295,7 @@ class SshDoor {
       clusterNames: opts.clusterNames,
       groupSuffix: opts.groupSuffix,
       channelsPerConnection: limits.channelsPerConnection,
+      ...(opts.recordings ? { recordings: opts.recordings } : {}),
       log,
     });
   }

@@ -6,6 +6,7 @@ import ssh2 from 'ssh2';
 import type { Readable } from 'node:stream';
 import { SealionError } from '../../lib/errors.ts';
 import type { Logger } from '../../lib/log.ts';
+import type { OperationsRecording } from '../recording/session.ts';
 import type { ContainerRef, Containers, Running } from './containers.ts';
 import { STAT_FORMAT } from './sftp-stat.ts';
 
@@ -226,10 +227,47 @@ export function stderrTail(stream: Readable): Promise<string> {
   });
 }
 
+/** What the session's recording shows of a script: the operation, and the names of its arguments after the path. */
+const OPERATIONS = new Map<string, { name: string; args: string[] }>([
+  [LIST_SCRIPT, { name: 'list', args: [] }],
+  [READ_SCRIPT, { name: 'read', args: ['from'] }],
+  [WRITE_SCRIPT, { name: 'write', args: ['flags', 'mode'] }],
+  [MKDIR_SCRIPT, { name: 'mkdir', args: ['mode'] }],
+  [SETSTAT_SCRIPT, { name: 'setstat', args: ['size', 'mode', 'atime', 'mtime', 'uid', 'gid'] }],
+  [RENAME_SCRIPT, { name: 'rename', args: ['to'] }],
+]);
+
+/** A word of an operation's line: as it is when plain, else quoted as JSON (a name cannot forge a line of its own). */
+const shown = (word: string): string => (/^[\w./@:+,=%~-]+$/.test(word) ? word : JSON.stringify(word));
+
+/**
+ * A command as the operation a recording shows: the script's name, the path as the tree names it
+ * (`/<cluster>/<namespace>/<pod>/<container>/…`) and its other arguments by name; or a tool's name and what follows
+ * its `--`.
+ */
+export function operationOf(ref: ContainerRef, argv: readonly string[]): string {
+  const inTree = (path: string): string =>
+    path.startsWith('/') ? `/${ref.cluster}/${ref.namespace}/${ref.pod}/${ref.container}${path}` : path;
+  const script = argv[0] === 'sh' && argv[1] === '-c' ? OPERATIONS.get(argv[2] ?? '') : undefined;
+  if (script) {
+    const [path = '', ...rest] = argv.slice(4);
+    const named = script.args.flatMap((name, i) => {
+      const value = rest[i] ?? '';
+      if (value === '' || (name === 'from' && value === '0')) return [];
+      return [`${name}=${name === 'to' ? inTree(value) : value}`];
+    });
+    return [script.name, inTree(path), ...named].map(shown).join(' ');
+  }
+  const dashes = argv.indexOf('--');
+  const args = dashes < 0 ? argv.slice(1) : argv.slice(dashes + 1);
+  return [argv[0] ?? '', ...args.map(inTree)].map(shown).join(' ');
+}
+
 export function newSessionCommands(
   containers: Containers,
   maxCommands: number,
   log: Logger,
+  recording?: Pick<OperationsRecording, 'note' | 'close'>,
 ): SessionCommands {
   const live = new Set<Running>();
   const waiting: (() => void)[] = [];
@@ -242,12 +280,27 @@ export function newSessionCommands(
 
   const start = (ref: ContainerRef, argv: readonly string[]): Running => {
     if (closed) throw new SftpFailure(STATUS.CONNECTION_LOST, 'the session has ended');
+    // Noted before it runs: the recording opens with the first, and the command waits for it in the pipeline.
+    const operation = recording && operationOf(ref, argv);
+    if (operation) recording.note(ref, operation);
     let running: Running;
     try {
       running = containers.run(ref, argv);
     } catch (err) {
       throw failureFromError(err);
     }
+    // Its outcome when it failed, named again: commands run side by side, so the lines of several interleave.
+    if (operation)
+      running.exit.then(
+        (code) => {
+          if (code !== 0) recording.note(ref, `failed (exit status ${code}): ${operation}`);
+        },
+        (err: unknown) =>
+          recording.note(
+            ref,
+            `refused (${JSON.stringify((err as Error).message.slice(0, 512))}): ${operation}`,
+          ),
+      );
     live.add(running);
     // A command that ends early makes writes to its stdin fail (EPIPE); its exit status says why, so these are noise.
     for (const stream of [running.stdin, running.stdout, running.stderr]) {
@@ -306,6 +359,7 @@ export function newSessionCommands(
     const count = live.size;
     for (const running of live) running.kill();
     live.clear();
+    void recording?.close();
     return count;
   };
 

@@ -7,6 +7,7 @@
 import type { Attributes, FileEntry, SFTPWrapper } from 'ssh2';
 import ssh2 from 'ssh2';
 import type { Logger } from '../../lib/log.ts';
+import type { OperationsRecording } from '../recording/session.ts';
 import type { Containers } from './containers.ts';
 import {
   MKDIR_SCRIPT,
@@ -66,6 +67,8 @@ export interface SftpOptions {
   log: Logger;
   /** Default: `DEFAULT_SFTP_LIMITS`, field by field. */
   limits?: Partial<SftpLimits>;
+  /** The session's recording: each command it runs, as the operation it is for. Default: not recorded. */
+  recording?: Pick<OperationsRecording, 'note' | 'close'>;
 }
 
 /**
@@ -147,7 +150,7 @@ class SftpSession {
     limits.readAheadBytes = Math.max(limits.readAheadBytes, MAX_READ);
     this.limits = limits;
     this.log = options.log;
-    this.commands = newSessionCommands(containers, limits.maxCommands, this.log);
+    this.commands = newSessionCommands(containers, limits.maxCommands, this.log, options.recording);
     this.tree = newTree(containers, this.commands, limits.maxListingBytes);
   }
 
