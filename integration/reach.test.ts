@@ -25,7 +25,7 @@ import {
 import { eventually } from '../dev/eventually.ts';
 import { deployReachWorkload } from '../dev/reach-workload.ts';
 import { runKubectl } from '../dev/cluster.ts';
-import { dieWithParent, stopChild, waitForOutput } from '../dev/processes.ts';
+import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
 
 const running: Running = {};
 let dir: string;
@@ -198,18 +198,56 @@ describe.each([
     await stopChild(echo.child);
   });
 
+  // What the cluster says before anything listens: one line, exit 1, as kubectl port-forward checks the pod first. The
+  // edge kubeconfig's server is the proxy's /clusters/edge, which the messages name.
+  const on = file ? ` on cluster ${EDGE}` : '';
   it.each([
     [
       'a user without services/proxy',
       'viewer-',
       ['svc/reach-echo', ':echo'],
-      /forbidden: User \\?"viewer@sealion\.dev\\?" cannot create resource \\?"services\/proxy\\?"/,
+      `forbidden: you may not create services/proxy "reach-echo:echo" in namespace ${DEMO_NAMESPACE}${on}`,
     ],
-    ['an ExternalName Service', '', ['svc/outside', ':443'], /ExternalName/],
+    [
+      'an ExternalName Service',
+      '',
+      ['svc/outside', ':443'],
+      `service ${DEMO_NAMESPACE}/outside${on} is an ExternalName`,
+    ],
+    [
+      "a pod on its node's network",
+      '',
+      ['pod/on-node', ':10250'],
+      `pod ${DEMO_NAMESPACE}/on-node${on} uses its node's network`,
+    ],
+    [
+      'a Service that is not there',
+      '',
+      ['svc/nowhere', ':80'],
+      `no service nowhere in namespace ${DEMO_NAMESPACE}${on}`,
+    ],
+    [
+      'a port the Service does not have',
+      '',
+      ['svc/reach-echo', ':8443'],
+      `service ${DEMO_NAMESPACE}/reach-echo${on} has no TCP port 8443; its ports: `,
+    ],
+  ])('refuses %s before it listens, in one line', async (_what, who, args, message) => {
+    const run = await runSealion([
+      'port-forward',
+      `--kubeconfig=${kubeconfig(who)}`,
+      '-n',
+      DEMO_NAMESPACE,
+      ...args,
+    ]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.stderr.split('\n').filter(Boolean)).toEqual([expect.stringContaining(`sealion: ${message}`)]);
+  });
+
+  it.each([
     ["a Service whose only endpoint is the API server's address", '', ['svc/bare', ':443'], /no ready pod/],
-    ["a pod on its node's network", '', ['pod/on-node', ':10250'], /node's network/],
-    ['a Service that is not there', '', ['svc/nowhere', ':80'], /services "nowhere" not found/],
-  ])('refuses %s with a Status the user reads', async (_what, who, args, message) => {
+  ])('refuses %s with a Status the user reads, on each connection', async (_what, who, args, message) => {
     const refused = await forward(kubeconfig(who), args);
     // The connection is closed without a byte of the target's, and the forward says why.
     expect((await exchange(refused.port, 'anything')).length).toBe(0);
@@ -251,7 +289,12 @@ describe('the API server as the oracle', () => {
 
   /** Whether `sealion port-forward` with this kubeconfig reaches `port`; a refusal must be a forbidden Status. */
   async function sealionReaches(kubeconfig: string, port: string, where: string): Promise<boolean> {
-    const through = await forward(kubeconfig, ['svc/reach-echo', `:${port}`]);
+    // A user the cluster refuses is told before anything listens: the command exits with the refusal.
+    const through = await forward(kubeconfig, ['svc/reach-echo', `:${port}`]).catch((err: Error) => {
+      expect(err.message).toMatch(/sealion: forbidden: you may not create services\/proxy "reach-echo:/);
+      return undefined;
+    });
+    if (!through) return false;
     const answer = (await exchange(through.port, 'GET / HTTP/1.0\r\n\r\n')).toString('utf8');
     const reached = answer.includes(`hello from ${where}\n`);
     if (!reached) await eventually(async () => expect(through.stderr()).toMatch(/forbidden/));
