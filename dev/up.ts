@@ -112,9 +112,9 @@ Admin access (the PROXY ENDPOINT column is where the proxy is published; cluster
   kubectl --kubeconfig ${edge.kubeconfigPath} get pods -A -o wide
 An OIDC login instead of the fixed demo token, one kubeconfig with a context for each cluster (open the URL the
 login prints, where the local OIDC provider signs the demo user in; --oidc-device prints a code instead):
-  npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
+  npx sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters --output-file .sealion/oidc.kubeconfig
   npx sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
-  kubectl --kubeconfig .sealion/oidc.kubeconfig --context sealion-${EDGE} get namespaces
+  kubectl --kubeconfig .sealion/oidc.kubeconfig --context ${new URL(endpoint).host}/${EDGE} get namespaces
 SSH into pods of any cluster (the first time it prints a code: open the link it gives, where the local OIDC provider
 signs the demo user in; your SSH key is then bound to that login until its token expires):
   ssh -t ${sshTo} ${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}                   # a shell in ${EDGE}'s pod, through its agent
