@@ -89,7 +89,7 @@ shares its user). STATE is Ready (USER/DETAIL is the user it sees), NotConnected
 tunnel), Unauthorized, Forbidden, Unreachable or Error.
 
 Examples:
-  sealion get kubeconfig --all-clusters -o me.kubeconfig && sealion clusters --kubeconfig me.kubeconfig
+  sealion get kubeconfig --all-clusters --output-file me.kubeconfig && sealion clusters --kubeconfig me.kubeconfig
   sealion clusters -o json`,
     )
     .action(async (flags: { kubeconfig: string; output: string }) => {
