@@ -167,7 +167,7 @@ NotConnected (the cluster's agent holds no tunnel), Unauthorized, Forbidden, Unr
 is 1 when no cluster answered.
 
 Examples:
-  sealion get kubeconfig --all-clusters -o me.kubeconfig && sealion clusters --kubeconfig me.kubeconfig
+  sealion get kubeconfig --all-clusters --output-file me.kubeconfig && sealion clusters --kubeconfig me.kubeconfig
   sealion clusters -o json`,
     )
     .action(async (flags: ClustersFlags) => {

@@ -2,16 +2,16 @@
 // never the token, and the plugin reads it from there. Which way in it writes (the cluster's API server or the
 // impersonation proxy), what it refuses, and that the plugin it names does what that way in needs.
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse } from 'yaml';
+import { parse, stringify } from 'yaml';
 import type { ConciergeStrategy } from '../apis/authentication.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import { getKubeconfig, type GetKubeconfigFlags } from './get-kubeconfig.ts';
+import { getKubeconfig, runGetKubeconfig, type GetKubeconfigFlags } from './get-kubeconfig.ts';
 import { readTokenFile, staticLogin, type StaticLoginFlags } from './exec-credential.ts';
 import { loginCommand } from './login.ts';
 
@@ -192,8 +192,15 @@ const directBroken: ConciergeStrategy = {
 };
 
 /** An admin's view of one webhook authenticator `hooks` with these strategies, and two agent-backed clusters. */
-function clientsWith(strategies: ConciergeStrategy[]): KubeClients & { asked: string[] } {
+function clientsWith(
+  strategies: ConciergeStrategy[],
+  hub: { hubName?: string; clusters?: { name: string; connected: boolean }[] } = {},
+): KubeClients & { asked: string[] } {
   const asked: string[] = [];
+  const clusters = hub.clusters ?? [
+    { name: 'edge-1', connected: true },
+    { name: 'edge-2', connected: true },
+  ];
   return {
     asked,
     customObjects: {
@@ -201,11 +208,14 @@ function clientsWith(strategies: ConciergeStrategy[]): KubeClients & { asked: st
         asked.push(plural);
         if (plural === 'clusters')
           return Promise.resolve({
-            items: [
-              { metadata: { name: 'edge-1' }, status: { connected: true } },
-              { metadata: { name: 'edge-2' }, status: { connected: true } },
-            ],
+            items: clusters.map((c) => ({ metadata: { name: c.name }, status: { connected: c.connected } })),
           });
+        if (plural === 'credentialissuers')
+          return hub.hubName === undefined
+            ? Promise.reject(new Error('forbidden'))
+            : Promise.resolve({
+                items: [{ metadata: { name: 'x' }, spec: { ssh: { hubName: hub.hubName } } }],
+              });
         return Promise.resolve({
           items:
             plural === 'webhookauthenticators'
@@ -369,7 +379,7 @@ describe('the direct kubeconfig', () => {
     const { servers, cas, contexts, args } = written(yaml);
     expect(servers).toEqual([API_SERVER.endpoint]);
     expect(cas).toEqual([API_SERVER.certificateAuthorityData]);
-    expect(contexts).toEqual(['sealion-hooks']);
+    expect(contexts).toEqual(['api.example.com:6443/hub']);
     expect(args.slice(args.indexOf('login'))).toEqual([
       'login',
       'static',
@@ -386,7 +396,9 @@ describe('the direct kubeconfig', () => {
       '--concierge-ca-bundle-data',
       API_SERVER.certificateAuthorityData,
     ]);
-    expect((parse(yaml) as { 'current-context': string })['current-context']).toBe('sealion-hooks');
+    expect((parse(yaml) as { 'current-context': string })['current-context']).toBe(
+      'api.example.com:6443/hub',
+    );
   });
 
   it('keeps the OIDC login and the group suffix', async () => {
@@ -517,6 +529,243 @@ describe("the direct kubeconfig's plugin, run as kubectl would run it", () => {
         kind: 'WebhookAuthenticator',
         name: 'hooks',
       },
+    });
+  });
+});
+
+describe('sealion get kubeconfig checks every name before anything starts', () => {
+  const proxyOnly = (hub: Parameters<typeof clientsWith>[1] = {}): KubeClients => clientsWith([proxyOk], hub);
+
+  it.each([
+    ['a cluster that does not exist', { cluster: 'nope' }, {}, 'no cluster nope; known: edge-1, edge-2, hub'],
+    [
+      'a cluster, the hub named prod',
+      { cluster: 'hub' },
+      { hubName: 'prod' },
+      'no cluster hub; known: edge-1, edge-2, prod',
+    ],
+    [
+      'an authenticator that does not exist',
+      { authenticatorName: 'nope' },
+      {},
+      'no authenticator nope; known: webhook/hooks',
+    ],
+    [
+      'an authenticator of another type',
+      { authenticatorType: 'jwt' },
+      {},
+      'no jwt authenticator; known: webhook/hooks',
+    ],
+  ] as const)('%s: one line, and no file written', async (_, over, hub, message) => {
+    const file = join(dir, `never-${Math.random()}.kubeconfig`);
+    await expect(
+      runGetKubeconfig(
+        flags({ staticTokenEnv: 'MY_TOKEN', outputFile: file, ...(over as Partial<GetKubeconfigFlags>) }),
+        () => {},
+        proxyOnly(hub),
+      ),
+    ).rejects.toThrow(new Error(message));
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it('no authenticator at all says what to do', async () => {
+    const none = { customObjects: { listClusterCustomObject: () => Promise.resolve({ items: [] }) } };
+    await expect(
+      getKubeconfig(flags({ staticTokenEnv: 'MY_TOKEN' }), () => {}, none as unknown as KubeClients),
+    ).rejects.toThrow(
+      'no JWTAuthenticator or WebhookAuthenticator on the cluster: create one first (see the README), or check --kubeconfig, --context and --group-suffix',
+    );
+  });
+
+  it('a context the admin kubeconfig does not have, with the ones it has', async () => {
+    const admin = join(dir, 'admin.kubeconfig');
+    writeFileSync(
+      admin,
+      stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'c', cluster: { server: 'https://127.0.0.1:1' } }],
+        users: [{ name: 'u', user: { token: 't' } }],
+        contexts: [
+          { name: 'prod-admin', context: { cluster: 'c', user: 'u' } },
+          { name: 'dev-admin', context: { cluster: 'c', user: 'u' } },
+        ],
+        'current-context': 'prod-admin',
+      }),
+    );
+    await expect(
+      getKubeconfig(flags({ staticTokenEnv: 'MY_TOKEN', kubeconfig: admin, context: 'nope' }), () => {}),
+    ).rejects.toThrow(
+      new Error('--context: the kubeconfig has no context "nope"; known: "prod-admin", "dev-admin"'),
+    );
+  });
+
+  it('says when the cluster exists but its agent is not connected, and writes it', async () => {
+    const said: string[] = [];
+    const yaml = await getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN', cluster: 'edge-2' }),
+      (l) => said.push(l),
+      proxyOnly({ clusters: [{ name: 'edge-2', connected: false }] }),
+    );
+    expect(said).toEqual([
+      'note: cluster edge-2 is not connected now; the kubeconfig works once its agent is',
+    ]);
+    expect(written(yaml).servers).toEqual([`${PROXY.endpoint}/clusters/edge-2`]);
+  });
+});
+
+describe("contexts: the server's address, then the cluster's name as everywhere else", () => {
+  it.each([
+    ['the hub, by its default name', {}, {}, ['proxy.example.com/hub'], [PROXY.endpoint]],
+    [
+      'the hub, by the name its concierge gives it',
+      {},
+      { hubName: 'prod' },
+      ['proxy.example.com/prod'],
+      [PROXY.endpoint],
+    ],
+    [
+      "--cluster with the hub's name is the hub",
+      { cluster: 'prod' },
+      { hubName: 'prod' },
+      ['proxy.example.com/prod'],
+      [PROXY.endpoint],
+    ],
+    [
+      'an agent-backed cluster',
+      { cluster: 'edge-1' },
+      {},
+      ['proxy.example.com/edge-1'],
+      [`${PROXY.endpoint}/clusters/edge-1`],
+    ],
+    [
+      'every cluster: the hub first and current, a Cluster named as the hub left out',
+      { allClusters: true },
+      {
+        hubName: 'prod',
+        clusters: [
+          { name: 'prod', connected: true },
+          { name: 'edge-1', connected: true },
+          { name: 'edge-2', connected: false },
+        ],
+      },
+      ['proxy.example.com/prod', 'proxy.example.com/edge-1'],
+      [PROXY.endpoint, `${PROXY.endpoint}/clusters/edge-1`],
+    ],
+  ] as const)('%s', async (_, over, hub, contexts, servers) => {
+    const said: string[] = [];
+    const yaml = await getKubeconfig(
+      flags({ staticTokenEnv: 'MY_TOKEN', ...(over as Partial<GetKubeconfigFlags>) }),
+      (l) => said.push(l),
+      clientsWith([proxyOk], hub as Parameters<typeof clientsWith>[1]),
+    );
+    const config = parse(yaml) as {
+      'current-context': string;
+      users: { name: string }[];
+      contexts: { context: { user: string } }[];
+    };
+    expect(written(yaml).contexts).toEqual(contexts);
+    expect(written(yaml).servers).toEqual(servers);
+    expect(config['current-context']).toBe(contexts[0]);
+    expect(config.users.map((u) => u.name)).toEqual(['proxy.example.com/webhook/hooks']);
+    expect(new Set(config.contexts.map((c) => c.context.user))).toEqual(
+      new Set(['proxy.example.com/webhook/hooks']),
+    );
+    if ('allClusters' in over)
+      expect(said).toEqual([
+        "left out: cluster prod, which has the hub's own name",
+        'left out, not connected now: edge-2',
+      ]);
+  });
+
+  it("two hubs' kubeconfigs merged keep every context apart", async () => {
+    const other = {
+      ...proxyOk,
+      impersonationProxyConfig: { ...PROXY, endpoint: 'https://proxy.other.example:8443' },
+    };
+    const names = [
+      ...written(
+        await getKubeconfig(
+          flags({ staticTokenEnv: 'T', allClusters: true }),
+          () => {},
+          clientsWith([proxyOk]),
+        ),
+      ).contexts,
+      ...written(
+        await getKubeconfig(
+          flags({ staticTokenEnv: 'T', allClusters: true }),
+          () => {},
+          clientsWith([other]),
+        ),
+      ).contexts,
+    ];
+    expect(names).toEqual([
+      'proxy.example.com/hub',
+      'proxy.example.com/edge-1',
+      'proxy.example.com/edge-2',
+      'proxy.other.example:8443/hub',
+      'proxy.other.example:8443/edge-1',
+      'proxy.other.example:8443/edge-2',
+    ]);
+  });
+});
+
+describe('sealion get kubeconfig -o FORMAT and --output-file', () => {
+  const clients = (): KubeClients => clientsWith([proxyOk]);
+  /** What runGetKubeconfig wrote to standard output, and said. */
+  async function run(over: Partial<GetKubeconfigFlags>): Promise<{ stdout: string; said: string[] }> {
+    const said: string[] = [];
+    let stdout = '';
+    const write = jest.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+      stdout += String(chunk);
+      return true;
+    });
+    try {
+      await runGetKubeconfig(flags({ staticTokenEnv: 'MY_TOKEN', ...over }), (l) => said.push(l), clients());
+    } finally {
+      write.mockRestore();
+    }
+    return { stdout, said };
+  }
+
+  it('yaml by default and on request, json on request, the same kubeconfig', async () => {
+    const yaml = await run({});
+    expect(yaml.stdout.startsWith('apiVersion: v1\n')).toBe(true);
+    expect((await run({ output: 'yaml' })).stdout).toBe(yaml.stdout);
+    const json = await run({ output: 'json' });
+    expect(JSON.parse(json.stdout)).toEqual(parse(yaml.stdout));
+    expect(json.said).toEqual([]);
+  });
+
+  it('--output-file writes the file (0600), in either format, and nothing to standard output', async () => {
+    const file = join(dir, 'out.kubeconfig');
+    const { stdout } = await run({ output: 'json', outputFile: file });
+    expect(stdout).toBe('');
+    expect((JSON.parse(readFileSync(file, 'utf8')) as { kind: string }).kind).toBe('Config');
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+  });
+
+  it('-o FILE, the older spelling, still writes the file, with a one-line deprecation', async () => {
+    const file = join(dir, 'legacy.kubeconfig');
+    const { stdout, said } = await run({ output: file });
+    expect(stdout).toBe('');
+    expect(parse(readFileSync(file, 'utf8'))).toMatchObject({ kind: 'Config' });
+    expect(said).toEqual([
+      `warning: -o FILE is deprecated and goes in the next release: write --output-file ${file} (-o takes json or yaml)`,
+    ]);
+  });
+
+  it('refuses -o FILE with --output-file, and says why a file cannot be written', async () => {
+    await expect(run({ output: 'x.yaml', outputFile: 'y.yaml' })).rejects.toThrow(
+      new Error('-o takes json or yaml, not "x.yaml"; give the file with --output-file'),
+    );
+    const nowhere = join(dir, 'no-such-folder', 'me.kubeconfig');
+    // The exact message (the Node error stays its cause).
+    await expect(run({ outputFile: nowhere })).rejects.toMatchObject({
+      message: `cannot write the kubeconfig to ${nowhere}: its folder does not exist; give another --output-file`,
+    });
+    await expect(run({ outputFile: dir })).rejects.toMatchObject({
+      message: `cannot write the kubeconfig to ${dir}: it is a folder; give another --output-file`,
     });
   });
 });

@@ -5,9 +5,12 @@
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Command, Option } from 'commander';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { REJECTED_EDIT, type ConciergeStrategy, type EndpointConfig } from '../apis/authentication.ts';
+import type { CredentialIssuerSpec } from '../apis/config.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
+import { DEFAULT_SSH_HUB_NAME } from '../apis/install.ts';
+import { isDNSLabel } from '../apis/names.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './exec-credential.ts';
@@ -40,7 +43,15 @@ export interface GetKubeconfigFlags {
   exchangeCredential: boolean;
   /** Seconds to wait for a Pending proxy. */
   timeout: string;
+  /**
+   * yaml (default, also when empty) or json. Any other value is the file the older `-o FILE` named: written there,
+   * with a deprecation warning.
+   */
   output: string;
+  /** Write here (mode 0600) instead of standard output; empty: standard output. */
+  outputFile?: string;
+  /** The context of the admin's kubeconfig that reaches the hub; empty: its current context. */
+  context?: string;
   /** A cluster reached through its agent (`/clusters/<name>` on the proxy); empty: the proxy's own cluster. */
   cluster: string;
   /** A context for the proxy's own cluster and one for each connected agent-backed cluster, sharing one user. */
@@ -113,7 +124,17 @@ function choose(all: Found[], flags: GetKubeconfigFlags): Found {
   );
   const names = all.map((a) => `${a.type}/${printable(a.name)}`).join(', ') || 'none';
   if (matching.length === 1) return matching[0]!;
-  if (matching.length === 0) throw new Error(`no matching authenticator (the cluster has: ${names})`);
+  if (all.length === 0)
+    throw new Error(
+      'no JWTAuthenticator or WebhookAuthenticator on the cluster: create one first (see the README), or check --kubeconfig, --context and --group-suffix',
+    );
+  if (matching.length === 0) {
+    const type = flags.authenticatorType ? `${flags.authenticatorType}/` : '';
+    const wanted = flags.authenticatorName
+      ? `no authenticator ${type}${printable(flags.authenticatorName)}`
+      : `no ${flags.authenticatorType} authenticator`;
+    throw new Error(`${wanted}; known: ${names}`);
+  }
   throw new Error(`several authenticators match (${names}); choose one with --authenticator-name`);
 }
 
@@ -221,10 +242,11 @@ export async function getKubeconfig(
     given ??
     (await import('../lib/kube/kube.ts')).newKubeClients(
       flags.kubeconfig ? { path: flags.kubeconfig } : { default: true },
+      flags.context,
     );
-  const { authenticator, mode, endpoint } = await findFrontend(clients, flags, say);
+  const { hub, clusters, cluster } = await checkNames(clients, flags, say);
+  const { authenticator, mode, endpoint } = await findFrontend(clients, { ...flags, cluster }, say);
   const direct = mode === 'direct';
-  const name = flags.cluster ? `sealion-${flags.cluster}` : `sealion-${authenticator.name}`;
   const staticToken = Boolean(flags.staticTokenEnv || tokenFile);
   if (!staticToken && authenticator.type !== 'jwt')
     throw new Error(
@@ -274,23 +296,14 @@ export async function getKubeconfig(
       : []),
     ...(flags.groupSuffix === DEFAULT_GROUP_SUFFIX ? [] : ['--group-suffix', flags.groupSuffix]),
   ];
-  const proxy = endpoint.endpoint.replace(/\/$/, '');
-  const contexts = [
-    { name, server: flags.cluster ? `${proxy}/clusters/${flags.cluster}` : endpoint.endpoint },
-  ];
-  if (flags.allClusters)
-    for (const cluster of await connectedClusters(clients, flags.groupSuffix, say)) {
-      // Apart from the proxy's own context even when a cluster has the authenticator's name; a name taken twice
-      // that way is left out rather than made to point at another cluster.
-      const context = `sealion-${cluster}` === name ? `sealion-cluster-${cluster}` : `sealion-${cluster}`;
-      if (contexts.some((c) => c.name === context)) {
-        say(`left out: cluster ${printable(cluster)}, whose context name ${printable(context)} is taken`);
-        continue;
-      }
-      contexts.push({ name: context, server: `${proxy}/clusters/${encodeURIComponent(cluster)}` });
-    }
+  const contexts = contextsFor(
+    endpoint.endpoint,
+    { hub, cluster, clusters, allClusters: flags.allClusters },
+    say,
+  );
   // One user for every context: the same plugin command, so one login (and one certificate, which the proxy's
   // endpoint issues for all its clusters) serves them all. The direct path has one context, the API server's.
+  const user = `${new URL(endpoint.endpoint).host}/${authenticator.type}/${authenticator.name}`;
   return stringify({
     apiVersion: 'v1',
     kind: 'Config',
@@ -305,7 +318,7 @@ export async function getKubeconfig(
     })),
     users: [
       {
-        name,
+        name: user,
         user: {
           exec: {
             apiVersion: EXEC_API_VERSION,
@@ -320,27 +333,177 @@ export async function getKubeconfig(
         },
       },
     ],
-    contexts: contexts.map((c) => ({ name: c.name, context: { cluster: c.name, user: name } })),
-    'current-context': name,
+    contexts: contexts.map((c) => ({ name: c.name, context: { cluster: c.name, user } })),
+    'current-context': contexts[0]!.name,
   });
 }
 
-/** The agent-backed clusters whose agent holds a tunnel now, by name; the others are named on stderr. */
-async function connectedClusters(
+/**
+ * Every name the flags give, checked before anything is waited for or written: the authenticator (choose), then the
+ * cluster, which may be the hub's own name (its own cluster, as over SSH: no agent, no /clusters/ prefix). Returns the
+ * hub's name, the agent-backed clusters, and the cluster to write ('' for the hub's own).
+ */
+async function checkNames(
   clients: KubeClients,
-  groupSuffix: string,
+  flags: GetKubeconfigFlags,
   say: (line: string) => void,
-): Promise<string[]> {
+): Promise<{ hub: string; clusters: ClusterName[]; cluster: string }> {
+  choose(await listAuthenticators(clients, flags.groupSuffix), flags);
+  const hub = await hubNameOf(clients, flags.groupSuffix);
+  const clusters = flags.cluster || flags.allClusters ? await listClusters(clients, flags.groupSuffix) : [];
+  const cluster = flags.cluster === hub ? '' : flags.cluster;
+  if (!cluster) return { hub, clusters, cluster };
+  const found = clusters.find((c) => c.name === cluster);
+  if (!found) {
+    const known = [hub, ...clusters.map((c) => c.name).filter((n) => n !== hub)].sort();
+    throw new Error(`no cluster ${printable(cluster)}; known: ${known.map((n) => printable(n)).join(', ')}`);
+  }
+  if (!found.connected)
+    say(`note: cluster ${printable(cluster)} is not connected now; the kubeconfig works once its agent is`);
+  return { hub, clusters, cluster };
+}
+
+/**
+ * The contexts to write, the current one first: the hub's own cluster or `cluster`, and with `allClusters` every
+ * connected agent-backed cluster; those left out are named on stderr.
+ */
+function contextsFor(
+  endpoint: string,
+  names: { hub: string; cluster: string; clusters: ClusterName[]; allClusters: boolean },
+  say: (line: string) => void,
+): { name: string; server: string }[] {
+  const proxy = endpoint.replace(/\/$/, '');
+  const { hub, cluster } = names;
+  const contexts = [
+    {
+      name: contextName(endpoint, cluster || hub),
+      server: cluster ? `${proxy}/clusters/${encodeURIComponent(cluster)}` : endpoint,
+    },
+  ];
+  if (!names.allClusters) return contexts;
+  for (const { name: other } of names.clusters.filter((c) => c.connected)) {
+    // The hub's name is the hub's own cluster everywhere: a Cluster object that has it is left out, as over SSH.
+    if (other === hub) {
+      say(`left out: cluster ${printable(other)}, which has the hub's own name`);
+      continue;
+    }
+    contexts.push({
+      name: contextName(endpoint, other),
+      server: `${proxy}/clusters/${encodeURIComponent(other)}`,
+    });
+  }
+  const left = names.clusters.filter((c) => !c.connected).map((c) => printable(c.name));
+  if (left.length > 0) say(`left out, not connected now: ${left.join(', ')}`);
+  return contexts;
+}
+
+/** An agent-backed cluster: its Cluster object's name, and whether its agent holds a tunnel now. */
+interface ClusterName {
+  name: string;
+  connected: boolean;
+}
+
+/**
+ * A context's name: the address kubectl goes to, which tells two hubs apart when kubeconfigs are merged (kubectl
+ * keeps the first of two contexts with one name), then the cluster's name as every other command takes it (the hub's
+ * own is its ssh.hubName): `proxy.example.com/hub`, `proxy.example.com/edge-1`. A `/` is in no host and no cluster
+ * name, so the name splits one way only.
+ */
+export function contextName(endpoint: string, cluster: string): string {
+  return `${new URL(endpoint).host}/${cluster}`;
+}
+
+/**
+ * What the hub calls its own cluster: the ssh.hubName of the settings in effect, which the concierge mirrors into the
+ * CredentialIssuer's spec (the singleton: the first one listed). Its default when there is none or it cannot be read
+ * (a concierge older than the setting, or an admin kubeconfig that may not read it).
+ */
+async function hubNameOf(clients: KubeClients, groupSuffix: string): Promise<string> {
+  try {
+    const list = (await clients.customObjects.listClusterCustomObject({
+      group: apiGroups(groupSuffix).config,
+      version: VERSION,
+      plural: Resource.CredentialIssuer,
+    })) as { items?: { spec?: CredentialIssuerSpec }[] };
+    const name = list.items?.[0]?.spec?.ssh?.hubName;
+    // Checked as the concierge's config checks it: the name goes into context names and messages.
+    return name && isDNSLabel(name) ? name : DEFAULT_SSH_HUB_NAME;
+  } catch {
+    return DEFAULT_SSH_HUB_NAME;
+  }
+}
+
+/** The agent-backed clusters (the Cluster objects), by name, and whether each one's agent holds a tunnel now. */
+async function listClusters(clients: KubeClients, groupSuffix: string): Promise<ClusterName[]> {
   const list = (await clients.customObjects.listClusterCustomObject({
     group: apiGroups(groupSuffix).tunnel,
     version: VERSION,
     plural: Resource.Cluster,
   })) as { items: Pick<Cluster, 'metadata' | 'status'>[] };
-  const names = list.items.flatMap((c) => (c.metadata.name ? [c.metadata.name] : [])).sort();
-  const connected = new Set(list.items.filter((c) => c.status?.connected).map((c) => c.metadata.name));
-  const left = names.filter((n) => !connected.has(n));
-  if (left.length > 0) say(`left out, not connected now: ${left.map((n) => printable(n)).join(', ')}`);
-  return names.filter((n) => connected.has(n));
+  return list.items
+    .flatMap((c) =>
+      c.metadata.name ? [{ name: c.metadata.name, connected: Boolean(c.status?.connected) }] : [],
+    )
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** How the kubeconfig is written: its format, and the file (empty: standard output). */
+export function outputOf(
+  flags: Pick<GetKubeconfigFlags, 'output' | 'outputFile'>,
+  say: (line: string) => void,
+): { format: 'yaml' | 'json'; file: string } {
+  const file = flags.outputFile ?? '';
+  if (flags.output === '' || flags.output === 'yaml' || flags.output === 'json')
+    return { format: flags.output === 'json' ? 'json' : 'yaml', file };
+  // `-o FILE` from before -o took a format: still written there for this release, with a warning.
+  if (file)
+    throw new Error(
+      `-o takes json or yaml, not ${JSON.stringify(flags.output)}; give the file with --output-file`,
+    );
+  say(
+    `warning: -o FILE is deprecated and goes in the next release: write --output-file ${flags.output} (-o takes json or yaml)`,
+  );
+  return { format: 'yaml', file: flags.output };
+}
+
+/** Why a file could not be written, in words. */
+function writeProblem(err: NodeJS.ErrnoException): string {
+  switch (err.code) {
+    case 'ENOENT':
+      return 'its folder does not exist';
+    case 'EISDIR':
+      return 'it is a folder';
+    case 'EACCES':
+    case 'EPERM':
+      return 'permission denied';
+    case 'EROFS':
+      return 'the file system is read-only';
+    default:
+      return err.code ?? err.message;
+  }
+}
+
+/**
+ * `sealion get kubeconfig`: checks the output flags, makes the kubeconfig (getKubeconfig), and writes it in the
+ * format asked for, to the file or to standard output. Nothing is written unless all of it succeeded.
+ */
+export async function runGetKubeconfig(
+  flags: GetKubeconfigFlags,
+  say: (line: string) => void,
+  given?: KubeClients,
+): Promise<void> {
+  const { format, file } = outputOf(flags, say);
+  const yaml = await getKubeconfig(flags, say, given);
+  const text = format === 'json' ? `${JSON.stringify(parse(yaml), null, 2)}\n` : yaml;
+  if (!file) return void process.stdout.write(text);
+  try {
+    writeFileSync(file, text, { mode: 0o600 });
+  } catch (err) {
+    throw new Error(
+      `cannot write the kubeconfig to ${printable(file)}: ${writeProblem(err as NodeJS.ErrnoException)}; give another --output-file`,
+      { cause: err },
+    );
+  }
 }
 
 export function getCommand(): Command {
@@ -351,6 +514,15 @@ export function getCommand(): Command {
       'write a kubeconfig for the cluster: its own API server with certificates the cluster signs, or the impersonation proxy',
     )
     .option('--kubeconfig <path>', "the admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)", '')
+    .addOption(
+      takesNames(
+        'context',
+        new Option(
+          '--context <name>',
+          "the context of the admin's kubeconfig that reaches the hub (default: its current context)",
+        ).default(''),
+      ),
+    )
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .addOption(
       new Option('--authenticator-type <type>', 'jwt or webhook (default: whichever exists)')
@@ -412,7 +584,8 @@ export function getCommand(): Command {
       false,
     )
     .option('--oidc-device', 'have the plugin log in with a code on another device (no browser here)', false)
-    .option('-o, --output <file>', 'write here (mode 0600) instead of standard output', '')
+    .option('-o, --output <format>', 'yaml or json (default: yaml)', '')
+    .option('--output-file <path>', 'write the kubeconfig here (mode 0600) instead of standard output', '')
     .addHelpText(
       'after',
       `
@@ -427,6 +600,10 @@ Pending; with --cluster or --all-clusters, the proxy.
 
 With a JWTAuthenticator and no static token, the kubeconfig logs in with OIDC (sealion login oidc).
 
+Contexts are named <server>/<cluster>: the address kubectl goes to (the proxy's, or the API server's on the direct
+path), which keeps two hubs apart in merged kubeconfigs, then the cluster's name as --cluster and ssh take it; the
+hub's own cluster goes by the concierge's ssh.hubName (default hub), and --cluster with that name is the hub's.
+
 Examples:
   sealion get kubeconfig > me.kubeconfig                       # OIDC login with the only JWTAuthenticator
   sealion get kubeconfig --mode direct > me.kubeconfig         # the API server itself, or an error saying why not
@@ -434,14 +611,13 @@ Examples:
   sealion get kubeconfig --static-token-env MY_TOKEN > me.kubeconfig
   sealion get kubeconfig --static-token-file ~/.config/my-token > me.kubeconfig   # chmod 600 my-token
   sealion get kubeconfig --cluster edge-1 > edge-1.kubeconfig     # through that cluster's agent
-  sealion get kubeconfig --all-clusters -o me.kubeconfig          # every cluster; see sealion clusters
-  sealion get kubeconfig --kubeconfig admin.kubeconfig --authenticator-name corp \\
-    --static-token-env MY_TOKEN --exchange-credential -o me.kubeconfig`,
+  sealion get kubeconfig --all-clusters --output-file me.kubeconfig   # every cluster; see sealion clusters
+  sealion get kubeconfig -o json > me.kubeconfig.json             # the same kubeconfig, as JSON
+  sealion get kubeconfig --kubeconfig admin.kubeconfig --context prod-admin --authenticator-name corp \\
+    --static-token-env MY_TOKEN --exchange-credential --output-file me.kubeconfig`,
     )
     .action(async (flags: GetKubeconfigFlags) => {
-      const yaml = await getKubeconfig(flags, (line) => console.error(line));
-      if (flags.output) writeFileSync(flags.output, yaml, { mode: 0o600 });
-      else process.stdout.write(yaml);
+      await runGetKubeconfig(flags, (line) => console.error(line));
     });
   return get;
 }

@@ -4,13 +4,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Agent, createServer, type Server } from 'node:https';
 import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { closeHttpsPools } from '../lib/https-client.ts';
 import { loadKubeConfig } from '../lib/kube/kube.ts';
-import { rawStatusResponse } from '../lib/kube/status.ts';
+import { rawStatusResponse, statusBody } from '../lib/kube/status.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import {
   openReach,
@@ -42,6 +44,8 @@ interface Seen {
 
 let dir: string;
 let kubeconfig: string;
+/** A local port nothing listens on. */
+let closedPort: number;
 let server: Server;
 const seen: Seen[] = [];
 /** Every upgraded socket of the server's, closed at the end. */
@@ -81,14 +85,94 @@ function target(name: string, socket: Socket): void {
   }
 }
 
+/** The plain requests the stand-in API answered: method and URL. */
+const asked: { method: string; url: string; body: string }[] = [];
+
+/** An answer: a JSON object, or a Status. */
+const answer = (res: ServerResponse, code: number, body: object | string): void => {
+  const text = typeof body === 'string' ? statusBody(code, body) : JSON.stringify(body);
+  res.writeHead(code, { 'content-type': 'application/json' }).end(text);
+};
+
+/** A pod as the stand-in API has it: Running with a named container port, but `pending`. */
+const pod = (name: string): object => ({
+  kind: 'Pod',
+  metadata: { name },
+  spec: {
+    containers: [{ ports: [{ name: 'metrics', containerPort: 9090 }, { containerPort: 8080 }] }],
+    ...(name === 'on-node' ? { hostNetwork: true } : {}),
+  },
+  status: { phase: name === 'pending' ? 'Pending' : 'Running' },
+});
+/** A Service as the stand-in API has it. */
+const service = (name: string): object => ({
+  kind: 'Service',
+  metadata: { name },
+  spec: {
+    ...(name === 'outside' ? { type: 'ExternalName', externalName: 'example.com' } : {}),
+    ports: [
+      { name: 'http', port: 80 },
+      { name: 'https', port: 443 },
+      { name: 'forbidden', port: 81 },
+      { name: 'dns', port: 53, protocol: 'UDP' },
+    ],
+  },
+});
+const OBJECT =
+  /^\/(?:clusters\/([^/]+)\/)?api\/v1\/namespaces\/([^/]+)\/(pods|services)(?:\/([^/?]+))?(?:\?.*)?$/;
+const REVIEW = /^\/(?:clusters\/([^/]+)\/)?apis\/authorization\.k8s\.io\/v1\/selfsubjectaccessreviews$/;
+
+/**
+ * The API the checks before listening read, as a cluster behind the proxy answers them: the user `me` everywhere;
+ * `stranger` here but not on upgrades (a credential refused after the checks); anyone else 401. Cluster `nope` is not
+ * connected; `missing` exists nowhere; `hidden` may not be read but may be reached; names with `denied` may not be
+ * reached.
+ */
+function standInAPI(req: IncomingMessage, res: ServerResponse): void {
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    const url = req.url ?? '';
+    asked.push({ method: req.method ?? '', url, body: Buffer.concat(chunks).toString() });
+    if (![`Bearer ${TOKEN}`, 'Bearer not-the-token'].includes(req.headers['authorization'] ?? ''))
+      return answer(res, 401, 'Unauthorized');
+    const cluster = OBJECT.exec(url)?.[1] ?? REVIEW.exec(url)?.[1];
+    if (cluster === 'nope')
+      return answer(
+        res,
+        503,
+        'cluster nope is not connected: its agent holds no tunnel to any concierge replica',
+      );
+    const review = REVIEW.exec(url);
+    if (review && req.method === 'POST') {
+      const spec = (
+        JSON.parse(Buffer.concat(chunks).toString()) as { spec: { resourceAttributes: { name: string } } }
+      ).spec;
+      const allowed = !spec.resourceAttributes.name.includes('denied');
+      return answer(res, 201, {
+        kind: 'SelfSubjectAccessReview',
+        spec,
+        status: { allowed, ...(allowed ? {} : { reason: 'no RBAC rule allows it' }) },
+      });
+    }
+    const object = OBJECT.exec(url);
+    if (!object || req.method !== 'GET')
+      return answer(res, 404, 'the server could not find the requested resource');
+    const [, , , resource, name] = object;
+    if (!name)
+      return answer(res, 200, { items: ['web', 'echo', 'db'].map((n) => ({ metadata: { name: n } })) });
+    if (name === 'missing') return answer(res, 404, `${resource} "${name}" not found`);
+    if (name === 'hidden') return answer(res, 403, `${resource} "${name}" is forbidden`);
+    return answer(res, 200, resource === 'pods' ? pod(name) : service(name));
+  });
+}
+
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'sealion-port-forward-'));
   const ca = await newCA('reach-ca');
   const cert = await issueCert(ca, { commonName: 'reach', hosts: ['127.0.0.1'], usage: 'server' });
   // Half-open, as the concierge's upgraded sockets must be: a target's answer may follow the client's end.
-  server = createServer({ cert: cert.certPem, key: cert.keyPem, allowHalfOpen: true }, (_req, res) =>
-    res.writeHead(400).end('upgrade only'),
-  );
+  server = createServer({ cert: cert.certPem, key: cert.keyPem, allowHalfOpen: true }, standInAPI);
   server.on('upgrade', (req: { method: string; url: string; headers: Seen['headers'] }, socket: Socket) => {
     upgraded.add(socket);
     socket.once('close', () => upgraded.delete(socket));
@@ -112,6 +196,11 @@ beforeAll(async () => {
   });
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   const endpoint = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // A port nothing listens on any more.
+  const gone = createTcpServer();
+  await new Promise<void>((done) => gone.listen(0, '127.0.0.1', done));
+  closedPort = (gone.address() as AddressInfo).port;
+  await new Promise((done) => gone.close(done));
   kubeconfig = join(dir, 'kubeconfig');
   writeFileSync(
     kubeconfig,
@@ -126,14 +215,18 @@ beforeAll(async () => {
             'certificate-authority-data': Buffer.from(ca.certPem).toString('base64'),
           },
         },
+        { name: 'closed', cluster: { server: `https://127.0.0.1:${closedPort}` } },
       ],
       users: [
         { name: 'me', user: { token: TOKEN } },
         { name: 'stranger', user: { token: 'not-the-token' } },
+        { name: 'nobody', user: { token: 'unknown' } },
       ],
       contexts: [
         { name: 'hub', context: { cluster: 'hub', user: 'me', namespace: 'team' } },
         { name: 'stranger', context: { cluster: 'hub', user: 'stranger' } },
+        { name: 'nobody', context: { cluster: 'hub', user: 'nobody' } },
+        { name: 'closed', context: { cluster: 'closed', user: 'me' } },
       ],
       'current-context': 'hub',
     }),
@@ -145,6 +238,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
+  await closeHttpsPools();
   for (const socket of upgraded) socket.destroy();
   server.closeAllConnections();
   await new Promise((done) => server.close(done));
@@ -284,6 +378,154 @@ describe('arguments', () => {
     await expect(startPortForward(flags({ context: 'nope' }), 'svc/web', ['80'], output)).rejects.toThrow(
       /--context: the kubeconfig has no context "nope"/,
     );
+  });
+});
+
+describe('checks before listening', () => {
+  /** Starts a forward that must fail: its error, and that it printed nothing (nothing listened). */
+  async function refused(
+    resource: string,
+    ports: string[],
+    over: Partial<PortForwardFlags> = {},
+  ): Promise<string> {
+    const out: string[] = [];
+    const started = startPortForward(flags(over), resource, ports, {
+      out: (l) => out.push(l),
+      err: (l) => out.push(l),
+    });
+    const err = await started.then(
+      (f) => {
+        forwards.push(f);
+        return new Error('it started');
+      },
+      (e: unknown) => e as Error,
+    );
+    expect(out).toEqual([]);
+    return err.message;
+  }
+
+  it.each([
+    [
+      'a service that does not exist',
+      'svc/missing',
+      ['80'],
+      {},
+      'no service missing in namespace team; known: db, echo, web',
+    ],
+    [
+      'a pod that does not exist, on a cluster',
+      'pod/missing',
+      ['80'],
+      { cluster: 'edge-1' },
+      'no pod missing in namespace team on cluster edge-1; known: db, echo, web',
+    ],
+    [
+      'a port the service does not have',
+      'svc/echo',
+      ['8080:8080'],
+      {},
+      'service team/echo has no TCP port 8080; its ports: 80 (http), 443 (https), 81 (forbidden)',
+    ],
+    [
+      'a UDP port of the service',
+      'svc/echo',
+      ['5353:dns'],
+      {},
+      'service team/echo has no TCP port dns; its ports: 80 (http), 443 (https), 81 (forbidden)',
+    ],
+    [
+      'a port name the pod does not have',
+      'pod/echo',
+      ['9091:nope'],
+      {},
+      'pod team/echo has no TCP container port named nope; its named ports: 9090 (metrics)',
+    ],
+    [
+      'a pod that is not running',
+      'pod/pending',
+      ['80'],
+      {},
+      'pod team/pending is Pending, not Running; wait until it runs (kubectl get pod shows why not)',
+    ],
+    [
+      "a pod on its node's network",
+      'pod/on-node',
+      ['10250'],
+      {},
+      "pod team/on-node uses its node's network, and a node's addresses are never dialed; forward to a pod on the pod network",
+    ],
+    [
+      'an ExternalName service',
+      'svc/outside',
+      ['443'],
+      {},
+      'service team/outside is an ExternalName, a host outside the cluster, which port-forward never reaches',
+    ],
+    [
+      'a service the user may not reach',
+      'svc/denied',
+      [':https'],
+      {},
+      'forbidden: you may not create services/proxy "denied:https" in namespace team (no RBAC rule allows it); port-forward needs it, ask the cluster\'s admin to grant it',
+    ],
+    [
+      'a pod the user may not reach, on a cluster',
+      'pod/denied',
+      ['80'],
+      { cluster: 'edge-1' },
+      'forbidden: you may not create pods/portforward "denied" in namespace team on cluster edge-1 (no RBAC rule allows it); port-forward needs it, ask the cluster\'s admin to grant it',
+    ],
+    [
+      'a cluster the hub does not reach',
+      'svc/echo',
+      ['80'],
+      { cluster: 'nope' },
+      'cannot forward to cluster nope: cluster nope is not connected: its agent holds no tunnel to any concierge replica; sealion clusters shows which clusters answer you',
+    ],
+    [
+      'credentials the server refuses',
+      'svc/echo',
+      ['80'],
+      { context: 'nobody' },
+      'the server refused the credentials (401 Unauthorized): Unauthorized; log in again (sealion logout, then retry)',
+    ],
+  ] as const)('%s: one line, and nothing listens', async (_, resource, ports, over, message) => {
+    expect(await refused(resource, [...ports], over)).toBe(message);
+  });
+
+  it('a server nothing answers on: one line, and nothing listens', async () => {
+    expect(await refused('svc/echo', ['80'], { context: 'closed' })).toBe(
+      `cannot reach 127.0.0.1:${closedPort}: nothing listens there (connection refused); check the server in your kubeconfig`,
+    );
+  });
+
+  it('asks the cluster the forward goes to what its dialer asks, for each port of a service', async () => {
+    const from = asked.length;
+    await forwarding('svc/echo', [':80', ':https'], { cluster: 'edge-1', namespace: 'shop' });
+    const reviews = asked.slice(from).filter((a) => a.method === 'POST');
+    expect(asked.slice(from).map((a) => `${a.method} ${a.url}`)).toEqual([
+      'GET /clusters/edge-1/api/v1/namespaces/shop/services/echo',
+      'POST /clusters/edge-1/apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
+      'POST /clusters/edge-1/apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
+    ]);
+    expect(reviews.map((r) => (JSON.parse(r.body) as { spec: unknown }).spec)).toEqual(
+      ['echo:80', 'echo:https'].map((name) => ({
+        resourceAttributes: {
+          verb: 'create',
+          group: '',
+          version: 'v1',
+          resource: 'services',
+          subresource: 'proxy',
+          namespace: 'shop',
+          name,
+        },
+      })),
+    );
+  });
+
+  it('forwards to an object the user may reach but not read: the cluster decides', async () => {
+    const { forward } = await forwarding('svc/hidden', [':80']);
+    expect(forward.listeners).toHaveLength(1);
   });
 });
 

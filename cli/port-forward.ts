@@ -9,11 +9,13 @@ import { Agent, request, type RequestOptions } from 'node:https';
 import { createServer, isIP, type Server, type Socket } from 'node:net';
 import { Command, Option } from 'commander';
 import { DEFAULT_GROUP_SUFFIX, isValidGroupSuffix } from '../apis/groups.ts';
+import { closeHttpsPools } from '../lib/https-client.ts';
 import { isDNSLabel, isDNSSubdomain, isPortName } from '../apis/names.ts';
 import { reachPath as serverReachPath, REACH_UPGRADE } from '../lib/reach/target.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { takesNames } from './completion.ts';
+import { checkForward } from './port-forward-check.ts';
 import { printable } from './printable.ts';
 import { kubeconfigAccess, loginFirst, type KubeconfigAccess } from './whoami.ts';
 
@@ -467,6 +469,13 @@ export async function startPortForward(
   const first = await access();
   if (new URL(first.base).protocol !== 'https:')
     throw new Error(`the cluster's server ${printable(first.base)} is not https`);
+  // Checked before anything listens, as kubectl reads the pod first: a wrong name, port or permission is the
+  // command's failure, not each connection's.
+  await checkForward(
+    first,
+    { cluster: flags.cluster, namespace, resource, name },
+    ports.map((p) => p.remote),
+  );
 
   // One agent for every connection: it keeps the TLS sessions, so that each connection resumes one.
   const agent = new Agent({ keepAlive: false });
@@ -543,8 +552,11 @@ export function portForwardCommand(): Command {
     .addHelpText(
       'after',
       `
-Every local connection opens a connection of its own to the target, with the kubeconfig's credentials; a refused
-one is reported and closed, and the others go on. Runs until interrupted (Ctrl-C).
+Before it listens it checks with the cluster, as kubectl does, that the pod or service exists, that each remote port
+is one of its ports, and that you may open connections to it (the cluster the forward goes to answers); any miss
+is one line and exit 1. Every local connection then opens a connection of its own to the target, with the
+kubeconfig's credentials; a refused one is reported and closed, and the others go on. Runs until interrupted
+(Ctrl-C).
 
 Examples:
   sealion port-forward svc/web 8080:80
@@ -557,6 +569,8 @@ Examples:
         out: (line) => process.stdout.write(`${line}\n`),
         err: (line) => process.stderr.write(`${line}\n`),
       });
+      // The checks' connections are idle from here on; closed so that nothing but the forward keeps the process.
+      await closeHttpsPools();
       await untilStopped();
       await running.close();
     });

@@ -121,9 +121,9 @@ Admin access (the PROXY ENDPOINT column is where the proxy is published; cluster
   kubectl --kubeconfig ${edge.kubeconfigPath} get pods -A -o wide
 An OIDC login instead of the fixed demo token, one kubeconfig with a context for each cluster (open the URL the
 login prints, where the local OIDC provider signs the demo user in; --oidc-device prints a code instead):
-  sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters -o .sealion/oidc.kubeconfig
+  sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters --output-file .sealion/oidc.kubeconfig
   sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
-  kubectl --kubeconfig .sealion/oidc.kubeconfig --context sealion-${EDGE} get namespaces
+  kubectl --kubeconfig .sealion/oidc.kubeconfig --context ${new URL(endpoint).host}/${EDGE} get namespaces
 SSH into pods of any cluster with plain ssh, set up as any signed-in user sets it up (here into .sealion/; yours:
 >> ~/.ssh/config and ~/.ssh/known_hosts). The first ssh prints a code: open the link it gives, where the local OIDC
 provider signs the demo user in; ssh then says until when your SSH key is bound, and needs no login till then:

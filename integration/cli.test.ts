@@ -139,7 +139,7 @@ function writeStaticKubeconfig(path: string | undefined, exchange: boolean): Ret
     '--static-token-env',
     'SEALION_TEST_TOKEN',
     ...(exchange ? ['--exchange-credential'] : []),
-    ...(path === undefined ? [] : ['-o', path]),
+    ...(path === undefined ? [] : ['--output-file', path]),
   ]);
 }
 
@@ -248,7 +248,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
       cluster.kubeconfigPath,
       '--oidc-skip-browser',
       ...extra,
-      '-o',
+      '--output-file',
       path,
     ]);
     expect(written).toMatchObject({ code: 0 });
@@ -466,7 +466,7 @@ describe('the standalone executable as a kubectl plugin', () => {
   const pluginKubeconfig = async (name: string, path: string[]): Promise<string> => {
     const kubeconfig = join(home, name);
     const args = ['get', 'kubeconfig', '--kubeconfig', cluster.kubeconfigPath, '--static-token-env'];
-    await kubectl(['sealion', ...args, 'SEALION_TEST_TOKEN', '-o', kubeconfig], path);
+    await kubectl(['sealion', ...args, 'SEALION_TEST_TOKEN', '--output-file', kubeconfig], path);
     return kubeconfig;
   };
 

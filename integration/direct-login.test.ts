@@ -431,7 +431,7 @@ describe('the direct path on a self-hosted cluster in mode auto', () => {
       'corp',
       '--static-token-env',
       'DIRECT_TOKEN',
-      '-o',
+      '--output-file',
       path,
     ]);
     expect(written).toMatchObject({ code: 0, stderr: '' });

@@ -12,6 +12,7 @@ import {
   DEMO_USER,
   DEMO_NAMESPACE,
   DEMO_POD,
+  EDGE,
   startInstalledSealion,
   stopInstalled,
   type InstalledSealion,
@@ -70,10 +71,14 @@ describe('one kubeconfig for every cluster', () => {
     const path = join(dir, 'all.kubeconfig');
     writeFileSync(path, await installed.kubeconfig(token, '', true), { mode: 0o600 });
     const config = parse(readFileSync(path, 'utf8')) as {
+      clusters: { cluster: { server: string } }[];
       contexts: { name: string; context: { user: string } }[];
       users: unknown[];
     };
-    expect(config.contexts.map((c) => c.name)).toEqual(['sealion-my-oidc', 'sealion-edge']);
+    // Named by the proxy's address, then the cluster's name as over SSH: the hub's is its ssh.hubName.
+    const proxy = new URL(config.clusters[0]!.cluster.server).host;
+    const [hubContext, edgeContext] = [`${proxy}/hub`, `${proxy}/${EDGE}`];
+    expect(config.contexts.map((c) => c.name)).toEqual([hubContext, edgeContext]);
     expect(config.users).toHaveLength(1);
     const home = mkdtempSync(join(tmpdir(), 'sealion-all-'));
     const listed = await runSealion(['clusters', '--kubeconfig', path, '-o', 'json'], {
@@ -81,8 +86,8 @@ describe('one kubeconfig for every cluster', () => {
     });
     expect(listed).toMatchObject({ code: 0, stderr: '' });
     expect(JSON.parse(listed.stdout)).toEqual([
-      expect.objectContaining({ context: 'sealion-my-oidc', state: 'Ready', detail: DEMO_USER }),
-      expect.objectContaining({ context: 'sealion-edge', state: 'Ready', detail: DEMO_USER }),
+      expect.objectContaining({ context: hubContext, state: 'Ready', detail: DEMO_USER }),
+      expect.objectContaining({ context: edgeContext, state: 'Ready', detail: DEMO_USER }),
     ]);
     // One login for both: the certificate the plugin got for the hub's proxy serves edge too.
     expect(readdirSync(join(home, 'sealion', 'credentials')).filter((f) => f.endsWith('.json'))).toHaveLength(
@@ -92,7 +97,7 @@ describe('one kubeconfig for every cluster', () => {
     const edgePods = await runKubectl(
       installed.hub.binaries.kubectl,
       path,
-      ['--context', 'sealion-edge', 'get', 'pods', '-n', DEMO_NAMESPACE, '-o', 'name'],
+      ['--context', edgeContext, 'get', 'pods', '-n', DEMO_NAMESPACE, '-o', 'name'],
       { env: { XDG_CONFIG_HOME: home } },
     );
     expect(edgePods).toMatchObject({ code: 0, stdout: `pod/${DEMO_POD}\n` });

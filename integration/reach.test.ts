@@ -25,7 +25,7 @@ import {
 import { eventually } from '../dev/eventually.ts';
 import { deployReachWorkload } from '../dev/reach-workload.ts';
 import { runKubectl } from '../dev/cluster.ts';
-import { dieWithParent, stopChild, waitForOutput } from '../dev/processes.ts';
+import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
 
 const running: Running = {};
 let dir: string;
@@ -198,22 +198,78 @@ describe.each([
     await stopChild(echo.child);
   });
 
+  // What the cluster says before anything listens: one line, exit 1, as kubectl port-forward checks the pod first. The
+  // edge kubeconfig's server is the proxy's /clusters/edge, which the messages name. The demo user may read Services
+  // on the hub but not on edge, where their names and ports are left to the cluster: it refuses each connection with
+  // a Status instead (a user may reach what they may not read).
+  const on = file ? ` on cluster ${EDGE}` : '';
+  const readsServices = !file;
   it.each([
     [
       'a user without services/proxy',
       'viewer-',
       ['svc/reach-echo', ':echo'],
-      /forbidden: User \\?"viewer@sealion\.dev\\?" cannot create resource \\?"services\/proxy\\?"/,
+      true,
+      `forbidden: you may not create services/proxy "reach-echo:echo" in namespace ${DEMO_NAMESPACE}${on}`,
+      /forbidden/,
     ],
-    ['an ExternalName Service', '', ['svc/outside', ':443'], /ExternalName/],
-    ["a Service whose only endpoint is the API server's address", '', ['svc/bare', ':443'], /no ready pod/],
-    ["a pod on its node's network", '', ['pod/on-node', ':10250'], /node's network/],
-    ['a Service that is not there', '', ['svc/nowhere', ':80'], /services "nowhere" not found/],
-  ])('refuses %s with a Status the user reads', async (_what, who, args, message) => {
-    const refused = await forward(kubeconfig(who), args);
+    [
+      'an ExternalName Service',
+      '',
+      ['svc/outside', ':443'],
+      readsServices,
+      `service ${DEMO_NAMESPACE}/outside${on} is an ExternalName`,
+      /ExternalName/,
+    ],
+    [
+      "a pod on its node's network",
+      '',
+      ['pod/on-node', ':10250'],
+      true,
+      `pod ${DEMO_NAMESPACE}/on-node${on} uses its node's network`,
+      /node's network/,
+    ],
+    [
+      'a Service that is not there',
+      '',
+      ['svc/nowhere', ':80'],
+      readsServices,
+      `no service nowhere in namespace ${DEMO_NAMESPACE}${on}`,
+      /services "nowhere" not found/,
+    ],
+    [
+      'a port the Service does not have',
+      '',
+      ['svc/reach-echo', ':8443'],
+      readsServices,
+      `service ${DEMO_NAMESPACE}/reach-echo${on} has no TCP port 8443; its ports: `,
+      /has no TCP port 8443/,
+    ],
+    [
+      "a Service whose only endpoint is the API server's address",
+      '',
+      ['svc/bare', ':443'],
+      false,
+      '',
+      /no ready pod/,
+    ],
+  ] as const)('refuses %s, in one line', async (_what, who, args, beforeListening, line, status) => {
+    if (beforeListening) {
+      const run = await runSealion([
+        'port-forward',
+        `--kubeconfig=${kubeconfig(who)}`,
+        '-n',
+        DEMO_NAMESPACE,
+        ...args,
+      ]);
+      expect(run).toMatchObject({ code: 1, stdout: '' });
+      expect(run.stderr.split('\n').filter(Boolean)).toEqual([expect.stringContaining(`sealion: ${line}`)]);
+      return;
+    }
+    const refused = await forward(kubeconfig(who), [...args]);
     // The connection is closed without a byte of the target's, and the forward says why.
     expect((await exchange(refused.port, 'anything')).length).toBe(0);
-    await eventually(async () => expect(refused.stderr()).toMatch(message));
+    await eventually(async () => expect(refused.stderr()).toMatch(status));
     await stopChild(refused.child);
   });
 });
@@ -251,7 +307,12 @@ describe('the API server as the oracle', () => {
 
   /** Whether `sealion port-forward` with this kubeconfig reaches `port`; a refusal must be a forbidden Status. */
   async function sealionReaches(kubeconfig: string, port: string, where: string): Promise<boolean> {
-    const through = await forward(kubeconfig, ['svc/reach-echo', `:${port}`]);
+    // A user the cluster refuses is told before anything listens: the command exits with the refusal.
+    const through = await forward(kubeconfig, ['svc/reach-echo', `:${port}`]).catch((err: Error) => {
+      expect(err.message).toMatch(/sealion: forbidden: you may not create services\/proxy "reach-echo:/);
+      return undefined;
+    });
+    if (!through) return false;
     const answer = (await exchange(through.port, 'GET / HTTP/1.0\r\n\r\n')).toString('utf8');
     const reached = answer.includes(`hello from ${where}\n`);
     if (!reached) await eventually(async () => expect(through.stderr()).toMatch(/forbidden/));

@@ -1972,7 +1972,7 @@ describe('the CLI: what it prints, opens, writes and forgets', () => {
       hub.kubeconfigPath,
       '--static-token',
       secret,
-      '-o',
+      '--output-file',
       join(cliDir, 'refused.kubeconfig'),
     ]);
     expect(refused.code).not.toBe(0);

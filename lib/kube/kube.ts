@@ -45,12 +45,18 @@ export function loadKubeConfig(source: KubeconfigSource): k8s.KubeConfig {
 /** The kubeconfig a command's --kubeconfig names (or the default one), switched to --context when it names one. */
 export function loadKubeConfigFlags(flags: { kubeconfig: string; context: string }): k8s.KubeConfig {
   const config = loadKubeConfig(flags.kubeconfig ? { path: flags.kubeconfig } : { default: true });
-  if (flags.context) {
-    if (!config.getContexts().some((c) => c.name === flags.context))
-      throw new Error(`--context: the kubeconfig has no context ${JSON.stringify(flags.context)}`);
-    config.setCurrentContext(flags.context);
-  }
+  if (flags.context) useContext(config, flags.context);
   return config;
+}
+
+/** Switches `config` to the context `--context` names; one it does not have is refused, with the ones it has. */
+function useContext(config: k8s.KubeConfig, context: string): void {
+  const names = config.getContexts().map((c) => c.name);
+  if (!names.includes(context))
+    throw new Error(
+      `--context: the kubeconfig has no context ${JSON.stringify(context)}; known: ${names.map((n) => JSON.stringify(n)).join(', ') || 'none'}`,
+    );
+  config.setCurrentContext(context);
 }
 
 type MakeDispatcher = (cluster: k8s.Cluster | null, options: object) => unknown;
@@ -77,8 +83,11 @@ function shareDispatchers(config: k8s.KubeConfig): void {
   };
 }
 
-export function newKubeClients(source: KubeconfigSource): KubeClients {
-  return kubeClientsFor(loadKubeConfig(source));
+/** Clients for the kubeconfig `source`, at its context `context` when one is named (`--context`). */
+export function newKubeClients(source: KubeconfigSource, context = ''): KubeClients {
+  const config = loadKubeConfig(source);
+  if (context) useContext(config, context);
+  return kubeClientsFor(config);
 }
 
 /** The clients of newKubeClients for a kubeconfig loaded already (loadKubeConfigFlags: --kubeconfig and --context). */
