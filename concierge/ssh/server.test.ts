@@ -121,7 +121,7 @@ function startServer(
     }),
     door,
     cache: over.cache ?? { providerOf: () => undefined, authenticateWith: () => never(), holds: () => false },
-    bindings: over.bindings ?? { find: () => undefined, bind: () => Promise.resolve(new Date(0)) },
+    bindings: over.bindings ?? noBindings(),
     groupSuffix: 'sealion.dev',
     clusterNames: () => [],
     log: silentLogger(),
@@ -129,6 +129,14 @@ function startServer(
     ...(over.clock ? { clock: over.clock } : {}),
   });
 }
+
+/** Bindings that hold nothing: what a test's own stand-in does not define. */
+const noBindings = (): KeyBindings => ({
+  find: () => undefined,
+  bind: () => Promise.resolve(new Date(0)),
+  renew: () => Promise.resolve(),
+  end: () => Promise.resolve(),
+});
 
 const never = (): never => {
   throw new Error('not asked in this test');
@@ -425,10 +433,7 @@ describe('signing in', () => {
     for (const key of keys)
       execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, key)]);
     const asked: string[] = [];
-    const bindings: KeyBindings = {
-      find: (_blob, print) => void asked.push(print),
-      bind: () => Promise.resolve(new Date(0)),
-    };
+    const bindings: KeyBindings = { ...noBindings(), find: (_blob, print) => void asked.push(print) };
     await withServer({ bindings }, async (at) => {
       const r = await runOpenSSH('ssh', [
         ...opensshOptions(join(dir, keys[0]!), { quiet: false }),
@@ -498,6 +503,7 @@ describe('signing in', () => {
     const authenticator: AuthenticatorBinding = { uid: 'uid-1', trust: 'a'.repeat(43) };
     let loaded = true;
     const bindings: KeyBindings = {
+      ...noBindings(),
       find: () => ({
         identity: {
           kind: 'user',
@@ -505,8 +511,8 @@ describe('signing in', () => {
           via: 'ssh/JWTAuthenticator/my-oidc',
         },
         authenticator,
+        expires: Date.now() + 3600_000,
       }),
-      bind: () => Promise.resolve(new Date(0)),
     };
     const cache = {
       providerOf: () => undefined,
