@@ -36,7 +36,7 @@ import {
   type LoginOutcome,
 } from './device-login.ts';
 import type { CertificateVerdict, DoorConnection } from './door-connection.ts';
-import { newRenewals, renewLogin } from './renewal.ts';
+import { newRenewals, renewLogin, type RenewalOutcome } from './renewal.ts';
 
 /** sshd's MaxAuthTries default: refusals a connection gets before it is disconnected. */
 export const MAX_AUTH_TRIES = 6;
@@ -200,38 +200,56 @@ async function renewBoundKey(
   ctx: PublicKeyContext,
   conn: DoorConnection,
   login: DeviceLoginSettings,
-  bound: BoundKey & { refreshToken?: string },
+  bound: BoundKey,
   refuse: () => void,
 ): Promise<void> {
   const { key } = ctx;
   const print = fingerprint(key.data);
-  const username = bound.identity.user.username;
-  const refreshToken = bound.refreshToken;
-  const outcome = refreshToken
-    ? await opts.renewals(bindingName(key.data), () =>
-        renewLogin(opts.cache, login, { username, refreshToken }, opts.clock),
-      )
-    : { ok: false as const, ended: true, reason: 'no refresh token' };
+  // The renewal and what it stores are one step: a sign-in that comes while it runs waits for both, so that nobody
+  // reads a refresh token the issuer has already rotated away.
+  const outcome = await opts.renewals(bindingName(key.data), () =>
+    renewAndKeep(opts, login, key.data, print, bound),
+  );
   if (outcome.ok) {
-    await opts.bindings.renew(key.data, print, outcome).catch((err: unknown) => {
-      // Signed in all the same: the next sign-in renews again (a rotated refresh token not kept ends it then).
-      opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be renewed in its Secret');
-    });
-    opts.log.info({ ip: conn.ip, fingerprint: print }, 'ssh key binding renewed');
     conn.signIn.identity = { ...outcome.identity, via: 'ssh/key' };
     return ctx.accept();
   }
+  opts.log.info({ ip: conn.ip, fingerprint: print, reason: outcome.reason }, 'ssh bound key refused');
   if (!outcome.ended) {
-    opts.log.warn({ ip: conn.ip, fingerprint: print, err: outcome.reason }, 'ssh key binding not renewed');
     sendBanner(ctx, unreachableIssuerNotice(print));
     return refuse();
   }
-  opts.log.info({ ip: conn.ip, fingerprint: print, reason: outcome.reason }, 'ssh key binding ended');
-  await opts.bindings.end(key.data).catch((err: unknown) => {
-    opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be deleted');
-  });
   sendBanner(ctx, endedSessionNotice(print));
   unbound(ctx, conn, key.data, print, refuse);
+}
+
+/** Renews the binding's login, and keeps the renewal in the binding, or ends the binding when the issuer refused. */
+async function renewAndKeep(
+  opts: KeyOptions,
+  login: DeviceLoginSettings,
+  blob: Buffer,
+  print: string,
+  bound: BoundKey,
+): Promise<RenewalOutcome> {
+  const { refreshToken } = bound;
+  const username = bound.identity.user.username;
+  const outcome: RenewalOutcome = refreshToken
+    ? await renewLogin(opts.cache, login, { username, refreshToken }, opts.clock)
+    : { ok: false, ended: true, reason: 'the login gave no refresh token' };
+  if (outcome.ok) {
+    await opts.bindings.renew(blob, print, outcome).then(
+      () => opts.log.info({ fingerprint: print }, 'ssh key binding renewed'),
+      // Signed in all the same: the next sign-in renews again (a rotated refresh token not kept ends it then).
+      (err: unknown) => opts.log.warn({ err: (err as Error).message }, 'ssh key binding renewal not stored'),
+    );
+  } else if (outcome.ended) {
+    await opts.bindings.end(blob).then(
+      () => opts.log.info({ fingerprint: print, reason: outcome.reason }, 'ssh key binding ended'),
+      (err: unknown) =>
+        opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be deleted'),
+    );
+  }
+  return outcome;
 }
 
 /** What a client whose key is not bound is told, before a device login or a refusal. */
