@@ -692,7 +692,8 @@ describe('a bound key past its ID token', () => {
     const print = printOf('renewed');
     const { clock, bindings } = setup();
     const since = clock.now();
-    await withServer({ cache, settings, bindings, clock }, async (at) => {
+    const own: Partial<SshSettings> = { ...settings };
+    await withServer({ cache, settings: own, bindings, clock }, async (at) => {
       const login = await deviceLogin(at, 'renewed');
       expect(login).toMatchObject({ code: 0, stdout: 'in\n' });
       // The session's hard end (12h, the default cap), and what may end it sooner.
@@ -725,6 +726,11 @@ describe('a bound key past its ID token', () => {
       } finally {
         issuer.setMode('discovery', 'ok');
       }
+      expect(await batch(at, 'renewed')).toMatchObject({ code: 0, stdout: 'in\n' });
+      // An admin who lowers ssh.maxBindingLifetime shortens the sessions under way.
+      own.maxBindingMs = 20 * 60_000;
+      expect((await batch(at, 'renewed')).code).toBe(255);
+      delete own.maxBindingMs;
       expect(await batch(at, 'renewed')).toMatchObject({ code: 0, stdout: 'in\n' });
       // The session's hard end: the key is unbound, whatever the issuer would say.
       clock.advance(12 * 3600_000);
