@@ -63,6 +63,20 @@ describe('key bindings', () => {
     expect(bindings.find(key, print)).toBeUndefined();
   });
 
+  it('without a refresh token, ends with the ID token', async () => {
+    const { bindings, clock } = setup();
+    const until = await bindings.bind(
+      key,
+      print,
+      login(new Date(clock.now + 5 * 60_000), { maxLifetimeMs: 12 * HOUR }),
+    );
+    expect(until).toEqual(new Date(clock.now + 5 * 60_000));
+    clock.now += 5 * 60_000 - 1;
+    expect(bindings.find(key, print)).toBeDefined();
+    clock.now += 1;
+    expect(bindings.find(key, print)).toBeUndefined();
+  });
+
   it('with a refresh token, holds past the ID token until the session ends, renewed within that end', async () => {
     const { bindings, secrets, clock } = setup();
     const since = clock.now;
