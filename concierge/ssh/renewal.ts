@@ -15,7 +15,11 @@ import {
   type LoginCache,
 } from './device-login.ts';
 
-/** A renewal that takes longer is given up (the sign-in is refused; the binding stays for the next try). */
+/**
+ * A sign-in waits this long for a renewal, then is refused (the binding stays). The renewal itself goes on to its
+ * end, bounded by the issuer client's timeout per request and by this for the authenticator's check, and keeps what
+ * it got: the issuer may have rotated the refresh token already.
+ */
 export const RENEWAL_MAX_MS = 30_000;
 
 /**
@@ -32,6 +36,8 @@ export interface Renewable {
   refreshToken: string;
 }
 
+const NO_ANSWER: RenewalOutcome = { ok: false, ended: false, reason: 'the issuer did not answer in time' };
+
 /** Renews a binding's login at the issuer; never rejects. */
 export async function renewLogin(
   cache: LoginCache,
@@ -42,19 +48,11 @@ export async function renewLogin(
   const deadline = new AbortController();
   const timer = clock.setTimeout(() => deadline.abort(), RENEWAL_MAX_MS);
   try {
-    return await Promise.race([
-      renew(cache, login, bound, deadline.signal),
-      new Promise<RenewalOutcome>((settle) =>
-        deadline.signal.addEventListener(
-          'abort',
-          () => settle({ ok: false, ended: false, reason: 'the issuer did not answer in time' }),
-          { once: true },
-        ),
-      ),
-    ]);
+    const outcome = await renew(cache, login, bound, deadline.signal);
+    // A check cut short by the deadline says nothing about the session.
+    return !outcome.ok && deadline.signal.aborted ? NO_ANSWER : outcome;
   } finally {
     clock.clearTimeout(timer);
-    deadline.abort();
   }
 }
 
@@ -108,14 +106,23 @@ async function renew(
 /**
  * One renewal at a time per binding (by name) in this process: a sign-in while one runs waits on the same outcome,
  * so a rotated refresh token is used once, and a burst of connections with one key costs the issuer one request.
+ * Each sign-in waits at most RENEWAL_MAX_MS by `clock`; the renewal goes on without it, and holds its place until
+ * it ends (what it stores is then there for the next sign-in).
  */
-export function newRenewals(): (name: string, run: () => Promise<RenewalOutcome>) => Promise<RenewalOutcome> {
+export function newRenewals(
+  clock: Clock,
+): (name: string, run: () => Promise<RenewalOutcome>) => Promise<RenewalOutcome> {
   const running = new Map<string, Promise<RenewalOutcome>>();
   return (name, run) => {
-    const under = running.get(name);
-    if (under) return under;
-    const started = run().finally(() => running.delete(name));
-    running.set(name, started);
-    return started;
+    let under = running.get(name);
+    if (!under) {
+      under = run().finally(() => running.delete(name));
+      running.set(name, under);
+    }
+    let timer: unknown;
+    const waited = new Promise<RenewalOutcome>((settle) => {
+      timer = clock.setTimeout(() => settle(NO_ANSWER), RENEWAL_MAX_MS);
+    });
+    return Promise.race([under, waited]).finally(() => clock.clearTimeout(timer));
   };
 }

@@ -18,6 +18,7 @@ import { decodeJwt } from 'jose';
 import { approveDevice } from '../../dev/browser.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
 import { bindingName, newKeyBindings, type BindingSecret, type KeyBindings } from './bindings.ts';
+import { RENEWAL_MAX_MS } from './renewal.ts';
 import { utcMinute, type SshSettings } from './sign-in.ts';
 import { opensshOptions, runOpenSSH, type OpenSSHResult } from '../../dev/openssh.ts';
 import { eventually } from '../../dev/eventually.ts';
@@ -739,6 +740,37 @@ describe('a bound key past its ID token', () => {
       expect(late.code).toBe(255);
       expect(late.stderr).toContain(`Sealion: the key ${print} is not bound to a login yet;`);
       expect(issuer.grants().refresh_token).toBe(grantsThen);
+    });
+  }, 120_000);
+
+  it('refuses a sign-in whose renewal outlasts its deadline by the clock, and lets the renewal finish for the next', async () => {
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'slow')]);
+    const print = printOf('slow');
+    const { clock, bindings } = setup();
+    await withServer({ cache, settings, bindings, clock }, async (at) => {
+      expect(await deviceLogin(at, 'slow')).toMatchObject({ code: 0, stdout: 'in\n' });
+      clock.advance(10 * 60_000);
+      issuer.setMode('discovery', 'hang');
+      let slow: Promise<OpenSSHResult>;
+      try {
+        slow = batch(at, 'slow');
+        // The renewal under way: its deadline and the sign-in's are armed on the door's clock.
+        await eventually(() => expect(clock.pending()).toContain(RENEWAL_MAX_MS), 20_000);
+        clock.advance(RENEWAL_MAX_MS);
+        const refused = await slow;
+        expect(refused.code).toBe(255);
+        expect(refused.stderr).toContain(
+          `Sealion: the login that bound the key ${print} could not be renewed: the issuer did not answer; try again later.`,
+        );
+      } finally {
+        issuer.setMode('discovery', 'ok');
+      }
+      // The hung request ends at the issuer client's own timeout; the binding stayed, and renews.
+      await eventually(
+        async () => expect(await batch(at, 'slow')).toMatchObject({ code: 0, stdout: 'in\n' }),
+        40_000,
+        1000,
+      );
     });
   }, 120_000);
 

@@ -87,7 +87,7 @@ export type SignIn = (ctx: AuthContext, conn: DoorConnection, disconnect: () => 
 
 export function newSignIn(opts: SignInOptions): SignIn {
   const { log } = opts;
-  const renewals = newRenewals();
+  const renewals = newRenewals(opts.clock);
 
   return (ctx, conn, disconnect) => {
     const state = conn.signIn;
