@@ -95,6 +95,12 @@ export interface SSHSpec {
   groupsExtension?: string;
   /** Certificates may name users and groups that start with `system:` (Kubernetes' own). Default: false. */
   allowSystemNames?: boolean;
+  /**
+   * How long a device login keeps a key bound at most, renewals with the issuer's refresh token included, as a
+   * duration in hours, minutes and seconds (`12h`, `1h30m`), from 5m to 168h. Default: 12h.
+   * @maxLength 32
+   */
+  maxBindingLifetime?: string;
 }
 
 /** The SSH door's device login. */

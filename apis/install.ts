@@ -70,6 +70,11 @@ export const DEFAULT_SSH_HUB_NAME = 'hub';
 /** What the device login asks the issuer for: an ID token with the claims JWTAuthenticators usually map. */
 export const DEFAULT_SSH_SCOPES = ['openid', 'email', 'profile', 'groups'] as const;
 export const DEFAULT_GROUPS_EXTENSION = 'groups@sealion.dev';
+/**
+ * How long a device login keeps a key bound at most, renewals included: a working day, as Teleport's default
+ * max_session_ttl, so a key left on a laptop overnight needs a login the next morning.
+ */
+export const DEFAULT_SSH_MAX_BINDING_LIFETIME = '12h';
 
 export const DEFAULT_CONFIG_YAML = `# Sealion concierge configuration. Edits apply live; a bad edit is reported on the
 # authenticators' status and the last good configuration keeps serving.
@@ -114,6 +119,9 @@ ssh:
   groupsExtension: ${DEFAULT_GROUPS_EXTENSION}
   # Whether certificates may name users and groups that start with system: (Kubernetes' own, such as system:masters).
   allowSystemNames: false
+  # How long a device login keeps a key bound at most (h, m, s: 12h, 1h30m; from 5m to 168h). Within it the door
+  # renews the login with the issuer's refresh token, so the key stays bound while the login lasts at the issuer.
+  maxBindingLifetime: ${DEFAULT_SSH_MAX_BINDING_LIFETIME}
 `;
 
 /** The Secret, in the concierge's namespace, with the CA that agents pin and are issued from. */

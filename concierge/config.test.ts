@@ -1,6 +1,13 @@
 import { DEFAULT_CONFIG_YAML } from '../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
-import { ConfigError, MAX_CONFIG_BYTES, loadConfig, newConfigSource, type ConfigProblem } from './config.ts';
+import {
+  ConfigError,
+  MAX_CONFIG_BYTES,
+  loadConfig,
+  newConfigSource,
+  parseDuration,
+  type ConfigProblem,
+} from './config.ts';
 import { newCA } from '../lib/pki/pki.ts';
 
 function problemsOf(text: string): ConfigProblem[] {
@@ -37,6 +44,7 @@ describe('loadConfig', () => {
         certificateAuthorities: [],
         groupsExtension: 'groups@sealion.dev',
         allowSystemNames: false,
+        maxBindingLifetime: '12h',
       },
     };
     expect(loadConfig('')).toEqual(defaults);
@@ -44,6 +52,15 @@ describe('loadConfig', () => {
     expect(loadConfig('impersonationProxy: {}')).toEqual(defaults);
     // The shipped ConfigMap spells out exactly the defaults.
     expect(loadConfig(DEFAULT_CONFIG_YAML)).toEqual(defaults);
+  });
+
+  it('reads ssh.maxBindingLifetime as Go and kubectl write durations', () => {
+    expect(loadConfig('ssh: {maxBindingLifetime: 1h30m}').ssh.maxBindingLifetime).toBe('1h30m');
+    expect(parseDuration('12h')).toBe(12 * 3600_000);
+    expect(parseDuration('1h30m')).toBe(90 * 60_000);
+    expect(parseDuration('300s')).toBe(300_000);
+    for (const bad of ['', '12', '1d', '1.5h', '30m1h', '-1h', ' 1h'])
+      expect(parseDuration(bad)).toBeUndefined();
   });
 
   it('returns a deeply frozen object', () => {
@@ -208,6 +225,20 @@ kubeCertAgent:
     ['an ssh port out of range', 'ssh: {port: 70000}', 'InvalidValue', 'ssh.port'],
     ['an ssh hub name that is no DNS label', 'ssh: {hubName: Hub_1}', 'InvalidValue', 'ssh.hubName'],
     ['a login without its authenticator', 'ssh: {login: {}}', 'InvalidType', 'ssh.login.authenticator'],
+    ['a binding lifetime in days', 'ssh: {maxBindingLifetime: 1d}', 'InvalidValue', 'ssh.maxBindingLifetime'],
+    [
+      'a binding lifetime under 5m',
+      'ssh: {maxBindingLifetime: 4m59s}',
+      'InvalidValue',
+      'ssh.maxBindingLifetime',
+    ],
+    [
+      'a binding lifetime over a week',
+      'ssh: {maxBindingLifetime: 169h}',
+      'InvalidValue',
+      'ssh.maxBindingLifetime',
+    ],
+    ['an empty binding lifetime', 'ssh: {maxBindingLifetime: ""}', 'InvalidValue', 'ssh.maxBindingLifetime'],
     [
       'a scope with a space',
       'ssh: {login: {authenticator: a, scopes: ["open id"]}}',

@@ -12,6 +12,7 @@ import {
   DEFAULT_SERVICE_TYPE,
   DEFAULT_EXTERNAL_TRAFFIC_POLICY,
   DEFAULT_SSH_HUB_NAME,
+  DEFAULT_SSH_MAX_BINDING_LIFETIME,
   DEFAULT_SSH_SCOPES,
   DEFAULT_SSH_SERVICE_PORT,
 } from '../apis/install.ts';
@@ -157,6 +158,33 @@ const tlsSchema = z
 const nameSchema = (what: string, valid: (name: string) => boolean) =>
   z.string().refine(valid, { message: `must be ${what}`, params: { code: 'InvalidValue' } });
 
+/** The bounds of ssh.maxBindingLifetime: a few minutes (less is a login per command), a week. */
+export const MIN_BINDING_LIFETIME_MS = 5 * 60_000;
+export const MAX_BINDING_LIFETIME_MS = 168 * 3600_000;
+
+/**
+ * A duration as Go and kubectl write one, in hours, minutes and seconds (`12h`, `1h30m`, `90s`), in milliseconds;
+ * undefined for anything else (days, fractions and units smaller than a second have no use here).
+ */
+export function parseDuration(text: string): number | undefined {
+  const parts = /^(?:(\d{1,4})h)?(?:(\d{1,6})m)?(?:(\d{1,8})s)?$/.exec(text);
+  if (!parts || text === '') return undefined;
+  const [, h = '0', m = '0', s = '0'] = parts;
+  return ((Number(h) * 60 + Number(m)) * 60 + Number(s)) * 1000;
+}
+
+const durationSchema = (min: number, max: number) =>
+  z.string().refine(
+    (text) => {
+      const ms = parseDuration(text);
+      return ms !== undefined && ms >= min && ms <= max;
+    },
+    {
+      message: `must be a duration such as 12h or 1h30m, from ${min / 60_000}m to ${max / 3600_000}h`,
+      params: { code: 'InvalidValue' },
+    },
+  );
+
 /** The SSH door (concierge/ssh/): off unless turned on. */
 const sshSchema = z
   .strictObject({
@@ -194,6 +222,10 @@ const sshSchema = z
     groupsExtension: z.string().min(1).max(128).default(DEFAULT_GROUPS_EXTENSION),
     /** Certificates may name `system:` users and groups. */
     allowSystemNames: z.boolean().default(false),
+    /** How long a device login keeps a key bound at most, renewals included. */
+    maxBindingLifetime: durationSchema(MIN_BINDING_LIFETIME_MS, MAX_BINDING_LIFETIME_MS).default(
+      DEFAULT_SSH_MAX_BINDING_LIFETIME,
+    ),
   })
   .prefault({});
 

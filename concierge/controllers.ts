@@ -67,7 +67,14 @@ import {
   type KubeInformers,
 } from '../lib/kube/kube.ts';
 import type { Logger } from '../lib/log.ts';
-import { ConfigError, configFromObject, newConfigSource, type SealionConfig } from './config.ts';
+import {
+  ConfigError,
+  configFromObject,
+  MIN_BINDING_LIFETIME_MS,
+  newConfigSource,
+  parseDuration,
+  type SealionConfig,
+} from './config.ts';
 import type { ClusterStatusPublisher } from './tunnel/cluster-status.ts';
 
 /** The authenticators: informers on both kinds, and the one cache the proxy asks and the validators fill. */
@@ -347,6 +354,8 @@ export function sshSettings(config: SealionConfig): SshSettings {
     certificateAuthorities: parseTrustedCAKeys([...ssh.certificateAuthorities]).keys,
     groupsExtension: ssh.groupsExtension,
     allowSystemNames: ssh.allowSystemNames,
+    // Checked when the config was loaded.
+    maxBindingMs: parseDuration(ssh.maxBindingLifetime) ?? MIN_BINDING_LIFETIME_MS,
   };
 }
 
@@ -459,6 +468,7 @@ export function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
       certificateAuthorities: [...config.ssh.certificateAuthorities],
       groupsExtension: config.ssh.groupsExtension,
       allowSystemNames: config.ssh.allowSystemNames,
+      maxBindingLifetime: config.ssh.maxBindingLifetime,
     },
   };
 }

@@ -70,6 +70,13 @@ function ssh(
   );
 }
 
+/** What a key binding's Secret holds, as far as these tests read it. */
+interface StoredBinding {
+  user: { username: string };
+  expires: number;
+  refreshToken?: string;
+}
+
 /** A new ed25519 key in the test's directory. */
 async function keygen(name: string): Promise<void> {
   const made = await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', join(dir, name)]);
@@ -495,7 +502,7 @@ describe('signing in', () => {
     expect(r.code).toBe(255);
   });
 
-  it('logs in with the device code at the OpenID Provider, then the key needs no login until its binding ends', async () => {
+  it('logs in with the device code at the OpenID Provider, then the key needs no login while the issuer renews the login', async () => {
     let approving: Promise<void> | undefined;
     const r = await run(
       'ssh',
@@ -522,10 +529,13 @@ describe('signing in', () => {
     await approving;
     expect(r.stdout.toString()).toBe('signed-in\n');
     expect(r.code).toBe(0);
-    const print = (await fingerprintOf('device')).replace(/[+/]/g, '\\$&');
+    const fingerprint = await fingerprintOf('device');
+    const print = fingerprint.replace(/[+/]/g, '\\$&');
+    // The issuer gives a refresh token: bound for the session, which the issuer may end sooner.
     expect(r.stderr).toMatch(
       new RegExp(
-        `Sealion: the key ${print} is bound to demo@sealion\\.dev until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC\\.`,
+        `Sealion: the key ${print} is bound to demo@sealion\\.dev until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d UTC\\. ` +
+          'It stays bound while the issuer renews the login; signing out there ends it sooner\\.',
       ),
     );
 
@@ -536,46 +546,86 @@ describe('signing in', () => {
     // A terminal that changes size: OpenSSH sends a new size only from a real terminal, so the ssh2 client does.
     expect(await resized(`${EDGE}/${DEMO_NAMESPACE}/${DEMO_POD}`, 'device')).toEqual(['24 80', '33 99']);
 
-    // The binding's end, as the Secret says it: then the key is a stranger's again.
+    // Past the ID token's expiry, as the Secret says it: the door renews the login with the refresh token at the
+    // issuer, the JWTAuthenticator takes the new ID token, and the key still signs in.
     const ns = DEFAULT_INSTALL.namespace;
-    const secrets = await installed.hub.kubectl([
-      'get',
-      'secrets',
-      '-n',
-      ns,
-      '-l',
-      'sealion.dev/ssh-key-binding=true',
-      '-o',
-      'json',
-    ]);
-    const bindings = (
-      JSON.parse(secrets.stdout) as { items: { metadata: { name: string }; data: Record<string, string> }[] }
-    ).items;
-    expect(bindings).toHaveLength(1);
-    const stored = JSON.parse(Buffer.from(bindings[0]!.data['binding.json']!, 'base64').toString('utf8')) as {
-      user: { username: string };
-      expires: number;
+    const binding = async (): Promise<{ name: string; stored: StoredBinding } | undefined> => {
+      const secrets = await installed.hub.kubectl([
+        'get',
+        'secrets',
+        '-n',
+        ns,
+        '-l',
+        'sealion.dev/ssh-key-binding=true',
+        '-o',
+        'json',
+      ]);
+      const items = (
+        JSON.parse(secrets.stdout) as {
+          items: { metadata: { name: string }; data: Record<string, string> }[];
+        }
+      ).items;
+      expect(items.length).toBeLessThanOrEqual(1);
+      const item = items[0];
+      if (!item) return undefined;
+      const text = Buffer.from(item.data['binding.json']!, 'base64').toString('utf8');
+      return { name: item.metadata.name, stored: JSON.parse(text) as StoredBinding };
     };
-    expect(stored.user.username).toBe(DEMO_USER);
-    const expired = Buffer.from(JSON.stringify({ ...stored, expires: Date.now() - 1000 })).toString('base64');
-    await installed.hub.kubectl([
-      'patch',
-      'secret',
-      bindings[0]!.metadata.name,
-      '-n',
-      ns,
-      '--type=merge',
-      '-p',
-      JSON.stringify({ data: { 'binding.json': expired } }),
-    ]);
+    const expire = async (): Promise<StoredBinding> => {
+      const { name, stored } = (await binding())!;
+      const expired = Buffer.from(JSON.stringify({ ...stored, expires: Date.now() - 1000 })).toString(
+        'base64',
+      );
+      await installed.hub.kubectl([
+        'patch',
+        'secret',
+        name,
+        '-n',
+        ns,
+        '--type=merge',
+        '-p',
+        JSON.stringify({ data: { 'binding.json': expired } }),
+      ]);
+      return stored;
+    };
+    const first = await expire();
+    expect(first.user.username).toBe(DEMO_USER);
+    expect(typeof first.refreshToken).toBe('string');
     await eventually(
       async () => {
-        const late = await ssh('device', 'anyone', [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
-        expect(late.code).toBe(255);
+        // The informer sees the patch: then the renewal stores a new expiry and the rotated refresh token.
+        const renewed = await ssh('device', 'anyone', [
+          `hub/${DEMO_NAMESPACE}/${DEMO_POD}`,
+          '--',
+          'echo',
+          'renewed',
+        ]);
+        expect(renewed.stdout.toString()).toBe('renewed\n');
+        const now = (await binding())!.stored;
+        expect(now.expires).toBeGreaterThan(Date.now());
+        expect(now.refreshToken).not.toBe(first.refreshToken);
       },
       30_000,
       1000,
     );
+
+    // Signed out at the issuer (the refresh token revoked, as `sealion logout` does): past the ID token, the door's
+    // renewal is refused, the binding ends, and the key is a stranger's again.
+    const second = (await binding())!.stored;
+    await installed.issuer.revoke(second.refreshToken!);
+    await expire();
+    await eventually(
+      async () => {
+        const late = await ssh('device', 'anyone', [`hub/${DEMO_NAMESPACE}/${DEMO_POD}`, '--', 'true']);
+        expect(late.code).toBe(255);
+        expect(late.stderr).toContain(
+          `Sealion: the login that bound the key ${fingerprint} has ended at its issuer (signed out, disabled or expired).`,
+        );
+      },
+      30_000,
+      1000,
+    );
+    await eventually(async () => expect(await binding()).toBeUndefined(), 30_000, 1000);
   }, 180_000);
 });
 

@@ -10,7 +10,13 @@ const alice: SignedIn = {
   via: 'ssh/JWTAuthenticator/my-oidc',
 };
 const authenticator = { uid: 'uid-1', trust: 'x'.repeat(43) };
-const login = (expires: Date) => ({ identity: alice, authenticator, expires });
+const login = (expires: Date, more: { refreshToken?: string; maxLifetimeMs?: number } = {}) => ({
+  identity: alice,
+  authenticator,
+  expires,
+  ...more,
+});
+const HOUR = 3600_000;
 
 function setup(now = 1_000_000) {
   const secrets = new MemoryInformer<BindingSecret>();
@@ -21,7 +27,7 @@ function setup(now = 1_000_000) {
     writes: {
       apply: (obj) => Promise.resolve(void secrets.put(obj as BindingSecret)),
       create: () => Promise.resolve(true),
-      delete: () => Promise.resolve(),
+      delete: (_kind, namespace, name) => Promise.resolve(void secrets.remove(name, namespace)),
     },
     now: () => clock.now,
   });
@@ -32,14 +38,90 @@ describe('key bindings', () => {
   const key = Buffer.from('a key blob');
   const print = 'SHA256:abc';
 
-  it('finds what was bound until it expires, never past a day', async () => {
+  it('finds what was bound until it expires, never past the cap', async () => {
     const { bindings, clock } = setup();
-    await bindings.bind(key, print, login(new Date(clock.now + 3 * 24 * 3600_000)));
-    expect(bindings.find(key, print)).toEqual({ identity: alice, authenticator });
-    clock.now += MAX_BINDING_MS - 1;
-    expect(bindings.find(key, print)).toEqual({ identity: alice, authenticator });
+    const since = clock.now;
+    const until = await bindings.bind(
+      key,
+      print,
+      login(new Date(since + 3 * 24 * HOUR), { maxLifetimeMs: 12 * HOUR }),
+    );
+    expect(until).toEqual(new Date(since + 12 * HOUR));
+    const held = { identity: alice, authenticator, since, expires: since + 12 * HOUR };
+    expect(bindings.find(key, print)).toEqual(held);
+    clock.now += 12 * HOUR - 1;
+    expect(bindings.find(key, print)).toEqual(held);
     clock.now += 1;
     expect(bindings.find(key, print)).toBeUndefined();
+    // And never past MAX_BINDING_MS, whatever the caller asks.
+    await bindings.bind(
+      key,
+      print,
+      login(new Date(clock.now + 30 * 24 * HOUR), { maxLifetimeMs: 30 * 24 * HOUR }),
+    );
+    clock.now += MAX_BINDING_MS;
+    expect(bindings.find(key, print)).toBeUndefined();
+  });
+
+  it('without a refresh token, ends with the ID token', async () => {
+    const { bindings, clock } = setup();
+    const until = await bindings.bind(
+      key,
+      print,
+      login(new Date(clock.now + 5 * 60_000), { maxLifetimeMs: 12 * HOUR }),
+    );
+    expect(until).toEqual(new Date(clock.now + 5 * 60_000));
+    clock.now += 5 * 60_000 - 1;
+    expect(bindings.find(key, print)).toBeDefined();
+    clock.now += 1;
+    expect(bindings.find(key, print)).toBeUndefined();
+  });
+
+  it('with a refresh token, holds past the ID token until the session ends, renewed within that end', async () => {
+    const { bindings, secrets, clock } = setup();
+    const since = clock.now;
+    const until = await bindings.bind(
+      key,
+      print,
+      login(new Date(since + 5 * 60_000), { refreshToken: 'rt-1', maxLifetimeMs: 12 * HOUR }),
+    );
+    // The session's hard end, not the ID token's: what the banner says.
+    expect(until).toEqual(new Date(since + 12 * HOUR));
+    const stored = secrets.get(bindingName(key), NS) as { metadata: { annotations: Record<string, string> } };
+    expect(stored.metadata.annotations['sealion.dev/expires']).toBe(
+      new Date(since + 12 * HOUR).toISOString(),
+    );
+    clock.now += HOUR;
+    // The ID token expired: found with what renews it.
+    expect(bindings.find(key, print)).toEqual({
+      identity: alice,
+      authenticator,
+      since,
+      expires: since + 5 * 60_000,
+      refreshToken: 'rt-1',
+    });
+    // A renewal past the session's end is cut to it, and a rotated refresh token replaces the old.
+    await bindings.renew(key, print, login(new Date(since + 13 * HOUR), { refreshToken: 'rt-2' }));
+    expect(bindings.find(key, print)).toEqual({
+      identity: alice,
+      authenticator,
+      since,
+      expires: since + 12 * HOUR,
+      refreshToken: 'rt-2',
+    });
+    clock.now = since + 12 * HOUR;
+    expect(bindings.find(key, print)).toBeUndefined();
+  });
+
+  it('ends a binding by deleting its Secret, and renews none that is gone', async () => {
+    const { bindings, secrets, clock } = setup();
+    await bindings.bind(key, print, login(new Date(clock.now + 60_000), { refreshToken: 'rt' }));
+    await bindings.end(key);
+    expect(secrets.get(bindingName(key), NS)).toBeUndefined();
+    expect(bindings.find(key, print)).toBeUndefined();
+    await expect(bindings.renew(key, print, login(new Date(clock.now + HOUR)))).rejects.toThrow(
+      'the binding is gone',
+    );
   });
 
   it('binds nothing to another key, nor to a Secret renamed onto another key', async () => {

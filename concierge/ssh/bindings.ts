@@ -1,7 +1,11 @@
 // SSH keys bound to the identity their holder signed in as. After a device login, the key the client proved it holds
-// is bound to that identity until the ID token would have expired, so the next `ssh` with the key needs no login.
+// is bound to that identity, so the next `ssh` with the key needs no login: until the ID token expires, and, where the
+// login gave a refresh token, for as long as the door can renew the login with it (renewal.ts), up to the session's
+// hard end (the login's time plus ssh.maxBindingLifetime), as Pinniped's supervisor keeps an upstream session.
 // A binding is a Secret in the concierge's namespace: every replica reads it (one informer), it survives restarts,
-// and an admin revokes it with `kubectl delete secret` (all of a user's: by the label, see README).
+// and an admin revokes it with `kubectl delete secret` (all of a user's: by the label, see README). The refresh
+// token in it is as secret as a password while the session lasts: only the concierge may read Secrets there, and it
+// is never logged.
 import { createHash } from 'node:crypto';
 import type { Informer, KubeObject } from '../../lib/kube/informer.ts';
 import type { ObjectWriter } from '../../lib/kube/kube.ts';
@@ -17,8 +21,8 @@ const KEY = 'binding.json';
 const USER_ANNOTATION = 'sealion.dev/ssh-user';
 const EXPIRES_ANNOTATION = 'sealion.dev/expires';
 const FINGERPRINT_ANNOTATION = 'sealion.dev/ssh-key-fingerprint';
-/** No binding outlives this, whatever its token said. */
-export const MAX_BINDING_MS = 24 * 3600_000;
+/** No binding outlives this, whatever its token or the config said (the config's own upper bound). */
+export const MAX_BINDING_MS = 168 * 3600_000;
 
 export interface BindingSecret extends KubeObject {
   data?: Record<string, string>;
@@ -29,8 +33,13 @@ interface Stored {
   fingerprint: string;
   user: UserInfo;
   via: string;
-  /** Milliseconds since the epoch. */
+  /** When the ID token of the last login or renewal expires, at most `ends`; milliseconds since the epoch. */
   expires: number;
+  /** When the device login was, and its hard end: no renewal goes past it. */
+  since?: number;
+  ends?: number;
+  /** The issuer's refresh token, when it gave one: renews the login after `expires`. */
+  refreshToken?: string;
   /**
    * The JWTAuthenticator whose login made it, by uid and the digest of what its spec trusts (as a TokenCredentialRequest
    * certificate is bound): deleting it, re-creating it under its name, or changing whom it trusts ends the binding.
@@ -42,20 +51,40 @@ interface Stored {
 export interface BoundKey {
   identity: SignedIn;
   authenticator: AuthenticatorBinding;
+  /** When the login was (ms since the epoch; none: before bindings kept it), for a cap lowered since. */
+  since?: number;
+  /** Until when the ID token holds (ms since the epoch); past it, the refresh token must renew the login. */
+  expires?: number;
+  refreshToken?: string;
+}
+
+/** A login to bind a key to, or to renew its binding with. */
+export interface BindingLogin {
+  identity: SignedIn;
+  authenticator: AuthenticatorBinding;
+  /** When its ID token expires. */
+  expires: Date;
+  refreshToken?: string;
 }
 
 export interface KeyBindings {
-  /** The binding of the key (its blob), when one is stored and has not expired; whether its authenticator holds is the caller's question. */
+  /**
+   * The binding of the key (its blob), when one is stored and holds: its ID token has not expired, or it has a
+   * refresh token and its session has not ended. Whether its authenticator holds is the caller's question.
+   */
   find(keyBlob: Buffer, fingerprint: string): BoundKey | undefined;
   /**
-   * Binds the key to `identity`, made by the login of `authenticator`, until `expires` (at most MAX_BINDING_MS from
-   * now); gives the binding's end.
+   * Binds the key to `identity`, made by the login of `authenticator`: until `expires`, or with a refresh token
+   * until `maxLifetimeMs` from now (at most MAX_BINDING_MS either way). Gives the binding's end.
    */
-  bind(
-    keyBlob: Buffer,
-    fingerprint: string,
-    login: { identity: SignedIn; authenticator: AuthenticatorBinding; expires: Date },
-  ): Promise<Date>;
+  bind(keyBlob: Buffer, fingerprint: string, login: BindingLogin & { maxLifetimeMs?: number }): Promise<Date>;
+  /**
+   * Keeps the key's binding with a renewed login (its new ID token's expiry, a rotated refresh token), within the
+   * session's end as it was bound. Rejects when the binding is gone meanwhile.
+   */
+  renew(keyBlob: Buffer, fingerprint: string, login: BindingLogin): Promise<void>;
+  /** Ends the key's binding (its Secret is deleted). */
+  end(keyBlob: Buffer): Promise<void>;
 }
 
 /** The Secret's name for a key: derived from the key, so one key has one binding. */
@@ -72,6 +101,9 @@ function parse(secret: BindingSecret | undefined): Stored | undefined {
       typeof stored.fingerprint !== 'string' ||
       typeof stored.via !== 'string' ||
       typeof stored.expires !== 'number' ||
+      (stored.since !== undefined && typeof stored.since !== 'number') ||
+      (stored.ends !== undefined && typeof stored.ends !== 'number') ||
+      (stored.refreshToken !== undefined && typeof stored.refreshToken !== 'string') ||
       !user ||
       typeof user.username !== 'string' ||
       !Array.isArray(user.groups) ||
@@ -96,41 +128,73 @@ export function newKeyBindings(deps: {
   now?: () => number;
 }): KeyBindings {
   const now = deps.now ?? Date.now;
+  const read = (keyBlob: Buffer, fingerprint: string): Stored | undefined => {
+    const stored = parse(deps.secrets.get(bindingName(keyBlob), deps.namespace));
+    return stored?.fingerprint === fingerprint ? stored : undefined;
+  };
+  const store = async (keyBlob: Buffer, stored: Stored): Promise<void> => {
+    await deps.writes.apply({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: {
+        name: bindingName(keyBlob),
+        namespace: deps.namespace,
+        labels: { [BINDING_LABEL]: 'true', 'app.kubernetes.io/part-of': 'sealion' },
+        annotations: {
+          [USER_ANNOTATION]: stored.user.username,
+          [EXPIRES_ANNOTATION]: new Date(stored.ends ?? stored.expires).toISOString(),
+          [FINGERPRINT_ANNOTATION]: stored.fingerprint,
+        },
+      },
+      type: 'Opaque',
+      data: { [KEY]: Buffer.from(JSON.stringify(stored)).toString('base64') },
+    } as never);
+  };
   return {
     find(keyBlob, fingerprint) {
-      const stored = parse(deps.secrets.get(bindingName(keyBlob), deps.namespace));
-      if (!stored || stored.fingerprint !== fingerprint || stored.expires <= now()) return undefined;
+      const stored = read(keyBlob, fingerprint);
+      const at = now();
+      if (!stored) return undefined;
+      const renewable = stored.refreshToken !== undefined && stored.ends !== undefined && at < stored.ends;
+      if (stored.expires <= at && !renewable) return undefined;
       return {
         identity: { kind: 'user', user: stored.user, via: stored.via },
         authenticator: { uid: stored.authenticator.uid, trust: stored.authenticator.trust },
+        expires: stored.expires,
+        ...(stored.since !== undefined ? { since: stored.since } : {}),
+        ...(renewable ? { refreshToken: stored.refreshToken } : {}),
       };
     },
-    async bind(keyBlob, fingerprint, { identity, authenticator, expires }) {
-      const until = Math.min(expires.getTime(), now() + MAX_BINDING_MS);
-      const stored: Stored = {
-        fingerprint,
-        user: identity.user,
-        via: identity.via,
-        expires: until,
-        authenticator: { uid: authenticator.uid, trust: authenticator.trust },
-      };
-      await deps.writes.apply({
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: {
-          name: bindingName(keyBlob),
-          namespace: deps.namespace,
-          labels: { [BINDING_LABEL]: 'true', 'app.kubernetes.io/part-of': 'sealion' },
-          annotations: {
-            [USER_ANNOTATION]: identity.user.username,
-            [EXPIRES_ANNOTATION]: new Date(until).toISOString(),
-            [FINGERPRINT_ANNOTATION]: fingerprint,
-          },
-        },
-        type: 'Opaque',
-        data: { [KEY]: Buffer.from(JSON.stringify(stored)).toString('base64') },
-      } as never);
-      return new Date(until);
+    async bind(keyBlob, fingerprint, login) {
+      const since = now();
+      const cap = Math.min(login.maxLifetimeMs ?? MAX_BINDING_MS, MAX_BINDING_MS);
+      const ends = login.refreshToken ? since + cap : Math.min(login.expires.getTime(), since + cap);
+      await store(keyBlob, { ...storedOf(fingerprint, login, ends), since, ends });
+      return new Date(ends);
     },
+    async renew(keyBlob, fingerprint, login) {
+      const stored = read(keyBlob, fingerprint);
+      if (!stored?.ends || stored.since === undefined) throw new Error('the binding is gone');
+      await store(keyBlob, {
+        ...storedOf(fingerprint, login, stored.ends),
+        since: stored.since,
+        ends: stored.ends,
+      });
+    },
+    async end(keyBlob) {
+      await deps.writes.delete('Secret', deps.namespace, bindingName(keyBlob));
+    },
+  };
+}
+
+/** What a Secret keeps of a login: the ID token's expiry within the session's end. */
+function storedOf(fingerprint: string, login: BindingLogin, ends: number): Stored {
+  return {
+    fingerprint,
+    user: login.identity.user,
+    via: login.identity.via,
+    expires: Math.min(login.expires.getTime(), ends),
+    authenticator: { uid: login.authenticator.uid, trust: login.authenticator.trust },
+    ...(login.refreshToken ? { refreshToken: login.refreshToken } : {}),
   };
 }

@@ -1,7 +1,9 @@
 // The SSH door's login: the OAuth 2.0 device authorization grant (RFC 8628) at the issuer of a JWTAuthenticator.
 // The SSH client shows the issuer's address and code; the person approves on any device; the door polls the token
 // endpoint, and the ID token it gets is authenticated by that same JWTAuthenticator, exactly as a kubectl user's
-// token is (its claim mappings, its system-name rules). The door never sees a password.
+// token is (its claim mappings, its system-name rules). The door never sees a password. Where the issuer's discovery
+// lists the offline_access scope, the login asks for it too: the refresh token it gets lets the door renew the login
+// (renewal.ts) and keep the key bound as long as the issuer keeps the session.
 import { decodeJwt } from 'jose';
 import * as oidc from 'openid-client';
 import type { AuthenticatorBinding, AuthenticatorCache } from '../../lib/authn/cache.ts';
@@ -22,8 +24,25 @@ export type LoginCache = Pick<AuthenticatorCache, 'providerOf' | 'authenticateWi
 
 /** What a device login ends with: the identity and its binding, or why there is none (for the log). */
 export type LoginOutcome =
-  | { ok: true; identity: SignedIn; expires: Date; authenticator: AuthenticatorBinding }
-  | { ok: false; reason: string };
+  ({ ok: true } & CheckedLogin & { refreshToken?: string }) | { ok: false; reason: string };
+
+/** An ID token as its JWTAuthenticator took it: whom it names, until when, and the authenticator's binding. */
+export interface CheckedLogin {
+  identity: SignedIn;
+  expires: Date;
+  authenticator: AuthenticatorBinding;
+}
+
+/** The scope that asks for a refresh token (OpenID Connect Core 11). */
+const OFFLINE_ACCESS = 'offline_access';
+
+/** The scopes to ask for: the configured ones, and offline_access where the issuer says it knows it. */
+export function scopesFor(config: oidc.Configuration, scopes: readonly string[]): string {
+  const supported = config.serverMetadata().scopes_supported;
+  const offline =
+    Array.isArray(supported) && supported.includes(OFFLINE_ACCESS) && !scopes.includes(OFFLINE_ACCESS);
+  return [...scopes, ...(offline ? [OFFLINE_ACCESS] : [])].join(' ');
+}
 
 /** A login under way: what to show the person, and its end. */
 export interface StartedLogin {
@@ -54,7 +73,7 @@ export async function startDeviceLogin(
   });
   let started: oidc.DeviceAuthorizationResponse;
   try {
-    started = await oidc.initiateDeviceAuthorization(config, { scope: settings.scopes.join(' ') });
+    started = await oidc.initiateDeviceAuthorization(config, { scope: scopesFor(config, settings.scopes) });
   } catch (err) {
     await close();
     throw err;
@@ -85,17 +104,29 @@ async function pollForIdentity(
   const tokens = await oidc.pollDeviceAuthorizationGrant(config, started, undefined, { signal });
   const idToken = tokens.id_token;
   if (!idToken) throw new Error('the issuer answered without an ID token (is the openid scope asked?)');
+  const checked = await checkIdToken(cache, settings.authenticator, idToken, signal);
+  return { ok: true, ...checked, ...(tokens.refresh_token ? { refreshToken: tokens.refresh_token } : {}) };
+}
+
+/**
+ * Authenticates an ID token as the door takes every one, from a login or a renewal; throws why it is not taken.
+ */
+export async function checkIdToken(
+  cache: LoginCache,
+  authenticator: string,
+  idToken: string,
+  signal: AbortSignal,
+): Promise<CheckedLogin> {
   // That very authenticator, as a TokenCredentialRequest names it: its claim mappings and system-name rules, and the
   // binding (its uid and what it trusts) that the key's binding keeps, so that re-creating or editing it ends the key.
-  const answer = await cache.authenticateWith('JWTAuthenticator', settings.authenticator, idToken, signal);
+  const answer = await cache.authenticateWith('JWTAuthenticator', authenticator, idToken, signal);
   if (!answer.ok) throw new Error(`the ID token was not accepted: ${answer.reason}`);
-  if (!answer.binding) throw new Error(`JWTAuthenticator ${settings.authenticator} has no binding to keep`);
+  if (!answer.binding) throw new Error(`JWTAuthenticator ${authenticator} has no binding to keep`);
   const problem = identityProblem(answer.user);
   if (problem) throw new Error(problem);
   const exp = decodeJwt(idToken).exp;
   if (typeof exp !== 'number') throw new Error('the ID token has no expiry');
   return {
-    ok: true,
     identity: { kind: 'user', user: answer.user, via: `ssh/${answer.authenticator}` },
     expires: new Date(exp * 1000),
     authenticator: answer.binding,

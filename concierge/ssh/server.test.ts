@@ -14,8 +14,12 @@ import { silentLogger } from '../../lib/log.ts';
 import { fakeClock } from '../../test-support/fake-clock.ts';
 import { startOIDCIssuer, type TestIssuer } from '../../dev/oidc-issuer.ts';
 import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
-import type { KeyBindings } from './bindings.ts';
-import type { SshSettings } from './sign-in.ts';
+import { decodeJwt } from 'jose';
+import { approveDevice } from '../../dev/browser.ts';
+import { MemoryInformer } from '../../lib/kube/informer.ts';
+import { bindingName, newKeyBindings, type BindingSecret, type KeyBindings } from './bindings.ts';
+import { RENEWAL_MAX_MS } from './renewal.ts';
+import { utcMinute, type SshSettings } from './sign-in.ts';
 import { opensshOptions, runOpenSSH, type OpenSSHResult } from '../../dev/openssh.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { newInProcessDoor, type InProcessDoor } from './in-process.ts';
@@ -121,7 +125,7 @@ function startServer(
     }),
     door,
     cache: over.cache ?? { providerOf: () => undefined, authenticateWith: () => never(), holds: () => false },
-    bindings: over.bindings ?? { find: () => undefined, bind: () => Promise.resolve(new Date(0)) },
+    bindings: over.bindings ?? noBindings(),
     groupSuffix: 'sealion.dev',
     clusterNames: () => [],
     log: silentLogger(),
@@ -129,6 +133,14 @@ function startServer(
     ...(over.clock ? { clock: over.clock } : {}),
   });
 }
+
+/** Bindings that hold nothing: what a test's own stand-in does not define. */
+const noBindings = (): KeyBindings => ({
+  find: () => undefined,
+  bind: () => Promise.resolve(new Date(0)),
+  renew: () => Promise.resolve(),
+  end: () => Promise.resolve(),
+});
 
 const never = (): never => {
   throw new Error('not asked in this test');
@@ -425,10 +437,7 @@ describe('signing in', () => {
     for (const key of keys)
       execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, key)]);
     const asked: string[] = [];
-    const bindings: KeyBindings = {
-      find: (_blob, print) => void asked.push(print),
-      bind: () => Promise.resolve(new Date(0)),
-    };
+    const bindings: KeyBindings = { ...noBindings(), find: (_blob, print) => void asked.push(print) };
     await withServer({ bindings }, async (at) => {
       const r = await runOpenSSH('ssh', [
         ...opensshOptions(join(dir, keys[0]!), { quiet: false }),
@@ -498,6 +507,7 @@ describe('signing in', () => {
     const authenticator: AuthenticatorBinding = { uid: 'uid-1', trust: 'a'.repeat(43) };
     let loaded = true;
     const bindings: KeyBindings = {
+      ...noBindings(),
       find: () => ({
         identity: {
           kind: 'user',
@@ -505,8 +515,8 @@ describe('signing in', () => {
           via: 'ssh/JWTAuthenticator/my-oidc',
         },
         authenticator,
+        expires: Date.now() + 3600_000,
       }),
-      bind: () => Promise.resolve(new Date(0)),
     };
     const cache = {
       providerOf: () => undefined,
@@ -578,4 +588,216 @@ describe('the device login', () => {
       process.off('unhandledRejection', record);
     }
   }, 60_000);
+});
+
+describe('a bound key past its ID token', () => {
+  const NS = 'sealion';
+  const authenticator: AuthenticatorBinding = { uid: 'uid-1', trust: 'a'.repeat(43) };
+  const settings = { login: { authenticator: 'my-oidc', clientId: '', scopes: ['openid'] } };
+  let issuer: TestIssuer;
+  /** Whom the authenticator says a token names: the token's own `username`, unless a test renames it. */
+  let rename: string | undefined;
+  beforeAll(async () => {
+    issuer = await startOIDCIssuer({ login: { username: 'alice@example.com', groups: ['dev'] } });
+  });
+  afterAll(() => issuer.stop());
+
+  /** The issuer's tokens, taken as a JWTAuthenticator would take them (its claims, its binding). */
+  const cache = {
+    providerOf: () => ({ issuer: issuer.url, audience: issuer.clientId, caBundlePem: issuer.caPem }),
+    authenticateWith: (_kind: string, _name: string, token: string) => {
+      const claims = decodeJwt(token);
+      return Promise.resolve({
+        ok: true as const,
+        user: { username: rename ?? String(claims.username), groups: ['dev'], extra: {} },
+        authenticator: 'JWTAuthenticator/my-oidc',
+        binding: authenticator,
+      });
+    },
+    holds: (b: AuthenticatorBinding) => b.uid === authenticator.uid,
+  };
+
+  /** The door with real bindings (in memory) and a clock of the test's, starting now. */
+  function setup() {
+    const secrets = new MemoryInformer<BindingSecret>();
+    const clock = fakeClock();
+    clock.advance(Date.now());
+    const bindings = newKeyBindings({
+      namespace: NS,
+      secrets,
+      writes: {
+        apply: (obj) => Promise.resolve(void secrets.put(obj as BindingSecret)),
+        create: () => Promise.resolve(true),
+        delete: (_kind, namespace, name) => Promise.resolve(void secrets.remove(name, namespace)),
+      },
+      now: () => clock.now(),
+    });
+    return { secrets, clock, bindings };
+  }
+
+  /** A device login with `key` through OpenSSH, the code approved by the scripted browser. */
+  async function deviceLogin(at: number, key: string): Promise<OpenSSHResult> {
+    let approving: Promise<void> | undefined;
+    const r = await runOpenSSH(
+      'ssh',
+      [
+        ...opensshOptions(join(dir, key), { batch: false, quiet: false }),
+        '-o',
+        'PreferredAuthentications=publickey,keyboard-interactive',
+        '-p',
+        String(at),
+        '-l',
+        'anyone',
+        '127.0.0.1',
+        'hub/demo/web',
+        '--',
+        'echo',
+        'in',
+      ],
+      '',
+      {
+        onStderr: (stderr) => {
+          const url = /or open (https:\/\/\S+)/.exec(stderr)?.[1];
+          if (url && !approving) approving = approveDevice(url, { caPem: issuer.caPem });
+        },
+      },
+    );
+    await approving;
+    return r;
+  }
+
+  const printOf = (key: string): string =>
+    execFileSync('ssh-keygen', ['-l', '-f', join(dir, `${key}.pub`)], { encoding: 'utf8' }).split(' ')[1]!;
+  const batch = (at: number, key: string) =>
+    runOpenSSH('ssh', [
+      ...opensshOptions(join(dir, key), { quiet: false }),
+      '-p',
+      String(at),
+      '-l',
+      'anyone',
+      '127.0.0.1',
+      'hub/demo/web',
+      '--',
+      'echo',
+      'in',
+    ]);
+  const refreshTokenOf = (secrets: MemoryInformer<BindingSecret>, key: string): string => {
+    const blob = Buffer.from(readFileSync(join(dir, `${key}.pub`), 'utf8').split(' ')[1]!, 'base64');
+    const data = secrets.get(bindingName(blob), NS)?.data?.['binding.json'];
+    return (JSON.parse(Buffer.from(data!, 'base64').toString('utf8')) as { refreshToken: string })
+      .refreshToken;
+  };
+
+  it('renews the login with the refresh token until the session ends, waits out an issuer that does not answer', async () => {
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'renewed')]);
+    const print = printOf('renewed');
+    const { clock, bindings } = setup();
+    const since = clock.now();
+    const own: Partial<SshSettings> = { ...settings };
+    await withServer({ cache, settings: own, bindings, clock }, async (at) => {
+      const login = await deviceLogin(at, 'renewed');
+      expect(login).toMatchObject({ code: 0, stdout: 'in\n' });
+      // The session's hard end (12h, the default cap), and what may end it sooner.
+      expect(login.stderr).toContain(
+        `Sealion: the key ${print} is bound to alice@example.com until ${utcMinute(new Date(since + 12 * 3600_000))}. ` +
+          'It stays bound while the issuer renews the login; signing out there ends it sooner.',
+      );
+      const grants = issuer.grants().refresh_token;
+      // Past the ID token's 5 minutes: BatchMode signs in, the login renewed at the issuer.
+      clock.advance(10 * 60_000);
+      expect(await batch(at, 'renewed')).toMatchObject({ code: 0, stdout: 'in\n' });
+      expect(issuer.grants().refresh_token).toBe(grants + 1);
+      // A stranger's key costs the issuer nothing.
+      expect((await batch(at, 'stranger')).code).toBe(255);
+      expect(issuer.grants().refresh_token).toBe(grants + 1);
+      // Several at once with the key: the issuer rotates refresh tokens, so two renewals with one token would end
+      // the session; one at a time, every connection signs in.
+      clock.advance(10 * 60_000);
+      const together = await Promise.all([1, 2, 3, 4].map(() => batch(at, 'renewed')));
+      expect(together.map((r) => r.code)).toEqual([0, 0, 0, 0]);
+      // An issuer that does not answer: this sign-in is refused, the binding stays.
+      clock.advance(10 * 60_000);
+      issuer.setMode('discovery', 'down');
+      try {
+        const down = await batch(at, 'renewed');
+        expect(down.code).toBe(255);
+        expect(down.stderr).toContain(
+          `Sealion: the login that bound the key ${print} could not be renewed: the issuer did not answer; try again later.`,
+        );
+      } finally {
+        issuer.setMode('discovery', 'ok');
+      }
+      expect(await batch(at, 'renewed')).toMatchObject({ code: 0, stdout: 'in\n' });
+      // An admin who lowers ssh.maxBindingLifetime shortens the sessions under way.
+      own.maxBindingMs = 20 * 60_000;
+      expect((await batch(at, 'renewed')).code).toBe(255);
+      delete own.maxBindingMs;
+      expect(await batch(at, 'renewed')).toMatchObject({ code: 0, stdout: 'in\n' });
+      // The session's hard end: the key is unbound, whatever the issuer would say.
+      clock.advance(12 * 3600_000);
+      const grantsThen = issuer.grants().refresh_token;
+      const late = await batch(at, 'renewed');
+      expect(late.code).toBe(255);
+      expect(late.stderr).toContain(`Sealion: the key ${print} is not bound to a login yet;`);
+      expect(issuer.grants().refresh_token).toBe(grantsThen);
+    });
+  }, 120_000);
+
+  it('refuses a sign-in whose renewal outlasts its deadline by the clock, and lets the renewal finish for the next', async () => {
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'slow')]);
+    const print = printOf('slow');
+    const { clock, bindings } = setup();
+    await withServer({ cache, settings, bindings, clock }, async (at) => {
+      expect(await deviceLogin(at, 'slow')).toMatchObject({ code: 0, stdout: 'in\n' });
+      clock.advance(10 * 60_000);
+      issuer.setMode('discovery', 'hang');
+      let slow: Promise<OpenSSHResult>;
+      try {
+        slow = batch(at, 'slow');
+        // The renewal under way: its deadline and the sign-in's are armed on the door's clock.
+        await eventually(() => expect(clock.pending()).toContain(RENEWAL_MAX_MS), 20_000);
+        clock.advance(RENEWAL_MAX_MS);
+        const refused = await slow;
+        expect(refused.code).toBe(255);
+        expect(refused.stderr).toContain(
+          `Sealion: the login that bound the key ${print} could not be renewed: the issuer did not answer; try again later.`,
+        );
+      } finally {
+        issuer.setMode('discovery', 'ok');
+      }
+      // The hung request ends at the issuer client's own timeout; the binding stayed, and renews.
+      await eventually(
+        async () => expect(await batch(at, 'slow')).toMatchObject({ code: 0, stdout: 'in\n' }),
+        40_000,
+        1000,
+      );
+    });
+  }, 120_000);
+
+  it('ends the binding when the issuer refuses the refresh token, or names someone else, and says so', async () => {
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'revoked')]);
+    const print = printOf('revoked');
+    const { clock, bindings, secrets } = setup();
+    const ended = `Sealion: the login that bound the key ${print} has ended at its issuer (signed out, disabled or expired).`;
+    await withServer({ cache, settings, bindings, clock }, async (at) => {
+      expect(await deviceLogin(at, 'revoked')).toMatchObject({ code: 0, stdout: 'in\n' });
+      // Signed out at the issuer (the CLI's logout revokes so).
+      await issuer.revoke(refreshTokenOf(secrets, 'revoked'));
+      clock.advance(10 * 60_000);
+      const refused = await batch(at, 'revoked');
+      expect(refused.code).toBe(255);
+      expect(refused.stderr).toContain(ended);
+      expect(refused.stderr).toContain(`Sealion: the key ${print} is not bound to a login yet;`);
+      expect(secrets.list()).toEqual([]);
+
+      // Bound again; then the issuer's answer names another user.
+      expect(await deviceLogin(at, 'revoked')).toMatchObject({ code: 0, stdout: 'in\n' });
+      rename = 'mallory@example.com';
+      clock.advance(10 * 60_000);
+      const renamed = await batch(at, 'revoked');
+      expect(renamed.code).toBe(255);
+      expect(renamed.stderr).toContain(ended);
+      expect(secrets.list()).toEqual([]);
+    });
+  }, 120_000);
 });

@@ -7,6 +7,8 @@
 //   device login may bind one, a certificate that a trusted CA really signed. A stranger's unbound keys are refused
 //   at the question "would this key do?", before the client signs anything;
 // - a certificate is checked once per connection, whether the client asks with it first or signs at once;
+// - a bound key whose login's ID token expired is renewed at the issuer (renewal.ts) only after its signature was
+//   checked, one renewal per binding at a time, within a deadline;
 // - device logins hold fair places (lib/fair-places.ts), the poll's promise is owned where it is made, and its place
 //   is given back on every path, a client that leaves at the prompt included.
 // Identities from certificates pass the checks every other identity passes: names a header can carry unchanged, and
@@ -26,7 +28,7 @@ import {
   type AuthorizedKey,
 } from '../../lib/ssh/keys.ts';
 import { sendBanner } from './banner.ts';
-import type { KeyBindings } from './bindings.ts';
+import { bindingName, type BoundKey, type KeyBindings } from './bindings.ts';
 import {
   DEVICE_LOGIN_MAX_MS,
   startDeviceLogin,
@@ -34,7 +36,7 @@ import {
   type LoginOutcome,
 } from './device-login.ts';
 import type { CertificateVerdict, DoorConnection } from './door-connection.ts';
-import type { SignedIn } from './in-process.ts';
+import { newRenewals, renewLogin, type RenewalOutcome } from './renewal.ts';
 
 /** sshd's MaxAuthTries default: refusals a connection gets before it is disconnected. */
 export const MAX_AUTH_TRIES = 6;
@@ -54,7 +56,12 @@ export interface SshSettings {
   groupsExtension: string;
   /** Certificates may name `system:` users and groups. Default: false. */
   allowSystemNames?: boolean;
+  /** How long a device login keeps a key bound at most, renewals included (ssh.maxBindingLifetime). */
+  maxBindingMs?: number;
 }
+
+/** ssh.maxBindingLifetime's default, 12h: see apis/install.ts. */
+export const DEFAULT_MAX_BINDING_MS = 12 * 3600_000;
 
 export interface SignInOptions {
   settings: () => SshSettings;
@@ -80,6 +87,7 @@ export type SignIn = (ctx: AuthContext, conn: DoorConnection, disconnect: () => 
 
 export function newSignIn(opts: SignInOptions): SignIn {
   const { log } = opts;
+  const renewals = newRenewals(opts.clock);
 
   return (ctx, conn, disconnect) => {
     const state = conn.signIn;
@@ -102,7 +110,8 @@ export function newSignIn(opts: SignInOptions): SignIn {
       answer(refuse, disconnect);
     };
     try {
-      if (ctx.method === 'publickey') return publicKey(opts, ctx, conn, settings, refuse);
+      if (ctx.method === 'publickey')
+        return void publicKey({ ...opts, renewals }, ctx, conn, settings, refuse)?.catch(inside);
       if (ctx.method === 'keyboard-interactive' && settings.login)
         return void deviceLogin(opts, ctx, conn, settings.login, refuse).catch(inside);
       refuse();
@@ -123,13 +132,16 @@ function answer(give: () => void, disconnect: () => void): void {
   }
 }
 
+type KeyOptions = SignInOptions & { renewals: ReturnType<typeof newRenewals> };
+
+/** Decides a public key or certificate; a promise while a bound key's login is renewed. */
 function publicKey(
-  opts: SignInOptions,
+  opts: KeyOptions,
   ctx: PublicKeyContext,
   conn: DoorConnection,
   settings: SshSettings,
   refuse: () => void,
-): void {
+): Promise<void> | void {
   const state = conn.signIn;
   const { key, signature } = ctx;
   if (isCertificateAlgorithm(key.algo)) {
@@ -147,22 +159,97 @@ function publicKey(
     return ctx.accept();
   }
   const print = fingerprint(key.data);
-  const bound = boundIdentity(opts, key.data, print, settings);
+  const bound = boundKey(opts, key.data, print, settings);
   // Only a bound key signs in, and only the first proven key is bound by a login: any other is refused at the
   // question, before its signature costs anything.
   const bindable = settings.login !== undefined && state.provenKey === undefined;
   if (!bound && !bindable) return refuse();
   if (!signature) return ctx.accept();
   if (!verifyKeySignature(ctx)) return refuse();
-  if (bound) {
-    state.identity = bound;
+  if (bound && (bound.expires ?? 0) > opts.clock.now()) {
+    state.identity = { ...bound.identity, via: 'ssh/key' };
     return ctx.accept();
   }
-  // Proven but not enough: the client goes on (a certificate may follow), then the login, which binds this key. A
-  // client that cannot show a device login (BatchMode, a script) is refused at once: the banner says what to do.
-  state.provenKey = { blob: key.data, fingerprint: print };
+  if (bound && settings.login) return renewBoundKey(opts, ctx, conn, settings.login, bound, refuse);
+  unbound(ctx, conn, key.data, print, refuse);
+}
+
+/**
+ * A proven key that is not enough: the client goes on (a certificate may follow), then the login, which binds this
+ * key. A client that cannot show a device login (BatchMode, a script) is refused at once: the banner says what to do.
+ */
+function unbound(
+  ctx: PublicKeyContext,
+  conn: DoorConnection,
+  blob: Buffer,
+  print: string,
+  refuse: () => void,
+): void {
+  if (conn.signIn.provenKey === undefined) conn.signIn.provenKey = { blob, fingerprint: print };
   sendBanner(ctx, unboundKeyNotice(print));
   refuse();
+}
+
+/**
+ * A bound key past its ID token's expiry, its signature checked: the login is renewed with the binding's refresh
+ * token. A renewal signs the connection in and keeps the binding; the issuer's refusal ends the binding, and the
+ * key is then as unbound (a device login binds it again); no answer from the issuer refuses this sign-in only.
+ */
+async function renewBoundKey(
+  opts: KeyOptions,
+  ctx: PublicKeyContext,
+  conn: DoorConnection,
+  login: DeviceLoginSettings,
+  bound: BoundKey,
+  refuse: () => void,
+): Promise<void> {
+  const { key } = ctx;
+  const print = fingerprint(key.data);
+  // The renewal and what it stores are one step: a sign-in that comes while it runs waits for both, so that nobody
+  // reads a refresh token the issuer has already rotated away.
+  const outcome = await opts.renewals(bindingName(key.data), () =>
+    renewAndKeep(opts, login, key.data, print, bound),
+  );
+  if (outcome.ok) {
+    conn.signIn.identity = { ...outcome.identity, via: 'ssh/key' };
+    return ctx.accept();
+  }
+  opts.log.info({ ip: conn.ip, fingerprint: print, reason: outcome.reason }, 'ssh bound key refused');
+  if (!outcome.ended) {
+    sendBanner(ctx, unreachableIssuerNotice(print));
+    return refuse();
+  }
+  sendBanner(ctx, endedSessionNotice(print));
+  unbound(ctx, conn, key.data, print, refuse);
+}
+
+/** Renews the binding's login, and keeps the renewal in the binding, or ends the binding when the issuer refused. */
+async function renewAndKeep(
+  opts: KeyOptions,
+  login: DeviceLoginSettings,
+  blob: Buffer,
+  print: string,
+  bound: BoundKey,
+): Promise<RenewalOutcome> {
+  const { refreshToken } = bound;
+  const username = bound.identity.user.username;
+  const outcome: RenewalOutcome = refreshToken
+    ? await renewLogin(opts.cache, login, { username, refreshToken }, opts.clock)
+    : { ok: false, ended: true, reason: 'the login gave no refresh token' };
+  if (outcome.ok) {
+    await opts.bindings.renew(blob, print, outcome).then(
+      () => opts.log.info({ fingerprint: print }, 'ssh key binding renewed'),
+      // Signed in all the same: the next sign-in renews again (a rotated refresh token not kept ends it then).
+      (err: unknown) => opts.log.warn({ err: (err as Error).message }, 'ssh key binding renewal not stored'),
+    );
+  } else if (outcome.ended) {
+    await opts.bindings.end(blob).then(
+      () => opts.log.info({ fingerprint: print, reason: outcome.reason }, 'ssh key binding ended'),
+      (err: unknown) =>
+        opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be deleted'),
+    );
+  }
+  return outcome;
 }
 
 /** What a client whose key is not bound is told, before a device login or a refusal. */
@@ -170,29 +257,44 @@ export const unboundKeyNotice = (print: string): string =>
   `Sealion: the key ${print} is not bound to a login yet; a device login binds it, which needs ssh without ` +
   'BatchMode (once: ssh -t <host>).';
 
-/** What a client is told once its key is bound: until when it needs no login. */
-export const boundKeyNotice = (print: string, username: string, until: Date): string =>
-  `Sealion: the key ${print} is bound to ${username} until ${utcMinute(until)}.`;
+/**
+ * What a client is told once its key is bound: until when it needs no login, at the latest, and (with a refresh
+ * token) that the issuer may end it sooner.
+ */
+export const boundKeyNotice = (print: string, username: string, until: Date, renewed = false): string =>
+  `Sealion: the key ${print} is bound to ${username} until ${utcMinute(until)}.` +
+  (renewed ? ' It stays bound while the issuer renews the login; signing out there ends it sooner.' : '');
+
+/** What a client whose binding the issuer ended is told, before the notice that a device login binds the key. */
+export const endedSessionNotice = (print: string): string =>
+  `Sealion: the login that bound the key ${print} has ended at its issuer (signed out, disabled or expired).`;
+
+/** What a client is told when the issuer could not renew its key's login: the binding stays. */
+export const unreachableIssuerNotice = (print: string): string =>
+  `Sealion: the login that bound the key ${print} could not be renewed: the issuer did not answer; try again later.`;
 
 /** `2026-11-29 10:00 UTC`. */
 export const utcMinute = (at: Date): string => `${at.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 
 /**
- * The identity a key's binding gives, while the login that made it could make it again: the login configured is
- * still that JWTAuthenticator's, and the very object (by uid) is loaded with a spec that trusts what it trusted then.
+ * A key's binding, while the login that made it could make it again: the login configured is still that
+ * JWTAuthenticator's, the very object (by uid) is loaded with a spec that trusts what it trusted then, and the
+ * session is within the cap in effect now (an admin who lowers it shortens the sessions under way).
  */
-function boundIdentity(
+function boundKey(
   opts: SignInOptions,
   blob: Buffer,
   print: string,
   settings: SshSettings,
-): SignedIn | undefined {
+): BoundKey | undefined {
   const found = opts.bindings.find(blob, print);
   const login = settings.login;
   if (!found || !login || found.identity.via !== `ssh/JWTAuthenticator/${login.authenticator}`)
     return undefined;
   if (!opts.cache.holds(found.authenticator)) return undefined;
-  return { ...found.identity, via: 'ssh/key' };
+  const cap = settings.maxBindingMs ?? DEFAULT_MAX_BINDING_MS;
+  if (found.since !== undefined && found.since + cap <= opts.clock.now()) return undefined;
+  return found;
 }
 
 /** The certificate's verdict for this login name, worked out once per connection. */
@@ -270,8 +372,13 @@ async function deviceLogin(
     const until = await bindProvenKey(opts, conn, outcome);
     if (attempt.signal.aborted) return;
     const proven = conn.signIn.provenKey;
-    if (until && proven)
-      sendBanner(ctx, boundKeyNotice(proven.fingerprint, outcome.identity.user.username, until));
+    if (until && proven) {
+      const username = outcome.identity.user.username;
+      sendBanner(
+        ctx,
+        boundKeyNotice(proven.fingerprint, username, until, outcome.refreshToken !== undefined),
+      );
+    }
     ctx.accept();
   } finally {
     ctx.off('abort', end);
@@ -325,7 +432,8 @@ async function bindProvenKey(
   const proven = conn.signIn.provenKey;
   if (!proven) return undefined;
   try {
-    const until = await opts.bindings.bind(proven.blob, proven.fingerprint, outcome);
+    const maxLifetimeMs = opts.settings().maxBindingMs ?? DEFAULT_MAX_BINDING_MS;
+    const until = await opts.bindings.bind(proven.blob, proven.fingerprint, { ...outcome, maxLifetimeMs });
     opts.log.info({ ip: conn.ip, fingerprint: proven.fingerprint }, 'ssh key bound');
     return until;
   } catch (err) {
