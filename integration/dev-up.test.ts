@@ -82,7 +82,7 @@ describe('npm start', () => {
         const result = await sealionWithBrowser(sealion, c.args, env);
         expect(result).toMatchObject({ code: 0 });
         if (c.args[0] === 'clusters')
-          expect(result.stdout).toMatch(/^ *sealion-edge\s+Ready\s+demo@sealion\.dev/m);
+          expect(result.stdout).toMatch(/^[ *]*\S+\/edge\s+Ready\s+demo@sealion\.dev/m);
         continue;
       }
       if (c.args.includes('-it')) {
