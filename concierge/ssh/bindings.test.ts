@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
+import { fakeObjectWriter } from '../../test-support/fake-object-writer.ts';
 import { bindingName, MAX_BINDING_MS, newKeyBindings, type BindingSecret } from './bindings.ts';
 import type { SignedIn } from './in-process.ts';
 
@@ -24,11 +25,7 @@ function setup(now = 1_000_000) {
   const bindings = newKeyBindings({
     namespace: NS,
     secrets,
-    writes: {
-      apply: (obj) => Promise.resolve(void secrets.put(obj as BindingSecret)),
-      create: () => Promise.resolve(true),
-      delete: (_kind, namespace, name) => Promise.resolve(void secrets.remove(name, namespace)),
-    },
+    writes: fakeObjectWriter(secrets),
     now: () => clock.now,
   });
   return { secrets, bindings, clock };
@@ -122,6 +119,24 @@ describe('key bindings', () => {
     await expect(bindings.renew(key, print, login(new Date(clock.now + HOUR)))).rejects.toThrow(
       'the binding is gone',
     );
+  });
+
+  it('never brings back a binding deleted, nor overwrites one renewed elsewhere, while its renewal was on its way', async () => {
+    const { bindings, secrets, clock } = setup();
+    await bindings.bind(key, print, login(new Date(clock.now + 60_000), { refreshToken: 'rt-1' }));
+    const name = bindingName(key);
+    // An admin deletes the binding while a renewal writes: the write names the version it read, and fails.
+    const renewing = bindings.renew(key, print, login(new Date(clock.now + HOUR), { refreshToken: 'rt-2' }));
+    await bindings.end(key);
+    await expect(renewing).rejects.toThrow('Conflict');
+    expect(secrets.get(name, NS)).toBeUndefined();
+    // Another replica's renewal lands while this one is on its way: this one does not overwrite it.
+    await bindings.bind(key, print, login(new Date(clock.now + 60_000), { refreshToken: 'rt-1' }));
+    const late = bindings.renew(key, print, login(new Date(clock.now + HOUR), { refreshToken: 'late' }));
+    const theirs = secrets.get(name, NS)!;
+    secrets.put({ ...theirs, metadata: { ...theirs.metadata, resourceVersion: 'elsewhere' } });
+    await expect(late).rejects.toThrow('Conflict');
+    expect(secrets.get(name, NS)!.metadata!.resourceVersion).toBe('elsewhere');
   });
 
   it('binds nothing to another key, nor to a Secret renamed onto another key', async () => {

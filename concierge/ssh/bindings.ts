@@ -80,7 +80,8 @@ export interface KeyBindings {
   bind(keyBlob: Buffer, fingerprint: string, login: BindingLogin & { maxLifetimeMs?: number }): Promise<Date>;
   /**
    * Keeps the key's binding with a renewed login (its new ID token's expiry, a rotated refresh token), within the
-   * session's end as it was bound. Rejects when the binding is gone meanwhile.
+   * session's end as it was bound. Rejects when the binding is gone, or changed since it was read (deleted by an
+   * admin, renewed by another replica): the write is conditional, and never brings a binding back.
    */
   renew(keyBlob: Buffer, fingerprint: string, login: BindingLogin): Promise<void>;
   /** Ends the key's binding (its Secret is deleted). */
@@ -132,13 +133,17 @@ export function newKeyBindings(deps: {
     const stored = parse(deps.secrets.get(bindingName(keyBlob), deps.namespace));
     return stored?.fingerprint === fingerprint ? stored : undefined;
   };
-  const store = async (keyBlob: Buffer, stored: Stored): Promise<void> => {
+  // `resourceVersion`, when given, makes the write conditional on the Secret as it was read: server-side apply then
+  // refuses (a conflict) when the Secret changed or is gone meanwhile, so a renewal never brings back a binding an
+  // admin deleted, nor overwrites another replica's renewal.
+  const store = async (keyBlob: Buffer, stored: Stored, resourceVersion?: string): Promise<void> => {
     await deps.writes.apply({
       apiVersion: 'v1',
       kind: 'Secret',
       metadata: {
         name: bindingName(keyBlob),
         namespace: deps.namespace,
+        ...(resourceVersion ? { resourceVersion } : {}),
         labels: { [BINDING_LABEL]: 'true', 'app.kubernetes.io/part-of': 'sealion' },
         annotations: {
           [USER_ANNOTATION]: stored.user.username,
@@ -173,13 +178,15 @@ export function newKeyBindings(deps: {
       return new Date(ends);
     },
     async renew(keyBlob, fingerprint, login) {
+      const secret = deps.secrets.get(bindingName(keyBlob), deps.namespace);
       const stored = read(keyBlob, fingerprint);
-      if (!stored?.ends || stored.since === undefined) throw new Error('the binding is gone');
-      await store(keyBlob, {
-        ...storedOf(fingerprint, login, stored.ends),
-        since: stored.since,
-        ends: stored.ends,
-      });
+      const version = secret?.metadata?.resourceVersion;
+      if (!stored?.ends || stored.since === undefined || !version) throw new Error('the binding is gone');
+      await store(
+        keyBlob,
+        { ...storedOf(fingerprint, login, stored.ends), since: stored.since, ends: stored.ends },
+        version,
+      );
     },
     async end(keyBlob) {
       await deps.writes.delete('Secret', deps.namespace, bindingName(keyBlob));

@@ -17,6 +17,7 @@ import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import { decodeJwt } from 'jose';
 import { approveDevice } from '../../dev/browser.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
+import { fakeObjectWriter } from '../../test-support/fake-object-writer.ts';
 import { bindingName, newKeyBindings, type BindingSecret, type KeyBindings } from './bindings.ts';
 import { RENEWAL_MAX_MS } from './renewal.ts';
 import { utcMinute, type SshSettings } from './sign-in.ts';
@@ -625,11 +626,7 @@ describe('a bound key past its ID token', () => {
     const bindings = newKeyBindings({
       namespace: NS,
       secrets,
-      writes: {
-        apply: (obj) => Promise.resolve(void secrets.put(obj as BindingSecret)),
-        create: () => Promise.resolve(true),
-        delete: (_kind, namespace, name) => Promise.resolve(void secrets.remove(name, namespace)),
-      },
+      writes: fakeObjectWriter(secrets),
       now: () => clock.now(),
     });
     return { secrets, clock, bindings };

@@ -237,11 +237,21 @@ async function renewAndKeep(
     ? await renewLogin(opts.cache, login, { username, refreshToken }, opts.clock)
     : { ok: false, ended: true, reason: 'the login gave no refresh token' };
   if (outcome.ok) {
-    await opts.bindings.renew(blob, print, outcome).then(
-      () => opts.log.info({ fingerprint: print }, 'ssh key binding renewed'),
-      // Signed in all the same: the next sign-in renews again (a rotated refresh token not kept ends it then).
-      (err: unknown) => opts.log.warn({ err: (err as Error).message }, 'ssh key binding renewal not stored'),
+    // A binding deleted (revoked) or renewed elsewhere while this renewal ran is not overwritten, and this sign-in
+    // is refused: after a revocation nothing may sign in with the key, and after another replica's renewal the next
+    // sign-in finds that one's fresh login.
+    const kept = await opts.bindings.renew(blob, print, outcome).then(
+      () => true,
+      (err: unknown) => {
+        opts.log.warn(
+          { fingerprint: print, err: (err as Error).message },
+          'ssh key binding renewal not stored',
+        );
+        return false;
+      },
     );
+    if (!kept) return { ok: false, ended: false, reason: 'the binding changed while it was renewed' };
+    opts.log.info({ fingerprint: print }, 'ssh key binding renewed');
   } else if (outcome.ended) {
     await opts.bindings.end(blob).then(
       () => opts.log.info({ fingerprint: print, reason: outcome.reason }, 'ssh key binding ended'),
