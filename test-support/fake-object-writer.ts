@@ -15,7 +15,10 @@ export function fakeObjectWriter<T extends KubeObject>(objects: MemoryInformer<T
       const held = objects.get(obj.metadata.name, obj.metadata.namespace);
       if (wanted !== undefined && held?.metadata?.resourceVersion !== wanted)
         throw new Error('Conflict: the object has been modified or is gone');
-      objects.put({ ...obj, metadata: { ...obj.metadata, resourceVersion: String(++version) } } as T);
+      objects.put({
+        ...obj,
+        metadata: { ...obj.metadata, resourceVersion: String(++version) },
+      } as unknown as T);
     },
     create: () => Promise.resolve(true),
     delete: (_kind, namespace, name) => Promise.resolve(void objects.remove(name, namespace || undefined)),
