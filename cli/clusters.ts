@@ -1,7 +1,8 @@
 // `sealion clusters`: every context of a kubeconfig (as `get kubeconfig --all-clusters` writes them), and whether
 // each cluster answers the user now. It asks each cluster's own API server who the user is (SelfSubjectReview), so
 // a cluster whose agent holds no tunnel shows the proxy's reason, and a refused login shows as such.
-import { Command, Option } from 'commander';
+import { Command } from 'commander';
+import { outputOption, withKubeconfig } from './options.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
@@ -149,15 +150,11 @@ export function progressLine(stream: NodeJS.WriteStream): {
 }
 
 export function clustersCommand(): Command {
-  return new Command('clusters')
-    .description("list the kubeconfig's clusters and whether each answers you now")
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .option('--context <name>', 'ask only this context (default: every context)', '')
-    .addOption(
-      new Option('-o, --output <format>', 'table, json or yaml')
-        .choices(['table', 'json', 'yaml'])
-        .default('table'),
-    )
+  return withKubeconfig(
+    new Command('clusters').description("list the kubeconfig's clusters and whether each answers you now"),
+    'ask only this context (default: every context)',
+  )
+    .addOption(outputOption())
     .addHelpText(
       'after',
       `

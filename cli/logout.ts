@@ -4,6 +4,7 @@
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
+import { withKubeconfig } from './options.ts';
 import {
   configDir,
   exchangeTarget,
@@ -207,16 +208,12 @@ export async function logout(flags: LogoutFlags, env: NodeJS.ProcessEnv): Promis
 }
 
 export function logoutCommand(): Command {
-  return new Command('logout')
-    .description(
+  return withKubeconfig(
+    new Command('logout').description(
       "forget the current context's cached login and revoke its refresh token at the issuer; the next kubectl run logs in again",
-    )
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .option(
-      '--context <name>',
-      "the context whose login to forget (default: the kubeconfig's current one)",
-      '',
-    )
+    ),
+    "the context whose login to forget (default: the kubeconfig's current one)",
+  )
     .option('--all', 'forget every cached login and certificate, revoking every refresh token', false)
     .addHelpText(
       'after',

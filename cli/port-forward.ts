@@ -8,6 +8,7 @@ import { STATUS_CODES } from 'node:http';
 import { Agent, request, type RequestOptions } from 'node:https';
 import { createServer, isIP, type Server, type Socket } from 'node:net';
 import { Command, Option } from 'commander';
+import { withKubeconfig } from './options.ts';
 import { DEFAULT_GROUP_SUFFIX, isValidGroupSuffix } from '../apis/groups.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { isDNSLabel, isDNSSubdomain, isPortName } from '../apis/names.ts';
@@ -517,22 +518,14 @@ function untilStopped(): Promise<void> {
 }
 
 export function portForwardCommand(): Command {
-  return new Command('port-forward')
-    .description(
-      "forward local ports to a pod's or a service's ports through Sealion (as kubectl port-forward)",
-    )
-    .argument('<TYPE/NAME>', 'pod/NAME (po, pods), svc/NAME (service, services), or NAME for a pod')
-    .argument('<[LOCAL:]REMOTE...>', 'ports: 8080:80, 80 (the same port here), :80 (any free port here)')
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .addOption(
-      takesNames(
-        'context',
-        new Option(
-          '--context <name>',
-          'the kubeconfig context to use (default: its current context)',
-        ).default(''),
-      ),
-    )
+  return withKubeconfig(
+    new Command('port-forward')
+      .description(
+        "forward local ports to a pod's or a service's ports through Sealion (as kubectl port-forward)",
+      )
+      .argument('<TYPE/NAME>', 'pod/NAME (po, pods), svc/NAME (service, services), or NAME for a pod')
+      .argument('<[LOCAL:]REMOTE...>', 'ports: 8080:80, 80 (the same port here), :80 (any free port here)'),
+  )
     .addOption(
       takesNames(
         'cluster',

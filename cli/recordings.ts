@@ -4,6 +4,7 @@
 // whichever replica answers; the list is filtered and cut where the recordings are, so a folder of thousands costs
 // the CLI one bounded answer. The hub answers, whichever cluster the kubeconfig's context reaches through it.
 import { Argument, Command, Option } from 'commander';
+import { withKubeconfig } from './options.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import { takesNames } from './completion.ts';
 import { failureOf } from './exec-credential.ts';
@@ -242,18 +243,7 @@ async function fetchFromHub(
 }
 
 const common = (c: Command): Command =>
-  c
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .addOption(
-      takesNames(
-        'context',
-        new Option(
-          '--context <name>',
-          'the kubeconfig context to use (default: its current context)',
-        ).default(''),
-      ),
-    )
-    .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX);
+  withKubeconfig(c).option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX);
 
 function listCommand(): Command {
   return common(new Command('list').description('the recorded sessions, newest first'))

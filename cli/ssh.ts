@@ -9,10 +9,10 @@ import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
+import { withKubeconfig } from './options.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, VERSION } from '../apis/groups.ts';
 import type { SSHDoor } from '../apis/identity.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
-import { takesNames } from './completion.ts';
 import { failureOf } from './exec-credential.ts';
 import { printable } from './printable.ts';
 import { loginFirst, requestAsKubeconfig } from './whoami.ts';
@@ -199,16 +199,11 @@ export async function sshConfig(flags: SshConfigFlags): Promise<string> {
 }
 
 export function sshCommand(): Command {
-  const config = new Command('config')
-    .description("print an ~/.ssh/config Host block for Sealion's SSH door, or its known_hosts lines")
-    // Defaults that are empty strings are described rather than shown, so that help says each once.
-    .addOption(new Option('--kubeconfig <path>', 'kubeconfig').default('', '$KUBECONFIG or ~/.kube/config'))
-    .addOption(
-      takesNames(
-        'context',
-        new Option('--context <name>', 'the kubeconfig context to use').default('', 'its current context'),
-      ),
-    )
+  const config = withKubeconfig(
+    new Command('config').description(
+      "print an ~/.ssh/config Host block for Sealion's SSH door, or its known_hosts lines",
+    ),
+  )
     .option('--alias <name>', 'the Host name to give the door, under which its key is pinned', 'sealion')
     .addOption(
       new Option(

@@ -9,6 +9,7 @@
 import { fileURLToPath } from 'node:url';
 import { isSea } from 'node:sea';
 import { Command } from 'commander';
+import { withKubeconfig } from './options.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import {
   CONCIERGE_VERSIONS_CONFIG_MAP,
@@ -333,10 +334,11 @@ export async function versionOutput(report: VersionReport, output: VersionFlags[
 }
 
 export function versionCommand(): Command {
-  return new Command('version')
-    .description('show the versions of this CLI, the API server, the concierge and the agents')
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .option('--context <name>', 'the kubeconfig context to use (default: its current context)', '')
+  return withKubeconfig(
+    new Command('version').description(
+      'show the versions of this CLI, the API server, the concierge and the agents',
+    ),
+  )
     .option('--client', 'show the CLI alone, asking no server', false)
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .option('--concierge-namespace <name>', "the concierge's namespace", DEFAULT_NAMESPACE)

@@ -6,7 +6,8 @@ import { X509Certificate } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
-import { Command, Option } from 'commander';
+import { Command } from 'commander';
+import { outputOption, withKubeconfig } from './options.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
@@ -543,17 +544,12 @@ export function table(rows: string[][]): string {
   );
 }
 
-/** The -o option of the commands that print data: a table unless json or yaml is asked for. */
-export const outputOption = (): Option =>
-  new Option('-o, --output <format>', 'table, json or yaml')
-    .choices(['table', 'json', 'yaml'])
-    .default('table');
-
 export function whoamiCommand(): Command {
-  return new Command('whoami')
-    .description('show the user and groups the impersonation proxy sees for your kubeconfig, and until when')
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .option('--context <name>', 'the kubeconfig context to use (default: its current context)', '')
+  return withKubeconfig(
+    new Command('whoami').description(
+      'show the user and groups the impersonation proxy sees for your kubeconfig, and until when',
+    ),
+  )
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
     .addOption(outputOption())
     .addHelpText(
