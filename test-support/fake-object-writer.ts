@@ -1,6 +1,7 @@
 // An ObjectWriter over an in-memory informer that keeps the API server's rules a caller relies on: each write gives
 // the object a new resourceVersion, and a server-side apply that names a resourceVersion is refused with a conflict
-// when the stored object has another one or none (it never creates the object then).
+// when the stored object has another one or none (it never creates the object then); a delete that names one, when
+// the object has another.
 import type { KubeObject, MemoryInformer } from '../lib/kube/informer.ts';
 import type { ObjectWriter } from '../lib/kube/kube.ts';
 
@@ -21,6 +22,12 @@ export function fakeObjectWriter<T extends KubeObject>(objects: MemoryInformer<T
       } as unknown as T);
     },
     create: () => Promise.resolve(true),
-    delete: (_kind, namespace, name) => Promise.resolve(void objects.remove(name, namespace || undefined)),
+    async delete(_kind, namespace, name, resourceVersion) {
+      await Promise.resolve();
+      const held = objects.get(name, namespace || undefined);
+      if (held && resourceVersion !== undefined && held.metadata?.resourceVersion !== resourceVersion)
+        throw new Error('Conflict: the object has been modified');
+      objects.remove(name, namespace || undefined);
+    },
   };
 }

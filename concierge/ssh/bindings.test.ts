@@ -44,7 +44,13 @@ describe('key bindings', () => {
       login(new Date(since + 3 * 24 * HOUR), { maxLifetimeMs: 12 * HOUR }),
     );
     expect(until).toEqual(new Date(since + 12 * HOUR));
-    const held = { identity: alice, authenticator, since, expires: since + 12 * HOUR };
+    const held = {
+      identity: alice,
+      authenticator,
+      since,
+      expires: since + 12 * HOUR,
+      version: expect.any(String),
+    };
     expect(bindings.find(key, print)).toEqual(held);
     clock.now += 12 * HOUR - 1;
     expect(bindings.find(key, print)).toEqual(held);
@@ -96,15 +102,18 @@ describe('key bindings', () => {
       since,
       expires: since + 5 * 60_000,
       refreshToken: 'rt-1',
+      version: expect.any(String),
     });
     // A renewal past the session's end is cut to it, and a rotated refresh token replaces the old.
-    await bindings.renew(key, print, login(new Date(since + 13 * HOUR), { refreshToken: 'rt-2' }));
+    const { version } = bindings.find(key, print)!;
+    await bindings.renew(key, print, login(new Date(since + 13 * HOUR), { refreshToken: 'rt-2' }), version);
     expect(bindings.find(key, print)).toEqual({
       identity: alice,
       authenticator,
       since,
       expires: since + 12 * HOUR,
       refreshToken: 'rt-2',
+      version: expect.any(String),
     });
     clock.now = since + 12 * HOUR;
     expect(bindings.find(key, print)).toBeUndefined();
@@ -116,27 +125,32 @@ describe('key bindings', () => {
     await bindings.end(key);
     expect(secrets.get(bindingName(key), NS)).toBeUndefined();
     expect(bindings.find(key, print)).toBeUndefined();
-    await expect(bindings.renew(key, print, login(new Date(clock.now + HOUR)))).rejects.toThrow(
+    await expect(bindings.renew(key, print, login(new Date(clock.now + HOUR)), '1')).rejects.toThrow(
       'the binding is gone',
     );
   });
 
-  it('never brings back a binding deleted, nor overwrites one renewed elsewhere, while its renewal was on its way', async () => {
+  it('changes only the binding as it was found: never brings one back, nor overwrites or ends a newer login', async () => {
     const { bindings, secrets, clock } = setup();
-    await bindings.bind(key, print, login(new Date(clock.now + 60_000), { refreshToken: 'rt-1' }));
     const name = bindingName(key);
-    // An admin deletes the binding while a renewal writes: the write names the version it read, and fails.
-    const renewing = bindings.renew(key, print, login(new Date(clock.now + HOUR), { refreshToken: 'rt-2' }));
-    await bindings.end(key);
-    await expect(renewing).rejects.toThrow('Conflict');
-    expect(secrets.get(name, NS)).toBeUndefined();
-    // Another replica's renewal lands while this one is on its way: this one does not overwrite it.
+    const renewal = (refreshToken: string) => login(new Date(clock.now + HOUR), { refreshToken });
     await bindings.bind(key, print, login(new Date(clock.now + 60_000), { refreshToken: 'rt-1' }));
-    const late = bindings.renew(key, print, login(new Date(clock.now + HOUR), { refreshToken: 'late' }));
-    const theirs = secrets.get(name, NS)!;
-    secrets.put({ ...theirs, metadata: { ...theirs.metadata, resourceVersion: 'elsewhere' } });
-    await expect(late).rejects.toThrow('Conflict');
-    expect(secrets.get(name, NS)!.metadata!.resourceVersion).toBe('elsewhere');
+    // An admin deletes the binding while a renewal is on its way: the write names the version found, and fails.
+    const found = bindings.find(key, print)!;
+    await bindings.end(key);
+    await expect(bindings.renew(key, print, renewal('rt-2'), found.version)).rejects.toThrow();
+    expect(secrets.get(name, NS)).toBeUndefined();
+    // Another replica (or sign-in) renewed after this one found the binding: this renewal does not overwrite it, and
+    // the refusal of the older refresh token this one held does not end it.
+    await bindings.bind(key, print, login(new Date(clock.now + 60_000), { refreshToken: 'rt-1' }));
+    const stale = bindings.find(key, print)!;
+    await bindings.renew(key, print, renewal('theirs'), stale.version);
+    await expect(bindings.renew(key, print, renewal('late'), stale.version)).rejects.toThrow('Conflict');
+    await expect(bindings.end(key, stale.version)).rejects.toThrow('Conflict');
+    expect(bindings.find(key, print)).toMatchObject({ refreshToken: 'theirs' });
+    // The binding as found now ends.
+    await bindings.end(key, bindings.find(key, print)!.version);
+    expect(secrets.get(name, NS)).toBeUndefined();
   });
 
   it('binds nothing to another key, nor to a Secret renamed onto another key', async () => {

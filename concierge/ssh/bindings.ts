@@ -56,6 +56,8 @@ export interface BoundKey {
   /** Until when the ID token holds (ms since the epoch); past it, the refresh token must renew the login. */
   expires?: number;
   refreshToken?: string;
+  /** The binding's Secret as it was found (its resourceVersion): renew and end change only that one. */
+  version?: string;
 }
 
 /** A login to bind a key to, or to renew its binding with. */
@@ -80,12 +82,21 @@ export interface KeyBindings {
   bind(keyBlob: Buffer, fingerprint: string, login: BindingLogin & { maxLifetimeMs?: number }): Promise<Date>;
   /**
    * Keeps the key's binding with a renewed login (its new ID token's expiry, a rotated refresh token), within the
-   * session's end as it was bound. Rejects when the binding is gone, or changed since it was read (deleted by an
-   * admin, renewed by another replica): the write is conditional, and never brings a binding back.
+   * session's end as it was bound. `version` is the binding as `find` gave it: the write is conditional on it, so it
+   * rejects when the binding changed since (deleted by an admin, renewed by another replica or another sign-in
+   * here), and never brings a binding back nor overwrites a newer login.
    */
-  renew(keyBlob: Buffer, fingerprint: string, login: BindingLogin): Promise<void>;
-  /** Ends the key's binding (its Secret is deleted). */
-  end(keyBlob: Buffer): Promise<void>;
+  renew(
+    keyBlob: Buffer,
+    fingerprint: string,
+    login: BindingLogin,
+    version: string | undefined,
+  ): Promise<void>;
+  /**
+   * Ends the key's binding (its Secret is deleted); with `version`, only that binding as found: it rejects when the
+   * binding changed since (a renewal stored a newer login, which a stale refresh token's refusal must not end).
+   */
+  end(keyBlob: Buffer, version?: string): Promise<void>;
 }
 
 /** The Secret's name for a key: derived from the key, so one key has one binding. */
@@ -157,6 +168,7 @@ export function newKeyBindings(deps: {
   };
   return {
     find(keyBlob, fingerprint) {
+      const version = deps.secrets.get(bindingName(keyBlob), deps.namespace)?.metadata?.resourceVersion;
       const stored = read(keyBlob, fingerprint);
       const at = now();
       if (!stored) return undefined;
@@ -168,6 +180,7 @@ export function newKeyBindings(deps: {
         expires: stored.expires,
         ...(stored.since !== undefined ? { since: stored.since } : {}),
         ...(renewable ? { refreshToken: stored.refreshToken } : {}),
+        ...(version ? { version } : {}),
       };
     },
     async bind(keyBlob, fingerprint, login) {
@@ -177,10 +190,8 @@ export function newKeyBindings(deps: {
       await store(keyBlob, { ...storedOf(fingerprint, login, ends), since, ends });
       return new Date(ends);
     },
-    async renew(keyBlob, fingerprint, login) {
-      const secret = deps.secrets.get(bindingName(keyBlob), deps.namespace);
+    async renew(keyBlob, fingerprint, login, version) {
       const stored = read(keyBlob, fingerprint);
-      const version = secret?.metadata?.resourceVersion;
       if (!stored?.ends || stored.since === undefined || !version) throw new Error('the binding is gone');
       await store(
         keyBlob,
@@ -188,8 +199,8 @@ export function newKeyBindings(deps: {
         version,
       );
     },
-    async end(keyBlob) {
-      await deps.writes.delete('Secret', deps.namespace, bindingName(keyBlob));
+    async end(keyBlob, version) {
+      await deps.writes.delete('Secret', deps.namespace, bindingName(keyBlob), version);
     },
   };
 }

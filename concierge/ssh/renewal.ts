@@ -64,7 +64,8 @@ async function renew(
 ): Promise<RenewalOutcome> {
   const provider = cache.providerOf(login.authenticator);
   if (!provider)
-    return { ok: false, ended: true, reason: `JWTAuthenticator ${login.authenticator} is not loaded` };
+    // Not loaded now (being reloaded, or gone: then the binding's own check refuses the key, whatever this says).
+    return { ok: false, ended: false, reason: `JWTAuthenticator ${login.authenticator} is not loaded` };
   let issuer: Awaited<ReturnType<typeof issuerConfiguration>>;
   try {
     issuer = await issuerConfiguration({
@@ -81,10 +82,16 @@ async function renew(
       // Bounded by the configuration's timeout per request, and by the deadline around it all.
       tokens = await oidc.refreshTokenGrant(issuer.config, bound.refreshToken);
     } catch (err) {
-      // An OAuth error answer (invalid_grant: revoked, expired, the user disabled) is the issuer's refusal; anything
-      // else (no answer, a 5xx page) says nothing about the session.
+      // invalid_grant (RFC 6749 section 5.2: the grant revoked or expired, the user disabled) is the issuer's refusal
+      // of this session, which ends the binding. Any other answer (server_error, temporarily_unavailable, a client
+      // the issuer does not know: the admin's setting) or none at all says nothing about the session: this sign-in
+      // is refused and the binding kept.
       if (err instanceof oidc.ResponseBodyError)
-        return { ok: false, ended: true, reason: `the issuer refused the refresh token: ${err.error}` };
+        return {
+          ok: false,
+          ended: err.error === 'invalid_grant',
+          reason: `the issuer refused the refresh token: ${err.error}`,
+        };
       return { ok: false, ended: false, reason: `the issuer did not answer: ${(err as Error).message}` };
     }
     if (!tokens.id_token)

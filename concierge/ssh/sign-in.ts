@@ -240,7 +240,7 @@ async function renewAndKeep(
     // A binding deleted (revoked) or renewed elsewhere while this renewal ran is not overwritten, and this sign-in
     // is refused: after a revocation nothing may sign in with the key, and after another replica's renewal the next
     // sign-in finds that one's fresh login.
-    const kept = await opts.bindings.renew(blob, print, outcome).then(
+    const kept = await opts.bindings.renew(blob, print, outcome, bound.version).then(
       () => true,
       (err: unknown) => {
         opts.log.warn(
@@ -253,11 +253,17 @@ async function renewAndKeep(
     if (!kept) return { ok: false, ended: false, reason: 'the binding changed while it was renewed' };
     opts.log.info({ fingerprint: print }, 'ssh key binding renewed');
   } else if (outcome.ended) {
-    await opts.bindings.end(blob).then(
-      () => opts.log.info({ fingerprint: print, reason: outcome.reason }, 'ssh key binding ended'),
-      (err: unknown) =>
-        opts.log.warn({ err: (err as Error).message }, 'ssh key binding could not be deleted'),
+    // Only the binding as this sign-in found it: when a renewal stored a newer login meanwhile (here or on another
+    // replica), the refusal of this older refresh token ends nothing, and this sign-in alone is refused.
+    const ended = await opts.bindings.end(blob, bound.version).then(
+      () => true,
+      (err: unknown) => {
+        opts.log.warn({ fingerprint: print, err: (err as Error).message }, 'ssh key binding not ended');
+        return false;
+      },
     );
+    if (!ended) return { ok: false, ended: false, reason: 'the binding changed while it was renewed' };
+    opts.log.info({ fingerprint: print, reason: outcome.reason }, 'ssh key binding ended');
   }
   return outcome;
 }

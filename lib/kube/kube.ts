@@ -616,8 +616,16 @@ export interface ObjectWriter {
     kind: string;
     metadata: { name: string; namespace: string };
   }): Promise<boolean>;
-  /** Deletes if present (an APIService is cluster-scoped: its namespace is ''). */
-  delete(kind: 'Service' | 'Secret' | 'APIService', namespace: string, name: string): Promise<void>;
+  /**
+   * Deletes if present (an APIService is cluster-scoped: its namespace is ''). With `resourceVersion`, only that
+   * version of it: the API server refuses (409) when it changed since, and the caller learns that it did.
+   */
+  delete(
+    kind: 'Service' | 'Secret' | 'APIService',
+    namespace: string,
+    name: string,
+    resourceVersion?: string,
+  ): Promise<void>;
 }
 
 /** The field manager of what the concierge applies. */
@@ -644,12 +652,18 @@ export function newObjectWriter(clients: KubeClients, fieldManager: string = FIE
         throw err;
       }
     },
-    async delete(kind, namespace, name) {
+    async delete(kind, namespace, name, resourceVersion) {
       try {
         await clients.objects.delete(
           kind === 'APIService'
             ? { apiVersion: 'apiregistration.k8s.io/v1', kind, metadata: { name } }
             : { apiVersion: 'v1', kind, metadata: { name, namespace } },
+          undefined,
+          undefined,
+          undefined,
+          undefined,
+          undefined,
+          resourceVersion ? { preconditions: { resourceVersion } } : undefined,
         );
       } catch (err) {
         if (apiStatusCode(err) !== 404) throw err;
