@@ -37,6 +37,7 @@ import type { Logger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { startLeaderElection, type LeaderElection } from '../lib/controller/leader.ts';
 import { newControllerManager, type ControllerManager } from '../lib/controller/manager.ts';
+import { periodic } from '../lib/controller/periodic.ts';
 import type { ServingMaterial } from '../controllers/impersonation-proxy.ts';
 import { TUNNEL_HOSTS, TUNNEL_HOSTS_KEY } from '../controllers/tunnel-hosts.ts';
 import {
@@ -94,7 +95,7 @@ export type RegistrationLimits = RateLimitOptions;
 import { forwardingUpstream, type ForwardingIdentity } from './upstream.ts';
 import { newInProcessDoor, type InProcessDoor } from './ssh/in-process.ts';
 import { newSshServer, type SshServer, type SshServerOptions, type SshSettings } from './ssh/server.ts';
-import { BINDING_SELECTORS, newKeyBindings, type BindingSecret } from './ssh/bindings.ts';
+import { BINDING_SELECTORS, BINDING_SWEEP_MS, newKeyBindings, type BindingSecret } from './ssh/bindings.ts';
 import type { SshMaterial } from '../controllers/ssh-door.ts';
 import type { SSHDoor } from '../apis/identity.ts';
 import { SEALION_VERSION } from '../lib/version.ts';
@@ -270,6 +271,7 @@ async function start(opts: ConciergeOptions, onStop: OnStop): Promise<ConciergeE
       ...(forwarding.renewal ? [forwarding.renewal] : []),
       ...(proxy.tlsPoll ? [proxy.tlsPoll] : []),
     ],
+    leaderPeriodic: ssh ? [ssh.sweep] : [],
   });
   // Stopped before the controllers (stops run in reverse order), which could otherwise start it again.
   if (ssh) onStop(() => ssh.close());
@@ -494,14 +496,17 @@ function proxyControlled(
   };
 }
 
-/** The controllers' list, with the process's periodic work (the forwarding token, the TLS files), then started. */
+/**
+ * The controllers' list, with the process's periodic work (the forwarding token, the TLS files; on the leader, the
+ * sweep of ended SSH key bindings), then started.
+ */
 async function startControllers(
   { opts, clients, clock, log }: Base,
   { informers, authenticators }: Shared,
   manager: ControllerManager,
-  controlled: Partial<ConciergeControllerOptions> & { periodic: Controller[] },
+  controlled: Partial<ConciergeControllerOptions> & { periodic: Controller[]; leaderPeriodic: Controller[] },
 ): Promise<void> {
-  const { periodic, ...options } = controlled;
+  const { periodic, leaderPeriodic, ...options } = controlled;
   manager.add(
     ...(await conciergeControllers({
       ...options,
@@ -515,6 +520,7 @@ async function startControllers(
       log,
     })),
     ...periodic.map((controller): ControllerEntry => ({ controller, runs: 'every-replica' })),
+    ...leaderPeriodic.map((controller): ControllerEntry => ({ controller, runs: 'leader' })),
   );
   await manager.start();
 }
@@ -776,6 +782,8 @@ interface SshDoor {
   close: () => Promise<void>;
   /** Where it listens now; undefined while it does not. */
   port: () => number | undefined;
+  /** The leader's sweep of the key bindings whose session ended (they hold refresh tokens). */
+  sweep: Controller;
 }
 
 /**
@@ -794,14 +802,15 @@ function sshDoor(
     version: VERSION,
     plural: Resource.Cluster,
   });
+  const bindings = newKeyBindings({
+    namespace: opts.namespace,
+    secrets: informers.core<BindingSecret>('secrets', opts.namespace, BINDING_SELECTORS),
+    writes: newObjectWriter(clients, 'sealion-ssh'),
+  });
   const deps: Omit<SshServerOptions, 'hostKeys' | 'settings'> = {
     door,
     cache: authenticators.cache,
-    bindings: newKeyBindings({
-      namespace: opts.namespace,
-      secrets: informers.core<BindingSecret>('secrets', opts.namespace, BINDING_SELECTORS),
-      writes: newObjectWriter(clients, 'sealion-ssh'),
-    }),
+    bindings,
     groupSuffix: opts.groupSuffix,
     ...(recordings ? { recordings } : {}),
     clusterNames: opts.tunnel
@@ -846,8 +855,15 @@ function sshDoor(
     },
     close: () => listener.close(),
     port: () => current?.port,
+    sweep: periodic(SSH_BINDING_SWEEP, BINDING_SWEEP_MS, async () => {
+      const deleted = await bindings.sweep();
+      if (deleted > 0) deps.log.info({ deleted }, 'ssh key bindings past their session deleted');
+    }),
   };
 }
+
+/** The periodic controller that deletes the SSH key bindings whose session ended. */
+const SSH_BINDING_SWEEP = 'ssh-binding-sweep';
 
 /**
  * What the controllers ask the proxy to serve, applied to its listener (lib/listener-switch.ts): certificates are

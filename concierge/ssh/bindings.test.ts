@@ -153,6 +153,29 @@ describe('key bindings', () => {
     expect(secrets.get(name, NS)).toBeUndefined();
   });
 
+  it('sweeps the bindings whose session ended, refresh tokens with them, and keeps the rest', async () => {
+    const { bindings, secrets, clock } = setup();
+    const other = Buffer.from('another key blob');
+    // One session of 12 hours, renewed past its ID token; another without a refresh token, ending with its token.
+    await bindings.bind(
+      key,
+      print,
+      login(new Date(clock.now + 60_000), { refreshToken: 'rt', maxLifetimeMs: 12 * HOUR }),
+    );
+    await bindings.bind(other, 'SHA256:other', login(new Date(clock.now + HOUR)));
+    secrets.put({ metadata: { name: 'sealion-ssh-key-not-ours', namespace: NS }, data: { binding: 'x' } });
+    expect(await bindings.sweep()).toBe(0);
+    clock.now += HOUR;
+    expect(await bindings.sweep()).toBe(1);
+    expect(secrets.get(bindingName(other), NS)).toBeUndefined();
+    expect(secrets.get(bindingName(key), NS)).toBeDefined();
+    clock.now += 11 * HOUR;
+    expect(await bindings.sweep()).toBe(1);
+    expect(secrets.get(bindingName(key), NS)).toBeUndefined();
+    // What is no binding this code wrote stays for the admin.
+    expect(secrets.get('sealion-ssh-key-not-ours', NS)).toBeDefined();
+  });
+
   it('binds nothing to another key, nor to a Secret renamed onto another key', async () => {
     const { bindings, secrets, clock } = setup();
     await bindings.bind(key, print, login(new Date(clock.now + 3600_000)));

@@ -97,7 +97,15 @@ export interface KeyBindings {
    * binding changed since (a renewal stored a newer login, which a stale refresh token's refusal must not end).
    */
   end(keyBlob: Buffer, version?: string): Promise<void>;
+  /**
+   * Deletes every binding whose session ended (its refresh token, kept in it, must not outlive it): each as it was
+   * read, so a binding renewed meanwhile stays. Gives how many it deleted; a failed delete is tried next time.
+   */
+  sweep(): Promise<number>;
 }
+
+/** How often the leader deletes the bindings whose session ended. */
+export const BINDING_SWEEP_MS = 10 * 60_000;
 
 /** The Secret's name for a key: derived from the key, so one key has one binding. */
 export const bindingName = (keyBlob: Buffer): string =>
@@ -201,6 +209,24 @@ export function newKeyBindings(deps: {
     },
     async end(keyBlob, version) {
       await deps.writes.delete('Secret', deps.namespace, bindingName(keyBlob), version);
+    },
+    async sweep() {
+      const at = now();
+      let deleted = 0;
+      for (const secret of deps.secrets.list()) {
+        const stored = parse(secret);
+        const name = secret.metadata?.name;
+        // What is not a binding (no content this code wrote) is the admin's to remove.
+        if (!stored || !name || (stored.ends ?? stored.expires) > at) continue;
+        const removed = await deps.writes
+          .delete('Secret', deps.namespace, name, secret.metadata?.resourceVersion)
+          .then(
+            () => true,
+            () => false,
+          );
+        if (removed) deleted++;
+      }
+      return deleted;
     },
   };
 }

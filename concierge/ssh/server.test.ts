@@ -141,6 +141,7 @@ const noBindings = (): KeyBindings => ({
   bind: () => Promise.resolve(new Date(0)),
   renew: () => Promise.resolve(),
   end: () => Promise.resolve(),
+  sweep: () => Promise.resolve(0),
 });
 
 const never = (): never => {
