@@ -5,7 +5,7 @@
 import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
 import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
 import type * as HttpsClient from '../lib/https-client.ts';
@@ -490,21 +490,46 @@ export async function staticLogin(
 /** How long a failed plugin run stays said for the kubectl process that ran it: its retries come within a second. */
 const FAILURE_SAID_MS = 10_000;
 
+/** The process that runs this plugin, as onceForCaller sees it: its pid and a reader of /proc (tests give theirs). */
+export interface Caller {
+  pid: number;
+  readProc: (path: string) => string;
+}
+
+const parentProcess: Caller = { pid: process.ppid, readProc: (path) => readFileSync(path, 'utf8') };
+
 /**
- * The kubectl process that runs this plugin, as a key: its pid and, on Linux, its start time (a pid is reused).
- * Undefined when no kubectl (nor other client that says KUBERNETES_EXEC_INFO) runs it.
+ * Whether the process is kubectl: on Linux its /proc comm is `kubectl`, or its argv0's file name starts with
+ * `kubectl` (kubectl1.30, a renamed copy). Elsewhere, or when /proc cannot be read, it is not taken for kubectl.
  */
-function callerKey(env: NodeJS.ProcessEnv): unknown[] | undefined {
-  if (env['KUBERNETES_EXEC_INFO'] === undefined) return undefined;
+export function isKubectl(caller: Caller): boolean {
+  try {
+    if (caller.readProc(`/proc/${caller.pid}/comm`).trim() === 'kubectl') return true;
+    const argv0 = caller.readProc(`/proc/${caller.pid}/cmdline`).split('\0')[0] ?? '';
+    return basename(argv0).startsWith('kubectl');
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The kubectl process that runs this plugin, as a key: its pid and its start time (a pid is reused). Undefined
+ * when the caller is not kubectl: a long-lived client-go host (k9s, Lens, a controller run with an exec
+ * kubeconfig) runs the plugin for every credential it needs for hours, and one failure remembered would fail all
+ * its requests for FAILURE_SAID_MS with nothing printed. The cost: such a host shows each failure as many times as
+ * it asks, and a kubectl not recognised (another OS, a wrapper in between) does too.
+ */
+function callerKey(env: NodeJS.ProcessEnv, caller: Caller): unknown[] | undefined {
+  if (env['KUBERNETES_EXEC_INFO'] === undefined || !isKubectl(caller)) return undefined;
   let started = '';
   try {
     // Field 22 of /proc/<pid>/stat, counted after the command's name in parentheses (which may hold spaces).
-    const stat = readFileSync(`/proc/${process.ppid}/stat`, 'utf8');
+    const stat = caller.readProc(`/proc/${caller.pid}/stat`);
     started = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
   } catch {
-    // Not Linux: the pid alone, for the few seconds a failure is remembered.
+    // The pid alone, for the few seconds a failure is remembered.
   }
-  return [process.ppid, started, process.argv.slice(2), env['KUBERNETES_EXEC_INFO']];
+  return [caller.pid, started, process.argv.slice(2), env['KUBERNETES_EXEC_INFO']];
 }
 
 /**
@@ -512,10 +537,15 @@ function callerKey(env: NodeJS.ProcessEnv): unknown[] | undefined {
  * for each request it makes until one gets a credential (discovery retries, then the command's own), and shows
  * each run's standard error: one failure printed six times. A failure is remembered for a few seconds under the
  * caller's key (callerKey), and the same caller's next runs fail at once, silently, without asking any server
- * again. A new kubectl command, or the same one after a while, tries afresh.
+ * again. A new kubectl command, or the same one after a while, tries afresh. Only kubectl's runs are remembered
+ * (callerKey says why).
  */
-export async function onceForCaller<T>(env: NodeJS.ProcessEnv, run: () => Promise<T>): Promise<T> {
-  const key = callerKey(env);
+export async function onceForCaller<T>(
+  env: NodeJS.ProcessEnv,
+  run: () => Promise<T>,
+  caller: Caller = parentProcess,
+): Promise<T> {
+  const key = callerKey(env, caller);
   const file = key ? cacheFile(env, 'failures', key) : undefined;
   const said = file ? readCache<{ at: number }>(file) : undefined;
   if (said && Date.now() - said.at < FAILURE_SAID_MS && said.at <= Date.now())

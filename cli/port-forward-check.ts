@@ -161,11 +161,50 @@ async function readTarget(call: Call, target: CheckedTarget): Promise<TargetObje
     );
   }
   if (answer.status !== 200) throw new Error(`cannot read ${described(target)}: ${said(answer)}`);
+  let object: unknown;
   try {
-    return JSON.parse(answer.text) as TargetObject;
+    object = JSON.parse(answer.text);
   } catch {
     throw new Error(`cannot read ${described(target)}: the answer is not JSON`);
   }
+  return checkedTargetObject(object, target);
+}
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+/** Whether each of `fields` is absent or of its type. */
+const fieldsAre = (
+  value: Record<string, unknown>,
+  fields: Record<string, 'string' | 'number' | 'boolean'>,
+): boolean =>
+  Object.entries(fields).every(([field, type]) => value[field] === undefined || typeof value[field] === type);
+/** Whether `value` is absent or a list of objects each passing `each`. */
+const listOf = (value: unknown, each: (item: Record<string, unknown>) => boolean): boolean =>
+  value === undefined || (Array.isArray(value) && value.every((item) => isRecord(item) && each(item)));
+const portShape = (p: Record<string, unknown>): boolean =>
+  fieldsAre(p, { name: 'string', port: 'number', containerPort: 'number', protocol: 'string' });
+
+/**
+ * The pod or service the server answered, each field the checks read of the type they read it as: a server that is
+ * no Kubernetes API server (or a hostile one) gets one line, not a TypeError from deep in a check.
+ */
+export function checkedTargetObject(object: unknown, target: CheckedTarget): TargetObject {
+  const kind = target.resource === 'pods' ? 'pod' : 'service';
+  const notA = (what: string): Error =>
+    new Error(
+      `cannot read ${described(target)}: the server's answer is not a ${kind} (${what}); check that the kubeconfig's server is a Kubernetes API server`,
+    );
+  if (!isRecord(object)) throw notA('not an object');
+  const { spec, status } = object;
+  if (spec !== undefined && !isRecord(spec)) throw notA('its spec is not an object');
+  if (status !== undefined && !isRecord(status)) throw notA('its status is not an object');
+  if (spec && !fieldsAre(spec, { type: 'string', hostNetwork: 'boolean' }))
+    throw notA('its spec.type or spec.hostNetwork is of another type');
+  if (status && !fieldsAre(status, { phase: 'string' })) throw notA('its status.phase is not a string');
+  if (spec && !listOf(spec['ports'], portShape)) throw notA('its spec.ports is not a list of ports');
+  if (spec && !listOf(spec['containers'], (c) => listOf(c['ports'], portShape)))
+    throw notA('its spec.containers is not a list of containers with lists of ports');
+  return object;
 }
 
 /** A port in words: `80 (http)`. */

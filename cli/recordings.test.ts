@@ -11,6 +11,7 @@ import {
   listNotes,
   listOutput,
   listQuery,
+  parseRecordingList,
   parseSince,
   recordingsCommand,
   recordingsFailure,
@@ -111,6 +112,40 @@ describe('recordings list', () => {
       'replicas that did not answer: sealion-concierge-2; their recordings are not listed, retry later',
     ]);
     expect(listNotes(LIST)).toEqual([]);
+  });
+
+  it.each([
+    ['{"items":', 'not JSON'],
+    ['[]', 'not an object'],
+    ['{"metadata":[]}', 'its metadata is not an object'],
+    ['{"metadata":{"unreachableReplicas":"r-2"}}', 'its unreachableReplicas is not a list of names'],
+    ['{"metadata":{"unreachableReplicas":[null]}}', 'its unreachableReplicas is not a list of names'],
+    ['{"metadata":{"remainingItemCount":"many"}}', 'its remainingItemCount is not a number'],
+    ['{"items":{}}', 'its items is not a list'],
+    ['{"items":[null]}', 'an item without metadata and status'],
+    ['{"items":[{"metadata":{"name":"x"}}]}', 'an item without metadata and status'],
+    ['{"items":[{"metadata":{"name":7},"status":{}}]}', 'an item whose name is not a string'],
+    [
+      '{"items":[{"metadata":{"name":"x"},"status":{"user":{}}}]}',
+      'an item whose status.user is not a string',
+    ],
+    [
+      '{"items":[{"metadata":{"name":"x"},"status":{"bytes":"1"}}]}',
+      'an item whose status.bytes is not a number',
+    ],
+    [
+      '{"items":[{"metadata":{"name":"x"},"status":{"command":"ls"}}]}',
+      'an item whose status.command is not a list of strings',
+    ],
+  ])('refuses the server answer %s in one line', (text, what) => {
+    expect(() => parseRecordingList(text, 'proxy:443')).toThrow(
+      `list recordings on proxy:443: the server's answer is not a SessionRecordingList (${what}); check that the kubeconfig's server is a Sealion proxy`,
+    );
+  });
+
+  it('takes a list as the server answers it', () => {
+    expect(parseRecordingList(JSON.stringify(LIST), 'proxy:443')).toEqual(LIST);
+    expect(parseRecordingList('{}', 'proxy:443')).toEqual({});
   });
 
   it('prints the SessionRecordingList itself with -o json and -o yaml', async () => {
@@ -279,6 +314,15 @@ describe('recordings list against a stand-in hub', () => {
     expect(r.stdout).toBe(`${recordingsTable(LIST)}\n`);
     expect(r.stderr).toBe(
       'sealion: 3 more recordings match; narrow with --since, --user or --cluster, or raise --limit\n',
+    );
+  });
+
+  it('fails in one line naming the server when its answer is no SessionRecordingList', async () => {
+    answer = { status: 200, body: { metadata: { unreachableReplicas: 'sealion-concierge-2' }, items: [] } };
+    const r = await run('list', '--context', 'sealion-edge');
+    expect(r.stdout).toBe('');
+    expect(r.error).toBe(
+      `list recordings on ${host}: the server's answer is not a SessionRecordingList (its unreachableReplicas is not a list of names); check that the kubeconfig's server is a Sealion proxy`,
     );
   });
 

@@ -180,6 +180,61 @@ export function listNotes(list: SessionRecordingList): string[] {
   return notes;
 }
 
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+const isStringList = (value: unknown): boolean =>
+  Array.isArray(value) && value.every((v) => typeof v === 'string');
+const STATUS_STRINGS = ['replica', 'kind', 'user', 'cluster', 'namespace', 'pod', 'container'] as const;
+const STATUS_TIMES = ['startTime', 'lastWriteTime'] as const;
+
+/** What is wrong with one item of the list, or undefined: every field the table reads, of the type it reads. */
+function itemProblem(item: unknown): string | undefined {
+  if (!isRecord(item) || !isRecord(item['metadata']) || !isRecord(item['status']))
+    return 'an item without metadata and status';
+  const { metadata, status } = item;
+  if (typeof metadata['name'] !== 'string') return 'an item whose name is not a string';
+  if (metadata['creationTimestamp'] !== undefined && typeof metadata['creationTimestamp'] !== 'string')
+    return 'an item whose creationTimestamp is not a string';
+  for (const field of [...STATUS_STRINGS, ...STATUS_TIMES])
+    if (status[field] !== undefined && typeof status[field] !== 'string')
+      return `an item whose status.${field} is not a string`;
+  if (status['bytes'] !== undefined && typeof status['bytes'] !== 'number')
+    return 'an item whose status.bytes is not a number';
+  if (status['command'] !== undefined && !isStringList(status['command']))
+    return 'an item whose status.command is not a list of strings';
+  return undefined;
+}
+
+/**
+ * The list the server answered, every field the table and the notes read checked: a malformed answer (or a server
+ * that is no Sealion proxy) is one line saying what is wrong, not a TypeError. `host` names the server.
+ */
+export function parseRecordingList(text: string, host: string): SessionRecordingList {
+  const notA = (what: string): Error =>
+    new Error(
+      `list recordings on ${host}: the server's answer is not a SessionRecordingList (${what}); check that the kubeconfig's server is a Sealion proxy`,
+    );
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch {
+    throw notA('not JSON');
+  }
+  if (!isRecord(list)) throw notA('not an object');
+  const { metadata, items } = list;
+  if (metadata !== undefined && !isRecord(metadata)) throw notA('its metadata is not an object');
+  if (metadata?.['unreachableReplicas'] !== undefined && !isStringList(metadata['unreachableReplicas']))
+    throw notA('its unreachableReplicas is not a list of names');
+  if (metadata?.['remainingItemCount'] !== undefined && typeof metadata['remainingItemCount'] !== 'number')
+    throw notA('its remainingItemCount is not a number');
+  if (items !== undefined && !Array.isArray(items)) throw notA('its items is not a list');
+  for (const item of items ?? []) {
+    const problem = itemProblem(item);
+    if (problem) throw notA(problem);
+  }
+  return list;
+}
+
 /** The list as `-o json` or `-o yaml` prints it: the SessionRecordingList the server answered, made printable. */
 export async function listOutput(list: SessionRecordingList, format: 'json' | 'yaml'): Promise<string> {
   if (format === 'json') return `${printableJSON(list)}\n`;
@@ -214,7 +269,7 @@ async function fetchFromHub(
   rest: string,
   accept: string,
   maxBytes: number,
-): Promise<string> {
+): Promise<{ text: string; host: string }> {
   const { loadKubeConfigFlags } = await import('../lib/kube/kube.ts');
   const config = loadKubeConfigFlags(flags);
   await loginFirst(config);
@@ -234,7 +289,7 @@ async function fetchFromHub(
       },
       accept,
     );
-    return answer.text;
+    return { text: answer.text, host: new URL(base).host };
   } catch (err) {
     throw await recordingsFailure(err, what, new URL(base).host);
   } finally {
@@ -263,9 +318,14 @@ function listCommand(): Command {
     )
     .action(async (flags: ListFlags) => {
       const query = listQuery(flags, Date.now());
-      const list = JSON.parse(
-        await fetchFromHub(flags, 'list recordings', query, 'application/json', MAX_LIST_BYTES),
-      ) as SessionRecordingList;
+      const { text, host } = await fetchFromHub(
+        flags,
+        'list recordings',
+        query,
+        'application/json',
+        MAX_LIST_BYTES,
+      );
+      const list = parseRecordingList(text, host);
       if (flags.output !== 'table') return void process.stdout.write(await listOutput(list, flags.output));
       process.stdout.write(`${recordingsTable(list)}\n`);
       for (const note of listNotes(list)) process.stderr.write(`sealion: ${note}\n`);
@@ -297,7 +357,7 @@ function playCommand(): Command {
         throw new Error(
           `recordings play --max-idle ${JSON.stringify(printable(flags.maxIdle, 64))}: not a positive number; give one such as 2`,
         );
-      const text = await fetchFromHub(
+      const { text } = await fetchFromHub(
         flags,
         `get recording ${printable(id, 64)}`,
         `/${encodeURIComponent(id)}`,

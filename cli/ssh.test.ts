@@ -5,7 +5,10 @@ import { join } from 'node:path';
 import { missingKeyHint, splitEndpoint, sshConfigText, sshDoorConfig, type SshConfigFlags } from './ssh.ts';
 
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOv4p1Xv2bZ0Nq1tTtQv7dN2mC5c0a8i0cWm2b1pVgS6';
-const PRINT = 'SHA256:Yp2wS2m9JmXr4nQq7kq8m3xq3V0bC6ZbW5qK0P2uQ9E';
+// ssh-keygen -lf prints this for KEY.
+const PRINT = 'SHA256:jm3FR0Q2r06SMPlmijOAOgCl9Opa14rUOWFzk1dNQAA';
+const OTHER_PRINT = 'SHA256:Yp2wS2m9JmXr4nQq7kq8m3xq3V0bC6ZbW5qK0P2uQ9E';
+const BLOB = KEY.split(' ')[1]!;
 const flags: SshConfigFlags = {
   kubeconfig: '',
   context: '',
@@ -30,14 +33,14 @@ const door = (status: object): object => ({
 const FROM = 'https://127.0.0.1:31443';
 
 describe('sshDoorConfig', () => {
-  it('gives the Host block and the known_hosts lines under the alias and the address', () => {
+  it('gives the Host block and the known_hosts lines under the alias', () => {
     const config = sshDoorConfig(door({}), flags, FROM);
     expect(config).toEqual({
       alias: 'sealion',
       hostName: '10.0.0.7',
       port: 2222,
       hostKeyAlias: 'sealion',
-      knownHosts: [`sealion,[10.0.0.7]:2222 ${KEY}`],
+      knownHosts: [`sealion ${KEY}`],
       hostKeys: [{ algorithm: 'ssh-ed25519', publicKey: KEY, fingerprint: PRINT }],
       hubName: 'hub',
       deviceLogin: true,
@@ -63,10 +66,16 @@ describe('sshDoorConfig', () => {
       { ...flags, alias: 'prod', loginName: 'alice', knownHostsFile: '.sealion/known hosts' },
       FROM,
     );
-    expect(config.knownHosts).toEqual([`prod,ssh.example.com ${KEY}`]);
+    expect(config.knownHosts).toEqual([`prod ${KEY}`]);
     expect(sshConfigText(config)).toContain(
       '  HostKeyAlias prod\n  UserKnownHostsFile ".sealion/known hosts"\n  User alice\n',
     );
+  });
+
+  it('pins the key under the alias only, never under the address the server names', () => {
+    const config = sshDoorConfig(door({ endpoint: 'github.com:22' }), flags, FROM);
+    expect(config.knownHosts).toEqual([`sealion ${KEY}`]);
+    expect(config.hostName).toBe('github.com');
   });
 
   it.each([
@@ -84,6 +93,18 @@ describe('sshDoorConfig', () => {
     [
       { hostKeys: [{ algorithm: 'ssh-ed25519', publicKey: KEY, fingerprint: 'MD5:aa' }] },
       'a host key fingerprint that is no SHA256:…',
+    ],
+    [
+      { hostKeys: [{ algorithm: 'ssh-rsa', publicKey: `ssh-rsa ${BLOB}`, fingerprint: PRINT }] },
+      'a host key named ssh-rsa whose blob holds ssh-ed25519',
+    ],
+    [
+      { hostKeys: [{ algorithm: 'ssh-ed25519', publicKey: KEY, fingerprint: OTHER_PRINT }] },
+      `a host key fingerprint that is not its key's (${PRINT})`,
+    ],
+    [
+      { hostKeys: [{ algorithm: 'ssh-ed25519', publicKey: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAAQ==' }] },
+      'a host key that is no OpenSSH public key',
     ],
     [{ hubName: 'Hub Name' }, 'no hub name'],
   ])('refuses an answer with %j', (status, what) => {

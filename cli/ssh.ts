@@ -13,6 +13,7 @@ import { withKubeconfig } from './options.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, VERSION } from '../apis/groups.ts';
 import type { SSHDoor } from '../apis/identity.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
+import { parsePublicKeyLine } from '../lib/ssh/keys.ts';
 import { failureOf } from './exec-credential.ts';
 import { printable } from './printable.ts';
 import { loginFirst, requestAsKubeconfig } from './whoami.ts';
@@ -40,7 +41,7 @@ export interface SshDoorConfig {
   hostKeyAlias: string;
   user?: string;
   userKnownHostsFile?: string;
-  /** known_hosts lines: the alias and the address as patterns, then the key. */
+  /** known_hosts lines: the alias (never the server's address), then the key. */
   knownHosts: string[];
   hostKeys: { algorithm: string; publicKey: string; fingerprint: string }[];
   /** What targets call the hub's own cluster. */
@@ -55,7 +56,7 @@ const LOGIN_NAME = /^[A-Za-z0-9._@+-]{1,128}$/;
 const HOSTNAME =
   /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
 const IPV6 = /^[0-9A-Fa-f:.]{2,45}$/;
-const PUBLIC_KEY = /^([a-z0-9][a-z0-9@.-]{0,63}) [A-Za-z0-9+/]{16,16384}={0,3}$/;
+const PUBLIC_KEY = /^([a-z0-9][a-z0-9@.-]{0,63}) ([A-Za-z0-9+/]{16,16384}={0,3})$/;
 const FINGERPRINT = /^SHA256:[A-Za-z0-9+/]{43}$/;
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 
@@ -88,14 +89,8 @@ export function sshDoorConfig(door: unknown, flags: SshConfigFlags, from: string
   if (!endpoint) throw malformed('an endpoint that is no host:port');
   const keys = Array.isArray(status.hostKeys) ? status.hostKeys : [];
   if (keys.length === 0) throw malformed('no host key');
-  for (const key of keys) {
-    const match = typeof key?.publicKey === 'string' ? PUBLIC_KEY.exec(key.publicKey) : null;
-    if (!match || match[1] !== key.algorithm) throw malformed('a host key that is no OpenSSH public key');
-    if (typeof key.fingerprint !== 'string' || !FINGERPRINT.test(key.fingerprint))
-      throw malformed('a host key fingerprint that is no SHA256:…');
-  }
+  const hostKeys = keys.map((key) => hostKeyOf(key, malformed));
   if (typeof status.hubName !== 'string' || !DNS_LABEL.test(status.hubName)) throw malformed('no hub name');
-  const address = endpoint.port === 22 ? endpoint.host : `[${endpoint.host}]:${endpoint.port}`;
   return {
     alias: flags.alias,
     hostName: endpoint.host,
@@ -103,17 +98,47 @@ export function sshDoorConfig(door: unknown, flags: SshConfigFlags, from: string
     hostKeyAlias: flags.alias,
     ...(flags.loginName ? { user: flags.loginName } : {}),
     ...(flags.knownHostsFile ? { userKnownHostsFile: flags.knownHostsFile } : {}),
-    // Under the alias (what ssh looks the key up by, with HostKeyAlias) and the address (for `ssh -p <port> <host>`
-    // without the block).
-    knownHosts: keys.map((k) => `${flags.alias},${address} ${k.publicKey}`),
-    hostKeys: keys.map((k) => ({
-      algorithm: k.algorithm,
-      publicKey: k.publicKey,
-      fingerprint: k.fingerprint,
-    })),
+    // Under the alias only: the Host block's HostKeyAlias makes ssh look the key up by it. The address is the
+    // server's word; a line pinning the key under it too would make ssh trust this key for whatever host the
+    // server named (github.com:22), for any ssh run without the block.
+    knownHosts: hostKeys.map((k) => `${flags.alias} ${k.publicKey}`),
+    hostKeys,
     hubName: status.hubName,
     deviceLogin: status.deviceLogin === true,
   };
+}
+
+/**
+ * One host key of the door's answer, its fingerprint computed here from the key's blob (the one the answer gives
+ * is the server's word, printed only when it agrees), and the type written in the blob the algorithm named.
+ */
+function hostKeyOf(
+  key: unknown,
+  malformed: (what: string) => Error,
+): { algorithm: string; publicKey: string; fingerprint: string } {
+  const { algorithm, publicKey, fingerprint } = (key ?? {}) as Record<string, unknown>;
+  const match = typeof publicKey === 'string' ? PUBLIC_KEY.exec(publicKey) : null;
+  if (!match || match[1] !== algorithm) throw malformed('a host key that is no OpenSSH public key');
+  const named = match[1]!;
+  const inside = blobType(Buffer.from(match[2]!, 'base64'));
+  if (inside !== undefined && inside !== named)
+    throw malformed(`a host key named ${named} whose blob holds ${printable(inside, 64)}`);
+  const parsed = parsePublicKeyLine(match[0]);
+  if (!parsed.ok) throw malformed('a host key that is no OpenSSH public key');
+  if (typeof fingerprint !== 'string' || !FINGERPRINT.test(fingerprint))
+    throw malformed('a host key fingerprint that is no SHA256:…');
+  if (fingerprint !== parsed.key.fingerprint)
+    throw malformed(`a host key fingerprint that is not its key's (${parsed.key.fingerprint})`);
+  return { algorithm: named, publicKey: match[0], fingerprint: parsed.key.fingerprint };
+}
+
+/** The key type an SSH public key blob starts with, or undefined when it is too short to hold one. */
+function blobType(blob: Buffer): string | undefined {
+  if (blob.length < 4) return undefined;
+  const length = blob.readUInt32BE(0);
+  return length <= blob.length - 4 && length <= 64
+    ? blob.subarray(4, 4 + length).toString('latin1')
+    : undefined;
 }
 
 /** A path as ssh_config reads one: quoted when it has spaces; none may hold a quote or a line break. */

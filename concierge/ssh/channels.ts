@@ -70,7 +70,7 @@ export function serveSignedIn(
   /** Sessions' stderr, for what a refused forward cannot say itself (SSH's open failure carries no text). */
   const notices = new Set<ServerChannel>();
   const notify = (line: string): void => {
-    for (const channel of notices) if (channel.stderr.writable) channel.stderr.write(`sealion: ${line}\r\n`);
+    for (const channel of notices) if (channel.stderr.writable) channel.stderr.write(noticeOf(line));
   };
 
   client.on('session', (accept, reject) => {
@@ -140,8 +140,19 @@ function openFailureOf(err: unknown): number {
   return OPEN_FAILURE.ConnectFailed;
 }
 
-/** A description longer than this is cut: it is one line the client prints. */
-const MAX_OPEN_FAILURE_TEXT = 512;
+/** A line for the client longer than this is cut: it is one line the client prints. */
+const MAX_CLIENT_LINE = 512;
+
+/**
+ * Text the client prints, made one line: it may quote a cluster's Status message, hostile until made so, and a PTY
+ * would run its escape sequences (a title, a hyperlink, the screen cleared). Costs the message's line breaks.
+ */
+const clientLine = (text: string): string => oneLine(text).slice(0, MAX_CLIENT_LINE);
+
+/** The line a session's stderr gets for a forward refused (SSH's open failure carries no text to print). */
+export function noticeOf(line: string): string {
+  return `sealion: ${clientLine(line)}\r\n`;
+}
 
 /**
  * Refuses a channel with a reason code and its description, which OpenSSH prints (`open failed: connect failed:
@@ -152,7 +163,7 @@ function rejectOpen(client: Connection, reject: () => void, reason: number, desc
   const protocol = (client as unknown as { _protocol?: { channelOpenFail?: OpenFail } })._protocol;
   const original = protocol?.channelOpenFail;
   if (!protocol || typeof original !== 'function') return reject();
-  const text = oneLine(description).slice(0, MAX_OPEN_FAILURE_TEXT);
+  const text = clientLine(description);
   protocol.channelOpenFail = (recipient) => original.call(protocol, recipient, reason, text);
   try {
     reject();
@@ -331,6 +342,12 @@ const NO_PROGRAM =
  * occurred: … OCI runtime exec failed" text; any other refusal is the cluster's Status message, as kubectl prints it.
  */
 export function refusalOf(err: unknown, target: ContainerRef, argv: readonly string[]): Refusal {
+  const refusal = refusalAsIs(err, target, argv);
+  return { ...refusal, line: clientLine(refusal.line) };
+}
+
+/** refusalOf's line before it is made one line for the client. */
+function refusalAsIs(err: unknown, target: ContainerRef, argv: readonly string[]): Refusal {
   const message = err instanceof Error ? err.message : String(err);
   const where = `${target.cluster}/${target.namespace}/${target.pod}${target.container ? `/${target.container}` : ''}`;
   if (NO_PROGRAM.test(message))

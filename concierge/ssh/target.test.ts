@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { parseContainer, parseExecCommand, parseForward } from './target.ts';
 import { exitCodeOf, Refused } from './cluster-access.ts';
-import { refusalOf } from './channels.ts';
+import { noticeOf, refusalOf } from './channels.ts';
 
 describe('parseExecCommand', () => {
   it('reads the target, then the command by the shell quoting rules, without a shell', () => {
@@ -156,5 +156,24 @@ describe('refusalOf', () => {
       'pods "web-1" is forbidden: User "alice" cannot create resource "pods/exec"',
     );
     expect(refusalOf(forbidden, target, ['ls'])).toEqual({ line: forbidden.message, code: 1 });
+  });
+
+  it("makes the cluster's message one line of at most 512 characters: a PTY runs no sequence it holds", () => {
+    const hostile = new Refused(
+      403,
+      `forbidden\x1b]0;owned\x07\x1b[2J\r\nsealion: fake prompt\u202e ${'x'.repeat(600)}`,
+    );
+    const { line, code } = refusalOf(hostile, target, ['ls']);
+    expect(code).toBe(1);
+    expect(line).toBe(`forbidden ]0;owned [2J sealion: fake prompt  ${'x'.repeat(600)}`.slice(0, 512));
+  });
+});
+
+describe('noticeOf', () => {
+  it("says a refused forward in one line of at most 512 characters, whatever the cluster's message holds", () => {
+    expect(noticeOf('-L web:80: no\x1b]8;;http://evil\x07link\r\nsealion: fake')).toBe(
+      'sealion: -L web:80: no ]8;;http://evil link sealion: fake\r\n',
+    );
+    expect(noticeOf('y'.repeat(600))).toBe(`sealion: ${'y'.repeat(512)}\r\n`);
   });
 });
