@@ -184,7 +184,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     expect(info.groups).toEqual(expect.arrayContaining([GROUP, 'system:authenticated']));
     const mine = await runSealion(['whoami', '--kubeconfig', kubeconfig], env);
     expect(mine).toMatchObject({ code: 0, stderr: '' });
-    expect(mine.stdout).toMatch(new RegExp(`^ATTRIBUTE +VALUE\nContext +sealion-\\S+\n`));
+    expect(mine.stdout).toMatch(new RegExp(`^ATTRIBUTE +VALUE\nContext +127\\.0\\.0\\.1:\\d+/hub\n`));
     expect(mine.stdout).toMatch(new RegExp(`\nUsername +${USER}\n`));
     expect(mine.stdout).toMatch(new RegExp(`\nGroups +.*${GROUP}.*system:authenticated`));
     // The exchanged certificate's expiry.
@@ -334,7 +334,7 @@ describe('sealion get kubeconfig and sealion login static with real kubectl', ()
     });
     expect(refused.code).not.toBe(0);
     const said =
-      /^sealion: no session for context sealion-corp and no terminal to log in; run: sealion (login oidc --issuer https:\/\/127\.0\.0\.1:\d+ --ca-bundle-data [\w+/=]+ --skip-browser)\n/.exec(
+      /^sealion: no session for context 127\.0\.0\.1:\d+\/hub and no terminal to log in; run: sealion (login oidc --issuer https:\/\/127\.0\.0\.1:\d+ --ca-bundle-data [\w+/=]+ --skip-browser)\n/.exec(
         refused.stderr,
       );
     expect(said).not.toBeNull();
