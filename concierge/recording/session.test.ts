@@ -184,6 +184,13 @@ describe("every replica's recordings", () => {
     ]);
     expect(page.remaining).toBe(6);
     expect(page.unreachable).toEqual(['c']);
+    // A replica from before filtered lists answers all it holds: what the filter does not name is left out here.
+    const filtered = await store.list({ user: 'carol', limit: 3 });
+    expect(filtered.found.map((r) => [r.id, r.user])).toEqual([
+      [ID(4), 'carol'],
+      [ID(2), 'carol'],
+    ]);
+    expect((await store.list({ user: 'dave' })).found).toEqual([]);
   });
 });
 

@@ -543,10 +543,12 @@ export function sharedRecordings(
     async list(filter = {}) {
       const own = await local.list(filter);
       const others = (await peers()?.peerRecordings(filter)) ?? { found: [], remaining: 0, unreachable: [] };
-      // Each replica cut its own list to the limit; the newest of them all are cut to it again.
-      const merged = selectRecordings([...own.items.map((r) => ({ ...r, replica })), ...others.found], {
-        ...(filter.limit === undefined ? {} : { limit: filter.limit }),
-      });
+      // Each replica filtered and cut its own list; the newest of them all are cut to the limit again, and filtered
+      // again: a replica from before filtered lists answers every recording it holds.
+      const merged = selectRecordings(
+        [...own.items.map((r) => ({ ...r, replica })), ...others.found],
+        filter,
+      );
       return {
         found: merged.items,
         remaining: merged.remaining + own.remaining + others.remaining,
