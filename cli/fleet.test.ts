@@ -4,12 +4,13 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Command } from 'commander';
 import { parse, stringify } from 'yaml';
 import { HttpsError } from '../lib/https-client.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { authCommand, canITable, canIVerdict, questionOf, reviewSpec, type CanIAnswer } from './can-i.ts';
 import { fromAggregated, parseResourceArg, resolveResource, type ApiResource } from './discovery.ts';
-import { fanOut, failureState, UnknownResource } from './fleet.ts';
+import { askFleet, fanOut, failureState, UnknownResource, type FleetMember } from './fleet.ts';
 import { getCommand } from './get-kubeconfig.ts';
 import {
   CONTEXT_ANNOTATION,
@@ -141,6 +142,36 @@ describe('the fan-out', () => {
     });
     expect(most).toBe(8);
     expect(answers).toEqual([...Array(20).keys()].map((n) => n * 2));
+  });
+
+  it('asks 8 clusters at a time, each within its own deadline', async () => {
+    let running = 0;
+    let most = 0;
+    const members = [...Array(20).keys()].map((n) => ({ context: `c${n}` }) as FleetMember);
+    const answers = await askFleet(members, 50, async (member, signal) => {
+      most = Math.max(most, ++running);
+      try {
+        if (member.context === 'c3')
+          await new Promise((_, fail) => signal.addEventListener('abort', () => fail(new Error('aborted'))));
+        await new Promise((done) => setImmediate(done));
+        return member.context;
+      } finally {
+        running--;
+      }
+    });
+    expect(most).toBe(8);
+    expect(answers[3]).toMatchObject({
+      ok: false,
+      failure: { state: 'Unreachable', detail: 'no answer in time' },
+    });
+    expect(answers.filter((a) => a.ok)).toHaveLength(19);
+  });
+
+  it('gives each cluster 20 s unless --cluster-timeout says otherwise', () => {
+    const timeout = (command: Command) =>
+      command.options.find((o) => o.long === '--cluster-timeout')?.defaultValue as unknown;
+    expect(timeout(getCommand())).toBe('20');
+    expect(timeout(authCommand().commands[0]!)).toBe('20');
   });
 
   it('puts each failure in a state and a line', () => {
@@ -418,6 +449,7 @@ describe('auth can-i: the question as kubectl builds it', () => {
         answer('p/hub', true, 'Answered', 'RBAC: allowed by RoleBinding "r/shop"'),
         answer('p/edge', false),
         answer('p/gone', false, 'NotConnected', 'cluster gone is not connected'),
+        { ...answer('p/old', false), warning: 'the server doesn\'t have a resource type "gadgets"' },
       ]),
     ).toBe(
       [
@@ -425,6 +457,7 @@ describe('auth can-i: the question as kubectl builds it', () => {
         'p/hub     yes            RBAC: allowed by RoleBinding "r/shop"',
         'p/edge    no',
         'p/gone    NotConnected   cluster gone is not connected',
+        'p/old     no             warning: the server doesn\'t have a resource type "gadgets"',
         '',
       ].join('\n'),
     );
@@ -689,5 +722,21 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
       { context: 'p/slow', state: 'Unreachable', allowed: false, reason: 'no answer in time' },
     ]);
     expect(failed.error).toContain('2 of 4 clusters did not answer');
+    const yaml = await run(
+      'auth',
+      'can-i',
+      'get',
+      '/healthz',
+      '--all-clusters',
+      '--kubeconfig',
+      join(dir, 'up'),
+      '-o',
+      'yaml',
+    );
+    expect(parse(yaml.stdout)).toEqual([
+      { context: 'p/hub', state: 'Answered', allowed: false, reason: '' },
+      { context: 'p/edge', state: 'Answered', allowed: true, reason: 'edge says yes' },
+    ]);
+    expect(yaml.exitCode).toBe(1);
   });
 });
