@@ -19,6 +19,7 @@ import {
   getOutput,
   mergedList,
   shortAge,
+  tableOfItems,
   type ClusterResult,
 } from './get.ts';
 
@@ -299,6 +300,19 @@ describe('the table over every cluster', () => {
         '',
       ].join('\n'),
     );
+  });
+
+  it('prints NAME and AGE for a type whose server has no Table for it, as kubectl', () => {
+    const table = tableOfItems([
+      { metadata: { name: 'm1', namespace: 'shop', creationTimestamp: '2026-11-28T10:00:00Z' } },
+    ]);
+    expect(
+      fleetTables(
+        [{ context: 'p/hub', ok: true, answer: { resource: pods, table } }],
+        { wide: false, allNamespaces: true },
+        NOW,
+      ),
+    ).toBe(['CLUSTER   NAMESPACE   NAME   AGE', 'p/hub     shop        m1     120m', ''].join('\n'));
   });
 
   it('shows server text as text, never as terminal control', () => {
@@ -660,6 +674,13 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
     expect((await run('get', 'pods', '--kubeconfig', join(dir, 'all'))).error).toBe(
       'get pods: no clusters named; pass --all-clusters for every context, or --context NAME for one (kubectl get does the current context alone)',
     );
+  });
+
+  it('takes no name that would be another term of the field selector', async () => {
+    expect(
+      (await run('get', 'pods', 'a,metadata.namespace=x', '--all-clusters', '--kubeconfig', join(dir, 'up')))
+        .error,
+    ).toBe('get pods: "a,metadata.namespace=x" is no object name; give names as kubectl get takes them');
   });
 
   it('hands options given before `kubeconfig` down to get kubeconfig, as before get took a resource', async () => {

@@ -96,7 +96,10 @@ async function listOn(
         `${collectionPath(resource, namespace)}?${pageQuery(flags.selector, name, next)}`,
         { accept: asTable ? TABLE_ACCEPT : 'application/json', signal, maxBytes: PAGE_MAX_BYTES },
       );
-      const page = JSON.parse(text) as ServerTable & { items?: Record<string, unknown>[] };
+      const parsed = JSON.parse(text) as ServerTable & { items?: Record<string, unknown>[] };
+      // A server that prints no Table for this type (some aggregated APIs) answers the list: NAME and AGE, as kubectl.
+      const page =
+        asTable && parsed.kind !== 'Table' ? { ...parsed, ...tableOfItems(parsed.items ?? []) } : parsed;
       if (asTable) {
         answer.table!.columnDefinitions ??= page.columnDefinitions;
         answer.table!.rows!.push(...(page.rows ?? []));
@@ -105,6 +108,26 @@ async function listOn(
     } while (next);
   }
   return answer;
+}
+
+/** A list's items as the Table kubectl prints for a type its server has no columns for: NAME and AGE. */
+export function tableOfItems(
+  items: Record<string, unknown>[],
+): Pick<ServerTable, 'columnDefinitions' | 'rows'> {
+  return {
+    columnDefinitions: [
+      { name: 'Name', type: 'string', priority: 0 },
+      { name: 'Age', type: 'date', priority: 0 },
+    ],
+    rows: items.map((item) => {
+      const metadata = (item['metadata'] ?? {}) as {
+        name?: string;
+        namespace?: string;
+        creationTimestamp?: string;
+      };
+      return { cells: [metadata.name, metadata.creationTimestamp], object: { metadata } };
+    }),
+  };
 }
 
 /** The namespace a context lists in: -n, else the context's own, else default, as kubectl; -A: every one. */
@@ -390,6 +413,12 @@ Examples:
       if (!resource)
         throw new UserError(
           'get: name a resource type (sealion get pods --all-clusters) or get kubeconfig; see sealion get --help',
+        );
+      // A name goes into a field selector: a comma or an operator in it would be another term, and is in no name.
+      const bad = names.find((name) => !/^[^\s,=!]+$/.test(name));
+      if (bad !== undefined)
+        throw new UserError(
+          `get ${printable(resource)}: "${printable(bad)}" is no object name; give names as kubectl get takes them`,
         );
       if (!flags.allClusters && !flags.context)
         throw new UserError(
