@@ -43,6 +43,16 @@ export interface ReviewSpec {
   nonResourceAttributes?: { path: string; verb: string };
 }
 
+/** VERB (or several, apart by commas: no verb has one) and TYPE[/NAME] or a URL: a question per verb. */
+export function questionsOf(verbs: string, target: string, subresource: string): Question[] {
+  const each = verbs.split(',').map((v) => v.trim());
+  if (each.some((v) => !v))
+    throw new UserError(
+      `auth can-i: "${printable(verbs)}" names an empty verb; give verbs as get or get,list,delete`,
+    );
+  return [...new Set(each)].map((verb) => questionOf(verb, target, subresource));
+}
+
 /** VERB and TYPE[/NAME] or a URL, checked as kubectl checks them. */
 export function questionOf(verb: string, target: string, subresource: string): Question {
   if (target.startsWith('/')) {
@@ -86,9 +96,10 @@ export function reviewSpec(
   };
 }
 
-/** One cluster's answer: yes or no with the cluster's reason, or why it could not answer (state is not Answered). */
+/** One cluster's answer to one verb: yes or no with the cluster's reason, or why it could not answer. */
 export interface CanIAnswer {
   context: string;
+  verb: string;
   /** Answered, or the state of a cluster that did not (NotConnected, Unauthorized, Forbidden, Unreachable, Error). */
   state: string;
   allowed: boolean;
@@ -103,73 +114,111 @@ interface ReviewStatus {
   status?: { allowed?: boolean; denied?: boolean; reason?: string; evaluationError?: string };
 }
 
-/** Asks one cluster. */
+/** Asks one cluster each question (one discovery for all of them, the reviews at once). */
 async function askOne(
   member: FleetMember,
-  question: Question,
+  questions: Question[],
   flags: Pick<CanIFlags, 'namespace' | 'allNamespaces'>,
   signal: AbortSignal,
-): Promise<Omit<CanIAnswer, 'context' | 'state'>> {
+): Promise<Omit<CanIAnswer, 'context' | 'state'>[]> {
   const namespace = flags.allNamespaces
     ? ''
     : flags.namespace || member.config.getContextObject(member.context)?.namespace || 'default';
-  const needsDiscovery = !question.what.startsWith('/') && question.what !== '*';
-  const resources = needsDiscovery ? await discover(member.config, signal) : [];
-  const { spec, warning } = reviewSpec(question, namespace, (what) => resolveResource(what, resources));
-  const review = (await postAsKubeconfig(
-    member.config,
-    'apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
-    { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec },
-    signal,
-  )) as ReviewStatus;
-  const status = review.status ?? {};
-  return {
-    allowed: status.allowed === true,
-    reason: typeof status.reason === 'string' ? status.reason : '',
-    ...(status.denied === true ? { denied: true } : {}),
-    ...(typeof status.evaluationError === 'string' && status.evaluationError
-      ? { evaluationError: status.evaluationError }
-      : {}),
-    ...(warning ? { warning } : {}),
-  };
+  const { what } = questions[0]!;
+  const resources = !what.startsWith('/') && what !== '*' ? await discover(member.config, signal) : [];
+  return Promise.all(
+    questions.map(async (question) => {
+      const { spec, warning } = reviewSpec(question, namespace, (w) => resolveResource(w, resources));
+      const review = (await postAsKubeconfig(
+        member.config,
+        'apis/authorization.k8s.io/v1/selfsubjectaccessreviews',
+        { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec },
+        signal,
+      )) as ReviewStatus;
+      const status = review.status ?? {};
+      return {
+        verb: question.verb,
+        allowed: status.allowed === true,
+        reason: typeof status.reason === 'string' ? status.reason : '',
+        ...(status.denied === true ? { denied: true } : {}),
+        ...(typeof status.evaluationError === 'string' && status.evaluationError
+          ? { evaluationError: status.evaluationError }
+          : {}),
+        ...(warning ? { warning } : {}),
+      };
+    }),
+  );
 }
 
-/** Every cluster's answer to `question`, in the order of the kubeconfig's contexts. */
+/**
+ * Every cluster's answer to each question, in the order of the kubeconfig's contexts; a cluster that did not answer
+ * has its state as the answer to each.
+ */
 export async function canIAcrossFleet(
   flags: CanIFlags,
-  question: Question,
+  questions: Question[],
   progress: (answered: number, of: number) => void = () => {},
 ): Promise<CanIAnswer[]> {
   const members = await fleetOf(flags);
   const answers = await askFleet(
     members,
     clusterTimeoutMs(flags.clusterTimeout),
-    (member, signal) => askOne(member, question, flags, signal),
+    (member, signal) => askOne(member, questions, flags, signal),
     progress,
   );
-  return answers.map((a) =>
+  return answers.flatMap((a) =>
     a.ok
-      ? { context: a.member.context, state: 'Answered', ...a.answer }
-      : {
+      ? a.answer.map((answer) => ({ context: a.member.context, state: 'Answered', ...answer }))
+      : questions.map(({ verb }) => ({
           context: a.member.context,
+          verb,
           state: a.failure.state,
           allowed: false,
           reason: a.failure.detail,
-        },
+        })),
   );
 }
 
-/** The matrix: a row per cluster, yes or no (or the state of a cluster that did not answer), and the reason. */
+/** An answer's cell: yes, no, or the state of a cluster that did not answer. */
+const cell = (a: CanIAnswer): string => (a.state === 'Answered' ? (a.allowed ? 'yes' : 'no') : a.state);
+
+/** What REASON says: the authorizer's reason, its evaluation error, the warning; or why the cluster did not answer. */
+const reasonOf = (a: CanIAnswer): string =>
+  printable(
+    [a.reason, a.evaluationError, a.warning ? `warning: ${a.warning}` : ''].filter(Boolean).join(' - '),
+  );
+
+/**
+ * The matrix: a row per cluster. One verb: its ANSWER (yes, no, or the state of a cluster that did not answer) and
+ * the cluster's REASON. Several: a column per verb, and REASON only for a cluster that did not answer, or a warning.
+ */
 export function canITable(answers: CanIAnswer[]): string {
+  const verbs = [...new Set(answers.map((a) => a.verb))];
+  if (verbs.length > 1) {
+    const contexts = [...new Set(answers.map((a) => a.context))];
+    return table([
+      ['CLUSTER', ...verbs.map((v) => printable(v).toUpperCase()), 'REASON'],
+      ...contexts.map((context) => {
+        const row = answers.filter((a) => a.context === context);
+        const first = row[0]!;
+        return [
+          printable(context),
+          ...verbs.map((v) => {
+            const a = row.find((r) => r.verb === v);
+            return a ? cell(a) : '';
+          }),
+          first.state !== 'Answered'
+            ? reasonOf(first)
+            : first.warning
+              ? `warning: ${printable(first.warning)}`
+              : '',
+        ];
+      }),
+    ]);
+  }
   return table([
     ['CLUSTER', 'ANSWER', 'REASON'],
-    ...answers.map((a) => [
-      printable(a.context),
-      a.state === 'Answered' ? (a.allowed ? 'yes' : 'no') : a.state,
-      printable(
-        [a.reason, a.evaluationError, a.warning ? `warning: ${a.warning}` : ''].filter(Boolean).join(' - '),
-      ),
-    ]),
+    ...answers.map((a) => [printable(a.context), cell(a), reasonOf(a)]),
   ]);
 }
 
@@ -178,11 +227,12 @@ export function canITable(answers: CanIAnswer[]): string {
  * said no (exit 1 and nothing more, as kubectl auth can-i); the one error line when a cluster did not answer.
  */
 export function canIVerdict(answers: CanIAnswer[]): { no?: true; failure?: string } {
-  const failed = answers.filter((a) => a.state !== 'Answered');
+  const states = new Map(answers.map((a) => [a.context, a.state]));
+  const failed = [...states].filter(([, state]) => state !== 'Answered');
   if (failed.length > 0)
     return {
-      failure: `auth can-i: ${failed.length} of ${answers.length} ${answers.length === 1 ? 'cluster' : 'clusters'} did not answer (${failed
-        .map((a) => `${printable(a.context)}: ${a.state}`)
+      failure: `auth can-i: ${failed.length} of ${states.size} ${states.size === 1 ? 'cluster' : 'clusters'} did not answer (${failed
+        .map(([context, state]) => `${printable(context)}: ${state}`)
         .join(', ')}); see each reason above; sealion clusters shows which clusters answer you now`,
     };
   return answers.every((a) => a.allowed) ? {} : { no: true };
@@ -193,7 +243,10 @@ export function authCommand(): Command {
   auth
     .command('can-i')
     .description('ask every cluster whether you may VERB RESOURCE, each answering for itself')
-    .argument('<verb>', 'get, list, watch, create, update, patch, delete, escalate, bind, impersonate, or *')
+    .argument(
+      '<verb>',
+      'get, list, watch, create, update, patch, delete, escalate, bind, impersonate, or *; several apart by commas',
+    )
     .argument('<resource>', 'TYPE, TYPE/NAME or a URL: pods, deployments.apps/web, *, /healthz')
     .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
     .addOption(
@@ -226,7 +279,7 @@ Each context of the kubeconfig (as sealion get kubeconfig --all-clusters writes 
 through the proxy, so each cluster answers for itself, through its agent and any peer hop. The resource is resolved
 in each cluster's own discovery as kubectl resolves it, and asked as given where a cluster does not have it (with a
 warning in REASON). ANSWER is yes, no, or the state of a cluster that did not answer (NotConnected, Unauthorized,
-Forbidden, Unreachable, Error).
+Forbidden, Unreachable, Error). Several verbs (get,list,delete) make a matrix: a column per verb.
 
 The exit status is 0 when every cluster answered yes; 1 when any answered no (as kubectl auth can-i), and 1 with an
 error line when any did not answer.
@@ -234,6 +287,7 @@ error line when any did not answer.
 Examples:
   sealion auth can-i list pods --all-clusters -n shop
   sealion auth can-i create deployments.apps --all-clusters -A
+  sealion auth can-i get,list,delete configmaps --all-clusters -n shop
   sealion auth can-i get pods/web --subresource log --all-clusters -n shop
   sealion auth can-i get /healthz --all-clusters -o json`,
     )
@@ -244,11 +298,11 @@ Examples:
         );
       if (flags.allClusters && flags.context)
         throw new UserError('auth can-i: --all-clusters and --context exclude each other; pass one');
-      const question = questionOf(verb, target, flags.subresource);
+      const questions = questionsOf(verb, target, flags.subresource);
       const progress = progressLine(process.stderr);
       let answers: CanIAnswer[];
       try {
-        answers = await canIAcrossFleet(flags, question, progress.show);
+        answers = await canIAcrossFleet(flags, questions, progress.show);
       } finally {
         progress.clear();
         await closeHttpsPools();

@@ -8,7 +8,15 @@ import type { Command } from 'commander';
 import { parse, stringify } from 'yaml';
 import { HttpsError } from '../lib/https-client.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import { authCommand, canITable, canIVerdict, questionOf, reviewSpec, type CanIAnswer } from './can-i.ts';
+import {
+  authCommand,
+  canITable,
+  canIVerdict,
+  questionOf,
+  questionsOf,
+  reviewSpec,
+  type CanIAnswer,
+} from './can-i.ts';
 import { fromAggregated, parseResourceArg, resolveResource, type ApiResource } from './discovery.ts';
 import { askFleet, fanOut, failureState, UnknownResource, type FleetMember } from './fleet.ts';
 import { getCommand } from './get-kubeconfig.ts';
@@ -441,8 +449,15 @@ describe('auth can-i: the question as kubectl builds it', () => {
     expect(() => questionOf('get', '/healthz', 'log')).toThrow('--subresource does not go with a URL');
   });
 
-  const answer = (context: string, allowed: boolean, state = 'Answered', reason = ''): CanIAnswer => ({
+  const answer = (
+    context: string,
+    allowed: boolean,
+    state = 'Answered',
+    reason = '',
+    verb = 'get',
+  ): CanIAnswer => ({
     context,
+    verb,
     state,
     allowed,
     reason,
@@ -455,6 +470,30 @@ describe('auth can-i: the question as kubectl builds it', () => {
       failure:
         'auth can-i: 1 of 2 clusters did not answer (b: NotConnected); see each reason above; sealion clusters shows which clusters answer you now',
     });
+  });
+
+  it('makes a matrix of several verbs, a column each, and counts a cluster once', () => {
+    const answers = [
+      answer('p/hub', true, 'Answered', 'r', 'get'),
+      answer('p/hub', false, 'Answered', '', 'delete'),
+      answer('p/edge', true, 'Answered', 'r', 'get'),
+      answer('p/edge', true, 'Answered', 'r', 'delete'),
+      answer('p/gone', false, 'NotConnected', 'cluster gone is not connected', 'get'),
+      answer('p/gone', false, 'NotConnected', 'cluster gone is not connected', 'delete'),
+    ];
+    expect(canITable(answers)).toBe(
+      [
+        'CLUSTER   GET            DELETE         REASON',
+        'p/hub     yes            no',
+        'p/edge    yes            yes',
+        'p/gone    NotConnected   NotConnected   cluster gone is not connected',
+        '',
+      ].join('\n'),
+    );
+    expect(canIVerdict(answers).failure).toContain('1 of 3 clusters did not answer (p/gone: NotConnected)');
+    expect(canIVerdict(answers.slice(0, 4))).toEqual({ no: true });
+    expect(questionsOf('get, list,get', 'pods', '').map((q) => q.verb)).toEqual(['get', 'list']);
+    expect(() => questionsOf('get,,list', 'pods', '')).toThrow('names an empty verb');
   });
 
   it('prints a row per cluster with its answer and reason', () => {
@@ -737,10 +776,16 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
       'json',
     );
     expect(JSON.parse(failed.stdout)).toEqual([
-      { context: 'p/hub', state: 'Answered', allowed: false, reason: '' },
-      { context: 'p/edge', state: 'Answered', allowed: true, reason: 'edge says yes' },
-      { context: 'p/gone', state: 'NotConnected', allowed: false, reason: 'cluster gone is not connected' },
-      { context: 'p/slow', state: 'Unreachable', allowed: false, reason: 'no answer in time' },
+      { context: 'p/hub', verb: 'get', state: 'Answered', allowed: false, reason: '' },
+      { context: 'p/edge', verb: 'get', state: 'Answered', allowed: true, reason: 'edge says yes' },
+      {
+        context: 'p/gone',
+        verb: 'get',
+        state: 'NotConnected',
+        allowed: false,
+        reason: 'cluster gone is not connected',
+      },
+      { context: 'p/slow', verb: 'get', state: 'Unreachable', allowed: false, reason: 'no answer in time' },
     ]);
     expect(failed.error).toContain('2 of 4 clusters did not answer');
     const yaml = await run(
@@ -755,8 +800,8 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
       'yaml',
     );
     expect(parse(yaml.stdout)).toEqual([
-      { context: 'p/hub', state: 'Answered', allowed: false, reason: '' },
-      { context: 'p/edge', state: 'Answered', allowed: true, reason: 'edge says yes' },
+      { context: 'p/hub', verb: 'get', state: 'Answered', allowed: false, reason: '' },
+      { context: 'p/edge', verb: 'get', state: 'Answered', allowed: true, reason: 'edge says yes' },
     ]);
     expect(yaml.exitCode).toBe(1);
   });

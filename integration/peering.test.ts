@@ -552,6 +552,39 @@ describe('three replicas sharing agents', () => {
       // 0 only when every cluster said yes, as kubectl auth can-i exits 1 on a no.
       expect({ question, code: got.code }).toEqual({ question, code: hubSays && managedSays ? 0 : 1 });
     }
+    // Several verbs in one run: each (cluster, verb) as that cluster's kubectl answers it.
+    const verbs = ['get', 'list', 'delete', 'create'];
+    const matrix = await runSealion([
+      'auth',
+      'can-i',
+      verbs.join(','),
+      'configmaps',
+      '-n',
+      FLEET_NS,
+      '--all-clusters',
+      '--kubeconfig',
+      kubeconfig,
+      '-o',
+      'json',
+    ]);
+    const said = new Map<string, boolean>();
+    for (const verb of verbs) {
+      said.set(`hub ${verb}`, await oracle(hub, [verb, 'configmaps', '-n', FLEET_NS]));
+      said.set(`managed ${verb}`, await oracle(managed, [verb, 'configmaps', '-n', FLEET_NS]));
+    }
+    expect(
+      (JSON.parse(matrix.stdout) as { context: string; verb: string; allowed: boolean }[]).map((a) => [
+        a.context,
+        a.verb,
+        a.allowed,
+      ]),
+    ).toEqual(
+      ['hub', ...CLUSTERS].flatMap((context) =>
+        verbs.map((verb) => [context, verb, said.get(`${context === 'hub' ? 'hub' : 'managed'} ${verb}`)]),
+      ),
+    );
+    expect(said.get('managed list')).toBe(true);
+    expect(said.get('managed create')).toBe(false);
     // The cases tell the clusters apart: each says yes where the other says no.
     expect(await oracle(hub, cases[0]!)).toBe(true);
     expect(await oracle(managed, cases[0]!)).toBe(false);
