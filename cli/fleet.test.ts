@@ -18,6 +18,7 @@ import {
   type CanIAnswer,
 } from './can-i.ts';
 import { fromAggregated, parseResourceArg, resolveResource, type ApiResource } from './discovery.ts';
+import { clustersCommand } from './clusters.ts';
 import { askFleet, fanOut, failureState, UnknownResource, type FleetMember } from './fleet.ts';
 import { getCommand } from './get-kubeconfig.ts';
 import {
@@ -551,6 +552,8 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
         const { core, groups } = discovery(cluster === 'edge');
         if (rest === '/api') return send(200, core);
         if (rest === '/apis') return send(200, groups);
+        if (rest.endsWith('/selfsubjectreviews'))
+          return send(201, { status: { userInfo: { username: `me-${cluster}` } } });
         if (rest.endsWith('/selfsubjectaccessreviews'))
           return send(201, {
             status: cluster === 'edge' ? { allowed: true, reason: 'edge says yes' } : { allowed: false },
@@ -593,6 +596,7 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
       });
     writeFileSync(join(dir, 'all'), config(names));
     writeFileSync(join(dir, 'up'), config(['hub', 'edge']));
+    writeFileSync(join(dir, 'down'), config(['hub', 'gone']));
   });
 
   afterAll(async () => {
@@ -720,6 +724,29 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
       (await run('get', 'pods', 'a,metadata.namespace=x', '--all-clusters', '--kubeconfig', join(dir, 'up')))
         .error,
     ).toBe('get pods: "a,metadata.namespace=x" is no object name; give names as kubectl get takes them');
+  });
+
+  it('still lists the clusters with sealion clusters, through the same loading and states', async () => {
+    const out: string[] = [];
+    const write = jest
+      .spyOn(process.stdout, 'write')
+      .mockImplementation((chunk) => (out.push(String(chunk)), true));
+    try {
+      await clustersCommand()
+        .exitOverride()
+        .parseAsync(['--kubeconfig', join(dir, 'down'), '-o', 'json'], { from: 'user' });
+    } finally {
+      write.mockRestore();
+    }
+    expect(JSON.parse(out.join(''))).toEqual([
+      expect.objectContaining({ context: 'p/hub', current: true, state: 'Ready', detail: 'me-hub' }),
+      expect.objectContaining({
+        context: 'p/gone',
+        current: false,
+        state: 'NotConnected',
+        detail: 'cluster gone is not connected',
+      }),
+    ]);
   });
 
   it('hands options given before `kubeconfig` down to get kubeconfig, as before get took a resource', async () => {
