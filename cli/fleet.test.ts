@@ -564,6 +564,8 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
             columnDefinitions: [{ name: 'Name', type: 'string', priority: 0 }],
             rows: [{ cells: ['w1'], object: { metadata: { name: 'w1', namespace: 'shop' } } }],
           });
+        if (rest === '/api/v1/namespaces/shop/pods' && cluster === 'odd')
+          return send(200, { kind: 'Table', columnDefinitions: 'x', rows: {} });
         if (rest === '/api/v1/namespaces/shop/pods')
           return String(req.headers.accept).startsWith('application/json;as=Table')
             ? send(200, podTable([`web-${cluster}`, 'shop', '1/1', '10.0.0.1']))
@@ -597,6 +599,7 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
     writeFileSync(join(dir, 'all'), config(names));
     writeFileSync(join(dir, 'up'), config(['hub', 'edge']));
     writeFileSync(join(dir, 'down'), config(['hub', 'gone']));
+    writeFileSync(join(dir, 'odd'), config(['hub', 'odd']));
   });
 
   afterAll(async () => {
@@ -717,6 +720,16 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
     expect((await run('get', 'pods', '--kubeconfig', join(dir, 'all'))).error).toBe(
       'get pods: no clusters named; pass --all-clusters for every context, or --context NAME for one (kubectl get does the current context alone)',
     );
+  });
+
+  it('shows a cluster whose answer is no Table as failed, alone', async () => {
+    const got = await run('get', 'pods', '--all-clusters', '--kubeconfig', join(dir, 'odd'));
+    expect(got.stdout.split('\n').slice(-3)).toEqual([
+      expect.stringMatching(/^CLUSTER +STATE +REASON$/),
+      expect.stringMatching(/^p\/odd +Error +its answer is not a Table$/),
+      '',
+    ]);
+    expect(got.stdout).toMatch(/^p\/hub +web-hub /m);
   });
 
   it('takes no name that would be another term of the field selector', async () => {

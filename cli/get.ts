@@ -32,6 +32,9 @@ const TABLE_ACCEPT = 'application/json;as=Table;v=v1;g=meta.k8s.io,application/j
 /** Items per page, as kubectl pages (--chunk-size): a large list comes in bounded answers. */
 const PAGE_SIZE = 500;
 
+/** Pages read from one cluster at most: a server that always says "continue" is cut off, not followed forever. */
+const MAX_PAGES = 200;
+
 /** The largest page accepted from one cluster: 500 large objects. */
 const PAGE_MAX_BYTES = 64 * 1024 * 1024;
 
@@ -88,6 +91,7 @@ async function listOn(
 ): Promise<ClusterAnswer> {
   const asTable = flags.output === 'table' || flags.output === 'wide';
   const answer: ClusterAnswer = asTable ? { resource, table: { rows: [] } } : { resource, items: [] };
+  let pages = 0;
   for (const name of names.length > 0 ? names : [undefined]) {
     let next: string | undefined;
     do {
@@ -100,15 +104,24 @@ async function listOn(
       // A server that prints no Table for this type (some aggregated APIs) answers the list: NAME and AGE, as kubectl.
       const page =
         asTable && parsed.kind !== 'Table' ? { ...parsed, ...tableOfItems(parsed.items ?? []) } : parsed;
+      // The server's text is checked before it is read: a cluster answering something else fails alone.
+      if (asTable && (!Array.isArray(page.columnDefinitions) || !Array.isArray(page.rows)))
+        throw new Error('its answer is not a Table');
+      if (!asTable && !Array.isArray(page.items)) throw new Error('its answer is not a list');
+      if (++pages > MAX_PAGES)
+        throw new Error(`more than ${MAX_PAGES * PAGE_SIZE} items; narrow with -n or -l`);
       if (asTable) {
         answer.table!.columnDefinitions ??= page.columnDefinitions;
-        answer.table!.rows!.push(...(page.rows ?? []));
-      } else answer.items!.push(...(page.items ?? []));
+        answer.table!.rows!.push(...page.rows!.filter(isObject));
+      } else answer.items!.push(...page.items!.filter(isObject));
       next = page.metadata?.continue || undefined;
     } while (next);
   }
   return answer;
 }
+
+const isObject = <T>(value: T): value is T & object =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** A list's items as the Table kubectl prints for a type its server has no columns for: NAME and AGE. */
 export function tableOfItems(
@@ -119,7 +132,7 @@ export function tableOfItems(
       { name: 'Name', type: 'string', priority: 0 },
       { name: 'Age', type: 'date', priority: 0 },
     ],
-    rows: items.map((item) => {
+    rows: (Array.isArray(items) ? items : []).map((item) => {
       const metadata = (item['metadata'] ?? {}) as {
         name?: string;
         namespace?: string;
@@ -218,7 +231,7 @@ export function fleetTables(
         .get(key)!
         .push([
           printable(result.context),
-          ...(opts.allNamespaces ? [printable(row.object?.metadata?.namespace ?? '')] : []),
+          ...(opts.allNamespaces ? [printable(String(row.object?.metadata?.namespace ?? ''))] : []),
           ...shown.map((c) => cellText(row.cells?.[c.at], c.type, now)),
         ]);
   }
