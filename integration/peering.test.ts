@@ -2,8 +2,6 @@
 // one load-balanced address: any replica serves any cluster, whichever replica holds its tunnel; watches, bodies
 // and upgrades cross the peer hop; a user's upgrade the holder refuses gets its Status and leaves the holder up; a
 // killed holder's clusters come back through the others; and the peer port takes no certificate but a replica's.
-// `sealion auth can-i --all-clusters` and `sealion get --all-clusters` run here too, since this is where a cluster is
-// reached through a tunnel and a peer hop: each cluster's answer is held against its own kubectl auth can-i.
 import { PEER_CA_SECRET, PEER_ADDRESS_ANNOTATION, TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,7 +34,11 @@ const REPLICAS = ['replica-1', 'replica-2', 'replica-3'];
 /** Each with its agent; `twice` holds two tunnels, each to another replica. */
 const CLUSTERS = ['east', 'west', 'north', 'twice'];
 const USER_GROUP = 'peering-testers';
-/** A user of the replicas' signer whose rights differ between the hub and the managed cluster, for can-i. */
+/**
+ * A user of the replicas' signer whose rights differ between the hub and the managed cluster, for `sealion auth can-i
+ * --all-clusters` and `sealion get --all-clusters`, which run here because here a cluster is reached through a tunnel
+ * and a peer hop: each cluster's answer is held against its own kubectl auth can-i.
+ */
 const FLEET_USER = 'dora';
 const FLEET_GROUP = 'fleet-readers';
 const FLEET_NS = 'fleet';
