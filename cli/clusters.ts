@@ -5,17 +5,10 @@ import { Command } from 'commander';
 import { outputOption, withKubeconfig } from './options.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
-import { statusMessageOf } from '../lib/kube/status.ts';
-import { errorLine, oneLine, systemReason, UserError } from './errors.ts';
+import { UserError } from './errors.ts';
+import { askFleet, fleetOf, progressLine } from './fleet.ts';
 import { printable, printableJSON } from './printable.ts';
-import {
-  loadKubeconfig,
-  loginFirst,
-  postAsKubeconfig,
-  printableDeep,
-  table,
-  type KubeconfigFlags,
-} from './whoami.ts';
+import { postAsKubeconfig, printableDeep, table, type KubeconfigFlags } from './whoami.ts';
 
 export interface ClusterState {
   context: string;
@@ -28,44 +21,20 @@ export interface ClusterState {
   detail: string;
 }
 
-function stateOf(err: unknown): Pick<ClusterState, 'state' | 'detail'> {
-  const e = err as { name?: unknown; code?: unknown; status?: unknown; body?: unknown };
-  if (e.name === 'HttpsError' && e.code === 'BadStatus') {
-    const detail =
-      (typeof e.body === 'string' ? statusMessageOf(e.body) : undefined) ?? `HTTP ${String(e.status)}`;
-    if (e.status === 401) return { state: 'Unauthorized', detail };
-    if (e.status === 403) return { state: 'Forbidden', detail };
-    if (e.status === 503) return { state: 'NotConnected', detail };
-    return { state: 'Error', detail };
-  }
-  if (e.name === 'HttpsError' && e.code === 'Timeout')
-    return { state: 'Unreachable', detail: 'no answer in time' };
-  if (e.name === 'HttpsError' && e.code === 'Network')
-    return { state: 'Unreachable', detail: systemReason(err) ?? oneLine(err) };
-  // A login that failed, a kubeconfig entry that cannot be used: the one-line error.
-  return { state: 'Error', detail: errorLine(err) };
+/** Asks one context's cluster who the user is. */
+async function probe(config: KubeConfig, signal: AbortSignal): Promise<string> {
+  // The plugin runs without a terminal (the logins happened before).
+  const answer = (await postAsKubeconfig(
+    config,
+    'apis/authentication.k8s.io/v1/selfsubjectreviews',
+    { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+    signal,
+  )) as { status?: { userInfo?: { username?: string } } };
+  return answer.status?.userInfo?.username ?? '';
 }
 
-/** Asks one context's cluster who the user is. */
-async function probe(config: KubeConfig, name: string, current: boolean): Promise<ClusterState> {
-  const server = config.getCurrentCluster()?.server ?? '';
-  try {
-    // Bounded by the HTTPS client's deadline; the plugin runs without a terminal (the logins happened before).
-    const answer = (await postAsKubeconfig(config, 'apis/authentication.k8s.io/v1/selfsubjectreviews', {
-      apiVersion: 'authentication.k8s.io/v1',
-      kind: 'SelfSubjectReview',
-    })) as { status?: { userInfo?: { username?: string } } };
-    return {
-      context: name,
-      current,
-      server,
-      state: 'Ready',
-      detail: answer.status?.userInfo?.username ?? '',
-    };
-  } catch (err) {
-    return { context: name, current, server, ...stateOf(err) };
-  }
-}
+/** How long one cluster may take to say who you are: the HTTPS client's own deadline. */
+const PROBE_TIMEOUT_MS = 10_000;
 
 export interface ClustersFlags extends KubeconfigFlags {
   context: string;
@@ -80,41 +49,14 @@ export async function listClusters(
   flags: KubeconfigFlags,
   progress: (answered: number, of: number) => void = () => {},
 ): Promise<ClusterState[]> {
-  const all = await loadKubeconfig({ kubeconfig: flags.kubeconfig }, process.env, { current: false });
-  const currentName = all.getCurrentContext();
-  let contexts = all.getContexts();
-  if (contexts.length === 0)
-    throw new UserError(
-      'the kubeconfig has no contexts; write one with sealion get kubeconfig --all-clusters',
-    );
-  if (flags.context) {
-    contexts = contexts.filter((c) => c.name === flags.context);
-    if (contexts.length === 0)
-      throw new UserError(
-        `no context ${flags.context} in the kubeconfig; known: ${all
-          .getContexts()
-          .map((c) => c.name)
-          .join(', ')}`,
-      );
-  }
-  // Each user logs in once, one after another, where the person can see the prompt; the probes then run at once
-  // on the cached credentials. A login that fails is left for that user's probes to report.
-  for (const user of new Set(contexts.map((c) => c.user))) {
-    const context = contexts.find((c) => c.user === user)!;
-    all.setCurrentContext(context.name);
-    await loginFirst(all).catch(() => {});
-  }
-  let answered = 0;
-  progress(0, contexts.length);
-  return Promise.all(
-    contexts.map(async ({ name }): Promise<ClusterState> => {
-      // A config of its own per context: switching one shared config while the others are being asked would race.
-      const config = await loadKubeconfig({ kubeconfig: flags.kubeconfig, context: name });
-      const state = await probe(config, name, name === currentName);
-      progress(++answered, contexts.length);
-      return state;
-    }),
-  );
+  const members = await fleetOf(flags);
+  const answers = await askFleet(members, PROBE_TIMEOUT_MS, (m, signal) => probe(m.config, signal), progress);
+  return answers.map(({ member: { context, current, server }, ...answer }) => ({
+    context,
+    current,
+    server,
+    ...(answer.ok ? { state: 'Ready', detail: answer.answer } : answer.failure),
+  }));
 }
 
 /** The table, as `kubectl config get-contexts` prints it: CURRENT has a * on the current context. */
@@ -126,27 +68,6 @@ export function clustersTable(states: ClusterState[]): string {
       ...[s.context, s.state, s.detail, s.server].map((cell) => printable(cell)),
     ]),
   ]);
-}
-
-/**
- * A progress line on a terminal's standard error, rewritten in place and cleared when done; nothing when standard
- * error is not a terminal, so that piped or captured output has no stray text.
- */
-export function progressLine(stream: NodeJS.WriteStream): {
-  show: (answered: number, of: number) => void;
-  clear: () => void;
-} {
-  if (!stream.isTTY) return { show: () => {}, clear: () => {} };
-  let shown = false;
-  return {
-    show: (answered, of) => {
-      shown = true;
-      stream.write(`\r\u001b[Kasking ${of} ${of === 1 ? 'cluster' : 'clusters'}: ${answered} answered`);
-    },
-    clear: () => {
-      if (shown) stream.write('\r\u001b[K');
-    },
-  };
 }
 
 export function clustersCommand(): Command {

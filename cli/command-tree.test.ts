@@ -47,6 +47,8 @@ const DATA_COMMANDS = [
   'sealion version',
   'sealion recordings list',
   'sealion get kubeconfig',
+  'sealion get',
+  'sealion auth can-i',
   'sealion ssh config',
 ];
 

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { HttpsError } from '../lib/https-client.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import { progressLine } from './clusters.ts';
+import { progressLine } from './fleet.ts';
 import { errorLine, fileError, systemReason, unreachableError, UserError } from './errors.ts';
 
 const MAIN = join(import.meta.dirname, 'main.ts');

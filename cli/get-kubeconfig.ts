@@ -15,6 +15,7 @@ import type { Cluster } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { DEFAULT_OIDC_CLIENT_ID, EXEC_API_VERSION, readTokenFile } from './exec-credential.ts';
 import { takesNames } from './completion.ts';
+import { withResourceGet } from './get.ts';
 import { printable } from './printable.ts';
 import { installHint, selfCommand } from './self.ts';
 
@@ -507,7 +508,9 @@ export async function runGetKubeconfig(
 }
 
 export function getCommand(): Command {
-  const get = new Command('get').description('read what the concierge publishes');
+  const get = new Command('get').description(
+    'list a resource on every cluster at once (--all-clusters), or write a kubeconfig (get kubeconfig)',
+  );
   get
     .command('kubeconfig')
     .description(
@@ -619,5 +622,5 @@ Examples:
     .action(async (flags: GetKubeconfigFlags) => {
       await runGetKubeconfig(flags, (line) => console.error(line));
     });
-  return get;
+  return withResourceGet(get);
 }

@@ -28,6 +28,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   'port-forward': async () => (await import('./port-forward.ts')).portForwardCommand(),
   ssh: async () => (await import('./ssh.ts')).sshCommand(),
   clusters: async () => (await import('./clusters.ts')).clustersCommand(),
+  auth: async () => (await import('./can-i.ts')).authCommand(),
   cluster: async () => (await import('./cluster.ts')).clusterCommand(),
   agent: async () => (await import('./agent.ts')).agentCommand(),
   recordings: async () => (await import('./recordings.ts')).recordingsCommand(),

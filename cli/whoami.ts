@@ -375,6 +375,8 @@ export async function requestAsKubeconfig(
     maxBytes?: number;
     timeoutMs?: number;
     accept?: string;
+    /** Ends the request early (a deadline over several requests). */
+    signal?: AbortSignal;
   } = {},
 ): Promise<string> {
   const access = await kubeconfigAccess(config);
@@ -386,6 +388,7 @@ export async function requestAsKubeconfig(
         ...(opts.body === undefined ? {} : { body: opts.body }),
         ...(opts.maxBytes === undefined ? {} : { maxBytes: opts.maxBytes }),
         ...(opts.timeoutMs === undefined ? {} : { timeoutMs: opts.timeoutMs }),
+        ...(opts.signal ? { signal: opts.signal } : {}),
         ...(access.caPem ? { caBundlePem: access.caPem } : {}),
         ...(access.clientCert ? { clientCert: access.clientCert } : {}),
         headers: access.headers,
@@ -396,8 +399,17 @@ export async function requestAsKubeconfig(
 }
 
 /** POSTs `body` to `path` on the current cluster of `config` (see requestAsKubeconfig) and parses the JSON answer. */
-export async function postAsKubeconfig(config: KubeConfig, path: string, body: unknown): Promise<unknown> {
-  const text = await requestAsKubeconfig(config, path, { method: 'POST', body });
+export async function postAsKubeconfig(
+  config: KubeConfig,
+  path: string,
+  body: unknown,
+  signal?: AbortSignal,
+): Promise<unknown> {
+  const text = await requestAsKubeconfig(config, path, {
+    method: 'POST',
+    body,
+    ...(signal ? { signal } : {}),
+  });
   try {
     return JSON.parse(text) as unknown;
   } catch (err) {

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
+import { stringify } from 'yaml';
 import { newAgent, type Agent } from '../agent/agent.ts';
 import { newSecretCredentialStore } from '../agent/credentials.ts';
 import type { ClusterStatus } from '../apis/tunnel.ts';
@@ -20,6 +21,7 @@ import { silentLogger } from '../lib/log.ts';
 import { issueCert, loadCA, newCA, type CertificateAuthority } from '../lib/pki/pki.ts';
 import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { kubeconfigYaml, runKubectl, startCluster, type Cluster } from '../dev/cluster.ts';
+import { runSealion } from '../dev/processes.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startTcpBalancer, type TcpBalancer } from '../dev/tcp-balancer.ts';
 import { clusterStatus as clusterStatusOf } from './harness/cluster-status.ts';
@@ -32,6 +34,16 @@ const REPLICAS = ['replica-1', 'replica-2', 'replica-3'];
 /** Each with its agent; `twice` holds two tunnels, each to another replica. */
 const CLUSTERS = ['east', 'west', 'north', 'twice'];
 const USER_GROUP = 'peering-testers';
+/**
+ * A user of the replicas' signer whose rights differ between the hub and the managed cluster, for `sealion auth can-i
+ * --all-clusters` and `sealion get --all-clusters`, which run here because here a cluster is reached through a tunnel
+ * and a peer hop: each cluster's answer is held against its own kubectl auth can-i.
+ */
+const FLEET_USER = 'dora';
+const FLEET_GROUP = 'fleet-readers';
+const FLEET_NS = 'fleet';
+/** A Cluster with no agent: never connected. */
+const GONE = 'gone';
 
 let hub: Cluster;
 let managed: Cluster;
@@ -43,6 +55,7 @@ let balancer: TcpBalancer | undefined;
 const replicas = new Map<string, ConciergeProcess>();
 const agents = new Map<string, Agent>();
 let user: { certPem: string; keyPem: string };
+let fleetUser: { certPem: string; keyPem: string };
 let backend: NetnsBackend | undefined;
 
 function kubeconfigFor(replica: string, cluster: string): string {
@@ -60,6 +73,49 @@ const kubectl = (replica: string, cluster: string, args: string[], input?: strin
   managed.kubectl(args, { kubeconfig: kubeconfigFor(replica, cluster), ...(input ? { input } : {}) });
 
 const clusterStatus = (name: string): Promise<ClusterStatus> => clusterStatusOf(hub, name);
+
+/**
+ * A kubeconfig as `sealion get kubeconfig --all-clusters` writes one, for the fleet user: a context for the hub and
+ * one per cluster, all through the replica that holds the fewest tunnels, so that the others' clusters are reached
+ * through a peer hop (`viaPeer`).
+ */
+async function fleetKubeconfig(
+  name: string,
+  clusters: string[],
+): Promise<{ file: string; viaPeer: string[] }> {
+  const holders = new Map(await Promise.all(CLUSTERS.map(async (c) => [c, await holdersOf(c)] as const)));
+  const held = (r: string): number => CLUSTERS.filter((c) => holders.get(c)!.includes(r)).length;
+  const entry = [...REPLICAS].sort((a, b) => held(a) - held(b))[0]!;
+  const r = replicas.get(entry)!;
+  const b64 = (text: string): string => Buffer.from(text).toString('base64');
+  const file = join(dir, `fleet-${name}.kubeconfig`);
+  writeFileSync(
+    file,
+    stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: ['hub', ...clusters].map((c) => ({
+        name: c,
+        cluster: {
+          server: c === 'hub' ? r.url : `${r.url}/clusters/${c}`,
+          'certificate-authority-data': b64(r.servingCA),
+        },
+      })),
+      users: [
+        {
+          name: FLEET_USER,
+          user: {
+            'client-certificate-data': b64(fleetUser.certPem),
+            'client-key-data': b64(fleetUser.keyPem),
+          },
+        },
+      ],
+      contexts: ['hub', ...clusters].map((c) => ({ name: c, context: { cluster: c, user: FLEET_USER } })),
+      'current-context': 'hub',
+    }),
+  );
+  return { file, viaPeer: clusters.filter((c) => holders.has(c) && !holders.get(c)!.includes(entry)) };
+}
 
 const holdersOf = async (name: string): Promise<string[]> =>
   ((await clusterStatus(name)).tunnels ?? []).map((t) => t.replica).sort();
@@ -108,6 +164,13 @@ beforeAll(async () => {
     usage: 'client',
   });
   user = { certPem: issued.certPem, keyPem: issued.keyPem };
+  const fleetIssued = await issueCert(signer, {
+    commonName: FLEET_USER,
+    organizations: [FLEET_GROUP],
+    usage: 'client',
+  });
+  fleetUser = { certPem: fleetIssued.certPem, keyPem: fleetIssued.keyPem };
+  await grantFleetUser();
   // One replica first, so that the tunnel and peer CAs are made once, then the others.
   const start = async (identity: string): Promise<void> => {
     replicas.set(
@@ -149,6 +212,40 @@ beforeAll(async () => {
     await agent.start();
   }
 }, 240_000);
+
+/** The fleet user's rights: pods (and their logs) on the hub; deployments, nodes and configmaps on the managed one. */
+async function grantFleetUser(): Promise<void> {
+  const group = `--group=${FLEET_GROUP}`;
+  const steps: [Cluster, string[]][] = [
+    [hub, ['create', 'namespace', FLEET_NS]],
+    [hub, ['create', 'role', 'fleet-pods', '-n', FLEET_NS, '--verb=get,list', '--resource=pods,pods/log']],
+    [hub, ['create', 'rolebinding', 'fleet-pods', '-n', FLEET_NS, '--role=fleet-pods', group]],
+    [managed, ['create', 'namespace', FLEET_NS]],
+    [managed, ['create', 'clusterrole', 'fleet-reader', '--verb=list', '--resource=deployments.apps,nodes']],
+    [managed, ['create', 'clusterrolebinding', 'fleet-reader', '--clusterrole=fleet-reader', group]],
+    [
+      managed,
+      [
+        'create',
+        'role',
+        'fleet-configmaps',
+        '-n',
+        FLEET_NS,
+        '--verb=get,list,delete',
+        '--resource=configmaps',
+      ],
+    ],
+    [
+      managed,
+      ['create', 'rolebinding', 'fleet-configmaps', '-n', FLEET_NS, '--role=fleet-configmaps', group],
+    ],
+    [managed, ['create', 'configmap', 'settings', '-n', FLEET_NS, '--from-literal=mode=fleet']],
+  ];
+  for (const [cluster, args] of steps) {
+    const result = await cluster.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+  }
+}
 
 afterAll(async () => {
   await Promise.all([...agents.values()].map((a) => a.stop()));
@@ -406,6 +503,139 @@ describe('three replicas sharing agents', () => {
       usage: 'server+client',
     });
     expect(await attempt({ certPem: replicaCert.certPem, keyPem: replicaCert.keyPem })).toBe('answered');
+  }, 60_000);
+
+  it("answers sealion auth can-i --all-clusters, per cluster, as that cluster's own kubectl auth can-i does, through tunnels and peer hops", async () => {
+    const { file: kubeconfig, viaPeer } = await fleetKubeconfig('can-i', CLUSTERS);
+    expect(viaPeer.length).toBeGreaterThan(0);
+    const cases: string[][] = [
+      ['get', 'pods', '-n', FLEET_NS],
+      ['get', 'pods/web', '-n', FLEET_NS, '--subresource', 'log'],
+      ['list', 'deployments.apps', '-n', FLEET_NS],
+      ['list', 'deploy', '-A'],
+      ['delete', 'configmaps', '-n', FLEET_NS],
+      ['create', 'configmaps', '-n', 'default'],
+      ['list', 'nodes'],
+      ['get', 'widgets.example.com', '-n', FLEET_NS],
+      ['get', '/healthz'],
+    ];
+    /** The API server's own answer for the user, asked with admin credentials: yes or no. */
+    const oracle = async (cluster: Cluster, question: string[]): Promise<boolean> => {
+      const asked = await cluster.kubectl([
+        'auth',
+        'can-i',
+        ...question,
+        `--as=${FLEET_USER}`,
+        `--as-group=${FLEET_GROUP}`,
+      ]);
+      if (![0, 1].includes(asked.code)) throw new Error(`kubectl auth can-i: ${asked.stderr}`);
+      return asked.stdout.startsWith('yes');
+    };
+    for (const question of cases) {
+      const [hubSays, managedSays] = await Promise.all([oracle(hub, question), oracle(managed, question)]);
+      const got = await runSealion([
+        'auth',
+        'can-i',
+        ...question,
+        '--all-clusters',
+        '--kubeconfig',
+        kubeconfig,
+        '-o',
+        'json',
+      ]);
+      const answers = JSON.parse(got.stdout) as { context: string; state: string; allowed: boolean }[];
+      expect({ question, answers: answers.map((a) => [a.context, a.state, a.allowed]) }).toEqual({
+        question,
+        answers: [
+          ['hub', 'Answered', hubSays],
+          ...CLUSTERS.map((cluster) => [cluster, 'Answered', managedSays]),
+        ],
+      });
+      // 0 only when every cluster said yes, as kubectl auth can-i exits 1 on a no.
+      expect({ question, code: got.code }).toEqual({ question, code: hubSays && managedSays ? 0 : 1 });
+    }
+    // Several verbs in one run: each (cluster, verb) as that cluster's kubectl answers it.
+    const verbs = ['get', 'list', 'delete', 'create'];
+    const matrix = await runSealion([
+      'auth',
+      'can-i',
+      verbs.join(','),
+      'configmaps',
+      '-n',
+      FLEET_NS,
+      '--all-clusters',
+      '--kubeconfig',
+      kubeconfig,
+      '-o',
+      'json',
+    ]);
+    const said = new Map<string, boolean>();
+    for (const verb of verbs) {
+      said.set(`hub ${verb}`, await oracle(hub, [verb, 'configmaps', '-n', FLEET_NS]));
+      said.set(`managed ${verb}`, await oracle(managed, [verb, 'configmaps', '-n', FLEET_NS]));
+    }
+    expect(
+      (JSON.parse(matrix.stdout) as { context: string; verb: string; allowed: boolean }[]).map((a) => [
+        a.context,
+        a.verb,
+        a.allowed,
+      ]),
+    ).toEqual(
+      ['hub', ...CLUSTERS].flatMap((context) =>
+        verbs.map((verb) => [context, verb, said.get(`${context === 'hub' ? 'hub' : 'managed'} ${verb}`)]),
+      ),
+    );
+    expect(said.get('managed list')).toBe(true);
+    expect(said.get('managed create')).toBe(false);
+    // The cases tell the clusters apart: each says yes where the other says no.
+    expect(await oracle(hub, cases[0]!)).toBe(true);
+    expect(await oracle(managed, cases[0]!)).toBe(false);
+    expect(await oracle(managed, cases[2]!)).toBe(true);
+  }, 120_000);
+
+  it('shows, in sealion get --all-clusters, a cluster that refuses and one that is not connected, and exits 1', async () => {
+    await addCluster(GONE, {
+      kubeconfig: hub.kubeconfigPath,
+      namespace: NS,
+      groupSuffix: 'sealion.dev',
+      hub: '',
+      description: '',
+    });
+    const { file: kubeconfig } = await fleetKubeconfig('get', [CLUSTERS[0]!, GONE]);
+    const args = ['get', 'configmaps', '--all-clusters', '-n', FLEET_NS, '--kubeconfig', kubeconfig];
+    const got = await runSealion(args);
+    expect(got.code).toBe(1);
+    const lines = got.stdout.split('\n');
+    expect(lines.slice(0, 2)).toEqual([
+      expect.stringMatching(/^CLUSTER +NAME +DATA +AGE$/),
+      expect.stringMatching(new RegExp(`^${CLUSTERS[0]} +settings +1 +\\S+$`)),
+    ]);
+    expect(lines.slice(2)).toEqual([
+      '',
+      expect.stringMatching(/^CLUSTER +STATE +REASON$/),
+      expect.stringMatching(
+        /^hub +Forbidden +configmaps is forbidden: User "dora" cannot list resource "configmaps"/,
+      ),
+      expect.stringMatching(new RegExp(`^${GONE} +NotConnected +cluster ${GONE} is not connected`)),
+      '',
+    ]);
+    expect(got.stderr).toBe(
+      `sealion: get configmaps: 2 of 3 clusters did not answer (hub: Forbidden, ${GONE}: NotConnected); see each reason above; sealion clusters shows which clusters answer you now\n`,
+    );
+    // As JSON: the items that came, each marked with its cluster; a line on stderr for each cluster that did not.
+    const json = await runSealion([...args, '-o', 'json']);
+    expect(json.code).toBe(1);
+    expect(
+      (
+        JSON.parse(json.stdout) as {
+          items: { kind: string; metadata: { name: string; annotations: object } }[];
+        }
+      ).items.map((i) => [i.kind, i.metadata.name, i.metadata.annotations]),
+    ).toEqual([['ConfigMap', 'settings', { 'sealion.dev/context': CLUSTERS[0] }]]);
+    expect(json.stderr.split('\n').slice(0, 2)).toEqual([
+      expect.stringMatching(/^hub: Forbidden: configmaps is forbidden/),
+      expect.stringMatching(new RegExp(`^${GONE}: NotConnected: cluster ${GONE} is not connected`)),
+    ]);
   }, 60_000);
 
   it("brings a killed holder's clusters back through the other replicas", async () => {
