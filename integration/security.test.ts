@@ -43,6 +43,12 @@ const SSR_BODY = JSON.stringify({ apiVersion: 'authentication.k8s.io/v1', kind: 
 const TCR_PATH = '/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests';
 const JWT_REF = { apiGroup: GROUP, kind: 'JWTAuthenticator', name: 'corp' };
 const WEBHOOK_REF = { apiGroup: GROUP, kind: 'WebhookAuthenticator', name: 'hooks' };
+/** A hub service account's token for the hub's API server, on /clusters/edge: refused, naming what to use instead. */
+const SA_TOKEN_ON_EDGE: Expected = {
+  status: 403,
+  reason: 'Forbidden',
+  says: "a token of the hub's API server cannot be used for cluster edge; use a projected service-account token with audience workloads.concierge.sealion.dev (sealion cluster kubeconfig edge --service-account kube-system/robot)",
+};
 /** The proxy's request header limit (server.ts MAX_HEADER_BYTES). */
 const HEADER_LIMIT = 32 * 1024;
 
@@ -1361,7 +1367,7 @@ describe('/clusters/ paths: a clear Status, and never another cluster or the hub
     [
       'a hub service-account token on /clusters/edge',
       () => https1('/clusters/edge/api/v1/namespaces/only-on-edge', { headers: bearer(robotToken) }),
-      status(403, 'Forbidden', 'service-account tokens of this cluster cannot be used for cluster edge'),
+      SA_TOKEN_ON_EDGE,
     ],
     [
       'the edge’s own service-account token on /clusters/edge',
@@ -1390,7 +1396,7 @@ describe('/clusters/ paths: a clear Status, and never another cluster or the hub
         raw(
           `GET /clusters/edge/api/v1/namespaces HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer ${robotToken}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: c2VjdXJpdHktc3VpdGUhIQ==\r\n\r\n`,
         ),
-      status(403, 'Forbidden', 'service-account tokens of this cluster cannot be used for cluster edge'),
+      SA_TOKEN_ON_EDGE,
     ],
   ])('%s', async (_name, attack, expected) => {
     await expectAnswer(await attack(), expected);
