@@ -8,6 +8,7 @@ import { stringify } from 'yaml';
 import type { CredentialIssuer } from '../apis/config.ts';
 import { apiGroups, Resource, VERSION } from '../apis/groups.ts';
 import { isDNSLabel } from '../apis/names.ts';
+import { workloadAudience, type ClusterSpec } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
 import { SERVICE_NAME } from '../controllers/impersonation-proxy.ts';
 import { contextName } from './get-kubeconfig.ts';
@@ -22,9 +23,6 @@ const TOKEN_SECONDS = 3600;
 /** How many names a message lists when a name is not found. */
 const NAMES_LISTED = 8;
 
-/** The audience a hub service account's token must carry to reach `/clusters/<name>/…` through Sealion. */
-export const workloadAudience = (groupSuffix: string): string => `workloads.concierge.${groupSuffix}`;
-
 export interface ClusterKubeconfigFlags {
   kubeconfig: string;
   context?: string;
@@ -38,22 +36,10 @@ export interface ClusterKubeconfigFlags {
   outputFile: string;
 }
 
-/** What a Cluster says about workloads (the part of its spec this command reads). */
+/** The part of a Cluster this command reads. */
 interface WorkloadsCluster {
   metadata: { name?: string };
-  spec?: { workloads?: { usernamePrefix?: string } };
-}
-
-/**
- * Why a Cluster's `spec.workloads.usernamePrefix` cannot be `prefix`, or undefined when it can: 1 to 64 characters,
- * ending with `:` (so that the prefixed name reads as a namespace of names), never starting with `system:` (names
- * the target's RBAC trusts without a binding).
- */
-export function usernamePrefixProblem(prefix: string): string | undefined {
-  if (prefix.length < 1 || prefix.length > 64) return 'it must be 1 to 64 characters';
-  if (!prefix.endsWith(':')) return 'it must end with a colon (hub:)';
-  if (prefix.startsWith('system:')) return 'it must not start with system:';
-  return undefined;
+  spec?: Pick<ClusterSpec, 'workloads'>;
 }
 
 /** `NS/NAME`, each a DNS label as namespaces and service account names in practice are. */

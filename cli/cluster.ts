@@ -201,11 +201,11 @@ Examples:
       // Checked before anything is created: a typo must not leave a Cluster and a token behind.
       const policy = parsePolicy(flags);
       if (flags.workloadPrefix !== undefined) {
-        const { usernamePrefixProblem } = await import('./cluster-kubeconfig.ts');
+        const { usernamePrefixProblem } = await import('../apis/tunnel.ts');
         const problem = usernamePrefixProblem(flags.workloadPrefix);
         if (problem)
           throw new UserError(
-            `--workload-prefix ${JSON.stringify(printable(flags.workloadPrefix))}: ${problem}; give one such as hub:`,
+            `--workload-prefix ${JSON.stringify(printable(flags.workloadPrefix))}: it ${problem}; give one such as hub:`,
           );
       }
       if ((flags.agentManifests || flags.helmValues) && !flags.hub)
