@@ -373,4 +373,34 @@ describe('through each replica: the one holding the tunnel and the one that send
       });
     }
   }, 240_000);
+
+  it("is refused on the hub's own API, and everywhere once edge's Cluster no longer takes workloads", async () => {
+    // The same kubeconfig and token, at the proxy's own cluster (no /clusters/ prefix).
+    const onHub = await inPod([
+      `--server=https://${PROXY_SERVICE_NAME}`,
+      'get',
+      '--raw',
+      '/api/v1/namespaces',
+    ]);
+    expect(onHub.code).not.toBe(0);
+    expect(onHub.stderr).toContain(
+      "Error from server (Forbidden): a token for Sealion's workload audience reaches other clusters only",
+    );
+    await kubectlOk(hub, [
+      'patch',
+      'cluster',
+      EDGE,
+      '--type=json',
+      '-p',
+      JSON.stringify([{ op: 'remove', path: '/spec/workloads' }]),
+    ]);
+    const closed = await eventually(async () => {
+      const result = await inPod(['get', '--raw', '/api/v1/namespaces/demo/configmaps']);
+      if (!result.stderr.includes('takes no workloads')) throw new Error(result.stderr || result.stdout);
+      return result;
+    }, 60_000);
+    expect(closed.stderr).toContain(
+      `Error from server (Forbidden): cluster ${EDGE} takes no workloads from the hub: its Cluster has no spec.workloads.usernamePrefix`,
+    );
+  }, 120_000);
 });
