@@ -1556,6 +1556,12 @@ describe('hub workloads: a hub service account’s token for Sealion’s audienc
     await expectAnswer(await attack(), expected);
   });
 
+  it('no workload token ever reaches the webhook: a webhook could replay it', async () => {
+    const altered = `${robotWorkload.slice(0, -4)}AAAA`;
+    await expectAnswer(await get('/clusters/edge/api/v1/namespaces/only-on-edge', altered), UNAUTHORIZED);
+    for (const token of [robotWorkload, workerWorkload, altered]) expect(webhook.received(token)).toBe(false);
+  });
+
   it('a cluster whose Cluster names no prefix takes no workloads, from the moment it is taken out', async () => {
     const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
     try {
