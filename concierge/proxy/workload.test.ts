@@ -1,6 +1,18 @@
 // Hub workloads on other clusters: the mapping of a hub service account to its prefixed identity, and the decider's
 // refusals and plan for it, against a cluster whose reviews are answered in memory.
 import { describe, expect, it } from '@jest/globals';
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { eventually } from '../../dev/eventually.ts';
+import { AuthenticatorCache } from '../../lib/authn/cache.ts';
+import { newAuditor } from '../audit/audit.ts';
+import type { AuditBackend } from '../audit/backend.ts';
+import { loadPolicy } from '../audit/policy.ts';
+import type { AuditEvent } from '../audit/types.ts';
+import { newClientCertSigner } from './credentials.ts';
+import { newProxyHandler } from './handler.ts';
+import { newProxyMetrics } from './metrics.ts';
+import type { ForwardPlan } from './transport.ts';
 import { apiGroups } from '../../apis/groups.ts';
 import { usernamePrefixProblem, workloadAudience, type ClusterSpec } from '../../apis/tunnel.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
@@ -9,7 +21,7 @@ import type { Reviewer } from '../../lib/kube/kube.ts';
 import { newLogger } from '../../lib/log.ts';
 import type { Identity } from './authenticate.ts';
 import { newDecider, type Target } from './decide.ts';
-import { newRequestContext, type Refusal } from './exchange.ts';
+import { asPlain, newRequestContext, type Refusal } from './exchange.ts';
 import type { OwnCall, Route } from './route.ts';
 import { mappedWorkload, WORKLOAD_ON_HUB } from './workload.ts';
 
@@ -226,5 +238,121 @@ describe('the decider, for a workload', () => {
           !(spec['groups'] as string[]).some((g) => !g.startsWith('hub:') && g !== 'system:authenticated'),
       ),
     ).toBe(true);
+  });
+});
+
+describe('the handler, for a workload', () => {
+  const POLICY = `apiVersion: audit.k8s.io/v1
+kind: Policy
+rules:
+  - level: Metadata
+`;
+
+  /** The proxy's pipeline on a plain HTTP listener, every caller the hub workload, `edge` a cluster answering 200. */
+  async function pipeline() {
+    const events: AuditEvent[] = [];
+    const backend: AuditBackend = {
+      mode: 'batch',
+      emit(event) {
+        events.push(event);
+        return Promise.resolve();
+      },
+      close: () => Promise.resolve(),
+    };
+    const forwarded: ForwardPlan[] = [];
+    const edge = clusterRoute(() => true);
+    edge.route.forward = (exchange, plan) => {
+      forwarded.push(plan);
+      const plain = asPlain(exchange)!;
+      plain.res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      return Promise.resolve();
+    };
+    const cache = new AuthenticatorCache();
+    const handler = newProxyHandler({
+      groups: apiGroups(),
+      authenticator: { authenticate: () => Promise.resolve(workload) },
+      cache,
+      reviewer,
+      router: { route: (name) => (name === 'edge' ? edge.route : undefined) },
+      clusterSpec: (name) => (name === 'edge' ? { workloads: { usernamePrefix: 'hub:' } } : undefined),
+      signer: newClientCertSigner(() => undefined),
+      metrics: newProxyMetrics(),
+      log: newLogger({ level: 'silent' }),
+      ready: () => true,
+      serving: () => true,
+      auditor: newAuditor({ policy: loadPolicy(POLICY), backend, replica: 'r1' }),
+    });
+    const server = createServer(handler.request);
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    const port = (server.address() as AddressInfo).port;
+    const send = (path: string, body?: string) =>
+      new Promise<{ status: number; body: string }>((done, fail) => {
+        const req = httpRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            path,
+            method: body === undefined ? 'GET' : 'POST',
+            agent: false,
+            headers: body === undefined ? {} : { 'content-type': 'application/json' },
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => done({ status: res.statusCode ?? 0, body: text }));
+          },
+        );
+        req.on('error', fail);
+        req.end(body);
+      });
+    const close = async () => {
+      cache.close();
+      await new Promise((done) => server.close(done));
+    };
+    return { events, forwarded, send, close };
+  }
+
+  it('audits the hub account as the user, the mapped identity as the impersonated user, and says it was a workload', async () => {
+    const proxy = await pipeline();
+    try {
+      expect((await proxy.send('/clusters/edge/api/v1/namespaces')).status).toBe(200);
+      await eventually(() => expect(proxy.events.length).toBeGreaterThan(0));
+      const event = proxy.events.at(-1)!;
+      expect(event.user.username).toBe(HUB_SA.username);
+      expect(event.impersonatedUser?.username).toBe(
+        'hub:system:serviceaccount:argocd:argocd-application-controller',
+      );
+      expect(event.annotations?.['sealion.dev/authenticator']).toBe('workload');
+      expect(event.annotations?.['sealion.dev/cluster']).toBe('edge');
+      expect(proxy.forwarded[0]!.user).toBe(HUB_SA.username);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('answers WhoAmI on a cluster with the mapped identity, and refuses it on the hub', async () => {
+    const proxy = await pipeline();
+    try {
+      const whoami = '/apis/identity.concierge.sealion.dev/v1alpha1/whoamirequests';
+      const body = JSON.stringify({
+        apiVersion: 'identity.concierge.sealion.dev/v1alpha1',
+        kind: 'WhoAmIRequest',
+      });
+      const onEdge = await proxy.send(`/clusters/edge${whoami}`, body);
+      const onHub = await proxy.send(whoami, body);
+      expect(onHub.status).toBe(403);
+      expect(onHub.body).toContain("a token for Sealion's workload audience reaches other clusters only");
+      expect(onEdge.status).toBe(201);
+      const { status } = JSON.parse(onEdge.body) as {
+        status: { kubernetesUserInfo: { user: { username: string; groups: string[] } } };
+      };
+      expect(status.kubernetesUserInfo.user).toMatchObject({
+        username: 'hub:system:serviceaccount:argocd:argocd-application-controller',
+        groups: ['hub:system:serviceaccounts', 'hub:system:serviceaccounts:argocd', 'system:authenticated'],
+      });
+      expect(proxy.forwarded).toHaveLength(0);
+    } finally {
+      await proxy.close();
+    }
   });
 });
