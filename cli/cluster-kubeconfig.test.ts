@@ -1,7 +1,7 @@
 // `sealion cluster kubeconfig NAME --service-account NS/SA`, run as a command against an API server stand-in that
 // answers the few reads it makes: every name is checked before anything is printed, each miss is one line that says
 // what to do, and the kubeconfig names the proxy's in-cluster Service, its published CA and the pod's token file.
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -11,9 +11,13 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parse, stringify } from 'yaml';
 import { REPO_ROOT } from '../dev/build.ts';
+import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { parseServiceAccount } from './cluster-kubeconfig.ts';
 
 const run = promisify(execFile);
+// Each case runs the CLI as a process, a second or more on two shared cores.
+jest.setTimeout(30_000);
+const PROXY_HOST = 'sealion-impersonation-proxy.sealion-concierge.svc';
 const CA_DATA = Buffer.from('-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n').toString(
   'base64',
 );
@@ -216,6 +220,50 @@ describe('sealion cluster kubeconfig', () => {
     expect(result.stdout).toBe('');
     expect(result.stderr).toMatch(/^sealion: the impersonation proxy is Error \(Pending\): the proxy; /);
   });
+
+  it("refuses when the proxy's serving certificate does not name the host the kubeconfig sends to", async () => {
+    const ca = await newCA('test proxy CA', 3600_000);
+    const secretOf = async (hosts: string[]): Promise<object> => {
+      const cert = await issueCert(ca, { commonName: 'proxy', hosts, usage: 'server', validityMs: 3600_000 });
+      return { data: { 'tls.crt': Buffer.from(cert.certPem).toString('base64') } };
+    };
+    const generated = '/api/v1/namespaces/sealion-concierge/secrets/sealion-impersonation-proxy-tls';
+    const named = { ...answers(443), [generated]: await secretOf(['203.0.113.7', PROXY_HOST]) };
+    expect(await sealion(['edge', '--service-account', 'gitops/deployer'], named)).toMatchObject({ code: 0 });
+    const unnamed = { ...answers(443), [generated]: await secretOf(['203.0.113.7']) };
+    expect(await sealion(['edge', '--service-account', 'gitops/deployer'], unnamed)).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `sealion: the proxy's serving certificate (Secret sealion-concierge/sealion-impersonation-proxy-tls) does not name ${PROXY_HOST}, so the controller's kubectl would refuse it; a concierge of this release issues one that does, or give with --server an address the certificate names\n`,
+    });
+    // --server names another host, which the certificate does name.
+    expect(
+      await sealion(
+        ['edge', '--service-account', 'gitops/deployer', '--server', 'https://203.0.113.7'],
+        unnamed,
+      ),
+    ).toMatchObject({ code: 0 });
+    // The admin's own certificate, named in the settings in effect, is the one read.
+    const issuers = answers(443)['/apis/config.concierge.sealion.dev/v1alpha1/credentialissuers'] as {
+      items: object[];
+    };
+    const own = {
+      ...answers(443),
+      '/apis/config.concierge.sealion.dev/v1alpha1/credentialissuers': {
+        items: [
+          {
+            ...issuers.items[0],
+            spec: { impersonationProxy: { mode: 'auto', tls: { secretName: 'mine' } } },
+          },
+        ],
+      },
+      [generated]: await secretOf([PROXY_HOST]),
+      '/api/v1/namespaces/sealion-concierge/secrets/mine': await secretOf(['proxy.example.com']),
+    };
+    expect((await sealion(['edge', '--service-account', 'gitops/deployer'], own)).stderr).toContain(
+      `(Secret sealion-concierge/mine) does not name ${PROXY_HOST}, so the controller's kubectl would refuse it; add that name to the certificate`,
+    );
+  }, 60_000);
 
   it('checks names before it asks the API server anything', async () => {
     await sealion(['Not_A_Name', '--service-account', 'gitops/deployer']);

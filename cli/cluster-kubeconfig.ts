@@ -3,14 +3,16 @@
 // publishes, and its credential the pod's own projected service-account token for Sealion's audience, read from a
 // file kubelet keeps fresh: nothing secret is in the kubeconfig, so it may live in a ConfigMap. The target cluster
 // acts on it under the Cluster's `spec.workloads.usernamePrefix` and the service account's name.
+import { X509Certificate } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { stringify } from 'yaml';
 import type { CredentialIssuer } from '../apis/config.ts';
 import { apiGroups, Resource, VERSION } from '../apis/groups.ts';
 import { isDNSLabel } from '../apis/names.ts';
 import { workloadAudience, type ClusterSpec } from '../apis/tunnel.ts';
 import type { KubeClients } from '../lib/kube/kube.ts';
-import { SERVICE_NAME } from '../controllers/impersonation-proxy.ts';
+import { SERVICE_NAME, TLS_SECRET } from '../controllers/impersonation-proxy.ts';
 import { contextName } from './get-kubeconfig.ts';
 import { printable } from './printable.ts';
 import { UserError } from './errors.ts';
@@ -134,8 +136,11 @@ async function inClusterServer(clients: KubeClients, namespace: string): Promise
   }
 }
 
-/** The CA the proxy serves with, as its ImpersonationProxy strategy publishes it on the CredentialIssuer. */
-async function proxyCA(clients: KubeClients, groupSuffix: string): Promise<string> {
+/**
+ * The CA the proxy serves with, as its ImpersonationProxy strategy publishes it on the CredentialIssuer, and the
+ * Secret its certificate is in (the admin's own, from the settings in effect, or the generated one).
+ */
+async function proxyCA(clients: KubeClients, groupSuffix: string): Promise<{ ca: string; secret: string }> {
   const list = (await clients.customObjects.listClusterCustomObject({
     group: apiGroups(groupSuffix).config,
     version: VERSION,
@@ -143,13 +148,45 @@ async function proxyCA(clients: KubeClients, groupSuffix: string): Promise<strin
   })) as { items: CredentialIssuer[] };
   const strategy = list.items[0]?.status?.strategies?.find((s) => s.type === 'ImpersonationProxy');
   const ca = strategy?.frontend?.impersonationProxyInfo?.certificateAuthorityData;
-  if (strategy?.status === 'Success' && ca) return ca;
+  const own = list.items[0]?.spec?.impersonationProxy?.tls?.secretName;
+  if (strategy?.status === 'Success' && ca) return { ca, secret: own || TLS_SECRET };
   const why = strategy
     ? `${printable(String(strategy.status))} (${printable(String(strategy.reason))}): ${printable(String(strategy.message))}`
     : 'not published yet';
   throw new UserError(
     `the impersonation proxy is ${why}; workloads reach clusters through it: turn it on (impersonationProxy.mode) and wait until kubectl get credentialissuers shows it Success`,
   );
+}
+
+/**
+ * Whether the proxy's serving certificate names the host the kubeconfig sends the controller to: kubectl and
+ * client-go refuse one that does not, on every request. Said now rather than in the controller's log. A certificate
+ * the admin may not read is left to the controller to find.
+ */
+async function checkServingName(
+  clients: KubeClients,
+  namespace: string,
+  secret: string,
+  server: string,
+): Promise<void> {
+  const { readSecretData } = await import('../lib/kube/kube.ts');
+  const certPem = await readSecretData(clients, namespace, secret).then(
+    (data) => data?.['tls.crt'],
+    () => undefined,
+  );
+  if (!certPem) return;
+  const host = new URL(server).hostname.replace(/^\[(.*)\]$/, '$1');
+  let named: boolean;
+  try {
+    const cert = new X509Certificate(certPem);
+    named = (isIP(host) ? cert.checkIP(host) : cert.checkHost(host)) !== undefined;
+  } catch {
+    return;
+  }
+  if (!named)
+    throw new UserError(
+      `the proxy's serving certificate (Secret ${namespace}/${secret}) does not name ${printable(host)}, so the controller's kubectl would refuse it; ${secret === TLS_SECRET ? 'a concierge of this release issues one that does' : 'add that name to the certificate'}, or give with --server an address the certificate names`,
+    );
 }
 
 /**
@@ -175,7 +212,8 @@ export async function clusterKubeconfig(
   await checkServiceAccount(clients, account.namespace, account.name);
   const prefix = usernamePrefixOf(cluster, name);
   const base = server || (await inClusterServer(clients, flags.namespace));
-  const ca = await proxyCA(clients, flags.groupSuffix);
+  const { ca, secret } = await proxyCA(clients, flags.groupSuffix);
+  await checkServingName(clients, flags.namespace, secret, base);
   const context = contextName(base, name);
   const user = `${context}/${account.namespace}/${account.name}`;
   const kubeconfig = {
