@@ -1564,6 +1564,10 @@ describe('hub workloads: a hub service account’s token for Sealion’s audienc
 
   it('a cluster whose Cluster names no prefix takes no workloads, from the moment it is taken out', async () => {
     const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
+    // `kubectl get clusters -o wide` shows the prefix.
+    const wide = await kubectl(hub, ['get', 'clusters.tunnel.concierge.sealion.dev', '-o', 'wide']);
+    expect(wide.split('\n')[0]).toContain('WORKLOADS');
+    expect(wide.split('\n').find((line) => line.startsWith(`${EDGE} `))).toContain(PREFIX);
     try {
       await setPrefix(null);
       await eventually(async () =>
