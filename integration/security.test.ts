@@ -1452,13 +1452,20 @@ describe('hub workloads: a hub service account’s token for Sealion’s audienc
   let workerWorkload = '';
 
   beforeAll(async () => {
-    // The edge's RBAC: the hub's service accounts of kube-system may read namespaces; its own robot (same namespace
+    await kubectl(edge, [
+      'create',
+      'clusterrole',
+      'ns-watcher',
+      '--verb=get,list,watch',
+      '--resource=namespaces',
+    ]);
+    // The edge's RBAC: the hub's service accounts of kube-system may read and watch namespaces; its own robot (same namespace
     // and name as the hub's) may read kube-system's ConfigMaps, which the hub's robot must not get by its name.
     await kubectl(edge, [
       'create',
       'clusterrolebinding',
       'hub-kube-system-readers',
-      '--clusterrole=ns-reader',
+      '--clusterrole=ns-watcher',
       `--group=${PREFIX}system:serviceaccounts:kube-system`,
     ]);
     await kubectl(edge, [
@@ -1564,6 +1571,10 @@ describe('hub workloads: a hub service account’s token for Sealion’s audienc
 
   it('a cluster whose Cluster names no prefix takes no workloads, from the moment it is taken out', async () => {
     const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
+    // `kubectl get clusters -o wide` shows the prefix.
+    const wide = await kubectl(hub, ['get', 'clusters.tunnel.concierge.sealion.dev', '-o', 'wide']);
+    expect(wide.split('\n')[0]).toContain('WORKLOADS');
+    expect(wide.split('\n').find((line) => line.startsWith(`${EDGE} `))).toContain(PREFIX);
     try {
       await setPrefix(null);
       await eventually(async () =>
@@ -1593,6 +1604,59 @@ describe('hub workloads: a hub service account’s token for Sealion’s audienc
     }
     await eventually(async () => expectAnswer(await get(path, robotWorkload), { namespace: 'only-on-edge' }));
   });
+
+  it('one workload opening many watches is bounded as a user is: by its account’s share, whichever token it holds', async () => {
+    const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
+    // Another token of the same account (as another replica of a controller would hold).
+    const sameAccount = await workloadToken('kube-system', 'robot');
+    const limit = (spec: object): Promise<string> =>
+      kubectl(hub, [
+        'patch',
+        'clusters.tunnel.concierge.sealion.dev',
+        EDGE,
+        '--type=merge',
+        '-p',
+        JSON.stringify({ spec }),
+      ]);
+    await limit({ maxRequestsPerUser: 2, queueTimeoutSeconds: 1 });
+    const session = http2Connect(`https://127.0.0.1:${proxyPort()}`, { ca: concierge.servingCA.certPem });
+    session.on('error', () => {});
+    try {
+      // Two watches hold the account's share; its next request, with the other token, waits a second and is refused.
+      // Until the edit reaches the concierge's informer the third is served: the watches are closed, and tried again.
+      await eventually(async () => {
+        const watches = [0, 1].map(() => {
+          const stream = session.request({
+            ':path': '/clusters/edge/api/v1/namespaces?watch=1',
+            authorization: `Bearer ${robotWorkload}`,
+          });
+          stream.on('error', () => {});
+          return stream;
+        });
+        try {
+          await Promise.all(
+            watches.map(
+              (stream) =>
+                new Promise<void>((done, fail) =>
+                  stream.once('response', (h) =>
+                    Number(h[':status']) === 200 ? done() : fail(new Error(`watch: ${String(h[':status'])}`)),
+                  ),
+                ),
+            ),
+          );
+          expect((await get(path, sameAccount)).status).toBe(429);
+        } catch (err) {
+          for (const stream of watches) stream.close();
+          throw err;
+        }
+      }, 30_000);
+      // Others are not held up: a person is served meanwhile.
+      await expectAnswer(await get(path), { namespace: 'only-on-edge' });
+    } finally {
+      session.destroy();
+      await limit({ maxRequestsPerUser: null, queueTimeoutSeconds: null });
+    }
+  }, 60_000);
 
   it('a deleted service account’s token, and a pod-bound token after its pod is gone, are refused with the one 401 once the cached answer expires', async () => {
     const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
