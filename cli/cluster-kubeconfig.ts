@@ -44,7 +44,7 @@ interface WorkloadsCluster {
   spec?: Pick<ClusterSpec, 'workloads'>;
 }
 
-/** `NS/NAME`, each a DNS label as namespaces and service account names in practice are. */
+/** `NS/NAME`: a namespace (a DNS label) and a service account's name (a DNS subdomain), as the API server takes them. */
 export function parseServiceAccount(value: string): { namespace: string; name: string } {
   const [namespace, name, ...rest] = value.split('/');
   if (!namespace || !name || rest.length > 0 || !isDNSLabel(namespace) || !isDNSSubdomain(name))
@@ -57,7 +57,10 @@ export function parseServiceAccount(value: string): { namespace: string; name: s
 const isDNSSubdomain = (name: string): boolean =>
   name.length <= 253 && name.split('.').every((label) => isDNSLabel(label));
 
-/** The proxy's address given with --server: https, a host, no path (the command adds `/clusters/NAME`). */
+/**
+ * The proxy's address given with --server: https and a host, no credentials, query or fragment; a path is kept (a
+ * proxy behind a path prefix), and the command adds `/clusters/NAME` after it.
+ */
 function checkServer(server: string): string {
   let url: URL | undefined;
   try {
@@ -114,7 +117,8 @@ async function checkServiceAccount(clients: KubeClients, namespace: string, name
 /** The prefix the cluster maps hub workloads under; its absence is the cluster's admin's choice, said as such. */
 function usernamePrefixOf(cluster: WorkloadsCluster, name: string): string {
   const prefix = cluster.spec?.workloads?.usernamePrefix;
-  if (prefix) return prefix;
+  // The cluster's text, printed to the terminal below.
+  if (prefix) return printable(prefix);
   const patch = JSON.stringify({ spec: { workloads: { usernamePrefix: 'hub:' } } });
   throw new UserError(
     `cluster ${printable(name)} takes no workloads from the hub: its spec.workloads.usernamePrefix is not set; set it (the names its RBAC will see start with it): kubectl patch cluster ${name} --type merge -p '${patch}'`,
