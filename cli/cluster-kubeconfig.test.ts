@@ -276,3 +276,73 @@ describe('--service-account', () => {
     expect(() => parseServiceAccount(value)).toThrow('not NAMESPACE/NAME');
   });
 });
+
+describe('sealion cluster add --workload-prefix', () => {
+  it("creates the Cluster with spec.workloads.usernamePrefix, so that it takes the hub's workloads", async () => {
+    const tunnelCA = await newCA('test tunnel CA', 3600_000);
+    const created: { path: string; body: unknown }[] = [];
+    const server = createServer((req, res) => {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => (body += c));
+      req.on('end', () => {
+        const path = (req.url ?? '').split('?')[0]!;
+        const answer = (code: number, json: object): void => {
+          res.writeHead(code, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(json));
+        };
+        if (req.method === 'GET' && path.endsWith('/secrets/sealion-tunnel-ca'))
+          return answer(200, { data: { 'tls.crt': Buffer.from(tunnelCA.certPem).toString('base64') } });
+        if (req.method === 'GET' && path.endsWith('/secrets')) return answer(200, { items: [] });
+        if (req.method === 'POST') {
+          created.push({ path, body: JSON.parse(body) as unknown });
+          return answer(201, JSON.parse(body) as object);
+        }
+        answer(404, { kind: 'Status', apiVersion: 'v1', status: 'Failure', code: 404, reason: 'NotFound' });
+      });
+    });
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    const dir = mkdtempSync(join(tmpdir(), 'sealion-cluster-add-'));
+    try {
+      const kubeconfig = join(dir, 'admin.kubeconfig');
+      writeFileSync(
+        kubeconfig,
+        stringify({
+          apiVersion: 'v1',
+          kind: 'Config',
+          clusters: [
+            {
+              name: 'hub',
+              cluster: {
+                server: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+                'insecure-skip-tls-verify': true,
+              },
+            },
+          ],
+          users: [{ name: 'admin', user: { token: 'not-a-secret' } }],
+          contexts: [{ name: 'hub', context: { cluster: 'hub', user: 'admin' } }],
+          'current-context': 'hub',
+        }),
+      );
+      const result = await run(process.execPath, [
+        join(REPO_ROOT, 'bin/sealion.js'),
+        'cluster',
+        'add',
+        'edge-2',
+        '--workload-prefix',
+        'fleet:',
+        '--kubeconfig',
+        kubeconfig,
+      ]);
+      expect(result.stdout).toContain('Cluster edge-2 is registered.');
+      expect(created.find((c) => c.path.endsWith('/clusters'))?.body).toMatchObject({
+        kind: 'Cluster',
+        metadata: { name: 'edge-2' },
+        spec: { workloads: { usernamePrefix: 'fleet:' } },
+      });
+    } finally {
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
