@@ -1,6 +1,7 @@
 // `sealion cluster kubeconfig NAME --service-account NS/SA`, run as a command against an API server stand-in that
 // answers the few reads it makes: every name is checked before anything is printed, each miss is one line that says
 // what to do, and the kubeconfig names the proxy's in-cluster Service, its published CA and the pod's token file.
+// And `cluster add --workload-prefix`, which opts a cluster in when it is added.
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
