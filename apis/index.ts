@@ -4,6 +4,6 @@ export * from './authentication.ts';
 export type * from './config.ts';
 export * from './login.ts';
 export type * from './identity.ts';
-export type * from './tunnel.ts';
+export * from './tunnel.ts';
 export * from './install.ts';
 export * from './agent-binding.ts';

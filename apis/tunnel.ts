@@ -68,6 +68,49 @@ export interface ClusterSpec {
    * @maximum 3600
    */
   progressTimeoutSeconds?: number;
+  /**
+   * Lets the hub's service accounts into this cluster, under a prefixed name. A hub service account whose token has
+   * Sealion's audience (workloads.concierge.<group suffix>) reaches `/clusters/<name>/…` and acts here as
+   * `<usernamePrefix><its username>`, in `<usernamePrefix><group>` for each of its groups but system:authenticated;
+   * this cluster's RBAC decides what that name may do, and its grant to the agent whether the hub may assert it.
+   * Default: none (the cluster takes no hub workloads).
+   */
+  workloads?: ClusterWorkloads;
+}
+
+/** How hub service accounts are named on a cluster that takes them. */
+export interface ClusterWorkloads {
+  /**
+   * What every hub workload's username and groups start with on this cluster, e.g. `hub:`, so that no hub name can
+   * equal one of the cluster's own. Ends with `:`; never starts with `system:` (names the cluster's own components
+   * hold); 1 to 64 characters.
+   * @minLength 1
+   * @maxLength 64
+   * @validation self.endsWith(':') && !self.startsWith('system:') :: must end with ':' and must not start with 'system:'
+   */
+  usernamePrefix: string;
+}
+
+/** The longest usernamePrefix. */
+export const MAX_USERNAME_PREFIX_LENGTH = 64;
+
+/** Why a usernamePrefix cannot be used (the CRD's rules, checked again for an object that got past them), or undefined. */
+export function usernamePrefixProblem(prefix: unknown): string | undefined {
+  if (typeof prefix !== 'string') return 'must be a string';
+  if (prefix.length < 1 || prefix.length > MAX_USERNAME_PREFIX_LENGTH)
+    return `must be 1 to ${MAX_USERNAME_PREFIX_LENGTH} characters`;
+  if (!prefix.endsWith(':')) return "must end with ':'";
+  if (prefix.startsWith('system:')) return "must not start with 'system:'";
+  return undefined;
+}
+
+/**
+ * The audience a hub service account's token must have for Sealion to take it as a workload's: a token for the hub's
+ * own API server is not enough, so a token leaked from Sealion's path cannot be used against the hub, nor one meant
+ * for the hub against the clusters.
+ */
+export function workloadAudience(groupSuffix: string): string {
+  return `workloads.concierge.${groupSuffix}`;
 }
 
 /** A concierge replica that holds a tunnel to this cluster. */

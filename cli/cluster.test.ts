@@ -96,4 +96,25 @@ describe('sealion cluster --context', () => {
     expect(result).toEqual({ code: 1, stderr: expect.stringContaining('nope') });
     expect([...first.asked, ...second.asked]).toEqual([]);
   });
+
+  it.each([
+    ['hub', "it must end with ':'"],
+    ['system:hub:', "it must not start with 'system:'"],
+  ])('add --workload-prefix %j: refused before anything is asked or created', async (prefix, why) => {
+    second.asked.length = 0;
+    const result = await sealion([
+      'cluster',
+      'add',
+      'edge-1',
+      '--workload-prefix',
+      prefix,
+      '--kubeconfig',
+      kubeconfig,
+    ]);
+    expect(result).toEqual({
+      code: 1,
+      stderr: `sealion: --workload-prefix ${JSON.stringify(prefix)}: ${why}; give one such as hub:\n`,
+    });
+    expect([...first.asked, ...second.asked]).toEqual([]);
+  });
 });

@@ -1,7 +1,7 @@
-// `sealion cluster add|revoke|remove`: onboarding clusters the concierge reaches through an agent, and cutting
-// them off. Revoking raises the Cluster's spec.agentGeneration, which every agent certificate is bound to, and
+// `sealion cluster add|revoke|remove|kubeconfig`: onboarding clusters the concierge reaches through an agent, cutting
+// them off, and a kubeconfig for a controller on the hub that reaches one (cluster-kubeconfig.ts). Revoking raises the Cluster's spec.agentGeneration, which every agent certificate is bound to, and
 // deletes the cluster's unredeemed bootstrap tokens; the concierge closes the open tunnel when it sees the change.
-import { Argument, Command } from 'commander';
+import { Argument, Command, Option } from 'commander';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { Cluster } from '../apis/tunnel.ts';
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
@@ -9,7 +9,10 @@ import type { ClusterResource, KubeClients } from '../lib/kube/kube.ts';
 import { parsePolicy, POLICY_NAMES } from '../manifests/forwarding-policy.ts';
 import { agentSettingsManifests, DEFAULT_INSTALL } from '../manifests/install.ts';
 import { isDNSLabel } from '../apis/names.ts';
+import type { ClusterKubeconfigFlags } from './cluster-kubeconfig.ts';
 import { takesNames } from './completion.ts';
+import { UserError } from './errors.ts';
+import { printable } from './printable.ts';
 
 interface ClusterFlags {
   kubeconfig: string;
@@ -25,6 +28,8 @@ interface ClusterFlags {
   identities?: string;
   apiGroups?: string;
   legacyImpersonation?: boolean;
+  /** The Cluster's spec.workloads.usernamePrefix: hub service accounts reach it under names that start so. */
+  workloadPrefix?: string;
 }
 
 /** Raising the generation races only with another admin doing the same; a few tries settle it. */
@@ -78,8 +83,13 @@ export async function addCluster(
   flags: ClusterFlags,
 ): Promise<{ token: string; pin: string; command: string; expires: Date }> {
   checkName(name);
-  const { kubeClientsFor, loadKubeConfigFlags, apiStatusCode, readSecretData } =
-    await import('../lib/kube/kube.ts');
+  const {
+    kubeClientsFor,
+    loadKubeConfigFlags,
+    apiStatusCode,
+    mergePatchClusterCustomObject,
+    readSecretData,
+  } = await import('../lib/kube/kube.ts');
   const { createBootstrapToken, deleteBootstrapTokens } = await import('../lib/kube/bootstrap.ts');
   const { spkiPin } = await import('../lib/pki/pki.ts');
   const clients = kubeClientsFor(loadKubeConfigFlags({ ...flags, context: flags.context ?? '' }));
@@ -96,7 +106,10 @@ export async function addCluster(
         apiVersion: `${resource.group}/${VERSION}`,
         kind: 'Cluster',
         metadata: { name },
-        spec: flags.description ? { description: flags.description } : {},
+        spec: {
+          ...(flags.description ? { description: flags.description } : {}),
+          ...(flags.workloadPrefix ? { workloads: { usernamePrefix: flags.workloadPrefix } } : {}),
+        },
       },
     });
     // Tokens left from an earlier Cluster of this name must not register an agent for this one.
@@ -106,6 +119,10 @@ export async function addCluster(
     // Adding again is how an admin re-onboards a cluster: a fresh token, and whatever certificate or token was
     // issued before stops working, so only the agent given this token gets in.
     await revokeAgentCertificates(clients, flags.namespace, resource, name);
+    if (flags.workloadPrefix)
+      await mergePatchClusterCustomObject(clients, resource, name, {
+        spec: { workloads: { usernamePrefix: flags.workloadPrefix } },
+      });
   }
   const { token, expires } = await createBootstrapToken(clients, flags.namespace, name);
   const hub = flags.hub || '<https://the concierge tunnel address>';
@@ -157,6 +174,10 @@ export function clusterCommand(): Command {
       '--legacy-impersonation',
       'grant the legacy impersonate verb instead (clusters before Kubernetes 1.36; full only, and it can act as anyone)',
     )
+    .option(
+      '--workload-prefix <prefix>',
+      "let the hub's service accounts reach this cluster, under names that start with this prefix (for example hub:); see sealion cluster kubeconfig",
+    )
     .addHelpText(
       'after',
       `
@@ -179,6 +200,14 @@ Examples:
     .action(async (name: string, flags: ClusterFlags) => {
       // Checked before anything is created: a typo must not leave a Cluster and a token behind.
       const policy = parsePolicy(flags);
+      if (flags.workloadPrefix !== undefined) {
+        const { usernamePrefixProblem } = await import('../apis/tunnel.ts');
+        const problem = usernamePrefixProblem(flags.workloadPrefix);
+        if (problem)
+          throw new UserError(
+            `--workload-prefix ${JSON.stringify(printable(flags.workloadPrefix))}: it ${problem}; give one such as hub:`,
+          );
+      }
       if ((flags.agentManifests || flags.helmValues) && !flags.hub)
         throw new Error(
           `--${flags.helmValues ? 'helm-values' : 'agent-manifests'} needs --hub: the agent must know where to dial`,
@@ -251,6 +280,37 @@ Its open tunnel closes. To let its agent back in, run: sealion cluster add ${nam
       await clients.customObjects.deleteClusterCustomObject({ ...clusterResource(flags.groupSuffix), name });
       await deleteBootstrapTokens(clients, flags.namespace, name);
       console.log(`Cluster ${name} removed.`);
+    });
+  common(cluster.command('kubeconfig'))
+    .addArgument(existing())
+    .description(
+      "print a kubeconfig for a controller on the hub: the cluster through its agent, as a hub service account, with the pod's projected token",
+    )
+    .requiredOption('--service-account <namespace/name>', 'the hub service account the controller runs as')
+    .option(
+      '--server <url>',
+      "the proxy's address the controller reaches (default: the proxy's Service inside the hub, https://sealion-impersonation-proxy.<namespace>.svc)",
+      '',
+    )
+    .addOption(new Option('-o, --output <format>', 'yaml or json').choices(['yaml', 'json']).default('yaml'))
+    .option('--output-file <path>', 'write the kubeconfig here (mode 0600) instead of standard output', '')
+    .addHelpText(
+      'after',
+      `
+The kubeconfig holds no credential: its user reads the pod's projected service-account token for Sealion's
+audience (workloads.concierge.<group suffix>) from /var/run/secrets/sealion/token, which kubelet renews. What the pod
+needs is said on standard error. The cluster must take hub workloads (its spec.workloads.usernamePrefix); there the
+controller is <prefix>system:serviceaccount:<namespace>:<name>, and that cluster's RBAC decides what it may do.
+
+Examples:
+  sealion cluster kubeconfig edge-1 --service-account argocd/argocd-application-controller > edge-1.kubeconfig
+  kubectl -n argocd create secret generic edge-1-kubeconfig --from-file=kubeconfig=edge-1.kubeconfig
+  sealion cluster kubeconfig edge-1 --service-account flux-system/kustomize-controller -o json
+`,
+    )
+    .action(async (name: string, flags: ClusterKubeconfigFlags) => {
+      const { runClusterKubeconfig } = await import('./cluster-kubeconfig.ts');
+      await runClusterKubeconfig(name, flags, (line) => console.error(line));
     });
   return cluster;
 }

@@ -42,6 +42,7 @@ const SERVER_PROCESSES = new Set(['sealion concierge', 'sealion agent']);
 
 /** Commands that print data: each takes `-o, --output <format>` with json and yaml among the formats. */
 const DATA_COMMANDS = [
+  'sealion cluster kubeconfig',
   'sealion whoami',
   'sealion clusters',
   'sealion version',

@@ -9,7 +9,7 @@ import {
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { apiGroups, Kind, Resource, VERSION } from '../apis/groups.ts';
-import type { Cluster, ClusterStatus } from '../apis/tunnel.ts';
+import { workloadAudience, type Cluster, type ClusterStatus } from '../apis/tunnel.ts';
 import {
   BOOTSTRAP_SECRET_SELECTORS,
   newBootstrapTokenStore,
@@ -30,6 +30,7 @@ import {
   type KubeInformers,
   type Reviewer,
 } from '../lib/kube/kube.ts';
+import type { Informer } from '../lib/kube/informer.ts';
 import { newLifecycle, type OnStop } from '../lib/lifecycle.ts';
 import { newListenerSwitch, type ListenerSwitch } from '../lib/listener-switch.ts';
 import type { Controller, ControllerEntry } from '../lib/controller/controller.ts';
@@ -216,6 +217,8 @@ interface Late {
   sshDoor?: SSHDoor['status'];
   tunnels?: TunnelListener;
   peering?: Peering;
+  /** The Clusters, once the tunnel parts (which watch them) run. */
+  clusters?: Informer<Cluster>;
   signer?: CertificateAuthority;
   serving: boolean;
   /** The name the hub's own cluster goes by (the config's `ssh.hubName`), once the controllers read the config. */
@@ -415,7 +418,11 @@ async function impersonationProxy(
     partOfRecording: (req) => door.signedIn(req)?.recordedAs,
     // The server is made below; the handler asks it for trusted CAs only when requests arrive, as the file
     // watcher's callback below updates it only after the first poll.
-    authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs()),
+    authenticator: newRequestAuthenticator(authenticators.cache, reviewer, () => server.trustedClientCAs(), {
+      workloadAudience: workloadAudience(opts.groupSuffix),
+    }),
+    // Which clusters take hub workloads, read from the same Cluster informer the tunnel parts keep.
+    clusterSpec: (name) => late.clusters?.get(name)?.spec,
     cache: authenticators.cache,
     reviewer,
     // The hub's own API server; a cluster through the replica's own tunnel, else a peer's.
@@ -555,6 +562,7 @@ async function tunnelStatus(
   const clusterResource = { group: groups.tunnel, version: VERSION, plural: Resource.Cluster };
   const informer = shared.informers.customResource<Cluster>(clusterResource);
   await informer.synced();
+  late.clusters = informer;
   const leases = shared.informers.leases(namespace, REPLICA_LEASE_LABEL);
   const [labelKey, labelValue] = REPLICA_LEASE_LABEL.split('=') as [string, string];
   // The replicas holding a cluster's tunnel, known once the status publisher (which reads the Leases) runs.

@@ -191,6 +191,36 @@ describe('the impersonation-proxy controller', () => {
     expect(w.state.strategy?.impersonationProxyConfig?.endpoint).toBe('https://new.example.com');
   });
 
+  it("names the Service's in-cluster DNS name too, which pods on the hub dial, and reissues a certificate without it", async () => {
+    const inCluster = `${SERVICE_NAME}.${NS}.svc`;
+    const w = world(settingsOf());
+    await w.sync();
+    giveAddress(w.services, { ip: '10.9.8.7' });
+    await w.sync();
+    const first = certOf(w.secrets, TLS_SECRET);
+    expect(first.checkIP('10.9.8.7')).toBe('10.9.8.7');
+    expect(first.checkHost(inCluster)).toBe(inCluster);
+    // A certificate from before the name was added (the endpoint's alone) is issued again, with both.
+    const { issueCert, loadCA } = await import('../lib/pki/pki.ts');
+    const ca = w.secrets.get(CA_SECRET, NS)!.data!;
+    const unb64 = (v: string | undefined): string => Buffer.from(v ?? '', 'base64').toString();
+    const old = await issueCert(await loadCA(unb64(ca['tls.crt']), unb64(ca['tls.key'])), {
+      commonName: 'sealion-impersonation-proxy',
+      hosts: ['10.9.8.7'],
+      usage: 'server',
+      validityMs: 300 * 24 * 3600 * 1000,
+    });
+    const tls = w.secrets.get(TLS_SECRET, NS)!;
+    w.secrets.put({ ...tls, data: { ...tls.data, 'tls.crt': Buffer.from(old.certPem).toString('base64') } });
+    await w.sync();
+    expect(certOf(w.secrets, TLS_SECRET).checkHost(inCluster)).toBe(inCluster);
+    expect(certOf(w.secrets, TLS_SECRET).checkIP('10.9.8.7')).toBe('10.9.8.7');
+    // Once it has both, it is kept.
+    const kept = certOf(w.secrets, TLS_SECRET).fingerprint256;
+    await w.sync();
+    expect(certOf(w.secrets, TLS_SECRET).fingerprint256).toBe(kept);
+  });
+
   it('uses the configured endpoint over the load balancer, and no Service for type None', async () => {
     const w = world(
       settingsOf({
@@ -202,6 +232,8 @@ describe('the impersonation-proxy controller', () => {
     expect(w.services.get(SERVICE_NAME, NS)).toBeUndefined();
     expect(w.state.strategy?.impersonationProxyConfig?.endpoint).toBe('https://proxy.example.com:8443');
     expect(certOf(w.secrets, TLS_SECRET).checkHost('proxy.example.com')).toBe('proxy.example.com');
+    // Without a Service, no name inside the cluster leads to the proxy: the certificate claims none.
+    expect(certOf(w.secrets, TLS_SECRET).checkHost(`${SERVICE_NAME}.${NS}.svc`)).toBeUndefined();
   });
 
   it('when disabled, deletes the Service and serving certificate but keeps the CA and stops serving', async () => {

@@ -180,17 +180,35 @@ export function hostOnly(endpoint: string): string {
  * Whether `certPem` is signed by `caPem`, names `host` and has more than `keepMs` to live: the writer renews a
  * certificate with a third of its life left, the server serves one until it expires.
  */
-function validFor(certPem: string, host: string, caPem: string, now: Date, keepMs: number): boolean {
+function validFor(
+  certPem: string,
+  hosts: string | readonly string[],
+  caPem: string,
+  now: Date,
+  keepMs: number,
+): boolean {
   try {
     const cert = new X509Certificate(certPem);
     const ca = new X509Certificate(caPem);
     if (!cert.verify(ca.publicKey)) return false;
     const left = new Date(cert.validTo).getTime() - now.getTime();
     if (left <= keepMs) return false;
-    return isIP(host) ? cert.checkIP(host) !== undefined : cert.checkHost(host) !== undefined;
+    return (typeof hosts === 'string' ? [hosts] : hosts).every((host) =>
+      isIP(host) ? cert.checkIP(host) !== undefined : cert.checkHost(host) !== undefined,
+    );
   } catch {
     return false;
   }
+}
+
+/**
+ * The names the generated serving certificate carries: the endpoint clients dial, and while there is a Service, its
+ * DNS name inside the cluster (`<service>.<namespace>.svc`), which pods on the hub dial: controllers that reach
+ * agent-backed clusters with the kubeconfig `sealion cluster kubeconfig` writes.
+ */
+export function servingHosts(settings: ProxySettings, namespace: string, endpoint: string): string[] {
+  const inCluster = `${SERVICE_NAME}.${namespace}.svc`;
+  return settings.service.type === 'None' || endpoint === inCluster ? [endpoint] : [endpoint, inCluster];
 }
 
 /** The singleton's key, synced at start and whenever the leader changes. */
@@ -379,7 +397,7 @@ function proxyWriter(proxy: ProxyParts, watches: Watch[]): Controller {
       await ensureSigner(proxy);
       // An admin's own certificate is theirs to renew.
       if (settings.tls.secretName) return;
-      await ensureServingCertificate(proxy, hostOnly(endpoint));
+      await ensureServingCertificate(proxy, servingHosts(settings, ns, hostOnly(endpoint)));
     },
   };
 }
@@ -416,16 +434,19 @@ async function ensureService({ deps, ns }: ProxyParts, settings: ProxySettings):
   } as never);
 }
 
-/** A serving certificate for `host` from the generated CA, issued again once two thirds of its life are gone. */
-async function ensureServingCertificate(proxy: ProxyParts, host: string): Promise<void> {
+/**
+ * A serving certificate for `hosts` from the generated CA, issued again once two thirds of its life are gone or when
+ * it lacks one of them (a certificate from before the in-cluster name was added is reissued once).
+ */
+async function ensureServingCertificate(proxy: ProxyParts, hosts: string[]): Promise<void> {
   const { deps, ns, now } = proxy;
   const ca = await ensureCA(proxy);
   const certPem = pem(deps.secrets.get(TLS_SECRET, ns), 'tls.crt');
-  if (certPem && validFor(certPem, host, ca.certPem, now(), SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT))
+  if (certPem && validFor(certPem, hosts, ca.certPem, now(), SERVING_VALIDITY_MS * RENEW_FRACTION_LEFT))
     return;
   const issued = await issueCert(await loadCA(ca.certPem, ca.keyPem), {
     commonName: 'sealion-impersonation-proxy',
-    hosts: [host],
+    hosts,
     usage: 'server',
     validityMs: SERVING_VALIDITY_MS,
   });
@@ -437,5 +458,5 @@ async function ensureServingCertificate(proxy: ProxyParts, host: string): Promis
       deps.owner(),
     ),
   );
-  deps.log.info({ host }, 'serving certificate issued');
+  deps.log.info({ hosts }, 'serving certificate issued');
 }

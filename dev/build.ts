@@ -117,6 +117,22 @@ function cniSpec(version: string): BuildSpec {
   };
 }
 
+/**
+ * kubectl without cgo, for an image that holds nothing else: the tests' pods that act as a controller on the hub run
+ * it. Apart from the control plane's kubectl, which links libc.
+ */
+function staticKubectlSpec(version: string): BuildSpec {
+  const control = kubernetesSpec(version);
+  return {
+    ...control,
+    outDir: join(CACHE_DIR, `kubectl-static-${version}`),
+    packages: { kubectl: control.packages['kubectl']! },
+    ldflags: `-s -w ${control.ldflags}`,
+    label: `static kubectl ${version}`,
+    env: { CGO_ENABLED: '0' },
+  };
+}
+
 /** CoreDNS, static (no cgo), since it runs from an image that holds nothing else. */
 function corednsSpec(version: string): BuildSpec {
   return {
@@ -287,6 +303,14 @@ export async function ensureNodeBinaries(log: (line: string) => void = () => {})
     cniBinDir: cni.outDir,
     coredns: join(coredns.outDir, 'coredns'),
   };
+}
+
+/** Returns the path of a static kubectl of the pinned release, building it if it is missing. */
+export async function ensureStaticKubectl(log: (line: string) => void = () => {}): Promise<string> {
+  const spec = staticKubectlSpec(pinnedVersions().kubernetes);
+  mkdirSync(CACHE_DIR, { recursive: true });
+  await build(spec, log);
+  return join(spec.outDir, 'kubectl');
 }
 
 /** Returns the path of the helm command of `major` (default 4), building it if it is missing. */

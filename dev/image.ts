@@ -24,7 +24,7 @@ import { dirname, join, posix } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
 import { DEFAULT_IMAGE } from '../manifests/install.ts';
-import { REPO_ROOT } from './build.ts';
+import { ensureStaticKubectl, pinnedVersions, REPO_ROOT } from './build.ts';
 import { privatePath, sharedBuild } from './cache.ts';
 
 /** The image's user and group: not root, and numeric so that the kubelet can check `runAsNonRoot`. */
@@ -391,6 +391,48 @@ async function buildDemoImage(archive: string, log: (line: string) => void): Pro
     archive,
   );
   return archive;
+}
+
+/**
+ * The name of the Kubernetes project's own kubectl image at the pinned release. The nodes pull nothing, so a manifest
+ * that names it runs the image ensureKubectlImage makes under that name.
+ */
+export const kubectlImageName = (): string => `registry.k8s.io/kubectl:${pinnedVersions().kubernetes}`;
+
+/**
+ * An image holding kubectl alone (built static from the pinned release, so it needs no libc), at /bin/kubectl: what a
+ * pod on a node runs as a stand-in for a controller. Made once; returns the archive.
+ */
+export async function ensureKubectlImage(log: (line: string) => void = () => {}): Promise<string> {
+  const binary = await ensureStaticKubectl(log);
+  const version = pinnedVersions().kubernetes;
+  const archive = join(IMAGE_CACHE, `kubectl-${version}.oci.tar`);
+  if (existsSync(archive)) return archive;
+  return sharedBuild(archive, async () => {
+    await writeImage(
+      {
+        name: kubectlImageName(),
+        layers: [
+          {
+            comment: `kubectl ${version}, static`,
+            entries: [
+              { path: '/bin', type: 'directory', mode: 0o755 },
+              file('/bin/kubectl', readFileSync(binary), 0o755),
+              { path: '/tmp', type: 'directory', mode: 0o1777 },
+            ],
+          },
+        ],
+        config: {
+          User: `${IMAGE_UID}:${IMAGE_UID}`,
+          Entrypoint: ['/bin/kubectl'],
+          Env: ['PATH=/bin'],
+          WorkingDir: '/tmp',
+        },
+      },
+      archive,
+    );
+    return archive;
+  });
 }
 
 /** Builds Sealion's image as an OCI archive at `archive` and returns its digest and sizes. */

@@ -51,6 +51,26 @@ export function installSection(using: InstallWith = 'kustomize'): string {
   return block;
 }
 
+/** The README's section on controllers on the hub: its sh block, and the Deployment (deployer.yaml) it applies. */
+export function workloadsSection(): { script: string; deployment: string } {
+  const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+  const start = readme.indexOf('\n### Controllers on the hub reach the fleet\n');
+  if (start < 0) throw new Error("README.md has no section 'Controllers on the hub reach the fleet'");
+  const rest = readme.slice(start + 1);
+  const section = rest.slice(0, rest.search(/\n##+ /));
+  const script = /```sh\n([\s\S]*?)\n```/.exec(section)?.[1];
+  const deployment = /```yaml\n([\s\S]*?\n)```/.exec(section)?.[1];
+  if (!script || !deployment)
+    throw new Error("README.md's section on controllers lacks its sh or yaml block");
+  return { script, deployment };
+}
+
+/** The hub service account the README's section on controllers makes, and its namespace. */
+export const WORKLOAD_NAMESPACE = 'gitops';
+export const WORKLOAD_ACCOUNT = 'deployer';
+/** The prefix the README's section gives edge's Cluster: the hub's workloads are hub:… there. */
+export const WORKLOAD_PREFIX = 'hub:';
+
 /** Runs the Install section with bash (-euo pipefail), in the repository, with `env` (its variables). */
 function runInstallSection(using: InstallWith, env: Record<string, string | undefined>): Promise<void> {
   return new Promise((done, fail) => {
@@ -133,7 +153,7 @@ async function kubectlOk(cluster: Cluster, args: string[], input?: string): Prom
 export async function startInstalledSealion(
   running: Running,
   log: (line: string) => void,
-  { using = 'kustomize' }: { using?: InstallWith } = {},
+  { using = 'kustomize', hubImages = [] }: { using?: InstallWith; hubImages?: string[] } = {},
 ): Promise<InstalledSealion> {
   const helm = using === 'helm' ? await ensureHelm(log) : undefined;
   const image = await buildImage(log);
@@ -145,7 +165,7 @@ export async function startInstalledSealion(
     startCluster({
       name: 'sealion-dev',
       log,
-      node: { name: 'sealion-dev-node', ...MANAGED_NODE, images },
+      node: { name: 'sealion-dev-node', ...MANAGED_NODE, images: [...images, ...hubImages] },
     }).then((c) => (running.cluster = c)),
     startCluster({ name: `sealion-${EDGE}`, log, node: { name: `sealion-${EDGE}-node`, images } }).then(
       (c) => (running.edge = c),

@@ -18,7 +18,13 @@ import {
   type InstallWith,
   stopInstalled,
   type Running,
+  workloadsSection,
+  WORKLOAD_ACCOUNT,
+  WORKLOAD_NAMESPACE,
+  WORKLOAD_PREFIX,
 } from './installed.ts';
+import type { Cluster } from './cluster.ts';
+import { ensureKubectlImage } from './image.ts';
 import { stopOnSignal } from './processes.ts';
 import { deployReachWorkload, REACH_WORKLOAD } from './reach-workload.ts';
 import { SHIM_DIR, shimLines, writeShim } from './shim.ts';
@@ -51,7 +57,11 @@ async function devUp(): Promise<void> {
 
 async function start(running: Running, log: (line: string) => void, using: InstallWith): Promise<void> {
   const started = Date.now();
-  const installed = await startInstalledSealion(running, log, { using });
+  // kubectl's image on the hub's node: the README's Deployment of a controller on the hub runs it.
+  const installed = await startInstalledSealion(running, log, {
+    using,
+    hubImages: [await ensureKubectlImage(log)],
+  });
   const { hub: cluster, edge, issuer, image, kubeconfig: kubeconfigFor } = installed;
   // A Service on each cluster to reach with sealion port-forward.
   await Promise.all([
@@ -70,6 +80,8 @@ async function start(running: Running, log: (line: string) => void, using: Insta
   writeFileSync(join(dir, 'direct.kubeconfig'), await kubeconfigFor(token, '', false, 'direct'), {
     mode: 0o600,
   });
+  await letWorkloadsIn(cluster, edge);
+  writeFileSync(join(dir, 'deployer.yaml'), workloadsSection().deployment);
   // The SSH door, signing in by the device login at the local issuer. Its address and host key are what any signed-in
   // user reads with `sealion ssh config`, printed below into .sealion/ (a person's own go to ~/.ssh).
   await enableSsh(cluster, { login: { authenticator: 'my-oidc' } });
@@ -78,6 +90,9 @@ async function start(running: Running, log: (line: string) => void, using: Insta
   const endpoint = (parse(kubeconfig) as { clusters: { cluster: { server: string } }[] }).clusters[0]!.cluster
     .server;
   const rel = '.sealion/demo.kubeconfig';
+  const admin = `kubectl --kubeconfig ${cluster.kubeconfigPath}`;
+  const mapped = `${WORKLOAD_PREFIX}system:serviceaccounts:${WORKLOAD_NAMESPACE}`;
+  const controllerKubeconfig = `.sealion/${WORKLOAD_ACCOUNT}-${EDGE}.kubeconfig`;
   // The CLI as a command of its own: npx would cost seconds a command and print npm's notices.
   writeShim();
   console.log(`
@@ -110,6 +125,15 @@ And on ${EDGE}, a second cluster the concierge never dials: its agent dialed out
   kubectl --kubeconfig ${edgeRel} get namespaces                    # allowed
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap hello --from-literal=a=b   # Forbidden, from ${EDGE}'s RBAC
   kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} --as=system:serviceaccount:${DEMO_NAMESPACE}:default get pods   # Forbidden: ${EDGE} decides who may impersonate there, not the hub
+A controller on the hub reaches ${EDGE} through its agent as its own service account, ${WORKLOAD_NAMESPACE}/${WORKLOAD_ACCOUNT} here, with a
+projected token for Sealion's audience (the README's Deployment, which runs kubectl). ${EDGE}'s Cluster takes the
+hub's workloads under ${WORKLOAD_PREFIX}, and ${EDGE}'s RBAC lets ${mapped} read ${DEMO_NAMESPACE}:
+  sealion cluster kubeconfig ${EDGE} --kubeconfig ${cluster.kubeconfigPath} --service-account ${WORKLOAD_NAMESPACE}/${WORKLOAD_ACCOUNT} > ${controllerKubeconfig}
+  ${admin} -n ${WORKLOAD_NAMESPACE} create configmap ${EDGE}-kubeconfig --from-file=kubeconfig=${controllerKubeconfig}
+  ${admin} apply --filename=.sealion/deployer.yaml
+  ${admin} -n ${WORKLOAD_NAMESPACE} rollout status deployment/${WORKLOAD_ACCOUNT} --timeout=120s
+  ${admin} -n ${WORKLOAD_NAMESPACE} exec deployment/${WORKLOAD_ACCOUNT} -- kubectl -n ${DEMO_NAMESPACE} get pods               # allowed, by ${EDGE}'s RBAC
+  ${admin} -n ${WORKLOAD_NAMESPACE} exec deployment/${WORKLOAD_ACCOUNT} -- kubectl -n ${DEMO_NAMESPACE} delete pod ${DEMO_POD}   # Forbidden, from ${EDGE}'s RBAC
 A Service inside each cluster, from this machine (each prints its local port: curl it; that cluster's RBAC decides,
 and the hub's concierge or ${EDGE}'s agent dials the Service's pod):
   sealion port-forward --kubeconfig ${rel} -n ${DEMO_NAMESPACE} svc/${REACH_WORKLOAD} :http
@@ -139,6 +163,35 @@ own by audit ID), and every exec -it recorded; the demo user may read the record
   sealion recordings list --kubeconfig .sealion/oidc.kubeconfig   # then: sealion recordings play <ID> --kubeconfig …
 
 Press Ctrl-C to stop; everything started here is removed.`);
+}
+
+/**
+ * What the README's section on controllers does before the kubeconfig: edge's Cluster takes the hub's workloads, edge
+ * lets the hub's service accounts of one namespace read the demo namespace, and the hub has that service account.
+ */
+async function letWorkloadsIn(hub: Cluster, edge: Cluster): Promise<void> {
+  const patch = JSON.stringify({ spec: { workloads: { usernamePrefix: WORKLOAD_PREFIX } } });
+  const steps: [Cluster, string[]][] = [
+    [hub, ['patch', 'cluster', EDGE, '--type', 'merge', '-p', patch]],
+    [
+      edge,
+      [
+        '-n',
+        DEMO_NAMESPACE,
+        'create',
+        'rolebinding',
+        `hub-${WORKLOAD_NAMESPACE}-view`,
+        '--clusterrole=view',
+        `--group=${WORKLOAD_PREFIX}system:serviceaccounts:${WORKLOAD_NAMESPACE}`,
+      ],
+    ],
+    [hub, ['create', 'namespace', WORKLOAD_NAMESPACE]],
+    [hub, ['-n', WORKLOAD_NAMESPACE, 'create', 'serviceaccount', WORKLOAD_ACCOUNT]],
+  ];
+  for (const [cluster, args] of steps) {
+    const result = await cluster.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr.trim()}`);
+  }
 }
 
 try {

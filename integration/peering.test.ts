@@ -1,12 +1,14 @@
 // Proxy peering with three concierge replicas (processes of their own) and several agents that dial them through
 // one load-balanced address: any replica serves any cluster, whichever replica holds its tunnel; watches, bodies
 // and upgrades cross the peer hop; a user's upgrade the holder refuses gets its Status and leaves the holder up; a
-// killed holder's clusters come back through the others; and the peer port takes no certificate but a replica's.
+// killed holder's clusters come back through the others; the peer port takes no certificate but a replica's; and a hub
+// workload is mapped once, by the replica it lands on.
 import { PEER_CA_SECRET, PEER_ADDRESS_ANNOTATION, TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { request as httpsRequest } from 'node:https';
 import { connect as tlsConnect } from 'node:tls';
 import { WebSocket } from 'ws';
 import { stringify } from 'yaml';
@@ -281,6 +283,99 @@ describe('three replicas sharing agents', () => {
       table.stdout.split('\n').find((line) => line.startsWith(`${cluster} `)) ?? '';
     expect(rowOf('twice')).toContain((await holdersOf('twice')).join(','));
     expect(rowOf('east')).toContain((await holdersOf('east')).join(','));
+  }, 120_000);
+
+  it('takes a hub workload on every replica, the holder of the tunnel or not, and maps it once', async () => {
+    const must = async (cluster: Cluster, args: string[]): Promise<string> => {
+      const result = await cluster.kubectl(args);
+      if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+      return result.stdout;
+    };
+    const mapped = 'hub:system:serviceaccount:apps:deployer';
+    await must(hub, ['create', 'namespace', 'apps']);
+    await must(hub, ['create', 'serviceaccount', 'deployer', '-n', 'apps']);
+    await must(hub, [
+      'patch',
+      'clusters.tunnel.concierge.sealion.dev',
+      'east',
+      '--type=merge',
+      '-p',
+      JSON.stringify({ spec: { workloads: { usernamePrefix: 'hub:' } } }),
+    ]);
+    // No controller manager here to aggregate the built-in view role: a role of its own.
+    await must(managed, [
+      'create',
+      'clusterrole',
+      'hub-reader',
+      '--verb=get,list',
+      '--resource=namespaces,configmaps',
+    ]);
+    await must(managed, [
+      'create',
+      'clusterrolebinding',
+      'hub-deployer',
+      '--clusterrole=hub-reader',
+      `--user=${mapped}`,
+    ]);
+    const token = (
+      await must(hub, [
+        'create',
+        'token',
+        'deployer',
+        '-n',
+        'apps',
+        '--audience=workloads.concierge.sealion.dev',
+      ])
+    ).trim();
+    await eventually(async () => expect(await holdersOf('east')).toHaveLength(1), 60_000);
+    const [holder] = await holdersOf('east');
+    /** A request through `replica` with the workload's token (a body goes chunked, as kubectl sends it). */
+    const send = (replica: string, path: string, body?: string) =>
+      new Promise<{ status: number; body: string }>((done, fail) => {
+        const r = replicas.get(replica)!;
+        const req = httpsRequest(
+          new URL(path, r.url),
+          {
+            method: body === undefined ? 'GET' : 'POST',
+            ca: r.servingCA,
+            headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => done({ status: res.statusCode ?? 0, body: text }));
+          },
+        );
+        req.on('error', fail);
+        if (body !== undefined) req.write(body);
+        req.end();
+      });
+    const review = JSON.stringify({ apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' });
+    // Every replica knows the Cluster's prefix once its informer has the edit; the holder and the others alike.
+    await eventually(async () => {
+      for (const replica of REPLICAS) {
+        const seen = await send(
+          replica,
+          '/clusters/east/apis/authentication.k8s.io/v1/selfsubjectreviews',
+          review,
+        );
+        expect(`${replica}: ${seen.status}`).toBe(`${replica}: 201`);
+        // Mapped where the request landed, and only there: never hub:hub:…
+        expect(JSON.parse(seen.body)).toMatchObject({ status: { userInfo: { username: mapped } } });
+      }
+    }, 30_000);
+    const other = REPLICAS.find((r) => r !== holder)!;
+    expect((await send(other, '/clusters/east/api/v1/namespaces/kube-system')).status).toBe(200);
+    // The managed cluster's RBAC decides for the mapped name: it reads, and writes nothing.
+    const write = await send(
+      other,
+      '/clusters/east/api/v1/namespaces/default/configmaps',
+      JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'from-hub' } }),
+    );
+    expect(write.status).toBe(403);
+    expect((JSON.parse(write.body) as { message: string }).message).toContain(
+      `User "${mapped}" cannot create resource "configmaps"`,
+    );
   }, 120_000);
 
   it('carries watches, large bodies and upgrades through a replica that does not hold the tunnel', async () => {

@@ -5,7 +5,7 @@
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createHmac, createPublicKey } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { connect as http2Connect, type IncomingHttpHeaders as H2Headers } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -43,6 +43,12 @@ const SSR_BODY = JSON.stringify({ apiVersion: 'authentication.k8s.io/v1', kind: 
 const TCR_PATH = '/apis/login.concierge.sealion.dev/v1alpha1/tokencredentialrequests';
 const JWT_REF = { apiGroup: GROUP, kind: 'JWTAuthenticator', name: 'corp' };
 const WEBHOOK_REF = { apiGroup: GROUP, kind: 'WebhookAuthenticator', name: 'hooks' };
+/** A hub service account's token for the hub's API server, on /clusters/edge: refused, naming what to use instead. */
+const SA_TOKEN_ON_EDGE: Expected = {
+  status: 403,
+  reason: 'Forbidden',
+  says: "a token of the hub's API server cannot be used for cluster edge; use a projected service-account token with audience workloads.concierge.sealion.dev (sealion cluster kubeconfig edge --service-account kube-system/robot)",
+};
 /** The proxy's request header limit (server.ts MAX_HEADER_BYTES). */
 const HEADER_LIMIT = 32 * 1024;
 
@@ -1361,7 +1367,7 @@ describe('/clusters/ paths: a clear Status, and never another cluster or the hub
     [
       'a hub service-account token on /clusters/edge',
       () => https1('/clusters/edge/api/v1/namespaces/only-on-edge', { headers: bearer(robotToken) }),
-      status(403, 'Forbidden', 'service-account tokens of this cluster cannot be used for cluster edge'),
+      SA_TOKEN_ON_EDGE,
     ],
     [
       'the edge’s own service-account token on /clusters/edge',
@@ -1390,11 +1396,304 @@ describe('/clusters/ paths: a clear Status, and never another cluster or the hub
         raw(
           `GET /clusters/edge/api/v1/namespaces HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer ${robotToken}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: c2VjdXJpdHktc3VpdGUhIQ==\r\n\r\n`,
         ),
-      status(403, 'Forbidden', 'service-account tokens of this cluster cannot be used for cluster edge'),
+      SA_TOKEN_ON_EDGE,
     ],
   ])('%s', async (_name, attack, expected) => {
     await expectAnswer(await attack(), expected);
   });
+});
+
+describe('hub workloads: a hub service account’s token for Sealion’s audience acts on the edge under its Cluster’s prefix, and nowhere else', () => {
+  const WORKLOAD_AUDIENCE = 'workloads.concierge.sealion.dev';
+  const PREFIX = 'hub:';
+  const ORIGINAL = 'impersonation-proxy.concierge.sealion.dev/original-user-info';
+  /** The hub's robot, as the edge sees it: every name behind the prefix, none of them one of the edge's own. */
+  const ROBOT = `${PREFIX}system:serviceaccount:kube-system:robot`;
+  const ROBOT_GROUPS = [`${PREFIX}system:serviceaccounts`, `${PREFIX}system:serviceaccounts:kube-system`];
+  const kubectl = async (cluster: Cluster, args: string[], input?: string): Promise<string> => {
+    const result = await cluster.kubectl(args, input === undefined ? {} : { input });
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+    return result.stdout;
+  };
+  /** A token of a hub service account for Sealion's audience (`more`: kubectl create token's other flags). */
+  const workloadToken = async (namespace: string, name: string, more: string[] = []): Promise<string> =>
+    keep(
+      (
+        await kubectl(hub, [
+          'create',
+          'token',
+          name,
+          '-n',
+          namespace,
+          `--audience=${WORKLOAD_AUDIENCE}`,
+          ...more,
+        ])
+      ).trim(),
+    );
+  const setPrefix = (workloads: object | null): Promise<string> =>
+    kubectl(hub, [
+      'patch',
+      'clusters.tunnel.concierge.sealion.dev',
+      EDGE,
+      '--type=merge',
+      '-p',
+      JSON.stringify({ spec: { workloads } }),
+    ]);
+  /** The hub account a mapped identity came from, read from the extra the edge saw. */
+  const originalOf = (view: UserView): { username: string; extra?: Record<string, string[]> } =>
+    JSON.parse(view.extra?.[ORIGINAL]?.[0] ?? '{}') as { username: string; extra?: Record<string, string[]> };
+  const reviewOnEdge = async (token: string): Promise<UserView> => {
+    const answer = await review({ headers: bearer(token), prefix: `/clusters/${EDGE}` });
+    if (answer.status !== 201)
+      throw new Error(`expected 201, got ${answer.status}: ${answer.body.slice(0, 600)}`);
+    return (JSON.parse(answer.body) as { status: { userInfo: UserView } }).status.userInfo;
+  };
+  let robotWorkload = '';
+  let workerWorkload = '';
+
+  beforeAll(async () => {
+    await kubectl(edge, [
+      'create',
+      'clusterrole',
+      'ns-watcher',
+      '--verb=get,list,watch',
+      '--resource=namespaces',
+    ]);
+    // The edge's RBAC: the hub's service accounts of kube-system may read and watch namespaces; its own robot (same namespace
+    // and name as the hub's) may read kube-system's ConfigMaps, which the hub's robot must not get by its name.
+    await kubectl(edge, [
+      'create',
+      'clusterrolebinding',
+      'hub-kube-system-readers',
+      '--clusterrole=ns-watcher',
+      `--group=${PREFIX}system:serviceaccounts:kube-system`,
+    ]);
+    await kubectl(edge, [
+      'create',
+      'role',
+      'cm-reader',
+      '-n',
+      'kube-system',
+      '--verb=get,list',
+      '--resource=configmaps',
+    ]);
+    await kubectl(edge, [
+      'create',
+      'rolebinding',
+      'robot-cm',
+      '-n',
+      'kube-system',
+      '--role=cm-reader',
+      '--serviceaccount=kube-system:robot',
+    ]);
+    await kubectl(hub, ['create', 'namespace', 'apps']);
+    await kubectl(hub, ['create', 'serviceaccount', 'worker', '-n', 'apps']);
+    robotWorkload = await workloadToken('kube-system', 'robot');
+    workerWorkload = await workloadToken('apps', 'worker');
+    await setPrefix({ usernamePrefix: PREFIX });
+    await eventually(() => reviewOnEdge(robotWorkload), 30_000, 250);
+  }, 60_000);
+
+  it('the edge sees the mapped name, the mapped groups and, in the extra, the hub account it came from; its audit log too', async () => {
+    const seen = await reviewOnEdge(robotWorkload);
+    expect({ username: seen.username, groups: seen.groups }).toEqual({
+      username: ROBOT,
+      groups: [...ROBOT_GROUPS, AUTHENTICATED],
+    });
+    expect(Object.keys(seen.extra ?? {})).toEqual([ORIGINAL]);
+    expect(originalOf(seen).username).toBe('system:serviceaccount:kube-system:robot');
+    // The edge's own audit log names the mapped identity and the hub account behind it.
+    await eventually(() => {
+      const events = readFileSync(edge.auditLogPath, 'utf8')
+        .split('\n')
+        .filter((line) => line.includes(ROBOT))
+        .map((line) => JSON.parse(line) as { impersonatedUser?: UserView });
+      const event = events.find((e) => e.impersonatedUser?.username === ROBOT);
+      expect(event && originalOf(event.impersonatedUser!).username).toBe(
+        'system:serviceaccount:kube-system:robot',
+      );
+    });
+  });
+
+  it.each<[string, () => Promise<Answer>, Expected]>([
+    [
+      'a workload token on /clusters/edge: the edge’s RBAC for the mapped group allows it',
+      () => get('/clusters/edge/api/v1/namespaces/only-on-edge', robotWorkload),
+      { namespace: 'only-on-edge' },
+    ],
+    [
+      'a workload token of a hub account the edge’s RBAC grants nothing: the edge refuses the mapped name',
+      () => get('/clusters/edge/api/v1/namespaces/only-on-edge', workerWorkload),
+      status(
+        403,
+        'Forbidden',
+        `User "${PREFIX}system:serviceaccount:apps:worker" cannot get resource "namespaces"`,
+      ),
+    ],
+    [
+      'the hub’s kube-system/robot, named like the edge’s own kube-system/robot, does not get what the edge grants its own',
+      () => get('/clusters/edge/api/v1/namespaces/kube-system/configmaps', robotWorkload),
+      status(403, 'Forbidden', `User "${ROBOT}" cannot list resource "configmaps"`),
+    ],
+    [
+      'a workload token on the hub’s own API',
+      () => get('/api/v1/namespaces/only-on-hub', robotWorkload),
+      status(403, 'Forbidden', "a token for Sealion's workload audience reaches other clusters only"),
+    ],
+    [
+      'a workload token on the hub’s own WhoAmI',
+      () => get('/apis/identity.concierge.sealion.dev/v1alpha1/whoamirequests', robotWorkload),
+      status(403, 'Forbidden', "a token for Sealion's workload audience reaches other clusters only"),
+    ],
+    [
+      'a workload token with its signature cut off',
+      () =>
+        get(
+          '/clusters/edge/api/v1/namespaces/only-on-edge',
+          `${robotWorkload.slice(0, robotWorkload.lastIndexOf('.'))}.`,
+        ),
+      UNAUTHORIZED,
+    ],
+    [
+      'a workload token with its signature altered',
+      () => get('/clusters/edge/api/v1/namespaces/only-on-edge', `${robotWorkload.slice(0, -4)}AAAA`),
+      UNAUTHORIZED,
+    ],
+  ])('%s', async (_name, attack, expected) => {
+    await expectAnswer(await attack(), expected);
+  });
+
+  it('no workload token ever reaches the webhook: a webhook could replay it', async () => {
+    const altered = `${robotWorkload.slice(0, -4)}AAAA`;
+    await expectAnswer(await get('/clusters/edge/api/v1/namespaces/only-on-edge', altered), UNAUTHORIZED);
+    for (const token of [robotWorkload, workerWorkload, altered]) expect(webhook.received(token)).toBe(false);
+  });
+
+  it('a cluster whose Cluster names no prefix takes no workloads, from the moment it is taken out', async () => {
+    const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
+    // `kubectl get clusters -o wide` shows the prefix.
+    const wide = await kubectl(hub, ['get', 'clusters.tunnel.concierge.sealion.dev', '-o', 'wide']);
+    expect(wide.split('\n')[0]).toContain('WORKLOADS');
+    expect(wide.split('\n').find((line) => line.startsWith(`${EDGE} `))).toContain(PREFIX);
+    try {
+      await setPrefix(null);
+      await eventually(async () =>
+        expectAnswer(
+          await get(path, robotWorkload),
+          status(
+            403,
+            'Forbidden',
+            'cluster edge takes no workloads from the hub: its Cluster has no spec.workloads.usernamePrefix',
+          ),
+        ),
+      );
+      // The API server refuses a prefix that would let hub names pass for the edge's own.
+      for (const usernamePrefix of ['system:', 'hub', '']) {
+        const result = await hub.kubectl([
+          'patch',
+          'clusters.tunnel.concierge.sealion.dev',
+          EDGE,
+          '--type=merge',
+          '-p',
+          JSON.stringify({ spec: { workloads: { usernamePrefix } } }),
+        ]);
+        expect(result.code).not.toBe(0);
+      }
+    } finally {
+      await setPrefix({ usernamePrefix: PREFIX });
+    }
+    await eventually(async () => expectAnswer(await get(path, robotWorkload), { namespace: 'only-on-edge' }));
+  });
+
+  it('one workload opening many watches is bounded as a user is: by its account’s share, whichever token it holds', async () => {
+    const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
+    // Another token of the same account (as another replica of a controller would hold).
+    const sameAccount = await workloadToken('kube-system', 'robot');
+    const limit = (spec: object): Promise<string> =>
+      kubectl(hub, [
+        'patch',
+        'clusters.tunnel.concierge.sealion.dev',
+        EDGE,
+        '--type=merge',
+        '-p',
+        JSON.stringify({ spec }),
+      ]);
+    await limit({ maxRequestsPerUser: 2, queueTimeoutSeconds: 1 });
+    const session = http2Connect(`https://127.0.0.1:${proxyPort()}`, { ca: concierge.servingCA.certPem });
+    session.on('error', () => {});
+    try {
+      // Two watches hold the account's share; its next request, with the other token, waits a second and is refused.
+      // Until the edit reaches the concierge's informer the third is served: the watches are closed, and tried again.
+      await eventually(async () => {
+        const watches = [0, 1].map(() => {
+          const stream = session.request({
+            ':path': '/clusters/edge/api/v1/namespaces?watch=1',
+            authorization: `Bearer ${robotWorkload}`,
+          });
+          stream.on('error', () => {});
+          return stream;
+        });
+        try {
+          await Promise.all(
+            watches.map(
+              (stream) =>
+                new Promise<void>((done, fail) =>
+                  stream.once('response', (h) =>
+                    Number(h[':status']) === 200 ? done() : fail(new Error(`watch: ${String(h[':status'])}`)),
+                  ),
+                ),
+            ),
+          );
+          expect((await get(path, sameAccount)).status).toBe(429);
+        } catch (err) {
+          for (const stream of watches) stream.close();
+          throw err;
+        }
+      }, 30_000);
+      // Others are not held up: a person is served meanwhile.
+      await expectAnswer(await get(path), { namespace: 'only-on-edge' });
+    } finally {
+      session.destroy();
+      await limit({ maxRequestsPerUser: null, queueTimeoutSeconds: null });
+    }
+  }, 60_000);
+
+  it('a deleted service account’s token, and a pod-bound token after its pod is gone, are refused with the one 401 once the cached answer expires', async () => {
+    const path = '/clusters/edge/api/v1/namespaces/only-on-edge';
+    await kubectl(hub, ['create', 'serviceaccount', 'leaving', '-n', 'kube-system']);
+    await kubectl(
+      hub,
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'holder', namespace: 'kube-system' },
+        spec: { serviceAccountName: 'robot', containers: [{ name: 'c', image: 'example.invalid/none' }] },
+      }),
+    );
+    const leaving = await workloadToken('kube-system', 'leaving');
+    const bound = await workloadToken('kube-system', 'robot', [
+      '--bound-object-kind=Pod',
+      '--bound-object-name=holder',
+    ]);
+    // Both good at first; the pod-bound one carries its pod to the edge, in the hub account's user info.
+    await expectAnswer(await get(path, leaving), { namespace: 'only-on-edge' });
+    await expectAnswer(await get(path, bound), { namespace: 'only-on-edge' });
+    const seen = await reviewOnEdge(bound);
+    expect(seen.username).toBe(ROBOT);
+    expect(originalOf(seen).extra?.['authentication.kubernetes.io/pod-name']).toEqual(['holder']);
+    await kubectl(hub, ['delete', 'serviceaccount', 'leaving', '-n', 'kube-system']);
+    await kubectl(hub, ['delete', 'pod', 'holder', '-n', 'kube-system', '--grace-period=0', '--force']);
+    // The answers cached before (SERVICE_ACCOUNT_TTL_MS, a minute) may still be given until they expire.
+    await eventually(
+      async () => {
+        await expectAnswer(await get(path, leaving), UNAUTHORIZED);
+        await expectAnswer(await get(path, bound), UNAUTHORIZED);
+      },
+      90_000,
+      1_000,
+    );
+  }, 150_000);
 });
 
 describe('bodies anyone may send', () => {

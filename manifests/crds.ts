@@ -99,6 +99,8 @@ const SHAPES: Record<CrdKind, CrdShape> = {
       { name: 'Transport', type: 'string', jsonPath: '.status.tunnels[*].transport', priority: 1 },
       { name: 'Policy', type: 'string', jsonPath: '.status.policy', priority: 1 },
       { name: 'Impersonation', type: 'string', jsonPath: '.status.impersonation', priority: 1 },
+      // The prefix hub workloads' names take there; empty: the cluster takes none.
+      { name: 'Workloads', type: 'string', jsonPath: '.spec.workloads.usernamePrefix', priority: 1 },
       AGE,
     ],
   },

@@ -115,3 +115,155 @@ describe('service-account passthrough', () => {
     expect(api.state.calls).toBe(1);
   });
 });
+
+describe('workload tokens (Sealion’s audience)', () => {
+  const AUDIENCE = 'workloads.concierge.sealion.dev';
+  const SA = 'system:serviceaccount:argocd:controller';
+  const hubIssuer = 'https://kubernetes.default.svc.cluster.local';
+
+  /**
+   * An API server that knows tokens by their real audiences (what a signature would prove): good for a review that
+   * names one of them, or, without audiences, for its own ('api').
+   */
+  function apiServer(known: Record<string, { audiences: string[]; username: string }>) {
+    const asked: { token: string; audiences?: string[] }[] = [];
+    const reviewer: Reviewer = {
+      tokenReview(token, audiences) {
+        asked.push({ token, ...(audiences ? { audiences } : {}) });
+        const entry = known[token];
+        const wanted = audiences ?? ['api'];
+        const good = entry ? wanted.filter((a) => entry.audiences.includes(a)) : [];
+        return Promise.resolve(
+          entry && good.length > 0
+            ? {
+                authenticated: true,
+                user: {
+                  username: entry.username,
+                  groups: ['system:serviceaccounts', 'system:authenticated'],
+                },
+                audiences: good,
+              }
+            : { authenticated: false, error: 'invalid bearer token' },
+        );
+      },
+      allowed: () => Promise.resolve(false),
+    };
+    return { reviewer, asked };
+  }
+
+  /** An authenticator cache that records what reaches its authenticators (the JWTAuthenticators, the webhooks). */
+  function recordingCache() {
+    const cache = new AuthenticatorCache();
+    const seen: string[] = [];
+    const authenticate = cache.authenticate.bind(cache);
+    cache.authenticate = (token, signal) => {
+      seen.push(token);
+      return authenticate(token, signal);
+    };
+    return { cache, seen };
+  }
+
+  const workloadToken = jwtWith({ iss: hubIssuer, aud: [AUDIENCE], sub: SA });
+
+  it('reviews a token naming the audience for that audience alone, and takes the service account the API server confirms', async () => {
+    const api = apiServer({ [workloadToken]: { audiences: [AUDIENCE], username: SA } });
+    const { cache, seen } = recordingCache();
+    const authn = newRequestAuthenticator(cache, api.reviewer, () => new Set(), {
+      workloadAudience: AUDIENCE,
+    });
+    const identity = await authn.authenticate(requestWith(workloadToken));
+    expect(identity).toEqual({
+      kind: 'workload',
+      user: { username: SA, groups: ['system:serviceaccounts', 'system:authenticated'], extra: {} },
+    });
+    expect(api.asked).toEqual([{ token: workloadToken, audiences: [AUDIENCE] }]);
+    expect(seen).toEqual([]);
+    cache.close();
+  });
+
+  it.each<[string, string, Record<string, { audiences: string[]; username: string }>]>([
+    [
+      'the API server does not accept it for the audience (its aud claim is a lie)',
+      jwtWith({ iss: hubIssuer, aud: [AUDIENCE, 'api'], sub: SA, n: 1 }),
+      {},
+    ],
+    [
+      'it belongs to a user, not a service account',
+      jwtWith({ iss: hubIssuer, aud: AUDIENCE, sub: 'alice' }),
+      {},
+    ],
+    ['the API server does not confirm the audience', jwtWith({ iss: hubIssuer, aud: AUDIENCE, n: 3 }), {}],
+  ])('refuses it when %s, and no other authenticator sees it', async (name, token) => {
+    const known: Record<string, { audiences: string[]; username: string }> = {};
+    // The first: good only for the API server itself, whatever its claim says.
+    if (name.startsWith('the API server does not accept'))
+      known[token] = { audiences: ['api'], username: SA };
+    if (name.startsWith('it belongs')) known[token] = { audiences: [AUDIENCE], username: 'alice' };
+    const api = apiServer(known);
+    if (name.startsWith('the API server does not confirm')) {
+      api.reviewer.tokenReview = (t, audiences) => {
+        api.asked.push({ token: t, ...(audiences ? { audiences } : {}) });
+        return Promise.resolve({ authenticated: true, user: { username: SA, groups: [] } });
+      };
+    }
+    const { cache, seen } = recordingCache();
+    const authn = newRequestAuthenticator(cache, api.reviewer, () => new Set(), {
+      workloadAudience: AUDIENCE,
+    });
+    const identity = await authn.authenticate(requestWith(token));
+    expect(identity.kind).toBe('anonymous');
+    expect(reasonOf(identity)).not.toContain(token);
+    // Asked once, for the audience; never as a token of the API server's own, never of a webhook.
+    expect(api.asked).toEqual([{ token, audiences: [AUDIENCE] }]);
+    expect(seen).toEqual([]);
+    cache.close();
+  });
+
+  it('keeps its answers apart from the service-account answers: the same token is asked again for the audience', async () => {
+    // A token good for both: as a plain service-account token it passes through; with the option, it is a workload.
+    const token = jwtWith({ iss: hubIssuer, aud: [AUDIENCE, 'api'], sub: SA });
+    const api = apiServer({ [token]: { audiences: ['api', AUDIENCE], username: SA } });
+    const cache = new AuthenticatorCache();
+    const plain = newRequestAuthenticator(cache, api.reviewer, () => new Set());
+    const withWorkloads = newRequestAuthenticator(cache, api.reviewer, () => new Set(), {
+      workloadAudience: AUDIENCE,
+    });
+    expect((await plain.authenticate(requestWith(token))).kind).toBe('serviceaccount');
+    expect((await withWorkloads.authenticate(requestWith(token))).kind).toBe('workload');
+    // Answered from its cache the second time.
+    expect((await withWorkloads.authenticate(requestWith(token))).kind).toBe('workload');
+    expect(api.asked).toEqual([{ token }, { token, audiences: [AUDIENCE] }]);
+    cache.close();
+  });
+
+  it('asks as usual about a service-account token that does not name the audience', async () => {
+    const token = jwtWith({ iss: hubIssuer, aud: ['api'], sub: SA });
+    const api = apiServer({ [token]: { audiences: ['api'], username: SA } });
+    const cache = new AuthenticatorCache();
+    const authn = newRequestAuthenticator(cache, api.reviewer, () => new Set(), {
+      workloadAudience: AUDIENCE,
+    });
+    expect((await authn.authenticate(requestWith(token))).kind).toBe('serviceaccount');
+    expect(api.asked).toEqual([{ token }]);
+    cache.close();
+  });
+
+  it('bounds the reviews of distinct junk tokens naming the audience as it bounds the others', async () => {
+    const api = slowReviewer();
+    const cache = new AuthenticatorCache();
+    const authn = newRequestAuthenticator(cache, api.reviewer, () => new Set(), {
+      workloadAudience: AUDIENCE,
+    });
+    const all = SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT + SERVICE_ACCOUNT_REVIEWS_WAITING;
+    const answers = Array.from({ length: all + 10 }, (_, i) =>
+      authn.authenticate(requestWith(jwtWith({ iss: hubIssuer, aud: AUDIENCE, sub: `junk-${i}` }))),
+    );
+    await api.called(SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT);
+    const refused = await Promise.all(answers.slice(all));
+    expect(refused.every((i) => /not asked/.test(reasonOf(i)))).toBe(true);
+    api.releaseAll();
+    await Promise.all(answers);
+    expect(api.state.max).toBe(SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT);
+    cache.close();
+  });
+});

@@ -1,5 +1,6 @@
-// Who is calling: a client certificate from our signer CA, else a bearer token through the authenticator cache
-// (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
+// Who is calling: a client certificate from our signer CA, else a bearer token: a hub service account's token for
+// Sealion's workload audience (a workload, which acts on clusters under a mapped name), else through the authenticator
+// cache (JWT by issuer, else the webhooks), else a service-account token the API server itself confirms (forwarded
 // as it came, not impersonated), else nobody.
 import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import type { TLSSocket } from 'node:tls';
@@ -18,10 +19,15 @@ export type Identity =
   | { kind: 'user'; user: UserInfo; via: string }
   /** A service account the API server knows: forwarded with its own token, unchanged. */
   | { kind: 'serviceaccount'; user: UserInfo; token: string }
+  /**
+   * A hub service account with a token for Sealion's workload audience, as the API server confirmed it: it reaches
+   * other clusters under a name mapped from this one (decide.ts). Its token is not kept: it never leaves the hub.
+   */
+  | { kind: 'workload'; user: UserInfo }
   | { kind: 'anonymous'; reason: string };
 
 /** Service-account answers: as briefly cached as webhook answers. */
-const SERVICE_ACCOUNT_TTL_MS = 60_000;
+export const SERVICE_ACCOUNT_TTL_MS = 60_000;
 const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
 const SERVICE_ACCOUNT_ENTRIES = 10_000;
 /**
@@ -132,6 +138,22 @@ export function notAServiceAccountToken(token: string): string | undefined {
   return typeof iss === 'string' && iss !== '' ? undefined : 'a JWT without an issuer';
 }
 
+/**
+ * Whether a JWT's own (unverified) `aud` claim names `audience`. It only chooses which question the API server is
+ * asked (a TokenReview for that audience); the answer decides.
+ */
+export function claimsAudience(token: string, audience: string): boolean {
+  let aud: unknown;
+  try {
+    aud = decodeJwt(token).aud;
+  } catch {
+    return false;
+  }
+  return aud === audience || (Array.isArray(aud) && aud.includes(audience));
+}
+
+const SERVICE_ACCOUNT_USER = 'system:serviceaccount:';
+
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
 /** The bearer token of a request, if it carries exactly one. */
@@ -145,6 +167,56 @@ export interface RequestAuthenticator {
   authenticate(req: Request): Promise<Identity>;
 }
 
+export interface RequestAuthenticatorOptions {
+  /**
+   * The audience of hub service-account tokens taken as workloads' (apis/tunnel.ts workloadAudience). Default: none
+   * (no token is taken as a workload's).
+   */
+  workloadAudience?: string;
+}
+
+/** The reviews' bounds and lifetimes, the same for both kinds of service-account answers. */
+const REVIEW_CACHE_OPTIONS = {
+  successTTLms: SERVICE_ACCOUNT_TTL_MS,
+  failureTTLms: SERVICE_ACCOUNT_FAILURE_TTL_MS,
+  entries: SERVICE_ACCOUNT_ENTRIES,
+  limit: { inFlight: SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT, waiting: SERVICE_ACCOUNT_REVIEWS_WAITING },
+};
+
+/**
+ * A workload's token, reviewed for `audience` alone: taken only when the API server says it is good for that
+ * audience, and a service account's. An account or pod deleted since is known at the next review, at most
+ * SERVICE_ACCOUNT_TTL_MS after the last one.
+ */
+function workloadReviews(reviewer: Reviewer, audience: string): AnswerCache {
+  return new AnswerCache(async (token): Promise<AuthResult> => {
+    try {
+      const answer = await reviewer.tokenReview(token, [audience]);
+      const username = answer.user?.username ?? '';
+      if (!answer.authenticated)
+        return fail(
+          `not a token the API server accepts for ${audience}${answer.error ? `: ${answer.error}` : ''}`,
+        );
+      if (!username.startsWith(SERVICE_ACCOUNT_USER))
+        return fail(`a token for ${audience} of ${username}, who is not a service account`);
+      if (!(answer.audiences ?? []).includes(audience))
+        return fail(`the API server did not confirm the audience ${audience}`);
+      return {
+        ok: true,
+        authenticator: 'workload',
+        user: {
+          username,
+          ...(answer.user?.uid ? { uid: answer.user.uid } : {}),
+          groups: answer.user?.groups ?? [],
+          extra: answer.user?.extra ?? {},
+        },
+      };
+    } catch (err) {
+      return transientFailure(`token review failed: ${(err as Error).message}`);
+    }
+  }, REVIEW_CACHE_OPTIONS);
+}
+
 /**
  * `trustedClientCAs` gives the fingerprints of the client CAs the proxy's listener trusts now (ProxyServer's
  * trustedClientCAs).
@@ -153,35 +225,31 @@ export function newRequestAuthenticator(
   cache: AuthenticatorCache,
   reviewer: Reviewer,
   trustedClientCAs: () => ReadonlySet<string>,
+  opts: RequestAuthenticatorOptions = {},
 ): RequestAuthenticator {
+  const audience = opts.workloadAudience;
+  // Their own cache: the same token reviewed for another audience is another question, with another answer.
+  const workloads = audience === undefined ? undefined : workloadReviews(reviewer, audience);
   // Tokens no Sealion authenticator knows may still be the cluster's own service-account tokens. Those answers
   // are cached like webhook answers, so unknown tokens cannot turn into a TokenReview per request, and the reviews
   // under way are bounded, so distinct unknown tokens cannot turn into a flood of them.
-  const serviceAccounts = new AnswerCache(
-    async (token): Promise<AuthResult> => {
-      try {
-        const answer = await reviewer.tokenReview(token);
-        const username = answer.user?.username ?? '';
-        if (!answer.authenticated)
-          return fail(`not a token the API server accepts${answer.error ? `: ${answer.error}` : ''}`);
-        if (!username.startsWith('system:serviceaccount:'))
-          return fail(`API server token for ${username} is not a service account's`);
-        return {
-          ok: true,
-          authenticator: 'TokenReview',
-          user: { username, groups: answer.user?.groups ?? [], extra: answer.user?.extra ?? {} },
-        };
-      } catch (err) {
-        return transientFailure(`token review failed: ${(err as Error).message}`);
-      }
-    },
-    {
-      successTTLms: SERVICE_ACCOUNT_TTL_MS,
-      failureTTLms: SERVICE_ACCOUNT_FAILURE_TTL_MS,
-      entries: SERVICE_ACCOUNT_ENTRIES,
-      limit: { inFlight: SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT, waiting: SERVICE_ACCOUNT_REVIEWS_WAITING },
-    },
-  );
+  const serviceAccounts = new AnswerCache(async (token): Promise<AuthResult> => {
+    try {
+      const answer = await reviewer.tokenReview(token);
+      const username = answer.user?.username ?? '';
+      if (!answer.authenticated)
+        return fail(`not a token the API server accepts${answer.error ? `: ${answer.error}` : ''}`);
+      if (!username.startsWith(SERVICE_ACCOUNT_USER))
+        return fail(`API server token for ${username} is not a service account's`);
+      return {
+        ok: true,
+        authenticator: 'TokenReview',
+        user: { username, groups: answer.user?.groups ?? [], extra: answer.user?.extra ?? {} },
+      };
+    } catch (err) {
+      return transientFailure(`token review failed: ${(err as Error).message}`);
+    }
+  }, REVIEW_CACHE_OPTIONS);
 
   const bindingHolds = (binding: AuthenticatorBinding): boolean => cache.holds(binding);
   return {
@@ -205,6 +273,15 @@ export function newRequestAuthenticator(
       // below would have sent it anyway.
       const reused = cache.reusedAnswer(token);
       if (reused?.ok) return { kind: 'user', user: reused.user, via: reused.authenticator };
+      // A token that names Sealion's workload audience is asked about for that audience, and only that: the API
+      // server's answer decides, and whatever it says, the token goes to no other authenticator (a webhook could
+      // replay a service account's token).
+      if (workloads && JWT_SHAPE.test(token) && !token.endsWith('.') && claimsAudience(token, audience!)) {
+        const answer = await workloads.authenticate(token);
+        return answer.ok
+          ? { kind: 'workload', user: answer.user }
+          : { kind: 'anonymous', reason: answer.reason };
+      }
       // A JWT that no JWTAuthenticator takes may be one of this cluster's own service-account tokens. The API server
       // is asked first, and only tokens it does not know as a service account's go on to the webhooks: a webhook
       // is someone else's server, and a service-account token sent there could be replayed as that account.

@@ -1,7 +1,8 @@
 // The pipeline's decide stage: where a request goes (a Target: its cluster, the route there, and how to ask that
 // cluster's API server) and how it is forwarded (a ForwardPlan: cleaned headers with the Impersonate-* headers
 // decided), or the Status that refuses it. Every authorization question about a cluster is asked of that cluster.
-import type { ApiGroups } from '../../apis/groups.ts';
+import { groupSuffixOf, type ApiGroups } from '../../apis/groups.ts';
+import { workloadAudience, type ClusterSpec } from '../../apis/tunnel.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
@@ -26,6 +27,13 @@ import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './imper
 import { requestAttributes } from '../../lib/kube/request-info.ts';
 import type { ClusterRouter, Route } from './route.ts';
 import type { ForwardPlan } from './transport.ts';
+import {
+  mappedWorkload,
+  originalUserInfo,
+  serviceAccountTokenRefusal,
+  WORKLOAD_ON_HUB,
+  workloadPrefix,
+} from './workload.ts';
 
 /** Where a request goes, and whom its authorization questions are asked of. */
 export interface Target {
@@ -36,6 +44,11 @@ export interface Target {
   ask: Ask;
   /** Asks the cluster whether the forwarding identity itself may do something (SelfSubjectAccessReview). */
   askSelf: Ask;
+  /**
+   * Whom the request comes from on the cluster when that is not the authenticated user: a hub workload's mapped
+   * identity (workload.ts). Absent: the authenticated user.
+   */
+  actingAs?: UserInfo;
 }
 
 /**
@@ -60,22 +73,14 @@ const RETRY_AFTER_SECONDS = 1;
  */
 const selfScope = (cluster: string, user: string): string => JSON.stringify([cluster, 'self', user]);
 
-/** The caller, as the extra that records who really asked for an impersonation. */
-function originalUser(caller: UserInfo): string {
-  return JSON.stringify({
-    username: caller.username,
-    ...(caller.uid ? { uid: caller.uid } : {}),
-    groups: caller.groups,
-    extra: caller.extra,
-  });
-}
-
 export interface DeciderDeps {
   groups: ApiGroups;
   reviewer: Reviewer;
   router: ClusterRouter;
   /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
   reviews?: ReviewCache;
+  /** A Cluster's spec by name, for whether it takes hub workloads. Default: none is known (none takes them). */
+  clusterSpec?: (name: string) => ClusterSpec | undefined;
   log: Logger;
 }
 
@@ -136,6 +141,7 @@ export function newDecider(deps: DeciderDeps): Decider {
   // A domain-prefixed key, as constrained impersonation requires of every extra it passes on.
   const originalUserKey = `impersonation-proxy.concierge.${groups.login.replace(/^login\.concierge\./, '')}/original-user-info`;
 
+  const audience = workloadAudience(groupSuffixOf(groups));
   const reviews = deps.reviews ?? newReviewCache();
   const askHub = hubAsker(deps.reviewer, reviews);
 
@@ -158,8 +164,11 @@ export function newDecider(deps: DeciderDeps): Decider {
       context.decision = 'passthrough';
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
-    let impersonation = impersonationHeaders(identity.user);
-    let as = forwardedAs(identity.user, false);
+    // A workload acts as its mapped identity, and is from here on decided exactly as a user is.
+    const caller = target.actingAs ?? identity.user;
+    let impersonation = impersonationHeaders(caller);
+    let as = forwardedAs(caller, false);
+    if (target.actingAs) context.impersonated = target.actingAs;
     let requested: RequestedImpersonation | undefined;
     try {
       requested = requestedImpersonation(req.rawHeaders);
@@ -170,7 +179,7 @@ export function newDecider(deps: DeciderDeps): Decider {
     const attributes = context.attributes ?? requestAttributes(req.method ?? 'GET', req.url ?? '/');
     try {
       if (requested) {
-        const decision = await decideImpersonation(identity.user, requested, attributes, target.ask);
+        const decision = await decideImpersonation(caller, requested, attributes, target.ask);
         if (!decision.allowed) return { status: decision.status, message: decision.message };
         const { user, usernameOnly } = decision.identity;
         const problem = identityProblem(user);
@@ -179,7 +188,7 @@ export function newDecider(deps: DeciderDeps): Decider {
         context.impersonated = user;
         if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
         else {
-          const original = { [originalUserKey]: [originalUser(identity.user)] };
+          const original = { [originalUserKey]: [originalUserInfo(caller)] };
           impersonation = impersonationHeaders({ ...user, extra: { ...user.extra, ...original } });
         }
       }
@@ -208,13 +217,17 @@ export function newDecider(deps: DeciderDeps): Decider {
    * cluster, reached through its agent; or the Status that says why it cannot go.
    */
   function targetOf(cluster: string, identity: Exclude<Identity, { kind: 'anonymous' }>): Target | Refusal {
+    // The fair shares' key: the authenticated name (a workload's hub service account), before any mapping.
     const user = identity.user.username;
-    // A service-account token of this cluster means nothing to another one.
+    // A service-account token for this cluster's API server means nothing to another one.
     if (cluster && identity.kind === 'serviceaccount')
-      return {
-        status: 403,
-        message: `service-account tokens of this cluster cannot be used for cluster ${cluster}`,
-      };
+      return serviceAccountTokenRefusal(cluster, user, audience);
+    let actingAs: UserInfo | undefined;
+    if (identity.kind === 'workload') {
+      const mapped = workloadIdentity(cluster, identity.user);
+      if ('status' in mapped) return mapped;
+      actingAs = mapped;
+    }
     const route = deps.router.route(cluster);
     if (!route)
       return {
@@ -233,7 +246,23 @@ export function newDecider(deps: DeciderDeps): Decider {
       route,
       ask: reviews.asking(cluster, askThrough(cluster, route, user)),
       askSelf: reviews.asking(`${cluster}\nself`, askThrough(cluster, route, user, true)),
+      ...(actingAs ? { actingAs } : {}),
     };
+  }
+
+  /** A workload's identity on `cluster` ('' : the hub, where it has none), or why it has none there. */
+  function workloadIdentity(cluster: string, hubUser: UserInfo): UserInfo | Refusal {
+    if (!cluster) return { status: 403, message: WORKLOAD_ON_HUB };
+    const prefix = workloadPrefix(cluster, deps.clusterSpec?.(cluster));
+    if (typeof prefix !== 'string') return prefix;
+    const mapped = mappedWorkload(hubUser, prefix, originalUserKey);
+    const problem = identityProblem(mapped);
+    return problem
+      ? {
+          status: 403,
+          message: `cluster ${cluster}: the workload's mapped identity cannot be sent: ${problem}`,
+        }
+      : mapped;
   }
 
   return { target: targetOf, plan: forwardingPlan };

@@ -9,6 +9,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ApiGroups } from '../../apis/groups.ts';
+import type { ClusterSpec } from '../../apis/tunnel.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
@@ -64,6 +65,11 @@ export interface ProxyDeps {
   clock?: Clock;
   /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
   reviews?: ReviewCache;
+  /**
+   * A Cluster's spec by name, which says whether it takes hub workloads and under what prefix (workload.ts). Default:
+   * none is known, so no cluster takes them.
+   */
+  clusterSpec?: (name: string) => ClusterSpec | undefined;
   /** Audit events for the requests served. Default: none. */
   auditor?: Auditor;
   /** Where exec and attach sessions are recorded. Default: nowhere. */
@@ -178,18 +184,29 @@ async function authenticate(deps: ProxyDeps, req: Request): Promise<Identity> {
   return problem ? { kind: 'anonymous', reason: `${identity.via}: ${problem}` } : identity;
 }
 
-/** The caller as the API server sees them (a user Sealion authenticates is in system:authenticated too). */
-const asSeen = (identity: Authenticated): UserInfo =>
-  identity.kind === 'user' ? { ...identity.user, groups: authenticatedGroups(identity.user) } : identity.user;
+/**
+ * The caller as the API server of the cluster the request is for sees them (a user Sealion authenticates is in
+ * system:authenticated too; a workload is its mapped identity there), or why a workload has no identity there.
+ */
+function asSeen(decider: Decider, cluster: string, identity: Authenticated): UserInfo | Refusal {
+  if (identity.kind === 'serviceaccount') return identity.user;
+  if (identity.kind === 'user') return { ...identity.user, groups: authenticatedGroups(identity.user) };
+  const target = decider.target(cluster, identity);
+  if ('status' in target) return target;
+  const mapped = target.actingAs!;
+  return { ...mapped, groups: authenticatedGroups(mapped) };
+}
+
+/** What the audit's authenticator annotation says of how the caller was authenticated. */
+const authenticatedBy = (identity: Authenticated): string =>
+  identity.kind === 'user' ? identity.via : identity.kind;
 
 /** Sealion's facts for a request's audit event so far: the cluster it is for, and who authenticated the caller. */
 function annotations(exchange: Exchange, identity?: Authenticated): Record<string, string> {
   const { cluster } = exchange.context;
   return {
     ...(cluster ? { [ANNOTATIONS.cluster]: cluster } : {}),
-    ...(identity
-      ? { [ANNOTATIONS.authenticator]: identity.kind === 'user' ? identity.via : 'serviceaccount' }
-      : {}),
+    ...(identity ? { [ANNOTATIONS.authenticator]: authenticatedBy(identity) } : {}),
   };
 }
 
@@ -312,8 +329,11 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     context.user = identity.user.username;
     if (!(await audited(auditor, exchange, facts, identity.user, identity))) return;
     // The hub's own APIs; a path for a cluster (/clusters/<name>/apis/…) is that cluster's to answer.
-    if (plain && api?.who === 'authenticated' && !(api.hubOnly && context.cluster))
-      return api.serve(plain.req, plain.res, path, asSeen(identity));
+    if (plain && api?.who === 'authenticated' && !(api.hubOnly && context.cluster)) {
+      const seen = asSeen(decider, context.cluster, identity);
+      if ('status' in seen) return refuse(exchange, seen);
+      return api.serve(plain.req, plain.res, path, seen);
+    }
     return forward(decider, record, exchange, identity, parsed);
   }
 

@@ -321,11 +321,17 @@ export interface TokenReviewAnswer {
   authenticated: boolean;
   user?: { username?: string; uid?: string; groups?: string[]; extra?: Record<string, string[]> };
   error?: string;
+  /** The audiences the token was found good for, of those asked about. */
+  audiences?: string[];
 }
 
 /** The API server's authentication and authorization reviews, for the proxy. */
 export interface Reviewer {
-  tokenReview(token: string): Promise<TokenReviewAnswer>;
+  /**
+   * Whether the API server accepts `token`: with `audiences`, for one of those (the API server checks the token's
+   * audience against them); without, for the API server's own audiences.
+   */
+  tokenReview(token: string, audiences?: string[]): Promise<TokenReviewAnswer>;
   allowed(question: AccessQuestion): Promise<boolean>;
 }
 
@@ -344,14 +350,19 @@ export async function selfAllowed(
 
 export function newReviewer(clients: KubeClients): Reviewer {
   return {
-    async tokenReview(token) {
+    async tokenReview(token, audiences) {
       const review = await clients.authentication.createTokenReview({
-        body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } },
+        body: {
+          apiVersion: 'authentication.k8s.io/v1',
+          kind: 'TokenReview',
+          spec: { token, ...(audiences ? { audiences } : {}) },
+        },
       });
       return {
         authenticated: review.status?.authenticated === true,
         ...(review.status?.user ? { user: review.status.user } : {}),
         ...(review.status?.error ? { error: review.status.error } : {}),
+        ...(review.status?.audiences ? { audiences: review.status.audiences } : {}),
       };
     },
     async allowed(q) {
