@@ -97,7 +97,9 @@ export const MAX_USERNAME_PREFIX_LENGTH = 64;
 /** Why a usernamePrefix cannot be used (the CRD's rules, checked again for an object that got past them), or undefined. */
 export function usernamePrefixProblem(prefix: unknown): string | undefined {
   if (typeof prefix !== 'string') return 'must be a string';
-  if (prefix.length < 1 || prefix.length > MAX_USERNAME_PREFIX_LENGTH)
+  // Counted in characters (code points), as the CRD's maxLength is, not in UTF-16 units.
+  const length = [...prefix].length;
+  if (length < 1 || length > MAX_USERNAME_PREFIX_LENGTH)
     return `must be 1 to ${MAX_USERNAME_PREFIX_LENGTH} characters`;
   if (!prefix.endsWith(':')) return "must end with ':'";
   if (prefix.startsWith('system:')) return "must not start with 'system:'";

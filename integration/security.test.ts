@@ -1563,6 +1563,87 @@ describe('hub workloads: a hub service account’s token for Sealion’s audienc
     await expectAnswer(await attack(), expected);
   });
 
+  it('the prefix is the workloads’ alone: no user under it is sent, nobody impersonates a name under it, and a workload that impersonates names its hub account', async () => {
+    const onEdge = `/clusters/${EDGE}`;
+    const RESERVED = `the prefix "${PREFIX}" is reserved for hub workloads on that cluster`;
+    // Users the edge lets impersonate anyone: a webhook user, and the hub's kube-system accounts under their mapping.
+    await kubectl(edge, [
+      'create',
+      'clusterrole',
+      'impersonator',
+      '--verb=impersonate',
+      '--resource=users,groups',
+    ]);
+    await kubectl(edge, [
+      'create',
+      'clusterrolebinding',
+      'impersonators',
+      '--clusterrole=impersonator',
+      '--user=imp-admin',
+      `--group=${ROBOT_GROUPS[1]!}`,
+    ]);
+    await eventually(async () =>
+      expect((await kubectl(edge, ['auth', 'can-i', 'impersonate', 'users', '--as=imp-admin'])).trim()).toBe(
+        'yes',
+      ),
+    );
+    // An IdP user named like the robot's mapping, and a webhook user in its mapped group: refused, not the robot.
+    const named = await mint({ username: ROBOT, groups: [READERS] }, { expiresIn: 600 });
+    await expectAnswer(
+      await get(`${onEdge}/api/v1/namespaces/only-on-edge`, named),
+      status(403, 'Forbidden', `cannot be sent: ${RESERVED}`),
+    );
+    const grouped = keep(webhook.grant({ username: 'mallory', groups: [ROBOT_GROUPS[1]!] }));
+    await expectAnswer(
+      await get(`${onEdge}/api/v1/namespaces/only-on-edge`, grouped),
+      status(
+        403,
+        'Forbidden',
+        `cluster ${EDGE}: the group "${ROBOT_GROUPS[1]!}" cannot be sent: ${RESERVED}`,
+      ),
+    );
+    // Someone the edge lets impersonate anyone still cannot become a mapped name or group.
+    const admin = keep(webhook.grant({ username: 'imp-admin', groups: [] }));
+    expect(
+      (await review({ headers: { ...bearer(admin), 'impersonate-user': 'someone' }, prefix: onEdge })).status,
+    ).toBe(201);
+    await expectAnswer(
+      await review({ headers: { ...bearer(admin), 'impersonate-user': ROBOT }, prefix: onEdge }),
+      status(403, 'Forbidden', `cluster ${EDGE}: cannot impersonate the username "${ROBOT}": ${RESERVED}`),
+    );
+    await expectAnswer(
+      await review({
+        headers: { ...bearer(admin), 'impersonate-user': 'someone', 'impersonate-group': ROBOT_GROUPS[0]! },
+        prefix: onEdge,
+      }),
+      status(
+        403,
+        'Forbidden',
+        `cluster ${EDGE}: cannot impersonate the group "${ROBOT_GROUPS[0]!}": ${RESERVED}`,
+      ),
+    );
+    // The robot (allowed by its mapped group) impersonates someone: the edge sees the hub account as the original user.
+    const answer = await review({
+      headers: { ...bearer(robotWorkload), 'impersonate-user': 'someone' },
+      prefix: onEdge,
+    });
+    expect(answer.status).toBe(201);
+    const seen = (JSON.parse(answer.body) as { status: { userInfo: UserView } }).status.userInfo;
+    expect(seen.username).toBe('someone');
+    expect(originalOf(seen).username).toBe('system:serviceaccount:kube-system:robot');
+    await expectAnswer(
+      await review({
+        headers: { ...bearer(robotWorkload), 'impersonate-user': `${PREFIX}someone` },
+        prefix: onEdge,
+      }),
+      status(
+        403,
+        'Forbidden',
+        `cluster ${EDGE}: cannot impersonate the username "${PREFIX}someone": ${RESERVED}`,
+      ),
+    );
+  });
+
   it('no workload token ever reaches the webhook: a webhook could replay it', async () => {
     const altered = `${robotWorkload.slice(0, -4)}AAAA`;
     await expectAnswer(await get('/clusters/edge/api/v1/namespaces/only-on-edge', altered), UNAUTHORIZED);

@@ -9,6 +9,7 @@ import {
   notAServiceAccountToken,
   SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT,
   SERVICE_ACCOUNT_REVIEWS_WAITING,
+  tokenExpiry,
   type Identity,
 } from './authenticate.ts';
 import type { Request } from '../../lib/http2/request.ts';
@@ -245,6 +246,52 @@ describe('workload tokens (Sealion’s audience)', () => {
     });
     expect((await authn.authenticate(requestWith(token))).kind).toBe('serviceaccount');
     expect(api.asked).toEqual([{ token }]);
+    cache.close();
+  });
+
+  it('shares one bound with the service-account reviews: both kinds together are at most SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT', async () => {
+    const api = slowReviewer();
+    const cache = new AuthenticatorCache();
+    const authn = newRequestAuthenticator(cache, api.reviewer, () => new Set(), {
+      workloadAudience: AUDIENCE,
+    });
+    const all = SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT + SERVICE_ACCOUNT_REVIEWS_WAITING;
+    // Alternately a workload's and a plain service account's: 2 × all, of which only `all` are asked.
+    const answers = Array.from({ length: 2 * all }, (_, i) =>
+      authn.authenticate(
+        requestWith(jwtWith({ iss: hubIssuer, ...(i % 2 ? { aud: AUDIENCE } : {}), sub: `junk-${i}` })),
+      ),
+    );
+    await api.called(SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT);
+    api.releaseAll();
+    const reasons = (await Promise.all(answers)).map(reasonOf);
+    expect(reasons.filter((r) => /not asked/.test(r))).toHaveLength(all);
+    expect(api.state.max).toBe(SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT);
+    expect(api.state.calls).toBe(all);
+    cache.close();
+  });
+
+  it.each([
+    ['a workload’s', [AUDIENCE], { workloadAudience: AUDIENCE }, 'workload'],
+    ['a service account’s own (passthrough)', ['api'], {}, 'serviceaccount'],
+  ] as const)('remembers %s token no longer than its exp', async (_name, audiences, opts, kind) => {
+    const now = Math.floor(Date.now() / 1000);
+    // The API server's answer decides whether a token is good; its exp bounds how long that answer is reused.
+    const expired = jwtWith({ iss: hubIssuer, aud: [...audiences], sub: SA, exp: now - 1 });
+    const live = jwtWith({ iss: hubIssuer, aud: [...audiences], sub: SA, exp: now + 3600 });
+    const api = apiServer({
+      [expired]: { audiences: [...audiences], username: SA },
+      [live]: { audiences: [...audiences], username: SA },
+    });
+    const cache = new AuthenticatorCache();
+    const authn = newRequestAuthenticator(cache, api.reviewer, () => new Set(), opts);
+    for (let i = 0; i < 2; i++) {
+      expect((await authn.authenticate(requestWith(expired))).kind).toBe(kind);
+      expect((await authn.authenticate(requestWith(live))).kind).toBe(kind);
+    }
+    expect(api.asked.map((a) => a.token)).toEqual([expired, live, expired]);
+    expect(tokenExpiry(live)).toBe((now + 3600) * 1000);
+    expect(tokenExpiry(jwtWith({ iss: hubIssuer }))).toBeUndefined();
     cache.close();
   });
 

@@ -5,7 +5,8 @@
 import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
 import type { TLSSocket } from 'node:tls';
 import { decodeJwt } from 'jose';
-import { AnswerCache, transientFailure } from '../../lib/authn/answer-cache.ts';
+import { AnswerCache, transientFailure, type AnswerCacheOptions } from '../../lib/authn/answer-cache.ts';
+import { ConcurrencyLimit } from '../../lib/authn/concurrency-limit.ts';
 import type { AuthenticatorBinding, AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
@@ -31,7 +32,8 @@ export const SERVICE_ACCOUNT_TTL_MS = 60_000;
 const SERVICE_ACCOUNT_FAILURE_TTL_MS = 10_000;
 const SERVICE_ACCOUNT_ENTRIES = 10_000;
 /**
- * TokenReviews the proxy has under way at once. Any JWT-shaped token no authenticator accepts becomes one, and a
+ * TokenReviews the proxy has under way at once, of both kinds (a service account's own token, a workload's for
+ * Sealion's audience), which share one limit. Any JWT-shaped token no authenticator accepts becomes one, and a
  * distinct junk token costs its sender nothing, so without a bound a flood of them turns into a flood on the API
  * server, made with the concierge's own credentials. Workloads that call through the proxy with their own
  * service-account token repeat it, and repeats are answered from the cache; sixteen at once is plenty for them.
@@ -175,20 +177,41 @@ export interface RequestAuthenticatorOptions {
   workloadAudience?: string;
 }
 
-/** The reviews' bounds and lifetimes, the same for both kinds of service-account answers. */
-const REVIEW_CACHE_OPTIONS = {
-  successTTLms: SERVICE_ACCOUNT_TTL_MS,
-  failureTTLms: SERVICE_ACCOUNT_FAILURE_TTL_MS,
-  entries: SERVICE_ACCOUNT_ENTRIES,
-  limit: { inFlight: SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT, waiting: SERVICE_ACCOUNT_REVIEWS_WAITING },
-};
+/** The reviews' bounds and lifetimes, the same for both kinds of service-account answers, and their shared limit. */
+function reviewCacheOptions(limit: ConcurrencyLimit): AnswerCacheOptions {
+  return {
+    successTTLms: SERVICE_ACCOUNT_TTL_MS,
+    failureTTLms: SERVICE_ACCOUNT_FAILURE_TTL_MS,
+    entries: SERVICE_ACCOUNT_ENTRIES,
+    limit,
+  };
+}
+
+/**
+ * Until when (ms since the epoch) a reviewed token's answer may be given again: its `exp`, read once the API server
+ * has accepted the token (so it is the token's own), or undefined for a token without one (a legacy token).
+ */
+export function tokenExpiry(token: string): number | undefined {
+  try {
+    const exp = decodeJwt(token).exp;
+    return typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `user` as an accepted answer, remembered no longer than the token lives. */
+function accepted(token: string, authenticator: string, user: UserInfo): AuthResult {
+  const until = tokenExpiry(token);
+  return { ok: true, authenticator, user, ...(until === undefined ? {} : { reusableUntil: until }) };
+}
 
 /**
  * A workload's token, reviewed for `audience` alone: taken only when the API server says it is good for that
  * audience, and a service account's. An account or pod deleted since is known at the next review, at most
  * SERVICE_ACCOUNT_TTL_MS after the last one.
  */
-function workloadReviews(reviewer: Reviewer, audience: string): AnswerCache {
+function workloadReviews(reviewer: Reviewer, audience: string, limit: ConcurrencyLimit): AnswerCache {
   return new AnswerCache(async (token): Promise<AuthResult> => {
     try {
       const answer = await reviewer.tokenReview(token, [audience]);
@@ -201,20 +224,16 @@ function workloadReviews(reviewer: Reviewer, audience: string): AnswerCache {
         return fail(`a token for ${audience} of ${username}, who is not a service account`);
       if (!(answer.audiences ?? []).includes(audience))
         return fail(`the API server did not confirm the audience ${audience}`);
-      return {
-        ok: true,
-        authenticator: 'workload',
-        user: {
-          username,
-          ...(answer.user?.uid ? { uid: answer.user.uid } : {}),
-          groups: answer.user?.groups ?? [],
-          extra: answer.user?.extra ?? {},
-        },
-      };
+      return accepted(token, 'workload', {
+        username,
+        ...(answer.user?.uid ? { uid: answer.user.uid } : {}),
+        groups: answer.user?.groups ?? [],
+        extra: answer.user?.extra ?? {},
+      });
     } catch (err) {
       return transientFailure(`token review failed: ${(err as Error).message}`);
     }
-  }, REVIEW_CACHE_OPTIONS);
+  }, reviewCacheOptions(limit));
 }
 
 /**
@@ -229,7 +248,12 @@ export function newRequestAuthenticator(
 ): RequestAuthenticator {
   const audience = opts.workloadAudience;
   // Their own cache: the same token reviewed for another audience is another question, with another answer.
-  const workloads = audience === undefined ? undefined : workloadReviews(reviewer, audience);
+  // One bound on the TokenReviews under way, whichever kind: the flood it stops can come as either.
+  const limit = new ConcurrencyLimit({
+    inFlight: SERVICE_ACCOUNT_REVIEWS_IN_FLIGHT,
+    waiting: SERVICE_ACCOUNT_REVIEWS_WAITING,
+  });
+  const workloads = audience === undefined ? undefined : workloadReviews(reviewer, audience, limit);
   // Tokens no Sealion authenticator knows may still be the cluster's own service-account tokens. Those answers
   // are cached like webhook answers, so unknown tokens cannot turn into a TokenReview per request, and the reviews
   // under way are bounded, so distinct unknown tokens cannot turn into a flood of them.
@@ -241,15 +265,15 @@ export function newRequestAuthenticator(
         return fail(`not a token the API server accepts${answer.error ? `: ${answer.error}` : ''}`);
       if (!username.startsWith(SERVICE_ACCOUNT_USER))
         return fail(`API server token for ${username} is not a service account's`);
-      return {
-        ok: true,
-        authenticator: 'TokenReview',
-        user: { username, groups: answer.user?.groups ?? [], extra: answer.user?.extra ?? {} },
-      };
+      return accepted(token, 'TokenReview', {
+        username,
+        groups: answer.user?.groups ?? [],
+        extra: answer.user?.extra ?? {},
+      });
     } catch (err) {
       return transientFailure(`token review failed: ${(err as Error).message}`);
     }
-  }, REVIEW_CACHE_OPTIONS);
+  }, reviewCacheOptions(limit));
 
   const bindingHolds = (binding: AuthenticatorBinding): boolean => cache.holds(binding);
   return {

@@ -30,6 +30,7 @@ import type { ForwardPlan } from './transport.ts';
 import {
   mappedWorkload,
   originalUserInfo,
+  reservedNameRefusal,
   serviceAccountTokenRefusal,
   WORKLOAD_ON_HUB,
   workloadPrefix,
@@ -49,6 +50,11 @@ export interface Target {
    * identity (workload.ts). Absent: the authenticated user.
    */
   actingAs?: UserInfo;
+  /**
+   * The cluster's workloads' usernamePrefix, when it takes them: a name or group behind it is a hub workload's
+   * alone, so nobody may be impersonated under it (workload.ts reservedNameRefusal).
+   */
+  reservedPrefix?: string;
 }
 
 /**
@@ -166,6 +172,9 @@ export function newDecider(deps: DeciderDeps): Decider {
     }
     // A workload acts as its mapped identity, and is from here on decided exactly as a user is.
     const caller = target.actingAs ?? identity.user;
+    // Asked about without the extra that records its hub account: that extra names the token's credential id, so
+    // asking with it would make every token a question (and a cached answer) of its own, and RBAC reads no extra.
+    const asker = target.actingAs ? { ...target.actingAs, extra: {} } : caller;
     let impersonation = impersonationHeaders(caller);
     let as = forwardedAs(caller, false);
     if (target.actingAs) context.impersonated = target.actingAs;
@@ -179,16 +188,21 @@ export function newDecider(deps: DeciderDeps): Decider {
     const attributes = context.attributes ?? requestAttributes(req.method ?? 'GET', req.url ?? '/');
     try {
       if (requested) {
-        const decision = await decideImpersonation(caller, requested, attributes, target.ask);
+        const decision = await decideImpersonation(asker, requested, attributes, target.ask);
         if (!decision.allowed) return { status: decision.status, message: decision.message };
         const { user, usernameOnly } = decision.identity;
         const problem = identityProblem(user);
         if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
+        // Nobody, a workload included, becomes a name only a hub workload has (its own needs no impersonation).
+        const reserved =
+          target.reservedPrefix && reservedNameRefusal(target.cluster, target.reservedPrefix, user, true);
+        if (reserved) return reserved;
         as = forwardedAs(user, usernameOnly);
         context.impersonated = user;
         if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
         else {
-          const original = { [originalUserKey]: [originalUserInfo(caller)] };
+          // Who really asked, as the hub authenticated them: for a workload its hub account (and pod), not its mapping.
+          const original = { [originalUserKey]: [originalUserInfo(identity.user)] };
           impersonation = impersonationHeaders({ ...user, extra: { ...user.extra, ...original } });
         }
       }
@@ -223,10 +237,16 @@ export function newDecider(deps: DeciderDeps): Decider {
     if (cluster && identity.kind === 'serviceaccount')
       return serviceAccountTokenRefusal(cluster, user, audience);
     let actingAs: UserInfo | undefined;
+    const prefix = cluster ? workloadPrefix(cluster, deps.clusterSpec?.(cluster)) : undefined;
+    const reservedPrefix = typeof prefix === 'string' ? prefix : undefined;
     if (identity.kind === 'workload') {
       const mapped = workloadIdentity(cluster, identity.user);
       if ('status' in mapped) return mapped;
       actingAs = mapped;
+    } else if (reservedPrefix) {
+      // Anyone else under the prefix would pass for a hub workload there, and get its grants.
+      const refused = reservedNameRefusal(cluster, reservedPrefix, identity.user, false);
+      if (refused) return refused;
     }
     const route = deps.router.route(cluster);
     if (!route)
@@ -247,6 +267,7 @@ export function newDecider(deps: DeciderDeps): Decider {
       ask: reviews.asking(cluster, askThrough(cluster, route, user)),
       askSelf: reviews.asking(`${cluster}\nself`, askThrough(cluster, route, user, true)),
       ...(actingAs ? { actingAs } : {}),
+      ...(reservedPrefix ? { reservedPrefix } : {}),
     };
   }
 

@@ -25,6 +25,8 @@ import { asPlain, newRequestContext, type Refusal } from './exchange.ts';
 import type { OwnCall, Route } from './route.ts';
 import { mappedWorkload, WORKLOAD_ON_HUB } from './workload.ts';
 
+const MAPPED = 'hub:system:serviceaccount:argocd:argocd-application-controller';
+
 const ORIGINAL = 'impersonation-proxy.concierge.sealion.dev/original-user-info';
 
 /** A hub service account as the API server's TokenReview describes it, pod-bound token and all. */
@@ -101,6 +103,9 @@ describe('the mapped identity', () => {
     ['hub', "must end with ':'"],
     ['system:', "must not start with 'system:'"],
     ['system:hub:', "must not start with 'system:'"],
+    // Counted in characters, as the CRD's maxLength is: 64 of them, though 127 UTF-16 units.
+    [`${'\u{1D525}'.repeat(63)}:`, undefined],
+    [`${'\u{1D525}'.repeat(64)}:`, 'must be 1 to 64 characters'],
     [42, 'must be a string'],
   ])('a usernamePrefix %j: %s', (prefix, problem) => {
     expect(usernamePrefixProblem(prefix)).toBe(problem);
@@ -226,6 +231,12 @@ describe('the decider, for a workload', () => {
     );
     if ('status' in plan) throw new Error(plan.message);
     expect(plan.headers['impersonate-user']).toBe('someone');
+    // The one who really asked is the hub account (and its pod), as the hub authenticated it, not its mapping.
+    const extras = Object.keys(plan.headers).filter((h) => h.startsWith('impersonate-extra-'));
+    expect(extras).toHaveLength(1);
+    expect(JSON.parse(String(plan.headers[extras[0]!]))).toEqual(HUB_SA);
+    // Asked without that extra, which names the token's pod and credential: one question per mapped identity.
+    expect(asked.every((spec) => Object.keys(spec['extra'] ?? {}).length === 0)).toBe(true);
     expect(asked.length).toBeGreaterThan(0);
     expect(
       asked.every(
@@ -354,5 +365,71 @@ rules:
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('the reserved prefix', () => {
+  const OPTED_IN = { edge: { workloads: { usernamePrefix: 'hub:' } }, other: {} };
+  const user = (username: string, groups: string[] = []): Identity => ({
+    kind: 'user',
+    user: { username, groups, extra: {} },
+    via: 'jwt',
+  });
+
+  it.each([
+    [
+      'a user named under it',
+      user('hub:system:serviceaccount:gitops:deployer'),
+      'cluster edge: the username "hub:system:serviceaccount:gitops:deployer" cannot be sent: the prefix "hub:" is reserved for hub workloads on that cluster',
+    ],
+    [
+      'a user in a group under it',
+      user('mallory', ['devs', 'hub:system:serviceaccounts:gitops']),
+      'cluster edge: the group "hub:system:serviceaccounts:gitops" cannot be sent: the prefix "hub:" is reserved for hub workloads on that cluster',
+    ],
+  ])('refuses %s with 403 on a cluster with that prefix', (_name, identity, says) => {
+    const target = decider(OPTED_IN, clusterRoute(() => true).route).target('edge', identity as never);
+    expect(target).toMatchObject({ status: 403 });
+    expect((target as Refusal).message).toBe(
+      `${says} (its Cluster's spec.workloads.usernamePrefix); the hub's admin gives the user names outside it, or the Cluster another prefix`,
+    );
+  });
+
+  it('lets such a user reach the hub and a cluster that takes no workloads, and others reach the cluster', () => {
+    const d = decider(OPTED_IN, clusterRoute(() => true).route);
+    const named = user('hub:alice', ['hub:team']);
+    expect(d.target('', named as never)).not.toHaveProperty('status');
+    expect(d.target('other', named as never)).not.toHaveProperty('status');
+    expect(d.target('edge', user('alice', ['team']) as never)).toMatchObject({ reservedPrefix: 'hub:' });
+  });
+
+  it.each<[string, Identity, Record<string, string>, string]>([
+    [
+      'a user impersonating a workload’s mapped name',
+      user('alice'),
+      { 'impersonate-user': MAPPED },
+      `cluster edge: cannot impersonate the username "${MAPPED}"`,
+    ],
+    [
+      'a user impersonating a mapped group',
+      user('alice'),
+      { 'impersonate-user': 'bob', 'impersonate-group': 'hub:system:serviceaccounts:argocd' },
+      'cluster edge: cannot impersonate the group "hub:system:serviceaccounts:argocd"',
+    ],
+    [
+      'a workload impersonating another workload’s mapped name',
+      workload,
+      { 'impersonate-user': 'hub:system:serviceaccount:kube-system:other' },
+      'cluster edge: cannot impersonate the username "hub:system:serviceaccount:kube-system:other"',
+    ],
+  ])('refuses %s with 403, however the cluster answers', async (_name, identity, headers, says) => {
+    const edge = clusterRoute(() => true);
+    const d = decider(OPTED_IN, edge.route);
+    const target = d.target('edge', identity as never) as Target;
+    const plan = await d.plan(request(headers), identity as never, false, target, newRequestContext());
+    expect(plan).toMatchObject({ status: 403 });
+    expect((plan as Refusal).message).toBe(
+      `${says}: the prefix "hub:" is reserved for hub workloads on that cluster (its Cluster's spec.workloads.usernamePrefix); a hub workload reaches it with its own token for Sealion's workload audience`,
+    );
   });
 });

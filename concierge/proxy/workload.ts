@@ -32,6 +32,30 @@ export function mappedWorkload(hubUser: UserInfo, prefix: string, originalUserKe
   };
 }
 
+/**
+ * Why `user` may not appear on a cluster whose workloads' names are behind `prefix`, or undefined: its name or one of
+ * its groups is behind the prefix, where only hub workloads are, so that nobody but a hub workload gets what that
+ * cluster grants a mapped name or group. `impersonating`: the user is one a caller asks to act as.
+ */
+export function reservedNameRefusal(
+  cluster: string,
+  prefix: string,
+  user: UserInfo,
+  impersonating: boolean,
+): Refusal | undefined {
+  const found = user.username.startsWith(prefix)
+    ? `the username ${JSON.stringify(user.username)}`
+    : user.groups.filter((g) => g.startsWith(prefix)).map((g) => `the group ${JSON.stringify(g)}`)[0];
+  if (!found) return undefined;
+  const reserved = `the prefix ${JSON.stringify(prefix)} is reserved for hub workloads on that cluster (its Cluster's spec.workloads.usernamePrefix)`;
+  return {
+    status: 403,
+    message: impersonating
+      ? `cluster ${cluster}: cannot impersonate ${found}: ${reserved}; a hub workload reaches it with its own token for Sealion's workload audience`
+      : `cluster ${cluster}: ${found} cannot be sent: ${reserved}; the hub's admin gives the user names outside it, or the Cluster another prefix`,
+  };
+}
+
 /** The refusal of a workload's token on the hub's own API. */
 export const WORKLOAD_ON_HUB =
   "a token for Sealion's workload audience reaches other clusters only, at /clusters/<name>/…; on the hub's own API use the service account's own token (for the API server's audience)";

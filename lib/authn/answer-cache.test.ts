@@ -143,3 +143,55 @@ describe('ConcurrencyLimit', () => {
     },
   );
 });
+
+describe('the answer cache’s lifetimes', () => {
+  const LIMIT = { inFlight: 1, waiting: 0 };
+  const counting = (reusableUntil: () => number | undefined) => {
+    const state = { calls: 0 };
+    const cache = new AnswerCache(
+      () => {
+        state.calls++;
+        const until = reusableUntil();
+        const user = { username: 'u', groups: [], extra: {} };
+        return Promise.resolve<AuthResult>({
+          ok: true,
+          authenticator: 'a',
+          user,
+          ...(until === undefined ? {} : { reusableUntil: until }),
+        });
+      },
+      { ...OPTIONS, limit: LIMIT },
+    );
+    return { cache, state };
+  };
+
+  it('remembers a success no longer than its reusableUntil (the token’s own expiry)', async () => {
+    const expired = counting(() => Date.now() - 1);
+    await expired.cache.authenticate('t');
+    await expired.cache.authenticate('t');
+    expect(expired.state.calls).toBe(2);
+    const later = counting(() => Date.now() + 3_600_000);
+    await later.cache.authenticate('t');
+    await later.cache.authenticate('t');
+    expect(later.state.calls).toBe(1);
+    const unbounded = counting(() => undefined);
+    await unbounded.cache.authenticate('t');
+    await unbounded.cache.authenticate('t');
+    expect(unbounded.state.calls).toBe(1);
+  });
+
+  it('shares a ConcurrencyLimit it is given with whoever else holds it', async () => {
+    const limit = new ConcurrencyLimit({ inFlight: 1, waiting: 0 });
+    const slow = slowAuthenticator();
+    const a = new AnswerCache((t) => slow.ask(t), { ...OPTIONS, limit });
+    const b = new AnswerCache((t) => slow.ask(t), { ...OPTIONS, limit });
+    expect(a.limit).toBe(limit);
+    const first = a.authenticate('one');
+    await slow.arrived(1);
+    // The one slot is a's call's: b's is refused at once, not asked.
+    expect(await b.authenticate('two')).toMatchObject({ ok: false, transient: true });
+    slow.releaseAll();
+    await first;
+    expect(slow.state.calls).toBe(1);
+  });
+});

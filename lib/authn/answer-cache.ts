@@ -12,8 +12,11 @@ export interface AnswerCacheOptions {
   successTTLms: number;
   failureTTLms: number;
   entries: number;
-  /** Calls to the authenticator at once, and calls waiting for one; past both, a lookup fails at once. */
-  limit: ConcurrencyLimitOptions;
+  /**
+   * Calls to the authenticator at once, and calls waiting for one; past both, a lookup fails at once. A
+   * ConcurrencyLimit given here is shared with whoever else holds it (one bound on several caches' calls).
+   */
+  limit: ConcurrencyLimitOptions | ConcurrencyLimit;
 }
 
 /** An AuthResult that says the authenticator could not be asked (not cached). */
@@ -34,7 +37,18 @@ export class AnswerCache implements TokenAuthenticator {
     this.opts = opts;
     // ttlResolution 0: the age is read at each lookup, where lru-cache would arm a timer to forget a time it read.
     this.cache = new LRUCache({ max: opts.entries, ttlResolution: 0 });
-    this.limit = new ConcurrencyLimit(opts.limit);
+    this.limit = opts.limit instanceof ConcurrencyLimit ? opts.limit : new ConcurrencyLimit(opts.limit);
+  }
+
+  /**
+   * How long `result` is remembered (0: not at all): a transient one never; a success no longer than its
+   * `reusableUntil` (the token's own expiry), so a cached yes never outlives the token it is about.
+   */
+  private ttlOf(result: AuthResult): number {
+    if ('transient' in result) return 0;
+    if (!result.ok) return this.opts.failureTTLms;
+    if (result.reusableUntil === undefined) return this.opts.successTTLms;
+    return Math.min(this.opts.successTTLms, Math.floor(result.reusableUntil - Date.now()));
   }
 
   authenticate(token: string): Promise<AuthResult> {
@@ -49,18 +63,15 @@ export class AnswerCache implements TokenAuthenticator {
       if (!call) {
         return Promise.resolve(
           transientFailure(
-            `not asked: ${this.opts.limit.inFlight} calls in flight and ${this.opts.limit.waiting} waiting`,
+            `not asked: ${this.limit.inFlight} calls in flight and ${this.limit.waiting} waiting`,
           ),
         );
       }
       pending = call
         .then(
           (result) => {
-            if (!('transient' in result)) {
-              this.cache.set(key, result, {
-                ttl: result.ok ? this.opts.successTTLms : this.opts.failureTTLms,
-              });
-            }
+            const ttl = this.ttlOf(result);
+            if (ttl > 0) this.cache.set(key, result, { ttl });
             return result;
           },
           // An authenticator that throws instead of answering has not answered.
