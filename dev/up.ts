@@ -148,7 +148,7 @@ login prints, where the local OIDC provider signs the demo user in; --oidc-devic
   sealion get kubeconfig --kubeconfig ${cluster.kubeconfigPath} --all-clusters --output-file .sealion/oidc.kubeconfig
   sealion clusters --kubeconfig .sealion/oidc.kubeconfig        # logs in, then asks each cluster who you are
   sealion get pods --all-clusters -n ${DEMO_NAMESPACE} --kubeconfig .sealion/oidc.kubeconfig     # every cluster's pods, a CLUSTER column first
-  sealion auth can-i get,create configmaps --all-clusters -n ${DEMO_NAMESPACE} --kubeconfig .sealion/oidc.kubeconfig   # each cluster answers: create is yes on hub, no on ${EDGE}
+  sealion auth can-i list,create configmaps --all-clusters -n ${DEMO_NAMESPACE} --kubeconfig .sealion/oidc.kubeconfig   # each cluster answers: yes on hub, no on ${EDGE}
   kubectl --kubeconfig .sealion/oidc.kubeconfig --context ${new URL(endpoint).host}/${EDGE} get namespaces
 SSH into pods of any cluster with plain ssh, set up as any signed-in user sets it up (here into .sealion/; yours:
 >> ~/.ssh/config and ~/.ssh/known_hosts). The first ssh prints a code: open the link it gives, where the local OIDC

@@ -89,11 +89,12 @@ describe('npm start', () => {
           // A "no" from any cluster is exit 1, as kubectl auth can-i's; each row is that cluster's answer.
           expect(result).toMatchObject({ code: 1 });
           expect(result.stdout).toMatch(/^\S+\/hub\s+yes\s+yes\s*$/m);
-          expect(result.stdout).toMatch(/^\S+\/edge\s+yes\s+no\s*$/m);
+          expect(result.stdout).toMatch(/^\S+\/edge\s+no\s+no\s*$/m);
           continue;
         }
         expect(result).toMatchObject({ code: 0 });
-        if (c.args[0] === 'get') expect(result.stdout).toMatch(/^\S+\/edge\s+.*\bRunning\b/m);
+        if (c.args[0] === 'get' && c.args[1] === 'pods')
+          expect(result.stdout).toMatch(/^\S+\/edge\s+.*\bRunning\b/m);
         if (c.args[0] === 'clusters')
           expect(result.stdout).toMatch(/^[ *]*\S+\/edge\s+Ready\s+demo@sealion\.dev/m);
         continue;
