@@ -4,21 +4,25 @@
 // with the question built as kubectl builds it from that cluster's own discovery.
 import { Command, Option } from 'commander';
 import { closeHttpsPools } from '../lib/https-client.ts';
-import { takesNames } from './completion.ts';
 import { discover, resolveResource } from './discovery.ts';
 import { UserError } from './errors.ts';
-import { askFleet, clusterTimeoutMs, fleetOf, progressLine, type FleetMember } from './fleet.ts';
+import {
+  askFleet,
+  checkFleetChoice,
+  clusterTimeoutMs,
+  fleetOf,
+  progressLine,
+  withFleetOptions,
+  type FleetFlags,
+  type FleetMember,
+} from './fleet.ts';
 import { printable, printableJSON } from './printable.ts';
-import { postAsKubeconfig, printableDeep, table, type KubeconfigFlags } from './whoami.ts';
+import { postAsKubeconfig, printableDeep, table } from './whoami.ts';
 
-export interface CanIFlags extends KubeconfigFlags {
-  context: string;
-  allClusters: boolean;
-  namespace: string;
+export interface CanIFlags extends FleetFlags {
   allNamespaces: boolean;
   subresource: string;
   output: 'table' | 'json' | 'yaml';
-  clusterTimeout: string;
 }
 
 /** What is asked, before a cluster's discovery names the resource's group: the words as given. */
@@ -240,33 +244,18 @@ export function canIVerdict(answers: CanIAnswer[]): { no?: true; failure?: strin
 
 export function authCommand(): Command {
   const auth = new Command('auth').description('ask every cluster what you may do');
-  auth
-    .command('can-i')
-    .description('ask every cluster whether you may VERB RESOURCE, each answering for itself')
-    .argument(
-      '<verb>',
-      'get, list, watch, create, update, patch, delete, escalate, bind, impersonate, or *; several apart by commas',
-    )
-    .argument('<resource>', 'TYPE, TYPE/NAME or a URL: pods, deployments.apps/web, *, /healthz')
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .addOption(
-      takesNames(
-        'context',
-        new Option(
-          '--context <name>',
-          'ask only this context (default: with --all-clusters, every context)',
-        ).default(''),
-      ),
-    )
-    .option(
-      '--all-clusters',
-      'every context of the kubeconfig (as sealion get kubeconfig --all-clusters writes them)',
-      false,
-    )
-    .option('-n, --namespace <name>', "the namespace (default: the context's, else default)", '')
+  withFleetOptions(
+    auth
+      .command('can-i')
+      .description('ask every cluster whether you may VERB RESOURCE, each answering for itself')
+      .argument(
+        '<verb>',
+        'get, list, watch, create, update, patch, delete, escalate, bind, impersonate, or *; several apart by commas',
+      )
+      .argument('<resource>', 'TYPE, TYPE/NAME or a URL: pods, deployments.apps/web, *, /healthz'),
+  )
     .option('-A, --all-namespaces', 'in every namespace', false)
     .option('--subresource <name>', 'a subresource: log, exec, status, scale', '')
-    .option('--cluster-timeout <seconds>', 'how long one cluster may take to answer', '20')
     .addOption(
       new Option('-o, --output <format>', 'table, json or yaml')
         .choices(['table', 'json', 'yaml'])
@@ -292,12 +281,7 @@ Examples:
   sealion auth can-i get /healthz --all-clusters -o json`,
     )
     .action(async (verb: string, target: string, flags: CanIFlags) => {
-      if (!flags.allClusters && !flags.context)
-        throw new UserError(
-          'auth can-i: no clusters named; pass --all-clusters for every context, or --context NAME for one (kubectl auth can-i asks the current context alone)',
-        );
-      if (flags.allClusters && flags.context)
-        throw new UserError('auth can-i: --all-clusters and --context exclude each other; pass one');
+      checkFleetChoice(flags, 'auth can-i', 'kubectl auth can-i');
       const questions = questionsOf(verb, target, flags.subresource);
       const progress = progressLine(process.stderr);
       let answers: CanIAnswer[];

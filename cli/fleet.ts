@@ -1,10 +1,55 @@
 // What the commands over many clusters share (`clusters`, `get --all-clusters`, `auth can-i --all-clusters`): the
 // kubeconfig's contexts (as `get kubeconfig --all-clusters` writes them, one per cluster), one login per user, a
 // fan-out with a bound and a deadline per cluster, and a failed cluster put in one state and one line.
+import { Option, type Command } from 'commander';
 import type { KubeConfig } from '../lib/kube/kube.ts';
+import { takesNames } from './completion.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import { errorLine, oneLine, systemReason, UserError } from './errors.ts';
 import { loadKubeconfig, loginFirst, type KubeconfigFlags } from './whoami.ts';
+
+/** The flags that choose which clusters a command over the fleet asks, and how long each may take. */
+export interface FleetFlags extends KubeconfigFlags {
+  context: string;
+  allClusters: boolean;
+  namespace: string;
+  clusterTimeout: string;
+}
+
+/** The options of FleetFlags, as `get` and `auth can-i` take them. */
+export function withFleetOptions(command: Command): Command {
+  return command
+    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
+    .addOption(
+      takesNames(
+        'context',
+        new Option(
+          '--context <name>',
+          'ask only this context (default: with --all-clusters, every context)',
+        ).default(''),
+      ),
+    )
+    .option(
+      '--all-clusters',
+      'every context of the kubeconfig (as sealion get kubeconfig --all-clusters writes them)',
+      false,
+    )
+    .option('-n, --namespace <name>', "the namespace (default: the context's, else default)", '')
+    .option('--cluster-timeout <seconds>', 'how long one cluster may take to answer', '20');
+}
+
+/**
+ * Refuses a command over the fleet that names no clusters or names them twice. `doing` starts its error lines
+ * (`get pods`); `kubectl` is the kubectl command that asks the current context alone.
+ */
+export function checkFleetChoice(flags: FleetFlags, doing: string, kubectl: string): void {
+  if (!flags.allClusters && !flags.context)
+    throw new UserError(
+      `${doing}: no clusters named; pass --all-clusters for every context, or --context NAME for one (${kubectl} does the current context alone)`,
+    );
+  if (flags.allClusters && flags.context)
+    throw new UserError(`${doing}: --all-clusters and --context exclude each other; pass one`);
+}
 
 /** One context of the kubeconfig: a cluster as a command over the fleet asks it. */
 export interface FleetMember {

@@ -4,20 +4,22 @@
 // cluster that fails or refuses is shown with its reason, never left out, and makes the exit status 1.
 import { Option, type Command } from 'commander';
 import { closeHttpsPools } from '../lib/https-client.ts';
-import { takesNames } from './completion.ts';
 import { collectionPath, discover, resolveResource, type ApiResource } from './discovery.ts';
 import { UserError } from './errors.ts';
 import {
   askFleet,
+  checkFleetChoice,
   clusterTimeoutMs,
   fleetOf,
   progressLine,
   UnknownResource,
+  withFleetOptions,
   type ClusterFailure,
+  type FleetFlags,
   type FleetMember,
 } from './fleet.ts';
 import { printable, printableJSON } from './printable.ts';
-import { printableDeep, requestAsKubeconfig, table, type KubeconfigFlags } from './whoami.ts';
+import { printableDeep, requestAsKubeconfig, table } from './whoami.ts';
 
 /**
  * The annotation `-o json|yaml` adds to every item: the context (cluster) it came from. An annotation, not a label,
@@ -38,14 +40,10 @@ const MAX_PAGES = 200;
 /** The largest page accepted from one cluster: 500 large objects. */
 const PAGE_MAX_BYTES = 64 * 1024 * 1024;
 
-export interface GetFlags extends KubeconfigFlags {
-  context: string;
-  allClusters: boolean;
-  namespace: string;
+export interface GetFlags extends FleetFlags {
   allNamespaces: boolean;
   selector: string;
   output: 'table' | 'wide' | 'name' | 'json' | 'yaml';
-  clusterTimeout: string;
 }
 
 /** A server-side Table (meta.k8s.io/v1), as far as it is read here. */
@@ -367,29 +365,15 @@ const GET_OUTPUTS = ['table', 'wide', 'name', 'json', 'yaml'];
  * subcommand's, and what came before it is handed down, so `get --kubeconfig f kubeconfig` means what it meant.
  */
 export function withResourceGet(get: Command): Command {
-  get
-    .enablePositionalOptions()
-    .argument(
-      '[resource]',
-      'a resource type as kubectl takes it: pods, po, deployments.apps, widgets.example.com',
-    )
-    .argument('[names...]', 'only these objects (by name)')
-    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)', '')
-    .addOption(
-      takesNames(
-        'context',
-        new Option(
-          '--context <name>',
-          'ask only this context (default: with --all-clusters, every context)',
-        ).default(''),
-      ),
-    )
-    .option(
-      '--all-clusters',
-      'every context of the kubeconfig (as sealion get kubeconfig --all-clusters writes them)',
-      false,
-    )
-    .option('-n, --namespace <name>', "the namespace (default: the context's, else default)", '')
+  withFleetOptions(
+    get
+      .enablePositionalOptions()
+      .argument(
+        '[resource]',
+        'a resource type as kubectl takes it: pods, po, deployments.apps, widgets.example.com',
+      )
+      .argument('[names...]', 'only these objects (by name)'),
+  )
     .option('-A, --all-namespaces', 'every namespace', false)
     .option('-l, --selector <selector>', 'a label selector, as kubectl takes it', '')
     .addOption(
@@ -397,7 +381,6 @@ export function withResourceGet(get: Command): Command {
         .choices(GET_OUTPUTS)
         .default('table'),
     )
-    .option('--cluster-timeout <seconds>', 'how long one cluster may take to answer', '20')
     .hook('preSubcommand', (parent, sub) => {
       for (const option of parent.options) {
         const key = option.attributeName();
@@ -433,12 +416,7 @@ Examples:
         throw new UserError(
           `get ${printable(resource)}: "${printable(bad)}" is no object name; give names as kubectl get takes them`,
         );
-      if (!flags.allClusters && !flags.context)
-        throw new UserError(
-          `get ${printable(resource)}: no clusters named; pass --all-clusters for every context, or --context NAME for one (kubectl get does the current context alone)`,
-        );
-      if (flags.allClusters && flags.context)
-        throw new UserError('get: --all-clusters and --context exclude each other; pass one');
+      checkFleetChoice(flags, `get ${printable(resource)}`, 'kubectl get');
       await runGet(flags, resource, names);
     });
   return get;
