@@ -13,6 +13,7 @@ import { HttpsError } from '../lib/https-client.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { progressLine } from './fleet.ts';
 import { errorLine, fileError, systemReason, unreachableError, UserError } from './errors.ts';
+import { loadKubeconfig } from './whoami.ts';
 
 const MAIN = join(import.meta.dirname, 'main.ts');
 let dir: string;
@@ -155,6 +156,29 @@ describe('a kubeconfig that cannot be read says which file and what to do', () =
       stdout: '',
       stderr: `sealion: no kubeconfig: KUBECONFIG names ${missing}, and it does not exist; pass --kubeconfig, set KUBECONFIG, or write one with sealion get kubeconfig (it needs an admin kubeconfig)\n`,
     });
+  });
+
+  it('KUBECONFIG naming files that share a user name: the first file wins, as in kubectl', async () => {
+    const one = join(dir, 'one.kubeconfig');
+    const two = join(dir, 'two.kubeconfig');
+    const file = (context: string, token: string) => ({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': context,
+      clusters: [{ name: context, cluster: { server: `https://${context}.invalid` } }],
+      users: [{ name: 'shared', user: { token } }],
+      contexts: [{ name: context, context: { cluster: context, user: 'shared' } }],
+    });
+    writeFileSync(one, JSON.stringify(file('one', 'first')));
+    writeFileSync(two, JSON.stringify(file('two', 'second')));
+    const config = await loadKubeconfig(
+      { kubeconfig: '' },
+      { KUBECONFIG: `${one}:${two}` },
+      { current: false },
+    );
+    expect(config.getContexts().map((c) => c.name)).toEqual(['one', 'two']);
+    expect(config.getUsers()).toEqual([expect.objectContaining({ name: 'shared', token: 'first' })]);
+    expect(config.getCurrentContext()).toBe('one');
   });
 
   it('a directory', async () => {

@@ -102,6 +102,20 @@ async function readKubeconfigFile(file: string, fix: string): Promise<KubeConfig
  * The kubeconfig `flags` name (kubeconfigFiles), merged as kubectl merges several, and switched to --context. Every
  * failure is one line that names the file and what to do.
  */
+/**
+ * Adds what `other` names and `into` does not: the clusters, users and contexts of the same name in two files are
+ * the first file's, as kubectl merges KUBECONFIG's files (the client library's own merge refuses a repeated name).
+ */
+function mergeFirstWins(into: KubeConfig, other: KubeConfig): void {
+  const taken = (names: { name: string }[]) => new Set(names.map((n) => n.name));
+  const clusters = taken(into.getClusters());
+  const users = taken(into.getUsers());
+  const contexts = taken(into.getContexts());
+  for (const c of other.getClusters()) if (!clusters.has(c.name)) into.addCluster(c);
+  for (const u of other.getUsers()) if (!users.has(u.name)) into.addUser(u);
+  for (const c of other.getContexts()) if (!contexts.has(c.name)) into.addContext(c);
+}
+
 export async function loadKubeconfig(
   flags: KubeconfigFlags,
   env: NodeJS.ProcessEnv = process.env,
@@ -114,7 +128,7 @@ export async function loadKubeconfig(
   const fix = flags.kubeconfig ? 'check the path given to --kubeconfig' : DEFAULT_KUBECONFIG_FIX;
   const [first, ...rest] = await Promise.all(files.map((file) => readKubeconfigFile(file, fix)));
   // The first file wins for each name and for the current context, as in kubectl.
-  for (const other of rest) first!.mergeConfig(other, true);
+  for (const other of rest) mergeFirstWins(first!, other);
   const config = first!;
   const where = files.join(delimiter);
   const known = (): string =>
