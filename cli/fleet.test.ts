@@ -722,6 +722,12 @@ describe('sealion get and auth can-i against stand-in clusters behind one proxy'
     );
   });
 
+  it('takes one resource type at a time', async () => {
+    expect((await run('get', 'deploy,pods', '--all-clusters', '--kubeconfig', join(dir, 'all'))).error).toBe(
+      'get deploy,pods: one resource type at a time; run sealion get once for each of deploy, pods',
+    );
+  });
+
   it('shows a cluster whose answer is no Table as failed, alone', async () => {
     const got = await run('get', 'pods', '--all-clusters', '--kubeconfig', join(dir, 'odd'));
     expect(got.stdout.split('\n').slice(-3)).toEqual([

@@ -410,6 +410,14 @@ Examples:
         throw new UserError(
           'get: name a resource type (sealion get pods --all-clusters) or get kubeconfig; see sealion get --help',
         );
+      // kubectl prints a table per type; here every type's columns and failures would interleave across clusters.
+      if (resource.includes(','))
+        throw new UserError(
+          `get ${printable(resource)}: one resource type at a time; run sealion get once for each of ${resource
+            .split(',')
+            .map((r) => printable(r))
+            .join(', ')}`,
+        );
       // A name goes into a field selector: a comma or an operator in it would be another term, and is in no name.
       const bad = names.find((name) => !/^[^\s,=!]+$/.test(name));
       if (bad !== undefined)
