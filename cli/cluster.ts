@@ -131,18 +131,69 @@ export async function addCluster(
   return { token, pin, command, expires };
 }
 
-export function clusterCommand(): Command {
-  const cluster = new Command('cluster').description('clusters reached through an agent');
-  const common = (c: Command): Command =>
-    c
-      .option(
-        '--kubeconfig <path>',
-        "the hub admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)",
-        '',
-      )
-      .option('--context <name>', "the kubeconfig's context to use (default: its current context)", '')
-      .option('--namespace <name>', "the concierge's namespace", DEFAULT_INSTALL.namespace)
-      .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX);
+/** The options every cluster subcommand takes: which hub, and where Sealion is installed there. */
+function common(c: Command): Command {
+  return c
+    .option('--kubeconfig <path>', "the hub admin's kubeconfig (default: $KUBECONFIG or ~/.kube/config)", '')
+    .option('--context <name>', "the kubeconfig's context to use (default: its current context)", '')
+    .option('--namespace <name>', "the concierge's namespace", DEFAULT_INSTALL.namespace)
+    .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX);
+}
+
+/** `sealion cluster add`: checks every flag, registers the cluster, and prints how its agent starts. */
+async function runClusterAdd(name: string, flags: ClusterFlags): Promise<void> {
+  // Checked before anything is created: a typo must not leave a Cluster and a token behind.
+  const policy = parsePolicy(flags);
+  if (flags.workloadPrefix !== undefined) {
+    const { usernamePrefixProblem } = await import('../apis/tunnel.ts');
+    const problem = usernamePrefixProblem(flags.workloadPrefix);
+    if (problem)
+      throw new UserError(
+        `--workload-prefix ${JSON.stringify(printable(flags.workloadPrefix))}: it ${problem}; give one such as hub:`,
+      );
+  }
+  if ((flags.agentManifests || flags.helmValues) && !flags.hub)
+    throw new Error(
+      `--${flags.helmValues ? 'helm-values' : 'agent-manifests'} needs --hub: the agent must know where to dial`,
+    );
+  if (flags.agentManifests && flags.helmValues)
+    throw new Error('--agent-manifests or --helm-values: one of them');
+  // The agent dials TLS only, and the chart takes nothing else: refused before a token is made for nothing.
+  if (flags.helmValues && !/^https:\/\/[^\s/?#@]+(\/\S*)?$/.test(flags.hub))
+    throw new Error(`--hub ${JSON.stringify(flags.hub)}: an https:// URL, host and port`);
+  const added = await addCluster(name, flags);
+  if (flags.helmValues) {
+    const { yamlText } = await import('../manifests/render.ts');
+    // The token is spent at the agent's first start, but Helm keeps values in the release's history: this is
+    // the one secret in them, and it is worth nothing once used or expired.
+    process.stdout.write(
+      `# sealion-agent values for cluster ${name}: its bootstrap token works once, until ${added.expires.toISOString()}.\n` +
+        yamlText({
+          cluster: { name, hubURL: flags.hub, caPin: added.pin, bootstrapToken: added.token },
+          forwardingPolicy: policy,
+        }),
+    );
+    return;
+  }
+  if (flags.agentManifests) {
+    const { toYaml } = await import('../manifests/render.ts');
+    const settings = agentSettingsManifests({
+      clusterName: name,
+      hubURL: flags.hub,
+      caPin: added.pin,
+      bootstrapToken: added.token,
+      policy,
+    });
+    process.stdout.write(toYaml(settings));
+    return;
+  }
+  console.log(`Cluster ${name} is registered. Its bootstrap token works once, until ${added.expires.toISOString()}.
+Run the agent with access to that cluster (or install the agent manifests there with these values):
+  ${added.command}`);
+}
+
+/** `sealion cluster add NAME`. */
+function addSubcommand(cluster: Command): void {
   common(cluster.command('add <name>'))
     .description('register a cluster and print the agent command with a one-time bootstrap token')
     .option('--hub <url>', "the concierge's tunnel address agents dial, https://host:port", '')
@@ -197,58 +248,14 @@ Examples:
   helm --kube-context edge-1 install sealion-agent config/charts/sealion-agent -n sealion-agent --create-namespace -f edge-1.yaml
 `,
     )
-    .action(async (name: string, flags: ClusterFlags) => {
-      // Checked before anything is created: a typo must not leave a Cluster and a token behind.
-      const policy = parsePolicy(flags);
-      if (flags.workloadPrefix !== undefined) {
-        const { usernamePrefixProblem } = await import('../apis/tunnel.ts');
-        const problem = usernamePrefixProblem(flags.workloadPrefix);
-        if (problem)
-          throw new UserError(
-            `--workload-prefix ${JSON.stringify(printable(flags.workloadPrefix))}: it ${problem}; give one such as hub:`,
-          );
-      }
-      if ((flags.agentManifests || flags.helmValues) && !flags.hub)
-        throw new Error(
-          `--${flags.helmValues ? 'helm-values' : 'agent-manifests'} needs --hub: the agent must know where to dial`,
-        );
-      if (flags.agentManifests && flags.helmValues)
-        throw new Error('--agent-manifests or --helm-values: one of them');
-      // The agent dials TLS only, and the chart takes nothing else: refused before a token is made for nothing.
-      if (flags.helmValues && !/^https:\/\/[^\s/?#@]+(\/\S*)?$/.test(flags.hub))
-        throw new Error(`--hub ${JSON.stringify(flags.hub)}: an https:// URL, host and port`);
-      const added = await addCluster(name, flags);
-      if (flags.helmValues) {
-        const { yamlText } = await import('../manifests/render.ts');
-        // The token is spent at the agent's first start, but Helm keeps values in the release's history: this is
-        // the one secret in them, and it is worth nothing once used or expired.
-        process.stdout.write(
-          `# sealion-agent values for cluster ${name}: its bootstrap token works once, until ${added.expires.toISOString()}.\n` +
-            yamlText({
-              cluster: { name, hubURL: flags.hub, caPin: added.pin, bootstrapToken: added.token },
-              forwardingPolicy: policy,
-            }),
-        );
-        return;
-      }
-      if (flags.agentManifests) {
-        const { toYaml } = await import('../manifests/render.ts');
-        const settings = agentSettingsManifests({
-          clusterName: name,
-          hubURL: flags.hub,
-          caPin: added.pin,
-          bootstrapToken: added.token,
-          policy,
-        });
-        process.stdout.write(toYaml(settings));
-        return;
-      }
-      console.log(`Cluster ${name} is registered. Its bootstrap token works once, until ${added.expires.toISOString()}.
-Run the agent with access to that cluster (or install the agent manifests there with these values):
-  ${added.command}`);
-    });
-  /** The name of a cluster there is: completion offers the hub's. */
-  const existing = (): Argument => takesNames('cluster', new Argument('<name>', 'the cluster'));
+    .action(runClusterAdd);
+}
+
+/** The name of a cluster there is: completion offers the hub's. */
+const existing = (): Argument => takesNames('cluster', new Argument('<name>', 'the cluster'));
+
+/** `sealion cluster revoke NAME` and `sealion cluster remove NAME`. */
+function revokeAndRemoveSubcommands(cluster: Command): void {
   common(cluster.command('revoke'))
     .addArgument(existing())
     .description(
@@ -281,6 +288,10 @@ Its open tunnel closes. To let its agent back in, run: sealion cluster add ${nam
       await deleteBootstrapTokens(clients, flags.namespace, name);
       console.log(`Cluster ${name} removed.`);
     });
+}
+
+/** `sealion cluster kubeconfig NAME --service-account NS/SA`. */
+function kubeconfigSubcommand(cluster: Command): void {
   common(cluster.command('kubeconfig'))
     .addArgument(existing())
     .description(
@@ -312,5 +323,12 @@ Examples:
       const { runClusterKubeconfig } = await import('./cluster-kubeconfig.ts');
       await runClusterKubeconfig(name, flags, (line) => console.error(line));
     });
+}
+
+export function clusterCommand(): Command {
+  const cluster = new Command('cluster').description('clusters reached through an agent');
+  addSubcommand(cluster);
+  revokeAndRemoveSubcommands(cluster);
+  kubeconfigSubcommand(cluster);
   return cluster;
 }
