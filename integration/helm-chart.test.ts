@@ -136,6 +136,9 @@ const CONCIERGE_ROWS: [string, string, Obj | string][] = [
       nodeSelector: { 'kubernetes.io/os': 'linux', 'example.com/pool': 'gateways' },
       tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'gateway', effect: 'NoSchedule' }],
       affinity: null,
+      topologySpreadConstraints: [
+        { maxSkew: 1, topologyKey: 'topology.kubernetes.io/zone', whenUnsatisfiable: 'DoNotSchedule' },
+      ],
       priorityClassName: 'system-cluster-critical',
       services: {
         tunnel: {
@@ -175,6 +178,7 @@ services:
   tunnel:
     annotations: {example.com/flag: "true", example.com/count: "1e3"}
 affinity: {nodeAffinity: null}
+topologySpreadConstraints: null
 `,
   ],
   [

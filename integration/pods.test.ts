@@ -282,3 +282,62 @@ describe('mode: auto (the default), judged from the real node', () => {
     }, 60_000);
   });
 });
+
+describe('a drain of the hub node', () => {
+  const node = 'sealion-dev-node';
+  const budget = async (): Promise<string> =>
+    (
+      await installed.hub.kubectl([
+        'get',
+        'poddisruptionbudget',
+        CONCIERGE_NAME,
+        '-n',
+        namespace,
+        '-o',
+        'jsonpath={.status.currentHealthy} {.status.disruptionsAllowed}',
+      ])
+    ).stdout;
+  /** Asks the API server to evict a pod, as `kubectl drain` does. */
+  const evict = async (pod: string) => {
+    const file = join(dir, `eviction-${pod}.json`);
+    writeFileSync(
+      file,
+      JSON.stringify({ apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: pod, namespace } }),
+    );
+    return installed.hub.kubectl([
+      'create',
+      '--raw',
+      `/api/v1/namespaces/${namespace}/pods/${pod}/eviction`,
+      '-f',
+      file,
+    ]);
+  };
+
+  it('evicts one concierge replica, and the budget refuses the other while the first has no replacement', async () => {
+    // Both replicas ready, as the budget counts them.
+    await eventually(async () => expect(await budget()).toBe('2 1'), 120_000);
+    const listed = await installed.hub.kubectl([
+      'get',
+      'pods',
+      '-n',
+      namespace,
+      '-l',
+      `app=${CONCIERGE_NAME}`,
+      '-o',
+      'jsonpath={.items[*].metadata.name}',
+    ]);
+    const [first, second] = listed.stdout.trim().split(' ');
+    // Cordoned, as a drain begins: the first replica's replacement cannot be scheduled until the node is back.
+    expect((await installed.hub.kubectl(['cordon', node])).code).toBe(0);
+    try {
+      expect(await evict(first!)).toMatchObject({ code: 0 });
+      const refused = await evict(second!);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toMatch(/disruption budget/);
+    } finally {
+      await installed.hub.kubectl(['uncordon', node]);
+    }
+    // The replacement is scheduled once the node is back, and the budget allows one eviction again.
+    await eventually(async () => expect(await budget()).toBe('2 1'), 180_000);
+  }, 300_000);
+});

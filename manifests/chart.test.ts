@@ -43,6 +43,28 @@ describe('values', () => {
   });
 });
 
+describe('availability values', () => {
+  const find = (objects: Record<string, unknown>[], kind: string): Record<string, Record<string, unknown>> =>
+    objects.find((o) => o['kind'] === kind) as Record<string, Record<string, unknown>>;
+  const podSpec = (deployment: Record<string, Record<string, unknown>>): Record<string, unknown> =>
+    (deployment['spec']!['template'] as { spec: Record<string, unknown> }).spec;
+
+  it('keep one replica evictable, and the spread can be turned off or replaced', () => {
+    const one = conciergeManifests(conciergeInstall({ replicas: 1 }));
+    expect(find(one, 'PodDisruptionBudget')['spec']).toMatchObject({ maxUnavailable: 1 });
+    const none = conciergeManifests(conciergeInstall({ topologySpreadConstraints: null }));
+    expect(podSpec(find(none, 'Deployment'))).not.toHaveProperty('topologySpreadConstraints');
+    const zonesOnly = [
+      { maxSkew: 1, topologyKey: 'topology.kubernetes.io/zone', whenUnsatisfiable: 'DoNotSchedule' },
+    ];
+    const own = conciergeManifests(conciergeInstall({ topologySpreadConstraints: zonesOnly }));
+    expect(podSpec(find(own, 'Deployment'))['topologySpreadConstraints']).toEqual(zonesOnly);
+    expect(() => conciergeInstall({ topologySpreadConstraints: 'zones' })).toThrow(
+      /topologySpreadConstraints/,
+    );
+  });
+});
+
 describe('the charts', () => {
   it('leave no stand-in behind, and write every value with toJson or toYaml', () => {
     for (const chart of ['sealion-concierge', 'sealion-agent'] as const)

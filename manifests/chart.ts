@@ -58,6 +58,7 @@ const podSchema = {
   nodeSelector: z.record(z.string(), z.string()).nullish(),
   tolerations: z.array(z.record(z.string(), z.unknown())).nullish(),
   affinity: z.record(z.string(), z.unknown()).nullish(),
+  topologySpreadConstraints: z.array(z.record(z.string(), z.unknown())).nullish(),
   priorityClassName: z.string().optional(),
 };
 const policySchema = z.strictObject({
@@ -123,7 +124,8 @@ export function defaultConciergeValues(): ConciergeValues {
     resources: DEFAULT_CONCIERGE_POD.resources,
     nodeSelector: {},
     tolerations: [],
-    affinity: DEFAULT_CONCIERGE_POD.affinity,
+    affinity: {},
+    topologySpreadConstraints: DEFAULT_CONCIERGE_POD.topologySpreadConstraints,
     priorityClassName: '',
     services: {
       proxy: { type: 'ClusterIP', annotations: {} },
@@ -144,6 +146,7 @@ export function defaultAgentValues(): AgentValues {
     nodeSelector: {},
     tolerations: [],
     affinity: {},
+    topologySpreadConstraints: [],
     priorityClassName: '',
     cluster: { name: '', hubURL: '', caPin: '', bootstrapToken: '' },
     forwardingPolicy: { ...DEFAULT_POLICY },
@@ -191,6 +194,7 @@ function podSettings(values: z.infer<z.ZodObject<typeof podSchema>>): PodSetting
     nodeSelector: values.nodeSelector ?? {},
     tolerations: values.tolerations ?? [],
     affinity: values.affinity ?? {},
+    topologySpreadConstraints: values.topologySpreadConstraints ?? [],
     priorityClassName: values.priorityClassName ?? '',
     imagePullPolicy: values.imagePullPolicy ?? '',
     imagePullSecrets: values.imagePullSecrets ?? [],
@@ -437,6 +441,7 @@ function podHoles(holes: Holes): PodSettings {
     nodeSelector: optional('nodeSelector') as unknown as Record<string, string>,
     tolerations: optional('tolerations') as unknown as Obj[],
     affinity: optional('affinity') as unknown as Obj,
+    topologySpreadConstraints: optional('topologySpreadConstraints') as unknown as Obj[],
     priorityClassName: optional('priorityClassName'),
     imagePullPolicy: optional('imagePullPolicy'),
     imagePullSecrets: optional('imagePullSecrets') as unknown as { name: string }[],
@@ -531,6 +536,8 @@ const POD_COMMENTS: Record<string, string> = {
   nodeSelector: 'Where the pods may run.',
   tolerations: 'Taints the pods tolerate.',
   affinity: 'Pod affinity and anti-affinity.',
+  topologySpreadConstraints:
+    'How replicas spread over nodes and zones (the concierge: by both, where it can; null: not at all).',
   priorityClassName: "The pods' PriorityClass.",
 };
 const POLICY_COMMENT = `What the forwarding identity may do on this cluster, which its API server enforces: name is full, no-exec,

@@ -74,8 +74,9 @@ export interface PodSettings {
   resources?: Obj;
   nodeSelector?: Record<string, string>;
   tolerations?: Obj[];
-  /** Default for the concierge: prefer replicas on different nodes. */
   affinity?: Obj;
+  /** Default for the concierge: CONCIERGE_SPREAD. */
+  topologySpreadConstraints?: Obj[];
   priorityClassName?: string;
   imagePullPolicy?: string;
   imagePullSecrets?: { name: string }[];
@@ -217,24 +218,38 @@ const CONCIERGE_ENV = [
   { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
 ];
 
-/** The concierge's pods by default: two, on different nodes where they can be. */
+/**
+ * The concierge's replicas spread over nodes, then zones, where there are several. ScheduleAnyway, not DoNotSchedule:
+ * a node being drained still counts as a place to spread to (it is only cordoned), so on two nodes a hard constraint
+ * would leave the replacement of an evicted replica Pending until the drained node came back; the cost is that a
+ * replica may share a node when the others are full. pod-template-hash counts each rollout's pods apart, so the new
+ * ones spread among themselves rather than around the old ones about to go.
+ */
+export const CONCIERGE_SPREAD = ['kubernetes.io/hostname', 'topology.kubernetes.io/zone'].map(
+  (topologyKey) => ({
+    maxSkew: 1,
+    topologyKey,
+    whenUnsatisfiable: 'ScheduleAnyway',
+    labelSelector: { matchLabels: { app: CONCIERGE_NAME } },
+    matchLabelKeys: ['pod-template-hash'],
+  }),
+);
+
+/** The concierge's pods by default: two, spread over nodes and zones where they can be. */
 export const DEFAULT_CONCIERGE_POD = {
   replicas: 2,
   resources: { requests: { cpu: '100m', memory: '128Mi' }, limits: { memory: '512Mi' } },
-  affinity: {
-    podAntiAffinity: {
-      preferredDuringSchedulingIgnoredDuringExecution: [
-        {
-          weight: 100,
-          podAffinityTerm: {
-            topologyKey: 'kubernetes.io/hostname',
-            labelSelector: { matchLabels: { app: CONCIERGE_NAME } },
-          },
-        },
-      ],
-    },
-  },
+  topologySpreadConstraints: CONCIERGE_SPREAD,
 } satisfies PodSettings;
+
+/**
+ * A rollout starts a new pod before it stops an old one, and stops none before the new one is ready: the replicas
+ * serving never drop below those asked for. The cost is one pod's room on the nodes during the rollout.
+ */
+export const ROLLING_UPDATE = {
+  type: 'RollingUpdate',
+  rollingUpdate: { maxUnavailable: 0, maxSurge: 1 },
+};
 export const DEFAULT_AGENT_POD = {
   resources: { requests: { cpu: '50m', memory: '64Mi' }, limits: { memory: '256Mi' } },
 } satisfies PodSettings;
@@ -254,6 +269,7 @@ function present(fields: Obj): Obj {
 function placement(pod: PodSettings): Obj {
   return present({
     affinity: pod.affinity,
+    topologySpreadConstraints: pod.topologySpreadConstraints,
     nodeSelector: pod.nodeSelector,
     tolerations: pod.tolerations,
     priorityClassName: pod.priorityClassName,
@@ -295,6 +311,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     ...versionsReaderRBAC(ns),
     ...conciergeConfigMaps(opts),
     conciergeDeployment(opts),
+    conciergeDisruptionBudget(ns),
     ...conciergeServices(opts),
     conciergeNetworkPolicy(ns),
   ];
@@ -591,6 +608,7 @@ function conciergeDeployment(opts: InstallOptions): Obj {
     spec: {
       // Every replica serves the proxy; a Lease picks the one that writes.
       replicas: pod.replicas,
+      strategy: ROLLING_UPDATE,
       selector: { matchLabels: selector },
       template: {
         metadata: { labels: labels(CONCIERGE_NAME) },
@@ -607,6 +625,25 @@ function conciergeDeployment(opts: InstallOptions): Obj {
           ],
         },
       },
+    },
+  };
+}
+
+/**
+ * Voluntary disruptions (a node drain, a cluster autoscaler) take one replica at a time: maxUnavailable, not
+ * minAvailable, so that a single replica (replicas: 1) can still be evicted and a drain never waits for ever.
+ * AlwaysAllow evicts a replica that is not ready at once: it serves nothing, and under the default policy two
+ * replicas failing together would hold every drain of their nodes.
+ */
+function conciergeDisruptionBudget(ns: string): Obj {
+  return {
+    apiVersion: 'policy/v1',
+    kind: 'PodDisruptionBudget',
+    metadata: { name: CONCIERGE_NAME, namespace: ns, labels: PART_OF },
+    spec: {
+      maxUnavailable: 1,
+      selector: { matchLabels: CONCIERGE_SELECTOR },
+      unhealthyPodEvictionPolicy: 'AlwaysAllow',
     },
   };
 }
@@ -814,7 +851,14 @@ export function agentManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[] {
   ];
 }
 
-/** The agent's Deployment: one replica, as one agent holds a cluster's credentials. */
+/**
+ * The agent's Deployment: one replica, as one agent holds a cluster's credentials (its two tunnels, to two hub
+ * replicas, are what keeps the cluster reachable while a hub replica goes). A rollout starts the new agent before it
+ * stops the old one; the new one's tunnels take the old one's place on each hub replica, so the cluster is not left
+ * without a tunnel while the new pod starts. (Kubernetes' default, 25% rounded, comes to the same for one replica;
+ * said here so that it does not hang on rounding.) No PodDisruptionBudget: for one replica, a budget either blocks
+ * every drain of its node or allows the eviction anyway.
+ */
 function agentDeployment(opts: InstallOptions): Obj {
   const ns = opts.agentNamespace;
   const pod: PodSettings = { ...DEFAULT_AGENT_POD, ...opts.agent };
@@ -824,6 +868,7 @@ function agentDeployment(opts: InstallOptions): Obj {
     metadata: { name: AGENT_NAME, namespace: ns, labels: labels(AGENT_NAME) },
     spec: {
       replicas: 1,
+      strategy: ROLLING_UPDATE,
       selector: { matchLabels: { app: AGENT_NAME } },
       template: {
         metadata: { labels: labels(AGENT_NAME) },

@@ -255,3 +255,61 @@ describe('install manifests', () => {
     ).toBeUndefined();
   });
 });
+
+describe('availability during drains and rollouts', () => {
+  type Spec = Record<string, unknown>;
+  const spec = (o: Obj | undefined): Spec => (o?.['spec'] ?? {}) as Spec;
+  const podLabels = (deployment: Obj): Record<string, string> =>
+    ((spec(deployment)['template'] as Spec)['metadata'] as { labels: Record<string, string> }).labels;
+  const podSpec = (deployment: Obj): Spec => (spec(deployment)['template'] as Spec)['spec'] as Spec;
+  const selects = (selector: Spec, labels: Record<string, string>): boolean =>
+    Object.entries(selector['matchLabels'] as Record<string, string>).every(([k, v]) => labels[k] === v);
+  const concierge = conciergeManifests(DEFAULT_INSTALL) as Obj[];
+  const deployment = concierge.find((o) => o.kind === 'Deployment')!;
+
+  it("lets voluntary disruptions take one concierge replica at a time, and never the last one's drain", () => {
+    const budgets = concierge.filter((o) => o.kind === 'PodDisruptionBudget');
+    expect(budgets).toHaveLength(1);
+    const budget = spec(budgets[0]);
+    // maxUnavailable, not minAvailable: with one replica, a drain may still evict it.
+    expect(budget).toEqual({
+      maxUnavailable: 1,
+      selector: spec(deployment)['selector'],
+      unhealthyPodEvictionPolicy: 'AlwaysAllow',
+    });
+    expect(selects(budget['selector'] as Spec, podLabels(deployment))).toBe(true);
+    expect(budgets[0]?.metadata.namespace).toBe(DEFAULT_INSTALL.namespace);
+  });
+
+  it('rolls the concierge and the agent out by starting a new pod before stopping an old one', () => {
+    const agent = (agentManifests(DEFAULT_INSTALL) as Obj[]).find((o) => o.kind === 'Deployment')!;
+    for (const d of [deployment, agent])
+      expect(spec(d)['strategy']).toEqual({
+        type: 'RollingUpdate',
+        rollingUpdate: { maxUnavailable: 0, maxSurge: 1 },
+      });
+    // The agent is one replica holding two tunnels: a budget would guard nothing or block every drain.
+    expect(spec(agent)['replicas']).toBe(1);
+    expect((agentManifests(DEFAULT_INSTALL) as Obj[]).map((o) => o.kind)).not.toContain(
+      'PodDisruptionBudget',
+    );
+  });
+
+  it("spreads the concierge's replicas over nodes and zones without ever leaving one unscheduled", () => {
+    const spread = podSpec(deployment)['topologySpreadConstraints'] as Spec[];
+    expect(spread.map((c) => c['topologyKey'])).toEqual([
+      'kubernetes.io/hostname',
+      'topology.kubernetes.io/zone',
+    ]);
+    for (const constraint of spread) {
+      expect(constraint).toMatchObject({
+        maxSkew: 1,
+        whenUnsatisfiable: 'ScheduleAnyway',
+        matchLabelKeys: ['pod-template-hash'],
+      });
+      expect(selects(constraint['labelSelector'] as Spec, podLabels(deployment))).toBe(true);
+    }
+    // The spread replaces the node anti-affinity it would duplicate.
+    expect(podSpec(deployment)['affinity']).toBeUndefined();
+  });
+});

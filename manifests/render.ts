@@ -21,6 +21,7 @@ export const FILE_BY_KIND: Record<string, string> = {
   RoleBinding: 'rbac.yaml',
   ConfigMap: 'configmap.yaml',
   Deployment: 'deployment.yaml',
+  PodDisruptionBudget: 'deployment.yaml',
   Service: 'services.yaml',
   NetworkPolicy: 'network-policy.yaml',
 };
