@@ -42,7 +42,7 @@ import { CIPHERS, CLIENT_SIGALGS } from '../proxy/server.ts';
 import type { Route } from '../proxy/route.ts';
 import { peerBinding, type VerifiedPeer } from './binding.ts';
 import type { HeldTunnel } from './cluster-status.ts';
-import { serveConnect, type ConnectDoor } from './connect.ts';
+import { PROTOCOL_FIELD, serveConnect, type ConnectDoor } from './connect.ts';
 import { json, serveRegister, serveRenew, type Enrollment } from './enrollment.ts';
 import {
   HANDSHAKE_SWEEP_MS,
@@ -324,7 +324,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   };
   const replicaField = `${REPLICA_HEADER}: ${encodeURIComponent(opts.identity)}`;
   const wss = new WebSocketServer({ noServer: true, maxPayload: 4 * 1024 * 1024 });
-  wss.on('headers', (headers) => headers.push(replicaField));
+  wss.on('headers', (headers) => headers.push(replicaField, PROTOCOL_FIELD));
   const door: ConnectDoor = {
     clusters: opts.clusters,
     identity: opts.identity,
