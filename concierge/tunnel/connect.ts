@@ -32,6 +32,8 @@ export interface ConnectDoor {
   wss: WebSocketServer;
   tunnels: HeldTunnels;
   log: Logger;
+  /** A verified agent was refused for its tunnel protocol: the Cluster's status says so (cluster-status.ts). */
+  onProtocolRefused(cluster: string, problem: string): void;
 }
 
 /** A refusal of the upgrade: the status, what the agent is told and what the log says. */
@@ -58,6 +60,7 @@ function connectRefusal(
   const skew = agentSkew(req.headers[TUNNEL_PROTOCOL_HEADER]);
   if (skew) {
     door.log.warn({ cluster: binding.cluster, problem: skew }, 'tunnel refused');
+    door.onProtocolRefused(binding.cluster, skew);
     return { code: 426, message: skew };
   }
   // An agent that holds tunnels to several replicas wants each on another one.

@@ -59,6 +59,8 @@ let ca: CertificateAuthority;
 let clusters: MemoryInformer<Cluster>;
 let tokens: ReturnType<typeof memoryTokenStore>;
 let listener: TunnelListener;
+/** What the listener said it refused for the tunnel protocol, as `cluster: problem`. */
+let protocolRefusals: string[] = [];
 
 beforeAll(async () => {
   ca = await newCA('test tunnel CA');
@@ -97,6 +99,7 @@ async function start(
     registrationLimits,
     readCluster: (name) => Promise.resolve(clusters.get(name)),
     onTunnelChange: () => {},
+    onProtocolRefused: (cluster, problem) => protocolRefusals.push(`${cluster}: ${problem}`),
     identity: 'replica-under-test',
     log: silentLogger(),
     ...(clock ? { clock } : {}),
@@ -447,6 +450,7 @@ describe('agents outside the tunnel protocol’s skew policy', () => {
     async (protocol, why) => {
       const uid = randomUUID();
       clusters.put(clusterObject(uid));
+      protocolRefusals = [];
       const answer = await rawConnect(await agentCert({ uid, generation: 0 }), protocol);
       expect(answer.status).toBe(426);
       expect(answer.hubProtocol).toBe(TUNNEL_PROTOCOL);
@@ -454,6 +458,8 @@ describe('agents outside the tunnel protocol’s skew policy', () => {
       expect(status).toMatchObject({ kind: 'Status', code: 426 });
       expect(status.message).toContain(why);
       expect(listener.route(NAME)).toBeUndefined();
+      // Said for the Cluster's status, with the reason the agent was answered.
+      expect(protocolRefusals).toEqual([`${NAME}: ${status.message}`]);
     },
   );
 

@@ -95,6 +95,11 @@ export interface TunnelListenerOptions {
   readCluster(name: string): Promise<Cluster | undefined>;
   /** This replica's tunnel to `cluster` came or went (see held()). */
   onTunnelChange(cluster: string): void;
+  /**
+   * This replica refused `cluster`'s agent, whose certificate it accepted, for its tunnel protocol (the skew policy,
+   * lib/tunnel/protocol.ts); `problem` says why in one line. Default: only logged.
+   */
+  onProtocolRefused?(cluster: string, problem: string): void;
   /** This replica's name, told to each agent that connects (an agent holding several tunnels keeps them apart). */
   identity: string;
   log: Logger;
@@ -332,6 +337,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     wss,
     tunnels,
     log,
+    onProtocolRefused: (cluster, problem) => opts.onProtocolRefused?.(cluster, problem),
   };
 
   const server = newTlsServer(await servingContext(ca, opts.hosts), ca, (req, res) =>
