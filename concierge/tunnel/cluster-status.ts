@@ -15,7 +15,14 @@ import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Condition } from '../../apis/meta.ts';
-import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
+import {
+  AGENT_PROTOCOL_CONDITION,
+  type Cluster,
+  type ClusterStatus,
+  type TunnelHolder,
+} from '../../apis/tunnel.ts';
+
+export { AGENT_PROTOCOL_CONDITION } from '../../apis/tunnel.ts';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/kube/informer.ts';
 import {
@@ -84,13 +91,7 @@ type AgentFacts = Pick<ClusterStatus, (typeof AGENT_FACTS)[number]>;
 /** The fields every replica derives from the live entries. */
 type Derived = Pick<ClusterStatus, 'connected' | 'replicas' | 'connectedSince' | 'conditions'> & AgentFacts;
 
-/**
- * The condition that says whether the agent's tunnel protocol is within the hub's skew policy
- * (lib/tunnel/protocol.ts). Absent until a replica refuses the agent for its protocol (an upgrade of the hub writes
- * nothing to Clusters whose agents it serves); then False until a tunnel is up, and True from then on, until the
- * next refusal.
- */
-export const AGENT_PROTOCOL_CONDITION = 'AgentProtocolSupported';
+/** The protocol condition's reasons (AGENT_PROTOCOL_CONDITION). */
 export const WITHIN_SKEW_POLICY = 'WithinSkewPolicy';
 export const OUTSIDE_SKEW_POLICY = 'OutsideSkewPolicy';
 
