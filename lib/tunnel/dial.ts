@@ -104,13 +104,7 @@ export class DialRefused extends Error {
 }
 
 /** The hub's protocol and ours are outside the skew policy (protocol.ts); the message says which to upgrade. */
-export class ProtocolSkew extends Error {
-  readonly hub: ProtocolVersion;
-  constructor(message: string, hub: ProtocolVersion) {
-    super(message);
-    this.hub = hub;
-  }
-}
+export class ProtocolSkew extends Error {}
 
 /** The protocol the hub's answer states, as sent, or undefined when it states none. */
 const statedProtocol = (res: IncomingMessage): string | undefined => {
@@ -128,16 +122,20 @@ function hubSkew(opts: DialOptions, res: IncomingMessage): ProtocolSkew | undefi
   const ours = opts.protocol ?? CURRENT_PROTOCOL;
   const hub = stated === undefined ? UNSTATED_HUB_PROTOCOL : parseProtocol(stated);
   if (!hub)
-    return new ProtocolSkew(`the hub states a tunnel protocol that does not parse: upgrade the agent`, ours);
+    return new ProtocolSkew('the hub states a tunnel protocol that does not parse: upgrade the agent');
   const problem = skewProblem(hub, ours);
-  return problem ? new ProtocolSkew(problem, hub) : undefined;
+  return problem ? new ProtocolSkew(problem) : undefined;
 }
 
-/** The error for an answer other than the upgrade: the skew when the listener refused for it, else DialRefused. */
+/**
+ * The error for an answer other than the upgrade: the skew when the listener refused for it (426, stating its
+ * protocol), else DialRefused. Another refusal keeps its own meaning (401: our certificate; 409: a replica we hold).
+ */
 function refusal(opts: DialOptions, res: IncomingMessage): Error {
   const stated = statedProtocol(res);
-  if (stated === undefined) return new DialRefused(res.statusCode ?? 0);
-  return hubSkew(opts, res) ?? new DialRefused(res.statusCode ?? 0, stated);
+  const status = res.statusCode ?? 0;
+  if (stated === undefined) return new DialRefused(status);
+  return (status === 426 ? hubSkew(opts, res) : undefined) ?? new DialRefused(status, stated);
 }
 
 export interface Dialed {
