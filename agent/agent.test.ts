@@ -15,6 +15,7 @@ import { issueCert, newCA } from '../lib/pki/pki.ts';
 import {
   newTunnelClient,
   TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_VERSION_HEADER,
   TUNNEL_UPGRADE,
   writesDone,
   type TunnelClient,
@@ -39,7 +40,7 @@ async function hub(
   const tunnels: TunnelClient[] = [];
   const transports: string[] = [];
   const wss = new WebSocketServer({ noServer: true });
-  const stated = more.protocol === undefined ? '' : `${TUNNEL_PROTOCOL_HEADER}: ${more.protocol}\r\n`;
+  const stated = more.protocol === undefined ? '' : `${TUNNEL_VERSION_HEADER}: ${more.protocol}\r\n`;
   if (stated) wss.on('headers', (headers) => headers.push(stated.trim()));
   const server: Server = createServer({
     cert: serving.certPem,
@@ -48,6 +49,11 @@ async function hub(
     requestCert: true,
   });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    // A hub that states no protocol is one of 2.0, which serves only agents that say exactly `2` in this header.
+    if (!stated && req.headers[TUNNEL_PROTOCOL_HEADER] !== '2')
+      return void socket.end(
+        'HTTP/1.1 426 Upgrade Required\r\nConnection: close\r\nContent-Length: 0\r\n\r\n',
+      );
     if (req.headers.upgrade === 'websocket')
       return wss.handleUpgrade(req, socket, head, (ws) => {
         transports.push('websocket');
@@ -109,7 +115,7 @@ async function throughTunnel(tunnel: TunnelClient): Promise<number> {
 }
 
 describe('the agent’s tunnel transport', () => {
-  it('dials direct when the hub switches to it', async () => {
+  it('dials direct when the hub switches to it, and a hub of 2.0 serves it', async () => {
     const { tunnels, transports, agent } = await hub(true);
     await eventually(() => expect(agent.connected()).toBe(true));
     await eventually(() => expect(transports).toEqual(['direct']));

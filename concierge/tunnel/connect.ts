@@ -18,7 +18,12 @@ import {
   AVOID_REPLICAS_HEADER,
 } from '../../lib/tunnel/dial.ts';
 import { CURRENT_PROTOCOL, parseProtocol, skewProblem, supportedRange } from '../../lib/tunnel/protocol.ts';
-import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
+import {
+  TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_UPGRADE,
+  TUNNEL_VERSION,
+  TUNNEL_VERSION_HEADER,
+} from '../../lib/tunnel/tunnel.ts';
 import type { RequestAudit } from '../audit/audit.ts';
 import { bindingProblem, type VerifiedPeer } from './binding.ts';
 import type { AgentReport, HeldTunnels } from './held-tunnels.ts';
@@ -57,7 +62,7 @@ function connectRefusal(
   const { binding } = verified;
   const problem = bindingProblem(binding, door.clusters.get(binding.cluster));
   if (problem) return unauthorized(problem);
-  const skew = agentSkew(req.headers[TUNNEL_PROTOCOL_HEADER]);
+  const skew = agentSkew(req.headers[TUNNEL_VERSION_HEADER] ?? req.headers[TUNNEL_PROTOCOL_HEADER]);
   if (skew) {
     door.log.warn({ cluster: binding.cluster, problem: skew }, 'tunnel refused');
     door.onProtocolRefused(binding.cluster, skew);
@@ -80,7 +85,7 @@ function connectRefusal(
 function agentSkew(stated: string | string[] | undefined): string | undefined {
   if (stated === undefined)
     return (
-      `the agent speaks tunnel protocol 1 and the hub ${TUNNEL_PROTOCOL}, which serves agents of ` +
+      `the agent speaks tunnel protocol 1 and the hub ${TUNNEL_VERSION}, which serves agents of ` +
       `${supportedRange(CURRENT_PROTOCOL)}: upgrade the agent`
     );
   const agent = parseProtocol(stated);
@@ -90,7 +95,7 @@ function agentSkew(stated: string | string[] | undefined): string | undefined {
 }
 
 /** Every answer to /connect states the hub's protocol: the agent tells the listener's refusals from a proxy's. */
-export const PROTOCOL_FIELD = `${TUNNEL_PROTOCOL_HEADER}: ${TUNNEL_PROTOCOL}`;
+export const PROTOCOL_FIELD = `${TUNNEL_VERSION_HEADER}: ${TUNNEL_VERSION}`;
 
 /** What the agent says of itself goes into the status: printable, and short. */
 const printable = (value: string): string => value.replace(/[^\x20-\x7e]/g, '').slice(0, 64) || 'unknown';
@@ -126,7 +131,7 @@ export function serveConnect(
     if (refusal.problem !== undefined) door.log.warn({ problem: refusal.problem }, 'tunnel refused');
     return void socket.end(
       rawStatusResponse(refusal.code, refusal.message, {
-        headers: { [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL },
+        headers: { [TUNNEL_VERSION_HEADER]: TUNNEL_VERSION },
       }),
     );
   }

@@ -32,8 +32,9 @@ import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } 
 import { CURRENT_PROTOCOL } from '../../lib/tunnel/protocol.ts';
 import {
   serveTunnel,
-  TUNNEL_PROTOCOL,
   TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_VERSION,
+  TUNNEL_VERSION_HEADER,
   TUNNEL_UPGRADE,
 } from '../../lib/tunnel/tunnel.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
@@ -405,6 +406,8 @@ describe.each(['direct', 'websocket'] as const)('agents holding several tunnels 
 function rawConnect(
   client: { cert: string; key: string },
   protocol: string | undefined,
+  /** The whole version, as agents of 2.1 on send it beside the major. */
+  version?: string,
 ): Promise<{ status: number; hubProtocol: unknown; body: string }> {
   return new Promise((done, fail) => {
     const req = httpsRequest({
@@ -418,18 +421,19 @@ function rawConnect(
         connection: 'Upgrade',
         upgrade: TUNNEL_UPGRADE,
         ...(protocol === undefined ? {} : { [TUNNEL_PROTOCOL_HEADER]: protocol }),
+        ...(version === undefined ? {} : { [TUNNEL_VERSION_HEADER]: version }),
       },
     });
     req.once('upgrade', (res, socket: Socket) => {
       socket.destroy();
-      done({ status: 101, hubProtocol: res.headers[TUNNEL_PROTOCOL_HEADER], body: '' });
+      done({ status: 101, hubProtocol: res.headers[TUNNEL_VERSION_HEADER], body: '' });
     });
     req.once('response', (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
       res.on('end', () =>
-        done({ status: res.statusCode ?? 0, hubProtocol: res.headers[TUNNEL_PROTOCOL_HEADER], body }),
+        done({ status: res.statusCode ?? 0, hubProtocol: res.headers[TUNNEL_VERSION_HEADER], body }),
       );
     });
     req.once('error', fail);
@@ -453,7 +457,7 @@ describe('agents outside the tunnel protocol’s skew policy', () => {
       protocolRefusals = [];
       const answer = await rawConnect(await agentCert({ uid, generation: 0 }), protocol);
       expect(answer.status).toBe(426);
-      expect(answer.hubProtocol).toBe(TUNNEL_PROTOCOL);
+      expect(answer.hubProtocol).toBe(TUNNEL_VERSION);
       const status = JSON.parse(answer.body) as { kind: string; code: number; message: string };
       expect(status).toMatchObject({ kind: 'Status', code: 426 });
       expect(status.message).toContain(why);
@@ -462,6 +466,14 @@ describe('agents outside the tunnel protocol’s skew policy', () => {
       expect(protocolRefusals).toEqual([`${NAME}: ${status.message}`]);
     },
   );
+
+  it('are judged by the whole version where they send it, beside the major that hubs of 2.0 read', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const answer = await rawConnect(await agentCert({ uid, generation: 0 }), '2', '2.3');
+    expect(answer.status).toBe(426);
+    expect(answer.body).toContain('upgrade the hub');
+  });
 
   it('are not taken for a proxy that does not pass the direct upgrade: the agent does not fall back', async () => {
     const uid = randomUUID();
@@ -509,7 +521,7 @@ it('serves agents from before protocols had a minor, which state `2`, and states
   const uid = randomUUID();
   clusters.put(clusterObject(uid));
   const answer = await rawConnect(await agentCert({ uid, generation: 0 }), '2');
-  expect(answer).toMatchObject({ status: 101, hubProtocol: TUNNEL_PROTOCOL });
+  expect(answer).toMatchObject({ status: 101, hubProtocol: TUNNEL_VERSION });
   await forgotten();
 });
 

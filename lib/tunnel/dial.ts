@@ -19,7 +19,7 @@ import {
   UNSTATED_HUB_PROTOCOL,
   type ProtocolVersion,
 } from './protocol.ts';
-import { TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE, writesDone } from './tunnel.ts';
+import { TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE, TUNNEL_VERSION_HEADER, writesDone } from './tunnel.ts';
 
 export type TunnelTransport = 'direct' | 'websocket';
 export type TransportChoice = 'auto' | TunnelTransport;
@@ -76,7 +76,8 @@ function dialHeaders(opts: DialOptions): Record<string, string> {
           [AGENT_IMPERSONATION_HEADER]: opts.forwarding.impersonation,
         }
       : {}),
-    [TUNNEL_PROTOCOL_HEADER]: formatProtocol(opts.protocol ?? CURRENT_PROTOCOL),
+    [TUNNEL_PROTOCOL_HEADER]: String((opts.protocol ?? CURRENT_PROTOCOL).major),
+    [TUNNEL_VERSION_HEADER]: formatProtocol(opts.protocol ?? CURRENT_PROTOCOL),
     ...(opts.avoid?.length ? { [AVOID_REPLICAS_HEADER]: opts.avoid.map(encodeURIComponent).join(',') } : {}),
   };
 }
@@ -108,7 +109,7 @@ export class ProtocolSkew extends Error {}
 
 /** The protocol the hub's answer states, as sent, or undefined when it states none. */
 const statedProtocol = (res: IncomingMessage): string | undefined => {
-  const value = res.headers[TUNNEL_PROTOCOL_HEADER];
+  const value = res.headers[TUNNEL_VERSION_HEADER];
   return typeof value === 'string' ? value : undefined;
 };
 

@@ -8,7 +8,7 @@ import {
   withinSkew,
   type ProtocolVersion,
 } from './protocol.ts';
-import { TUNNEL_PROTOCOL } from './tunnel.ts';
+import { TUNNEL_PROTOCOL, TUNNEL_VERSION } from './tunnel.ts';
 
 const v = (major: number, minor: number): ProtocolVersion => ({ major, minor });
 
@@ -24,7 +24,11 @@ describe('parseProtocol', () => {
     (text) => expect(parseProtocol(text)).toBeUndefined(),
   );
 
-  it('reads what this build sends', () => expect(parseProtocol(TUNNEL_PROTOCOL)).toEqual(CURRENT_PROTOCOL));
+  it('reads what this build sends', () => {
+    expect(parseProtocol(TUNNEL_VERSION)).toEqual(CURRENT_PROTOCOL);
+    // The major alone, where hubs of 2.0 look, reads as the major's first minor: within the policy.
+    expect(withinSkew(CURRENT_PROTOCOL, parseProtocol(TUNNEL_PROTOCOL)!)).toBe(true);
+  });
 });
 
 describe('withinSkew', () => {

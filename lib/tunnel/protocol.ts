@@ -1,6 +1,6 @@
 // The tunnel protocol's version and the version skew policy, in this one place. The protocol version says what
 // runs inside the tunnel and how the two ends greet each other; it is not the product's version, which may change
-// with nothing on the wire changing. Each end states its own in the upgrade (TUNNEL_PROTOCOL_HEADER: the agent in
+// with nothing on the wire changing. Each end states its own in the upgrade (TUNNEL_VERSION_HEADER: the agent in
 // its request, the hub in its answer, a refusal included) and checks the other's against the policy:
 //
 //   an agent and a hub talk when their protocols have the same major and minors at most MAX_MINOR_SKEW apart,
@@ -8,7 +8,9 @@
 //
 // So a hub of 2.1 serves agents of 2.0 to 2.2, and an agent of 2.1 talks to hubs of 2.0 to 2.2: either end may be
 // upgraded first, one minor at a time. A header rather than a first frame: the upgrade is where both transports
-// (direct and WebSocket) already exchange what each end says of itself, and a refusal there costs no tunnel.
+// (direct and WebSocket) already exchange what each end says of itself, and a refusal there costs no tunnel. The
+// agent still sends the major alone in TUNNEL_PROTOCOL_HEADER, where hubs of 2.0 want exactly `2`: so they serve
+// agents of 2.1, as the policy says.
 
 export interface ProtocolVersion {
   major: number;

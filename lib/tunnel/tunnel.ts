@@ -29,12 +29,18 @@ import { CURRENT_PROTOCOL, formatProtocol } from './protocol.ts';
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
 export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
 /**
- * The tunnel protocol this build speaks, as TUNNEL_PROTOCOL_HEADER carries it (protocol.ts: the version and the skew
- * policy). Both ends send it in the upgrade. An agent that sends none speaks version 1 (HTTP/1.1 on CONNECT streams
- * for every request), which the concierge no longer serves.
+ * The major of the tunnel protocol this build speaks, as TUNNEL_PROTOCOL_HEADER carries it in the agent's upgrade:
+ * hubs of 2.0 serve an agent only when it says exactly `2` there. An agent that sends none speaks version 1
+ * (HTTP/1.1 on CONNECT streams for every request), which the concierge no longer serves.
  */
-export const TUNNEL_PROTOCOL = formatProtocol(CURRENT_PROTOCOL);
+export const TUNNEL_PROTOCOL = String(CURRENT_PROTOCOL.major);
 export const TUNNEL_PROTOCOL_HEADER = 'x-sealion-tunnel-protocol';
+/**
+ * The whole version, major.minor (protocol.ts: the version and the skew policy), from 2.1 on: in the agent's upgrade
+ * beside TUNNEL_PROTOCOL_HEADER, and in every answer of the hub's to it.
+ */
+export const TUNNEL_VERSION = formatProtocol(CURRENT_PROTOCOL);
+export const TUNNEL_VERSION_HEADER = 'x-sealion-tunnel-protocol-version';
 /**
  * Resolves once every write already made on `socket` has completed. Node's HTTP/2 takes over a native socket's
  * writes when a session starts on it, and aborts the process if a write made before (the Upgrade's request or
