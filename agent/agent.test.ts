@@ -9,9 +9,17 @@ import { createWebSocketStream, WebSocketServer } from 'ws';
 import { eventually } from '../dev/eventually.ts';
 import { fakeClock } from '../test-support/fake-clock.ts';
 import type { Clock } from '../lib/clock.ts';
-import { silentLogger } from '../lib/log.ts';
+import { newLogger, silentLogger, type Logger } from '../lib/log.ts';
+import { Writable } from 'node:stream';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
-import { newTunnelClient, TUNNEL_UPGRADE, writesDone, type TunnelClient } from '../lib/tunnel/tunnel.ts';
+import {
+  newTunnelClient,
+  TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_VERSION_HEADER,
+  TUNNEL_UPGRADE,
+  writesDone,
+  type TunnelClient,
+} from '../lib/tunnel/tunnel.ts';
 import { newAgent, type Agent } from './agent.ts';
 
 const cleanups: (() => unknown)[] = [];
@@ -23,6 +31,8 @@ afterEach(async () => {
 async function hub(
   direct: boolean,
   clock?: Clock,
+  /** The protocol the hub states in its switch (none, as hubs before 2.1), and where the agent logs. */
+  more: { protocol?: string; log?: Logger } = {},
 ): Promise<{ tunnels: TunnelClient[]; transports: string[]; agent: Agent }> {
   const ca = await newCA('hub test CA');
   const serving = await issueCert(ca, { commonName: 'hub', hosts: ['127.0.0.1'], usage: 'server' });
@@ -30,6 +40,8 @@ async function hub(
   const tunnels: TunnelClient[] = [];
   const transports: string[] = [];
   const wss = new WebSocketServer({ noServer: true });
+  const stated = more.protocol === undefined ? '' : `${TUNNEL_VERSION_HEADER}: ${more.protocol}\r\n`;
+  if (stated) wss.on('headers', (headers) => headers.push(stated.trim()));
   const server: Server = createServer({
     cert: serving.certPem,
     key: serving.keyPem,
@@ -37,6 +49,11 @@ async function hub(
     requestCert: true,
   });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    // A hub that states no protocol is one of 2.0, which serves only agents that say exactly `2` in this header.
+    if (!stated && req.headers[TUNNEL_PROTOCOL_HEADER] !== '2')
+      return void socket.end(
+        'HTTP/1.1 426 Upgrade Required\r\nConnection: close\r\nContent-Length: 0\r\n\r\n',
+      );
     if (req.headers.upgrade === 'websocket')
       return wss.handleUpgrade(req, socket, head, (ws) => {
         transports.push('websocket');
@@ -45,7 +62,7 @@ async function hub(
     if (!direct || req.headers.upgrade !== TUNNEL_UPGRADE)
       return void socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
     socket.write(
-      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n\r\n`,
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${stated}\r\n`,
     );
     void writesDone(socket).then(() => {
       transports.push('direct');
@@ -68,7 +85,7 @@ async function hub(
     // Nothing listens there: a request through the tunnel gets the agent's own 502.
     upstream: { url: new URL('https://127.0.0.1:9') },
     version: 'test',
-    log: silentLogger(),
+    log: more.log ?? silentLogger(),
     ...(clock ? { clock } : {}),
   });
   cleanups.push(
@@ -98,7 +115,7 @@ async function throughTunnel(tunnel: TunnelClient): Promise<number> {
 }
 
 describe('the agent’s tunnel transport', () => {
-  it('dials direct when the hub switches to it', async () => {
+  it('dials direct when the hub switches to it, and a hub of 2.0 serves it', async () => {
     const { tunnels, transports, agent } = await hub(true);
     await eventually(() => expect(agent.connected()).toBe(true));
     await eventually(() => expect(transports).toEqual(['direct']));
@@ -136,5 +153,53 @@ describe('the agent’s pauses', () => {
     await Promise.all([agent.stop(), agent.stop()]);
     expect(agent.connected()).toBe(false);
     await expect(agent.start()).rejects.toThrow('started already');
+  });
+});
+
+/** A logger whose lines are kept, parsed. */
+function recordingLogger(): { log: Logger; lines: () => Record<string, unknown>[] } {
+  let text = '';
+  const destination = new Writable({
+    write(chunk: Buffer, _enc, next) {
+      text += chunk.toString();
+      next();
+    },
+  });
+  return {
+    log: newLogger({ destination }),
+    lines: () =>
+      text
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
+}
+
+describe('the agent and a hub outside the tunnel protocol’s skew policy', () => {
+  it.each([true, false])(
+    'refuses the hub’s switch (direct: %s), says why in one line, and dials again after its pause',
+    async (direct) => {
+      const clock = fakeClock();
+      const recorded = recordingLogger();
+      const { transports, agent } = await hub(direct, clock, { protocol: '3.0', log: recorded.log });
+      const refused = () => recorded.lines().filter((l) => l.msg === 'tunnel refused');
+      await eventually(() => expect(refused()).toHaveLength(1));
+      expect(refused()[0]!.problem).toBe(
+        'the agent speaks tunnel protocol 2.1 and the hub 3.0, which serves agents of 3.0 to 3.1: upgrade the agent',
+      );
+      expect(agent.connected()).toBe(false);
+      // Not taken for a way that does not pass the direct upgrade: the same transport again, once the clock says.
+      await eventually(() => expect(clock.pending()).toHaveLength(2));
+      clock.advance(30_000);
+      await eventually(() => expect(refused()).toHaveLength(2));
+      expect(transports).toEqual(direct ? ['direct', 'direct'] : ['websocket', 'websocket']);
+      expect(agent.connected()).toBe(false);
+    },
+  );
+
+  it('talks to a hub a minor behind', async () => {
+    const { tunnels, agent } = await hub(true, undefined, { protocol: '2.0' });
+    await eventually(() => expect(agent.connected()).toBe(true));
+    expect(await throughTunnel(tunnels[0]!)).toBe(502);
   });
 });

@@ -14,6 +14,7 @@ import { newLifecycle, type Lifecycle } from '../lib/lifecycle.ts';
 import type { Logger } from '../lib/log.ts';
 import { peerChain } from '../lib/pki/pem.ts';
 import { newCSR, spkiPin } from '../lib/pki/pki.ts';
+import type { ProtocolVersion } from '../lib/tunnel/protocol.ts';
 import { serveTunnel, type TunnelServer } from '../lib/tunnel/tunnel.ts';
 import {
   ALREADY_HELD,
@@ -21,6 +22,7 @@ import {
   DialRefused,
   dialWebSocket,
   directNotPassed,
+  ProtocolSkew,
   tlsContext,
   type Dialed,
   type AgentForwarding,
@@ -65,6 +67,11 @@ export interface AgentOptions {
    * cluster stay reachable while a replica restarts; each costs a connection on both ends.
    */
   tunnels?: number;
+  /**
+   * The tunnel protocol to claim. Default: the one this build speaks (lib/tunnel/protocol.ts). Tests only: no flag
+   * or setting of `sealion agent` reaches it, and an agent claiming a protocol it does not speak breaks its tunnel.
+   */
+  protocol?: ProtocolVersion;
 }
 
 /**
@@ -354,6 +361,7 @@ function newDialer(agent: Holding): Dial {
       version: opts.version,
       avoid,
       ...(opts.forwarding ? { forwarding: opts.forwarding } : {}),
+      ...(opts.protocol ? { protocol: opts.protocol } : {}),
     };
     const attempt = async (): Promise<Dialed> => {
       const current = (transport === 'direct' ? dialDirect : dialWebSocket)(options);
@@ -459,7 +467,10 @@ async function holdTunnel(agent: Holding, slot: Slot, index: number, parts: Tunn
         await sleep(clock, slot, delay / 2 + (delay / 2) * Math.random());
         continue;
       }
-      log.warn({ err: (err as Error).message }, 'tunnel failed');
+      // A hub outside the skew policy stays so until one end is upgraded: dialed again with the usual backoff (a
+      // hub rolled forward or back meanwhile takes the agent at once), and said in one line of what to upgrade.
+      if (err instanceof ProtocolSkew) log.warn({ problem: err.message }, 'tunnel refused');
+      else log.warn({ err: (err as Error).message }, 'tunnel failed');
       // A new certificate dials at once; the token is spent then, so this cannot repeat without a pause.
       if (isRefusal(err) && !agent.stopped && (await parts.identity.registerAgain())) continue;
     }

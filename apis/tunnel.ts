@@ -190,6 +190,14 @@ export interface ClusterStatus {
   conditions?: Condition[];
 }
 
+/**
+ * The condition that says whether the agent's tunnel protocol is within the hub's skew policy
+ * (lib/tunnel/protocol.ts). Absent until a replica refuses the agent for its protocol (an upgrade of the hub writes
+ * nothing to Clusters whose agents it serves); then False until a tunnel is up, and True from then on, until the
+ * next refusal.
+ */
+export const AGENT_PROTOCOL_CONDITION = 'AgentProtocolSupported';
+
 export interface Cluster {
   apiVersion: string;
   kind: 'Cluster';

@@ -229,7 +229,7 @@ describe('a server that cannot be reached or refuses', () => {
     // Once, not once for each part (server, concierge, agents); the client's part is printed.
     expect(version).toMatchObject({ code: 1, stderr: line });
     expect(version.stdout).toMatch(
-      /^Client Version: .*\nClient Build: .*\nNode Version: .*\nPlatform: .*\n$/,
+      /^Client Version: .*\nClient Build: .*\nNode Version: .*\nPlatform: .*\nTunnel Protocol: .*\n$/,
     );
 
     const clusters = await sealion(['clusters', '--kubeconfig', path]);

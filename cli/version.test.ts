@@ -22,6 +22,7 @@ const CLIENT: ClientVersion = {
   nodeVersion: 'v24.21.0',
   platform: 'linux/x64',
   standalone: false,
+  tunnelProtocol: '2.1 (2.0 to 2.2)',
 };
 const NOW = Date.parse('2026-01-01T00:10:00Z');
 const JUST_NOW = '2026-01-01T00:09:30Z';
@@ -132,6 +133,35 @@ describe('parseAgents', () => {
   it('refuses what is no list', () => {
     expect(() => parseAgents({ kind: 'Status' })).toThrow(/not a list/);
   });
+  it('says which agents the concierge refused for their tunnel protocol, and why, from their condition', () => {
+    const condition = (status: string, message: string) => ({
+      type: 'AgentProtocolSupported',
+      status,
+      reason: 'r',
+      message,
+      lastTransitionTime: JUST_NOW,
+    });
+    const why =
+      'the agent speaks tunnel protocol 3.0 and the hub 2.1, which serves agents of 2.0 to 2.2: upgrade the hub';
+    const agents = parseAgents({
+      items: [
+        { metadata: { name: 'old' }, status: { connected: false, conditions: [condition('False', why)] } },
+        {
+          metadata: { name: 'upgraded' },
+          status: { connected: true, conditions: [condition('True', 'served')] },
+        },
+        { metadata: { name: 'odd' }, status: { conditions: 'not a list' } },
+      ],
+    });
+    expect(agents).toEqual({
+      old: { version: '', connected: false, protocolRefused: why },
+      upgraded: { version: '', connected: true },
+      odd: { version: '', connected: false },
+    });
+    expect(versionText({ clientVersion: CLIENT, serverVersion: {}, agents }, NOW)).toContain(
+      `  old: unknown (not connected) (refused, outside the tunnel protocol's skew policy: ${why})\n`,
+    );
+  });
 });
 
 describe('versionText', () => {
@@ -141,6 +171,7 @@ describe('versionText', () => {
 Client Build: ${'a'.repeat(40)} (dirty)
 Node Version: v24.21.0
 Platform: linux/x64 (standalone executable)
+Tunnel Protocol: 2.1 (2.0 to 2.2)
 `,
     );
   });
@@ -164,6 +195,7 @@ Platform: linux/x64 (standalone executable)
 Client Build: unknown
 Node Version: v24.21.0
 Platform: linux/x64
+Tunnel Protocol: 2.1 (2.0 to 2.2)
 Server Version: v1.36.3
 Concierge Version: 0.2.0 (2 replicas), 0.1.0 (1 replica)
 Agent Versions:

@@ -18,10 +18,11 @@ import {
   DEFAULT_NAMESPACE,
   type ConciergeVersion,
 } from '../apis/install.ts';
-import type { Cluster } from '../apis/tunnel.ts';
+import { AGENT_PROTOCOL_CONDITION, type Cluster } from '../apis/tunnel.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
+import { CURRENT_PROTOCOL, formatProtocol, supportedRange } from '../lib/tunnel/protocol.ts';
 import { describeCheckout, embeddedBuild, SEALION_VERSION } from '../lib/version.ts';
 import { AlreadySaid, errorLine, oneLine, systemReason, UserError } from './errors.ts';
 import { printable, printableJSON } from './printable.ts';
@@ -40,6 +41,11 @@ export interface ClientVersion {
   platform: string;
   /** Whether it runs as a standalone executable (a Node single executable application). */
   standalone: boolean;
+  /**
+   * The tunnel protocol this release's agent and concierge speak, and the protocols they talk to (the skew policy,
+   * lib/tunnel/protocol.ts): `2.1 (2.0 to 2.2)`.
+   */
+  tunnelProtocol: string;
 }
 
 /** An agent as its Cluster's status says. */
@@ -47,6 +53,11 @@ export interface AgentVersion {
   /** '' when the agent never said (it has not connected yet). */
   version: string;
   connected: boolean;
+  /**
+   * Why the concierge refused the agent for its tunnel protocol, outside the skew policy (its Cluster's
+   * AgentProtocolSupported condition is False); absent while the agent is within it.
+   */
+  protocolRefused?: string;
 }
 
 /** What `sealion version` found; a part that could not be read is absent, and `errors` says why. */
@@ -90,6 +101,7 @@ export async function clientVersion(): Promise<ClientVersion> {
     nodeVersion: process.version,
     platform: `${process.platform}/${process.arch}`,
     standalone: isSea(),
+    tunnelProtocol: `${formatProtocol(CURRENT_PROTOCOL)} (${supportedRange(CURRENT_PROTOCOL)})`,
   };
 }
 
@@ -161,9 +173,12 @@ export function parseAgents(list: unknown): Record<string, AgentVersion> {
   for (const cluster of items as Partial<Cluster>[]) {
     const name = cluster.metadata?.name;
     if (typeof name !== 'string') continue;
+    const conditions = Array.isArray(cluster.status?.conditions) ? cluster.status.conditions : [];
+    const refused = conditions.find((c) => c?.type === AGENT_PROTOCOL_CONDITION && c.status === 'False');
     agents[name] = {
       version: typeof cluster.status?.agentVersion === 'string' ? cluster.status.agentVersion : '',
       connected: cluster.status?.connected === true,
+      ...(refused ? { protocolRefused: typeof refused.message === 'string' ? refused.message : '' } : {}),
     };
   }
   return agents;
@@ -279,6 +294,7 @@ export function versionText(report: VersionReport, now = Date.now()): string {
     `Client Build: ${c.gitCommit ? `${c.gitCommit}${c.gitTreeState === 'dirty' ? ' (dirty)' : ''}` : 'unknown'}`,
     `Node Version: ${c.nodeVersion}`,
     `Platform: ${c.platform}${c.standalone ? ' (standalone executable)' : ''}`,
+    `Tunnel Protocol: ${p(c.tunnelProtocol)}`,
   ];
   const errors = report.errors ?? {};
   const unknown = (why: string | undefined): string => `unknown${why ? ` (${why})` : ''}`;
@@ -318,8 +334,12 @@ export function versionText(report: VersionReport, now = Date.now()): string {
       lines.push('Agent Versions:');
       for (const name of names) {
         const agent = report.agents[name]!;
+        const refused =
+          agent.protocolRefused === undefined
+            ? ''
+            : ` (refused, outside the tunnel protocol's skew policy: ${p(agent.protocolRefused)})`;
         lines.push(
-          `  ${p(name)}: ${agent.version ? p(agent.version) : 'unknown'}${agent.connected ? '' : ' (not connected)'}`,
+          `  ${p(name)}: ${agent.version ? p(agent.version) : 'unknown'}${agent.connected ? '' : ' (not connected)'}${refused}`,
         );
       }
     }

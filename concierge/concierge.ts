@@ -676,6 +676,7 @@ async function agentsListener(
     clusters: informers.customResource<Cluster>(clusterResource),
     readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
     onTunnelChange: (name) => status.changed(name),
+    onProtocolRefused: (name, problem) => status.refusedProtocol(name, problem),
     identity: opts.identity,
     log: log.child({ component: 'tunnel' }),
     budget,

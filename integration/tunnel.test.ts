@@ -17,7 +17,8 @@ import { X509Certificate } from 'node:crypto';
 import { newAgent, type Agent, type AgentCredentials } from '../agent/agent.ts';
 import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
 import { systemClock, type Clock } from '../lib/clock.ts';
-import { silentLogger } from '../lib/log.ts';
+import { newLogger, silentLogger } from '../lib/log.ts';
+import { Writable } from 'node:stream';
 import { newKubeClients, readSecretData, type KubeClients } from '../lib/kube/kube.ts';
 import { issueCert, loadCA, newCA, newCSR } from '../lib/pki/pki.ts';
 import { serveTunnel, TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER } from '../lib/tunnel/tunnel.ts';
@@ -700,6 +701,86 @@ describe('a cluster reached through its agent', () => {
     expect(renewed!.subject).toBe('CN=edge-2');
     expect(renewed!.serialNumber).not.toBe(first!.serialNumber);
     expect(saved[1]!.keyPem).not.toBe(saved[0]!.keyPem);
+  });
+
+  it('refuses an agent outside the tunnel protocol’s skew policy, in its log and its Cluster’s status, and takes it once within', async () => {
+    const name = 'edge-skew';
+    await hub.kubectl(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'tunnel.concierge.sealion.dev/v1alpha1',
+        kind: 'Cluster',
+        metadata: { name },
+        spec: {},
+      }),
+    });
+    const { token } = await createBootstrapToken(hubClients, NS, name);
+    const saved: AgentCredentials[] = [];
+    let logged = '';
+    const log = newLogger({
+      destination: new Writable({
+        write(chunk: Buffer, _enc, next) {
+          logged += chunk.toString();
+          next();
+        },
+      }),
+    });
+    /** An agent of this build that claims `protocol` (the option no flag reaches), or its own. */
+    const start = async (protocol?: { major: number; minor: number }): Promise<Agent> => {
+      const agent = newAgent({
+        tunnels: 1,
+        cluster: name,
+        hub: new URL(`https://127.0.0.1:${tunnelPort}`),
+        trust: { caPem: concierge.concierge.tunnel!.caPem },
+        bootstrapToken: () => token,
+        store: {
+          load: () => Promise.resolve(saved.at(-1)),
+          save: (c) => Promise.resolve(void saved.push(c)),
+        },
+        upstream: agentUpstream(agentKubeconfig),
+        version: 'test',
+        log,
+        ...(protocol ? { protocol } : {}),
+      });
+      await agent.start();
+      return agent;
+    };
+    const condition = async (): Promise<Record<string, unknown> | undefined> =>
+      ((await clusterStatus(name))['conditions'] as Record<string, unknown>[] | undefined)?.find(
+        (c) => c['type'] === 'AgentProtocolSupported',
+      );
+    const why =
+      'the agent speaks tunnel protocol 3.0 and the hub 2.1, which serves agents of 2.0 to 2.2: upgrade the hub';
+    let agent = await start({ major: 3, minor: 0 });
+    // An agent left running after a failure would keep redialling, and keep Jest from exiting.
+    try {
+      await eventually(() => {
+        const refused = logged
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => JSON.parse(line) as Record<string, unknown>)
+          .filter((line) => line['msg'] === 'tunnel refused');
+        expect(refused[0]).toMatchObject({ problem: why });
+      });
+      await eventually(async () =>
+        expect(await condition()).toMatchObject({
+          status: 'False',
+          reason: 'OutsideSkewPolicy',
+          message: why,
+        }),
+      );
+      expect(agent.connected()).toBe(false);
+      expect((await clusterStatus(name))['connected']).not.toBe(true);
+      await agent.stop();
+
+      // The same agent, within the policy: its tunnel comes up, and the condition says so.
+      agent = await start();
+      await eventually(() => expect(agent.connected()).toBe(true));
+      await eventually(async () =>
+        expect(await condition()).toMatchObject({ status: 'True', reason: 'WithinSkewPolicy' }),
+      );
+    } finally {
+      await agent.stop();
+    }
   });
 
   it('closes a tunnel when the certificate it was opened with expires', async () => {

@@ -1,5 +1,6 @@
 import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
+import type { Condition } from '../../apis/meta.ts';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
 import { fakeClock, type FakeClock } from '../../test-support/fake-clock.ts';
 import { MemoryInformer } from '../../lib/kube/informer.ts';
@@ -7,6 +8,7 @@ import type { LeaseClient, LeaseObject, LeaseRecord, StatusApplier } from '../..
 import { silentLogger } from '../../lib/log.ts';
 import { newControllerManager } from '../../lib/controller/manager.ts';
 import {
+  AGENT_PROTOCOL_CONDITION,
   deriveStatus,
   newClusterStatus,
   REPLICA_LEASE_SECONDS,
@@ -142,6 +144,46 @@ describe('deriveStatus', () => {
   it('is disconnected with no live tunnel, keeping what was last known of the agent', () => {
     const current = { connected: true, connectedSince: T0, agentVersion: 'v1', certificateExpiry: T1 };
     expect(deriveStatus(current, [])).toEqual({ ...current, connected: false, replicas: '' });
+  });
+});
+
+describe('the agent protocol condition', () => {
+  const refusal = {
+    message: 'the agent speaks tunnel protocol 3.0 and the hub 2.1, …: upgrade the hub',
+    at: T1,
+  };
+  const refused = (message: string, at: string): Condition => ({
+    type: AGENT_PROTOCOL_CONDITION,
+    status: 'False',
+    reason: 'OutsideSkewPolicy',
+    message,
+    lastTransitionTime: at,
+  });
+  const live: TunnelHolder[] = [{ replica: 'a', connectedSince: T1 }];
+
+  it('is absent until a replica refuses the agent, connected or not', () => {
+    expect(deriveStatus({}, []).conditions).toBeUndefined();
+    expect(deriveStatus({}, live).conditions).toBeUndefined();
+  });
+
+  it('says a refusal while no tunnel is up, keeping when it first turned False', () => {
+    expect(deriveStatus({}, [], refusal).conditions).toEqual([refused(refusal.message, T1)]);
+    const before = { conditions: [refused('an earlier reason', T0)] };
+    expect(deriveStatus(before, [], refusal).conditions).toEqual([refused(refusal.message, T0)]);
+    // Said by a replica that is gone: it stays, as nothing has proved it wrong.
+    expect(deriveStatus(before, []).conditions).toEqual(before.conditions);
+  });
+
+  it('turns True once a tunnel is up, since the cluster connected, whatever a replica refuses meanwhile', () => {
+    const served: Condition = {
+      type: AGENT_PROTOCOL_CONDITION,
+      status: 'True',
+      reason: 'WithinSkewPolicy',
+      message: "a tunnel is up: the agent's tunnel protocol is served",
+      lastTransitionTime: T1,
+    };
+    expect(deriveStatus({ conditions: [refused('old', T0)] }, live).conditions).toEqual([served]);
+    expect(deriveStatus({ conditions: [served] }, live, refusal).conditions).toEqual([served]);
   });
 });
 
@@ -369,6 +411,35 @@ describe('the cluster status publisher', () => {
     await tick(zed.clock, 1000, REPLICA_LEASE_SECONDS + 2);
     expect(status.removed).toEqual(['edge/crashed']);
     expect(clusters.get('edge')!.status).toMatchObject({ connected: false, tunnels: [] });
+    await zed.stop();
+  });
+
+  it('says its refusal of an agent for its protocol, once per reason, though another replica removes lapsed entries', async () => {
+    const clusters = new MemoryInformer<Cluster>([cluster('edge')]);
+    const leases = new MemoryInformer<LeaseObject>([lease('alive', '1')]);
+    const status = fakeStatus(clusters);
+    const tunnels = new Map<string, HeldTunnel>();
+    const zed = await replica('zed', clusters, leases, status, tunnels);
+    const why =
+      'the agent speaks tunnel protocol 3.0 and the hub 2.1, which serves agents of 2.0 to 2.2: upgrade the hub';
+    zed.publisher.refusedProtocol('edge', why);
+    await settle();
+    expect(status.applies).toHaveLength(1);
+    expect(clusters.get('edge')!.status!.conditions).toEqual([
+      expect.objectContaining({ type: AGENT_PROTOCOL_CONDITION, status: 'False', message: why }),
+    ]);
+    // The agent dials again with its backoff: the same reason writes nothing more.
+    zed.publisher.refusedProtocol('edge', why);
+    await settle();
+    expect(status.applies).toHaveLength(1);
+    // Upgraded, it holds a tunnel here: the condition turns True with this replica's entry.
+    tunnels.set('edge', held);
+    zed.publisher.changed('edge');
+    await settle();
+    expect(clusters.get('edge')!.status).toMatchObject({
+      tunnels: [{ replica: 'zed' }],
+      conditions: [{ type: AGENT_PROTOCOL_CONDITION, status: 'True', lastTransitionTime: T0 }],
+    });
     await zed.stop();
   });
 

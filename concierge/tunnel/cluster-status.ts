@@ -14,7 +14,15 @@
 import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
-import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
+import type { Condition } from '../../apis/meta.ts';
+import {
+  AGENT_PROTOCOL_CONDITION,
+  type Cluster,
+  type ClusterStatus,
+  type TunnelHolder,
+} from '../../apis/tunnel.ts';
+
+export { AGENT_PROTOCOL_CONDITION } from '../../apis/tunnel.ts';
 import type { Clock } from '../../lib/clock.ts';
 import type { Informer } from '../../lib/kube/informer.ts';
 import {
@@ -81,7 +89,62 @@ const AGENT_FACTS = ['agentVersion', 'certificateExpiry', 'policy', 'impersonati
 type AgentFacts = Pick<ClusterStatus, (typeof AGENT_FACTS)[number]>;
 
 /** The fields every replica derives from the live entries. */
-type Derived = Pick<ClusterStatus, 'connected' | 'replicas' | 'connectedSince'> & AgentFacts;
+type Derived = Pick<ClusterStatus, 'connected' | 'replicas' | 'connectedSince' | 'conditions'> & AgentFacts;
+
+/** The protocol condition's reasons (AGENT_PROTOCOL_CONDITION). */
+export const WITHIN_SKEW_POLICY = 'WithinSkewPolicy';
+export const OUTSIDE_SKEW_POLICY = 'OutsideSkewPolicy';
+
+/** A refusal of the agent for its protocol, by this replica, not yet in the status: why, and when by our clock. */
+export interface ProtocolRefusal {
+  message: string;
+  at: string;
+}
+
+/**
+ * The protocol condition from the facts, or undefined while there is none to state. A tunnel that is up proves the
+ * agent served, whatever a replica refused before: a False condition turns True since the tunnel's connectedSince,
+ * a time every replica derives alike. Else this replica's refusal, else what the status says already (a refusal stays said
+ * when the replica that wrote it is gone: it was true, and stays so until a tunnel comes up).
+ */
+function protocolCondition(
+  current: Condition | undefined,
+  connectedSince: string | undefined,
+  refusal: ProtocolRefusal | undefined,
+): Condition | undefined {
+  if (connectedSince) {
+    if (!current || current.status === 'True') return current;
+    return {
+      type: AGENT_PROTOCOL_CONDITION,
+      status: 'True',
+      reason: WITHIN_SKEW_POLICY,
+      message: "a tunnel is up: the agent's tunnel protocol is served",
+      lastTransitionTime: connectedSince,
+    };
+  }
+  if (!refusal) return current;
+  return {
+    type: AGENT_PROTOCOL_CONDITION,
+    status: 'False',
+    reason: OUTSIDE_SKEW_POLICY,
+    message: refusal.message,
+    lastTransitionTime: current?.status === 'False' ? current.lastTransitionTime : refusal.at,
+  };
+}
+
+/**
+ * The status's conditions with the protocol condition as derived. Every apply carries it: under server-side apply
+ * a field left out of an apply by the manager that owns it would be removed.
+ */
+function derivedConditions(
+  current: ClusterStatus,
+  connectedSince: string | undefined,
+  refusal: ProtocolRefusal | undefined,
+): Pick<ClusterStatus, 'conditions'> {
+  const was = current.conditions?.find((c) => c.type === AGENT_PROTOCOL_CONDITION);
+  const condition = protocolCondition(was, connectedSince, refusal);
+  return condition ? { conditions: [condition] } : {};
+}
 
 /** The agent's facts from `from`, each falling back to `fallback`'s; absent ones left out. */
 function agentFacts(from: AgentFacts, fallback: AgentFacts): AgentFacts {
@@ -98,7 +161,11 @@ function agentFacts(from: AgentFacts, fallback: AgentFacts): AgentFacts {
  * says of itself (version, certificate expiry, policy) comes from its newest tunnel, and stays as it was once it has
  * none.
  */
-export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder[]): Derived {
+export function deriveStatus(
+  current: ClusterStatus,
+  live: readonly TunnelHolder[],
+  refusal?: ProtocolRefusal,
+): Derived {
   if (live.length === 0) {
     return {
       connected: false,
@@ -106,19 +173,22 @@ export function deriveStatus(current: ClusterStatus, live: readonly TunnelHolder
       replicas: '',
       ...(current.connectedSince ? { connectedSince: current.connectedSince } : {}),
       ...agentFacts(current, {}),
+      ...derivedConditions(current, undefined, refusal),
     };
   }
   const bySince = [...live].sort((a, b) => a.connectedSince.localeCompare(b.connectedSince));
   const newest = bySince[bySince.length - 1]!;
+  const connectedSince =
+    current.connected && current.connectedSince ? current.connectedSince : bySince[0]!.connectedSince;
   return {
     connected: true,
     replicas: live
       .map((t) => t.replica)
       .sort()
       .join(','),
-    connectedSince:
-      current.connected && current.connectedSince ? current.connectedSince : bySince[0]!.connectedSince,
+    connectedSince,
     ...agentFacts(newest, current),
+    ...derivedConditions(current, connectedSince, refusal),
   };
 }
 
@@ -131,7 +201,13 @@ const sameDerived = (status: ClusterStatus, derived: Derived): boolean =>
   status.connected === derived.connected &&
   (status.replicas ?? '') === derived.replicas &&
   status.connectedSince === derived.connectedSince &&
-  AGENT_FACTS.every((k) => status[k] === derived[k]);
+  AGENT_FACTS.every((k) => status[k] === derived[k]) &&
+  sameProtocolCondition(status, derived);
+
+const protocolConditionOf = (status: Pick<ClusterStatus, 'conditions'>): string =>
+  JSON.stringify(status.conditions?.find((c) => c.type === AGENT_PROTOCOL_CONDITION));
+const sameProtocolCondition = (status: ClusterStatus, derived: Derived): boolean =>
+  protocolConditionOf(status) === protocolConditionOf(derived);
 
 export interface ClusterStatusOptions {
   clusters: Informer<Cluster>;
@@ -159,6 +235,11 @@ export interface ClusterStatusPublisher {
   /** This replica's tunnel to `cluster` came or went. */
   changed(cluster: string): void;
   /**
+   * This replica refused `cluster`'s agent for its tunnel protocol, for the reason `message`: the Cluster's
+   * AGENT_PROTOCOL_CONDITION says so until a tunnel is up.
+   */
+  refusedProtocol(cluster: string, message: string): void;
+  /**
    * The other live replicas whose entries say they hold `cluster`'s tunnel and that publish a peer address, newest
    * tunnel first (an agent that moved is likelier on its latest replica).
    */
@@ -185,6 +266,8 @@ interface Publishing {
   fieldManager: string;
   liveness: Liveness;
   index: EntryIndex;
+  /** This replica's refusals of agents for their protocol, by cluster, until the status says them. */
+  refusals: Map<string, ProtocolRefusal>;
 }
 
 /**
@@ -211,7 +294,7 @@ async function syncCluster(at: Publishing, name: string): Promise<void> {
   const { opts, liveness } = at;
   at.index.update(name);
   const cluster = opts.clusters.get(name);
-  if (!cluster) return;
+  if (!cluster) return void at.refusals.delete(name);
   const status = cluster.status ?? {};
   const entries = status.tunnels ?? [];
   const held = liveness.stopped ? undefined : opts.held(name);
@@ -219,10 +302,15 @@ async function syncCluster(at: Publishing, name: string): Promise<void> {
   const { others, lapsedEntries } = otherEntries(at, entries);
   const remover = liveness.removesLapsed();
   // This replica's own entry first: other replicas route by it, and it needs nothing else written before it.
-  const derived = deriveStatus(status, mine ? [...others, mine] : others);
+  const refusal = at.refusals.get(name);
+  const derived = deriveStatus(status, mine ? [...others, mine] : others, refusal);
   const current = entries.find((e) => e.replica === opts.identity);
-  if (!sameEntry(current, mine) || (remover && !sameDerived(status, derived)))
+  // A refusal is this replica's to say, whoever removes lapsed entries; said once (or overtaken by a tunnel) it is
+  // forgotten, so an agent that dials again and again costs a write only when the reason changes.
+  const refusalToSay = refusal !== undefined && !sameProtocolCondition(status, derived);
+  if (!sameEntry(current, mine) || refusalToSay || (remover && !sameDerived(status, derived)))
     await opts.status.apply(name, { ...derived, ...(mine ? { tunnels: [mine] } : {}) }, at.fieldManager);
+  if (refusal && at.refusals.get(name) === refusal) at.refusals.delete(name);
   if (!remover) return;
   // Then lapsed replicas' entries, each only if it is still where it was read (a `test` operation; one that moved
   // fails the patch, and the sync runs again on what the API server has now). The last goes first, so that the
@@ -455,11 +543,17 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
     fieldManager: replicaFieldManager(opts.identity),
     liveness: new Liveness(opts.leases, opts.identity, opts.clock),
     index: new EntryIndex(opts.clusters),
+    refusals: new Map(),
   };
   let withdrawn: Promise<void> | undefined;
   return {
     entries: statusControllers(at),
     changed: (cluster) => opts.manager.enqueue(CLUSTER_STATUS, cluster),
+    refusedProtocol(cluster, message) {
+      if (at.liveness.stopped) return;
+      at.refusals.set(cluster, { message, at: new Date(opts.clock.now()).toISOString() });
+      opts.manager.enqueue(CLUSTER_STATUS, cluster);
+    },
     knownSource: (ip) => knownSource(opts.leases, ip),
     replicas: () => liveReplicas(at),
     versions: () => replicaVersions(at),

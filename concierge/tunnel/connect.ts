@@ -17,7 +17,13 @@ import {
   ALREADY_HELD,
   AVOID_REPLICAS_HEADER,
 } from '../../lib/tunnel/dial.ts';
-import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
+import { CURRENT_PROTOCOL, parseProtocol, skewProblem, supportedRange } from '../../lib/tunnel/protocol.ts';
+import {
+  TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_UPGRADE,
+  TUNNEL_VERSION,
+  TUNNEL_VERSION_HEADER,
+} from '../../lib/tunnel/tunnel.ts';
 import type { RequestAudit } from '../audit/audit.ts';
 import { bindingProblem, type VerifiedPeer } from './binding.ts';
 import type { AgentReport, HeldTunnels } from './held-tunnels.ts';
@@ -31,6 +37,8 @@ export interface ConnectDoor {
   wss: WebSocketServer;
   tunnels: HeldTunnels;
   log: Logger;
+  /** A verified agent was refused for its tunnel protocol: the Cluster's status says so (cluster-status.ts). */
+  onProtocolRefused(cluster: string, problem: string): void;
 }
 
 /** A refusal of the upgrade: the status, what the agent is told and what the log says. */
@@ -54,10 +62,11 @@ function connectRefusal(
   const { binding } = verified;
   const problem = bindingProblem(binding, door.clusters.get(binding.cluster));
   if (problem) return unauthorized(problem);
-  if (req.headers[TUNNEL_PROTOCOL_HEADER] !== TUNNEL_PROTOCOL) {
-    door.log.warn({ cluster: binding.cluster }, 'tunnel refused: the agent is too old for this hub');
-    const message = `this hub needs an agent that speaks tunnel protocol ${TUNNEL_PROTOCOL}: upgrade the agent`;
-    return { code: 426, message };
+  const skew = agentSkew(req.headers[TUNNEL_VERSION_HEADER] ?? req.headers[TUNNEL_PROTOCOL_HEADER]);
+  if (skew) {
+    door.log.warn({ cluster: binding.cluster, problem: skew }, 'tunnel refused');
+    door.onProtocolRefused(binding.cluster, skew);
+    return { code: 426, message: skew };
   }
   // An agent that holds tunnels to several replicas wants each on another one.
   const avoid = String(req.headers[AVOID_REPLICAS_HEADER] ?? '').split(',');
@@ -68,6 +77,25 @@ function connectRefusal(
     };
   return { binding };
 }
+
+/**
+ * Why an agent that states `stated` as its protocol is not served (the skew policy, lib/tunnel/protocol.ts), or
+ * undefined when it is. An agent that states none speaks the first protocol, from before the version was sent.
+ */
+function agentSkew(stated: string | string[] | undefined): string | undefined {
+  if (stated === undefined)
+    return (
+      `the agent speaks tunnel protocol 1 and the hub ${TUNNEL_VERSION}, which serves agents of ` +
+      `${supportedRange(CURRENT_PROTOCOL)}: upgrade the agent`
+    );
+  const agent = parseProtocol(stated);
+  if (!agent)
+    return `the agent states a tunnel protocol that does not parse; the hub serves agents of ${supportedRange(CURRENT_PROTOCOL)}`;
+  return skewProblem(CURRENT_PROTOCOL, agent);
+}
+
+/** Every answer to /connect states the hub's protocol: the agent tells the listener's refusals from a proxy's. */
+export const PROTOCOL_FIELD = `${TUNNEL_VERSION_HEADER}: ${TUNNEL_VERSION}`;
 
 /** What the agent says of itself goes into the status: printable, and short. */
 const printable = (value: string): string => value.replace(/[^\x20-\x7e]/g, '').slice(0, 64) || 'unknown';
@@ -101,7 +129,11 @@ export function serveConnect(
   if (!('binding' in refusal)) {
     answer(refusal.code);
     if (refusal.problem !== undefined) door.log.warn({ problem: refusal.problem }, 'tunnel refused');
-    return void socket.end(rawStatusResponse(refusal.code, refusal.message));
+    return void socket.end(
+      rawStatusResponse(refusal.code, refusal.message, {
+        headers: { [TUNNEL_VERSION_HEADER]: TUNNEL_VERSION },
+      }),
+    );
   }
   const { binding } = refusal;
   const report = agentReport(req, socket);
@@ -114,7 +146,7 @@ export function serveConnect(
     answer(101);
     audit?.responseStarted(101);
     socket.write(
-      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${door.replicaField}\r\n\r\n`,
+      `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_UPGRADE}\r\n${door.replicaField}\r\n${PROTOCOL_FIELD}\r\n\r\n`,
       (err) => {
         if (err || socket.destroyed) return void socket.destroy();
         door.tunnels.accept(binding, socket, 'direct', report, () => socket.destroy());

@@ -12,6 +12,8 @@ import {
   dialDirect,
   DialRefused,
   dialWebSocket,
+  directNotPassed,
+  ProtocolSkew,
   tlsContext,
   type TunnelTransport,
 } from '../../lib/tunnel/dial.ts';
@@ -27,7 +29,14 @@ import type { Clock } from '../../lib/clock.ts';
 import { fakeClock } from '../../test-support/fake-clock.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki/pki.ts';
-import { serveTunnel, TUNNEL_UPGRADE } from '../../lib/tunnel/tunnel.ts';
+import { CURRENT_PROTOCOL } from '../../lib/tunnel/protocol.ts';
+import {
+  serveTunnel,
+  TUNNEL_PROTOCOL_HEADER,
+  TUNNEL_VERSION,
+  TUNNEL_VERSION_HEADER,
+  TUNNEL_UPGRADE,
+} from '../../lib/tunnel/tunnel.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
 import {
   HANDSHAKE_SWEEP_MS,
@@ -51,6 +60,8 @@ let ca: CertificateAuthority;
 let clusters: MemoryInformer<Cluster>;
 let tokens: ReturnType<typeof memoryTokenStore>;
 let listener: TunnelListener;
+/** What the listener said it refused for the tunnel protocol, as `cluster: problem`. */
+let protocolRefusals: string[] = [];
 
 beforeAll(async () => {
   ca = await newCA('test tunnel CA');
@@ -89,6 +100,7 @@ async function start(
     registrationLimits,
     readCluster: (name) => Promise.resolve(clusters.get(name)),
     onTunnelChange: () => {},
+    onProtocolRefused: (cluster, problem) => protocolRefusals.push(`${cluster}: ${problem}`),
     identity: 'replica-under-test',
     log: silentLogger(),
     ...(clock ? { clock } : {}),
@@ -390,38 +402,127 @@ describe.each(['direct', 'websocket'] as const)('agents holding several tunnels 
   });
 });
 
-describe('agents older than the tunnel protocol', () => {
-  it('are told to upgrade, with 426 and a Status, and hold no tunnel', async () => {
+/** An upgrade to /connect stating `protocol` (none when undefined): the answer's status, protocol and body. */
+function rawConnect(
+  client: { cert: string; key: string },
+  protocol: string | undefined,
+  /** The whole version, as agents of 2.1 on send it beside the major. */
+  version?: string,
+): Promise<{ status: number; hubProtocol: unknown; body: string }> {
+  return new Promise((done, fail) => {
+    const req = httpsRequest({
+      host: '127.0.0.1',
+      port: listener.port,
+      path: '/connect',
+      ca: ca.certPem,
+      cert: client.cert,
+      key: client.key,
+      headers: {
+        connection: 'Upgrade',
+        upgrade: TUNNEL_UPGRADE,
+        ...(protocol === undefined ? {} : { [TUNNEL_PROTOCOL_HEADER]: protocol }),
+        ...(version === undefined ? {} : { [TUNNEL_VERSION_HEADER]: version }),
+      },
+    });
+    req.once('upgrade', (res, socket: Socket) => {
+      socket.destroy();
+      done({ status: 101, hubProtocol: res.headers[TUNNEL_VERSION_HEADER], body: '' });
+    });
+    req.once('response', (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () =>
+        done({ status: res.statusCode ?? 0, hubProtocol: res.headers[TUNNEL_VERSION_HEADER], body }),
+      );
+    });
+    req.once('error', fail);
+    req.end();
+  });
+}
+
+describe('agents outside the tunnel protocol’s skew policy', () => {
+  it.each([
+    // What an agent of the first protocol sent: the upgrade without the protocol's version.
+    [undefined, 'upgrade the agent'],
+    ['1.9', 'upgrade the agent'],
+    ['3.0', 'upgrade the hub'],
+    [`${CURRENT_PROTOCOL.major}.${CURRENT_PROTOCOL.minor + 2}`, 'upgrade the hub'],
+    ['two', 'does not parse'],
+  ])(
+    'stating %j are told why, with 426, a Status and the hub’s protocol, and hold no tunnel',
+    async (protocol, why) => {
+      const uid = randomUUID();
+      clusters.put(clusterObject(uid));
+      protocolRefusals = [];
+      const answer = await rawConnect(await agentCert({ uid, generation: 0 }), protocol);
+      expect(answer.status).toBe(426);
+      expect(answer.hubProtocol).toBe(TUNNEL_VERSION);
+      const status = JSON.parse(answer.body) as { kind: string; code: number; message: string };
+      expect(status).toMatchObject({ kind: 'Status', code: 426 });
+      expect(status.message).toContain(why);
+      expect(listener.route(NAME)).toBeUndefined();
+      // Said for the Cluster's status, with the reason the agent was answered.
+      expect(protocolRefusals).toEqual([`${NAME}: ${status.message}`]);
+    },
+  );
+
+  it('are judged by the whole version where they send it, beside the major that hubs of 2.0 read', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const answer = await rawConnect(await agentCert({ uid, generation: 0 }), '2', '2.3');
+    expect(answer.status).toBe(426);
+    expect(answer.body).toContain('upgrade the hub');
+  });
+
+  it('are not taken for a proxy that does not pass the direct upgrade: the agent does not fall back', async () => {
     const uid = randomUUID();
     clusters.put(clusterObject(uid));
     const client = await agentCert({ uid, generation: 0 });
-    // What an agent of the first protocol sent: the upgrade without the protocol's version.
-    const answer = await new Promise<{ status: number; body: string }>((done, fail) => {
-      const req = httpsRequest({
-        host: '127.0.0.1',
-        port: listener.port,
-        path: '/connect',
-        ca: ca.certPem,
-        cert: client.cert,
-        key: client.key,
-        headers: { connection: 'Upgrade', upgrade: TUNNEL_UPGRADE },
-      });
-      req.once('upgrade', () => fail(new Error('upgraded')));
-      req.once('response', (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (c: string) => (body += c));
-        res.on('end', () => done({ status: res.statusCode ?? 0, body }));
-      });
-      req.once('error', fail);
-      req.end();
-    });
-    expect(answer.status).toBe(426);
-    const status = JSON.parse(answer.body) as { kind: string; code: number; message: string };
-    expect(status).toMatchObject({ kind: 'Status', code: 426 });
-    expect(status.message).toContain('upgrade the agent');
-    expect(listener.route(NAME)).toBeUndefined();
+    const hub = new URL(`https://127.0.0.1:${listener.port}`);
+    const tls = tlsContext(ca.certPem, client.cert, client.key);
+    const refusal = await dialDirect({
+      hub,
+      tls,
+      version: 'test',
+      protocol: { major: 3, minor: 0 },
+    }).done.catch((err: unknown) => err);
+    expect(refusal).toBeInstanceOf(ProtocolSkew);
+    expect((refusal as Error).message).toContain('upgrade the hub');
+    expect(directNotPassed(refusal)).toBe(false);
   });
+});
+
+describe.each(['direct', 'websocket'] as const)('agents within the skew policy (%s)', (transport) => {
+  it.each([
+    { major: CURRENT_PROTOCOL.major, minor: CURRENT_PROTOCOL.minor - 1 },
+    CURRENT_PROTOCOL,
+    { major: CURRENT_PROTOCOL.major, minor: CURRENT_PROTOCOL.minor + 1 },
+  ])('stating %j hold a tunnel, and are told the hub’s protocol', async (protocol) => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const client = await agentCert({ uid, generation: 0 });
+    const hub = new URL(`https://127.0.0.1:${listener.port}`);
+    const tls = tlsContext(ca.certPem, client.cert, client.key);
+    const dialed = await (transport === 'direct' ? dialDirect : dialWebSocket)({
+      hub,
+      tls,
+      version: 'test',
+      protocol,
+    }).done;
+    const agentEnd = serveTunnel(dialed.stream, { connect: (s) => s.destroy() });
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    agentEnd.close();
+    await forgotten();
+  });
+});
+
+it('serves agents from before protocols had a minor, which state `2`, and states its own in the switch', async () => {
+  const uid = randomUUID();
+  clusters.put(clusterObject(uid));
+  const answer = await rawConnect(await agentCert({ uid, generation: 0 }), '2');
+  expect(answer).toMatchObject({ status: 101, hubProtocol: TUNNEL_VERSION });
+  await forgotten();
 });
 
 describe('handshakeSweep', () => {

@@ -42,7 +42,7 @@ import { CIPHERS, CLIENT_SIGALGS } from '../proxy/server.ts';
 import type { Route } from '../proxy/route.ts';
 import { peerBinding, type VerifiedPeer } from './binding.ts';
 import type { HeldTunnel } from './cluster-status.ts';
-import { serveConnect, type ConnectDoor } from './connect.ts';
+import { PROTOCOL_FIELD, serveConnect, type ConnectDoor } from './connect.ts';
 import { json, serveRegister, serveRenew, type Enrollment } from './enrollment.ts';
 import {
   HANDSHAKE_SWEEP_MS,
@@ -95,6 +95,11 @@ export interface TunnelListenerOptions {
   readCluster(name: string): Promise<Cluster | undefined>;
   /** This replica's tunnel to `cluster` came or went (see held()). */
   onTunnelChange(cluster: string): void;
+  /**
+   * This replica refused `cluster`'s agent, whose certificate it accepted, for its tunnel protocol (the skew policy,
+   * lib/tunnel/protocol.ts); `problem` says why in one line. Default: only logged.
+   */
+  onProtocolRefused?(cluster: string, problem: string): void;
   /** This replica's name, told to each agent that connects (an agent holding several tunnels keeps them apart). */
   identity: string;
   log: Logger;
@@ -324,7 +329,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   };
   const replicaField = `${REPLICA_HEADER}: ${encodeURIComponent(opts.identity)}`;
   const wss = new WebSocketServer({ noServer: true, maxPayload: 4 * 1024 * 1024 });
-  wss.on('headers', (headers) => headers.push(replicaField));
+  wss.on('headers', (headers) => headers.push(replicaField, PROTOCOL_FIELD));
   const door: ConnectDoor = {
     clusters: opts.clusters,
     identity: opts.identity,
@@ -332,6 +337,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     wss,
     tunnels,
     log,
+    onProtocolRefused: (cluster, problem) => opts.onProtocolRefused?.(cluster, problem),
   };
 
   const server = newTlsServer(await servingContext(ca, opts.hosts), ca, (req, res) =>

@@ -11,7 +11,15 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
 import { createWebSocketStream, WebSocket } from 'ws';
-import { TUNNEL_PROTOCOL, TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE, writesDone } from './tunnel.ts';
+import {
+  CURRENT_PROTOCOL,
+  formatProtocol,
+  parseProtocol,
+  skewProblem,
+  UNSTATED_HUB_PROTOCOL,
+  type ProtocolVersion,
+} from './protocol.ts';
+import { TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE, TUNNEL_VERSION_HEADER, writesDone } from './tunnel.ts';
 
 export type TunnelTransport = 'direct' | 'websocket';
 export type TransportChoice = 'auto' | TunnelTransport;
@@ -36,6 +44,11 @@ export interface DialOptions {
   timeoutMs?: number;
   /** Replicas that already hold a tunnel of this agent: one of them refuses this dial (409) rather than take it. */
   avoid?: string[];
+  /**
+   * The tunnel protocol to state (protocol.ts). Default: CURRENT_PROTOCOL. Another is for tests only: an agent
+   * that claims a protocol it does not speak breaks its own tunnel.
+   */
+  protocol?: ProtocolVersion;
 }
 
 /** The listener's answer to an agent that already holds a tunnel to its replica (see DialOptions.avoid). */
@@ -63,7 +76,8 @@ function dialHeaders(opts: DialOptions): Record<string, string> {
           [AGENT_IMPERSONATION_HEADER]: opts.forwarding.impersonation,
         }
       : {}),
-    [TUNNEL_PROTOCOL_HEADER]: TUNNEL_PROTOCOL,
+    [TUNNEL_PROTOCOL_HEADER]: String((opts.protocol ?? CURRENT_PROTOCOL).major),
+    [TUNNEL_VERSION_HEADER]: formatProtocol(opts.protocol ?? CURRENT_PROTOCOL),
     ...(opts.avoid?.length ? { [AVOID_REPLICAS_HEADER]: opts.avoid.map(encodeURIComponent).join(',') } : {}),
   };
 }
@@ -76,13 +90,53 @@ function replicaOf(res: IncomingMessage): string | undefined {
   }
 }
 
-/** The hub answered the upgrade with `status` instead of switching protocols. */
+/**
+ * The hub answered the upgrade with `status` instead of switching protocols. `hubProtocol` is the protocol the
+ * answer stated: only the tunnel listener states one, so a refusal with it is the listener's own, not a proxy's.
+ */
 export class DialRefused extends Error {
   readonly status: number;
-  constructor(status: number) {
+  readonly hubProtocol: string | undefined;
+  constructor(status: number, hubProtocol?: string) {
     super(`the hub refused the tunnel: HTTP ${status}`);
     this.status = status;
+    this.hubProtocol = hubProtocol;
   }
+}
+
+/** The hub's protocol and ours are outside the skew policy (protocol.ts); the message says which to upgrade. */
+export class ProtocolSkew extends Error {}
+
+/** The protocol the hub's answer states, as sent, or undefined when it states none. */
+const statedProtocol = (res: IncomingMessage): string | undefined => {
+  const value = res.headers[TUNNEL_VERSION_HEADER];
+  return typeof value === 'string' ? value : undefined;
+};
+
+/**
+ * Why we may not talk to the hub that answered `res`, as a ProtocolSkew, or undefined when we may. An answer that
+ * states no protocol is a hub's from before hubs stated theirs (UNSTATED_HUB_PROTOCOL); one that states a protocol
+ * that does not parse is outside any policy.
+ */
+function hubSkew(opts: DialOptions, res: IncomingMessage): ProtocolSkew | undefined {
+  const stated = statedProtocol(res);
+  const ours = opts.protocol ?? CURRENT_PROTOCOL;
+  const hub = stated === undefined ? UNSTATED_HUB_PROTOCOL : parseProtocol(stated);
+  if (!hub)
+    return new ProtocolSkew('the hub states a tunnel protocol that does not parse: upgrade the agent');
+  const problem = skewProblem(hub, ours);
+  return problem ? new ProtocolSkew(problem) : undefined;
+}
+
+/**
+ * The error for an answer other than the upgrade: the skew when the listener refused for it (426, stating its
+ * protocol), else DialRefused. Another refusal keeps its own meaning (401: our certificate; 409: a replica we hold).
+ */
+function refusal(opts: DialOptions, res: IncomingMessage): Error {
+  const stated = statedProtocol(res);
+  const status = res.statusCode ?? 0;
+  if (stated === undefined) return new DialRefused(status);
+  return (status === 426 ? hubSkew(opts, res) : undefined) ?? new DialRefused(status, stated);
 }
 
 export interface Dialed {
@@ -128,13 +182,18 @@ export function dialDirect(opts: DialOptions): Dial {
     req.once('response', (res: IncomingMessage) => {
       res.resume();
       req.destroy();
-      reject(new DialRefused(res.statusCode ?? 0));
+      reject(refusal(opts, res));
     });
     req.once('upgrade', (res: IncomingMessage, upgraded: TLSSocket, head: Buffer) => {
       socket = upgraded;
       if (String(res.headers.upgrade ?? '').toLowerCase() !== TUNNEL_UPGRADE) {
         upgraded.destroy();
         return reject(new DialRefused(res.statusCode ?? 0));
+      }
+      const skew = hubSkew(opts, res);
+      if (skew) {
+        upgraded.destroy();
+        return reject(skew);
       }
       // The tunnel's pings watch the connection from here on; the dial's deadline no longer applies.
       upgraded.setTimeout(0);
@@ -170,23 +229,37 @@ export function dialWebSocket(opts: DialOptions): Dial {
   const done = new Promise<Dialed>((resolve, reject) => {
     ws.once('unexpected-response', (_req, res: IncomingMessage) => {
       ws.terminate();
-      reject(new DialRefused(res.statusCode ?? 0));
+      reject(refusal(opts, res));
     });
     ws.once('error', reject);
     let replica: string | undefined;
-    ws.once('upgrade', (res: IncomingMessage) => (replica = replicaOf(res)));
-    ws.once('open', () =>
-      resolve({ stream: createWebSocketStream(ws), transport: 'websocket', ...(replica ? { replica } : {}) }),
-    );
+    let skew: ProtocolSkew | undefined;
+    ws.once('upgrade', (res: IncomingMessage) => {
+      replica = replicaOf(res);
+      skew = hubSkew(opts, res);
+    });
+    ws.once('open', () => {
+      if (!skew)
+        return resolve({
+          stream: createWebSocketStream(ws),
+          transport: 'websocket',
+          ...(replica ? { replica } : {}),
+        });
+      ws.terminate();
+      reject(skew);
+    });
   });
   return { done, cancel: () => ws.terminate() };
 }
 
 /**
  * Whether a failed direct dial says that the way to the hub does not pass the direct upgrade: any answer but the
- * listener's 401 or 409 (a proxy's 400 or 426 for an upgrade it does not know, a 101 to something else). A
- * connection that failed or timed out says nothing about the transport, and a 401 or 409 is the listener's own
- * refusal.
+ * listener's 401 or 409, or one that states the listener's protocol (a proxy's 400 or 426 for an upgrade it does
+ * not know, a 101 to something else). A connection that failed or timed out says nothing about the transport, nor
+ * does a refusal for the protocol's skew (ProtocolSkew, not a DialRefused).
  */
 export const directNotPassed = (err: unknown): boolean =>
-  err instanceof DialRefused && err.status !== 401 && err.status !== ALREADY_HELD;
+  err instanceof DialRefused &&
+  err.status !== 401 &&
+  err.status !== ALREADY_HELD &&
+  err.hubProtocol === undefined;

@@ -24,16 +24,23 @@ import type { Duplex } from 'node:stream';
 import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from '../http2/hop-by-hop.ts';
 import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
+import { CURRENT_PROTOCOL, formatProtocol } from './protocol.ts';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
 export const TUNNEL_UPGRADE = 'sealion-tunnel-h2';
 /**
- * What an agent sends in TUNNEL_PROTOCOL_HEADER when it dials: the version of what runs inside the tunnel. Version 2
- * carries plain requests as HTTP/2 requests; agents that send none speak version 1 (HTTP/1.1 on CONNECT streams
- * for every request), which the concierge no longer serves.
+ * The major of the tunnel protocol this build speaks, as TUNNEL_PROTOCOL_HEADER carries it in the agent's upgrade:
+ * hubs of 2.0 serve an agent only when it says exactly `2` there. An agent that sends none speaks version 1
+ * (HTTP/1.1 on CONNECT streams for every request), which the concierge no longer serves.
  */
-export const TUNNEL_PROTOCOL = '2';
+export const TUNNEL_PROTOCOL = String(CURRENT_PROTOCOL.major);
 export const TUNNEL_PROTOCOL_HEADER = 'x-sealion-tunnel-protocol';
+/**
+ * The whole version, major.minor (protocol.ts: the version and the skew policy), from 2.1 on: in the agent's upgrade
+ * beside TUNNEL_PROTOCOL_HEADER, and in every answer of the hub's to it.
+ */
+export const TUNNEL_VERSION = formatProtocol(CURRENT_PROTOCOL);
+export const TUNNEL_VERSION_HEADER = 'x-sealion-tunnel-protocol-version';
 /**
  * Resolves once every write already made on `socket` has completed. Node's HTTP/2 takes over a native socket's
  * writes when a session starts on it, and aborts the process if a write made before (the Upgrade's request or
