@@ -12,6 +12,7 @@ import { stringify } from 'yaml';
 import { REPO_ROOT } from '../dev/build.ts';
 import { ensureCli, type BuiltCli, type Target } from '../dev/build-cli.ts';
 import { describeCheckout, SEALION_VERSION } from '../lib/version.ts';
+import { CURRENT_PROTOCOL, formatProtocol, supportedRange } from '../lib/tunnel/protocol.ts';
 
 const run = promisify(execFile);
 const host = `${process.platform}-${process.arch}` as Target;
@@ -130,6 +131,7 @@ describe(`the standalone executable (sealion-${host})`, () => {
         nodeVersion: `v${process.versions.node}`,
         platform: `${process.platform}/${process.arch}`,
         standalone: true,
+        tunnelProtocol: `${formatProtocol(CURRENT_PROTOCOL)} (${supportedRange(CURRENT_PROTOCOL)})`,
       },
     });
     expect((await runOutside(sealion, ['--version'], join(dir, 'bin'))).stdout).toBe(`${SEALION_VERSION}\n`);
