@@ -140,6 +140,11 @@ export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
 /** The annotation on a replica's Lease with the Sealion version the replica runs. */
 export const REPLICA_VERSION_ANNOTATION = 'sealion.dev/version';
 /**
+ * The annotation on a replica's Lease with the tunnel protocol it serves agents with, `major.minor`
+ * (lib/tunnel/protocol.ts). Absent on replicas from before it was published.
+ */
+export const REPLICA_PROTOCOL_ANNOTATION = 'sealion.dev/tunnel-protocol';
+/**
  * The ConfigMap, in the concierge's namespace, where the leader publishes the versions of the live replicas
  * (controllers/concierge-versions.ts) for `sealion version`. Nothing else is in it, so that every signed-in user may
  * read it, as they may read the API server's /version; the install grants that by name. The leader creates it.
@@ -158,6 +163,8 @@ export const CONCIERGE_VERSIONS_OBSERVED_KEY = 'observedAt';
 export interface ConciergeVersion {
   version: string;
   replicas: number;
+  /** The tunnel protocol these replicas speak; absent when they did not say (older than this field). */
+  tunnelProtocol?: string;
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   hubBase,
   parseAgents,
   parseConciergeVersions,
+  skewWarnings,
   STALE_AFTER_MS,
   versionOutput,
   versionText,
@@ -103,6 +104,19 @@ describe('parseConciergeVersions', () => {
       observedAt: JUST_NOW,
     });
   });
+  it('keeps the tunnel protocol each version says it serves, and drops one that is no string', () => {
+    expect(
+      parseConciergeVersions(
+        cm({
+          versions:
+            '[{"version":"0.2.0","replicas":1,"tunnelProtocol":"2.2"},{"version":"0.1.0","replicas":1,"tunnelProtocol":2}]',
+        }),
+      ).versions,
+    ).toEqual([
+      { version: '0.2.0', replicas: 1, tunnelProtocol: '2.2' },
+      { version: '0.1.0', replicas: 1 },
+    ]);
+  });
   it.each([
     [cm(), /not published yet/],
     [cm({ versions: '{' }), /not JSON/],
@@ -164,6 +178,39 @@ describe('parseAgents', () => {
   });
 });
 
+describe('skewWarnings', () => {
+  const ours = { major: 2, minor: 1 };
+  it('says nothing of concierges within the policy, or of those that state no protocol', () => {
+    expect(
+      skewWarnings(
+        [
+          { version: '0.2.0', replicas: 1, tunnelProtocol: '2.2' },
+          { version: '0.1.0', replicas: 1, tunnelProtocol: '2.0' },
+          { version: '0.0.9', replicas: 1 },
+          { version: '0.0.8', replicas: 1, tunnelProtocol: 'junk' },
+        ],
+        ours,
+      ),
+    ).toEqual([]);
+  });
+  it('says which end to upgrade for a concierge outside it, either way', () => {
+    expect(
+      skewWarnings(
+        [
+          { version: '0.4.0', replicas: 2, tunnelProtocol: '2.3' },
+          { version: '9.0.0', replicas: 1, tunnelProtocol: '3.0' },
+          { version: '0.0.1', replicas: 1, tunnelProtocol: '1.9' },
+        ],
+        ours,
+      ),
+    ).toEqual([
+      "this CLI's release speaks tunnel protocol 2.1 and concierge 0.4.0 serves agents of 2.2 to 2.4: agents this CLI installs would be refused; use a CLI of the concierge's release",
+      "this CLI's release speaks tunnel protocol 2.1 and concierge 9.0.0 serves agents of 3.0 to 3.1: agents this CLI installs would be refused; use a CLI of the concierge's release",
+      "this CLI's release speaks tunnel protocol 2.1 and concierge 0.0.1 serves agents of 1.8 to 1.10: agents this CLI installs would be refused; upgrade the concierge first",
+    ]);
+  });
+});
+
 describe('versionText', () => {
   it('prints only the client with --client', () => {
     expect(versionText({ clientVersion: { ...CLIENT, gitTreeState: 'dirty', standalone: true } }, NOW)).toBe(
@@ -181,10 +228,11 @@ Tunnel Protocol: 2.1 (2.0 to 2.2)
       clientVersion: { ...CLIENT, gitCommit: undefined, gitTreeState: 'unknown' },
       serverVersion: { major: '1', minor: '36', gitVersion: 'v1.36.3' },
       conciergeVersions: [
-        { version: '0.2.0', replicas: 2 },
+        { version: '0.2.0', replicas: 2, tunnelProtocol: '2.3' },
         { version: '0.1.0', replicas: 1 },
       ],
       conciergeVersionsObservedAt: JUST_NOW,
+      skew: ['this CLI is old'],
       agents: {
         far: { version: '0.0.9', connected: false },
         edge: { version: '0.1.0', connected: true },
@@ -197,11 +245,12 @@ Node Version: v24.21.0
 Platform: linux/x64
 Tunnel Protocol: 2.1 (2.0 to 2.2)
 Server Version: v1.36.3
-Concierge Version: 0.2.0 (2 replicas), 0.1.0 (1 replica)
+Concierge Version: 0.2.0 (2 replicas, tunnel protocol 2.3), 0.1.0 (1 replica)
 Agent Versions:
   edge: 0.1.0
   far: 0.0.9 (not connected)
   fresh: unknown (not connected)
+Warning: this CLI is old
 `);
   });
 

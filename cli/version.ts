@@ -22,7 +22,13 @@ import { AGENT_PROTOCOL_CONDITION, type Cluster } from '../apis/tunnel.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { statusMessageOf } from '../lib/kube/status.ts';
-import { CURRENT_PROTOCOL, formatProtocol, supportedRange } from '../lib/tunnel/protocol.ts';
+import {
+  CURRENT_PROTOCOL,
+  formatProtocol,
+  parseProtocol,
+  supportedRange,
+  withinSkew,
+} from '../lib/tunnel/protocol.ts';
 import { describeCheckout, embeddedBuild, SEALION_VERSION } from '../lib/version.ts';
 import { AlreadySaid, errorLine, oneLine, systemReason, UserError } from './errors.ts';
 import { printable, printableJSON } from './printable.ts';
@@ -71,6 +77,12 @@ export interface VersionReport {
   conciergeVersionsObservedAt?: string;
   /** Each agent-backed cluster's agent, by cluster name. */
   agents?: Record<string, AgentVersion>;
+  /**
+   * Where this CLI's release and the concierge's are outside the tunnel protocol's skew policy: the agents this CLI
+   * installs (`sealion cluster add`, `sealion manifests`) run its release, and such a concierge would refuse them.
+   * Absent when there is none.
+   */
+  skew?: string[];
   /** Why a part is absent: serverVersion, conciergeVersions or agents. */
   errors?: Partial<Record<'serverVersion' | 'conciergeVersions' | 'agents', string>>;
 }
@@ -160,9 +172,32 @@ export function parseConciergeVersions(configMap: unknown): {
   if (!valid) throw new Error('the published versions are not a list of versions and counts');
   const observedAt = data[CONCIERGE_VERSIONS_OBSERVED_KEY];
   return {
-    versions: (parsed as ConciergeVersion[]).map(({ version, replicas }) => ({ version, replicas })),
+    versions: (parsed as ConciergeVersion[]).map(({ version, replicas, tunnelProtocol }) => ({
+      version,
+      replicas,
+      ...(typeof tunnelProtocol === 'string' ? { tunnelProtocol } : {}),
+    })),
     ...(typeof observedAt === 'string' ? { observedAt } : {}),
   };
+}
+
+/**
+ * Why agents of this CLI's release (tunnel protocol `ours`) would be refused by concierge replicas that run
+ * `versions`, one line for each version outside the policy; replicas that state no protocol are not judged.
+ */
+export function skewWarnings(versions: readonly ConciergeVersion[], ours = CURRENT_PROTOCOL): string[] {
+  const warnings: string[] = [];
+  for (const v of versions) {
+    const hub = parseProtocol(v.tunnelProtocol);
+    if (!hub || withinSkew(hub, ours)) continue;
+    const upgrade = hub.major < ours.major || (hub.major === ours.major && hub.minor < ours.minor);
+    warnings.push(
+      `this CLI's release speaks tunnel protocol ${formatProtocol(ours)} and concierge ${printable(v.version) || 'unreported'} ` +
+        `serves agents of ${supportedRange(hub)}: agents this CLI installs would be refused; ` +
+        (upgrade ? 'upgrade the concierge first' : "use a CLI of the concierge's release"),
+    );
+  }
+  return warnings;
 }
 
 /** Each agent's version and whether it is connected, from a Cluster list. */
@@ -260,6 +295,8 @@ export async function serverVersions(
   }
   if (concierge.status === 'fulfilled') {
     report.conciergeVersions = concierge.value.versions;
+    const skew = skewWarnings(concierge.value.versions);
+    if (skew.length > 0) report.skew = skew;
     if (concierge.value.observedAt) report.conciergeVersionsObservedAt = concierge.value.observedAt;
   } else errors.conciergeVersions = failureText(concierge.reason);
   if (clusters.status === 'fulfilled') report.agents = clusters.value;
@@ -311,7 +348,12 @@ export function versionText(report: VersionReport, now = Date.now()): string {
 
   if (report.conciergeVersions) {
     const versions = report.conciergeVersions
-      .map((v) => `${v.version ? p(v.version) : 'unreported'} (${replicasText(v.replicas)})`)
+      .map(
+        (v) =>
+          `${v.version ? p(v.version) : 'unreported'} (${replicasText(v.replicas)}${
+            v.tunnelProtocol ? `, tunnel protocol ${p(v.tunnelProtocol)}` : ''
+          })`,
+      )
       .join(', ');
     const observed = Date.parse(report.conciergeVersionsObservedAt ?? '');
     const stale = Number.isNaN(observed) || now - observed > STALE_AFTER_MS;
@@ -344,6 +386,7 @@ export function versionText(report: VersionReport, now = Date.now()): string {
       }
     }
   } else if (!repeats(errors.agents)) lines.push(`Agent Versions: ${unknown(errors.agents)}`);
+  for (const warning of report.skew ?? []) lines.push(`Warning: ${p(warning)}`);
   return `${lines.join('\n')}\n`;
 }
 

@@ -4,6 +4,7 @@
 import {
   DEFAULT_SSH_HUB_NAME,
   PEER_ADDRESS_ANNOTATION,
+  REPLICA_PROTOCOL_ANNOTATION,
   REPLICA_VERSION_ANNOTATION,
 } from '../apis/install.ts';
 import { createServer, type Server } from 'node:http';
@@ -100,6 +101,7 @@ import { BINDING_SELECTORS, BINDING_SWEEP_MS, newKeyBindings, type BindingSecret
 import type { SshMaterial } from '../controllers/ssh-door.ts';
 import type { SSHDoor } from '../apis/identity.ts';
 import { SEALION_VERSION } from '../lib/version.ts';
+import { CURRENT_PROTOCOL, formatProtocol } from '../lib/tunnel/protocol.ts';
 
 export interface ConciergeOptions {
   /** The concierge's own identity: watches, reviews, status writes (in a cluster, its pods' service account). */
@@ -583,12 +585,14 @@ async function tunnelStatus(
       { [labelKey]: labelValue },
       {
         [REPLICA_VERSION_ANNOTATION]: SEALION_VERSION,
+        [REPLICA_PROTOCOL_ANNOTATION]: formatProtocol(CURRENT_PROTOCOL),
         ...(late.peering ? { [PEER_ADDRESS_ANNOTATION]: late.peering.address } : {}),
       },
     ),
     status: newStatusApplier<ClusterStatus>(clients, clusterResource, Kind.Cluster),
     identity: opts.identity,
     version: SEALION_VERSION,
+    tunnelProtocol: formatProtocol(CURRENT_PROTOCOL),
     held: (name) => late.tunnels?.held(name),
     manager,
     clock,

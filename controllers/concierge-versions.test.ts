@@ -44,6 +44,21 @@ describe('summarizeVersions', () => {
   ])('$replicas', ({ replicas, want }) => {
     expect(summarizeVersions(replicas.map((version) => ({ version })))).toEqual(want);
   });
+
+  it('counts a version apart for each tunnel protocol its replicas say they serve', () => {
+    expect(
+      summarizeVersions([
+        { version: '0.2.0', tunnelProtocol: '2.2' },
+        { version: '0.1.0', tunnelProtocol: '2.1' },
+        { version: '0.2.0', tunnelProtocol: '2.2' },
+        { version: '0.1.0' },
+      ]),
+    ).toEqual([
+      { version: '0.2.0', replicas: 2, tunnelProtocol: '2.2' },
+      { version: '0.1.0', replicas: 1 },
+      { version: '0.1.0', replicas: 1, tunnelProtocol: '2.1' },
+    ]);
+  });
 });
 
 describe('the concierge versions publisher', () => {

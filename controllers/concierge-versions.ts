@@ -29,18 +29,35 @@ export const REFRESH_MS = 60_000;
 /** The controller's name, and its one key. */
 export const CONCIERGE_VERSIONS = 'concierge-versions';
 
-/** The versions of `replicas`, with how many run each: most replicas first, then by version. */
-export function summarizeVersions(replicas: readonly { version: string }[]): ConciergeVersion[] {
-  const counts = new Map<string, number>();
-  for (const { version } of replicas) counts.set(version, (counts.get(version) ?? 0) + 1);
-  return [...counts]
-    .map(([version, count]) => ({ version, replicas: count }))
-    .sort((a, b) => b.replicas - a.replicas || a.version.localeCompare(b.version));
+/**
+ * The versions of `replicas` and the tunnel protocol each serves, with how many run each: most replicas first, then
+ * by version.
+ */
+export function summarizeVersions(
+  replicas: readonly { version: string; tunnelProtocol?: string }[],
+): ConciergeVersion[] {
+  const counts = new Map<string, ConciergeVersion>();
+  for (const { version, tunnelProtocol } of replicas) {
+    const key = JSON.stringify([version, tunnelProtocol ?? null]);
+    const seen = counts.get(key);
+    if (seen) seen.replicas++;
+    else
+      counts.set(key, { version, replicas: 1, ...(tunnelProtocol === undefined ? {} : { tunnelProtocol }) });
+  }
+  return [...counts.values()].sort(
+    (a, b) =>
+      b.replicas - a.replicas ||
+      a.version.localeCompare(b.version) ||
+      (a.tunnelProtocol ?? '').localeCompare(b.tunnelProtocol ?? ''),
+  );
 }
 
 export interface ConciergeVersionsDeps {
-  /** The live replicas, this one included, with the version each runs ('' when one says none). */
-  replicas: () => readonly { replica: string; version: string }[];
+  /**
+   * The live replicas, this one included, with the version each runs ('' when one says none) and the tunnel protocol
+   * it serves (absent when it says none).
+   */
+  replicas: () => readonly { replica: string; version: string; tunnelProtocol?: string }[];
   /** The ConfigMaps of the concierge's namespace: what is published now. */
   configMaps: Informer<ConfigMapLike>;
   namespace: string;

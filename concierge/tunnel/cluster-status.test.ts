@@ -1,4 +1,8 @@
-import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
+import {
+  PEER_ADDRESS_ANNOTATION,
+  REPLICA_PROTOCOL_ANNOTATION,
+  REPLICA_VERSION_ANNOTATION,
+} from '../../apis/install.ts';
 import { describe, expect, it } from '@jest/globals';
 import type { Condition } from '../../apis/meta.ts';
 import type { Cluster, ClusterStatus, TunnelHolder } from '../../apis/tunnel.ts';
@@ -226,6 +230,7 @@ describe('the cluster status publisher', () => {
       status,
       identity,
       version: 'v-a',
+      tunnelProtocol: '2.1',
       held: (name) => tunnels.get(name),
       manager,
       clock,
@@ -360,7 +365,9 @@ describe('the cluster status publisher', () => {
       ...lease(holder, resourceVersion),
       metadata: {
         ...lease(holder, resourceVersion).metadata,
-        ...(version ? { annotations: { [REPLICA_VERSION_ANNOTATION]: version } } : {}),
+        ...(version
+          ? { annotations: { [REPLICA_VERSION_ANNOTATION]: version, [REPLICA_PROTOCOL_ANNOTATION]: '2.2' } }
+          : {}),
       },
     });
     const clusters = new MemoryInformer<Cluster>([]);
@@ -373,10 +380,10 @@ describe('the cluster status publisher', () => {
     const byName = (): ReplicaVersion[] =>
       a.publisher.versions().sort((x, y) => x.replica.localeCompare(y.replica));
     expect(byName()).toEqual([
-      { replica: 'a', version: 'v-a' },
-      { replica: 'crashed', version: 'v-b' },
+      { replica: 'a', version: 'v-a', tunnelProtocol: '2.1' },
+      { replica: 'crashed', version: 'v-b', tunnelProtocol: '2.2' },
       { replica: 'older', version: '' },
-      { replica: 'upgraded', version: 'v-b' },
+      { replica: 'upgraded', version: 'v-b', tunnelProtocol: '2.2' },
     ]);
     for (let ms = 0; ms <= REPLICA_LEASE_SECONDS * 1000; ms += 1000) {
       leases.put(withVersion('upgraded', String(ms + 2), 'v-b'));
@@ -476,6 +483,7 @@ describe('the cluster status publisher', () => {
       status: fakeStatus(clusters),
       identity: 'a',
       version: 'v-a',
+      tunnelProtocol: '2.1',
       held: () => undefined,
       manager,
       clock,

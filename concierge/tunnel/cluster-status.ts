@@ -11,7 +11,11 @@
 // Three controllers of the manager keep it, on every replica: `cluster-status` (a Cluster's status from the facts),
 // `replica-lease` (this replica's Lease, renewed every 2 s) and `lapsed-replicas` (a look every second for Leases
 // that stopped changing, which make no event of their own). The manager starts and stops them with the rest.
-import { PEER_ADDRESS_ANNOTATION, REPLICA_VERSION_ANNOTATION } from '../../apis/install.ts';
+import {
+  PEER_ADDRESS_ANNOTATION,
+  REPLICA_PROTOCOL_ANNOTATION,
+  REPLICA_VERSION_ANNOTATION,
+} from '../../apis/install.ts';
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { Condition } from '../../apis/meta.ts';
@@ -63,6 +67,8 @@ export interface RemoteHolder {
 export interface ReplicaVersion {
   replica: string;
   version: string;
+  /** The tunnel protocol it serves, `major.minor`; absent when its Lease does not say. */
+  tunnelProtocol?: string;
 }
 
 /** The Lease name of a replica: its identity when that is a valid name, else a digest of it. */
@@ -221,6 +227,8 @@ export interface ClusterStatusOptions {
   identity: string;
   /** The version this replica runs (its Lease's REPLICA_VERSION_ANNOTATION says the same to the others). */
   version: string;
+  /** The tunnel protocol it serves agents with (REPLICA_PROTOCOL_ANNOTATION on its Lease). */
+  tunnelProtocol: string;
   /** The tunnel this replica holds to a cluster's agent, if any. */
   held(cluster: string): HeldTunnel | undefined;
   /** The manager that runs the controllers: clusters are queued on it, and a withdrawal waits for it. */
@@ -488,11 +496,19 @@ function liveReplicas(at: Publishing): RemoteHolder[] {
 /** Every live replica and the version it runs, this one included while it runs. */
 function replicaVersions(at: Publishing): ReplicaVersion[] {
   const { opts, liveness } = at;
-  const found: ReplicaVersion[] = liveness.stopped ? [] : [{ replica: opts.identity, version: opts.version }];
+  const found: ReplicaVersion[] = liveness.stopped
+    ? []
+    : [{ replica: opts.identity, version: opts.version, tunnelProtocol: opts.tunnelProtocol }];
   for (const lease of opts.leases.list()) {
     const replica = lease.spec?.holderIdentity;
     if (!replica || replica === opts.identity || !liveness.alive(replica)) continue;
-    found.push({ replica, version: lease.metadata?.annotations?.[REPLICA_VERSION_ANNOTATION] ?? '' });
+    const annotations = lease.metadata?.annotations ?? {};
+    const protocol = annotations[REPLICA_PROTOCOL_ANNOTATION];
+    found.push({
+      replica,
+      version: annotations[REPLICA_VERSION_ANNOTATION] ?? '',
+      ...(protocol === undefined ? {} : { tunnelProtocol: protocol }),
+    });
   }
   return found;
 }
