@@ -33,6 +33,7 @@ import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { podAtBackend, startNetnsBackend, type NetnsBackend } from './harness/netns.ts';
 import { retryWhileAddressInUse } from './harness/ports.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
+import { CURRENT_PROTOCOL, formatProtocol } from '../lib/tunnel/protocol.ts';
 
 const NS = 'sealion-concierge';
 const AGENT_NS = 'sealion-agent';
@@ -369,7 +370,8 @@ describe('a cluster reached through its agent', () => {
       expect(result).toMatchObject({ code: 0, stderr: '' });
       return JSON.parse(result.stdout) as VersionReport;
     };
-    const conciergeVersions = [{ version: SEALION_VERSION, replicas: 1 }];
+    const protocol = formatProtocol(CURRENT_PROTOCOL);
+    const conciergeVersions = [{ version: SEALION_VERSION, replicas: 1, tunnelProtocol: protocol }];
     const agent = { version: SEALION_VERSION, connected: true };
 
     // The admin reads it all from the hub's API server.
@@ -417,7 +419,10 @@ describe('a cluster reached through its agent', () => {
       expect(text).toMatchObject({ code: 0, stderr: '' });
       expect(text.stdout).toContain(`Client Version: ${SEALION_VERSION}\n`);
       expect(text.stdout).toMatch(/^Server Version: v1\.\d+/m);
-      expect(text.stdout).toContain(`Concierge Version: ${SEALION_VERSION} (1 replica)\n`);
+      expect(text.stdout).toContain(
+        `Concierge Version: ${SEALION_VERSION} (1 replica, tunnel protocol ${protocol})\n`,
+      );
+      expect(text.stdout).not.toContain('Warning:');
       expect(text.stdout).toContain(`  ${name}: ${SEALION_VERSION}\n`);
     } finally {
       await hub.kubectl(['delete', 'clusterrolebinding,clusterrole', reader, '--ignore-not-found']);
