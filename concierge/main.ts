@@ -224,7 +224,12 @@ export async function runConcierge(flags: ConciergeFlags, env: NodeJS.ProcessEnv
   handleProcessErrors({ log: options.log });
   const concierge = newConcierge(options);
   await concierge.start();
-  return { drain: () => concierge.drain(), stop: () => concierge.stop() };
+  // The log is buffered: what the drain and the stop wrote (`drained` among it) is written out before the exit.
+  const flushed = (): Promise<void> => new Promise((done) => options.log.flush(() => done()));
+  return {
+    drain: () => concierge.drain().then(flushed),
+    stop: () => concierge.stop().then(flushed),
+  };
 }
 
 /**
