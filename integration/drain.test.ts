@@ -152,7 +152,11 @@ beforeAll(async () => {
     '--clusterrole=cluster-admin',
     `--user=${USER}`,
   ]);
-  await admin(['run', POD, '-n', NAMESPACE, `--image=${DEMO_IMAGE}`, '--command', '--', 'sleep', '3600']);
+  // The namespace's default service account comes a moment after the namespace.
+  await eventually(
+    () => admin(['run', POD, '-n', NAMESPACE, `--image=${DEMO_IMAGE}`, '--command', '--', 'sleep', '3600']),
+    30_000,
+  );
   await admin(['wait', '--for=condition=Ready', `pod/${POD}`, '-n', NAMESPACE, '--timeout=240s']);
   await startConcierge();
 }, 400_000);
@@ -227,8 +231,8 @@ describe('a concierge told to stop (SIGTERM)', () => {
       // e. The watch's response completes, and it saw every event before its end.
       await eventually(() => expect(watchCompleted).toBe(true), 60_000);
       expect(events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual([
-        'ADDED slow',
         'ADDED during-delay',
+        'ADDED slow',
       ]);
       // Written after the watch ended, while the replica drains: a client resuming from its last resourceVersion
       // (at another replica; here the API server itself) sees it.

@@ -4,6 +4,7 @@ import { V4_PROTOCOL, V5_PROTOCOL } from '../../lib/kube/exec-channels.ts';
 import {
   closingBytes,
   GOING_AWAY,
+  NORMAL_CLOSURE,
   watchBoundary,
   webSocketBoundary,
   webSocketClose,
@@ -47,7 +48,7 @@ describe('closing a session', () => {
         message: MESSAGE,
       });
       expect(close!.opcode).toBe(8);
-      expect(close!.payload.readUInt16BE(0)).toBe(GOING_AWAY);
+      expect(close!.payload.readUInt16BE(0)).toBe(NORMAL_CLOSURE);
     },
   );
 

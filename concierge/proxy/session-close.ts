@@ -115,6 +115,11 @@ export function webSocketFrame(opcode: number, payload: Buffer): Buffer {
 
 /** WebSocket close code 1001: the endpoint is going away (a server going down). */
 export const GOING_AWAY = 1001;
+/**
+ * WebSocket close code 1000: a normal closure. client-go reads an exec's channels until a close, and takes only this
+ * code for their end: any other is an error of its own, printed instead of the Status that says why.
+ */
+export const NORMAL_CLOSURE = 1000;
 
 /** A close frame with `code` and a reason of at most 123 bytes, as RFC 6455 allows. */
 export function webSocketClose(code: number, reason: string): Buffer {
@@ -140,7 +145,7 @@ const CHANNEL_PROTOCOLS = new Set([V5_PROTOCOL, V4_PROTOCOL]);
 /**
  * The last bytes a draining replica writes to an upgraded session, by its protocol: for exec and attach over
  * WebSocket (v4, v5), a Status on the error channel (kubectl prints its message; the SSH door, which runs commands
- * the same way, prints it on stderr), then a close frame; for any other WebSocket (port-forward), a close frame whose
+ * the same way, prints it on stderr), then a normal close; for any other WebSocket (port-forward), a close frame whose
  * reason is the message; for the rest (SPDY, reach), nothing: the connection ends cleanly, not with a reset.
  */
 export function closingBytes(upgrade: string, protocol: string, message: string): Buffer {
@@ -149,7 +154,7 @@ export function closingBytes(upgrade: string, protocol: string, message: string)
     const status = Buffer.from(statusBody(503, message), 'utf8');
     return Buffer.concat([
       webSocketFrame(2, Buffer.concat([Buffer.of(CHANNEL.error), status])),
-      webSocketClose(GOING_AWAY, ''),
+      webSocketClose(NORMAL_CLOSURE, ''),
     ]);
   }
   return webSocketClose(GOING_AWAY, message);
