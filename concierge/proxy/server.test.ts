@@ -158,3 +158,59 @@ describe('client signatures', () => {
     expect(errors).toEqual(['ERR_SSL_WRONG_SIGNATURE_TYPE']);
   });
 });
+
+describe('a listener told to stop taking connections (a drain)', () => {
+  it('refuses new connections, closes idle HTTP/1.1 ones, sends GOAWAY on HTTP/2, and lets the streams under way finish', async () => {
+    const { connect } = await import('node:http2');
+    const { Agent } = await import('node:https');
+    let release: () => void = () => {};
+    const held = new Promise<void>((done) => (release = done));
+    let arrived: () => void = () => {};
+    const slowArrived = new Promise<void>((done) => (arrived = done));
+    const server = newProxyServer(
+      { certPem: ecdsaServing.certPem, keyPem: ecdsaServing.keyPem, clientCAPems: [] },
+      (req, res) => {
+        if (req.url !== '/slow') return void (res as ServerResponse).end('quick');
+        arrived();
+        void held.then(() => (res as ServerResponse).end('slow done'));
+      },
+      (_req, socket) => socket.destroy(),
+    );
+    servers.push(server);
+    const port = await server.listen(0, '127.0.0.1');
+    // An HTTP/2 connection with a stream under way.
+    const session = connect(`https://127.0.0.1:${port}`, { ca: servingCA.certPem });
+    session.on('error', () => {});
+    const goaway = new Promise<void>((done) => session.once('goaway', () => done()));
+    const slow = session.request({ ':path': '/slow' });
+    let slowBody = '';
+    slow.setEncoding('utf8');
+    slow.on('data', (c: string) => (slowBody += c));
+    const slowEnded = new Promise<void>((done) => slow.once('end', () => done()));
+    // An HTTP/1.1 connection kept alive between requests.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const http1 = (): Promise<{ body: string; connection: string | undefined }> =>
+      new Promise((done, fail) => {
+        const req = request({ host: '127.0.0.1', port, path: '/', ca: servingCA.certPem, agent }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (body += c));
+          res.once('end', () => done({ body, connection: res.headers.connection }));
+        });
+        req.once('error', fail);
+        req.end();
+      });
+    expect(await http1()).toEqual({ body: 'quick', connection: 'keep-alive' });
+    await slowArrived;
+
+    server.stopAccepting();
+    await goaway;
+    // The idle HTTP/1.1 connection was closed: the agent's next request opens a new one, which is refused.
+    await expect(http1()).rejects.toThrow(/ECONNREFUSED/);
+    release();
+    await slowEnded;
+    expect(slowBody).toBe('slow done');
+    session.close();
+    agent.destroy();
+  });
+});
