@@ -2,7 +2,13 @@
 import { describe, expect, it } from '@jest/globals';
 import { fakeClock } from '../test-support/fake-clock.ts';
 import { silentLogger } from '../lib/log.ts';
-import { drainSequence, newSessionRegistry, SHUTDOWN_MESSAGE, type DrainCounts } from './drain.ts';
+import {
+  CLOSING_MS,
+  drainSequence,
+  newSessionRegistry,
+  SHUTDOWN_MESSAGE,
+  type DrainCounts,
+} from './drain.ts';
 import { onSignals, type RunningConcierge } from './main.ts';
 import { EventEmitter } from 'node:events';
 
@@ -54,8 +60,12 @@ describe('the drain sequence', () => {
     await settle();
     expect(counts).toBeUndefined();
     clock.advance(1);
-    await draining;
+    await settle();
+    // f. The exec is told, and the drain waits for it to close (its last bytes gone) before the stop.
+    expect(events.at(-1)).toBe(`exec closed: ${SHUTDOWN_MESSAGE}`);
+    expect(counts).toBeUndefined();
     execDone();
+    await draining;
     expect(events).toEqual([
       'stop accepting',
       'hand over',
@@ -71,6 +81,28 @@ describe('the drain sequence', () => {
       tunnelsHandedOver: 2,
     });
     expect(lines.at(-1)).toMatchObject({ msg: 'drained', fields: counts });
+  });
+
+  it('lets a closed session that does not close go once its last bytes had their time', async () => {
+    const clock = fakeClock();
+    const registry = newSessionRegistry();
+    registry.session('exec', () => {});
+    const draining = drainSequence(
+      {
+        settings: { delayMs: 0, graceMs: 1_000 },
+        registry,
+        stopAccepting: () => Promise.resolve(),
+        handOver: () => Promise.resolve(0),
+        clock,
+        log: silentLogger(),
+      },
+      new AbortController().signal,
+    );
+    await settle();
+    clock.advance(1_000);
+    await settle();
+    clock.advance(CLOSING_MS);
+    expect(await draining).toMatchObject({ sessionsClosed: 1, sessionsEnded: 0 });
   });
 
   it('does not wait out the grace once nothing is open', async () => {

@@ -29,6 +29,13 @@ export const DEFAULT_SHUTDOWN_DELAY_SECONDS = 15;
  */
 export const DEFAULT_SHUTDOWN_GRACE_SECONDS = 30;
 
+/**
+ * How long sessions closed with the message have to write it and close before the stop cuts them: a message waits for
+ * the end of the frame under way (proxy/session-close.ts) and is a few hundred bytes, so a client that reads at all
+ * has it at once; lib/http2/upgrade.ts's endAndClose cuts one that does not after as long.
+ */
+export const CLOSING_MS = 5_000;
+
 /** What a user reads on a session this replica closes. */
 export const SHUTDOWN_MESSAGE =
   'sealion: this gateway replica is shutting down for an upgrade; run the command again';
@@ -77,9 +84,12 @@ export interface SessionRegistry extends Sessions {
   open(): { requests: number; watches: number; sessions: number };
   /** Ends every open watch; returns how many. */
   endWatches(): number;
-  /** Closes every open session with `message`; returns how many. */
+  /** Closes every open session with `message` (each stays open until its last bytes are gone); returns how many. */
   closeSessions(message: string): number;
-  /** Resolves once no plain request and no session is open (watches end on their own time, see endWatches). */
+  /**
+   * Resolves once no plain request and no session is open, those being closed included (watches end on their own
+   * time, see endWatches).
+   */
   idle(): Promise<void>;
   counts(): Pick<DrainCounts, 'requestsFinished' | 'requestsCut' | 'sessionsEnded'>;
 }
@@ -90,7 +100,8 @@ export function newSessionRegistry(): SessionRegistry {
   let requestsFinished = 0;
   let sessionsEnded = 0;
   const watches = new Set<EndWatch>();
-  const sessions = new Map<CloseSession, SessionKind>();
+  /** Open sessions, each with whether it is being closed (its last bytes on their way): those are not "ended". */
+  const sessions = new Map<CloseSession, { kind: SessionKind; closing: boolean }>();
   let waiters: (() => void)[] = [];
   const settle = (): void => {
     if (requests > 0 || sessions.size > 0) return;
@@ -123,9 +134,11 @@ export function newSessionRegistry(): SessionRegistry {
     },
     session(kind, close) {
       const own: CloseSession = (message) => close(message);
-      sessions.set(own, kind);
+      sessions.set(own, { kind, closing: false });
       return once(() => {
-        if (sessions.delete(own) && draining) sessionsEnded++;
+        const closing = sessions.get(own)?.closing;
+        sessions.delete(own);
+        if (draining && !closing) sessionsEnded++;
       });
     },
     draining: () => draining,
@@ -138,11 +151,10 @@ export function newSessionRegistry(): SessionRegistry {
       return all.length;
     },
     closeSessions(message) {
-      const all = [...sessions.keys()];
-      sessions.clear();
-      for (const close of all) close(message);
-      settle();
-      return all.length;
+      const open = [...sessions].filter(([, s]) => !s.closing);
+      for (const [, s] of open) s.closing = true;
+      for (const [close] of open) close(message);
+      return open.length;
     },
     idle() {
       return new Promise((done) => {
@@ -196,8 +208,9 @@ export async function drainSequence(steps: DrainSteps, signal: AbortSignal): Pro
   // e. Watches end now (clients resume elsewhere by resourceVersion); plain requests and sessions have the grace.
   const watchesEnded = registry.endWatches();
   await Promise.race([registry.idle(), wait(clock, settings.graceMs, signal)]);
-  // f. What is still open when the grace ends is told why it closes.
+  // f. What is still open when the grace ends is told why it closes, and its last bytes are let go before the stop.
   const sessionsClosed = registry.closeSessions(SHUTDOWN_MESSAGE);
+  if (sessionsClosed > 0) await Promise.race([registry.idle(), wait(clock, CLOSING_MS, signal)]);
   const counts: DrainCounts = { ...registry.counts(), watchesEnded, sessionsClosed, tunnelsHandedOver };
   log.info({ ...counts, seconds: (clock.now() - began) / 1000, cut: signal.aborted }, 'drained');
   return counts;
