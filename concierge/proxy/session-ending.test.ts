@@ -1,7 +1,7 @@
 // How the transport ends what it relays when a draining replica asks (context.end): real sockets both sides, an
 // upstream that stops in the middle of an event or a frame, and what the client receives.
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request, type IncomingMessage } from 'node:http';
 import {
   connect as connectHttp2,
   createServer as createHttp2Server,
@@ -21,9 +21,14 @@ afterEach(() => {
   for (const close of closers.splice(0)) close();
 });
 
-const listening = async <T extends { listen: Server['listen']; address(): unknown; close(): unknown }>(
-  server: T,
-): Promise<number> => {
+/** What listens: an HTTP/1.1 or an HTTP/2 server. */
+interface Listener {
+  listen(port: number, host: string, listening: () => void): unknown;
+  address(): AddressInfo | string | null;
+  close(): unknown;
+}
+
+const listening = async (server: Listener): Promise<number> => {
   await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
   closers.push(() => void server.close());
   return (server.address() as AddressInfo).port;
