@@ -9,7 +9,7 @@ import {
   SHUTDOWN_MESSAGE,
   type DrainCounts,
 } from './drain.ts';
-import { onSignals, type RunningConcierge } from './main.ts';
+import { count, onSignals, type RunningConcierge } from './main.ts';
 import { EventEmitter } from 'node:events';
 
 /** Lets the promises settled so far run their reactions. */
@@ -181,5 +181,14 @@ describe("the concierge's signals", () => {
     await settle();
     expect(calls).toEqual(['stop']);
     expect(exits).toBe(1);
+  });
+});
+
+describe('the drain flags', () => {
+  it('take whole seconds, 0 included, and refuse anything else naming the flag', () => {
+    expect(count('shutdown-delay', '0')).toBe(0);
+    expect(count('shutdown-grace', '30')).toBe(30);
+    for (const bad of ['-1', '1.5', 'soon', ''])
+      expect(() => count('shutdown-delay', bad)).toThrow(/^--shutdown-delay: .* is not a whole number$/);
   });
 });

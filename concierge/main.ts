@@ -67,7 +67,8 @@ export interface ConciergeFlags {
 }
 
 export function count(flag: string, value: string): number {
-  const n = Number(value);
+  // Number('') is 0: an empty value is refused, not taken for zero.
+  const n = value.trim() === '' ? NaN : Number(value);
   if (!Number.isInteger(n) || n < 0)
     throw new Error(`--${flag}: ${JSON.stringify(value)} is not a whole number`);
   return n;
