@@ -160,13 +160,15 @@ describe('client signatures', () => {
 });
 
 describe('a listener told to stop taking connections (a drain)', () => {
-  it('refuses new connections, closes idle HTTP/1.1 ones, sends GOAWAY on HTTP/2, and lets the streams under way finish', async () => {
+  it('refuses new connections, closes idle HTTP/1.1 ones and busy ones after their answer, sends GOAWAY on HTTP/2, and lets what is under way finish', async () => {
     const { connect } = await import('node:http2');
     const { Agent } = await import('node:https');
     let release: () => void = () => {};
     const held = new Promise<void>((done) => (release = done));
+    let arrivals = 0;
     let arrived: () => void = () => {};
-    const slowArrived = new Promise<void>((done) => (arrived = done));
+    // The slow request over HTTP/2 and the one over HTTP/1.1.
+    const slowArrived = new Promise<void>((done) => (arrived = () => void (++arrivals === 2 && done())));
     const server = newProxyServer(
       { certPem: ecdsaServing.certPem, keyPem: ecdsaServing.keyPem, clientCAPems: [] },
       (req, res) => {
@@ -201,6 +203,20 @@ describe('a listener told to stop taking connections (a drain)', () => {
         req.end();
       });
     expect(await http1()).toEqual({ body: 'quick', connection: 'keep-alive' });
+    // An HTTP/1.1 request under way on a connection meant to be kept alive.
+    const busyAgent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const busy = new Promise<{ connection: string | undefined; closed: Promise<void> }>((done, fail) => {
+      const req = request(
+        { host: '127.0.0.1', port, path: '/slow', ca: servingCA.certPem, agent: busyAgent },
+        (res) => {
+          const closed = new Promise<void>((c) => res.socket.once('close', () => c()));
+          res.resume();
+          res.once('end', () => done({ connection: res.headers.connection, closed }));
+        },
+      );
+      req.once('error', fail);
+      req.end();
+    });
     await slowArrived;
 
     server.stopAccepting();
@@ -210,7 +226,11 @@ describe('a listener told to stop taking connections (a drain)', () => {
     release();
     await slowEnded;
     expect(slowBody).toBe('slow done');
+    const answered = await busy;
+    expect(answered.connection).toBe('close');
+    await answered.closed;
     session.close();
     agent.destroy();
+    busyAgent.destroy();
   });
 });

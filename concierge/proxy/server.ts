@@ -218,6 +218,8 @@ export function newProxyServer(
   /** Set once the server stops taking connections: HTTP/1.1 answers from then on close their connection. */
   let stopped = false;
   const sessions = new Set<ServerHttp2Session>();
+  /** HTTP/1.1 responses under way that began before the server stopped taking connections. */
+  const answering = new Set<ServerResponse>();
   const http1 = createHttp1Server(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
@@ -230,6 +232,10 @@ export function newProxyServer(
     (req, res) => {
       // Node then answers with `Connection: close` and closes the connection once the response is sent.
       if (stopped) res.shouldKeepAlive = false;
+      else {
+        answering.add(res);
+        res.once('close', () => answering.delete(res));
+      }
       onRequest(req, res);
     },
   );
@@ -313,6 +319,13 @@ export function newProxyServer(
       stopped = true;
       if (server.listening) server.close();
       http1.closeIdleConnections();
+      // A connection busy with a response closes once it is sent: before its head, by Node's `Connection: close`;
+      // after it, as an idle connection once the response is finished.
+      for (const res of answering) {
+        if (!res.headersSent) res.shouldKeepAlive = false;
+        else res.once('finish', () => setImmediate(() => http1.closeIdleConnections()));
+      }
+      answering.clear();
       // GOAWAY: the client opens its next streams elsewhere; the streams under way finish, then the session closes.
       for (const session of sessions) session.close();
     },
