@@ -15,6 +15,8 @@ import { SHUTDOWN_MESSAGE } from '../drain.ts';
 import { newRequestContext, type RequestContext } from './exchange.ts';
 import { closingBytes, webSocketFrame } from './session-close.ts';
 import { transport, type ForwardPlan, type Hop } from './transport.ts';
+import { newProxyServer } from './server.ts';
+import { issueCert, newCA } from '../../lib/pki/pki.ts';
 
 const closers: (() => void)[] = [];
 afterEach(() => {
@@ -113,41 +115,88 @@ const until = async (check: () => boolean): Promise<void> => {
 /** What follows the 101 answer's head in `bytes`. */
 const afterHead = (bytes: Buffer): Buffer => bytes.subarray(bytes.indexOf('\r\n\r\n') + 4);
 
-describe('a watch a draining replica ends', () => {
-  it('ends after the event under way, never in its middle, and the response is complete', async () => {
-    let upstream: ServerHttp2Stream | undefined;
-    const h2 = createHttp2Server();
-    h2.on('stream', (stream) => {
-      upstream = stream;
-      stream.respond({ ':status': 200, 'content-type': 'application/json' });
-      stream.write('{"type":"ADDED","object":{"n":1}}\n{"type":"ADDED",');
-    });
-    closers.push(() => h2.close());
-    const contexts: RequestContext[] = [];
-    const port = await front(hopTo(await listening(h2), 1), contexts);
-    const body = await new Promise<{ text: string; complete: boolean }>((done, fail) => {
-      request({ host: '127.0.0.1', port, path: '/api/v1/configmaps?watch=1' }, (res) => {
-        let text = '';
+/** The front over HTTP/2 (TLS, as the proxy's listener serves it): each request goes through transport(). */
+async function http2Front(hop: Hop, contexts: RequestContext[]): Promise<{ port: number; ca: string }> {
+  const ca = await newCA('session-ending');
+  const serving = await issueCert(ca, { commonName: 'front', hosts: ['127.0.0.1'], usage: 'server' });
+  const server = newProxyServer(
+    { certPem: serving.certPem, keyPem: serving.keyPem, clientCAPems: [] },
+    (req, res) => {
+      const context = newRequestContext();
+      contexts.push(context);
+      transport({ kind: 'plain', req, res, context }, hop, PLAN);
+    },
+    (_req, socket) => socket.destroy(),
+  );
+  closers.push(() => void server.close());
+  return { port: await server.listen(0, '127.0.0.1'), ca: ca.certPem };
+}
+
+/** A watch's answer read over HTTP/1.1 or HTTP/2; `onText` is told the text so far after each chunk. */
+function readWatch(
+  protocol: 'HTTP/1.1' | 'HTTP/2',
+  at: { port: number; ca?: string },
+  onText: (text: string) => void,
+): Promise<{ text: string; complete: boolean }> {
+  return new Promise((done, fail) => {
+    let text = '';
+    const take = (c: string): void => {
+      text += c;
+      onText(text);
+    };
+    if (protocol === 'HTTP/1.1') {
+      request({ host: '127.0.0.1', port: at.port, path: '/api/v1/configmaps?watch=1' }, (res) => {
         res.setEncoding('utf8');
-        res.on('data', (c: string) => {
-          text += c;
-          // Asked to end while the second event is half sent; the rest of it, and a third, come after.
-          if (!text.includes('"object":{"n":1}}\n{"type"')) return;
-          contexts[0]!.end!('');
-          upstream!.write('"object":{"n":2}}\n');
-          upstream!.write('{"type":"ADDED","object":{"n":3}}\n');
-        });
+        res.on('data', take);
         res.once('end', () => done({ text, complete: res.complete }));
         res.once('error', fail);
       })
         .once('error', fail)
         .end();
-    });
-    expect(body).toEqual({
-      text: '{"type":"ADDED","object":{"n":1}}\n{"type":"ADDED","object":{"n":2}}\n',
-      complete: true,
-    });
+      return;
+    }
+    const session = connectHttp2(`https://127.0.0.1:${at.port}`, { ca: at.ca! });
+    closers.push(() => session.destroy());
+    session.on('error', fail);
+    const stream = session.request({ ':path': '/api/v1/configmaps?watch=1' }, { endStream: true });
+    stream.setEncoding('utf8');
+    stream.on('data', take);
+    // An HTTP/2 answer is complete when its stream ends (END_STREAM), not reset.
+    stream.once('end', () => done({ text, complete: stream.rstCode === undefined || stream.rstCode === 0 }));
+    stream.once('error', fail);
   });
+}
+
+describe('a watch a draining replica ends', () => {
+  it.each(['HTTP/1.1', 'HTTP/2'] as const)(
+    'over %s: ends after the event under way, never in its middle, and the response is complete',
+    async (protocol) => {
+      let upstream: ServerHttp2Stream | undefined;
+      const h2 = createHttp2Server();
+      h2.on('stream', (stream) => {
+        upstream = stream;
+        stream.respond({ ':status': 200, 'content-type': 'application/json' });
+        stream.write('{"type":"ADDED","object":{"n":1}}\n{"type":"ADDED",');
+      });
+      closers.push(() => h2.close());
+      const contexts: RequestContext[] = [];
+      const hop = hopTo(await listening(h2), 1);
+      const at =
+        protocol === 'HTTP/1.1' ? { port: await front(hop, contexts) } : await http2Front(hop, contexts);
+      let asked = false;
+      const body = await readWatch(protocol, at, (text) => {
+        // Asked to end while the second event is half sent; the rest of it comes after.
+        if (asked || !text.includes('"object":{"n":1}}\n{"type"')) return;
+        asked = true;
+        contexts[0]!.end!('');
+        upstream!.write('"object":{"n":2}}\n');
+      });
+      expect(body).toEqual({
+        text: '{"type":"ADDED","object":{"n":1}}\n{"type":"ADDED","object":{"n":2}}\n',
+        complete: true,
+      });
+    },
+  );
 });
 
 describe('a session a draining replica closes', () => {
