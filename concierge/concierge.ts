@@ -306,35 +306,43 @@ async function start(opts: ConciergeOptions, onStop: OnStop, onDrain: OnDrain): 
   const ports = await listenForClients(base, proxy.server, direct?.server);
   if (tunnelParts) await agentsListener(base, shared, late, tunnelParts.publisher, manager);
   const metricsPort = opts.metrics ? await serveMetrics(base, shared.metrics, opts.metrics) : undefined;
-  onDrain(async (signal) => {
-    await drainSequence(
-      {
-        settings: opts.drain ?? {
-          delayMs: DEFAULT_SHUTDOWN_DELAY_SECONDS * 1000,
-          graceMs: DEFAULT_SHUTDOWN_GRACE_SECONDS * 1000,
-        },
-        registry: shared.sessions,
-        // The tunnel and peer listeners stay: the handover (below) is what ends their part.
-        stopAccepting: () => {
-          proxy.server.stopAccepting();
-          direct?.server.stopAccepting();
-          ssh?.stopAccepting();
-          return Promise.resolve();
-        },
-        // d. The tunnels' handover goes here: the tunnel parts' handOver(), resolving with the tunnels handed over.
-        handOver: () => Promise.resolve(0),
-        clock,
-        log: opts.log,
-      },
-      signal,
-    );
-  });
+  onDrain((signal) => drain(base, shared, [proxy.server, direct?.server, ssh], signal));
   return {
     ...ports,
     ...(late.tunnels ? { tunnel: { port: late.tunnels.port, caPem: late.tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
     ...(ssh ? { sshPort: ssh.port } : {}),
   };
+}
+
+/**
+ * The drain (concierge/drain.ts) over this replica's parts: `listeners` stop taking connections (the tunnel and peer
+ * listeners stay: the handover is what ends their part).
+ */
+async function drain(
+  { opts, clock, log }: Base,
+  { sessions }: Shared,
+  listeners: ({ stopAccepting(): void } | undefined)[],
+  signal: AbortSignal,
+): Promise<void> {
+  await drainSequence(
+    {
+      settings: opts.drain ?? {
+        delayMs: DEFAULT_SHUTDOWN_DELAY_SECONDS * 1000,
+        graceMs: DEFAULT_SHUTDOWN_GRACE_SECONDS * 1000,
+      },
+      registry: sessions,
+      stopAccepting: () => {
+        for (const listener of listeners) listener?.stopAccepting();
+        return Promise.resolve();
+      },
+      // d. The tunnels' handover goes here: the tunnel parts' handOver(), resolving with the tunnels handed over.
+      handOver: () => Promise.resolve(0),
+      clock,
+      log,
+    },
+    signal,
+  );
 }
 
 function checkOptions(opts: ConciergeOptions): void {
