@@ -2,6 +2,7 @@
 import { Command } from 'commander';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import type { ConciergeFlags } from '../concierge/main.ts';
+import { DEFAULT_SHUTDOWN_DELAY_SECONDS, DEFAULT_SHUTDOWN_GRACE_SECONDS } from '../concierge/drain.ts';
 import {
   API_SERVICE,
   CONFIG_MAP_NAME,
@@ -105,6 +106,16 @@ export function conciergeCommand(): Command {
       'kubeconfig-format file naming a receiver that finished recordings are also POSTed to',
       '',
     )
+    .option(
+      '--shutdown-delay <seconds>',
+      'on SIGTERM, readiness turns off and the replica serves on this long, while Endpoints and load balancers forget it',
+      String(DEFAULT_SHUTDOWN_DELAY_SECONDS),
+    )
+    .option(
+      '--shutdown-grace <seconds>',
+      'then, with no new connections, exec, attach, port-forward, reach and SSH sessions get this long before each is closed with a message',
+      String(DEFAULT_SHUTDOWN_GRACE_SECONDS),
+    )
     .option('--no-log-usernames', 'keep usernames and groups out of operational logs (audit keeps them)')
     .addHelpText(
       'after',
@@ -119,13 +130,12 @@ Examples:
     )
     .action(async (flags: ConciergeFlags & { clientCaFile: string[]; tunnelHost: string[] }) => {
       // Loaded here, so that other commands (kubectl runs `sealion login` often) start fast.
-      const { runConcierge } = await import('../concierge/main.ts');
-      const stop = await runConcierge(
+      const { runConcierge, onSignals } = await import('../concierge/main.ts');
+      const running = await runConcierge(
         { ...flags, clientCAFiles: flags.clientCaFile, tunnelHosts: flags.tunnelHost },
         process.env,
       );
-      const shutdown = (): void => void stop().then(() => process.exit(0));
-      process.once('SIGINT', shutdown);
-      process.once('SIGTERM', shutdown);
+      // SIGTERM drains, then exits 0; a second signal, or SIGINT, stops at once (concierge/drain.ts).
+      onSignals(running, () => process.exit(0));
     });
 }

@@ -32,7 +32,15 @@ import {
   type Reviewer,
 } from '../lib/kube/kube.ts';
 import type { Informer } from '../lib/kube/informer.ts';
-import { newLifecycle, type OnStop } from '../lib/lifecycle.ts';
+import { newLifecycle, type OnDrain, type OnStop } from '../lib/lifecycle.ts';
+import {
+  DEFAULT_SHUTDOWN_DELAY_SECONDS,
+  DEFAULT_SHUTDOWN_GRACE_SECONDS,
+  drainSequence,
+  newSessionRegistry,
+  type DrainSettings,
+  type SessionRegistry,
+} from './drain.ts';
 import { newListenerSwitch, type ListenerSwitch } from '../lib/listener-switch.ts';
 import type { Controller, ControllerEntry } from '../lib/controller/controller.ts';
 import type { Logger } from '../lib/log.ts';
@@ -160,6 +168,11 @@ export interface ConciergeOptions {
   recording?: Omit<RecordingOptions, 'log' | 'clock' | 'uploader'> & { webhookConfigFile?: string };
   /** Whether operational log lines name users; audit events always do. Default: true. */
   logUsernames?: boolean;
+  /**
+   * How drain() goes (concierge/drain.ts): how long it serves on after readiness turns off, and how long long
+   * sessions may go on after that. Default: DEFAULT_SHUTDOWN_DELAY_SECONDS and DEFAULT_SHUTDOWN_GRACE_SECONDS.
+   */
+  drain?: DrainSettings;
   log: Logger;
   clock?: Clock;
 }
@@ -184,6 +197,11 @@ export interface Concierge {
   start(): Promise<ConciergeEndpoints>;
   /** Stops what has started, in the reverse order; safe at any time, and more than once. */
   stop(): Promise<void>;
+  /**
+   * Drains (concierge/drain.ts: readiness off, the delay, no new connections, the tunnels handed over, requests
+   * finished, watches ended, sessions closed with a message after the grace), then stops. A stop meanwhile cuts it.
+   */
+  drain(): Promise<void>;
 }
 
 /** The Lease that picks the replica whose controllers write. */
@@ -195,7 +213,7 @@ function materialKey(m: ServingMaterial): string {
 }
 
 export function newConcierge(opts: ConciergeOptions): Concierge {
-  return newLifecycle('concierge', opts.log, (onStop) => start(opts, onStop));
+  return newLifecycle('concierge', opts.log, (onStop, onDrain) => start(opts, onStop, onDrain));
 }
 
 /** What every step of the start shares: the options, the process's clients and clock, and where stops go. */
@@ -241,10 +259,15 @@ interface Shared {
   budget: MemoryBudget;
   audit?: RunningAudit | undefined;
   recordings?: Recordings | undefined;
+  /** What the proxy forwards while it lasts, for the drain; its readiness too. */
+  sessions: SessionRegistry;
 }
 
-/** Starts the parts in order; `onStop` collects how to stop each one as soon as it runs. */
-async function start(opts: ConciergeOptions, onStop: OnStop): Promise<ConciergeEndpoints> {
+/**
+ * Starts the parts in order; `onStop` collects how to stop each one as soon as it runs, `onDrain` the drain
+ * sequence.
+ */
+async function start(opts: ConciergeOptions, onStop: OnStop, onDrain: OnDrain): Promise<ConciergeEndpoints> {
   checkOptions(opts);
   const clock = opts.clock ?? systemClock;
   const clients = newKubeClients(opts.kubeconfig);
@@ -285,12 +308,43 @@ async function start(opts: ConciergeOptions, onStop: OnStop): Promise<ConciergeE
   const ports = await listenForClients(base, proxy.server, direct?.server);
   if (tunnelParts) await agentsListener(base, shared, late, tunnelParts.publisher, manager);
   const metricsPort = opts.metrics ? await serveMetrics(base, shared.metrics, opts.metrics) : undefined;
+  onDrain((signal) => drain(base, shared, [proxy.server, direct?.server, ssh], signal));
   return {
     ...ports,
     ...(late.tunnels ? { tunnel: { port: late.tunnels.port, caPem: late.tunnels.caPem } } : {}),
     ...(metricsPort === undefined ? {} : { metricsPort }),
     ...(ssh ? { sshPort: ssh.port } : {}),
   };
+}
+
+/**
+ * The drain (concierge/drain.ts) over this replica's parts: `listeners` stop taking connections (the tunnel and peer
+ * listeners stay: the handover is what ends their part).
+ */
+async function drain(
+  { opts, clock, log }: Base,
+  { sessions }: Shared,
+  listeners: ({ stopAccepting(): void } | undefined)[],
+  signal: AbortSignal,
+): Promise<void> {
+  await drainSequence(
+    {
+      settings: opts.drain ?? {
+        delayMs: DEFAULT_SHUTDOWN_DELAY_SECONDS * 1000,
+        graceMs: DEFAULT_SHUTDOWN_GRACE_SECONDS * 1000,
+      },
+      registry: sessions,
+      stopAccepting: () => {
+        for (const listener of listeners) listener?.stopAccepting();
+        return Promise.resolve();
+      },
+      // d. The tunnels' handover goes here: the tunnel parts' handOver(), resolving with the tunnels handed over.
+      handOver: () => Promise.resolve(0),
+      clock,
+      log,
+    },
+    signal,
+  );
 }
 
 function checkOptions(opts: ConciergeOptions): void {
@@ -332,6 +386,7 @@ async function sharedParts(base: Base, late: Late): Promise<Shared> {
     metrics,
     budget,
     ...(await auditAndRecordings(base, metrics, () => late.hubName)),
+    sessions: newSessionRegistry(),
   };
 }
 
@@ -436,7 +491,9 @@ async function impersonationProxy(
     signer: newClientCertSigner(() => late.signer),
     metrics,
     log: log.child({ component: 'proxy' }),
-    ready: () => true,
+    // Ready until the drain begins: the Endpoints and load balancers then stop sending here.
+    ready: () => !shared.sessions.draining(),
+    sessions: shared.sessions,
     serving: () => late.serving,
     ...(audit ? { auditor: audit.auditor } : {}),
     ...(recordings
@@ -792,6 +849,8 @@ async function ownCertificateIssuer(clients: KubeClients): Promise<ClusterCertif
 /** The SSH door as the controllers switch it. */
 interface SshDoor {
   serve: (material: (SshMaterial & { settings: SshSettings }) | undefined) => void;
+  /** Stops listening; the connections open go on (a drain). */
+  stopAccepting: () => void;
   close: () => Promise<void>;
   /** Where it listens now; undefined while it does not. */
   port: () => number | undefined;
@@ -866,6 +925,7 @@ function sshDoor(
         : undefined;
       listener.serve(material);
     },
+    stopAccepting: () => current?.server.stopAccepting(),
     close: () => listener.close(),
     port: () => current?.port,
     sweep: periodic(SSH_BINDING_SWEEP, BINDING_SWEEP_MS, async () => {

@@ -60,10 +60,15 @@ export interface ConciergeFlags {
   recordingMaxSize: string;
   /** A kubeconfig-format file naming where finished recordings are also sent; empty: nowhere. */
   recordingWebhookConfigFile: string;
+  /** Seconds the replica serves on after SIGTERM with readiness off (concierge/drain.ts). */
+  shutdownDelay: string;
+  /** Seconds long sessions may go on once the replica stops taking connections, before each is closed. */
+  shutdownGrace: string;
 }
 
-function count(flag: string, value: string): number {
-  const n = Number(value);
+export function count(flag: string, value: string): number {
+  // Number('') is 0: an empty value is refused, not taken for zero.
+  const n = value.trim() === '' ? NaN : Number(value);
   if (!Number.isInteger(n) || n < 0)
     throw new Error(`--${flag}: ${JSON.stringify(value)} is not a whole number`);
   return n;
@@ -196,22 +201,53 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
         }
       : {}),
     logUsernames: flags.logUsernames,
+    drain: {
+      delayMs: count('shutdown-delay', flags.shutdownDelay) * 1000,
+      graceMs: count('shutdown-grace', flags.shutdownGrace) * 1000,
+    },
     log,
   };
+}
+
+/** How a running concierge is ended: drained (SIGTERM) or stopped at once. */
+export interface RunningConcierge {
+  drain(): Promise<void>;
+  stop(): Promise<void>;
 }
 
 /**
  * Runs the concierge as the process's one occupant (`sealion concierge`): errors nothing handled are this process's
  * to log and count (lib/process-errors.ts says what it does with each), from before anything starts. Returns what
- * stops it.
+ * drains and stops it.
  */
-export async function runConcierge(
-  flags: ConciergeFlags,
-  env: NodeJS.ProcessEnv,
-): Promise<() => Promise<void>> {
+export async function runConcierge(flags: ConciergeFlags, env: NodeJS.ProcessEnv): Promise<RunningConcierge> {
   const options = conciergeOptions(flags, env);
   handleProcessErrors({ log: options.log });
   const concierge = newConcierge(options);
   await concierge.start();
-  return () => concierge.stop();
+  // The log is buffered: what the drain and the stop wrote (`drained` among it) is written out before the exit.
+  const flushed = (): Promise<void> => new Promise((done) => options.log.flush(() => done()));
+  return {
+    drain: () => concierge.drain().then(flushed),
+    stop: () => concierge.stop().then(flushed),
+  };
+}
+
+/**
+ * The process's signals: the first SIGTERM drains (what the kubelet sends a pod it stops), SIGINT stops at once (a
+ * person at a terminal), and a second signal of either during the drain stops at once. `exit` is called once the
+ * drain or the stop has finished.
+ */
+export function onSignals(
+  running: RunningConcierge,
+  exit: () => void,
+  signals: Pick<NodeJS.Process, 'on'> = process,
+): void {
+  let ending: Promise<void> | undefined;
+  const end = (how: () => Promise<void>): void => {
+    ending = how();
+    void ending.then(exit, exit);
+  };
+  signals.on('SIGTERM', () => end(ending ? () => running.stop() : () => running.drain()));
+  signals.on('SIGINT', () => end(() => running.stop()));
 }

@@ -65,3 +65,42 @@ describe('a lifecycle', () => {
     expect(events).toEqual(['start a', 'stop a', 'start b', 'stop b']);
   });
 });
+
+describe("a lifecycle's drain", () => {
+  it('runs the drain sequence, then the stop, once however often it is told', async () => {
+    const events: string[] = [];
+    const lifecycle = newLifecycle('test', silentLogger(), (onStop, onDrain) => {
+      onStop(() => events.push('stop a'));
+      onDrain(() => (events.push('drain'), Promise.resolve()));
+      return Promise.resolve();
+    });
+    await lifecycle.start();
+    await Promise.all([lifecycle.drain(), lifecycle.drain()]);
+    expect(events).toEqual(['drain', 'stop a']);
+  });
+
+  it('a stop during the drain aborts its waits and stops at once', async () => {
+    const events: string[] = [];
+    const lifecycle = newLifecycle('test', silentLogger(), (onStop, onDrain) => {
+      onStop(() => events.push('stop a'));
+      onDrain(
+        (signal) =>
+          new Promise<void>((done) => signal.addEventListener('abort', () => (events.push('cut'), done()))),
+      );
+      return Promise.resolve();
+    });
+    await lifecycle.start();
+    const draining = lifecycle.drain();
+    await lifecycle.stop();
+    await draining;
+    expect(events).toEqual(['cut', 'stop a']);
+  });
+
+  it('without a drain sequence, drain is a stop', async () => {
+    const events: string[] = [];
+    const lifecycle = newLifecycle('test', silentLogger(), partsStart(events, ['a']));
+    await lifecycle.start();
+    await lifecycle.drain();
+    expect(events).toEqual(['start a', 'stop a']);
+  });
+});

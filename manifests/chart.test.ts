@@ -2,7 +2,7 @@
 // the schema the charts carry. (integration/helm-chart.test.ts holds the real Helm, 4 and 3, to the same rendering.)
 import { describe, expect, it } from '@jest/globals';
 import { agentObjects, chartFiles, conciergeInstall, mergeValues } from './chart.ts';
-import { conciergeManifests, DEFAULT_INSTALL } from './install.ts';
+import { CONCIERGE_TERMINATION_GRACE_SECONDS, conciergeManifests, DEFAULT_INSTALL } from './install.ts';
 
 describe('values', () => {
   it('merge as Helm merges: maps key by key, lists whole, null removes a default', () => {
@@ -66,6 +66,12 @@ describe('availability values', () => {
 });
 
 describe('the charts', () => {
+  it("give the concierge's pods the drain's termination grace, as the kustomize install does", () => {
+    const template = chartFiles('sealion-concierge').get('templates/deployment.yaml')!;
+    expect(template).toContain(`terminationGracePeriodSeconds: ${CONCIERGE_TERMINATION_GRACE_SECONDS}\n`);
+    expect(template).toMatch(/--shutdown-delay=\d+\n[\s\S]*--shutdown-grace=\d+\n/);
+  });
+
   it('leave no stand-in behind, and write every value with toJson or toYaml', () => {
     for (const chart of ['sealion-concierge', 'sealion-agent'] as const)
       for (const [file, text] of chartFiles(chart)) {

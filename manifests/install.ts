@@ -27,6 +27,7 @@ import {
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import { AGENT_POLICY_KEY } from '../apis/tunnel.ts';
 import { stringify } from 'yaml';
+import { DEFAULT_SHUTDOWN_DELAY_SECONDS, DEFAULT_SHUTDOWN_GRACE_SECONDS } from '../concierge/drain.ts';
 
 import {
   DEFAULT_POLICY,
@@ -596,6 +597,14 @@ function conciergeConfigMaps(opts: InstallOptions): Obj[] {
   ];
 }
 
+/**
+ * How long the kubelet waits after SIGTERM before it kills a concierge: the drain's delay and grace
+ * (concierge/drain.ts), and 15 s for what follows them (closing sessions, the stop, the last audit events) with room
+ * to spare. Killed sooner, a replica would cut the sessions the grace promised to warn.
+ */
+export const CONCIERGE_TERMINATION_GRACE_SECONDS =
+  DEFAULT_SHUTDOWN_DELAY_SECONDS + DEFAULT_SHUTDOWN_GRACE_SECONDS + 15;
+
 /** The concierge's Deployment: its replicas, where they run, and the recordings' and audit policy's volumes. */
 function conciergeDeployment(opts: InstallOptions): Obj {
   const ns = opts.namespace;
@@ -615,6 +624,7 @@ function conciergeDeployment(opts: InstallOptions): Obj {
         spec: {
           serviceAccountName: CONCIERGE_NAME,
           securityContext: POD_SECURITY,
+          terminationGracePeriodSeconds: CONCIERGE_TERMINATION_GRACE_SECONDS,
           ...placement(pod),
           containers: [conciergeContainer(opts, pod)],
           volumes: [
@@ -670,6 +680,9 @@ function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
       `--aggregated-api-listen=0.0.0.0:${API_PORT}`,
       // Listens only while the ConfigMap's ssh.mode is enabled.
       `--ssh-listen=0.0.0.0:${SSH_PORT}`,
+      // The drain on SIGTERM, written out so that its sum beside terminationGracePeriodSeconds is plain to read.
+      `--shutdown-delay=${DEFAULT_SHUTDOWN_DELAY_SECONDS}`,
+      `--shutdown-grace=${DEFAULT_SHUTDOWN_GRACE_SECONDS}`,
     ],
     volumeMounts: [
       { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },

@@ -10,6 +10,7 @@ import {
 import {
   agentManifests,
   agentSettingsManifests,
+  CONCIERGE_TERMINATION_GRACE_SECONDS,
   conciergeManifests,
   DEFAULT_INSTALL,
   REACH_READ_RULES,
@@ -293,6 +294,15 @@ describe('availability during drains and rollouts', () => {
     expect((agentManifests(DEFAULT_INSTALL) as Obj[]).map((o) => o.kind)).not.toContain(
       'PodDisruptionBudget',
     );
+  });
+
+  it("gives the concierge's drain its whole time before the kubelet kills it: delay + grace + a margin", () => {
+    const container = (podSpec(deployment)['containers'] as Spec[])[0]!;
+    const flag = (name: string): number =>
+      Number((container['args'] as string[]).find((a) => a.startsWith(`--${name}=`))!.split('=')[1]);
+    const budget = podSpec(deployment)['terminationGracePeriodSeconds'] as number;
+    expect(budget).toBe(CONCIERGE_TERMINATION_GRACE_SECONDS);
+    expect(flag('shutdown-delay') + flag('shutdown-grace')).toBeLessThan(budget - 10);
   });
 
   it("spreads the concierge's replicas over nodes and zones without ever leaving one unscheduled", () => {

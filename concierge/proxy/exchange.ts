@@ -55,6 +55,12 @@ export interface RequestContext {
   reach?: ReachTally;
   /** What the request does, as the API server authorizes it (set by the pipeline's first stage). */
   attributes?: RequestAttributes;
+  /**
+   * Ends what the transport relays for a draining replica (concierge/drain.ts): a long-running answer at an event's
+   * boundary, its response complete; an upgraded session with `message`, by its protocol's means. Set by the transport
+   * once it relays; until then there is nothing to end but the connection, which the stop cuts.
+   */
+  end?: (message: string) => void;
 }
 
 /** A new request's context; `id` is the audit ID a peer replica already gave it, if any. */

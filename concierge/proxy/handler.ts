@@ -34,7 +34,16 @@ import { requestFacts, startAudit } from './audit-start.ts';
 import type { Identity, RequestAuthenticator } from './authenticate.ts';
 import type { ClientCertSigner } from './credentials.ts';
 import { newDecider, type Authenticated, type Decider } from './decide.ts';
-import { asPlain, asUpgrade, newRequestContext, refuse, type Exchange, type Refusal } from './exchange.ts';
+import {
+  asPlain,
+  asUpgrade,
+  newRequestContext,
+  onClose,
+  refuse,
+  type Exchange,
+  type Refusal,
+} from './exchange.ts';
+import type { SessionKind, Sessions } from '../drain.ts';
 import type { SSHDoor } from '../../apis/identity.ts';
 import { hubAPIs } from './hub-apis.ts';
 import { localAPIs, type LocalAPI } from './local-apis.ts';
@@ -92,6 +101,11 @@ export interface ProxyDeps {
    * keeps personal data out of operational logs turns this off. Default: true.
    */
   logUsernames?: boolean;
+  /**
+   * Where what is forwarded is registered while it lasts, so that a draining replica can wait for it, end it or close
+   * it with a message (concierge/drain.ts). Default: nowhere.
+   */
+  sessions?: Sessions;
 }
 
 /** The anonymous user, as the API server names the sender of an unauthenticated request. */
@@ -231,6 +245,34 @@ function annotateDecision(exchange: Exchange): void {
   if (context.impersonated) audit.impersonating(context.impersonated);
 }
 
+/** What kind of long session an upgrade is, as a draining replica counts it. */
+function sessionKind(exchange: Exchange, parsed: ParsedRequest, viaDoor: boolean): SessionKind {
+  if (viaDoor) return 'ssh';
+  if (exchange.context.reach) return 'reach';
+  const sub = parsed.attributes.resourceRequest ? parsed.attributes.subresource : '';
+  return sub === 'exec' || sub === 'attach' ? sub : sub === 'portforward' ? 'port-forward' : 'stream';
+}
+
+/**
+ * Registers what is about to be forwarded with `sessions`, until its client's side closes: a plain request, a watch
+ * (ended cleanly by a drain), a long answer or an upgraded session (closed with a message when the drain's grace
+ * ends). The transport sets how each is ended (context.end) once it relays.
+ */
+function register(sessions: Sessions, exchange: Exchange, parsed: ParsedRequest, viaDoor: boolean): void {
+  const { context } = exchange;
+  const end = (message: string): void => context.end?.(message);
+  const done =
+    exchange.kind === 'plain' && !parsed.longRunning
+      ? sessions.request()
+      : exchange.kind === 'plain' && parsed.verb === 'watch'
+        ? sessions.watch(() => end(''))
+        : sessions.session(
+            exchange.kind === 'plain' ? 'stream' : sessionKind(exchange, parsed, viaDoor),
+            end,
+          );
+  onClose(exchange, done);
+}
+
 /** decide → record → the cluster's route. */
 async function forward(
   decider: Decider,
@@ -238,6 +280,8 @@ async function forward(
   exchange: Exchange,
   identity: Authenticated,
   parsed: ParsedRequest,
+  sessions: Sessions | undefined,
+  viaDoor: boolean,
 ): Promise<void> {
   const { req, context } = exchange;
   const target = decider.target(context.cluster, identity);
@@ -250,6 +294,7 @@ async function forward(
   }
   context.route = target.route.kind;
   annotateDecision(exchange);
+  if (sessions) register(sessions, exchange, parsed, viaDoor);
   const recording = record(exchange, parsed.attributes, parsed.query);
   const refused = recording && (await recording);
   if (refused) return refuse(exchange, refused);
@@ -334,7 +379,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       if ('status' in seen) return refuse(exchange, seen);
       return api.serve(plain.req, plain.res, path, seen);
     }
-    return forward(decider, record, exchange, identity, parsed);
+    const viaDoor = deps.signedIn?.(req) !== undefined;
+    return forward(decider, record, exchange, identity, parsed, deps.sessions, viaDoor);
   }
 
   return {

@@ -158,3 +158,79 @@ describe('client signatures', () => {
     expect(errors).toEqual(['ERR_SSL_WRONG_SIGNATURE_TYPE']);
   });
 });
+
+describe('a listener told to stop taking connections (a drain)', () => {
+  it('refuses new connections, closes idle HTTP/1.1 ones and busy ones after their answer, sends GOAWAY on HTTP/2, and lets what is under way finish', async () => {
+    const { connect } = await import('node:http2');
+    const { Agent } = await import('node:https');
+    let release: () => void = () => {};
+    const held = new Promise<void>((done) => (release = done));
+    let arrivals = 0;
+    let arrived: () => void = () => {};
+    // The slow request over HTTP/2 and the one over HTTP/1.1.
+    const slowArrived = new Promise<void>((done) => (arrived = () => void (++arrivals === 2 && done())));
+    const server = newProxyServer(
+      { certPem: ecdsaServing.certPem, keyPem: ecdsaServing.keyPem, clientCAPems: [] },
+      (req, res) => {
+        if (req.url !== '/slow') return void (res as ServerResponse).end('quick');
+        arrived();
+        void held.then(() => (res as ServerResponse).end('slow done'));
+      },
+      (_req, socket) => socket.destroy(),
+    );
+    servers.push(server);
+    const port = await server.listen(0, '127.0.0.1');
+    // An HTTP/2 connection with a stream under way.
+    const session = connect(`https://127.0.0.1:${port}`, { ca: servingCA.certPem });
+    session.on('error', () => {});
+    const goaway = new Promise<void>((done) => session.once('goaway', () => done()));
+    const slow = session.request({ ':path': '/slow' });
+    let slowBody = '';
+    slow.setEncoding('utf8');
+    slow.on('data', (c: string) => (slowBody += c));
+    const slowEnded = new Promise<void>((done) => slow.once('end', () => done()));
+    // An HTTP/1.1 connection kept alive between requests.
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const http1 = (): Promise<{ body: string; connection: string | undefined }> =>
+      new Promise((done, fail) => {
+        const req = request({ host: '127.0.0.1', port, path: '/', ca: servingCA.certPem, agent }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (body += c));
+          res.once('end', () => done({ body, connection: res.headers.connection }));
+        });
+        req.once('error', fail);
+        req.end();
+      });
+    expect(await http1()).toEqual({ body: 'quick', connection: 'keep-alive' });
+    // An HTTP/1.1 request under way on a connection meant to be kept alive.
+    const busyAgent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const busy = new Promise<{ connection: string | undefined; closed: Promise<void> }>((done, fail) => {
+      const req = request(
+        { host: '127.0.0.1', port, path: '/slow', ca: servingCA.certPem, agent: busyAgent },
+        (res) => {
+          const closed = new Promise<void>((c) => res.socket.once('close', () => c()));
+          res.resume();
+          res.once('end', () => done({ connection: res.headers.connection, closed }));
+        },
+      );
+      req.once('error', fail);
+      req.end();
+    });
+    await slowArrived;
+
+    server.stopAccepting();
+    await goaway;
+    // The idle HTTP/1.1 connection was closed: the agent's next request opens a new one, which is refused.
+    await expect(http1()).rejects.toThrow(/ECONNREFUSED/);
+    release();
+    await slowEnded;
+    expect(slowBody).toBe('slow done');
+    const answered = await busy;
+    expect(answered.connection).toBe('close');
+    await answered.closed;
+    session.close();
+    agent.destroy();
+    busyAgent.destroy();
+  });
+});

@@ -157,6 +157,12 @@ export interface ProxyServer {
    * request path checks each request against these, so a CA taken out stops working on open connections too.
    */
   trustedClientCAs(): ReadonlySet<string>;
+  /**
+   * Stops taking connections, for a draining replica: the listener closes; idle HTTP/1.1 connections close and busy
+   * ones close after their response; each HTTP/2 connection is sent GOAWAY, so its client opens no new stream here and
+   * the streams under way go on. Idempotent; close() ends what is left.
+   */
+  stopAccepting(): void;
   close(): Promise<void>;
 }
 
@@ -209,6 +215,11 @@ export function newProxyServer(
 ): ProxyServer {
   const bounds: ServerLimits = { ...DEFAULT_SERVER_LIMITS, ...limits };
   const anyClientKey = tls.anyClientKey === true;
+  /** Set once the server stops taking connections: HTTP/1.1 answers from then on close their connection. */
+  let stopped = false;
+  const sessions = new Set<ServerHttp2Session>();
+  /** HTTP/1.1 responses under way that began before the server stopped taking connections. */
+  const answering = new Set<ServerResponse>();
   const http1 = createHttp1Server(
     {
       maxHeaderSize: MAX_HEADER_BYTES,
@@ -218,7 +229,15 @@ export function newProxyServer(
       // How often Node looks for connections past those two deadlines.
       connectionsCheckingInterval: Math.min(1000, bounds.headersTimeoutMs / 2),
     },
-    onRequest,
+    (req, res) => {
+      // Node then answers with `Connection: close` and closes the connection once the response is sent.
+      if (stopped) res.shouldKeepAlive = false;
+      else {
+        answering.add(res);
+        res.once('close', () => answering.delete(res));
+      }
+      onRequest(req, res);
+    },
   );
   // The connections come from the TLS server below (emit('connection')); this server never listen()s. Node starts
   // the checks behind headersTimeout and requestTimeout when a server starts listening, so without this event no
@@ -245,7 +264,12 @@ export function newProxyServer(
     serveStream(stream, headers, rawHeaders, onRequest),
   );
   http2.on('sessionError', () => {});
-  http2.on('session', (session: ServerHttp2Session) => closeWhenIdle(session, bounds.idleTimeoutMs));
+  http2.on('session', (session: ServerHttp2Session) => {
+    closeWhenIdle(session, bounds.idleTimeoutMs);
+    if (stopped) return void session.close();
+    sessions.add(session);
+    session.once('close', () => sessions.delete(session));
+  });
 
   const server = createTLSServer(
     {
@@ -290,6 +314,21 @@ export function newProxyServer(
       trusted = nextTrusted;
     },
     trustedClientCAs: () => trusted,
+    stopAccepting() {
+      if (stopped) return;
+      stopped = true;
+      if (server.listening) server.close();
+      http1.closeIdleConnections();
+      // A connection busy with a response closes once it is sent: before its head, by Node's `Connection: close`;
+      // after it, as an idle connection once the response is finished.
+      for (const res of answering) {
+        if (!res.headersSent) res.shouldKeepAlive = false;
+        else res.once('finish', () => setImmediate(() => http1.closeIdleConnections()));
+      }
+      answering.clear();
+      // GOAWAY: the client opens its next streams elsewhere; the streams under way finish, then the session closes.
+      for (const session of sessions) session.close();
+    },
     close() {
       return new Promise((done) => {
         server.close(() => done());

@@ -18,7 +18,9 @@ import {
   type CallAnswer,
 } from '../../lib/http2/forward.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
-import { forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
+import { endAndClose, forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
+import type { Response } from '../../lib/http2/request.ts';
+import { closingBytes, watchBoundary, webSocketBoundary, type Boundary } from './session-close.ts';
 import { Unrecordable } from '../recording/session.ts';
 import { ANNOTATIONS, type RequestAudit } from '../audit/audit.ts';
 import type { ReachTally } from '../../lib/reach/dialer.ts';
@@ -101,11 +103,19 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: (
   headers[':method'] = req.method ?? 'GET';
   headers[':path'] = hop.pathPrefix + originForm(req.url);
   const progressMs = hop.progressMs;
+  const audited = context.audit && auditAnswer(context.audit, plan.longRunning);
+  // A long-running answer (a watch, a followed log) can be ended by a draining replica.
+  const ending = plan.longRunning ? answerEnding(res, () => stream) : undefined;
+  if (ending) context.end = () => ending.end();
+  const onAnswer = ending
+    ? (status: number, answer: IncomingHttpHeaders): AnswerObserver =>
+        both(audited?.(status, answer), ending.observe(answer))
+    : audited;
   const stream = forwardOverHttp2(req, res, headers, {
     open: (h, endStream) => hop.open(h, endStream),
     fail: (err) => refuse(exchange, hop.failure(err)),
     ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: hop.shortTimeoutMs }),
-    ...(context.audit ? { onAnswer: auditAnswer(context.audit, plan.longRunning) } : {}),
+    ...(onAnswer ? { onAnswer } : {}),
     // A client that leaves the answer unread holds its stream and memory on every hop: cut, as any broken answer
     // is, once it has read nothing for the progress timeout, or at once when the user's unread answers are over
     // their share of this process's memory.
@@ -154,6 +164,13 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
   /** The connection the upgrade goes out on: until it is gone, it holds its place on the hop. */
   let carrier: Duplex | undefined;
   if (release) socket.once('close', () => releaseWhenGone(release, carrier));
+  const ending = sessionEnding(socket, hop.clock);
+  context.end = (message) => ending.end(message);
+  const tap = context.recording
+    ? recordingTap(exchange)
+    : context.reach
+      ? () => countingTap(context.reach!)
+      : undefined;
   forwardUpgrade(socket, head, {
     send() {
       const sent = hop.send(req.method ?? 'GET', hop.pathPrefix + originForm(req.url), headers);
@@ -171,16 +188,127 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
           ? { status: 403, message: `${err.message}, and sessions must be recorded here` }
           : hop.failure(err),
       ),
-    ...(context.recording
-      ? { tap: recordingTap(exchange) }
-      : context.reach
-        ? { tap: () => countingTap(context.reach!) }
-        : {}),
+    tap(res) {
+      const inner = tap?.(res);
+      return inner instanceof Error ? inner : ending.tap(inner);
+    },
+    spliced: (upstream, res) => ending.spliced(upstream, res),
     answered(status) {
       context.status = status;
       if (status === 101) context.audit?.responseStarted(status);
     },
   });
+}
+
+/** Both observers of an answer's body, either of which may be missing. */
+function both(a: AnswerObserver | undefined, b: AnswerObserver): AnswerObserver {
+  if (!a) return b;
+  return {
+    data(chunk) {
+      a.data(chunk);
+      b.data(chunk);
+    },
+    end() {
+      a.end();
+      b.end();
+    },
+  };
+}
+
+/**
+ * Ends a long-running answer for a draining replica: once what the upstream sent ends on an event's boundary (at
+ * once, or after the chunk that completes the event), nothing more is relayed and the response is completed, as the
+ * API server completes a watch at its timeout; the client resumes from the last resourceVersion it read. Closing the
+ * response cancels the upstream stream (lib/http2/forward.ts). An answer not begun yet is left to the stop.
+ */
+function answerEnding(
+  res: Response,
+  upstream: () => ClientHttp2Stream | undefined,
+): { observe(answer: IncomingHttpHeaders): AnswerObserver; end(): void } {
+  let boundary: Boundary | undefined;
+  let pending = false;
+  const endNow = (): void => {
+    const stream = upstream();
+    // The relay's listener goes with the others: nothing after the boundary reaches the client.
+    stream?.pause();
+    stream?.removeAllListeners('data');
+    if (!res.writableFinished && !res.destroyed) res.end();
+  };
+  return {
+    observe(answer) {
+      boundary = watchBoundary(answer['content-type']);
+      const seen = boundary;
+      return {
+        data(chunk) {
+          seen.feed(chunk);
+          if (!pending || !seen.atBoundary()) return;
+          pending = false;
+          // This chunk is relayed by the listener after this one; the next must not be.
+          upstream()?.pause();
+          process.nextTick(endNow);
+        },
+        end() {},
+      };
+    },
+    end() {
+      if (boundary?.atBoundary()) endNow();
+      else pending = true;
+    },
+  };
+}
+
+/**
+ * Ends an upgraded session for a draining replica with a message its client shows (session-close.ts says how, by
+ * protocol), once what the upstream sent ends on a WebSocket frame's boundary (any point, for a protocol that is not
+ * WebSocket). Nothing more is relayed to the client; the last bytes are written and the connection closes after them
+ * (the splice then closes the upstream). A session not upgraded yet is left to the stop.
+ */
+function sessionEnding(
+  socket: Duplex,
+  clock: Clock,
+): {
+  tap(inner: UpgradeTap | undefined): UpgradeTap;
+  spliced(upstream: Duplex, res: IncomingMessage): void;
+  end(message: string): void;
+} {
+  let upstream: Duplex | undefined;
+  let last: ((message: string) => Buffer) | undefined;
+  let boundary: Boundary | undefined;
+  let pending: string | undefined;
+  const endNow = (message: string): void => {
+    if (!upstream || !last) return;
+    upstream.pause();
+    upstream.removeAllListeners('data');
+    endAndClose(socket, last(message), clock);
+  };
+  return {
+    tap(inner) {
+      return {
+        fromClient: (chunk) => inner?.fromClient(chunk),
+        fromServer(chunk) {
+          inner?.fromServer(chunk);
+          boundary?.feed(chunk);
+          if (pending === undefined || !boundary?.atBoundary()) return;
+          const message = pending;
+          pending = undefined;
+          upstream?.pause();
+          process.nextTick(() => endNow(message));
+        },
+        end: () => inner?.end(),
+      };
+    },
+    spliced(from, res) {
+      upstream = from;
+      const upgrade = String(res.headers['upgrade'] ?? '');
+      const protocol = String(res.headers['sec-websocket-protocol'] ?? '');
+      if (upgrade.toLowerCase() === 'websocket') boundary = webSocketBoundary();
+      last = (message) => closingBytes(upgrade, protocol, message);
+    },
+    end(message) {
+      if (!boundary || boundary.atBoundary()) endNow(message);
+      else pending = message;
+    },
+  };
 }
 
 /** Counts a reach connection's bytes both ways, for its log line and audit event. */

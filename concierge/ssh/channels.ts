@@ -343,7 +343,8 @@ const NO_PROGRAM =
  */
 export function refusalOf(err: unknown, target: ContainerRef, argv: readonly string[]): Refusal {
   const refusal = refusalAsIs(err, target, argv);
-  return { ...refusal, line: clientLine(refusal.line) };
+  // The line is said after `sealion: `; a message of Sealion's own (a draining replica's) starts with it already.
+  return { ...refusal, line: clientLine(refusal.line).replace(/^sealion: /, '') };
 }
 
 /** refusalOf's line before it is made one line for the client. */

@@ -26,6 +26,8 @@ import { eventually } from '../../dev/eventually.ts';
 import { newInProcessDoor, type InProcessDoor } from './in-process.ts';
 import { parseTrustedCAKeys } from '../../lib/ssh/keys.ts';
 import { addressKey, newSshServer, type SshServer, type SshServerOptions } from './server.ts';
+import { closingBytes } from '../proxy/session-close.ts';
+import { SHUTDOWN_MESSAGE } from '../drain.ts';
 
 let dir: string;
 let door: InProcessDoor;
@@ -54,6 +56,10 @@ function serveExecs(): void {
       if (req.headers.upgrade === 'tcp') return void socket.end(FORBIDDEN_REACH);
       wss.handleUpgrade(req, socket, head, (ws) => {
         const argv = new URL(req.url ?? '/', 'http://x').searchParams.getAll('command');
+        // A draining replica's proxy closing the exec: its last bytes, written on the connection as the proxy writes
+        // them (concierge/proxy/session-close.ts).
+        if (argv[0] === 'drained-here')
+          return void socket.end(closingBytes('websocket', ws.protocol, SHUTDOWN_MESSAGE));
         const child = spawn(argv[0]!, argv.slice(1));
         let failed = false;
         // A program that is not there: the kubelet's Status, as containerd and runc word it.
@@ -233,6 +239,11 @@ describe('commands', () => {
   it('passes stdin to its end, stdout and stderr apart, and the exit status', async () => {
     const r = await ssh(['hub/demo/web', '--', 'sh', '-c', "'cat; echo err >&2; exit 5'"], 'piped');
     expect(r).toMatchObject({ code: 5, stdout: 'piped', stderr: 'err\n' });
+  });
+
+  it('ends a command a draining replica closes with its message on stderr, once, and a failed exit status', async () => {
+    const r = await ssh(['hub/demo/web', '--', 'drained-here']);
+    expect(r).toEqual({ code: 1, stdout: '', stderr: `${SHUTDOWN_MESSAGE}\r\n` });
   });
 
   it('ends the exec, and its pipeline request, when the client goes away mid-command', async () => {

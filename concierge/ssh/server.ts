@@ -98,6 +98,11 @@ class Tally {
 
 export interface SshServer {
   listen(port: number, host: string): Promise<number>;
+  /**
+   * Stops listening, for a draining replica: the connections open go on (their commands run through the proxy's
+   * pipeline, where the drain closes them with a message); close() ends them.
+   */
+  stopAccepting(): void;
   /** Stops listening and ends every connection. */
   close(): Promise<void>;
 }
@@ -146,6 +151,7 @@ export function newSshServer(opts: SshServerOptions): SshServer {
   const door = new SshDoor(opts);
   return {
     listen: (port, host) => door.listen(port, host),
+    stopAccepting: () => door.stopAccepting(),
     close: () => door.close(),
   };
 }
@@ -224,6 +230,10 @@ class SshDoor {
         done((tcp.address() as AddressInfo).port);
       });
     });
+  }
+
+  stopAccepting(): void {
+    if (this.tcp.listening) this.tcp.close();
   }
 
   close(): Promise<void> {

@@ -56,6 +56,11 @@ export interface UpgradeForwardOptions {
    * connection is closed). Default: nothing observes.
    */
   tap?(res: IncomingMessage): UpgradeTap | Error | undefined;
+  /**
+   * Told the upstream connection once the upstream has switched protocols and the splice begins (after `tap`), for a
+   * caller that may have to end the session itself (a draining replica). Default: nobody is told.
+   */
+  spliced?(upstream: Duplex, res: IncomingMessage): void;
   /** Where the bytes a side leaves unread are charged, both ways (memory-budget.ts). Default: nowhere. */
   account?: Account;
   /**
@@ -117,6 +122,7 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
       return;
     }
     opts.answered?.(101);
+    opts.spliced?.(upstream, res);
     splice(socket, head, upstream, upstreamHead, statusHead(res), tap, opts);
   });
 
