@@ -74,6 +74,11 @@ export const PING_INTERVAL_MS = 15_000;
 const PING_TIMEOUT_MS = 10_000;
 /** Two intervals: a ping delayed by a busy agent is not a dead one. */
 export const SILENCE_LIMIT_MS = 2 * PING_INTERVAL_MS;
+/**
+ * The data of the GOAWAY a hub replica sends to ask an agent to move its tunnel to another replica (TunnelClient's
+ * goAway). Any GOAWAY with NO_ERROR means that; the data only says why in the agent's log.
+ */
+export const MOVE_REASON = 'replica draining';
 
 type WriteCallback = (err?: Error | null) => void;
 
@@ -217,6 +222,13 @@ export interface TunnelClient {
   setMaxStreams(limit: number): void;
   /** Resolves when the tunnel is gone (closed by either side, or its keepalive failed). */
   closed: Promise<void>;
+  /**
+   * Asks the agent to move: an HTTP/2 GOAWAY with NO_ERROR (MOVE_REASON). The agent takes no new stream from then on,
+   * lets the streams in flight end and then closes the tunnel (Node's HTTP/2 does so by itself on such a GOAWAY, so
+   * agents of 2.0 move too, once their streams end); an agent of 2.1 also dials another replica at once. No new
+   * stream opens here after it (TunnelClosedError).
+   */
+  goAway(): void;
   close(): void;
 }
 
@@ -264,6 +276,8 @@ class StreamAgent extends HttpAgent {
 class StreamCount {
   active = 0;
   maxStreams: number;
+  /** Set once the agent was asked to move (goAway): it takes no new stream. */
+  moving = false;
   private readonly session: ClientHttp2Session;
 
   constructor(session: ClientHttp2Session, maxStreams: number) {
@@ -274,6 +288,7 @@ class StreamCount {
   /** Opens a stream, counted until it closes; returns it and what takes it out of the count. */
   open(headers: OutgoingHttpHeaders, endStream: boolean): [ClientHttp2Stream, () => void] {
     if (gone(this.session)) throw new TunnelClosedError('the tunnel is closed');
+    if (this.moving) throw new TunnelClosedError('the tunnel is moving to another replica');
     if (this.active >= this.maxStreams)
       throw new TunnelBusyError(`the tunnel already carries ${this.maxStreams} streams`);
     const stream = this.session.request(headers, { endStream });
@@ -361,6 +376,12 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
       streams.maxStreams = limit;
     },
     closed,
+    goAway() {
+      if (streams.moving || gone(session)) return;
+      streams.moving = true;
+      // The agent's end opens no stream, so the last one it may have opened is 0.
+      session.goaway(constants.NGHTTP2_NO_ERROR, 0, Buffer.from(MOVE_REASON));
+    },
     // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs
     // over a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against
     // (and crashes the process). The session closes by itself once its stream is gone.
@@ -374,6 +395,11 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
 
 export interface TunnelServer {
   closed: Promise<void>;
+  /**
+   * Resolves when the hub asked this tunnel to move (a GOAWAY with NO_ERROR, TunnelClient's goAway), with the reason
+   * it gave; the tunnel then closes once its streams in flight end. Never rejects; stays pending if never asked.
+   */
+  moveRequested: Promise<string>;
   close(): void;
 }
 
@@ -401,6 +427,12 @@ export function serveTunnel(
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
   const stopPings = keepAlive(session, (err) => duplex.destroy(err), opts.clock ?? systemClock);
+  // Node's HTTP/2 closes the session by itself on such a GOAWAY, once the streams in flight end.
+  const moveRequested = new Promise<string>((done) =>
+    session.on('goaway', (code: number, _last: number, data?: Buffer) => {
+      if (code === constants.NGHTTP2_NO_ERROR) done(printableReason(data));
+    }),
+  );
   session.on('stream', (stream, headers, _flags, rawHeaders) => {
     if (headers[':method'] !== 'CONNECT') {
       if (handlers.request) return handlers.request(stream, headers, rawHeaders);
@@ -419,8 +451,16 @@ export function serveTunnel(
   );
   return {
     closed,
+    moveRequested,
     close() {
       duplex.destroy();
     },
   };
 }
+
+/** A GOAWAY's data as a log may show it: printable ASCII, short. */
+const printableReason = (data: Buffer | undefined): string =>
+  (data ?? Buffer.alloc(0))
+    .toString('latin1')
+    .replace(/[^\x20-\x7e]/g, '')
+    .slice(0, 64);
