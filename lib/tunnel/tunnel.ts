@@ -79,6 +79,8 @@ export const SILENCE_LIMIT_MS = 2 * PING_INTERVAL_MS;
  * goAway). Any GOAWAY with NO_ERROR means that; the data only says why in the agent's log.
  */
 export const MOVE_REASON = 'replica draining';
+/** How long an agent has to read the GOAWAY that asks it to move before an idle tunnel closes (goAway). */
+const GOAWAY_READ_MS = 1_000;
 
 type WriteCallback = (err?: Error | null) => void;
 
@@ -278,6 +280,8 @@ class StreamCount {
   maxStreams: number;
   /** Set once the agent was asked to move (goAway): it takes no new stream. */
   moving = false;
+  /** Called each time the count falls to zero. */
+  onIdle: (() => void) | undefined;
   private readonly session: ClientHttp2Session;
 
   constructor(session: ClientHttp2Session, maxStreams: number) {
@@ -295,7 +299,7 @@ class StreamCount {
     this.active++;
     let inCount = true;
     const uncount = (): void => {
-      if (inCount) this.active--;
+      if (inCount && --this.active === 0) this.onIdle?.();
       inCount = false;
     };
     stream.once('close', uncount);
@@ -367,6 +371,14 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
   );
   const open = (): Promise<Duplex> => streams.connect(() => closing);
   const agent = new StreamAgent(open);
+  // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs over
+  // a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against (and
+  // crashes the process). The session closes by itself once its stream is gone.
+  const close = (): void => {
+    closing = true;
+    agent.destroy();
+    duplex.destroy();
+  };
   return {
     request: (headers, endStream) => streams.request(headers, endStream),
     open,
@@ -381,15 +393,22 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
       streams.moving = true;
       // The agent's end opens no stream, so the last one it may have opened is 0.
       session.goaway(constants.NGHTTP2_NO_ERROR, 0, Buffer.from(MOVE_REASON));
+      // This end closes the tunnel once no stream is open: Node's HTTP/2 on the agent's end closes its session on the
+      // GOAWAY only when a later stream event finds it idle, which an idle tunnel never has (nor does it answer
+      // pings then). Not before the agent has had time to read the GOAWAY (a ping's answer, or GOAWAY_READ_MS), so
+      // that it knows it was asked to move; one that did not dials again as after any close, a moment later.
+      let armed = false;
+      const closeWhenIdle = (): void => {
+        if (armed) return;
+        armed = true;
+        clock.clearTimeout(wait);
+        streams.onIdle = () => setImmediate(close);
+        if (streams.active === 0) close();
+      };
+      const wait = clock.setTimeout(closeWhenIdle, GOAWAY_READ_MS);
+      if (!session.ping(() => closeWhenIdle())) closeWhenIdle();
     },
-    // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs
-    // over a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against
-    // (and crashes the process). The session closes by itself once its stream is gone.
-    close() {
-      closing = true;
-      agent.destroy();
-      duplex.destroy();
-    },
+    close,
   };
 }
 
