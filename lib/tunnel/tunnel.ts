@@ -246,10 +246,19 @@ export interface TunnelClientOptions {
 /** An http.Agent whose connections are tunnel streams from `open` (kept alive and reused, like sockets). */
 class StreamAgent extends HttpAgent {
   private readonly openStream: () => Promise<Duplex>;
+  /** Set once the tunnel was asked to move: a stream done with is closed rather than kept for the next request. */
+  moving = false;
 
   constructor(open: () => Promise<Duplex>) {
     super({ keepAlive: true, maxFreeSockets: 64 });
     this.openStream = open;
+  }
+
+  /** Closes the streams kept for reuse: a moving tunnel closes once no stream is open on it. */
+  dropIdle(): void {
+    this.moving = true;
+    for (const sockets of Object.values(this.freeSockets))
+      for (const socket of sockets ?? []) socket.destroy();
   }
 
   override createConnection(
@@ -265,7 +274,7 @@ class StreamAgent extends HttpAgent {
 
   // A stream has no TCP timeout to reset; the session's pings watch the connection.
   override keepSocketAlive(): boolean {
-    return true;
+    return !this.moving;
   }
 }
 
@@ -393,6 +402,7 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
       streams.moving = true;
       // The agent's end opens no stream, so the last one it may have opened is 0.
       session.goaway(constants.NGHTTP2_NO_ERROR, 0, Buffer.from(MOVE_REASON));
+      agent.dropIdle();
       // This end closes the tunnel once no stream is open: Node's HTTP/2 on the agent's end closes its session on the
       // GOAWAY only when a later stream event finds it idle, which an idle tunnel never has (nor does it answer
       // pings then). Not before the agent has had time to read the GOAWAY (a ping's answer, or GOAWAY_READ_MS), so
