@@ -594,7 +594,7 @@ describe.each(['direct', 'websocket'] as const)('a replica that hands its tunnel
     request.end('answered after the move');
     expect(await answer).toEqual({ status: 200, body: 'answered after the move' });
     await agent.end.closed;
-    await handingOver;
+    expect(await handingOver).toBe(1);
     await forgotten();
   });
 });

@@ -139,10 +139,11 @@ export interface TunnelListener {
   /**
    * Hands this replica's tunnels over to the other replicas, for a drain: refuses new dials at once (503, a Status and
    * DRAINING_HEADER: the agent dials again soon, elsewhere), withdraws the published facts (`withdraw`), then asks
-   * every agent to move (held-tunnels.ts) and resolves when all have moved or the bound has passed. Requests in
-   * flight on the tunnels go on; stop() closes what is left. Calling it again waits for the same handover.
+   * every agent to move (held-tunnels.ts) and resolves when all have moved or the bound has passed, with how many
+   * tunnels it handed over (for the drain's log). Requests in flight on the tunnels go on; stop() closes what is left.
+   * Calling it again waits for the same handover.
    */
-  handOver(): Promise<void>;
+  handOver(): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -365,7 +366,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   const listening = await openDoor(opts, server, clock);
   const port = (listening.door.address() as AddressInfo).port;
   log.info({ host: opts.host, port }, 'tunnel listener listening');
-  let handingOver: Promise<void> | undefined;
+  let handingOver: Promise<number> | undefined;
   return {
     port,
     caPem: ca.certPem,
@@ -390,7 +391,11 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
  * The handover (TunnelListener.handOver), in its order: no new tunnel from the moment it begins; the facts peers route
  * by withdrawn before the agents are asked to move, so that a peer's request meanwhile still finds the tunnel here.
  */
-async function handOver(door: ConnectDoor, tunnels: HeldTunnels, opts: TunnelListenerOptions): Promise<void> {
+async function handOver(
+  door: ConnectDoor,
+  tunnels: HeldTunnels,
+  opts: TunnelListenerOptions,
+): Promise<number> {
   door.draining = true;
   opts.log.info({ replica: opts.identity }, 'tunnel listener draining: new tunnels are refused');
   try {
@@ -399,7 +404,7 @@ async function handOver(door: ConnectDoor, tunnels: HeldTunnels, opts: TunnelLis
     // Withdrawing bounds its own wait; should it fail, the Lease lapses and the peers forget this replica anyway.
     opts.log.warn({ err: (err as Error).message }, "withdrawing this replica's tunnel facts failed");
   }
-  await tunnels.handOver(opts.handOverBoundMs);
+  return tunnels.handOver(opts.handOverBoundMs);
 }
 
 /**
