@@ -225,10 +225,10 @@ export interface TunnelClient {
   /** Resolves when the tunnel is gone (closed by either side, or its keepalive failed). */
   closed: Promise<void>;
   /**
-   * Asks the agent to move: an HTTP/2 GOAWAY with NO_ERROR (MOVE_REASON). The agent takes no new stream from then on,
-   * lets the streams in flight end and then closes the tunnel (Node's HTTP/2 does so by itself on such a GOAWAY, so
-   * agents of 2.0 move too, once their streams end); an agent of 2.1 also dials another replica at once. No new
-   * stream opens here after it (TunnelClosedError).
+   * Asks the agent to move: an HTTP/2 GOAWAY with NO_ERROR (MOVE_REASON). No new stream opens on the tunnel from then
+   * on (TunnelClosedError here; the agent's end refuses them too), the streams in flight end as they would have, and
+   * this end then closes the tunnel. An agent of 2.1 dials another replica on the GOAWAY; one of 2.0, which knows
+   * nothing of it, on the close, as after any closed tunnel.
    */
   goAway(): void;
   close(): void;
