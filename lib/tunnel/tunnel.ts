@@ -225,9 +225,9 @@ export interface TunnelClient {
   /** Resolves when the tunnel is gone (closed by either side, or its keepalive failed). */
   closed: Promise<void>;
   /**
-   * Asks the agent to move: an HTTP/2 GOAWAY with NO_ERROR (MOVE_REASON). No new stream opens on the tunnel from then
-   * on (TunnelClosedError here; the agent's end refuses them too), the streams in flight end as they would have, and
-   * this end then closes the tunnel. An agent of 2.1 dials another replica on the GOAWAY; one of 2.0, which knows
+   * Asks the agent to move: an HTTP/2 GOAWAY with NO_ERROR (MOVE_REASON). This end opens no new stream on the tunnel
+   * from then on (TunnelClosedError), the streams in flight end as they would have, and this end then closes the
+   * tunnel. An agent of 2.1 dials another replica on the GOAWAY; one of 2.0, which knows
    * nothing of it, on the close, as after any closed tunnel.
    */
   goAway(): void;
