@@ -344,6 +344,28 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
     await client.closed;
   });
 
+  it('asked to move, still carries both ways what a stream in flight sends after the GOAWAY', async () => {
+    const { client } = await tunnelTo(
+      (req, res) => {
+        let got = 0;
+        req.on('data', (c: Buffer) => (got += c.length));
+        req.on('end', () => res.end(`got ${got}`));
+      },
+      { transport },
+    );
+    const stream = await client.open();
+    stream.write('POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n');
+    stream.write(Buffer.alloc(100_000));
+    client.goAway();
+    // The rest of the body goes after the GOAWAY on the wire, beyond the agent's window: its end must go on reading.
+    stream.write(Buffer.alloc(100_000));
+    let answer = '';
+    stream.on('data', (c: Buffer) => (answer += c.toString()));
+    await eventually(() => expect(answer).toContain('got 200000'));
+    stream.destroy();
+    await client.closed;
+  });
+
   it('gives up on an agent that sends no pings', async () => {
     // An agent's end that answers pings but sends none of its own (the real one pings every PING_INTERVAL_MS, well
     // within SILENCE_LIMIT_MS).
