@@ -354,14 +354,16 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
       { transport },
     );
     const stream = await client.open();
-    stream.write('POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n');
-    stream.write(Buffer.alloc(100_000));
+    const size = 4 * STREAM_WINDOW_BYTES;
+    stream.write(`POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${size}\r\n\r\n`);
+    stream.write(Buffer.alloc(size / 2));
     client.goAway();
-    // The rest of the body goes after the GOAWAY on the wire, beyond the agent's window: its end must go on reading.
-    stream.write(Buffer.alloc(100_000));
+    // The rest of the body goes after the GOAWAY on the wire, past the stream's window: the agent's end must go on
+    // reading it and granting window.
+    stream.write(Buffer.alloc(size / 2));
     let answer = '';
     stream.on('data', (c: Buffer) => (answer += c.toString()));
-    await eventually(() => expect(answer).toContain('got 200000'));
+    await eventually(() => expect(answer).toContain(`got ${size}`));
     stream.destroy();
     await client.closed;
   });
