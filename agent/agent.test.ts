@@ -20,6 +20,7 @@ import {
   writesDone,
   type TunnelClient,
 } from '../lib/tunnel/tunnel.ts';
+import { DRAINING_HEADER } from '../lib/tunnel/dial.ts';
 import { newAgent, type Agent } from './agent.ts';
 
 const cleanups: (() => unknown)[] = [];
@@ -32,7 +33,7 @@ async function hub(
   direct: boolean,
   clock?: Clock,
   /** The protocol the hub states in its switch (none, as hubs before 2.1), and where the agent logs. */
-  more: { protocol?: string; log?: Logger } = {},
+  more: { protocol?: string; log?: Logger; draining?: () => boolean } = {},
 ): Promise<{ tunnels: TunnelClient[]; transports: string[]; agent: Agent }> {
   const ca = await newCA('hub test CA');
   const serving = await issueCert(ca, { commonName: 'hub', hosts: ['127.0.0.1'], usage: 'server' });
@@ -49,6 +50,11 @@ async function hub(
     requestCert: true,
   });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    if (more.draining?.())
+      return void socket.end(
+        `HTTP/1.1 503 Service Unavailable\r\n${TUNNEL_VERSION_HEADER}: 2.1\r\n${DRAINING_HEADER}: replica-b\r\n` +
+          'Connection: close\r\nContent-Length: 0\r\n\r\n',
+      );
     // A hub that states no protocol is one of 2.0, which serves only agents that say exactly `2` in this header.
     if (!stated && req.headers[TUNNEL_PROTOCOL_HEADER] !== '2')
       return void socket.end(
@@ -201,5 +207,55 @@ describe('the agent and a hub outside the tunnel protocol’s skew policy', () =
     const { tunnels, agent } = await hub(true, undefined, { protocol: '2.0' });
     await eventually(() => expect(agent.connected()).toBe(true));
     expect(await throughTunnel(tunnels[0]!)).toBe(502);
+  });
+});
+
+describe('the agent and a hub replica that drains', () => {
+  /** The pauses armed now that are a move's (1 to 3 s), not a backoff's nor the renewal check's. */
+  const movePauses = (clock: ReturnType<typeof fakeClock>): number[] =>
+    clock.pending().filter((ms) => ms >= 1_000 && ms <= 3_000);
+
+  it.each([true, false])(
+    'asked to move (direct: %s), says so in one line and dials another within seconds',
+    async (direct) => {
+      const clock = fakeClock();
+      const recorded = recordingLogger();
+      const { tunnels, agent } = await hub(direct, clock, { protocol: '2.1', log: recorded.log });
+      await eventually(() => expect(agent.connected()).toBe(true));
+      tunnels[0]!.goAway();
+      await eventually(() => expect(agent.connected()).toBe(false));
+      const moved = recorded
+        .lines()
+        .filter((l) => l.msg === 'hub replica asked this tunnel to move; dialing another');
+      expect(moved).toHaveLength(1);
+      await eventually(() => expect(movePauses(clock)).toHaveLength(1));
+      clock.advance(3_000);
+      await eventually(() => expect(agent.connected()).toBe(true));
+      expect(tunnels).toHaveLength(2);
+      // The hub closes the moved tunnel once it is idle; the new one carries requests.
+      await tunnels[0]!.closed;
+      expect(await throughTunnel(tunnels[1]!)).toBe(502);
+    },
+  );
+
+  it('refused by a draining replica, says so in one line and dials again within seconds, not after a backoff', async () => {
+    const clock = fakeClock();
+    const recorded = recordingLogger();
+    let draining = true;
+    const { tunnels, agent } = await hub(true, clock, {
+      protocol: '2.1',
+      log: recorded.log,
+      draining: () => draining,
+    });
+    const said = () => recorded.lines().filter((l) => l.msg === 'hub replica draining; dialing again soon');
+    await eventually(() => expect(said()).toHaveLength(1));
+    expect(said()[0]).toMatchObject({ replica: 'replica-b' });
+    // Not a skew, not a refused certificate, not a proxy in the way.
+    expect(recorded.lines().filter((l) => l.level !== 30)).toEqual([]);
+    await eventually(() => expect(movePauses(clock)).toHaveLength(1));
+    draining = false;
+    clock.advance(3_000);
+    await eventually(() => expect(agent.connected()).toBe(true));
+    expect(tunnels).toHaveLength(1);
   });
 });

@@ -23,6 +23,7 @@ import {
   dialWebSocket,
   directNotPassed,
   ProtocolSkew,
+  ReplicaDraining,
   tlsContext,
   type Dialed,
   type AgentForwarding,
@@ -104,6 +105,19 @@ const STABLE_MS = 30_000;
 /** After a dial lands on a replica that holds another of our tunnels: 15 s, doubling up to 5 min, half jittered. */
 const TAKEN_BACKOFF_MS = 15_000;
 const MAX_TAKEN_BACKOFF_MS = 300_000;
+/**
+ * After a hub replica asked a tunnel to move, or refused a dial because it drains: 1 to 3 s, jittered. The replica is
+ * leaving (a rolling upgrade, a node drain), and the cluster has one tunnel fewer until this dial lands elsewhere; the
+ * jitter spreads a replica's agents over two seconds rather than one burst of handshakes at the others.
+ */
+const MOVE_DIAL_MS = 1_000;
+const MOVE_JITTER_MS = 2_000;
+/**
+ * Dials after a move that may land on a replica holding another of our tunnels (409) and still come back quickly: in
+ * a rollout the replacement replica is up already (surge first), and the address picks a replica at random, so a few
+ * quick dials find it. Past these, the 409 backoff above (fewer replicas than tunnels is no emergency).
+ */
+const MOVE_QUICK_DIALS = 3;
 /** How long the other tunnels wait for the first to come up before they dial anyway. */
 const FIRST_DIAL_WAIT_MS = 10_000;
 const RENEW_CHECK_MS = 60 * 60 * 1000;
@@ -164,7 +178,14 @@ function caMatchingPin(hub: URL, pin: string): Promise<string> {
 
 export function newAgent(opts: AgentOptions): Agent {
   const clock = opts.clock ?? systemClock;
-  const agent: Holding = { opts, log: opts.log, clock, slots: newSlots(opts.tunnels), stopped: false };
+  const agent: Holding = {
+    opts,
+    log: opts.log,
+    clock,
+    slots: newSlots(opts.tunnels),
+    stopped: false,
+    leaving: new Set(),
+  };
   const identity = newIdentity(opts, clock);
   const dial = newDialer(agent);
   let started = false;
@@ -199,6 +220,8 @@ interface Holding {
   slots: Slot[];
   /** Set once stop() began: nothing dials again. */
   stopped: boolean;
+  /** Tunnels a hub replica asked to move, serving their streams in flight until they close. */
+  leaving: Set<TunnelServer>;
 }
 
 /** The slots for the tunnels to hold: DEFAULT_TUNNELS, at least one and at most MAX_TUNNELS. */
@@ -220,7 +243,9 @@ async function closeTunnels(agent: Holding, loop: Promise<unknown>): Promise<voi
     else slot.cancelDial?.();
     slot.wake?.();
   }
+  for (const tunnel of agent.leaving) tunnel.close();
   await loop;
+  await Promise.all([...agent.leaving].map((t) => t.closed));
 }
 
 /** The agent's certificate: loaded, registered, renewed, and registered again after a refusal. */
@@ -400,16 +425,23 @@ interface TunnelParts {
   local: LocalProxy;
 }
 
-/** One tunnel, from dial to close. Resolves when it closes; rejects when it could not be opened. */
+/**
+ * One tunnel, from dial to close. Resolves when it closes (`closed`), or when its replica asked it to move (`moved`):
+ * then it goes on serving its streams in flight, in `agent.leaving`, while the slot dials another. Rejects when it
+ * could not be opened.
+ */
 async function connectOnce(
   agent: Holding,
   c: AgentCredentials,
   slot: Slot,
   parts: TunnelParts,
-): Promise<void> {
+): Promise<'closed' | 'moved'> {
   const { log } = agent;
   const dialed = await parts.dial(c, slot);
-  if (agent.stopped) return void dialed.stream.destroy();
+  if (agent.stopped) {
+    dialed.stream.destroy();
+    return 'closed';
+  }
   if (slot !== agent.slots[0] && !dialed.replica) {
     // A hub from before replicas said who they are: it keeps one tunnel per agent, and a second would replace the
     // first, again and again.
@@ -425,12 +457,32 @@ async function connectOnce(
     request: (stream, headers, rawHeaders) => parts.local.serve(stream, headers, rawHeaders),
   });
   slot.tunnel = current;
-  await current.closed;
+  const ended = await Promise.race([
+    current.closed.then(() => 'closed' as const),
+    current.moveRequested.then((reason) => reason),
+  ]);
   slot.tunnel = undefined;
   slot.connected = false;
   delete slot.replica;
-  log.info({ replica: dialed.replica }, 'tunnel down');
+  if (ended === 'closed') {
+    log.info({ replica: dialed.replica }, 'tunnel down');
+    return 'closed';
+  }
+  // Its streams in flight end here; new ones come through the tunnel the slot dials now.
+  agent.leaving.add(current);
+  void current.closed.then(() => {
+    agent.leaving.delete(current);
+    log.info({ replica: dialed.replica }, 'moved tunnel down');
+  });
+  log.info(
+    { replica: dialed.replica, reason: ended },
+    'hub replica asked this tunnel to move; dialing another',
+  );
+  return 'moved';
 }
+
+/** The pause before a dial that replaces a tunnel asked to move or refused by a draining replica. */
+const moveDelay = (): number => MOVE_DIAL_MS + MOVE_JITTER_MS * Math.random();
 
 // Between dials nothing else may keep the process up (no tunnel, no socket): the pause does, until stop wakes it.
 const sleep = (clock: Clock, slot: Slot, ms: number): Promise<void> =>
@@ -450,14 +502,33 @@ async function holdTunnel(agent: Holding, slot: Slot, index: number, parts: Tunn
   let failures = 0;
   /** Dials in a row that landed on a replica holding another of our tunnels. */
   let landedTaken = 0;
+  /** Dials left that come back quickly after landing on a replica we hold (MOVE_QUICK_DIALS). */
+  let quickDials = 0;
   while (!agent.stopped) {
     const started = clock.now();
     try {
-      await connectOnce(agent, await parts.identity.ensure(), slot, parts);
+      const ended = await connectOnce(agent, await parts.identity.ensure(), slot, parts);
       landedTaken = 0;
+      quickDials = 0;
+      if (ended === 'moved') {
+        quickDials = MOVE_QUICK_DIALS;
+        await sleep(clock, slot, moveDelay());
+        continue;
+      }
     } catch (err) {
       slot.markDialed();
       if (err instanceof OldHub) return log.warn(err.message);
+      if (err instanceof ReplicaDraining) {
+        log.info({ replica: err.replica }, 'hub replica draining; dialing again soon');
+        await sleep(clock, slot, moveDelay());
+        continue;
+      }
+      if (err instanceof DialRefused && err.status === ALREADY_HELD && quickDials > 0) {
+        quickDials--;
+        log.debug({ err: err.message }, 'landed on a replica that holds another tunnel; dialing again soon');
+        await sleep(clock, slot, moveDelay());
+        continue;
+      }
       if (err instanceof DialRefused && err.status === ALREADY_HELD) {
         // Fewer replicas answer than we want tunnels (one is down, or there are few): the cluster is reachable
         // through our other tunnels, so this one comes back slowly. Each dial costs the hub a TLS handshake, and

@@ -18,6 +18,7 @@ import { newAgent } from './agent.ts';
 import { kubeReachReads } from '../lib/reach/dialer.ts';
 import type { AgentForwarding, TransportChoice } from '../lib/tunnel/dial.ts';
 import { newSecretCredentialStore } from './credentials.ts';
+import { healthAddress, serveHealth } from './health.ts';
 import type { LocalUpstream } from './local-proxy.ts';
 
 export interface AgentFlags {
@@ -36,6 +37,8 @@ export interface AgentFlags {
   tunnelTransport: TransportChoice;
   /** Tunnels to hold, each to another hub replica; default: the agent's. */
   tunnels?: number;
+  /** Where /healthz and /readyz listen, host:port (health.ts); empty: not served. */
+  healthListen?: string;
   logLevel: string;
 }
 
@@ -72,6 +75,8 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
   const source = flags.kubeconfig ? { path: flags.kubeconfig } : { inCluster: true as const };
   const config = loadKubeConfig(source);
   const clients = newKubeClients(source);
+  // Checked before anything starts: a flag that does not parse fails the start, not the first probe.
+  const health = flags.healthListen ? healthAddress(flags.healthListen) : undefined;
   const namespace = flags.namespace || process.env['POD_NAMESPACE'] || '';
   if (!namespace) throw new Error('the agent needs a namespace: pass --namespace or set POD_NAMESPACE');
 
@@ -128,7 +133,15 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     log,
   });
   await agent.start();
+  const probes = health
+    ? await serveHealth({
+        ...health,
+        ready: () => agent.connected(),
+        log: log.child({ component: 'health' }),
+      })
+    : undefined;
   return async () => {
+    await probes?.close();
     await agent.stop();
     reader.close();
   };

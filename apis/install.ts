@@ -43,6 +43,8 @@ export const TUNNEL_PORT = 8444;
 export const PEER_PORT = 8445;
 /** The aggregated APIs (TokenCredentialRequest, WhoAmIRequest) the cluster's API server proxies to (concierge/direct/). */
 export const API_PORT = 10250;
+/** The agent container's probes, /healthz and /readyz, in plain HTTP (agent/health.ts). */
+export const AGENT_HEALTH_PORT = 8081;
 /** The concierge container's SSH door port (the Service maps the config's ssh.port to it). */
 export const SSH_PORT = 2222;
 /** The Service the aggregated APIs' APIServices name. */

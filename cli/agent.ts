@@ -45,6 +45,11 @@ export function agentCommand(): Command {
         return n;
       },
     )
+    .option(
+      '--health-listen <host:port>',
+      'plain-HTTP /healthz and /readyz (200 only while a tunnel is up) for the kubelet’s probes (off when empty)',
+      '',
+    )
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .addHelpText(
       'after',

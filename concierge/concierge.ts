@@ -738,6 +738,7 @@ async function agentsListener(
     readCluster: (name) => readClusterCustomObject<Cluster>(clients, clusterResource, name),
     onTunnelChange: (name) => status.changed(name),
     onProtocolRefused: (name, problem) => status.refusedProtocol(name, problem),
+    withdraw: () => status.withdraw(),
     identity: opts.identity,
     log: log.child({ component: 'tunnel' }),
     budget,
@@ -749,6 +750,7 @@ async function agentsListener(
   // On stop, this replica's routes go first (its entries and Lease, which peers route by), then its tunnels: a peer
   // that still sends a request meanwhile finds the tunnel here, and the agents move to other replicas after.
   onStop(async () => {
+    await listener.handOver();
     await status.withdraw();
     await listener.stop();
   });

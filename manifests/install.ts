@@ -2,6 +2,7 @@
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
 import {
+  AGENT_HEALTH_PORT,
   AGENT_NAME,
   API_PORT,
   API_SERVICE,
@@ -898,7 +899,16 @@ function agentDeployment(opts: InstallOptions): Obj {
                 'agent',
                 `--config-map=${AGENT_NAME}-config`,
                 `--credentials-secret=${AGENT_NAME}-credentials`,
+                `--health-listen=0.0.0.0:${AGENT_HEALTH_PORT}`,
               ],
+              ports: [{ name: 'health', containerPort: AGENT_HEALTH_PORT, protocol: 'TCP' }],
+              // Ready while a tunnel is up: a rollout of the agent stops the old pod only once the new one holds one.
+              readinessProbe: { httpGet: { path: '/readyz', port: 'health' }, periodSeconds: 5 },
+              livenessProbe: {
+                httpGet: { path: '/healthz', port: 'health' },
+                periodSeconds: 10,
+                failureThreshold: 6,
+              },
               env: [
                 ...DOWNWARD_ENV,
                 { name: 'NODE_OPTIONS', value: PROXY_NODE_OPTIONS },

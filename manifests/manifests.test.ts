@@ -15,7 +15,7 @@ import {
   DEFAULT_INSTALL,
   REACH_READ_RULES,
 } from './install.ts';
-import { IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
+import { AGENT_HEALTH_PORT, IMPERSONATOR_SERVICE_ACCOUNT } from '../apis/install.ts';
 
 type Obj = {
   kind: string;
@@ -321,5 +321,17 @@ describe('availability during drains and rollouts', () => {
     }
     // The spread replaces the node anti-affinity it would duplicate.
     expect(podSpec(deployment)['affinity']).toBeUndefined();
+  });
+
+  it('probes the agent on its health port: ready only while a tunnel is up, which a rollout waits for', () => {
+    const agent = (agentManifests(DEFAULT_INSTALL) as Obj[]).find((o) => o.kind === 'Deployment')!;
+    const [container] = podSpec(agent)['containers'] as Spec[];
+    // The flag turns the port on, at the address the probes name (agent/health.ts answers them).
+    expect(container!['args']).toContain(`--health-listen=0.0.0.0:${AGENT_HEALTH_PORT}`);
+    expect(container!['ports']).toEqual([
+      { name: 'health', containerPort: AGENT_HEALTH_PORT, protocol: 'TCP' },
+    ]);
+    expect(container!['readinessProbe']).toMatchObject({ httpGet: { path: '/readyz', port: 'health' } });
+    expect(container!['livenessProbe']).toMatchObject({ httpGet: { path: '/healthz', port: 'health' } });
   });
 });

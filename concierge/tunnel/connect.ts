@@ -16,6 +16,8 @@ import {
   AGENT_POLICY_HEADER,
   ALREADY_HELD,
   AVOID_REPLICAS_HEADER,
+  DRAINING_HEADER,
+  REPLICA_DRAINING,
 } from '../../lib/tunnel/dial.ts';
 import { CURRENT_PROTOCOL, parseProtocol, skewProblem, supportedRange } from '../../lib/tunnel/protocol.ts';
 import {
@@ -39,13 +41,16 @@ export interface ConnectDoor {
   log: Logger;
   /** A verified agent was refused for its tunnel protocol: the Cluster's status says so (cluster-status.ts). */
   onProtocolRefused(cluster: string, problem: string): void;
+  /** Set when this replica hands its tunnels over (listener.ts handOver): it takes no new tunnel. */
+  draining: boolean;
 }
 
-/** A refusal of the upgrade: the status, what the agent is told and what the log says. */
+/** A refusal of the upgrade: the status, what the agent is told, what the log says and any fields to add. */
 interface ConnectRefusal {
   code: number;
   message: string;
   problem?: string;
+  headers?: Record<string, string>;
 }
 
 /** Why the connection may not become a tunnel, or the binding it becomes one for. */
@@ -68,6 +73,13 @@ function connectRefusal(
     door.onProtocolRefused(binding.cluster, skew);
     return { code: 426, message: skew };
   }
+  // After the skew: an agent that no replica serves is told that rather than sent from one to the next.
+  if (door.draining)
+    return {
+      code: REPLICA_DRAINING,
+      message: `replica ${door.identity} is draining and takes no new tunnel; dial again: another replica takes it`,
+      headers: { [DRAINING_HEADER]: encodeURIComponent(door.identity), 'retry-after': '1' },
+    };
   // An agent that holds tunnels to several replicas wants each on another one.
   const avoid = String(req.headers[AVOID_REPLICAS_HEADER] ?? '').split(',');
   if (avoid.includes(encodeURIComponent(door.identity)))
@@ -131,7 +143,7 @@ export function serveConnect(
     if (refusal.problem !== undefined) door.log.warn({ problem: refusal.problem }, 'tunnel refused');
     return void socket.end(
       rawStatusResponse(refusal.code, refusal.message, {
-        headers: { [TUNNEL_VERSION_HEADER]: TUNNEL_VERSION },
+        headers: { ...refusal.headers, [TUNNEL_VERSION_HEADER]: TUNNEL_VERSION },
       }),
     );
   }

@@ -31,7 +31,18 @@ interface Connected {
   tunnel: TunnelClient;
   route: TunnelRoute;
   held: HeldTunnel;
+  /** Set once its agent was asked to move (handOver): no new request takes it. */
+  moving?: boolean;
 }
+
+/**
+ * How long a handover waits for the agents to move before it returns: an agent of 2.1 dials another replica within
+ * seconds of being asked, and its tunnel here closes once the streams in flight end. Streams that outlast this
+ * (watches, exec sessions) are not cut by the handover: the drain's later steps end them, and the stop closes what is
+ * left. Longer would hold up those steps behind streams only they end; shorter would cut nothing either, but return
+ * before most agents of 2.0 (which move once their streams end) have gone.
+ */
+export const HANDOVER_BOUND_MS = 10_000;
 
 /** The longest delay a Node timer takes (about 24.8 days); agent certificates live longer. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -52,13 +63,17 @@ export class HeldTunnels {
   /** Invariant: one entry per cluster, the newest tunnel; an entry leaves when its tunnel has closed. */
   private readonly connected = new Map<string, Connected>();
   private readonly opts: HeldTunnelsOptions;
+  /** Set by handOver: a tunnel that comes up after it is dropped (its dial raced the listener's refusal). */
+  private handingOver = false;
 
   constructor(opts: HeldTunnelsOptions) {
     this.opts = opts;
   }
 
+  /** The route through `cluster`'s tunnel, none while it moves: the agent takes no new stream on it then. */
   route(cluster: string): TunnelRoute | undefined {
-    return this.connected.get(cluster)?.route;
+    const entry = this.connected.get(cluster);
+    return entry && !entry.moving ? entry.route : undefined;
   }
 
   held(cluster: string): HeldTunnel | undefined {
@@ -84,6 +99,10 @@ export class HeldTunnels {
     const changed = bindingProblem(binding, registered);
     if (!registered || changed) {
       log.warn({ problem: changed }, 'tunnel refused');
+      return drop();
+    }
+    if (this.handingOver) {
+      log.info({ cluster }, 'tunnel refused: this replica is draining');
       return drop();
     }
     const limits = tunnelLimits(registered.spec ?? {});
@@ -143,6 +162,30 @@ export class HeldTunnels {
     }
     const current = this.opts.clusters.get(cluster);
     if (current) this.connected.get(cluster)?.route.configure(tunnelLimits(current.spec ?? {}));
+  }
+
+  /**
+   * Asks every agent to move to another replica (TunnelClient's goAway): the streams in flight go on, no new one
+   * starts here, and each tunnel closes once its streams end. Resolves when every tunnel has closed or `boundMs` (on
+   * the clock) has passed, whichever comes first; it closes nothing itself. Returns how many tunnels it asked.
+   */
+  async handOver(boundMs = HANDOVER_BOUND_MS): Promise<number> {
+    const { clock, log } = this.opts;
+    this.handingOver = true;
+    const entries = [...this.connected.values()].filter((e) => !e.moving);
+    for (const entry of entries) {
+      entry.moving = true;
+      entry.tunnel.goAway();
+    }
+    log.info({ tunnels: entries.length }, 'asked the agents to move their tunnels to another replica');
+    let timer: unknown;
+    const bound = new Promise<'bound'>((done) => (timer = clock.setTimeout(() => done('bound'), boundMs)));
+    const moved = Promise.all(entries.map((e) => e.tunnel.closed)).then(() => 'moved' as const);
+    const outcome = await Promise.race([moved, bound]);
+    clock.clearTimeout(timer);
+    const left = [...this.connected.values()].filter((e) => e.moving).length;
+    log.info({ tunnels: entries.length, left, outcome }, 'tunnels handed over');
+    return entries.length;
   }
 
   closeAll(): void {

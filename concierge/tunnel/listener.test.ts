@@ -13,10 +13,13 @@ import {
   DialRefused,
   dialWebSocket,
   directNotPassed,
+  DRAINING_HEADER,
   ProtocolSkew,
+  ReplicaDraining,
   tlsContext,
   type TunnelTransport,
 } from '../../lib/tunnel/dial.ts';
+import type { ServerHttp2Stream } from 'node:http2';
 import type { Cluster } from '../../apis/tunnel.ts';
 import { postRegister, type RegisterAnswer } from '../../dev/register.ts';
 import { rsaCertificate, signWithRSAAnyway } from '../../dev/hostile-tls.ts';
@@ -31,6 +34,7 @@ import { silentLogger } from '../../lib/log.ts';
 import { certificateURIs, issueCert, newCA, newCSR, type CertificateAuthority } from '../../lib/pki/pki.ts';
 import { CURRENT_PROTOCOL } from '../../lib/tunnel/protocol.ts';
 import {
+  MOVE_REASON,
   serveTunnel,
   TUNNEL_PROTOCOL_HEADER,
   TUNNEL_VERSION,
@@ -38,6 +42,7 @@ import {
   TUNNEL_UPGRADE,
 } from '../../lib/tunnel/tunnel.ts';
 import { bindingURI } from '../../apis/agent-binding.ts';
+import { HANDOVER_BOUND_MS } from './held-tunnels.ts';
 import {
   HANDSHAKE_SWEEP_MS,
   handshakeSweep,
@@ -62,6 +67,8 @@ let tokens: ReturnType<typeof memoryTokenStore>;
 let listener: TunnelListener;
 /** What the listener said it refused for the tunnel protocol, as `cluster: problem`. */
 let protocolRefusals: string[] = [];
+/** What a handover did, in order, as the test sees it: `withdrawn` when the listener withdrew the replica's facts. */
+let handOverSteps: string[] = [];
 
 beforeAll(async () => {
   ca = await newCA('test tunnel CA');
@@ -101,6 +108,10 @@ async function start(
     readCluster: (name) => Promise.resolve(clusters.get(name)),
     onTunnelChange: () => {},
     onProtocolRefused: (cluster, problem) => protocolRefusals.push(`${cluster}: ${problem}`),
+    withdraw: () => {
+      handOverSteps.push('withdrawn');
+      return Promise.resolve();
+    },
     identity: 'replica-under-test',
     log: silentLogger(),
     ...(clock ? { clock } : {}),
@@ -523,6 +534,179 @@ it('serves agents from before protocols had a minor, which state `2`, and states
   const answer = await rawConnect(await agentCert({ uid, generation: 0 }), '2');
   expect(answer).toMatchObject({ status: 101, hubProtocol: TUNNEL_VERSION });
   await forgotten();
+});
+
+/**
+ * An agent's end of a tunnel that holds each plain request until the test answers it: `held` resolves with the
+ * first one's stream.
+ */
+function holdingAgent(stream: Duplex): {
+  end: ReturnType<typeof serveTunnel>;
+  held: Promise<ServerHttp2Stream>;
+} {
+  let hold: (s: ServerHttp2Stream) => void = () => {};
+  const held = new Promise<ServerHttp2Stream>((done) => (hold = done));
+  const end = serveTunnel(stream, { connect: (s) => s.destroy(), request: (s) => hold(s) });
+  return { end, held };
+}
+
+/** A request of the concierge's own through the cluster's tunnel here, in flight until the agent answers. */
+function inFlight(): Promise<{ status: number; body: string }> {
+  const route = listener.route(NAME);
+  if (!route) throw new Error('no tunnel');
+  return route
+    .call({ method: 'GET', path: '/in-flight', body: Buffer.alloc(0), user: 'alice' })
+    .then((a) => ({ status: a.status, body: a.body.toString() }));
+}
+
+describe.each(['direct', 'websocket'] as const)('a replica that hands its tunnels over (%s)', (transport) => {
+  it('refuses new dials as draining, withdraws its facts, asks its agent to move and lets the request in flight end', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    handOverSteps = [];
+    const client = await agentCert({ uid, generation: 0 });
+    const stream = await dial(transport, client);
+    if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
+    const agent = holdingAgent(stream);
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    const answer = inFlight();
+    const request = await agent.held;
+
+    const handingOver = listener.handOver();
+    const reason = await agent.end.moveRequested;
+    handOverSteps.push('asked to move');
+    expect(reason).toBe(MOVE_REASON);
+    expect(handOverSteps).toEqual(['withdrawn', 'asked to move']);
+    // No new request takes the moving tunnel; a new dial is told the replica drains, not refused for its certificate.
+    expect(listener.route(NAME)).toBeUndefined();
+    const hub = new URL(`https://127.0.0.1:${listener.port}`);
+    const refusal = await (transport === 'direct' ? dialDirect : dialWebSocket)({
+      hub,
+      tls: tlsContext(ca.certPem, client.cert, client.key),
+      version: 'test',
+    }).done.catch((err: unknown) => err);
+    expect(refusal).toBeInstanceOf(ReplicaDraining);
+    expect(refusal).toMatchObject({ status: 503, replica: 'replica-under-test' });
+    expect(directNotPassed(refusal)).toBe(false);
+
+    // The request in flight is not cut by the move; the tunnel closes once it has ended, and the handover with it.
+    request.respond({ ':status': 200 });
+    request.end('answered after the move');
+    expect(await answer).toEqual({ status: 200, body: 'answered after the move' });
+    await agent.end.closed;
+    expect(await handingOver).toBe(1);
+    await forgotten();
+  });
+});
+
+/** An upgrade as agents of 2.0 sent it (the major alone, no whole version): the tunnel's socket. */
+function dialAsAgentOf20(client: { cert: string; key: string }): Promise<Duplex> {
+  return new Promise((done, fail) => {
+    const req = httpsRequest({
+      host: '127.0.0.1',
+      port: listener.port,
+      path: '/connect',
+      ca: ca.certPem,
+      cert: client.cert,
+      key: client.key,
+      headers: { connection: 'Upgrade', upgrade: TUNNEL_UPGRADE, [TUNNEL_PROTOCOL_HEADER]: '2' },
+    });
+    req.once('upgrade', (_res, socket: Socket, head: Buffer) => {
+      if (head.length > 0) socket.unshift(head);
+      done(socket);
+    });
+    req.once('response', (res) => fail(new Error(`refused: ${res.statusCode}`)));
+    req.once('error', fail);
+    req.end();
+  });
+}
+
+describe('an agent of 2.0, which knows nothing of moving', () => {
+  it('moves all the same: its tunnel closes once the request in flight has ended, and the handover resolves', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const agent = holdingAgent(await dialAsAgentOf20(await agentCert({ uid, generation: 0 })));
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    const answer = inFlight();
+    const request = await agent.held;
+    const handingOver = listener.handOver();
+    await eventually(() => expect(listener.route(NAME)).toBeUndefined());
+    // Its HTTP/2 ends the tunnel after the GOAWAY by itself, once the stream in flight is done: an agent of 2.0 then
+    // dials again, as after any closed tunnel, and another replica takes it.
+    request.respond({ ':status': 200 });
+    request.end('done');
+    expect(await answer).toEqual({ status: 200, body: 'done' });
+    await agent.end.closed;
+    await handingOver;
+  });
+});
+
+describe('a handover with nothing left to wait for', () => {
+  it('resolves at its bound while a stream stays open, and cuts nothing: stop() closes what is left', async () => {
+    await listener.stop();
+    const clock = fakeClock();
+    clock.advance(Date.now());
+    await start(DEFAULT_REGISTRATION_LIMITS, clock);
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const stream = await dial('direct', await agentCert({ uid, generation: 0 }));
+    if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
+    const agent = holdingAgent(stream);
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    const answer = inFlight().catch((err: unknown) => err);
+    await agent.held;
+    const handingOver = listener.handOver();
+    await agent.end.moveRequested;
+    let done = false;
+    void handingOver.then(() => (done = true));
+    clock.advance(HANDOVER_BOUND_MS);
+    await handingOver;
+    expect(done).toBe(true);
+    // Still up: the request in flight was not cut by the bound.
+    expect(await Promise.race([answer, Promise.resolve('pending')])).toBe('pending');
+    await listener.stop();
+    await agent.end.closed;
+    await answer;
+  });
+});
+
+it('names the draining replica in a header of the refusal, with Retry-After and a Status', async () => {
+  const uid = randomUUID();
+  clusters.put(clusterObject(uid));
+  await listener.handOver();
+  const answer = await new Promise<{ status: number; headers: Record<string, unknown>; body: string }>(
+    (done, fail) => {
+      void agentCert({ uid, generation: 0 }).then((client) => {
+        const req = httpsRequest({
+          host: '127.0.0.1',
+          port: listener.port,
+          path: '/connect',
+          ca: ca.certPem,
+          cert: client.cert,
+          key: client.key,
+          headers: {
+            connection: 'Upgrade',
+            upgrade: TUNNEL_UPGRADE,
+            [TUNNEL_PROTOCOL_HEADER]: '2',
+            [TUNNEL_VERSION_HEADER]: TUNNEL_VERSION,
+          },
+        });
+        req.once('response', (res) => {
+          let body = '';
+          res.setEncoding('utf8').on('data', (c: string) => (body += c));
+          res.on('end', () => done({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        });
+        req.once('upgrade', () => fail(new Error('took a tunnel while draining')));
+        req.once('error', fail);
+        req.end();
+      }, fail);
+    },
+  );
+  expect(answer.status).toBe(503);
+  expect(answer.headers[DRAINING_HEADER]).toBe('replica-under-test');
+  expect(answer.headers['retry-after']).toBe('1');
+  expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 503 });
+  expect((JSON.parse(answer.body) as { message: string }).message).toContain('is draining');
 });
 
 describe('handshakeSweep', () => {

@@ -109,6 +109,13 @@ export interface TunnelListenerOptions {
   clock?: Clock;
   /** Audit events for /register, /renew and /connect. Default: none. */
   auditor?: Auditor;
+  /**
+   * Withdraws this replica's published tunnel facts (cluster-status.ts withdraw), so that peers stop choosing it for
+   * new requests: the second step of handOver. Default: nothing to withdraw.
+   */
+  withdraw?(): Promise<void>;
+  /** How long handOver waits for the agents to move (HANDOVER_BOUND_MS). */
+  handOverBoundMs?: number;
 }
 
 export interface TunnelListener {
@@ -129,6 +136,14 @@ export interface TunnelListener {
    * it every HANDSHAKE_SWEEP_MS (the concierge through handshakeSweep(), a controller of its manager).
    */
   sweep(): void;
+  /**
+   * Hands this replica's tunnels over to the other replicas, for a drain: refuses new dials at once (503, a Status and
+   * DRAINING_HEADER: the agent dials again soon, elsewhere), withdraws the published facts (`withdraw`), then asks
+   * every agent to move (held-tunnels.ts) and resolves when all have moved or the bound has passed, with how many
+   * tunnels it handed over (for the drain's log). Requests in flight on the tunnels go on; stop() closes what is left.
+   * Calling it again waits for the same handover.
+   */
+  handOver(): Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -338,6 +353,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
     tunnels,
     log,
     onProtocolRefused: (cluster, problem) => opts.onProtocolRefused?.(cluster, problem),
+    draining: false,
   };
 
   const server = newTlsServer(await servingContext(ca, opts.hosts), ca, (req, res) =>
@@ -350,6 +366,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
   const listening = await openDoor(opts, server, clock);
   const port = (listening.door.address() as AddressInfo).port;
   log.info({ host: opts.host, port }, 'tunnel listener listening');
+  let handingOver: Promise<number> | undefined;
   return {
     port,
     caPem: ca.certPem,
@@ -360,6 +377,7 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       log.info({ hosts }, 'tunnel serving certificate reissued');
     },
     sweep: () => listening.handshakes.sweep(),
+    handOver: () => (handingOver ??= handOver(door, tunnels, opts)),
     async stop() {
       tunnels.closeAll();
       listening.handshakes.close();
@@ -367,6 +385,26 @@ export async function startTunnelListener(opts: TunnelListenerOptions): Promise<
       await new Promise<void>((done) => listening.door.close(() => done()));
     },
   };
+}
+
+/**
+ * The handover (TunnelListener.handOver), in its order: no new tunnel from the moment it begins; the facts peers route
+ * by withdrawn before the agents are asked to move, so that a peer's request meanwhile still finds the tunnel here.
+ */
+async function handOver(
+  door: ConnectDoor,
+  tunnels: HeldTunnels,
+  opts: TunnelListenerOptions,
+): Promise<number> {
+  door.draining = true;
+  opts.log.info({ replica: opts.identity }, 'tunnel listener draining: new tunnels are refused');
+  try {
+    await opts.withdraw?.();
+  } catch (err) {
+    // Withdrawing bounds its own wait; should it fail, the Lease lapses and the peers forget this replica anyway.
+    opts.log.warn({ err: (err as Error).message }, "withdrawing this replica's tunnel facts failed");
+  }
+  return tunnels.handOver(opts.handOverBoundMs);
 }
 
 /**

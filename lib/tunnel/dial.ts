@@ -57,6 +57,12 @@ export const ALREADY_HELD = 409;
 export const AVOID_REPLICAS_HEADER = 'x-sealion-avoid-replicas';
 /** Sent by the listener with its 101: the replica that took the tunnel, URI-encoded. */
 export const REPLICA_HEADER = 'x-sealion-replica';
+/**
+ * The listener's answer to a dial while its replica hands its tunnels over (it is shutting down): 503, with a Status,
+ * its protocol and DRAINING_HEADER naming the replica, URI-encoded. Dial again soon: another replica takes it.
+ */
+export const REPLICA_DRAINING = 503;
+export const DRAINING_HEADER = 'x-sealion-replica-draining';
 
 /** What an agent reports of what it may forward as (DialOptions.forwarding). */
 export interface AgentForwarding {
@@ -82,9 +88,9 @@ function dialHeaders(opts: DialOptions): Record<string, string> {
   };
 }
 
-function replicaOf(res: IncomingMessage): string | undefined {
+function replicaOf(res: IncomingMessage, header = REPLICA_HEADER): string | undefined {
   try {
-    return decodeURIComponent(String(res.headers[REPLICA_HEADER] ?? '')) || undefined;
+    return decodeURIComponent(String(res.headers[header] ?? '')).slice(0, 253) || undefined;
   } catch {
     return undefined;
   }
@@ -106,6 +112,20 @@ export class DialRefused extends Error {
 
 /** The hub's protocol and ours are outside the skew policy (protocol.ts); the message says which to upgrade. */
 export class ProtocolSkew extends Error {}
+
+/**
+ * The replica the dial landed on is draining (REPLICA_DRAINING): not a skew, not a revoked certificate, nothing to
+ * back off from; another replica behind the same address takes the next dial.
+ */
+export class ReplicaDraining extends DialRefused {
+  /** The draining replica, as it named itself. */
+  readonly replica: string;
+  constructor(hubProtocol: string, replica: string) {
+    super(REPLICA_DRAINING, hubProtocol);
+    this.replica = replica;
+    this.message = `hub replica ${replica} is draining`;
+  }
+}
 
 /** The protocol the hub's answer states, as sent, or undefined when it states none. */
 const statedProtocol = (res: IncomingMessage): string | undefined => {
@@ -136,6 +156,8 @@ function refusal(opts: DialOptions, res: IncomingMessage): Error {
   const stated = statedProtocol(res);
   const status = res.statusCode ?? 0;
   if (stated === undefined) return new DialRefused(status);
+  if (status === REPLICA_DRAINING && res.headers[DRAINING_HEADER] !== undefined)
+    return new ReplicaDraining(stated, replicaOf(res, DRAINING_HEADER) ?? 'unnamed');
   return (status === 426 ? hubSkew(opts, res) : undefined) ?? new DialRefused(status, stated);
 }
 

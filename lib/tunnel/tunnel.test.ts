@@ -324,6 +324,50 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
     await expect(client.open()).rejects.toThrow(/closed/);
   });
 
+  it('asked to move, lets the request in flight end, opens no new stream and closes once none is left', async () => {
+    let answer: (() => void) | undefined;
+    const { client } = await tunnelTo(
+      (req, res) => {
+        if (req.url === '/now') return void res.end('at once');
+        answer = () => res.end('after the move');
+      },
+      { transport },
+    );
+    // A stream kept for reuse does not hold the moving tunnel open.
+    expect(await text(await get(client, '/now'))).toBe('at once');
+    const inFlight = get(client, '/held');
+    await eventually(() => expect(answer).toBeDefined());
+    client.goAway();
+    await expect(client.open()).rejects.toThrow(/moving/);
+    answer!();
+    expect(await text(await inFlight)).toBe('after the move');
+    await client.closed;
+  });
+
+  it('asked to move, still carries both ways what a stream in flight sends after the GOAWAY', async () => {
+    const { client } = await tunnelTo(
+      (req, res) => {
+        let got = 0;
+        req.on('data', (c: Buffer) => (got += c.length));
+        req.on('end', () => res.end(`got ${got}`));
+      },
+      { transport },
+    );
+    const stream = await client.open();
+    const size = 4 * STREAM_WINDOW_BYTES;
+    stream.write(`POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${size}\r\n\r\n`);
+    stream.write(Buffer.alloc(size / 2));
+    client.goAway();
+    // The rest of the body goes after the GOAWAY on the wire, past the stream's window: the agent's end must go on
+    // reading it and granting window.
+    stream.write(Buffer.alloc(size / 2));
+    let answer = '';
+    stream.on('data', (c: Buffer) => (answer += c.toString()));
+    await eventually(() => expect(answer).toContain(`got ${size}`));
+    stream.destroy();
+    await client.closed;
+  });
+
   it('gives up on an agent that sends no pings', async () => {
     // An agent's end that answers pings but sends none of its own (the real one pings every PING_INTERVAL_MS, well
     // within SILENCE_LIMIT_MS).

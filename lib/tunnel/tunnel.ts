@@ -74,6 +74,13 @@ export const PING_INTERVAL_MS = 15_000;
 const PING_TIMEOUT_MS = 10_000;
 /** Two intervals: a ping delayed by a busy agent is not a dead one. */
 export const SILENCE_LIMIT_MS = 2 * PING_INTERVAL_MS;
+/**
+ * The data of the GOAWAY a hub replica sends to ask an agent to move its tunnel to another replica (TunnelClient's
+ * goAway). Any GOAWAY with NO_ERROR means that; the data only says why in the agent's log.
+ */
+export const MOVE_REASON = 'replica draining';
+/** How long an agent has to read the GOAWAY that asks it to move before an idle tunnel closes (goAway). */
+const GOAWAY_READ_MS = 1_000;
 
 type WriteCallback = (err?: Error | null) => void;
 
@@ -217,6 +224,13 @@ export interface TunnelClient {
   setMaxStreams(limit: number): void;
   /** Resolves when the tunnel is gone (closed by either side, or its keepalive failed). */
   closed: Promise<void>;
+  /**
+   * Asks the agent to move: an HTTP/2 GOAWAY with NO_ERROR (MOVE_REASON). This end opens no new stream on the tunnel
+   * from then on (TunnelClosedError), the streams in flight end as they would have, and this end then closes the
+   * tunnel. An agent of 2.1 dials another replica on the GOAWAY; one of 2.0, which knows
+   * nothing of it, on the close, as after any closed tunnel.
+   */
+  goAway(): void;
   close(): void;
 }
 
@@ -232,10 +246,19 @@ export interface TunnelClientOptions {
 /** An http.Agent whose connections are tunnel streams from `open` (kept alive and reused, like sockets). */
 class StreamAgent extends HttpAgent {
   private readonly openStream: () => Promise<Duplex>;
+  /** Set once the tunnel was asked to move: a stream done with is closed rather than kept for the next request. */
+  moving = false;
 
   constructor(open: () => Promise<Duplex>) {
     super({ keepAlive: true, maxFreeSockets: 64 });
     this.openStream = open;
+  }
+
+  /** Closes the streams kept for reuse: a moving tunnel closes once no stream is open on it. */
+  dropIdle(): void {
+    this.moving = true;
+    for (const sockets of Object.values(this.freeSockets))
+      for (const socket of sockets ?? []) socket.destroy();
   }
 
   override createConnection(
@@ -251,7 +274,7 @@ class StreamAgent extends HttpAgent {
 
   // A stream has no TCP timeout to reset; the session's pings watch the connection.
   override keepSocketAlive(): boolean {
-    return true;
+    return !this.moving;
   }
 }
 
@@ -264,6 +287,10 @@ class StreamAgent extends HttpAgent {
 class StreamCount {
   active = 0;
   maxStreams: number;
+  /** Set once the agent was asked to move (goAway): it takes no new stream. */
+  moving = false;
+  /** Called each time the count falls to zero. */
+  onIdle: (() => void) | undefined;
   private readonly session: ClientHttp2Session;
 
   constructor(session: ClientHttp2Session, maxStreams: number) {
@@ -274,13 +301,14 @@ class StreamCount {
   /** Opens a stream, counted until it closes; returns it and what takes it out of the count. */
   open(headers: OutgoingHttpHeaders, endStream: boolean): [ClientHttp2Stream, () => void] {
     if (gone(this.session)) throw new TunnelClosedError('the tunnel is closed');
+    if (this.moving) throw new TunnelClosedError('the tunnel is moving to another replica');
     if (this.active >= this.maxStreams)
       throw new TunnelBusyError(`the tunnel already carries ${this.maxStreams} streams`);
     const stream = this.session.request(headers, { endStream });
     this.active++;
     let inCount = true;
     const uncount = (): void => {
-      if (inCount) this.active--;
+      if (inCount && --this.active === 0) this.onIdle?.();
       inCount = false;
     };
     stream.once('close', uncount);
@@ -352,6 +380,14 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
   );
   const open = (): Promise<Duplex> => streams.connect(() => closing);
   const agent = new StreamAgent(open);
+  // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs over
+  // a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against (and
+  // crashes the process). The session closes by itself once its stream is gone.
+  const close = (): void => {
+    closing = true;
+    agent.destroy();
+    duplex.destroy();
+  };
   return {
     request: (headers, endStream) => streams.request(headers, endStream),
     open,
@@ -361,19 +397,38 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
       streams.maxStreams = limit;
     },
     closed,
-    // Abrupt on purpose, and through the WebSocket stream only: closing or destroying an HTTP/2 session that runs
-    // over a JS stream can write after that stream began to shut down, which Node's JSStreamSocket asserts against
-    // (and crashes the process). The session closes by itself once its stream is gone.
-    close() {
-      closing = true;
-      agent.destroy();
-      duplex.destroy();
+    goAway() {
+      if (streams.moving || gone(session)) return;
+      streams.moving = true;
+      // The agent's end opens no stream, so the last one it may have opened is 0.
+      session.goaway(constants.NGHTTP2_NO_ERROR, 0, Buffer.from(MOVE_REASON));
+      agent.dropIdle();
+      // This end closes the tunnel once no stream is open: Node's HTTP/2 on the agent's end closes its session on the
+      // GOAWAY only when a later stream event finds it idle, which an idle tunnel never has (nor does it answer
+      // pings then). Not before the agent has had time to read the GOAWAY (a ping's answer, or GOAWAY_READ_MS), so
+      // that it knows it was asked to move; one that did not dials again as after any close, a moment later.
+      let armed = false;
+      const closeWhenIdle = (): void => {
+        if (armed) return;
+        armed = true;
+        clock.clearTimeout(wait);
+        streams.onIdle = () => setImmediate(close);
+        if (streams.active === 0) close();
+      };
+      const wait = clock.setTimeout(closeWhenIdle, GOAWAY_READ_MS);
+      if (!session.ping(() => closeWhenIdle())) closeWhenIdle();
     },
+    close,
   };
 }
 
 export interface TunnelServer {
   closed: Promise<void>;
+  /**
+   * Resolves when the hub asked this tunnel to move (a GOAWAY with NO_ERROR, TunnelClient's goAway), with the reason
+   * it gave; the tunnel then closes once its streams in flight end. Never rejects; stays pending if never asked.
+   */
+  moveRequested: Promise<string>;
   close(): void;
 }
 
@@ -401,6 +456,12 @@ export function serveTunnel(
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
   const stopPings = keepAlive(session, (err) => duplex.destroy(err), opts.clock ?? systemClock);
+  // Node's HTTP/2 closes the session by itself on such a GOAWAY, once the streams in flight end.
+  const moveRequested = new Promise<string>((done) =>
+    session.on('goaway', (code: number, _last: number, data?: Buffer) => {
+      if (code === constants.NGHTTP2_NO_ERROR) done(printableReason(data));
+    }),
+  );
   session.on('stream', (stream, headers, _flags, rawHeaders) => {
     if (headers[':method'] !== 'CONNECT') {
       if (handlers.request) return handlers.request(stream, headers, rawHeaders);
@@ -419,8 +480,16 @@ export function serveTunnel(
   );
   return {
     closed,
+    moveRequested,
     close() {
       duplex.destroy();
     },
   };
 }
+
+/** A GOAWAY's data as a log may show it: printable ASCII, short. */
+const printableReason = (data: Buffer | undefined): string =>
+  (data ?? Buffer.alloc(0))
+    .toString('latin1')
+    .replace(/[^\x20-\x7e]/g, '')
+    .slice(0, 64);
