@@ -308,7 +308,15 @@ async function start(opts: ConciergeOptions, onStop: OnStop, onDrain: OnDrain): 
   const ports = await listenForClients(base, proxy.server, direct?.server);
   if (tunnelParts) await agentsListener(base, shared, late, tunnelParts.publisher, manager);
   const metricsPort = opts.metrics ? await serveMetrics(base, shared.metrics, opts.metrics) : undefined;
-  onDrain((signal) => drain(base, shared, [proxy.server, direct?.server, ssh], signal));
+  onDrain((signal) =>
+    drain(
+      base,
+      shared,
+      [proxy.server, direct?.server, ssh],
+      () => late.tunnels?.handOver() ?? Promise.resolve(0),
+      signal,
+    ),
+  );
   return {
     ...ports,
     ...(late.tunnels ? { tunnel: { port: late.tunnels.port, caPem: late.tunnels.caPem } } : {}),
@@ -325,6 +333,7 @@ async function drain(
   { opts, clock, log }: Base,
   { sessions }: Shared,
   listeners: ({ stopAccepting(): void } | undefined)[],
+  handOver: () => Promise<number>,
   signal: AbortSignal,
 ): Promise<void> {
   await drainSequence(
@@ -338,8 +347,7 @@ async function drain(
         for (const listener of listeners) listener?.stopAccepting();
         return Promise.resolve();
       },
-      // d. The tunnels' handover goes here: the tunnel parts' handOver(), resolving with the tunnels handed over.
-      handOver: () => Promise.resolve(0),
+      handOver,
       clock,
       log,
     },

@@ -83,6 +83,29 @@ describe('the drain sequence', () => {
     expect(lines.at(-1)).toMatchObject({ msg: 'drained', fields: counts });
   });
 
+  it('ends the watches while the tunnels are being handed over, as a watch on a tunnel holds its handover', async () => {
+    const clock = fakeClock();
+    const registry = newSessionRegistry();
+    let moved: (n: number) => void = () => {};
+    const handOver = new Promise<number>((resolve) => (moved = resolve));
+    const endWatch = registry.watch(() => {
+      endWatch();
+      moved(1);
+    });
+    const counts = await drainSequence(
+      {
+        settings: { delayMs: 0, graceMs: 30_000 },
+        registry,
+        stopAccepting: () => Promise.resolve(),
+        handOver: () => handOver,
+        clock,
+        log: silentLogger(),
+      },
+      new AbortController().signal,
+    );
+    expect(counts).toMatchObject({ watchesEnded: 1, tunnelsHandedOver: 1 });
+  });
+
   it('lets a closed session that does not close go once its last bytes had their time', async () => {
     const clock = fakeClock();
     const registry = newSessionRegistry();

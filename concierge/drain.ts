@@ -203,11 +203,18 @@ export async function drainSequence(steps: DrainSteps, signal: AbortSignal): Pro
   );
   await wait(clock, settings.delayMs, signal);
   await steps.stopAccepting();
-  // d. The tunnels' handover: its bound is its own.
-  const tunnelsHandedOver = signal.aborted ? 0 : await steps.handOver();
+  // d. The tunnels' handover, under way while e runs: a tunnel closes once its last stream ends, and a watch carried
+  // on it would otherwise hold it (and this step) until the handover's own bound.
+  const handingOver = signal.aborted
+    ? Promise.resolve(0)
+    : steps.handOver().catch((err: unknown) => {
+        log.warn({ err: (err as Error).message }, 'handing the tunnels over failed');
+        return 0;
+      });
   // e. Watches end now (clients resume elsewhere by resourceVersion); plain requests and sessions have the grace.
   const watchesEnded = registry.endWatches();
   await Promise.race([registry.idle(), wait(clock, settings.graceMs, signal)]);
+  const tunnelsHandedOver = await handingOver;
   // f. What is still open when the grace ends is told why it closes, and its last bytes are let go before the stop.
   const sessionsClosed = registry.closeSessions(SHUTDOWN_MESSAGE);
   if (sessionsClosed > 0) await Promise.race([registry.idle(), wait(clock, CLOSING_MS, signal)]);
