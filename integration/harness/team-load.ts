@@ -38,6 +38,8 @@ export interface LoadOptions {
   env: NodeJS.ProcessEnv;
   /** Watches on each cluster. */
   watchesPer: number;
+  /** The `ssh` command (program first) that opens a shell in the hub's demo pod through the SSH door, if any. */
+  ssh?: string[];
   log: (line: string) => void;
 }
 
@@ -110,13 +112,20 @@ export class TeamLoad {
     }
     for (const where of WHERE) this.requestLoops.push(this.guarded(this.requestLoop(where)));
     this.spawnLoop(this.sessionLoop('logs -f hub', () => this.followLogs('hub')));
-    this.spawnLoop(this.sessionLoop(`logs -f ${'edge'}`, () => this.followLogs('edge')));
+    this.spawnLoop(this.sessionLoop('logs -f edge', () => this.followLogs('edge')));
     this.spawnLoop(this.sessionLoop('exec -i hub', () => this.interactiveExec()));
     this.spawnLoop(this.sessionLoop('port-forward hub', () => this.portForward()));
+    const ssh = this.o.ssh;
+    if (ssh) this.spawnLoop(this.sessionLoop('ssh hub', () => this.typedShell('ssh hub', ssh)));
     await this.waitFor(() => {
       const missing = [...this.open.entries()].filter(([, r]) => r.lastProgress === 0).map(([n]) => n);
       const answered = WHERE.filter((w) => this.requests.some((r) => r.where === w && r.ok));
-      if (missing.length || answered.length < WHERE.length || this.open.size < 4 + 2 * this.o.watchesPer)
+      const sessions = this.o.ssh ? 5 : 4;
+      if (
+        missing.length ||
+        answered.length < WHERE.length ||
+        this.open.size < sessions + 2 * this.o.watchesPer
+      )
         throw new Error(`not yet under way: ${missing.join(', ')}; answered on ${answered.join(', ')}`);
     }, 120_000);
   }
@@ -236,6 +245,8 @@ export class TeamLoad {
 
   /** Writes and reads, one after the other, until stopped: each a kubectl of its own, as people run them. */
   private async requestLoop(where: Where): Promise<void> {
+    // What the reads ask for: the newest object written (on the hub, a ConfigMap that exists for certain).
+    let written = where === 'hub' ? 'kube-root-ca.crt' : DEMO_POD;
     for (let n = 0; this.writing; n++) {
       const name = where === 'hub' ? `load-${this.id}-${n}` : DEMO_POD;
       const write =
@@ -244,8 +255,11 @@ export class TeamLoad {
           : ['annotate', 'pod', name, `sealion.dev/load=${n}`, '--overwrite'];
       const wrote = await this.request(where, [...write, '-o', 'jsonpath={.metadata.resourceVersion}']);
       const rv = wrote.code === 0 ? wrote.stdout.trim() : '';
-      if (rv) this.writes.push({ where, phase: this.phase, key: `${name}@${rv}`, at: Date.now() });
-      await this.request(where, ['get', where === 'hub' ? 'configmap' : 'pod', name, '-o', 'name']);
+      if (rv) {
+        this.writes.push({ where, phase: this.phase, key: `${name}@${rv}`, at: Date.now() });
+        written = name;
+      }
+      await this.request(where, ['get', where === 'hub' ? 'configmap' : 'pod', written, '-o', 'name']);
       await sleep(PACE_MS);
     }
   }
@@ -350,12 +364,19 @@ export class TeamLoad {
     args: string[],
     onOut: (chunk: string, run: Running) => void,
   ): Running {
-    const [command, argv] = dieWithParent(this.o.kubectl, [
+    const kubectl = [
+      this.o.kubectl,
       `--kubeconfig=${this.o.kubeconfigs[where]}`,
       '-n',
       DEMO_NAMESPACE,
       ...args,
-    ]);
+    ];
+    return this.startCommand(name, kubectl, onOut);
+  }
+
+  /** Starts `program` (first of `words`) for a session; `onOut` sees its standard output. */
+  private startCommand(name: string, words: string[], onOut: (chunk: string, run: Running) => void): Running {
+    const [command, argv] = dieWithParent(words[0]!, words.slice(1));
     const child = spawn(command, argv, {
       stdio: ['pipe', 'pipe', 'pipe'],
       env: { ...process.env, ...this.o.env },
@@ -395,8 +416,14 @@ export class TeamLoad {
 
   /** `exec -i` into a shell that echoes what is typed, a line every 2 s. */
   private interactiveExec(): { run: Running; owes: () => boolean } {
+    const exec = [this.o.kubectl, `--kubeconfig=${this.o.kubeconfigs.hub}`, '-n', DEMO_NAMESPACE];
+    return this.typedShell('exec -i hub', [...exec, 'exec', '-i', DEMO_POD, '--', 'sh']);
+  }
+
+  /** A session whose shell is typed a line every 2 s, each echoed back. */
+  private typedShell(name: string, words: string[]): { run: Running; owes: () => boolean } {
     const started = Date.now();
-    const run = this.startProcess('exec -i hub', 'hub', ['exec', '-i', DEMO_POD, '--', 'sh'], (_c, r) => {
+    const run = this.startCommand(name, words, (_c, r) => {
       r.lastProgress = Date.now();
     });
     const typing = setInterval(() => {
