@@ -443,6 +443,8 @@ async function killedReplica(): Promise<void> {
       const container = victim!.status.containerStatuses?.[0];
       if (!container?.containerID) throw new Error(`${victim!.metadata.name} runs no container`);
       log(`SIGKILL to ${victim!.metadata.name}'s concierge (${container.containerID})`);
+      // Through containerd: `kubectl delete pod --grace-period=0 --force` is no SIGKILL, as the kubelet still stops
+      // the container with SIGTERM and at least 2 s of grace (minimumGracePeriodInSeconds in its runtime manager).
       await installed.hub.node!.killContainer(container.containerID);
       // The kubelet starts it again in the same pod; the phase ends once it is ready.
       await eventually(
