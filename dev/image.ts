@@ -23,6 +23,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, posix } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
+import { CURRENT_PROTOCOL } from '../lib/tunnel/protocol.ts';
 import { DEFAULT_IMAGE } from '../manifests/install.ts';
 import { ensureStaticKubectl, pinnedVersions, REPO_ROOT } from './build.ts';
 import { privatePath, sharedBuild } from './cache.ts';
@@ -33,6 +34,36 @@ const NODE_PATH = '/usr/local/bin/node';
 const APP_DIR = '/app';
 const IMAGE_CACHE = join(process.env['SEALION_CACHE_DIR'] ?? join(REPO_ROOT, '.cache/kube'), '..', 'image');
 export const IMAGE_ARCHIVE = join(REPO_ROOT, 'dist/sealion-image.oci.tar');
+
+/**
+ * What a build may change of the tree it packs: one tree then gives two releases, an old and a new, for the upgrade
+ * test (integration/upgrade.test.ts). Build options, not settings of the image: a running process reads no switch
+ * that could make it claim another version or protocol.
+ */
+export interface ReleaseOptions {
+  /** The product version the image reports (package.json's `version` inside it). Default: the tree's. */
+  version?: string;
+  /** The tunnel protocol's minor it speaks (CURRENT_PROTOCOL in lib/tunnel/protocol.ts). Default: the tree's. */
+  protocolMinor?: number;
+}
+
+/** The tree's version, from package.json. */
+const treeVersion = (): string =>
+  (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+
+/**
+ * The release after this tree's, as the upgrade test installs it: the next patch version marked `-next`, and the
+ * protocol one minor up, the most the skew policy lets either end be ahead.
+ */
+export function nextRelease(): Required<ReleaseOptions> {
+  const [major, minor, patch] = treeVersion().split(/[.-]/).map(Number) as [number, number, number];
+  return { version: `${major}.${minor}.${patch + 1}-next`, protocolMinor: CURRENT_PROTOCOL.minor + 1 };
+}
+/** Where `ensureNextImage` writes the next release's image. */
+export const NEXT_IMAGE_ARCHIVE = join(REPO_ROOT, 'dist/sealion-image-next.oci.tar');
+/** The next release's image name: the default image's, tagged with the next version. */
+export const nextImageName = (): string =>
+  `${DEFAULT_IMAGE.slice(0, DEFAULT_IMAGE.lastIndexOf(':'))}:v${nextRelease().version}`;
 
 /**
  * What the image holds of each Debian package: the shared libraries `ldd node` names, and the copyright notices
@@ -233,14 +264,45 @@ function dependenciesLayer(): Layer {
   return { comment: 'production dependencies (package-lock.json)', entries };
 }
 
-function appLayer(): Layer {
+function appLayer(release: ReleaseOptions): Layer {
   const entries: Entry[] = [];
   for (const path of APP_PATHS) {
     addTree(entries, join(REPO_ROOT, path), posix.join(APP_DIR, path), (name, dir) =>
       dir ? name === 'node_modules' : name.endsWith('.test.ts') || name === 'README.md',
     );
   }
-  return { comment: 'Sealion', entries };
+  return { comment: 'Sealion', entries: entries.map((entry) => asReleased(entry, release)) };
+}
+
+const PROTOCOL_SOURCE = `${APP_DIR}/lib/tunnel/protocol.ts`;
+/** The one line that states the tree's protocol; a build that changes the minor rewrites it. */
+const PROTOCOL_LINE =
+  /^(export const CURRENT_PROTOCOL: ProtocolVersion = \{ major: \d+, minor: )\d+( \};)$/gm;
+
+/**
+ * An entry of the app layer as `release` has it: package.json with its version, protocol.ts with its minor. A
+ * protocol.ts whose line no longer reads as PROTOCOL_LINE fails the build, rather than giving an image that claims
+ * a protocol it does not speak.
+ */
+function asReleased(entry: Entry, release: ReleaseOptions): Entry {
+  if (entry.path === `${APP_DIR}/package.json` && release.version !== undefined) {
+    const json = JSON.parse(entry.data!.toString('utf8')) as Record<string, unknown>;
+    return file(
+      entry.path,
+      `${JSON.stringify({ ...json, version: release.version }, null, 2)}\n`,
+      entry.mode,
+    );
+  }
+  if (entry.path === PROTOCOL_SOURCE && release.protocolMinor !== undefined) {
+    const text = entry.data!.toString('utf8');
+    const lines = text.match(PROTOCOL_LINE) ?? [];
+    if (lines.length !== 1)
+      throw new Error(
+        `lib/tunnel/protocol.ts states CURRENT_PROTOCOL on ${lines.length} lines of ${PROTOCOL_LINE}`,
+      );
+    return file(entry.path, text.replace(PROTOCOL_LINE, `$1${release.protocolMinor}$2`), entry.mode);
+  }
+  return entry;
 }
 
 /** Adds the folders above each entry and sorts, so that an archive's order never depends on a folder listing. */
@@ -312,13 +374,12 @@ interface Contents {
   labels: Record<string, string>;
 }
 
-function contents(log: (line: string) => void): Contents {
+function contents(log: (line: string) => void, release: ReleaseOptions = {}): Contents {
   const debian = debianLayer(log);
   const node = nodeLayer();
-  const version = (JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string })
-    .version;
+  const version = release.version ?? treeVersion();
   return {
-    layers: [debian.layer, node.layer, dependenciesLayer(), appLayer()],
+    layers: [debian.layer, node.layer, dependenciesLayer(), appLayer(release)],
     labels: {
       'org.opencontainers.image.title': 'sealion',
       'org.opencontainers.image.version': version,
@@ -435,13 +496,18 @@ export async function ensureKubectlImage(log: (line: string) => void = () => {})
   });
 }
 
-/** Builds Sealion's image as an OCI archive at `archive` and returns its digest and sizes. */
+/**
+ * Builds Sealion's image as an OCI archive at `archive` and returns its digest and sizes; `release` changes the
+ * version and protocol it states (ReleaseOptions). Layers are cached by content, so a second release of one tree
+ * costs only its app layer.
+ */
 export async function buildImage(
   log: (line: string) => void = () => {},
   archive = IMAGE_ARCHIVE,
   name = DEFAULT_IMAGE,
+  release: ReleaseOptions = {},
 ): Promise<BuiltImage> {
-  const { layers, labels } = contents(log);
+  const { layers, labels } = contents(log, release);
   return writeImage(
     {
       name,
@@ -456,6 +522,11 @@ export async function buildImage(
     },
     archive,
   );
+}
+
+/** The next release's image (nextRelease) of this tree, as the upgrade test upgrades to. */
+export function buildNextImage(log: (line: string) => void = () => {}): Promise<BuiltImage> {
+  return buildImage(log, NEXT_IMAGE_ARCHIVE, nextImageName(), nextRelease());
 }
 
 /** Writes an OCI image-layout archive (which `ctr images import`, `podman load` and `docker load` read). */

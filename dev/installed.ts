@@ -386,11 +386,32 @@ export interface SshDoor {
 }
 
 /**
- * Turns the hub's SSH door on with `ssh` (the config's ssh section, mode enabled added) by editing the concierge's
- * ConfigMap as an admin would, and resolves once its status says where it is and which host key it has.
+ * Turns the hub's SSH door on with `ssh` (the config's ssh section, mode enabled added) as an admin would: by editing
+ * the concierge's ConfigMap, or, for an install made `using` Helm, with `helm upgrade --reuse-values` (whose next
+ * upgrade would otherwise put the chart's config back). Resolves once its status says where it is and which host key
+ * it has.
  */
-export async function enableSsh(cluster: Cluster, ssh: object): Promise<SshDoor> {
+export async function enableSsh(
+  cluster: Cluster,
+  ssh: object,
+  using: InstallWith = 'kustomize',
+): Promise<SshDoor> {
   const ns = DEFAULT_INSTALL.namespace;
+  if (using === 'helm') {
+    const values = join(cluster.dir, 'ssh-values.yaml');
+    writeFileSync(values, toYAML({ config: { ssh: { ...ssh, mode: 'enabled' } } }));
+    await runHelm(cluster, [
+      'upgrade',
+      CONCIERGE_NAME,
+      join(REPO_ROOT, 'config/charts', CONCIERGE_NAME),
+      '-n',
+      ns,
+      '--reuse-values',
+      '-f',
+      values,
+    ]);
+    return sshDoorStatus(cluster);
+  }
   const current = await kubectlOk(cluster, ['get', 'configmap', CONFIG_MAP_NAME, '-n', ns, '-o', 'json']);
   const text = (JSON.parse(current) as { data?: Record<string, string> }).data?.[CONFIG_KEY] ?? '';
   const config = (parseYAML(text) as Record<string, unknown> | null) ?? {};
@@ -405,6 +426,27 @@ export async function enableSsh(cluster: Cluster, ssh: object): Promise<SshDoor>
     '-p',
     JSON.stringify(patch),
   ]);
+  return sshDoorStatus(cluster);
+}
+
+/** Runs Helm 4 on `cluster` as its admin; throws with what it said when it fails. */
+export async function runHelm(cluster: Cluster, args: string[]): Promise<string> {
+  const helm = await ensureHelm(() => {});
+  return new Promise((done, fail) => {
+    const [command, argv] = dieWithParent(helm, ['--kubeconfig', cluster.kubeconfigPath, ...args]);
+    const child = spawn(command, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    child.on('error', fail);
+    child.on('exit', (code) =>
+      code === 0 ? done(output) : fail(new Error(`helm ${args.join(' ')} (${code}): ${output}`)),
+    );
+  });
+}
+
+/** Where the hub's SSH door is and its host keys, once its status says so. */
+function sshDoorStatus(cluster: Cluster): Promise<SshDoor> {
   return eventually(
     async () => {
       const got = await kubectlOk(cluster, [

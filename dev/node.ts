@@ -72,6 +72,12 @@ export interface KubeNode {
   failure(): string | undefined;
   /** Loads an OCI image archive into the node's containerd. */
   loadImage(archive: string): Promise<void>;
+  /**
+   * Sends SIGKILL to a container's main process through containerd (`ctr tasks kill`), by the ID a pod's
+   * containerStatuses name (`containerd://<id>`, with or without the prefix): the end of a crash or the kernel's
+   * OOM killer, which no drain sees coming. The kubelet restarts it as the pod's restartPolicy says.
+   */
+  killContainer(containerId: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -579,7 +585,22 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
       const daemon = names[index] ?? 'daemon';
       return `${daemon} exited (${child.exitCode ?? child.signalCode}):\n${logTail(join(dir, `${daemon}.log`))}`;
     };
-    return { name, network, dir, failure, loadImage, stop };
+    const killContainer = async (containerId: string): Promise<void> => {
+      const id = containerId.replace(/^containerd:\/\//, '');
+      if (!/^[0-9a-f]{64}$/.test(id)) throw new Error(`${containerId} is no containerd container ID`);
+      await run('ctr', [
+        '--address',
+        socket,
+        '--namespace',
+        'k8s.io',
+        'tasks',
+        'kill',
+        '--signal',
+        'SIGKILL',
+        id,
+      ]);
+    };
+    return { name, network, dir, failure, loadImage, killContainer, stop };
   } catch (err) {
     await stop();
     throw err;
