@@ -259,3 +259,29 @@ describe('the agent and a hub replica that drains', () => {
     expect(tunnels).toHaveLength(1);
   });
 });
+
+describe('the agent that drains', () => {
+  it.each([true, false])(
+    '(direct: %s) tells the hub it leaves, lets the request in flight end, dials nothing again and stops',
+    async (direct) => {
+      const recorded = recordingLogger();
+      const { tunnels, agent } = await hub(direct, undefined, { protocol: '2.1', log: recorded.log });
+      await eventually(() => expect(agent.connected()).toBe(true));
+      const tunnel = tunnels[0]!;
+      let left = false;
+      void tunnel.leaving.then(() => (left = true));
+      const draining = agent.drain();
+      await tunnel.leaving;
+      expect(left).toBe(true);
+      await expect(tunnel.open()).rejects.toThrow(/closed|moving/);
+      await tunnel.closed;
+      await draining;
+      expect(agent.connected()).toBe(false);
+      expect(tunnels).toHaveLength(1);
+      expect(recorded.lines().map((l) => l.msg)).toEqual(
+        expect.arrayContaining(['draining: told the hub this agent leaves', 'drained']),
+      );
+      expect(recorded.lines().find((l) => l.msg === 'drained')).toMatchObject({ outcome: 'closed' });
+    },
+  );
+});

@@ -5,6 +5,7 @@
 // mutual TLS once two thirds of its lifetime have passed. When the hub refuses its certificate
 // (revoked, or its Cluster was created anew) and it was given a bootstrap token it has not used yet, it registers
 // again with that token.
+import { AGENT_DRAIN_SECONDS } from '../apis/install.ts';
 import { X509Certificate } from 'node:crypto';
 import { connect as tlsConnect, type SecureContext, type TLSSocket } from 'node:tls';
 import { exponentialBackoff } from '../lib/backoff.ts';
@@ -69,6 +70,11 @@ export interface AgentOptions {
    */
   tunnels?: number;
   /**
+   * How long drain() lets the streams in flight end after telling the hub this agent leaves. Default:
+   * DEFAULT_DRAIN_MS.
+   */
+  drainMs?: number;
+  /**
    * The tunnel protocol to claim. Default: the one this build speaks (lib/tunnel/protocol.ts). Tests only: no flag
    * or setting of `sealion agent` reaches it, and an agent claiming a protocol it does not speak breaks its tunnel.
    */
@@ -83,11 +89,15 @@ export interface AgentOptions {
  * so the port exhaustion one tunnel per replica brings (RFD 69) does not come back.
  */
 export const DEFAULT_TUNNELS = 2;
+/** AGENT_DRAIN_SECONDS (apis/install.ts says why). */
+export const DEFAULT_DRAIN_MS = AGENT_DRAIN_SECONDS * 1000;
 export const MAX_TUNNELS = 8;
 
 /**
  * start() begins dialing and resolves at once: a hub that cannot be reached yet is dialed again and again, never a
- * failed start. stop() closes the tunnels and waits for them.
+ * failed start. stop() closes the tunnels and waits for them. drain() first tells the hub on each tunnel that this
+ * agent leaves (the hub sends new requests by the tunnels of the agent's other pod, or a peer's), lets the streams in
+ * flight end for up to `drainMs`, then stops.
  */
 export interface Agent extends Lifecycle<void> {
   /** Whether at least one tunnel is up. */
@@ -189,7 +199,7 @@ export function newAgent(opts: AgentOptions): Agent {
   const identity = newIdentity(opts, clock);
   const dial = newDialer(agent);
   let started = false;
-  const lifecycle = newLifecycle('agent', opts.log, (onStop) => {
+  const lifecycle = newLifecycle('agent', opts.log, (onStop, onDrain) => {
     if (started) throw new Error('the agent was started already');
     started = true;
     // The local proxy serves the tunnels' streams; it is closed after they are.
@@ -201,6 +211,7 @@ export function newAgent(opts: AgentOptions): Agent {
       agent.slots.map((slot, index) => holdTunnel(agent, slot, index, { identity, dial, local })),
     );
     onStop(() => closeTunnels(agent, loop));
+    onDrain((signal) => leaveHub(agent, opts.drainMs ?? DEFAULT_DRAIN_MS, signal));
     return Promise.resolve();
   });
 
@@ -232,6 +243,33 @@ function newSlots(tunnels: number | undefined): Slot[] {
     const dialedOnce = new Promise<void>((done) => (markDialed = done));
     return { connected: false, dialedOnce, markDialed };
   });
+}
+
+/**
+ * The agent's drain: nothing dials again, each tunnel tells the hub this agent leaves (TunnelServer's leave), and the
+ * tunnels close as their streams in flight end, within `boundMs`; the stop that follows closes what is left.
+ */
+async function leaveHub(agent: Holding, boundMs: number, signal: AbortSignal): Promise<void> {
+  const { log, clock } = agent;
+  agent.stopped = true;
+  const tunnels = [...agent.slots.flatMap((s) => (s.tunnel ? [s.tunnel] : [])), ...agent.leaving];
+  for (const slot of agent.slots) {
+    if (!slot.tunnel) slot.cancelDial?.();
+    slot.wake?.();
+  }
+  for (const tunnel of tunnels) tunnel.leave();
+  log.info(
+    { tunnels: tunnels.length, boundSeconds: boundMs / 1000 },
+    'draining: told the hub this agent leaves',
+  );
+  let timer: unknown;
+  const outcome = await Promise.race([
+    Promise.all(tunnels.map((t) => t.closed)).then(() => 'closed' as const),
+    new Promise<'bound'>((done) => (timer = clock.setTimeout(() => done('bound'), boundMs))),
+    new Promise<'cut'>((done) => signal.addEventListener('abort', () => done('cut'), { once: true })),
+  ]);
+  clock.clearTimeout(timer);
+  log.info({ outcome }, 'drained');
 }
 
 /** Stops holding: closes each tunnel (or its dial under way), wakes each pause, and waits for every slot to end. */

@@ -13,6 +13,7 @@ import {
 } from '../lib/kube/kube.ts';
 import { newLogger, type Logger } from '../lib/log.ts';
 import { handleProcessErrors } from '../lib/process-errors.ts';
+import type { Running } from '../lib/lifecycle.ts';
 import { SEALION_VERSION } from '../lib/version.ts';
 import { newAgent } from './agent.ts';
 import { kubeReachReads } from '../lib/reach/dialer.ts';
@@ -39,6 +40,8 @@ export interface AgentFlags {
   tunnels?: number;
   /** Where /healthz and /readyz listen, host:port (health.ts); empty: not served. */
   healthListen?: string;
+  /** Seconds a drain (SIGTERM) lets the tunnels' streams in flight end; default: the agent's. */
+  shutdownGrace?: number;
   logLevel: string;
 }
 
@@ -68,7 +71,7 @@ export async function detectImpersonation(
   return 'none';
 }
 
-export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> {
+export async function runAgent(flags: AgentFlags): Promise<Running> {
   const log = newLogger({ level: flags.logLevel, buffered: true });
   // Errors nothing handled are this process's to log (lib/process-errors.ts says what it does with each).
   handleProcessErrors({ log });
@@ -130,6 +133,7 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
     forwarding,
     transport: flags.tunnelTransport,
     ...(flags.tunnels ? { tunnels: flags.tunnels } : {}),
+    ...(flags.shutdownGrace === undefined ? {} : { drainMs: flags.shutdownGrace * 1000 }),
     log,
   });
   await agent.start();
@@ -140,9 +144,13 @@ export async function runAgent(flags: AgentFlags): Promise<() => Promise<void>> 
         log: log.child({ component: 'health' }),
       })
     : undefined;
-  return async () => {
+  // The log is buffered: what the drain and the stop wrote is written out before the exit.
+  const flushed = (): Promise<void> => new Promise((done) => log.flush(() => done()));
+  const end = async (how: () => Promise<void>): Promise<void> => {
+    await how();
     await probes?.close();
-    await agent.stop();
     reader.close();
+    await flushed();
   };
+  return { drain: () => end(() => agent.drain()), stop: () => end(() => agent.stop()) };
 }

@@ -142,6 +142,12 @@ export const AUTHENTICATOR_URI_PREFIX = 'urn:sealion:authenticator:';
 /** The annotation on a replica's Lease with the Sealion version the replica runs. */
 export const REPLICA_VERSION_ANNOTATION = 'sealion.dev/version';
 /**
+ * How long an agent's drain (SIGTERM) lets its tunnels' streams in flight end, in seconds: within the 30 s the
+ * kubelet gives a pod that stops (terminationGracePeriodSeconds' default), with room for the stop. Plain requests end
+ * in well under it; a watch or an exec on the agent's tunnels that outlasts it is cut.
+ */
+export const AGENT_DRAIN_SECONDS = 20;
+/**
  * The annotation on a replica's Lease with the tunnel protocol it serves agents with, `major.minor`
  * (lib/tunnel/protocol.ts). Absent on replicas from before it was published.
  */

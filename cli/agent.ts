@@ -2,7 +2,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type { TransportChoice } from '../lib/tunnel/dial.ts';
 import type { AgentFlags } from '../agent/main.ts';
-import { AGENT_NAME } from '../apis/install.ts';
+import { AGENT_DRAIN_SECONDS, AGENT_NAME } from '../apis/install.ts';
 
 export function agentCommand(): Command {
   return new Command('agent')
@@ -50,6 +50,16 @@ export function agentCommand(): Command {
       'plain-HTTP /healthz and /readyz (200 only while a tunnel is up) for the kubelet’s probes (off when empty)',
       '',
     )
+    .option(
+      '--shutdown-grace <seconds>',
+      `on SIGTERM, the hub is told this agent leaves and the streams in flight get this long to end (default: ${AGENT_DRAIN_SECONDS})`,
+      (v: string) => {
+        const n = Number(v);
+        if (v.trim() === '' || !Number.isInteger(n) || n < 0)
+          throw new InvalidArgumentError('a whole number of seconds, 0 or more');
+        return n;
+      },
+    )
     .option('--log-level <level>', 'trace, debug, info, warn or error', 'info')
     .addHelpText(
       'after',
@@ -60,9 +70,9 @@ Examples:
     )
     .action(async (flags: AgentFlags) => {
       const { runAgent } = await import('../agent/main.ts');
-      const stop = await runAgent(flags);
-      const shutdown = (): void => void stop().then(() => process.exit(0));
-      process.once('SIGINT', shutdown);
-      process.once('SIGTERM', shutdown);
+      const { onSignals } = await import('../lib/lifecycle.ts');
+      // SIGTERM drains (the hub is told this agent leaves; streams in flight end), then exits 0; a second signal, or
+      // SIGINT, stops at once.
+      onSignals(await runAgent(flags), () => process.exit(0));
     });
 }

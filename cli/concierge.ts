@@ -130,7 +130,8 @@ Examples:
     )
     .action(async (flags: ConciergeFlags & { clientCaFile: string[]; tunnelHost: string[] }) => {
       // Loaded here, so that other commands (kubectl runs `sealion login` often) start fast.
-      const { runConcierge, onSignals } = await import('../concierge/main.ts');
+      const { runConcierge } = await import('../concierge/main.ts');
+      const { onSignals } = await import('../lib/lifecycle.ts');
       const running = await runConcierge(
         { ...flags, clientCAFiles: flags.clientCaFile, tunnelHosts: flags.tunnelHost },
         process.env,

@@ -9,7 +9,8 @@ import {
   SHUTDOWN_MESSAGE,
   type DrainCounts,
 } from './drain.ts';
-import { count, onSignals, type RunningConcierge } from './main.ts';
+import { count, type RunningConcierge } from './main.ts';
+import { onSignals } from '../lib/lifecycle.ts';
 import { EventEmitter } from 'node:events';
 
 /** Lets the promises settled so far run their reactions. */

@@ -6,6 +6,7 @@ import { newConcierge, type ConciergeOptions } from './concierge.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import { newLogger, type Logger } from '../lib/log.ts';
 import { handleProcessErrors } from '../lib/process-errors.ts';
+import type { Running } from '../lib/lifecycle.ts';
 import { loadPolicy } from './audit/policy.ts';
 
 export interface ConciergeFlags {
@@ -210,10 +211,7 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
 }
 
 /** How a running concierge is ended: drained (SIGTERM) or stopped at once. */
-export interface RunningConcierge {
-  drain(): Promise<void>;
-  stop(): Promise<void>;
-}
+export type RunningConcierge = Running;
 
 /**
  * Runs the concierge as the process's one occupant (`sealion concierge`): errors nothing handled are this process's
@@ -231,23 +229,4 @@ export async function runConcierge(flags: ConciergeFlags, env: NodeJS.ProcessEnv
     drain: () => concierge.drain().then(flushed),
     stop: () => concierge.stop().then(flushed),
   };
-}
-
-/**
- * The process's signals: the first SIGTERM drains (what the kubelet sends a pod it stops), SIGINT stops at once (a
- * person at a terminal), and a second signal of either during the drain stops at once. `exit` is called once the
- * drain or the stop has finished.
- */
-export function onSignals(
-  running: RunningConcierge,
-  exit: () => void,
-  signals: Pick<NodeJS.Process, 'on'> = process,
-): void {
-  let ending: Promise<void> | undefined;
-  const end = (how: () => Promise<void>): void => {
-    ending = how();
-    void ending.then(exit, exit);
-  };
-  signals.on('SIGTERM', () => end(ending ? () => running.stop() : () => running.drain()));
-  signals.on('SIGINT', () => end(() => running.stop()));
 }

@@ -86,3 +86,28 @@ export function newLifecycle<T>(
     drain,
   };
 }
+
+/** A process's one occupant, as its signals end it. */
+export interface Running {
+  drain(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The process's signals: the first SIGTERM drains (what the kubelet sends a pod it stops), SIGINT stops at once (a
+ * person at a terminal), and a second signal of either during the drain stops at once. `exit` is called once the
+ * drain or the stop has finished.
+ */
+export function onSignals(
+  running: Running,
+  exit: () => void,
+  signals: Pick<NodeJS.Process, 'on'> = process,
+): void {
+  let ending: Promise<void> | undefined;
+  const end = (how: () => Promise<void>): void => {
+    ending = how();
+    void ending.then(exit, exit);
+  };
+  signals.on('SIGTERM', () => end(ending ? () => running.stop() : () => running.drain()));
+  signals.on('SIGINT', () => end(() => running.stop()));
+}

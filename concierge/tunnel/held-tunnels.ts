@@ -31,7 +31,7 @@ interface Connected {
   tunnel: TunnelClient;
   route: TunnelRoute;
   held: HeldTunnel;
-  /** Set once its agent was asked to move (handOver): no new request takes it. */
+  /** Set once its agent was asked to move (handOver) or said it leaves: no new request takes it. */
   moving?: boolean;
 }
 
@@ -76,8 +76,10 @@ export class HeldTunnels {
     return entry && !entry.moving ? entry.route : undefined;
   }
 
+  /** The tunnel this replica holds for `cluster`, none while it moves: peers then send its requests elsewhere. */
   held(cluster: string): HeldTunnel | undefined {
-    return this.connected.get(cluster)?.held;
+    const entry = this.connected.get(cluster);
+    return entry && !entry.moving ? entry.held : undefined;
   }
 
   /**
@@ -118,10 +120,27 @@ export class HeldTunnels {
       held: { connectedSince: new Date(clock.now()).toISOString(), transport, ...report },
     };
     this.connected.set(cluster, entry);
-    previous?.tunnel.close();
+    // The tunnel it replaces (the agent's new pod dialed here while its old one runs, or the agent dialed again
+    // after losing it) carries its streams in flight to their end, and takes no new one.
+    previous?.tunnel.retire();
     log.info({ cluster, agentVersion: report.agentVersion, transport }, 'agent connected');
     this.closeAtExpiry(cluster, entry);
+    this.whenLeaving(cluster, entry);
     this.opts.onTunnelChange(cluster);
+  }
+
+  /**
+   * An agent that stops says so on its tunnel (TunnelServer's leave): from then on the tunnel takes no new request
+   * here, and this replica no longer says it holds the cluster, so that peers send its requests to another holder;
+   * the streams in flight finish, and the tunnel closes after them.
+   */
+  private whenLeaving(cluster: string, entry: Connected): void {
+    void entry.tunnel.leaving.then(() => {
+      if (this.connected.get(cluster) !== entry || entry.moving) return;
+      entry.moving = true;
+      this.opts.log.info({ cluster }, 'agent leaving: its tunnel takes no new request');
+      this.opts.onTunnelChange(cluster);
+    });
   }
 
   /**

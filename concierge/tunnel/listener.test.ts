@@ -599,6 +599,56 @@ describe.each(['direct', 'websocket'] as const)('a replica that hands its tunnel
   });
 });
 
+describe.each(['direct', 'websocket'] as const)('an agent that leaves (%s)', (transport) => {
+  const tunnelOf = async (uid: string): Promise<ReturnType<typeof holdingAgent>> => {
+    const stream = await dial(transport, await agentCert({ uid, generation: 0 }));
+    if (typeof stream === 'number') throw new Error(`refused: ${stream}`);
+    return holdingAgent(stream);
+  };
+
+  it('takes its tunnel out of service here, says it no longer holds the cluster, and lets the request in flight end', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const agent = await tunnelOf(uid);
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    const answer = inFlight();
+    const request = await agent.held;
+    agent.end.leave();
+    await eventually(() => expect(listener.route(NAME)).toBeUndefined());
+    expect(listener.held(NAME)).toBeUndefined();
+    request.respond({ ':status': 200 });
+    request.end('answered after it left');
+    expect(await answer).toEqual({ status: 200, body: 'answered after it left' });
+    await agent.end.closed;
+  });
+
+  it('replaced by another tunnel of the cluster (its new pod), carries its request in flight to the end, then closes', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const old = await tunnelOf(uid);
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    const answer = inFlight();
+    const request = await old.held;
+    const first = listener.held(NAME);
+    const replacement = await tunnelOf(uid);
+    await eventually(() => expect(listener.held(NAME)).not.toBe(first));
+    let moveAsked = false;
+    void old.end.moveRequested.then(() => (moveAsked = true));
+    request.respond({ ':status': 200 });
+    request.end('answered on the replaced tunnel');
+    expect(await answer).toEqual({ status: 200, body: 'answered on the replaced tunnel' });
+    await old.end.closed;
+    expect(moveAsked).toBe(false);
+    // New requests take the new tunnel.
+    const next = inFlight();
+    const nextRequest = await replacement.held;
+    nextRequest.respond({ ':status': 200 });
+    nextRequest.end('on the new one');
+    expect(await next).toEqual({ status: 200, body: 'on the new one' });
+    replacement.end.close();
+  });
+});
+
 /** An upgrade as agents of 2.0 sent it (the major alone, no whole version): the tunnel's socket. */
 function dialAsAgentOf20(client: { cert: string; key: string }): Promise<Duplex> {
   return new Promise((done, fail) => {

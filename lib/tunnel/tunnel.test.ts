@@ -18,7 +18,9 @@ import {
   serveTunnel,
   SILENCE_LIMIT_MS,
   TunnelBusyError,
+  TunnelClosedError,
   type TunnelClient,
+  type TunnelServer,
 } from './tunnel.ts';
 
 // Both ends on real sockets, the agent's end serving a plain HTTP/1.1 server on its streams: over a WebSocket (on
@@ -53,7 +55,7 @@ async function directPair(): Promise<{ concierge: Duplex; agent: Duplex; close: 
 async function tunnelTo(
   handler: (req: IncomingMessage, res: ServerResponse) => void,
   opts: { maxStreams?: number; tls?: boolean; transport?: Transport } = {},
-): Promise<{ client: TunnelClient; local: Server; dropAgent: () => void }> {
+): Promise<{ client: TunnelClient; local: Server; dropAgent: () => void; agentEnd: TunnelServer }> {
   const local = createServer(handler);
   if (opts.transport === 'direct') {
     const pair = await directPair();
@@ -64,7 +66,7 @@ async function tunnelTo(
       agentEnd.close();
       pair.close();
     });
-    return { client, local, dropAgent: () => pair.agent.destroy() };
+    return { client, local, dropAgent: () => pair.agent.destroy(), agentEnd };
   }
   // Over TLS, as agents dial, when asked: the transport's writes then complete later than over plain TCP.
   const tls = opts.tls
@@ -94,7 +96,7 @@ async function tunnelTo(
     wss.close();
     tls?.server.close();
   });
-  return { client, local, dropAgent: () => ws.terminate() };
+  return { client, local, dropAgent: () => ws.terminate(), agentEnd };
 }
 
 function get(client: TunnelClient, path: string): Promise<IncomingMessage> {
@@ -342,6 +344,47 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
     answer!();
     expect(await text(await inFlight)).toBe('after the move');
     await client.closed;
+  });
+
+  it('told the agent leaves, lets the request in flight end, opens no new stream and closes once none is left', async () => {
+    let answer: (() => void) | undefined;
+    const { client, agentEnd } = await tunnelTo(
+      (req, res) => {
+        if (req.url === '/now') return void res.end('at once');
+        answer = () => res.end('after the leave');
+      },
+      { transport },
+    );
+    expect(await text(await get(client, '/now'))).toBe('at once');
+    const inFlight = get(client, '/held');
+    await eventually(() => expect(answer).toBeDefined());
+    let left = false;
+    void client.leaving.then(() => (left = true));
+    agentEnd.leave();
+    await client.leaving;
+    expect(left).toBe(true);
+    await expect(client.open()).rejects.toThrow(TunnelClosedError);
+    answer!();
+    expect(await text(await inFlight)).toBe('after the leave');
+    await client.closed;
+    await agentEnd.closed;
+  });
+
+  it('retired, lets the request in flight end without telling the agent to move, and closes once none is left', async () => {
+    let answer: (() => void) | undefined;
+    const { client, agentEnd } = await tunnelTo((_req, res) => (answer = () => res.end('done')), {
+      transport,
+    });
+    let moveAsked = false;
+    void agentEnd.moveRequested.then(() => (moveAsked = true));
+    const inFlight = get(client, '/held');
+    await eventually(() => expect(answer).toBeDefined());
+    client.retire();
+    await expect(client.open()).rejects.toThrow(/moving/);
+    answer!();
+    expect(await text(await inFlight)).toBe('done');
+    await client.closed;
+    expect(moveAsked).toBe(false);
   });
 
   it('asked to move, still carries both ways what a stream in flight sends after the GOAWAY', async () => {

@@ -81,6 +81,11 @@ export const SILENCE_LIMIT_MS = 2 * PING_INTERVAL_MS;
 export const MOVE_REASON = 'replica draining';
 /** How long an agent has to read the GOAWAY that asks it to move before an idle tunnel closes (goAway). */
 const GOAWAY_READ_MS = 1_000;
+/**
+ * The data of the GOAWAY an agent sends when it stops (TunnelServer's leave): the hub opens no new stream on the
+ * tunnel and sends new requests by another tunnel, while the streams in flight finish.
+ */
+export const LEAVE_REASON = 'agent stopping';
 
 type WriteCallback = (err?: Error | null) => void;
 
@@ -231,6 +236,17 @@ export interface TunnelClient {
    * nothing of it, on the close, as after any closed tunnel.
    */
   goAway(): void;
+  /**
+   * Resolves when the agent said it is leaving (a GOAWAY from its end, TunnelServer's leave): this end has opened no
+   * new stream since, and closes the tunnel once the streams in flight end. Never rejects.
+   */
+  leaving: Promise<void>;
+  /**
+   * Takes the tunnel out of service without asking the agent to move (another tunnel of the same cluster took its
+   * place here): no new stream, the streams in flight end as they would have, and the tunnel closes once none is
+   * open. Its agent learns of it by the close, as after any close.
+   */
+  retire(): void;
   close(): void;
 }
 
@@ -388,6 +404,24 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
     agent.destroy();
     duplex.destroy();
   };
+  /** No new stream from now on; the tunnel closes once the streams in flight end. */
+  const stopTaking = (): void => {
+    streams.moving = true;
+    agent.dropIdle();
+  };
+  const closeOnceIdle = (): void => {
+    streams.onIdle = () => setImmediate(close);
+    if (streams.active === 0) close();
+  };
+  const leaving = new Promise<void>((done) =>
+    session.on('goaway', () => {
+      if (!streams.moving) {
+        stopTaking();
+        closeOnceIdle();
+      }
+      done();
+    }),
+  );
   return {
     request: (headers, endStream) => streams.request(headers, endStream),
     open,
@@ -397,12 +431,17 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
       streams.maxStreams = limit;
     },
     closed,
+    leaving,
+    retire() {
+      if (streams.moving || gone(session)) return;
+      stopTaking();
+      closeOnceIdle();
+    },
     goAway() {
       if (streams.moving || gone(session)) return;
-      streams.moving = true;
+      stopTaking();
       // The agent's end opens no stream, so the last one it may have opened is 0.
       session.goaway(constants.NGHTTP2_NO_ERROR, 0, Buffer.from(MOVE_REASON));
-      agent.dropIdle();
       // This end closes the tunnel once no stream is open: Node's HTTP/2 on the agent's end closes its session on the
       // GOAWAY only when a later stream event finds it idle, which an idle tunnel never has (nor does it answer
       // pings then). Not before the agent has had time to read the GOAWAY (a ping's answer, or GOAWAY_READ_MS), so
@@ -412,8 +451,7 @@ export function newTunnelClient(duplex: Duplex, opts: TunnelClientOptions = {}):
         if (armed) return;
         armed = true;
         clock.clearTimeout(wait);
-        streams.onIdle = () => setImmediate(close);
-        if (streams.active === 0) close();
+        closeOnceIdle();
       };
       const wait = clock.setTimeout(closeWhenIdle, GOAWAY_READ_MS);
       if (!session.ping(() => closeWhenIdle())) closeWhenIdle();
@@ -429,6 +467,11 @@ export interface TunnelServer {
    * it gave; the tunnel then closes once its streams in flight end. Never rejects; stays pending if never asked.
    */
   moveRequested: Promise<string>;
+  /**
+   * Tells the hub this agent is leaving (a GOAWAY, LEAVE_REASON): it opens no new stream here and sends new requests
+   * by another tunnel; the streams in flight go on, and the tunnel closes once none is open.
+   */
+  leave(): void;
   close(): void;
 }
 
@@ -455,14 +498,22 @@ export function serveTunnel(
   });
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
-  const stopPings = keepAlive(session, (err) => duplex.destroy(err), opts.clock ?? systemClock);
+  const clock = opts.clock ?? systemClock;
+  const stopPings = keepAlive(session, (err) => duplex.destroy(err), clock);
   // Node's HTTP/2 closes the session by itself on such a GOAWAY, once the streams in flight end.
   const moveRequested = new Promise<string>((done) =>
     session.on('goaway', (code: number, _last: number, data?: Buffer) => {
       if (code === constants.NGHTTP2_NO_ERROR) done(printableReason(data));
     }),
   );
+  /** Streams open now, for leave(): the tunnel closes once none is. */
+  let open = 0;
+  let onIdle: (() => void) | undefined;
   session.on('stream', (stream, headers, _flags, rawHeaders) => {
+    open++;
+    stream.once('close', () => {
+      if (--open === 0) onIdle?.();
+    });
     if (headers[':method'] !== 'CONNECT') {
       if (handlers.request) return handlers.request(stream, headers, rawHeaders);
       stream.respond({ ':status': 405 }, { endStream: true });
@@ -478,9 +529,29 @@ export function serveTunnel(
       done();
     }),
   );
+  let leaving = false;
   return {
     closed,
     moveRequested,
+    leave() {
+      if (leaving || gone(session)) return;
+      leaving = true;
+      // The highest stream id there is, as RFC 9113 (6.8) has a graceful shutdown begin: a stream the hub opened
+      // before it read this is still served. The hub opens none after it.
+      session.goaway(constants.NGHTTP2_NO_ERROR, 2 ** 31 - 1, Buffer.from(LEAVE_REASON));
+      // Once the hub answered a ping sent after the GOAWAY, every stream it opened before reading it has arrived;
+      // then the tunnel closes as soon as none is open. (Within GOAWAY_READ_MS, should the answer not come.)
+      let armed = false;
+      const closeWhenIdle = (): void => {
+        if (armed) return;
+        armed = true;
+        clock.clearTimeout(wait);
+        onIdle = () => setImmediate(() => duplex.destroy());
+        if (open === 0) duplex.destroy();
+      };
+      const wait = clock.setTimeout(closeWhenIdle, GOAWAY_READ_MS);
+      if (!session.ping(() => closeWhenIdle())) closeWhenIdle();
+    },
     close() {
       duplex.destroy();
     },
