@@ -29,10 +29,17 @@ export function watchBoundary(contentType: string | string[] | undefined): Bound
   return { feed() {}, atBoundary: () => true };
 }
 
-/** Frames of a 4-byte big-endian length, then that many bytes. */
-function lengthPrefixed(): Boundary {
-  /** Bytes of the current frame's length read so far (0 to 4); then, bytes of its body still to come. */
+/**
+ * Frames of a header, then a payload of the length the header says: `headerLength` says how long the header is from
+ * what of it has come (its first bytes), `payloadLength` reads the whole header.
+ */
+function framed(
+  headerLength: (header: number[]) => number,
+  payloadLength: (header: Buffer) => number,
+): Boundary {
+  /** The current frame's header bytes read so far; empty between frames and while its payload goes by. */
   let header: number[] = [];
+  /** Bytes of the current frame's payload still to come. */
   let remaining = 0;
   return {
     feed(chunk) {
@@ -45,8 +52,8 @@ function lengthPrefixed(): Boundary {
           continue;
         }
         header.push(chunk[i++]!);
-        if (header.length === 4) {
-          remaining = Buffer.from(header).readUInt32BE(0);
+        if (header.length === headerLength(header)) {
+          remaining = payloadLength(Buffer.from(header));
           header = [];
         }
       }
@@ -55,45 +62,30 @@ function lengthPrefixed(): Boundary {
   };
 }
 
+/** Frames of a 4-byte big-endian length, then that many bytes. */
+const lengthPrefixed = (): Boundary =>
+  framed(
+    () => 4,
+    (header) => header.readUInt32BE(0),
+  );
+
 /** The frames a WebSocket server sends (RFC 6455, unmasked): whether the bytes so far end on a frame's end. */
-export function webSocketBoundary(): Boundary {
-  /** The current frame's header bytes read so far; empty between frames. */
-  let header: number[] = [];
-  let remaining = 0;
-  /** The header's full length once its first two bytes are in (2, 4 or 10; a masked frame adds 4). */
-  const headerLength = (): number => {
-    const len = header[1]! & 0x7f;
-    const mask = header[1]! & 0x80 ? 4 : 0;
-    return 2 + (len === 126 ? 2 : len === 127 ? 8 : 0) + mask;
-  };
-  const payloadLength = (): number => {
-    const len = header[1]! & 0x7f;
-    const bytes = Buffer.from(header);
-    if (len === 126) return bytes.readUInt16BE(2);
-    // A payload over 2^53 bytes is not one anybody relays; Number() keeps the arithmetic simple.
-    if (len === 127) return Number(bytes.readBigUInt64BE(2));
-    return len;
-  };
-  return {
-    feed(chunk) {
-      let i = 0;
-      while (i < chunk.length) {
-        if (remaining > 0) {
-          const take = Math.min(remaining, chunk.length - i);
-          remaining -= take;
-          i += take;
-          continue;
-        }
-        header.push(chunk[i++]!);
-        if (header.length >= 2 && header.length === headerLength()) {
-          remaining = payloadLength();
-          header = [];
-        }
-      }
+export const webSocketBoundary = (): Boundary =>
+  framed(
+    // 2, 4 or 10 bytes by the length's first byte (a masked frame adds 4), known once the first two are in.
+    (header) => {
+      if (header.length < 2) return 2;
+      const len = header[1]! & 0x7f;
+      return 2 + (len === 126 ? 2 : len === 127 ? 8 : 0) + (header[1]! & 0x80 ? 4 : 0);
     },
-    atBoundary: () => remaining === 0 && header.length === 0,
-  };
-}
+    (header) => {
+      const len = header[1]! & 0x7f;
+      if (len === 126) return header.readUInt16BE(2);
+      // A payload over 2^53 bytes is not one anybody relays; Number() keeps the arithmetic simple.
+      if (len === 127) return Number(header.readBigUInt64BE(2));
+      return len;
+    },
+  );
 
 /** One unmasked WebSocket frame from a server, final, with `opcode` (2: binary, 8: close). */
 export function webSocketFrame(opcode: number, payload: Buffer): Buffer {
