@@ -512,6 +512,8 @@ async function connectOnce(
     agent.leaving.delete(current);
     log.info({ replica: dialed.replica }, 'moved tunnel down');
   });
+  // The hub's answer to this agent's own leave (its GOAWAY in return) is no request to move.
+  if (agent.stopped) return 'closed';
   log.info(
     { replica: dialed.replica, reason: ended },
     'hub replica asked this tunnel to move; dialing another',

@@ -54,7 +54,9 @@ export async function serveHealth(opts: HealthOptions): Promise<HealthListener> 
       req.resume();
     },
   );
-  server.maxConnections = 64;
+  // A bound on what the port can hold, high enough that a pod of the cluster holding connections open (each lives
+  // 5 s at most without a request) must hold a thousand of them to crowd the kubelet's probes out.
+  server.maxConnections = 1024;
   await new Promise<void>((done, fail) => {
     server.once('error', fail);
     server.listen(opts.port, opts.host, () => {

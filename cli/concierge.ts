@@ -136,7 +136,7 @@ Examples:
         { ...flags, clientCAFiles: flags.clientCaFile, tunnelHosts: flags.tunnelHost },
         process.env,
       );
-      // SIGTERM drains, then exits 0; a second signal, or SIGINT, stops at once (concierge/drain.ts).
+      // SIGTERM drains, then exits 0; a second signal, or SIGINT, stops without the drain's waits (concierge/drain.ts).
       onSignals(running, () => process.exit(0));
     });
 }

@@ -389,7 +389,11 @@ describe.each(INSTALL_WITH)('a rolling upgrade under a team’s load, installed 
   const way = WAYS[using];
   const version = nextRelease();
 
-  it(`${way.upgrade} of the concierge, then of the agent, and ${way.rollback} of both, cost the team nothing`, async () => {
+  // The whole round once, with Helm; kustomize's image change moves the concierge, the part whose drain it exercises:
+  // the agent's rollout and a rollback are the same Deployment rollouts either way, and each concierge phase costs a
+  // minute of the suite (the drain's delay and grace).
+  const whole = using === 'helm';
+  it(`${way.upgrade} of the concierge${whole ? `, then of the agent, and ${way.rollback} of both,` : ''} cost the team nothing`, async () => {
     const old = installed.image.name;
     const load = newLoad();
     let counts: PhaseCount[];
@@ -405,21 +409,23 @@ describe.each(INSTALL_WITH)('a rolling upgrade under a team’s load, installed 
         version: version.version,
         tunnelProtocol: expect.stringMatching(new RegExp(`^2\\.${version.protocolMinor} `)) as unknown,
       });
-      await phase(load, `${way.upgrade} agent`, async () => {
-        await way.move('agent', next.name, false);
-        await rolledOut(installed.edge, agentNamespace, AGENT_NAME, next.name, 1);
-        await agentReports(version.version);
-      });
-      await phase(load, `${way.rollback} agent`, async () => {
-        await way.move('agent', old, true);
-        await rolledOut(installed.edge, agentNamespace, AGENT_NAME, old, 1);
-        await agentReports(SEALION_VERSION);
-      });
-      await phase(load, `${way.rollback} concierge`, async () => {
-        await way.move('concierge', old, true);
-        await rolledOut(installed.hub, namespace, CONCIERGE_NAME, old, 2);
-      });
-      expect((await conciergeReports()).version).toBe(SEALION_VERSION);
+      if (whole) {
+        await phase(load, `${way.upgrade} agent`, async () => {
+          await way.move('agent', next.name, false);
+          await rolledOut(installed.edge, agentNamespace, AGENT_NAME, next.name, 1);
+          await agentReports(version.version);
+        });
+        await phase(load, `${way.rollback} agent`, async () => {
+          await way.move('agent', old, true);
+          await rolledOut(installed.edge, agentNamespace, AGENT_NAME, old, 1);
+          await agentReports(SEALION_VERSION);
+        });
+        await phase(load, `${way.rollback} concierge`, async () => {
+          await way.move('concierge', old, true);
+          await rolledOut(installed.hub, namespace, CONCIERGE_NAME, old, 2);
+        });
+        expect((await conciergeReports()).version).toBe(SEALION_VERSION);
+      }
     } finally {
       counts = await stopAndCount(load, `a rolling upgrade with ${using}, drained`);
     }

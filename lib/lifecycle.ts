@@ -94,8 +94,8 @@ export interface Running {
 }
 
 /**
- * The process's signals: the first SIGTERM drains (what the kubelet sends a pod it stops), SIGINT stops at once (a
- * person at a terminal), and a second signal of either during the drain stops at once. `exit` is called once the
+ * The process's signals: the first SIGTERM drains (what the kubelet sends a pod it stops), SIGINT stops (a
+ * person at a terminal), and a second signal of either during the drain stops, cutting it short. `exit` is called once the
  * drain or the stop has finished.
  */
 export function onSignals(

@@ -37,6 +37,7 @@ import { newDecider, type Authenticated, type Decider } from './decide.ts';
 import {
   asPlain,
   asUpgrade,
+  gone,
   newRequestContext,
   onClose,
   refuse,
@@ -271,6 +272,9 @@ function register(sessions: Sessions, exchange: Exchange, parsed: ParsedRequest,
             end,
           );
   onClose(exchange, done);
+  // A client that left while its request was authenticated and decided emitted its 'close' before this: it is done
+  // now (done is once-only), or the drain would wait on it, and hold it, for ever.
+  if (gone(exchange)) done();
 }
 
 /** decide → record → the cluster's route. */

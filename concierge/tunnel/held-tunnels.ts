@@ -43,6 +43,12 @@ interface Connected {
  * before most agents of 2.0 (which move once their streams end) have gone.
  */
 export const HANDOVER_BOUND_MS = 10_000;
+/**
+ * The longest a replaced tunnel serves its streams in flight (retire): an agent's old pod drains for 20 s
+ * (AGENT_DRAIN_SECONDS) once its new one is ready, so 30 s lets plain requests finish in any rollout, and cuts only
+ * long streams (a watch then resumes through the new tunnel).
+ */
+export const RETIRED_BOUND_MS = 30_000;
 
 /** The longest delay a Node timer takes (about 24.8 days); agent certificates live longer. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -63,6 +69,11 @@ export class HeldTunnels {
   /** Invariant: one entry per cluster, the newest tunnel; an entry leaves when its tunnel has closed. */
   private readonly connected = new Map<string, Connected>();
   private readonly opts: HeldTunnelsOptions;
+  /**
+   * Tunnels replaced by a newer one of their cluster, carrying their streams in flight to the end (retire): closed at
+   * RETIRED_BOUND_MS at the latest, and by closeAll or when their cluster's binding changes, as held ones are.
+   */
+  private readonly retired = new Map<TunnelClient, string>();
   /** Set by handOver: a tunnel that comes up after it is dropped (its dial raced the listener's refusal). */
   private handingOver = false;
 
@@ -122,11 +133,28 @@ export class HeldTunnels {
     this.connected.set(cluster, entry);
     // The tunnel it replaces (the agent's new pod dialed here while its old one runs, or the agent dialed again
     // after losing it) carries its streams in flight to their end, and takes no new one.
-    previous?.tunnel.retire();
+    if (previous) this.retire(cluster, previous.tunnel);
     log.info({ cluster, agentVersion: report.agentVersion, transport }, 'agent connected');
     this.closeAtExpiry(cluster, entry);
     this.whenLeaving(cluster, entry);
     this.opts.onTunnelChange(cluster);
+  }
+
+  /**
+   * Takes a replaced tunnel out of service: no new stream; it closes once its streams in flight end, or at
+   * RETIRED_BOUND_MS, whichever comes first. Its agent (the old pod of a rollout, or one that dialed again) stops
+   * within that, and a watch cut then resumes elsewhere; without the bound, an agent that dials again and again would
+   * pile up tunnels held open by long streams.
+   */
+  private retire(cluster: string, tunnel: TunnelClient): void {
+    const { clock } = this.opts;
+    this.retired.set(tunnel, cluster);
+    tunnel.retire();
+    const bound = clock.setTimeout(() => tunnel.close(), RETIRED_BOUND_MS);
+    void tunnel.closed.then(() => {
+      clock.clearTimeout(bound);
+      this.retired.delete(tunnel);
+    });
   }
 
   /**
@@ -178,6 +206,7 @@ export class HeldTunnels {
         'tunnel closed: its certificate no longer matches the Cluster',
       );
       entry.tunnel.close();
+      for (const [tunnel, of] of this.retired) if (of === cluster) tunnel.close();
     }
     const current = this.opts.clusters.get(cluster);
     if (current) this.connected.get(cluster)?.route.configure(tunnelLimits(current.spec ?? {}));
@@ -210,5 +239,6 @@ export class HeldTunnels {
   closeAll(): void {
     for (const entry of this.connected.values()) entry.tunnel.close();
     this.connected.clear();
+    for (const tunnel of this.retired.keys()) tunnel.close();
   }
 }

@@ -647,6 +647,21 @@ describe.each(['direct', 'websocket'] as const)('an agent that leaves (%s)', (tr
     expect(await next).toEqual({ status: 200, body: 'on the new one' });
     replacement.end.close();
   });
+
+  it('replaced, and still carrying a request, is closed with the new one when the agent is revoked', async () => {
+    const uid = randomUUID();
+    clusters.put(clusterObject(uid));
+    const old = await tunnelOf(uid);
+    await eventually(() => expect(listener.route(NAME)).toBeDefined());
+    const answer = inFlight().catch((err: unknown) => err);
+    await old.held;
+    const first = listener.held(NAME);
+    const replacement = await tunnelOf(uid);
+    await eventually(() => expect(listener.held(NAME)).not.toBe(first));
+    clusters.put(clusterObject(uid, 1));
+    await Promise.all([old.end.closed, replacement.end.closed]);
+    expect(await answer).toBeInstanceOf(Error);
+  });
 });
 
 /** An upgrade as agents of 2.0 sent it (the major alone, no whole version): the tunnel's socket. */

@@ -537,10 +537,11 @@ export function serveTunnel(
       if (leaving || gone(session)) return;
       leaving = true;
       // The highest stream id there is, as RFC 9113 (6.8) has a graceful shutdown begin: a stream the hub opened
-      // before it read this is still served. The hub opens none after it.
+      // before it read this is still served. The hub opens none after it. This end closes the tunnel once no stream
+      // is open, from when the hub answers with a GOAWAY of its own (Node's HTTP/2 does, a hub of 2.0 too: it comes
+      // after every stream the hub opened) or GOAWAY_READ_MS has passed, whichever is first; not on a ping's answer,
+      // which may overtake a stream the hub had queued.
       session.goaway(constants.NGHTTP2_NO_ERROR, 2 ** 31 - 1, Buffer.from(LEAVE_REASON));
-      // Once the hub answered a ping sent after the GOAWAY, every stream it opened before reading it has arrived;
-      // then the tunnel closes as soon as none is open. (Within GOAWAY_READ_MS, should the answer not come.)
       let armed = false;
       const closeWhenIdle = (): void => {
         if (armed) return;
@@ -550,7 +551,7 @@ export function serveTunnel(
         if (open === 0) duplex.destroy();
       };
       const wait = clock.setTimeout(closeWhenIdle, GOAWAY_READ_MS);
-      if (!session.ping(() => closeWhenIdle())) closeWhenIdle();
+      session.once('goaway', closeWhenIdle);
     },
     close() {
       duplex.destroy();
