@@ -4,7 +4,7 @@
 // one). Nothing else is answered on this port (404, or 405 for another method), and nothing about the tunnels is said
 // beyond up or not: the kubelet is its only client, and whoever else reaches the port learns no more than that.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenOn } from '../lib/listen.ts';
 import type { Logger } from '../lib/log.ts';
 
 export interface HealthOptions {
@@ -57,14 +57,7 @@ export async function serveHealth(opts: HealthOptions): Promise<HealthListener> 
   // A bound on what the port can hold, high enough that a pod of the cluster holding connections open (each lives
   // 5 s at most without a request) must hold a thousand of them to crowd the kubelet's probes out.
   server.maxConnections = 1024;
-  await new Promise<void>((done, fail) => {
-    server.once('error', fail);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', fail);
-      done();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const port = await listenOn(server, opts.port, opts.host);
   opts.log.info({ host: opts.host, port }, 'health probes listening');
   return {
     port,

@@ -5,7 +5,8 @@
 // (proxy/local-apis.ts), which the other replicas read for their users.
 import { createServer as createHttpServer, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
 import type { ServerHttp2Stream } from 'node:http2';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { listenOn } from '../../lib/listen.ts';
 import type { Duplex } from 'node:stream';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type { Clock } from '../../lib/clock.ts';
@@ -200,14 +201,7 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   server.on('secureConnection', (socket: TLSSocket) =>
     serveLink(opts, state, socket, (stream) => void upgrades.emit('connection', stream), exchanges.request),
   );
-  await new Promise<void>((done, fail) => {
-    server.once('error', fail);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', fail);
-      done();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const port = await listenOn(server, opts.port, opts.host);
   log.info({ host: opts.host, port }, 'peer listener listening');
   return {
     port,

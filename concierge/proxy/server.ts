@@ -8,7 +8,8 @@ import {
   type ServerHttp2Session,
   type ServerHttp2Stream,
 } from 'node:http2';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { listenOn } from '../../lib/listen.ts';
 import { createPrivateKey } from 'node:crypto';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { FIELDS_AS_SENT } from '../../lib/http2/hop-by-hop.ts';
@@ -301,12 +302,7 @@ export function newProxyServer(
   });
 
   return {
-    listen(port, host) {
-      return new Promise((done, fail) => {
-        server.once('error', fail);
-        server.listen(port, host, () => done((server.address() as AddressInfo).port));
-      });
-    },
+    listen: (port, host) => listenOn(server, port, host),
     updateTLS(next) {
       // New handshakes use the new material; established connections keep theirs (but see trustedClientCAs).
       const nextTrusted = certificateFingerprints(next.clientCAPems);
