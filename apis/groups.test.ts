@@ -4,6 +4,7 @@ import { apiGroups, apiVersionOf, isValidGroupSuffix } from './groups.ts';
 describe('api groups', () => {
   it('builds every group from the default suffix', () => {
     expect(apiGroups()).toEqual({
+      access: 'access.concierge.sealion.dev',
       authentication: 'authentication.concierge.sealion.dev',
       config: 'config.concierge.sealion.dev',
       login: 'login.concierge.sealion.dev',

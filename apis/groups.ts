@@ -21,6 +21,8 @@ export interface ApiGroups {
   recordings: string;
   /** The connect subresource of pods and services, a TCP stream to them (`sealion port-forward`). */
   reach: string;
+  /** AccessRequest (groups on clusters for a while, approved on the hub). */
+  access: string;
 }
 
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$/;
@@ -48,6 +50,7 @@ export function apiGroups(suffix: string = DEFAULT_GROUP_SUFFIX): ApiGroups {
     tunnel: `tunnel.concierge.${suffix}`,
     recordings: `recordings.concierge.${suffix}`,
     reach: `reach.concierge.${suffix}`,
+    access: `access.concierge.${suffix}`,
   };
 }
 
@@ -62,6 +65,7 @@ export const Kind = {
   WhoAmIRequest: 'WhoAmIRequest',
   Cluster: 'Cluster',
   SessionRecording: 'SessionRecording',
+  AccessRequest: 'AccessRequest',
 } as const;
 export type Kind = (typeof Kind)[keyof typeof Kind];
 
@@ -74,6 +78,7 @@ export const Resource = {
   WhoAmIRequest: 'whoamirequests',
   Cluster: 'clusters',
   SessionRecording: 'sessionrecordings',
+  AccessRequest: 'accessrequests',
 } as const satisfies Record<Kind, string>;
 
 /** `apiVersion` of a kind under a suffix, e.g. `authentication.concierge.sealion.dev/v1alpha1`. */
@@ -87,6 +92,7 @@ export function apiVersionOf(kind: Kind, suffix: string = DEFAULT_GROUP_SUFFIX):
     WhoAmIRequest: groups.identity,
     Cluster: groups.tunnel,
     SessionRecording: groups.recordings,
+    AccessRequest: groups.access,
   };
   return `${group[kind]}/${VERSION}`;
 }

@@ -7,3 +7,4 @@ export type * from './identity.ts';
 export * from './tunnel.ts';
 export * from './install.ts';
 export * from './agent-binding.ts';
+export * from './access.ts';

@@ -1,4 +1,5 @@
 // tunnel.concierge.<suffix>/v1alpha1: Cluster, a cluster the concierge reaches through an agent's tunnel.
+import type { AccessPolicy } from './access.ts';
 import type { Condition, ObjectMeta } from './meta.ts';
 
 /**
@@ -76,6 +77,11 @@ export interface ClusterSpec {
    * Default: none (the cluster takes no hub workloads).
    */
   workloads?: ClusterWorkloads;
+  /**
+   * Who may ask for groups here through an AccessRequest, for how long, with how many approvals, and whether every
+   * request here must carry a reason. Default: no access requests, no reason required.
+   */
+  access?: AccessPolicy;
 }
 
 /** How hub service accounts are named on a cluster that takes them. */

@@ -9,12 +9,14 @@ export type JSONSchema = { [key: string]: unknown };
 /** The schemas of spec and status per kind, generated from apis/. */
 export type KindSchemas = Record<CrdKind, { spec: JSONSchema; status: JSONSchema; description: string }>;
 
-export type CrdKind = 'JWTAuthenticator' | 'WebhookAuthenticator' | 'CredentialIssuer' | 'Cluster';
+export type CrdKind =
+  'JWTAuthenticator' | 'WebhookAuthenticator' | 'CredentialIssuer' | 'Cluster' | 'AccessRequest';
 export const CRD_KINDS: readonly CrdKind[] = [
   'JWTAuthenticator',
   'WebhookAuthenticator',
   'CredentialIssuer',
   'Cluster',
+  'AccessRequest',
 ];
 
 /** A copy each call: callers may change what they get. */
@@ -101,6 +103,30 @@ const SHAPES: Record<CrdKind, CrdShape> = {
       { name: 'Impersonation', type: 'string', jsonPath: '.status.impersonation', priority: 1 },
       // The prefix hub workloads' names take there; empty: the cluster takes none.
       { name: 'Workloads', type: 'string', jsonPath: '.spec.workloads.usernamePrefix', priority: 1 },
+      AGE,
+    ],
+  },
+  // What a reviewer watching `kubectl get accessrequests -w` needs to decide: who, what, where, for how long, why.
+  AccessRequest: {
+    group: 'access',
+    singular: 'accessrequest',
+    shortNames: ['areq'],
+    categories: ['sealion'],
+    columns: [
+      { name: 'Requester', type: 'string', jsonPath: '.spec.requester.username' },
+      { name: 'Clusters', type: 'string', jsonPath: '.spec.clusters' },
+      { name: 'Groups', type: 'string', jsonPath: '.spec.groups' },
+      { name: 'Duration', type: 'integer', jsonPath: '.spec.durationSeconds', description: 'seconds' },
+      { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
+      { name: 'Reason', type: 'string', jsonPath: '.spec.reason' },
+      // A date column prints an age, and one in the future as <invalid>: the end is shown as written.
+      { name: 'Expires', type: 'string', jsonPath: '.status.expiresAt', priority: 1 },
+      {
+        name: 'Approvals',
+        type: 'string',
+        jsonPath: '.status.reviews[?(@.decision=="Approved")].user',
+        priority: 1,
+      },
       AGE,
     ],
   },

@@ -52,6 +52,7 @@ describe('install manifests', () => {
       'webhookauthenticators.authentication.concierge.pinniped.dev',
       'credentialissuers.config.concierge.pinniped.dev',
       'clusters.tunnel.concierge.pinniped.dev',
+      'accessrequests.access.concierge.pinniped.dev',
     ]);
   });
 

@@ -17,7 +17,13 @@ import type { Request } from '../../lib/http2/request.ts';
 
 export type Identity =
   /** Impersonated: the proxy forwards with its own credentials and Impersonate-* headers. */
-  | { kind: 'user'; user: UserInfo; via: string }
+  | {
+      kind: 'user';
+      user: UserInfo;
+      via: string;
+      /** Why the user works now, as their credential carries it (`sealion login --reason`); checked when issued. */
+      reason?: string;
+    }
   /** A service account the API server knows: forwarded with its own token, unchanged. */
   | { kind: 'serviceaccount'; user: UserInfo; token: string }
   /**
