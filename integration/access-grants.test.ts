@@ -1,10 +1,10 @@
 // Access-request grants on real API servers: a hub with two concierge replicas (their AccessGrants a small one of the
 // test's own, standing in for the approved AccessRequests), an edge reached through its agent's tunnel to one of them,
-// and from the other over the peer hop. A user edge's RBAC gives
-// nothing is refused; with a grant of edge's group `oncall` they list what that group may, and edge's own audit log
-// shows the grant's group, its reason and its name on the impersonated user; when the grant ends, their open watch
-// ends and the next request is refused. A cluster that requires a reason refuses a request without one. On the hub's
-// own API, a grant there applies the same way, and the hub's own audit log shows it.
+// and from the other over the peer hop. A user edge's RBAC gives nothing is refused; with a grant of edge's group
+// `oncall` they list what that group may, and edge's own audit log shows the grant's group, its reason and its name on
+// the impersonated user; when the grant ends, their open watch ends and the next request is refused. A cluster that
+// requires a reason refuses a request without one. On the hub's own API, a grant there applies the same way, and the
+// hub's own audit log shows it.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
 import { request, type RequestOptions } from 'node:https';
