@@ -183,9 +183,9 @@ export interface ConciergeOptions {
    */
   drain?: DrainSettings;
   /**
-   * The approved access requests the proxy applies (their groups, reason and end: concierge/access/grants.ts), and which
-   * clusters require a reason, in place of the replica's own. Default: the replica's own, read from its AccessRequest
-   * informer and the access policies (concierge/access/store.ts).
+   * The approved access requests the proxy applies (their groups, reason and end: concierge/access/grants.ts), and
+   * which clusters require a reason, in place of the replica's own. Default: the replica's own, read from its
+   * AccessRequest informer and the access policies (concierge/access/store.ts).
    */
   grants?: AccessGrants;
   log: Logger;
