@@ -215,9 +215,7 @@ describe('sealion login --reason with real kubectl', () => {
     }
   });
 
-  // Needs the decide stage to forward identity.reason as the extra (built on its own branch): until it is merged,
-  // the hub's audit log shows the user without it, and this is expected to fail.
-  it.failing("shows the reason in the hub's own audit log, as the impersonated extra", async () => {
+  it("shows the reason in the hub's own audit log, as the impersonated extra", async () => {
     const { env } = await userEnv();
     expect(await runSealion(['login', '--reason', REASON], env)).toMatchObject({ code: 0 });
     const listed = await runKubectl(
