@@ -51,7 +51,10 @@ export interface AccessRequestSpec {
    * @maxLength 512
    */
   reason?: string;
-  /** Set by Sealion from the authenticated user; what a caller writes here is ignored. */
+  /**
+   * Set by Sealion from the authenticated user; what a caller writes here is ignored.
+   * @validation self == oldSelf :: spec.requester is immutable
+   */
   requester: AccessRequester;
 }
 

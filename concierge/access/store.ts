@@ -77,7 +77,18 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
   const { requests, clock, log } = opts;
   const listeners = new Set<(name: string, why: string) => void>();
   /** The approved requests seen active, each with its timer at expiresAt; an entry leaves when its end is told. */
-  const live = new Map<string, { timer: unknown; expiresAt: number }>();
+  const live = new Map<string, { timer: unknown; expiresAt: number; requester: string }>();
+  /**
+   * The names in `live` by requester: what active() reads on every forwarded request, so that its cost is the user's
+   * own grants, never every AccessRequest the hub holds.
+   */
+  const liveOf = new Map<string, Set<string>>();
+  const forget = (name: string, requester: string): void => {
+    live.delete(name);
+    const names = liveOf.get(requester);
+    names?.delete(name);
+    if (names?.size === 0) liveOf.delete(requester);
+  };
   let closed = false;
 
   const tell = (name: string, why: string): void => {
@@ -99,7 +110,7 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
     if (why !== undefined) {
       if (!held) return;
       clock.clearTimeout(held.timer);
-      live.delete(name);
+      forget(name, held.requester);
       tell(name, why);
       return;
     }
@@ -115,7 +126,12 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       },
       Math.min(MAX_TIMER_MS, Math.max(0, expiresAt - now)),
     );
-    live.set(name, { timer, expiresAt });
+    // spec is immutable (the CRD's rules), so the requester a grant was indexed under stays its requester.
+    const requester = request!.spec?.requester?.username ?? '';
+    live.set(name, { timer, expiresAt, requester });
+    let names = liveOf.get(requester);
+    if (!names) liveOf.set(requester, (names = new Set()));
+    names.add(name);
   };
 
   requests.onChange((request) => {
@@ -138,8 +154,11 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       if (named === undefined) return [];
       const now = clock.now();
       const grants: { grant: Grant; approvedAt: number }[] = [];
-      for (const request of requests.list()) {
-        if (request.spec?.requester?.username !== username) continue;
+      const names = liveOf.get(username);
+      if (!names) return [];
+      for (const name of names) {
+        const request = requests.get(name);
+        if (!request || request.spec?.requester?.username !== username) continue;
         const grant = grantOf(request, named, now);
         if (grant) grants.push({ grant, approvedAt: timeOf(request.status?.approvedAt) || 0 });
       }
@@ -172,6 +191,7 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       closed = true;
       for (const { timer } of live.values()) clock.clearTimeout(timer);
       live.clear();
+      liveOf.clear();
       listeners.clear();
     },
   };
