@@ -134,7 +134,7 @@ ssh:
   maxBindingLifetime: ${DEFAULT_SSH_MAX_BINDING_LIFETIME}
 accessRequests:
   # Access requests ask for groups on clusters for a while (sealion request create); reviewers approve them by the
-  # hub's RBAC (verb approve on accessrequests: the ClusterRole sealion-access-reviewer). A Cluster's own policy is
+  # hub's RBAC (verb approve on accessrequests: the ClusterRole sealion-concierge-access-reviewer). A Cluster's own policy is
   # on its spec.access; this is the hub's.
   # What requests call this (the hub's) cluster in spec.clusters.
   hubName: ${DEFAULT_ACCESS_HUB_NAME}

@@ -651,7 +651,7 @@ function listCommand(): Command {
           hub,
           flags.all ? 'cannot list access requests' : 'cannot list your access requests',
           {
-            403: 'listing them all needs the ClusterRole sealion-access-reviewer or sealion-access-requester bound to you on the hub; without --all, the list is your own',
+            403: 'listing them all needs the ClusterRole sealion-concierge-access-reviewer or sealion-concierge-access-requester bound to you on the hub; without --all, the list is your own',
           },
         );
       } finally {
@@ -676,7 +676,7 @@ function decideCommand(verb: 'approve' | 'deny'): Command {
     .addOption(outputOption())
     .action(async (name: string, flags: OutputFlags & { reason?: string }) => {
       await decide(name, flags, decision, APPROVAL_SUBRESOURCE, verb, {
-        403: 'reviewers need the verb approve on accessrequests on the hub (the ClusterRole sealion-access-reviewer), and nobody decides their own request',
+        403: 'reviewers need the verb approve on accessrequests on the hub (the ClusterRole sealion-concierge-access-reviewer), and nobody decides their own request',
         404: 'see sealion request list --all for the names there are',
         409: 'only a pending request can be decided; see sealion request list --all',
       });
@@ -775,8 +775,8 @@ Examples:
   sealion request deny alice-x7k2p --reason "use the runbook's read-only role"
   sealion request withdraw alice-x7k2p
   sealion request wait alice-x7k2p --timeout 30m && kubectl --context edge rollout restart deploy/payments
-Reviewers hold the verb approve on accessrequests on the hub, as the install's ClusterRole sealion-access-reviewer
+Reviewers hold the verb approve on accessrequests on the hub, as the install's ClusterRole sealion-concierge-access-reviewer
 grants; nobody approves their own request:
-  kubectl create clusterrolebinding access-reviewers --clusterrole=sealion-access-reviewer --group=sre-leads`,
+  kubectl create clusterrolebinding access-reviewers --clusterrole=sealion-concierge-access-reviewer --group=sre-leads`,
   );
 }

@@ -220,7 +220,7 @@ async function decide(
       return writeStatus(
         res,
         403,
-        `${ACCESS_REQUESTS}.${deps.groups.access} "${name}" is forbidden: User "${user.username}" cannot ${APPROVE_VERB} it (a reviewer holds the ClusterRole sealion-access-reviewer)`,
+        `${ACCESS_REQUESTS}.${deps.groups.access} "${name}" is forbidden: User "${user.username}" cannot ${APPROVE_VERB} it (a reviewer holds the ClusterRole sealion-concierge-access-reviewer)`,
       );
   }
   const next = (request: AccessRequest, now: number): AccessRequestStatus | Refusal =>
