@@ -49,6 +49,7 @@ export interface AccessRequestSpec {
   /**
    * Why: an incident, a ticket. Printable characters only. Required when a cluster named requires a reason.
    * @maxLength 512
+   * @validation self == oldSelf :: spec.reason is immutable
    */
   reason?: string;
   /**
@@ -191,9 +192,12 @@ export const ACCESS_REQUEST_EXTRA = 'sealion.dev/access-request';
 export function reasonProblem(reason: unknown): string | undefined {
   if (typeof reason !== 'string') return 'must be a string';
   if ([...reason].length > MAX_REASON_LENGTH) return `must be at most ${MAX_REASON_LENGTH} characters`;
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/u.test(reason))
-    return 'must not contain control characters (a newline, a tab, an escape)';
+  if (!reason.isWellFormed()) return 'must be well-formed Unicode text';
+  // Control (Cc: C0, DEL, C1), format (Cf: bidi overrides and isolates, zero-width characters), private-use (Co),
+  // unassigned (Cn) and line or paragraph separators: what would make a reviewer's table, a terminal or an audit log
+  // show other text than the one stored.
+  if (/[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}]/u.test(reason))
+    return 'must not contain control characters (a newline, a tab, an escape), format characters (a bidi override, a zero-width space) or unassigned ones';
   if (reason.trim() === '') return 'must not be empty';
   return undefined;
 }
