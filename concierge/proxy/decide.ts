@@ -23,7 +23,7 @@ import { NO_GRANTS, type AccessGrants } from '../access/grants.ts';
 import { askThrough } from './access-reviews.ts';
 import type { Identity } from './authenticate.ts';
 import { decideImpersonation } from './decide-impersonation.ts';
-import { newForwardedUsers, reasonOf } from './forwarded-user.ts';
+import { forgedExtra, newForwardedUsers, reasonOf } from './forwarded-user.ts';
 import type { Refusal, RequestContext } from './exchange.ts';
 import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
 import { requestAttributes } from '../../lib/kube/request-info.ts';
@@ -183,6 +183,19 @@ export function newDecider(deps: DeciderDeps): Decider {
     target: Target,
     context: RequestContext,
   ): Promise<ForwardPlan | Refusal> {
+    // A reason is a person's (their credential's, or their access request's: target() refuses a user without one):
+    // whoever else calls where one is required is refused, whatever they may do there. Asked here, where a request is
+    // forwarded, and not in target(), which also answers the local APIs, which forward nothing.
+    if (identity.kind !== 'user' && grants.reasonRequired(target.cluster))
+      return reasonlessRefusal(target.cluster, identity.kind);
+    // Nobody sets the reason or the access requests of whom they impersonate, even where the cluster would let them:
+    // the cluster's audit log would show a reason or a grant nobody gave.
+    const forged = forgedExtra(req.rawHeaders);
+    if (forged)
+      return {
+        status: 403,
+        message: `the extra ${forged} is set by Sealion only: impersonate without it (sealion login --reason gives your own requests a reason)`,
+      };
     if (identity.kind === 'serviceaccount') {
       // The API server authenticates (and authorizes any impersonation of) its own service accounts.
       const headers = cleanHeaders(req.headers, true);
@@ -333,6 +346,16 @@ export function newDecider(deps: DeciderDeps): Decider {
     return {
       ...(forwarded.user === identity.user ? {} : { forwarded: forwarded.user }),
       ...(active.length > 0 ? { grants: active.map((g) => g.name) } : {}),
+    };
+  }
+
+  /** The refusal of a caller that cannot carry a reason (a hub workload, a service account's token) where one is required. */
+  function reasonlessRefusal(cluster: string, kind: 'workload' | 'serviceaccount'): Refusal {
+    const where = cluster ? `cluster ${cluster}` : 'the hub';
+    const who = kind === 'workload' ? 'a hub workload' : "a service account's token";
+    return {
+      status: 403,
+      message: `${where} takes only requests with a reason, from people: ${who} cannot carry one; sign in as yourself with sealion login --reason "<why>"`,
     };
   }
 

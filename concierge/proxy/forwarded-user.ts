@@ -17,6 +17,28 @@ export function isReservedExtra(key: string): boolean {
   return lower === REASON_EXTRA || lower === ACCESS_REQUEST_EXTRA;
 }
 
+const EXTRA_HEADER = 'impersonate-extra-';
+
+/**
+ * The reserved extra a request asks to impersonate (an Impersonate-Extra-* header whose key, decoded as the API server
+ * decodes it, is one of Sealion's), as Sealion spells it; undefined when it asks for none. Read from the raw headers,
+ * whoever the caller is: a service account's impersonation goes to the API server as sent.
+ */
+export function forgedExtra(rawHeaders: readonly string[]): string | undefined {
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (!name.startsWith(EXTRA_HEADER)) continue;
+    let key = name.slice(EXTRA_HEADER.length);
+    try {
+      key = decodeURIComponent(key);
+    } catch {
+      // Kept as sent, as the API server keeps a key it cannot decode.
+    }
+    if (isReservedExtra(key)) return key.toLowerCase();
+  }
+  return undefined;
+}
+
 /** The forwarded user, or why it cannot be sent (a grant's group or a reason HTTP headers cannot carry as it is). */
 export type Forwarded = { user: UserInfo } | { problem: string };
 

@@ -251,8 +251,6 @@ describe('what a user with grants is forwarded as', () => {
       extra: {},
     };
     for (const cluster of ['', 'edge']) g.give(sa.username, cluster, ONCALL);
-    g.require('edge');
-    g.require('');
     const d = decider(g.grants, clusterRoute().route, { edge: { workloads: { usernamePrefix: 'hub:' } } });
     const workload = await planFor(d, 'edge', { kind: 'workload', user: sa });
     if (!workload.plan) throw new Error(workload.refusal?.message);
@@ -301,6 +299,61 @@ describe('a cluster that requires a reason', () => {
     expect(refused.refusal).toEqual({ status: 403, message });
   });
 
+  it.each<[string, Authenticated, string]>([
+    [
+      'a hub workload',
+      { kind: 'workload', user: { username: 'system:serviceaccount:ci:deployer', groups: [], extra: {} } },
+      'edge',
+    ],
+    [
+      'a service account, passed through',
+      {
+        kind: 'serviceaccount',
+        user: { username: 'system:serviceaccount:ci:deployer', groups: [], extra: {} },
+        token: 't',
+      },
+      '',
+    ],
+  ])(
+    'refuses %s, which cannot carry one, saying the cluster takes only people’s requests with a reason',
+    async (_, identity, cluster) => {
+      const g = memoryGrants();
+      g.require(cluster);
+      const edge = clusterRoute();
+      const d = decider(g.grants, edge.route, { edge: { workloads: { usernamePrefix: 'hub:' } } });
+      const refused = await planFor(d, cluster, identity);
+      const where = cluster ? `cluster ${cluster}` : 'the hub';
+      const who = identity.kind === 'workload' ? 'a hub workload' : "a service account's token";
+      expect(refused.refusal).toEqual({
+        status: 403,
+        message: `${where} takes only requests with a reason, from people: ${who} cannot carry one; sign in as yourself with sealion login --reason "<why>"`,
+      });
+      expect(edge.asked).toEqual([]);
+      // Where no reason is required, the same caller goes on.
+      const elsewhere = await planFor(
+        decider(memoryGrants().grants, edge.route, { edge: { workloads: { usernamePrefix: 'hub:' } } }),
+        cluster,
+        identity,
+      );
+      expect(elsewhere.plan).toBeDefined();
+    },
+  );
+
+  it('takes the caller’s own reason for whom they impersonate, and refuses them without one', async () => {
+    const g = memoryGrants();
+    g.require('edge');
+    const d = decider(g.grants, clusterRoute().route);
+    const asBob = { 'impersonate-user': 'bob' };
+    expect((await planFor(d, 'edge', alice, asBob)).refusal?.message).toContain(
+      'cluster edge requires a reason for every request',
+    );
+    const withReason = await planFor(d, 'edge', { ...alice, reason: 'CHG-7' }, asBob);
+    if (!withReason.plan) throw new Error(withReason.refusal?.message);
+    expect(withReason.plan.headers['impersonate-user']).toBe('bob');
+    const original = JSON.parse(String(withReason.plan.headers[ORIGINAL_HEADER])) as UserInfo;
+    expect(original.extra[REASON_EXTRA]).toEqual(['CHG-7']);
+  });
+
   it('takes the credential’s reason, or an active grant’s', async () => {
     const g = memoryGrants();
     g.require('edge');
@@ -311,6 +364,44 @@ describe('a cluster that requires a reason', () => {
     expect((await planFor(d, 'edge', alice)).refusal?.status).toBe(403);
     g.give('alice', 'edge', ONCALL);
     expect((await planFor(d, 'edge', alice)).plan?.headers[REASON_HEADER]).toEqual(['INC-1']);
+  });
+});
+
+describe('the extras only Sealion sets', () => {
+  it.each<[string, string]>([
+    ['impersonate-extra-sealion.dev%2Freason', 'sealion.dev/reason'],
+    ['Impersonate-Extra-Sealion.dev%2fReason', 'sealion.dev/reason'],
+    ['impersonate-extra-sealion.dev%2Faccess-request', 'sealion.dev/access-request'],
+    ['IMPERSONATE-EXTRA-SEALION.DEV%2FACCESS-REQUEST', 'sealion.dev/access-request'],
+  ])('refuses whoever asks to impersonate someone with %s, before any review', async (header, key) => {
+    const g = memoryGrants();
+    g.give('alice', 'edge', ONCALL);
+    const edge = clusterRoute();
+    const d = decider(g.grants, edge.route);
+    const message = `the extra ${key} is set by Sealion only: impersonate without it (sealion login --reason gives your own requests a reason)`;
+    const nested = await planFor(d, 'edge', alice, {
+      'impersonate-user': 'alice',
+      [header]: 'approved by security',
+    });
+    expect(nested.refusal).toEqual({ status: 403, message });
+    expect(edge.asked).toEqual([]);
+    // A service account's impersonation goes to the hub's API server as sent: refused all the same.
+    const sa: Authenticated = {
+      kind: 'serviceaccount',
+      user: { username: 'system:serviceaccount:ci:deployer', groups: [], extra: {} },
+      token: 't',
+    };
+    const passthrough = await planFor(d, '', sa, { 'impersonate-user': 'bob', [header]: 'INC-0' });
+    expect(passthrough.refusal).toEqual({ status: 403, message });
+  });
+
+  it('lets other extras be impersonated as the cluster decides', async () => {
+    const d = decider(memoryGrants().grants, clusterRoute().route);
+    const other = await planFor(d, 'edge', alice, {
+      'impersonate-user': 'bob',
+      'impersonate-extra-example.com%2Freason': 'mine',
+    });
+    expect(other.plan?.headers['impersonate-extra-example.com%2Freason']).toEqual(['mine']);
   });
 });
 
@@ -360,10 +451,15 @@ describe('the handler, when a grant ends', () => {
    * carries requests to an HTTP/2 upstream that answers watches with one event, and to an HTTP/1.1 one that upgrades
    * execs to WebSocket v5.
    */
-  async function pipeline(
+  async function pipeline({
+    turn = () => Promise.resolve(),
+    review = () => Promise.resolve(),
+  }: {
     /** What a request waits for before the route carries it (its turn on a shared hop). Default: nothing. */
-    turn: () => Promise<void> = () => Promise.resolve(),
-  ) {
+    turn?: () => Promise<void>;
+    /** What each question to edge waits for before it is answered (a slow tunnel). Default: nothing. */
+    review?: () => Promise<void>;
+  } = {}) {
     const g = memoryGrants();
     g.give('alice', 'edge', ONCALL);
     const watches: ServerHttp2Stream[] = [];
@@ -405,6 +501,11 @@ describe('the handler, when a grant ends', () => {
       clock: systemClock,
     };
     const edge = clusterRoute();
+    const answer = edge.route.call.bind(edge.route);
+    edge.route.call = async (request) => {
+      await review();
+      return answer(request);
+    };
     const plans: ForwardPlan[] = [];
     edge.route.forward = async (exchange, plan) => {
       plans.push(plan);
@@ -465,7 +566,21 @@ describe('the handler, when a grant ends', () => {
         req.on('error', fail);
         req.end(body);
       });
-    return { g, port, plans, watches, upgrades, post };
+    const get = (path: string, user: string) =>
+      new Promise<{ status: number; body: string }>((done, fail) => {
+        const req = httpRequest(
+          { host: '127.0.0.1', port, path, agent: false, headers: { authorization: `Bearer ${user}` } },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => done({ status: res.statusCode ?? 0, body: text }));
+          },
+        );
+        req.on('error', fail);
+        req.end();
+        closers.push(() => req.destroy());
+      });
+    return { g, port, plans, watches, upgrades, post, get };
   }
 
   /** A watch as `user`: its text so far, and how it ended. */
@@ -595,9 +710,11 @@ describe('the handler, when a grant ends', () => {
     let letThrough: () => void = () => {};
     const waiting = new Promise<void>((done) => (letThrough = done));
     let asked = false;
-    const p = await pipeline(() => {
-      asked = true;
-      return waiting;
+    const p = await pipeline({
+      turn: () => {
+        asked = true;
+        return waiting;
+      },
     });
     const aliceExec = exec(p.port, 'alice');
     await eventually(() => expect(asked).toBe(true));
@@ -608,4 +725,38 @@ describe('the handler, when a grant ends', () => {
       closingBytes('websocket', V5_PROTOCOL, grantEndedMessage('oncall-1', 'was withdrawn')),
     );
   });
+
+  it.each(['a watch', 'a short request', 'an exec'])(
+    'refuses %s whose grant ended while it was decided, with the grant’s message, and relays nothing',
+    async (kind) => {
+      let answerNow: () => void = () => {};
+      const answering = new Promise<void>((done) => (answerNow = done));
+      let asked = false;
+      const p = await pipeline({
+        review: () => {
+          asked = true;
+          return answering;
+        },
+      });
+      const sent =
+        kind === 'an exec'
+          ? exec(p.port, 'alice')
+          : p.get(`/clusters/edge/api/v1/configmaps${kind === 'a watch' ? '?watch=1' : ''}`, 'alice');
+      await eventually(() => expect(asked).toBe(true));
+      // The grant ends (withdrawn) while edge is asked about the request.
+      p.g.end('oncall-1', 'was withdrawn');
+      answerNow();
+      const message = grantEndedMessage('oncall-1', 'was withdrawn');
+      if ('head' in sent) {
+        await sent.ended;
+        expect(sent.head()).toMatch(/^HTTP\/1\.1 403 /);
+        expect(sent.head()).toContain(message);
+      } else {
+        const answer = await sent;
+        expect(answer.status).toBe(403);
+        expect((JSON.parse(answer.body) as { message: string }).message).toBe(message);
+      }
+      expect(p.plans).toEqual([]);
+    },
+  );
 });

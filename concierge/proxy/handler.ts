@@ -293,29 +293,68 @@ function register(sessions: Sessions, exchange: Exchange, parsed: ParsedRequest,
   if (gone(exchange)) done();
 }
 
+/** An exchange held under its grants (holdUnderGrants). */
+interface GrantHold {
+  /** The message of the first of its grants that ended before it was relayed; undefined while none has. */
+  ended(): string | undefined;
+  /**
+   * It is relayed now. Returns what to call once it is on its way (a grant that ended while it waited for its turn on
+   * the hop, nothing relayed yet and context.end not set, ends it then), or undefined for a short request, which is
+   * let go here: it ends by itself.
+   */
+  relaying(): (() => void) | undefined;
+}
+
 /**
- * Holds what is about to be relayed under its grants (context.grants) until its client's side closes, so that it ends
- * when the first of them does: a watch, a long answer, an upgraded session; a short request ends by itself. Returns
- * what to call once the exchange is on its way: a grant that ended while it waited for its turn on the hop (nothing
- * relayed yet, context.end not set) ends it then.
+ * Holds the exchange under the grants its target was decided with (target.grants), from that moment on: a grant that
+ * ends while the request is decided or recorded (each an await) has it refused rather than relayed with the ended
+ * grant's groups; one that ends later ends what it relays (a watch, a long answer, an upgraded session) with a message,
+ * until its client's side closes.
  */
 function holdUnderGrants(
   grantSessions: GrantSessions,
   exchange: Exchange,
+  grants: readonly string[] | undefined,
   parsed: ParsedRequest,
-): (() => void) | undefined {
+): GrantHold | undefined {
+  if (!grants) return undefined;
   const { context } = exchange;
-  if (!context.grants || (exchange.kind === 'plain' && !parsed.longRunning)) return undefined;
+  let relayed = false;
+  let endedBefore: string | undefined;
   let endedEarly: string | undefined;
-  const release = grantSessions.add(context.grants, (message) => {
-    if (context.end) context.end(message);
+  const release = grantSessions.add(grants, (message) => {
+    if (!relayed) endedBefore ??= message;
+    else if (context.end) context.end(message);
     else endedEarly = message;
   });
   onClose(exchange, release);
   if (gone(exchange)) release();
-  return () => {
-    if (endedEarly !== undefined) context.end?.(endedEarly);
+  return {
+    ended: () => endedBefore,
+    relaying() {
+      relayed = true;
+      if (exchange.kind === 'plain' && !parsed.longRunning) {
+        release();
+        return undefined;
+      }
+      return () => {
+        if (endedEarly !== undefined) context.end?.(endedEarly);
+      };
+    },
   };
+}
+
+/** Refuses a request as decided: its audit event says so and why. */
+function refuseDecided(exchange: Exchange, refusal: Refusal): void {
+  exchange.context.audit?.annotate(ANNOTATIONS.decision, 'refused');
+  exchange.context.audit?.annotate(ANNOTATIONS.reason, refusal.message);
+  refuse(exchange, refusal);
+}
+
+/** The refusal of a request whose grant ended before it was relayed; undefined while none has. */
+function grantEnded(hold: GrantHold | undefined): Refusal | undefined {
+  const message = hold?.ended();
+  return message === undefined ? undefined : { status: 403, message };
 }
 
 /** decide → record → the cluster's route. */
@@ -332,19 +371,21 @@ async function forward(
   const { req, context } = exchange;
   const target = decider.target(context.cluster, identity);
   if ('status' in target) return refuse(exchange, target);
+  // Held from the moment its grants were read, before anything is awaited, so that no grant's end goes unheard.
+  const hold = holdUnderGrants(grantSessions, exchange, target.grants, parsed);
   const plan = await decider.plan(req, identity, parsed.longRunning, target, context);
-  if ('status' in plan) {
-    context.audit?.annotate(ANNOTATIONS.decision, 'refused');
-    context.audit?.annotate(ANNOTATIONS.reason, plan.message);
-    return refuse(exchange, plan);
-  }
+  if ('status' in plan) return refuseDecided(exchange, plan);
+  const endedWhileDecided = grantEnded(hold);
+  if (endedWhileDecided) return refuseDecided(exchange, endedWhileDecided);
   context.route = target.route.kind;
   annotateDecision(exchange);
   if (sessions) register(sessions, exchange, parsed, viaDoor);
-  const onItsWay = holdUnderGrants(grantSessions, exchange, parsed);
   const recording = record(exchange, parsed.attributes, parsed.query);
   const refused = recording && (await recording);
   if (refused) return refuse(exchange, refused);
+  const endedWhileRecorded = grantEnded(hold);
+  if (endedWhileRecorded) return refuseDecided(exchange, endedWhileRecorded);
+  const onItsWay = hold?.relaying();
   // Returned, not awaited: this stage's state (the identity, the target's review closures) goes as soon as the
   // request is on its way, rather than live as long as a watch does.
   const forwarding = target.route.forward(exchange, plan);
