@@ -59,7 +59,7 @@ const PROXY_NAME = 'proxy.example.com';
 const ALICE = 'alice@example.com';
 /** Agent-backed clusters, all on the one edge API server, each agent a user of its own there. */
 const EDGE = 'edge';
-/** Its agent may impersonate users, but no group but `readers`. */
+/** Its agent may impersonate users, but no group but system:authenticated (which Sealion sends for every user). */
 const NARROW = 'narrow';
 /** Its policy requires a reason on every request. */
 const PAYMENTS = 'payments';
@@ -286,8 +286,9 @@ function readmeBlocks(): string[] {
   const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
   const start = readme.indexOf('### Access on request');
   if (start < 0) throw new Error('README.md has no section "Access on request"');
-  const end = readme.indexOf('\n#', readme.indexOf('\n', start) + 1);
-  const section = readme.slice(start, end < 0 ? undefined : end);
+  // The next heading of its level or above (an sh block's comments start with # too, but not with ## ).
+  const end = readme.slice(start + 1).search(/\n#{1,3} /);
+  const section = readme.slice(start, end < 0 ? undefined : start + 1 + end);
   return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
 }
 
@@ -337,7 +338,8 @@ async function runAs(who: Persona, line: string): Promise<{ code: number; output
 async function startAgent(cluster: string, agentUser: string, narrowTo?: object[]): Promise<void> {
   const kubeconfig = await prepareAgentCluster(edge, AGENT_NS, DEFAULT_POLICY, agentUser);
   if (narrowTo) {
-    // The edge admin's own grant instead of the policy's: users, uids and Sealion's extras, no group but `readers`.
+    // The edge admin's own grant instead of the policy's: users, uids and Sealion's extras, no group but
+    // system:authenticated.
     await must(edge, ['delete', 'clusterrolebinding', `${agentUser}-forwarding`]);
     await must(
       edge,
@@ -396,10 +398,15 @@ async function startAgent(cluster: string, agentUser: string, narrowTo?: object[
 }
 
 const AUTHN = 'authentication.k8s.io';
-/** The narrow agent's grant: it may act as any user with Sealion's extras, in group `readers` only, to read. */
+/** The narrow agent's grant: it may act as any user with Sealion's extras, in system:authenticated only, to read. */
 const NARROW_RULES = [
   { apiGroups: [AUTHN], resources: ['users', 'uids'], verbs: ['impersonate:user-info'] },
-  { apiGroups: [AUTHN], resources: ['groups'], resourceNames: ['readers'], verbs: ['impersonate:user-info'] },
+  {
+    apiGroups: [AUTHN],
+    resources: ['groups'],
+    resourceNames: ['system:authenticated'],
+    verbs: ['impersonate:user-info'],
+  },
   {
     apiGroups: [AUTHN],
     resources: [`userextras/${REASON_EXTRA}`, `userextras/${ACCESS_REQUEST_EXTRA}`],
@@ -438,14 +445,17 @@ beforeAll(async () => {
   signer = await newCA('access users');
   const signerPems = { certPem: signer.certPem, keyPem: signer.keyPem };
   await must(hub, ['create', 'namespace', NS]);
-  [holder, other] = await Promise.all([
-    startConciergeProcess(hub, {
-      tunnel: { port: 0, namespace: NS },
-      identity: 'holder',
-      signer: signerPems,
-    }),
-    startConciergeProcess(hub, { tunnel: { port: 0, namespace: NS }, identity: 'other', signer: signerPems }),
-  ]);
+  // One after the other: each applies the CRDs and the install's RBAC as it starts.
+  holder = await startConciergeProcess(hub, {
+    tunnel: { port: 0, namespace: NS },
+    identity: 'holder',
+    signer: signerPems,
+  });
+  other = await startConciergeProcess(hub, {
+    tunnel: { port: 0, namespace: NS },
+    identity: 'other',
+    signer: signerPems,
+  });
   await must(
     hub,
     ['apply', '-f', '-'],
