@@ -39,7 +39,7 @@ export function newDirectAPIHandler(deps: DirectAPIDeps): (req: Request, res: Re
   async function serve(req: Request, res: Response): Promise<void> {
     const url = req.url ?? '/';
     const parsed = parseRequest(req.method ?? 'GET', url, false);
-    const api = apis.find(parsed.path);
+    const api = apis.find(parsed.path, req.method ?? 'GET');
     if (api?.who === 'anonymous') return api.serve(req, res, parsed.path, undefined);
     const config = deps.requestHeader();
     const user = config

@@ -156,7 +156,7 @@ function peerExchanges(opts: PeerPortOptions): {
       const url = req.url ?? '/';
       const q = url.indexOf('?');
       const path = q === -1 ? url : url.slice(0, q);
-      const api = apis.find(path);
+      const api = apis.find(path, req.method ?? 'GET');
       if (api) return void api.serve(req, res, path, undefined);
       // A CONNECT is an upgrade's stream (the link's connect handler), never a request to forward.
       if (req.method === 'CONNECT') return writeStatus(res, 404, NOT_A_CLUSTER_ROUTE);

@@ -367,7 +367,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     const problem = malformed(exchange, parsed);
     if (problem) return refuseUnknown(auditor, exchange, facts, { status: 400, message: problem });
     const plain = asPlain(exchange);
-    const api = plain && apis.find(path);
+    const api = plain && apis.find(path, plain.req.method ?? 'GET');
     if (api?.who === 'anonymous') return serveAnonymous(deps, exchange, api, facts, path);
     if (!deps.serving()) return refuseUnknown(auditor, exchange, facts, NOT_SERVING);
     const identity = await authenticate(deps, req);

@@ -13,16 +13,16 @@ describe('the local-API table', () => {
   const table = localAPIs([list, below]);
 
   it('finds an exact path before a path below one', () => {
-    expect(table.find('/apis/g/v1')).toBe(list);
-    expect(table.find('/apis/g/v1/')).toBe(list);
-    expect(table.find('/apis/g/v1/things')).toBe(below);
-    expect(table.find('/apis/g/v1/things/x')).toBe(below);
+    expect(table.find('/apis/g/v1', 'GET')).toBe(list);
+    expect(table.find('/apis/g/v1/', 'GET')).toBe(list);
+    expect(table.find('/apis/g/v1/things', 'GET')).toBe(below);
+    expect(table.find('/apis/g/v1/things/x', 'GET')).toBe(below);
   });
 
   it('finds nothing for a path it does not serve, nor for a sibling that shares a prefix', () => {
-    expect(table.find('/apis/g/v10/things')).toBeUndefined();
-    expect(table.find('/apis/g')).toBeUndefined();
-    expect(table.find('/api/v1/pods')).toBeUndefined();
+    expect(table.find('/apis/g/v10/things', 'GET')).toBeUndefined();
+    expect(table.find('/apis/g', 'GET')).toBeUndefined();
+    expect(table.find('/api/v1/pods', 'GET')).toBeUndefined();
   });
 
   it('refuses two entries for one path when it is built', () => {

@@ -36,12 +36,18 @@ export interface LocalAPI {
    * audit or a proxy switched off must not restart the pod.
    */
   alwaysAnswered?: boolean;
+  /**
+   * The methods it answers (upper case); a request with another goes on down the pipeline as if no entry matched (so
+   * a GET of a collection Sealion only creates in goes to the API server). Default: every method.
+   */
+  methods?: readonly string[];
   serve: LocalHandler;
 }
 
 /** The table a door looks a path up in: once per request, exact paths first (a Map), then the few `/*` ones. */
 export interface LocalAPIs {
-  find(path: string): LocalAPI | undefined;
+  /** The entry that answers `method` on `path`, if any. */
+  find(path: string, method: string): LocalAPI | undefined;
 }
 
 export function localAPIs(entries: readonly LocalAPI[]): LocalAPIs {
@@ -54,10 +60,11 @@ export function localAPIs(entries: readonly LocalAPI[]): LocalAPIs {
       else exact.set(path, api);
     }
   return {
-    find(path) {
+    find(path, method) {
+      const answers = (api: LocalAPI): boolean => !api.methods || api.methods.includes(method);
       const found = exact.get(path);
-      if (found) return found;
-      for (const { prefix, api } of below) if (path.startsWith(prefix)) return api;
+      if (found && answers(found)) return found;
+      for (const { prefix, api } of below) if (path.startsWith(prefix) && answers(api)) return api;
       return undefined;
     },
   };

@@ -31,7 +31,7 @@ const MAX_BODY_BYTES = MAX_TOKEN_BYTES + MAX_CSR_BYTES + 4 * 1024;
 /** The whole body must arrive within this; a real client sends these few KiB at once. */
 const BODY_TIMEOUT_MS = 10_000;
 
-class BodyError extends Error {
+export class BodyError extends Error {
   readonly status: number;
   constructor(status: number, message: string) {
     super(message);
@@ -40,7 +40,7 @@ class BodyError extends Error {
 }
 
 /** Reads a small JSON body within MAX_BODY_BYTES and BODY_TIMEOUT_MS, or throws a BodyError to answer with. */
-function readJSON(req: Request, clock: Clock, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
+export function readJSON(req: Request, clock: Clock, timeoutMs = BODY_TIMEOUT_MS): Promise<unknown> {
   const declared = Number(req.headers['content-length']);
   if (declared > MAX_BODY_BYTES)
     return Promise.reject(new BodyError(413, `request body over ${MAX_BODY_BYTES} bytes`));
