@@ -70,6 +70,7 @@ import {
 import { newHubRoute, type HubRoute, type Upstream } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
+import { NO_GRANTS, type AccessGrants } from './access/grants.ts';
 import { kubeReachReads, newReacher, SELF_REVIEW_PATH } from '../lib/reach/dialer.ts';
 import { startAudit, type AuditOptions, type RunningAudit } from './audit/setup.ts';
 import {
@@ -173,6 +174,11 @@ export interface ConciergeOptions {
    * sessions may go on after that. Default: DEFAULT_SHUTDOWN_DELAY_SECONDS and DEFAULT_SHUTDOWN_GRACE_SECONDS.
    */
   drain?: DrainSettings;
+  /**
+   * The approved access requests the proxy applies (their groups, reason and end: concierge/access/grants.ts), and which
+   * clusters require a reason. Default: NO_GRANTS (nobody holds a grant, no cluster requires a reason).
+   */
+  grants?: AccessGrants;
   log: Logger;
   clock?: Clock;
 }
@@ -261,6 +267,8 @@ interface Shared {
   recordings?: Recordings | undefined;
   /** What the proxy forwards while it lasts, for the drain; its readiness too. */
   sessions: SessionRegistry;
+  /** The access requests' grants the proxy applies to their requesters' requests. */
+  grants: AccessGrants;
 }
 
 /**
@@ -395,6 +403,7 @@ async function sharedParts(base: Base, late: Late): Promise<Shared> {
     budget,
     ...(await auditAndRecordings(base, metrics, () => late.hubName)),
     sessions: newSessionRegistry(),
+    grants: base.opts.grants ?? NO_GRANTS,
   };
 }
 
@@ -502,6 +511,7 @@ async function impersonationProxy(
     // Ready until the drain begins: the Endpoints and load balancers then stop sending here.
     ready: () => !shared.sessions.draining(),
     sessions: shared.sessions,
+    grants: shared.grants,
     serving: () => late.serving,
     ...(audit ? { auditor: audit.auditor } : {}),
     ...(recordings
@@ -511,6 +521,7 @@ async function impersonationProxy(
     sshDoor: () => late.sshDoor,
   });
 
+  onStop(() => handler.close());
   door.serve(handler.request, handler.upgrade);
   const tls = await proxyTLS(base, late, (next) => server.updateTLS(next));
   const server = newProxyServer(tls.initial, handler.request, handler.upgrade, (err) =>

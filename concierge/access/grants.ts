@@ -14,7 +14,10 @@ export interface Grant {
 }
 
 export interface AccessGrants {
-  /** The grants `username` holds on `cluster` ('' for the hub) now; empty for most users. */
+  /**
+   * The grants `username` holds on `cluster` ('' for the hub) now, the newest (last approved) first: the first with a
+   * reason gives a request without one of its own its reason. Empty for most users.
+   */
   active(username: string, cluster: string): readonly Grant[];
   /** Whether every request to `cluster` ('' for the hub) must carry a reason (its access policy's requireReason). */
   reasonRequired(cluster: string): boolean;

@@ -19,9 +19,11 @@ import {
   type RequestedImpersonation,
 } from '../../lib/kube/impersonation.ts';
 import { newReviewCache, ReviewUnavailable, type ReviewCache } from '../../lib/kube/review-cache.ts';
+import { NO_GRANTS, type AccessGrants } from '../access/grants.ts';
 import { askThrough } from './access-reviews.ts';
 import type { Identity } from './authenticate.ts';
 import { decideImpersonation } from './decide-impersonation.ts';
+import { newForwardedUsers, reasonOf } from './forwarded-user.ts';
 import type { Refusal, RequestContext } from './exchange.ts';
 import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
 import { requestAttributes } from '../../lib/kube/request-info.ts';
@@ -55,6 +57,13 @@ export interface Target {
    * alone, so nobody may be impersonated under it (workload.ts reservedNameRefusal).
    */
   reservedPrefix?: string;
+  /**
+   * A user's identity there when Sealion adds to it (forwarded-user.ts): their active grants' groups on the cluster, the
+   * reason and access-request extras. Absent: the authenticated user as it is (or the workload's `actingAs`).
+   */
+  forwarded?: UserInfo;
+  /** The names of the access requests whose grants the request uses there; absent when none. */
+  grants?: readonly string[];
 }
 
 /**
@@ -87,6 +96,11 @@ export interface DeciderDeps {
   reviews?: ReviewCache;
   /** A Cluster's spec by name, for whether it takes hub workloads. Default: none is known (none takes them). */
   clusterSpec?: (name: string) => ClusterSpec | undefined;
+  /**
+   * The approved access requests, and which clusters require a reason (concierge/access). Default: NO_GRANTS (nobody
+   * holds a grant, no cluster requires a reason).
+   */
+  grants?: AccessGrants;
   log: Logger;
 }
 
@@ -96,6 +110,11 @@ export type Authenticated = Exclude<Identity, { kind: 'anonymous' }>;
 export interface Decider {
   /** Where a request for `cluster` ('' for the hub) goes and who decides about it, or why it cannot go. */
   target(cluster: string, identity: Authenticated): Target | Refusal;
+  /**
+   * A user's identity as it is forwarded to `cluster` ('' for the hub), grants and reason included; the user as it is
+   * when nothing is added. What the local APIs (WhoAmIRequest) answer with.
+   */
+  forwardedUser(cluster: string, identity: Extract<Identity, { kind: 'user' }>): UserInfo;
   /** How the request is forwarded, as the target cluster decides; what was decided goes into `context`. */
   plan(
     req: Request,
@@ -150,6 +169,8 @@ export function newDecider(deps: DeciderDeps): Decider {
   const audience = workloadAudience(groupSuffixOf(groups));
   const reviews = deps.reviews ?? newReviewCache();
   const askHub = hubAsker(deps.reviewer, reviews);
+  const grants = deps.grants ?? NO_GRANTS;
+  const forwardedUsers = newForwardedUsers();
 
   /**
    * Impersonated user for this request, or a Status to answer with. The caller's own Impersonate-* headers are
@@ -170,11 +191,14 @@ export function newDecider(deps: DeciderDeps): Decider {
       context.decision = 'passthrough';
       return { headers, longRunning, passthrough: true, user: identity.user.username };
     }
-    // A workload acts as its mapped identity, and is from here on decided exactly as a user is.
-    const caller = target.actingAs ?? identity.user;
+    // A workload acts as its mapped identity, and is from here on decided exactly as a user is; a user with grants or
+    // a reason, as forwarded: every question about them names the grants' groups, so no answer kept for the user
+    // without them (review-cache.ts keys answers by the whole question) is taken for one with them, nor the reverse.
+    const caller = target.actingAs ?? target.forwarded ?? identity.user;
     // Asked about without the extra that records its hub account: that extra names the token's credential id, so
     // asking with it would make every token a question (and a cached answer) of its own, and RBAC reads no extra.
     const asker = target.actingAs ? { ...target.actingAs, extra: {} } : caller;
+    if (target.grants) context.grants = target.grants;
     let impersonation = impersonationHeaders(caller);
     let as = forwardedAs(caller, false);
     if (target.actingAs) context.impersonated = target.actingAs;
@@ -201,8 +225,11 @@ export function newDecider(deps: DeciderDeps): Decider {
         context.impersonated = user;
         if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
         else {
-          // Who really asked, as the hub authenticated them: for a workload its hub account (and pod), not its mapping.
-          const original = { [originalUserKey]: [originalUserInfo(identity.user)] };
+          // Who really asked, as the hub authenticated them: for a workload its hub account (and pod), not its mapping;
+          // for a user, as forwarded (their grants' groups, their reason), since that is who was allowed to ask.
+          const original = {
+            [originalUserKey]: [originalUserInfo(target.actingAs ? identity.user : caller)],
+          };
           impersonation = impersonationHeaders({ ...user, extra: { ...user.extra, ...original } });
         }
       }
@@ -243,9 +270,17 @@ export function newDecider(deps: DeciderDeps): Decider {
       const mapped = workloadIdentity(cluster, identity.user);
       if ('status' in mapped) return mapped;
       actingAs = mapped;
-    } else if (reservedPrefix) {
-      // Anyone else under the prefix would pass for a hub workload there, and get its grants.
-      const refused = reservedNameRefusal(cluster, reservedPrefix, identity.user, false);
+    }
+    const granted = identity.kind === 'user' ? grantedUser(cluster, identity) : undefined;
+    if (granted && 'status' in granted) return granted;
+    if (identity.kind !== 'workload' && reservedPrefix) {
+      // Anyone else under the prefix (a grant's group included) would pass for a hub workload there, and get its grants.
+      const refused = reservedNameRefusal(
+        cluster,
+        reservedPrefix,
+        granted?.forwarded ?? identity.user,
+        false,
+      );
       if (refused) return refused;
     }
     const route = deps.router.route(cluster);
@@ -260,6 +295,7 @@ export function newDecider(deps: DeciderDeps): Decider {
         route,
         ask: askHub(user),
         askSelf: reviews.asking(selfScope('', user), askThrough('', route, user, true)),
+        ...granted,
       };
     return {
       cluster,
@@ -268,7 +304,43 @@ export function newDecider(deps: DeciderDeps): Decider {
       askSelf: reviews.asking(`${cluster}\nself`, askThrough(cluster, route, user, true)),
       ...(actingAs ? { actingAs } : {}),
       ...(reservedPrefix ? { reservedPrefix } : {}),
+      ...granted,
     };
+  }
+
+  /**
+   * What Sealion adds to a user's identity on `cluster`: their active grants there and a reason (forwarded-user.ts);
+   * nothing when there is nothing to add; or the refusal of a request without a reason where the cluster requires one.
+   * Workloads and service accounts are never asked about: they hold no grants and give no reason.
+   */
+  function grantedUser(
+    cluster: string,
+    identity: Extract<Identity, { kind: 'user' }>,
+  ): { forwarded?: UserInfo; grants?: readonly string[] } | Refusal {
+    const active = grants.active(identity.user.username, cluster);
+    const reason = reasonOf(identity.reason, active);
+    if (reason === undefined && grants.reasonRequired(cluster))
+      return {
+        status: 403,
+        message: `${cluster ? `cluster ${cluster}` : 'the hub'} requires a reason for every request: run sealion login --reason "<why>" (or use an approved access request with a reason)`,
+      };
+    const forwarded = forwardedUsers(identity.user, reason, active);
+    if ('problem' in forwarded)
+      return {
+        status: 403,
+        message: `${cluster ? `cluster ${cluster}: ` : ''}your identity with its access requests and reason cannot be sent: ${forwarded.problem}`,
+      };
+    return {
+      ...(forwarded.user === identity.user ? {} : { forwarded: forwarded.user }),
+      ...(active.length > 0 ? { grants: active.map((g) => g.name) } : {}),
+    };
+  }
+
+  /** The user as forwarded to `cluster`, for the local APIs: no reason required, since nothing is forwarded. */
+  function forwardedUser(cluster: string, identity: Extract<Identity, { kind: 'user' }>): UserInfo {
+    const active = grants.active(identity.user.username, cluster);
+    const forwarded = forwardedUsers(identity.user, reasonOf(identity.reason, active), active);
+    return 'user' in forwarded ? forwarded.user : identity.user;
   }
 
   /** A workload's identity on `cluster` ('' : the hub, where it has none), or why it has none there. */
@@ -286,5 +358,5 @@ export function newDecider(deps: DeciderDeps): Decider {
       : mapped;
   }
 
-  return { target: targetOf, plan: forwardingPlan };
+  return { target: targetOf, plan: forwardingPlan, forwardedUser };
 }

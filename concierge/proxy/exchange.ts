@@ -53,6 +53,11 @@ export interface RequestContext {
   recording?: SessionRecording;
   /** A reach connection's status and bytes both ways, while it lasts (concierge/reach). */
   reach?: ReachTally;
+  /**
+   * The access requests whose grants the request uses (decide.ts): what it relays ends when the first of them ends
+   * (grant-sessions.ts).
+   */
+  grants?: readonly string[];
   /** What the request does, as the API server authorizes it (set by the pipeline's first stage). */
   attributes?: RequestAttributes;
   /**

@@ -3,7 +3,7 @@
 //   verb, the authorization attributes) → audit start (audit-start.ts) → the anonymous local APIs (health, the
 //   TokenCredentialRequest API: hub-apis.ts, local-apis.ts) → authenticate (authenticate.ts) → the authenticated
 //   local APIs (WhoAmIRequest, SessionRecording) → decide (decide.ts: header hygiene and the impersonation plan,
-//   asked of the cluster the request is for) → record (record.ts: exec and attach) → the cluster's Route (route.ts:
+//   asked of the cluster the request is for; the user's access-request grants there, grant-sessions.ts) → record (record.ts: exec and attach) → the cluster's Route (route.ts:
 //   the hub's own API server, this replica's tunnel, a peer), whose transport (transport.ts) is where plain requests
 //   and upgrades part. One request context (exchange.ts) carries what the stages learn; never a token.
 import type { IncomingMessage } from 'node:http';
@@ -28,6 +28,7 @@ import {
   REACH_UPGRADE,
   type ReachTarget,
 } from '../../lib/reach/target.ts';
+import { NO_GRANTS, type AccessGrants } from '../access/grants.ts';
 import { ANNOTATIONS, type Auditor, type RequestFacts } from '../audit/audit.ts';
 import type { OperationsRecording, RecordingStore, Recordings } from '../recording/session.ts';
 import { requestFacts, startAudit } from './audit-start.ts';
@@ -46,6 +47,7 @@ import {
 } from './exchange.ts';
 import type { SessionKind, Sessions } from '../drain.ts';
 import type { SSHDoor } from '../../apis/identity.ts';
+import { newGrantSessions, type GrantSessions } from './grant-sessions.ts';
 import { hubAPIs } from './hub-apis.ts';
 import { localAPIs, type LocalAPI } from './local-apis.ts';
 import type { ProxyMetrics } from './metrics.ts';
@@ -107,6 +109,11 @@ export interface ProxyDeps {
    * it with a message (concierge/drain.ts). Default: nowhere.
    */
   sessions?: Sessions;
+  /**
+   * The approved access requests (concierge/access): their groups and reason go with their requester's requests, and
+   * what a grant's requests relay ends with it. Default: NO_GRANTS (none, and no cluster requires a reason).
+   */
+  grants?: AccessGrants;
 }
 
 /** The anonymous user, as the API server names the sender of an unauthenticated request. */
@@ -122,6 +129,8 @@ const NOT_SERVING: Refusal = {
 export interface ProxyHandler {
   request: (req: Request, res: Response) => void;
   upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  /** Stops following the grants' ends (what is relayed goes on). */
+  close: () => void;
 }
 
 function pathOf(url: string): string {
@@ -205,7 +214,11 @@ async function authenticate(deps: ProxyDeps, req: Request): Promise<Identity> {
  */
 function asSeen(decider: Decider, cluster: string, identity: Authenticated): UserInfo | Refusal {
   if (identity.kind === 'serviceaccount') return identity.user;
-  if (identity.kind === 'user') return { ...identity.user, groups: authenticatedGroups(identity.user) };
+  if (identity.kind === 'user') {
+    // As forwarded there: with the user's grants' groups on that cluster and the reason and access-request extras.
+    const forwarded = decider.forwardedUser(cluster, identity);
+    return { ...forwarded, groups: authenticatedGroups(forwarded) };
+  }
   const target = decider.target(cluster, identity);
   if ('status' in target) return target;
   const mapped = target.actingAs!;
@@ -277,6 +290,31 @@ function register(sessions: Sessions, exchange: Exchange, parsed: ParsedRequest,
   if (gone(exchange)) done();
 }
 
+/**
+ * Holds what is about to be relayed under its grants (context.grants) until its client's side closes, so that it ends
+ * when the first of them does: a watch, a long answer, an upgraded session; a short request ends by itself. Returns
+ * what to call once the exchange is on its way: a grant that ended while it waited for its turn on the hop (nothing
+ * relayed yet, context.end not set) ends it then.
+ */
+function holdUnderGrants(
+  grantSessions: GrantSessions,
+  exchange: Exchange,
+  parsed: ParsedRequest,
+): (() => void) | undefined {
+  const { context } = exchange;
+  if (!context.grants || (exchange.kind === 'plain' && !parsed.longRunning)) return undefined;
+  let endedEarly: string | undefined;
+  const release = grantSessions.add(context.grants, (message) => {
+    if (context.end) context.end(message);
+    else endedEarly = message;
+  });
+  onClose(exchange, release);
+  if (gone(exchange)) release();
+  return () => {
+    if (endedEarly !== undefined) context.end?.(endedEarly);
+  };
+}
+
 /** decide → record → the cluster's route. */
 async function forward(
   decider: Decider,
@@ -285,6 +323,7 @@ async function forward(
   identity: Authenticated,
   parsed: ParsedRequest,
   sessions: Sessions | undefined,
+  grantSessions: GrantSessions,
   viaDoor: boolean,
 ): Promise<void> {
   const { req, context } = exchange;
@@ -299,12 +338,14 @@ async function forward(
   context.route = target.route.kind;
   annotateDecision(exchange);
   if (sessions) register(sessions, exchange, parsed, viaDoor);
+  const onItsWay = holdUnderGrants(grantSessions, exchange, parsed);
   const recording = record(exchange, parsed.attributes, parsed.query);
   const refused = recording && (await recording);
   if (refused) return refuse(exchange, refused);
   // Returned, not awaited: this stage's state (the identity, the target's review closures) goes as soon as the
   // request is on its way, rather than live as long as a watch does.
-  return target.route.forward(exchange, plan);
+  const forwarding = target.route.forward(exchange, plan);
+  return onItsWay ? forwarding.then(onItsWay) : forwarding;
 }
 
 /**
@@ -355,6 +396,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const observe = newObserver(deps.metrics, log, deps.logUsernames ?? true);
   const apis = localAPIs(hubAPIs({ ...deps, login: loginDeps(deps), recordingStore: deps.recordingStore }));
   const decider = newDecider(deps);
+  const grantSessions = newGrantSessions(deps.grants ?? NO_GRANTS);
   const record = newRecorder(deps.recordings, log, (exchange) => deps.partOfRecording?.(exchange.req));
 
   async function serve(exchange: Exchange): Promise<void> {
@@ -384,7 +426,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return api.serve(plain.req, plain.res, path, seen);
     }
     const viaDoor = deps.signedIn?.(req) !== undefined;
-    return forward(decider, record, exchange, identity, parsed, deps.sessions, viaDoor);
+    return forward(decider, record, exchange, identity, parsed, deps.sessions, grantSessions, viaDoor);
   }
 
   return {
@@ -404,6 +446,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
         socket.destroy();
       });
     },
+    close: () => grantSessions.close(),
   };
 }
 

@@ -261,7 +261,8 @@ function answerEnding(
  * Ends an upgraded session for a draining replica with a message its client shows (session-close.ts says how, by
  * protocol), once what the upstream sent ends on a WebSocket frame's boundary (any point, for a protocol that is not
  * WebSocket). Nothing more is relayed to the client; the last bytes are written and the connection closes after them
- * (the splice then closes the upstream). A session not upgraded yet is left to the stop.
+ * (the splice then closes the upstream). A session asked to end before it is upgraded ends once it is, after what
+ * came with the upstream's answer: an access request's grant may end while its session waits for its turn on a hop.
  */
 function sessionEnding(
   socket: Duplex,
@@ -303,9 +304,18 @@ function sessionEnding(
       const protocol = String(res.headers['sec-websocket-protocol'] ?? '');
       if (upgrade.toLowerCase() === 'websocket') boundary = webSocketBoundary();
       last = (message) => closingBytes(upgrade, protocol, message);
+      if (pending === undefined) return;
+      // The splice writes (and taps) what came with the answer first; a frame that it left under way ends the session
+      // at the frame's end, in the tap above.
+      process.nextTick(() => {
+        if (pending === undefined || (boundary && !boundary.atBoundary())) return;
+        const message = pending;
+        pending = undefined;
+        endNow(message);
+      });
     },
     end(message) {
-      if (!boundary || boundary.atBoundary()) endNow(message);
+      if (upstream && (!boundary || boundary.atBoundary())) endNow(message);
       else pending = message;
     },
   };
