@@ -51,6 +51,12 @@ const DATA_COMMANDS = [
   'sealion get',
   'sealion auth can-i',
   'sealion ssh config',
+  'sealion request create',
+  'sealion request list',
+  'sealion request approve',
+  'sealion request deny',
+  'sealion request withdraw',
+  'sealion request wait',
 ];
 
 /** Whether `command` takes `-o, --output` with json and yaml: as commander's choices, or checked by the command. */

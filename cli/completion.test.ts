@@ -25,6 +25,7 @@ import {
 import { getCommand } from './get-kubeconfig.ts';
 import { portForwardCommand } from './port-forward.ts';
 import { recordingsCommand } from './recordings.ts';
+import { requestCommand } from './request.ts';
 import { whoamiCommand } from './whoami.ts';
 
 const run = promisify(execFile);
@@ -40,6 +41,7 @@ function fakeLookup(): {
     authenticator: ['corp', 'hooks'],
     context: ['admin', 'sealion-corp'],
     recording: ['0b8f0c1e'],
+    request: ['alice-x7k2p'],
   };
   return {
     asked,
@@ -145,6 +147,7 @@ describe('complete', () => {
       clusterCommand(),
       portForwardCommand(),
       recordingsCommand(),
+      requestCommand(),
       whoamiCommand(),
     ])
       program.addCommand(command);
@@ -161,6 +164,15 @@ describe('complete', () => {
       [['port-forward', '--cluster', ''], 'cluster'],
       [['port-forward', '--context', ''], 'context'],
       [['recordings', 'play', ''], 'recording'],
+      [['request', 'approve', ''], 'request'],
+      [['request', 'deny', '--reason', 'no', ''], 'request'],
+      [['request', 'withdraw', ''], 'request'],
+      [['request', 'wait', '--timeout', '1m', ''], 'request'],
+      [['request', 'create', '--cluster', ''], 'cluster'],
+      [
+        ['request', 'list', '-o', ''],
+        ['table', 'json', 'yaml'],
+      ],
       [
         ['whoami', '-o', ''],
         ['table', 'json', 'yaml'],

@@ -6,7 +6,7 @@
 //
 // The answer is read off the commander tree the CLI runs (subcommands, options, their choices and placeholders), so
 // a new command or option completes without an edit here. Names that live in a cluster (agent-backed Clusters,
-// authenticators, recordings) are asked of the API server the kubeconfig in effect names, with a short deadline: a
+// authenticators, recordings, access requests) are asked of the API server the kubeconfig in effect names, with a short deadline: a
 // shell must never hang on a TAB, and any failure is silently no names at all.
 //
 // Why our own scripts rather than a library's: @bomb.sh/tab's engine calls its value handlers synchronously (no API
@@ -50,7 +50,7 @@ export interface Answer {
 }
 
 /** Kinds of names an option or argument takes whose values a cluster or the kubeconfig knows. */
-export type NameKind = 'cluster' | 'authenticator' | 'context' | 'recording';
+export type NameKind = 'cluster' | 'authenticator' | 'context' | 'recording' | 'request';
 
 const nameKinds = new WeakMap<Option | Argument, NameKind>();
 
@@ -281,9 +281,14 @@ export async function lookupNames(kind: NameKind, given: GivenValues): Promise<C
   const { destroyHttpsPools, httpsText } = await import('../lib/https-client.ts');
   const access = await kubeconfigAccess(config);
   const groups = apiGroups(given.get('groupSuffix') || DEFAULT_GROUP_SUFFIX);
-  const list = async (group: string, plural: string): Promise<{ name: string; connected: boolean }[]> => {
+  // Access requests live on the hub, whichever cluster the context reaches through it.
+  const hub = kind === 'request' ? (await import('./version.ts')).hubBase(access.base) : access.base;
+  const list = async (
+    group: string,
+    plural: string,
+  ): Promise<{ name: string; connected: boolean; phase?: string }[]> => {
     const { text } = await httpsText(
-      new URL(`apis/${group}/${VERSION}/${plural}`, access.base).toString(),
+      new URL(`apis/${group}/${VERSION}/${plural}`, hub).toString(),
       {
         timeoutMs: LOOKUP_DEADLINE_MS,
         maxBytes: 4 * 1024 * 1024,
@@ -294,10 +299,20 @@ export async function lookupNames(kind: NameKind, given: GivenValues): Promise<C
       'application/json',
     );
     const items = (
-      JSON.parse(text) as { items?: { metadata?: { name?: string }; status?: { connected?: boolean } }[] }
+      JSON.parse(text) as {
+        items?: { metadata?: { name?: string }; status?: { connected?: boolean; phase?: unknown } }[];
+      }
     ).items;
     return (items ?? []).flatMap((i) =>
-      i.metadata?.name ? [{ name: i.metadata.name, connected: i.status?.connected === true }] : [],
+      i.metadata?.name
+        ? [
+            {
+              name: i.metadata.name,
+              connected: i.status?.connected === true,
+              ...(typeof i.status?.phase === 'string' ? { phase: i.status.phase } : {}),
+            },
+          ]
+        : [],
     );
   };
   const ask = async (): Promise<Candidate[]> => {
@@ -311,6 +326,16 @@ export async function lookupNames(kind: NameKind, given: GivenValues): Promise<C
     }
     if (kind === 'recording')
       return (await list(groups.recordings, Resource.SessionRecording)).map((r) => ({ value: r.name }));
+    if (kind === 'request') {
+      // A reviewer's RBAC lists everyone's; anyone's own come from selfaccessrequests, which needs none.
+      const { SELF_ACCESS_REQUESTS } = await import('./request.ts');
+      const [all, own] = await Promise.all([
+        list(groups.access, Resource.AccessRequest).catch(() => []),
+        list(groups.access, SELF_ACCESS_REQUESTS).catch(() => []),
+      ]);
+      const names = new Map([...all, ...own].map((r) => [r.name, r.phase]));
+      return [...names].map(([value, phase]) => ({ value, ...(phase ? { description: phase } : {}) }));
+    }
     const type = given.get('authenticatorType');
     const kinds = [
       ['jwt', Resource.JWTAuthenticator, 'JWTAuthenticator'],
@@ -518,7 +543,7 @@ export async function completionCommand(command: string): Promise<Command> {
     .addHelpText(
       'after',
       `
-Names of agent-backed clusters, authenticators and recordings complete from the cluster the kubeconfig in effect names
+Names of agent-backed clusters, authenticators, recordings and access requests complete from the cluster the kubeconfig in effect names
 (--kubeconfig on the line, else $KUBECONFIG or ~/.kube/config), when its user's credentials are in it: a TAB never
 starts a login. kubectl sealion completes through kubectl's own completion when an executable named
 kubectl_complete-sealion is on PATH: a link to kubectl-sealion under that name is one.

@@ -32,6 +32,7 @@ const COMMANDS: Record<string, () => Promise<Command>> = {
   cluster: async () => (await import('./cluster.ts')).clusterCommand(),
   agent: async () => (await import('./agent.ts')).agentCommand(),
   recordings: async () => (await import('./recordings.ts')).recordingsCommand(),
+  request: async () => (await import('./request.ts')).requestCommand(),
   version: async () => (await import('./version.ts')).versionCommand(),
   completion: async () => (await import('./completion.ts')).completionCommand(scriptName),
 };

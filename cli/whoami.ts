@@ -8,12 +8,14 @@ import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { Command } from 'commander';
 import { outputOption, withKubeconfig } from './options.ts';
+import { REASON_EXTRA } from '../apis/access.ts';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Resource, VERSION } from '../apis/groups.ts';
 import type { KubernetesUserInfo, WhoAmIRequest } from '../apis/identity.ts';
 import { closeHttpsPools, HttpsError, httpsText } from '../lib/https-client.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import {
   AlreadySaid,
+  errorLine,
   fileError,
   oneLine,
   originOf,
@@ -437,7 +439,19 @@ export interface WhoamiFlags extends KubeconfigFlags {
   output: 'table' | 'json' | 'yaml';
 }
 
-/** What `sealion whoami` found: where the kubeconfig points, whom the proxy takes the caller for, until when. */
+/** An approved access request in force: the groups it adds on its clusters, until when. */
+export interface ActiveGrant {
+  name: string;
+  groups: string[];
+  clusters: string[];
+  /** When it ends (RFC 3339). */
+  expiresAt: string;
+}
+
+/**
+ * What `sealion whoami` found: where the kubeconfig points, whom the proxy takes the caller for, until when, why
+ * (the reason every request carries), and the access requests in force.
+ */
 export interface Whoami {
   context: string;
   /** The kubeconfig's name for the context's cluster (Sealion's kubeconfigs name it as the context). */
@@ -446,6 +460,10 @@ export interface Whoami {
   user: KubernetesUserInfo['user'];
   /** When the credential presented expires (RFC 3339), when known. */
   expirationTimestamp?: string;
+  /** The reason the hub sees on the caller's requests (`sealion login --reason`, or a grant's), when there is one. */
+  reason?: string;
+  /** The caller's access requests in force now; absent when the hub serves none (a concierge without them). */
+  grants?: ActiveGrant[];
 }
 
 /** The expiry of a client certificate the kubeconfig holds itself (no plugin), when it holds one. */
@@ -463,33 +481,79 @@ function certificateExpiry(config: KubeConfig): string | undefined {
   }
 }
 
-export async function whoami(flags: WhoamiFlags): Promise<Whoami> {
+/**
+ * The caller's access requests in force, from the hub's selfaccessrequests (which needs no RBAC); undefined when the
+ * hub serves none (404: a concierge without access requests). Any other failure is said through `warn`, and whoami
+ * goes on without them.
+ */
+async function activeGrants(
+  config: KubeConfig,
+  groupSuffix: string,
+  warn: (line: string) => void,
+): Promise<ActiveGrant[] | undefined> {
+  const { hubOf, ownRequests, isActive, hubFailure } = await import('./request.ts');
+  const hub = await hubOf(config, groupSuffix);
+  try {
+    const now = Date.now();
+    return (await ownRequests(hub))
+      .filter((r) => isActive(r, now))
+      .map((r) => ({
+        name: r.metadata.name ?? '',
+        groups: r.spec.groups,
+        clusters: r.spec.clusters,
+        expiresAt: r.status!.expiresAt!,
+      }));
+  } catch (err) {
+    if ((err as { status?: unknown }).status !== 404)
+      warn(errorLine(await hubFailure(err, hub, 'cannot list your access requests', {})));
+    return undefined;
+  }
+}
+
+/**
+ * Who the hub's proxy takes the caller for (its WhoAmIRequest, at the hub's URL even when the context names a
+ * cluster behind it: the reason and grants are the hub's to say), and the caller's access requests in force.
+ */
+export async function whoami(
+  flags: WhoamiFlags,
+  warn: (line: string) => void = (line) => void process.stderr.write(`sealion: ${line}\n`),
+): Promise<Whoami> {
   const config = await loadKubeconfig(flags);
   const expires = (await loginFirst(config)) ?? certificateExpiry(config);
   const group = apiGroups(flags.groupSuffix).identity;
   const body: WhoAmIRequest = { apiVersion: `${group}/${VERSION}`, kind: 'WhoAmIRequest', spec: {} };
-  let answer: WhoAmIRequest;
-  try {
-    answer = (await postAsKubeconfig(
-      config,
-      `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
-      body,
-    )) as WhoAmIRequest;
-  } catch (err) {
+  const { hubBase } = await import('./version.ts');
+  const url = new URL(
+    `apis/${group}/${VERSION}/${Resource.WhoAmIRequest}`,
+    hubBase((await kubeconfigAccess(config)).base),
+  ).toString();
+  const asked = postAsKubeconfig(config, url, body).catch(async (err: unknown) => {
     throw await requestError(err, config, 'cannot ask who you are');
-  }
+  });
+  const [answer, grants] = await Promise.all([
+    asked as Promise<WhoAmIRequest>,
+    // Asked only of a server that answered who you are: a refusal or no answer is said once, by the question above.
+    asked.then(
+      () => activeGrants(config, flags.groupSuffix, warn),
+      () => undefined,
+    ),
+  ]);
   const server = config.getCurrentCluster()!.server;
   if (!answer.status?.kubernetesUserInfo)
     throw new UserError(
       `cannot ask who you are on ${originOf(server)}: the answer names no user; is the kubeconfig's server a Sealion proxy?`,
     );
   const contextName = config.getCurrentContext();
+  const user = answer.status.kubernetesUserInfo.user;
+  const reason = user.extra?.[REASON_EXTRA]?.[0];
   return {
     context: contextName,
     cluster: config.getContextObject(contextName)?.cluster ?? '',
     server,
-    user: answer.status.kubernetesUserInfo.user,
+    user,
     ...(expires ? { expirationTimestamp: expires } : {}),
+    ...(reason ? { reason } : {}),
+    ...(grants ? { grants } : {}),
   };
 }
 
@@ -530,16 +594,26 @@ export async function whoamiOutput(
     ['Server', p(info.server)],
     ['Username', p(info.user.username)],
     ['Groups', (info.user.groups ?? []).map(p).join(', ')],
-    ...Object.entries(info.user.extra ?? {}).map(([key, values]) => [
-      `Extra: ${p(key)}`,
-      values.map(p).join(', '),
-    ]),
+    // The reason has a row of its own (below).
+    ...Object.entries(info.user.extra ?? {})
+      .filter(([key]) => !(key === REASON_EXTRA && info.reason !== undefined))
+      .map(([key, values]) => [`Extra: ${p(key)}`, values.map(p).join(', ')]),
     [
       'Expires',
       Number.isNaN(expires)
         ? 'unknown'
         : `${new Date(expires).toISOString()} (${relativeTime(expires, now)})`,
     ],
+    ...(info.reason !== undefined ? [['Reason', p(info.reason)]] : []),
+    ...(info.grants ?? []).map((g) => {
+      const ends = Date.parse(g.expiresAt);
+      return [
+        `Grant: ${p(g.name)}`,
+        `groups ${g.groups.map(p).join(', ')} on ${g.clusters.map(p).join(', ')}, ends ${
+          Number.isNaN(ends) ? 'unknown' : `${new Date(ends).toISOString()} (${relativeTime(ends, now)})`
+        }`,
+      ];
+    }),
   ];
   return table(rows);
 }
@@ -573,7 +647,7 @@ export function table(rows: string[][]): string {
 export function whoamiCommand(): Command {
   return withKubeconfig(
     new Command('whoami').description(
-      'show the user and groups the impersonation proxy sees for your kubeconfig, and until when',
+      'show the user and groups the impersonation proxy sees for your kubeconfig, until when, why, and your grants',
     ),
   )
     .option('--group-suffix <suffix>', 'API group suffix', DEFAULT_GROUP_SUFFIX)
@@ -582,7 +656,9 @@ export function whoamiCommand(): Command {
       'after',
       `
 Expires is when the credential presented now expires: a login plugin renews it (with the session's refresh token)
-without asking, until the session itself ends.
+without asking, until the session itself ends. Reason is what the hub sees on your requests (sealion login --reason,
+or that of an access request in force); each Grant is an approved access request in force: the groups it adds on its
+clusters, and when it ends (sealion request list shows them all).
 
 Examples:
   sealion whoami --kubeconfig me.kubeconfig
