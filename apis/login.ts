@@ -14,6 +14,12 @@ export interface TokenCredentialRequestSpec {
    * and get a key made for them.
    */
   certificateSigningRequest?: string;
+  /**
+   * Why the user works now (`sealion login --reason`), written into the certificate (REASON_EXTENSION_OID) so that
+   * every request made with it carries the reason on (apis/access.ts reasonProblem says what may be one). Sealion's
+   * own; a certificate the cluster signs (the direct path, through its CSR API) cannot carry it.
+   */
+  reason?: string;
 }
 
 /** A short-lived client credential. */
@@ -50,3 +56,10 @@ export const DEFAULT_CREDENTIAL_LIFETIME_SECONDS = 5 * 60;
 export const CREDENTIAL_LIFETIME_BOUNDS = { min: 120, max: 24 * 3600 } as const;
 /** A P-256 CSR is about 500 bytes as PEM; this bounds what the parser is given. */
 export const MAX_CSR_BYTES = 4 * 1024;
+
+/**
+ * The certificate extension that carries a TokenCredentialRequest's spec.reason: non-critical (a verifier that does not
+ * know it, the API server's, ignores it), its value a DER UTF8String. An OID of our own under 2.25 (a UUID as one
+ * decimal arc, ITU-T X.667), so it can collide with nobody's.
+ */
+export const REASON_EXTENSION_OID = '2.25.104938797159274125850615244958057974630';

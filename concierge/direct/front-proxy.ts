@@ -28,7 +28,7 @@ export function frontProxyUser(
 ): UserInfo | { refused: FrontProxyRefusal } {
   const proxy = certificateUser(req, trusted);
   if (!proxy || 'refused' in proxy) return { refused: 'no front-proxy certificate' };
-  if (config.allowedNames.length > 0 && !config.allowedNames.includes(proxy.username))
+  if (config.allowedNames.length > 0 && !config.allowedNames.includes(proxy.user.username))
     return { refused: 'front-proxy certificate not allowed' };
   let username: string | undefined;
   let uid: string | undefined;

@@ -2,7 +2,8 @@
 // (lib/kube/cluster-certificates.ts). The cluster signs only a request made with the key it certifies, and the
 // subject is the concierge's to decide, so a client's own key cannot be used: the key is made here and handed back
 // with the certificate, as Pinniped's concierge does. The certificate cannot carry the authenticator binding the
-// proxy's own certificates have (the API server would ignore it), nor live less than the signer's minimum.
+// proxy's own certificates have (the API server would ignore it), nor the caller's reason (the CSR API drops every
+// extension a request asks for; the plugin sees its absence and says so), nor live less than the signer's minimum.
 import { ALLOWED_SYSTEM_GROUP } from '../../lib/authn/system-names.ts';
 import {
   MIN_EXPIRATION_SECONDS,

@@ -11,7 +11,9 @@ import type { AuthenticatorBinding, AuthenticatorCache } from '../../lib/authn/c
 import { fail, JWT_SHAPE, type AuthResult, type UserInfo } from '../../lib/authn/types.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
 import { peerChain } from '../../lib/pki/pem.ts';
-import { certificateURIs } from '../../lib/pki/pki.ts';
+import { REASON_EXTENSION_OID } from '../../apis/login.ts';
+import { reasonProblem } from '../../apis/access.ts';
+import { certificateText, certificateURIs } from '../../lib/pki/pki.ts';
 import { parseAuthenticatorBinding } from './credentials.ts';
 import type { Request } from '../../lib/http2/request.ts';
 
@@ -66,6 +68,8 @@ interface CertificateIdentity {
    * no authenticator can hold (unreadable, from before bindings named the trust digest, or more than one).
    */
   binding?: AuthenticatorBinding | null;
+  /** The reason it carries (TokenCredentialRequest's spec.reason); null for one it carries unreadably. */
+  reason?: string | null;
 }
 
 /** Per connection, what its verified certificate says (null: none). getPeerCertificate is costly per request. */
@@ -81,8 +85,10 @@ function readCertificate(req: Request): CertificateIdentity | null {
   if (!username) return null;
   // Read from the parsed extension, never from Node's formatted subjectaltname text.
   const bindings = certificateURIs(cert.raw).filter((uri) => uri.startsWith(AUTHENTICATOR_URI_PREFIX));
+  const reason = certificateReason(cert.raw);
   return {
     user: { username, groups: o === undefined ? [] : Array.isArray(o) ? o : [o], extra: {} },
+    ...(reason !== undefined ? { reason } : {}),
     notBefore: Date.parse(cert.valid_from),
     notAfter: Date.parse(cert.valid_to),
     chain: peerChain(cert).map((c) => c.fingerprint256),
@@ -93,12 +99,33 @@ function readCertificate(req: Request): CertificateIdentity | null {
   };
 }
 
+/**
+ * The reason a certificate carries, from its parsed extension: undefined when it has none, null when the extension is
+ * there but is not a DER UTF8String that reasonProblem takes. Our signer writes only good ones, so a bad one is not
+ * our signer's, and the certificate is refused whole.
+ */
+function certificateReason(der: Uint8Array): string | null | undefined {
+  try {
+    const reason = certificateText(der, REASON_EXTENSION_OID);
+    return reason === undefined || reasonProblem(reason) === undefined ? reason : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Why a client certificate that was good at the connection's handshake is not any more. */
 export const CERTIFICATE_EXPIRED = 'client certificate expired since the connection was made';
 export const CERTIFICATE_UNTRUSTED =
   'client certificate signer no longer trusted since the connection was made';
 export const CERTIFICATE_UNBOUND =
   'the authenticator the client certificate was issued through is gone, or trusts otherwise since';
+export const CERTIFICATE_BAD_REASON = 'the client certificate carries a reason extension that cannot be read';
+
+/** Who a verified client certificate names, and the reason it carries, if any. */
+export interface CertificateUser {
+  user: UserInfo;
+  reason?: string;
+}
 
 /**
  * The user named by a verified client certificate (CN is the username, each O a group), or why a certificate that
@@ -110,7 +137,7 @@ export function certificateUser(
   req: Request,
   trusted: ReadonlySet<string>,
   bindingHolds: (binding: AuthenticatorBinding) => boolean = () => false,
-): UserInfo | { refused: string } | undefined {
+): CertificateUser | { refused: string } | undefined {
   // Keyed by the connection: the HTTP/2 session, or the HTTP/1.1 socket. Looked up before the socket is touched,
   // since an HTTP/2 session's socket is a stand-in that binds a new function on every property read.
   const key: object = 'stream' in req ? (req.stream.session ?? req.stream) : req.socket;
@@ -126,7 +153,8 @@ export function certificateUser(
   if (!known.chain.some((fingerprint) => trusted.has(fingerprint))) return { refused: CERTIFICATE_UNTRUSTED };
   if (known.binding !== undefined && (known.binding === null || !bindingHolds(known.binding)))
     return { refused: CERTIFICATE_UNBOUND };
-  return known.user;
+  if (known.reason === null) return { refused: CERTIFICATE_BAD_REASON };
+  return { user: known.user, ...(known.reason !== undefined ? { reason: known.reason } : {}) };
 }
 
 /**
@@ -286,7 +314,12 @@ export function newRequestAuthenticator(
     async authenticate(req) {
       const fromCert = certificateUser(req, trustedClientCAs(), bindingHolds);
       if (fromCert !== undefined && !('refused' in fromCert))
-        return { kind: 'user', user: fromCert, via: 'certificate' };
+        return {
+          kind: 'user',
+          user: fromCert.user,
+          via: 'certificate',
+          ...(fromCert.reason !== undefined ? { reason: fromCert.reason } : {}),
+        };
       const token = bearerToken(req);
       if (token === undefined) {
         return {

@@ -2,6 +2,7 @@
 // proxy's current signer CA, which the proxy itself trusts for client authentication. The key is the client's own
 // when it sent a CSR, else one made here and handed back with the certificate.
 import { AUTHENTICATOR_URI_PREFIX } from '../../apis/install.ts';
+import { REASON_EXTENSION_OID } from '../../apis/login.ts';
 import type { webcrypto } from 'node:crypto';
 import type { AuthenticatorBinding } from '../../lib/authn/cache.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
@@ -23,6 +24,11 @@ export interface IssueOptions {
   binding?: AuthenticatorBinding;
   /** The authenticator opted in to `system:` names (spec.allowSystemNames). */
   allowSystemNames?: boolean;
+  /**
+   * The caller's reason (checked by reasonProblem), written into the certificate (REASON_EXTENSION_OID). A signer
+   * that cannot write extensions (the cluster's) leaves it out; the client sees that in the certificate.
+   */
+  reason?: string;
 }
 
 export interface ClientCertSigner {
@@ -35,7 +41,7 @@ export interface ClientCertSigner {
 
 export function newClientCertSigner(currentCA: () => CertificateAuthority | undefined): ClientCertSigner {
   return {
-    async issue(user, { lifetimeMs, publicKey, binding }) {
+    async issue(user, { lifetimeMs, publicKey, binding, reason }) {
       const ca = currentCA();
       if (!ca) return undefined;
       const issued = await issueCert(ca, {
@@ -45,6 +51,7 @@ export function newClientCertSigner(currentCA: () => CertificateAuthority | unde
         validityMs: lifetimeMs,
         ...(publicKey ? { publicKey } : {}),
         ...(binding ? { uris: [authenticatorBindingURI(binding)] } : {}),
+        ...(reason !== undefined ? { texts: { [REASON_EXTENSION_OID]: reason } } : {}),
       });
       return { certPem: issued.certPem, keyPem: issued.keyPem, notAfter: issued.cert.notAfter };
     },

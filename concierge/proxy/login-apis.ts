@@ -9,6 +9,7 @@ import {
   DEFAULT_CREDENTIAL_LIFETIME_SECONDS,
   MAX_CSR_BYTES,
 } from '../../apis/login.ts';
+import { reasonProblem } from '../../apis/access.ts';
 import { publicKeyFromCSR } from '../../lib/pki/pki.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import type { webcrypto } from 'node:crypto';
@@ -89,7 +90,7 @@ const isRecord = (v: unknown): v is Record<string, unknown> =>
 /** The fields each kind knows, for field validation; metadata is taken as it is (nothing in it is kept). */
 const KNOWN_FIELDS: Record<string, string[]> = {
   '': ['apiVersion', 'kind', 'metadata', 'spec', 'status'],
-  TokenCredentialRequest: ['token', 'authenticator', 'certificateSigningRequest'],
+  TokenCredentialRequest: ['token', 'authenticator', 'certificateSigningRequest', 'reason'],
   WhoAmIRequest: [],
 };
 
@@ -181,6 +182,8 @@ interface LoginRequest {
   ref: unknown;
   /** The key of the CSR the caller sent, to certify instead of making one. */
   publicKey: webcrypto.CryptoKey | undefined;
+  /** spec.reason, checked: what the certificate carries on. */
+  reason: string | undefined;
   /** Headers the answer carries (field validation's warnings). */
   warnings: Record<string, string>;
 }
@@ -284,10 +287,27 @@ async function readLoginRequest(
     writeStatus(res, 400, 'TokenCredentialRequest is cluster-scoped; leave out metadata.namespace');
     return undefined;
   }
+  // Checked before the token, as the CSR is: a bad reason is the caller's mistake, said plainly (never echoed: it
+  // goes back to whoever sent it, but a log or a terminal between may print it).
+  const reason = isRecord(spec) ? spec['reason'] : undefined;
+  const problem = reason === undefined ? undefined : reasonProblem(reason);
+  if (problem) {
+    writeStatus(res, 400, `spec.reason ${problem}`, {
+      kind: 'TokenCredentialRequest',
+      causes: [{ reason: 'FieldValueInvalid', message: problem, field: 'spec.reason' }],
+    });
+    return undefined;
+  }
   const csr = isRecord(spec) ? spec['certificateSigningRequest'] : undefined;
   const publicKey = await csrKey(res, csr);
   if (publicKey === null) return undefined;
-  return { token, ref: isRecord(spec) ? spec['authenticator'] : undefined, publicKey, warnings };
+  return {
+    token,
+    ref: isRecord(spec) ? spec['authenticator'] : undefined,
+    publicKey,
+    reason: reason as string | undefined,
+    warnings,
+  };
 }
 
 /** The key of the CSR sent, undefined when none was; null when it is malformed (answered 422). */
@@ -361,6 +381,7 @@ async function issueFor(
       ...(login.publicKey ? { publicKey: login.publicKey } : {}),
       ...(result.binding ? { binding: result.binding } : {}),
       ...(result.allowSystemNames ? { allowSystemNames: true } : {}),
+      ...(login.reason !== undefined ? { reason: login.reason } : {}),
     });
   } catch (err) {
     return failed(`${result.authenticator}: no certificate issued: ${(err as Error).message}`);
@@ -375,6 +396,8 @@ async function issueFor(
       authenticator: result.authenticator,
       expires: issued.notAfter.toISOString(),
       keyFrom,
+      // Whether, not what: the reason is the user's text, and the audit of each request carries it.
+      withReason: login.reason !== undefined,
     },
     'issued client certificate',
   );

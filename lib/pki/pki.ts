@@ -8,9 +8,28 @@ type CryptoKey = webcrypto.CryptoKey;
 type CryptoKeyPair = webcrypto.CryptoKeyPair;
 import { isIP } from 'node:net';
 import * as x509 from '@peculiar/x509';
+// The ASN.1 engine under @peculiar/x509, for the one value it has no class for: a bare UTF8String as an extension's
+// value (a text of our own in a certificate, encoded and read back as DER, never as a formatted string).
+import * as asn1js from 'asn1js';
+import { AsnObjectIdentifierConverter } from '@peculiar/asn1-schema';
 
 const crypto = webcrypto;
 x509.cryptoProvider.set(crypto);
+
+/**
+ * asn1js writes an OID arc past 2^53 (a UUID under 2.25, as our own extensions have) correctly, but reads it back as
+ * `{hex}` of its 7-bit groups, which neither it nor @peculiar/x509 takes again: the generator parses each extension
+ * it is given and writes it anew, and such an OID came out as `2.25`. Read back, each such arc is made its decimal
+ * again, so an OID survives the round trip and compares equal to what was written. Costs a regular expression per OID
+ * read; OIDs without such an arc are as before.
+ */
+const readOID = AsnObjectIdentifierConverter.fromASN.bind(AsnObjectIdentifierConverter);
+AsnObjectIdentifierConverter.fromASN = (value) =>
+  readOID(value).replace(/(?<=\.)\{([0-9a-fA-F]+)\}/g, (_, hex: string) =>
+    Buffer.from(hex, 'hex')
+      .reduce((n, group) => (n << 7n) | BigInt(group & 0x7f), 0n)
+      .toString(),
+  );
 
 /** ECDSA P-256: small, fast, accepted by Go's crypto/tls, Node and kubectl. */
 const KEY_ALGORITHM: webcrypto.EcKeyGenParams & webcrypto.EcdsaParams = {
@@ -46,6 +65,11 @@ export interface CertRequest {
   validityMs?: number;
   /** Sign this public key instead of generating a new key pair (the private key then stays with the caller). */
   publicKey?: CryptoKey;
+  /**
+   * Non-critical extensions of our own, by OID, each value a DER UTF8String: data a verifier of ours reads and any
+   * other ignores. Default: none.
+   */
+  texts?: Readonly<Record<string, string>>;
 }
 
 const ONE_YEAR_MS = 365 * 24 * 3600 * 1000;
@@ -176,6 +200,7 @@ export async function issueCert(
   const hosts = req.hosts ?? [];
   const uris = req.uris ?? [];
   if (hosts.length + uris.length > 0) extensions.push(sanExtension(hosts, uris));
+  for (const [oid, text] of Object.entries(req.texts ?? {})) extensions.push(textExtension(oid, text));
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serial(),
     subject: subjectName(req.commonName, req.organizations),
@@ -201,6 +226,40 @@ export async function issueCert(
 export function certificateURIs(der: Uint8Array): string[] {
   const san = new x509.X509Certificate(der).getExtension(x509.SubjectAlternativeNameExtension);
   return (san?.names.items ?? []).filter((name) => name.type === 'url').map((name) => name.value);
+}
+
+/** A non-critical extension whose value is `text` as a DER UTF8String. */
+function textExtension(oid: string, text: string): x509.Extension {
+  checkedName(`extension ${oid}`, text);
+  return new x509.Extension(oid, false, new asn1js.Utf8String({ value: text }).toBER(false));
+}
+
+/** Thrown for a certificate whose text extension is not exactly one DER UTF8String of well-formed UTF-8. */
+export class CertificateTextError extends Error {
+  readonly code = 'SEALION_CERTIFICATE_TEXT';
+}
+
+/**
+ * The text a DER certificate carries in its extension `oid` (textExtension's), undefined when it has none. Throws
+ * CertificateTextError when the extension is there but is not one: marked critical, present twice, not a single DER
+ * UTF8String (constructed, indefinite or long-form lengths, trailing bytes), or not well-formed UTF-8. The value is
+ * encoded again and compared byte for byte, so only the one encoding we write is taken.
+ */
+export function certificateText(der: Uint8Array, oid: string): string | undefined {
+  const found = new x509.X509Certificate(der).extensions.filter((e) => e.type === oid);
+  if (found.length === 0) return undefined;
+  if (found.length > 1) throw new CertificateTextError(`extension ${oid} appears ${found.length} times`);
+  const extension = found[0]!;
+  if (extension.critical) throw new CertificateTextError(`extension ${oid} is marked critical`);
+  const value = new Uint8Array(extension.value);
+  const parsed = asn1js.fromBER(value);
+  if (parsed.offset === -1 || !(parsed.result instanceof asn1js.Utf8String))
+    throw new CertificateTextError(`extension ${oid} is not a UTF8String`);
+  const text = parsed.result.valueBlock.value;
+  const again = new Uint8Array(new asn1js.Utf8String({ value: text }).toBER(false));
+  if (Buffer.compare(Buffer.from(again), Buffer.from(value)) !== 0)
+    throw new CertificateTextError(`extension ${oid} is not a DER UTF8String of well-formed UTF-8`);
+  return text;
 }
 
 /** The SHA-256 fingerprint of a PEM certificate, as colon-separated hex (what openssl and Node print). */
