@@ -1,6 +1,7 @@
 // config.concierge.<suffix>/v1alpha1: CredentialIssuer, the singleton kept for clients written against Pinniped
 // (its CLI reads status.strategies[].frontend). Sealion's settings are edited in its ConfigMap; the spec holds the
 // settings in effect, which is also where a restarted concierge finds them while the ConfigMap holds a bad edit.
+import type { AccessPolicy } from './access.ts';
 import type { ObjectMeta } from './meta.ts';
 import type { StrategyReason, StrategyStatus } from './authentication.ts';
 
@@ -64,6 +65,18 @@ export interface KubeCertAgentSpec {
    * name, kept so that its settings carry over; Sealion runs no agent for it.
    */
   mode: KubeCertAgentMode;
+}
+
+/** Sealion's own settings beyond Pinniped's shape: what access requests call the hub, and its access policy. */
+export interface AccessRequestsSpec {
+  /**
+   * What access requests (spec.clusters) call the hub. A Cluster of this name makes it ambiguous: requests naming
+   * it are refused.
+   * @maxLength 63
+   */
+  hubName: string;
+  /** Who may ask for what on the hub itself, and whether every request to it must carry a reason. */
+  hub: AccessPolicy;
 }
 
 /** Sealion's own setting beyond Pinniped's shape: the SSH door (off unless enabled). */
@@ -134,6 +147,8 @@ export interface CredentialIssuerSpec {
   kubeCertAgent?: KubeCertAgentSpec;
   /** The SSH door's settings in effect. */
   ssh?: SSHSpec;
+  /** The access requests' settings in effect. */
+  accessRequests?: AccessRequestsSpec;
 }
 
 export type FrontendType = 'TokenCredentialRequestAPI' | 'ImpersonationProxy';

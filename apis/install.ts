@@ -1,6 +1,7 @@
 // The install contract: the names, keys and formats that the concierge, the agent, the manifests, the CLI and
 // the tools around them (benchmarks, the fuzzer) agree on. A change here changes what a running install expects,
 // so each is written once, here, and every side reads it from here.
+import { DEFAULT_ACCESS_HUB_NAME, DEFAULT_MAX_DURATION_SECONDS, MAX_DURATION_SECONDS } from './access.ts';
 
 /** The namespaces of an install, unless the installer names others. */
 export const DEFAULT_NAMESPACE = 'sealion-concierge';
@@ -8,6 +9,13 @@ export const DEFAULT_AGENT_NAMESPACE = 'sealion-agent';
 /** The concierge's Deployment, its pods' service account, and the identity requests are forwarded with. */
 export const CONCIERGE_NAME = 'sealion-concierge';
 export const IMPERSONATOR_SERVICE_ACCOUNT = 'sealion-impersonator';
+/**
+ * The ClusterRoles an install ships for access requests, bound by the admin: reviewers (read, and the `approve` verb)
+ * and requesters (read). Named after the install's namespace, as its other cluster-scoped objects are, so that two
+ * installs (two group suffixes) do not share them: `sealion-concierge-access-reviewer` in the default install.
+ */
+export const accessReviewerRole = (namespace: string): string => `${namespace}-access-reviewer`;
+export const accessRequesterRole = (namespace: string): string => `${namespace}-access-requester`;
 /** The ConfigMap with the concierge's configuration (CONFIG_KEY), also the CredentialIssuer's name. */
 export const CONFIG_MAP_NAME = 'sealion-concierge-config';
 /** The ConfigMap with the concierge's audit Policy (key AUDIT_POLICY_KEY); without it, audit is off. */
@@ -124,6 +132,21 @@ ssh:
   # How long a device login keeps a key bound at most (h, m, s: 12h, 1h30m; from 5m to 168h). Within it the door
   # renews the login with the issuer's refresh token, so the key stays bound while the login lasts at the issuer.
   maxBindingLifetime: ${DEFAULT_SSH_MAX_BINDING_LIFETIME}
+accessRequests:
+  # Access requests ask for groups on clusters for a while (sealion request create); reviewers approve them by the
+  # hub's RBAC (verb approve on accessrequests: the ClusterRole sealion-access-reviewer). A Cluster's own policy is
+  # on its spec.access; this is the hub's.
+  # What requests call this (the hub's) cluster in spec.clusters.
+  hubName: ${DEFAULT_ACCESS_HUB_NAME}
+  hub:
+    # The groups a user may ask for here; empty: no access requests for the hub.
+    groups: []
+    # The longest grant, in seconds (60 to ${MAX_DURATION_SECONDS}).
+    maxDurationSeconds: ${DEFAULT_MAX_DURATION_SECONDS}
+    # How many reviewers, none of them the requester, must approve.
+    approvals: 1
+    # Whether every request to the hub must carry a reason (sealion login --reason, or an approved request's).
+    requireReason: false
 `;
 
 /** The Secret, in the concierge's namespace, with the CA that agents pin and are issued from. */

@@ -100,7 +100,7 @@ export function parseDuration(text: string, flag: string, min: number, max: numb
   }
   if (!Number.isFinite(seconds))
     throw new UserError(
-      `${flag} ${JSON.stringify(printable(text, 64))}: not a duration; give one such as 30m, 1h or 1h30m`,
+      `${flag} "${printable(text, 64)}": not a duration; give one such as 30m, 1h or 1h30m`,
     );
   if (seconds < min || seconds > max)
     throw new UserError(
@@ -125,7 +125,7 @@ export function shortDuration(seconds: number): string {
 export function checkRequestName(name: string): string {
   if (!isDNSSubdomain(name))
     throw new UserError(
-      `${JSON.stringify(printable(name, 64))} is not an access request name (lower-case letters, digits, '-' and '.', at most 253); see sealion request list for the names there are`,
+      `"${printable(name, 64)}" is not an access request name (lower-case letters, digits, '-' and '.', at most 253); see sealion request list for the names there are`,
     );
   return name;
 }
@@ -159,7 +159,7 @@ export function requestToCreate(flags: CreateFlags): NewAccessRequest {
   for (const cluster of clusters)
     if (!isDNSLabel(cluster))
       throw new UserError(
-        `request create --cluster ${JSON.stringify(printable(cluster, 64))}: not a cluster name (a DNS label); see sealion clusters for the names`,
+        `request create --cluster "${printable(cluster, 64)}": not a cluster name (a DNS label); see sealion clusters for the names`,
       );
   if (groups.length === 0)
     throw new UserError(
@@ -170,9 +170,7 @@ export function requestToCreate(flags: CreateFlags): NewAccessRequest {
   for (const group of groups) {
     const problem = groupProblem(group);
     if (problem)
-      throw new UserError(
-        `request create --group ${JSON.stringify(printable(group, 64))}: ${problem}; give a group name`,
-      );
+      throw new UserError(`request create --group "${printable(group, 64)}": ${problem}; give a group name`);
   }
   const durationSeconds = parseDuration(
     flags.duration,

@@ -23,6 +23,26 @@ function problemsOf(text: string): ConfigProblem[] {
 const caData = Buffer.from((await newCA('test')).certPem).toString('base64');
 
 describe('loadConfig', () => {
+  it('reads accessRequests and names each field it refuses', () => {
+    const config = loadConfig(
+      'accessRequests: {hubName: main, hub: {groups: [oncall], maxDurationSeconds: 7200, approvals: 2, requireReason: true}}',
+    );
+    expect(config.accessRequests).toEqual({
+      hubName: 'main',
+      hub: { groups: ['oncall'], maxDurationSeconds: 7200, approvals: 2, requireReason: true },
+    });
+    const problems = problemsOf(
+      'accessRequests: {hubName: "Not A Label", hub: {groups: ["a\\nb"], maxDurationSeconds: 30, approvals: 0, extra: 1}}',
+    );
+    expect(problems.map((p) => p.path).sort()).toEqual([
+      'accessRequests.hub.approvals',
+      'accessRequests.hub.extra',
+      'accessRequests.hub.groups.0',
+      'accessRequests.hub.maxDurationSeconds',
+      'accessRequests.hubName',
+    ]);
+  });
+
   it('fills every default from an empty file', () => {
     const defaults = {
       impersonationProxy: {
@@ -45,6 +65,10 @@ describe('loadConfig', () => {
         groupsExtension: 'groups@sealion.dev',
         allowSystemNames: false,
         maxBindingLifetime: '12h',
+      },
+      accessRequests: {
+        hubName: 'hub',
+        hub: { groups: [], maxDurationSeconds: 3600, approvals: 1, requireReason: false },
       },
     };
     expect(loadConfig('')).toEqual(defaults);

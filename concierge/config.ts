@@ -16,6 +16,12 @@ import {
   DEFAULT_SSH_SCOPES,
   DEFAULT_SSH_SERVICE_PORT,
 } from '../apis/install.ts';
+import {
+  DEFAULT_ACCESS_HUB_NAME,
+  DEFAULT_MAX_DURATION_SECONDS,
+  MAX_DURATION_SECONDS,
+  reasonProblem,
+} from '../apis/access.ts';
 import { SealionError } from '../lib/errors.ts';
 import { isDNSLabel, isDNSSubdomain } from '../apis/names.ts';
 import { parseTrustedCAKeys } from '../lib/ssh/keys.ts';
@@ -229,6 +235,41 @@ const sshSchema = z
   })
   .prefault({});
 
+/** Who may ask for what through an access request (apis/access.ts AccessPolicy). */
+const accessPolicySchema = z
+  .strictObject({
+    groups: z
+      .array(
+        z
+          .string()
+          .min(1)
+          .max(256)
+          .refine((group) => reasonProblem(group) === undefined, {
+            message: 'must be a group name without control characters',
+            params: { code: 'InvalidValue' },
+          }),
+      )
+      .max(64)
+      .default([]),
+    maxDurationSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(MAX_DURATION_SECONDS)
+      .default(DEFAULT_MAX_DURATION_SECONDS),
+    approvals: z.number().int().min(1).max(16).default(1),
+    requireReason: z.boolean().default(false),
+  })
+  .prefault({});
+
+/** Access requests: what they call the hub, and the hub's own policy (a Cluster's is on its spec.access). */
+const accessRequestsSchema = z
+  .strictObject({
+    hubName: nameSchema('a DNS label', isDNSLabel).default(DEFAULT_ACCESS_HUB_NAME),
+    hub: accessPolicySchema,
+  })
+  .prefault({});
+
 const configSchema = z
   .strictObject({
     impersonationProxy: z
@@ -243,6 +284,7 @@ const configSchema = z
       .strictObject({ mode: z.enum(KubeCertAgentModes).default(DEFAULT_KUBE_CERT_AGENT_MODE) })
       .prefault({}),
     ssh: sshSchema,
+    accessRequests: accessRequestsSchema,
   })
   .prefault({});
 

@@ -17,6 +17,7 @@ import type {
 } from '../apis/authentication.ts';
 import type {
   CredentialIssuer,
+  AccessRequestsSpec,
   CredentialIssuerSpec,
   CredentialIssuerStatus,
   SSHStatus,
@@ -134,6 +135,8 @@ export interface ConciergeControllerOptions {
      * changes, for what names it outside the SSH door (the recordings). Default: nobody is told.
      */
     hubName?: (name: string) => void;
+    /** Told the access requests' settings (the config's accessRequests) at start and on every change. Default: nobody. */
+    accessRequests?: (settings: AccessRequestsSpec) => void;
   };
   /** The Cluster status facts, with the tunnel listener. Default: none. */
   clusterStatus?: ClusterStatusPublisher;
@@ -470,7 +473,14 @@ export function issuerSpec(config: SealionConfig): CredentialIssuerSpec {
       allowSystemNames: config.ssh.allowSystemNames,
       maxBindingLifetime: config.ssh.maxBindingLifetime,
     },
+    accessRequests: accessSettings(config),
   };
+}
+
+/** The access requests' settings in effect, as the CredentialIssuer's spec and the access store (concierge/access) hold them. */
+export function accessSettings(config: SealionConfig): AccessRequestsSpec {
+  const { hubName, hub } = config.accessRequests;
+  return { hubName, hub: { ...hub, groups: [...hub.groups] } };
 }
 
 /**
@@ -499,6 +509,7 @@ export function configFromIssuerSpec(spec: CredentialIssuerSpec | undefined): Se
       },
       ...(spec.kubeCertAgent ? { kubeCertAgent: { mode: spec.kubeCertAgent.mode } } : {}),
       ...(spec.ssh ? { ssh: spec.ssh } : {}),
+      ...(spec.accessRequests ? { accessRequests: spec.accessRequests } : {}),
     });
   } catch (err) {
     if (err instanceof ConfigError) return undefined;
@@ -546,8 +557,8 @@ async function proxyControllers(
   const ctx = await proxyContext(opts, proxyOpts);
   return [
     ...(proxyOpts.ssh ? sshEntries(ctx, proxyOpts.ssh) : []),
-    ...(proxyOpts.hubName
-      ? [{ controller: hubNamePublisher(ctx, proxyOpts.hubName), runs: 'every-replica' as const }]
+    ...(proxyOpts.hubName || proxyOpts.accessRequests
+      ? [{ controller: hubNamePublisher(ctx, proxyOpts), runs: 'every-replica' as const }]
       : []),
     ...impersonationProxyEntries(ctx),
     { controller: strategyPublisher(ctx), runs: 'leader' },
@@ -723,13 +734,18 @@ const HUB_NAME_KEY = 'hub-name';
  * On every replica: the hub's name from the config in effect, told to the parts that show it. Never fails: a
  * rejected edit leaves the last good config, and its name, in effect.
  */
-function hubNamePublisher(ctx: ProxyContext, publish: (name: string) => void): Controller {
+function hubNamePublisher(
+  ctx: ProxyContext,
+  publish: Pick<NonNullable<ConciergeControllerOptions['proxy']>, 'hubName' | 'accessRequests'>,
+): Controller {
   return {
     name: 'hub-name',
     watches: [{ ...ctx.configMapWatch, key: () => HUB_NAME_KEY }],
     initialKeys: [HUB_NAME_KEY],
     sync() {
-      publish(ctx.config().config.ssh.hubName);
+      const { config } = ctx.config();
+      publish.hubName?.(config.ssh.hubName);
+      publish.accessRequests?.(accessSettings(config));
       return Promise.resolve();
     },
   };

@@ -1,7 +1,10 @@
 // What an admin applies: the concierge (with its RBAC, Deployment, Services, default ConfigMap) and, for
 // clusters reached through a tunnel, the agent. Cluster-scoped names carry the namespace, so two
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
+import { APPROVE_VERB } from '../apis/access.ts';
 import {
+  accessRequesterRole,
+  accessReviewerRole,
   AGENT_HEALTH_PORT,
   AGENT_NAME,
   API_PORT,
@@ -296,6 +299,7 @@ export function conciergeManifests(opts: InstallOptions = DEFAULT_INSTALL): Obj[
     namespace(ns),
     serviceAccount(CONCIERGE_NAME, ns, true),
     sessionAuditorClusterRole(ns, groups),
+    ...accessClusterRoles(ns, groups),
     // Tokens for this account are requested by the concierge (TokenRequest API), never mounted.
     serviceAccount(IMPERSONATOR_SERVICE_ACCOUNT, ns, false),
     ...forwardingRBAC(
@@ -342,6 +346,23 @@ function sessionAuditorClusterRole(ns: string, groups: Groups): Obj {
   ]);
 }
 
+/**
+ * Bound by the admin, as they choose: reviewers read access requests and approve or deny them (the `approve` verb,
+ * which the proxy asks the hub's authorizer about); requesters read them (creating one goes through the proxy, which
+ * writes it with the concierge's rights, so neither role may create, update or patch them).
+ */
+function accessClusterRoles(ns: string, groups: Groups): Obj[] {
+  const read = {
+    apiGroups: [groups.access],
+    resources: [Resource.AccessRequest],
+    verbs: ['get', 'list', 'watch'],
+  };
+  return [
+    clusterRole(accessReviewerRole(ns), [read, { ...read, verbs: [APPROVE_VERB] }]),
+    clusterRole(accessRequesterRole(ns), [read]),
+  ];
+}
+
 /** The controllers' cluster-wide rights: authenticators, the CredentialIssuer, Clusters, nodes, reviews. */
 function conciergeClusterRBAC(role: string, ns: string, groups: Groups): Obj[] {
   return [
@@ -370,6 +391,18 @@ function conciergeClusterRBAC(role: string, ns: string, groups: Groups): Obj[] {
       {
         apiGroups: [groups.tunnel],
         resources: [`${Resource.Cluster}/status`],
+        verbs: ['get', 'update', 'patch'],
+      },
+      // Access requests: the proxy creates them for the users it authenticated and writes their decisions, the leader
+      // their expiry; nobody's deletes but the hub RBAC's holders'.
+      {
+        apiGroups: [groups.access],
+        resources: [Resource.AccessRequest],
+        verbs: ['get', 'list', 'watch', 'create'],
+      },
+      {
+        apiGroups: [groups.access],
+        resources: [`${Resource.AccessRequest}/status`],
         verbs: ['get', 'update', 'patch'],
       },
       // Managed-cluster detection reads node labels and provider IDs.

@@ -232,4 +232,35 @@ describe('a session a draining replica closes', () => {
     expect(clean).toBe(true);
     expect(afterHead(bytes).toString()).toBe('some bytes');
   });
+
+  it('a session asked to end before the upstream switched protocols ends with the message once it has', async () => {
+    let answer: () => void = () => {};
+    const switched = new Promise<Socket>((done) => {
+      const server = createServer();
+      server.on('upgrade', (_req, s: Socket) => {
+        answer = () => {
+          s.write(
+            'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+              `Sec-WebSocket-Protocol: ${V5_PROTOCOL}\r\n\r\n`,
+          );
+          done(s);
+        };
+      });
+      closers.push(() => server.closeAllConnections());
+      void listening(server).then((port) => (upstreamPort = port));
+    });
+    let upstreamPort = 0;
+    await until(() => upstreamPort !== 0);
+    const contexts: RequestContext[] = [];
+    const port = await front(hopTo(1, upstreamPort), contexts);
+    const client = upgradingClient(port, 'websocket');
+    // Asked while the upstream has not answered yet.
+    await until(() => contexts.length === 1 && contexts[0]!.end !== undefined);
+    contexts[0]!.end!(SHUTDOWN_MESSAGE);
+    answer();
+    await switched;
+    const { clean, bytes } = await client.ended;
+    expect(clean).toBe(true);
+    expect(afterHead(bytes)).toEqual(closingBytes('websocket', V5_PROTOCOL, SHUTDOWN_MESSAGE));
+  });
 });
