@@ -5,6 +5,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parse } from 'yaml';
+import { accessReviewerRole } from '../apis/install.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import {
   enableSsh,
@@ -200,7 +202,7 @@ async function letOncallAsk(hub: Cluster, edge: Cluster): Promise<void> {
         'create',
         'clusterrolebinding',
         'access-reviewers',
-        '--clusterrole=sealion-access-reviewer',
+        `--clusterrole=${accessReviewerRole(DEFAULT_INSTALL.namespace)}`,
         `--user=${REVIEWER_USER}`,
       ],
     ],
