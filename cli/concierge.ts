@@ -107,6 +107,11 @@ export function conciergeCommand(): Command {
       '',
     )
     .option(
+      '--access-webhook-config-file <path>',
+      'kubeconfig-format file naming a receiver that each access request change is POSTed to ({type, object})',
+      '',
+    )
+    .option(
       '--shutdown-delay <seconds>',
       'on SIGTERM, readiness turns off and the replica serves on this long, while Endpoints and load balancers forget it',
       String(DEFAULT_SHUTDOWN_DELAY_SECONDS),

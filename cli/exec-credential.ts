@@ -7,10 +7,11 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, wri
 import { homedir } from 'node:os';
 import { basename, join } from 'node:path';
 import { apiGroups, DEFAULT_GROUP_SUFFIX, Kind, Resource, VERSION } from '../apis/groups.ts';
-import type { ClusterCredential, TokenCredentialRequest } from '../apis/login.ts';
+import { REASON_EXTENSION_OID, type ClusterCredential, type TokenCredentialRequest } from '../apis/login.ts';
 import type * as HttpsClient from '../lib/https-client.ts';
 import { AlreadySaid, fileError, originOf, unreachableError, UserError } from './errors.ts';
 import { printable } from './printable.ts';
+import { currentReason, type StoredReason } from './reason.ts';
 
 /**
  * The HTTPS client (undici, dozens of modules) loads only when a request is made: kubectl runs this plugin for every
@@ -247,6 +248,7 @@ export async function exchange(
   authenticator: { kind: Kind; name: string },
   groupSuffix = DEFAULT_GROUP_SUFFIX,
   csrPem?: string,
+  reason?: string,
 ): Promise<ClusterCredential> {
   const groups = apiGroups(groupSuffix);
   const body: TokenCredentialRequest = {
@@ -256,6 +258,7 @@ export async function exchange(
       token,
       authenticator: { apiGroup: groups.authentication, ...authenticator },
       ...(csrPem ? { certificateSigningRequest: csrPem } : {}),
+      ...(reason !== undefined ? { reason } : {}),
     },
   };
   const path = `apis/${groups.login}/${VERSION}/${Resource.TokenCredentialRequest}`;
@@ -363,6 +366,7 @@ export function exchangeTarget(
   token: string,
   flags: ExchangeFlags,
   env: NodeJS.ProcessEnv,
+  reason?: string,
 ): { file: string; endpoint: string; caPem: string | undefined; kind: Kind } | undefined {
   const info = execInfo(env)?.spec?.cluster;
   const endpoint = flags.conciergeEndpoint || info?.server;
@@ -370,35 +374,58 @@ export function exchangeTarget(
   const caData = flags.conciergeCaBundleData || info?.['certificate-authority-data'];
   const caPem = caData ? Buffer.from(caData, 'base64').toString('utf8') : undefined;
   const kind = flags.authenticatorType === 'jwt' ? Kind.JWTAuthenticator : Kind.WebhookAuthenticator;
-  // One cache entry per token, authenticator and cluster: a new token or another cluster never reuses one.
+  // One cache entry per token, authenticator, cluster and reason: a new token, another cluster or a new reason never
+  // reuses one (a certificate carries the reason it was issued with). Without a reason the key is as it always was.
   const file = cacheFile(env, 'credentials', [
     token,
     kind,
     flags.authenticatorName,
     flags.groupSuffix,
     endpoint,
+    ...(reason !== undefined ? [{ reason }] : []),
   ]);
   return { file, endpoint, caPem, kind };
 }
 
 /**
+ * Whether a token is traded for a certificate: when the kubeconfig says --exchange, or while a reason is set (only a
+ * certificate can carry it). A reason set for a kubeconfig that cannot exchange (it names no authenticator, or no
+ * endpoint is known: written by an older get kubeconfig) leaves the token as it is, and says so once per run.
+ */
+function exchangeWanted(
+  flags: ExchangeFlags,
+  env: NodeJS.ProcessEnv,
+  reason: StoredReason | undefined,
+  say: (line: string) => void,
+): boolean {
+  if (flags.exchange || !reason) return flags.exchange;
+  if (flags.authenticatorName && exchangeTarget('', flags, env)) return true;
+  say(
+    'warning: a reason is set (sealion login --reason), but this kubeconfig cannot trade its token for a certificate that carries it, so requests carry no reason: write the kubeconfig again with sealion get kubeconfig',
+  );
+  return false;
+}
+
+/**
  * The ExecCredential for a token: the token itself (with its expiry, when known, so kubectl asks again in time),
- * or a client certificate it was exchanged for.
+ * or a client certificate it was exchanged for, carrying the reason set now (sealion login --reason), if any.
  */
 export async function credentialFor(
   token: string,
   flags: ExchangeFlags,
   env: NodeJS.ProcessEnv,
   tokenExpiry?: string,
+  say: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<ExecCredential> {
-  if (!flags.exchange)
+  const reason = currentReason(env);
+  if (!exchangeWanted(flags, env, reason, say))
     return {
       apiVersion: EXEC_API_VERSION,
       kind: 'ExecCredential',
       status: { token, ...(tokenExpiry ? { expirationTimestamp: tokenExpiry } : {}) },
     };
 
-  const target = exchangeTarget(token, flags, env);
+  const target = exchangeTarget(token, flags, env, reason?.reason);
   if (!target)
     throw new UserError(
       'cannot exchange the token: no endpoint; pass --concierge-endpoint, or set provideClusterInfo: true in the kubeconfig',
@@ -419,19 +446,55 @@ export async function credentialFor(
       { kind, name: flags.authenticatorName },
       flags.groupSuffix,
       own?.csrPem,
+      reason?.reason,
     );
+    if (reason) await checkCarriesReason(credential, reason.reason, say);
     const result: ExecCredential = {
       apiVersion: EXEC_API_VERSION,
       kind: 'ExecCredential',
       status: {
         clientCertificateData: credential.clientCertificateData,
         clientKeyData: keyFor(credential, own),
-        expirationTimestamp: credential.expirationTimestamp,
+        // Not past the reason's end: a client that keeps the credential (client-go does, until it expires) asks
+        // again then, and gets one without it.
+        expirationTimestamp: reason
+          ? earliest(credential.expirationTimestamp, reason.expiresAt)
+          : credential.expirationTimestamp,
       },
     };
     writeCache(file, result);
     return result;
   });
+}
+
+/** The earlier of two RFC 3339 times (the first when the second cannot be read). */
+const earliest = (a: string, b: string): string => (Date.parse(b) < Date.parse(a) ? b : a);
+
+/**
+ * Says so when the certificate issued does not carry the reason: the cluster signed it (a kubeconfig for its own API
+ * server, the direct path, whose CSR API drops every extension a request asks for), or the concierge is one that
+ * does not know reasons. Either way requests made with it carry none, and the way to one is the proxy.
+ */
+async function checkCarriesReason(
+  credential: ClusterCredential,
+  reason: string,
+  say: (line: string) => void,
+): Promise<void> {
+  // Loaded only after an exchange with a reason: a cached credential never pays for the X.509 modules.
+  const { certificateText } = await import('../lib/pki/pki.ts');
+  let carried: string | undefined;
+  try {
+    carried = certificateText(
+      new X509Certificate(credential.clientCertificateData).raw,
+      REASON_EXTENSION_OID,
+    );
+  } catch {
+    // Unreadable is not carried.
+  }
+  if (carried !== reason)
+    say(
+      "warning: the certificate issued does not carry your reason, so requests made with it carry none: this kubeconfig reaches the cluster's own API server, whose CSR API drops Sealion's extension (or the concierge does not take reasons); for the reason to travel, write a kubeconfig for the proxy with sealion get kubeconfig --mode proxy",
+    );
 }
 
 /** A fresh key pair and a CSR for it; the private key stays in this process and the 0600 cache. */
@@ -479,7 +542,7 @@ export async function staticLogin(
   if (expires !== undefined && expires <= Date.now())
     throw new UserError(`${source} expired at ${new Date(expires).toISOString()}; put a current token there`);
   try {
-    return await credentialFor(token, flags, env);
+    return await credentialFor(token, flags, env, undefined, say);
   } catch (err) {
     if (err instanceof ExchangeRefused)
       throw err.explained(source, 'check that it is current and meant for this cluster');

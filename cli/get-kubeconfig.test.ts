@@ -271,6 +271,17 @@ describe('sealion get kubeconfig chooses the way in', () => {
     expect(servers[0]!.startsWith(at)).toBe(true);
     // The direct path always exchanges; the proxy only when asked to (here not).
     expect(args.includes('--exchange')).toBe(wanted === 'direct');
+    // What an exchange needs is written either way: the plugin exchanges too while a reason is set.
+    expect(args.slice(args.indexOf('--authenticator-type'))).toEqual([
+      '--authenticator-type',
+      'webhook',
+      '--authenticator-name',
+      'hooks',
+      '--concierge-endpoint',
+      wanted === 'direct' ? API_SERVER.endpoint : PROXY.endpoint,
+      '--concierge-ca-bundle-data',
+      wanted === 'direct' ? API_SERVER.certificateAuthorityData : PROXY.certificateAuthorityData,
+    ]);
   });
 
   it('waits for a Pending proxy when direct does not work, and takes direct once it does', async () => {

@@ -275,26 +275,23 @@ export async function getKubeconfig(
     ...self.args,
     'login',
     ...login,
+    // The API server knows the certificates its cluster signs, never the token, so the direct path always exchanges;
+    // through the proxy, with --exchange-credential. The rest is written always: the plugin also exchanges while a
+    // reason is set (sealion login --reason), which only a certificate carries.
+    ...(direct || flags.exchangeCredential ? ['--exchange'] : []),
+    // The cluster's CSR API signs only a request made with the key it certifies, for the subject in it, and the
+    // subject is the concierge's to choose: a key of the plugin's own cannot be certified there, so the concierge
+    // makes one and returns it with the certificate (said up front, so the plugin sends no CSR and warns of nothing).
+    ...(direct ? ['--no-proof-of-possession'] : []),
+    '--authenticator-type',
+    authenticator.type,
+    '--authenticator-name',
+    authenticator.name,
     // The endpoint is named explicitly too: not every client passes KUBERNETES_EXEC_INFO (client-node does not).
-    // The API server knows the certificates its cluster signs, never the token, so the direct path always exchanges.
-    ...(direct || flags.exchangeCredential
-      ? [
-          '--exchange',
-          // The cluster's CSR API signs only a request made with the key it certifies, for the subject in it, and the
-          // subject is the concierge's to choose: a key of the plugin's own cannot be certified there, so the
-          // concierge makes one and returns it with the certificate (said up front, so the plugin sends no CSR and
-          // warns of nothing).
-          ...(direct ? ['--no-proof-of-possession'] : []),
-          '--authenticator-type',
-          authenticator.type,
-          '--authenticator-name',
-          authenticator.name,
-          '--concierge-endpoint',
-          endpoint.endpoint,
-          '--concierge-ca-bundle-data',
-          endpoint.certificateAuthorityData,
-        ]
-      : []),
+    '--concierge-endpoint',
+    endpoint.endpoint,
+    '--concierge-ca-bundle-data',
+    endpoint.certificateAuthorityData,
     ...(flags.groupSuffix === DEFAULT_GROUP_SUFFIX ? [] : ['--group-suffix', flags.groupSuffix]),
   ];
   const contexts = contextsFor(

@@ -490,7 +490,13 @@ export async function oidcLogin(
     });
   }
   try {
-    return await credentialFor(session.idToken, flags, env, new Date(session.idTokenExpiry).toISOString());
+    return await credentialFor(
+      session.idToken,
+      flags,
+      env,
+      new Date(session.idTokenExpiry).toISOString(),
+      say,
+    );
   } catch (err) {
     // The ID token is fresh by this machine's clock: the authenticator does not take this issuer's tokens for this
     // client, or the clocks disagree.

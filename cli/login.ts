@@ -14,6 +14,8 @@ import {
   type OIDCLoginFlags,
   type StaticLoginFlags,
 } from './exec-credential.ts';
+import { printable } from './printable.ts';
+import type { LoginReasonFlags } from './reason.ts';
 
 /** The --exchange options both plugins share. */
 function exchangeOptions(command: Command): Command {
@@ -55,7 +57,38 @@ function checkExchangeFlags(flags: ExchangeFlags): void {
 }
 
 export function loginCommand(): Command {
-  const login = new Command('login').description('kubectl exec credential plugins (used from kubeconfigs)');
+  const login = new Command('login')
+    .description(
+      'set the reason you work under (--reason), carried with every request; and the kubectl exec credential plugins (used from kubeconfigs)',
+    )
+    .option(
+      '--reason <why>',
+      'why you work now (an incident, a ticket): every request through a kubeconfig from sealion get kubeconfig carries it',
+    )
+    .option('--reason-for <duration>', 'how long the reason lasts, as 4h or 90m (default: 12h)')
+    .option('--clear-reason', 'forget the reason set (sealion logout does too)', false)
+    .addHelpText(
+      'after',
+      `
+A reason is kept under the CLI's config folder (reason.json) until it expires. While one is set, the login plugins
+trade the token for a certificate that carries it, and Sealion passes it on as the impersonated extra
+sealion.dev/reason, so each cluster's own audit log shows it. A cluster whose policy requires a reason refuses
+requests without one.
+
+Examples:
+  sealion login --reason "INC-123: orders database full"
+  sealion login --reason "CHG-42" --reason-for 4h
+  sealion login                     # the reason set now
+  sealion login --clear-reason`,
+    )
+    .action(async (flags: LoginReasonFlags) => {
+      const { loginReason } = await import('./reason.ts');
+      process.stdout.write(
+        `${loginReason(flags, process.env)
+          .map((l) => printable(l, Infinity))
+          .join('\n')}\n`,
+      );
+    });
   exchangeOptions(
     login
       .command('static')

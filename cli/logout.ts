@@ -18,6 +18,7 @@ import { loginCommand } from './login.ts';
 import type { Session } from './login-oidc.ts';
 import { UserError } from './errors.ts';
 import { printable } from './printable.ts';
+import { clearReason, currentReason } from './reason.ts';
 
 export interface LogoutFlags {
   kubeconfig: string;
@@ -156,8 +157,17 @@ async function forgetSession(
   });
 }
 
-/** Logs out of the current context's login, or with `all` of every cached one. `env` stands for process.env. */
+/**
+ * Logs out of the current context's login, or with `all` of every cached one, and clears the reason set (sealion
+ * login --reason): whoever logs in next states their own. `env` stands for process.env.
+ */
 export async function logout(flags: LogoutFlags, env: NodeJS.ProcessEnv): Promise<LogoutResult> {
+  const result = await forgetLogins(flags, env);
+  if (clearReason(env)) result.lines.push('Cleared the reason.');
+  return result;
+}
+
+async function forgetLogins(flags: LogoutFlags, env: NodeJS.ProcessEnv): Promise<LogoutResult> {
   const result: LogoutResult = { lines: [], failed: false };
   if (flags.all) {
     const dir = configDir(env);
@@ -179,10 +189,20 @@ export async function logout(flags: LogoutFlags, env: NodeJS.ProcessEnv): Promis
 
   const run = await currentPlugin(flags, env);
   const pluginEnv = run.env;
-  /** Removes the certificate cached for `token` under the plugin's exchange flags. */
+  const reason = currentReason(env)?.reason;
+  /** Removes the certificates cached for `token` under the plugin's exchange flags: without a reason, and with it. */
   const forgetCertificate = (token: string): void => {
-    const target = run.flags.exchange ? exchangeTarget(token, run.flags, pluginEnv) : undefined;
-    if (target && remove(target.file)) result.lines.push('Deleted the cached client certificate.');
+    const files = [
+      ...(run.flags.exchange ? [exchangeTarget(token, run.flags, pluginEnv)?.file] : []),
+      ...(reason !== undefined && run.flags.authenticatorName
+        ? [exchangeTarget(token, run.flags, pluginEnv, reason)?.file]
+        : []),
+    ];
+    const removed = files.filter((file) => file !== undefined && remove(file)).length;
+    if (removed > 0)
+      result.lines.push(
+        `Deleted ${removed === 1 ? 'the' : removed} cached client certificate${removed === 1 ? '' : 's'}.`,
+      );
   };
   if (run.plugin === 'oidc') {
     const oidc = run.flags as OIDCLoginFlags;

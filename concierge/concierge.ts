@@ -111,6 +111,9 @@ import type { SshMaterial } from '../controllers/ssh-door.ts';
 import type { SSHDoor } from '../apis/identity.ts';
 import { SEALION_VERSION } from '../lib/version.ts';
 import { CURRENT_PROTOCOL, formatProtocol } from '../lib/tunnel/protocol.ts';
+import { DEFAULT_ACCESS_HUB_NAME } from '../apis/access.ts';
+import { newAccessParts, type AccessParts } from './access/parts.ts';
+import type { AccessSettings } from './access/store.ts';
 
 export interface ConciergeOptions {
   /** The concierge's own identity: watches, reviews, status writes (in a cluster, its pods' service account). */
@@ -167,6 +170,11 @@ export interface ConciergeOptions {
    * finished recordings are also sent to. Default: not recorded.
    */
   recording?: Omit<RecordingOptions, 'log' | 'clock' | 'uploader'> & { webhookConfigFile?: string };
+  /**
+   * A kubeconfig-format file naming a receiver each access request's change is POSTed to (`{type, object}`); it never
+   * slows a request. Default: none.
+   */
+  accessWebhookConfigFile?: string;
   /** Whether operational log lines name users; audit events always do. Default: true. */
   logUsernames?: boolean;
   /**
@@ -249,6 +257,8 @@ interface Late {
   serving: boolean;
   /** The name the hub's own cluster goes by (the config's `ssh.hubName`), once the controllers read the config. */
   hubName: string;
+  /** The config's accessRequests in effect, once the controllers read the config. */
+  access: AccessSettings;
 }
 
 /** The parts the proxy's pipeline, the other listeners and the controllers share. */
@@ -283,9 +293,10 @@ async function start(opts: ConciergeOptions, onStop: OnStop, onDrain: OnDrain): 
   // The first forwarding token is in hand before anything forwards; its renewals are a controller's, below.
   const forwarding = await forwardingUpstream(clients, opts.forwardAs, opts.namespace, clock, opts.log);
   const election = opts.tlsFiles ? undefined : startElection(base);
-  const late: Late = { serving: false, hubName: DEFAULT_SSH_HUB_NAME };
+  const late: Late = { serving: false, hubName: DEFAULT_SSH_HUB_NAME, access: NO_ACCESS_SETTINGS };
   const shared = await sharedParts(base, late);
-  const proxy = await impersonationProxy(base, shared, forwarding.upstream, late);
+  const access = await accessParts(base, shared, late);
+  const proxy = await impersonationProxy(base, shared, forwarding.upstream, late, access);
   const direct =
     opts.aggregatedApi && election ? await directAPI(base, shared, opts.aggregatedApi) : undefined;
   // The controllers (concierge/controllers.ts), registered with one manager once the parts they drive run, and
@@ -307,7 +318,7 @@ async function start(opts: ConciergeOptions, onStop: OnStop, onDrain: OnDrain): 
       ...(forwarding.renewal ? [forwarding.renewal] : []),
       ...(proxy.tlsPoll ? [proxy.tlsPoll] : []),
     ],
-    leaderPeriodic: ssh ? [ssh.sweep] : [],
+    leaderPeriodic: [...(ssh ? [ssh.sweep] : []), access.expiry((writer) => manager.leaderOnly(writer))],
   });
   // Stopped before the controllers (stops run in reverse order), which could otherwise start it again.
   if (ssh) onStop(() => ssh.close());
@@ -407,6 +418,31 @@ async function sharedParts(base: Base, late: Late): Promise<Shared> {
   };
 }
 
+/** No access requests for the hub until the controllers read the config. */
+const NO_ACCESS_SETTINGS: AccessSettings = { hubName: DEFAULT_ACCESS_HUB_NAME, hub: {} };
+
+/**
+ * Access requests (concierge/access/): the grants every replica reads from its informer, the local APIs, word of
+ * changes to the audit and the access webhook; the leader's expiry controller is added with the controllers.
+ */
+async function accessParts({ opts, clients, groups, clock, log, onStop }: Base, shared: Shared, late: Late) {
+  const parts = await newAccessParts({
+    clients,
+    informers: shared.informers,
+    groups,
+    reviewer: shared.reviewer,
+    clusterSpec: (name) => late.clusters?.get(name)?.spec,
+    settings: () => late.access,
+    replica: opts.identity,
+    ...(shared.audit ? { auditor: shared.audit.auditor } : {}),
+    ...(opts.accessWebhookConfigFile ? { webhookConfigFile: opts.accessWebhookConfigFile } : {}),
+    clock,
+    log,
+  });
+  onStop(() => parts.close());
+  return parts;
+}
+
 /** Audit events and session recordings, with the options that ask for them. */
 async function auditAndRecordings(
   { opts, clock, log, onStop }: Base,
@@ -478,6 +514,7 @@ async function impersonationProxy(
   shared: Shared,
   upstream: Upstream,
   late: Late,
+  access: AccessParts,
 ): Promise<{ server: ProxyServer; door: InProcessDoor; tlsPoll?: Controller }> {
   const { opts, groups, log, onStop } = base;
   const { authenticators, reviewer, metrics, audit, recordings } = shared;
@@ -519,6 +556,7 @@ async function impersonationProxy(
       : {}),
     ...(opts.logUsernames === undefined ? {} : { logUsernames: opts.logUsernames }),
     sshDoor: () => late.sshDoor,
+    accessAPIs: access.apis,
   });
 
   onStop(() => handler.close());
@@ -569,6 +607,7 @@ function proxyControlled(
     configMap: opts.configMap,
     serve: (material) => listener.serve(material),
     hubName: (name) => (late.hubName = name),
+    accessRequests: (settings) => (late.access = settings),
     ...(direct
       ? {
           direct: {

@@ -61,6 +61,8 @@ export interface ConciergeFlags {
   recordingMaxSize: string;
   /** A kubeconfig-format file naming where finished recordings are also sent; empty: nowhere. */
   recordingWebhookConfigFile: string;
+  /** A kubeconfig-format file naming where each access request's change is sent; empty: nowhere. */
+  accessWebhookConfigFile: string;
   /** Seconds the replica serves on after SIGTERM with readiness off (concierge/drain.ts). */
   shutdownDelay: string;
   /** Seconds long sessions may go on once the replica stops taking connections, before each is closed. */
@@ -201,6 +203,7 @@ export function conciergeOptions(flags: ConciergeFlags, env: NodeJS.ProcessEnv):
           },
         }
       : {}),
+    ...(flags.accessWebhookConfigFile ? { accessWebhookConfigFile: flags.accessWebhookConfigFile } : {}),
     logUsernames: flags.logUsernames,
     drain: {
       delayMs: count('shutdown-delay', flags.shutdownDelay) * 1000,

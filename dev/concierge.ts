@@ -183,6 +183,8 @@ export async function startLocalConcierge(
     audit?: AuditOptions;
     /** Record exec and attach sessions (concierge/recording/). Default: not recorded. */
     recording?: ConciergeOptions['recording'];
+    /** The access requests' grants the proxy applies. Default: the concierge's. */
+    grants?: ConciergeOptions['grants'];
   } = {},
 ): Promise<LocalConcierge> {
   const servingCA = await newCA('sealion-proxy-serving-ca');
@@ -217,6 +219,7 @@ export async function startLocalConcierge(
     ...(opts.metrics ? { metrics: { host: '127.0.0.1', port: 0 } } : {}),
     ...(opts.audit ? { audit: opts.audit } : {}),
     ...(opts.recording ? { recording: opts.recording } : {}),
+    ...(opts.grants ? { grants: opts.grants } : {}),
   });
   const stop = async (): Promise<void> => {
     await concierge.stop();

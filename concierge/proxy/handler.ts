@@ -90,6 +90,8 @@ export interface ProxyDeps {
   recordingStore?: RecordingStore;
   /** How to reach the SSH door, for signed-in users (hub-apis.ts). Default: the door is off. */
   sshDoor?: () => SSHDoor['status'] | undefined;
+  /** The AccessRequest APIs (concierge/access/api.ts), at the hub's URLs. Default: none. */
+  accessAPIs?: readonly LocalAPI[];
   /**
    * Who a request made inside this process signed in as (an SSH session's, concierge/ssh/in-process.ts): such a
    * request skips authentication and goes through every other stage. Default: none is.

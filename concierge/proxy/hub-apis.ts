@@ -1,6 +1,7 @@
 // The local APIs the impersonation proxy mounts (local-apis.ts): health, the TokenCredentialRequest API (anonymous
 // by design: it is how a user without credentials gets some), WhoAmIRequest, and the SessionRecording API at the
-// hub's own URLs, for those the hub's RBAC lets read recordings.
+// hub's own URLs, for those the hub's RBAC lets read recordings, and the AccessRequest APIs (concierge/access/api.ts)
+// there too.
 import type { ApiGroups } from '../../apis/groups.ts';
 import { groupSuffixOf, Resource, VERSION } from '../../apis/groups.ts';
 import type { SSHDoor } from '../../apis/identity.ts';
@@ -39,6 +40,8 @@ export interface HubAPIDeps {
   recordingStore: RecordingStore | undefined;
   /** How to reach the SSH door now (its status); undefined while it is off. Default: always off. */
   sshDoor?: () => SSHDoor['status'] | undefined;
+  /** The AccessRequest APIs (concierge/access/api.ts); each is hubOnly. Default: none. */
+  accessAPIs?: readonly LocalAPI[];
 }
 
 /** The SSH door's path in the identity group. */
@@ -111,6 +114,7 @@ export function hubAPIs(deps: HubAPIDeps): LocalAPI[] {
       hubOnly: true,
       serve: (req, res, path, user) => serveRecordings(deps, req, res, path, user!),
     },
+    ...(deps.accessAPIs ?? []),
   ];
 }
 
