@@ -70,7 +70,7 @@ import {
 import { newHubRoute, type HubRoute, type Upstream } from './proxy/hub-route.ts';
 import { newClusterRouter } from './proxy/route.ts';
 import { newProxyHandler } from './proxy/handler.ts';
-import { NO_GRANTS, type AccessGrants } from './access/grants.ts';
+import type { AccessGrants } from './access/grants.ts';
 import { kubeReachReads, newReacher, SELF_REVIEW_PATH } from '../lib/reach/dialer.ts';
 import { startAudit, type AuditOptions, type RunningAudit } from './audit/setup.ts';
 import {
@@ -184,7 +184,7 @@ export interface ConciergeOptions {
   drain?: DrainSettings;
   /**
    * The approved access requests the proxy applies (their groups, reason and end: concierge/access/grants.ts), and which
-   * clusters require a reason. Default: NO_GRANTS (nobody holds a grant, no cluster requires a reason).
+   * clusters require a reason. Default: the access store's, from this replica's informer on AccessRequests.
    */
   grants?: AccessGrants;
   log: Logger;
@@ -277,8 +277,6 @@ interface Shared {
   recordings?: Recordings | undefined;
   /** What the proxy forwards while it lasts, for the drain; its readiness too. */
   sessions: SessionRegistry;
-  /** The access requests' grants the proxy applies to their requesters' requests. */
-  grants: AccessGrants;
 }
 
 /**
@@ -414,7 +412,6 @@ async function sharedParts(base: Base, late: Late): Promise<Shared> {
     budget,
     ...(await auditAndRecordings(base, metrics, () => late.hubName)),
     sessions: newSessionRegistry(),
-    grants: base.opts.grants ?? NO_GRANTS,
   };
 }
 
@@ -548,7 +545,8 @@ async function impersonationProxy(
     // Ready until the drain begins: the Endpoints and load balancers then stop sending here.
     ready: () => !shared.sessions.draining(),
     sessions: shared.sessions,
-    grants: shared.grants,
+    // The store's grants, read from this replica's informer, unless the options bring their own.
+    grants: opts.grants ?? access.store,
     serving: () => late.serving,
     ...(audit ? { auditor: audit.auditor } : {}),
     ...(recordings

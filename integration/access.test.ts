@@ -287,7 +287,7 @@ function readmeBlocks(): string[] {
   const start = readme.indexOf('### Access on request');
   if (start < 0) throw new Error('README.md has no section "Access on request"');
   // The next heading of its level or above (an sh block's comments start with # too, but not with ## ).
-  const end = readme.slice(start + 1).search(/\n#{1,3} /);
+  const end = readme.slice(start + 1).search(/\n#{2,3} /);
   const section = readme.slice(start, end < 0 ? undefined : start + 1 + end);
   return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
 }
