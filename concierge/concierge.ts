@@ -183,8 +183,9 @@ export interface ConciergeOptions {
    */
   drain?: DrainSettings;
   /**
-   * The approved access requests the proxy applies (their groups, reason and end: concierge/access/grants.ts), and which
-   * clusters require a reason. Default: the access store's, from this replica's informer on AccessRequests.
+   * The approved access requests the proxy applies (their groups, reason and end: concierge/access/grants.ts), and
+   * which clusters require a reason, in place of the replica's own. Default: the replica's own, read from its
+   * AccessRequest informer and the access policies (concierge/access/store.ts).
    */
   grants?: AccessGrants;
   log: Logger;
@@ -545,7 +546,6 @@ async function impersonationProxy(
     // Ready until the drain begins: the Endpoints and load balancers then stop sending here.
     ready: () => !shared.sessions.draining(),
     sessions: shared.sessions,
-    // The store's grants, read from this replica's informer, unless the options bring their own.
     grants: opts.grants ?? access.store,
     serving: () => late.serving,
     ...(audit ? { auditor: audit.auditor } : {}),

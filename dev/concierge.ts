@@ -183,7 +183,7 @@ export async function startLocalConcierge(
     audit?: AuditOptions;
     /** Record exec and attach sessions (concierge/recording/). Default: not recorded. */
     recording?: ConciergeOptions['recording'];
-    /** The access requests' grants the proxy applies. Default: the concierge's. */
+    /** The access requests' grants the proxy applies, in place of the concierge's own. Default: its own. */
     grants?: ConciergeOptions['grants'];
   } = {},
 ): Promise<LocalConcierge> {

@@ -1,9 +1,10 @@
 // Access-request grants on real API servers: a hub with two concierge replicas (their AccessGrants a small one of the
 // test's own, standing in for the approved AccessRequests), an edge reached through its agent's tunnel to one of them,
-// and from the other over the peer hop. A user edge's RBAC gives
-// nothing is refused; with a grant of edge's group `oncall` they list what that group may, and edge's own audit log
-// shows the grant's group, its reason and its name on the impersonated user; when the grant ends, their open watch
-// ends and the next request is refused. A cluster that requires a reason refuses a request without one.
+// and from the other over the peer hop. A user edge's RBAC gives nothing is refused; with a grant of edge's group
+// `oncall` they list what that group may, and edge's own audit log shows the grant's group, its reason and its name on
+// the impersonated user; when the grant ends, their open watch ends and the next request is refused. A cluster that
+// requires a reason refuses a request without one. On the hub's own API, a grant there applies the same way, and the
+// hub's own audit log shows it.
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
 import { request, type RequestOptions } from 'node:https';
@@ -127,9 +128,9 @@ interface EdgeEvent {
   impersonatedUser?: { username?: string; groups?: string[]; extra?: Record<string, string[]> };
 }
 
-/** Edge's own audit events for the audit ID, once it wrote them. */
-const edgeEvents = (auditId: string): EdgeEvent[] =>
-  readFileSync(edge.auditLogPath, 'utf8')
+/** A cluster's own audit events for the audit ID, once it wrote them. */
+const eventsOf = (auditId: string, cluster: Cluster = edge): EdgeEvent[] =>
+  readFileSync(cluster.auditLogPath, 'utf8')
     .split('\n')
     .filter((line) => line.includes(auditId))
     .map((line) => JSON.parse(line) as EdgeEvent);
@@ -140,6 +141,14 @@ beforeAll(async () => {
     startCluster({ name: 'access-edge', controllerManager: false }),
   ]);
   await hub.kubectl(['create', 'namespace', NS]);
+  // The hub's admin, too: the group oncall reads ConfigMaps there.
+  for (const args of [
+    ['create', 'clusterrole', 'configmap-reader', '--verb=get,list,watch', '--resource=configmaps'],
+    ['create', 'clusterrolebinding', 'oncall-reads', '--clusterrole=configmap-reader', '--group=oncall'],
+  ]) {
+    const result = await hub.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr}`);
+  }
   concierge = await startLocalConcierge(hub, { tunnel: { port: 0, namespace: NS }, grants: granted.grants });
   const added = await hub.kubectl(['apply', '-f', '-'], {
     input: JSON.stringify({
@@ -223,7 +232,7 @@ describe('a grant of edge’s group', () => {
       expect(allowed.status).toBe(200);
       expect(allowed.body).toContain('seen-on-edge');
       await eventually(() => {
-        const complete = edgeEvents(allowed.auditId).find((e) => e.stage === 'ResponseComplete');
+        const complete = eventsOf(allowed.auditId).find((e) => e.stage === 'ResponseComplete');
         expect(complete?.impersonatedUser).toEqual({
           username: 'alice',
           groups: ['dev', 'oncall', 'system:authenticated'],
@@ -258,5 +267,27 @@ describe('a grant of edge’s group', () => {
       expiresAt: Date.now() + 3_600_000,
     });
     expect((await get(bob, CONFIGMAPS)).status).toBe(200);
+  }, 60_000);
+
+  it('on the hub’s own API: allowed with the grant, the hub’s own audit log showing its reason and name', async () => {
+    const carol = await userCert('carol');
+    const path = '/api/v1/namespaces/default/configmaps';
+    expect((await get(carol, path)).status).toBe(403);
+    granted.give('carol', '', {
+      name: 'hub-1',
+      groups: ['oncall'],
+      reason: 'INC-9',
+      expiresAt: Date.now() + 3_600_000,
+    });
+    const allowed = await get(carol, path);
+    expect(allowed.status).toBe(200);
+    await eventually(() => {
+      const complete = eventsOf(allowed.auditId, hub).find((e) => e.stage === 'ResponseComplete');
+      expect(complete?.impersonatedUser).toEqual({
+        username: 'carol',
+        groups: ['dev', 'oncall', 'system:authenticated'],
+        extra: { [REASON_EXTRA]: ['INC-9'], [ACCESS_REQUEST_EXTRA]: ['hub-1'] },
+      });
+    });
   }, 60_000);
 });

@@ -88,6 +88,17 @@ describe('the access store', () => {
     expect(store.active('alice', 'edge')).toEqual([]);
   });
 
+  it('lists a user’s grants the last approved first', () => {
+    requests.put(request('older', { ...approved(T0 + 600_000), approvedAt: at(T0 - 60_000) }));
+    requests.put(request('newer', approved(T0 + 300_000), { reason: 'INC-8' }));
+    requests.put(request('oldest', { ...approved(T0 + 900_000), approvedAt: at(T0 - 120_000) }));
+    expect(
+      newStore()
+        .active('alice', 'edge')
+        .map((g) => g.name),
+    ).toEqual(['newer', 'older', 'oldest']);
+  });
+
   it('grants nothing on a Cluster named like the hub', () => {
     requests.put(request('r1', approved(T0 + 600_000)));
     clusters['hub'] = {};

@@ -137,13 +137,15 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       const named = requestName(cluster);
       if (named === undefined) return [];
       const now = clock.now();
-      const grants: Grant[] = [];
+      const grants: { grant: Grant; approvedAt: number }[] = [];
       for (const request of requests.list()) {
         if (request.spec?.requester?.username !== username) continue;
         const grant = grantOf(request, named, now);
-        if (grant) grants.push(grant);
+        if (grant) grants.push({ grant, approvedAt: timeOf(request.status?.approvedAt) || 0 });
       }
-      return grants;
+      // The newest first, as the interface promises: its reason is the one a request without its own carries.
+      if (grants.length > 1) grants.sort((a, b) => b.approvedAt - a.approvedAt);
+      return grants.map((g) => g.grant);
     },
     reasonRequired(cluster) {
       if (cluster === '') return opts.settings().hub.requireReason === true;

@@ -58,8 +58,8 @@ export interface Target {
    */
   reservedPrefix?: string;
   /**
-   * A user's identity there when Sealion adds to it (forwarded-user.ts): their active grants' groups on the cluster, the
-   * reason and access-request extras. Absent: the authenticated user as it is (or the workload's `actingAs`).
+   * A user's identity there when Sealion adds to it (forwarded-user.ts): their active grants' groups on the cluster,
+   * the reason and access-request extras. Absent: the authenticated user as it is (or the workload's `actingAs`).
    */
   forwarded?: UserInfo;
   /** The names of the access requests whose grants the request uses there; absent when none. */
@@ -274,7 +274,7 @@ export function newDecider(deps: DeciderDeps): Decider {
     const granted = identity.kind === 'user' ? grantedUser(cluster, identity) : undefined;
     if (granted && 'status' in granted) return granted;
     if (identity.kind !== 'workload' && reservedPrefix) {
-      // Anyone else under the prefix (a grant's group included) would pass for a hub workload there, and get its grants.
+      // Anyone else under the prefix (a grant's group too) would pass for a hub workload there, and get its grants.
       const refused = reservedNameRefusal(
         cluster,
         reservedPrefix,

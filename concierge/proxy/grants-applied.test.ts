@@ -360,7 +360,10 @@ describe('the handler, when a grant ends', () => {
    * carries requests to an HTTP/2 upstream that answers watches with one event, and to an HTTP/1.1 one that upgrades
    * execs to WebSocket v5.
    */
-  async function pipeline() {
+  async function pipeline(
+    /** What a request waits for before the route carries it (its turn on a shared hop). Default: nothing. */
+    turn: () => Promise<void> = () => Promise.resolve(),
+  ) {
     const g = memoryGrants();
     g.give('alice', 'edge', ONCALL);
     const watches: ServerHttp2Stream[] = [];
@@ -403,10 +406,10 @@ describe('the handler, when a grant ends', () => {
     };
     const edge = clusterRoute();
     const plans: ForwardPlan[] = [];
-    edge.route.forward = (exchange, plan) => {
+    edge.route.forward = async (exchange, plan) => {
       plans.push(plan);
+      await turn();
       transport(exchange, hop, plan);
-      return Promise.resolve();
     };
     const cache = new AuthenticatorCache();
     const users: Record<string, Identity> = {
@@ -586,5 +589,23 @@ describe('the handler, when a grant ends', () => {
       },
     });
     expect(p.plans).toHaveLength(0);
+  });
+
+  it('ends a session whose grant ended while it waited for its turn on the hop, once it is upgraded', async () => {
+    let letThrough: () => void = () => {};
+    const waiting = new Promise<void>((done) => (letThrough = done));
+    let asked = false;
+    const p = await pipeline(() => {
+      asked = true;
+      return waiting;
+    });
+    const aliceExec = exec(p.port, 'alice');
+    await eventually(() => expect(asked).toBe(true));
+    p.g.end('oncall-1', 'was withdrawn');
+    letThrough();
+    expect(await aliceExec.ended).toEqual({ clean: true });
+    expect(aliceExec.received()).toEqual(
+      closingBytes('websocket', V5_PROTOCOL, grantEndedMessage('oncall-1', 'was withdrawn')),
+    );
   });
 });

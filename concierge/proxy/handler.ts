@@ -3,9 +3,10 @@
 //   verb, the authorization attributes) → audit start (audit-start.ts) → the anonymous local APIs (health, the
 //   TokenCredentialRequest API: hub-apis.ts, local-apis.ts) → authenticate (authenticate.ts) → the authenticated
 //   local APIs (WhoAmIRequest, SessionRecording) → decide (decide.ts: header hygiene and the impersonation plan,
-//   asked of the cluster the request is for; the user's access-request grants there, grant-sessions.ts) → record (record.ts: exec and attach) → the cluster's Route (route.ts:
-//   the hub's own API server, this replica's tunnel, a peer), whose transport (transport.ts) is where plain requests
-//   and upgrades part. One request context (exchange.ts) carries what the stages learn; never a token.
+//   asked of the cluster the request is for, with the user's access-request grants there; what relays under a grant
+//   ends with it, grant-sessions.ts) → record (record.ts: exec and attach) → the cluster's Route (route.ts: the hub's
+//   own API server, this replica's tunnel, a peer), whose transport (transport.ts) is where plain requests and
+//   upgrades part. One request context (exchange.ts) carries what the stages learn; never a token.
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ApiGroups } from '../../apis/groups.ts';
