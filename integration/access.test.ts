@@ -872,6 +872,47 @@ describe('a cluster that requires a reason', () => {
   });
 });
 
+describe('a cluster that requires a reason, through a grant', () => {
+  it('serves a request that carries an approved access request’s reason', async () => {
+    const GINA = 'gina@example.com';
+    const gina = await userCert(GINA);
+    const pods = (via: ConciergeProcess) =>
+      send(replica(via, PAYMENTS), gina, 'GET', `api/v1/namespaces/${OPS}/pods`);
+    expect((await pods(holder)).status).toBe(403);
+    const reason = 'INC-4712: payments timeouts';
+    const created = await send(
+      replica(holder),
+      gina,
+      'POST',
+      ACCESS_REQUESTS,
+      accessRequest(
+        { clusters: [PAYMENTS], groups: [ONCALL], durationSeconds: 600, reason },
+        'gina-payments',
+      ),
+    );
+    expect(created.status).toBe(201);
+    const approved = await send(
+      replica(holder),
+      bob,
+      'POST',
+      `${ACCESS_REQUESTS}/gina-payments/approval`,
+      decision('Approved'),
+    );
+    expect(approved.status).toBe(200);
+    for (const via of [holder, other]) {
+      const allowed = await eventually(async () => {
+        const answer = await pods(via);
+        if (answer.status !== 200) throw new Error(`HTTP ${answer.status}: ${answer.body}`);
+        return answer;
+      }, 10_000);
+      expect((await edgeEvent(allowed.auditID)).impersonatedUser?.extra).toMatchObject({
+        [REASON_EXTRA]: [reason],
+        [ACCESS_REQUEST_EXTRA]: ['gina-payments'],
+      });
+    }
+  });
+});
+
 describe('what kubectl shows of a cluster’s requirement of a reason', () => {
   // kubectl discovers the cluster's APIs first, and its discovery prints `Error from server (Forbidden): unknown` for
   // any refusal, whatever its Status says: the message reaches kubectl's user only if discovery is let through.
