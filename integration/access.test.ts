@@ -35,7 +35,7 @@ import { agentUpstream, prepareAgentCluster } from '../dev/agent.ts';
 import { REPO_ROOT } from '../dev/build.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
 import { eventually } from '../dev/eventually.ts';
-import { dieWithParent } from '../dev/processes.ts';
+import { dieWithParent, stopChild } from '../dev/processes.ts';
 import { writeShim } from '../dev/shim.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
 import { silentLogger } from '../lib/log.ts';
@@ -321,18 +321,25 @@ function personaEnv(who: Persona): NodeJS.ProcessEnv {
 function runBlock(
   script: string,
   who: Persona,
-): { done: Promise<{ code: number; output: string }>; stop(): void } {
+): { done: Promise<{ code: number; output: string }>; stop(): Promise<void> } {
   const [command, args] = dieWithParent('bash', ['-euo', 'pipefail', '-c', script]);
-  const child = spawn(command, args, { cwd: dir, env: personaEnv(who), stdio: ['ignore', 'pipe', 'pipe'] });
+  // A group of its own: a stop reaches what the shell started (a sealion that waits, its kubectl).
+  const child = spawn(command, args, {
+    cwd: dir,
+    env: personaEnv(who),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   let output = '';
   const keep = (chunk: Buffer): void => void (output = (output + chunk.toString('utf8')).slice(-16_000));
   child.stdout.on('data', keep);
   child.stderr.on('data', keep);
   const done = new Promise<{ code: number; output: string }>((resolve) => {
     child.on('error', (err) => resolve({ code: -1, output: `${output}\n${String(err)}` }));
-    child.on('exit', (code, signal) => resolve({ code: code ?? (signal ? 128 : -1), output }));
+    // Once its output is all read, not at its exit.
+    child.on('close', (code, signal) => resolve({ code: code ?? (signal ? 128 : -1), output }));
   });
-  return { done, stop: () => void child.kill('SIGKILL') };
+  return { done, stop: () => stopChild(child, { group: true }) };
 }
 
 /** Runs one command as `who`, its words as a shell would split them. */
@@ -959,7 +966,7 @@ describe("the README's walk-through: the on-call engineer and the reviewer", () 
       if (asked.code !== 0) throw new Error(`exit status ${asked.code}: ${asked.output}`);
       expect(asked.output).toContain(name);
     } finally {
-      engineer.stop();
+      await engineer.stop();
     }
     const after = await stored(name);
     expect(after.spec.requester.username).toBe(ERIN);
