@@ -964,7 +964,8 @@ describe("the README's walk-through: the on-call engineer and the reviewer", () 
       expect(review.output).toContain(name);
       const asked = await engineer.done;
       if (asked.code !== 0) throw new Error(`exit status ${asked.code}: ${asked.output}`);
-      expect(asked.output).toContain(name);
+      // whoami shows the grant and when it ends.
+      expect(asked.output).toMatch(new RegExp(`Grant: ${name}\\s+groups ${ONCALL} on ${EDGE}, ends \\d{4}-`));
     } finally {
       await engineer.stop();
     }
