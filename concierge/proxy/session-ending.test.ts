@@ -234,7 +234,7 @@ describe('a session a draining replica closes', () => {
   });
 
   it('a session asked to end before the upstream switched protocols ends with the message once it has', async () => {
-    let answer: () => void = () => {};
+    let answer: (() => void) | undefined;
     const switched = new Promise<Socket>((done) => {
       const server = createServer();
       server.on('upgrade', (_req, s: Socket) => {
@@ -254,10 +254,10 @@ describe('a session a draining replica closes', () => {
     const contexts: RequestContext[] = [];
     const port = await front(hopTo(1, upstreamPort), contexts);
     const client = upgradingClient(port, 'websocket');
-    // Asked while the upstream has not answered yet.
-    await until(() => contexts.length === 1 && contexts[0]!.end !== undefined);
+    // Asked once the upstream has the request, before it answers.
+    await until(() => answer !== undefined && contexts[0]?.end !== undefined);
     contexts[0]!.end!(SHUTDOWN_MESSAGE);
-    answer();
+    answer!();
     await switched;
     const { clean, bytes } = await client.ended;
     expect(clean).toBe(true);
