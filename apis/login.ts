@@ -59,7 +59,10 @@ export const MAX_CSR_BYTES = 4 * 1024;
 
 /**
  * The certificate extension that carries a TokenCredentialRequest's spec.reason: non-critical (a verifier that does not
- * know it, the API server's, ignores it), its value a DER UTF8String. An OID of our own under 2.25 (a UUID as one
- * decimal arc, ITU-T X.667), so it can collide with nobody's.
+ * know it, the API server's, ignores it), its value a DER UTF8String. An OID of our own, made from a UUID generated
+ * once (4ef27a28-5162-4ab9-8b32-23bebf0d4b66) under the arc Microsoft publishes for OIDs made from GUIDs without
+ * registration (1.2.840.113556.1.8000.2554, the GUID's hex cut into 4,4,4,4,4,6,6 digits), so it collides with nobody's.
+ * Not 2.25.<the UUID as one integer> (X.667): Go's X.509 parser takes no arc past 2^63 and refuses the whole
+ * certificate ("x509: malformed extension OID field"), so kubectl could not use one that carried it.
  */
-export const REASON_EXTENSION_OID = '2.25.104938797159274125850615244958057974630';
+export const REASON_EXTENSION_OID = '1.2.840.113556.1.8000.2554.20210.31272.20834.19129.35634.2342591.871270';

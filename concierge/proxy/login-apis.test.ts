@@ -145,6 +145,11 @@ async function identityOver(credential: { certPem: string; keyPem: string }): Pr
 }
 
 describe('a reason through TokenCredentialRequest', () => {
+  it("names an OID whose every arc Go's X.509 parser takes (kubectl refuses a certificate with one past 2^63)", () => {
+    const arcs = REASON_EXTENSION_OID.split('.').map((arc) => BigInt(arc));
+    expect(arcs.every((arc) => arc < 2n ** 63n)).toBe(true);
+  });
+
   it.each([
     ['an incident number', 'INC-123'],
     ['words, quotes and commas', 'restore "orders", then check the queue'],

@@ -11,25 +11,9 @@ import * as x509 from '@peculiar/x509';
 // The ASN.1 engine under @peculiar/x509, for the one value it has no class for: a bare UTF8String as an extension's
 // value (a text of our own in a certificate, encoded and read back as DER, never as a formatted string).
 import * as asn1js from 'asn1js';
-import { AsnObjectIdentifierConverter } from '@peculiar/asn1-schema';
 
 const crypto = webcrypto;
 x509.cryptoProvider.set(crypto);
-
-/**
- * asn1js writes an OID arc past 2^53 (a UUID under 2.25, as our own extensions have) correctly, but reads it back as
- * `{hex}` of its 7-bit groups, which neither it nor @peculiar/x509 takes again: the generator parses each extension
- * it is given and writes it anew, and such an OID came out as `2.25`. Read back, each such arc is made its decimal
- * again, so an OID survives the round trip and compares equal to what was written. Costs a regular expression per OID
- * read; OIDs without such an arc are as before.
- */
-const readOID = AsnObjectIdentifierConverter.fromASN.bind(AsnObjectIdentifierConverter);
-AsnObjectIdentifierConverter.fromASN = (value) =>
-  readOID(value).replace(/(?<=\.)\{([0-9a-fA-F]+)\}/g, (_, hex: string) =>
-    Buffer.from(hex, 'hex')
-      .reduce((n, group) => (n << 7n) | BigInt(group & 0x7f), 0n)
-      .toString(),
-  );
 
 /** ECDSA P-256: small, fast, accepted by Go's crypto/tls, Node and kubectl. */
 const KEY_ALGORITHM: webcrypto.EcKeyGenParams & webcrypto.EcdsaParams = {
