@@ -5,6 +5,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { parse } from 'yaml';
+import { accessReviewerRole } from '../apis/install.ts';
+import { DEFAULT_INSTALL } from '../manifests/install.ts';
 import { REPO_ROOT } from './build.ts';
 import {
   enableSsh,
@@ -81,6 +83,13 @@ async function start(running: Running, log: (line: string) => void, using: Insta
     mode: 0o600,
   });
   await letWorkloadsIn(cluster, edge);
+  // A reviewer for access requests, with a kubeconfig of their own, and edge's policy for them.
+  await letOncallAsk(cluster, edge);
+  const reviewerToken = await issuer.mint(
+    { username: REVIEWER_USER, groups: [] },
+    { expiresIn: DEMO_TOKEN_SECONDS },
+  );
+  writeFileSync(join(dir, 'reviewer.kubeconfig'), await kubeconfigFor(reviewerToken), { mode: 0o600 });
   writeFileSync(join(dir, 'deployer.yaml'), workloadsSection().deployment);
   // The SSH door, signing in by the device login at the local issuer. Its address and host key are what any signed-in
   // user reads with `sealion ssh config`, printed below into .sealion/ (a person's own go to ~/.ssh).
@@ -164,7 +173,56 @@ Every request above is audited (audit.k8s.io/v1 events in the concierge pods' lo
 own by audit ID), and every exec -it recorded; the demo user may read the recordings of every replica:
   sealion recordings list --kubeconfig .sealion/oidc.kubeconfig   # then: sealion recordings play <ID> --kubeconfig …
 
+Access on request (the README's section): on ${EDGE}, anyone may ask for the group ${ONCALL_GROUP} for an hour at most, which ${EDGE}'s RBAC
+lets edit ${DEMO_NAMESPACE}; ${REVIEWER_USER} reviews (.sealion/reviewer.kubeconfig). The demo user asks and waits; the reviewer, in
+another terminal, approves; then the demo user's next request to ${EDGE} carries the group, until the grant ends:
+  sealion request create --kubeconfig ${rel} --cluster ${EDGE} --group ${ONCALL_GROUP} --duration 1h --reason INC-4711 --name ${DEMO_REQUEST} --wait
+  sealion request approve ${DEMO_REQUEST} --kubeconfig .sealion/reviewer.kubeconfig --reason on-call
+  kubectl --kubeconfig ${edgeRel} -n ${DEMO_NAMESPACE} create configmap ${ONCALL_GROUP} --from-literal=a=b   # allowed now, by ${EDGE}'s RBAC for ${ONCALL_GROUP}
+
 Press Ctrl-C to stop; everything started here is removed.`);
+}
+
+/** Who reviews access requests in the demo, the group edge lets the demo user ask for, and the printed request's name. */
+const REVIEWER_USER = 'reviewer@sealion.dev';
+const ONCALL_GROUP = 'oncall';
+const DEMO_REQUEST = 'try-oncall';
+
+/**
+ * What the README's section on access requests does: edge's Cluster lets anyone ask for group oncall for an hour at
+ * most, the reviewer holds the install's reviewer role on the hub, and edge's RBAC lets oncall edit the demo namespace.
+ */
+async function letOncallAsk(hub: Cluster, edge: Cluster): Promise<void> {
+  const access = JSON.stringify({ spec: { access: { groups: [ONCALL_GROUP], maxDurationSeconds: 3600 } } });
+  const steps: [Cluster, string[]][] = [
+    [hub, ['patch', 'cluster', EDGE, '--type', 'merge', '-p', access]],
+    [
+      hub,
+      [
+        'create',
+        'clusterrolebinding',
+        'access-reviewers',
+        `--clusterrole=${accessReviewerRole(DEFAULT_INSTALL.namespace)}`,
+        `--user=${REVIEWER_USER}`,
+      ],
+    ],
+    [
+      edge,
+      [
+        '-n',
+        DEMO_NAMESPACE,
+        'create',
+        'rolebinding',
+        'oncall-edit',
+        '--clusterrole=edit',
+        `--group=${ONCALL_GROUP}`,
+      ],
+    ],
+  ];
+  for (const [cluster, args] of steps) {
+    const result = await cluster.kubectl(args);
+    if (result.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${result.stderr.trim()}`);
+  }
 }
 
 /**

@@ -9,6 +9,7 @@ import { parse } from 'yaml';
 import { approveDevice, runWithLogin, type LoginRun } from '../dev/browser.ts';
 import { REPO_ROOT, ensureBinaries } from '../dev/build.ts';
 import { runKubectl } from '../dev/cluster.ts';
+import { eventually } from '../dev/eventually.ts';
 import { runOpenSSH } from '../dev/openssh.ts';
 import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
 import { runInTerminal } from './harness/pod-commands.ts';
@@ -56,7 +57,24 @@ describe('npm start', () => {
     expect(
       printed.filter((c) => c.args.includes('exec') && c.args.includes('deployment/deployer')),
     ).toHaveLength(2);
+    // `sealion request create … --wait` waits for the reviewer's approval, printed after it: it runs meanwhile.
+    let waiting: Promise<LoginRun> | undefined;
     for (const c of printed) {
+      if (c.args[0] === 'request' && c.args.includes('--wait')) {
+        waiting = sealionWithBrowser(sealion, c.args, env);
+        continue;
+      }
+      if (c.args[0] === 'request' && c.args[1] === 'approve') {
+        // The request exists once the waiting command has created it.
+        await eventually(
+          async () => expect(await sealionWithBrowser(sealion, c.args, env)).toMatchObject({ code: 0 }),
+          60_000,
+          1_000,
+        );
+        expect(await waiting).toMatchObject({ code: 0 });
+        waiting = undefined;
+        continue;
+      }
       if (c.args[0] === 'port-forward') {
         // Runs until stopped: the port it prints answers with the Service's HTTP server on that cluster.
         const [pfCommand, pfArgs] = dieWithParent(sealion, c.args);
@@ -125,6 +143,11 @@ describe('npm start', () => {
         expect(result).toMatchObject({ code: 0, stderr: '' });
       }
     }
+    // The access request was printed with its reviewer's approval: nothing waits on.
+    expect(waiting).toBeUndefined();
+    expect(printed.map((c) => c.args.slice(0, 2).join(' '))).toEqual(
+      expect.arrayContaining(['request create', 'request approve']),
+    );
     await sshAsPrinted(output, home);
     // Sealion runs as pods of its image on both clusters' nodes.
     const edgeDir = /--kubeconfig (\/\S+sealion-edge\S*)\/admin\.kubeconfig/.exec(output)![1]!;
