@@ -860,9 +860,8 @@ describe('a cluster that requires a reason', () => {
     expect(plain.contentType).toBe('application/json');
     const refused = await runAs(dave, kubectlLine!);
     expect(refused.code).not.toBe(0);
-    // kubectl asks for discovery first, which is refused too, and prints a refused discovery's Status as `unknown`:
-    // the message shows only where kubectl goes on to the request itself (the assertion above reads it on the wire).
-    expect(refused.output).toContain('Error from server (Forbidden)');
+    // Discovery is served without a reason, so kubectl goes on to the request itself and prints its refusal.
+    expect(refused.output).toContain(`Error from server (Forbidden): ${how}`);
     // An access request for it needs one too.
     const noReason = await send(
       replica(holder),

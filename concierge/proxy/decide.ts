@@ -26,7 +26,7 @@ import { decideImpersonation } from './decide-impersonation.ts';
 import { forgedExtra, newForwardedUsers, reasonOf } from './forwarded-user.ts';
 import type { Refusal, RequestContext } from './exchange.ts';
 import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
-import { requestAttributes } from '../../lib/kube/request-info.ts';
+import { requestAttributes, type RequestAttributes } from '../../lib/kube/request-info.ts';
 import type { ClusterRouter, Route } from './route.ts';
 import type { ForwardPlan } from './transport.ts';
 import {
@@ -64,7 +64,19 @@ export interface Target {
   forwarded?: UserInfo;
   /** The names of the access requests whose grants the request uses there; absent when none. */
   grants?: readonly string[];
+  /** The cluster requires a reason for every request and the user has none: plan() refuses all but discovery. */
+  reasonMissing?: true;
 }
+
+/**
+ * Discovery (what APIs the cluster serves, its version, its OpenAPI documents): answered without a reason where one is
+ * required, since it shows no object and kubectl reads it before each command. Refused, kubectl would print only
+ * "Forbidden: unknown" for its failed discovery; served, the command's own request gets the Status that says how to
+ * give a reason, and kubectl prints that.
+ */
+const DISCOVERY = /^\/(?:api|apis|version|openapi)(?:\/|$)/;
+const isDiscovery = (attributes: RequestAttributes): boolean =>
+  !attributes.resourceRequest && attributes.verb === 'get' && DISCOVERY.test(attributes.path);
 
 /**
  * The hub's reviews in flight and waiting: 64 at once for all users, 16 for one, and up to 1,024 waiting (256 for
@@ -186,8 +198,12 @@ export function newDecider(deps: DeciderDeps): Decider {
     // A reason is a person's (their credential's, or their access request's: target() refuses a user without one):
     // whoever else calls where one is required is refused, whatever they may do there. Asked here, where a request is
     // forwarded, and not in target(), which also answers the local APIs, which forward nothing.
-    if (identity.kind !== 'user' && grants.reasonRequired(target.cluster))
-      return reasonlessRefusal(target.cluster, identity.kind);
+    const attributes = context.attributes ?? requestAttributes(req.method ?? 'GET', req.url ?? '/');
+    if (!isDiscovery(attributes)) {
+      if (target.reasonMissing) return reasonRefusal(target.cluster);
+      if (identity.kind !== 'user' && grants.reasonRequired(target.cluster))
+        return reasonlessRefusal(target.cluster, identity.kind);
+    }
     // Nobody sets the reason or the access requests of whom they impersonate, even where the cluster would let them:
     // the cluster's audit log would show a reason or a grant nobody gave.
     const forged = forgedExtra(req.rawHeaders);
@@ -222,7 +238,6 @@ export function newDecider(deps: DeciderDeps): Decider {
       if (!(err instanceof MalformedImpersonationError)) throw err;
       return { status: 400, message: `malformed impersonation headers: ${err.message}` };
     }
-    const attributes = context.attributes ?? requestAttributes(req.method ?? 'GET', req.url ?? '/');
     try {
       if (requested) {
         const decision = await decideImpersonation(asker, requested, attributes, target.ask);
@@ -329,14 +344,10 @@ export function newDecider(deps: DeciderDeps): Decider {
   function grantedUser(
     cluster: string,
     identity: Extract<Identity, { kind: 'user' }>,
-  ): { forwarded?: UserInfo; grants?: readonly string[] } | Refusal {
+  ): { forwarded?: UserInfo; grants?: readonly string[]; reasonMissing?: true } | Refusal {
     const active = grants.active(identity.user.username, cluster);
     const reason = reasonOf(identity.reason, active);
-    if (reason === undefined && grants.reasonRequired(cluster))
-      return {
-        status: 403,
-        message: `${cluster ? `cluster ${cluster}` : 'the hub'} requires a reason for every request: run sealion login --reason "<why>" (or use an approved access request with a reason)`,
-      };
+    const reasonMissing = reason === undefined && grants.reasonRequired(cluster);
     const forwarded = forwardedUsers(identity.user, reason, active);
     if ('problem' in forwarded)
       return {
@@ -346,6 +357,15 @@ export function newDecider(deps: DeciderDeps): Decider {
     return {
       ...(forwarded.user === identity.user ? {} : { forwarded: forwarded.user }),
       ...(active.length > 0 ? { grants: active.map((g) => g.name) } : {}),
+      ...(reasonMissing ? { reasonMissing: true as const } : {}),
+    };
+  }
+
+  /** The refusal of a user's request without a reason where the cluster requires one. */
+  function reasonRefusal(cluster: string): Refusal {
+    return {
+      status: 403,
+      message: `${cluster ? `cluster ${cluster}` : 'the hub'} requires a reason for every request: run sealion login --reason "<why>" (or use an approved access request with a reason)`,
     };
   }
 

@@ -339,6 +339,28 @@ describe('a cluster that requires a reason', () => {
     },
   );
 
+  it('serves discovery without one, so kubectl prints the refusal of the command’s own request', async () => {
+    const g = memoryGrants();
+    g.require('edge');
+    const d = decider(g.grants, clusterRoute().route);
+    const target = d.target('edge', alice);
+    if ('status' in target) throw new Error(target.message);
+    for (const url of ['/api', '/apis', '/apis/apps/v1', '/version', '/openapi/v3']) {
+      const req = { method: 'GET', url, headers: {}, rawHeaders: [] } as unknown as Request;
+      const plan = await d.plan(req, alice, false, target, newRequestContext());
+      expect([url, 'status' in plan ? plan.message : 'forwarded']).toEqual([url, 'forwarded']);
+    }
+    for (const [method, url] of [
+      ['GET', '/api/v1/namespaces'],
+      ['GET', '/metrics'],
+      ['POST', '/apis'],
+    ] as const) {
+      const req = { method, url, headers: {}, rawHeaders: [] } as unknown as Request;
+      const plan = await d.plan(req, alice, false, target, newRequestContext());
+      expect([url, 'status' in plan ? plan.status : 'forwarded']).toEqual([url, 403]);
+    }
+  });
+
   it('takes the caller’s own reason for whom they impersonate, and refuses them without one', async () => {
     const g = memoryGrants();
     g.require('edge');
