@@ -651,7 +651,7 @@ function listCommand(): Command {
           hub,
           flags.all ? 'cannot list access requests' : 'cannot list your access requests',
           {
-            403: 'listing them all needs the ClusterRole sealion-concierge-access-reviewer or sealion-concierge-access-requester bound to you on the hub; without --all, the list is your own',
+            403: 'listing them all needs the ClusterRole sealion-concierge-access-reviewer bound to you on the hub; without --all, the list is your own',
           },
         );
       } finally {
