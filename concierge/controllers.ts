@@ -556,7 +556,9 @@ async function proxyControllers(
 ): Promise<ControllerEntry[]> {
   const ctx = await proxyContext(opts, proxyOpts);
   // Published before any controller runs, so before the proxy serves: no moment where the hub's access policy reads
-  // as the empty one (no reason required, nothing to grant) because the hub-name controller has not run yet.
+  // as the empty one (no reason required, nothing to grant) because the hub-name controller has not run yet. The
+  // ConfigMap's first list is awaited, so this is the ConfigMap's config, not only the CredentialIssuer's copy.
+  await ctx.configMaps.synced();
   publishHub(ctx, proxyOpts);
   return [
     ...(proxyOpts.ssh ? sshEntries(ctx, proxyOpts.ssh) : []),
