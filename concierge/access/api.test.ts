@@ -481,7 +481,10 @@ describe('the AccessRequest APIs', () => {
     // Decided: no more approvals (a denial now is a revocation).
     reviewers.add('dave');
     const late = await decide({ ...bob, username: 'dave' }, 'r2', 'Approved');
-    expect(late.code).toBe(409);
+    expect([late.code, late.answer['message']]).toEqual([
+      409,
+      'access request r2 is Approved already; a reviewer may still deny it, which revokes the grant',
+    ]);
   });
 
   it('retries a decision whose request changed under it, and decides afresh', async () => {

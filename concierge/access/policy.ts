@@ -291,7 +291,12 @@ export function reviewed(
   if (phase === 'Approved' && decision.decision === 'Denied')
     return revoked(request, reviewer, decision, now);
   if (phase !== 'Pending')
-    return refusal(409, `access request ${name} is ${phase}; only a pending request can be decided`);
+    return refusal(
+      409,
+      phase === 'Approved'
+        ? `access request ${name} is Approved already; a reviewer may still deny it, which revokes the grant`
+        : `access request ${name} is ${phase}; only a pending request can be decided`,
+    );
   if (!isPending(request, now))
     return refusal(409, `access request ${name} lapsed undecided; the requester can ask again`);
   const reviews = status.reviews ?? [];
