@@ -103,6 +103,12 @@ export interface AccessRequestStatus {
    */
   expiresAt?: string;
   /**
+   * The uid of each Cluster named, as it was at approval (the hub: ''): a grant applies only to the Cluster approved,
+   * never to one deleted and made again under its name.
+   * @maxProperties 16
+   */
+  clusterUIDs?: Record<string, string>;
+  /**
    * Who holds the grant, for `kubectl get -o wide` (spec.requester.username).
    * @maxLength 1024
    */
@@ -173,6 +179,11 @@ export const DEFAULT_MAX_DURATION_SECONDS = 3600;
 export const MAX_DURATION_SECONDS = 604_800;
 /** How long a request may wait for its reviewers before it lapses (Expired). */
 export const PENDING_LIFETIME_SECONDS = 86_400;
+/**
+ * Requests one user may hold at once, in any phase (ended ones are deleted a day after they end): more are refused
+ * (429), so that no one user fills the hub's store and every replica's informer. What selfaccessrequests answers at most.
+ */
+export const MAX_REQUESTS_PER_USER = 50;
 /** Requests one user may have pending at once; more are refused (429) until some are decided or lapse. */
 export const MAX_PENDING_PER_USER = 10;
 /** The longest reason, in characters. */

@@ -10,12 +10,11 @@ export const DEFAULT_AGENT_NAMESPACE = 'sealion-agent';
 export const CONCIERGE_NAME = 'sealion-concierge';
 export const IMPERSONATOR_SERVICE_ACCOUNT = 'sealion-impersonator';
 /**
- * The ClusterRoles an install ships for access requests, bound by the admin: reviewers (read, and the `approve` verb)
- * and requesters (read). Named after the install's namespace, as its other cluster-scoped objects are, so that two
- * installs (two group suffixes) do not share them: `sealion-concierge-access-reviewer` in the default install.
+ * The ClusterRole an install ships for access requests' reviewers (read, and the `approve` verb), bound by the admin;
+ * requesters need none (they read their own through selfaccessrequests). Named after the install's namespace, as its other cluster-scoped objects are, so that two
+ * installs (two group suffixes) do not share it: `sealion-concierge-access-reviewer` in the default install.
  */
 export const accessReviewerRole = (namespace: string): string => `${namespace}-access-reviewer`;
-export const accessRequesterRole = (namespace: string): string => `${namespace}-access-requester`;
 /** The ConfigMap with the concierge's configuration (CONFIG_KEY), also the CredentialIssuer's name. */
 export const CONFIG_MAP_NAME = 'sealion-concierge-config';
 /** The ConfigMap with the concierge's audit Policy (key AUDIT_POLICY_KEY); without it, audit is off. */

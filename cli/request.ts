@@ -651,7 +651,7 @@ function listCommand(): Command {
           hub,
           flags.all ? 'cannot list access requests' : 'cannot list your access requests',
           {
-            403: 'listing them all needs the ClusterRole sealion-concierge-access-reviewer or sealion-concierge-access-requester bound to you on the hub; without --all, the list is your own',
+            403: 'listing them all needs the ClusterRole sealion-concierge-access-reviewer bound to you on the hub; without --all, the list is your own',
           },
         );
       } finally {
@@ -668,7 +668,7 @@ function decideCommand(verb: 'approve' | 'deny'): Command {
     new Command(verb).description(
       verb === 'approve'
         ? "approve someone's access request (a reviewer: verb approve on accessrequests on the hub)"
-        : "deny someone's access request (a reviewer: verb approve on accessrequests on the hub)",
+        : "deny someone's access request, or revoke an approved one that has not ended (a reviewer: verb approve on accessrequests on the hub)",
     ),
   )
     .addArgument(nameArgument())
@@ -678,7 +678,7 @@ function decideCommand(verb: 'approve' | 'deny'): Command {
       await decide(name, flags, decision, APPROVAL_SUBRESOURCE, verb, {
         403: 'reviewers need the verb approve on accessrequests on the hub (the ClusterRole sealion-concierge-access-reviewer), and nobody decides their own request',
         404: 'see sealion request list --all for the names there are',
-        409: 'only a pending request can be decided; see sealion request list --all',
+        409: 'only a pending request can be decided, and an approved one only denied (revoked) before it ends; see sealion request list --all',
       });
     });
 }
@@ -772,7 +772,7 @@ Examples:
   sealion request list
   sealion request list --all                     # reviewers: everyone's
   sealion request approve alice-x7k2p --reason "on call this week"
-  sealion request deny alice-x7k2p --reason "use the runbook's read-only role"
+  sealion request deny alice-x7k2p --reason "use the runbook's read-only role"   # approved already: revoked
   sealion request withdraw alice-x7k2p
   sealion request wait alice-x7k2p --timeout 30m && kubectl --context edge rollout restart deploy/payments
 Reviewers hold the verb approve on accessrequests on the hub, as the install's ClusterRole sealion-concierge-access-reviewer

@@ -555,6 +555,11 @@ async function proxyControllers(
   proxyOpts: NonNullable<ConciergeControllerOptions['proxy']>,
 ): Promise<ControllerEntry[]> {
   const ctx = await proxyContext(opts, proxyOpts);
+  // Published before any controller runs, so before the proxy serves: no moment where the hub's access policy reads
+  // as the empty one (no reason required, nothing to grant) because the hub-name controller has not run yet. The
+  // ConfigMap's first list is awaited, so this is the ConfigMap's config, not only the CredentialIssuer's copy.
+  await ctx.configMaps.synced();
+  publishHub(ctx, proxyOpts);
   return [
     ...(proxyOpts.ssh ? sshEntries(ctx, proxyOpts.ssh) : []),
     ...(proxyOpts.hubName || proxyOpts.accessRequests
@@ -743,12 +748,20 @@ function hubNamePublisher(
     watches: [{ ...ctx.configMapWatch, key: () => HUB_NAME_KEY }],
     initialKeys: [HUB_NAME_KEY],
     sync() {
-      const { config } = ctx.config();
-      publish.hubName?.(config.ssh.hubName);
-      publish.accessRequests?.(accessSettings(config));
+      publishHub(ctx, publish);
       return Promise.resolve();
     },
   };
+}
+
+/** Tells the hub's name and access settings of the config in effect. */
+function publishHub(
+  ctx: ProxyContext,
+  publish: Pick<NonNullable<ConciergeControllerOptions['proxy']>, 'hubName' | 'accessRequests'>,
+): void {
+  const { config } = ctx.config();
+  publish.hubName?.(config.ssh.hubName);
+  publish.accessRequests?.(accessSettings(config));
 }
 
 /** The SSH door's controllers, given what they read from the proxy's context. */

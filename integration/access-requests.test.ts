@@ -207,9 +207,17 @@ describe('access requests written by Sealion on a real hub', () => {
     expect(stranger.body['message']).toContain('cannot approve');
     const approved = await decide('bob', 'alice-edge', 'Approved');
     expect(approved.status).toBe(200);
-    const status = (approved.body['status'] ?? {}) as { phase?: string; reviews?: { user: string }[] };
+    const status = (approved.body['status'] ?? {}) as {
+      phase?: string;
+      reviews?: { user: string }[];
+      clusterUIDs?: Record<string, string>;
+    };
     expect([status.phase, status.reviews?.map((r) => r.user)]).toEqual(['Approved', ['bob']]);
-    expect((await decide('bob', 'alice-edge', 'Denied')).status).toBe(409);
+    // The Cluster approved, by uid: the grant applies to no other made under its name.
+    expect(Object.keys(status.clusterUIDs ?? {})).toEqual(['edge']);
+    expect(status.clusterUIDs?.['edge']).toMatch(/^[0-9a-f-]{36}$/);
+    // Approved: no more approvals (a denial now would revoke it).
+    expect((await decide('bob', 'alice-edge', 'Approved')).status).toBe(409);
     // The requester withdraws it.
     const withdrawn = await call('alice', 'POST', `${PREFIX}/accessrequests/alice-edge/withdrawal`, {
       decision: 'Withdrawn',

@@ -3,7 +3,6 @@
 // installations (say, suffixes sealion.dev and pinniped.dev) live side by side.
 import { APPROVE_VERB } from '../apis/access.ts';
 import {
-  accessRequesterRole,
   accessReviewerRole,
   AGENT_HEALTH_PORT,
   AGENT_NAME,
@@ -347,9 +346,10 @@ function sessionAuditorClusterRole(ns: string, groups: Groups): Obj {
 }
 
 /**
- * Bound by the admin, as they choose: reviewers read access requests and approve or deny them (the `approve` verb,
- * which the proxy asks the hub's authorizer about); requesters read them (creating one goes through the proxy, which
- * writes it with the concierge's rights, so neither role may create, update or patch them).
+ * Bound by the admin to whoever reviews: reviewers read access requests and approve or deny them (the `approve` verb,
+ * which the proxy asks the hub's authorizer about). Requesters need no role: the proxy writes their requests with the
+ * concierge's rights and answers their own (selfaccessrequests), so nobody holds create, update or patch on them, and
+ * no role lets a requester read everyone's.
  */
 function accessClusterRoles(ns: string, groups: Groups): Obj[] {
   const read = {
@@ -357,10 +357,7 @@ function accessClusterRoles(ns: string, groups: Groups): Obj[] {
     resources: [Resource.AccessRequest],
     verbs: ['get', 'list', 'watch'],
   };
-  return [
-    clusterRole(accessReviewerRole(ns), [read, { ...read, verbs: [APPROVE_VERB] }]),
-    clusterRole(accessRequesterRole(ns), [read]),
-  ];
+  return [clusterRole(accessReviewerRole(ns), [read, { ...read, verbs: [APPROVE_VERB] }])];
 }
 
 /** The controllers' cluster-wide rights: authenticators, the CredentialIssuer, Clusters, nodes, reviews. */
@@ -394,11 +391,11 @@ function conciergeClusterRBAC(role: string, ns: string, groups: Groups): Obj[] {
         verbs: ['get', 'update', 'patch'],
       },
       // Access requests: the proxy creates them for the users it authenticated and writes their decisions, the leader
-      // their expiry; nobody's deletes but the hub RBAC's holders'.
+      // their expiry, and deletes them a day after they ended (so one user's cannot pile up for ever).
       {
         apiGroups: [groups.access],
         resources: [Resource.AccessRequest],
-        verbs: ['get', 'list', 'watch', 'create'],
+        verbs: ['get', 'list', 'watch', 'create', 'delete'],
       },
       {
         apiGroups: [groups.access],

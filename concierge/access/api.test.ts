@@ -1,10 +1,11 @@
 // The AccessRequest local APIs against an in-memory store of requests (the API server's rules a caller relies on:
 // a new resourceVersion per write, 409 on a stale one) over a real HTTP listener: the hostile cases first.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
   MAX_PENDING_PER_USER,
+  MAX_REQUESTS_PER_USER,
   PENDING_LIFETIME_SECONDS,
   type AccessRequest,
   type AccessRequestStatus,
@@ -17,10 +18,10 @@ import type { AccessQuestion, Reviewer } from '../../lib/kube/kube.ts';
 import { silentLogger } from '../../lib/log.ts';
 import { fakeClock } from '../../test-support/fake-clock.ts';
 import { localAPIs } from '../proxy/local-apis.ts';
-import { accessAPIs } from './api.ts';
+import { accessAPIs, MAX_CALLS_IN_FLIGHT_PER_USER } from './api.ts';
 import { AccessWriteError, type AccessRequestClient } from './client.ts';
 import type { AccessChange } from './notify.ts';
-import { newAccessStore, policyLookup, type AccessSettings } from './store.ts';
+import { clusterUIDsOf, newAccessStore, policyLookup, type AccessSettings } from './store.ts';
 
 const groups = apiGroups('sealion.dev');
 const prefix = `/apis/${groups.access}/${VERSION}`;
@@ -31,9 +32,17 @@ const START = Date.parse('2026-11-29T10:00:00Z');
 function memoryClient(requests: MemoryInformer<AccessRequest>, clock: { now(): number }) {
   let version = 0;
   let generated = 0;
-  const client: AccessRequestClient & { conflicts: number } = {
+  const client: AccessRequestClient & { conflicts: number; gets: string[] } = {
     conflicts: 0,
-    get: (name) => Promise.resolve(structuredClone(requests.get(name))),
+    gets: [],
+    get(name) {
+      client.gets.push(name);
+      return Promise.resolve(structuredClone(requests.get(name)));
+    },
+    delete(name) {
+      requests.remove(name);
+      return Promise.resolve();
+    },
     async create(request) {
       await Promise.resolve();
       const name =
@@ -88,6 +97,8 @@ describe('the AccessRequest APIs', () => {
   let server: Server;
   let base: string;
   let beforeWrite: (() => void) | undefined;
+  let reviewGate: Promise<void> | undefined;
+  let store: ReturnType<typeof newAccessStore>;
 
   beforeAll(async () => {
     server = createServer((req, res) => {
@@ -122,18 +133,22 @@ describe('the AccessRequest APIs', () => {
     questions = [];
     changes = [];
     beforeWrite = undefined;
-    const store = newAccessStore({
+    reviewGate = undefined;
+    const clusterUID = (name: string) => (clusters[name] ? `uid-${name}` : undefined);
+    store = newAccessStore({
       requests,
       clusterSpec: (name) => clusters[name],
+      clusterUID,
       settings: () => settings,
       clock,
       log: silentLogger(),
     });
     const reviewer: Reviewer = {
       tokenReview: () => Promise.reject(new Error('unused')),
-      allowed(question) {
+      async allowed(question) {
         questions.push(question);
-        return Promise.resolve(reviewers.has(question.user));
+        await reviewGate;
+        return reviewers.has(question.user);
       },
     };
     const apis = localAPIs(
@@ -151,6 +166,11 @@ describe('the AccessRequest APIs', () => {
         policyOf: policyLookup(
           () => settings,
           (name) => clusters[name],
+        ),
+        clusterUIDs: clusterUIDsOf(
+          () => settings,
+          (name) => clusters[name],
+          clusterUID,
         ),
         notify: (change, request, by) => changes.push([change, request.metadata.name!, by?.username]),
         clock,
@@ -284,9 +304,131 @@ describe('the AccessRequest APIs', () => {
   });
 
   it('bounds the pending requests of a user who sends many at once', async () => {
-    const answers = await Promise.all(Array.from({ length: 30 }, () => ask(alice, {})));
-    expect(answers.filter((a) => a.code === 201)).toHaveLength(MAX_PENDING_PER_USER);
-    expect(answers.filter((a) => a.code === 429)).toHaveLength(30 - MAX_PENDING_PER_USER);
+    for (let i = 0; i < MAX_PENDING_PER_USER - 2; i++) expect((await ask(alice, {})).code).toBe(201);
+    const answers = await Promise.all(
+      Array.from({ length: MAX_CALLS_IN_FLIGHT_PER_USER }, () => ask(alice, {})),
+    );
+    expect(answers.map((a) => a.code).sort()).toEqual([201, 201, 429, 429]);
+  });
+
+  it('bounds the requests one user holds in any phase, and lists at most that many', async () => {
+    for (let i = 0; i < MAX_REQUESTS_PER_USER; i++) {
+      expect((await ask(alice, {}, `loop-${i}`)).code).toBe(201);
+      expect(
+        (await post(alice, `/accessrequests/loop-${i}/withdrawal`, { decision: 'Withdrawn' })).code,
+      ).toBe(200);
+    }
+    const over = await ask(alice, {});
+    expect([over.code, over.retryAfter]).toEqual([429, '60']);
+    expect(over.answer['message']).toBe(
+      `you hold ${MAX_REQUESTS_PER_USER} access requests, the most one user may; withdraw one, or wait a day for ended ones to be deleted`,
+    );
+    expect((await ask(bob, {})).code).toBe(201);
+    // More than that, written past the proxy: selfaccessrequests answers the newest MAX_REQUESTS_PER_USER.
+    for (let i = 0; i < 10; i++) {
+      const extra = structuredClone(requests.get('loop-0')!);
+      extra.metadata = { ...extra.metadata, name: `extra-${i}` };
+      requests.put(extra);
+    }
+    const res = await fetch(`${base}${prefix}/selfaccessrequests`, {
+      headers: { 'x-test-user': JSON.stringify(alice) },
+    });
+    expect(((await res.json()) as { items: unknown[] }).items).toHaveLength(MAX_REQUESTS_PER_USER);
+  });
+
+  it('bounds the creates and decisions one user has under way (429), not those of others', async () => {
+    for (let i = 0; i < MAX_CALLS_IN_FLIGHT_PER_USER + 2; i++) await ask(alice, {}, `r-${i}`);
+    let release = (): void => {};
+    reviewGate = new Promise((done) => (release = done));
+    const answers: number[] = [];
+    const calls = Array.from({ length: MAX_CALLS_IN_FLIGHT_PER_USER + 2 }, (_, i) =>
+      decide(bob, `r-${i}`, 'Approved').then((a) => void answers.push(a.code)),
+    );
+    while (questions.length < MAX_CALLS_IN_FLIGHT_PER_USER || answers.length < 2)
+      await new Promise((done) => setImmediate(done));
+    expect(answers).toEqual([429, 429]);
+    // Another reviewer is not held up by bob's.
+    const carols = decide(carol, 'r-0', 'Denied');
+    while (questions.length < MAX_CALLS_IN_FLIGHT_PER_USER + 1)
+      await new Promise((done) => setImmediate(done));
+    release();
+    await Promise.all(calls);
+    expect(answers.sort()).toEqual([200, 200, 200, 200, 429, 429]);
+    expect((await carols).code).toBe(200);
+    // Done: the bound is free again.
+    expect((await decide(bob, `r-${MAX_CALLS_IN_FLIGHT_PER_USER}`, 'Approved')).code).toBe(200);
+  });
+
+  it('checks a request name before any use: . and .. never reach the API server', async () => {
+    const raw = (path: string, user: UserInfo) =>
+      new Promise<number>((done, fail) => {
+        const { hostname, port } = new URL(base);
+        const req = httpRequest({
+          host: hostname,
+          port,
+          path: `${prefix}${path}`,
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-test-user': JSON.stringify(user) },
+        });
+        req.on('response', (res) => {
+          res.resume();
+          done(res.statusCode ?? 0);
+        });
+        req.on('error', fail);
+        req.end(JSON.stringify({ apiVersion, kind: 'AccessRequestDecision', decision: 'Approved' }));
+      });
+    // Given as options, node:http sends the path as written: no URL normalisation on the way.
+    for (const name of ['..', '.', '%2E%2E', 'UPPER', 'a%2Fb'])
+      expect(await raw(`/accessrequests/${name}/approval`, bob)).toBe(404);
+    expect(await raw(`/accessrequests/%2E%2E/withdrawal`, alice)).toBe(404);
+    expect([questions, client.gets]).toEqual([[], []]);
+  });
+
+  it('lets a reviewer revoke an approved, unexpired grant: Denied, who and why recorded, the grant over', async () => {
+    await ask(alice, {}, 'r-app');
+    expect((await decide(bob, 'r-app', 'Approved')).code).toBe(200);
+    expect(store.active('alice', 'edge').map((g) => g.name)).toEqual(['r-app']);
+    // Never by the requester, even one the hub lets approve.
+    reviewers.add('alice');
+    expect((await decide(alice, 'r-app', 'Denied')).code).toBe(403);
+    clock.advance(1000);
+    const revoked = await decide(carol, 'r-app', 'Denied', 'approved by mistake');
+    expect(revoked.code).toBe(200);
+    const status = statusOf('r-app');
+    expect([status.phase, status.message]).toEqual(['Denied', 'revoked by carol']);
+    expect(status.reviews!.at(-1)).toEqual({
+      user: 'carol',
+      decision: 'Denied',
+      reason: 'approved by mistake',
+      time: '2026-11-29T10:00:01Z',
+    });
+    expect(store.active('alice', 'edge')).toEqual([]);
+    expect(changes.map(([c, , by]) => [c, by]).at(-1)).toEqual(['denied', 'carol']);
+    // Approving it again is no way back.
+    expect((await decide({ ...bob, username: 'dave' }, 'r-app', 'Approved')).code).toBe(403);
+    reviewers.add('dave');
+    expect((await decide({ ...bob, username: 'dave' }, 'r-app', 'Approved')).code).toBe(409);
+  });
+
+  it('revokes no grant that is over', async () => {
+    await ask(alice, {}, 'r-over');
+    expect((await decide(bob, 'r-over', 'Approved')).code).toBe(200);
+    clock.advance(600_000);
+    const late = await decide(carol, 'r-over', 'Denied');
+    expect([late.code, late.answer['message']]).toEqual([
+      409,
+      "access request r-over's grant is over; there is nothing to revoke",
+    ]);
+  });
+
+  it('records the uids of the Clusters approved, and the hub as its own', async () => {
+    await ask(alice, { clusters: ['edge', 'hub'], groups: ['edge-admins'] }, 'r-uid');
+    // Policies must list the group on both: the hub's here.
+    settings = { ...settings, hub: { ...settings.hub, groups: ['hub-admins', 'edge-admins'] } };
+    await ask(alice, { clusters: ['edge', 'hub'], groups: ['edge-admins'] }, 'r-uid2');
+    expect((await decide(bob, 'r-uid2', 'Approved')).code).toBe(200);
+    expect(statusOf('r-uid2').clusterUIDs).toEqual({ edge: 'uid-edge', hub: '' });
+    expect(store.active('alice', '').map((g) => g.name)).toEqual(['r-uid2']);
   });
 
   it('refuses a requester approving or denying their own request, even one the hub lets approve', async () => {
@@ -336,10 +478,13 @@ describe('the AccessRequest APIs', () => {
       ['carol', 'Approved', undefined],
     ]);
     expect(changes.map(([c]) => c)).toEqual(['created', 'approved']);
-    // Decided: no more reviews.
+    // Decided: no more approvals (a denial now is a revocation).
     reviewers.add('dave');
-    const late = await decide({ ...bob, username: 'dave' }, 'r2', 'Denied');
-    expect(late.code).toBe(409);
+    const late = await decide({ ...bob, username: 'dave' }, 'r2', 'Approved');
+    expect([late.code, late.answer['message']]).toEqual([
+      409,
+      'access request r2 is Approved already; a reviewer may still deny it, which revokes the grant',
+    ]);
   });
 
   it('retries a decision whose request changed under it, and decides afresh', async () => {

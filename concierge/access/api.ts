@@ -7,11 +7,13 @@ import {
   ACCESS_REQUESTS,
   APPROVAL_SUBRESOURCE,
   APPROVE_VERB,
+  MAX_REQUESTS_PER_USER,
   WITHDRAWAL_SUBRESOURCE,
   type AccessRequest,
   type AccessRequestStatus,
 } from '../../apis/access.ts';
 import { VERSION, type ApiGroups } from '../../apis/groups.ts';
+import { isDNSSubdomain } from '../../apis/names.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Clock } from '../../lib/clock.ts';
 import type { Request, Response } from '../../lib/http2/request.ts';
@@ -47,6 +49,8 @@ export interface AccessAPIDeps {
   reviewer: Reviewer;
   /** The policy of a cluster a request names (policyLookup), or why it cannot be asked for. */
   policyOf: (cluster: string) => PolicyAnswer;
+  /** The uids of the clusters a request names, recorded at its approval (clusterUIDsOf). */
+  clusterUIDs: (clusters: readonly string[]) => Record<string, string>;
   notify: AccessNotifier;
   clock: Clock;
   log: Logger;
@@ -54,18 +58,26 @@ export interface AccessAPIDeps {
   bodyTimeoutMs?: number;
 }
 
+/**
+ * The calls one user may have under way at once (creates and decisions: each a SubjectAccessReview or writes to the
+ * hub under the concierge's identity); more are refused (429), so one user cannot flood the hub in its name.
+ */
+export const MAX_CALLS_IN_FLIGHT_PER_USER = 4;
+
 /** The local API entries: POST on the collection and on a request's subresources, GET on selfaccessrequests. */
 export function accessAPIs(deps: AccessAPIDeps): LocalAPI[] {
   const prefix = `/apis/${deps.groups.access}/${VERSION}`;
   const collection = `${prefix}/${ACCESS_REQUESTS}`;
   const creating = new Map<string, number>();
+  const bounded = perUserBound(MAX_CALLS_IN_FLIGHT_PER_USER);
   return [
     {
       paths: [collection],
       who: 'authenticated',
       hubOnly: true,
       methods: ['POST'],
-      serve: (req, res, _path, user) => asPerson(res, user!, () => create(deps, creating, req, res, user!)),
+      serve: (req, res, _path, user) =>
+        asPerson(res, user!, () => bounded(res, user!, () => create(deps, creating, req, res, user!))),
     },
     {
       paths: [`${collection}/*`],
@@ -73,7 +85,9 @@ export function accessAPIs(deps: AccessAPIDeps): LocalAPI[] {
       hubOnly: true,
       methods: ['POST'],
       serve: (req, res, path, user) =>
-        asPerson(res, user!, () => decide(deps, req, res, path.slice(collection.length + 1), user!)),
+        asPerson(res, user!, () =>
+          bounded(res, user!, () => decide(deps, req, res, path.slice(collection.length + 1), user!)),
+        ),
     },
     {
       paths: [`${prefix}/${SELF_ACCESS_REQUESTS}`],
@@ -94,6 +108,31 @@ async function asPerson(res: Response, user: UserInfo, serve: () => Promise<void
       'access requests are for people; a service account cannot make or decide one',
     );
   await serve();
+}
+
+/** Runs a user's call unless `most` of theirs are under way already; then answers 429. */
+function perUserBound(most: number) {
+  const inFlight = new Map<string, number>();
+  return async (res: Response, user: UserInfo, serve: () => Promise<void>): Promise<void> => {
+    const held = inFlight.get(user.username) ?? 0;
+    if (held >= most)
+      return writeStatus(
+        res,
+        429,
+        `you have ${held} access request calls under way; wait for them to finish`,
+        {
+          retryAfterSeconds: 1,
+        },
+      );
+    inFlight.set(user.username, held + 1);
+    try {
+      await serve();
+    } finally {
+      const left = (inFlight.get(user.username) ?? 1) - 1;
+      if (left > 0) inFlight.set(user.username, left);
+      else inFlight.delete(user.username);
+    }
+  };
 }
 
 const refuse = (res: Response, refusal: Refusal): void =>
@@ -144,6 +183,7 @@ async function create(
     user,
     policyOf: deps.policyOf,
     pending: deps.store.pendingOf(user.username) + underWay,
+    held: deps.store.requestsOf(user.username).length + underWay,
     now: deps.clock.now(),
   });
   if (isRefusal(made)) return refuse(res, made);
@@ -201,6 +241,9 @@ async function decide(
       405,
       `access requests are created with POST ${ACCESS_REQUESTS}, decided with POST ${ACCESS_REQUESTS}/<name>/${APPROVAL_SUBRESOURCE} and withdrawn with POST ${ACCESS_REQUESTS}/<name>/${WITHDRAWAL_SUBRESOURCE}`,
     );
+  // Checked before any use: `.` or `..` would change the URL the hub's client calls.
+  if (!isDNSSubdomain(name))
+    return writeStatus(res, 404, `access request ${JSON.stringify(name).slice(0, 80)} not found`);
   const approval = subresource === APPROVAL_SUBRESOURCE;
   const body = await bodyOf(deps, req, res);
   if (body === undefined) return;
@@ -225,7 +268,7 @@ async function decide(
   }
   const next = (request: AccessRequest, now: number): AccessRequestStatus | Refusal =>
     approval
-      ? reviewed(request, user.username, decision, now)
+      ? reviewed(request, user.username, decision, now, deps.clusterUIDs(request.spec.clusters))
       : withdrawn(request, user.username, decision.reason, now);
   await writeDecision(deps, res, name, user, next);
 }
@@ -283,7 +326,10 @@ function listOwn(deps: AccessAPIDeps, res: Response, user: UserInfo): Promise<vo
       apiVersion,
       kind: 'AccessRequestList',
       metadata: {},
-      items: deps.store.requestsOf(user.username).map((r) => ({ ...r, apiVersion, kind: 'AccessRequest' })),
+      items: deps.store
+        .requestsOf(user.username)
+        .slice(0, MAX_REQUESTS_PER_USER)
+        .map((r) => ({ ...r, apiVersion, kind: 'AccessRequest' })),
     }),
   );
   return Promise.resolve();

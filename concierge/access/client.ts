@@ -24,6 +24,8 @@ export interface AccessRequestClient {
    * The object as written.
    */
   replaceStatus(request: AccessRequest, status: AccessRequestStatus): Promise<AccessRequest>;
+  /** Deletes it; one already gone is no error. */
+  delete(name: string): Promise<void>;
 }
 
 const rethrown = (err: unknown): never => {
@@ -60,6 +62,14 @@ export function newAccessRequestClient(clients: KubeClients, groups: ApiGroups):
         })) as AccessRequest;
       } catch (err) {
         return rethrown(err);
+      }
+    },
+    async delete(name) {
+      try {
+        await clients.customObjects.deleteClusterCustomObject({ ...resource, name });
+      } catch (err) {
+        if (apiStatusCode(err) === 404) return;
+        rethrown(err);
       }
     },
     async replaceStatus(request, status) {

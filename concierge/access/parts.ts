@@ -15,7 +15,13 @@ import { accessAPIs } from './api.ts';
 import { newAccessRequestClient, type AccessRequestClient } from './client.ts';
 import { accessExpiryController } from './expiry.ts';
 import { newAccessNotifier } from './notify.ts';
-import { newAccessStore, policyLookup, type AccessSettings, type AccessStore } from './store.ts';
+import {
+  clusterUIDsOf,
+  newAccessStore,
+  policyLookup,
+  type AccessSettings,
+  type AccessStore,
+} from './store.ts';
 
 export interface AccessPartsOptions {
   clients: KubeClients;
@@ -24,6 +30,8 @@ export interface AccessPartsOptions {
   reviewer: Reviewer;
   /** A Cluster's spec by name (the tunnel parts' informer); undefined: none. */
   clusterSpec: (name: string) => ClusterSpec | undefined;
+  /** A Cluster's uid by name; undefined: none. */
+  clusterUID: (name: string) => string | undefined;
   /** The config's accessRequests in effect. */
   settings: () => AccessSettings;
   /** This replica's name, in the audit events it writes. */
@@ -68,6 +76,7 @@ export async function newAccessParts(opts: AccessPartsOptions): Promise<AccessPa
   const store = newAccessStore({
     requests,
     clusterSpec: opts.clusterSpec,
+    clusterUID: opts.clusterUID,
     settings: opts.settings,
     clock,
     log,
@@ -79,6 +88,7 @@ export async function newAccessParts(opts: AccessPartsOptions): Promise<AccessPa
     client,
     reviewer: opts.reviewer,
     policyOf: policyLookup(opts.settings, opts.clusterSpec),
+    clusterUIDs: clusterUIDsOf(opts.settings, opts.clusterSpec, opts.clusterUID),
     notify,
     clock,
     log,

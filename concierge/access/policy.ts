@@ -5,6 +5,7 @@ import {
   DEFAULT_MAX_DURATION_SECONDS,
   MAX_DURATION_SECONDS,
   MAX_PENDING_PER_USER,
+  MAX_REQUESTS_PER_USER,
   PENDING_LIFETIME_SECONDS,
   reasonProblem,
   type AccessDecision,
@@ -39,6 +40,8 @@ export interface NewRequestContext {
   policyOf: (cluster: string) => PolicyAnswer;
   /** The caller's requests pending now (this replica's view, and its creates under way). */
   pending: number;
+  /** The caller's requests the hub holds now, in any phase (the same view). */
+  held: number;
   now: number;
 }
 
@@ -177,6 +180,12 @@ export function newAccessRequest(body: unknown, ctx: NewRequestContext): AccessR
       `you have ${ctx.pending} access requests pending, the most one user may have; withdraw one or wait for a decision`,
       PENDING_RETRY_SECONDS,
     );
+  if (ctx.held >= MAX_REQUESTS_PER_USER)
+    return refusal(
+      429,
+      `you hold ${ctx.held} access requests, the most one user may; withdraw one, or wait a day for ended ones to be deleted`,
+      PENDING_RETRY_SECONDS,
+    );
   const approvals = Math.max(...policies.map(({ policy }) => policy.approvals ?? DEFAULT_APPROVALS));
   const { user } = ctx;
   return {
@@ -256,14 +265,16 @@ export const isRequester = (request: AccessRequest, user: string): boolean =>
 
 /**
  * The status after a reviewer's decision (Approved or Denied), or the refusal. Only a pending, unlapsed request can be
- * decided; never by its requester; once per reviewer. Enough approvals make it Approved from now for its duration; one
- * denial makes it Denied.
+ * decided; never by its requester; once per reviewer. Enough approvals make it Approved from now for its duration, on
+ * the Clusters `clusterUIDs` names (their uids now, the hub's ''); one denial makes it Denied, and so does a denial of
+ * an approved, unexpired one (revoked).
  */
 export function reviewed(
   request: AccessRequest,
   reviewer: string,
   decision: { decision: AccessDecision; reason?: string },
   now: number,
+  clusterUIDs: Record<string, string> = {},
 ): AccessRequestStatus | Refusal {
   const name = request.metadata.name ?? '';
   if (isRequester(request, reviewer))
@@ -277,8 +288,15 @@ export function reviewed(
   const phase = status.phase;
   if (phase === undefined)
     return refusal(409, `access request ${name} is still being created; retry in a moment`, 1);
+  if (phase === 'Approved' && decision.decision === 'Denied')
+    return revoked(request, reviewer, decision, now);
   if (phase !== 'Pending')
-    return refusal(409, `access request ${name} is ${phase}; only a pending request can be decided`);
+    return refusal(
+      409,
+      phase === 'Approved'
+        ? `access request ${name} is Approved already; a reviewer may still deny it, which revokes the grant`
+        : `access request ${name} is ${phase}; only a pending request can be decided`,
+    );
   if (!isPending(request, now))
     return refusal(409, `access request ${name} lapsed undecided; the requester can ask again`);
   const reviews = status.reviews ?? [];
@@ -299,11 +317,41 @@ export function reviewed(
     ...next,
     phase: 'Approved',
     approvedAt: rfc3339(now),
+    clusterUIDs,
     expiresAt: rfc3339(now + request.spec.durationSeconds * 1000),
     message: `approved by ${next
       .reviews!.filter((r) => r.decision === 'Approved')
       .map((r) => r.user)
       .join(', ')}`,
+  };
+}
+
+/**
+ * The status after a reviewer denies an approved request: its grant ends now (Denied), the review saying who and why.
+ * Any reviewer may, one who approved it too: an approval given by mistake is taken back the same way. An expired grant
+ * has nothing left to revoke.
+ */
+function revoked(
+  request: AccessRequest,
+  reviewer: string,
+  decision: { decision: AccessDecision; reason?: string },
+  now: number,
+): AccessRequestStatus | Refusal {
+  const name = request.metadata.name ?? '';
+  const status = request.status ?? {};
+  if (!(now < timeOf(status.expiresAt)))
+    return refusal(409, `access request ${name}'s grant is over; there is nothing to revoke`);
+  const review: AccessReview = {
+    user: reviewer,
+    decision: 'Denied',
+    ...(decision.reason === undefined ? {} : { reason: decision.reason }),
+    time: rfc3339(now),
+  };
+  return {
+    ...status,
+    phase: 'Denied',
+    reviews: [...(status.reviews ?? []), review],
+    message: `revoked by ${reviewer}`,
   };
 }
 

@@ -22,6 +22,8 @@ export interface AccessStoreOptions {
   requests: Informer<AccessRequest>;
   /** A Cluster's spec by name; undefined: there is none. */
   clusterSpec: (name: string) => ClusterSpec | undefined;
+  /** A Cluster's uid by name (metadata.uid); undefined: there is none. */
+  clusterUID: (name: string) => string | undefined;
   /** The access settings in effect (the config's accessRequests). */
   settings: () => AccessSettings;
   clock: Clock;
@@ -29,7 +31,7 @@ export interface AccessStoreOptions {
 }
 
 export interface AccessStore extends AccessGrants {
-  /** The requests `username` made, newest first. */
+  /** The requests `username` made and the hub still holds, newest first. */
   requestsOf(username: string): AccessRequest[];
   /** How many of `username`'s requests are pending now. */
   pendingOf(username: string): number;
@@ -40,16 +42,64 @@ export interface AccessStore extends AccessGrants {
 /** A timer longer than this is armed in steps: setTimeout takes at most 2^31-1 ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
-/** The grant an approved, unexpired request gives on `cluster` (its name as requests write it) at `now`, if any. */
-function grantOf(request: AccessRequest, cluster: string, now: number): Grant | undefined {
+/**
+ * What a grant on one cluster is checked against now: the cluster's name in requests, its current policy, and its
+ * Cluster's uid ('' for the hub).
+ */
+interface Target {
+  named: string;
+  policy: AccessPolicy;
+  uid: string;
+}
+
+/**
+ * How far ahead of this replica's clock an approval may be dated: the replica that wrote it may run ahead by a few
+ * seconds. A status dated further ahead was not written by an approval, and grants nothing.
+ */
+const APPROVAL_SKEW_MS = 60_000;
+/** expiresAt is written to the second (rfc3339), so it may lie up to a second past approvedAt + durationSeconds. */
+const ROUNDING_MS = 1000;
+
+/**
+ * Whether an Approved status holds up by itself, whoever wrote it: at least the approvals required (the larger of
+ * the status's and the cluster's current policy's) by distinct reviewers, none of them the requester, and a grant no
+ * longer than asked from an approval not in the future. A status written other than by the approval rules (an
+ * admin's edit, a replica's bug) grants nothing.
+ */
+function approvedAsRequired(request: AccessRequest, policy: AccessPolicy, now: number): boolean {
+  const status = request.status!;
+  const requester = request.spec.requester.username;
+  const approvals = (status.reviews ?? []).filter((r) => r.decision === 'Approved');
+  if (approvals.some((r) => r.user === requester)) return false;
+  const required = Math.max(1, status.approvalsRequired ?? 1, policy.approvals ?? 1);
+  if (new Set(approvals.map((r) => r.user)).size < required) return false;
+  const approvedAt = timeOf(status.approvedAt);
+  const expiresAt = timeOf(status.expiresAt);
+  return (
+    approvedAt <= now + APPROVAL_SKEW_MS &&
+    expiresAt <= approvedAt + request.spec.durationSeconds * 1000 + ROUNDING_MS
+  );
+}
+
+/**
+ * The grant an approved, unexpired request gives on `target` at `now`, if any: only the groups the cluster's current
+ * policy still lists, only on the Cluster it was approved for (by uid).
+ */
+function grantOf(request: AccessRequest, target: Target, now: number): Grant | undefined {
   const status = request.status;
   if (status?.phase !== 'Approved') return undefined;
   const expiresAt = timeOf(status.expiresAt);
   if (!(now < expiresAt)) return undefined;
-  if (!request.spec.clusters.includes(cluster)) return undefined;
+  if (!request.spec.clusters.includes(target.named)) return undefined;
+  const uids = status.clusterUIDs ?? {};
+  if (!Object.hasOwn(uids, target.named) || uids[target.named] !== target.uid) return undefined;
+  if (!approvedAsRequired(request, target.policy, now)) return undefined;
+  const allowed = target.policy.groups ?? [];
+  const groups = request.spec.groups.filter((g) => allowed.includes(g));
+  if (groups.length === 0) return undefined;
   return {
     name: request.metadata.name ?? '',
-    groups: request.spec.groups,
+    groups,
     ...(request.spec.reason ? { reason: request.spec.reason } : {}),
     expiresAt,
   };
@@ -63,7 +113,8 @@ function endOf(request: AccessRequest | undefined, now: number): string | undefi
     case 'Approved':
       return now < timeOf(status.expiresAt) ? undefined : 'expired';
     case 'Denied':
-      return 'was denied';
+      // Denied after its approval: a reviewer revoked it.
+      return status.approvedAt ? 'was revoked' : 'was denied';
     case 'Withdrawn':
       return 'was withdrawn';
     case 'Expired':
@@ -134,32 +185,72 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
     names.add(name);
   };
 
+  /**
+   * Every request's name by requester: what requestsOf and pendingOf read (on each create and selfaccessrequests), so
+   * that their cost is the user's own requests, never every AccessRequest the hub holds.
+   */
+  const byRequester = new Map<string, Set<string>>();
+  const index = (request: AccessRequest): void => {
+    const name = request.metadata?.name;
+    const requester = request.spec?.requester?.username;
+    if (!name || requester === undefined) return;
+    let names = byRequester.get(requester);
+    if (requests.get(name)) {
+      if (!names) byRequester.set(requester, (names = new Set()));
+      names.add(name);
+      return;
+    }
+    names?.delete(name);
+    if (names?.size === 0) byRequester.delete(requester);
+  };
+
   requests.onChange((request) => {
+    if (closed) return;
+    index(request);
     const name = request.metadata?.name;
     if (name) look(name);
   });
-  for (const request of requests.list()) if (request.metadata.name) look(request.metadata.name);
+  for (const request of requests.list()) {
+    index(request);
+    if (request.metadata.name) look(request.metadata.name);
+  }
 
-  /** The name requests give the cluster the pipeline calls `cluster` ('' for the hub); undefined when ambiguous. */
-  const requestName = (cluster: string): string | undefined => {
-    const { hubName } = opts.settings();
-    if (cluster === '') return hubName;
-    // A Cluster named like the hub cannot be told apart from it in a request: no grant names it.
-    return cluster === hubName ? undefined : cluster;
+  /**
+   * What a grant on the cluster the pipeline calls `cluster` ('' for the hub) is checked against now; undefined: it
+   * grants nothing (a name both the hub and a Cluster go by, a Cluster without an access policy, or none).
+   */
+  const targetOf = (cluster: string): Target | undefined => {
+    const { hubName, hub } = opts.settings();
+    if (cluster === '')
+      return opts.clusterSpec(hubName) ? undefined : { named: hubName, policy: hub, uid: '' };
+    if (cluster === hubName) return undefined;
+    const policy = opts.clusterSpec(cluster)?.access;
+    const uid = opts.clusterUID(cluster);
+    return policy && uid ? { named: cluster, policy, uid } : undefined;
+  };
+
+  /** The user's requests still held, from the index by requester. */
+  const heldBy = (username: string): AccessRequest[] => {
+    const held: AccessRequest[] = [];
+    for (const name of byRequester.get(username) ?? []) {
+      const request = requests.get(name);
+      if (request?.spec?.requester?.username === username) held.push(request);
+    }
+    return held;
   };
 
   return {
     active(username, cluster) {
-      const named = requestName(cluster);
-      if (named === undefined) return [];
-      const now = clock.now();
-      const grants: { grant: Grant; approvedAt: number }[] = [];
       const names = liveOf.get(username);
       if (!names) return [];
+      const target = targetOf(cluster);
+      if (target === undefined) return [];
+      const now = clock.now();
+      const grants: { grant: Grant; approvedAt: number }[] = [];
       for (const name of names) {
         const request = requests.get(name);
         if (!request || request.spec?.requester?.username !== username) continue;
-        const grant = grantOf(request, named, now);
+        const grant = grantOf(request, target, now);
         if (grant) grants.push({ grant, approvedAt: timeOf(request.status?.approvedAt) || 0 });
       }
       // The newest first, as the interface promises: its reason is the one a request without its own carries.
@@ -175,23 +266,18 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       return () => void listeners.delete(ended);
     },
     requestsOf(username) {
-      return requests
-        .list()
-        .filter((r) => r.spec?.requester?.username === username)
-        .sort((a, b) => newestFirst(a, b));
+      return heldBy(username).sort((a, b) => newestFirst(a, b));
     },
     pendingOf(username) {
       const now = clock.now();
-      let pending = 0;
-      for (const request of requests.list())
-        if (request.spec?.requester?.username === username && isPending(request, now)) pending++;
-      return pending;
+      return heldBy(username).filter((r) => isPending(r, now)).length;
     },
     close() {
       closed = true;
       for (const { timer } of live.values()) clock.clearTimeout(timer);
       live.clear();
       liveOf.clear();
+      byRequester.clear();
       listeners.clear();
     },
   };
@@ -227,5 +313,30 @@ export function policyLookup(
         problem: `there is no cluster ${JSON.stringify(cluster)} (sealion clusters lists them; the hub is ${JSON.stringify(hubName)})`,
       };
     return { policy: spec.access ?? {} };
+  };
+}
+
+/**
+ * The uid of each cluster a request names, as its approval records them: a Cluster's metadata.uid, the hub's ''. A
+ * name that is no Cluster now (deleted meanwhile), or that both the hub and a Cluster go by, is left out: the grant
+ * applies nowhere under it.
+ */
+export function clusterUIDsOf(
+  settings: () => AccessSettings,
+  clusterSpec: (name: string) => ClusterSpec | undefined,
+  clusterUID: (name: string) => string | undefined,
+): (clusters: readonly string[]) => Record<string, string> {
+  return (clusters) => {
+    const { hubName } = settings();
+    const uids: Record<string, string> = {};
+    for (const cluster of clusters) {
+      if (cluster === hubName) {
+        if (!clusterSpec(cluster)) uids[cluster] = '';
+        continue;
+      }
+      const uid = clusterUID(cluster);
+      if (uid) uids[cluster] = uid;
+    }
+    return uids;
   };
 }
