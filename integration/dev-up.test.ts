@@ -14,6 +14,58 @@ import { runOpenSSH } from '../dev/openssh.ts';
 import { dieWithParent, processesUsing, stopChild, waitForOutput } from '../dev/processes.ts';
 import { runInTerminal } from './harness/pod-commands.ts';
 
+/**
+ * An exec into edge's demo pod (a real container, through edge's agent) under the printed access request's grant ends
+ * when the request is withdrawn, with the message that says so, as kubectl prints it.
+ */
+async function sessionEndsWithGrant(
+  kubectl: string,
+  sealion: string,
+  env: Record<string, string>,
+  printed: { kubeconfig: string; args: string[] }[],
+): Promise<void> {
+  const create = printed.find((c) => c.args[0] === 'request' && c.args[1] === 'create')!;
+  const name = create.args[create.args.indexOf('--name') + 1]!;
+  const userKubeconfig = create.args[create.args.indexOf('--kubeconfig') + 1]!;
+  // The command printed after the approval, which the grant allows on edge.
+  const onEdge = printed.filter((c) => c.kubeconfig && c.args.includes('configmap')).at(-1)!;
+  const namespace = onEdge.args[onEdge.args.indexOf('-n') + 1]!;
+  const [command, args] = dieWithParent(kubectl, [
+    `--kubeconfig=${onEdge.kubeconfig}`,
+    '-n',
+    namespace,
+    'exec',
+    'demo',
+    '--',
+    'sh',
+    '-c',
+    'echo started; sleep 600',
+  ]);
+  const session = spawn(command, args, {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
+  const exited = new Promise<number | null>((done) => session.once('exit', done));
+  try {
+    let stderr = '';
+    session.stderr.on('data', (chunk: Buffer | string) => (stderr += String(chunk)));
+    await waitForOutput(session, /started/);
+    const withdrawn = await sealionWithBrowser(
+      sealion,
+      ['request', 'withdraw', name, '--kubeconfig', userKubeconfig],
+      env,
+    );
+    expect(withdrawn).toMatchObject({ code: 0 });
+    expect(await exited).not.toBe(0);
+    expect(stderr).toContain(
+      `sealion: access request ${name} was withdrawn; your access through it has ended`,
+    );
+  } finally {
+    await stopChild(session);
+  }
+}
+
 describe('npm start', () => {
   /** Stops what the test started, however the test ended (a failed expectation, or jest's timeout). */
   let stop = (): Promise<void> => Promise.resolve();
@@ -148,6 +200,7 @@ describe('npm start', () => {
     expect(printed.map((c) => c.args.slice(0, 2).join(' '))).toEqual(
       expect.arrayContaining(['request create', 'request approve']),
     );
+    await sessionEndsWithGrant(kubectl, sealion, env, printed);
     await sshAsPrinted(output, home);
     // Sealion runs as pods of its image on both clusters' nodes.
     const edgeDir = /--kubeconfig (\/\S+sealion-edge\S*)\/admin\.kubeconfig/.exec(output)![1]!;
