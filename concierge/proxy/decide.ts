@@ -23,10 +23,10 @@ import { NO_GRANTS, type AccessGrants } from '../access/grants.ts';
 import { askThrough } from './access-reviews.ts';
 import type { Identity } from './authenticate.ts';
 import { decideImpersonation } from './decide-impersonation.ts';
-import { forgedExtra, newForwardedUsers, reasonOf } from './forwarded-user.ts';
+import { forgedExtra, newGranting } from './forwarded-user.ts';
 import type { Refusal, RequestContext } from './exchange.ts';
 import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
-import { requestAttributes, type RequestAttributes } from '../../lib/kube/request-info.ts';
+import { requestAttributes } from '../../lib/kube/request-info.ts';
 import type { ClusterRouter, Route } from './route.ts';
 import type { ForwardPlan } from './transport.ts';
 import {
@@ -67,16 +67,6 @@ export interface Target {
   /** The cluster requires a reason for every request and the user has none: plan() refuses all but discovery. */
   reasonMissing?: true;
 }
-
-/**
- * Discovery (what APIs the cluster serves, its version, its OpenAPI documents): answered without a reason where one is
- * required, since it shows no object and kubectl reads it before each command. Refused, kubectl would print only
- * "Forbidden: unknown" for its failed discovery; served, the command's own request gets the Status that says how to
- * give a reason, and kubectl prints that.
- */
-const DISCOVERY = /^\/(?:api|apis|version|openapi)(?:\/|$)/;
-const isDiscovery = (attributes: RequestAttributes): boolean =>
-  !attributes.resourceRequest && attributes.verb === 'get' && DISCOVERY.test(attributes.path);
 
 /**
  * The hub's reviews in flight and waiting: 64 at once for all users, 16 for one, and up to 1,024 waiting (256 for
@@ -181,8 +171,7 @@ export function newDecider(deps: DeciderDeps): Decider {
   const audience = workloadAudience(groupSuffixOf(groups));
   const reviews = deps.reviews ?? newReviewCache();
   const askHub = hubAsker(deps.reviewer, reviews);
-  const grants = deps.grants ?? NO_GRANTS;
-  const forwardedUsers = newForwardedUsers();
+  const granting = newGranting(deps.grants ?? NO_GRANTS);
 
   /**
    * Impersonated user for this request, or a Status to answer with. The caller's own Impersonate-* headers are
@@ -199,11 +188,8 @@ export function newDecider(deps: DeciderDeps): Decider {
     // whoever else calls where one is required is refused, whatever they may do there. Asked here, where a request is
     // forwarded, and not in target(), which also answers the local APIs, which forward nothing.
     const attributes = context.attributes ?? requestAttributes(req.method ?? 'GET', req.url ?? '/');
-    if (!isDiscovery(attributes)) {
-      if (target.reasonMissing) return reasonRefusal(target.cluster);
-      if (identity.kind !== 'user' && grants.reasonRequired(target.cluster))
-        return reasonlessRefusal(target.cluster, identity.kind);
-    }
+    const reasonless = granting.reasonRefusal(target, identity.kind, attributes);
+    if (reasonless) return reasonless;
     // Nobody sets the reason or the access requests of whom they impersonate, even where the cluster would let them:
     // the cluster's audit log would show a reason or a grant nobody gave.
     const forged = forgedExtra(req.rawHeaders);
@@ -299,7 +285,7 @@ export function newDecider(deps: DeciderDeps): Decider {
       if ('status' in mapped) return mapped;
       actingAs = mapped;
     }
-    const granted = identity.kind === 'user' ? grantedUser(cluster, identity) : undefined;
+    const granted = identity.kind === 'user' ? granting.granted(cluster, identity) : undefined;
     if (granted && 'status' in granted) return granted;
     if (identity.kind !== 'workload' && reservedPrefix) {
       // Anyone else under the prefix (a grant's group too) would pass for a hub workload there, and get its grants.
@@ -336,56 +322,6 @@ export function newDecider(deps: DeciderDeps): Decider {
     };
   }
 
-  /**
-   * What Sealion adds to a user's identity on `cluster`: their active grants there and a reason (forwarded-user.ts);
-   * nothing when there is nothing to add; or the refusal of a request without a reason where the cluster requires one.
-   * Workloads and service accounts are never asked about: they hold no grants and give no reason.
-   */
-  function grantedUser(
-    cluster: string,
-    identity: Extract<Identity, { kind: 'user' }>,
-  ): { forwarded?: UserInfo; grants?: readonly string[]; reasonMissing?: true } | Refusal {
-    const active = grants.active(identity.user.username, cluster);
-    const reason = reasonOf(identity.reason, active);
-    const reasonMissing = reason === undefined && grants.reasonRequired(cluster);
-    const forwarded = forwardedUsers(identity.user, reason, active);
-    if ('problem' in forwarded)
-      return {
-        status: 403,
-        message: `${cluster ? `cluster ${cluster}: ` : ''}your identity with its access requests and reason cannot be sent: ${forwarded.problem}`,
-      };
-    return {
-      ...(forwarded.user === identity.user ? {} : { forwarded: forwarded.user }),
-      ...(active.length > 0 ? { grants: active.map((g) => g.name) } : {}),
-      ...(reasonMissing ? { reasonMissing: true as const } : {}),
-    };
-  }
-
-  /** The refusal of a user's request without a reason where the cluster requires one. */
-  function reasonRefusal(cluster: string): Refusal {
-    return {
-      status: 403,
-      message: `${cluster ? `cluster ${cluster}` : 'the hub'} requires a reason for every request: run sealion login --reason "<why>" (or use an approved access request with a reason)`,
-    };
-  }
-
-  /** The refusal of a caller that cannot carry a reason (a hub workload, a service account's token) where one is required. */
-  function reasonlessRefusal(cluster: string, kind: 'workload' | 'serviceaccount'): Refusal {
-    const where = cluster ? `cluster ${cluster}` : 'the hub';
-    const who = kind === 'workload' ? 'a hub workload' : "a service account's token";
-    return {
-      status: 403,
-      message: `${where} takes only requests with a reason, from people: ${who} cannot carry one; sign in as yourself with sealion login --reason "<why>"`,
-    };
-  }
-
-  /** The user as forwarded to `cluster`, for the local APIs: no reason required, since nothing is forwarded. */
-  function forwardedUser(cluster: string, identity: Extract<Identity, { kind: 'user' }>): UserInfo {
-    const active = grants.active(identity.user.username, cluster);
-    const forwarded = forwardedUsers(identity.user, reasonOf(identity.reason, active), active);
-    return 'user' in forwarded ? forwarded.user : identity.user;
-  }
-
   /** A workload's identity on `cluster` ('' : the hub, where it has none), or why it has none there. */
   function workloadIdentity(cluster: string, hubUser: UserInfo): UserInfo | Refusal {
     if (!cluster) return { status: 403, message: WORKLOAD_ON_HUB };
@@ -401,5 +337,9 @@ export function newDecider(deps: DeciderDeps): Decider {
       : mapped;
   }
 
-  return { target: targetOf, plan: forwardingPlan, forwardedUser };
+  return {
+    target: targetOf,
+    plan: forwardingPlan,
+    forwardedUser: (cluster, identity) => granting.forwardedUser(cluster, identity),
+  };
 }

@@ -6,7 +6,9 @@
 import { ACCESS_REQUEST_EXTRA, REASON_EXTRA } from '../../apis/access.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { Grant } from '../access/grants.ts';
+import type { RequestAttributes } from '../../lib/kube/request-info.ts';
+import type { AccessGrants, Grant } from '../access/grants.ts';
+import type { Refusal } from './exchange.ts';
 
 /**
  * Whether an extra key is one Sealion alone sets. Matched without regard to case: `Sealion.dev/Reason` is another key
@@ -92,4 +94,88 @@ function build(user: UserInfo, reason: string | undefined, grants: readonly Gran
 /** The reason a request carries: the credential's, else the first grant's that has one (grants come newest first). */
 export function reasonOf(own: string | undefined, grants: readonly Grant[]): string | undefined {
   return own ?? grants.find((g) => g.reason)?.reason;
+}
+
+/** What a user's target on a cluster gains from their grants and reason (decide.ts's Target fields). */
+export interface Granted {
+  /** The user as forwarded, when Sealion adds to it. */
+  forwarded?: UserInfo;
+  /** The access requests whose grants the request uses. */
+  grants?: readonly string[];
+  /** The cluster requires a reason and the user has none. */
+  reasonMissing?: true;
+}
+
+/** Who is calling, as far as reasons go: a person (who can give one), or a hub workload or service account (who can't). */
+type CallerKind = 'user' | 'workload' | 'serviceaccount';
+
+/** The decide stage's questions about grants and reasons, answered from the access requests. */
+export interface Granting {
+  /**
+   * What a user's identity on `cluster` ('' the hub) gains: their active grants there and a reason; or the refusal of
+   * an identity that cannot be sent with them. A missing reason is noted, not refused: local APIs forward nothing.
+   */
+  granted(cluster: string, identity: { user: UserInfo; reason?: string }): Granted | Refusal;
+  /** The user as forwarded to `cluster`, for the local APIs (no reason required: nothing is forwarded). */
+  forwardedUser(cluster: string, identity: { user: UserInfo; reason?: string }): UserInfo;
+  /** The refusal of a request without the reason its cluster requires, or undefined: it goes on. */
+  reasonRefusal(
+    target: { cluster: string; reasonMissing?: true },
+    kind: CallerKind,
+    attributes: RequestAttributes,
+  ): Refusal | undefined;
+}
+
+/**
+ * Discovery (what APIs the cluster serves, its version, its OpenAPI documents): answered without a reason where one is
+ * required, since it shows no object and kubectl reads it before each command. Refused, kubectl would print only
+ * "Forbidden: unknown" for its failed discovery; served, the command's own request gets the Status that says how to
+ * give a reason, and kubectl prints that.
+ */
+const DISCOVERY = /^\/(?:api|apis|version|openapi)(?:\/|$)/;
+const isDiscovery = (attributes: RequestAttributes): boolean =>
+  !attributes.resourceRequest && attributes.verb === 'get' && DISCOVERY.test(attributes.path);
+
+const where = (cluster: string): string => (cluster ? `cluster ${cluster}` : 'the hub');
+
+export function newGranting(grants: AccessGrants): Granting {
+  const forwardedUsers = newForwardedUsers();
+  return {
+    granted(cluster, identity) {
+      const active = grants.active(identity.user.username, cluster);
+      const reason = reasonOf(identity.reason, active);
+      const forwarded = forwardedUsers(identity.user, reason, active);
+      if ('problem' in forwarded)
+        return {
+          status: 403,
+          message: `${cluster ? `cluster ${cluster}: ` : ''}your identity with its access requests and reason cannot be sent: ${forwarded.problem}`,
+        };
+      return {
+        ...(forwarded.user === identity.user ? {} : { forwarded: forwarded.user }),
+        ...(active.length > 0 ? { grants: active.map((g) => g.name) } : {}),
+        ...(reason === undefined && grants.reasonRequired(cluster) ? { reasonMissing: true as const } : {}),
+      };
+    },
+    forwardedUser(cluster, identity) {
+      const active = grants.active(identity.user.username, cluster);
+      const forwarded = forwardedUsers(identity.user, reasonOf(identity.reason, active), active);
+      return 'user' in forwarded ? forwarded.user : identity.user;
+    },
+    reasonRefusal({ cluster, reasonMissing }, kind, attributes) {
+      if (isDiscovery(attributes)) return undefined;
+      if (reasonMissing)
+        return {
+          status: 403,
+          message: `${where(cluster)} requires a reason for every request: run sealion login --reason "<why>" (or use an approved access request with a reason)`,
+        };
+      // A reason is a person's (their credential's, or their access request's): whoever else calls where one is
+      // required is refused, whatever they may do there.
+      if (kind !== 'user' && grants.reasonRequired(cluster))
+        return {
+          status: 403,
+          message: `${where(cluster)} takes only requests with a reason, from people: ${kind === 'workload' ? 'a hub workload' : "a service account's token"} cannot carry one; sign in as yourself with sealion login --reason "<why>"`,
+        };
+      return undefined;
+    },
+  };
 }
