@@ -113,9 +113,10 @@ describe('the Helm install', () => {
     expect(names(await sealionLabelled(hub, 'clusterroles,clusterrolebindings,roles,rolebindings'))).toEqual(
       [],
     );
-    // Kept: the CRDs, and with them the authenticators, the Cluster and the CredentialIssuer.
+    // Kept: the CRDs, and with them the authenticators, the Cluster, the CredentialIssuer and the access requests.
     expect(names(await sealionLabelled(hub, 'customresourcedefinitions')).sort()).toEqual(
       [
+        'CustomResourceDefinition/accessrequests.access.concierge.sealion.dev',
         'CustomResourceDefinition/clusters.tunnel.concierge.sealion.dev',
         'CustomResourceDefinition/credentialissuers.config.concierge.sealion.dev',
         'CustomResourceDefinition/jwtauthenticators.authentication.concierge.sealion.dev',
