@@ -124,22 +124,18 @@ function endOf(request: AccessRequest | undefined, now: number): string | undefi
   }
 }
 
-export function newAccessStore(opts: AccessStoreOptions): AccessStore {
-  const { requests, clock, log } = opts;
+/** Grants' ends, told once each: a timer at each active grant's expiresAt, and a look at each change of a request. */
+interface GrantEnds {
+  /** Looks at one request again (by name): arms its timer while it is an active grant, tells its end once over. */
+  look(name: string): void;
+  onEnded(ended: (name: string, why: string) => void): () => void;
+  close(): void;
+}
+
+function newGrantEnds(requests: Informer<AccessRequest>, clock: Clock, log: Logger): GrantEnds {
   const listeners = new Set<(name: string, why: string) => void>();
   /** The approved requests seen active, each with its timer at expiresAt; an entry leaves when its end is told. */
-  const live = new Map<string, { timer: unknown; expiresAt: number; requester: string }>();
-  /**
-   * The names in `live` by requester: what active() reads on every forwarded request, so that its cost is the user's
-   * own grants, never every AccessRequest the hub holds.
-   */
-  const liveOf = new Map<string, Set<string>>();
-  const forget = (name: string, requester: string): void => {
-    live.delete(name);
-    const names = liveOf.get(requester);
-    names?.delete(name);
-    if (names?.size === 0) liveOf.delete(requester);
-  };
+  const live = new Map<string, { timer: unknown; expiresAt: number }>();
   let closed = false;
 
   const tell = (name: string, why: string): void => {
@@ -151,7 +147,6 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       }
   };
 
-  /** Looks at one request again (by name): arms its timer while it is an active grant, tells its end once over. */
   const look = (name: string): void => {
     if (closed) return;
     const request = requests.get(name);
@@ -161,7 +156,7 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
     if (why !== undefined) {
       if (!held) return;
       clock.clearTimeout(held.timer);
-      forget(name, held.requester);
+      live.delete(name);
       tell(name, why);
       return;
     }
@@ -177,42 +172,81 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       },
       Math.min(MAX_TIMER_MS, Math.max(0, expiresAt - now)),
     );
-    // spec is immutable (the CRD's rules), so the requester a grant was indexed under stays its requester.
-    const requester = request!.spec?.requester?.username ?? '';
-    live.set(name, { timer, expiresAt, requester });
-    let names = liveOf.get(requester);
-    if (!names) liveOf.set(requester, (names = new Set()));
-    names.add(name);
+    live.set(name, { timer, expiresAt });
   };
 
-  /**
-   * Every request's name by requester: what requestsOf and pendingOf read (on each create and selfaccessrequests), so
-   * that their cost is the user's own requests, never every AccessRequest the hub holds.
-   */
-  const byRequester = new Map<string, Set<string>>();
-  const index = (request: AccessRequest): void => {
-    const name = request.metadata?.name;
-    const requester = request.spec?.requester?.username;
-    if (!name || requester === undefined) return;
-    let names = byRequester.get(requester);
-    if (requests.get(name)) {
-      if (!names) byRequester.set(requester, (names = new Set()));
-      names.add(name);
-      return;
-    }
-    names?.delete(name);
-    if (names?.size === 0) byRequester.delete(requester);
+  return {
+    look,
+    onEnded(ended) {
+      listeners.add(ended);
+      return () => void listeners.delete(ended);
+    },
+    close() {
+      closed = true;
+      for (const { timer } of live.values()) clock.clearTimeout(timer);
+      live.clear();
+      listeners.clear();
+    },
   };
+}
+
+/**
+ * Every request's name by requester: what active() reads on each forwarded request, and requestsOf and pendingOf on
+ * each create and selfaccessrequests, so that their cost is the user's own requests (at most MAX_REQUESTS_PER_USER
+ * held), never every AccessRequest the hub holds. spec is immutable (the CRD's rules): a request stays its
+ * requester's.
+ */
+interface RequesterIndex {
+  /** Takes in one change of a request: added while the informer holds it, dropped once it does not. */
+  change(request: AccessRequest): void;
+  /** The user's requests the informer holds. */
+  of(username: string): AccessRequest[];
+  clear(): void;
+}
+
+function newRequesterIndex(requests: Informer<AccessRequest>): RequesterIndex {
+  const byRequester = new Map<string, Set<string>>();
+  return {
+    change(request) {
+      const name = request.metadata?.name;
+      const requester = request.spec?.requester?.username;
+      if (!name || requester === undefined) return;
+      let names = byRequester.get(requester);
+      if (requests.get(name)) {
+        if (!names) byRequester.set(requester, (names = new Set()));
+        names.add(name);
+        return;
+      }
+      names?.delete(name);
+      if (names?.size === 0) byRequester.delete(requester);
+    },
+    of(username) {
+      const held: AccessRequest[] = [];
+      for (const name of byRequester.get(username) ?? []) {
+        const request = requests.get(name);
+        if (request?.spec?.requester?.username === username) held.push(request);
+      }
+      return held;
+    },
+    clear: () => byRequester.clear(),
+  };
+}
+
+export function newAccessStore(opts: AccessStoreOptions): AccessStore {
+  const { requests, clock } = opts;
+  const ends = newGrantEnds(requests, clock, opts.log);
+  const index = newRequesterIndex(requests);
+  let closed = false;
 
   requests.onChange((request) => {
     if (closed) return;
-    index(request);
+    index.change(request);
     const name = request.metadata?.name;
-    if (name) look(name);
+    if (name) ends.look(name);
   });
   for (const request of requests.list()) {
-    index(request);
-    if (request.metadata.name) look(request.metadata.name);
+    index.change(request);
+    if (request.metadata.name) ends.look(request.metadata.name);
   }
 
   /**
@@ -229,27 +263,15 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
     return policy && uid ? { named: cluster, policy, uid } : undefined;
   };
 
-  /** The user's requests still held, from the index by requester. */
-  const heldBy = (username: string): AccessRequest[] => {
-    const held: AccessRequest[] = [];
-    for (const name of byRequester.get(username) ?? []) {
-      const request = requests.get(name);
-      if (request?.spec?.requester?.username === username) held.push(request);
-    }
-    return held;
-  };
-
   return {
     active(username, cluster) {
-      const names = liveOf.get(username);
-      if (!names) return [];
+      const mine = index.of(username);
+      if (mine.length === 0) return [];
       const target = targetOf(cluster);
       if (target === undefined) return [];
       const now = clock.now();
       const grants: { grant: Grant; approvedAt: number }[] = [];
-      for (const name of names) {
-        const request = requests.get(name);
-        if (!request || request.spec?.requester?.username !== username) continue;
+      for (const request of mine) {
         const grant = grantOf(request, target, now);
         if (grant) grants.push({ grant, approvedAt: timeOf(request.status?.approvedAt) || 0 });
       }
@@ -261,24 +283,18 @@ export function newAccessStore(opts: AccessStoreOptions): AccessStore {
       if (cluster === '') return opts.settings().hub.requireReason === true;
       return opts.clusterSpec(cluster)?.access?.requireReason === true;
     },
-    onEnded(ended) {
-      listeners.add(ended);
-      return () => void listeners.delete(ended);
-    },
+    onEnded: (ended) => ends.onEnded(ended),
     requestsOf(username) {
-      return heldBy(username).sort((a, b) => newestFirst(a, b));
+      return index.of(username).sort((a, b) => newestFirst(a, b));
     },
     pendingOf(username) {
       const now = clock.now();
-      return heldBy(username).filter((r) => isPending(r, now)).length;
+      return index.of(username).filter((r) => isPending(r, now)).length;
     },
     close() {
       closed = true;
-      for (const { timer } of live.values()) clock.clearTimeout(timer);
-      live.clear();
-      liveOf.clear();
-      byRequester.clear();
-      listeners.clear();
+      ends.close();
+      index.clear();
     },
   };
 }
