@@ -1,6 +1,7 @@
 // The pipeline's decide stage: where a request goes (a Target: its cluster, the route there, and how to ask that
 // cluster's API server) and how it is forwarded (a ForwardPlan: cleaned headers with the Impersonate-* headers
 // decided), or the Status that refuses it. Every authorization question about a cluster is asked of that cluster.
+import type { OutgoingHttpHeaders } from 'node:http';
 import { groupSuffixOf, type ApiGroups } from '../../apis/groups.ts';
 import { workloadAudience, type ClusterSpec } from '../../apis/tunnel.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
@@ -16,6 +17,7 @@ import {
   MalformedImpersonationError,
   requestedImpersonation,
   type Ask,
+  type ForwardedAs,
   type RequestedImpersonation,
 } from '../../lib/kube/impersonation.ts';
 import { newReviewCache, ReviewUnavailable, type ReviewCache } from '../../lib/kube/review-cache.ts';
@@ -26,7 +28,7 @@ import { decideImpersonation } from './decide-impersonation.ts';
 import { forgedExtra, newGranting } from './forwarded-user.ts';
 import type { Refusal, RequestContext } from './exchange.ts';
 import { cleanHeaders, impersonationHeaders, usernameOnlyHeaders } from './impersonate.ts';
-import { requestAttributes } from '../../lib/kube/request-info.ts';
+import { requestAttributes, type RequestAttributes } from '../../lib/kube/request-info.ts';
 import type { ClusterRouter, Route } from './route.ts';
 import type { ForwardPlan } from './transport.ts';
 import {
@@ -163,6 +165,81 @@ function hubAsker(reviewer: Reviewer, reviews: ReviewCache): (user: string) => A
     );
 }
 
+/** A service account's own token, forwarded as it came: the API server authenticates it, and decides its impersonation. */
+function passthroughPlan(
+  req: Request,
+  identity: Extract<Identity, { kind: 'serviceaccount' }>,
+  longRunning: boolean,
+  context: RequestContext,
+): ForwardPlan {
+  const headers = cleanHeaders(req.headers, true);
+  headers['authorization'] = `Bearer ${identity.token}`;
+  headers['audit-id'] = context.id;
+  context.decision = 'passthrough';
+  return { headers, longRunning, passthrough: true, user: identity.user.username };
+}
+
+/** The refusal of a request its cluster could not be asked about; a remote cluster's name starts it. */
+function undecided(err: ReviewUnavailable, cluster: string): Refusal {
+  return {
+    status: err.status,
+    message:
+      err.status === 503
+        ? `${cluster ? `cluster ${cluster}: ` : ''}the request could not be decided: ${err.message}; retry`
+        : err.message,
+    retryAfterSeconds: RETRY_AFTER_SECONDS,
+  };
+}
+
+/**
+ * Whom a caller who asked to impersonate someone is forwarded as, once the target cluster allowed it
+ * (decide-impersonation.ts), with `original` (who really asked) among the extras; or why not.
+ */
+async function impersonated(
+  asker: UserInfo,
+  requested: RequestedImpersonation,
+  attributes: RequestAttributes,
+  target: Target,
+  original: Record<string, string[]>,
+): Promise<{ user: UserInfo; as: ForwardedAs; impersonation: Readonly<OutgoingHttpHeaders> } | Refusal> {
+  const decision = await decideImpersonation(asker, requested, attributes, target.ask);
+  if (!decision.allowed) return { status: decision.status, message: decision.message };
+  const { user, usernameOnly } = decision.identity;
+  const problem = identityProblem(user);
+  if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
+  // Nobody, a workload included, becomes a name only a hub workload has (its own needs no impersonation).
+  const reserved =
+    target.reservedPrefix && reservedNameRefusal(target.cluster, target.reservedPrefix, user, true);
+  if (reserved) return reserved;
+  return {
+    user,
+    as: forwardedAs(user, usernameOnly),
+    impersonation: usernameOnly
+      ? usernameOnlyHeaders(user.username)
+      : impersonationHeaders({ ...user, extra: { ...user.extra, ...original } }),
+  };
+}
+
+/** A workload's identity on `cluster` ('' : the hub, where it has none), or why it has none there. */
+function workloadIdentity(
+  cluster: string,
+  hubUser: UserInfo,
+  spec: ClusterSpec | undefined,
+  originalUserKey: string,
+): UserInfo | Refusal {
+  if (!cluster) return { status: 403, message: WORKLOAD_ON_HUB };
+  const prefix = workloadPrefix(cluster, spec);
+  if (typeof prefix !== 'string') return prefix;
+  const mapped = mappedWorkload(hubUser, prefix, originalUserKey);
+  const problem = identityProblem(mapped);
+  return problem
+    ? {
+        status: 403,
+        message: `cluster ${cluster}: the workload's mapped identity cannot be sent: ${problem}`,
+      }
+    : mapped;
+}
+
 export function newDecider(deps: DeciderDeps): Decider {
   const { groups, log } = deps;
   // A domain-prefixed key, as constrained impersonation requires of every extra it passes on.
@@ -198,14 +275,7 @@ export function newDecider(deps: DeciderDeps): Decider {
         status: 403,
         message: `the extra ${forged} is set by Sealion only: impersonate without it (sealion login --reason gives your own requests a reason)`,
       };
-    if (identity.kind === 'serviceaccount') {
-      // The API server authenticates (and authorizes any impersonation of) its own service accounts.
-      const headers = cleanHeaders(req.headers, true);
-      headers['authorization'] = `Bearer ${identity.token}`;
-      headers['audit-id'] = context.id;
-      context.decision = 'passthrough';
-      return { headers, longRunning, passthrough: true, user: identity.user.username };
-    }
+    if (identity.kind === 'serviceaccount') return passthroughPlan(req, identity, longRunning, context);
     // A workload acts as its mapped identity, and is from here on decided exactly as a user is; a user with grants or
     // a reason, as forwarded: every question about them names the grants' groups, so no answer kept for the user
     // without them (review-cache.ts keys answers by the whole question) is taken for one with them, nor the reverse.
@@ -226,41 +296,20 @@ export function newDecider(deps: DeciderDeps): Decider {
     }
     try {
       if (requested) {
-        const decision = await decideImpersonation(asker, requested, attributes, target.ask);
-        if (!decision.allowed) return { status: decision.status, message: decision.message };
-        const { user, usernameOnly } = decision.identity;
-        const problem = identityProblem(user);
-        if (problem) return { status: 400, message: `cannot impersonate this identity: ${problem}` };
-        // Nobody, a workload included, becomes a name only a hub workload has (its own needs no impersonation).
-        const reserved =
-          target.reservedPrefix && reservedNameRefusal(target.cluster, target.reservedPrefix, user, true);
-        if (reserved) return reserved;
-        as = forwardedAs(user, usernameOnly);
-        context.impersonated = user;
-        if (usernameOnly) impersonation = usernameOnlyHeaders(user.username);
-        else {
-          // Who really asked, as the hub authenticated them: for a workload its hub account (and pod), not its mapping;
-          // for a user, as forwarded (their grants' groups, their reason), since that is who was allowed to ask.
-          const original = {
-            [originalUserKey]: [originalUserInfo(target.actingAs ? identity.user : caller)],
-          };
-          impersonation = impersonationHeaders({ ...user, extra: { ...user.extra, ...original } });
-        }
+        // Who really asked, as the hub authenticated them: for a workload its hub account (and pod), not its mapping;
+        // for a user, as forwarded (their grants' groups, their reason), since that is who was allowed to ask.
+        const original = { [originalUserKey]: [originalUserInfo(target.actingAs ? identity.user : caller)] };
+        const decided = await impersonated(asker, requested, attributes, target, original);
+        if ('status' in decided) return decided;
+        ({ as, impersonation } = decided);
+        context.impersonated = decided.user;
       }
       const refused = await forwardingRefusal(target, attributes, as);
       if (refused) return refused;
     } catch (err) {
       if (!(err instanceof ReviewUnavailable)) throw err;
       log.warn({ err: err.message, cluster: target.cluster }, 'a request could not be decided');
-      return {
-        status: err.status,
-        // A remote cluster's refusals start with its name, as every other Status about it does.
-        message:
-          err.status === 503
-            ? `${target.cluster ? `cluster ${target.cluster}: ` : ''}the request could not be decided: ${err.message}; retry`
-            : err.message,
-        retryAfterSeconds: RETRY_AFTER_SECONDS,
-      };
+      return undecided(err, target.cluster);
     }
     context.decision = FORWARDED_AS[as].mode ?? 'legacy';
     const headers = { ...cleanHeaders(req.headers), ...impersonation, 'audit-id': context.id };
@@ -281,7 +330,7 @@ export function newDecider(deps: DeciderDeps): Decider {
     const prefix = cluster ? workloadPrefix(cluster, deps.clusterSpec?.(cluster)) : undefined;
     const reservedPrefix = typeof prefix === 'string' ? prefix : undefined;
     if (identity.kind === 'workload') {
-      const mapped = workloadIdentity(cluster, identity.user);
+      const mapped = workloadIdentity(cluster, identity.user, deps.clusterSpec?.(cluster), originalUserKey);
       if ('status' in mapped) return mapped;
       actingAs = mapped;
     }
@@ -320,21 +369,6 @@ export function newDecider(deps: DeciderDeps): Decider {
       ...(reservedPrefix ? { reservedPrefix } : {}),
       ...granted,
     };
-  }
-
-  /** A workload's identity on `cluster` ('' : the hub, where it has none), or why it has none there. */
-  function workloadIdentity(cluster: string, hubUser: UserInfo): UserInfo | Refusal {
-    if (!cluster) return { status: 403, message: WORKLOAD_ON_HUB };
-    const prefix = workloadPrefix(cluster, deps.clusterSpec?.(cluster));
-    if (typeof prefix !== 'string') return prefix;
-    const mapped = mappedWorkload(hubUser, prefix, originalUserKey);
-    const problem = identityProblem(mapped);
-    return problem
-      ? {
-          status: 403,
-          message: `cluster ${cluster}: the workload's mapped identity cannot be sent: ${problem}`,
-        }
-      : mapped;
   }
 
   return {
