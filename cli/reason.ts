@@ -2,6 +2,7 @@
 // reason.json {"reason", "expiresAt"} (0600) until it expires, is cleared (`sealion login --clear-reason`) or the user
 // logs out. While one is set, the login plugins exchange their token for a certificate that carries it
 // (exec-credential.ts), so every request made with that certificate carries it on to the cluster's audit log.
+import { parseDuration } from '../lib/duration.ts';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { MAX_REASON_LENGTH, reasonProblem } from '../apis/access.ts';
@@ -40,11 +41,8 @@ export function currentReason(env: NodeJS.ProcessEnv, now = Date.now()): StoredR
  * and a week.
  */
 export function parseReasonDuration(text: string): number {
-  const match = /^(?:(\d{1,4})h)?(?:(\d{1,6})m)?(?:(\d{1,8})s)?$/.exec(text.trim());
-  const ms = match
-    ? (Number(match[1] ?? 0) * 3600 + Number(match[2] ?? 0) * 60 + Number(match[3] ?? 0)) * 1000
-    : NaN;
-  if (!match || text.trim() === '' || !(ms >= MIN_REASON_MS && ms <= MAX_REASON_MS))
+  const ms = parseDuration(text.trim()) ?? NaN;
+  if (!(ms >= MIN_REASON_MS && ms <= MAX_REASON_MS))
     throw new UserError(
       `--reason-for takes a duration between 1m and ${MAX_REASON_MS / 3600_000}h, as 4h, 90m or 1h30m, not ${JSON.stringify(text)}`,
     );

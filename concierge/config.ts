@@ -22,6 +22,7 @@ import {
   MAX_DURATION_SECONDS,
   reasonProblem,
 } from '../apis/access.ts';
+import { parseDuration } from '../lib/duration.ts';
 import { SealionError } from '../lib/errors.ts';
 import { isDNSLabel, isDNSSubdomain } from '../apis/names.ts';
 import { parseTrustedCAKeys } from '../lib/ssh/keys.ts';
@@ -168,16 +169,7 @@ const nameSchema = (what: string, valid: (name: string) => boolean) =>
 export const MIN_BINDING_LIFETIME_MS = 5 * 60_000;
 export const MAX_BINDING_LIFETIME_MS = 168 * 3600_000;
 
-/**
- * A duration as Go and kubectl write one, in hours, minutes and seconds (`12h`, `1h30m`, `90s`), in milliseconds;
- * undefined for anything else (days, fractions and units smaller than a second have no use here).
- */
-export function parseDuration(text: string): number | undefined {
-  const parts = /^(?:(\d{1,4})h)?(?:(\d{1,6})m)?(?:(\d{1,8})s)?$/.exec(text);
-  if (!parts || text === '') return undefined;
-  const [, h = '0', m = '0', s = '0'] = parts;
-  return ((Number(h) * 60 + Number(m)) * 60 + Number(s)) * 1000;
-}
+export { parseDuration };
 
 const durationSchema = (min: number, max: number) =>
   z.string().refine(
