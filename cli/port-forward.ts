@@ -1,23 +1,32 @@
 // `sealion port-forward`: local ports that lead to a pod's or a service's port, as `kubectl port-forward`, over
-// Sealion's reach protocol instead of SPDY. Each local connection is one request: an HTTP/1.1 upgrade (POST
-// .../<pods|services>/<name>/connect?port=<port>, `Upgrade: tcp`) to the kubeconfig's cluster, which the server
-// answers with 101 only once it has connected to the target; the connection then carries the raw bytes both ways,
-// each side's end passed on as a half-close. A refusal is the answer's Kubernetes Status, reported for that
-// connection alone: the forward keeps serving the others.
-import { STATUS_CODES } from 'node:http';
+// Sealion's reach protocol instead of SPDY. Each local connection is one request to the kubeconfig's cluster for
+// .../<pods|services>/<name>/connect?port=<port>, which the server answers only once it has connected to the target:
+// an extended CONNECT stream of the one HTTP/2 session the forward keeps (reach-session.ts), answered 200; or, with a
+// server that takes none, an HTTP/1.1 upgrade (POST, `Upgrade: tcp`) on a TLS connection of its own, answered 101.
+// The connection then carries the raw bytes both ways, each side's end passed on as a half-close. A refusal is the
+// answer's Kubernetes Status, reported for that connection alone: the forward keeps serving the others.
 import { Agent, request, type RequestOptions } from 'node:https';
 import { createServer, isIP, type Server, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { Command, Option } from 'commander';
 import { withKubeconfig } from './options.ts';
 import { DEFAULT_GROUP_SUFFIX, isValidGroupSuffix } from '../apis/groups.ts';
 import { closeHttpsPools } from '../lib/https-client.ts';
 import { isDNSLabel, isDNSSubdomain, isPortName } from '../apis/names.ts';
 import { reachPath as serverReachPath, REACH_UPGRADE } from '../lib/reach/target.ts';
-import { statusMessageOf } from '../lib/kube/status.ts';
 import type { KubeConfig } from '../lib/kube/kube.ts';
 import { takesNames } from './completion.ts';
 import { checkForward } from './port-forward-check.ts';
 import { printable } from './printable.ts';
+import {
+  MAX_REFUSAL_BYTES,
+  newReachSessions,
+  ReachError,
+  refusal,
+  type ReachSessions,
+} from './reach-session.ts';
+
+export { ReachError };
 import { kubeconfigAccess, loginFirst, type KubeconfigAccess } from './whoami.ts';
 
 export interface PortForwardFlags {
@@ -64,8 +73,6 @@ export interface ListenAddress {
 
 /** How long a connection waits for the server's 101 before it gives up. */
 export const REACH_TIMEOUT_MS = 30_000;
-/** The most of a refusal's body read for its Status: a message, not a whole object. */
-const MAX_REFUSAL_BYTES = 64 * 1024;
 /** A reported error is cut after this many characters. */
 const MAX_MESSAGE_LENGTH = 1000;
 
@@ -163,28 +170,6 @@ export function reachPath(target: ReachTarget): string {
   return prefix + serverReachPath(target.groupSuffix, { namespace, kind: resource, name, port }).slice(1);
 }
 
-/** Why a connection could not be opened; `status` is the server's HTTP status when it answered. */
-export class ReachError extends Error {
-  readonly status: number | undefined;
-  constructor(message: string, status?: number) {
-    super(message);
-    this.name = 'ReachError';
-    this.status = status;
-  }
-}
-
-/** A refusal in words: its status, and the message of the Status it carries (the server's text, made printable). */
-function refusal(status: number, body: string): ReachError {
-  const said = statusMessageOf(body);
-  const detail = said === undefined ? '' : `: ${printable(said)}`;
-  if (status === 401)
-    return new ReachError(`the server refused the credentials (401 Unauthorized)${detail}`, status);
-  return new ReachError(
-    `the server answered ${status} ${STATUS_CODES[status] ?? ''}`.trimEnd() + detail,
-    status,
-  );
-}
-
 /**
  * Opens one connection to `target`: an upgrade request to the server of `access` through `agent`. Resolves with the
  * upgraded socket once the server answered 101 (its side is connected then); rejects with a ReachError on any other
@@ -280,7 +265,7 @@ export function openReach(
  * separately. An error on either side, or a side closed before both its directions finished (cut off), destroys
  * both.
  */
-export function splice(a: Socket, b: Socket): void {
+export function splice(a: Duplex, b: Duplex): void {
   const cut = (): void => {
     a.destroy();
     b.destroy();
@@ -303,8 +288,11 @@ export interface ForwardOutput {
   err: (line: string) => void;
 }
 
-/** Opens the connection for one accepted local connection, to `port` on the forward's target. */
-export type ReachOpener = (port: string, signal: AbortSignal) => Promise<Socket>;
+/**
+ * Opens the connection for one accepted local connection, to `port` on the forward's target: an upgraded socket or
+ * an HTTP/2 stream, with no error listener (the caller adds one at once).
+ */
+export type ReachOpener = (port: string, signal: AbortSignal) => Promise<Duplex>;
 
 /** A running forward. */
 export interface Forward {
@@ -347,10 +335,10 @@ export async function forward(
   output: ForwardOutput,
 ): Promise<Forward> {
   const servers: Server[] = [];
-  const sockets = new Set<Socket>();
+  const sockets = new Set<Duplex>();
   const pending = new Set<AbortController>();
   const listeners: Forward['listeners'] = [];
-  const track = (socket: Socket): void => {
+  const track = (socket: Duplex): void => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
   };
@@ -478,7 +466,9 @@ export async function startPortForward(
     ports.map((p) => p.remote),
   );
 
-  // One agent for every connection: it keeps the TLS sessions, so that each connection resumes one.
+  // One HTTP/2 session for every connection, where the server takes extended CONNECT (reach-session.ts); else one
+  // agent for every upgrade: it keeps the TLS sessions, so that each connection resumes one.
+  const sessions: ReachSessions = newReachSessions();
   const agent = new Agent({ keepAlive: false });
   const target = {
     ...(flags.cluster ? { cluster: flags.cluster } : {}),
@@ -487,19 +477,27 @@ export async function startPortForward(
     resource,
     name,
   };
-  const open: ReachOpener = async (port, signal) =>
-    openReach(await access(), agent, { ...target, port }, { signal });
+  const open: ReachOpener = async (port, signal) => {
+    const current = await access();
+    const to = { ...target, port };
+    const opened = await sessions.open(current, reachPath(to), REACH_TIMEOUT_MS, signal);
+    return 'stream' in opened ? opened.stream : openReach(current, agent, to, { signal });
+  };
+  const stop = (): void => {
+    sessions.close();
+    agent.destroy();
+  };
   try {
     const running = await forward(addresses, ports, open, output);
     return {
       listeners: running.listeners,
       close: async () => {
         await running.close();
-        agent.destroy();
+        stop();
       },
     };
   } catch (err) {
-    agent.destroy();
+    stop();
     throw err;
   }
 }
@@ -548,7 +546,8 @@ export function portForwardCommand(): Command {
 Before it listens it checks with the cluster, as kubectl does, that the pod or service exists, that each remote port
 is one of its ports, and that you may open connections to it (the cluster the forward goes to answers); any miss
 is one line and exit 1. Every local connection then opens a connection of its own to the target, with the
-kubeconfig's credentials; a refused one is reported and closed, and the others go on. Runs until interrupted
+kubeconfig's credentials, as a stream of one HTTP/2 connection to the server (or, with a server that takes no
+extended CONNECT, an HTTP/1.1 upgrade); a refused one is reported and closed, and the others go on. Runs until interrupted
 (Ctrl-C).
 
 Examples:

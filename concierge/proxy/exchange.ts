@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { Request, Response } from '../../lib/http2/request.ts';
+import type { H2Request, Request, Response } from '../../lib/http2/request.ts';
 import { refuseConnection, writeStatus, type Refusal } from '../../lib/kube/status.ts';
 import type { RequestAudit } from '../audit/audit.ts';
 import type { ReachTally } from '../../lib/reach/dialer.ts';
@@ -84,11 +84,15 @@ export interface PlainExchange {
 
 export interface UpgradeExchange {
   kind: 'upgrade';
-  /** Its `req.socket` is `socket` below, whatever Node's types say: use that one. */
-  req: IncomingMessage;
+  /**
+   * An HTTP/1.1 upgrade, or an HTTP/2 extended CONNECT read as one (a reach connection: lib/http2/request.ts
+   * serveConnect). What carries it is `socket` below, whatever `req.socket` says: use that one.
+   */
+  req: IncomingMessage | H2Request;
   /**
    * What carries the connection: a TLS socket at the proxy's port, but a CONNECT stream (HTTP/2) when the upgrade came
-   * over a peer link, and one end of a stream pair from the in-process door (SSH sessions). Only what every Duplex
+   * over a peer link, the client's own extended CONNECT stream (answered in HTTP/2: lib/http2/upgrade.ts), and one end
+   * of a stream pair from the in-process door (SSH sessions). Only what every Duplex
    * has, so that nothing calls a net.Socket method (destroySoon, setNoDelay, setTimeout) on the others.
    */
   socket: Duplex;

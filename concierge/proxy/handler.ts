@@ -15,7 +15,7 @@ import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
 import type { Clock } from '../../lib/clock.ts';
-import type { Request, Response } from '../../lib/http2/request.ts';
+import { H2Request, type Request, type Response } from '../../lib/http2/request.ts';
 import { authenticatedGroups } from '../../lib/kube/authenticated.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
 import { parseRequest, type ParsedRequest } from '../../lib/kube/request-info.ts';
@@ -131,7 +131,8 @@ const NOT_SERVING: Refusal = {
 
 export interface ProxyHandler {
   request: (req: Request, res: Response) => void;
-  upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  /** An HTTP/1.1 upgrade, or an HTTP/2 extended CONNECT read as one (lib/http2/request.ts serveConnect). */
+  upgrade: (req: IncomingMessage | H2Request, socket: Duplex, head: Buffer) => void;
   /** Stops following the grants' ends (what is relayed goes on). */
   close: () => void;
 }
@@ -186,14 +187,21 @@ function readRequest(exchange: Exchange): ReadRequest {
   return parsed;
 }
 
-/** Why the request cannot be served whoever sent it (a malformed path, a reach connection that is not one). */
+/**
+ * Why the request cannot be served whoever sent it (a malformed path, a reach connection that is not one, an HTTP/2
+ * extended CONNECT for anything but a reach connection: exec, attach and port-forward still upgrade HTTP/1.1, which
+ * their transports and recordings read).
+ */
 function malformed(exchange: Exchange, { path, reach }: ReadRequest): string | undefined {
   if (!isWellFormedPath(path)) return 'malformed request path';
-  if (!reach) return undefined;
+  if (!reach)
+    return exchange.kind === 'upgrade' && exchange.req instanceof H2Request
+      ? `an HTTP/2 extended CONNECT carries only reach connections (${REACH_UPGRADE})`
+      : undefined;
   if ('problem' in reach) return reach.problem;
   const upgrade = asUpgrade(exchange);
   if (!upgrade || String(exchange.req.headers['upgrade']).toLowerCase() !== REACH_UPGRADE)
-    return `a reach connection is an HTTP/1.1 upgrade to ${REACH_UPGRADE} (sealion port-forward)`;
+    return `a reach connection is an HTTP/1.1 upgrade or an HTTP/2 extended CONNECT to ${REACH_UPGRADE} (sealion port-forward)`;
   exchange.context.reach = { sent: 0, received: 0 };
   // A client that ends its side still reads the target's answer: the end passes on as a half-close.
   upgrade.socket.allowHalfOpen = true;

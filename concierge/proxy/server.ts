@@ -1,7 +1,8 @@
 // The proxy's listener: one TLS server (TLS 1.2+, AEAD ciphers only, no RSA client signatures unless its own key is
 // RSA, ALPN h2 and http/1.1) handing each connection to an HTTP/2 or an HTTP/1.1 server by the negotiated protocol.
-// HTTP/1.1 carries the upgrades (exec, attach, port-forward). Certificates and trusted client CAs are swapped live
-// with updateTLS.
+// HTTP/1.1 carries the upgrades (exec, attach, port-forward); HTTP/2 carries reach connections as extended CONNECT
+// streams too (RFC 8441), so that `sealion port-forward` opens each of its connections as a stream of one session
+// instead of a TLS connection of its own. Certificates and trusted client CAs are swapped live with updateTLS.
 import { createServer as createHttp1Server, type IncomingMessage, type ServerResponse } from 'node:http';
 import {
   createServer as createHttp2Server,
@@ -9,11 +10,18 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { listenOn } from '../../lib/listen.ts';
 import { createPrivateKey } from 'node:crypto';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { FIELDS_AS_SENT } from '../../lib/http2/hop-by-hop.ts';
-import { serveStream, type H2Request, type H2Response } from '../../lib/http2/request.ts';
+import {
+  isExtendedConnectRequest,
+  serveConnect,
+  serveStream,
+  type H2Request,
+  type H2Response,
+} from '../../lib/http2/request.ts';
 import { rawStatusResponse } from '../../lib/kube/status.ts';
 import { certificateFingerprints } from '../../lib/pki/pem.ts';
 
@@ -148,7 +156,11 @@ export interface ProxyTLS {
 }
 
 export type RequestHandler = (req: IncomingMessage | H2Request, res: ServerResponse | H2Response) => void;
-export type UpgradeHandler = (req: IncomingMessage, socket: Socket, head: Buffer) => void;
+/**
+ * An upgrade: an HTTP/1.1 one on its socket, or an HTTP/2 extended CONNECT read as the upgrade it stands for (a POST
+ * with `Upgrade:` its `:protocol`) on its stream (lib/http2/request.ts serveConnect).
+ */
+export type UpgradeHandler = (req: IncomingMessage | H2Request, socket: Duplex, head: Buffer) => void;
 
 export interface ProxyServer {
   listen(port: number, host: string): Promise<number>;
@@ -259,11 +271,18 @@ export function newProxyServer(
   // HTTP/2 on the core stream API, not the compatibility layer (exchange.ts says why).
   const http2 = createHttp2Server({
     ...FIELDS_AS_SENT,
-    settings: { maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION, maxHeaderListSize: MAX_HEADER_BYTES },
+    settings: {
+      maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION,
+      maxHeaderListSize: MAX_HEADER_BYTES,
+      // SETTINGS_ENABLE_CONNECT_PROTOCOL: clients may open extended CONNECT streams (reach connections). Without it,
+      // nghttp2 resets a stream that names a :protocol.
+      enableConnectProtocol: true,
+    },
   });
-  http2.on('stream', (stream, headers, _flags, rawHeaders: string[]) =>
-    serveStream(stream, headers, rawHeaders, onRequest),
-  );
+  http2.on('stream', (stream, headers, _flags, rawHeaders: string[]) => {
+    if (isExtendedConnectRequest(headers)) serveConnect(stream, headers, rawHeaders, onUpgrade);
+    else serveStream(stream, headers, rawHeaders, onRequest);
+  });
   http2.on('sessionError', () => {});
   http2.on('session', (session: ServerHttp2Session) => {
     closeWhenIdle(session, bounds.idleTimeoutMs);

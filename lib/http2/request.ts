@@ -6,6 +6,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { constants, type ServerHttp2Stream } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
+import { answersInHttp2 } from './upgrade.ts';
 
 export class H2Request {
   /** The request target (the `:path` pseudo-header); the handler rewrites it for routed clusters. */
@@ -16,12 +17,18 @@ export class H2Request {
   /** Header names and values as sent, repeated fields kept apart. */
   readonly rawHeaders: string[];
 
-  constructor(stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: string[]) {
+  /** `method`: what the request is read as, when not its `:method` (an extended CONNECT's upgrade: serveConnect). */
+  constructor(
+    stream: ServerHttp2Stream,
+    headers: IncomingHttpHeaders,
+    rawHeaders: string[],
+    method?: string,
+  ) {
     this.stream = stream;
     this.headers = headers;
     this.rawHeaders = rawHeaders;
     this.url = (headers[':path'] as string | undefined) ?? '/';
-    this.method = (headers[':method'] as string | undefined) ?? 'GET';
+    this.method = method ?? (headers[':method'] as string | undefined) ?? 'GET';
   }
 
   /** The connection's TLS socket (Node's stand-in for it, one per connection). */
@@ -153,6 +160,35 @@ export function serveStream(
   // The body a client holds back for a 100 Continue (HTTP/1.1 habit, rare on HTTP/2) is wanted: ask for it.
   if (headers['expect'] === '100-continue') stream.additionalHeaders({ ':status': 100 });
   handle(new H2Request(stream, headers, rawHeaders), new H2Response(stream));
+}
+
+/** Whether a stream's request is an extended CONNECT (RFC 8441): a CONNECT that names the protocol it carries. */
+export const isExtendedConnectRequest = (headers: IncomingHttpHeaders): boolean =>
+  headers[':method'] === 'CONNECT' && typeof headers[':protocol'] === 'string';
+
+/** No bytes came before the stream's DATA: an extended CONNECT has no head to pass on. */
+const NO_HEAD = Buffer.alloc(0);
+
+/**
+ * Serves an extended CONNECT stream as the HTTP/1.1 upgrade it stands for: a POST to its `:path` with `Upgrade:` its
+ * `:protocol`, the stream the upgraded connection (its DATA both ways, END_STREAM its half-close). The stream is
+ * answered in HTTP/2 (lib/http2/upgrade.ts answersInHttp2). So every stage after the listener reads one kind of
+ * upgrade whatever carried it; only the answer differs.
+ */
+export function serveConnect(
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  rawHeaders: string[],
+  handle: (req: H2Request, socket: ServerHttp2Stream, head: Buffer) => void,
+): void {
+  stream.on('error', ignore);
+  answersInHttp2(stream);
+  const asUpgrade: IncomingHttpHeaders = {
+    ...headers,
+    connection: 'upgrade',
+    upgrade: headers[':protocol'] as string,
+  };
+  handle(new H2Request(stream, asUpgrade, rawHeaders, 'POST'), stream, NO_HEAD);
 }
 
 /**

@@ -6,7 +6,8 @@
 // The splice is lib/streams/join.ts: two relays (memory-budget.ts), one each way, so that what a side leaves unread is
 // charged to the user's memory budget as an unread answer is (through a tunnel or a peer link the upstream is an
 // HTTP/2 stream, which holds a stream window for a client that stops reading), with the close rules every join has.
-import type { ClientRequest, IncomingMessage } from 'node:http';
+import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { ServerHttp2Stream } from 'node:http2';
 import { finished, type Duplex } from 'node:stream';
 import { systemClock, type Clock } from '../clock.ts';
 import { join } from '../streams/join.ts';
@@ -38,10 +39,61 @@ export function endAndClose(socket: Duplex, last: string | Buffer, clock: Clock 
   socket.end(last);
 }
 
+/**
+ * The streams of the proxy's HTTP/2 server that came as an extended CONNECT (RFC 8441: `sealion port-forward`'s
+ * connections, each a stream of one session): such a connection is answered in HTTP/2 (a 200 HEADERS frame once the
+ * target is connected, or the refusal's status and Status body), where every other carrier of an upgrade (a TLS
+ * socket, a peer link's or a tunnel's CONNECT stream, the in-process door's stream pair) takes an HTTP/1.1 head. A
+ * WeakSet rather than a flag on the stream: nothing else may read or set it, and it goes with the stream.
+ */
+const extendedConnects = new WeakSet<Duplex>();
+
+/** Marks `stream` as an extended CONNECT, answered in HTTP/2 by answerSwitched and answerRefused. */
+export function answersInHttp2(stream: ServerHttp2Stream): void {
+  extendedConnects.add(stream);
+}
+
+/** Whether `socket` is an extended CONNECT's stream, answered in HTTP/2 (answersInHttp2). */
+export const answeredInHttp2 = (socket: Duplex): boolean => extendedConnects.has(socket);
+
+/**
+ * Tells the client its upgrade is through: `http1Head` (a 101 and its fields) on an HTTP/1.1 carrier, a 200 without
+ * END_STREAM on an extended CONNECT. The bytes that follow are the connection's either way.
+ */
+export function answerSwitched(socket: Duplex, http1Head: string): void {
+  if (socket.destroyed) return;
+  if (!answeredInHttp2(socket)) return void socket.write(http1Head);
+  const stream = socket as ServerHttp2Stream;
+  if (!stream.headersSent) stream.respond({ ':status': 200 });
+}
+
+/**
+ * Answers an upgrade with a refusal and closes the connection once it is written (endAndClose): on an HTTP/1.1
+ * carrier `http1Answer()`, the whole answer as bytes; on an extended CONNECT `status` and `fields` in the stream's
+ * HEADERS frame (HTTP/2 has no connection fields: the caller leaves them out), then `body` with END_STREAM.
+ */
+export function answerRefused(
+  socket: Duplex,
+  status: number,
+  fields: OutgoingHttpHeaders,
+  body: Buffer,
+  http1Answer: () => string | Buffer,
+): void {
+  if (!answeredInHttp2(socket)) return endAndClose(socket, http1Answer());
+  if (socket.destroyed) return;
+  const stream = socket as ServerHttp2Stream;
+  // Answered already (a 200, then a failure): nothing but the stream's reset can tell the client now.
+  if (stream.headersSent) return void stream.destroy(new Error('reach connection failed'));
+  stream.respond({ ...fields, ':status': status, 'content-length': body.length });
+  endAndClose(stream, body);
+}
+
 /** An answer that refuses the upgrade is relayed whole; more than this of its body is cut. */
 const MAX_REFUSAL_BODY = 256 * 1024;
 /** Headers that describe the upstream connection's framing, not the answer; the relayed answer sets its own. */
 const FRAMING = /^(?:content-length|transfer-encoding|connection|keep-alive)$/i;
+/** Connection-specific fields, which an HTTP/2 answer must not carry (RFC 9113 section 8.2.2). */
+const HTTP2_FORBIDDEN = /^(?:upgrade|proxy-connection|te)$/i;
 
 export interface UpgradeForwardOptions {
   /** Sends the request upstream: its method and path, the headers the caller chose, through the caller's agent. */
@@ -96,6 +148,14 @@ function statusHead(res: IncomingMessage, drop?: RegExp, extra: string[] = []): 
   return `${[...lines, ...extra].join('\r\n')}\r\n\r\n`;
 }
 
+/** An upstream answer's fields as an HTTP/2 answer may carry them: no framing or connection fields, names lower-case. */
+function answerFields(res: IncomingMessage): OutgoingHttpHeaders {
+  const fields: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(res.headers))
+    if (value !== undefined && !FRAMING.test(name) && !HTTP2_FORBIDDEN.test(name)) fields[name] = value;
+  return fields;
+}
+
 /** `head` holds the bytes the client sent after its request's headers. */
 export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwardOptions): void {
   let upstreamReq: ClientRequest;
@@ -141,7 +201,9 @@ export function forwardUpgrade(socket: Duplex, head: Buffer, opts: UpgradeForwar
     res.on('end', () => {
       const body = Buffer.concat(chunks);
       const framing = [`Content-Length: ${body.length}`, 'Connection: close'];
-      endAndClose(socket, Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]));
+      answerRefused(socket, res.statusCode ?? 502, answerFields(res), body, () =>
+        Buffer.concat([Buffer.from(statusHead(res, FRAMING, framing)), body]),
+      );
     });
   });
 
@@ -174,7 +236,7 @@ function splice(
   tap: UpgradeTap | undefined,
   opts: UpgradeForwardOptions,
 ): void {
-  if (!socket.destroyed) socket.write(switched);
+  answerSwitched(socket, switched);
   if (tap) {
     // Listeners beside the relays': they see every chunk the relays move, and pause with them.
     if (upstreamHead.length > 0) tap.fromServer(upstreamHead);

@@ -3,7 +3,7 @@
 import { STATUS_CODES, type OutgoingHttpHeaders } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { H2Response, type Response } from '../http2/request.ts';
-import { endAndClose } from '../http2/upgrade.ts';
+import { answerRefused } from '../http2/upgrade.ts';
 
 const REASONS: Record<number, string> = {
   400: 'BadRequest',
@@ -129,18 +129,20 @@ export const UNAUTHORIZED = 'Unauthorized';
 /**
  * Answers a connection that is no longer an HTTP response's (an upgrade, a reach connection) with a refusal's Status,
  * and closes it once written. Any Duplex (lib/http2/upgrade.ts `endAndClose`): upgrades come over TLS sockets, peer
- * links' and tunnels' CONNECT streams and the in-process door's stream pairs alike.
+ * links' and tunnels' CONNECT streams, the in-process door's stream pairs and the proxy's extended CONNECT streams alike.
  */
 export function refuseConnection(socket: Duplex, refusal: Refusal): void {
   const retry = refusal.retryAfterSeconds;
-  endAndClose(
+  const extra =
+    retry === undefined
+      ? undefined
+      : { details: { retryAfterSeconds: retry }, headers: { 'retry-after': String(retry) } };
+  // An extended CONNECT's stream (lib/http2/upgrade.ts) takes the status and fields as HTTP/2 headers.
+  answerRefused(
     socket,
-    rawStatusResponse(
-      refusal.status,
-      refusal.message,
-      retry === undefined
-        ? undefined
-        : { details: { retryAfterSeconds: retry }, headers: { 'retry-after': String(retry) } },
-    ),
+    refusal.status,
+    { 'content-type': 'application/json', ...extra?.headers },
+    Buffer.from(statusBody(refusal.status, refusal.message, extra?.details)),
+    () => rawStatusResponse(refusal.status, refusal.message, extra),
   );
 }

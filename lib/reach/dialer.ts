@@ -19,6 +19,7 @@ import type { Duplex } from 'node:stream';
 import type { CallAnswer } from '../http2/forward.ts';
 import type { MemoryBudget } from '../http2/memory-budget.ts';
 import { fieldsOf } from '../http2/request.ts';
+import { answerSwitched } from '../http2/upgrade.ts';
 import { selfSubjectAccessReview, reviewAllowed, type AccessQuestion } from '../kube/access-review.ts';
 import {
   forwardedAs,
@@ -738,7 +739,9 @@ function spliceReach(
   conn.setNoDelay(true);
   // Half-closes pass through: the side that ends its writing still reads.
   (socket as Duplex & { allowHalfOpen: boolean }).allowHalfOpen = true;
-  socket.write(
+  // A 101 on an HTTP/1.1 carrier; a 200 on an HTTP/2 extended CONNECT (lib/http2/upgrade.ts).
+  answerSwitched(
+    socket,
     `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${REACH_UPGRADE}\r\n\r\n`,
   );
   if (head.length > 0) conn.write(head);
