@@ -19,7 +19,9 @@ import {
   type IncomingHttpHeaders,
   type Settings,
 } from 'node:http2';
+import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { connect as tlsConnect } from 'node:tls';
 import { STATUS_CODES } from 'node:http';
 import { statusMessageOf } from '../lib/kube/status.ts';
 import { REACH_UPGRADE } from '../lib/reach/target.ts';
@@ -146,19 +148,30 @@ const sessionKey = (access: KubeconfigAccess): string =>
 
 /** Opens a session to `access`'s server; `ready` tells whether it takes extended CONNECT streams. */
 function openSession(access: KubeconfigAccess, key: string): Held {
-  const session = connect(new URL(access.base).origin, {
-    minVersion: 'TLSv1.2',
-    ...(access.caPem ? { ca: access.caPem } : {}),
-    ...(access.clientCert ? { cert: access.clientCert.certPem, key: access.clientCert.keyPem } : {}),
+  const url = new URL(access.base);
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const session = connect(url.origin, {
     settings: { initialWindowSize: STREAM_WINDOW_BYTES, enablePush: false },
+    // The TLS connection made here rather than by Node, to turn Nagle's algorithm off before anything is written (an
+    // HTTP/2 session's socket may not be touched once it is the session's): a stream's HEADERS and one echoed byte
+    // leave at once, not after the peer's delayed ACK.
+    createConnection: () => {
+      const socket = tlsConnect({
+        host,
+        port: Number(url.port || 443),
+        ...(isIP(host) ? {} : { servername: host }),
+        ALPNProtocols: ['h2'],
+        minVersion: 'TLSv1.2',
+        ...(access.caPem ? { ca: access.caPem } : {}),
+        ...(access.clientCert ? { cert: access.clientCert.certPem, key: access.clientCert.keyPem } : {}),
+      });
+      socket.setNoDelay(true);
+      return socket;
+    },
   });
   // Errors end the session ('close'); each stream reports its own.
   session.on('error', () => {});
-  session.once('connect', () => {
-    session.setLocalWindowSize(SESSION_WINDOW_BYTES);
-    // A connection's small writes (a request's HEADERS, one echoed byte) leave at once, not after the next ACK.
-    (session.socket as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
-  });
+  session.once('connect', () => session.setLocalWindowSize(SESSION_WINDOW_BYTES));
   const ready = new Promise<boolean>((resolve) => {
     session.once('remoteSettings', (settings: Settings) => resolve(settings.enableConnectProtocol === true));
     session.once('close', () => resolve(false));
