@@ -3,6 +3,15 @@
 import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import type { ServerResponse } from 'node:http';
 import { request } from 'node:https';
+import {
+  connect,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type Settings,
+} from 'node:http2';
+import { answerSwitched } from '../../lib/http2/upgrade.ts';
+import { refuseConnection } from '../../lib/kube/status.ts';
 import { webcrypto } from 'node:crypto';
 import type { SecureVersion, TLSSocket } from 'node:tls';
 import { rsaCertificate, signWithRSAAnyway } from '../../dev/hostile-tls.ts';
@@ -232,5 +241,91 @@ describe('a listener told to stop taking connections (a drain)', () => {
     session.close();
     agent.destroy();
     busyAgent.destroy();
+  });
+});
+
+describe('reach connections as HTTP/2 extended CONNECT streams', () => {
+  /**
+   * A listener whose upgrade handler stands in for the pipeline: a reach path is refused (its Status) when its port is
+   * `forbidden`, else switched and echoed, with a line of its own after the client's end.
+   */
+  async function connectListener(seen: { method: string; url: string; upgrade: string }[]): Promise<number> {
+    const server = newProxyServer(
+      { certPem: ecdsaServing.certPem, keyPem: ecdsaServing.keyPem, clientCAPems: [clientCA.certPem] },
+      peerName,
+      (req, socket) => {
+        seen.push({ method: req.method ?? '', url: req.url ?? '', upgrade: String(req.headers['upgrade']) });
+        if ((req.url ?? '').endsWith('forbidden'))
+          return refuseConnection(socket, { status: 429, message: 'too many', retryAfterSeconds: 1 });
+        answerSwitched(socket, 'HTTP/1.1 101 Switching Protocols\r\n\r\n');
+        socket.on('data', (chunk: Buffer) => socket.write(chunk));
+        socket.on('end', () => socket.end('bye'));
+      },
+    );
+    servers.push(server);
+    return server.listen(0, '127.0.0.1');
+  }
+
+  const open = (session: ClientHttp2Session, path: string): ClientHttp2Stream =>
+    session.request({
+      ':method': 'CONNECT',
+      ':protocol': 'tcp',
+      ':scheme': 'https',
+      ':path': path,
+      ':authority': 'proxy',
+    });
+
+  const answer = (stream: ClientHttp2Stream): Promise<{ status: number; headers: object; body: string }> =>
+    new Promise((done, fail) => {
+      let head: IncomingHttpHeaders = {};
+      const chunks: Buffer[] = [];
+      stream.once('response', (h) => (head = h));
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.once('end', () =>
+        done({ status: Number(head[':status']), headers: head, body: Buffer.concat(chunks).toString() }),
+      );
+      stream.once('error', fail);
+    });
+
+  it('announces extended CONNECT, hands each stream on as the upgrade it stands for, and answers it in HTTP/2', async () => {
+    const seen: { method: string; url: string; upgrade: string }[] = [];
+    const port = await connectListener(seen);
+    const session = connect(`https://127.0.0.1:${port}`, { ca: servingCA.certPem });
+    try {
+      const settings = await new Promise<Settings>((done) => session.once('remoteSettings', done));
+      expect(settings.enableConnectProtocol).toBe(true);
+
+      // Switched: 200, then the bytes both ways; the client's END_STREAM reaches the target, which still answers.
+      const echoed = open(
+        session,
+        '/apis/reach.concierge.sealion.dev/v1alpha1/namespaces/a/pods/b/connect?port=80',
+      );
+      const switched = answer(echoed);
+      echoed.end('ping');
+      expect(await switched).toMatchObject({ status: 200, body: 'pingbye' });
+
+      // Refused: the Status, with its status and Retry-After as HTTP/2 headers; the session serves on.
+      const refused = answer(open(session, '/apis/reach.concierge.sealion.dev/v1alpha1/x?port=forbidden'));
+      const got = await refused;
+      expect(got).toMatchObject({
+        status: 429,
+        headers: expect.objectContaining({ 'content-type': 'application/json', 'retry-after': '1' }),
+      });
+      expect(JSON.parse(got.body)).toMatchObject({ kind: 'Status', code: 429, message: 'too many' });
+      expect(seen).toEqual([
+        {
+          method: 'POST',
+          url: '/apis/reach.concierge.sealion.dev/v1alpha1/namespaces/a/pods/b/connect?port=80',
+          upgrade: 'tcp',
+        },
+        {
+          method: 'POST',
+          url: '/apis/reach.concierge.sealion.dev/v1alpha1/x?port=forbidden',
+          upgrade: 'tcp',
+        },
+      ]);
+    } finally {
+      session.destroy();
+    }
   });
 });

@@ -1,5 +1,6 @@
 // What a reach connection is for: one TCP port of one Service or pod, named by the object, never by an address.
-// `sealion port-forward` asks for it with an HTTP/1.1 upgrade (`Upgrade: tcp`) to
+// `sealion port-forward` asks for it with an HTTP/1.1 upgrade (`Upgrade: tcp`), or an HTTP/2 extended CONNECT
+// (`:protocol tcp`) read as that upgrade, to
 //   [/clusters/<cluster>]/apis/reach.concierge.<suffix>/v1alpha1/namespaces/<ns>/<services|pods>/<name>/connect?port=<port>
 // and whoever dials (the concierge for the hub, the cluster's agent for any other) answers 101 once its connection to
 // the target is open, and a Status otherwise. The path is read the same way at every hop, so what the hub decided
