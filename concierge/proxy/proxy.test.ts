@@ -526,6 +526,58 @@ describe('what reaches the API server', () => {
   });
 });
 
+describe('reach connections as HTTP/2 extended CONNECT streams', () => {
+  const REACH_PATH =
+    '/apis/reach.concierge.sealion.dev/v1alpha1/namespaces/default/services/web/connect?port=80';
+
+  /** One extended CONNECT on `session`: its status and the message of the Status it was answered with. */
+  function connectStream(
+    session: ClientHttp2Session,
+    path: string,
+    token?: string,
+  ): Promise<{ status: number; message: string }> {
+    return new Promise((done, fail) => {
+      const stream = session.request(
+        {
+          ':method': 'CONNECT',
+          ':protocol': 'tcp',
+          ':scheme': 'https',
+          ':path': path,
+          ':authority': 'proxy',
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
+        { endStream: false },
+      );
+      let status = 0;
+      let text = '';
+      stream.once('response', (h) => (status = Number(h[':status'])));
+      stream.on('data', (c: Buffer) => (text += c.toString()));
+      stream.once('end', () => done({ status, message: (JSON.parse(text) as { message: string }).message }));
+      stream.once('error', fail);
+    });
+  }
+
+  it('runs each stream through the pipeline as a reach request: authenticated, malformed ones refused, each answered in HTTP/2', async () => {
+    const session = http2Connect(`https://127.0.0.1:${port}`, { ca: proxyCA.certPem });
+    try {
+      const [anonymous, notReach, decided] = await Promise.all([
+        connectStream(session, REACH_PATH),
+        connectStream(session, '/api/v1/namespaces/default/pods/p/exec?command=sh', 'alice-token'),
+        connectStream(session, REACH_PATH, 'alice-token'),
+      ]);
+      expect(anonymous).toEqual({ status: 401, message: UNAUTHORIZED });
+      expect(notReach.status).toBe(400);
+      expect(notReach.message).toMatch(/extended CONNECT carries only reach connections/);
+      // Authenticated and decided, then the route's answer: this hub route dials no reach connections.
+      expect(decided).toEqual({ status: 503, message: 'this concierge does not dial reach connections' });
+      expect(seen).toHaveLength(0);
+    } finally {
+      // Closed gracefully and waited for: the tests after this one count the listener's connections.
+      await new Promise<void>((done) => session.close(() => done()));
+    }
+  });
+});
+
 describe('HTTP/2 clients, as kubectl connects', () => {
   let session: ClientHttp2Session;
   beforeAll(() => {
