@@ -6,13 +6,13 @@
 // the demo pod on both clusters.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 import { DEFAULT_GROUP_SUFFIX } from '../apis/groups.ts';
 import { getKubeconfig } from '../cli/get-kubeconfig.ts';
 import { DEFAULT_OIDC_CLIENT_ID } from '../cli/exec-credential.ts';
 import { newKubeClients } from '../lib/kube/kube.ts';
-import { DEFAULT_INSTALL, sessionAuditorRole } from '../manifests/install.ts';
+import { conciergeManifests, DEFAULT_INSTALL, sessionAuditorRole } from '../manifests/install.ts';
 import { CONCIERGE_NAME, CONFIG_KEY, CONFIG_MAP_NAME } from '../apis/install.ts';
 import { parse as parseYAML, stringify as toYAML } from 'yaml';
 import { ensureHelm, REPO_ROOT } from './build.ts';
@@ -71,10 +71,82 @@ export const WORKLOAD_ACCOUNT = 'deployer';
 /** The prefix the README's section gives edge's Cluster: the hub's workloads are hub:… there. */
 export const WORKLOAD_PREFIX = 'hub:';
 
-/** Runs the Install section with bash (-euo pipefail), in the repository, with `env` (its variables). */
-function runInstallSection(using: InstallWith, env: Record<string, string | undefined>): Promise<void> {
+/**
+ * A strategic merge patch that gives the concierge's Deployment a shutdown delay of `seconds` (the install option
+ * `shutdownDelaySeconds`): its flags and its termination grace as install.ts renders them with it. For a kustomization
+ * over config/concierge.
+ */
+export function shutdownDelayPatch(seconds: number): Record<string, unknown> {
+  const deployment = conciergeManifests({
+    ...DEFAULT_INSTALL,
+    concierge: { shutdownDelaySeconds: seconds },
+  }).find((o) => o['kind'] === 'Deployment') as { metadata: object; spec: { template: { spec: PodSpec } } };
+  const pod = deployment.spec.template.spec;
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: deployment.metadata,
+    spec: {
+      template: {
+        spec: {
+          terminationGracePeriodSeconds: pod.terminationGracePeriodSeconds,
+          containers: pod.containers.map(({ name, args }) => ({ name, args })),
+        },
+      },
+    },
+  };
+}
+interface PodSpec {
+  terminationGracePeriodSeconds: number;
+  containers: { name: string; args: string[] }[];
+}
+
+/**
+ * The Install section's text, with the concierge's shutdown delay set to `seconds` where it is given: in the Helm
+ * block a value on the concierge's `helm install`, in the kustomize block a kustomization (written in `dir`) over
+ * config/concierge with shutdownDelayPatch. Everything else stays word for word; a block that no longer has the line
+ * changed here fails loudly.
+ */
+function installScript(using: InstallWith, dir: string, seconds?: number): string {
+  const section = installSection(using);
+  if (seconds === undefined) return section;
+  const [line, replacement] =
+    using === 'helm'
+      ? [
+          'helm install sealion-concierge config/charts/sealion-concierge ',
+          `helm install sealion-concierge config/charts/sealion-concierge --set shutdownDelaySeconds=${seconds} `,
+        ]
+      : [
+          'kubectl apply -k config/concierge\n',
+          `kubectl apply -k ${shutdownDelayKustomization(dir, seconds)}\n`,
+        ];
+  if (section.split(line).length !== 2)
+    throw new Error(
+      `README.md's Install section (${using}) has not one "${line.trim()}" to set the delay on`,
+    );
+  return section.replace(line, () => replacement);
+}
+
+/** A kustomization in `dir`: config/concierge with a shutdown delay of `seconds`. Returns its folder. */
+function shutdownDelayKustomization(dir: string, seconds: number): string {
+  const folder = join(dir, 'concierge-shutdown-delay');
+  mkdirSync(folder, { recursive: true });
+  writeFileSync(
+    join(folder, 'kustomization.yaml'),
+    toYAML({
+      apiVersion: 'kustomize.config.k8s.io/v1beta1',
+      kind: 'Kustomization',
+      resources: [relative(folder, join(REPO_ROOT, 'config/concierge'))],
+      patches: [{ patch: toYAML(shutdownDelayPatch(seconds)) }],
+    }),
+  );
+  return folder;
+}
+
+/** Runs `script` (the Install section) with bash (-euo pipefail), in the repository, with `env` (its variables). */
+function runInstallSection(script: string, env: Record<string, string | undefined>): Promise<void> {
   return new Promise((done, fail) => {
-    const [command, args] = dieWithParent('bash', ['-euo', 'pipefail', '-c', installSection(using)]);
+    const [command, args] = dieWithParent('bash', ['-euo', 'pipefail', '-c', script]);
     const child = spawn(command, args, {
       cwd: REPO_ROOT,
       env: { ...process.env, ...env },
@@ -150,10 +222,24 @@ async function kubectlOk(cluster: Cluster, args: string[], input?: string): Prom
   return result.stdout;
 }
 
+/** How startInstalledSealion installs. */
+export interface InstallChoices {
+  /** Which of the Install section's blocks runs. Default: kustomize. */
+  using?: InstallWith;
+  /** Images loaded on the hub's node besides Sealion's and the demo pod's. */
+  hubImages?: string[];
+  /**
+   * The concierge's shutdown delay (the install option shutdownDelaySeconds), for tests that roll the concierge out:
+   * the local load balancer follows readiness within a second, so the default's 15 s, meant for a cloud load
+   * balancer's health checks, would only make each replica's drain longer. Default: the install's.
+   */
+  shutdownDelaySeconds?: number;
+}
+
 export async function startInstalledSealion(
   running: Running,
   log: (line: string) => void,
-  { using = 'kustomize', hubImages = [] }: { using?: InstallWith; hubImages?: string[] } = {},
+  { using = 'kustomize', hubImages = [], shutdownDelaySeconds }: InstallChoices = {},
 ): Promise<InstalledSealion> {
   const helm = using === 'helm' ? await ensureHelm(log) : undefined;
   const image = await buildImage(log);
@@ -193,11 +279,14 @@ export async function startInstalledSealion(
 
   // What an admin runs: the README's Install section, word for word.
   log(
-    using === 'helm'
+    (using === 'helm'
       ? `installing Sealion as the README's Install section says, with Helm: the sealion-concierge chart on the hub, sealion-agent on ${EDGE}`
-      : `installing Sealion as the README's Install section says: config/concierge on the hub, config/agent on ${EDGE}`,
+      : `installing Sealion as the README's Install section says: config/concierge on the hub, config/agent on ${EDGE}`) +
+      (shutdownDelaySeconds === undefined
+        ? ''
+        : `, the concierge's shutdown delay set to ${shutdownDelaySeconds} s`),
   );
-  await runInstallSection(using, {
+  await runInstallSection(installScript(using, cluster.dir, shutdownDelaySeconds), {
     KUBECONFIG: cluster.kubeconfigPath,
     EDGE_KUBECONFIG: edge.kubeconfigPath,
     ISSUER_URL: issuer.url,

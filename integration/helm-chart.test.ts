@@ -132,6 +132,7 @@ const CONCIERGE_ROWS: [string, string, Obj | string][] = [
       imagePullPolicy: 'Always',
       imagePullSecrets: [{ name: 'my-registry' }],
       replicas: 3,
+      shutdownDelaySeconds: 5,
       resources: { requests: { cpu: '1', memory: '1Gi' } },
       nodeSelector: { 'kubernetes.io/os': 'linux', 'example.com/pool': 'gateways' },
       tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'gateway', effect: 'NoSchedule' }],
@@ -268,6 +269,7 @@ describe('helm template and kustomize give the same objects', () => {
 describe('values that would install something else than meant are refused, by both', () => {
   const BAD: [string, Obj, RegExp][] = [
     ['a negative replica count', { replicas: -1 }, /replicas/],
+    ['a shutdown delay past an hour', { shutdownDelaySeconds: 3601 }, /shutdownDelaySeconds/],
     ['a policy of no known name', { forwardingPolicy: { name: 'everything' } }, /forwardingPolicy/],
     [
       'a policy without users',

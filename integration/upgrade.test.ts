@@ -25,6 +25,7 @@ import {
   enableSsh,
   INSTALL_WITH,
   runHelm,
+  shutdownDelayPatch,
   startInstalledSealion,
   stopInstalled,
   type InstallWith,
@@ -50,6 +51,13 @@ const namespace = DEFAULT_INSTALL.namespace;
 const agentNamespace = DEFAULT_INSTALL.agentNamespace;
 /** Watches on each cluster: 20 in all. */
 const WATCHES_PER_CLUSTER = 10;
+/**
+ * The concierge's shutdown delay here: the local load balancer picks a backend from the EndpointSlices for each
+ * connection, and they drop a terminating pod within a second or two, so the install's 15 s (a cloud load
+ * balancer's health checks) would only add 12 s to each rollout's last drain. Set at install, so that the replicas
+ * an upgrade stops have it, and kept by every upgrade and rollback.
+ */
+const SHUTDOWN_DELAY_SECONDS = 3;
 /** How long a rollout may take: a new pod, its readiness, the old one's end, for each replica. */
 const ROLLOUT_TIMEOUT_MS = 300_000;
 
@@ -63,7 +71,10 @@ async function install(using: InstallWith): Promise<void> {
   running = {};
   dir = mkdtempSync(join(tmpdir(), 'sealion-upgrade-'));
   next = await buildNextImage(log);
-  installed = await startInstalledSealion(running, log, { using });
+  installed = await startInstalledSealion(running, log, {
+    using,
+    shutdownDelaySeconds: SHUTDOWN_DELAY_SECONDS,
+  });
   // The next release is loaded beside the first, as a registry would serve it: the nodes pull nothing.
   await Promise.all([
     installed.hub.node!.loadImage(next.archive),
@@ -337,9 +348,9 @@ const WAYS: Record<InstallWith, UpgradeWay> = {
 };
 
 /**
- * The admin's kustomization for a part: config/<part>, what the admin changed on it after applying it (the README's
- * Install section published the tunnel; the configuration, with the direct path and the SSH door on), and the image
- * as `kustomize edit set image` writes it.
+ * The admin's kustomization for a part: config/<part>, what the admin changed on it (the install's shutdown delay;
+ * after applying it, the README's Install section published the tunnel; the configuration, with the direct path and
+ * the SSH door on), and the image as `kustomize edit set image` writes it.
  * Returns its folder.
  */
 function kustomization(part: 'concierge' | 'agent', image: string): string {
@@ -365,6 +376,7 @@ function kustomization(part: 'concierge' | 'agent', image: string): string {
               data: { [CONFIG_KEY]: adminConfig },
             }),
           },
+          { patch: stringify(shutdownDelayPatch(SHUTDOWN_DELAY_SECONDS)) },
         ]
       : [];
   writeFileSync(

@@ -2,7 +2,12 @@
 // the schema the charts carry. (integration/helm-chart.test.ts holds the real Helm, 4 and 3, to the same rendering.)
 import { describe, expect, it } from '@jest/globals';
 import { agentObjects, chartFiles, conciergeInstall, mergeValues } from './chart.ts';
-import { CONCIERGE_TERMINATION_GRACE_SECONDS, conciergeManifests, DEFAULT_INSTALL } from './install.ts';
+import {
+  CONCIERGE_TERMINATION_GRACE_SECONDS,
+  conciergeManifests,
+  DEFAULT_INSTALL,
+  TERMINATION_GRACE_AFTER_DELAY_SECONDS,
+} from './install.ts';
 
 describe('values', () => {
   it('merge as Helm merges: maps key by key, lists whole, null removes a default', () => {
@@ -65,11 +70,47 @@ describe('availability values', () => {
   });
 });
 
+describe('the shutdown delay value', () => {
+  interface PodSpec {
+    containers: { args: string[] }[];
+    terminationGracePeriodSeconds: number;
+  }
+  const podSpec = (objects: Record<string, unknown>[]): PodSpec =>
+    (objects.find((o) => o['kind'] === 'Deployment') as { spec: { template: { spec: PodSpec } } }).spec
+      .template.spec;
+  const container = (objects: Record<string, unknown>[]): { args: string[] } =>
+    podSpec(objects).containers[0]!;
+  const grace = (objects: Record<string, unknown>[]): number =>
+    podSpec(objects).terminationGracePeriodSeconds;
+
+  it("sets the concierge's --shutdown-delay, and its termination grace follows, the drain's grace kept whole", () => {
+    const short = conciergeManifests(conciergeInstall({ shutdownDelaySeconds: 2 }));
+    expect(container(short).args).toContain('--shutdown-delay=2');
+    expect(container(short).args).toContain('--shutdown-grace=30');
+    expect(grace(short)).toBe(CONCIERGE_TERMINATION_GRACE_SECONDS - 13);
+    const long = conciergeManifests(conciergeInstall({ shutdownDelaySeconds: 120 }));
+    expect(grace(long)).toBe(CONCIERGE_TERMINATION_GRACE_SECONDS + 105);
+    // Left alone, it is the install's default.
+    expect(container(conciergeManifests(conciergeInstall({}))).args).toContain('--shutdown-delay=15');
+  });
+
+  it('is refused when it is no whole number of seconds from 0 to an hour', () => {
+    for (const bad of [-1, 1.5, '5', 3601, null])
+      expect(() => conciergeInstall({ shutdownDelaySeconds: bad })).toThrow(/shutdownDelaySeconds/);
+    expect(() => conciergeInstall({ shutdownDelaySeconds: 0 })).not.toThrow();
+  });
+});
+
 describe('the charts', () => {
   it("give the concierge's pods the drain's termination grace, as the kustomize install does", () => {
     const template = chartFiles('sealion-concierge').get('templates/deployment.yaml')!;
-    expect(template).toContain(`terminationGracePeriodSeconds: ${CONCIERGE_TERMINATION_GRACE_SECONDS}\n`);
-    expect(template).toMatch(/--shutdown-delay=\d+\n[\s\S]*--shutdown-grace=\d+\n/);
+    // The delay is a value; the rest of the termination grace is the install's, added by the template.
+    expect(template).toContain(
+      `terminationGracePeriodSeconds: {{ add $.Values.shutdownDelaySeconds ${TERMINATION_GRACE_AFTER_DELAY_SECONDS} | toJson }}\n`,
+    );
+    expect(template).toMatch(
+      /"--shutdown-delay=" \(\$\.Values\.shutdownDelaySeconds\)[\s\S]*--shutdown-grace=\d+\n/,
+    );
   });
 
   it('leave no stand-in behind, and write every value with toJson or toYaml', () => {

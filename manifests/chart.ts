@@ -16,6 +16,7 @@ import {
 } from '../apis/install.ts';
 import { AUDIT_CONFIG_MAP_NAME, AUDIT_POLICY_KEY } from '../apis/install.ts';
 import packageJson from '../package.json' with { type: 'json' };
+import { DEFAULT_SHUTDOWN_DELAY_SECONDS } from '../concierge/drain.ts';
 import { crds, loadKindSchemas, type KindSchemas } from './crds.ts';
 import {
   DEFAULT_POLICY,
@@ -35,6 +36,7 @@ import {
   DEFAULT_IMAGE,
   DEFAULT_INSTALL,
   POLICY_ANNOTATION,
+  TERMINATION_GRACE_AFTER_DELAY_SECONDS,
   type InstallOptions,
   type PodSettings,
 } from './install.ts';
@@ -86,6 +88,8 @@ export const conciergeValuesSchema = z.strictObject({
     .refine(isValidGroupSuffix)
     .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$/),
   replicas: z.int().min(0),
+  // An hour at most: a longer delay would hold every rollout and node drain for longer than anyone waits.
+  shutdownDelaySeconds: z.int().min(0).max(3600),
   services: z.strictObject({ proxy: serviceSchema, tunnel: serviceSchema }),
   forwardingPolicy: policySchema,
   config: z.record(z.string(), z.unknown()).nullish(),
@@ -121,6 +125,7 @@ export function defaultConciergeValues(): ConciergeValues {
     imagePullSecrets: [],
     groupSuffix: DEFAULT_GROUP_SUFFIX,
     replicas: DEFAULT_CONCIERGE_POD.replicas,
+    shutdownDelaySeconds: DEFAULT_SHUTDOWN_DELAY_SECONDS,
     resources: DEFAULT_CONCIERGE_POD.resources,
     nodeSelector: {},
     tolerations: [],
@@ -214,7 +219,11 @@ export function conciergeInstall(given: Obj, namespace = DEFAULT_INSTALL.namespa
     groupSuffix: values.groupSuffix,
     image: values.image,
     forwardingPolicy: checkedPolicy(values.forwardingPolicy),
-    concierge: { ...podSettings(values), replicas: values.replicas },
+    concierge: {
+      ...podSettings(values),
+      replicas: values.replicas,
+      shutdownDelaySeconds: values.shutdownDelaySeconds,
+    },
     services: {
       proxy: { type: values.services.proxy.type, annotations: values.services.proxy.annotations ?? {} },
       tunnel: { type: values.services.tunnel.type, annotations: values.services.tunnel.annotations ?? {} },
@@ -558,6 +567,7 @@ function conciergeChart(schemas: KindSchemas): Map<string, string> {
     concierge: {
       ...podHoles(holes),
       replicas: holes.open({ expr: '$.Values.replicas' }) as unknown as number,
+      shutdownDelaySeconds: holes.open({ expr: '$.Values.shutdownDelaySeconds' }) as unknown as number,
     },
     services: {
       proxy: {
@@ -572,6 +582,13 @@ function conciergeChart(schemas: KindSchemas): Map<string, string> {
     renderPolicy: () => ({ rules: rules as never, description, ownRole: undefined }),
   };
   const objects = conciergeManifests(opts).filter((o) => o['kind'] !== 'Namespace');
+  // The pod's termination grace is a sum with the delay, which a hole cannot carry: the template adds it.
+  const deployment = objects.find((o) => o['kind'] === 'Deployment');
+  if (!deployment) throw new Error('no concierge Deployment');
+  const podSpec = (deployment['spec'] as { template: { spec: Obj } }).template.spec;
+  podSpec['terminationGracePeriodSeconds'] = holes.open({
+    expr: `add $.Values.shutdownDelaySeconds ${TERMINATION_GRACE_AFTER_DELAY_SECONDS}`,
+  });
   // The ConfigMaps' YAML is written from the values as they are.
   for (const o of objects) {
     const name = (o['metadata'] as { name: string }).name;
@@ -617,6 +634,8 @@ function conciergeChart(schemas: KindSchemas): Map<string, string> {
           ...POD_COMMENTS,
           groupSuffix: "API group suffix (pinniped.dev gives Pinniped's groups, for Pinniped's CLI).",
           replicas: 'Every replica serves the proxy and the tunnels; a Lease picks the one that writes.',
+          shutdownDelaySeconds:
+            "How long a replica told to stop serves on, unready, while Endpoints and load balancers forget it (--shutdown-delay);\nthe default waits out a cloud load balancer's health checks. The pods' termination grace follows it.",
           services:
             "The Services this chart makes. The proxy's published Service is the controllers' (config.impersonationProxy.service);\nset tunnel's type to LoadBalancer where agents dial in from outside the cluster.",
           forwardingPolicy: POLICY_COMMENT,

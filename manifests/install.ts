@@ -75,6 +75,13 @@ export interface InstallOptions {
 export interface PodSettings {
   /** The concierge's replicas. Default: 2. */
   replicas?: number;
+  /**
+   * The concierge's `--shutdown-delay`: how long a replica told to stop serves on, unready, while Endpoints and load
+   * balancers forget it. Default: DEFAULT_SHUTDOWN_DELAY_SECONDS, for a cloud load balancer's health checks; where the
+   * load balancer follows readiness within a second (kube-proxy alone, a test's), a second or two does, and each
+   * rollout is that much shorter. The pod's terminationGracePeriodSeconds follows it.
+   */
+  shutdownDelaySeconds?: number;
   resources?: Obj;
   nodeSelector?: Record<string, string>;
   tolerations?: Obj[];
@@ -629,12 +636,21 @@ function conciergeConfigMaps(opts: InstallOptions): Obj[] {
 }
 
 /**
- * How long the kubelet waits after SIGTERM before it kills a concierge: the drain's delay and grace
- * (concierge/drain.ts), and 15 s for what follows them (closing sessions, the stop, the last audit events) with room
- * to spare. Killed sooner, a replica would cut the sessions the grace promised to warn.
+ * What a concierge's terminationGracePeriodSeconds holds after its shutdown delay: the drain's grace
+ * (concierge/drain.ts), and 15 s for what follows it (closing sessions, the stop, the last audit events) with room to
+ * spare. Killed sooner, a replica would cut the sessions the grace promised to warn. The chart adds it to its value.
  */
-export const CONCIERGE_TERMINATION_GRACE_SECONDS =
-  DEFAULT_SHUTDOWN_DELAY_SECONDS + DEFAULT_SHUTDOWN_GRACE_SECONDS + 15;
+export const TERMINATION_GRACE_AFTER_DELAY_SECONDS = DEFAULT_SHUTDOWN_GRACE_SECONDS + 15;
+
+/** How long the kubelet waits after SIGTERM before it kills a concierge whose shutdown delay is `delaySeconds`. */
+export function conciergeTerminationGraceSeconds(delaySeconds: number): number {
+  return delaySeconds + TERMINATION_GRACE_AFTER_DELAY_SECONDS;
+}
+
+/** The default install's terminationGracePeriodSeconds. */
+export const CONCIERGE_TERMINATION_GRACE_SECONDS = conciergeTerminationGraceSeconds(
+  DEFAULT_SHUTDOWN_DELAY_SECONDS,
+);
 
 /** The concierge's Deployment: its replicas, where they run, and the recordings' and audit policy's volumes. */
 function conciergeDeployment(opts: InstallOptions): Obj {
@@ -655,7 +671,7 @@ function conciergeDeployment(opts: InstallOptions): Obj {
         spec: {
           serviceAccountName: CONCIERGE_NAME,
           securityContext: POD_SECURITY,
-          terminationGracePeriodSeconds: CONCIERGE_TERMINATION_GRACE_SECONDS,
+          terminationGracePeriodSeconds: conciergeTerminationGraceSeconds(shutdownDelay(pod)),
           ...placement(pod),
           containers: [conciergeContainer(opts, pod)],
           volumes: [
@@ -689,6 +705,9 @@ function conciergeDisruptionBudget(ns: string): Obj {
   };
 }
 
+const shutdownDelay = (pod: PodSettings): number =>
+  pod.shutdownDelaySeconds ?? DEFAULT_SHUTDOWN_DELAY_SECONDS;
+
 /** The concierge's one container: its flags, mounts, ports and probes. */
 function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
   const probe = (path: string): Obj => ({
@@ -712,7 +731,7 @@ function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
       // Listens only while the ConfigMap's ssh.mode is enabled.
       `--ssh-listen=0.0.0.0:${SSH_PORT}`,
       // The drain on SIGTERM, written out so that its sum beside terminationGracePeriodSeconds is plain to read.
-      `--shutdown-delay=${DEFAULT_SHUTDOWN_DELAY_SECONDS}`,
+      `--shutdown-delay=${shutdownDelay(pod)}`,
       `--shutdown-grace=${DEFAULT_SHUTDOWN_GRACE_SECONDS}`,
     ],
     volumeMounts: [
