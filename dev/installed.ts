@@ -71,15 +71,20 @@ export const WORKLOAD_ACCOUNT = 'deployer';
 /** The prefix the README's section gives edge's Cluster: the hub's workloads are hub:… there. */
 export const WORKLOAD_PREFIX = 'hub:';
 
+/** The concierge's drain, shorter than the install's: the install options shutdownDelaySeconds and shutdownGraceSeconds. */
+export interface Shutdown {
+  delaySeconds: number;
+  graceSeconds: number;
+}
+
 /**
- * A strategic merge patch that gives the concierge's Deployment a shutdown delay of `seconds` (the install option
- * `shutdownDelaySeconds`): its flags and its termination grace as install.ts renders them with it. For a kustomization
- * over config/concierge.
+ * A strategic merge patch that gives the concierge's Deployment the drain `shutdown`: its flags and its termination
+ * grace as install.ts renders them with it. For a kustomization over config/concierge.
  */
-export function shutdownDelayPatch(seconds: number): Record<string, unknown> {
+export function shutdownPatch(shutdown: Shutdown): Record<string, unknown> {
   const deployment = conciergeManifests({
     ...DEFAULT_INSTALL,
-    concierge: { shutdownDelaySeconds: seconds },
+    concierge: { shutdownDelaySeconds: shutdown.delaySeconds, shutdownGraceSeconds: shutdown.graceSeconds },
   }).find((o) => o['kind'] === 'Deployment') as { metadata: object; spec: { template: { spec: PodSpec } } };
   const pod = deployment.spec.template.spec;
   return {
@@ -102,34 +107,32 @@ interface PodSpec {
 }
 
 /**
- * The Install section's text, with the concierge's shutdown delay set to `seconds` where it is given: in the Helm
- * block a value on the concierge's `helm install`, in the kustomize block a kustomization (written in `dir`) over
- * config/concierge with shutdownDelayPatch. Everything else stays word for word; a block that no longer has the line
+ * The Install section's text, with the concierge's drain set to `shutdown` where it is given: in the Helm block
+ * values on the concierge's `helm install`, in the kustomize block a kustomization (written in `dir`) over
+ * config/concierge with shutdownPatch. Everything else stays word for word; a block that no longer has the line
  * changed here fails loudly.
  */
-function installScript(using: InstallWith, dir: string, seconds?: number): string {
+function installScript(using: InstallWith, dir: string, shutdown?: Shutdown): string {
   const section = installSection(using);
-  if (seconds === undefined) return section;
+  if (shutdown === undefined) return section;
+  const values = `--set shutdownDelaySeconds=${shutdown.delaySeconds},shutdownGraceSeconds=${shutdown.graceSeconds}`;
   const [line, replacement] =
     using === 'helm'
       ? [
           'helm install sealion-concierge config/charts/sealion-concierge ',
-          `helm install sealion-concierge config/charts/sealion-concierge --set shutdownDelaySeconds=${seconds} `,
+          `helm install sealion-concierge config/charts/sealion-concierge ${values} `,
         ]
-      : [
-          'kubectl apply -k config/concierge\n',
-          `kubectl apply -k ${shutdownDelayKustomization(dir, seconds)}\n`,
-        ];
+      : ['kubectl apply -k config/concierge\n', `kubectl apply -k ${shutdownKustomization(dir, shutdown)}\n`];
   if (section.split(line).length !== 2)
     throw new Error(
-      `README.md's Install section (${using}) has not one "${line.trim()}" to set the delay on`,
+      `README.md's Install section (${using}) has not one "${line.trim()}" to set the drain on`,
     );
   return section.replace(line, () => replacement);
 }
 
-/** A kustomization in `dir`: config/concierge with a shutdown delay of `seconds`. Returns its folder. */
-function shutdownDelayKustomization(dir: string, seconds: number): string {
-  const folder = join(dir, 'concierge-shutdown-delay');
+/** A kustomization in `dir`: config/concierge with the drain `shutdown`. Returns its folder. */
+function shutdownKustomization(dir: string, shutdown: Shutdown): string {
+  const folder = join(dir, 'concierge-shutdown');
   mkdirSync(folder, { recursive: true });
   writeFileSync(
     join(folder, 'kustomization.yaml'),
@@ -137,7 +140,7 @@ function shutdownDelayKustomization(dir: string, seconds: number): string {
       apiVersion: 'kustomize.config.k8s.io/v1beta1',
       kind: 'Kustomization',
       resources: [relative(folder, join(REPO_ROOT, 'config/concierge'))],
-      patches: [{ patch: toYAML(shutdownDelayPatch(seconds)) }],
+      patches: [{ patch: toYAML(shutdownPatch(shutdown)) }],
     }),
   );
   return folder;
@@ -229,17 +232,18 @@ export interface InstallChoices {
   /** Images loaded on the hub's node besides Sealion's and the demo pod's. */
   hubImages?: string[];
   /**
-   * The concierge's shutdown delay (the install option shutdownDelaySeconds), for tests that roll the concierge out:
-   * the local load balancer follows readiness within a second, so the default's 15 s, meant for a cloud load
-   * balancer's health checks, would only make each replica's drain longer. Default: the install's.
+   * The concierge's drain, for tests that roll the concierge out: the local load balancer follows readiness within a
+   * second, so the default delay's 15 s, meant for a cloud load balancer's health checks, would only make each
+   * replica's drain longer, as would the grace's 30 s for sessions that a test's load holds open until they are
+   * closed. Default: the install's.
    */
-  shutdownDelaySeconds?: number;
+  shutdown?: Shutdown;
 }
 
 export async function startInstalledSealion(
   running: Running,
   log: (line: string) => void,
-  { using = 'kustomize', hubImages = [], shutdownDelaySeconds }: InstallChoices = {},
+  { using = 'kustomize', hubImages = [], shutdown }: InstallChoices = {},
 ): Promise<InstalledSealion> {
   const helm = using === 'helm' ? await ensureHelm(log) : undefined;
   const image = await buildImage(log);
@@ -282,11 +286,11 @@ export async function startInstalledSealion(
     (using === 'helm'
       ? `installing Sealion as the README's Install section says, with Helm: the sealion-concierge chart on the hub, sealion-agent on ${EDGE}`
       : `installing Sealion as the README's Install section says: config/concierge on the hub, config/agent on ${EDGE}`) +
-      (shutdownDelaySeconds === undefined
+      (shutdown === undefined
         ? ''
-        : `, the concierge's shutdown delay set to ${shutdownDelaySeconds} s`),
+        : `, the concierge's shutdown delay and grace set to ${shutdown.delaySeconds} s and ${shutdown.graceSeconds} s`),
   );
-  await runInstallSection(installScript(using, cluster.dir, shutdownDelaySeconds), {
+  await runInstallSection(installScript(using, cluster.dir, shutdown), {
     KUBECONFIG: cluster.kubeconfigPath,
     EDGE_KUBECONFIG: edge.kubeconfigPath,
     ISSUER_URL: issuer.url,

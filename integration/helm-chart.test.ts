@@ -133,6 +133,7 @@ const CONCIERGE_ROWS: [string, string, Obj | string][] = [
       imagePullSecrets: [{ name: 'my-registry' }],
       replicas: 3,
       shutdownDelaySeconds: 5,
+      shutdownGraceSeconds: 7,
       resources: { requests: { cpu: '1', memory: '1Gi' } },
       nodeSelector: { 'kubernetes.io/os': 'linux', 'example.com/pool': 'gateways' },
       tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'gateway', effect: 'NoSchedule' }],
@@ -270,6 +271,7 @@ describe('values that would install something else than meant are refused, by bo
   const BAD: [string, Obj, RegExp][] = [
     ['a negative replica count', { replicas: -1 }, /replicas/],
     ['a shutdown delay past an hour', { shutdownDelaySeconds: 3601 }, /shutdownDelaySeconds/],
+    ['a negative shutdown grace', { shutdownGraceSeconds: -1 }, /shutdownGraceSeconds/],
     ['a policy of no known name', { forwardingPolicy: { name: 'everything' } }, /forwardingPolicy/],
     [
       'a policy without users',

@@ -25,7 +25,7 @@ import {
   enableSsh,
   INSTALL_WITH,
   runHelm,
-  shutdownDelayPatch,
+  shutdownPatch,
   startInstalledSealion,
   stopInstalled,
   type InstallWith,
@@ -52,12 +52,14 @@ const agentNamespace = DEFAULT_INSTALL.agentNamespace;
 /** Watches on each cluster: 20 in all. */
 const WATCHES_PER_CLUSTER = 10;
 /**
- * The concierge's shutdown delay here: the local load balancer picks a backend from the EndpointSlices for each
- * connection, and they drop a terminating pod within a second or two, so the install's 15 s (a cloud load
- * balancer's health checks) would only add 12 s to each rollout's last drain. Set at install, so that the replicas
- * an upgrade stops have it, and kept by every upgrade and rollback.
+ * The concierge's drain here, set at install so that the replicas an upgrade stops have it, and kept by every upgrade
+ * and rollback. The delay: the local load balancer picks a backend from the EndpointSlices for each connection, and
+ * they drop a terminating pod within a second or two, so the install's 15 s (a cloud load balancer's health checks)
+ * would only lengthen each rollout. The grace: the load's sessions (exec, port-forward, logs, SSH) never end by
+ * themselves, so a replica that holds one waits out all of it before it closes them with the message the table
+ * counts; the install's 30 s would add 27 s to each rollout, whose last old replica is one such.
  */
-const SHUTDOWN_DELAY_SECONDS = 3;
+const SHUTDOWN = { delaySeconds: 3, graceSeconds: 3 };
 /** How long a rollout may take: a new pod, its readiness, the old one's end, for each replica. */
 const ROLLOUT_TIMEOUT_MS = 300_000;
 
@@ -73,7 +75,7 @@ async function install(using: InstallWith): Promise<void> {
   next = await buildNextImage(log);
   installed = await startInstalledSealion(running, log, {
     using,
-    shutdownDelaySeconds: SHUTDOWN_DELAY_SECONDS,
+    shutdown: SHUTDOWN,
   });
   // The next release is loaded beside the first, as a registry would serve it: the nodes pull nothing.
   await Promise.all([
@@ -348,7 +350,7 @@ const WAYS: Record<InstallWith, UpgradeWay> = {
 };
 
 /**
- * The admin's kustomization for a part: config/<part>, what the admin changed on it (the install's shutdown delay;
+ * The admin's kustomization for a part: config/<part>, what the admin changed on it (the install's drain;
  * after applying it, the README's Install section published the tunnel; the configuration, with the direct path and
  * the SSH door on), and the image as `kustomize edit set image` writes it.
  * Returns its folder.
@@ -376,7 +378,7 @@ function kustomization(part: 'concierge' | 'agent', image: string): string {
               data: { [CONFIG_KEY]: adminConfig },
             }),
           },
-          { patch: stringify(shutdownDelayPatch(SHUTDOWN_DELAY_SECONDS)) },
+          { patch: stringify(shutdownPatch(SHUTDOWN)) },
         ]
       : [];
   writeFileSync(

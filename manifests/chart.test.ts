@@ -6,7 +6,7 @@ import {
   CONCIERGE_TERMINATION_GRACE_SECONDS,
   conciergeManifests,
   DEFAULT_INSTALL,
-  TERMINATION_GRACE_AFTER_DELAY_SECONDS,
+  TERMINATION_GRACE_MARGIN_SECONDS,
 } from './install.ts';
 
 describe('values', () => {
@@ -70,7 +70,7 @@ describe('availability values', () => {
   });
 });
 
-describe('the shutdown delay value', () => {
+describe('the shutdown delay and grace values', () => {
   interface PodSpec {
     containers: { args: string[] }[];
     terminationGracePeriodSeconds: number;
@@ -83,33 +83,42 @@ describe('the shutdown delay value', () => {
   const grace = (objects: Record<string, unknown>[]): number =>
     podSpec(objects).terminationGracePeriodSeconds;
 
-  it("sets the concierge's --shutdown-delay, and its termination grace follows, the drain's grace kept whole", () => {
+  it("set the concierge's --shutdown-delay and --shutdown-grace, and its termination grace holds both", () => {
     const short = conciergeManifests(conciergeInstall({ shutdownDelaySeconds: 2 }));
     expect(container(short).args).toContain('--shutdown-delay=2');
     expect(container(short).args).toContain('--shutdown-grace=30');
     expect(grace(short)).toBe(CONCIERGE_TERMINATION_GRACE_SECONDS - 13);
     const long = conciergeManifests(conciergeInstall({ shutdownDelaySeconds: 120 }));
     expect(grace(long)).toBe(CONCIERGE_TERMINATION_GRACE_SECONDS + 105);
-    // Left alone, it is the install's default.
-    expect(container(conciergeManifests(conciergeInstall({}))).args).toContain('--shutdown-delay=15');
+    const both = conciergeManifests(conciergeInstall({ shutdownDelaySeconds: 3, shutdownGraceSeconds: 4 }));
+    expect(container(both).args).toEqual(
+      expect.arrayContaining(['--shutdown-delay=3', '--shutdown-grace=4']),
+    );
+    expect(grace(both)).toBe(3 + 4 + TERMINATION_GRACE_MARGIN_SECONDS);
+    // Left alone, they are the install's defaults.
+    expect(container(conciergeManifests(conciergeInstall({}))).args).toEqual(
+      expect.arrayContaining(['--shutdown-delay=15', '--shutdown-grace=30']),
+    );
   });
 
-  it('is refused when it is no whole number of seconds from 0 to an hour', () => {
-    for (const bad of [-1, 1.5, '5', 3601, null])
-      expect(() => conciergeInstall({ shutdownDelaySeconds: bad })).toThrow(/shutdownDelaySeconds/);
-    expect(() => conciergeInstall({ shutdownDelaySeconds: 0 })).not.toThrow();
+  it('are refused when they are no whole number of seconds from 0 to an hour', () => {
+    for (const name of ['shutdownDelaySeconds', 'shutdownGraceSeconds']) {
+      for (const bad of [-1, 1.5, '5', 3601, null])
+        expect(() => conciergeInstall({ [name]: bad })).toThrow(new RegExp(name));
+      expect(() => conciergeInstall({ [name]: 0 })).not.toThrow();
+    }
   });
 });
 
 describe('the charts', () => {
   it("give the concierge's pods the drain's termination grace, as the kustomize install does", () => {
     const template = chartFiles('sealion-concierge').get('templates/deployment.yaml')!;
-    // The delay is a value; the rest of the termination grace is the install's, added by the template.
+    // The delay and the grace are values; the margin is the install's, added by the template.
     expect(template).toContain(
-      `terminationGracePeriodSeconds: {{ add $.Values.shutdownDelaySeconds ${TERMINATION_GRACE_AFTER_DELAY_SECONDS} | toJson }}\n`,
+      `terminationGracePeriodSeconds: {{ add $.Values.shutdownDelaySeconds $.Values.shutdownGraceSeconds ${TERMINATION_GRACE_MARGIN_SECONDS} | toJson }}\n`,
     );
     expect(template).toMatch(
-      /"--shutdown-delay=" \(\$\.Values\.shutdownDelaySeconds\)[\s\S]*--shutdown-grace=\d+\n/,
+      /"--shutdown-delay=" \(\$\.Values\.shutdownDelaySeconds\)[\s\S]*"--shutdown-grace=" \(\$\.Values\.shutdownGraceSeconds\)/,
     );
   });
 

@@ -16,7 +16,7 @@ import {
 } from '../apis/install.ts';
 import { AUDIT_CONFIG_MAP_NAME, AUDIT_POLICY_KEY } from '../apis/install.ts';
 import packageJson from '../package.json' with { type: 'json' };
-import { DEFAULT_SHUTDOWN_DELAY_SECONDS } from '../concierge/drain.ts';
+import { DEFAULT_SHUTDOWN_DELAY_SECONDS, DEFAULT_SHUTDOWN_GRACE_SECONDS } from '../concierge/drain.ts';
 import { crds, loadKindSchemas, type KindSchemas } from './crds.ts';
 import {
   DEFAULT_POLICY,
@@ -36,7 +36,7 @@ import {
   DEFAULT_IMAGE,
   DEFAULT_INSTALL,
   POLICY_ANNOTATION,
-  TERMINATION_GRACE_AFTER_DELAY_SECONDS,
+  TERMINATION_GRACE_MARGIN_SECONDS,
   type InstallOptions,
   type PodSettings,
 } from './install.ts';
@@ -90,6 +90,7 @@ export const conciergeValuesSchema = z.strictObject({
   replicas: z.int().min(0),
   // An hour at most: a longer delay would hold every rollout and node drain for longer than anyone waits.
   shutdownDelaySeconds: z.int().min(0).max(3600),
+  shutdownGraceSeconds: z.int().min(0).max(3600),
   services: z.strictObject({ proxy: serviceSchema, tunnel: serviceSchema }),
   forwardingPolicy: policySchema,
   config: z.record(z.string(), z.unknown()).nullish(),
@@ -126,6 +127,7 @@ export function defaultConciergeValues(): ConciergeValues {
     groupSuffix: DEFAULT_GROUP_SUFFIX,
     replicas: DEFAULT_CONCIERGE_POD.replicas,
     shutdownDelaySeconds: DEFAULT_SHUTDOWN_DELAY_SECONDS,
+    shutdownGraceSeconds: DEFAULT_SHUTDOWN_GRACE_SECONDS,
     resources: DEFAULT_CONCIERGE_POD.resources,
     nodeSelector: {},
     tolerations: [],
@@ -223,6 +225,7 @@ export function conciergeInstall(given: Obj, namespace = DEFAULT_INSTALL.namespa
       ...podSettings(values),
       replicas: values.replicas,
       shutdownDelaySeconds: values.shutdownDelaySeconds,
+      shutdownGraceSeconds: values.shutdownGraceSeconds,
     },
     services: {
       proxy: { type: values.services.proxy.type, annotations: values.services.proxy.annotations ?? {} },
@@ -568,6 +571,7 @@ function conciergeChart(schemas: KindSchemas): Map<string, string> {
       ...podHoles(holes),
       replicas: holes.open({ expr: '$.Values.replicas' }) as unknown as number,
       shutdownDelaySeconds: holes.open({ expr: '$.Values.shutdownDelaySeconds' }) as unknown as number,
+      shutdownGraceSeconds: holes.open({ expr: '$.Values.shutdownGraceSeconds' }) as unknown as number,
     },
     services: {
       proxy: {
@@ -582,12 +586,12 @@ function conciergeChart(schemas: KindSchemas): Map<string, string> {
     renderPolicy: () => ({ rules: rules as never, description, ownRole: undefined }),
   };
   const objects = conciergeManifests(opts).filter((o) => o['kind'] !== 'Namespace');
-  // The pod's termination grace is a sum with the delay, which a hole cannot carry: the template adds it.
+  // The pod's termination grace is a sum of the two, which a hole cannot carry: the template adds them.
   const deployment = objects.find((o) => o['kind'] === 'Deployment');
   if (!deployment) throw new Error('no concierge Deployment');
   const podSpec = (deployment['spec'] as { template: { spec: Obj } }).template.spec;
   podSpec['terminationGracePeriodSeconds'] = holes.open({
-    expr: `add $.Values.shutdownDelaySeconds ${TERMINATION_GRACE_AFTER_DELAY_SECONDS}`,
+    expr: `add $.Values.shutdownDelaySeconds $.Values.shutdownGraceSeconds ${TERMINATION_GRACE_MARGIN_SECONDS}`,
   });
   // The ConfigMaps' YAML is written from the values as they are.
   for (const o of objects) {
@@ -636,6 +640,8 @@ function conciergeChart(schemas: KindSchemas): Map<string, string> {
           replicas: 'Every replica serves the proxy and the tunnels; a Lease picks the one that writes.',
           shutdownDelaySeconds:
             "How long a replica told to stop serves on, unready, while Endpoints and load balancers forget it (--shutdown-delay);\nthe default waits out a cloud load balancer's health checks. The pods' termination grace follows it.",
+          shutdownGraceSeconds:
+            "Then, taking no new connections, how long exec, attach, port-forward, reach and SSH sessions may go on before each is\nclosed with a message (--shutdown-grace). The pods' termination grace follows it.",
           services:
             "The Services this chart makes. The proxy's published Service is the controllers' (config.impersonationProxy.service);\nset tunnel's type to LoadBalancer where agents dial in from outside the cluster.",
           forwardingPolicy: POLICY_COMMENT,

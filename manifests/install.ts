@@ -82,6 +82,12 @@ export interface PodSettings {
    * rollout is that much shorter. The pod's terminationGracePeriodSeconds follows it.
    */
   shutdownDelaySeconds?: number;
+  /**
+   * The concierge's `--shutdown-grace`: how long exec, attach, port-forward, reach and SSH sessions may go on once a
+   * replica takes no new connections, before each is closed with a message. Default: DEFAULT_SHUTDOWN_GRACE_SECONDS.
+   * A rollout's last replica holds sessions for all of it. The pod's terminationGracePeriodSeconds follows it.
+   */
+  shutdownGraceSeconds?: number;
   resources?: Obj;
   nodeSelector?: Record<string, string>;
   tolerations?: Obj[];
@@ -636,20 +642,21 @@ function conciergeConfigMaps(opts: InstallOptions): Obj[] {
 }
 
 /**
- * What a concierge's terminationGracePeriodSeconds holds after its shutdown delay: the drain's grace
- * (concierge/drain.ts), and 15 s for what follows it (closing sessions, the stop, the last audit events) with room to
- * spare. Killed sooner, a replica would cut the sessions the grace promised to warn. The chart adds it to its value.
+ * What a concierge's terminationGracePeriodSeconds holds besides the drain's delay and grace (concierge/drain.ts):
+ * 15 s for what follows them (closing sessions, the stop, the last audit events) with room to spare. Killed sooner, a
+ * replica would cut the sessions the grace promised to warn. The chart adds the two values to it.
  */
-export const TERMINATION_GRACE_AFTER_DELAY_SECONDS = DEFAULT_SHUTDOWN_GRACE_SECONDS + 15;
+export const TERMINATION_GRACE_MARGIN_SECONDS = 15;
 
-/** How long the kubelet waits after SIGTERM before it kills a concierge whose shutdown delay is `delaySeconds`. */
-export function conciergeTerminationGraceSeconds(delaySeconds: number): number {
-  return delaySeconds + TERMINATION_GRACE_AFTER_DELAY_SECONDS;
+/** How long the kubelet waits after SIGTERM before it kills a concierge that drains for `delay` and `grace` s. */
+export function conciergeTerminationGraceSeconds(delay: number, grace: number): number {
+  return delay + grace + TERMINATION_GRACE_MARGIN_SECONDS;
 }
 
 /** The default install's terminationGracePeriodSeconds. */
 export const CONCIERGE_TERMINATION_GRACE_SECONDS = conciergeTerminationGraceSeconds(
   DEFAULT_SHUTDOWN_DELAY_SECONDS,
+  DEFAULT_SHUTDOWN_GRACE_SECONDS,
 );
 
 /** The concierge's Deployment: its replicas, where they run, and the recordings' and audit policy's volumes. */
@@ -671,7 +678,10 @@ function conciergeDeployment(opts: InstallOptions): Obj {
         spec: {
           serviceAccountName: CONCIERGE_NAME,
           securityContext: POD_SECURITY,
-          terminationGracePeriodSeconds: conciergeTerminationGraceSeconds(shutdownDelay(pod)),
+          terminationGracePeriodSeconds: conciergeTerminationGraceSeconds(
+            shutdownDelay(pod),
+            shutdownGrace(pod),
+          ),
           ...placement(pod),
           containers: [conciergeContainer(opts, pod)],
           volumes: [
@@ -707,6 +717,8 @@ function conciergeDisruptionBudget(ns: string): Obj {
 
 const shutdownDelay = (pod: PodSettings): number =>
   pod.shutdownDelaySeconds ?? DEFAULT_SHUTDOWN_DELAY_SECONDS;
+const shutdownGrace = (pod: PodSettings): number =>
+  pod.shutdownGraceSeconds ?? DEFAULT_SHUTDOWN_GRACE_SECONDS;
 
 /** The concierge's one container: its flags, mounts, ports and probes. */
 function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
@@ -732,7 +744,7 @@ function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
       `--ssh-listen=0.0.0.0:${SSH_PORT}`,
       // The drain on SIGTERM, written out so that its sum beside terminationGracePeriodSeconds is plain to read.
       `--shutdown-delay=${shutdownDelay(pod)}`,
-      `--shutdown-grace=${DEFAULT_SHUTDOWN_GRACE_SECONDS}`,
+      `--shutdown-grace=${shutdownGrace(pod)}`,
     ],
     volumeMounts: [
       { name: 'audit', mountPath: AUDIT_MOUNT, readOnly: true },
