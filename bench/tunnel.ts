@@ -35,6 +35,7 @@ import {
   type Row,
 } from './measure.ts';
 import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
+import { printVerdicts, TUNNEL_BASE, tunnelVerdicts, type Verdict } from './targets.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 10_000);
@@ -48,7 +49,7 @@ const AGENT_NS = 'sealion-agent';
 const CLUSTERS_API = 'tunnel.concierge.sealion.dev/v1alpha1';
 /** The real agents, one per transport, both reaching the bench's API server. */
 const AGENT_CLUSTERS = { direct: 'self', websocket: 'self-ws' } as const;
-const SEALION = 'sealion (JWT)';
+const SEALION = TUNNEL_BASE;
 /** The request measurements' group names, which BENCH_ONLY matches (`c=32`, `GET c=1`, `LIST`). */
 const REQUEST_GROUPS = ['GET c=1', 'GET c=32', 'LIST c=1', 'LIST c=32'];
 /**
@@ -182,7 +183,7 @@ export function agentCertificates(ca: CertificateAuthority, uids: Map<string, st
   );
 }
 
-export async function benchTunnel(): Promise<void> {
+export async function benchTunnel(): Promise<Verdict> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const cluster = await startCluster({ name: 'bench-tunnel', controllerManager: false, log });
   const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
@@ -209,8 +210,9 @@ export async function benchTunnel(): Promise<void> {
       results['streams'] = await benchStreams(cluster, concierge, tunnelCA, token, stops, log);
     if (selected('agents'))
       results['agents'] = await benchAgents(cluster, concierge, tunnelCA, stops, children, log);
-    report(results);
+    const verdict = report(results);
     console.log(`saved ${saveResults('tunnel', results)}`);
+    return verdict;
   } finally {
     await Promise.all(stops.map((stop) => stop()));
     for (const child of children) child.kill('SIGKILL');
@@ -633,7 +635,7 @@ async function waitFor(
   }
 }
 
-function report(results: Record<string, unknown>): void {
+function report(results: Record<string, unknown>): Verdict {
   const fmt = formatNumber;
   const rows = results['rows'] as Row[] | undefined;
   if (rows) {
@@ -691,4 +693,5 @@ function report(results: Record<string, unknown>): void {
         `all agents back ${fmt(agents['stormAllBackSeconds']!, 1)} s after the kill; ` +
         `peak CPU ${fmt(agents['stormPeakCpuPercent']!)}% of one core, peak RSS ${fmt(agents['stormPeakRssMiB']!)} MiB`,
     );
+  return printVerdicts('Tunnel targets', tunnelVerdicts(rows ?? []), "× the proxy's own path");
 }
