@@ -199,7 +199,7 @@ type BenchTarget = Target & {
   prepare?: (seconds: number) => Promise<void>;
 };
 
-type MemoryReading = { rss: number; heapUsed: number; external: number };
+type MemoryReading = { rss: number; heapTotal: number; heapUsed: number; external: number };
 
 /**
  * The proxy's memory, settled: after MEMORY_SETTLE_MS (connections and timers of what just happened come to rest),
@@ -216,7 +216,12 @@ async function settledMemory(read: () => Promise<MemoryReading>): Promise<Memory
   }
   const mid = (key: keyof MemoryReading): number =>
     samples.map((s) => s[key]).sort((a, b) => a - b)[Math.floor(samples.length / 2)]!;
-  return { rss: mid('rss'), heapUsed: mid('heapUsed'), external: mid('external') };
+  return {
+    rss: mid('rss'),
+    heapTotal: mid('heapTotal'),
+    heapUsed: mid('heapUsed'),
+    external: mid('external'),
+  };
 }
 
 /** Spare time a certificate must have beyond a measurement's end, for the bench's own bookkeeping around it. */
@@ -264,7 +269,7 @@ export async function benchProxy(): Promise<Verdict> {
       server.stdin!.write(`${command}\n`);
       return JSON.parse((await serverLines.next()).value as string) as T;
     };
-    const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
+    const memory = (): Promise<MemoryReading> => ask('mem');
     const askAudited = async (command: string): Promise<void> => {
       auditedServer.stdin!.write(`${command}\n`);
       await auditedLines.next();
@@ -418,12 +423,12 @@ export async function benchProxy(): Promise<Verdict> {
     // Shown beside the figure: what the proxy gave back once the watches closed.
     const released = await settledMemory(memory);
     // The growth from before the watches opened to while they are open, each reading settled (settledMemory).
-    const perWatch = (key: 'rss' | 'heapUsed' | 'external'): number =>
-      (after[key] - before[key]) / 1024 / opened;
+    const perWatch = (key: keyof MemoryReading): number => (after[key] - before[key]) / 1024 / opened;
     const watchMemory = {
       watches: opened,
       rssPerWatchKiB: perWatch('rss'),
       heapPerWatchKiB: perWatch('heapUsed'),
+      heapTotalPerWatchKiB: perWatch('heapTotal'),
       externalPerWatchKiB: perWatch('external'),
       rssBeforeMiB: before.rss / 1024 / 1024,
       rssAfterMiB: after.rss / 1024 / 1024,
@@ -587,7 +592,7 @@ function report(rows: Row[], watchMemory: WatchMemory & Record<string, number>):
   ]);
   console.log(
     `\n${watchMemory['watches']} idle watches held by the proxy: ${fmt(watchMemory.rssPerWatchKiB, 1)} KiB RSS per watch ` +
-      `(${fmt(watchMemory['heapPerWatchKiB']!, 1)} KiB heap, ${fmt(watchMemory['externalPerWatchKiB']!, 1)} KiB external); ` +
+      `(${fmt(watchMemory['heapPerWatchKiB']!, 1)} KiB heap used of ${fmt(watchMemory['heapTotalPerWatchKiB']!, 1)} KiB the heap grew, ${fmt(watchMemory['externalPerWatchKiB']!, 1)} KiB external); ` +
       `RSS ${fmt(watchMemory['rssBeforeMiB']!, 1)} → ${fmt(watchMemory['rssAfterMiB']!, 1)} MiB with them → ` +
       `${fmt(watchMemory['rssReleasedMiB']!, 1)} MiB after they closed`,
   );
