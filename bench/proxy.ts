@@ -48,7 +48,17 @@ import {
 } from './targets.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
-const WATCHES = 1000;
+/**
+ * Idle watches for the memory per watch: enough that what the first ones cost once (code compiled, pools and tables
+ * grown) is a small share of the figure.
+ */
+const WATCHES = Number(process.env['BENCH_WATCHES'] ?? 4000);
+/** Streams per HTTP/2 connection that carries the idle watches: under the proxy's limit of 1,000. */
+const WATCHES_PER_CONNECTION = 800;
+/** Memory samples per reading of the idle watches' memory, and the pause before and between them. */
+const MEMORY_SAMPLES = 5;
+const MEMORY_SETTLE_MS = 2000;
+const MEMORY_SAMPLE_GAP_MS = 500;
 /** What each operation reads. */
 const PATHS: Record<Group['op'], string> = {
   GET: '/api/v1/namespaces/bench',
@@ -189,6 +199,31 @@ type BenchTarget = Target & {
   prepare?: (seconds: number) => Promise<void>;
 };
 
+type MemoryReading = { rss: number; heapTotal: number; heapUsed: number; external: number };
+
+/**
+ * The proxy's memory, settled: after MEMORY_SETTLE_MS (connections and timers of what just happened come to rest),
+ * the median of MEMORY_SAMPLES readings MEMORY_SAMPLE_GAP_MS apart, each after a full collection (`read`). One
+ * reading moved by as much as the watches cost: the collector returns pages to the system when it chooses, and the
+ * allocator keeps freed memory a while.
+ */
+async function settledMemory(read: () => Promise<MemoryReading>): Promise<MemoryReading> {
+  await new Promise((r) => setTimeout(r, MEMORY_SETTLE_MS));
+  const samples: MemoryReading[] = [];
+  for (let i = 0; i < MEMORY_SAMPLES; i++) {
+    if (i > 0) await new Promise((r) => setTimeout(r, MEMORY_SAMPLE_GAP_MS));
+    samples.push(await read());
+  }
+  const mid = (key: keyof MemoryReading): number =>
+    samples.map((s) => s[key]).sort((a, b) => a - b)[Math.floor(samples.length / 2)]!;
+  return {
+    rss: mid('rss'),
+    heapTotal: mid('heapTotal'),
+    heapUsed: mid('heapUsed'),
+    external: mid('external'),
+  };
+}
+
 /** Spare time a certificate must have beyond a measurement's end, for the bench's own bookkeeping around it. */
 const CREDENTIAL_MARGIN_SECONDS = 30;
 
@@ -234,7 +269,7 @@ export async function benchProxy(): Promise<Verdict> {
       server.stdin!.write(`${command}\n`);
       return JSON.parse((await serverLines.next()).value as string) as T;
     };
-    const memory = (): Promise<{ rss: number; heapUsed: number; external: number }> => ask('mem');
+    const memory = (): Promise<MemoryReading> => ask('mem');
     const askAudited = async (command: string): Promise<void> => {
       auditedServer.stdin!.write(`${command}\n`);
       await auditedLines.next();
@@ -352,9 +387,11 @@ export async function benchProxy(): Promise<Verdict> {
     log('all targets answer; measuring');
 
     // Idle watches, first, while the proxy's memory is not yet grown by the throughput runs: one HTTP/2 connection to the proxy carries them all; the proxy holds one upstream request each.
-    const before = await memory();
+    const before = await settledMemory(memory);
     // Several connections, each below the proxy's limit of concurrent HTTP/2 streams.
-    const sessions = Array.from({ length: 5 }, () => http2Connect(proxyURL, { ca: servingCA }));
+    const sessions = Array.from({ length: Math.ceil(WATCHES / WATCHES_PER_CONNECTION) }, () =>
+      http2Connect(proxyURL, { ca: servingCA }),
+    );
     // Like client-go, a watch refused with 429 (the API server's priority and fairness) is retried after the
     // server's Retry-After.
     const openWatch = async (i: number): Promise<string> => {
@@ -381,19 +418,17 @@ export async function benchProxy(): Promise<Verdict> {
     for (const outcome of await Promise.all(streams)) outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
     const opened = outcomes.get('200') ?? 0;
     log(`${opened} of ${WATCHES} watches open (${[...outcomes].map(([k, n]) => `${k}: ${n}`).join(', ')})`);
-    await new Promise((r) => setTimeout(r, 2000));
-    const after = await memory();
+    const after = await settledMemory(memory);
     for (const session of sessions) session.destroy();
-    await new Promise((r) => setTimeout(r, 2000));
-    // RSS moves with garbage collection as much as with the watches, so the figure is the larger of two
-    // differences: watches open against before they opened, and against after they closed.
-    const released = await memory();
-    const perWatch = (key: 'rss' | 'heapUsed' | 'external'): number =>
-      Math.max(after[key] - before[key], after[key] - released[key]) / 1024 / opened;
+    // Shown beside the figure: what the proxy gave back once the watches closed.
+    const released = await settledMemory(memory);
+    // The growth from before the watches opened to while they are open, each reading settled (settledMemory).
+    const perWatch = (key: keyof MemoryReading): number => (after[key] - before[key]) / 1024 / opened;
     const watchMemory = {
       watches: opened,
       rssPerWatchKiB: perWatch('rss'),
       heapPerWatchKiB: perWatch('heapUsed'),
+      heapTotalPerWatchKiB: perWatch('heapTotal'),
       externalPerWatchKiB: perWatch('external'),
       rssBeforeMiB: before.rss / 1024 / 1024,
       rssAfterMiB: after.rss / 1024 / 1024,
@@ -557,7 +592,7 @@ function report(rows: Row[], watchMemory: WatchMemory & Record<string, number>):
   ]);
   console.log(
     `\n${watchMemory['watches']} idle watches held by the proxy: ${fmt(watchMemory.rssPerWatchKiB, 1)} KiB RSS per watch ` +
-      `(${fmt(watchMemory['heapPerWatchKiB']!, 1)} KiB heap, ${fmt(watchMemory['externalPerWatchKiB']!, 1)} KiB external); ` +
+      `(${fmt(watchMemory['heapPerWatchKiB']!, 1)} KiB heap used of ${fmt(watchMemory['heapTotalPerWatchKiB']!, 1)} KiB the heap grew, ${fmt(watchMemory['externalPerWatchKiB']!, 1)} KiB external); ` +
       `RSS ${fmt(watchMemory['rssBeforeMiB']!, 1)} → ${fmt(watchMemory['rssAfterMiB']!, 1)} MiB with them → ` +
       `${fmt(watchMemory['rssReleasedMiB']!, 1)} MiB after they closed`,
   );

@@ -11,6 +11,10 @@ import {
   SEALION_CERTIFICATE,
   SEALION_JWT,
   THROUGH_PEER,
+  TUNNEL_BASE,
+  TUNNEL_DIRECT,
+  TUNNEL_GROUPS,
+  TUNNEL_WEBSOCKET,
   authVerdicts,
   groupName,
   headline,
@@ -18,6 +22,7 @@ import {
   overall,
   peeringVerdicts,
   proxyVerdicts,
+  tunnelVerdicts,
   type Group,
   type Judgement,
   type Verdict,
@@ -226,6 +231,47 @@ describe('peering verdicts', () => {
   ])('%s is NOT MET', (_, rate, p50, missed) => {
     const judgements = peeringVerdicts(full(rate, p50));
     expect(judgements.filter((j) => j.verdict === 'NOT MET').map((j) => j.target)).toEqual([missed, missed]);
+    expect(overall(judgements)).toBe('NOT MET');
+  });
+});
+
+describe('tunnel verdicts', () => {
+  const full = (directRate = 900, websocketRate = 800): Row[] =>
+    TUNNEL_GROUPS.flatMap((g) => [
+      row(g, DIRECT, 1200),
+      row(g, TUNNEL_BASE, 1000),
+      row(g, TUNNEL_DIRECT, directRate),
+      row(g, TUNNEL_WEBSOCKET, websocketRate),
+    ]);
+
+  it('a run without the tunnel rows (BENCH_ONLY=agents, say) is not measured, never met', () => {
+    for (const rows of [[], full().filter((r) => r.target === DIRECT || r.target === TUNNEL_BASE)]) {
+      const judgements = tunnelVerdicts(rows);
+      expect(verdicts(judgements)).toEqual(Array(4).fill('not measured'));
+      expect(headline(judgements)).toBe('4 of 4 not measured');
+    }
+  });
+
+  it("a group without the proxy's own row is not measured there", () => {
+    const judgements = tunnelVerdicts(full().filter((r) => !(r.op === 'GET' && r.target === TUNNEL_BASE)));
+    expect(verdicts(only(judgements, 'GET c=32'))).toEqual(['not measured', 'not measured']);
+    expect(verdicts(only(judgements, 'LIST c=32'))).toEqual(['met', 'met']);
+  });
+
+  it('is met with both transports within target in both groups', () => {
+    const judgements = tunnelVerdicts(full(850, 750));
+    expect(verdicts(judgements)).toEqual(Array(4).fill('met'));
+    expect(judgements.map((j) => j.figures)).toEqual(['0.85×', '0.75×', '0.85×', '0.75×']);
+  });
+
+  it.each([
+    ['HTTP/2 under 0.85×', 840, 800, 'HTTP/2'],
+    ['WebSocket under 0.75×', 900, 740, 'WebSocket'],
+  ])('%s is NOT MET', (_, direct, websocket, missed) => {
+    const judgements = tunnelVerdicts(full(direct, websocket));
+    const notMet = judgements.filter((j) => j.verdict === 'NOT MET');
+    expect(notMet).toHaveLength(2);
+    expect(notMet.every((j) => j.target.startsWith(missed))).toBe(true);
     expect(overall(judgements)).toBe('NOT MET');
   });
 });

@@ -1,4 +1,4 @@
-// What Sealion is held to in the suites that judge their runs (auth, proxy, peering), and how a run's rows are
+// What Sealion is held to in the suites that judge their runs (auth, proxy, tunnel, peering), and how a run's rows are
 // judged against it. A verdict rests on every row it names: a target whose rows are missing (a group not run, or
 // BENCH_ONLY left out, a row absent from its group, a row that served nothing) is "not measured", never "met", and
 // so is a target judged on a figure that is not a number. Pure functions over rows, so targets.test.ts can hold
@@ -237,6 +237,44 @@ export function peeringVerdicts(rows: Row[]): Judgement[] {
         paired(peer!, holder!, compare),
       ]);
     return [vsHolder(PEERING_TARGETS.timesHolder, rate), vsHolder(PEERING_TARGETS.addedP50, addedP50Ms)];
+  });
+}
+
+// tunnel: requests through an agent's tunnel beside the proxy's own path to the same API server.
+
+/** The proxy's own path in the tunnel suite (its JWT row), and the tunnel's rows, one per transport. */
+export const TUNNEL_BASE = SEALION_JWT;
+export const TUNNEL_DIRECT = 'tunnel, direct';
+export const TUNNEL_WEBSOCKET = 'tunnel, websocket';
+
+/** The groups the tunnel targets are judged in: concurrency 32. */
+export const TUNNEL_GROUPS: readonly Group[] = PEERING_GROUPS;
+
+/** What each transport's rate is held to, against the proxy's own path in the same rounds. */
+export const TUNNEL_TARGETS = {
+  direct: {
+    name: "HTTP/2: rate at least 0.85× the proxy's own path",
+    meets: atLeast(0.85),
+    format: times(2),
+  },
+  websocket: {
+    name: "WebSocket: rate at least 0.75× the proxy's own path",
+    meets: atLeast(0.75),
+    format: times(2),
+  },
+} satisfies Record<string, Target>;
+
+/** Judges a tunnel run: in each group of TUNNEL_GROUPS, each transport's rate against the proxy's own path. */
+export function tunnelVerdicts(rows: Row[]): Judgement[] {
+  return TUNNEL_GROUPS.flatMap((g) => {
+    const base = rowOf(rows, g, TUNNEL_BASE);
+    const vsBase = (target: Target, name: string): Judgement => {
+      const through = rowOf(rows, g, name);
+      return judge(target, groupName(g), { [name]: through, [TUNNEL_BASE]: base }, () => [
+        paired(through!, base!, rate),
+      ]);
+    };
+    return [vsBase(TUNNEL_TARGETS.direct, TUNNEL_DIRECT), vsBase(TUNNEL_TARGETS.websocket, TUNNEL_WEBSOCKET)];
   });
 }
 

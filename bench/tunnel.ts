@@ -8,8 +8,10 @@
 //      certificate and mutual-TLS connection): the concierge's memory and idle CPU per agent; then a reconnect storm,
 //      the concierge killed and started again, with the time until every agent is back and the peak CPU and memory.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { TUNNEL_CA_SECRET } from '../apis/install.ts';
 import { createBootstrapToken } from '../lib/kube/bootstrap.ts';
@@ -33,6 +35,7 @@ import {
   type Row,
 } from './measure.ts';
 import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
+import { printVerdicts, TUNNEL_BASE, tunnelVerdicts, type Verdict } from './targets.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 10_000);
@@ -46,7 +49,15 @@ const AGENT_NS = 'sealion-agent';
 const CLUSTERS_API = 'tunnel.concierge.sealion.dev/v1alpha1';
 /** The real agents, one per transport, both reaching the bench's API server. */
 const AGENT_CLUSTERS = { direct: 'self', websocket: 'self-ws' } as const;
-const SEALION = 'sealion (JWT)';
+const SEALION = TUNNEL_BASE;
+/** The request measurements' group names, which BENCH_ONLY matches (`c=32`, `GET c=1`, `LIST`). */
+const REQUEST_GROUPS = ['GET c=1', 'GET c=32', 'LIST c=1', 'LIST c=32'];
+/**
+ * BENCH_PROFILE_DIR=dir: a CPU profile of the concierge during each measurement through it (the last round's,
+ * `<group>-<target>.cpuprofile`), and one of each real agent over its whole life (`agent-<transport>/`, written when
+ * it exits on the bench's SIGTERM), for chrome://inspect or speedscope.
+ */
+const PROFILE_DIR = process.env['BENCH_PROFILE_DIR'];
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -67,6 +78,8 @@ export interface ConciergeProcess {
   tunnelCA: string;
   /** Memory after a full collection. */
   memory(): Promise<{ rss: number; heapUsed: number; external: number }>;
+  /** Sends a command of serve-tunnel.ts and resolves with its one-line answer, parsed. */
+  ask(command: string): Promise<unknown>;
 }
 
 /** Starts the concierge; `children` gets its process at once, so that it is stopped whatever happens next. */
@@ -92,19 +105,42 @@ export async function startConcierge(
   );
   children.push(child);
   const out = lines(child);
-  const ready = JSON.parse((await out.next()).value as string) as Omit<ConciergeProcess, 'child' | 'memory'>;
+  const ready = JSON.parse((await out.next()).value as string) as Omit<
+    ConciergeProcess,
+    'child' | 'memory' | 'ask'
+  >;
+  // One command at a time: each answer is the next line.
+  let asked: Promise<unknown> = Promise.resolve();
+  const ask = (command: string): Promise<unknown> => {
+    const answer = asked.then(async () => {
+      child.stdin.write(`${command}\n`);
+      return JSON.parse((await out.next()).value as string) as unknown;
+    });
+    asked = answer.catch(() => {});
+    return answer;
+  };
   return {
     ...ready,
     child,
-    async memory() {
-      child.stdin.write('mem\n');
-      return JSON.parse((await out.next()).value as string) as {
-        rss: number;
-        heapUsed: number;
-        external: number;
-      };
-    },
+    ask,
+    memory: () => ask('mem') as Promise<{ rss: number; heapUsed: number; external: number }>,
   };
+}
+
+/**
+ * Runs `start` (which spawns a process) with Node's --cpu-prof into BENCH_PROFILE_DIR/`name`, when profiling: the
+ * process inherits NODE_OPTIONS at its spawn, so it is set for that moment only.
+ */
+async function withProfile<T>(name: string, start: () => Promise<T>): Promise<T> {
+  if (!PROFILE_DIR) return start();
+  const was = process.env['NODE_OPTIONS'];
+  process.env['NODE_OPTIONS'] = `${was ?? ''} --cpu-prof --cpu-prof-dir=${join(PROFILE_DIR, name)}`.trim();
+  try {
+    return await start();
+  } finally {
+    if (was === undefined) delete process.env['NODE_OPTIONS'];
+    else process.env['NODE_OPTIONS'] = was;
+  }
 }
 
 /** Registers Clusters by name (with `spec`) and returns their UIDs, which agent certificates are bound to. */
@@ -147,7 +183,7 @@ export function agentCertificates(ca: CertificateAuthority, uids: Map<string, st
   );
 }
 
-export async function benchTunnel(): Promise<void> {
+export async function benchTunnel(): Promise<Verdict> {
   const log = (line: string): void => console.error(`[bench] ${line}`);
   const cluster = await startCluster({ name: 'bench-tunnel', controllerManager: false, log });
   const issuer = await startOIDCIssuer({ audience: 'sealion-bench' });
@@ -165,7 +201,7 @@ export async function benchTunnel(): Promise<void> {
     const caData = (await readSecretData(clients, NS, TUNNEL_CA_SECRET))!;
     const tunnelCA = await loadCA(caData['tls.crt']!, caData['tls.key']!);
 
-    if (selected('GET') || selected('LIST') || selected('as')) {
+    if (REQUEST_GROUPS.some(selected) || selected('as')) {
       const measured = await benchRequests(cluster, clients, concierge, hub, token, children, log);
       results['rows'] = measured.rows;
       if (measured.impersonation) results['impersonation'] = measured.impersonation;
@@ -174,8 +210,9 @@ export async function benchTunnel(): Promise<void> {
       results['streams'] = await benchStreams(cluster, concierge, tunnelCA, token, stops, log);
     if (selected('agents'))
       results['agents'] = await benchAgents(cluster, concierge, tunnelCA, stops, children, log);
-    report(results);
+    const verdict = report(results);
     console.log(`saved ${saveResults('tunnel', results)}`);
+    return verdict;
   } finally {
     await Promise.all(stops.map((stop) => stop()));
     for (const child of children) child.kill('SIGKILL');
@@ -200,16 +237,18 @@ async function benchRequests(
   const agents: Record<string, ChildProcess> = {};
   for (const [transport, name] of Object.entries(AGENT_CLUSTERS)) {
     const bootstrap = await createBootstrapToken(clients, NS, name);
-    const agent = await startAgentProcess({
-      cluster: name,
-      hub,
-      tunnelCAPem: concierge.tunnelCA,
-      kubeconfig: agentKubeconfig,
-      namespace: AGENT_NS,
-      bootstrapToken: bootstrap.token,
-      transport: transport as 'direct' | 'websocket',
-      started: (child) => children.push(child),
-    });
+    const agent = await withProfile(`agent-${transport}`, () =>
+      startAgentProcess({
+        cluster: name,
+        hub,
+        tunnelCAPem: concierge.tunnelCA,
+        kubeconfig: agentKubeconfig,
+        namespace: AGENT_NS,
+        bootstrapToken: bootstrap.token,
+        transport: transport as 'direct' | 'websocket',
+        started: (child) => children.push(child),
+      }),
+    );
     agents[name] = agent;
   }
 
@@ -259,12 +298,18 @@ async function benchRequests(
           apiserver: cpuSeconds(apiserverPid),
         });
         let before = counters();
+        const profiled = t.pid !== undefined && PROFILE_DIR !== undefined;
+        const profile = `${op}-c${concurrency}-${t.name.replace(/[^a-z0-9]+/gi, '-')}.cpuprofile`;
         const m = await t.measure(`${op} c=${concurrency} ${t.name}`, `${t.prefix}${path}`, {
           seconds: SECONDS,
           concurrency,
           warmupSeconds,
-          onStart: () => (before = counters()),
+          onStart: () => {
+            before = counters();
+            if (profiled) void concierge.ask(`profile ${join(PROFILE_DIR, profile)}`);
+          },
         });
+        if (profiled) await concierge.ask('profile-end');
         const perRequest = (pid: number, was: number): number => ((cpuSeconds(pid) - was) * 1e6) / m.ops;
         log(`${m.name}: ${Math.round(m.perSecond)} req/s`);
         return {
@@ -281,7 +326,14 @@ async function benchRequests(
     }
   }
   const impersonation = selected('as') ? await benchImpersonation(concierge, token, log) : undefined;
-  for (const agent of Object.values(agents)) agent.kill();
+  // SIGTERM: the agent drains and exits, and so writes its profile when it has one.
+  for (const agent of Object.values(agents)) agent.kill('SIGTERM');
+  if (PROFILE_DIR)
+    await Promise.all(
+      Object.values(agents).map((agent) =>
+        agent.exitCode !== null ? Promise.resolve() : Promise.race([once(agent, 'exit'), sleep(25_000)]),
+      ),
+    );
   return { rows, ...(impersonation ? { impersonation } : {}) };
 }
 
@@ -583,7 +635,7 @@ async function waitFor(
   }
 }
 
-function report(results: Record<string, unknown>): void {
+function report(results: Record<string, unknown>): Verdict {
   const fmt = formatNumber;
   const rows = results['rows'] as Row[] | undefined;
   if (rows) {
@@ -641,4 +693,5 @@ function report(results: Record<string, unknown>): void {
         `all agents back ${fmt(agents['stormAllBackSeconds']!, 1)} s after the kill; ` +
         `peak CPU ${fmt(agents['stormPeakCpuPercent']!)}% of one core, peak RSS ${fmt(agents['stormPeakRssMiB']!)} MiB`,
     );
+  return printVerdicts('Tunnel targets', tunnelVerdicts(rows ?? []), "× the proxy's own path");
 }

@@ -5,7 +5,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { createWebSocketStream, type WebSocketServer } from 'ws';
+import type { WebSocketServer } from 'ws';
 import type { AgentBinding } from '../../apis/agent-binding.ts';
 import type { Cluster } from '../../apis/tunnel.ts';
 import type { Informer } from '../../lib/kube/informer.ts';
@@ -26,6 +26,7 @@ import {
   TUNNEL_VERSION,
   TUNNEL_VERSION_HEADER,
 } from '../../lib/tunnel/tunnel.ts';
+import { webSocketStream } from '../../lib/tunnel/websocket.ts';
 import type { RequestAudit } from '../audit/audit.ts';
 import { bindingProblem, type VerifiedPeer } from './binding.ts';
 import type { AgentReport, HeldTunnels } from './held-tunnels.ts';
@@ -169,6 +170,6 @@ export function serveConnect(
   door.wss.handleUpgrade(req, socket, head, (ws) => {
     answer(101);
     audit?.responseStarted(101);
-    door.tunnels.accept(binding, createWebSocketStream(ws), 'websocket', report, () => ws.terminate());
+    door.tunnels.accept(binding, webSocketStream(ws), 'websocket', report, () => ws.terminate());
   });
 }

@@ -10,7 +10,7 @@ import { request as httpsRequest } from 'node:https';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { createSecureContext, type SecureContext, type TLSSocket } from 'node:tls';
-import { createWebSocketStream, WebSocket } from 'ws';
+import { WebSocket } from 'ws';
 import {
   CURRENT_PROTOCOL,
   formatProtocol,
@@ -20,6 +20,7 @@ import {
   type ProtocolVersion,
 } from './protocol.ts';
 import { TUNNEL_PROTOCOL_HEADER, TUNNEL_UPGRADE, TUNNEL_VERSION_HEADER, writesDone } from './tunnel.ts';
+import { webSocketStream } from './websocket.ts';
 
 export type TunnelTransport = 'direct' | 'websocket';
 export type TransportChoice = 'auto' | TunnelTransport;
@@ -247,6 +248,9 @@ export function dialWebSocket(opts: DialOptions): Dial {
     ...({ secureContext: opts.tls } as object),
     headers: dialHeaders(opts),
     handshakeTimeout: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+    // The tunnel carries HTTP/2, whose headers are compressed already and whose bodies the API server compresses
+    // when asked: deflating every message again would cost both ends CPU and a compressor's memory per tunnel.
+    perMessageDeflate: false,
   });
   const done = new Promise<Dialed>((resolve, reject) => {
     ws.once('unexpected-response', (_req, res: IncomingMessage) => {
@@ -263,7 +267,7 @@ export function dialWebSocket(opts: DialOptions): Dial {
     ws.once('open', () => {
       if (!skew)
         return resolve({
-          stream: createWebSocketStream(ws),
+          stream: webSocketStream(ws),
           transport: 'websocket',
           ...(replica ? { replica } : {}),
         });

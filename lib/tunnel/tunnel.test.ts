@@ -7,7 +7,8 @@ import { createServer as createHttpsServer } from 'node:https';
 import { constants, performServerHandshake, type ClientHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { connect as tlsConnect, createServer as createTLSServer, type TLSSocket } from 'node:tls';
-import { createWebSocketStream, WebSocket, WebSocketServer } from 'ws';
+import { WebSocket, WebSocketServer } from 'ws';
+import { webSocketStream } from './websocket.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { fakeClock } from '../../test-support/fake-clock.ts';
 import { issueCert, newCA } from '../pki/pki.ts';
@@ -77,15 +78,13 @@ async function tunnelTo(
     ? new WebSocketServer({ server: tls.server })
     : new WebSocketServer({ port: 0, host: '127.0.0.1' });
   if (!tls) await new Promise<void>((done) => wss.once('listening', done));
-  const accepted = new Promise<Duplex>((done) =>
-    wss.once('connection', (ws) => done(createWebSocketStream(ws))),
-  );
+  const accepted = new Promise<Duplex>((done) => wss.once('connection', (ws) => done(webSocketStream(ws))));
   const address = ((tls ? tls.server : wss).address() as AddressInfo).port;
   const ws = tls
     ? new WebSocket(`wss://127.0.0.1:${address}`, { ca: tls.caPem })
     : new WebSocket(`ws://127.0.0.1:${address}`);
   await new Promise<void>((done) => ws.once('open', () => done()));
-  const agentEnd = serveTunnel(createWebSocketStream(ws), {
+  const agentEnd = serveTunnel(webSocketStream(ws), {
     connect: (stream) => local.emit('connection', stream),
   });
   const client = newTunnelClient(await accepted, opts);
