@@ -73,6 +73,8 @@ interface Reused {
   byIssuer: boolean;
   /** Milliseconds since the epoch: the answer's reusableUntil, after which it is never given. */
   until: number;
+  /** `result`, resolved: what authenticate returns for it. */
+  answer: Promise<AuthResult>;
 }
 
 /** The certificate lifetime the entries allow: the shortest one set, or none (the default then holds). */
@@ -196,14 +198,21 @@ export class AuthenticatorCache {
     return reused?.byIssuer ? reused.result : undefined;
   }
 
-  /** Authenticates against every applicable authenticator; the first success wins. */
-  async authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
-    if (token === '') return fail('empty token');
+  /**
+   * Authenticates against every applicable authenticator; the first success wins. A remembered answer comes back as
+   * the promise made when it was remembered: no promise, and no async function's, is made per request for it.
+   */
+  authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
+    if (token === '') return Promise.resolve(fail('empty token'));
     const tooLarge = oversized(token);
-    if (tooLarge) return tooLarge;
+    if (tooLarge) return Promise.resolve(tooLarge);
     const key = hash('sha256', token, 'base64url');
     const reused = this.fresh(key);
-    if (reused) return reused.result;
+    return reused ? reused.answer : this.authenticateAnew(token, key, signal);
+  }
+
+  /** Asks the authenticators about a token not answered from the cache, and remembers a reusable answer. */
+  private async authenticateAnew(token: string, key: string, signal?: AbortSignal): Promise<AuthResult> {
     const generation = this.generation;
     const iss = issuerOf(token);
     const jwtEntries = iss === undefined ? undefined : this.byIssuer.get(iss);
@@ -269,7 +278,12 @@ export class AuthenticatorCache {
   private remember(key: string, result: AuthResult, generation: number, byIssuer: boolean): void {
     if (!result.ok || result.reusableUntil === undefined || generation !== this.generation) return;
     if (result.reusableUntil > this.now())
-      this.reused.set(key, { result, byIssuer, until: result.reusableUntil });
+      this.reused.set(key, {
+        result,
+        byIssuer,
+        until: result.reusableUntil,
+        answer: Promise.resolve(result),
+      });
   }
 
   private async first(entries: Entry[], token: string, signal?: AbortSignal): Promise<AuthResult> {
