@@ -201,6 +201,10 @@ export function verifyJWT(token: string, keys: VerificationKeys, rules: ClaimRul
   if (!JWT_SHAPE.test(token)) return refuse('ERR_JWS_INVALID', 'not a compact JWS');
   const headerEnd = token.indexOf('.');
   const signatureStart = token.lastIndexOf('.') + 1;
+  // A part one character past a whole number of bytes is no base64url at all; Buffer would drop the character, and
+  // so take a token and the same with a letter appended as one.
+  if ([headerEnd, signatureStart - 1 - headerEnd - 1, token.length - signatureStart].some((n) => n % 4 === 1))
+    return refuse('ERR_JWS_INVALID', 'a part of the token is not base64url');
   const header = decodeObject(token.slice(0, headerEnd));
   if (header === undefined) return refuse('ERR_JWS_INVALID', 'the protected header is not a JSON object');
   // No extension is understood here, so a token that makes one critical is refused (RFC 7515 4.1.11).
