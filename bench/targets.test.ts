@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import type { Row } from './measure.ts';
 import {
   AUTH_PAIRS,
+  AUTH_RS256,
   DIRECT,
   HOLDER,
   KUBECTL_PROXY,
@@ -278,21 +279,62 @@ describe('tunnel verdicts', () => {
 
 describe('auth verdicts', () => {
   const [first, remembered] = AUTH_PAIRS;
-  const pairs = (firstCEL: number, rememberedCEL: number): Row[] => [
+  /** A run with CEL at the given rates beside 10,000/s and 1,000,000/s without, and RS256 at `rs256` per second. */
+  const pairs = (
+    firstCEL: number,
+    rememberedCEL: number,
+    rs256 = 25_000,
+    rememberedPlain = 1_000_000,
+  ): Row[] => [
     row(undefined, first.plain, 10_000),
     row(undefined, first.cel, firstCEL),
-    row(undefined, remembered.plain, 100_000),
+    row(undefined, remembered.plain, rememberedPlain),
     row(undefined, remembered.cel, rememberedCEL),
+    row(undefined, AUTH_RS256, rs256),
     row(undefined, 'webhook round trip', 2_000),
   ];
 
+  // Verdicts in order: CEL on first verification, CEL on remembered tokens, the RS256 rate, the remembered rate.
   it.each([
-    ['both within 10%', pairs(9_500, 95_000), ['met', 'met']],
-    ['CEL 18% slower on first verification', pairs(8_500, 95_000), ['NOT MET', 'met']],
-    ['no CEL row for remembered tokens', pairs(9_500, 95_000).slice(0, 3), ['met', 'not measured']],
-    ['no rows', [], ['not measured', 'not measured']],
+    ['all within', pairs(9_500, 950_000), ['met', 'met', 'met', 'met']],
+    ['CEL 18% slower on first verification', pairs(8_500, 950_000), ['NOT MET', 'met', 'met', 'met']],
+    [
+      'no CEL row for remembered tokens',
+      pairs(9_500, 950_000).filter((r) => r.name !== remembered.cel),
+      ['met', 'not measured', 'met', 'met'],
+    ],
+    ['RS256 at 19,999/s', pairs(9_500, 950_000, 19_999), ['met', 'met', 'NOT MET', 'met']],
+    ['RS256 at exactly 20,000/s', pairs(9_500, 950_000, 20_000), ['met', 'met', 'met', 'met']],
+    [
+      'remembered tokens at 999,999/s',
+      pairs(9_500, 950_000, 25_000, 999_999),
+      ['met', 'met', 'met', 'NOT MET'],
+    ],
+    [
+      'no RS256 row',
+      pairs(9_500, 950_000).filter((r) => r.name !== AUTH_RS256),
+      ['met', 'met', 'not measured', 'met'],
+    ],
+    [
+      'an RS256 round that served nothing',
+      pairs(9_500, 950_000).map((r) =>
+        r.name === AUTH_RS256
+          ? { ...r, rounds: [25_000, 0, 25_000].map((perSecond) => ({ perSecond, p50us: 40 })) }
+          : r,
+      ),
+      ['met', 'met', 'not measured', 'met'],
+    ],
+    ['no rows', [], ['not measured', 'not measured', 'not measured', 'not measured']],
   ] as const)('%s', (_, rows, expected) => {
     expect(verdicts(authVerdicts([...rows]))).toEqual(expected);
+  });
+
+  it('names the rate targets and where they were judged', () => {
+    const judged = authVerdicts(pairs(9_500, 950_000, 21_500, 1_200_000)).slice(2);
+    expect(judged.map(({ where, figures }) => [where, figures])).toEqual([
+      ['first verification (RS256)', '21,500/s'],
+      ['remembered token', '1,200,000/s'],
+    ]);
   });
 
   it('prints the extra time per token, compared round by round', () => {

@@ -52,6 +52,29 @@ describe('reused answers', () => {
     expect(jwt.asked).toBe(2);
   });
 
+  it('gives an answer until the moment its reusableUntil comes and never after, by the clock it is given', async () => {
+    let clock = 1_000_000;
+    const cache = new AuthenticatorCache({ now: () => clock });
+    const jwt = countingAuthenticator(() => ({ ...user('alice'), reusableUntil: clock + 5_000 }));
+    cache.set('JWTAuthenticator', 'corp', jwt, { issuer: ISSUER });
+    const token = tokenFor('alice');
+    await cache.authenticate(token);
+    clock += 4_999;
+    expect(cache.reusedAnswer(token)).toMatchObject({ ok: true });
+    await cache.authenticate(token);
+    expect(jwt.asked).toBe(1);
+    clock += 1;
+    expect(cache.reusedAnswer(token)).toBeUndefined();
+    await cache.authenticate(token);
+    expect(jwt.asked).toBe(2);
+    // An answer whose time has already come when it arrives is not kept at all.
+    const late = countingAuthenticator(() => ({ ...user('bob'), reusableUntil: clock }));
+    cache.set('JWTAuthenticator', 'corp', late, { issuer: ISSUER });
+    await cache.authenticate(token);
+    await cache.authenticate(token);
+    expect(late.asked).toBe(2);
+  });
+
   it('gives a named authenticator its own earlier answer again, and keeps it apart from the others’', async () => {
     const cache = new AuthenticatorCache();
     const reusable = (): AuthResult => ({ ...user('alice'), reusableUntil: Date.now() + 60_000 });

@@ -71,6 +71,10 @@ function issuerOf(token: string): string | undefined {
 interface Reused {
   result: AuthResult;
   byIssuer: boolean;
+  /** Milliseconds since the epoch: the answer's reusableUntil, after which it is never given. */
+  until: number;
+  /** `result`, resolved: what authenticate returns for it. */
+  answer: Promise<AuthResult>;
 }
 
 /** The certificate lifetime the entries allow: the shortest one set, or none (the default then holds). */
@@ -88,13 +92,30 @@ export class AuthenticatorCache {
   /** The loaded authenticators' trust digests by uid: asked on every request a bound certificate makes. */
   private bindings = new Map<string, string>();
   /**
-   * Answers that carry reusableUntil, each kept until then. Emptied whenever an authenticator changes. Their age is
-   * read from the clock at every lookup (ttlResolution 0): by default the cache keeps the time it read for a
-   * millisecond and arms a timer to forget it, which at one request at a time is a timer for every request.
+   * Answers that carry reusableUntil, each given until then and never after (`fresh` compares it with the clock at
+   * every lookup). Emptied whenever an authenticator changes. lru-cache's own TTL is not used: it reads
+   * performance.now and keeps start and TTL arrays for every entry, which cost a remembered token about a tenth of
+   * its time, for the same comparison; an answer past its time is dropped when it is next looked up, or evicted as
+   * the least recently used, so the cache stays within REUSED_ANSWERS either way.
    */
-  private readonly reused = new LRUCache<string, Reused>({ max: REUSED_ANSWERS, ttlResolution: 0 });
+  private readonly reused = new LRUCache<string, Reused>({ max: REUSED_ANSWERS });
+  private readonly now: () => number;
   /** Bumped by every change, so an answer from before a change is never remembered after it. */
   private generation = 0;
+
+  /** `now`: milliseconds since the epoch, what answers' reusableUntil is compared with. Default: Date.now. */
+  constructor(options: { now?: () => number } = {}) {
+    this.now = options.now ?? Date.now;
+  }
+
+  /** The answer kept under `key` while it may still be given. */
+  private fresh(key: string): Reused | undefined {
+    const reused = this.reused.get(key);
+    if (reused === undefined) return undefined;
+    if (reused.until > this.now()) return reused;
+    this.reused.delete(key);
+    return undefined;
+  }
 
   private static key(kind: AuthenticatorKind, name: string): string {
     return `${kind}/${name}`;
@@ -173,18 +194,25 @@ export class AuthenticatorCache {
    */
   reusedAnswer(token: string): AuthResult | undefined {
     if (token === '' || oversized(token)) return undefined;
-    const reused = this.reused.get(hash('sha256', token, 'base64url'));
+    const reused = this.fresh(hash('sha256', token, 'base64url'));
     return reused?.byIssuer ? reused.result : undefined;
   }
 
-  /** Authenticates against every applicable authenticator; the first success wins. */
-  async authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
-    if (token === '') return fail('empty token');
+  /**
+   * Authenticates against every applicable authenticator; the first success wins. A remembered answer comes back as
+   * the promise made when it was remembered: no promise, and no async function's, is made per request for it.
+   */
+  authenticate(token: string, signal?: AbortSignal): Promise<AuthResult> {
+    if (token === '') return Promise.resolve(fail('empty token'));
     const tooLarge = oversized(token);
-    if (tooLarge) return tooLarge;
+    if (tooLarge) return Promise.resolve(tooLarge);
     const key = hash('sha256', token, 'base64url');
-    const reused = this.reused.get(key);
-    if (reused) return reused.result;
+    const reused = this.fresh(key);
+    return reused ? reused.answer : this.authenticateAnew(token, key, signal);
+  }
+
+  /** Asks the authenticators about a token not answered from the cache, and remembers a reusable answer. */
+  private async authenticateAnew(token: string, key: string, signal?: AbortSignal): Promise<AuthResult> {
     const generation = this.generation;
     const iss = issuerOf(token);
     const jwtEntries = iss === undefined ? undefined : this.byIssuer.get(iss);
@@ -230,7 +258,7 @@ export class AuthenticatorCache {
     // Kept apart from the answers for any authenticator: this one's answer must not become the answer a bearer
     // token gets when several authenticators take it.
     const key = `${AuthenticatorCache.key(kind, name)}:${hash('sha256', token, 'base64url')}`;
-    const reused = this.reused.get(key);
+    const reused = this.fresh(key);
     // The binding of the entry that answers, read before the answer: if the spec is edited meanwhile, the certificate
     // is bound to the spec that checked the token, and ends with it.
     const binding = {
@@ -249,8 +277,13 @@ export class AuthenticatorCache {
   /** Keeps a reusable answer until it says, unless an authenticator changed since it was asked for. */
   private remember(key: string, result: AuthResult, generation: number, byIssuer: boolean): void {
     if (!result.ok || result.reusableUntil === undefined || generation !== this.generation) return;
-    const ttl = result.reusableUntil - Date.now();
-    if (ttl > 0) this.reused.set(key, { result, byIssuer }, { ttl });
+    if (result.reusableUntil > this.now())
+      this.reused.set(key, {
+        result,
+        byIssuer,
+        until: result.reusableUntil,
+        answer: Promise.resolve(result),
+      });
   }
 
   private async first(entries: Entry[], token: string, signal?: AbortSignal): Promise<AuthResult> {

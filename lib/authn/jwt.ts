@@ -1,36 +1,16 @@
 // JWT (OIDC ID token) authentication for one issuer and audience. Discovery and the key set are fetched through
 // the authenticator's own CA bundle; keys are cached, refreshed when the authenticators' controller asks (every
 // JWKS_REFRESH_INTERVAL_MS, jittered) and on an unknown `kid` (rate-limited), and the last good keys keep serving
-// while the issuer is down. jose does every cryptographic check.
-import {
-  createLocalJWKSet,
-  errors as joseErrors,
-  jwtVerify,
-  type JSONWebKeySet,
-  type JWTPayload,
-} from 'jose';
+// while the issuer is down. jws.ts checks signatures and registered claims, with keys imported once per key set.
+import type { JSONWebKeySet, JWTPayload } from 'jose';
 import { httpsJSON } from '../https-client.ts';
 import { SYSTEM_NAMES_ALLOWED_NOTE, SYSTEM_PREFIX, systemNameProblem } from './system-names.ts';
 import { fail, oversized, type AuthResult, type TokenAuthenticator, type UserInfo } from './types.ts';
 import { mapClaims, type JWTMapping } from './jwt-mapping.ts';
+import { ALLOWED_ALGORITHMS, VerificationKeys, verifyJWT, type Verified } from './jws.ts';
 
-/**
- * Asymmetric algorithms only: `none` proves nothing, and an HMAC "signed" with the public key is the classic
- * key-confusion attack.
- */
-export const ALLOWED_ALGORITHMS = [
-  'RS256',
-  'RS384',
-  'RS512',
-  'PS256',
-  'PS384',
-  'PS512',
-  'ES256',
-  'ES384',
-  'ES512',
-  'EdDSA',
-  'Ed25519',
-];
+export { ALLOWED_ALGORITHMS };
+
 /**
  * Clock skew tolerated, as the API server's OIDC authenticator tolerates it: none on exp (an expired token is
  * refused the moment it expires), five minutes on nbf (an issuer whose clock runs ahead).
@@ -117,7 +97,8 @@ export function usableKeys(jwks: unknown): JSONWebKeySet {
 
 /** The issuer's key set with refresh and last-good retention. */
 export class IssuerKeys {
-  private local: ReturnType<typeof createLocalJWKSet>;
+  /** The keys tokens are verified with now: replaced whole by a fetch that succeeds. */
+  current: VerificationKeys;
   private fetchedAt: number;
   /**
    * When an unknown kid last caused a fetch. Loads on a timer or at start do not count: a key rotated in just after
@@ -143,7 +124,7 @@ export class IssuerKeys {
     this.load = load;
     this.now = now;
     this.warn = warn;
-    this.local = createLocalJWKSet(initial);
+    this.current = new VerificationKeys(initial);
     this.fetchedAt = now();
     this.nextRefreshAt = this.scheduleAfter(this.fetchedAt);
   }
@@ -162,7 +143,7 @@ export class IssuerKeys {
   refresh(): Promise<boolean> {
     this.inflight ??= (async () => {
       try {
-        this.local = createLocalJWKSet(usableKeys(await this.load()));
+        this.current = new VerificationKeys(usableKeys(await this.load()));
         this.fetchedAt = this.now();
         this.nextRefreshAt = this.scheduleAfter(this.fetchedAt);
         return true;
@@ -193,21 +174,20 @@ export class IssuerKeys {
     return Math.max(0, this.nextRefreshAt - this.now());
   }
 
-  /** The key resolver for jwtVerify: on an unknown kid, refresh once (rate-limited) and look again. */
-  readonly getKey = async (...args: Parameters<ReturnType<typeof createLocalJWKSet>>) => {
-    try {
-      return await this.local(...args);
-    } catch (err) {
-      if ((err as { code?: string }).code !== joseErrors.JWKSNoMatchingKey.code) throw err;
-      // Wait for a refresh already under way; start one only when the cooldown has passed.
-      if (!this.inflight) {
-        if (this.now() - this.lastUnknownKidFetch < UNKNOWN_KID_COOLDOWN_MS) throw err;
-        this.lastUnknownKidFetch = this.now();
-      }
-      await this.refresh();
-      return this.local(...args);
+  /**
+   * `verify` with the current keys; when no key fits the token (an unknown kid), once more after a refresh, which is
+   * rate-limited: a refresh already under way is waited for, and a new one starts only when the cooldown has passed.
+   */
+  async verifyWithRefresh(verify: (keys: VerificationKeys) => Verified): Promise<Verified> {
+    const first = verify(this.current);
+    if (first.ok || first.code !== 'ERR_JWKS_NO_MATCHING_KEY') return first;
+    if (!this.inflight) {
+      if (this.now() - this.lastUnknownKidFetch < UNKNOWN_KID_COOLDOWN_MS) return first;
+      this.lastUnknownKidFetch = this.now();
     }
-  };
+    await this.refresh();
+    return verify(this.current);
+  }
 }
 
 /** One check of the validation, in the shape of a status condition. */
@@ -368,6 +348,8 @@ export class JWTAuthenticator implements TokenAuthenticator {
   private readonly usernameClaim: string;
   private readonly groupsClaim: string;
   private readonly settings: JWTSettings;
+  /** The token's aud must name one of these. */
+  private readonly audiences: readonly string[];
   readonly keys: IssuerKeys;
 
   constructor(settings: JWTSettings, keys: IssuerKeys) {
@@ -376,59 +358,37 @@ export class JWTAuthenticator implements TokenAuthenticator {
     this.issuer = settings.issuer;
     this.usernameClaim = settings.usernameClaim ?? DEFAULT_USERNAME_CLAIM;
     this.groupsClaim = settings.groupsClaim ?? DEFAULT_GROUPS_CLAIM;
+    const audiences = settings.mapping?.audiences ?? settings.audience;
+    this.audiences = typeof audiences === 'string' ? [audiences] : audiences;
   }
 
   async authenticate(token: string): Promise<AuthResult> {
     const tooLarge = oversized(token);
     if (tooLarge) return tooLarge;
-    const result = await this.verify(token);
+    // A token without a kid may fit several keys (during a rotation): each is tried, as the API server tries them.
+    const verified = await this.keys.verifyWithRefresh((keys) =>
+      verifyJWT(token, keys, {
+        issuer: this.settings.issuer,
+        audiences: this.audiences,
+        notBeforeLeewaySeconds: NOT_BEFORE_LEEWAY_SECONDS,
+        expiryLeewaySeconds: EXPIRY_LEEWAY_SECONDS,
+        now: Date.now() / 1000,
+      }),
+    );
+    if (!verified.ok) return fail(`jwt rejected: ${verified.code}: ${verified.message}`);
+    const result = this.userOf(verified.payload);
     if (!result.ok) return result;
     // exp was required and checked: remember the user until it (plus the leeway) or the TTL, whichever is first.
-    const exp = (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number })
-      .exp;
     const now = Date.now();
-    const until = Math.min(now + VERIFIED_TOKEN_TTL_MS, exp * 1000 + EXPIRY_LEEWAY_SECONDS * 1000);
+    const until = Math.min(
+      now + VERIFIED_TOKEN_TTL_MS,
+      verified.payload.exp! * 1000 + EXPIRY_LEEWAY_SECONDS * 1000,
+    );
     return until <= now ? result : { ...result, reusableUntil: until };
   }
 
-  private async verify(token: string): Promise<AuthResult> {
-    const options = {
-      issuer: this.settings.issuer,
-      audience: this.settings.mapping?.audiences ?? this.settings.audience,
-      algorithms: ALLOWED_ALGORITHMS,
-      clockTolerance: NOT_BEFORE_LEEWAY_SECONDS,
-      requiredClaims: ['exp'],
-    };
-    let payload: JWTPayload;
-    try {
-      ({ payload } = await jwtVerify(token, this.keys.getKey, options));
-    } catch (thrown) {
-      // A token without a kid, and several keys it could be signed with (during a rotation): each is tried, as the
-      // API server tries them.
-      let err: unknown = thrown;
-      let found: JWTPayload | undefined;
-      if ((err as { code?: string }).code === joseErrors.JWKSMultipleMatchingKeys.code) {
-        for await (const key of err as AsyncIterable<Parameters<typeof jwtVerify>[1]>) {
-          try {
-            ({ payload: found } = await jwtVerify(token, key, options));
-            break;
-          } catch (inner) {
-            if ((inner as { code?: string }).code !== joseErrors.JWSSignatureVerificationFailed.code) {
-              err = inner;
-              break;
-            }
-          }
-        }
-      }
-      if (!found) {
-        const code = (err as { code?: string }).code ?? 'ERR_UNKNOWN';
-        return fail(`jwt rejected: ${code}: ${(err as Error).message}`);
-      }
-      payload = found;
-    }
-    // The leeway above is nbf's; exp has none.
-    if ((payload.exp ?? 0) + EXPIRY_LEEWAY_SECONDS <= Date.now() / 1000)
-      return fail('jwt rejected: ERR_JWT_EXPIRED: the token expired');
+  /** The user a verified payload names, by the claim rules and mappings of the spec. */
+  private userOf(payload: JWTPayload): AuthResult {
     // The API server reads sub as a string, and refuses a token whose sub is anything else.
     if (payload.sub !== undefined && typeof payload.sub !== 'string')
       return fail('claim sub is not a string');
