@@ -7,7 +7,10 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, openSync, rmSync, statSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEMO_GROUP, DEMO_NAMESPACE, DEMO_POD, DEMO_USER } from '../dev/installed.ts';
-import type { ReachFigures, ReachKind } from './targets.ts';
+import type { ReachFigures } from './targets.ts';
+
+const COPY_KINDS = ['cp in', 'cp out', 'exec output'] as const;
+type CopyKind = (typeof COPY_KINDS)[number];
 
 const COPY_MIB = Number(process.env['BENCH_COPY_MIB'] ?? 1024);
 const EXEC_MIB = Number(process.env['BENCH_EXEC_MIB'] ?? 100);
@@ -68,24 +71,51 @@ function writeFile(path: string, mib: number): void {
   }
 }
 
-/** One way's copy in, copy out and exec output, each checked for its size; MiB/s each. */
-async function measureWay(way: KubectlWay, local: string, back: string): Promise<Record<ReachKind, number>> {
+/**
+ * One way's copy in, copy out and exec output, each checked for its size; MiB/s each. One that fails is logged and
+ * counts as NaN (its verdict: not measured), and the others still run: a copy cut short is news, not a reason to
+ * lose the rest of the run.
+ */
+async function measureWay(
+  way: KubectlWay,
+  local: string,
+  back: string,
+  log: (line: string) => void,
+): Promise<Record<CopyKind, number>> {
   const inPod = `/tmp/bench-copy-${COPY_MIB}`;
   const remote = `${DEMO_NAMESPACE}/${DEMO_POD}:${inPod}`;
-  const cpIn = await rate(COPY_MIB, async () => void (await kubectl(way, ['cp', local, remote])));
-  rmSync(back, { force: true });
-  const cpOut = await rate(COPY_MIB, async () => void (await kubectl(way, ['cp', remote, back])));
-  if (statSync(back).size !== COPY_MIB << 20) throw new Error(`${way.name}: the copy came back short`);
-  rmSync(back, { force: true });
   const bytes = EXEC_MIB << 20;
-  const exec = await rate(EXEC_MIB, async () => {
-    const got = await kubectl(way, [
-      ...['exec', '-n', DEMO_NAMESPACE, DEMO_POD, '--'],
-      ...['head', '-c', String(bytes), '/dev/zero'],
-    ]);
-    if (got !== bytes) throw new Error(`${way.name}: exec wrote ${got} of ${bytes} bytes`);
-  });
-  return { forward: NaN, 'cp in': cpIn, 'cp out': cpOut, 'exec output': exec };
+  const runs: Record<CopyKind, [number, () => Promise<void>]> = {
+    'cp in': [COPY_MIB, async () => void (await kubectl(way, ['cp', local, remote]))],
+    'cp out': [
+      COPY_MIB,
+      async () => {
+        rmSync(back, { force: true });
+        await kubectl(way, ['cp', remote, back]);
+        if (statSync(back).size !== COPY_MIB << 20) throw new Error(`${way.name}: the copy came back short`);
+        rmSync(back, { force: true });
+      },
+    ],
+    'exec output': [
+      EXEC_MIB,
+      async () => {
+        const got = await kubectl(way, [
+          ...['exec', '-n', DEMO_NAMESPACE, DEMO_POD, '--'],
+          ...['head', '-c', String(bytes), '/dev/zero'],
+        ]);
+        if (got !== bytes) throw new Error(`${way.name}: exec wrote ${got} of ${bytes} bytes`);
+      },
+    ],
+  };
+  const measured = {} as Record<CopyKind, number>;
+  for (const kind of COPY_KINDS) {
+    const [mib, run] = runs[kind];
+    measured[kind] = await rate(mib, run).catch((err: Error) => {
+      log(`${way.name}: ${kind} failed: ${err.message}`);
+      return NaN;
+    });
+  }
+  return measured;
 }
 
 /** Measures every way's copies in `rounds` rounds, each in another order, into `figures`; `dir` holds the files. */
@@ -102,9 +132,9 @@ export async function measureCopies(
     for (let round = 0; round < rounds; round++) {
       const order = ways.map((_, i) => ways[(i + round) % ways.length]!);
       for (const way of order) {
-        const measured = await measureWay(way, local, join(dir, 'back'));
+        const measured = await measureWay(way, local, join(dir, 'back'), log);
         const f = (figures[way.name] ??= {});
-        for (const kind of ['cp in', 'cp out', 'exec output'] as const) (f[kind] ??= []).push(measured[kind]);
+        for (const kind of COPY_KINDS) (f[kind] ??= []).push(measured[kind]);
         log(
           `round ${round + 1}: ${way.name}: cp in ${measured['cp in'].toFixed(0)} MiB/s, ` +
             `cp out ${measured['cp out'].toFixed(0)} MiB/s, exec output ${measured['exec output'].toFixed(0)} MiB/s`,
