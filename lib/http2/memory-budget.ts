@@ -166,6 +166,7 @@ const windowOfStream = (from: Readable): StreamWindow | undefined =>
 const FIRST_WINDOW: StreamWindow = {
   bytes: STREAM_WINDOW_BYTES,
   received: () => {},
+  stalled: () => {},
   onGrow: () => () => {},
 };
 
@@ -264,6 +265,7 @@ function newStalled(
       // A sink already gone (its client left) stalls nothing: its 'close', which discharges, has come.
       if (waiting || to.destroyed) return;
       waiting = true;
+      window?.stalled();
       from.pause();
       if (stall) charge();
       if (deadline) timer = deadline.clock.setTimeout(cutShort, deadline.ms);

@@ -96,6 +96,19 @@ describe('sizing stream windows to the path', () => {
     expect(window.bytes).toBe(STREAM_WINDOW_BYTES);
   });
 
+  it('grows nothing on a round trip during which a relay stalled (its reader did not keep up)', () => {
+    const s = scriptedSession();
+    const window = sizeWindows(s.session, { clock: fakeClock() });
+    window.received(STREAM_WINDOW_BYTES);
+    window.stalled();
+    s.answerPing();
+    expect(s.settings).toEqual([]);
+    // The next round, read throughout, grows it.
+    window.received(STREAM_WINDOW_BYTES);
+    s.answerPing();
+    expect(s.settings.map((x) => x.initialWindowSize)).toEqual([2 * STREAM_WINDOW_BYTES]);
+  });
+
   it('neither counts nor grows when a ping fails', () => {
     const s = scriptedSession();
     const window = sizeWindows(s.session, { clock: fakeClock() });
@@ -157,28 +170,28 @@ describe('a grown window and the memory budget', () => {
   const stuck = (): Writable => new Writable({ highWaterMark: 1, write: () => {} }).on('error', () => {});
 
   it('charges a stalled relay the grown window before the peer may send it, and cuts what goes over a share', async () => {
-    const budget = newMemoryBudget({ perUserBytes: 3 * STREAM_WINDOW_BYTES, totalBytes: 64 << 20 });
-    const cut: string[] = [];
+    // A share of 16 windows: the windows may grow to 4 (a quarter of it).
+    const budget = newMemoryBudget({ perUserBytes: 16 * STREAM_WINDOW_BYTES, totalBytes: 64 << 20 });
+    const cut: number[] = [];
     const { client, sessions } = await pair((stream) => {
       stream.on('error', () => {});
-      const name = stream.id === 1 ? 'first' : 'second';
-      relay(stream, stuck(), { account: { budget, user: 'pat' }, cut: () => void cut.push(name) });
+      relay(stream, stuck(), { account: { budget, user: 'pat' }, cut: () => void cut.push(stream.id!) });
     });
-    for (let i = 0; i < 2; i++) {
+    for (let i = 0; i < 8; i++) {
       const s = client.request({ ':method': 'POST', ':path': '/' });
       s.on('error', () => {});
       s.write(Buffer.alloc(1024));
     }
     // Each charged its window and the chunk that waits to be written.
-    await eventually(() => expect(budget.held('pat')).toBe(2 * (STREAM_WINDOW_BYTES + 1024)));
+    await eventually(() => expect(budget.held('pat')).toBe(8 * (STREAM_WINDOW_BYTES + 1024)));
 
     // Another stream of the connection is read fast: a round trip brings in a whole window, and it grows.
     const window = windowOf(sessions[0])!;
     window.received(STREAM_WINDOW_BYTES);
     await eventually(() => expect(window.bytes).toBe(2 * STREAM_WINDOW_BYTES));
-    // Each stalled relay is now charged the grown window: two would be over the share, so one goes.
+    // Each stalled relay is now charged the grown window: eight would be over the share, so one goes.
     expect(cut).toHaveLength(1);
-    expect(budget.held('pat')).toBe(2 * STREAM_WINDOW_BYTES + 1024);
+    expect(budget.held('pat')).toBe(7 * (2 * STREAM_WINDOW_BYTES + 1024));
     await eventually(() => expect(client.remoteSettings.initialWindowSize).toBe(2 * STREAM_WINDOW_BYTES));
   });
 

@@ -7,8 +7,10 @@
 // included) and the connection's own window; nothing sizes one stream's window apart from the others'. So the
 // window grows per connection, as gRPC's BDP estimator does: while bytes are relayed off the connection's streams (a
 // relay takes them only while its reader keeps up), a PING is sent and the bytes received until its answer are
-// counted. When one round trip brought in two thirds of the window or more, the sender was held back by it: the
-// window doubles, up to MAX_STREAM_WINDOW_BYTES. After a quiet second it goes back to STREAM_WINDOW_BYTES.
+// counted. When one round trip brought in two thirds of the window or more, and no relay off the connection stalled
+// meanwhile (its reader kept up), the sender was held back by the window: it doubles, up to MAX_STREAM_WINDOW_BYTES
+// (a quarter of a user's share, lib/http2/memory-budget.ts USER_UNREAD_BYTES, so that a share always holds four
+// stalled streams at the largest window). After a quiet second it goes back to STREAM_WINDOW_BYTES.
 //
 // What it costs: a PING each round trip while bytes flow, and a larger charge for every stream that stalls on a
 // connection whose window has grown (its relays are charged anew the moment it grows, so the bytes held for unread
@@ -37,6 +39,8 @@ export interface StreamWindow {
   readonly bytes: number;
   /** Counts `n` bytes relayed off one of the connection's streams. */
   received(n: number): void;
+  /** A relay off one of the connection's streams stalled: its reader did not keep up, so this round grows nothing. */
+  stalled(): void;
   /**
    * Calls `recharge` each time the window grows, before the peer hears of it (a stalled relay's charge must cover the
    * larger window). Returns the function that stops it.
@@ -63,6 +67,8 @@ export function sizeWindows(
   let changing = false;
   /** Bytes counted since the PING in flight was sent, if one is. */
   let counted: number | undefined;
+  /** A relay stalled during the round in flight. */
+  let spoiled = false;
   let lastRound = clock.now();
   const recharges = new Set<() => void>();
 
@@ -86,11 +92,13 @@ export function sizeWindows(
 
   const roundTrip = (err: Error | null): void => {
     const sample = counted ?? 0;
+    const grows = !spoiled && sample >= bytes * GROW_AT;
     counted = undefined;
+    spoiled = false;
     lastRound = clock.now();
     if (err || changing || session.destroyed) return;
-    if (sample >= bytes * GROW_AT && bytes < MAX_STREAM_WINDOW_BYTES)
-      change(Math.min(bytes * 2, MAX_STREAM_WINDOW_BYTES));
+    const next = Math.min(bytes * 2, MAX_STREAM_WINDOW_BYTES);
+    if (grows && next > bytes) change(next);
   };
 
   const window: StreamWindow = {
@@ -103,11 +111,15 @@ export function sizeWindows(
       if (bytes > STREAM_WINDOW_BYTES && !changing && clock.now() - lastRound >= QUIET_MS)
         change(STREAM_WINDOW_BYTES);
       counted = n;
+      spoiled = false;
       try {
         if (!session.ping(roundTrip)) counted = undefined;
       } catch {
         counted = undefined; // the session is closing
       }
+    },
+    stalled() {
+      if (counted !== undefined) spoiled = true;
     },
     onGrow(recharge) {
       recharges.add(recharge);
