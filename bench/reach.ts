@@ -50,6 +50,7 @@ const MIB = Number(process.env['BENCH_REACH_MIB'] ?? 1024);
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
 const CONCURRENCY = 8;
+const TOKEN_SECONDS = 6 * 3600;
 
 /** Where one way in takes the echo and count ports. */
 interface Way {
@@ -251,7 +252,12 @@ export async function benchReach(): Promise<Verdict> {
       deployReachWorkload(hub, installed.image.name, 'hub'),
       deployReachWorkload(edge, installed.image.name, EDGE),
     ]);
-    const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
+    // A token for the whole run: the copies of a GiB, three rounds of them, outlast the issuer's default 5 minutes.
+    const token = await installed.issuer.mint({
+      username: DEMO_USER,
+      groups: [DEMO_GROUP],
+      expiresIn: TOKEN_SECONDS,
+    });
     const kubeconfigs = { hub: join(dir, 'hub.kubeconfig'), edge: join(dir, 'edge.kubeconfig') };
     writeFileSync(kubeconfigs.hub, await installed.kubeconfig(token));
     writeFileSync(kubeconfigs.edge, await installed.kubeconfig(token, EDGE));
