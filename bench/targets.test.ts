@@ -4,6 +4,16 @@ import {
   AUTH_PAIRS,
   AUTH_RS256,
   DIRECT,
+  EDGE_DIRECT,
+  EDGE_FORWARD,
+  EDGE_TUNNEL,
+  HUB_DIRECT,
+  HUB_FORWARD,
+  HUB_PROXY,
+  REACH_PAIRS,
+  reachVerdicts,
+  roundRatio,
+  type ReachFigures,
   HOLDER,
   KUBECTL_PROXY,
   PEERING_GROUPS,
@@ -372,5 +382,53 @@ describe('judging figures', () => {
     const judgements = [j('met'), j('NOT MET'), j('not measured')];
     expect(overall(judgements)).toBe('NOT MET');
     expect(headline(judgements)).toBe('1 of 3 NOT MET, 1 of 3 not measured');
+  });
+});
+
+describe('judging a reach run', () => {
+  /** Every way of REACH_PAIRS at `mibps` for each kind it is judged on, in each of `rounds` rounds. */
+  const run = (mibps: (way: string) => number, rounds = 3): ReachFigures =>
+    Object.fromEntries(
+      REACH_PAIRS.flatMap(({ way, base, kinds }) => [way, base].map((w) => [w, kinds] as const)).map(
+        ([w, kinds]) => [w, Object.fromEntries(kinds.map((k) => [k, Array<number>(rounds).fill(mibps(w))]))],
+      ),
+    );
+  const sealion = new Set([HUB_FORWARD, EDGE_FORWARD, HUB_PROXY, EDGE_TUNNEL]);
+
+  it('judges each copy, the exec output and each forward against its own baseline', () => {
+    const judgements = reachVerdicts(run((w) => (sealion.has(w) ? 95 : 100)));
+    expect(judgements).toHaveLength(8);
+    expect(overall(judgements)).toBe('met');
+    expect(judgements.find((j) => j.where === `cp in: ${EDGE_TUNNEL} / ${EDGE_DIRECT}`)?.figures).toBe(
+      '0.95×',
+    );
+  });
+
+  it('misses the tunnel forward at 0.85× of kubectl port-forward, which the hub forward meets', () => {
+    const judgements = reachVerdicts(run((w) => (sealion.has(w) ? 85 : 100)));
+    const verdictOf = (way: string): Verdict | undefined =>
+      judgements.find((j) => j.where.includes(way))?.verdict;
+    expect(verdictOf(HUB_FORWARD)).toBe('met');
+    expect(verdictOf(EDGE_FORWARD)).toBe('NOT MET');
+    expect(verdictOf(HUB_PROXY)).toBe('met');
+  });
+
+  it('takes the median of the rounds’ ratios, so one disturbed round moves nothing', () => {
+    expect(roundRatio([50, 90, 100], [100, 100, 100])).toBe(0.9);
+    expect(roundRatio([90, 45], [100, 50])).toBe(0.9);
+  });
+
+  it.each([
+    ['a way missing', (f: ReachFigures) => delete f[EDGE_DIRECT]],
+    ['a kind missing', (f: ReachFigures) => delete f[HUB_PROXY]!['exec output']],
+    ['a round that moved nothing', (f: ReachFigures) => (f[HUB_PROXY]!['cp out']![1] = 0)],
+    ['rounds that differ in number', (f: ReachFigures) => f[HUB_DIRECT]!['cp in']!.pop()],
+    ['a figure not a number', (f: ReachFigures) => (f[EDGE_TUNNEL]!['cp in']![0] = NaN)],
+  ])('%s is not measured, never met', (_, spoil) => {
+    const figures = run(() => 100);
+    spoil(figures);
+    const judgements = reachVerdicts(figures);
+    expect(judgements.filter((j) => j.verdict === 'not measured')).toHaveLength(figures[EDGE_DIRECT] ? 1 : 3);
+    expect(overall(judgements)).toBe('not measured');
   });
 });

@@ -342,3 +342,74 @@ export function authVerdicts(rows: Row[]): Judgement[] {
   });
   return [...cel, ...rates];
 }
+
+// --- reach: bytes through a forward, a copy and an exec, each beside a way in without Sealion ---
+
+/** What the reach suite moves: one connection's bytes through a forward, a file each way, an exec's output. */
+export const REACH_KINDS = ['forward', 'cp in', 'cp out', 'exec output'] as const;
+export type ReachKind = (typeof REACH_KINDS)[number];
+/** MiB/s of each round, by way in and by what was moved (a way that did not move a kind has no entry). */
+export type ReachFigures = Record<string, Partial<Record<ReachKind, number[]>>>;
+
+/** The ways in the reach suite names, and which each is judged against. */
+export const KUBECTL_PORT_FORWARD = 'kubectl port-forward';
+export const HUB_FORWARD = 'sealion port-forward, hub';
+export const EDGE_FORWARD = 'sealion port-forward, edge (tunnel)';
+export const HUB_DIRECT = 'kubectl, hub API server (direct)';
+export const HUB_PROXY = 'kubectl, hub through the proxy';
+export const EDGE_DIRECT = 'kubectl, edge API server (direct)';
+export const EDGE_TUNNEL = 'kubectl, edge through the tunnel';
+
+export const REACH_TARGETS = {
+  hubForward: {
+    name: 'one connection through the hub ≥ 0.8× kubectl port-forward',
+    meets: atLeast(0.8),
+    format: times(2),
+  },
+  tunnelForward: {
+    name: 'one connection through the tunnel ≥ 0.9× kubectl port-forward',
+    meets: atLeast(0.9),
+    format: times(2),
+  },
+  copy: { name: 'kubectl cp and exec output ≥ 0.8× direct', meets: atLeast(0.8), format: times(2) },
+} satisfies Record<string, Target>;
+
+/** Which way is judged against which, on what, by which target. */
+export const REACH_PAIRS: readonly {
+  target: Target;
+  way: string;
+  base: string;
+  kinds: readonly ReachKind[];
+}[] = [
+  { target: REACH_TARGETS.hubForward, way: HUB_FORWARD, base: KUBECTL_PORT_FORWARD, kinds: ['forward'] },
+  { target: REACH_TARGETS.tunnelForward, way: EDGE_FORWARD, base: KUBECTL_PORT_FORWARD, kinds: ['forward'] },
+  { target: REACH_TARGETS.copy, way: HUB_PROXY, base: HUB_DIRECT, kinds: ['cp in', 'cp out', 'exec output'] },
+  {
+    target: REACH_TARGETS.copy,
+    way: EDGE_TUNNEL,
+    base: EDGE_DIRECT,
+    kinds: ['cp in', 'cp out', 'exec output'],
+  },
+];
+
+/**
+ * The median of the rounds' ratios of `way` to `base` (each round's pair measured close together, so a slow spell
+ * of the machine cancels out), or NaN when either is missing, holds a round that moved nothing, or the rounds differ
+ * in number.
+ */
+export function roundRatio(way: number[] | undefined, base: number[] | undefined): number {
+  if (!way || !base || way.length === 0 || way.length !== base.length) return NaN;
+  if (![...way, ...base].every((v) => Number.isFinite(v) && v > 0)) return NaN;
+  const ratios = way.map((v, i) => v / base[i]!).sort((a, b) => a - b);
+  return ratios[Math.floor(ratios.length / 2)]!;
+}
+
+/** Judges a reach run: each of REACH_PAIRS on each of its kinds; a kind not measured is "not measured". */
+export function reachVerdicts(figures: ReachFigures): Judgement[] {
+  return REACH_PAIRS.flatMap(({ target, way, base, kinds }) =>
+    kinds.map((kind) => {
+      const ratio = roundRatio(figures[way]?.[kind], figures[base]?.[kind]);
+      return judgeFigures(target, `${kind}: ${way} / ${base}`, Number.isNaN(ratio) ? [] : [ratio]);
+    }),
+  );
+}

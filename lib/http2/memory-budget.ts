@@ -6,11 +6,13 @@
 // upstream's, which through a tunnel or a peer link is an HTTP/2 stream too. But HTTP/2 flow control lets the
 // sender send a whole stream window before it hears that nobody reads: a client that opens many requests or upgrades
 // and never reads makes every process on the way hold a window of bytes for each. Node's HTTP/2 offers no way to size
-// one stream's window apart from the others' (only the connection's), so a window cannot be small for a stalled
-// stream and large for a fast one. The budget therefore works on what a stalled stream can hold at most: when a side
+// one stream's window apart from the others' (only the connection's, which lib/http2/window.ts grows while its
+// streams are read fast), so a window cannot be small for a stalled stream and large for a fast one. The budget
+// therefore works on what a stalled stream can hold at most: when a side
 // stops taking what is relayed to it, the relay is charged the most its source can come to hold (for an HTTP/2
-// stream a stream window: what is already buffered for it plus what its sender may still send; for a socket what it
-// has read) and what waits to be written, to the user who asked; the charge is dropped once the buffers are empty
+// stream its connection's stream window as it is now: what is already buffered for it plus what its sender may still
+// send; charged anew whenever that window grows; for a socket what it has read) and what waits to be written, to the
+// user who asked; the charge is dropped once the buffers are empty
 // again. When a charge would take a user over their share, or the process over its total, a relay is cut (with the
 // answer or the upgraded connection it carries): the user's that has gone unread longest (when the process is over
 // its total, of the user who holds most). So the bytes held for stalled answers and upgrades never exceed the
@@ -20,7 +22,8 @@
 // writable's high-water mark, or it would have stalled); those bytes are not charged.
 import type { Readable } from 'node:stream';
 import type { Clock } from '../clock.ts';
-import { STREAM_WINDOW_BYTES } from './pool.ts';
+import type { Http2Stream } from 'node:http2';
+import { STREAM_WINDOW_BYTES, windowOf, type StreamWindow } from './window.ts';
 
 export interface MemoryLimits {
   /** What one user's unread answers and upgrades may hold in this process. */
@@ -30,8 +33,9 @@ export interface MemoryLimits {
 }
 
 /**
- * One user's share: 64 unread answers or upgrades at a full stream window (lib/http2/pool.ts STREAM_WINDOW_BYTES), many
- * more than kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory limit.
+ * One user's share: 64 unread answers or upgrades at a first stream window (lib/http2/window.ts STREAM_WINDOW_BYTES),
+ * many more than kubectl or a controller leaves unread at once, and a small part of any replica's or agent's memory
+ * limit; 4 at the largest window, on a connection whose streams are being read at full speed.
  */
 export const USER_UNREAD_BYTES = 16 * 1024 * 1024;
 /** The concierge's total: half its memory limit (512 MiB). */
@@ -155,18 +159,26 @@ export interface Sink {
   once(event: 'close' | 'drain', listener: () => void): unknown;
 }
 
-/** An HTTP/2 stream (a Node core stream has a reset code; a socket has none). */
-const isHttp2Stream = (from: Readable): boolean => 'rstCode' in from;
+/** The window of `from`'s HTTP/2 connection, when `from` is an HTTP/2 stream (a Node core stream has a reset code). */
+const windowOfStream = (from: Readable): StreamWindow | undefined =>
+  'rstCode' in from ? (windowOf((from as Http2Stream).session) ?? FIRST_WINDOW) : undefined;
+/** The window of a connection whose windows are not sized (lib/http2/window.ts): the first, for good. */
+const FIRST_WINDOW: StreamWindow = {
+  bytes: STREAM_WINDOW_BYTES,
+  received: () => {},
+  stalled: () => {},
+  onGrow: () => () => {},
+};
 
 /**
  * The most a paused `from` can come to hold. An HTTP/2 stream (every stream a hop reads from: an answer's, and a
  * tunnel's or peer link's that carries an upgrade) holds what it has buffered and what its sender may still send, no
- * more than a stream window together, or what it holds already if that is more; cheaper than reading the stream's
- * state from the HTTP/2 session, and never less. A socket holds only what it has read: while it is paused, what its
- * peer sends waits in the kernel, outside the process.
+ * more than its connection's stream window together, or what it holds already if that is more; cheaper than reading
+ * the stream's state from the HTTP/2 session, and never less. A socket holds only what it has read: while it is
+ * paused, what its peer sends waits in the kernel, outside the process.
  */
-const mostHeld = (from: Readable): number =>
-  isHttp2Stream(from) ? Math.max(from.readableLength, STREAM_WINDOW_BYTES) : from.readableLength;
+const mostHeld = (from: Readable, window: StreamWindow | undefined): number =>
+  window ? Math.max(from.readableLength, window.bytes) : from.readableLength;
 
 /**
  * Streams `from` into `to` and ends `to` when `from` ends, taking from `from` no faster than `to` takes it: what
@@ -180,14 +192,17 @@ const mostHeld = (from: Readable): number =>
 export function relay(from: Readable, to: Sink, opts: RelayOptions = {}): void {
   let stalled: Stalled | undefined;
   const { tally } = opts;
+  const window = windowOfStream(from);
   from.on('data', (chunk: Buffer) => {
     if (tally) tally.bytes += chunk.length;
+    // Taken while the reader keeps up: what sizes the connection's windows.
+    window?.received(chunk.length);
     if (to.write(chunk)) {
       // Everything buffered for the reader has gone: the relay holds nothing worth charging.
-      if (stalled?.stall?.bytes && from.readableLength === 0) opts.account!.budget.discharge(stalled.stall);
+      if (from.readableLength === 0) stalled?.release();
       return;
     }
-    stalled ??= newStalled(from, to, opts);
+    stalled ??= newStalled(from, to, window, opts);
     stalled.wait();
   });
   from.on('end', () => to.end());
@@ -197,34 +212,62 @@ export function relay(from: Readable, to: Sink, opts: RelayOptions = {}): void {
 interface Stalled {
   /** Pauses `from` until `to` takes what is written, charging the relay and running its deadline meanwhile. */
   wait(): void;
-  stall: Stall | undefined;
+  /** Drops the relay's charge: it holds nothing worth charging. */
+  release(): void;
 }
 
-function newStalled(from: Readable, to: Sink, { account, deadline, cut }: RelayOptions): Stalled {
+function newStalled(
+  from: Readable,
+  to: Sink,
+  window: StreamWindow | undefined,
+  { account, deadline, cut }: RelayOptions,
+): Stalled {
   let waiting = false;
   let timer: unknown;
   const cutShort = cut ?? (() => to.destroy());
-  const stall: Stall | undefined = account && { user: account.user, bytes: 0, cut: cutShort };
+  /** Whether `stall` is charged now. */
+  let charged = false;
+  const stall: Stall | undefined = account && {
+    user: account.user,
+    bytes: 0,
+    cut: () => {
+      charged = false;
+      cutShort();
+    },
+  };
+  const charge = (): void => {
+    charged = true;
+    account!.budget.charge(stall!, mostHeld(from, window) + to.writableLength);
+  };
+  const release = (): void => {
+    if (!charged) return;
+    charged = false;
+    account!.budget.discharge(stall!);
+  };
+  // A charged relay's sender may send up to the grown window: it is charged for that before the sender hears of it.
+  const stopRecharging = stall && window?.onGrow(() => charged && charge());
   const resume = (): void => {
     waiting = false;
     if (deadline) deadline.clock.clearTimeout(timer);
     // All that was written has gone and nothing waits in `from`: nothing is held (an idle shell after a burst of
     // output keeps no charge for as long as it stays open). What `from` still buffers is discharged as it goes.
-    if (stall?.bytes && from.readableLength === 0) account!.budget.discharge(stall);
+    if (from.readableLength === 0) release();
     from.resume();
   };
   to.once('close', () => {
     if (deadline) deadline.clock.clearTimeout(timer);
-    if (stall) account!.budget.discharge(stall);
+    stopRecharging?.();
+    release();
   });
   return {
-    stall,
+    release,
     wait() {
       // A sink already gone (its client left) stalls nothing: its 'close', which discharges, has come.
       if (waiting || to.destroyed) return;
       waiting = true;
+      window?.stalled();
       from.pause();
-      if (stall) account!.budget.charge(stall, mostHeld(from) + to.writableLength);
+      if (stall) charge();
       if (deadline) timer = deadline.clock.setTimeout(cutShort, deadline.ms);
       to.once('drain', resume);
     },

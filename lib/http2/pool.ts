@@ -17,6 +17,9 @@ import {
 import { isIP } from 'node:net';
 import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from './hop-by-hop.ts';
+import { sizeWindows, STREAM_WINDOW_BYTES } from './window.ts';
+
+export { STREAM_WINDOW_BYTES } from './window.ts';
 
 /**
  * Node's limit on what one HTTP/2 session may hold (in MB), set far out of reach on the tunnel's sessions and on the
@@ -31,13 +34,10 @@ export const UNCOUNTED_SESSION_MEMORY_MB = 1e9;
 const DEFAULT_STREAM_LIMIT = 100;
 const MAX_STREAM_LIMIT = 1000;
 /**
- * Flow-control windows, for every HTTP/2 connection Sealion opens (the API server's, the tunnels', the peer links').
- * HTTP/2's default (64 KiB for the whole connection) lets a few concurrent LISTs stall each other; larger windows let
- * the sender send ahead. A stream's window is also what the sender may push into a process for a client that has
- * stopped reading (lib/http2/memory-budget.ts charges it): 256 KiB keeps a loopback or LAN hop at full speed and a user's
- * share of unread answers worth 64 streams.
+ * The connection's window on every connection to the API server: room for many streams at once, each at up to
+ * lib/http2/window.ts MAX_STREAM_WINDOW_BYTES. Each stream's window starts at STREAM_WINDOW_BYTES and grows with what
+ * the path carries (lib/http2/window.ts).
  */
-export const STREAM_WINDOW_BYTES = 256 * 1024;
 const CONNECTION_WINDOW_BYTES = 32 << 20;
 /** A connection with no streams closes after this long. */
 const IDLE_CLOSE_MS = 30_000;
@@ -85,6 +85,7 @@ export function newH2Pool(
       maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
     });
     session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+    sizeWindows(session, { clock });
     const c: Connection = {
       session,
       active: 0,

@@ -23,7 +23,8 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from '../http2/hop-by-hop.ts';
-import { STREAM_WINDOW_BYTES, UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
+import { UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
+import { sizeWindows, STREAM_WINDOW_BYTES } from '../http2/window.ts';
 import { CURRENT_PROTOCOL, formatProtocol } from './protocol.ts';
 
 /** The HTTP Upgrade token of the direct transport: the tunnel's HTTP/2 runs on the upgraded TLS socket. */
@@ -52,7 +53,10 @@ export function writesDone(socket: Duplex): Promise<void> {
   return new Promise((done) => socket.write(Buffer.alloc(0), () => done()));
 }
 
-/** The connection's window, shared by all streams (each stream's is lib/http2/pool.ts STREAM_WINDOW_BYTES). */
+/**
+ * The connection's window, shared by all streams (each stream's starts at lib/http2/window.ts STREAM_WINDOW_BYTES and
+ * grows with what the tunnel carries).
+ */
 export const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Default limit of concurrent streams per tunnel (a Cluster's spec.maxConcurrentStreams overrides it). */
 export const DEFAULT_MAX_STREAMS = 1000;
@@ -372,6 +376,7 @@ function clientSession(duplex: Duplex, maxStreams: number): ClientHttp2Session {
   });
   session.on('error', () => {}); // 'close' follows; callers learn through `closed` and failed opens
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
+  sizeWindows(session);
   return session;
 }
 
@@ -507,6 +512,7 @@ export function serveTunnel(
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(CONNECTION_WINDOW_BYTES));
   const clock = opts.clock ?? systemClock;
+  sizeWindows(session, { clock });
   const stopPings = keepAlive(session, (err) => duplex.destroy(err), clock);
   // Node's HTTP/2 closes the session by itself on such a GOAWAY, once the streams in flight end.
   const moveRequested = new Promise<string>((done) =>
