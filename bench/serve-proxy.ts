@@ -2,16 +2,13 @@
 // loop. Arguments: the harness cluster's folder, its URL, the kubectl binary, and `audit` for one that audits every
 // request at Metadata (the install's default policy) into a file, as a concierge in a cluster writes its audit
 // events to its standard output. Prints one JSON line
-// {url, servingCA} when ready; answers "mem" on stdin with process.memoryUsage() after a GC, and
-// "profile <file>" ... "profile-end" with a CPU profile of what happened in between, written to <file>.
-import { writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
+// {url, servingCA} when ready; answers serve-commands.ts's commands on stdin.
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { newLogger } from '../lib/log.ts';
 import { DEFAULT_AUDIT_POLICY_YAML } from '../apis/install.ts';
 import { loadPolicy } from '../concierge/audit/policy.ts';
 import { clusterInDir, startLocalConcierge } from '../dev/concierge.ts';
+import { answerBenchCommands } from './serve-commands.ts';
 
 const [dir, url, kubectl, mode] = process.argv.slice(2) as [string, string, string, string?];
 const audited = mode === 'audit';
@@ -29,26 +26,4 @@ const proxy = await startLocalConcierge(await clusterInDir(dir, url, kubectl), {
     : {}),
 });
 console.log(JSON.stringify({ url: proxy.url, servingCA: proxy.servingCA.certPem }));
-const inspector = new Session();
-let profileFile: string | undefined;
-createInterface({ input: process.stdin }).on('line', (line) => {
-  void (async () => {
-    if (line === 'mem') {
-      globalThis.gc?.();
-      console.log(JSON.stringify(process.memoryUsage()));
-    } else if (line.startsWith('profile ')) {
-      profileFile = line.slice('profile '.length);
-      inspector.connect();
-      await inspector.post('Profiler.enable');
-      await inspector.post('Profiler.start');
-      console.log('{}');
-    } else if (line === 'profile-end' && profileFile) {
-      const { profile } = await inspector.post('Profiler.stop');
-      writeFileSync(profileFile, JSON.stringify(profile));
-      inspector.disconnect();
-      console.log('{}');
-    }
-  })();
-});
-// A clean exit on SIGTERM, so --cpu-prof gets to write its profile.
-process.once('SIGTERM', () => process.exit(0));
+answerBenchCommands();

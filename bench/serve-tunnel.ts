@@ -1,12 +1,9 @@
 // Runs a concierge with its tunnel listener in its own process for the tunnel benchmark. Arguments: the harness
 // cluster's folder, its URL, the kubectl binary, the concierge namespace, the tunnel listener's port (default:
 // any) and the replica's name (default: local). Prints one JSON line {url, servingCA, tunnelPort, tunnelCA} when ready;
-// answers "mem" on stdin with process.memoryUsage() after a GC, and "profile <file>" ... "profile-end" with a CPU
-// profile of what happened in between, written to <file> (each answered with one line).
-import { writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
-import { createInterface } from 'node:readline';
+// answers serve-commands.ts's commands on stdin.
 import { clusterInDir, startLocalConcierge } from '../dev/concierge.ts';
+import { answerBenchCommands } from './serve-commands.ts';
 
 const [dir, url, kubectl, namespace, tunnelPort = '0', identity = 'local'] = process.argv.slice(2) as [
   string,
@@ -29,25 +26,4 @@ console.log(
     tunnelCA: proxy.concierge.tunnel!.caPem,
   }),
 );
-const inspector = new Session();
-let profileFile: string | undefined;
-createInterface({ input: process.stdin }).on('line', (line) => {
-  void (async () => {
-    if (line === 'mem') {
-      globalThis.gc?.();
-      console.log(JSON.stringify(process.memoryUsage()));
-    } else if (line.startsWith('profile ')) {
-      profileFile = line.slice('profile '.length);
-      inspector.connect();
-      await inspector.post('Profiler.enable');
-      await inspector.post('Profiler.start');
-      console.log('{}');
-    } else if (line === 'profile-end' && profileFile) {
-      const { profile } = await inspector.post('Profiler.stop');
-      writeFileSync(profileFile, JSON.stringify(profile));
-      inspector.disconnect();
-      console.log('{}');
-    }
-  })();
-});
-process.once('SIGTERM', () => process.exit(0));
+answerBenchCommands();
