@@ -3,12 +3,20 @@
 // time waiting on servers (rollouts, drains, caches and grants running out), while the checks and the unit tests need
 // only the CPU: one after the other, their minutes only add to the run. The checks' output is held and printed whole
 // after the integration tests', so neither interleaves with the other; the run fails if either part does.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { constants } from 'node:os';
+
+/** The children running; each leads a process group of its own, which a stop signal is passed on to whole. */
+const running = new Set<ChildProcess>();
 
 /** Runs `npm run <script>`, its output to `out` (this process's when undefined); resolves its exit code. */
 function run(script: string, out?: string[]): Promise<number> {
   return new Promise((done) => {
-    const child = spawn('npm', ['run', script], { stdio: out ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
+    const child = spawn('npm', ['run', script], {
+      stdio: out ? ['ignore', 'pipe', 'pipe'] : 'inherit',
+      detached: true,
+    });
+    running.add(child);
     if (out) {
       child.stdout!.on('data', (c: Buffer) => out.push(c.toString('utf8')));
       child.stderr!.on('data', (c: Buffer) => out.push(c.toString('utf8')));
@@ -17,7 +25,27 @@ function run(script: string, out?: string[]): Promise<number> {
       out?.push(`npm run ${script}: ${err.message}\n`);
       done(1);
     });
-    child.once('close', (code, signal) => done(code ?? (signal ? 1 : 0)));
+    child.once('close', (code, signal) => {
+      running.delete(child);
+      done(code ?? (signal ? 1 : 0));
+    });
+  });
+}
+
+// Stopped (Ctrl-C, a CI timeout): the signal goes on to every child's whole group (npm, jest, its workers and the
+// servers they started, which the harness ties to them), and this process exits once they have, as a shell would.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.once(signal, () => {
+    for (const child of running) {
+      try {
+        process.kill(-child.pid!, signal);
+      } catch {
+        // The group has already gone.
+      }
+    }
+    const exit = (): never => process.exit(128 + constants.signals[signal]);
+    if (running.size === 0) exit();
+    for (const child of running) child.once('close', () => running.size === 0 && exit());
   });
 }
 
