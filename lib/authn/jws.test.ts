@@ -13,6 +13,7 @@ import {
   type JWTPayload,
 } from 'jose';
 import { ALLOWED_ALGORITHMS, VerificationKeys, verifyJWT, type ClaimRules } from './jws.ts';
+import { usableKeys } from './jwt.ts';
 
 const ISSUER = 'https://issuer.example.com';
 const now = Math.floor(Date.now() / 1000);
@@ -148,6 +149,32 @@ describe('verifyJWT', () => {
       privateKey,
     );
     expect(verifyJWT(token, keys, rules)).toMatchObject({ ok: true });
+  });
+
+  it('refuses what Go cannot read: a kid that is no string, a date past float64', async () => {
+    const { privateKey, jwk } = await keyPair('RS256');
+    const keys = new VerificationKeys({ keys: [jwk] });
+    // A numeric kid names no key: it is not taken as "no kid", which would try every key.
+    expect(verifyJWT(await sign(claims, 'RS256', privateKey, { kid: 5 }), keys, rules)).toMatchObject({
+      ok: false,
+    });
+    // JSON spells 1e400; JavaScript reads it as Infinity, Go's float64 cannot hold it.
+    const text = `{"iss":"${ISSUER}","aud":"sealion","sub":"alice","exp":1e400}`;
+    const huge = await new CompactSign(new TextEncoder().encode(text))
+      .setProtectedHeader({ alg: 'RS256', kid: 'RS256' })
+      .sign(privateKey);
+    expect(verifyJWT(huge, keys, rules)).toMatchObject({
+      ok: false,
+      code: 'ERR_JWT_CLAIM_VALIDATION_FAILED',
+    });
+  });
+
+  it('keeps only the keys a key set marks for signatures, or leaves unmarked', async () => {
+    const { jwk } = await keyPair('ES256');
+    expect(
+      usableKeys({ keys: [jwk, { ...jwk, use: 'sig' }, { ...jwk, use: 'enc' }, { ...jwk, use: 'foo' }] })
+        .keys,
+    ).toEqual([jwk, { ...jwk, use: 'sig' }]);
   });
 
   it('reads only the public members of a published key', async () => {

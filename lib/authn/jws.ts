@@ -88,7 +88,8 @@ export class VerificationKeys {
   candidates(kid: unknown, alg: string, algorithm: Algorithm): VerificationKey[] {
     return this.keys.filter(
       (k) =>
-        (typeof kid !== 'string' || k.kid === kid) &&
+        // A kid that is not a string names no key (go-jose refuses the header), rather than every key.
+        (kid === undefined || k.kid === kid) &&
         k.kty === algorithm.kty &&
         (algorithm.crv === undefined || k.crv === algorithm.crv) &&
         (k.alg === undefined || k.alg === alg),
@@ -169,7 +170,10 @@ function signedByOneOf(
 }
 
 /** Whether a NumericDate claim is absent or a number. */
-const numericOrAbsent = (value: unknown): boolean => value === undefined || typeof value === 'number';
+/** A number JSON can spell but Go's float64 cannot hold (`1e400` parses as Infinity here) is refused, as Go does. */
+const isNumericDate = (value: unknown): value is number =>
+  typeof value === 'number' && Number.isFinite(value);
+const numericOrAbsent = (value: unknown): boolean => value === undefined || isNumericDate(value);
 
 /** The registered claims of a verified payload, judged by `rules`: undefined when they pass. */
 function claimsProblem(payload: JWTPayload, rules: ClaimRules): Verified | undefined {
@@ -181,7 +185,7 @@ function claimsProblem(payload: JWTPayload, rules: ClaimRules): Verified | undef
       ? rules.audiences.includes(aud)
       : Array.isArray(aud) && aud.some((a) => typeof a === 'string' && rules.audiences.includes(a));
   if (!audienceMatches) return refuse('ERR_JWT_CLAIM_VALIDATION_FAILED', 'unexpected "aud" claim value');
-  if (typeof payload.exp !== 'number')
+  if (!isNumericDate(payload.exp))
     return refuse('ERR_JWT_CLAIM_VALIDATION_FAILED', 'missing or non-numeric "exp" claim');
   if (!numericOrAbsent(payload.nbf) || !numericOrAbsent(payload.iat))
     return refuse('ERR_JWT_CLAIM_VALIDATION_FAILED', '"nbf" and "iat" claims must be numbers');

@@ -84,12 +84,14 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
 }
 
-/** Keys usable for signature checks: asymmetric and not marked for encryption. */
+/** Keys usable for signature checks: asymmetric, and marked for signatures or not marked (as jose takes them). */
 export function usableKeys(jwks: unknown): JSONWebKeySet {
   if (!isRecord(jwks) || !Array.isArray(jwks['keys'])) throw new Error('the JWKS has no "keys" list');
   const keys = (jwks['keys'] as unknown[]).filter(
     (k): k is JSONWebKeySet['keys'][number] =>
-      isRecord(k) && ['RSA', 'EC', 'OKP'].includes(k['kty'] as string) && k['use'] !== 'enc',
+      isRecord(k) &&
+      ['RSA', 'EC', 'OKP'].includes(k['kty'] as string) &&
+      (k['use'] === undefined || k['use'] === 'sig'),
   );
   if (keys.length === 0) throw new Error('the JWKS holds no RSA, EC or OKP signing key');
   return { keys };
