@@ -16,7 +16,10 @@
 // again. When a charge would take a user over their share, or the process over its total, a relay is cut (with the
 // answer or the upgraded connection it carries): the user's that has gone unread longest (when the process is over
 // its total, of the user who holds most). So the bytes held for stalled answers and upgrades never exceed the
-// limits, and what one user leaves unread costs nobody else anything.
+// limits, and what one user leaves unread costs nobody else anything. One thing another user can do is make a
+// share hold fewer stalled streams: a window grows per connection (window.ts), and a connection to the API server or a
+// tunnel carries many users, so one user's fast transfer raises the charge of every stalled stream on it, up to
+// MAX_STREAM_WINDOW_BYTES each (four to a share). The bytes held never exceed the limits.
 //
 // A relay that is being read holds at most what its reader has not yet taken of the last chunk (below the
 // writable's high-water mark, or it would have stalled); those bytes are not charged.
