@@ -589,6 +589,9 @@ describe('reach connections as HTTP/2 extended CONNECT streams', () => {
       // The SETTINGS frame goes before the stream's answer: each client has it once its answer is in.
       expect(stranger.remoteSettings.initialWindowSize).toBe(65535);
       expect(user.remoteSettings.initialWindowSize).toBe(STREAM_WINDOW_BYTES);
+      // And the connection's window (a WINDOW_UPDATE, sent with the SETTINGS): 32 MiB, less what the client has sent.
+      expect(user.state.remoteWindowSize).toBeGreaterThan(16 << 20);
+      expect(stranger.state.remoteWindowSize).toBeLessThanOrEqual(65535);
     } finally {
       await Promise.all([stranger, user].map((s) => new Promise<void>((done) => s.close(() => done()))));
     }

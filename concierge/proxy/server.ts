@@ -134,6 +134,8 @@ const MAX_STREAMS_PER_CONNECTION = 1000;
  * nothing else reads it.
  */
 const widened = new WeakSet<Http2Session>();
+/** The connection window of a widened session: 128 streams at their full window, as lib/http2/pool.ts takes. */
+const SESSION_WINDOW_BYTES = 32 << 20;
 
 /**
  * Gives every stream of `session`, open and to come, a receive window of STREAM_WINDOW_BYTES (256 KiB) instead of
@@ -152,6 +154,9 @@ export function widenStreamWindows(session: Http2Session | undefined): void {
   if (!session || session.closed || session.destroyed || widened.has(session)) return;
   widened.add(session);
   session.settings({ initialWindowSize: STREAM_WINDOW_BYTES });
+  // The connection's window too (one WINDOW_UPDATE), or it would hold the session's uploads together to 64 KiB a round
+  // trip. It bounds no memory (Node returns it as bytes arrive), so it costs nothing to raise.
+  session.setLocalWindowSize(SESSION_WINDOW_BYTES);
 }
 
 export const DEFAULT_SERVER_LIMITS: Readonly<ServerLimits> = Object.freeze({
