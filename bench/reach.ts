@@ -50,7 +50,8 @@ const MIB = Number(process.env['BENCH_REACH_MIB'] ?? 1024);
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 3);
 const CONCURRENCY = 8;
-const TOKEN_SECONDS = 6 * 3600;
+/** The user's token lives this long: longer than any run. */
+const TOKEN_SECONDS = 6 * 60 * 60;
 
 /** Where one way in takes the echo and count ports. */
 interface Way {
@@ -58,7 +59,12 @@ interface Way {
   host: string;
   echo: number;
   count: number;
+  /** What its port-forward has written on stderr so far (the last few KiB): why a connection failed. */
+  said?: () => string;
 }
+
+/** How long a port-forward's line about a failed connection may take to reach us after the connection closed. */
+const FAILURE_LINE_MS = 500;
 
 /** Sends `bytes` on one connection, its length first, and waits for the count; MiB/s. */
 function throughput(host: string, port: number, bytes: number): Promise<number> {
@@ -105,39 +111,62 @@ function oneConnection(host: string, port: number): Promise<void> {
   });
 }
 
-/** Connections completed per second, CONCURRENCY at a time, for `seconds`. */
-async function connectionsPerSecond(host: string, port: number, seconds: number): Promise<number> {
+/**
+ * Connections completed per second, CONCURRENCY at a time, for `seconds`. A failed connection fails the run, with
+ * what the way's port-forward said meanwhile (its stderr line for the connection: the server's refusal, or why the
+ * credentials could not be had).
+ */
+async function connectionsPerSecond(way: Way, seconds: number): Promise<number> {
   const until = Date.now() + seconds * 1000;
   let completed = 0;
+  const saidBefore = way.said?.().length ?? 0;
   const started = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (Date.now() < until) {
-        await oneConnection(host, port);
-        completed++;
-      }
-    }),
-  );
+  try {
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (Date.now() < until) {
+          await oneConnection(way.host, way.echo);
+          completed++;
+        }
+      }),
+    );
+  } catch (err) {
+    if (!way.said) throw err;
+    await new Promise((done) => setTimeout(done, FAILURE_LINE_MS));
+    const said = way.said().slice(saidBefore).trim();
+    throw new Error(
+      `${way.name}: ${(err as Error).message} after ${completed} connections; its port-forward said: ${said || 'nothing'}`,
+      { cause: err },
+    );
+  }
   return completed / (Number(process.hrtime.bigint() - started) / 1e9);
 }
 
-/** Starts a port-forward command; resolves with its local ports, in the order of `remotes`. */
+/**
+ * Starts a port-forward command; resolves with its local ports, in the order of `remotes`, and what it has written on
+ * stderr so far.
+ */
 async function startForward(
   command: string,
   args: string[],
   remotes: string[],
   children: ChildProcess[],
-): Promise<number[]> {
+): Promise<{ ports: number[]; said: () => string }> {
   const child = spawn(command, [...args, ...remotes.map((r) => `:${r}`)], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.push(child);
+  let said = '';
+  child.stderr.on('data', (chunk: Buffer) => (said = (said + String(chunk)).slice(-8000)));
   // Both commands print a line per port: `Forwarding from 127.0.0.1:<local> -> <remote>`.
   const { output } = await waitForOutput(
     child,
     new RegExp(remotes.map((r) => `127\\.0\\.0\\.1:\\d+ -> ${r}\\b[\\s\\S]*`).join('')),
   );
-  return remotes.map((r) => Number(new RegExp(`127\\.0\\.0\\.1:(\\d+) -> ${r}\\b`).exec(output)![1]));
+  return {
+    ports: remotes.map((r) => Number(new RegExp(`127\\.0\\.0\\.1:(\\d+) -> ${r}\\b`).exec(output)![1])),
+    said: () => said,
+  };
 }
 
 const median = (values: number[]): number => {
@@ -160,23 +189,35 @@ async function startForwards(
     [join(REPO_ROOT, 'bin/sealion.js'), 'port-forward', `--kubeconfig=${kubeconfig}`, '-n', DEMO_NAMESPACE],
   ];
   const remotes = [String(ECHO_PORT), String(SIZED_PORT)];
-  const [kubectlEcho, kubectlCount] = await startForward(
+  const kubectl = await startForward(
     hub.binaries.kubectl,
     [`--kubeconfig=${hub.kubeconfigPath}`, '-n', DEMO_NAMESPACE, 'port-forward', `pod/${REACH_WORKLOAD}`],
     remotes,
     children,
   );
+  const [kubectlEcho, kubectlCount] = kubectl.ports;
   const ways: Way[] = [
     { name: 'pod address (direct)', host: podIP, echo: ECHO_PORT, count: SIZED_PORT },
-    { name: KUBECTL_PORT_FORWARD, host: '127.0.0.1', echo: kubectlEcho!, count: kubectlCount! },
+    {
+      name: KUBECTL_PORT_FORWARD,
+      host: '127.0.0.1',
+      echo: kubectlEcho!,
+      count: kubectlCount!,
+      said: kubectl.said,
+    },
   ];
   for (const [name, kubeconfig] of [
     [HUB_FORWARD, kubeconfigs.hub],
     [EDGE_FORWARD, kubeconfigs.edge],
   ] as const) {
     const [command, args] = sealion(kubeconfig);
-    const [echo, count] = await startForward(command, [...args, `svc/${REACH_WORKLOAD}`], remotes, children);
-    ways.push({ name, host: '127.0.0.1', echo: echo!, count: count! });
+    const { ports, said } = await startForward(
+      command,
+      [...args, `svc/${REACH_WORKLOAD}`],
+      remotes,
+      children,
+    );
+    ways.push({ name, host: '127.0.0.1', echo: ports[0]!, count: ports[1]!, said });
   }
   return ways;
 }
@@ -193,7 +234,7 @@ async function measureForwards(
     for (const way of order) {
       const f = figures.get(way.name)!;
       f.mibps.push(await throughput(way.host, way.count, MIB << 20));
-      f.cps.push(await connectionsPerSecond(way.host, way.echo, SECONDS));
+      f.cps.push(await connectionsPerSecond(way, SECONDS));
       log(
         `round ${round + 1}: ${way.name}: ${formatNumber(f.mibps.at(-1)!)} MiB/s, ${formatNumber(f.cps.at(-1)!)} conn/s`,
       );

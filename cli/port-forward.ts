@@ -263,9 +263,9 @@ export function openReach(
  * Pipes two sockets into each other until both directions are done. A side's end is passed on as the other's end
  * (pipe ends its destination), and neither ends on its own (both are half-open), so each direction finishes
  * separately. An error on either side, or a side closed before both its directions finished (cut off), destroys
- * both.
+ * both. `aPiped`: `a` is piped into `b` already (its first bytes went before the server answered).
  */
-export function splice(a: Duplex, b: Duplex): void {
+export function splice(a: Duplex, b: Duplex, aPiped = false): void {
   const cut = (): void => {
     a.destroy();
     b.destroy();
@@ -274,7 +274,7 @@ export function splice(a: Duplex, b: Duplex): void {
     [a, b],
     [b, a],
   ] as const) {
-    from.pipe(to);
+    if (from !== a || !aPiped) from.pipe(to);
     from.on('error', cut);
     from.on('close', () => {
       if (!from.readableEnded || !from.writableFinished) to.destroy();
@@ -289,10 +289,15 @@ export interface ForwardOutput {
 }
 
 /**
- * Opens the connection for one accepted local connection, to `port` on the forward's target: an upgraded socket or
- * an HTTP/2 stream, with no error listener (the caller adds one at once).
+ * Opens the connection for one accepted local connection `local`, to `port` on the forward's target: an upgraded
+ * socket or an HTTP/2 stream, with no error listener (the caller adds one at once); `sending` when `local` is piped
+ * into it already.
  */
-export type ReachOpener = (port: string, signal: AbortSignal) => Promise<Duplex>;
+export type ReachOpener = (
+  port: string,
+  signal: AbortSignal,
+  local: Socket,
+) => Promise<{ upstream: Duplex; sending: boolean }>;
 
 /** A running forward. */
 export interface Forward {
@@ -352,12 +357,12 @@ export async function forward(
     // Until the connection is open, a local client that goes away cancels it; an error on it closes it.
     local.on('error', () => local.destroy());
     local.once('close', () => cancel.abort());
-    open(remote, cancel.signal).then(
-      (upgraded) => {
+    open(remote, cancel.signal, local).then(
+      ({ upstream: upgraded, sending }) => {
         pending.delete(cancel);
         track(upgraded);
         if (local.destroyed) return void upgraded.destroy();
-        splice(local, upgraded);
+        splice(local, upgraded, sending);
       },
       (err: unknown) => {
         pending.delete(cancel);
@@ -477,11 +482,15 @@ export async function startPortForward(
     resource,
     name,
   };
-  const open: ReachOpener = async (port, signal) => {
+  const open: ReachOpener = async (port, signal, local) => {
     const current = await access();
     const to = { ...target, port };
-    const opened = await sessions.open(current, reachPath(to), REACH_TIMEOUT_MS, signal);
-    return 'stream' in opened ? opened.stream : openReach(current, agent, to, { signal });
+    // The local connection's bytes go on the stream before the answer (reach-session.ts openStream); an HTTP/1.1
+    // upgrade takes them only once switched.
+    const opened = await sessions.open(current, reachPath(to), REACH_TIMEOUT_MS, signal, local);
+    return 'stream' in opened
+      ? { upstream: opened.stream, sending: true }
+      : { upstream: await openReach(current, agent, to, { signal }), sending: false };
   };
   const stop = (): void => {
     sessions.close();

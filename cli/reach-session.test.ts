@@ -12,7 +12,7 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { PassThrough, type Duplex } from 'node:stream';
 import { statusBody } from '../lib/kube/status.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
 import { newReachSessions, ReachError, type ReachSessions } from './reach-session.ts';
@@ -44,6 +44,14 @@ async function standIn(enableConnectProtocol: boolean): Promise<StandIn> {
     if (headers['authorization'] !== 'Bearer the-token') {
       stream.respond({ ':status': 401, 'content-type': 'application/json' });
       return void stream.end(statusBody(401, 'Unauthorized'));
+    }
+    if (String(headers[':path']).includes('speaks-last')) {
+      // A server that answers only once the client's first bytes are in (as a dialer whose target the client speaks
+      // to first): it answers a client that waits for the answer before it sends never.
+      return void stream.once('data', (first: Buffer) => {
+        stream.respond({ ':status': 200 });
+        stream.end(first);
+      });
     }
     if (String(headers[':path']).includes('forbidden')) {
       stream.respond({ ':status': 403, 'content-type': 'application/json' });
@@ -122,6 +130,26 @@ describe('reach over HTTP/2', () => {
     const stream = await opened(h2.access);
     // The stand-in writes 'bye' only after it read the client's END_STREAM.
     expect((await roundTrip(stream, 'ping')).toString()).toBe('pingbye');
+  });
+
+  it("sends what the local connection has sent at once, before the server's answer, and nothing twice", async () => {
+    const local = new PassThrough();
+    local.write('first');
+    const result = await sessions.open(
+      h2.access,
+      PATH.replace('echo', 'speaks-last'),
+      5_000,
+      undefined,
+      local,
+    );
+    if (!('stream' in result)) throw new Error('expected a stream');
+    expect((await roundTrip(result.stream, '')).toString()).toBe('first');
+    // A refused stream lets go of the local connection: it is the caller's to close.
+    const refusedLocal = new PassThrough();
+    await expect(
+      sessions.open(h2.access, PATH.replace('echo', 'forbidden'), 5_000, undefined, refusedLocal),
+    ).rejects.toMatchObject({ status: 403 });
+    expect(refusedLocal.listenerCount('data')).toBe(0);
   });
 
   it("rejects one stream with the refusal's Status and keeps the session for the others", async () => {

@@ -20,7 +20,7 @@ import {
   type Settings,
 } from 'node:http2';
 import { isIP } from 'node:net';
-import type { Duplex } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { connect as tlsConnect } from 'node:tls';
 import { STATUS_CODES } from 'node:http';
 import { statusMessageOf } from '../lib/kube/status.ts';
@@ -79,8 +79,16 @@ export interface ReachSessions {
    * Opens a stream for `path` (relative to `access.base`) with `access`'s credentials: the stream once the server
    * answered 200, `{ upgrade: true }` when this server takes no extended CONNECT (the caller opens an HTTP/1.1
    * upgrade instead); rejects with a ReachError on a refusal, a failure, `timeoutMs` without an answer, or `signal`.
+   * `sending` (the local connection), when given, is piped into the stream as soon as it is opened (see openStream);
+   * on a refusal it is unpiped, its bytes dropped with it.
    */
-  open(access: KubeconfigAccess, path: string, timeoutMs: number, signal?: AbortSignal): Promise<Opened>;
+  open(
+    access: KubeconfigAccess,
+    path: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+    sending?: Readable,
+  ): Promise<Opened>;
   /** Closes every session and the streams on them. */
   close(): void;
 }
@@ -121,7 +129,7 @@ export function newReachSessions(): ReachSessions {
   };
 
   return {
-    async open(access, path, timeoutMs, signal) {
+    async open(access, path, timeoutMs, signal, sending) {
       const key = sessionKey(access);
       if (upgradeOnly.has(key)) return { upgrade: true };
       const held = sessionFor(access);
@@ -133,7 +141,7 @@ export function newReachSessions(): ReachSessions {
         return { upgrade: true };
       }
       if (signal?.aborted) throw new ReachError('cancelled');
-      return { stream: await openStream(held.session, access, path, timeoutMs, signal) };
+      return { stream: await openStream(held.session, access, path, timeoutMs, signal, sending) };
     },
     close() {
       for (const session of all) session.destroy();
@@ -196,13 +204,20 @@ function connectHeaders(access: KubeconfigAccess, path: string): Record<string, 
   return headers;
 }
 
-/** One extended CONNECT stream on `session`: the stream once answered 200, else the ReachError. */
+/**
+ * One extended CONNECT stream on `session`: the stream once answered 200, else the ReachError. `sending` is piped into
+ * the stream at once, before the answer, as a TCP client's first bytes follow its handshake without waiting: the
+ * server reads nothing of a stream before it has connected to the target (its stream window holds them meanwhile), so
+ * a connection whose client speaks first (an HTTP request, the bench's echo) costs one round trip to the server, not
+ * two. Nothing is lost on a refusal that would not be anyway: the local connection is closed with it.
+ */
 function openStream(
   session: ClientHttp2Session,
   access: KubeconfigAccess,
   path: string,
   timeoutMs: number,
   signal: AbortSignal | undefined,
+  sending: Readable | undefined,
 ): Promise<Duplex> {
   return new Promise((resolve, reject) => {
     let stream: ClientHttp2Stream;
@@ -212,6 +227,7 @@ function openStream(
       // The session went away between the check and the request (a GOAWAY, its close).
       return reject(new ReachError(`cannot reach ${new URL(access.base).host}: ${(err as Error).message}`));
     }
+    sending?.pipe(stream);
     let settled = false;
     const settle = (): void => {
       settled = true;
@@ -221,6 +237,7 @@ function openStream(
     const fail = (err: ReachError): void => {
       if (settled) return;
       settle();
+      sending?.unpipe(stream);
       stream.close(constants.NGHTTP2_CANCEL);
       reject(err);
     };

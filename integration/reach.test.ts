@@ -27,6 +27,9 @@ import { deployReachWorkload } from '../dev/reach-workload.ts';
 import { runKubectl } from '../dev/cluster.ts';
 import { dieWithParent, runSealion, stopChild, waitForOutput } from '../dev/processes.ts';
 
+/** The users' tokens live this long: longer than any run of this file. */
+const TOKEN_SECONDS = 6 * 60 * 60;
+
 const running: Running = {};
 let dir: string;
 let installed: InstalledSealion;
@@ -99,8 +102,14 @@ beforeAll(async () => {
     deployReachWorkload(installed.hub, installed.image.name, 'hub'),
     deployReachWorkload(installed.edge, installed.image.name, EDGE),
   ]);
-  const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] });
-  const viewer = await installed.issuer.mint({ username: 'viewer@sealion.dev', groups: ['demo-viewers'] });
+  // The exec plugin trades each token for 5-minute certificates, and again whenever one expires: the tokens must
+  // outlive the whole file, which on a busy machine (two 1 GiB streams) takes far longer than their default 5 minutes.
+  const lifetime = { expiresIn: TOKEN_SECONDS };
+  const token = await installed.issuer.mint({ username: DEMO_USER, groups: [DEMO_GROUP] }, lifetime);
+  const viewer = await installed.issuer.mint(
+    { username: 'viewer@sealion.dev', groups: ['demo-viewers'] },
+    lifetime,
+  );
   writeFileSync(join(dir, 'hub.kubeconfig'), await installed.kubeconfig(token));
   writeFileSync(join(dir, 'edge.kubeconfig'), await installed.kubeconfig(token, EDGE));
   writeFileSync(join(dir, 'viewer-hub.kubeconfig'), await installed.kubeconfig(viewer));
@@ -371,7 +380,7 @@ describe('the API server as the oracle', () => {
       const mismatches: string[] = [];
       for (const [user, groups] of USERS) {
         const oracle = await cluster.userKubeconfig(user, groups);
-        const token = await installed.issuer.mint({ username: user, groups });
+        const token = await installed.issuer.mint({ username: user, groups }, { expiresIn: TOKEN_SECONDS });
         // Sealion's ways in: its proxy (on edge, through the agent's tunnel) and, on the hub, its direct login, whose
         // certificate the hub's API server trusts.
         const ways: [string, string][] = [

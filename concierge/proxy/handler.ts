@@ -54,6 +54,7 @@ import { localAPIs, type LocalAPI } from './local-apis.ts';
 import type { ProxyMetrics } from './metrics.ts';
 import { newObserver } from './observe.ts';
 import { newRecorder, type RecordStage } from './record.ts';
+import { widenStreamWindows } from './server.ts';
 import { clusterRoute, type ClusterRouter } from './route.ts';
 
 export { MAX_ANONYMOUS_IN_FLIGHT } from './hub-apis.ts';
@@ -470,6 +471,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return refuseUnknown(auditor, exchange, facts, { status: 401, message: UNAUTHORIZED });
     }
     context.user = identity.user.username;
+    // A reach connection's client has shown who it is: its session's streams get the window uploads need.
+    if (context.reach && req instanceof H2Request) widenStreamWindows(req.stream.session);
     if (!(await audited(auditor, exchange, facts, identity.user, identity))) return;
     // The hub's own APIs; a path for a cluster (/clusters/<name>/apis/…) is that cluster's to answer.
     if (plain && api?.who === 'authenticated' && !(api.hubOnly && context.cluster)) {

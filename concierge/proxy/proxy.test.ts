@@ -37,6 +37,7 @@ import { newHubRoute } from './hub-route.ts';
 import { newClusterRouter } from './route.ts';
 import { newProxyMetrics, type ProxyMetrics } from './metrics.ts';
 import { newProxyServer, type ProxyServer } from './server.ts';
+import { STREAM_WINDOW_BYTES } from '../../lib/http2/pool.ts';
 import { UNAUTHORIZED } from '../../lib/kube/status.ts';
 import { MAX_ANONYMOUS_IN_FLIGHT, newProxyHandler } from './handler.ts';
 import { SSH_DOOR_OFF } from './hub-apis.ts';
@@ -574,6 +575,25 @@ describe('reach connections as HTTP/2 extended CONNECT streams', () => {
     } finally {
       // Closed gracefully and waited for: the tests after this one count the listener's connections.
       await new Promise<void>((done) => session.close(() => done()));
+    }
+  });
+
+  it("widens a session's stream windows to the budget's once a reach connection was authenticated on it, never a stranger's", async () => {
+    const stranger = http2Connect(`https://127.0.0.1:${port}`, { ca: proxyCA.certPem });
+    const user = http2Connect(`https://127.0.0.1:${port}`, { ca: proxyCA.certPem });
+    try {
+      await Promise.all([
+        connectStream(stranger, REACH_PATH),
+        connectStream(user, REACH_PATH, 'alice-token'),
+      ]);
+      // The SETTINGS frame goes before the stream's answer: each client has it once its answer is in.
+      expect(stranger.remoteSettings.initialWindowSize).toBe(65535);
+      expect(user.remoteSettings.initialWindowSize).toBe(STREAM_WINDOW_BYTES);
+      // And the connection's window (a WINDOW_UPDATE, sent with the SETTINGS): 32 MiB, less what the client has sent.
+      expect(user.state.remoteWindowSize).toBeGreaterThan(16 << 20);
+      expect(stranger.state.remoteWindowSize).toBeLessThanOrEqual(65535);
+    } finally {
+      await Promise.all([stranger, user].map((s) => new Promise<void>((done) => s.close(() => done()))));
     }
   });
 });

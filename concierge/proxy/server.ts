@@ -6,6 +6,7 @@
 import { createServer as createHttp1Server, type IncomingMessage, type ServerResponse } from 'node:http';
 import {
   createServer as createHttp2Server,
+  type Http2Session,
   type ServerHttp2Session,
   type ServerHttp2Stream,
 } from 'node:http2';
@@ -15,6 +16,7 @@ import { listenOn } from '../../lib/listen.ts';
 import { createPrivateKey } from 'node:crypto';
 import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { FIELDS_AS_SENT } from '../../lib/http2/hop-by-hop.ts';
+import { STREAM_WINDOW_BYTES } from '../../lib/http2/pool.ts';
 import {
   isExtendedConnectRequest,
   serveConnect,
@@ -126,6 +128,36 @@ export interface ServerLimits {
  * informer-heavy clients (hundreds of watches on one connection, replaced as they expire) clear of that.
  */
 const MAX_STREAMS_PER_CONNECTION = 1000;
+
+/**
+ * Sessions whose streams take STREAM_WINDOW_BYTES (widenStreamWindows). A WeakSet: it goes with the session, and
+ * nothing else reads it.
+ */
+const widened = new WeakSet<Http2Session>();
+/** The connection window of a widened session: 128 streams at their full window, as lib/http2/pool.ts takes. */
+const SESSION_WINDOW_BYTES = 32 << 20;
+
+/**
+ * Gives every stream of `session`, open and to come, a receive window of STREAM_WINDOW_BYTES (256 KiB) instead of
+ * Node's default 64 KiB (one SETTINGS frame; HTTP/2 moves every open stream's window by the difference), once its
+ * client has authenticated a reach connection on it: a reach connection's upload is window-bound, 64 KiB a round
+ * trip, where 256 KiB keeps a loopback or LAN hop at full speed. The memory budget charges a stalled stream that
+ * window already (lib/http2/memory-budget.ts mostHeld), so what a user leaves unread stays within their share.
+ *
+ * Not for every session: Node returns the connection's window as soon as bytes arrive, whether a stream is read or
+ * not, so the connection window bounds nothing, and what a client can make the server hold on streams nobody reads
+ * yet (while they are authenticated) is MAX_STREAMS_PER_CONNECTION stream windows: 62.5 MiB per connection at 64 KiB,
+ * 250 MiB at 256 KiB. A stranger, who never authenticated on the connection, keeps the smaller figure; only a client
+ * that has shown who it is gets the larger one.
+ */
+export function widenStreamWindows(session: Http2Session | undefined): void {
+  if (!session || session.closed || session.destroyed || widened.has(session)) return;
+  widened.add(session);
+  session.settings({ initialWindowSize: STREAM_WINDOW_BYTES });
+  // The connection's window too (one WINDOW_UPDATE), or it would hold the session's uploads together to 64 KiB a round
+  // trip. It bounds no memory (Node returns it as bytes arrive), so it costs nothing to raise.
+  session.setLocalWindowSize(SESSION_WINDOW_BYTES);
+}
 
 export const DEFAULT_SERVER_LIMITS: Readonly<ServerLimits> = Object.freeze({
   handshakeTimeoutMs: 10_000,

@@ -227,6 +227,19 @@ for (const [net, prefix] of [
 
 /** Whether `ip` is one of `addresses`, compared as addresses (any spelling of an IPv6 one), not as text. */
 function isOneOf(ip: string, addresses: Iterable<string | undefined>): boolean {
+  const plainIP = plainAddress(ip);
+  if (isIP(plainIP) === 4) {
+    // Dotted decimal has one spelling (isIP takes no other, no leading zeros): among IPv4 addresses alone, text
+    // compares as the BlockList would, without its cost (a native address object per entry; every connection asks
+    // three times). An IPv6 entry, which may carry an IPv4 address another way, takes the BlockList.
+    let allV4 = true;
+    for (const a of addresses) {
+      const plain = a && plainAddress(a);
+      if (plain === plainIP) return true;
+      if (plain && isIP(plain) !== 4) allV4 = false;
+    }
+    if (allV4) return false;
+  }
   const list = new BlockList();
   for (const a of addresses) {
     const plain = a && plainAddress(a);

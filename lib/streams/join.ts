@@ -66,8 +66,9 @@ export function join(client: Duplex, upstream: Duplex, opts: JoinOptions = {}): 
 
 /** Ends `other` when `side` closed after ending both ways, and destroys it when `side` was cut short. */
 function closeAfter(side: Duplex, other: Duplex): void {
-  if (side.readableEnded && side.writableFinished) other.end();
-  else other.destroy();
+  if (!(side.readableEnded && side.writableFinished)) return void other.destroy();
+  // Ending a side that has ended or gone already only makes an error nobody reads (and its stack, per connection).
+  if (!other.destroyed && !other.writableEnded) other.end();
 }
 
 /** Calls `fire` once `side` has closed, now or later. */
