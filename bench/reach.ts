@@ -294,11 +294,10 @@ export async function benchReach(): Promise<Verdict> {
       deployReachWorkload(edge, installed.image.name, EDGE),
     ]);
     // A token for the whole run: the copies of a GiB, three rounds of them, outlast the issuer's default 5 minutes.
-    const token = await installed.issuer.mint({
-      username: DEMO_USER,
-      groups: [DEMO_GROUP],
-      expiresIn: TOKEN_SECONDS,
-    });
+    const token = await installed.issuer.mint(
+      { username: DEMO_USER, groups: [DEMO_GROUP] },
+      { expiresIn: TOKEN_SECONDS },
+    );
     const kubeconfigs = { hub: join(dir, 'hub.kubeconfig'), edge: join(dir, 'edge.kubeconfig') };
     writeFileSync(kubeconfigs.hub, await installed.kubeconfig(token));
     writeFileSync(kubeconfigs.edge, await installed.kubeconfig(token, EDGE));
