@@ -391,7 +391,7 @@ export async function benchProxy(): Promise<Verdict> {
     // Several connections, each below the proxy's limit of concurrent HTTP/2 streams.
     const sessions = Array.from({ length: Math.ceil(WATCHES / WATCHES_PER_CONNECTION) }, () =>
       // A session the proxy ends with an error fails its watches (each stream's error says so), not the run.
-      http2Connect(proxyURL, { ca: servingCA }).on('error', (err) =>
+      http2Connect(proxyURL, { ca: servingCA }).on('error', (err: Error) =>
         log(`a watch connection failed: ${err.message}`),
       ),
     );
