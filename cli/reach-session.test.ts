@@ -12,6 +12,7 @@ import {
   type ServerHttp2Stream,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
+import { createServer as createTLSServer, type TLSSocket } from 'node:tls';
 import { PassThrough, type Duplex } from 'node:stream';
 import { statusBody } from '../lib/kube/status.ts';
 import { issueCert, newCA } from '../lib/pki/pki.ts';
@@ -175,5 +176,33 @@ describe('reach over HTTP/2', () => {
     expect(await sessions.open(old.access, PATH, 5_000)).toEqual({ upgrade: true });
     expect(old.streams).toEqual([]);
     expect(old.sessions).toHaveLength(1);
+  });
+
+  it('gives up on a server that never sends its SETTINGS, and goes as an upgrade', async () => {
+    const ca = await newCA('silent-ca');
+    const cert = await issueCert(ca, { commonName: 'silent', hosts: ['127.0.0.1'], usage: 'server' });
+    // Negotiates h2, then says nothing at all.
+    const sockets: TLSSocket[] = [];
+    const silent = createTLSServer(
+      { cert: cert.certPem, key: cert.keyPem, ALPNProtocols: ['h2'] },
+      (socket) => {
+        sockets.push(socket);
+        socket.on('error', () => {});
+      },
+    );
+    await new Promise<void>((done) => silent.listen(0, '127.0.0.1', done));
+    const quick = newReachSessions(300);
+    try {
+      const access = {
+        base: `https://127.0.0.1:${(silent.address() as AddressInfo).port}/`,
+        caPem: ca.certPem,
+        headers: {},
+      };
+      expect(await quick.open(access, PATH, 60_000)).toEqual({ upgrade: true });
+    } finally {
+      quick.close();
+      for (const socket of sockets) socket.destroy();
+      await new Promise((done) => silent.close(done));
+    }
   });
 });

@@ -58,6 +58,12 @@ export const MAX_REFUSAL_BYTES = 64 * 1024;
  * connection can have in flight toward this process. The server's own stream window bounds the other way.
  */
 const STREAM_WINDOW_BYTES = 1 << 20;
+/**
+ * How long a new session waits for the server's SETTINGS. A server that accepted the connection and then says nothing
+ * would otherwise hold every local connection for as long as it keeps the TCP connection: past this the session is
+ * closed, and the connection goes as an upgrade, which has its own deadline.
+ */
+export const SETTINGS_TIMEOUT_MS = 10_000;
 const SESSION_WINDOW_BYTES = 32 << 20;
 
 /** Fields that belong to one HTTP/1.1 connection and that an HTTP/2 request must not carry (RFC 9113 8.2.2). */
@@ -102,7 +108,7 @@ interface Held {
 }
 
 /** The sessions of one forward: the current one per server and client certificate. */
-export function newReachSessions(): ReachSessions {
+export function newReachSessions(settingsTimeoutMs = SETTINGS_TIMEOUT_MS): ReachSessions {
   let current: Held | undefined;
   const all = new Set<ClientHttp2Session>();
   /** Servers (by key) that announced no extended CONNECT: their connections are upgrades. */
@@ -114,7 +120,7 @@ export function newReachSessions(): ReachSessions {
       return current;
     // Another certificate (renewed): the old session finishes its streams and closes.
     current?.session.close();
-    const held = openSession(access, key);
+    const held = openSession(access, key, settingsTimeoutMs);
     all.add(held.session);
     held.session.once('close', () => {
       all.delete(held.session);
@@ -155,7 +161,7 @@ const sessionKey = (access: KubeconfigAccess): string =>
   JSON.stringify([new URL(access.base).origin, access.caPem ?? '', access.clientCert?.certPem ?? '']);
 
 /** Opens a session to `access`'s server; `ready` tells whether it takes extended CONNECT streams. */
-function openSession(access: KubeconfigAccess, key: string): Held {
+function openSession(access: KubeconfigAccess, key: string, settingsTimeoutMs: number): Held {
   const url = new URL(access.base);
   const host = url.hostname.replace(/^\[|\]$/g, '');
   const session = connect(url.origin, {
@@ -181,8 +187,15 @@ function openSession(access: KubeconfigAccess, key: string): Held {
   session.on('error', () => {});
   session.once('connect', () => session.setLocalWindowSize(SESSION_WINDOW_BYTES));
   const ready = new Promise<boolean>((resolve) => {
-    session.once('remoteSettings', (settings: Settings) => resolve(settings.enableConnectProtocol === true));
-    session.once('close', () => resolve(false));
+    const deadline = setTimeout(() => session.destroy(), settingsTimeoutMs);
+    session.once('remoteSettings', (settings: Settings) => {
+      clearTimeout(deadline);
+      resolve(settings.enableConnectProtocol === true);
+    });
+    session.once('close', () => {
+      clearTimeout(deadline);
+      resolve(false);
+    });
   });
   return { key, session, ready };
 }
