@@ -19,6 +19,7 @@ import { systemClock } from '../../lib/clock.ts';
 import { V5_PROTOCOL } from '../../lib/kube/exec-channels.ts';
 import type { Request } from '../../lib/http2/request.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
+import type { Reacher } from '../../lib/reach/dialer.ts';
 import { newLogger } from '../../lib/log.ts';
 import type { AccessGrants, Grant } from '../access/grants.ts';
 import type { Identity } from './authenticate.ts';
@@ -27,6 +28,7 @@ import { newDecider, type Authenticated, type Target } from './decide.ts';
 import { newRequestContext, type Refusal } from './exchange.ts';
 import { grantEndedMessage, newGrantSessions } from './grant-sessions.ts';
 import { newProxyHandler } from './handler.ts';
+import { newHubRoute, type HubRoute } from './hub-route.ts';
 import { newProxyMetrics } from './metrics.ts';
 import type { OwnCall, Route } from './route.ts';
 import { closingBytes, webSocketFrame } from './session-close.ts';
@@ -476,14 +478,25 @@ describe('the handler, when a grant ends', () => {
   async function pipeline({
     turn = () => Promise.resolve(),
     review = () => Promise.resolve(),
+    reacher,
   }: {
     /** What a request waits for before the route carries it (its turn on a shared hop). Default: nothing. */
     turn?: () => Promise<void>;
     /** What each question to edge waits for before it is answered (a slow tunnel). Default: nothing. */
     review?: () => Promise<void>;
+    /** What dials the hub's own reach connections: the hub's route is served, with alice's grant on it too. */
+    reacher?: Reacher;
   } = {}) {
     const g = memoryGrants();
     g.give('alice', 'edge', ONCALL);
+    let hub: HubRoute | undefined;
+    if (reacher) {
+      g.give('alice', '', ONCALL);
+      // The hub's own route, its reviews answered as edge's are; nothing here reaches its API server.
+      hub = newHubRoute({ url: new URL('https://127.0.0.1:9'), credentials: {} }, undefined, () => reacher);
+      hub.call = clusterRoute().route.call;
+      closers.push(() => hub!.close());
+    }
     const watches: ServerHttp2Stream[] = [];
     const h2 = createHttp2Server();
     h2.on('stream', (stream) => {
@@ -549,7 +562,7 @@ describe('the handler, when a grant ends', () => {
       },
       cache,
       reviewer,
-      router: { route: (name) => (name === 'edge' ? edge.route : undefined) },
+      router: { route: (name) => (name === 'edge' ? edge.route : name === '' ? hub : undefined) },
       signer: newClientCertSigner(() => undefined),
       metrics: newProxyMetrics(),
       log: newLogger({ level: 'silent' }),
@@ -695,6 +708,36 @@ describe('the handler, when a grant ends', () => {
     p.watches[1]!.write('{"type":"ADDED","object":{"n":2}}\n');
     await eventually(() => expect(bobExec.received()).toEqual(Buffer.concat([output, more])));
     await eventually(() => expect(bobWatch.text()).toContain('"n":2'));
+  });
+
+  it('ends the grant’s reach connection that the hub dials itself', async () => {
+    const dialed: Duplex[] = [];
+    const reacher: Reacher = {
+      serve(_request, socket) {
+        dialed.push(socket);
+        socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n');
+      },
+      open: () => dialed.length,
+      close: () => dialed.forEach((s) => s.destroy()),
+    };
+    const p = await pipeline({ reacher });
+    const socket = connect(p.port, '127.0.0.1');
+    closers.push(() => socket.destroy());
+    let received = '';
+    socket.on('data', (c: Buffer) => (received += c.toString('latin1')));
+    const closed = new Promise<void>((done) => {
+      socket.once('error', () => {});
+      socket.once('close', () => done());
+    });
+    socket.write(
+      `POST /apis/${apiGroups().reach}/v1alpha1/namespaces/team/services/echo/connect?port=80 HTTP/1.1\r\n` +
+        'Host: x\r\nAuthorization: Bearer alice\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n',
+    );
+    await eventually(() => expect(received).toContain('101 Switching Protocols'));
+    expect(dialed).toHaveLength(1);
+
+    p.g.end('oncall-1', 'expired');
+    await closed;
   });
 
   it('answers WhoAmI on the hub with the user as forwarded to the hub, and on a cluster as forwarded there', async () => {

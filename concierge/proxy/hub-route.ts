@@ -17,6 +17,7 @@ import type { Reacher } from '../../lib/reach/dialer.ts';
 import { REACH_UPGRADE } from '../../lib/reach/target.ts';
 import { OWN_CALL_MAX_BYTES, OWN_CALL_TIMEOUT_MS, type Route } from './route.ts';
 import { callOver, SHORT_REQUEST_TIMEOUT_MS, transport, type ForwardPlan, type Hop } from './transport.ts';
+import { endAndClose } from '../../lib/http2/upgrade.ts';
 
 /** Idle pooled HTTP/1.1 connections (upgrades) to the API server. */
 const MAX_FREE_SOCKETS = 16;
@@ -74,6 +75,9 @@ function dialReach(exchange: UpgradeExchange, plan: ForwardPlan, reacher: Reache
   );
   const { audit, reach } = context;
   if (audit) reach!.connected = () => audit.responseStarted(101);
+  // A grant's end or the drain ends the connection. Its bytes are the target's, so no message can go in them: the
+  // client sees its connection end, as when the target closes it.
+  context.end = () => endAndClose(exchange.socket, Buffer.alloc(0));
   reacher.serve(
     { url: req.url ?? '/', upgrade: REACH_UPGRADE, rawImpersonation, holder: plan.user },
     exchange.socket,
