@@ -231,6 +231,14 @@ describe('waitFor', () => {
   });
 });
 
+/**
+ * A request as the server answers it now: the CLI reads it against the real clock, so its end is 45 minutes from
+ * now, not from NOW.
+ */
+function live(name: string, phase: string, more: Partial<AccessRequest['status']> = {}): AccessRequest {
+  return request(name, phase, { expiresAt: new Date(Date.now() + 45 * 60_000).toISOString(), ...more });
+}
+
 describe('against a proxy', () => {
   let dir: string;
   let server: Server;
@@ -321,7 +329,7 @@ describe('against a proxy', () => {
   });
 
   it('create posts the request to the hub, prints its row and what to do next', async () => {
-    answers = { [`POST ${PREFIX}/accessrequests`]: [201, request('alice-x7k2p', 'Pending')] };
+    answers = { [`POST ${PREFIX}/accessrequests`]: [201, live('alice-x7k2p', 'Pending')] };
     await run(requestCommand(), [
       'create',
       '--cluster',
@@ -388,10 +396,10 @@ describe('against a proxy', () => {
 
   it('create --wait waits for the approval and prints the approved request', async () => {
     answers = {
-      [`POST ${PREFIX}/accessrequests`]: [201, request('alice-x7k2p', 'Pending')],
+      [`POST ${PREFIX}/accessrequests`]: [201, live('alice-x7k2p', 'Pending')],
       [`GET ${PREFIX}/selfaccessrequests`]: [
         200,
-        { kind: 'AccessRequestList', items: [request('alice-x7k2p', 'Approved')] },
+        { kind: 'AccessRequestList', items: [live('alice-x7k2p', 'Approved')] },
       ],
     };
     await run(requestCommand(), [
@@ -420,7 +428,7 @@ describe('against a proxy', () => {
         200,
         {
           items: [
-            request('alice-x7k2p', 'Denied', {
+            live('alice-x7k2p', 'Denied', {
               reviews: [{ user: 'bob', decision: 'Denied', reason: 'not now', time: '' }],
             }),
           ],
@@ -435,10 +443,10 @@ describe('against a proxy', () => {
 
   it('list shows your own; --all everyone the RBAC lets you see, as YAML', async () => {
     answers = {
-      [`GET ${PREFIX}/selfaccessrequests`]: [200, { items: [request('alice-1', 'Approved')] }],
+      [`GET ${PREFIX}/selfaccessrequests`]: [200, { items: [live('alice-1', 'Approved')] }],
       [`GET ${PREFIX}/accessrequests`]: [
         200,
-        { items: [request('alice-1', 'Approved'), request('bob-1', 'Pending')] },
+        { items: [live('alice-1', 'Approved'), live('bob-1', 'Pending')] },
       ],
     };
     await run(requestCommand(), ['list']);
@@ -453,7 +461,7 @@ describe('against a proxy', () => {
   });
 
   it('approve and deny post a decision; a refusal says who may', async () => {
-    answers = { [`POST ${PREFIX}/accessrequests/bob-1/approval`]: [201, request('bob-1', 'Approved')] };
+    answers = { [`POST ${PREFIX}/accessrequests/bob-1/approval`]: [201, live('bob-1', 'Approved')] };
     await run(requestCommand(), ['approve', 'bob-1', '--reason', 'on call']);
     expect(got[0]!.body).toEqual({
       apiVersion: `${GROUP}/v1alpha1`,
@@ -479,7 +487,7 @@ describe('against a proxy', () => {
 
   it('withdraw posts to the withdrawal', async () => {
     answers = {
-      [`POST ${PREFIX}/accessrequests/alice-1/withdrawal`]: [201, request('alice-1', 'Withdrawn')],
+      [`POST ${PREFIX}/accessrequests/alice-1/withdrawal`]: [201, live('alice-1', 'Withdrawn')],
     };
     await run(requestCommand(), ['withdraw', 'alice-1']);
     expect(got[0]!.body).toMatchObject({ kind: 'AccessRequestDecision', decision: 'Withdrawn' });
@@ -506,10 +514,7 @@ describe('against a proxy', () => {
       [`GET ${PREFIX}/selfaccessrequests`]: [
         200,
         {
-          items: [
-            request('alice-1', 'Approved', { expiresAt: new Date(Date.now() + 45 * 60_000).toISOString() }),
-            request('alice-0', 'Expired'),
-          ],
+          items: [live('alice-1', 'Approved'), live('alice-0', 'Expired')],
         },
       ],
     };
@@ -553,7 +558,7 @@ describe('against a proxy', () => {
         review(['dev', 'oncall-admins'], ['alice-1']),
       ],
       ['POST /apis/authentication.k8s.io/v1/selfsubjectreviews']: [201, review(['dev'])],
-      [`GET ${PREFIX}/selfaccessrequests`]: [200, { items: [request('alice-1', 'Approved')] }],
+      [`GET ${PREFIX}/selfaccessrequests`]: [200, { items: [live('alice-1', 'Approved')] }],
     };
     await run(clustersCommand(), []);
     expect(out.split('\n')[0]).toMatch(/^CURRENT +CONTEXT +STATE +USER\/DETAIL +GRANTS +SERVER$/);
@@ -566,7 +571,7 @@ describe('against a proxy', () => {
   it('completes request names from the hub: everyone the RBAC lets, and your own', async () => {
     answers = {
       [`GET ${PREFIX}/accessrequests`]: [403, { kind: 'Status', message: 'forbidden', code: 403 }],
-      [`GET ${PREFIX}/selfaccessrequests`]: [200, { items: [request('alice-1', 'Pending')] }],
+      [`GET ${PREFIX}/selfaccessrequests`]: [200, { items: [live('alice-1', 'Pending')] }],
     };
     got = [];
     expect(await lookupNames('request', new Map([['kubeconfig', kubeconfig]]))).toEqual([
