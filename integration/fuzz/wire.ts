@@ -1,7 +1,12 @@
 // How fuzz cases reach the proxy: raw bytes over a TLS socket (HTTP/1.1, read back with a small parser of our own,
 // since Node's would refuse the very answers we want to see) and HTTP/2 streams over a reused session. Every send
 // has a deadline: an answer that never comes is a finding, not a stuck run.
-import { connect as http2Connect, constants, type ClientHttp2Session } from 'node:http2';
+import {
+  connect as http2Connect,
+  constants,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+} from 'node:http2';
 import { connect as tlsConnect, type ConnectionOptions, type TLSSocket } from 'node:tls';
 
 /** What came back for one request. */
@@ -229,11 +234,23 @@ export class H2Client {
     return this.session;
   }
 
+  /**
+   * A stream of `session` that nghttp2 would not send (a header it refuses) dooms the session: Node closes it a turn
+   * later (GOAWAY), and the server refuses any stream opened on it meanwhile. The next request opens another.
+   */
+  private dropOnFrameError(stream: ClientHttp2Stream, session: ClientHttp2Session): void {
+    stream.once('frameError', () => {
+      if (this.session === session) this.session = undefined;
+    });
+  }
+
   request(req: H2Request, deadlineMs: number): Promise<Answer> {
     return new Promise((done) => {
       let stream;
       try {
-        stream = this.current().request(req.headers, { endStream: req.body === undefined });
+        const session = this.current();
+        stream = session.request(req.headers, { endStream: req.body === undefined });
+        this.dropOnFrameError(stream, session);
       } catch (err) {
         return done({ kind: 'unsendable', detail: (err as Error & { code?: string }).code ?? String(err) });
       }
@@ -300,7 +317,9 @@ export class H2Client {
     return new Promise((done) => {
       let stream;
       try {
-        stream = this.current().request({ ':method': 'CONNECT', ':authority': 'peer' }, { endStream: false });
+        const session = this.current();
+        stream = session.request({ ':method': 'CONNECT', ':authority': 'peer' }, { endStream: false });
+        this.dropOnFrameError(stream, session);
       } catch (err) {
         return done({ kind: 'unsendable', detail: (err as Error & { code?: string }).code ?? String(err) });
       }
