@@ -11,6 +11,7 @@ import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
 import { callOverHttp2, forwardOverHttp2 } from '../lib/http2/forward.ts';
 import { hopByHop } from '../lib/http2/hop-by-hop.ts';
+import { HeadersTooLarge } from '../lib/http2/header-block.ts';
 import { newH2Pool } from '../lib/http2/pool.ts';
 import {
   AGENT_UNREAD_BYTES,
@@ -111,7 +112,10 @@ export function newLocalProxy(
     headers[':path'] = req.url ?? '/';
     forwardOverHttp2(req, res, headers, {
       open: (h, endStream) => pool.request(h, endStream),
-      fail: (err) => writeStatus(res, 502, unreachable(err)),
+      fail: (err) =>
+        err instanceof HeadersTooLarge
+          ? writeStatus(res, err.status, err.message)
+          : writeStatus(res, 502, unreachable(err)),
       // A watch with no events yet has nothing to write: its head goes at once, so the client sees it established.
       flushHeaders: true,
       relay: { account: { budget, user: impersonated(req.rawHeaders) } },

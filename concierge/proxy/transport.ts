@@ -17,6 +17,7 @@ import {
   type AnswerObserver,
   type CallAnswer,
 } from '../../lib/http2/forward.ts';
+import { HeadersTooLarge } from '../../lib/http2/header-block.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { endAndClose, forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
 import type { Response } from '../../lib/http2/request.ts';
@@ -113,7 +114,13 @@ function plain(exchange: PlainExchange, hop: Hop, plan: ForwardPlan, release?: (
     : audited;
   const stream = forwardOverHttp2(req, res, headers, {
     open: (h, endStream) => hop.open(h, endStream),
-    fail: (err) => refuse(exchange, hop.failure(err)),
+    fail: (err) =>
+      refuse(
+        exchange,
+        err instanceof HeadersTooLarge
+          ? { status: err.status, message: `${hop.statusPrefix}${err.message}` }
+          : hop.failure(err),
+      ),
     ...(plan.longRunning ? { flushHeaders: true } : { idleTimeoutMs: hop.shortTimeoutMs }),
     ...(onAnswer ? { onAnswer } : {}),
     // A client that leaves the answer unread holds its stream and memory on every hop: cut, as any broken answer

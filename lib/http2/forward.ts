@@ -14,6 +14,7 @@ import {
 import { systemClock, type Clock } from '../clock.ts';
 import { H2Response, type Request, type Response } from './request.ts';
 import { endToEnd } from './hop-by-hop.ts';
+import { headersTooLarge } from './header-block.ts';
 import { relay, type RelayOptions } from './memory-budget.ts';
 
 /**
@@ -73,6 +74,12 @@ export function forwardOverHttp2(
   opts: Http2ForwardOptions,
 ): ClientHttp2Stream | undefined {
   const body = hasBody(req);
+  // A block too large to send would close the connection the stream goes on, which others share (header-block.ts).
+  const tooLarge = headersTooLarge(headers);
+  if (tooLarge) {
+    opts.fail(tooLarge);
+    return undefined;
+  }
   let stream: ClientHttp2Stream;
   try {
     stream = opts.open(headers, !body);
@@ -204,6 +211,8 @@ export function callOverHttp2(
 ): Promise<CallAnswer> {
   const clock = opts.clock ?? systemClock;
   return new Promise((done, fail) => {
+    const tooLarge = headersTooLarge(headers);
+    if (tooLarge) return fail(new CallFailed(tooLarge.message, tooLarge.status));
     let stream: ClientHttp2Stream;
     try {
       stream = open(body ? { ...headers, 'content-length': body.length } : headers, !body);

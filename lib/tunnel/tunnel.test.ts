@@ -444,6 +444,30 @@ describe.each(['direct', 'websocket'] as const)('the tunnel multiplexer (%s)', (
 });
 
 describe('plain requests through a tunnel', () => {
+  it('carries a request with a field for each of a user’s 800 groups (Node’s default server refuses past 128)', async () => {
+    const pair = await directPair();
+    const agentEnd = serveTunnel(pair.agent, {
+      connect: (stream) => stream.destroy(),
+      request(stream, _headers, raw) {
+        stream.respond({ ':status': 200 });
+        stream.end(String(raw.filter((field, i) => i % 2 === 0 && field === 'impersonate-group').length));
+      },
+    });
+    const client = newTunnelClient(pair.concierge);
+    cleanups.push(() => {
+      client.close();
+      agentEnd.close();
+      pair.close();
+    });
+    const groups = Array.from({ length: 800 }, (_, i) => `group-${i}`.padEnd(40, '-'));
+    const stream = client.request({ ':path': '/api', 'impersonate-group': groups }, true);
+    stream.setEncoding('utf8');
+    let body = '';
+    stream.on('data', (c: string) => (body += c));
+    await new Promise((done, fail) => stream.on('end', done).on('error', fail));
+    expect(body).toBe('800');
+  });
+
   it('carries a thousand answers that came before their bodies were all sent', async () => {
     // Node counts a chunk still queued on a stream the peer resets against the session's memory limit for good,
     // though the memory itself is freed. With the default limit, about 160 early answers to bodies still being

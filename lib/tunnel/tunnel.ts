@@ -24,6 +24,7 @@ import type { Duplex } from 'node:stream';
 import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from '../http2/hop-by-hop.ts';
 import { UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
+import { FORWARDED_HEADER_LIMITS } from '../http2/header-block.ts';
 import { sizeWindows, STREAM_WINDOW_BYTES } from '../http2/window.ts';
 import { CURRENT_PROTOCOL, formatProtocol } from './protocol.ts';
 
@@ -506,7 +507,11 @@ export function serveTunnel(
 ): TunnelServer {
   const session = performServerHandshake(duplex as unknown as Socket, {
     ...FIELDS_AS_SENT,
-    settings: settings(AGENT_STREAM_LIMIT),
+    maxHeaderListPairs: FORWARDED_HEADER_LIMITS.maxHeaderListPairs,
+    settings: {
+      ...settings(AGENT_STREAM_LIMIT),
+      maxHeaderListSize: FORWARDED_HEADER_LIMITS.maxHeaderListSize,
+    },
     maxSessionMemory: UNCOUNTED_SESSION_MEMORY_MB,
   });
   session.on('error', () => {});

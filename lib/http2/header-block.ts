@@ -1,0 +1,65 @@
+// The size of a request's header block as Node's HTTP/2 (nghttp2) reckons it before sending, and the bound every
+// client session Sealion opens sends within.
+//
+// nghttp2 refuses to send a HEADERS frame whose block it estimates over the session's maxSendHeaderBlockLength, and
+// Node answers that refusal by closing the whole session a turn later (GOAWAY): a pooled connection to the API
+// server, a tunnel to an agent, a peer link, each shared by every user. The block comes largely from the user: the
+// request's own fields (up to the proxy's 32 KiB list) and the identity's Impersonate-* fields, one per group and
+// extra value (up to 32 KiB of names, lib/authn/identity.ts, a field each). So a signed-in user with a few thousand
+// one-letter groups, or one request with thousands of short fields, would close a cluster's tunnel for everyone.
+// Such a request is refused with 431 before any stream opens (forward.ts), so no session ever meets the limit.
+import type { OutgoingHttpHeaders } from 'node:http2';
+
+/**
+ * The most one request's header block may come to, by blockBound: nghttp2's default send limit, which every client
+ * session here keeps (the API server's pool, the tunnels, the peer links). A request from kubectl is a few hundred
+ * bytes; a user in a thousand groups of 40 characters comes near it.
+ */
+export const MAX_SEND_HEADER_BLOCK_BYTES = 64 * 1024;
+
+/**
+ * What nghttp2 adds to the block's bound for each field (the worst case of a literal field's two length prefixes).
+ * Measured: with Node 24, the block of 2,180 one-byte Impersonate-Group fields (beside the pseudo-headers) was sent
+ * and that of 2,181 refused; with 40-byte values, 948 and 949.
+ */
+const PER_FIELD_BYTES = 12;
+/** Once per block: nghttp2's own few bytes, and the :scheme and :authority fields Node adds to a request itself. */
+const PER_BLOCK_BYTES = 512;
+
+/**
+ * What an HTTP/2 server that is sent forwarded requests (the agent's end of a tunnel, a replica's end of a peer link)
+ * takes in one header block: all that a sender here may send. Node's defaults refuse a request of more than 128
+ * fields (ENHANCE_YOUR_CALM), so a user in more than about 120 groups was served on the hub and refused through
+ * every tunnel; the list size counts 32 bytes a field where the block's bound counts 12.
+ */
+export const FORWARDED_HEADER_LIMITS = {
+  maxHeaderListPairs: Math.ceil(MAX_SEND_HEADER_BLOCK_BYTES / PER_FIELD_BYTES),
+  maxHeaderListSize: 4 * MAX_SEND_HEADER_BLOCK_BYTES,
+} as const;
+
+/** The bound nghttp2 puts on `headers`' encoded block, over-estimated slightly (values counted as UTF-8). */
+export function blockBound(headers: OutgoingHttpHeaders): number {
+  let bytes = PER_BLOCK_BYTES;
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    const values = Array.isArray(value) ? value : [value];
+    for (const v of values) bytes += name.length + Buffer.byteLength(String(v)) + PER_FIELD_BYTES;
+  }
+  return bytes;
+}
+
+/** A request whose header block would be over MAX_SEND_HEADER_BLOCK_BYTES: answered 431, never sent. */
+export class HeadersTooLarge extends Error {
+  readonly code = 'SEALION_HEADERS_TOO_LARGE';
+  readonly status = 431;
+}
+
+/** The refusal of `headers` when their block would be too large to send, or undefined. */
+export function headersTooLarge(headers: OutgoingHttpHeaders): HeadersTooLarge | undefined {
+  const bytes = blockBound(headers);
+  if (bytes <= MAX_SEND_HEADER_BLOCK_BYTES) return undefined;
+  return new HeadersTooLarge(
+    `the request's header fields, with the user's identity as Impersonate-* fields (one per group and extra value), ` +
+      `come to ${bytes} bytes as HTTP/2 sends them, over ${MAX_SEND_HEADER_BLOCK_BYTES}: send fewer fields`,
+  );
+}
