@@ -1016,6 +1016,30 @@ describe('hostile identities from a real authenticator reach the API server exac
     await expectAnswer(await reviewWithCertificate(token, WEBHOOK_REF), expected.certificate);
   });
 
+  it('a webhook user in 800 groups is served on the hub and through the agent; one whose fields HTTP/2 could not send gets 431, and nobody else loses a request', async () => {
+    const groups = Array.from({ length: 800 }, (_, i) => `group-${i}`.padEnd(40, '-'));
+    const many = keep(webhook.grant({ username: 'many-groups', groups }));
+    // 3,000 one-letter groups: 3 KB of names, but a field each, over what Node's HTTP/2 sends in one block.
+    const tooMany = keep(
+      webhook.grant({
+        username: 'too-many-groups',
+        groups: Array.from({ length: 3000 }, (_, i) => `${i % 10}`),
+      }),
+    );
+    for (const prefix of ['', `/clusters/${EDGE}`]) {
+      await expectAnswer(await review({ headers: bearer(many), prefix }), sees('many-groups', groups));
+      const [refused, others] = await Promise.all([
+        review({ headers: bearer(tooMany), prefix }),
+        Promise.all(Array.from({ length: 4 }, () => review({ headers: bearer(userToken), prefix }))),
+      ]);
+      await expectAnswer(
+        refused,
+        status(431, 'RequestHeaderFieldsTooLarge', 'one per group and extra value'),
+      );
+      for (const answer of others) await expectAnswer(answer, SEES_USER);
+    }
+  });
+
   it.each<[string, { username: string; groups: string[] }]>([
     ['ųystem:masters', { username: 'José', groups: ['ųystem:masters'] }],
     ['#-hex usernames', { username: `#0c10${hex('kubernetes-admin')}`, groups: [READERS] }],
