@@ -664,6 +664,24 @@ describe('HTTP/2 clients, as kubectl connects', () => {
     expect(answer.body).toBe('payload');
   });
 
+  it('reads a request of 500 fields, as its HTTP/1.1 listener and the API server do (Node’s default stops at 128)', async () => {
+    const fields = Object.fromEntries(Array.from({ length: 500 }, (_, i) => [`x-field-${i}`, 'v']));
+    const answer = await call2(
+      {
+        ':method': 'POST',
+        ':path': `/apis/${apiGroups().identity}/v1alpha1/whoamirequests`,
+        authorization: 'Bearer alice-token',
+        'content-type': 'application/json',
+        ...fields,
+      },
+      JSON.stringify({ kind: 'WhoAmIRequest', apiVersion: `${apiGroups().identity}/v1alpha1` }),
+    );
+    expect(answer.status).toBe(201);
+    expect(JSON.parse(answer.body)).toMatchObject({
+      status: { kubernetesUserInfo: { user: { username: 'alice' } } },
+    });
+  });
+
   it('answers HEAD with headers only', async () => {
     const answer = await call2({
       ':method': 'HEAD',

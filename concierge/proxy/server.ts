@@ -303,6 +303,10 @@ export function newProxyServer(
   // HTTP/2 on the core stream API, not the compatibility layer (exchange.ts says why).
   const http2 = createHttp2Server({
     ...FIELDS_AS_SENT,
+    // As many fields as the list may hold (32 bytes each at the least, as HTTP/2 counts them): Node's default of 128
+    // reset the stream of a client that sent more (its own Impersonate-Group fields, one per group), which the API
+    // server and the proxy's HTTP/1.1 listener (2,000) serve.
+    maxHeaderListPairs: MAX_HEADER_BYTES / 32,
     settings: {
       maxConcurrentStreams: MAX_STREAMS_PER_CONNECTION,
       maxHeaderListSize: MAX_HEADER_BYTES,
