@@ -11,7 +11,7 @@ import type { Duplex } from 'node:stream';
 import { createSecureContext } from 'node:tls';
 import { callOverHttp2, forwardOverHttp2 } from '../lib/http2/forward.ts';
 import { hopByHop } from '../lib/http2/hop-by-hop.ts';
-import { HeadersTooLarge } from '../lib/http2/header-block.ts';
+import { FORWARDED_HTTP1_LIMITS, HeadersTooLarge } from '../lib/http2/header-block.ts';
 import { newH2Pool } from '../lib/http2/pool.ts';
 import {
   AGENT_UNREAD_BYTES,
@@ -125,7 +125,8 @@ export function newLocalProxy(
   // Upgrades only (and the plain requests of a hub that sends them on CONNECT streams): HTTP/1.1 with the same
   // identity. Keep-alive, with Node's default of 256 idle connections.
   const agent = new Agent({ keepAlive: true, ...ca, ...identity });
-  const server: Server = createServer(forward);
+  const server: Server = createServer({ maxHeaderSize: FORWARDED_HTTP1_LIMITS.maxHeaderSize }, forward);
+  server.maxHeadersCount = FORWARDED_HTTP1_LIMITS.maxHeadersCount;
   // Reach connections (`sealion port-forward --cluster`), dialed here after this cluster's API server allowed them.
   const reacher = upstream.reach
     ? newReacher({

@@ -1017,7 +1017,7 @@ describe('hostile identities from a real authenticator reach the API server exac
   });
 
   it('a webhook user in 800 groups is served on the hub and through the agent; one whose fields HTTP/2 could not send gets 431, and nobody else loses a request', async () => {
-    const groups = Array.from({ length: 800 }, (_, i) => `group-${i}`.padEnd(40, '-'));
+    const groups = [READERS, ...Array.from({ length: 799 }, (_, i) => `group-${i}`.padEnd(40, '-'))];
     const many = keep(webhook.grant({ username: 'many-groups', groups }));
     // 3,000 one-letter groups: 3 KB of names, but a field each, over what Node's HTTP/2 sends in one block.
     const tooMany = keep(
@@ -1028,6 +1028,11 @@ describe('hostile identities from a real authenticator reach the API server exac
     );
     for (const prefix of ['', `/clusters/${EDGE}`]) {
       await expectAnswer(await review({ headers: bearer(many), prefix }), sees('many-groups', groups));
+      // An upgrade goes on as HTTP/1.1, through the agent's local proxy on the edge: its fields are taken whole too.
+      const upgrade = await raw(
+        `GET ${prefix}/api/v1/namespaces/default HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer ${many}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: c2VjdXJpdHktc3VpdGUhIQ==\r\n\r\n`,
+      );
+      await expectAnswer(upgrade, { namespace: 'default' });
       const [refused, others] = await Promise.all([
         review({ headers: bearer(tooMany), prefix }),
         Promise.all(Array.from({ length: 4 }, () => review({ headers: bearer(userToken), prefix }))),

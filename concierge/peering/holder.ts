@@ -10,6 +10,7 @@ import { listenOn } from '../../lib/listen.ts';
 import type { Duplex } from 'node:stream';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import type { Clock } from '../../lib/clock.ts';
+import { FORWARDED_HTTP1_LIMITS } from '../../lib/http2/header-block.ts';
 import { serveStream, type Request, type Response } from '../../lib/http2/request.ts';
 import type { Logger } from '../../lib/log.ts';
 import { serveTunnel, type TunnelServer } from '../../lib/tunnel/tunnel.ts';
@@ -172,9 +173,10 @@ export async function servePeerPort(opts: PeerPortOptions): Promise<PeerPort> {
   const { credentials, log } = opts;
   const state = { stopped: false, served: new Set<TunnelServer>() };
   const exchanges = peerExchanges(opts);
-  const upgrades = createHttpServer((_req, res) => {
+  const upgrades = createHttpServer({ maxHeaderSize: FORWARDED_HTTP1_LIMITS.maxHeaderSize }, (_req, res) => {
     res.writeHead(400).end();
   });
+  upgrades.maxHeadersCount = FORWARDED_HTTP1_LIMITS.maxHeadersCount;
   upgrades.on('clientError', (_err, socket: Duplex) => socket.destroy());
   upgrades.on('upgrade', exchanges.upgrade);
 

@@ -37,6 +37,18 @@ export const FORWARDED_HEADER_LIMITS = {
   maxHeaderListSize: 4 * MAX_SEND_HEADER_BLOCK_BYTES,
 } as const;
 
+/**
+ * The same for an HTTP/1.1 server that is sent forwarded upgrades (exec, attach, port-forward: the agent's local
+ * proxy, a replica's peer port): a client's 32 KiB of fields and the identity's. Node's defaults (16 KiB, and 2,000
+ * fields, past which it drops the rest unread) refused the exec of a user in a few hundred groups through a tunnel,
+ * which the hub's API server served.
+ */
+export const FORWARDED_HTTP1_LIMITS = {
+  maxHeaderSize: FORWARDED_HEADER_LIMITS.maxHeaderListSize,
+  /** No count: the size bounds it, and a count drops fields rather than refusing the request. */
+  maxHeadersCount: 0,
+} as const;
+
 /** The bound nghttp2 puts on `headers`' encoded block, over-estimated slightly (values counted as UTF-8). */
 export function blockBound(headers: OutgoingHttpHeaders): number {
   let bytes = PER_BLOCK_BYTES;
