@@ -21,11 +21,6 @@
 // tunnel carries many users, so one user's fast transfer raises the charge of every stalled stream on it, up to
 // MAX_STREAM_WINDOW_BYTES each (four to a share). The bytes held never exceed the limits.
 //
-// "Unread longest" counts from when a relay's reader stopped keeping up, not from its latest charge: a client that
-// stops reading goes on taking a chunk at a time for a while (the kernel's buffers fill), so its relay stalls, empties
-// and stalls again many times, and each of those would otherwise put it behind a relay that stalled after it. Its
-// reader has caught up once a whole window goes through without a stall.
-//
 // A relay that is being read holds at most what its reader has not yet taken of the last chunk (below the
 // writable's high-water mark, or it would have stalled); those bytes are not charged.
 import type { Readable } from 'node:stream';
@@ -55,24 +50,13 @@ export const AGENT_UNREAD_BYTES = 96 * 1024 * 1024;
 interface Stall {
   user: string;
   bytes: number;
-  /**
-   * When its reader stopped keeping up, as the budget counts charges: set at its first charge, and kept through every
-   * charge until the relay clears it (its reader has caught up). The smallest has gone unread longest.
-   */
-  since?: number;
   cut(): void;
 }
 
 interface Holder {
   bytes: number;
+  /** The user's stalled relays, in the order they stalled: the first has gone unread longest. */
   stalls: Set<Stall>;
-}
-
-/** Of `stalls`, the one unread longest. */
-function oldest(stalls: Iterable<Stall>): Stall | undefined {
-  let found: Stall | undefined;
-  for (const stall of stalls) if (!found || stall.since! < found.since!) found = stall;
-  return found;
 }
 
 export interface MemoryBudget {
@@ -91,8 +75,6 @@ export function newMemoryBudget(limits: MemoryLimits, onCut?: (user: string) => 
   const holders = new Map<string, Holder>();
   let total = 0;
   let cuts = 0;
-  /** Charges made of stalls that had no `since`: the order they stalled in. */
-  let charges = 0;
 
   const discharge = (stall: Stall): void => {
     const holder = holders.get(stall.user);
@@ -122,26 +104,22 @@ export function newMemoryBudget(limits: MemoryLimits, onCut?: (user: string) => 
     cuts: () => cuts,
     charge(stall, bytes) {
       discharge(stall);
-      stall.since ??= ++charges;
-      const cutThis = (): void => {
-        cuts++;
-        onCut?.(stall.user);
-        stall.cut();
-      };
-      // The user's answer that has gone unread longest goes first, this one included (a relay may be charged anew
-      // while it waits, or come back to waiting after its buffers emptied for a moment); when the process is over its
-      // total, the one of the user who holds most.
+      // The answer that has gone unread longest goes first; when the process is over its total, the one of the user
+      // who holds most.
       let own = holders.get(stall.user);
       while (own && own.bytes + bytes > limits.perUserBytes) {
-        const victim = oldest(own.stalls)!;
-        if (stall.since < victim.since!) return cutThis();
-        cut(victim);
+        cut(own.stalls.values().next().value!);
         own = holders.get(stall.user);
       }
       let richest: Holder | undefined;
-      while (total + bytes > limits.totalBytes && (richest = largest())) cut(oldest(richest.stalls)!);
-      // This answer alone is more than a share.
-      if (bytes > limits.perUserBytes || bytes > limits.totalBytes) return cutThis();
+      while (total + bytes > limits.totalBytes && (richest = largest()))
+        cut(richest.stalls.values().next().value!);
+      if (bytes > limits.perUserBytes || bytes > limits.totalBytes) {
+        // This answer alone is more than a share.
+        cuts++;
+        onCut?.(stall.user);
+        return stall.cut();
+      }
       own = holders.get(stall.user);
       if (!own) holders.set(stall.user, (own = { bytes: 0, stalls: new Set() }));
       own.stalls.add(stall);
@@ -225,7 +203,6 @@ export function relay(from: Readable, to: Sink, opts: RelayOptions = {}): void {
     if (to.write(chunk)) {
       // Everything buffered for the reader has gone: the relay holds nothing worth charging.
       if (from.readableLength === 0) stalled?.release();
-      stalled?.flowed(chunk.length);
       return;
     }
     stalled ??= newStalled(from, to, window, opts);
@@ -240,11 +217,6 @@ interface Stalled {
   wait(): void;
   /** Drops the relay's charge: it holds nothing worth charging. */
   release(): void;
-  /**
-   * `n` bytes went through without a stall. Once a window's worth has (more than the buffers on the way take while
-   * its reader does nothing), the reader has caught up: the next stall is a new one, and queues behind the others.
-   */
-  flowed(n: number): void;
 }
 
 function newStalled(
@@ -255,8 +227,6 @@ function newStalled(
 ): Stalled {
   let waiting = false;
   let timer: unknown;
-  /** Bytes that went through since the relay last waited. */
-  let flowed = 0;
   const cutShort = cut ?? (() => to.destroy());
   /** Whether `stall` is charged now. */
   let charged = false;
@@ -294,15 +264,10 @@ function newStalled(
   });
   return {
     release,
-    flowed(n) {
-      flowed += n;
-      if (stall && flowed >= (window?.bytes ?? STREAM_WINDOW_BYTES)) stall.since = undefined;
-    },
     wait() {
       // A sink already gone (its client left) stalls nothing: its 'close', which discharges, has come.
       if (waiting || to.destroyed) return;
       waiting = true;
-      flowed = 0;
       window?.stalled();
       from.pause();
       if (stall) charge();
