@@ -21,6 +21,13 @@
 // tunnel carries many users, so one user's fast transfer raises the charge of every stalled stream on it, up to
 // MAX_STREAM_WINDOW_BYTES each (four to a share). The bytes held never exceed the limits.
 //
+// "Unread longest" is the charge that has stood longest. A relay that is read at full speed still stalls for a moment
+// now and then (a write waits on the one before it), and each stall charges it anew, at the back of the line; so a
+// relay nobody reads is always cut before it. Two relays nobody reads go in the order their buffers filled (a client
+// that stops reading takes a chunk at a time until the kernel's buffers are full), which may not be the order they
+// stopped in: either way one of the stopped ones goes. Ordering by when a reader first stopped instead cut a relay
+// read at full speed, charged once long ago, before the stopped ones.
+//
 // A relay that is being read holds at most what its reader has not yet taken of the last chunk (below the
 // writable's high-water mark, or it would have stalled); those bytes are not charged.
 import type { Readable } from 'node:stream';
