@@ -17,7 +17,7 @@ import {
   type AnswerObserver,
   type CallAnswer,
 } from '../../lib/http2/forward.ts';
-import { HeadersTooLarge } from '../../lib/http2/header-block.ts';
+import { HeadersTooLarge, upgradeHeadTooLarge } from '../../lib/http2/header-block.ts';
 import type { MemoryBudget } from '../../lib/http2/memory-budget.ts';
 import { endAndClose, forwardUpgrade, originForm, type UpgradeTap } from '../../lib/http2/upgrade.ts';
 import type { Response } from '../../lib/http2/request.ts';
@@ -171,6 +171,10 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
   /** The connection the upgrade goes out on: until it is gone, it holds its place on the hop. */
   let carrier: Duplex | undefined;
   if (release) socket.once('close', () => releaseWhenGone(release, carrier));
+  const path = hop.pathPrefix + originForm(req.url);
+  const tooLarge = upgradeHeadTooLarge(req.method ?? 'GET', path, headers);
+  if (tooLarge)
+    return refuse(exchange, { status: tooLarge.status, message: `${hop.statusPrefix}${tooLarge.message}` });
   const ending = sessionEnding(socket, hop.clock);
   context.end = (message) => ending.end(message);
   const tap = context.recording
@@ -180,7 +184,7 @@ function upgrade(exchange: UpgradeExchange, hop: Hop, plan: ForwardPlan, release
       : undefined;
   forwardUpgrade(socket, head, {
     send() {
-      const sent = hop.send(req.method ?? 'GET', hop.pathPrefix + originForm(req.url), headers);
+      const sent = hop.send(req.method ?? 'GET', path, headers);
       sent.once('socket', (s: Duplex) => void (carrier = s));
       return sent;
     },

@@ -194,6 +194,24 @@ describe("every replica's recordings", () => {
   });
 });
 
+describe('reading one recording', () => {
+  it('asks the peers for a recording name only, never for a path or any other string a client sends', async () => {
+    const asked: string[] = [];
+    const store = sharedRecordings(recordings, 'a', () => ({
+      peerRecordings: async () => ({ found: [], remaining: 0, unreachable: [] }),
+      peerRecording: async (id) => {
+        asked.push(id);
+        return undefined;
+      },
+    }));
+    for (const id of ['../etc/passwd', ':'.repeat(30_000), `${ID(9)}.cast`, `${ID(9).slice(0, -1)}G`, ''])
+      expect(await store.read(id)).toBeUndefined();
+    expect(asked).toEqual([]);
+    expect(await store.read(ID(9))).toBeUndefined();
+    expect(asked).toEqual([ID(9)]);
+  });
+});
+
 describe('a session recorded operation by operation (sftp)', () => {
   it('is one recording: opened by its first operation, each operation a line, listed as sftp', async () => {
     const ops = recordings.openOperations({ user: 'alice', kind: 'sftp' });

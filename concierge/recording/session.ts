@@ -556,6 +556,8 @@ export function sharedRecordings(
       };
     },
     async read(id) {
+      // A name no recording could have is asked of no peer.
+      if (!RECORDING_NAME.test(`${id}.cast`)) return undefined;
       return local.read(id) ?? (await peers()?.peerRecording(id));
     },
   };

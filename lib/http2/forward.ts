@@ -14,7 +14,7 @@ import {
 import { systemClock, type Clock } from '../clock.ts';
 import { H2Response, type Request, type Response } from './request.ts';
 import { endToEnd } from './hop-by-hop.ts';
-import { headersTooLarge } from './header-block.ts';
+import { answerHeadTooLarge, HeadersTooLarge } from './header-block.ts';
 import { relay, type RelayOptions } from './memory-budget.ts';
 
 /**
@@ -74,12 +74,6 @@ export function forwardOverHttp2(
   opts: Http2ForwardOptions,
 ): ClientHttp2Stream | undefined {
   const body = hasBody(req);
-  // A block too large to send would close the connection the stream goes on, which others share (header-block.ts).
-  const tooLarge = headersTooLarge(headers);
-  if (tooLarge) {
-    opts.fail(tooLarge);
-    return undefined;
-  }
   let stream: ClientHttp2Stream;
   try {
     stream = opts.open(headers, !body);
@@ -99,9 +93,15 @@ export function forwardOverHttp2(
       stream.close(constants.NGHTTP2_CANCEL);
       return opts.fail(new Error(`the upstream answered with status ${answer[':status']}`));
     }
-    answered = true;
     // What belongs to the upstream's hop stays there (lib/http2/hop-by-hop.ts).
-    res.writeHead(status, endToEnd(answer));
+    const head = endToEnd(answer);
+    // A head Node would not send on would close the client's connection (header-block.ts): no API server sends one.
+    if (answerHeadTooLarge(head)) {
+      stream.close(constants.NGHTTP2_CANCEL);
+      return opts.fail(new Error('the upstream answered with a head too large to relay'));
+    }
+    answered = true;
+    res.writeHead(status, head);
     // An HTTP/2 response sends its head in writeHead already; an HTTP/1.1 one waits for the first body chunk.
     if (opts.flushHeaders && 'flushHeaders' in res) res.flushHeaders();
     const observer = opts.onAnswer?.(status, answer);
@@ -211,12 +211,12 @@ export function callOverHttp2(
 ): Promise<CallAnswer> {
   const clock = opts.clock ?? systemClock;
   return new Promise((done, fail) => {
-    const tooLarge = headersTooLarge(headers);
-    if (tooLarge) return fail(new CallFailed(tooLarge.message, tooLarge.status));
     let stream: ClientHttp2Stream;
     try {
       stream = open(body ? { ...headers, 'content-length': body.length } : headers, !body);
     } catch (err) {
+      // A block too large to send (lib/http2/header-block.ts) answers the request the call serves with 431.
+      if (err instanceof HeadersTooLarge) return fail(new CallFailed(err.message, err.status));
       return fail(err instanceof Error ? err : new CallFailed(String(err)));
     }
     let status = 0;

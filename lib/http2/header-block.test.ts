@@ -1,14 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { connect, createServer, type Http2Server, type OutgoingHttpHeaders } from 'node:http2';
+import { createServer as createHttp1Server, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { forwardOverHttp2 } from './forward.ts';
 import {
   blockBound,
   FORWARDED_HEADER_LIMITS,
+  FORWARDED_HTTP1_LIMITS,
+  upgradeHeadTooLarge,
   headersTooLarge,
   HeadersTooLarge,
   MAX_SEND_HEADER_BLOCK_BYTES,
 } from './header-block.ts';
+import { newH2Pool } from './pool.ts';
 import type { Request, Response } from './request.ts';
 
 /** A request as the proxy forwards it for a user in `groups` groups of `length` bytes each. */
@@ -83,25 +87,90 @@ describe('the header block a request may send', () => {
     expect(blockBound(impersonating(800, 40))).toBeLessThanOrEqual(MAX_SEND_HEADER_BLOCK_BYTES);
   });
 
-  it('is refused with 431 before any stream opens, so the connection it would go on stays up', () => {
-    const failures: Error[] = [];
-    const stream = forwardOverHttp2(
-      { headers: {} } as unknown as Request,
-      {} as Response,
-      impersonating(5000, 1),
-      {
-        open: () => {
-          throw new Error('a stream was opened');
+  it('is refused with 431 before any stream opens, so the connection it would go on stays up', async () => {
+    let sessions = 0;
+    const counting = (): void => void sessions++;
+    server.on('session', counting);
+    const pool = newH2Pool(origin, {});
+    try {
+      const answered = (): Promise<string> =>
+        new Promise((done, fail) => {
+          const stream = pool.request({ ':path': '/' }, true);
+          let body = '';
+          stream.setEncoding('utf8');
+          stream.on('data', (c: string) => (body += c));
+          stream.on('end', () => done(body)).on('error', fail);
+        });
+      expect(await answered()).toBe('0');
+      const failures: Error[] = [];
+      const stream = forwardOverHttp2(
+        { headers: {} } as unknown as Request,
+        {} as Response,
+        impersonating(5000, 1),
+        {
+          open: (h, endStream) => pool.request(h, endStream),
+          fail: (err) => failures.push(err),
         },
-        fail: (err) => failures.push(err),
-      },
-    );
-    expect(stream).toBeUndefined();
-    expect(failures).toHaveLength(1);
-    expect(failures[0]).toBeInstanceOf(HeadersTooLarge);
-    expect((failures[0] as HeadersTooLarge).status).toBe(431);
-    expect(failures[0]!.message).toMatch(
-      /^the request's header fields, .* come to \d+ bytes .*, over 65536: /,
-    );
+      );
+      expect(stream).toBeUndefined();
+      expect(failures).toHaveLength(1);
+      expect(failures[0]).toBeInstanceOf(HeadersTooLarge);
+      expect((failures[0] as HeadersTooLarge).status).toBe(431);
+      expect(failures[0]!.message).toMatch(
+        /^the request's header fields, .* come to \d+ bytes .*, over 65536: /,
+      );
+      // The same connection serves the next request: nothing was sent that would have closed it.
+      expect(await answered()).toBe('0');
+      expect(sessions).toBe(1);
+    } finally {
+      pool.close();
+      server.off('session', counting);
+    }
+  });
+});
+
+describe('the head of a forwarded upgrade', () => {
+  it('is read whole by a server set as the agent’s and the peer port’s whenever the bound allows it', async () => {
+    const http1 = createHttp1Server({ maxHeaderSize: FORWARDED_HTTP1_LIMITS.maxHeaderSize }, (req, res) => {
+      res.end(String(req.rawHeaders.filter((f, i) => i % 2 === 0 && f === 'impersonate-group').length));
+    });
+    http1.maxHeadersCount = FORWARDED_HTTP1_LIMITS.maxHeadersCount;
+    await new Promise<void>((done) => http1.listen(0, '127.0.0.1', done));
+    const port = (http1.address() as AddressInfo).port;
+    const get = (headers: OutgoingHttpHeaders): Promise<string> =>
+      new Promise((done) => {
+        const req = httpRequest({ host: '127.0.0.1', port, path: PATH, headers }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (body += c));
+          res.on('end', () => done(res.statusCode === 200 ? body : `status ${res.statusCode}`));
+        });
+        req.on('error', (err) => done(err.message));
+        req.end();
+      });
+    const PATH = '/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true';
+    const fields = (n: number): OutgoingHttpHeaders => {
+      const headers: OutgoingHttpHeaders = {
+        ...impersonating(n, 1),
+        connection: 'Upgrade',
+        upgrade: 'websocket',
+      };
+      delete headers[':method'];
+      delete headers[':path'];
+      return headers;
+    };
+    try {
+      let [lo, hi] = [0, FORWARDED_HTTP1_LIMITS.maxHeaderSize];
+      while (lo < hi) {
+        const mid = Math.ceil((lo + hi) / 2);
+        if (upgradeHeadTooLarge('GET', PATH, fields(mid))) hi = mid - 1;
+        else lo = mid;
+      }
+      // Ten thousand one-letter groups: every one read, none dropped (Node drops fields past 2,000 by default).
+      expect(lo).toBeGreaterThan(10_000);
+      expect(await get(fields(lo))).toBe(String(lo));
+    } finally {
+      http1.close();
+    }
   });
 });

@@ -7,7 +7,10 @@
 // request's own fields (up to the proxy's 32 KiB list) and the identity's Impersonate-* fields, one per group and
 // extra value (up to 32 KiB of names, lib/authn/identity.ts, a field each). So a signed-in user with a few thousand
 // one-letter groups, or one request with thousands of short fields, would close a cluster's tunnel for everyone.
-// Such a request is refused with 431 before any stream opens (forward.ts), so no session ever meets the limit.
+// Such a request is refused with 431 before any stream opens: the API server's pool and the tunnels (a peer link is
+// one) check every block before they send it (headersTooLarge), so no session ever meets the limit. An answer relayed
+// back (forward.ts) is checked the same way, and a forwarded upgrade's HTTP/1.1 head against what the agent's and the
+// peer port's servers read (upgradeHeadTooLarge).
 import type { OutgoingHttpHeaders } from 'node:http2';
 
 /**
@@ -60,6 +63,10 @@ export function blockBound(headers: OutgoingHttpHeaders): number {
   return bytes;
 }
 
+/** An answer's head that the proxy could not send on (an upstream that is no API server): cut with 502. */
+export const answerHeadTooLarge = (headers: OutgoingHttpHeaders): boolean =>
+  blockBound(headers) > MAX_SEND_HEADER_BLOCK_BYTES;
+
 /** A request whose header block would be over MAX_SEND_HEADER_BLOCK_BYTES: answered 431, never sent. */
 export class HeadersTooLarge extends Error {
   readonly code = 'SEALION_HEADERS_TOO_LARGE';
@@ -73,5 +80,28 @@ export function headersTooLarge(headers: OutgoingHttpHeaders): HeadersTooLarge |
   return new HeadersTooLarge(
     `the request's header fields, with the user's identity as Impersonate-* fields (one per group and extra value), ` +
       `come to ${bytes} bytes as HTTP/2 sends them, over ${MAX_SEND_HEADER_BLOCK_BYTES}: send fewer fields`,
+  );
+}
+
+/**
+ * The refusal of a forwarded upgrade whose HTTP/1.1 head (`method`, `path`, `headers`) would be over what the agent's
+ * and the peer port's servers read (FORWARDED_HTTP1_LIMITS), or undefined. Counted as written: each field's name, its
+ * value, ": " and CRLF; the request line; and room for what Node adds (Host, and the framing fields).
+ */
+export function upgradeHeadTooLarge(
+  method: string,
+  path: string,
+  headers: OutgoingHttpHeaders,
+): HeadersTooLarge | undefined {
+  let bytes = method.length + path.length + PER_BLOCK_BYTES;
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    for (const v of Array.isArray(value) ? value : [value])
+      bytes += name.length + Buffer.byteLength(String(v)) + 4;
+  }
+  if (bytes <= FORWARDED_HTTP1_LIMITS.maxHeaderSize) return undefined;
+  return new HeadersTooLarge(
+    `the upgrade's head, with the user's identity as Impersonate-* fields (one per group and extra value), comes ` +
+      `to ${bytes} bytes, over ${FORWARDED_HTTP1_LIMITS.maxHeaderSize}: send fewer fields`,
   );
 }

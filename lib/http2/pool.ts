@@ -16,6 +16,7 @@ import {
 } from 'node:http2';
 import { isIP } from 'node:net';
 import { systemClock, type Clock } from '../clock.ts';
+import { headersTooLarge } from './header-block.ts';
 import { FIELDS_AS_SENT } from './hop-by-hop.ts';
 import { sizeWindows, STREAM_WINDOW_BYTES } from './window.ts';
 
@@ -122,6 +123,9 @@ export function newH2Pool(
 
   return {
     request(headers, endStream) {
+      // A block Node would not send closes the connection, which every user's requests share (header-block.ts).
+      const tooLarge = headersTooLarge(headers);
+      if (tooLarge) throw tooLarge;
       let chosen: Connection | undefined;
       for (const c of connections) {
         if (c.usable && !c.session.destroyed && c.active < c.limit) {

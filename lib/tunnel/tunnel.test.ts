@@ -12,6 +12,7 @@ import { webSocketStream } from './websocket.ts';
 import { eventually } from '../../dev/eventually.ts';
 import { fakeClock } from '../../test-support/fake-clock.ts';
 import { issueCert, newCA } from '../pki/pki.ts';
+import { HeadersTooLarge } from '../http2/header-block.ts';
 import { STREAM_WINDOW_BYTES } from '../http2/pool.ts';
 import {
   CONNECTION_WINDOW_BYTES,
@@ -459,13 +460,22 @@ describe('plain requests through a tunnel', () => {
       agentEnd.close();
       pair.close();
     });
-    const groups = Array.from({ length: 800 }, (_, i) => `group-${i}`.padEnd(40, '-'));
-    const stream = client.request({ ':path': '/api', 'impersonate-group': groups }, true);
-    stream.setEncoding('utf8');
-    let body = '';
-    stream.on('data', (c: string) => (body += c));
-    await new Promise((done, fail) => stream.on('end', done).on('error', fail));
-    expect(body).toBe('800');
+    const groupsOf = (count: number, length: number): string[] =>
+      Array.from({ length: count }, (_, i) => `group-${i}`.padEnd(length, '-'));
+    const ask = async (groups: string[]): Promise<string> => {
+      const stream = client.request({ ':path': '/api', 'impersonate-group': groups }, true);
+      stream.setEncoding('utf8');
+      let body = '';
+      stream.on('data', (c: string) => (body += c));
+      await new Promise((done, fail) => stream.on('end', done).on('error', fail));
+      return body;
+    };
+    expect(await ask(groupsOf(800, 40))).toBe('800');
+    // A block Node would refuse to send, and close the tunnel after: refused before a stream opens.
+    expect(() => client.request({ ':path': '/api', 'impersonate-group': groupsOf(5000, 1) }, true)).toThrow(
+      HeadersTooLarge,
+    );
+    expect(await ask(groupsOf(10, 40))).toBe('10');
   });
 
   it('carries a thousand answers that came before their bodies were all sent', async () => {

@@ -24,7 +24,7 @@ import type { Duplex } from 'node:stream';
 import { systemClock, type Clock } from '../clock.ts';
 import { FIELDS_AS_SENT } from '../http2/hop-by-hop.ts';
 import { UNCOUNTED_SESSION_MEMORY_MB } from '../http2/pool.ts';
-import { FORWARDED_HEADER_LIMITS } from '../http2/header-block.ts';
+import { FORWARDED_HEADER_LIMITS, headersTooLarge } from '../http2/header-block.ts';
 import { sizeWindows, STREAM_WINDOW_BYTES } from '../http2/window.ts';
 import { CURRENT_PROTOCOL, formatProtocol } from './protocol.ts';
 
@@ -321,6 +321,9 @@ class StreamCount {
 
   /** Opens a stream, counted until it closes; returns it and what takes it out of the count. */
   open(headers: OutgoingHttpHeaders, endStream: boolean): [ClientHttp2Stream, () => void] {
+    // A block Node would not send closes the session, every user's tunnel (lib/http2/header-block.ts).
+    const tooLarge = headersTooLarge(headers);
+    if (tooLarge) throw tooLarge;
     if (gone(this.session)) throw new TunnelClosedError('the tunnel is closed');
     if (this.moving) throw new TunnelClosedError('the tunnel is moving to another replica');
     if (this.active >= this.maxStreams)
