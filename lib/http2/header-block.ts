@@ -52,20 +52,49 @@ export const FORWARDED_HTTP1_LIMITS = {
   maxHeadersCount: 0,
 } as const;
 
-/** The bound nghttp2 puts on `headers`' encoded block, over-estimated slightly (values counted as UTF-8). */
-export function blockBound(headers: OutgoingHttpHeaders): number {
-  let bytes = PER_BLOCK_BYTES;
-  for (const [name, value] of Object.entries(headers)) {
+/**
+ * What `headers`' fields come to with `perField` bytes each besides name and value, values counted as UTF-8 when
+ * `exact`, else as three bytes a UTF-16 unit (never less than UTF-8; no Buffer call per field on the request path).
+ */
+function fieldBytes(headers: OutgoingHttpHeaders, perField: number, exact: boolean): number {
+  let bytes = 0;
+  for (const name in headers) {
+    const value = headers[name];
     if (value === undefined) continue;
-    const values = Array.isArray(value) ? value : [value];
-    for (const v of values) bytes += name.length + Buffer.byteLength(String(v)) + PER_FIELD_BYTES;
+    if (!Array.isArray(value)) {
+      const v = String(value);
+      bytes += name.length + perField + (exact ? Buffer.byteLength(v) : 3 * v.length);
+      continue;
+    }
+    for (const item of value)
+      bytes += name.length + perField + (exact ? Buffer.byteLength(item) : 3 * item.length);
   }
   return bytes;
 }
 
+/**
+ * Whether `fixed` bytes and `headers`' fields at `perField` each come to more than `limit`: at once when even the
+ * over-count fits (every request kubectl sends), else counted exactly.
+ */
+function over(
+  headers: OutgoingHttpHeaders,
+  fixed: number,
+  perField: number,
+  limit: number,
+): number | undefined {
+  if (fixed + fieldBytes(headers, perField, false) <= limit) return undefined;
+  const bytes = fixed + fieldBytes(headers, perField, true);
+  return bytes > limit ? bytes : undefined;
+}
+
+/** The bound nghttp2 puts on `headers`' encoded block, over-estimated slightly (values counted as UTF-8). */
+export function blockBound(headers: OutgoingHttpHeaders): number {
+  return PER_BLOCK_BYTES + fieldBytes(headers, PER_FIELD_BYTES, true);
+}
+
 /** An answer's head that the proxy could not send on (an upstream that is no API server): cut with 502. */
 export const answerHeadTooLarge = (headers: OutgoingHttpHeaders): boolean =>
-  blockBound(headers) > MAX_SEND_HEADER_BLOCK_BYTES;
+  over(headers, PER_BLOCK_BYTES, PER_FIELD_BYTES, MAX_SEND_HEADER_BLOCK_BYTES) !== undefined;
 
 /** A request whose header block would be over MAX_SEND_HEADER_BLOCK_BYTES: answered 431, never sent. */
 export class HeadersTooLarge extends Error {
@@ -75,8 +104,8 @@ export class HeadersTooLarge extends Error {
 
 /** The refusal of `headers` when their block would be too large to send, or undefined. */
 export function headersTooLarge(headers: OutgoingHttpHeaders): HeadersTooLarge | undefined {
-  const bytes = blockBound(headers);
-  if (bytes <= MAX_SEND_HEADER_BLOCK_BYTES) return undefined;
+  const bytes = over(headers, PER_BLOCK_BYTES, PER_FIELD_BYTES, MAX_SEND_HEADER_BLOCK_BYTES);
+  if (bytes === undefined) return undefined;
   return new HeadersTooLarge(
     `the request's header fields, with the user's identity as Impersonate-* fields (one per group and extra value), ` +
       `come to ${bytes} bytes as HTTP/2 sends them, over ${MAX_SEND_HEADER_BLOCK_BYTES}: send fewer fields`,
@@ -93,13 +122,10 @@ export function upgradeHeadTooLarge(
   path: string,
   headers: OutgoingHttpHeaders,
 ): HeadersTooLarge | undefined {
-  let bytes = method.length + path.length + PER_BLOCK_BYTES;
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    for (const v of Array.isArray(value) ? value : [value])
-      bytes += name.length + Buffer.byteLength(String(v)) + 4;
-  }
-  if (bytes <= FORWARDED_HTTP1_LIMITS.maxHeaderSize) return undefined;
+  // Each field as written: its name, ": ", its value and CRLF.
+  const fixed = Buffer.byteLength(method) + Buffer.byteLength(path) + PER_BLOCK_BYTES;
+  const bytes = over(headers, fixed, 4, FORWARDED_HTTP1_LIMITS.maxHeaderSize);
+  if (bytes === undefined) return undefined;
   return new HeadersTooLarge(
     `the upgrade's head, with the user's identity as Impersonate-* fields (one per group and extra value), comes ` +
       `to ${bytes} bytes, over ${FORWARDED_HTTP1_LIMITS.maxHeaderSize}: send fewer fields`,
