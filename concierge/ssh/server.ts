@@ -267,14 +267,16 @@ class SshDoor {
 
   /** A connection said its version: its key exchange, sign-in and, once signed in, its channels. */
   private onVersion(client: Connection, info: VersionInfo): void {
+    // First, before any return: a connection whose socket has gone meanwhile still parses what it had read, and a
+    // failed key exchange then errors on it; unheard, that error stopped the concierge.
+    client.on('error', (err: Error) =>
+      this.log.debug({ ip: info.ip, err: err.message }, 'ssh connection error'),
+    );
     const conn = this.accepted.get(`${info.ip}:${info.port}`);
     if (!conn) return void client.end();
     conn.progress(Stage.KeyExchange);
     // Printable only: it goes into a request's User-Agent (for audit) and the log.
     const software = (info.header?.versions?.software ?? 'unknown').replace(/[^\x21-\x7e]/g, '').slice(0, 64);
-    client.on('error', (err: Error) =>
-      this.log.debug({ ip: conn.ip, err: err.message }, 'ssh connection error'),
-    );
     client.once('handshake', () => {
       conn.progress(Stage.SigningIn);
       if (conn.deviceLoginSince === undefined) conn.endAt(conn.acceptedAt + this.limits.loginGraceMs);
