@@ -254,6 +254,8 @@ interface Late {
   peering?: Peering;
   /** The Clusters, once the tunnel parts (which watch them) run. */
   clusters?: Informer<Cluster>;
+  /** The tunnels' holders as the Clusters' status says them, once the tunnel parts run. */
+  status?: ClusterStatusPublisher;
   signer?: CertificateAuthority;
   serving: boolean;
   /** The name the hub's own cluster goes by (the config's `ssh.hubName`), once the controllers read the config. */
@@ -541,6 +543,7 @@ async function impersonationProxy(
       (name) => late.tunnels?.route(name),
       (name) => late.peering?.route(name),
     ),
+    lastConnected: (name) => late.status?.lastConnected(name),
     signer: newClientCertSigner(() => late.signer),
     metrics,
     log: log.child({ component: 'proxy' }),
@@ -713,6 +716,7 @@ async function tunnelStatus(
     log: log.child({ component: 'cluster-status' }),
   });
   routes = publisher;
+  late.status = publisher;
   // The agents' handshakes that wait too long, swept once a second once the listener (started last) exists.
   manager.run(handshakeSweep(() => late.tunnels));
   const service = opts.tunnel?.service;

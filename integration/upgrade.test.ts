@@ -491,10 +491,18 @@ async function killedReplica(): Promise<void> {
   );
 }
 
-const ZERO = { failed: { hub: 0, edge: 0 }, missed: 0, hung: 0, unreachableSeconds: { hub: 0, edge: 0 } };
+const ZERO = {
+  failed: { hub: 0, edge: 0 },
+  failures: [],
+  missed: 0,
+  hung: 0,
+  unreachableSeconds: { hub: 0, edge: 0 },
+};
+/** A phase's figures the targets hold, with what its failed requests said (in the diff when one fails). */
 const target = (c: PhaseCount) => ({
   phase: c.phase,
   failed: c.failed,
+  failures: c.failures,
   missed: c.missed,
   hung: c.hung,
   unreachableSeconds: c.unreachableSeconds,

@@ -14,7 +14,7 @@ import type { ClusterSpec } from '../../apis/tunnel.ts';
 import type { AuthenticatorCache } from '../../lib/authn/cache.ts';
 import { identityProblem } from '../../lib/authn/identity.ts';
 import type { UserInfo } from '../../lib/authn/types.ts';
-import type { Clock } from '../../lib/clock.ts';
+import { systemClock, type Clock } from '../../lib/clock.ts';
 import { H2Request, type Request, type Response } from '../../lib/http2/request.ts';
 import { authenticatedGroups } from '../../lib/kube/authenticated.ts';
 import type { Reviewer } from '../../lib/kube/kube.ts';
@@ -55,7 +55,7 @@ import type { ProxyMetrics } from './metrics.ts';
 import { newObserver } from './observe.ts';
 import { newRecorder, type RecordStage } from './record.ts';
 import { widenStreamWindows } from './server.ts';
-import { clusterRoute, type ClusterRouter } from './route.ts';
+import { clusterRoute, untilRouted, type ClusterRouter } from './route.ts';
 
 export { MAX_ANONYMOUS_IN_FLIGHT } from './hub-apis.ts';
 
@@ -66,6 +66,11 @@ export interface ProxyDeps {
   reviewer: Reviewer;
   /** The route to the hub's API server, and to each cluster through its agent's tunnel, here or on a peer. */
   router: ClusterRouter;
+  /**
+   * When this process last saw a cluster's agent connected (any replica holding its tunnel), if it ever did: a
+   * request for a cluster without a route waits up to AGENT_RETURN_MS from then for one (route.ts). Default: never.
+   */
+  lastConnected?: (cluster: string) => number | undefined;
   signer: ClientCertSigner;
   metrics: ProxyMetrics;
   log: Logger;
@@ -75,7 +80,7 @@ export interface ProxyDeps {
   serving: () => boolean;
   /** How long a TokenCredentialRequest's body may take to arrive. Default: BODY_TIMEOUT_MS (login-apis.ts). */
   bodyTimeoutMs?: number;
-  /** The deadlines of the local APIs' bodies. Default: the system's. */
+  /** The deadlines of the local APIs' bodies, and a wait for a cluster between tunnels. Default: the system's. */
   clock?: Clock;
   /** Authorization answers, per cluster. Default: a cache of its own (access-reviews.ts). */
   reviews?: ReviewCache;
@@ -481,6 +486,10 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return api.serve(plain.req, plain.res, path, seen);
     }
     const viaDoor = deps.signedIn?.(req) !== undefined;
+    // A cluster between tunnels (its agent moving to another replica) is waited for a moment rather than refused.
+    const { lastConnected } = deps;
+    if (context.cluster && lastConnected)
+      await untilRouted(deps.router, context.cluster, lastConnected, exchange, deps.clock ?? systemClock);
     return forward(decider, record, exchange, identity, parsed, deps.sessions, grantSessions, viaDoor);
   }
 

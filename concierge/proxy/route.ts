@@ -1,6 +1,7 @@
 // Where a request goes once it is decided: the ClusterRouter picks a Route for the cluster it is for (the hub's own
 // API server, the tunnel this replica holds to the cluster's agent, or a peer replica that holds one), and the
 // route admits it (its fair share of a tunnel, its place on a peer link) and hands it to the transport.
+import type { Clock } from '../../lib/clock.ts';
 import type { CallAnswer } from '../../lib/http2/forward.ts';
 import type { FairRefusal, FairSemaphore } from '../../lib/fair-semaphore.ts';
 import { gone, refuse, whenClosed, type Exchange, type Refusal, type RouteKind } from './exchange.ts';
@@ -48,6 +49,38 @@ export function newClusterRouter(
       return undefined;
     },
   };
+}
+
+/**
+ * How long after its agent was last connected a request for a cluster with no route waits for one. An agent whose
+ * tunnel a draining replica asks to move dials another within 1 to 3 s, and its other tunnel may be moving at the same
+ * moment (a rolling upgrade drains the replicas one after the other, and an address that picks a replica at random
+ * may land the first dial on the replica that holds the other tunnel); a replica that dies leaves its agents without
+ * a tunnel until they dial again. A request in such a gap is served once a tunnel is back; a cluster gone longer is
+ * refused at once, as before.
+ */
+export const AGENT_RETURN_MS = 10_000;
+/** How often a waiting request looks for a route again. */
+const RETURN_CHECK_MS = 100;
+
+/**
+ * Resolves once `cluster` has a route, the client has gone, or AGENT_RETURN_MS have passed since this process last
+ * saw the cluster's agent connected (`lastConnected`; at once when it never did, or when that was longer ago). The
+ * caller routes as usual then: a request still without a route is refused as before.
+ */
+export async function untilRouted(
+  router: ClusterRouter,
+  cluster: string,
+  lastConnected: (cluster: string) => number | undefined,
+  exchange: Exchange,
+  clock: Clock,
+): Promise<void> {
+  if (router.route(cluster)) return;
+  const seen = lastConnected(cluster);
+  if (seen === undefined) return;
+  const deadline = Math.min(seen, clock.now()) + AGENT_RETURN_MS;
+  while (!gone(exchange) && clock.now() < deadline && !router.route(cluster))
+    await new Promise<void>((done) => clock.setTimeout(done, RETURN_CHECK_MS));
 }
 
 const CLUSTERS_PREFIX = '/clusters/';

@@ -283,6 +283,37 @@ describe('the cluster status publisher', () => {
     expect(a.lease.deleted).toBe(true);
   });
 
+  it('remembers when it last saw each cluster connected, and says nothing while another live replica holds it', async () => {
+    const clusters = new MemoryInformer<Cluster>([
+      cluster('edge', {
+        connected: true,
+        connectedSince: T0,
+        tunnels: [{ replica: 'b', connectedSince: T0 }],
+      }),
+      cluster('never'),
+    ]);
+    const leases = new MemoryInformer<LeaseObject>([lease('b', '1')]);
+    const clock = fakeClock();
+    const a = await replica('a', clusters, leases, fakeStatus(clusters), new Map(), clock);
+    // b holds edge's tunnel: a request here that finds no route has none to wait for.
+    expect(a.publisher.lastConnected('edge')).toBeUndefined();
+    expect(a.publisher.lastConnected('never')).toBeUndefined();
+    expect(a.publisher.lastConnected('unknown')).toBeUndefined();
+    const seen = clock.now();
+    // b's tunnel goes (its agent moves), and a while later the status says the cluster is disconnected.
+    clusters.put(cluster('edge', { connected: true, connectedSince: T0, tunnels: [] }));
+    await settle();
+    clock.advance(4_000);
+    clusters.put(cluster('edge', { connected: false, connectedSince: T0, tunnels: [] }));
+    await settle();
+    expect(a.publisher.lastConnected('edge')).toBe(seen);
+    // Removed: forgotten.
+    clusters.remove('edge');
+    await settle();
+    expect(a.publisher.lastConnected('edge')).toBeUndefined();
+    await a.stop();
+  });
+
   it('removes the entries of a replica whose Lease stopped changing, within its duration and a check', async () => {
     const clusters = new MemoryInformer<Cluster>([
       cluster('edge', {

@@ -252,6 +252,12 @@ export interface ClusterStatusPublisher {
    * tunnel first (an agent that moved is likelier on its latest replica).
    */
   holders(cluster: string): RemoteHolder[];
+  /**
+   * When this process last saw `cluster`'s agent connected (its status said so, or a live replica's entry did), on its
+   * own clock; undefined when it never did, or when a live replica other than this one holds the tunnel (a request
+   * that finds no route then has none to wait for: this replica cannot reach that one).
+   */
+  lastConnected(cluster: string): number | undefined;
   /** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
   knownSource(ip: string): boolean;
   /** The other live replicas, where their peer listeners are. */
@@ -276,6 +282,8 @@ interface Publishing {
   index: EntryIndex;
   /** This replica's refusals of agents for their protocol, by cluster, until the status says them. */
   refusals: Map<string, ProtocolRefusal>;
+  /** When this process last saw each registered cluster connected (lastConnected). */
+  connectedAt: Map<string, number>;
 }
 
 /**
@@ -302,12 +310,16 @@ async function syncCluster(at: Publishing, name: string): Promise<void> {
   const { opts, liveness } = at;
   at.index.update(name);
   const cluster = opts.clusters.get(name);
-  if (!cluster) return void at.refusals.delete(name);
+  if (!cluster) {
+    at.connectedAt.delete(name);
+    return void at.refusals.delete(name);
+  }
   const status = cluster.status ?? {};
   const entries = status.tunnels ?? [];
   const held = liveness.stopped ? undefined : opts.held(name);
   const mine: TunnelHolder | undefined = held ? { ...held, replica: opts.identity } : undefined;
   const { others, lapsedEntries } = otherEntries(at, entries);
+  if (mine || others.length > 0 || status.connected) at.connectedAt.set(name, opts.clock.now());
   const remover = liveness.removesLapsed();
   // This replica's own entry first: other replicas route by it, and it needs nothing else written before it.
   const refusal = at.refusals.get(name);
@@ -528,6 +540,15 @@ function remoteHolders(at: Publishing, cluster: string): RemoteHolder[] {
     .map(({ replica, address }) => ({ replica, address }));
 }
 
+function lastConnected(at: Publishing, name: string): number | undefined {
+  const { opts } = at;
+  const status = opts.clusters.get(name)?.status;
+  if (!status) return at.connectedAt.get(name);
+  if (otherEntries(at, status.tunnels ?? []).others.length > 0) return undefined;
+  if (status.connected || opts.held(name)) at.connectedAt.set(name, opts.clock.now());
+  return at.connectedAt.get(name);
+}
+
 /**
  * Removes this replica's entries and Lease, with one deadline for all of it: a stop never waits on an API server
  * that does not answer.
@@ -560,6 +581,7 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
     liveness: new Liveness(opts.leases, opts.identity, opts.clock),
     index: new EntryIndex(opts.clusters),
     refusals: new Map(),
+    connectedAt: new Map(),
   };
   let withdrawn: Promise<void> | undefined;
   return {
@@ -574,6 +596,7 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
     replicas: () => liveReplicas(at),
     versions: () => replicaVersions(at),
     holders: (cluster) => remoteHolders(at, cluster),
+    lastConnected: (cluster) => lastConnected(at, cluster),
     withdraw: () => (withdrawn ??= withdraw(at)),
   };
 }

@@ -27,7 +27,7 @@ import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.t
 import { newTunnelClient, serveTunnel } from '../../lib/tunnel/tunnel.ts';
 import { newRequestAuthenticator } from '../proxy/authenticate.ts';
 import { newClientCertSigner } from '../proxy/credentials.ts';
-import { newClusterRouter, type Route } from '../proxy/route.ts';
+import { AGENT_RETURN_MS, newClusterRouter, type Route } from '../proxy/route.ts';
 import { newProxyHandler } from '../proxy/handler.ts';
 import { newProxyMetrics } from '../proxy/metrics.ts';
 import { newProxyServer, type ProxyServer } from '../proxy/server.ts';
@@ -125,6 +125,8 @@ let server: ProxyServer;
 let port: number;
 const clock = fakeClock();
 const LONG = 600_000;
+/** When each cluster's agent was last seen connected, as the Clusters' status tells a replica. */
+const connectedAt: Record<string, number> = {};
 /** A share that holds one stalled tunnel stream's window, not two. */
 const budget = newMemoryBudget({
   perUserBytes: 1.5 * STREAM_WINDOW_BYTES,
@@ -244,6 +246,7 @@ beforeAll(async () => {
     cache,
     reviewer,
     router: newClusterRouter(noHub, (name) => routes[name]),
+    lastConnected: (name) => connectedAt[name],
     signer: newClientCertSigner(() => undefined),
     metrics: newProxyMetrics(),
     log: silentLogger(),
@@ -504,6 +507,42 @@ describe('requests that make no progress', () => {
     await eventually(() => expect(budget.held('alice')).toBe(0));
     kept.destroy();
     await eventually(() => expect(upgradesEnded).toBe(endedBefore + 2));
+  });
+});
+
+describe('a cluster between tunnels', () => {
+  const limits = {
+    capacity: 4,
+    perKey: 2,
+    maxQueued: 0,
+    maxQueuedPerKey: 0,
+    maxWaitMs: LONG,
+    progressTimeoutMs: LONG,
+  };
+
+  it('serves a request that came while its agent moved, once the tunnel is back', async () => {
+    // Its agent was connected a moment ago, and has no tunnel now (moving from a draining replica).
+    connectedAt['moving'] = Date.now();
+    const waiting = call('alice', '/clusters/moving/version');
+    let answered = false;
+    void waiting.ended.then(() => (answered = true));
+    await new Promise((done) => setTimeout(done, 300));
+    expect(answered).toBe(false);
+    await connectCluster('moving', limits);
+    expect(await waiting.ended).toBe('end');
+    expect(statusOf(waiting)).toBe(200);
+  });
+
+  it('refuses at once a request for a cluster whose agent left longer ago, or was never seen', async () => {
+    connectedAt['gone'] = Date.now() - AGENT_RETURN_MS;
+    for (const name of ['gone', 'never']) {
+      const refused = call('alice', `/clusters/${name}/version`);
+      expect(await refused.ended).toBe('end');
+      expect(statusOf(refused)).toBe(503);
+      expect(JSON.parse(await refused.body)).toMatchObject({
+        message: `cluster ${name} is not connected: its agent holds no tunnel to any concierge replica`,
+      });
+    }
   });
 });
 

@@ -73,6 +73,8 @@ export interface PhaseCount {
   unreachableSeconds: Record<Where, number>;
   /** The first few failures and session ends, for a reader of the table. */
   said: string[];
+  /** What the first few failed requests said, for an assertion's diff. */
+  failures: string[];
 }
 
 /** A process the load started, with what it printed and when it last made progress. */
@@ -181,6 +183,10 @@ export class TeamLoad {
         endedSilently: ends.filter((e) => e.how === 'silent').length,
         hung: ends.filter((e) => e.how === 'hung').length,
         unreachableSeconds: byWhere(unreachableSeconds),
+        failures: reqs
+          .filter((r) => !r.ok)
+          .slice(0, 4)
+          .map((r) => `${r.where}: ${r.said}`),
         said: [
           ...reqs.filter((r) => !r.ok).map((r) => `${r.where}: ${r.said}`),
           ...ends.map((e) => `${e.session} ${e.how}: ${e.said}`),
