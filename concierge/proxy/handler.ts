@@ -55,7 +55,7 @@ import type { ProxyMetrics } from './metrics.ts';
 import { newObserver } from './observe.ts';
 import { newRecorder, type RecordStage } from './record.ts';
 import { widenStreamWindows } from './server.ts';
-import { clusterRoute, untilRouted, type ClusterRouter } from './route.ts';
+import { clusterRoute, newRouteWaits, type ClusterRouter } from './route.ts';
 
 export { MAX_ANONYMOUS_IN_FLIGHT } from './hub-apis.ts';
 
@@ -456,6 +456,8 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const decider = newDecider(deps);
   const grantSessions = newGrantSessions(deps.grants ?? NO_GRANTS);
   const record = newRecorder(deps.recordings, log, (exchange) => deps.partOfRecording?.(exchange.req));
+  const routeWaits =
+    deps.lastConnected && newRouteWaits(deps.router, deps.lastConnected, deps.clock ?? systemClock);
 
   async function serve(exchange: Exchange): Promise<void> {
     const { req, context } = exchange;
@@ -487,9 +489,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
     }
     const viaDoor = deps.signedIn?.(req) !== undefined;
     // A cluster between tunnels (its agent moving to another replica) is waited for a moment rather than refused.
-    const { lastConnected } = deps;
-    if (context.cluster && lastConnected)
-      await untilRouted(deps.router, context.cluster, lastConnected, exchange, deps.clock ?? systemClock);
+    if (context.cluster && routeWaits) await routeWaits.until(context.cluster, exchange);
     return forward(decider, record, exchange, identity, parsed, deps.sessions, grantSessions, viaDoor);
   }
 

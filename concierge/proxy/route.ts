@@ -60,27 +60,61 @@ export function newClusterRouter(
  * refused at once, as before.
  */
 export const AGENT_RETURN_MS = 10_000;
-/** How often a waiting request looks for a route again. */
+/** How often the clusters that requests wait for are looked up again. */
 const RETURN_CHECK_MS = 100;
 
+/** A request waiting for its cluster's route. */
+interface Waiter {
+  exchange: Exchange;
+  deadline: number;
+  done: () => void;
+}
+
 /**
- * Resolves once `cluster` has a route, the client has gone, or AGENT_RETURN_MS have passed since this process last
- * saw the cluster's agent connected (`lastConnected`; at once when it never did, or when that was longer ago). The
- * caller routes as usual then: a request still without a route is refused as before.
+ * The wait of requests for clusters without a route: `until` resolves once the cluster has one, the client has gone,
+ * or AGENT_RETURN_MS have passed since this process last saw the cluster's agent connected (`lastConnected`; at once
+ * when it never did, or when that was longer ago). The caller routes as usual then: a request still without a route
+ * is refused as before. One timer looks up each cluster that has waiters, whatever their number.
  */
-export async function untilRouted(
+export function newRouteWaits(
   router: ClusterRouter,
-  cluster: string,
   lastConnected: (cluster: string) => number | undefined,
-  exchange: Exchange,
   clock: Clock,
-): Promise<void> {
-  if (router.route(cluster)) return;
-  const seen = lastConnected(cluster);
-  if (seen === undefined) return;
-  const deadline = Math.min(seen, clock.now()) + AGENT_RETURN_MS;
-  while (!gone(exchange) && clock.now() < deadline && !router.route(cluster))
-    await new Promise<void>((done) => clock.setTimeout(done, RETURN_CHECK_MS));
+): { until(cluster: string, exchange: Exchange): Promise<void> } {
+  const waiting = new Map<string, Set<Waiter>>();
+  let ticking = false;
+  const tick = (): void => {
+    const now = clock.now();
+    for (const [cluster, waiters] of waiting) {
+      const routed = router.route(cluster) !== undefined;
+      for (const waiter of waiters)
+        if (routed || now >= waiter.deadline || gone(waiter.exchange)) {
+          waiters.delete(waiter);
+          waiter.done();
+        }
+      if (waiters.size === 0) waiting.delete(cluster);
+    }
+    ticking = waiting.size > 0;
+    if (ticking) clock.setTimeout(tick, RETURN_CHECK_MS);
+  };
+  return {
+    until(cluster, exchange) {
+      if (router.route(cluster)) return Promise.resolve();
+      const seen = lastConnected(cluster);
+      if (seen === undefined) return Promise.resolve();
+      const deadline = Math.min(seen, clock.now()) + AGENT_RETURN_MS;
+      if (clock.now() >= deadline) return Promise.resolve();
+      return new Promise<void>((done) => {
+        let waiters = waiting.get(cluster);
+        if (!waiters) waiting.set(cluster, (waiters = new Set()));
+        waiters.add({ exchange, deadline, done });
+        if (!ticking) {
+          ticking = true;
+          clock.setTimeout(tick, RETURN_CHECK_MS);
+        }
+      });
+    },
+  };
 }
 
 const CLUSTERS_PREFIX = '/clusters/';
