@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { createInterface } from 'node:readline';
 import { ensureLoadGenerator } from '../dev/build.ts';
+import { dieWithParent } from '../dev/processes.ts';
 import type { Measurement } from './measure.ts';
 
 /** Where and how a target is reached: a URL, the CA to trust, and a client certificate, token or headers. */
@@ -72,7 +73,7 @@ interface Run {
 
 export async function startLoadGenerator(log: (line: string) => void): Promise<LoadGenerator> {
   const binary = await ensureLoadGenerator(log);
-  const child: ChildProcess = spawn(binary, [], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child: ChildProcess = spawn(...dieWithParent(binary, []), { stdio: ['pipe', 'pipe', 'inherit'] });
   const answers = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
   const next = async (): Promise<Record<string, unknown>> => {
     const line = await answers.next();

@@ -20,6 +20,7 @@ import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer } from '../dev/oidc-issuer.ts';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { dieWithParent } from '../dev/processes.ts';
 import { startLoadGenerator } from './loadgen.ts';
 import {
   formatNumber,
@@ -229,12 +230,11 @@ async function benchFailover(
   const c = await startConcierge(cluster, 0, children, 'replica-c');
   // The agents dial A and B through one balanced address, a balancer in its own process (serve-balancer.ts).
   const balancer = spawn(
-    process.execPath,
-    [
+    ...dieWithParent(process.execPath, [
       fileURLToPath(new URL('./serve-balancer.ts', import.meta.url)),
       String(a.tunnelPort),
       String(b.tunnelPort),
-    ],
+    ]),
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
   children.push(balancer);

@@ -18,7 +18,7 @@ import { clientCertChain } from '../lib/pki/pem.ts';
 import { impersonationHeaders } from '../concierge/proxy/impersonate.ts';
 import { issueCert } from '../lib/pki/pki.ts';
 import { startCluster, type Cluster } from '../dev/cluster.ts';
-import { processesUsing } from '../dev/processes.ts';
+import { dieWithParent, processesUsing } from '../dev/processes.ts';
 import { applyJWTAuthenticator, forwardingToken } from '../dev/concierge.ts';
 import { eventually } from '../dev/eventually.ts';
 import { startOIDCIssuer, type TestIssuer } from '../dev/oidc-issuer.ts';
@@ -244,8 +244,7 @@ export async function benchProxy(): Promise<Verdict> {
     // options its Deployment gives it.
     const serveProxy = (...extra: string[]): ChildProcess =>
       spawn(
-        process.execPath,
-        [
+        ...dieWithParent(process.execPath, [
           ...PROXY_NODE_OPTIONS.split(' '),
           '--expose-gc',
           fileURLToPath(new URL('./serve-proxy.ts', import.meta.url)),
@@ -253,7 +252,7 @@ export async function benchProxy(): Promise<Verdict> {
           cluster.url,
           cluster.binaries.kubectl,
           ...extra,
-        ],
+        ]),
         { stdio: ['pipe', 'pipe', 'inherit'] },
       );
     const server = serveProxy();
@@ -288,8 +287,12 @@ export async function benchProxy(): Promise<Verdict> {
 
     // kubectl proxy, the peer: plain HTTP on loopback, forwarding with the admin's credentials.
     const kubectlProxy = spawn(
-      cluster.binaries.kubectl,
-      ['--kubeconfig', cluster.kubeconfigPath, 'proxy', '--port=0'],
+      ...dieWithParent(cluster.binaries.kubectl, [
+        '--kubeconfig',
+        cluster.kubeconfigPath,
+        'proxy',
+        '--port=0',
+      ]),
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     children.push(kubectlProxy);
@@ -311,8 +314,11 @@ export async function benchProxy(): Promise<Verdict> {
     };
     // The floor for a proxy in Node: a bare relay sending the same (serve-relay.ts).
     const relay = spawn(
-      process.execPath,
-      [fileURLToPath(new URL('./serve-relay.ts', import.meta.url)), cluster.dir, cluster.url],
+      ...dieWithParent(process.execPath, [
+        fileURLToPath(new URL('./serve-relay.ts', import.meta.url)),
+        cluster.dir,
+        cluster.url,
+      ]),
       { stdio: ['pipe', 'pipe', 'inherit'] },
     );
     children.push(relay);

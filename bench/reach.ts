@@ -26,7 +26,7 @@ import {
   type InstalledSealion,
   type Running,
 } from '../dev/installed.ts';
-import { stopChild, waitForOutput } from '../dev/processes.ts';
+import { dieWithParent, stopChild, waitForOutput } from '../dev/processes.ts';
 import { deployReachWorkload, ECHO_PORT, REACH_WORKLOAD, SIZED_PORT } from '../dev/reach-workload.ts';
 import { formatNumber, printColumns, saveResults, selected } from './measure.ts';
 import { AS_DEMO, COPY_DESCRIPTION, measureCopies } from './reach-copies.ts';
@@ -152,7 +152,7 @@ async function startForward(
   remotes: string[],
   children: ChildProcess[],
 ): Promise<{ ports: number[]; said: () => string }> {
-  const child = spawn(command, [...args, ...remotes.map((r) => `:${r}`)], {
+  const child = spawn(...dieWithParent(command, [...args, ...remotes.map((r) => `:${r}`)]), {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.push(child);

@@ -36,6 +36,7 @@ import {
 } from './measure.ts';
 import { controlPlaneOf, cpuSeconds, lines, prepareBenchData } from './proxy.ts';
 import { printVerdicts, TUNNEL_BASE, tunnelVerdicts, type Verdict } from './targets.ts';
+import { dieWithParent } from '../dev/processes.ts';
 
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3);
 const AGENTS = Number(process.env['BENCH_AGENTS'] ?? 10_000);
@@ -90,8 +91,7 @@ export async function startConcierge(
   identity = 'local',
 ): Promise<ConciergeProcess> {
   const child = spawn(
-    process.execPath,
-    [
+    ...dieWithParent(process.execPath, [
       '--expose-gc',
       fileURLToPath(new URL('./serve-tunnel.ts', import.meta.url)),
       cluster.dir,
@@ -100,7 +100,7 @@ export async function startConcierge(
       NS,
       String(tunnelPort),
       identity,
-    ],
+    ]),
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
   children.push(child);
@@ -592,9 +592,12 @@ export function simulateAgents(
   stops: (() => unknown)[],
 ): { count(): Promise<number> } {
   const simulators = Array.from({ length: AGENT_PROCESSES }, (_, i) => {
-    const child = spawn(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))], {
-      stdio: ['pipe', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      ...dieWithParent(process.execPath, [fileURLToPath(new URL('./serve-agents.ts', import.meta.url))]),
+      {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      },
+    );
     children.push(child);
     stops.push(() => child.kill('SIGTERM'));
     const agents = certs.filter((_, j) => j % AGENT_PROCESSES === i);
