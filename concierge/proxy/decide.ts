@@ -111,9 +111,14 @@ export interface DeciderDeps {
 /** A user who passed authentication. */
 export type Authenticated = Exclude<Identity, { kind: 'anonymous' }>;
 
+/** The refusal of a request that would go on were its cluster reachable: nothing else stood in its way. */
+export interface Unrouted extends Refusal {
+  unrouted: true;
+}
+
 export interface Decider {
   /** Where a request for `cluster` ('' for the hub) goes and who decides about it, or why it cannot go. */
-  target(cluster: string, identity: Authenticated): Target | Refusal;
+  target(cluster: string, identity: Authenticated): Target | Refusal | Unrouted;
   /**
    * A user's identity as it is forwarded to `cluster` ('' for the hub), grants and reason included; the user as it is
    * when nothing is added. What the local APIs (WhoAmIRequest) answer with.
@@ -320,7 +325,10 @@ export function newDecider(deps: DeciderDeps): Decider {
    * Where a request goes and who decides about it: the hub's own API server, or for `/clusters/<name>/…` that
    * cluster, reached through its agent; or the Status that says why it cannot go.
    */
-  function targetOf(cluster: string, identity: Exclude<Identity, { kind: 'anonymous' }>): Target | Refusal {
+  function targetOf(
+    cluster: string,
+    identity: Exclude<Identity, { kind: 'anonymous' }>,
+  ): Target | Refusal | Unrouted {
     // The fair shares' key: the authenticated name (a workload's hub service account), before any mapping.
     const user = identity.user.username;
     // A service-account token for this cluster's API server means nothing to another one.
@@ -351,6 +359,7 @@ export function newDecider(deps: DeciderDeps): Decider {
       return {
         status: 503,
         message: `cluster ${cluster} is not connected: its agent holds no tunnel to any concierge replica`,
+        unrouted: true,
       };
     if (!cluster)
       return {

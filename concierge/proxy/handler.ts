@@ -55,7 +55,7 @@ import type { ProxyMetrics } from './metrics.ts';
 import { newObserver } from './observe.ts';
 import { newRecorder, type RecordStage } from './record.ts';
 import { widenStreamWindows } from './server.ts';
-import { clusterRoute, newRouteWaits, type ClusterRouter } from './route.ts';
+import { clusterRoute, newRouteWaits, type ClusterRouter, type RouteWaits } from './route.ts';
 
 export { MAX_ANONYMOUS_IN_FLIGHT } from './hub-apis.ts';
 
@@ -67,8 +67,9 @@ export interface ProxyDeps {
   /** The route to the hub's API server, and to each cluster through its agent's tunnel, here or on a peer. */
   router: ClusterRouter;
   /**
-   * When this process last saw a cluster's agent connected (any replica holding its tunnel), if it ever did: a
-   * request for a cluster without a route waits up to AGENT_RETURN_MS from then for one (route.ts). Default: never.
+   * When this process last saw a cluster's agent connected, if it did and a wait could bring a route (RouteWaitOptions
+   * in route.ts): a request for a cluster without a route waits up to AGENT_RETURN_MS from then for one. Default:
+   * none waits.
    */
   lastConnected?: (cluster: string) => number | undefined;
   signer: ClientCertSigner;
@@ -374,6 +375,7 @@ function grantEnded(hold: GrantHold | undefined): Refusal | undefined {
 /** decide → record → the cluster's route. */
 async function forward(
   decider: Decider,
+  routeWaits: RouteWaits | undefined,
   record: RecordStage,
   exchange: Exchange,
   identity: Authenticated,
@@ -383,7 +385,13 @@ async function forward(
   viaDoor: boolean,
 ): Promise<void> {
   const { req, context } = exchange;
-  const target = decider.target(context.cluster, identity);
+  let target = decider.target(context.cluster, identity);
+  // A cluster between tunnels (its agent moving to another replica) is waited for a moment, when nothing but its
+  // route stood in the way.
+  if ('unrouted' in target && routeWaits) {
+    await routeWaits.until(context.cluster, identity.user.username, exchange);
+    target = decider.target(context.cluster, identity);
+  }
   if ('status' in target) return refuse(exchange, target);
   // Held from the moment its grants were read, before anything is awaited, so that no grant's end goes unheard.
   const hold = holdUnderGrants(grantSessions, exchange, target.grants, parsed);
@@ -456,8 +464,15 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const decider = newDecider(deps);
   const grantSessions = newGrantSessions(deps.grants ?? NO_GRANTS);
   const record = newRecorder(deps.recordings, log, (exchange) => deps.partOfRecording?.(exchange.req));
+  const { lastConnected } = deps;
   const routeWaits =
-    deps.lastConnected && newRouteWaits(deps.router, deps.lastConnected, deps.clock ?? systemClock);
+    lastConnected &&
+    newRouteWaits({
+      router: deps.router,
+      lastConnected,
+      draining: () => !deps.ready(),
+      clock: deps.clock ?? systemClock,
+    });
 
   async function serve(exchange: Exchange): Promise<void> {
     const { req, context } = exchange;
@@ -488,9 +503,17 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
       return api.serve(plain.req, plain.res, path, seen);
     }
     const viaDoor = deps.signedIn?.(req) !== undefined;
-    // A cluster between tunnels (its agent moving to another replica) is waited for a moment rather than refused.
-    if (context.cluster && routeWaits) await routeWaits.until(context.cluster, exchange);
-    return forward(decider, record, exchange, identity, parsed, deps.sessions, grantSessions, viaDoor);
+    return forward(
+      decider,
+      routeWaits,
+      record,
+      exchange,
+      identity,
+      parsed,
+      deps.sessions,
+      grantSessions,
+      viaDoor,
+    );
   }
 
   return {

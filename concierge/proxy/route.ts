@@ -55,65 +55,106 @@ export function newClusterRouter(
  * How long after its agent was last connected a request for a cluster with no route waits for one. An agent whose
  * tunnel a draining replica asks to move dials another within 1 to 3 s, and its other tunnel may be moving at the same
  * moment (a rolling upgrade drains the replicas one after the other, and an address that picks a replica at random
- * may land the first dial on the replica that holds the other tunnel); a replica that dies leaves its agents without
- * a tunnel until they dial again. A request in such a gap is served once a tunnel is back; a cluster gone longer is
- * refused at once, as before.
+ * may land the first dial on the replica that holds the other tunnel). A request in such a gap is served once a
+ * tunnel is back; a cluster gone longer is refused at once, as before.
  */
 export const AGENT_RETURN_MS = 10_000;
 /** How often the clusters that requests wait for are looked up again. */
 const RETURN_CHECK_MS = 100;
+/**
+ * Requests one user may have waiting at once, and all users together; past these a request is refused at once, as
+ * it was before requests waited. They are a tunnel's default queue, per user and in all (tunnelLimits): a waiting
+ * request holds what a queued one does (its stream, and the part of its body its window lets in).
+ */
+export const MAX_WAITING_PER_USER = 250;
+export const MAX_WAITING = 1_000;
 
 /** A request waiting for its cluster's route. */
 interface Waiter {
   exchange: Exchange;
-  deadline: number;
+  user: string;
+  /** Looks left before it gives up: counted on the timer, so that a step of the wall clock changes nothing. */
+  looksLeft: number;
   done: () => void;
 }
 
-/**
- * The wait of requests for clusters without a route: `until` resolves once the cluster has one, the client has gone,
- * or AGENT_RETURN_MS have passed since this process last saw the cluster's agent connected (`lastConnected`; at once
- * when it never did, or when that was longer ago). The caller routes as usual then: a request still without a route
- * is refused as before. One timer looks up each cluster that has waiters, whatever their number.
- */
-export function newRouteWaits(
-  router: ClusterRouter,
-  lastConnected: (cluster: string) => number | undefined,
-  clock: Clock,
-): { until(cluster: string, exchange: Exchange): Promise<void> } {
+export interface RouteWaitOptions {
+  router: ClusterRouter;
+  /**
+   * When this process last saw the cluster's agent connected; undefined when it never did, or when no wait can bring
+   * a route (a replica this one cannot reach holds the tunnel).
+   */
+  lastConnected: (cluster: string) => number | undefined;
+  /** Whether this replica is draining: no request starts to wait then, and those waiting stop. */
+  draining: () => boolean;
+  clock: Clock;
+}
+
+export interface RouteWaits {
+  /**
+   * Resolves once `cluster` has a route; or at once, or later, when waiting can no longer bring one: AGENT_RETURN_MS
+   * have passed since its agent was last seen connected (or it never was), the client has gone, the replica drains,
+   * or the user or all users have as many requests waiting as they may. The caller routes as usual then, and a
+   * request still without a route is refused. One timer looks up each cluster that has waiters, whatever their number.
+   */
+  until(cluster: string, user: string, exchange: Exchange): Promise<void>;
+  /** How many requests wait now. */
+  waiting(): number;
+}
+
+export function newRouteWaits(opts: RouteWaitOptions): RouteWaits {
+  const { router, lastConnected, draining, clock } = opts;
   const waiting = new Map<string, Set<Waiter>>();
+  const perUser = new Map<string, number>();
+  let count = 0;
   let ticking = false;
+  const release = (waiters: Set<Waiter>, waiter: Waiter): void => {
+    waiters.delete(waiter);
+    count--;
+    const left = perUser.get(waiter.user)! - 1;
+    if (left === 0) perUser.delete(waiter.user);
+    else perUser.set(waiter.user, left);
+    waiter.done();
+  };
+  /** Whether `cluster`'s waiters should stop waiting, found routed or past help; a lookup that throws ends them too. */
+  const over = (cluster: string): boolean => {
+    try {
+      return draining() || router.route(cluster) !== undefined || lastConnected(cluster) === undefined;
+    } catch {
+      return true;
+    }
+  };
   const tick = (): void => {
-    const now = clock.now();
     for (const [cluster, waiters] of waiting) {
-      const routed = router.route(cluster) !== undefined;
+      const ended = over(cluster);
       for (const waiter of waiters)
-        if (routed || now >= waiter.deadline || gone(waiter.exchange)) {
-          waiters.delete(waiter);
-          waiter.done();
-        }
+        if (ended || --waiter.looksLeft <= 0 || gone(waiter.exchange)) release(waiters, waiter);
       if (waiters.size === 0) waiting.delete(cluster);
     }
     ticking = waiting.size > 0;
     if (ticking) clock.setTimeout(tick, RETURN_CHECK_MS);
   };
   return {
-    until(cluster, exchange) {
-      if (router.route(cluster)) return Promise.resolve();
+    until(cluster, user, exchange) {
+      if (router.route(cluster) || draining()) return Promise.resolve();
+      if (count >= MAX_WAITING || (perUser.get(user) ?? 0) >= MAX_WAITING_PER_USER) return Promise.resolve();
       const seen = lastConnected(cluster);
       if (seen === undefined) return Promise.resolve();
-      const deadline = Math.min(seen, clock.now()) + AGENT_RETURN_MS;
-      if (clock.now() >= deadline) return Promise.resolve();
+      const left = Math.min(seen, clock.now()) + AGENT_RETURN_MS - clock.now();
+      if (left <= 0) return Promise.resolve();
       return new Promise<void>((done) => {
         let waiters = waiting.get(cluster);
         if (!waiters) waiting.set(cluster, (waiters = new Set()));
-        waiters.add({ exchange, deadline, done });
+        waiters.add({ exchange, user, looksLeft: Math.ceil(left / RETURN_CHECK_MS), done });
+        count++;
+        perUser.set(user, (perUser.get(user) ?? 0) + 1);
         if (!ticking) {
           ticking = true;
           clock.setTimeout(tick, RETURN_CHECK_MS);
         }
       });
     },
+    waiting: () => count,
   };
 }
 

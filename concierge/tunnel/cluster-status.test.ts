@@ -307,6 +307,17 @@ describe('the cluster status publisher', () => {
     clusters.put(cluster('edge', { connected: false, connectedSince: T0, tunnels: [] }));
     await settle();
     expect(a.publisher.lastConnected('edge')).toBe(seen);
+    // A status that says connected with no live entry, left so (its writer stuck), counts once, not on every change.
+    clusters.put(cluster('stale', { connected: true, tunnels: [] }));
+    await settle();
+    const first = clock.now();
+    clock.advance(60_000);
+    clusters.put({
+      ...cluster('stale', { connected: true, tunnels: [] }),
+      metadata: { name: 'stale', resourceVersion: '2' },
+    });
+    await settle();
+    expect(a.publisher.lastConnected('stale')).toBe(first);
     // Removed: forgotten.
     clusters.remove('edge');
     await settle();

@@ -253,9 +253,9 @@ export interface ClusterStatusPublisher {
    */
   holders(cluster: string): RemoteHolder[];
   /**
-   * When this process last saw `cluster`'s agent connected (its status said so, or a live replica's entry did), on its
-   * own clock; undefined when it never did, or when a live replica other than this one holds the tunnel (a request
-   * that finds no route then has none to wait for: this replica cannot reach that one).
+   * When this process last saw `cluster`'s agent connected (a live replica's entry in its status, or this replica's
+   * tunnel), on its own clock; undefined when it never did, or when another live replica holds the tunnel now (a
+   * request that finds no route then is on a replica without peering, and waiting brings none).
    */
   lastConnected(cluster: string): number | undefined;
   /** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
@@ -284,6 +284,8 @@ interface Publishing {
   refusals: Map<string, ProtocolRefusal>;
   /** When this process last saw each registered cluster connected (lastConnected). */
   connectedAt: Map<string, number>;
+  /** The clusters a live replica held at their last sync here. */
+  live: Set<string>;
 }
 
 /**
@@ -312,6 +314,7 @@ async function syncCluster(at: Publishing, name: string): Promise<void> {
   const cluster = opts.clusters.get(name);
   if (!cluster) {
     at.connectedAt.delete(name);
+    at.live.delete(name);
     return void at.refusals.delete(name);
   }
   const status = cluster.status ?? {};
@@ -319,7 +322,7 @@ async function syncCluster(at: Publishing, name: string): Promise<void> {
   const held = liveness.stopped ? undefined : opts.held(name);
   const mine: TunnelHolder | undefined = held ? { ...held, replica: opts.identity } : undefined;
   const { others, lapsedEntries } = otherEntries(at, entries);
-  if (mine || others.length > 0 || status.connected) at.connectedAt.set(name, opts.clock.now());
+  noteConnection(at, name, mine !== undefined || others.length > 0, status.connected === true);
   const remover = liveness.removesLapsed();
   // This replica's own entry first: other replicas route by it, and it needs nothing else written before it.
   const refusal = at.refusals.get(name);
@@ -540,12 +543,25 @@ function remoteHolders(at: Publishing, cluster: string): RemoteHolder[] {
     .map(({ replica, address }) => ({ replica, address }));
 }
 
+/**
+ * Notes, at a sync of `name`, whether a live replica holds its tunnel (`live`): the time is kept while one does and
+ * at the sync that finds none any more. A status that says `connected` with no live entry (not yet rewritten) counts
+ * only when nothing is known yet, for a process that starts in such a gap: a status left stale (its writer stuck)
+ * never makes requests wait long after.
+ */
+function noteConnection(at: Publishing, name: string, live: boolean, statusSaysConnected: boolean): void {
+  const was = at.live.has(name);
+  if (live || was || (statusSaysConnected && !at.connectedAt.has(name)))
+    at.connectedAt.set(name, at.opts.clock.now());
+  if (live) at.live.add(name);
+  else at.live.delete(name);
+}
+
 function lastConnected(at: Publishing, name: string): number | undefined {
-  const { opts } = at;
-  const status = opts.clusters.get(name)?.status;
-  if (!status) return at.connectedAt.get(name);
+  const status = at.opts.clusters.get(name)?.status;
+  if (!status) return undefined;
+  // Another live replica holds it: the router would have a route to it, were peering on; waiting brings none.
   if (otherEntries(at, status.tunnels ?? []).others.length > 0) return undefined;
-  if (status.connected || opts.held(name)) at.connectedAt.set(name, opts.clock.now());
   return at.connectedAt.get(name);
 }
 
@@ -582,6 +598,7 @@ export function newClusterStatus(opts: ClusterStatusOptions): ClusterStatusPubli
     index: new EntryIndex(opts.clusters),
     refusals: new Map(),
     connectedAt: new Map(),
+    live: new Set(),
   };
   let withdrawn: Promise<void> | undefined;
   return {

@@ -44,6 +44,12 @@ const TOKENS: Record<string, AuthResult> = Object.fromEntries(
     { ok: true, authenticator: 'test', user: { username: name, groups: [], extra: {} } },
   ]),
 );
+/** A user whose name is under the prefix that a cluster taking hub workloads reserves for them. */
+TOKENS['mallory-token'] = {
+  ok: true,
+  authenticator: 'test',
+  user: { username: 'hub:mallory', groups: [], extra: {} },
+};
 const staticTokens: TokenAuthenticator = {
   authenticate: (token) => Promise.resolve(TOKENS[token] ?? { ok: false, reason: 'unknown static token' }),
 };
@@ -247,6 +253,8 @@ beforeAll(async () => {
     reviewer,
     router: newClusterRouter(noHub, (name) => routes[name]),
     lastConnected: (name) => connectedAt[name],
+    clusterSpec: (name) =>
+      name === 'takes-workloads' ? { workloads: { usernamePrefix: 'hub:' } } : undefined,
     signer: newClientCertSigner(() => undefined),
     metrics: newProxyMetrics(),
     log: silentLogger(),
@@ -531,6 +539,16 @@ describe('a cluster between tunnels', () => {
     await connectCluster('moving', limits);
     expect(await waiting.ended).toBe('end');
     expect(statusOf(waiting)).toBe(200);
+  });
+
+  it('refuses at once a request it would refuse with a route too', async () => {
+    connectedAt['takes-workloads'] = Date.now();
+    const refused = call('mallory', '/clusters/takes-workloads/version');
+    expect(await refused.ended).toBe('end');
+    expect(statusOf(refused)).toBe(403);
+    expect(JSON.parse(await refused.body)).toMatchObject({
+      message: expect.stringContaining('hub:mallory') as unknown,
+    });
   });
 
   it('refuses at once a request for a cluster whose agent left longer ago, or was never seen', async () => {
