@@ -111,7 +111,10 @@ export interface DeciderDeps {
 /** A user who passed authentication. */
 export type Authenticated = Exclude<Identity, { kind: 'anonymous' }>;
 
-/** The refusal of a request that would go on were its cluster reachable: nothing else stood in its way. */
+/**
+ * The refusal of a request for a cluster nothing reaches now, found after every other check that needs no answer
+ * from the cluster (its own checks, and the impersonation and reviews of the plan, come once it is reachable).
+ */
 export interface Unrouted extends Refusal {
   unrouted: true;
 }

@@ -389,7 +389,10 @@ async function forward(
   // A cluster between tunnels (its agent moving to another replica) is waited for a moment, when nothing but its
   // route stood in the way.
   if ('unrouted' in target && routeWaits) {
+    // A plain request in flight to the drain meanwhile: a replica that stops gives it the grace to end, with a Status.
+    const waited = sessions?.request();
     await routeWaits.until(context.cluster, identity.user.username, exchange);
+    waited?.();
     target = decider.target(context.cluster, identity);
   }
   if ('status' in target) return refuse(exchange, target);
@@ -466,13 +469,7 @@ export function newProxyHandler(deps: ProxyDeps): ProxyHandler {
   const record = newRecorder(deps.recordings, log, (exchange) => deps.partOfRecording?.(exchange.req));
   const { lastConnected } = deps;
   const routeWaits =
-    lastConnected &&
-    newRouteWaits({
-      router: deps.router,
-      lastConnected,
-      draining: () => !deps.ready(),
-      clock: deps.clock ?? systemClock,
-    });
+    lastConnected && newRouteWaits({ router: deps.router, lastConnected, clock: deps.clock ?? systemClock });
 
   async function serve(exchange: Exchange): Promise<void> {
     const { req, context } = exchange;

@@ -73,8 +73,12 @@ export const MAX_WAITING = 1_000;
 interface Waiter {
   exchange: Exchange;
   user: string;
-  /** Looks left before it gives up: counted on the timer, so that a step of the wall clock changes nothing. */
+  /**
+   * Looks left before it gives up, and the monotonic time (performance.now) it gives up at: whichever comes first.
+   * Neither moves with a step of the wall clock, and the second holds when a busy event loop makes the looks late.
+   */
   looksLeft: number;
+  latest: number;
   done: () => void;
 }
 
@@ -85,17 +89,15 @@ export interface RouteWaitOptions {
    * a route (a replica this one cannot reach holds the tunnel).
    */
   lastConnected: (cluster: string) => number | undefined;
-  /** Whether this replica is draining: no request starts to wait then, and those waiting stop. */
-  draining: () => boolean;
   clock: Clock;
 }
 
 export interface RouteWaits {
   /**
    * Resolves once `cluster` has a route; or at once, or later, when waiting can no longer bring one: AGENT_RETURN_MS
-   * have passed since its agent was last seen connected (or it never was), the client has gone, the replica drains,
-   * or the user or all users have as many requests waiting as they may. The caller routes as usual then, and a
-   * request still without a route is refused. One timer looks up each cluster that has waiters, whatever their number.
+   * have passed since its agent was last seen connected (or it never was), the client has gone, or the user or all
+   * users have as many requests waiting as they may. The caller routes as usual then, and a request still without a
+   * route is refused. One timer looks up each cluster that has waiters, whatever their number.
    */
   until(cluster: string, user: string, exchange: Exchange): Promise<void>;
   /** How many requests wait now. */
@@ -103,7 +105,7 @@ export interface RouteWaits {
 }
 
 export function newRouteWaits(opts: RouteWaitOptions): RouteWaits {
-  const { router, lastConnected, draining, clock } = opts;
+  const { router, lastConnected, clock } = opts;
   const waiting = new Map<string, Set<Waiter>>();
   const perUser = new Map<string, number>();
   let count = 0;
@@ -116,19 +118,27 @@ export function newRouteWaits(opts: RouteWaitOptions): RouteWaits {
     else perUser.set(waiter.user, left);
     waiter.done();
   };
-  /** Whether `cluster`'s waiters should stop waiting, found routed or past help; a lookup that throws ends them too. */
-  const over = (cluster: string): boolean => {
+  /**
+   * How long a request for `cluster` may wait from now, in ms: 0 when it is routed or past help. A lookup that throws
+   * counts as past help: the request is routed (and refused) as before.
+   */
+  const waitLeft = (cluster: string): number => {
     try {
-      return draining() || router.route(cluster) !== undefined || lastConnected(cluster) === undefined;
+      if (router.route(cluster)) return 0;
+      const seen = lastConnected(cluster);
+      const now = clock.now();
+      return seen === undefined ? 0 : Math.max(0, Math.min(seen, now) + AGENT_RETURN_MS - now);
     } catch {
-      return true;
+      return 0;
     }
   };
   const tick = (): void => {
+    const now = performance.now();
     for (const [cluster, waiters] of waiting) {
-      const ended = over(cluster);
+      const ended = waitLeft(cluster) === 0;
       for (const waiter of waiters)
-        if (ended || --waiter.looksLeft <= 0 || gone(waiter.exchange)) release(waiters, waiter);
+        if (ended || --waiter.looksLeft <= 0 || now >= waiter.latest || gone(waiter.exchange))
+          release(waiters, waiter);
       if (waiters.size === 0) waiting.delete(cluster);
     }
     ticking = waiting.size > 0;
@@ -136,16 +146,14 @@ export function newRouteWaits(opts: RouteWaitOptions): RouteWaits {
   };
   return {
     until(cluster, user, exchange) {
-      if (router.route(cluster) || draining()) return Promise.resolve();
       if (count >= MAX_WAITING || (perUser.get(user) ?? 0) >= MAX_WAITING_PER_USER) return Promise.resolve();
-      const seen = lastConnected(cluster);
-      if (seen === undefined) return Promise.resolve();
-      const left = Math.min(seen, clock.now()) + AGENT_RETURN_MS - clock.now();
-      if (left <= 0) return Promise.resolve();
+      const left = waitLeft(cluster);
+      if (left === 0) return Promise.resolve();
       return new Promise<void>((done) => {
         let waiters = waiting.get(cluster);
         if (!waiters) waiting.set(cluster, (waiters = new Set()));
-        waiters.add({ exchange, user, looksLeft: Math.ceil(left / RETURN_CHECK_MS), done });
+        const looksLeft = Math.ceil(left / RETURN_CHECK_MS);
+        waiters.add({ exchange, user, looksLeft, latest: performance.now() + left, done });
         count++;
         perUser.set(user, (perUser.get(user) ?? 0) + 1);
         if (!ticking) {

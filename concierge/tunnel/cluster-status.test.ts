@@ -299,10 +299,13 @@ describe('the cluster status publisher', () => {
     expect(a.publisher.lastConnected('edge')).toBeUndefined();
     expect(a.publisher.lastConnected('never')).toBeUndefined();
     expect(a.publisher.lastConnected('unknown')).toBeUndefined();
+    // A while later b's tunnel goes (its agent moves): asked before the sync that notes it, the time is now all the same.
+    clock.advance(300_000);
     const seen = clock.now();
-    // b's tunnel goes (its agent moves), and a while later the status says the cluster is disconnected.
     clusters.put(cluster('edge', { connected: true, connectedSince: T0, tunnels: [] }));
+    expect(a.publisher.lastConnected('edge')).toBe(seen);
     await settle();
+    // The status then says the cluster is disconnected.
     clock.advance(4_000);
     clusters.put(cluster('edge', { connected: false, connectedSince: T0, tunnels: [] }));
     await settle();

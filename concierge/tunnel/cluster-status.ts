@@ -253,9 +253,10 @@ export interface ClusterStatusPublisher {
    */
   holders(cluster: string): RemoteHolder[];
   /**
-   * When this process last saw `cluster`'s agent connected (a live replica's entry in its status, or this replica's
+   * When this process last found `cluster`'s agent connected (a live replica's entry in its status, or this replica's
    * tunnel), on its own clock; undefined when it never did, or when another live replica holds the tunnel now (a
-   * request that finds no route then is on a replica without peering, and waiting brings none).
+   * request that finds no route then is on a replica without peering, and waiting brings none until the tunnel
+   * moves).
    */
   lastConnected(cluster: string): number | undefined;
   /** Whether `ip` is the host of a peer address some replica publishes (or some replica publishes a name). */
@@ -544,10 +545,10 @@ function remoteHolders(at: Publishing, cluster: string): RemoteHolder[] {
 }
 
 /**
- * Notes, at a sync of `name`, whether a live replica holds its tunnel (`live`): the time is kept while one does and
- * at the sync that finds none any more. A status that says `connected` with no live entry (not yet rewritten) counts
- * only when nothing is known yet, for a process that starts in such a gap: a status left stale (its writer stuck)
- * never makes requests wait long after.
+ * Notes, at a sync of `name`, whether a live replica holds its tunnel (`live`): the time is set at each sync that finds
+ * one, and at the first look (a sync, or lastConnected) that finds none any more. A status that says `connected`
+ * with no live entry (not yet rewritten) counts only when nothing is known yet, for a process that starts in such a
+ * gap: a status left stale (its writer stuck) never makes requests wait long after.
  */
 function noteConnection(at: Publishing, name: string, live: boolean, statusSaysConnected: boolean): void {
   const was = at.live.has(name);
@@ -558,10 +559,15 @@ function noteConnection(at: Publishing, name: string, live: boolean, statusSaysC
 }
 
 function lastConnected(at: Publishing, name: string): number | undefined {
-  const status = at.opts.clusters.get(name)?.status;
+  const { opts, liveness } = at;
+  const status = opts.clusters.get(name)?.status;
   if (!status) return undefined;
   // Another live replica holds it: the router would have a route to it, were peering on; waiting brings none.
   if (otherEntries(at, status.tunnels ?? []).others.length > 0) return undefined;
+  // The holder's entry has just gone from the cache and the sync that notes it has not run yet (the queue is busiest
+  // in a rollout, when this matters): the cluster was connected until now.
+  const held = !liveness.stopped && opts.held(name) !== undefined;
+  if (!held && at.live.has(name)) noteConnection(at, name, false, false);
   return at.connectedAt.get(name);
 }
 

@@ -27,6 +27,7 @@ import { issueCert, newCA, type CertificateAuthority } from '../../lib/pki/pki.t
 import { newTunnelClient, serveTunnel } from '../../lib/tunnel/tunnel.ts';
 import { newRequestAuthenticator } from '../proxy/authenticate.ts';
 import { newClientCertSigner } from '../proxy/credentials.ts';
+import { newSessionRegistry } from '../drain.ts';
 import { AGENT_RETURN_MS, newClusterRouter, type Route } from '../proxy/route.ts';
 import { newProxyHandler } from '../proxy/handler.ts';
 import { newProxyMetrics } from '../proxy/metrics.ts';
@@ -131,6 +132,8 @@ let server: ProxyServer;
 let port: number;
 const clock = fakeClock();
 const LONG = 600_000;
+/** What the drain counts. */
+const registry = newSessionRegistry();
 /** When each cluster's agent was last seen connected, as the Clusters' status tells a replica. */
 const connectedAt: Record<string, number> = {};
 /** A share that holds one stalled tunnel stream's window, not two. */
@@ -253,6 +256,7 @@ beforeAll(async () => {
     reviewer,
     router: newClusterRouter(noHub, (name) => routes[name]),
     lastConnected: (name) => connectedAt[name],
+    sessions: registry,
     clusterSpec: (name) =>
       name === 'takes-workloads' ? { workloads: { usernamePrefix: 'hub:' } } : undefined,
     signer: newClientCertSigner(() => undefined),
@@ -531,11 +535,14 @@ describe('a cluster between tunnels', () => {
   it('serves a request that came while its agent moved, once the tunnel is back', async () => {
     // Its agent was connected a moment ago, and has no tunnel now (moving from a draining replica).
     connectedAt['moving'] = Date.now();
+    const inFlight = registry.open().requests;
     const waiting = call('alice', '/clusters/moving/version');
     let answered = false;
     void waiting.ended.then(() => (answered = true));
     await new Promise((done) => setTimeout(done, 300));
     expect(answered).toBe(false);
+    // The drain counts it a plain request in flight: a replica that stops meanwhile gives it its grace.
+    expect(registry.open().requests).toBe(inFlight + 1);
     await connectCluster('moving', limits);
     expect(await waiting.ended).toBe('end');
     expect(statusOf(waiting)).toBe(200);
