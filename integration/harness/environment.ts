@@ -15,6 +15,14 @@ import ProcessErrorsEnvironment from './process-errors-environment.ts';
 
 const key = (p: ProcessInfo): string => `${p.pid}@${p.start}`;
 
+/** What this environment reads of the events Jest (jest-circus) tells it as a file runs. */
+interface TestEvent {
+  name: string;
+  error?: unknown;
+  hook?: { type: string };
+  test?: { name: string };
+}
+
 export default class IntegrationEnvironment extends ProcessErrorsEnvironment {
   private readonly testPath: string;
   /** Processes that were running before the file started: not the file's to stop. */
@@ -25,6 +33,11 @@ export default class IntegrationEnvironment extends ProcessErrorsEnvironment {
    * server's resources: a group this file never installed, or none of the ones it did.
    */
   private kubectlCache = '';
+  /**
+   * The file's own failures, a hook's or a test's: Jest reports only the teardown's error once teardown throws, so
+   * the leak it names would hide what failed first (a beforeAll that failed midway is what usually leaves processes).
+   */
+  private readonly failures: string[] = [];
 
   constructor(...args: ConstructorParameters<typeof TestEnvironment>) {
     super(...args);
@@ -38,6 +51,13 @@ export default class IntegrationEnvironment extends ProcessErrorsEnvironment {
     process.env['KUBECACHEDIR'] = this.kubectlCache;
     this.global.process.env['KUBECACHEDIR'] = this.kubectlCache;
     this.before = new Set(descendants().map(key));
+  }
+
+  handleTestEvent(event: TestEvent): void {
+    if (event.name === 'hook_failure')
+      this.failures.push(`${event.hook?.type ?? 'a hook'} failed: ${firstLines(event.error)}`);
+    else if (event.name === 'test_fn_failure')
+      this.failures.push(`"${event.test?.name ?? 'a test'}" failed: ${firstLines(event.error)}`);
   }
 
   override async teardown(): Promise<void> {
@@ -60,6 +80,16 @@ export default class IntegrationEnvironment extends ProcessErrorsEnvironment {
       // Errors nothing handled, in the worker or in a process of the file (process-errors-environment.ts).
       await super.teardown().catch((err: Error) => problems.push(err.message));
     }
-    if (problems.length > 0) throw new Error(problems.join('\n\n'));
+    if (problems.length > 0) {
+      const first = this.failures.slice(0, 3);
+      if (first.length > 0) problems.push(`before that, in ${this.testPath}:\n${first.join('\n')}`);
+      throw new Error(problems.join('\n\n'));
+    }
   }
+}
+
+/** The first lines of a failure's message, without its stack. */
+function firstLines(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text.split('\n').slice(0, 6).join('\n');
 }
