@@ -21,6 +21,10 @@ const common = {
 export default {
   // A run that open handles would keep alive is ended, loudly and with status 1, instead of holding CI.
   globalTeardown: '<rootDir>/integration/harness/exit-guard.ts',
+  // A test's time unless it sets its own. `npm test` runs the unit tests beside the integration tests, on two shared
+  // cores: one that relays 120 MiB over loopback in 0.4 s alone took over Jest's default 5 s there. A bound, not a
+  // measure: a hung test still ends.
+  testTimeout: 30_000,
   projects: [
     {
       ...common,
