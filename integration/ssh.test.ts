@@ -813,8 +813,11 @@ describe('accountability', () => {
   });
 
   it("records an sftp session as one recording of its operations, and names the hub's sessions hub", async () => {
-    // Headers keep whole seconds: from the start of this one, every session of this test is listed.
-    const since = new Date(Math.floor(Date.now() / 1000) * 1000).toISOString();
+    // Headers keep whole seconds, so the test starts on the next whole second: every session of this test is
+    // listed, and none before it (the hub exec two tests back may have started in the same second as this one).
+    const start = Math.ceil(Date.now() / 1000) * 1000;
+    await new Promise((resolve) => setTimeout(resolve, start - Date.now() + 1));
+    const since = new Date(start).toISOString();
     const name = `audited-${randomBytes(6).toString('hex')}`;
     const remote = `/hub/${DEMO_NAMESPACE}/${DEMO_POD}/${DEMO_POD}/tmp/${name}`;
     writeFileSync(join(dir, name), 'for the auditor\n');
