@@ -722,6 +722,7 @@ const shutdownGrace = (pod: PodSettings): number =>
 
 /** The concierge's one container: its flags, mounts, ports and probes. */
 function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
+  // Answered 200, the proxy logs no line for them (concierge/proxy/local-apis.ts).
   const probe = (path: string): Obj => ({
     httpGet: { path, port: 'proxy', scheme: 'HTTPS' },
     periodSeconds: 10,
@@ -758,11 +759,9 @@ function conciergeContainer(opts: InstallOptions, pod: PodSettings): Obj {
       { name: 'api', containerPort: API_PORT, protocol: 'TCP' },
       { name: 'ssh', containerPort: SSH_PORT, protocol: 'TCP' },
     ],
-    // Started once it serves, looked for every second: the kubelet probes readiness at once when a container has
-    // started, so a new replica is ready (and a rollout goes on) within a second of listening rather than at the
-    // readiness probe's next 10 s tick. The same minute to start as the liveness probe gives (6 × 10 s).
-    startupProbe: { ...probe('/healthz'), periodSeconds: 1, failureThreshold: 60 },
-    readinessProbe: probe('/readyz'),
+    // Every 2 s: a new replica counts as ready (and a rollout goes on) within 2 s of serving. At 10 s the kubelet's
+    // first try usually came before the process listened, and the next 10 s later. A drain's 503 is seen as soon.
+    readinessProbe: { ...probe('/readyz'), periodSeconds: 2 },
     livenessProbe: { ...probe('/healthz'), failureThreshold: 6 },
     ...present({ resources: pod.resources }),
     securityContext: CONTAINER_SECURITY,

@@ -45,6 +45,8 @@ export interface RequestContext {
   status?: number;
   /** Bytes of the answer relayed to the client. */
   bytes: number;
+  /** A health check (local-apis.ts): no log line when it is answered 200. */
+  probe?: boolean;
   /** The message of the Status Sealion answered with itself, if it did. */
   message?: string;
   /** The request's audit, when the policy audits it. */

@@ -36,6 +36,8 @@ export interface LocalAPI {
    * audit or a proxy switched off must not restart the pod.
    */
   alwaysAnswered?: boolean;
+  /** A health check: the kubelet asks every few seconds, so one answered 200 is counted but logs no line. */
+  probe?: boolean;
   /**
    * The methods it answers (upper case); a request with another goes on down the pipeline as if no entry matched (so
    * a GET of a collection Sealion only creates in goes to the API server). Default: every method.
@@ -77,12 +79,14 @@ export function healthAPIs(ready: () => boolean): LocalAPI[] {
       paths: ['/healthz', '/livez'],
       who: 'anonymous',
       alwaysAnswered: true,
+      probe: true,
       serve: (_req, res) => send(res, 200, 'text/plain', 'ok'),
     },
     {
       paths: ['/readyz'],
       who: 'anonymous',
       alwaysAnswered: true,
+      probe: true,
       serve(_req, res) {
         const ok = ready();
         send(res, ok ? 200 : 503, 'text/plain', ok ? 'ok' : 'not ready');

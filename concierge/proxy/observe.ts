@@ -1,5 +1,6 @@
 // The pipeline's first stage: every request counted in flight from its arrival, and once it is over (its answer
-// ended, or its connection closed), one log line, its metrics and its audit event's last stage. Never a token.
+// ended, or its connection closed), one log line (none for a health check answered 200), its metrics and its audit
+// event's last stage. Never a token.
 import type { Logger } from '../../lib/log.ts';
 import { flatLineLogger } from '../../lib/log.ts';
 import { ANNOTATIONS } from '../audit/audit.ts';
@@ -26,7 +27,8 @@ export function newObserver(metrics: ProxyMetrics, log: Logger, logUsernames: bo
       const seconds = Number(process.hrtime.bigint() - context.started) / 1e9;
       count(verb, code, longRunning ? undefined : seconds);
       context.audit?.complete(code, context.message);
-      requestLog.info(logLine(context, logUsernames, verb, path, code, seconds), 'request');
+      if (!(context.probe && code === 200))
+        requestLog.info(logLine(context, logUsernames, verb, path, code, seconds), 'request');
     });
   };
 }

@@ -151,6 +151,7 @@ let port: number;
 let metrics: ProxyMetrics;
 let logText = '';
 let switchedOn = true;
+let ready = true;
 /** What the SSH door publishes now (hub-apis.ts); undefined: it is off. */
 let sshDoor: SSHDoor['status'] | undefined;
 let handler: ReturnType<typeof newProxyHandler>;
@@ -289,7 +290,7 @@ beforeAll(async () => {
     signer: newClientCertSigner(() => undefined),
     metrics,
     log,
-    ready: () => true,
+    ready: () => ready,
     serving: () => switchedOn,
     bodyTimeoutMs: BODY_TIMEOUT_MS,
     sshDoor: () => sshDoor,
@@ -854,6 +855,30 @@ describe('failures and observability', () => {
     expect(logText).not.toContain('alice-token');
     expect(logText).not.toContain('not-a-valid-token-secret');
     expect(logText).not.toContain('forwarding-identity-token');
+  });
+
+  it('logs no line for a health check answered 200, which the kubelet asks every 2 s, but one for a 503', async () => {
+    logText = '';
+    const before = await metrics.registry.getSingleMetricAsString('sealion_proxy_requests_total');
+    const count = (text: string): number =>
+      Number(/sealion_proxy_requests_total\{verb="get",code="200"\} (\d+)/.exec(text)?.[1] ?? 0);
+    for (const path of ['/healthz', '/livez', '/readyz']) expect((await call(path)).status).toBe(200);
+    ready = false;
+    try {
+      expect((await call('/readyz')).status).toBe(503);
+    } finally {
+      ready = true;
+    }
+    await eventually(() => expect(logText).toContain('"code":503'));
+    const requests = logText
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l['msg'] === 'request');
+    expect(requests).toEqual([expect.objectContaining({ path: '/readyz', code: 503, user: 'anonymous' })]);
+    // Counted all the same.
+    const after = await metrics.registry.getSingleMetricAsString('sealion_proxy_requests_total');
+    expect(count(after) - count(before)).toBe(3);
   });
 
   it('counts requests, latency and upstream errors', async () => {
