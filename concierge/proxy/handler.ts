@@ -454,10 +454,10 @@ async function serveAnonymous(
   path: string,
 ): Promise<void> {
   const { req, res } = asPlain(exchange)!;
-  const refusal = api.alwaysAnswered ? undefined : NOT_AUDITED;
+  const refusal = api.probe ? undefined : NOT_AUDITED;
   if (api.probe) exchange.context.probe = true;
   if (!(await audited(deps.auditor, exchange, facts, ANONYMOUS, undefined, refusal))) return;
-  if (!api.alwaysAnswered && !deps.serving()) return refuse(exchange, NOT_SERVING);
+  if (!api.probe && !deps.serving()) return refuse(exchange, NOT_SERVING);
   return api.serve(req, res, path, undefined);
 }
 

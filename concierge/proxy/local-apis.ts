@@ -32,11 +32,10 @@ export interface LocalAPI {
   /** Only at the hub's own URLs: a path for a cluster (/clusters/<name>/…) is that cluster's to answer. */
   hubOnly?: boolean;
   /**
-   * Answered whatever the audit's state and whether the proxy is switched on: the health checks, since a blocked
-   * audit or a proxy switched off must not restart the pod.
+   * A health check. It is answered whatever the audit's state and whether the proxy is switched on, since a blocked
+   * audit or a proxy switched off must not restart the pod; and as the kubelet asks every few seconds, one answered
+   * 200 is counted but logs no line.
    */
-  alwaysAnswered?: boolean;
-  /** A health check: the kubelet asks every few seconds, so one answered 200 is counted but logs no line. */
   probe?: boolean;
   /**
    * The methods it answers (upper case); a request with another goes on down the pipeline as if no entry matched (so
@@ -78,14 +77,12 @@ export function healthAPIs(ready: () => boolean): LocalAPI[] {
     {
       paths: ['/healthz', '/livez'],
       who: 'anonymous',
-      alwaysAnswered: true,
       probe: true,
       serve: (_req, res) => send(res, 200, 'text/plain', 'ok'),
     },
     {
       paths: ['/readyz'],
       who: 'anonymous',
-      alwaysAnswered: true,
       probe: true,
       serve(_req, res) {
         const ok = ready();
