@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2 from 'ssh2';
 import type { AuditEvent } from '../concierge/audit/types.ts';
 import { DEFAULT_INSTALL } from '../manifests/install.ts';
@@ -816,7 +817,7 @@ describe('accountability', () => {
     // Headers keep whole seconds, so the test starts on the next whole second: every session of this test is
     // listed, and none before it (the hub exec two tests back may have started in the same second as this one).
     const start = Math.ceil(Date.now() / 1000) * 1000;
-    await new Promise((resolve) => setTimeout(resolve, start - Date.now() + 1));
+    await sleep(start - Date.now() + 1);
     const since = new Date(start).toISOString();
     const name = `audited-${randomBytes(6).toString('hex')}`;
     const remote = `/hub/${DEMO_NAMESPACE}/${DEMO_POD}/${DEMO_POD}/tmp/${name}`;
