@@ -136,9 +136,12 @@ export async function sweepStaleClusters(): Promise<void> {
   for (const entry of readdirSync(tmpdir())) {
     if (!entry.startsWith(DIR_PREFIX)) continue;
     const dir = join(tmpdir(), entry);
-    const pid = Number(
-      existsSync(join(dir, 'owner.pid')) ? readFileSync(join(dir, 'owner.pid'), 'utf8') : NaN,
-    );
+    // Only a folder that names its owner is a cluster's: one without (another program's, a unit test's temporary
+    // folder of the same prefix, or a cluster's in the moment before it writes the file) is not this sweep's to
+    // remove. `npm test` runs the unit tests beside the integration tests, and this removed their folders.
+    const owner = join(dir, 'owner.pid');
+    if (!existsSync(owner)) continue;
+    const pid = Number(readFileSync(owner, 'utf8'));
     if (!Number.isInteger(pid) || !isAlive(pid)) stale.push(dir);
   }
   await sweepStaleNodes(stale);
