@@ -27,7 +27,7 @@ import {
   type KubeNode,
   type NodeNetwork,
 } from './node.ts';
-import { dieWithParent, isAlive } from './processes.ts';
+import { dieWithParent, isAlive, logOutput, stopChild } from './processes.ts';
 
 export interface ClusterOptions {
   /** Used in folder names and the kubeconfig's context name. Default: `sealion`. */
@@ -162,8 +162,6 @@ export async function freePort(): Promise<number> {
 }
 
 function startProcess(dir: string, name: string, binary: string, args: string[]): ChildProcess {
-  const logPath = join(dir, `${name}.log`);
-  writeFileSync(logPath, '');
   // The kernel kills the server when the process that started it dies, even by SIGKILL, so an interrupted test
   // run cannot leave etcd or an API server behind.
   const [cmd, argv] = dieWithParent(binary, args);
@@ -171,9 +169,7 @@ function startProcess(dir: string, name: string, binary: string, args: string[])
   // before the processes that still talk to the API server while they shut down (a concierge releasing its
   // Lease). Our process stops the servers in order; if it dies instead, setpriv's death signal takes them.
   const child = spawn(cmd, argv, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  const append = (chunk: Buffer): void => writeFileSync(logPath, chunk, { flag: 'a' });
-  child.stdout?.on('data', append);
-  child.stderr?.on('data', append);
+  logOutput(child, join(dir, `${name}.log`));
   return child;
 }
 
@@ -258,23 +254,6 @@ async function waitNodeReady(
     }
     await new Promise((r) => setTimeout(r, 500));
   }
-}
-
-async function stopProcesses(children: ChildProcess[]): Promise<void> {
-  await Promise.all(
-    children.map(
-      (child) =>
-        new Promise<void>((done) => {
-          if (child.exitCode !== null || child.signalCode !== null) return done();
-          const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
-          child.once('exit', () => {
-            clearTimeout(timer);
-            done();
-          });
-          child.kill('SIGTERM');
-        }),
-    ),
-  );
 }
 
 /** How long one kubectl or sealion command may run before it is killed: a hung command must not hang a test. */
@@ -395,7 +374,7 @@ async function startClusterOnce(opts: ClusterOptions): Promise<Cluster> {
     // The node first (it would restart pods as the control plane goes), then the controller manager, and etcd
     // last, so nobody logs errors about a vanished dependency.
     await node?.stop();
-    await stopProcesses([...children].reverse());
+    await Promise.all([...children].reverse().map((child) => stopChild(child, { graceMs: STOP_GRACE_MS })));
     if (network) await releaseNodeNetwork(network);
     live.delete(dir);
     rmSync(dir, { recursive: true, force: true });

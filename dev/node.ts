@@ -17,7 +17,7 @@ import { kubeconfigYaml } from './kubeconfig.ts';
 import { ensureNodeBinaries, CACHE_DIR, REPO_ROOT, pinnedVersions, type NodeBinaries } from './build.ts';
 import { privatePath, sharedBuild } from './cache.ts';
 import { file, writeImage } from './image.ts';
-import { dieWithParent, isAlive } from './processes.ts';
+import { dieWithParent, isAlive, logOutput, stopChild } from './processes.ts';
 
 const exec = promisify(execFile);
 
@@ -321,26 +321,10 @@ function inNetns(netns: string, binary: string, args: string[]): [string, string
 }
 
 function startDaemon(dir: string, name: string, netns: string, binary: string, args: string[]): ChildProcess {
-  const logPath = join(dir, `${name}.log`);
-  writeFileSync(logPath, '');
   const [cmd, argv] = inNetns(netns, binary, args);
   const child = spawn(cmd, argv, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-  const append = (chunk: Buffer): void => writeFileSync(logPath, chunk, { flag: 'a' });
-  child.stdout?.on('data', append);
-  child.stderr?.on('data', append);
+  logOutput(child, join(dir, `${name}.log`));
   return child;
-}
-
-function stopDaemon(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((done) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      done();
-    });
-    child.kill('SIGTERM');
-  });
 }
 
 function logTail(path: string, lines = 30): string {
@@ -421,9 +405,9 @@ export async function startNode(opts: NodeOptions): Promise<KubeNode> {
     stopped = true;
     // kubelet and kube-proxy first, so nothing restarts what goes next; then every container; then containerd.
     const [containerd, ...rest] = children;
-    await Promise.all(rest.map(stopDaemon));
+    await Promise.all(rest.map((child) => stopChild(child, { graceMs: STOP_GRACE_MS })));
     await killCgroupTree(cgroupRoot);
-    if (containerd) await stopDaemon(containerd);
+    if (containerd) await stopChild(containerd, { graceMs: STOP_GRACE_MS });
     // containerd's shims outlive it; they have nothing left to run.
     for (const pid of shimsOf(socket)) killQuietly(pid);
     await unmountUnder(dir);

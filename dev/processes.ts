@@ -2,7 +2,7 @@
 // stop one for certain, and how to find and stop whatever a test file left running (environment.ts does that).
 import { execFile, type ChildProcess, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { REPO_ROOT } from './build.ts';
@@ -21,6 +21,26 @@ export function dieWithParent(
   signal: 'SIGKILL' | 'SIGTERM' = 'SIGKILL',
 ): [string, string[]] {
   return SETPRIV ? [SETPRIV, ['--pdeathsig', signal, '--', command, ...args]] : [command, args];
+}
+
+/**
+ * Writes what a child prints, on stdout and stderr, to the file `logPath` (made empty first). Output that reaches
+ * the pipe after the child's exit, when its folder may already be removed, is dropped: the first write that fails
+ * ends the log, rather than throwing from a stream handler and taking the test process down.
+ */
+export function logOutput(child: ChildProcess, logPath: string): void {
+  writeFileSync(logPath, '');
+  let open = true;
+  const append = (chunk: Buffer): void => {
+    if (!open) return;
+    try {
+      writeFileSync(logPath, chunk, { flag: 'a' });
+    } catch {
+      open = false;
+    }
+  };
+  child.stdout?.on('data', append);
+  child.stderr?.on('data', append);
 }
 
 /** Whether a process exists (EPERM: it does, and is just not ours to signal). */
