@@ -19,10 +19,10 @@ import { takesNames } from './completion.ts';
 import { checkForward } from './port-forward-check.ts';
 import { printable } from './printable.ts';
 import {
-  MAX_REFUSAL_BYTES,
+  failWithRefusal,
+  newAttempt,
   newReachSessions,
   ReachError,
-  refusal,
   type ReachSessions,
 } from './reach-session.ts';
 
@@ -191,7 +191,6 @@ export function openReach(
   const { signal } = options;
   if (signal?.aborted) return Promise.reject(new ReachError('cancelled'));
   return new Promise((resolve, reject) => {
-    let settled = false;
     const requestOptions: RequestOptions & { allowHalfOpen: boolean } = {
       method: 'POST',
       agent,
@@ -212,49 +211,30 @@ export function openReach(
     const req = request(url, requestOptions);
     // The handshake's and the request's small writes go at once, not after the next ACK.
     req.setNoDelay(true);
-    const settle = (): void => {
-      settled = true;
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-    };
-    const fail = (err: ReachError): void => {
-      if (settled) return;
-      settle();
-      req.destroy();
-      reject(err);
-    };
-    const timer = setTimeout(
-      () => fail(new ReachError(`the server did not switch protocols within ${timeoutMs / 1000} s`)),
+    const attempt = newAttempt(
       timeoutMs,
+      `the server did not switch protocols within ${timeoutMs / 1000} s`,
+      signal,
+      () => req.destroy(),
+      reject,
     );
-    const onAbort = (): void => fail(new ReachError('cancelled'));
-    signal?.addEventListener('abort', onAbort, { once: true });
-
-    req.on('error', (err) => fail(new ReachError(`cannot reach ${url.host}: ${err.message}`)));
+    req.on('error', (err) => attempt.fail(new ReachError(`cannot reach ${url.host}: ${err.message}`)));
     req.on('upgrade', (res, socket: Socket, head: Buffer) => {
-      if (settled) return void socket.destroy();
+      if (attempt.settled) return void socket.destroy();
       const protocol = res.headers.upgrade ?? '';
       if (protocol.toLowerCase() !== REACH_UPGRADE) {
         socket.destroy();
-        return fail(new ReachError(`the server switched to ${JSON.stringify(printable(protocol))}, not tcp`));
+        return attempt.fail(
+          new ReachError(`the server switched to ${JSON.stringify(printable(protocol))}, not tcp`),
+        );
       }
-      settle();
+      attempt.settle();
       socket.setNoDelay(true);
       // Bytes the target sent right behind the 101, read with it.
       if (head.length > 0) socket.unshift(head);
       resolve(socket);
     });
-    req.on('response', (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const done = (): void => fail(refusal(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8')));
-      res.on('data', (chunk: Buffer) => {
-        chunks.push(chunk);
-        size += chunk.length;
-        if (size >= MAX_REFUSAL_BYTES) done();
-      });
-      res.on('end', done);
-    });
+    req.on('response', (res) => failWithRefusal(attempt, res.statusCode ?? 0, res));
     req.end();
   });
 }

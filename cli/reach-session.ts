@@ -51,7 +51,68 @@ export function refusal(status: number, body: string): ReachError {
 }
 
 /** The most of a refusal's body read for its Status: a message, not a whole object. */
-export const MAX_REFUSAL_BYTES = 64 * 1024;
+const MAX_REFUSAL_BYTES = 64 * 1024;
+
+/** One attempt to open a connection, decided once: by its answer (`settle`), a failure (`fail`), time or a cancel. */
+export interface Attempt {
+  readonly settled: boolean;
+  /** The server answered yes: no timeout or cancel can fail the attempt any more. */
+  settle(): void;
+  /** Undoes the attempt and rejects with `err`, unless it was decided already. */
+  fail(err: ReachError): void;
+}
+
+/**
+ * An attempt that fails with `timedOut` after `timeoutMs` without a decision, and with "cancelled" when `signal`
+ * aborts. `undo` ends what the attempt opened; `reject` is its promise's.
+ */
+export function newAttempt(
+  timeoutMs: number,
+  timedOut: string,
+  signal: AbortSignal | undefined,
+  undo: () => void,
+  reject: (err: ReachError) => void,
+): Attempt {
+  let settled = false;
+  const settle = (): void => {
+    settled = true;
+    clearTimeout(timer);
+    signal?.removeEventListener('abort', onAbort);
+  };
+  const fail = (err: ReachError): void => {
+    if (settled) return;
+    settle();
+    undo();
+    reject(err);
+  };
+  const timer = setTimeout(() => fail(new ReachError(timedOut)), timeoutMs);
+  const onAbort = (): void => fail(new ReachError('cancelled'));
+  signal?.addEventListener('abort', onAbort, { once: true });
+  return {
+    get settled() {
+      return settled;
+    },
+    settle,
+    fail,
+  };
+}
+
+/**
+ * Reads a refusal's body, at most MAX_REFUSAL_BYTES of it, and fails `attempt` with the refusal in words once the
+ * body ended or reached that.
+ */
+export function failWithRefusal(attempt: Attempt, status: number, body: Readable): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const finish = (): void => attempt.fail(refusal(status, Buffer.concat(chunks).toString('utf8')));
+  body.on('data', (chunk: Buffer) => {
+    chunks.push(chunk);
+    size += chunk.length;
+    if (size >= MAX_REFUSAL_BYTES) finish();
+  });
+  body.once('end', finish);
+  body.once('close', finish);
+}
 
 /**
  * The window each stream (and, 32 times that, the session) takes from the server before it must be read: what one
@@ -241,57 +302,29 @@ function openStream(
       return reject(new ReachError(`cannot reach ${new URL(access.base).host}: ${(err as Error).message}`));
     }
     sending?.pipe(stream);
-    let settled = false;
-    const settle = (): void => {
-      settled = true;
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-    };
-    const fail = (err: ReachError): void => {
-      if (settled) return;
-      settle();
-      sending?.unpipe(stream);
-      stream.close(constants.NGHTTP2_CANCEL);
-      reject(err);
-    };
-    const timer = setTimeout(
-      () => fail(new ReachError(`the server did not answer within ${timeoutMs / 1000} s`)),
+    const attempt = newAttempt(
       timeoutMs,
+      `the server did not answer within ${timeoutMs / 1000} s`,
+      signal,
+      () => {
+        sending?.unpipe(stream);
+        stream.close(constants.NGHTTP2_CANCEL);
+      },
+      reject,
     );
-    const onAbort = (): void => fail(new ReachError('cancelled'));
-    signal?.addEventListener('abort', onAbort, { once: true });
     stream.on('error', (err: Error) =>
-      fail(new ReachError(`cannot reach ${new URL(access.base).host}: ${err.message}`)),
+      attempt.fail(new ReachError(`cannot reach ${new URL(access.base).host}: ${err.message}`)),
     );
     stream.once('close', () =>
-      fail(new ReachError(`the server closed the stream (code ${stream.rstCode ?? 0}) before it answered`)),
+      attempt.fail(
+        new ReachError(`the server closed the stream (code ${stream.rstCode ?? 0}) before it answered`),
+      ),
     );
     stream.once('response', (headers: IncomingHttpHeaders) => {
       const status = Number(headers[':status']);
-      if (status === 200) {
-        settle();
-        return resolve(stream);
-      }
-      readRefusal(stream, (body) => fail(refusal(status, body)));
+      if (status !== 200) return failWithRefusal(attempt, status, stream);
+      attempt.settle();
+      resolve(stream);
     });
   });
-}
-
-/** Reads a refusal's body, at most MAX_REFUSAL_BYTES of it, and passes it on once it ended or reached that. */
-function readRefusal(stream: ClientHttp2Stream, done: (body: string) => void): void {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let called = false;
-  const finish = (): void => {
-    if (called) return;
-    called = true;
-    done(Buffer.concat(chunks).toString('utf8'));
-  };
-  stream.on('data', (chunk: Buffer) => {
-    chunks.push(chunk);
-    size += chunk.length;
-    if (size >= MAX_REFUSAL_BYTES) finish();
-  });
-  stream.once('end', finish);
-  stream.once('close', finish);
 }
