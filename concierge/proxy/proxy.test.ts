@@ -44,13 +44,16 @@ import { SSH_DOOR_OFF } from './hub-apis.ts';
 import type { SSHDoor } from '../../apis/identity.ts';
 import { HUB_REVIEW_LIMITS } from './decide.ts';
 
-/** Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. */
-const BODY_TIMEOUT_MS = 400;
+/**
+ * Short deadlines for the tests of what a stranger can hold; the defaults are tens of seconds. Short, but not so short
+ * that a client doing everything right misses them on two busy cores (a TLS handshake there can take hundreds of ms).
+ */
+const BODY_TIMEOUT_MS = 1_000;
 const LIMITS = {
-  handshakeTimeoutMs: 300,
-  headersTimeoutMs: 300,
-  requestTimeoutMs: 600,
-  idleTimeoutMs: 300,
+  handshakeTimeoutMs: 1_000,
+  headersTimeoutMs: 1_000,
+  requestTimeoutMs: 2_000,
+  idleTimeoutMs: 1_000,
   maxConnections: 8,
 };
 
