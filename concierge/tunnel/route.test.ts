@@ -539,10 +539,11 @@ describe('a cluster between tunnels', () => {
     const waiting = call('alice', '/clusters/moving/version');
     let answered = false;
     void waiting.ended.then(() => (answered = true));
+    // The drain counts it a plain request in flight: a replica that stops meanwhile gives it its grace.
+    await eventually(() => expect(registry.open().requests).toBe(inFlight + 1));
+    // And it waits: no answer comes while the cluster has no tunnel.
     await new Promise((done) => setTimeout(done, 300));
     expect(answered).toBe(false);
-    // The drain counts it a plain request in flight: a replica that stops meanwhile gives it its grace.
-    expect(registry.open().requests).toBe(inFlight + 1);
     await connectCluster('moving', limits);
     expect(await waiting.ended).toBe('end');
     expect(statusOf(waiting)).toBe(200);
